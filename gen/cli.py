@@ -121,7 +121,10 @@ def validate(name: str, overrides: list[str]) -> Any:
         cfg = _compose(name, parsed)
     except Exception as e:  # noqa: BLE001
         raise ConfigError(_explain_compose_error(e, name)) from None
-    return settings_from(name, cfg)
+    settings = settings_from(name, cfg)
+    if settings.input is not None:
+        settings.input_path()  # a missing input= fails here, before any model loads
+    return settings
 
 
 def settings_from(name: str, cfg: Any) -> Any:
@@ -157,7 +160,8 @@ def _explain_compose_error(e: BaseException, name: str) -> str:
     if m:
         return (f"unknown override {m.group(1)!r} for generator {name!r} "
                 f"(python -m gen {name} --help lists its options)")
-    m = re.search(r"Could not find '([^']+)'.*?Available options in '([^']+)':\s*(.*)", text, re.S)
+    m = re.search(r"Could not find '([^']+)'.*?Available options in '([^']+)':\s*(.*?)(?:\nConfig search path:|$)",
+                  text, re.S)
     if m:
         options = ", ".join(m.group(3).split())
         return f"unknown choice {m.group(1)!r}; available {m.group(2)}: {options}"

@@ -235,7 +235,8 @@ class LLM:
             return self._client(
                 messages=list(messages),
                 response_model=schema,
-                max_retries=self.sampling.attempts,
+                # instructor counts retries after the first try, ``attempts`` counts tries
+                max_retries=self.sampling.attempts - 1,
                 seed=seed,
                 temperature=self.sampling.temperature,
                 top_p=self.sampling.top_p,
@@ -245,9 +246,13 @@ class LLM:
             raise LLMOutputError("truncated", "hit max_tokens", _text(e.last_completion)) from None
         except InstructorRetryException as e:
             last = e.last_completion
+            if last is None and not e.failed_attempts:  # the backend failed, nothing to validate
+                cause = e.__cause__ or e
+                raise LLMOutputError("backend_error", f"{type(cause).__name__}: {cause}"[:300]) from None
             if last is not None and _finish(last) == "length":
                 raise LLMOutputError("truncated", "hit max_tokens", _text(last)) from None
-            detail = str(e).splitlines()[0][:300] if str(e) else "validation failed"
+            failed = e.failed_attempts[-1].exception if e.failed_attempts else e
+            detail = _first_line(failed)[:300] if str(failed).strip() else "validation failed"
             raise LLMOutputError(
                 "invalid_output", f"{e.n_attempts} attempts: {detail}", _text(last)
             ) from None
@@ -289,6 +294,11 @@ class LLM:
 def _usage(response: Any, field: str) -> int:
     usage = getattr(response, "usage", None)
     return int(getattr(usage, field, 0) or 0) if usage else 0
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return " ".join(lines[:3]) if lines else type(e).__name__
 
 
 def _text(completion: Any) -> str | None:
@@ -350,7 +360,11 @@ def make_llm(cfg: LlamaCppConfig | OpenAIConfig, cache: Cache | None = None) -> 
     client = OpenAI(base_url=cfg.base_url, api_key=cfg.api_key, timeout=cfg.timeout,
                     max_retries=cfg.max_retries)
     identity = {"backend": "openai", "model": cfg.model, "model_sha256": cfg.model_sha256}
-    return LLM(client.chat.completions.create, identity=identity, sampling=cfg, cache=cache,
+
+    def create(**kwargs: Any) -> Any:  # the server needs the model name on every request
+        return client.chat.completions.create(model=cfg.model, **kwargs)
+
+    return LLM(create, identity=identity, sampling=cfg, cache=cache,
                lock=False, schema_format=cfg.schema_format)
 
 

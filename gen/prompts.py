@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 
 from gen.errors import ConfigError
 from gen.paths import PROMPTS
@@ -41,9 +42,16 @@ class Prompts:
         path = self.root / name
         if not path.is_file():
             raise ConfigError(f"prompt template {name} not found under {self.root}")
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
         with self._lock:
+            known = self.used.get(name) == digest
             self.used[name] = digest
+        if not known and name.endswith(".jinja"):  # partials it includes are inputs too
+            ast = self.env.parse(data.decode("utf-8"))
+            for ref in jinja2.meta.find_referenced_templates(ast):
+                if ref:
+                    self.hash(ref)
         return digest
 
     def render(self, name: str, **variables: Any) -> list[dict[str, str]]:

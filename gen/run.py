@@ -10,9 +10,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -136,6 +138,12 @@ class RunContext:
         self.stats: Counter[str] = Counter()
         self.extra: dict[str, Any] = {}
         self.inputs: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def count(self, key: str, n: int = 1) -> None:
+        """Add to a manifest counter (validators' drops and corrections); thread-safe."""
+        with self._lock:
+            self.stats[key] += n
 
     @cached_property
     def cache(self) -> Cache | None:
@@ -220,6 +228,8 @@ def run(
     """
     from gen.progress import Progress
 
+    for noisy in ("instructor", "httpx", "openai", "sentence_transformers"):  # we report failures ourselves
+        logging.getLogger(noisy).setLevel(logging.ERROR)
     gen_ = REGISTRY[name]
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = ctx or RunContext(name, cfg, out_dir)

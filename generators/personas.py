@@ -45,7 +45,7 @@ def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
         try:
             bio = ctx.llm.structured(bio_messages(ctx, facts), Bio, seed=seed, max_tokens=max_tokens)
         except LLMOutputError as e:
-            ctx.stats[f"bio.{e.reason}"] += 1
+            ctx.count(f"bio.{e.reason}")
             last = Reject(record_id=facts.persona_id, index=index, stage="bio", reason=e.reason,
                           detail=e.detail, raw=e.raw)
             continue
@@ -53,7 +53,7 @@ def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
         problems = bio_problems(facts, text)
         if not problems:
             return PersonaRecord(**facts.model_dump(), bio=text)
-        ctx.stats["bio.contradiction"] += 1
+        ctx.count("bio.contradiction")
         last = Reject(record_id=facts.persona_id, index=index, stage="bio", reason="contradiction",
                       detail="; ".join(problems), raw=bio.bio)
     assert last is not None

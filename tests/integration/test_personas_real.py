@@ -1,0 +1,94 @@
+"""The personas generator end to end with the real embedded GGUF, through ``python -m gen``.
+
+Asserts structure, counts and invariants, never the prose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from personas import bio_problems, sample_facts
+from schemas import Reject
+from schemas.persona import PersonaRecord
+
+pytestmark = pytest.mark.integration
+
+SEED = 1
+REASONS = {"contradiction", "truncated", "invalid_output"}
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory, runner_for):
+    base = tmp_path_factory.mktemp("personas_real")
+    cache = base / "cache"
+    run = runner_for(base, cache)
+    first = base / "first"
+    proc = run("personas", "n=4", f"seed={SEED}", f"hydra.run.dir={first}", "progress=plain")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return SimpleNamespace(base=base, cache=cache, run=run, first=first, proc=proc)
+
+
+def test_counts_reconcile_and_records_validate(real, check_run_folder, read_jsonl, gguf_path: Path) -> None:
+    manifest = check_run_folder(real.first, "personas", 4)
+    facts = {f.persona_id: (i, f) for i, f in enumerate(sample_facts(SEED, 4))}
+    records = read_jsonl(real.first / "personas.jsonl")
+    rejects = [Reject.model_validate(r) for r in read_jsonl(real.first / "rejects.jsonl")]
+    indices = []
+    for raw in records:
+        rec = PersonaRecord.model_validate(raw)
+        i, f = facts[rec.persona_id]
+        indices.append(i)
+        assert rec.model_dump(exclude={"bio"}) == f.model_dump()  # facts are the sampled ones
+        assert 40 <= len(rec.bio) <= 420
+        assert bio_problems(f, rec.bio) == []  # an accepted bio agrees with its facts
+    for rej in rejects:
+        assert rej.stage == "bio" and rej.reason in REASONS
+        assert facts[rej.record_id][0] == rej.index
+        indices.append(rej.index)
+    assert sorted(indices) == [0, 1, 2, 3]  # each index exactly once
+    assert [facts[r["persona_id"]][0] for r in records] == sorted(facts[r["persona_id"]][0] for r in records)
+
+    llm = manifest["llm"]
+    assert llm["backend"] == "llama_cpp"
+    assert llm["model"] == gguf_path.name
+    assert llm["model_sha256"] == hashlib.sha256(gguf_path.read_bytes()).hexdigest()
+    usage = manifest["llm_usage"]
+    assert usage["calls"] >= 4 and usage["cache_hits"] == 0 and usage["completion_tokens"] > 0
+    assert manifest["config"]["seed"] == SEED and manifest["config"]["n"] == 4
+    assert "personas/bio.jinja" in manifest["prompts"]
+    assert manifest["git"]["commit"]
+    # plain progress (not a terminal) and a summary line
+    assert "[personas] 4/4" in real.proc.stdout
+    assert "[personas] done in" in real.proc.stdout
+
+
+def test_rerun_is_served_from_the_cache(real, check_run_folder) -> None:
+    second = real.base / "second"
+    proc = real.run("personas", "n=4", f"seed={SEED}", f"hydra.run.dir={second}", "progress=off")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    manifest = check_run_folder(second, "personas", 4)
+    usage = manifest["llm_usage"]
+    assert usage["calls"] > 0
+    assert usage["cache_hits"] == usage["calls"]
+    assert usage["completion_tokens"] == 0 and usage["cached_completion_tokens"] > 0
+    for name in ("personas.jsonl", "rejects.jsonl"):
+        assert (second / name).read_bytes() == (real.first / name).read_bytes(), name
+    assert proc.stdout.strip() == ""  # progress=off prints nothing
+
+
+def test_larger_pool_extends_the_smaller_one(real, check_run_folder) -> None:
+    third = real.base / "third"
+    proc = real.run("personas", "n=6", f"seed={SEED}", f"hydra.run.dir={third}", "progress=off")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    manifest = check_run_folder(third, "personas", 6)
+    for name in ("personas.jsonl", "rejects.jsonl"):
+        small = (real.first / name).read_bytes()
+        assert (third / name).read_bytes().startswith(small), name
+    # the first four personas are replayed from the cache
+    first_calls = check_run_folder(real.first, "personas", 4)["llm_usage"]["calls"]
+    assert manifest["llm_usage"]["cache_hits"] >= first_calls
+    assert manifest["llm_usage"]["calls"] > manifest["llm_usage"]["cache_hits"]

@@ -1,0 +1,153 @@
+"""The CLI shell: one-line errors with exit code 2 before any model loads, help, override forms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import generators  # noqa: F401  (fills the registry, as the CLI does)
+from gen.cli import normalize_overrides, validate
+from gen.errors import ConfigError, MissingInputError
+
+
+def _one_line_error(proc, *needles: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    line = lines[0]
+    assert line.startswith("error:"), line
+    for needle in needles:
+        assert needle in line, (needle, line)
+    return line
+
+
+BAD_INPUT = [
+    (["nope"], ["nope", "personas"]),  # names the bad generator and the valid choices
+    (["personas", "foo=1"], ["foo"]),
+    (["personas", "+foo=1"], ["foo"]),
+    (["personas", "seed=-1"], ["seed", "-1"]),
+    (["personas", "n=0"], ["n"]),
+    (["personas", "progress=loud"], ["progress", "loud", "plain"]),
+    (["personas", "+persona_pool=3"], ["persona_pool", "6"]),
+    (["personas", "persona_pool=3"], ["persona_pool"]),
+    (["personas", "llm=bogus"], ["llm", "smollm2", "openai"]),
+    (["personas", "llm.temperature=9"], ["llm.temperature"]),
+    (["personas", "llm=llama_cpp"], ["llm.model_path"]),
+    (["personas", "shard=2", "num_shards=2"], ["shard"]),
+]
+
+
+@pytest.mark.parametrize(("args", "needles"), BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_and_exit_2(run_gen, tmp_path: Path, args, needles) -> None:
+    proc = run_gen(*args, f"hydra.run.dir={tmp_path / 'run'}")
+    _one_line_error(proc, *needles)
+    # Failing before the run means no run folder and no model load.
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_input_file_is_one_line_and_exit_2(run_gen, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "pool.jsonl"
+    proc = run_gen("personas", "n=2", f"input={missing}", f"hydra.run.dir={tmp_path / 'run'}")
+    line = _one_line_error(proc, "input", "pool.jsonl")
+    assert "no such file" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_help_lists_generators(run_gen) -> None:
+    for flag in ("--help", "-h"):
+        proc = run_gen(flag)
+        assert proc.returncode == 0, proc.stderr
+        assert "generators:" in proc.stdout
+        listed = proc.stdout.split("generators:", 1)[1]
+        assert "  personas  " in listed
+
+
+def test_no_arguments_prints_usage(run_gen) -> None:
+    proc = run_gen()
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("usage: python -m gen")
+
+
+def test_generator_help_lists_options(run_gen) -> None:
+    proc = run_gen("personas", "--help")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "personas options:" in out and "common options:" in out
+    own = out.split("personas options:", 1)[1].split("common options:", 1)[0]
+    common = out.split("common options:", 1)[1]
+    for key in ("persona_pool=", "bio_attempts=3", "bio_max_tokens=200"):
+        assert key in own, key
+    for key in ("seed=0", "n=50", "shard=0", "num_shards=1", "progress=auto", "llm=llama_cpp"):
+        assert key in common, key
+    # the cache dir shown is the one the environment chose
+    assert str(Path(common.split("cache_dir=", 1)[1].split()[0])).endswith("cache")
+
+
+def test_main_returns_exit_code_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    from gen.cli import main
+
+    assert main(["personas", "seed=-1"]) == 2
+    err = capsys.readouterr().err
+    assert "seed" in err and len(err.strip().splitlines()) == 1
+    assert main(["--help"]) == 0
+    assert "personas" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("form", ["+persona_pool=7", "persona_pool=7", "++persona_pool=7"])
+def test_override_forms_normalise_and_validate(form: str) -> None:
+    overrides = normalize_overrides("personas", [form])
+    assert [o.lstrip("+") for o in overrides] == ["persona_pool=7"]
+    settings = validate("personas", overrides)
+    assert settings.persona_pool == 7
+    assert settings.n == 7  # the pool size sets n
+
+
+def test_plus_on_an_existing_key_is_rewritten() -> None:
+    # Hydra itself refuses ``+seed=3`` because seed already has a value.
+    assert normalize_overrides("personas", ["+seed=3", "n=4"]) == ["seed=3", "n=4"]
+    settings = validate("personas", normalize_overrides("personas", ["+seed=3", "+llm.top_p=0.5"]))
+    assert (settings.seed, settings.llm.top_p) == (3, 0.5)
+
+
+def test_plus_on_an_unknown_key_is_left_for_validate() -> None:
+    assert normalize_overrides("personas", ["+foo=1"]) == ["+foo=1"]
+    with pytest.raises(ConfigError, match="foo"):
+        validate("personas", ["+foo=1"])
+
+
+def test_validate_values() -> None:
+    settings = validate("personas", ["n=3", "seed=5", "progress=off", "llm=openai",
+                                     "llm.base_url=http://127.0.0.1:9/v1"])
+    assert (settings.n, settings.seed, settings.progress) == (3, 5, "off")
+    assert settings.llm.backend == "openai"
+    assert settings.llm.base_url == "http://127.0.0.1:9/v1"
+    with pytest.raises(ConfigError, match="seed"):
+        validate("personas", ["seed=-1"])
+    with pytest.raises(ConfigError, match="bio_attempts"):
+        validate("personas", ["bio_attempts=0"])
+
+
+def test_sweeps_validate_by_their_first_value() -> None:
+    settings = validate("personas", ["seed=1,2", "shard=0,1", "num_shards=2"])
+    assert (settings.seed, settings.shard) == (1, 0)
+    with pytest.raises(ConfigError, match="seed"):
+        validate("personas", ["seed=-1,2"])
+
+
+def test_missing_input_is_a_missing_input_error(tmp_path: Path) -> None:
+    with pytest.raises(MissingInputError, match="input"):
+        validate("personas", [f"input={tmp_path / 'absent.jsonl'}"])
+    present = tmp_path / "present.jsonl"
+    present.write_text("{}\n")
+    assert validate("personas", [f"input={present}"]).input == str(present)
+
+
+def test_unknown_choice_lists_only_the_choices(run_gen) -> None:
+    line = _one_line_error(run_gen("personas", "llm=bogus"), "llm/bogus")
+    choices = line.split("available llm:", 1)[1]
+    from gen.paths import CONF
+
+    expected = sorted(f.stem for f in (CONF / "llm").glob("*.yaml"))
+    assert sorted(c.strip() for c in choices.split(",")) == expected

@@ -1,0 +1,269 @@
+"""Persona facts sampling, bio checks and related-persona sampling (no LLM)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from gen.run import derive_id
+from personas import (
+    AGE_BANDS,
+    NATIONALITIES,
+    bio_problems,
+    feasible_relations,
+    sample_facts,
+    sample_related,
+)
+from schemas.persona import PersonaFacts, PersonaRecord
+
+FAMILY = {"parent", "child", "sibling"}
+
+
+def _facts(**over) -> PersonaFacts:
+    base = dict(
+        persona_id="0" * 32, name="Jonas Becker", first_name="Jonas", last_name="Becker",
+        gender="male", age=34, nationality="German", country="Germany", home_city="Berlin",
+        home_address="Hauptstr. 1, Berlin, Germany", status="working",
+        occupation="Software engineer", employer="Müller GmbH", school=None,
+        interests=["hiking", "chess", "jazz"], languages=["German", "English"],
+    )
+    return PersonaFacts(**{**base, **over})
+
+
+def _record(f: PersonaFacts) -> PersonaRecord:
+    return PersonaRecord(**f.model_dump(), bio=f"{f.first_name} is a person.")
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def test_sample_facts_is_seeded() -> None:
+    a = [f.model_dump() for f in sample_facts(7, 12)]
+    b = [f.model_dump() for f in sample_facts(7, 12)]
+    c = [f.model_dump() for f in sample_facts(8, 12)]
+    assert a == b
+    assert a != c
+    assert {f["persona_id"] for f in a}.isdisjoint(f["persona_id"] for f in c)
+
+
+def test_sample_facts_is_prefix_stable() -> None:
+    small = sample_facts(3, 10)
+    large = sample_facts(3, 20)
+    assert [f.model_dump() for f in large[:10]] == [f.model_dump() for f in small]
+
+
+def test_ids_are_derived_from_seed_and_index() -> None:
+    facts = sample_facts(5, 4)
+    assert [f.persona_id for f in facts] == [derive_id(5, "personas", i) for i in range(4)]
+
+
+def test_names_and_ids_unique_at_scale() -> None:
+    facts = sample_facts(0, 3000)
+    assert len(facts) == 3000
+    assert len({f.name for f in facts}) == 3000
+    assert len({f.persona_id for f in facts}) == 3000
+
+
+def test_spread_of_a_small_pool() -> None:
+    facts = sample_facts(11, 64)
+    assert len({f.nationality for f in facts}) >= 25
+    bands = {next(i for i, (lo, hi) in enumerate(AGE_BANDS) if lo <= f.age <= hi) for f in facts}
+    assert bands == set(range(len(AGE_BANDS)))
+    # no nationality dominates a pool that spans the rotation twice
+    assert max(Counter(f.nationality for f in facts).values()) <= 2
+    assert {f.gender for f in facts} >= {"female", "male"}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_facts_are_internally_consistent(seed: int) -> None:
+    by_demonym = {n.demonym: n for n in NATIONALITIES}
+    for f in sample_facts(seed, 96):
+        nat = by_demonym[f.nationality]
+        assert f.country == nat.country
+        assert f.home_city in nat.cities
+        assert f.home_address.endswith(f"{f.home_city}, {f.country}")
+        assert f.name.startswith(f.first_name) and f.name.endswith(f.last_name)
+        assert 18 <= f.age <= 82
+        assert len(f.interests) == 3 == len(set(f.interests))
+        assert set(nat.languages) <= set(f.languages)
+        if f.status == "student":
+            assert f.age <= 23 and f.school and f.employer is None
+            assert f.occupation.endswith("student")
+        elif f.status == "retired":
+            assert f.age >= 67 and f.employer is None and f.occupation.startswith("retired ")
+        else:
+            assert f.employer and f.school is None
+        assert f.name.isascii() or nat.locale not in ("ja_JP", "zh_CN")  # romanized names
+
+
+# --------------------------------------------------------------------------- bio checks
+
+CLEAN = ("Jonas is a 34-year-old software engineer at Müller GmbH in Berlin. "
+         "He spends weekends hiking and plays chess with his friends.")
+
+
+def test_clean_bio_has_no_problems() -> None:
+    assert bio_problems(_facts(), CLEAN) == []
+
+
+def test_everyday_words_are_not_placeholders() -> None:
+    bio = "Jonas is a software engineer in Berlin. His name comes from his grandfather."
+    assert bio_problems(_facts(), bio) == []
+
+
+@pytest.mark.parametrize(
+    ("bio", "expected"),
+    [
+        (CLEAN.replace("34-year-old", "35-year-old"), "states age 35"),
+        (CLEAN.replace("34-year-old", "aged 52"), "states age 52"),
+        (CLEAN.replace("He spends", "She spends"), "pronouns ['she']"),
+        (CLEAN.replace("his friends", "her friends"), "pronouns ['her']"),
+        (CLEAN + " He lives in France.", "places the persona in France"),
+        (CLEAN + " He is living in Madrid.", "places the persona in Madrid"),
+        (CLEAN + " He is an Italian man.", "calls the persona Italian"),
+        (CLEAN.replace("Jonas", "Thomas"), "does not name Jonas"),
+        (CLEAN + " {{ first_name }}", "placeholder"),
+        (CLEAN + " Lorem ipsum.", "placeholder"),
+        ("NAME is a 34-year-old software engineer in Berlin.", "placeholder"),
+        ("Jonas is 34 and lives in Berlin, where he enjoys hiking and chess.", "occupation"),
+    ],
+)
+def test_planted_contradictions_are_found(bio: str, expected: str) -> None:
+    problems = bio_problems(_facts(), bio)
+    assert any(expected in p for p in problems), problems
+
+
+def test_pronouns_by_gender() -> None:
+    she = _facts(gender="female", first_name="Anna", name="Anna Becker")
+    they = _facts(gender="non-binary", first_name="Kim", name="Kim Becker")
+    bio = "{} is a software engineer in Berlin. {} likes chess."
+    assert bio_problems(she, bio.format("Anna", "She")) == []
+    assert any("pronouns ['he']" in p for p in bio_problems(she, bio.format("Anna", "He")))
+    assert bio_problems(they, bio.format("Kim", "They")) == []
+
+
+def test_own_country_and_city_are_fine() -> None:
+    assert bio_problems(_facts(), CLEAN + " He was born in Germany and lives in Berlin.") == []
+    # another city of the persona's own country is not a contradiction of country
+    assert not any("Germany" in p for p in bio_problems(_facts(), CLEAN + " He grew up in Germany."))
+
+
+def test_student_and_retiree_must_be_called_so() -> None:
+    student = _facts(status="student", occupation="law student", employer=None,
+                     school="University of Berlin", age=20)
+    ok = "Jonas studies law at the University of Berlin and loves chess."
+    assert bio_problems(student, ok) == []
+    assert any("occupation" in p for p in bio_problems(student, "Jonas loves chess and law books."))
+    retired = _facts(status="retired", occupation="retired nurse", employer=None, age=70)
+    assert bio_problems(retired, "Jonas is a retired nurse from Berlin who loves chess.") == []
+    assert any("occupation" in p for p in bio_problems(retired, "Jonas is a nurse who loves chess."))
+
+
+def test_occupation_matched_by_a_content_word() -> None:
+    facts = _facts(occupation="Chief marketing officer")
+    assert bio_problems(facts, "Jonas leads marketing at Müller GmbH in Berlin and plays chess.") == []
+    # "chief" alone is a stop word and does not count
+    assert any("occupation" in p for p in bio_problems(facts, "Jonas is the chief of a chess club."))
+
+
+# --------------------------------------------------------------------------- relations
+
+
+def _pool(seed: int = 4, n: int = 160) -> list[PersonaRecord]:
+    return [_record(f) for f in sample_facts(seed, n)]
+
+
+def _hand_pool() -> list[PersonaRecord]:
+    """Ages from 16 to 80 over two nationalities, so every rule has cases on both sides."""
+    out = []
+    for i, age in enumerate([16, 17, 18, 19, 22, 25, 30, 34, 36, 40, 45, 52, 55, 60, 63, 70, 75, 80]):
+        german = i % 2 == 0
+        out.append(_record(_facts(
+            persona_id=f"{i:032x}", name=f"P{i} X", first_name=f"P{i}", last_name="X", age=age,
+            nationality="German" if german else "French", country="Germany" if german else "France",
+            home_city="Berlin" if german else "Paris",
+            status="student" if age <= 22 else "retired" if age >= 67 else "working",
+        )))
+    return out
+
+
+def _check_relation(main: PersonaRecord, other: PersonaRecord, relation: str) -> None:
+    diff = other.age - main.age
+    if relation == "parent":
+        assert diff >= 18, (main.age, other.age)
+    if relation == "child":
+        assert -diff >= 18, (main.age, other.age)
+    if relation == "partner":
+        assert main.age >= 18 and other.age >= 18
+    if relation in FAMILY:
+        assert main.nationality == other.nationality
+    if relation == "classmate":
+        assert main.status == other.status == "student"
+    if relation == "co-worker":
+        assert main.status == other.status == "working"
+
+
+@pytest.mark.parametrize("pool_name", ["sampled", "hand"])
+def test_sample_related_invariants(pool_name: str) -> None:
+    pool = _pool() if pool_name == "sampled" else _hand_pool()
+    seen: Counter[str] = Counter()
+    for s in range(400):
+        rng = random.Random(s)
+        main, related = sample_related(pool, rng, k=5)
+        assert len(related) == 5
+        ids = [r.persona.persona_id for r in related]
+        assert len(set(ids)) == 5 and main.persona_id not in ids
+        relations = Counter(r.relation for r in related)
+        assert relations["partner"] <= 1
+        assert relations["parent"] <= 2
+        assert relations["roommate"] <= 2
+        for r in related:
+            assert r.relation in feasible_relations(main, r.persona)
+            _check_relation(main, r.persona, r.relation)
+            seen[r.relation] += 1
+    # the checks above really were exercised
+    assert {"parent", "child", "partner", "sibling"} <= set(seen), seen
+
+
+def test_sample_related_is_seeded() -> None:
+    pool = _pool()
+    a = sample_related(pool, random.Random(9))
+    b = sample_related(pool, random.Random(9))
+    assert a[0].persona_id == b[0].persona_id
+    assert [(r.relation, r.persona.persona_id) for r in a[1]] == [
+        (r.relation, r.persona.persona_id) for r in b[1]]
+
+
+def test_sample_related_with_given_main() -> None:
+    pool = _hand_pool()
+    main = pool[0]  # 16 years old: no partner, no co-workers, may have parents
+    for s in range(100):
+        got, related = sample_related(pool, random.Random(s), main=main)
+        assert got is main
+        assert all(r.relation != "partner" for r in related)
+        for r in related:
+            _check_relation(main, r.persona, r.relation)
+
+
+def test_feasible_relations_rules() -> None:
+    young = _facts(age=20, status="student", occupation="law student", employer=None, school="U")
+    old = _facts(age=50)
+    assert "parent" in feasible_relations(young, old)
+    assert "child" in feasible_relations(old, young)
+    assert "partner" not in feasible_relations(young, old)
+    assert feasible_relations(young, old) == ["neighbour", "parent"]
+    foreign_old = _facts(age=50, nationality="French", country="France")
+    assert not FAMILY & set(feasible_relations(young, foreign_old))
+    minor = _facts(age=16)
+    assert "partner" not in feasible_relations(minor, _facts(age=17))
+    assert "partner" in feasible_relations(_facts(age=30), _facts(age=33))
+
+
+def test_sample_related_needs_a_big_enough_pool() -> None:
+    pool = _pool(n=5)
+    with pytest.raises(ValueError, match="5"):
+        sample_related(pool, random.Random(0), k=5)
+    main, related = sample_related(_pool(n=6), random.Random(0), k=5)
+    assert len(related) == 5
