@@ -122,7 +122,7 @@ def validate(name: str, overrides: list[str]) -> Any:
     except Exception as e:  # noqa: BLE001
         raise ConfigError(_explain_compose_error(e, name)) from None
     settings = settings_from(name, cfg)
-    if settings.input is not None:
+    if isinstance(settings.input, str):
         settings.input_path()  # a missing input= fails here, before any model loads
     return settings
 
@@ -133,6 +133,7 @@ def settings_from(name: str, cfg: Any) -> Any:
     from omegaconf.errors import MissingMandatoryValue
     from pydantic import ValidationError
 
+    import generators  # noqa: F401  (fills the registry, also in launcher worker processes)
     from gen.run import REGISTRY
 
     try:
@@ -176,7 +177,7 @@ def _explain_validation(e: Any) -> str:
     parts = []
     for err in e.errors():
         loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("function-", "llama_cpp", "openai")))
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             parts.append(f"unknown option {loc!r}")
             continue

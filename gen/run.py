@@ -138,6 +138,8 @@ class RunContext:
         self.stats: Counter[str] = Counter()
         self.extra: dict[str, Any] = {}
         self.inputs: dict[str, str] = {}
+        self.records_name = name
+        """Base name of the records file (``merge`` writes the shards' generator name)."""
         self._lock = threading.Lock()
 
     def count(self, key: str, n: int = 1) -> None:
@@ -229,7 +231,7 @@ def run(
     from gen.progress import Progress
 
     for noisy in ("instructor", "httpx", "openai", "sentence_transformers"):  # we report failures ourselves
-        logging.getLogger(noisy).setLevel(logging.ERROR)
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)
     gen_ = REGISTRY[name]
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = ctx or RunContext(name, cfg, out_dir)
@@ -237,14 +239,13 @@ def run(
     t0 = time.perf_counter()
     indices = ctx.indices()
     requested = len(indices)
-    records_path = out_dir / f"{name}.jsonl"
     rejects_path = out_dir / "rejects.jsonl"
     by_reason: Counter[str] = Counter()
     by_stage: Counter[str] = Counter()
     accepted = rejected = 0
     progress = Progress(name, requested, cfg.progress if not quiet else "off", cfg.progress_every,
                         usage=lambda: ctx.llm.usage if "llm" in ctx.__dict__ else None)
-    rec_tmp = records_path.with_name(records_path.name + ".partial")
+    rec_tmp = out_dir / "records.jsonl.partial"
     rej_tmp = rejects_path.with_name(rejects_path.name + ".partial")
     with open(rec_tmp, "w", encoding="utf-8") as rec_f, open(rej_tmp, "w", encoding="utf-8") as rej_f, progress:
         for item in gen_.fn(cfg, ctx):
@@ -261,7 +262,7 @@ def run(
         raise RuntimeError(
             f"generator {name} yielded {accepted + rejected} items for {requested} indices"
         )
-    os.replace(rec_tmp, records_path)
+    os.replace(rec_tmp, out_dir / f"{ctx.records_name}.jsonl")
     os.replace(rej_tmp, rejects_path)
     wall = time.perf_counter() - t0
     manifest = {

@@ -50,7 +50,12 @@ def test_every_generator_file_is_registered() -> None:
     assert set(GENERATORS) == set(REGISTRY)
 
 
-@pytest.mark.parametrize("name", GENERATORS)
+def test_merge_config_requires_shard_folders(hydra_conf) -> None:
+    with pytest.raises(ConfigError, match="input"):
+        settings_from("merge", _compose("merge"))
+
+
+@pytest.mark.parametrize("name", [g for g in GENERATORS if g != "merge"])
 def test_generator_config_composes_and_validates(hydra_conf, name: str) -> None:
     cfg = _compose(name)
     settings = settings_from(name, cfg)
