@@ -177,9 +177,9 @@ def load_cues(path: Path) -> list[dict[str, str]]:
                 raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict) or not {"cue_id", "app", "cue"} <= row.keys():
                 raise InputError(f"{path}:{lineno}: a cue needs the fields cue_id, app and cue")
-            if row["app"] not in App.__members__:
+            if not isinstance(row["app"], str) or row["app"] not in App.__members__:
                 raise InputError(f"{path}:{lineno}: unknown app {row['app']!r} (choose from {valid})")
-            if not str(row["cue"]).strip():
+            if not isinstance(row["cue"], str) or not row["cue"].strip():
                 raise InputError(f"{path}:{lineno}: empty cue text")
             cues.append({"cue_id": str(row["cue_id"]), "app": row["app"], "cue": str(row["cue"])})
     if not cues:
@@ -635,7 +635,7 @@ def assemble_cue(app: App, draft: Any, plan: dict[str, Any], st: State, ids: Cal
             chk.note("cue_event_in_past", "corrected")
         end = start + dt.timedelta(minutes=minutes)
         text = f"{st.cue.cue} {draft.title}" if st.cue else draft.title
-        attendees = [n for n in st.names - {st.main.name} if n.split()[0] in text]
+        attendees = [n for n in st.names - {st.main.name} if re.search(rf"\b{re.escape(n.split()[0])}\b", text)]
         return [S.CalendarEvent(event_id=ids("cue"), title=draft.title.strip(),
                                 start_datetime=start.strftime(FMT_M), end_datetime=end.strftime(FMT_M),
                                 location=draft.location.strip(), attendees=sorted(attendees))]
