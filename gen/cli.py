@@ -43,13 +43,11 @@ def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in rest):
         print_generator_help(name)
         return 0
-    multirun = any(a in ("-m", "--multirun") for a in rest)
     flags = [a for a in rest if a.startswith("-")]
     overrides = normalize_overrides(name, [a for a in rest if not a.startswith("-")])
     validate(name, overrides)
     sys.argv = [sys.argv[0], *flags, f"generator={name}", *overrides]
     _hydra_main()
-    del multirun
     return 0
 
 
