@@ -200,7 +200,7 @@ def _task(cfg: Any) -> None:
     try:
         settings = settings_from(name, cfg)
         resolved = OmegaConf.to_container(cfg, resolve=True)
-        run(name, settings, out_dir, resolved=resolved)
+        result = run(name, settings, out_dir, resolved=resolved)
     except GenError as e:
         sys.exit(fail(str(e), e.exit_code))
     except KeyboardInterrupt:
@@ -209,6 +209,8 @@ def _task(cfg: Any) -> None:
         if os.environ.get("GEN_DEBUG"):
             raise
         sys.exit(fail(f"unexpected {type(e).__name__}: {e} (GEN_DEBUG=1 shows the traceback)", 1))
+    if result.exit_code:
+        sys.exit(result.exit_code)
 
 
 def _hydra_main() -> None:

@@ -40,8 +40,8 @@ class Progress:
         usage = self._usage() if self._usage else None
         return usage.tokens_per_second if usage else 0.0
 
-    def update(self, accepted: int, rejected: int) -> None:
-        done = accepted + rejected
+    def update(self, done: int, accepted: int, rejected: int) -> None:
+        """``done`` indices of ``total``; ``accepted``/``rejected`` outputs so far."""
         info = f"accepted {accepted} rejected {rejected} {self._tps():.1f} tok/s"
         if self.mode == "rich":
             self._bar.update(self._task, completed=done, info=info)

@@ -1,8 +1,10 @@
 """Generators, their registry, and the runner that turns one into a run folder.
 
-A generator is a function ``(cfg, ctx) -> Iterator[Record | Reject]`` that yields exactly one
-item per index of ``ctx.indices()``, in order. The runner streams them to
-``<name>.jsonl`` and ``rejects.jsonl``, reconciles counts, and writes ``manifest.json``.
+A generator is a function ``(cfg, ctx) -> Iterator[Record | Reject | list[Record | Reject]]``
+that yields exactly one outcome per index of ``ctx.indices()``, in order: a record, a reject,
+or a list of them when one input unit gives several outputs (a clip gives several questions).
+The runner streams them to ``<name>.jsonl`` and ``rejects.jsonl``, reconciles counts, and
+writes ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -140,6 +142,8 @@ class RunContext:
         self.inputs: dict[str, str] = {}
         self.records_name = name
         """Base name of the records file (``merge`` writes the shards' generator name)."""
+        self.exit_code = 0
+        """Process exit code after a complete run (``audit`` sets 1 on findings)."""
         self._lock = threading.Lock()
 
     def count(self, key: str, n: int = 1) -> None:
@@ -211,6 +215,7 @@ class RunResult:
     accepted: int
     rejected: int
     manifest: dict[str, Any]
+    exit_code: int = 0
 
 
 def run(
@@ -242,26 +247,28 @@ def run(
     rejects_path = out_dir / "rejects.jsonl"
     by_reason: Counter[str] = Counter()
     by_stage: Counter[str] = Counter()
-    accepted = rejected = 0
+    accepted = rejected = done = 0
+    many = False
     progress = Progress(name, requested, cfg.progress if not quiet else "off", cfg.progress_every,
                         usage=lambda: ctx.llm.usage if "llm" in ctx.__dict__ else None)
     rec_tmp = out_dir / "records.jsonl.partial"
     rej_tmp = rejects_path.with_name(rejects_path.name + ".partial")
     with open(rec_tmp, "w", encoding="utf-8") as rec_f, open(rej_tmp, "w", encoding="utf-8") as rej_f, progress:
-        for item in gen_.fn(cfg, ctx):
-            if isinstance(item, Reject):
-                rejected += 1
-                by_reason[item.reason] += 1
-                by_stage[item.stage] += 1
-                rej_f.write(item.model_dump_json() + "\n")
-            else:
-                accepted += 1
-                rec_f.write(item.model_dump_json() + "\n")
-            progress.update(accepted, rejected)
-    if accepted + rejected != requested:
-        raise RuntimeError(
-            f"generator {name} yielded {accepted + rejected} items for {requested} indices"
-        )
+        for outcome in gen_.fn(cfg, ctx):
+            done += 1
+            many = many or isinstance(outcome, list)
+            for item in outcome if isinstance(outcome, list) else [outcome]:
+                if isinstance(item, Reject):
+                    rejected += 1
+                    by_reason[item.reason] += 1
+                    by_stage[item.stage] += 1
+                    rej_f.write(item.model_dump_json() + "\n")
+                else:
+                    accepted += 1
+                    rec_f.write(item.model_dump_json() + "\n")
+            progress.update(done, accepted, rejected)
+    if done != requested:
+        raise RuntimeError(f"generator {name} yielded {done} outcomes for {requested} indices")
     os.replace(rec_tmp, out_dir / f"{ctx.records_name}.jsonl")
     os.replace(rej_tmp, rejects_path)
     wall = time.perf_counter() - t0
@@ -281,6 +288,7 @@ def run(
         "packages": package_versions(),
         "counts": {
             "requested": requested,
+            **({"indices_done": done} if many else {}),
             "accepted": accepted,
             "rejected": rejected,
             "rejects_by_reason": dict(sorted(by_reason.items())),
@@ -295,7 +303,7 @@ def run(
     manifest["outputs"] = output_hashes(out_dir)
     atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     progress.summary(accepted, rejected, by_reason, wall)
-    return RunResult(out_dir, requested, accepted, rejected, manifest)
+    return RunResult(out_dir, requested, accepted, rejected, manifest, ctx.exit_code)
 
 
 def output_hashes(out_dir: Path) -> dict[str, str]:

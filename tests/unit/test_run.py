@@ -224,7 +224,7 @@ def test_persona_pool_sets_n(tmp_path: Path) -> None:
 
 
 def test_a_generator_that_skips_an_index_fails_the_run(tmp_path: Path, monkeypatch) -> None:
-    """accepted + rejected = requested is enforced, and a short run leaves no final files."""
+    """One outcome per index is enforced, and a short run leaves no final files."""
     import dataclasses
 
     original = REGISTRY[NAME]
@@ -235,7 +235,7 @@ def test_a_generator_that_skips_an_index_fails_the_run(tmp_path: Path, monkeypat
 
     monkeypatch.setitem(REGISTRY, NAME, dataclasses.replace(original, fn=short))
     facts = sample_facts(0, 3)
-    with pytest.raises(RuntimeError, match="2 items for 3 indices"):
+    with pytest.raises(RuntimeError, match="2 outcomes for 3 indices"):
         run_scripted(tmp_path, bio_script(facts, lambda f, s: clean_bio(f)), n=3)
     assert not (tmp_path / "personas.jsonl").exists()
     assert not (tmp_path / "manifest.json").exists()
@@ -287,3 +287,25 @@ def test_context_map_keeps_order(tmp_path: Path) -> None:
     llm = scripted_llm([], sampling=LlamaCppConfig(concurrency=4))
     ctx.__dict__["llm"] = llm
     assert ctx.map(lambda x: x * x, range(20)) == [x * x for x in range(20)]
+
+
+def test_an_index_may_give_several_records_and_rejects(tmp_path: Path, monkeypatch) -> None:
+    """A list outcome counts as one index; its records and rejects are all written and counted."""
+    import dataclasses
+
+    from schemas import Reject
+
+    original = REGISTRY[NAME]
+
+    def many(cfg, ctx):
+        for item in original.fn(cfg, ctx):
+            yield [item, item, Reject(record_id="r", index=0, stage="split", reason="planted", detail="x")]
+
+    monkeypatch.setitem(REGISTRY, NAME, dataclasses.replace(original, fn=many))
+    facts = sample_facts(0, 3)
+    result, _ = run_scripted(tmp_path, bio_script(facts, lambda f, s: clean_bio(f)), n=3)
+    counts = result.manifest["counts"]
+    assert (counts["requested"], counts["indices_done"]) == (3, 3)
+    assert (result.accepted, result.rejected) == (6, 3)
+    assert counts["rejects_by_reason"] == {"planted": 3}
+    assert len((tmp_path / "personas.jsonl").read_text().splitlines()) == 6
