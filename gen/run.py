@@ -240,7 +240,7 @@ def run(
     gen_ = REGISTRY[name]
     out_dir.mkdir(parents=True, exist_ok=True)
     ctx = ctx or RunContext(name, cfg, out_dir)
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
     indices = ctx.indices()
     requested = len(indices)

@@ -16,7 +16,7 @@ import random
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -338,11 +338,13 @@ class Checker:
         return out
 
 
-def fix_duration(secs: int) -> int:
-    """A video length in seconds: tiny values are minutes the model forgot to convert."""
-    if secs < 15:
-        secs = secs * 60 if secs >= 1 else 60
-    return min(secs, 4 * 3600)
+def fix_duration(secs: int, chk: Checker | None = None) -> int:
+    """A video length in seconds: tiny values are minutes the model forgot to convert; a
+    change is counted as ``duration_secs`` corrected when a checker is given."""
+    fixed = min(secs * 60 if 1 <= secs < 15 else 60 if secs < 1 else secs, 4 * 3600)
+    if fixed != secs and chk is not None:
+        chk.note("duration_secs", "corrected")
+    return fixed
 
 
 def clamp(value: int, lo: int, hi: int, chk: Checker, rule: str) -> int:
@@ -393,10 +395,7 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
     if app is App.Videos:
         kept = []
         for v in items:
-            fixed = fix_duration(v.duration_secs)
-            if fixed != v.duration_secs:
-                chk.note("duration_secs", "corrected")
-                v.duration_secs = fixed
+            v.duration_secs = fix_duration(v.duration_secs, chk)
             if chk.texts_ok(v.title) and chk.time_ok(v.watch_timestamp, FMT_S, past=True):
                 tags = [t for t in v.tags if text_problem(t) is None]
                 if len(tags) != len(v.tags):
@@ -490,11 +489,15 @@ def skeleton(app: App, rng: random.Random, st: State, cfg: DigitalConfig, cued: 
     if app is App.Calendar:
         k = rng.randint(*c.calendar_events)
         slots = []
+        # whole days back/ahead that keep every event inside the configured window
+        back, ahead = min(2, cfg.window_past_days - 1), min(14, cfg.window_future_days - 1)
         for _ in range(k):
-            day = st.now.date() + dt.timedelta(days=rng.randint(-2, 14))
+            day = st.now.date() + dt.timedelta(days=rng.randint(-back, ahead))
             hour = rng.choices(range(7, 22), weights=cfg.hour_weights[7:22])[0]
             start = dt.datetime(day.year, day.month, day.day, hour, rng.choice((0, 15, 30, 45)))
             end = start + dt.timedelta(minutes=rng.choice((30, 45, 60, 60, 90, 120, 180)))
+            if end > st.now + dt.timedelta(days=cfg.window_future_days):  # late on the last day
+                start, end = start - dt.timedelta(days=1), end - dt.timedelta(days=1)
             attendees = rng.sample(others, rng.choice((0, 0, 1, 1, 2)))
             slots.append({"start": start.strftime(FMT_M), "end": end.strftime(FMT_M),
                           "weekday": start.strftime("%A"), "attendees": attendees})
@@ -515,7 +518,9 @@ def skeleton(app: App, rng: random.Random, st: State, cfg: DigitalConfig, cued: 
             for x in range(m):
                 pool = [p for p in participants if not senders or p != senders[-1]]
                 senders.append(pool[0] if x == 0 and rng.random() < 0.5 else rng.choice(pool))
-            end = _minutes_ago(st.now, rng, 15, 3 * 1440)
+            # the newest message at most 3 days back, the oldest still inside the window
+            span = min(3, cfg.window_past_days) * 1440 - 90 * (m - 1)
+            end = _minutes_ago(st.now, rng, 15, max(16, span))
             times = [end]
             for _ in range(m - 1):
                 times.append(times[-1] - dt.timedelta(minutes=rng.uniform(1, 90)))
@@ -540,7 +545,7 @@ def skeleton(app: App, rng: random.Random, st: State, cfg: DigitalConfig, cued: 
 # --------------------------------------------------------------------------- LLM schemas with code's counts
 
 
-@lru_cache(maxsize=None)
+@cache
 def draft_schema(app: App, k: int, msg_range: tuple[int, int] = (1, 1)) -> type[BaseModel]:
     """The app's draft model with exactly k items, so the grammar enforces code's counts."""
     def sized(name: str, item: type, n: int, hi: int | None = None) -> Any:
@@ -662,7 +667,7 @@ def assemble_cue(app: App, draft: Any, plan: dict[str, Any], st: State, ids: Cal
                 for x, s in enumerate(draft.searches)]
     if app is App.Videos:
         v = draft.video
-        return [S.Video(video_id=ids("cue"), title=v.title.strip(), duration_secs=fix_duration(v.duration_secs),
+        return [S.Video(video_id=ids("cue"), title=v.title.strip(), duration_secs=fix_duration(v.duration_secs, chk),
                         tags=[x.strip() for x in v.tags], category=v.category, watch_timestamp=t.strftime(FMT_S))]
     if app is App.Maps:
         return [S.Place(place_id=ids("cue"), name=draft.place.name.strip(), address=draft.place.address.strip(),
@@ -922,8 +927,8 @@ def ensure_pool(ctx: RunContext, cfg: DigitalConfig) -> tuple[list[PersonaRecord
             raise MissingInputError(f"persona_file: no such file or folder: {path}")
         pool = load_pool(path)
         return pool, path
-    from generators.personas import PersonasConfig
     from gen.run import run
+    from generators.personas import PersonasConfig
 
     n = cfg.persona_pool or 50
     pcfg = PersonasConfig(seed=cfg.seed, n=n, persona_pool=n, llm=cfg.llm, cache_dir=cfg.cache_dir,

@@ -236,7 +236,7 @@ def bio_problems(facts: PersonaFacts, bio: str) -> list[str]:
     words = {w.lower() for w in _WORD.findall(bio)}
     if not _mentions_occupation(facts, words):
         problems.append(f"does not mention the occupation ({facts.occupation})")
-    wrong = sorted(words & _PRONOUNS[facts.gender])
+    wrong = _unanchored_pronouns(bio, _PRONOUNS[facts.gender])
     if wrong:
         problems.append(f"uses pronouns {wrong} for a {facts.gender} persona")
     lowered = bio.lower()
@@ -251,6 +251,37 @@ def bio_problems(facts: PersonaFacts, bio: str) -> list[str]:
         if re.search(rf"\b(?:is|a|an)\s+(?:\w+\s+)?{re.escape(nat.demonym.lower())}\s+(?:man|woman|person|citizen|national)\b", lowered):
             problems.append(f"calls the persona {nat.demonym}")
     return problems
+
+
+# Someone a wrong-gender pronoun may refer to ("His wife Maria loves her garden").
+_OTHERS = {
+    "she": {"wife", "mother", "mom", "mum", "daughter", "sister", "girlfriend", "grandmother",
+            "grandma", "aunt", "niece", "fiancée", "fiancee", "woman", "girl", "lady"},
+    "he": {"husband", "father", "dad", "son", "brother", "boyfriend", "grandfather", "grandpa",
+           "uncle", "nephew", "fiancé", "fiance", "man", "boy"},
+}
+_OTHERS_ANY = {"partner", "friend", "colleague", "boss", "neighbour", "neighbor", "child", "kid",
+               "spouse", "parent", "cousin", "roommate", "flatmate", "mentor", "client", "patient"}
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def _unanchored_pronouns(bio: str, wrong: set[str]) -> list[str]:
+    """Wrong-gender pronouns with nobody else to refer to: no person noun of that gender (or a
+    neutral one) earlier in the same sentence or in the sentence before."""
+    if not wrong:
+        return []
+    feminine = "she" in wrong
+    anchors = (_OTHERS["she" if feminine else "he"] | _OTHERS_ANY)
+    found: set[str] = set()
+    previous: list[str] = []
+    for sentence in _SENTENCE.split(bio):
+        words = [w.lower() for w in _WORD.findall(sentence)]
+        for i, w in enumerate(words):
+            if w in wrong and not any(x.rstrip("s") in anchors or x in anchors
+                                      for x in previous + words[:i]):
+                found.add(w)
+        previous = words
+    return sorted(found)
 
 
 _STOP = {"services", "other", "general", "chief", "senior", "retired", "student"}

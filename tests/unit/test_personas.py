@@ -144,6 +144,22 @@ def test_pronouns_by_gender() -> None:
     assert bio_problems(they, bio.format("Kim", "They")) == []
 
 
+@pytest.mark.parametrize("bio", [
+    "Jonas is a 34-year-old software engineer in Berlin. His wife Maria loves her garden.",
+    "Jonas is a software engineer in Berlin. He visits his mother every Sunday; she lives nearby.",
+    "Jonas is a software engineer in Berlin. He has a daughter. She is five.",
+    "Jonas is a software engineer in Berlin who cooks with his partner on weekends, and she bakes.",
+])
+def test_pronouns_of_other_people_are_fine(bio: str) -> None:
+    assert bio_problems(_facts(), bio) == []
+
+
+def test_a_wrong_pronoun_far_from_any_other_person_is_still_caught() -> None:
+    bio = ("Jonas is a software engineer in Berlin. His wife is a nurse. He likes chess. "
+           "She spends weekends hiking.")
+    assert any("pronouns ['she']" in p for p in bio_problems(_facts(), bio))
+
+
 def test_own_country_and_city_are_fine() -> None:
     assert bio_problems(_facts(), CLEAN + " He was born in Germany and lives in Berlin.") == []
     # another city of the persona's own country is not a contradiction of country
