@@ -61,6 +61,8 @@ class MCQ(BaseModel):
     """The visible context as the candidate would read it (narrations, app state...)."""
     group: str | None = None
     """The unit items share (clip, video, scenario, reference goal) — for leakage across items."""
+    category: str | None = None
+    """A category for counts (a scenario bank's shift type); None when the bank has none."""
     origins: list[str] | None = None
     visible: dict[str, str] = Field(default_factory=dict)
     """Field path -> visible text (``context``, ``question``, ``options[0]``…)."""

@@ -1,0 +1,560 @@
+"""``python -m gen audit``: every check on a clean fixture (no findings) and on a planted one
+(exactly the planted item ids and field paths), the generic roles loader, the report files,
+exit codes 0/1/2, and the statistics against hand-computed values.
+
+The fixtures in ``tests/fixtures/audit/`` come from ``make_fixtures.py`` (which also writes
+``planted.json``: what each plant touched). Embeddings come from a fake embedder (character
+trigrams hashed into 512 dimensions), so unit tests stay fast; the real MiniLM runs in
+``tests/integration/test_audit_real.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import generators  # noqa: F401  (fills the registry)
+from gen.audit_checks import (
+    CHECKS,
+    AuditData,
+    FindingRecord,
+    check_length,
+    check_position,
+    nearest,
+    norm,
+    shortcut_cv,
+    similar_pairs,
+)
+from gen.errors import InputError, MissingInputError
+from gen.mcq import Roles, load_roles_bank, read_roles
+from gen.run import RunContext, run
+from generators.audit import AuditConfig
+from schemas.mcq import MCQ
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
+PLANTED = json.loads((FIX / "planted.json").read_text())
+ROLES = FIX / "scenario_roles.yaml"
+EXACT_ONLY = ["structure", "leakage", "position", "length", "shortcut", "blind", "digital", "integrity"]
+
+
+class TrigramEmbedder:
+    """Deterministic stand-in for MiniLM: character trigrams of the normalised text hashed into
+    512 buckets, L2-normalised. Paraphrases sharing most words land close; different sentences
+    do not."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        out = np.zeros((len(texts), 512), dtype=np.float32)
+        for i, t in enumerate(texts):
+            s = f"  {norm(t)}  "
+            for j in range(len(s) - 2):
+                h = int.from_bytes(hashlib.md5(s[j:j + 3].encode()).digest()[:4], "little")
+                out[i, h % 512] += 1.0
+        out /= np.linalg.norm(out, axis=1, keepdims=True) + 1e-9
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "trigram-fake"}
+
+
+# thresholds for the trigram embedder (its cosines run lower than MiniLM's for paraphrases)
+FAKE_SIM = {"option_dup_sim": 0.94, "answer_close_sim": 0.75, "item_dup_sim": 0.95}
+
+
+def run_audit(out: Path, input: Path | str, **cfg: Any) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    """Run the audit in process with the trigram embedder (no plots unless asked); (RunResult,
+    findings, audit.json)."""
+    settings = AuditConfig(**{"input": str(input), "cache_dir": None, "progress": "off", "plots": False,
+                              **FAKE_SIM, **cfg})
+    ctx = RunContext("audit", settings, out)
+    ctx.__dict__["embedder"] = TrigramEmbedder()
+    result = run("audit", settings, out, ctx=ctx, quiet=True)
+    findings = [json.loads(x) for x in (out / "audit.jsonl").read_text().splitlines() if x.strip()]
+    return result, findings, json.loads((out / "audit.json").read_text())
+
+
+def of(findings: list[dict[str, Any]], check: str) -> list[dict[str, Any]]:
+    return [f for f in findings if f["check"] == check]
+
+
+def triples(findings: list[dict[str, Any]], kinds: set[str] | None = None, sort_fields: bool = False) -> list[tuple]:
+    return sorted((f["kind"] if kinds is None else "*", tuple(f["items"]),
+                   tuple(sorted(f["fields"]) if sort_fields else f["fields"]))
+                  for f in findings if kinds is None or f["kind"] in kinds)
+
+
+def expected(name: str, kind: str | None = None, sort_fields: bool = False) -> list[tuple]:
+    return sorted((kind or p["kind"], tuple(p["items"]), tuple(sorted(p["fields"]) if sort_fields else p["fields"]))
+                  for p in PLANTED[name])
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    return run_audit(tmp_path_factory.mktemp("clean"), FIX / "run_clean", nocontext=str(FIX / "nocontext_clean"),
+                     plots=True)
+
+
+# --------------------------------------------------------------------------- clean fixtures: nothing found
+
+
+def test_clean_bank_every_check_runs_and_finds_nothing(clean_run) -> None:
+    result, findings, report = clean_run
+    assert findings == [] and result.exit_code == 0
+    status = {c["key"]: c["status"] for c in report["checks"]}
+    assert status == {**dict.fromkeys(CHECKS, "ran"), "digital": "skipped"}
+    stats = {c["key"]: c["stats"] for c in report["checks"]}
+    # the statistics were computed, not skipped: a clean verdict means something
+    assert stats["structure"]["per_question_type"]["goal"]["items"] == 40
+    assert all(g["p"] > 0.5 for g in stats["position"]["groups"].values())
+    assert {t: r["chance"] for t, r in stats["length"]["per_question_type"].items()} == {"belief": 0.25, "goal": 0.333}
+    assert all(r["significant"] is False and r["accuracy"] < 0.5 for r in stats["shortcut"]["per_question_type"].values())
+    assert stats["similar_options"]["per_question_type"]["goal"]["answer_distractor"]["pairs"] == 80
+    assert stats["duplicates"]["nearest_neighbour"]["max"] < 0.95
+    assert stats["blind"]["items_with_results"] == 80
+    assert stats["integrity"]["folders"][str(FIX / "run_clean")]["matching"] == 2
+
+
+def test_clean_scenario_bank_finds_nothing(tmp_path: Path) -> None:
+    result, findings, report = run_audit(tmp_path, FIX / "scenarios.jsonl", roles=str(ROLES))
+    assert findings == [] and result.exit_code == 0
+    stats = {c["key"]: c for c in report["checks"]}
+    assert stats["structure"]["stats"]["per_category"]["object_in_hand"] == 2
+    assert set(stats["structure"]["stats"]["per_question_type"]) == {"current", "prior", "clarify", "abstain"}
+    assert stats["leakage"]["stats"]["terms"] > 30
+    for key in ("position", "length", "similar_options", "shortcut"):
+        assert stats[key]["status"] == "skipped"  # no options in a scenario bank
+    assert stats["duplicates"]["status"] == "ran"
+
+
+def test_clean_digital_run_finds_nothing(tmp_path: Path) -> None:
+    result, findings, report = run_audit(tmp_path, FIX / "digital")
+    assert findings == [] and result.exit_code == 0
+    checks = {c["key"]: c for c in report["checks"]}
+    assert checks["digital"]["status"] == "ran" and checks["digital"]["stats"]["bundles"] == 3
+    assert checks["digital"]["stats"]["cued_per_app"] == {"Messaging": 1, "Search": 1}
+    assert checks["integrity"]["status"] == "ran"
+    assert checks["structure"]["status"] == "skipped"
+
+
+# --------------------------------------------------------------------------- planted fixtures: exactly what was planted
+
+
+def others_clean(findings: list[dict[str, Any]], *checks: str) -> None:
+    extra = [f for f in findings if f["check"] not in checks]
+    assert extra == [], extra
+
+
+def test_planted_copied_answer_and_privileged_leaks(tmp_path: Path) -> None:
+    result, findings, _ = run_audit(tmp_path, FIX / "planted_leak.jsonl")
+    assert triples(of(findings, "leakage")) == expected("leakage")
+    others_clean(findings, "leakage")
+    assert result.exit_code == 1
+
+
+def test_planted_keys_stacked_on_one_letter(tmp_path: Path) -> None:
+    result, findings, report = run_audit(tmp_path, FIX / "planted_position.jsonl")
+    assert triples(of(findings, "position")) == expected("position")
+    (f,) = of(findings, "position")
+    assert f["numbers"]["counts"] == {"a": 0, "b": 40, "c": 0, "d": 0} and f["severity"] == "error"
+    groups = next(c for c in report["checks"] if c["key"] == "position")["stats"]["groups"]
+    assert groups["goal/3"]["significant"] is False  # the other question type stays clean
+    others_clean(findings, "position")
+    assert result.exit_code == 1
+
+
+def test_planted_key_made_the_longest_option(tmp_path: Path) -> None:
+    result, findings, _ = run_audit(tmp_path, FIX / "planted_longest.jsonl")
+    assert triples(of(findings, "length")) == expected("length")
+    # the choice-only classifier finds the same tell on its own, and only planted items are easy for it
+    (sc,) = of(findings, "shortcut")
+    assert sc["numbers"]["question_type"] == "goal"
+    assert set(sc["items"]) <= set(PLANTED["length"][0]["items"]) and len(sc["items"]) >= 25
+    suffix = {"commas", "ands", "log_chars", "length_z", "is_longest", "words", "length_rank",
+              *(f"word:{w}" for w in "then tidy up and rest for a while".split())}
+    top = [name for name, _ in sc["numbers"]["top_features"]]
+    assert len(set(top) & suffix) >= 4, top
+    others_clean(findings, "length", "shortcut")
+    assert result.exit_code == 1
+
+
+def test_planted_paraphrase_of_the_key_as_a_distractor(tmp_path: Path) -> None:
+    result, findings, _ = run_audit(tmp_path, FIX / "planted_paraphrase.jsonl")
+    got = triples(of(findings, "similar_options"), kinds={"distractor_close_to_answer", "near_duplicate_options"},
+                  sort_fields=True)
+    assert got == expected("similar_options", kind="*", sort_fields=True)
+    assert all(f["severity"] == "warning" for f in findings)
+    others_clean(findings, "similar_options")
+    assert result.exit_code == 0  # warnings only: fail_on=error passes...
+    result, _, _ = run_audit(tmp_path / "strict", FIX / "planted_paraphrase.jsonl", fail_on="warning")
+    assert result.exit_code == 1  # ...fail_on=warning does not
+
+
+def test_planted_duplicated_items(tmp_path: Path) -> None:
+    result, findings, _ = run_audit(tmp_path, FIX / "planted_duplicate.jsonl")
+    assert triples(of(findings, "duplicates")) == expected("duplicates")
+    others_clean(findings, "duplicates")
+    assert result.exit_code == 1
+
+
+def test_duplicates_against_a_second_bank(tmp_path: Path) -> None:
+    result, findings, report = run_audit(tmp_path, FIX / "clean.jsonl", against=str(FIX / "against.jsonl"))
+    assert triples(findings) == expected("against")
+    stats = next(c for c in report["checks"] if c["key"] == "duplicates")["stats"]
+    assert stats["against"] == {"name": "against.jsonl", "items": 5, "exact": 1,
+                                "nearest_neighbour": stats["against"]["nearest_neighbour"]}
+    assert result.exit_code == 1
+
+
+def test_planted_structure_defects(tmp_path: Path) -> None:
+    result, findings, _ = run_audit(tmp_path, FIX / "planted_structure.jsonl")
+    assert triples(of(findings, "structure")) == expected("structure")
+    others_clean(findings, "structure")
+    assert result.exit_code == 1
+
+
+def test_planted_scenario_defects(tmp_path: Path) -> None:
+    result, findings, _ = run_audit(tmp_path, FIX / "planted_scenarios.jsonl", roles=str(ROLES))
+    assert triples(findings) == expected("scenarios")
+    assert result.exit_code == 1
+
+
+def test_planted_blind_solvable_items(tmp_path: Path) -> None:
+    result, findings, report = run_audit(tmp_path, FIX / "clean.jsonl", nocontext=str(FIX / "nocontext_planted"))
+    assert triples(findings) == expected("blind")
+    models = next(c for c in report["checks"] if c["key"] == "blind")["stats"]["models"]
+    assert models["qwen"]["per_question_type"]["belief"]["trials"] == 120
+    assert models["smollm2"]["letters_chosen"] and models["smollm2"]["unparsed"] == 0
+    assert result.exit_code == 0  # warnings
+
+
+def test_planted_digital_defects(tmp_path: Path) -> None:
+    result, findings, _ = run_audit(tmp_path, FIX / "digital_planted")
+    assert triples(findings) == expected("digital")
+    assert result.exit_code == 1
+
+
+def test_planted_flipped_byte(tmp_path: Path) -> None:
+    result, findings, _ = run_audit(tmp_path, FIX / "run_flipped")
+    assert triples(findings) == expected("integrity")
+    (f,) = findings
+    assert f["numbers"]["expected"] != f["numbers"]["actual"]
+    assert result.exit_code == 1
+
+
+def test_fixtures_are_current(tmp_path: Path) -> None:
+    """The committed fixtures are exactly what make_fixtures.py builds (nothing edited by hand)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_fixtures", FIX / "make_fixtures.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    mod.main(tmp_path)
+    built = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    committed = sorted(p.relative_to(FIX).as_posix() for p in FIX.rglob("*") if p.is_file()
+                       and p.suffix not in (".py", ".yaml") and "__pycache__" not in p.parts)
+    assert built == committed
+    for rel in built:
+        if rel.startswith("digital"):
+            continue  # personas come from Faker and bundles from generators.digital: may move with them
+        assert (tmp_path / rel).read_bytes() == (FIX / rel).read_bytes(), rel
+
+
+# --------------------------------------------------------------------------- the report and the run folder
+
+
+def test_report_files_manifest_and_one_index_per_check(clean_run) -> None:
+    result, findings, report = clean_run
+    out = result.out_dir
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["requested"] == len(CHECKS) == manifest["counts"]["indices_done"]
+    assert manifest["counts"]["accepted"] == len(findings) and manifest["counts"]["rejected"] == 0
+    assert manifest["audit"]["exit_code"] == 0 and manifest["audit"]["fail_on"] == "error"
+    for name in ("audit.jsonl", "audit.json", "audit.md", "lengths.png", "positions.png",
+                 "option_similarity.png", "item_similarity.png"):
+        assert name in manifest["outputs"], name
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report["plots"] == {"length": "lengths.png", "position": "positions.png",
+                               "similar_options": "option_similarity.png", "duplicates": "item_similarity.png"}
+    assert report["thresholds"]["length_ratio"] == 1.4 and report["thresholds"]["option_dup_sim"] == 0.94
+    md = (out / "audit.md").read_text()
+    for j, key in enumerate(CHECKS, 1):
+        assert f"| {j} | {key} |" in md
+        assert f"## {j}. " in md
+    assert "![length](lengths.png)" in md and "exit code **0**" in md
+    assert "| alpha | 0.01 |" in md
+
+
+def test_findings_table_in_markdown_and_json(tmp_path: Path) -> None:
+    result, findings, report = run_audit(tmp_path, FIX / "planted_leak.jsonl", max_listed=2)
+    md = (tmp_path / "audit.md").read_text()
+    assert "**4 errors**" not in md and "**3 errors**, 1 warnings" in md
+    assert "| error | answer_in_visible |" in md and "… 2 more in `audit.jsonl`." in md
+    assert report["summary"]["by_severity"] == {"error": 3, "warning": 1, "info": 0}
+    assert report["findings"] == findings
+    for f in findings:
+        FindingRecord.model_validate(f)
+        assert f["check_id"] == CHECKS.index(f["check"]) + 1
+
+
+def test_checks_option_selects_and_orders_indices(tmp_path: Path) -> None:
+    result, findings, report = run_audit(tmp_path, FIX / "planted_leak.jsonl", checks=["position", "leakage"])
+    assert [c["key"] for c in report["checks"]] == ["position", "leakage"]
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["counts"]["requested"] == 2 and len(findings) == 4
+
+
+@pytest.mark.parametrize(("fail_on", "code"), [("info", 1), ("warning", 1), ("error", 1), ("never", 0)])
+def test_fail_on_levels(tmp_path: Path, fail_on: str, code: int) -> None:
+    result, _, report = run_audit(tmp_path, FIX / "planted_leak.jsonl", fail_on=fail_on, checks=["leakage"])
+    assert result.exit_code == code == report["summary"]["exit_code"]
+
+
+def test_embeddings_false_skips_only_the_embedding_parts(tmp_path: Path) -> None:
+    result, findings, report = run_audit(tmp_path, FIX / "planted_duplicate.jsonl", embeddings=False)
+    status = {c["key"]: c["status"] for c in report["checks"]}
+    assert status["similar_options"] == "skipped" and status["duplicates"] == "ran"
+    assert triples(findings) == [e for e in expected("duplicates") if e[0] == "duplicate_items"]
+
+
+# --------------------------------------------------------------------------- exit codes through the CLI
+
+
+def test_cli_exit_0_and_1(run_gen, tmp_path: Path) -> None:
+    ok = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "embeddings=false", f"hydra.run.dir={tmp_path / 'ok'}")
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "ok" / "audit.md").is_file()
+    bad = run_gen("audit", f"input={FIX / 'run_flipped'}", "embeddings=false", "checks=[integrity]",
+                  f"hydra.run.dir={tmp_path / 'bad'}")
+    assert bad.returncode == 1, bad.stderr
+    assert json.loads((tmp_path / "bad" / "audit.json").read_text())["summary"]["by_severity"]["error"] == 1
+
+
+def test_cli_input_errors_exit_2(run_gen, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text((FIX / "clean.jsonl").read_text().splitlines()[0] + "\n{not json\n")
+    cases = [
+        (["input=/no/such/bank.jsonl"], "no such file"),
+        ([f"input={broken}", f"roles={ROLES}"], f"{broken}:2"),
+        ([f"input={FIX / 'clean.jsonl'}", "checks=[structure,lekage]"], "lekage"),
+        ([], "input= is required"),
+    ]
+    for args, needle in cases:
+        p = run_gen("audit", *args, "embeddings=false", f"hydra.run.dir={tmp_path / 'x'}")
+        assert p.returncode == 2, (args, p.stderr)
+        assert needle in p.stderr, (args, p.stderr)
+        assert len(p.stderr.strip().splitlines()) <= 2, p.stderr  # one line, no traceback
+
+
+def test_config_refuses_what_cannot_work() -> None:
+    from pydantic import ValidationError
+
+    for kw, needle in (({"input": "x", "num_shards": 2}, "one process"),
+                       ({"input": "x", "checks": []}, "at least one check"),
+                       ({"input": "x", "checks": ["position", "position"]}, "each once")):
+        with pytest.raises(ValidationError, match=needle):
+            AuditConfig(**kw)
+    assert AuditConfig(input="x", checks=["length", "structure"]).n == 2
+
+
+@pytest.mark.parametrize(("kw", "error", "needle"), [
+    ({"roles": "BAD_ROLES"}, InputError, "visibel"),
+    ({"input": str(FIX), "roles": str(ROLES)}, InputError, "must be a JSONL file"),
+    ({"nocontext": str(FIX / "clean.jsonl")}, InputError, "a nocontext result needs"),
+    ({"nocontext": str(FIX / "digital")}, MissingInputError, "nocontext.jsonl not found"),
+    ({"against": "/no/such/bank"}, MissingInputError, "against: no such file"),
+    ({"input": str(FIX / "nocontext_clean" / "nocontext.jsonl"), "roles": None}, InputError, "not an MCQ record"),
+])
+def test_input_errors_name_the_problem(tmp_path: Path, kw: dict[str, Any], error: type, needle: str) -> None:
+    bad_roles = tmp_path / "roles.yaml"
+    bad_roles.write_text("id: scenario_id\nvisibel: [turn_1_user]\n")
+    kw = {"input": str(FIX / "clean.jsonl"), **{k: str(bad_roles) if v == "BAD_ROLES" else v for k, v in kw.items()}}
+    if kw.get("roles") is None:
+        kw.pop("roles", None)
+    with pytest.raises(error, match=needle):
+        run_audit(tmp_path / "out", kw.pop("input"), **kw)
+
+
+# --------------------------------------------------------------------------- the generic roles loader
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_roles_answer_formats_and_option_layouts(tmp_path: Path) -> None:
+    rows = [{"qid": "q1", "meta": {"clip": "c1"}, "q": "Which?", "choices": ["Red", "Blue", "Green"], "key": "B",
+             "ctx": {"narration": "C walks.", "time": "00:10"}, "gold": ["blue"], "kind": "colour"},
+            {"qid": "q2", "meta": {"clip": "c1"}, "q": "Which?", "choices": ["Red", "Blue", "Green"], "key": "(c)",
+             "ctx": {"narration": "C runs.", "time": "00:20"}, "gold": ["green"], "kind": "colour"}]
+    path = write_jsonl(tmp_path / "bank.jsonl", rows)
+    roles = Roles(id="qid", question="q", options="choices", answer="key", answer_format="letter",
+                  visible=["ctx"], privileged=["gold"], category="kind", group="meta.clip")
+    bank = load_roles_bank(path, roles)
+    a, b = bank.items
+    assert (a.answer, b.answer, bank.problems) == (1, 2, [])
+    assert a.visible == {"q": "Which?", "ctx.narration": "C walks.", "ctx.time": "00:10"}
+    assert a.privileged == {"gold": "blue"} and a.group == "c1" and a.category == "colour" == a.question_type
+    as_text = Roles(id="qid", options=["choices"], answer="key", answer_format="text")
+    rows2 = [{"qid": "t1", "a": "x", "b": "y", "key": "y"}, {"qid": "t2", "a": "x", "b": "y", "key": 0}]
+    bank2 = load_roles_bank(write_jsonl(tmp_path / "b2.jsonl", rows2),
+                            as_text.model_copy(update={"options": ["a", "b"]}))
+    assert [it.answer for it in bank2.items] == [1, None]
+    assert bank2.problems == [{"line": 1, "item_id": "t2", "field": "key",
+                               "problem": "answer 0 (text) names none of the 2 options"}]
+    bank3 = load_roles_bank(write_jsonl(tmp_path / "b3.jsonl", [{"id": "i", "opts": ["p", "q"], "ans": 2}]),
+                            Roles(id="id", options="opts", answer="ans"))
+    assert bank3.items[0].answer is None and bank3.problems[0]["field"] == "ans"
+
+
+def test_roles_missing_fields_are_problems_not_errors(tmp_path: Path) -> None:
+    rows = [{"scenario_id": "s1", "turn_1_user": "hi", "cue_type": "location", "target_context": "current"},
+            {"turn_1_user": "", "turn_2_user": "where?", "cue_type": "location", "target_context": "prior"}]
+    bank = load_roles_bank(write_jsonl(tmp_path / "s.jsonl", rows), read_roles(ROLES))
+    assert [(p["item_id"], p["field"], p["problem"]) for p in bank.problems] == [
+        ("s1", "turn_2_user", "missing"), ("line2", "scenario_id", "missing"), ("line2", "turn_1_user", "empty")]
+    assert bank.items[0].options == [] and bank.items[0].answer is None
+
+
+def test_roles_file_and_line_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "r.yaml"
+    bad.write_text("id: x\nanswer: key\n")
+    with pytest.raises(InputError, match="answer needs options"):
+        read_roles(bad)
+    with pytest.raises(MissingInputError):
+        read_roles(tmp_path / "none.yaml")
+    lines = tmp_path / "l.jsonl"
+    lines.write_text('{"id": 1}\n[1, 2]\n')
+    with pytest.raises(InputError, match=r"l\.jsonl:2: expected a JSON object"):
+        load_roles_bank(lines, Roles(id="id"))
+
+
+def test_egotom_csv_answer_not_among_options(tmp_path: Path) -> None:
+    from gen.mcq import egotom_columns, write_egotom_csv
+
+    rows = [{"vuid": "v", "cuid": f"v~pass_1~{j}-{j + 9}", "narrations_in_context": f"    00m:0{j}s | #C C waits.",
+             "gt_goal": "To bake bread." if j else "To fly a kite.", "goal_choice_a": "To bake bread.",
+             "goal_choice_b": "To mow the lawn.", "goal_choice_c": "To paint a fence.",
+             "clip_start_time": "0", "clip_end_time": "9"} for j in range(3)]
+    folder = tmp_path / "egotom"
+    folder.mkdir()
+    write_egotom_csv(rows, "goal", folder / "egotom_goal_shuffled.csv")
+    assert egotom_columns("goal")[3] == "gt_goal"
+    result, findings, _ = run_audit(tmp_path / "out", folder, checks=["structure"])
+    assert triples(findings) == [("answer_not_in_options", ("goal:v~pass_1~0-9",), ("gt_goal",))]
+
+
+# --------------------------------------------------------------------------- the statistics, by hand
+
+
+def mcq(item_id: str, options: list[str], answer: int, qtype: str = "t", **kw: Any) -> MCQ:
+    return MCQ(item_id=item_id, question_type=qtype, question="Which one?", options=options, answer=answer, line=0, **kw)
+
+
+def cfg(**kw: Any) -> AuditConfig:
+    return AuditConfig(input="x", **kw)
+
+
+def test_position_chi_square_by_hand() -> None:
+    items = [mcq(f"i{j}", ["w", "x", "y", "z"], a) for j, a in enumerate([0] * 10 + [1] * 10 + [2] * 10 + [3] * 30)]
+    res = check_position(AuditData(items=items), cfg())
+    # expected 15 each: ((10-15)^2 * 3 + (30-15)^2) / 15 = 20.0; chi2(3) survival at 20 = 1.7e-4
+    (f,) = res.findings
+    assert f.numbers["chi2"] == 20.0 and f.numbers["p"] == pytest.approx(1.7e-4, rel=0.01)
+    assert f.numbers["positions"] == ["d"] and len(f.items) == 30
+
+
+def test_length_binomial_by_hand() -> None:
+    import math
+
+    long, short = "a much longer option text", "tiny"
+    items = [mcq(f"i{j}", [long if j < 12 else short, "mid one", "mid two", "mid six"], 0) for j in range(20)]
+    res = check_length(AuditData(items=items), cfg(alpha=0.05))
+    p = sum(math.comb(20, k) * 0.25 ** k * 0.75 ** (20 - k) for k in range(12, 21))
+    row = res.stats["per_question_type"]["t"]
+    assert row["pick_longest_accuracy"] == 0.6 and row["chance"] == 0.25
+    assert row["p_longest"] == pytest.approx(p, rel=1e-3)
+    tells = [f for f in res.findings if f.kind == "longest_option_tell"]
+    assert len(tells) == 1 and tells[0].items == [f"i{j}" for j in range(12)]
+    ratios = {f.items[0]: f.kind for f in res.findings if f.kind.startswith("answer_much")}
+    assert ratios == {**{f"i{j}": "answer_much_longer" for j in range(12)},
+                      **{f"i{j}": "answer_much_shorter" for j in range(12, 20)}}
+
+
+def test_shortcut_finds_a_word_tell_and_not_random_labels() -> None:
+    rng = np.random.default_rng(3)
+    verbs = ["fold", "wash", "sort", "paint", "fix", "stack", "clean", "label", "carry", "mend", "pack", "dry"]
+    nouns = ["shirts", "plates", "books", "chairs", "bikes", "boxes", "lamps", "rugs", "cups", "tools", "coats", "pots"]
+    items = []
+    for j in range(60):
+        opts = [f"{v} the {n}" for v, n in zip(rng.choice(verbs, 4, replace=False), rng.choice(nouns, 4, replace=False),
+                                               strict=True)]
+        a = int(rng.integers(4))
+        if j < 45:  # the tell: the key says "carefully", a distractor says "quickly" (same length class)
+            opts[a] = f"carefully {opts[a]}"
+            opts[(a + 1) % 4] = f"quickly {opts[(a + 1) % 4]}"
+        items.append(mcq(f"i{j:02d}", opts, a, group=f"g{j}"))
+    c = cfg()
+    out = shortcut_cv(items, c, seed=0)
+    assert out["correct"][:45].mean() > 0.9 and out["weights"][0][0] == "word:carefully"
+    shuffled = [it.model_copy(update={"answer": int(rng.integers(4))}) for it in items[45:] * 4]
+    shuffled = [it.model_copy(update={"item_id": f"r{j}", "group": f"r{j}"}) for j, it in enumerate(shuffled)]
+    control = shortcut_cv(shuffled, c, seed=0)
+    assert control["correct"].mean() < 0.4
+
+
+def test_similarity_search_matches_brute_force() -> None:
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(300, 16)).astype(np.float32)
+    a[150] = a[20] + 0.01  # a near pair
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    b = rng.normal(size=(50, 16)).astype(np.float32)
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    sims = a @ a.T
+    want = sorted((i, j) for i in range(300) for j in range(i + 1, 300) if sims[i, j] >= 0.8)
+    got = similar_pairs(a, None, 0.8, block=64)
+    assert [(i, j) for i, j, _ in got] == want and (20, 150) in want
+    np.testing.assert_allclose(nearest(a, None, block=64), np.sort(sims - 2 * np.eye(300), axis=1)[:, -1], atol=1e-5)
+    np.testing.assert_allclose(nearest(a, b, block=64), (a @ b.T).max(axis=1), atol=1e-5)
+    cross = similar_pairs(a, b, 0.5)
+    assert [(i, j) for i, j, _ in cross] == sorted(zip(*np.nonzero(a @ b.T >= 0.5), strict=True))
+
+
+def test_cross_item_leak_ignores_template_phrases() -> None:
+    """A phrase every privileged text shares ("c believes that the") is the template, not a leak."""
+    items = [mcq(f"i{j}", [f"C believes that the pot {j} is hot", f"C believes that the lid {j} is off"], 0,
+                 visible={"context": "C believes that the story is long and C believes that the day is warm"})
+             for j in range(40)]
+    res = __import__("gen.audit_checks", fromlist=["check_leakage"]).check_leakage(AuditData(items=items), cfg())
+    assert [f for f in res.findings if f.kind != "answer_overlaps_context"] == []
+
+
+def test_tom_like_record_truth_object_is_searched_by_key(tmp_path: Path) -> None:
+    """``tom`` records keep the truth as an object in ``privileged``: each value is its own term."""
+    row = json.loads((FIX / "clean.jsonl").read_text().splitlines()[0])
+    row["privileged"]["truth"] = {"goal": "To tidy the whole flat", "actions": "C washes the big blue bowl at the sink"}
+    row["visible"]["context"].append("03m:30s | C washes the big blue bowl at the sink.")
+    bank = write_jsonl(tmp_path / "tom.jsonl", [row])
+    _, findings, _ = run_audit(tmp_path / "out", bank, checks=["leakage"])
+    assert triples(findings) == [("privileged_in_visible", (row["item_id"],), ("visible.context", "privileged.truth.actions"))]
+
+
+def test_a_nocontext_run_audits_its_kept_items_with_its_own_results(tmp_path: Path) -> None:
+    run_dir = tmp_path / "nc"
+    (run_dir / "kept").mkdir(parents=True)
+    shutil.copy(FIX / "clean.jsonl", run_dir / "kept" / "clean.jsonl")
+    shutil.copy(FIX / "nocontext_planted" / "nocontext.jsonl", run_dir / "nocontext.jsonl")
+    _, findings, report = run_audit(tmp_path / "out", run_dir, checks=["structure", "blind"])
+    assert next(c for c in report["checks"] if c["key"] == "blind")["status"] == "ran"
+    assert triples(findings) == expected("blind")
