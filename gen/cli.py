@@ -43,6 +43,7 @@ def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in rest):
         print_generator_help(name)
         return 0
+    rest = action_word(name, rest)
     flags = [a for a in rest if a.startswith("-")]
     overrides = normalize_overrides(name, [a for a in rest if not a.startswith("-")])
     validate(name, overrides)
@@ -51,10 +52,24 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
+def action_word(name: str, rest: list[str]) -> list[str]:
+    """``python -m gen bank add …``: a bare word right after the generator name becomes
+    ``action=<word>`` when the generator's config has an ``action`` field."""
+    from gen.run import REGISTRY
+
+    if (rest and "=" not in rest[0] and not rest[0].startswith(("-", "+", "~"))
+            and "action" in REGISTRY[name].config.model_fields):
+        return [f"action={rest[0]}", *rest[1:]]
+    return rest
+
+
 def fail(message: str, code: int) -> int:
     from rich.console import Console
 
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {message}")
+    from rich.markup import escape
+
+    # escape: a message's own brackets ("must be [low, high]") are text, not markup
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
     return code
 
 
@@ -230,9 +245,24 @@ def print_help() -> None:
     width = max(len(n) for n in REGISTRY)
     for name in sorted(REGISTRY):
         print(f"  {name:<{width}}  {REGISTRY[name].help}")
-    print("\ncommon overrides: seed= n= llm=smollm2|llama_cpp|openai embedder= input= shard= num_shards=")
+    print("\ncommon overrides: seed= n= llm=smollm2|llama_cpp|openai|llama_server embedder= input= shard= num_shards=")
     print("                  hydra.run.dir=<folder>   -m ... hydra/launcher=joblib (sweeps)")
     print("example: python -m gen digital +persona_pool=50")
+
+
+def _shown(value: Any) -> Any:
+    """A default as ``--help`` prints it: a config group by its backend, other dicts inline."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(value, DictConfig | ListConfig):
+        value = OmegaConf.to_container(value, resolve=False)
+    if isinstance(value, dict) and "backend" in value:
+        return value["backend"]
+    if isinstance(value, dict | list):
+        import json
+
+        return json.dumps(value, separators=(",", ":"))
+    return value
 
 
 def print_generator_help(name: str) -> None:
@@ -247,6 +277,6 @@ def print_generator_help(name: str) -> None:
         for key in keys:
             field = g.config.model_fields[key]
             value = composed.get(key)
-            shown = value.get("backend", "") if hasattr(value, "get") else value
+            shown = _shown(value)
             print(f"  {f'{key}={shown}':<28} {field.description or ''}")
         print()

@@ -1,0 +1,923 @@
+"""The versioned bank: content ids, add (duplicates, near-duplicates, audit gate, force),
+versions and hard links, verify (every kind of drift), export layouts, SIGKILL during add in a
+real subprocess, ids across processes, and the CLI's action word.
+
+Most tests run the registered ``audit`` through a stand-in (:func:`standin_audit`, same name,
+``input=``/``fail_on=`` options and ``audit.json`` output) so that findings can be planted
+exactly; ``test_real_audit_*`` run the real one when it is registered."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import check_run_folder, gen_env, read_jsonl
+from pydantic import model_validator
+
+import generators  # noqa: F401  (fills the registry)
+from gen.cli import action_word, validate
+from gen.errors import ConfigError, InputError, MissingInputError
+from gen.mcq import egotom_columns, load_bank
+from gen.run import REGISTRY, CommonConfig, Generator, RunContext, output_hashes, run
+from generators import bank as B
+
+HERE = Path(__file__).resolve().parent
+WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze")
+         for b in ("bar", "cen", "dol", "fin", "gat", "hum", "jor", "kel", "lin", "mop")]
+
+
+# --------------------------------------------------------------------------- fixtures: inputs
+
+
+def mcq(i: int, qtype: str = "goal", *, seed: int = 0, n_options: int = 3) -> dict[str, Any]:
+    """A valid MCQ record with its own words (distinct items share little vocabulary)."""
+    r = random.Random(f"{qtype}/{i}")
+    ctx = "\n".join(f"    0{k}m:1{k}s | #C C {' '.join(r.sample(WORDS, 5))}" for k in range(4))
+    opts = [f"To {' '.join(r.sample(WORDS, 3))}" for _ in range(n_options)]
+    answer = i % n_options
+    return {"item_id": hashlib.sha256(f"{seed}/{qtype}/{i}".encode()).hexdigest()[:32], "question_type": qtype,
+            "question": "What is C's future goal?", "options": opts, "answer": answer, "group": f"clip{i}",
+            "origins": ["truth" if k == answer else "counterfactual" for k in range(n_options)],
+            "visible": {"context": ctx}, "privileged": {"truth": "hidden state " + str(i)},
+            "vuid": f"video{i}", "clip_id": f"video{i}~pass_1~0-{i}", "clip_start_time": 1.5, "clip_end_time": 9.0 + i}
+
+
+def paraphrase(rec: dict[str, Any]) -> dict[str, Any]:
+    """The same item reworded a little (one word of one option and of the context)."""
+    p = json.loads(json.dumps(rec))
+    p["options"][0] = p["options"][0] + " soon"
+    p["visible"]["context"] = p["visible"]["context"].replace("#C C", "#C C then", 1)
+    p["item_id"] = hashlib.sha256(("para" + rec["item_id"]).encode()).hexdigest()[:32]
+    return p
+
+
+def run_folder(out: Path, records: list[dict[str, Any]], generator: str = "tom",
+               extra: dict[str, Any] | None = None) -> Path:
+    """A finished run folder: records, rejects, extra JSON files and a manifest with prompt
+    hashes and output hashes (so the audit's integrity check applies)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{generator}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (out / "rejects.jsonl").write_text("", encoding="utf-8")
+    for name, obj in (extra or {}).items():
+        (out / name).write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
+    manifest = {"generator": generator, "toolkit_version": "0.1.0", "seed": 0, "config": {},
+                "llm": {"backend": "llama_cpp", "model": "smollm2.gguf", "model_sha256": "b" * 64},
+                "prompts": {f"{generator}/goals.jinja": "a" * 64, f"{generator}/_system.jinja": "c" * 64},
+                "inputs": {}, "counts": {"requested": len(records), "accepted": len(records), "rejected": 0}}
+    manifest["outputs"] = output_hashes(out)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+class FakeEmbedder:
+    """Bag of words, hashed into 256 dimensions, L2-normalised: rewording one word of an item
+    keeps the cosine near 1; items with other words are far apart."""
+
+    dim = 256
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in re.findall(r"\w+", t.lower()):
+                out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % self.dim] += 1
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "fake", "model": "bag-of-words"}
+
+
+# --------------------------------------------------------------------------- the audit stand-in
+
+
+class StandInAuditConfig(CommonConfig):
+    fail_on: str = "error"
+    findings: list[dict[str, Any]] = []
+    """Findings to report, planted by the test through audit_options."""
+
+    @model_validator(mode="after")
+    def _one(self) -> StandInAuditConfig:
+        if self.input is None:
+            raise ValueError("input= is required")
+        self.n = 1
+        return self
+
+
+RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def _standin(cfg: StandInAuditConfig, ctx: RunContext) -> Iterator[list[Any]]:
+    """Audit stand-in: reports the planted findings; exit code 1 at or above fail_on."""
+    cfg.input_path()
+    seen = [str(p) for p in Path(cfg.input).iterdir()] if Path(cfg.input).is_dir() else [cfg.input]
+    fails = cfg.fail_on != "never" and any(RANK[f["severity"]] >= RANK[cfg.fail_on] for f in cfg.findings)
+    ctx.exit_code = int(fails)
+    sev = {s: sum(f["severity"] == s for f in cfg.findings) for s in ("error", "warning", "info")}
+    ctx.write_json("audit.json", {"input": cfg.input, "seen": seen,
+                                  "summary": {"findings": len(cfg.findings), "by_severity": sev,
+                                              "fail_on": cfg.fail_on, "exit_code": ctx.exit_code},
+                                  "checks": [{"id": 1, "key": "structure", "status": "ran",
+                                              "findings": sev}],
+                                  "findings": cfg.findings})
+    yield []
+
+
+def standin_audit() -> Generator:
+    real = REGISTRY.get("audit")
+    REGISTRY["audit"] = Generator("audit", _standin, StandInAuditConfig, "audit stand-in")
+    return real
+
+
+@pytest.fixture(autouse=True)
+def audit_standin(request) -> Iterator[None]:
+    if request.node.name.startswith("test_real_audit"):
+        yield
+        return
+    real = standin_audit()
+    yield
+    if real is not None:
+        REGISTRY["audit"] = real
+
+
+LEAK = {"check": "leakage", "check_id": 2, "kind": "answer_in_visible", "severity": "error",
+        "what": "The answer appears in the visible context.", "items": ["x1"], "fields": ["visible.context"]}
+
+
+# --------------------------------------------------------------------------- running the bank
+
+
+def bank_run(out: Path, **cfg: Any) -> tuple[Any, RunContext]:
+    settings = B.BankConfig(**{"cache_dir": None, "progress": "off", **cfg})
+    ctx = RunContext("bank", settings, out)
+    ctx.__dict__["embedder"] = FakeEmbedder()
+    return run("bank", settings, out, ctx=ctx, quiet=True), ctx
+
+
+class Bank:
+    """A bank folder in a test, with helpers to add, verify and read it."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.root = tmp / "bank"
+        self.runs = 0
+
+    def _out(self) -> Path:
+        self.runs += 1
+        return self.tmp / f"run{self.runs}"
+
+    def add(self, folder: Path, **cfg: Any):
+        return bank_run(self._out(), action="add", bank=str(self.root), input=str(folder), **cfg)
+
+    def verify(self, **cfg: Any):
+        return bank_run(self._out(), action="verify", bank=str(self.root), **cfg)
+
+    def export(self, fmt: str, **cfg: Any):
+        return bank_run(self._out(), action="export", bank=str(self.root), format=fmt, **cfg)
+
+    @property
+    def current(self) -> int | None:
+        return B.read_pointer(self.root)
+
+    def lock(self, version: int | None = None) -> dict[str, Any]:
+        return json.loads((B.version_dir(self.root, version or self.current) / B.LOCK).read_text())
+
+    def frame(self, kind: str, version: int | None = None) -> pl.DataFrame:
+        return pl.read_parquet(B.version_dir(self.root, version or self.current) / f"{kind}.parquet")
+
+    def ids(self, version: int | None = None) -> set[str]:
+        out: set[str] = set()
+        for kind in B.KINDS:
+            p = B.version_dir(self.root, version or self.current) / f"{kind}.parquet"
+            if p.is_file():
+                out |= set(pl.read_parquet(p)["item_id"].to_list())
+        return out
+
+
+def ids_of(records: list[dict[str, Any]]) -> list[str]:
+    return [B.item_id_of("mcq_record", r) for r in records]
+
+
+# --------------------------------------------------------------------------- ids
+
+
+def test_id_ignores_run_specific_fields_and_option_order() -> None:
+    rec = mcq(1)
+    other = json.loads(json.dumps(rec))
+    other.update(item_id="f" * 32, group="another clip", privileged={"truth": "x"}, clip_start_time=99.0)
+    order = [2, 0, 1]  # reshuffled options, the same answer text
+    other["options"] = [rec["options"][k] for k in order]
+    other["answer"] = order.index(rec["answer"])
+    other["origins"] = [rec["origins"][k] for k in order]
+    other["question"] = "  What is C's   future goal? "  # whitespace only
+    assert B.item_id_of("mcq_record", other) == B.item_id_of("mcq_record", rec)
+    assert re.fullmatch(r"[0-9a-f]{32}", B.item_id_of("mcq_record", rec))
+
+
+@pytest.mark.parametrize("change", ["question", "option", "answer", "context", "question_type"])
+def test_id_changes_with_what_the_candidate_sees(change: str) -> None:
+    rec = mcq(1)
+    other = json.loads(json.dumps(rec))
+    if change == "question":
+        other["question"] = "What will C do next?"
+    elif change == "option":
+        other["options"][1] += " quickly"
+    elif change == "answer":
+        other["answer"] = (rec["answer"] + 1) % 3
+    elif change == "context":
+        other["visible"]["context"] += "\n    09m:00s | #C C waves"
+    else:
+        other["question_type"] = "belief"
+    assert B.item_id_of("mcq_record", other) != B.item_id_of("mcq_record", rec)
+
+
+def test_id_is_the_documented_hash() -> None:
+    """Anyone can recompute an id: SHA-256 of the canonical JSON of the identity, 32 hex."""
+    rec = mcq(3)
+    ident = {"question_type": "goal", "question": rec["question"],
+             "visible": {"visible.context": " ".join(rec["visible"]["context"].split())},
+             "options": sorted(rec["options"]), "answer": rec["options"][rec["answer"]]}
+    text = json.dumps(ident, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    assert B.item_id_of("mcq_record", rec) == hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def test_egotom_row_reads_as_gen_mcq_does(tmp_path: Path) -> None:
+    rows = [{"vuid": "v1", "cuid": "v1~pass_1~0-9", "narrations_in_context": "    00m:01s | #C C opens the door",
+             "gt_goal": "To leave", "goal_choice_a": "To cook", "goal_choice_b": " To leave ", "goal_choice_c": "To sleep",
+             "clip_start_time": "0.0", "clip_end_time": "9.5"},
+            {"vuid": "v2", "cuid": "v2~pass_1~3-4", "narrations_in_context": "", "gt_goal": "missing",
+             "goal_choice_a": "a", "goal_choice_b": "b", "goal_choice_c": None, "clip_start_time": "1", "clip_end_time": "2"}]
+    path = tmp_path / "egotom_goal_shuffled.csv"
+    pl.DataFrame(rows, schema=dict.fromkeys(egotom_columns("goal"), pl.String)).write_csv(path)
+    theirs = load_bank(path).items
+    mine = [B.egotom_row_mcq(r) for r in B.read_csv_rows(path)]
+    assert [B.mcq_identity(q) for q in mine] == [B.mcq_identity(q) for q in theirs]
+    assert mine[0].answer == 1 and mine[1].answer is None
+
+
+@pytest.fixture(scope="module")
+def digital_run(tmp_path_factory) -> Path:
+    """A digital run folder (one cued bundle) made by the digital generator with the scripted
+    LLM of test_digital."""
+    from test_digital import digital_script, run_digital, write_pool
+
+    tmp = tmp_path_factory.mktemp("digital")
+    out = tmp / "run"
+    result, _ = run_digital(out, write_pool(tmp / "pool.jsonl"), digital_script(), n=1, cue_rate=1.0)
+    assert result.accepted == 1
+    return out
+
+
+def test_digital_id_ignores_seed_derived_ids(digital_run: Path) -> None:
+    b = read_jsonl(digital_run / "digital.jsonl")[0]
+    renamed = json.loads(json.dumps(b).replace(b["bundle_id"], "0" * 32))
+    for key in ("event_id", "message_id", "persona_id", "track_id"):
+        renamed = json.loads(re.sub(rf'"{key}": "[0-9a-f]{{32}}"', f'"{key}": "{"1" * 32}"', json.dumps(renamed)))
+    renamed["stats"] = {"chars_total": 1}
+    assert renamed != b
+    assert B.item_id_of("digital_bundle", renamed) == B.item_id_of("digital_bundle", b)
+    changed = json.loads(json.dumps(b))
+    changed["apps"]["Calendar"]["events"][0]["title"] += "!"
+    assert B.item_id_of("digital_bundle", changed) != B.item_id_of("digital_bundle", b)
+    assert changed["cue"]["cue_id"] and "cue_id" in json.dumps(B.strip_ids(b))  # a cue id is content, kept
+
+
+# --------------------------------------------------------------------------- add
+
+
+def test_first_add_creates_version_one(tmp_path: Path) -> None:
+    records = [mcq(i) for i in range(8)]
+    folder = run_folder(tmp_path / "tom_a", records)
+    bank = Bank(tmp_path)
+    result, ctx = bank.add(folder, message="first release")
+    assert (result.accepted, result.rejected, result.exit_code) == (8, 0, 0)
+    check_run_folder(result.out_dir, "bank", 8, hydra=False)
+    assert bank.current == 1 and os.readlink(bank.root / "current") == "versions/v0001"
+    df = bank.frame("tom")
+    assert df["item_id"].to_list() == ids_of(records)
+    assert df["added_in"].to_list() == [1] * 8
+    assert [json.loads(r) for r in df["record"].to_list()] == records  # the original records, unchanged
+    assert df["options"].to_list() == [r["options"] for r in records]
+    assert df["source"].unique().to_list() == [hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()]
+    lock = bank.lock()
+    assert (lock["version"], lock["label"], lock["schema_revision"], lock["items"]) == (1, "v0001", 1, 8)
+    assert lock["counts"] == {"tom": {"items": 8, "by_question_type": {"goal": 8}}}
+    assert lock["prompts"] == {"tom/_system.jinja": ["c" * 64], "tom/goals.jinja": ["a" * 64]}
+    assert lock["sources"][0]["llm"]["model_sha256"] == "b" * 64
+    assert set(lock["files"]) == {"tom.parquet", "CHANGELOG.md", "audit/audit.json", "audit/audit.jsonl",
+                                  "audit/rejects.jsonl", "audit/manifest.json"}
+    for name, sha in lock["files"].items():
+        assert hashlib.sha256((bank.root / "current" / name).read_bytes()).hexdigest() == sha
+    assert lock["history"][0]["message"] == "first release"
+    # the audit saw the input run folder, through the registry
+    audit = json.loads((bank.root / "current" / "audit" / "audit.json").read_text())
+    assert audit["input"] == str(folder) and "tom.jsonl" in " ".join(audit["seen"])
+    assert "first release" in (bank.root / "current" / "CHANGELOG.md").read_text()
+
+
+def test_same_batch_twice_adds_nothing(tmp_path: Path) -> None:
+    folder = run_folder(tmp_path / "tom_a", [mcq(i) for i in range(6)])
+    bank = Bank(tmp_path)
+    bank.add(folder)
+    lock_before = (bank.root / "current" / B.LOCK).read_bytes()
+    result, ctx = bank.add(folder)
+    assert (result.accepted, result.rejected, result.exit_code) == (0, 6, 0)
+    rejects = read_jsonl(result.out_dir / "rejects.jsonl")
+    assert {(r["stage"], r["reason"]) for r in rejects} == {("bank", "duplicate")}
+    assert [r["record_id"] for r in rejects] == sorted(bank.ids(), key=[r["record_id"] for r in rejects].index)
+    assert all("added in v0001" in r["detail"] for r in rejects)
+    assert bank.current == 1 and (bank.root / "current" / B.LOCK).read_bytes() == lock_before
+    assert sorted(p.name for p in (bank.root / "versions").iterdir()) == ["v0001"]
+    assert result.manifest["bank"]["released"] is False
+
+
+def test_duplicates_within_a_batch_and_reshuffled_copies(tmp_path: Path) -> None:
+    records = [mcq(i) for i in range(4)]
+    copy = json.loads(json.dumps(records[1]))
+    copy["options"] = copy["options"][::-1]
+    copy["answer"] = 2 - copy["answer"]
+    copy["item_id"] = "e" * 32
+    folder = run_folder(tmp_path / "tom_a", [*records, copy])
+    result, _ = Bank(tmp_path).add(folder)
+    assert (result.accepted, result.rejected) == (4, 1)
+    (rej,) = read_jsonl(result.out_dir / "rejects.jsonl")
+    assert (rej["index"], rej["stage"], rej["reason"]) == (4, "batch", "duplicate")
+    assert rej["record_id"] == ids_of(records)[1] and "tom.jsonl:2" in rej["detail"]
+
+
+def test_paraphrased_batch_is_refused_as_near_duplicates(tmp_path: Path) -> None:
+    records = [mcq(i) for i in range(6)]
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", records))
+    paraphrased = [paraphrase(r) for r in records[:4]] + [mcq(i) for i in range(6, 8)]
+    result, ctx = bank.add(run_folder(tmp_path / "tom_b", paraphrased))
+    rejects = read_jsonl(result.out_dir / "rejects.jsonl")
+    assert [(r["index"], r["stage"], r["reason"]) for r in rejects] == [(i, "bank", "near_duplicate") for i in range(4)]
+    for r, orig in zip(rejects, ids_of(records), strict=False):
+        cos = float(re.search(r"cosine (\d\.\d+)", r["detail"]).group(1))
+        assert cos >= 0.95 and orig in r["detail"] and "v0001" in r["detail"]
+    assert result.accepted == 2 and bank.current == 2
+    assert bank.ids() == set(ids_of(records)) | set(ids_of(paraphrased[4:]))
+    # exact checks only: the paraphrases are new content
+    bank2 = Bank(tmp_path / "exact")
+    bank2.add(run_folder(tmp_path / "tom_a", records))
+    result, _ = bank2.add(run_folder(tmp_path / "tom_b", paraphrased), near_dup_sim=None)
+    assert (result.accepted, result.rejected) == (6, 0)
+
+
+def test_near_duplicates_within_a_batch_keep_the_first(tmp_path: Path) -> None:
+    a = mcq(1)
+    folder = run_folder(tmp_path / "tom_a", [a, paraphrase(a), mcq(2), paraphrase(paraphrase(a))])
+    result, _ = Bank(tmp_path).add(folder)
+    rejects = read_jsonl(result.out_dir / "rejects.jsonl")
+    assert [(r["index"], r["stage"], r["reason"]) for r in rejects] == [(1, "batch", "near_duplicate"),
+                                                                        (3, "batch", "near_duplicate")]
+    assert all(B.item_id_of("mcq_record", a) in r["detail"] for r in rejects)
+
+
+def test_near_duplicates_only_within_a_question_type(tmp_path: Path) -> None:
+    goal = mcq(1)
+    belief = dict(paraphrase(goal), question_type="belief")
+    result, _ = Bank(tmp_path).add(run_folder(tmp_path / "tom_a", [goal, belief]))
+    assert (result.accepted, result.rejected) == (2, 0)
+
+
+def test_near_duplicates_pure() -> None:
+    def unit(*v: float) -> list[float]:
+        a = np.array(v, dtype=np.float32)
+        return list(a / np.linalg.norm(a))
+
+    old = np.array([unit(1, 0, 0)])
+    new = np.array([unit(1, 0.1, 0),     # near the bank item
+                    unit(0, 1, 0),       # kept
+                    unit(0, 1, 0.05),    # near new[1], which was kept
+                    unit(0, 0, 1),       # kept
+                    unit(0.9, 0.1, 0)])  # near the bank item, not near a refused one
+    got = B.near_duplicates(new, old, 0.99)
+    assert [None if m is None else (m.where, m.index) for m in got] == [("bank", 0), None, ("batch", 1), None, ("bank", 0)]
+    # a refused item does not refuse its own near copies: only kept ones count
+    chain = np.array([unit(1, 0, 0), unit(1, 0.12, 0), unit(1, 0.24, 0)])
+    sims = chain @ chain.T
+    thr = float(sims[0, 1]) - 1e-4  # 0~1 and 1~2 are near, 0~2 is not
+    assert sims[0, 2] < thr
+    assert [None if m is None else m.index for m in B.near_duplicates(chain, None, thr)] == [None, 0, None]
+    # the threshold is inclusive
+    same = np.array([[1.0, 0, 0], [1.0, 0, 0]])
+    assert B.near_duplicates(same, None, 1.0)[1] is not None
+
+
+def test_audit_findings_refuse_the_batch(tmp_path: Path) -> None:
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]))
+    folder = run_folder(tmp_path / "tom_b", [mcq(i) for i in range(3, 6)])
+    result, ctx = bank.add(folder, audit_options={"findings": [LEAK]})
+    assert (result.accepted, result.rejected, result.exit_code) == (0, 3, 1)
+    rejects = read_jsonl(result.out_dir / "rejects.jsonl")
+    assert {(r["stage"], r["reason"]) for r in rejects} == {("audit", "audit_failed")}
+    assert "1 finding(s) at or above fail_on=error" in rejects[0]["detail"] and "leakage/answer_in_visible" in rejects[0]["detail"]
+    assert bank.current == 1 and len(bank.ids()) == 3
+    assert (result.out_dir / "audit" / "audit.json").is_file()  # the report stays in the add's run folder
+    # below fail_on: added
+    result, _ = bank.add(folder, audit_options={"findings": [dict(LEAK, severity="warning")]})
+    assert (result.accepted, result.exit_code, bank.current) == (3, 0, 2)
+    assert bank.lock()["history"][-1]["audit"]["by_severity"] == {"error": 0, "warning": 1, "info": 0}
+
+
+@pytest.mark.skipif(not hasattr(generators, "audit"), reason="the audit generator is not registered")
+def test_real_audit_gates_the_batch(tmp_path: Path) -> None:
+    """The registered audit (not the stand-in): a clean batch passes, a copied answer refuses."""
+    bank = Bank(tmp_path)
+    result, _ = bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(6)]))
+    assert (result.accepted, result.exit_code, bank.current) == (6, 0, 1)
+    leaky = [mcq(i) for i in range(6, 12)]
+    leaky[2]["visible"]["context"] += "\n    05m:00s | #C C says: " + leaky[2]["options"][leaky[2]["answer"]]
+    result, _ = bank.add(run_folder(tmp_path / "tom_b", leaky))
+    assert (result.accepted, result.exit_code, bank.current) == (0, 1, 1)
+    report = json.loads((result.out_dir / "audit" / "audit.json").read_text())
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert errors and all(f["items"] == [leaky[2]["item_id"]] for f in errors)
+    assert {f["check"] for f in errors} == {"leakage"}
+    result, _ = bank.add(run_folder(tmp_path / "tom_c", leaky), force=True)
+    assert (result.accepted, bank.current) == (6, 2)
+    assert "leakage/" in (bank.root / "current" / "CHANGELOG.md").read_text()
+
+
+def test_force_adds_and_records_the_findings(tmp_path: Path) -> None:
+    bank = Bank(tmp_path)
+    result, _ = bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]),
+                         audit_options={"findings": [LEAK]}, force=True)
+    assert (result.accepted, result.exit_code, bank.current) == (3, 0, 1)
+    entry = bank.lock()["history"][-1]
+    assert entry["audit"]["forced"] is True and entry["audit"]["by_severity"]["error"] == 1
+    log = (bank.root / "current" / "CHANGELOG.md").read_text()
+    assert "FORCED" in log and "error leakage/answer_in_visible: The answer appears in the visible context." in log
+    assert "items: x1" in log
+
+
+def test_fail_on_never_and_info(tmp_path: Path) -> None:
+    info = dict(LEAK, severity="info")
+    result, _ = Bank(tmp_path / "a").add(run_folder(tmp_path / "tom_a", [mcq(1)]), fail_on="info",
+                                         audit_options={"findings": [info]})
+    assert result.exit_code == 1
+    result, _ = Bank(tmp_path / "b").add(run_folder(tmp_path / "tom_a", [mcq(1)]), fail_on="never",
+                                         audit_options={"findings": [LEAK]})
+    assert (result.exit_code, result.accepted) == (0, 1)
+
+
+def test_kinds_versions_and_hard_links(tmp_path: Path, digital_run: Path) -> None:
+    bank = Bank(tmp_path)
+    tom = [mcq(i) for i in range(4)]
+    bank.add(run_folder(tmp_path / "tom_a", tom))
+    dis = [dict(mcq(i, "similar", n_options=4), question="Which action?") for i in range(3)]
+    bank.add(run_folder(tmp_path / "dis", dis, "distractors"))
+    digital = digital_run
+    result, _ = bank.add(digital)
+    assert (result.accepted, bank.current) == (1, 3)
+    v = {k: B.version_dir(bank.root, k) for k in (1, 2, 3)}
+    # untouched kinds are the previous version's file (hard link), touched ones are new files
+    assert os.stat(v[1] / "tom.parquet").st_ino == os.stat(v[2] / "tom.parquet").st_ino == os.stat(v[3] / "tom.parquet").st_ino
+    assert os.stat(v[2] / "distractors.parquet").st_ino == os.stat(v[3] / "distractors.parquet").st_ino
+    assert not (v[2] / "digital.parquet").exists()
+    lock = bank.lock()
+    assert {k: c["items"] for k, c in lock["counts"].items()} == {"tom": 4, "distractors": 3, "digital": 1}
+    assert [h["added"] for h in lock["history"]] == [{"tom": 4}, {"distractors": 3}, {"digital": 1}]
+    assert [h["lock_sha256"] for h in lock["history"][:2]] == [
+        hashlib.sha256((v[k] / B.LOCK).read_bytes()).hexdigest() for k in (1, 2)]
+    assert lock["history"][2]["lock_sha256"] is None
+    assert [s["generator"] for s in lock["sources"]] == ["tom", "distractors", "digital"]
+    assert any(k.startswith("digital/") for k in lock["prompts"])  # the digital run's real prompt hashes
+    df = bank.frame("digital")
+    bundles = read_jsonl(digital / "digital.jsonl")
+    assert df["source_item_id"].to_list() == [b["bundle_id"] for b in bundles]
+    assert df["cue_app"].to_list() == [b["cue"]["app"] for b in bundles]
+    assert df["question_type"].to_list() == [f"cue:{b['cue']['app']}" for b in bundles]
+    # existing items never rewritten: v1's rows are in v3 byte for byte
+    assert bank.frame("tom", 1).equals(bank.frame("tom", 3))
+    assert B.verify_bank(bank.root)[1][-1].problems == []
+
+
+def test_append_keeps_old_rows_unchanged(tmp_path: Path) -> None:
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(4)]))
+    bank.add(run_folder(tmp_path / "tom_b", [mcq(i) for i in range(2, 7)]))
+    v1, v2 = bank.frame("tom", 1), bank.frame("tom", 2)
+    assert v2.head(4).equals(v1)
+    assert v2["added_in"].to_list() == [1, 1, 1, 1, 2, 2, 2]
+    assert bank.lock()["history"][-1]["refused"] == {"bank:duplicate": 2}
+
+
+def test_external_egotom_csvs_are_kind_mcq(tmp_path: Path) -> None:
+    folder = tmp_path / "egotom"
+    folder.mkdir()
+    rows = [{"vuid": f"v{i}", "cuid": f"v{i}~pass_1~0-9", "narrations_in_context": f"    00m:01s | #C C opens door {i}",
+             "gt_belief": f"C believes {i}", **{f"belief_choice_{x}": (f"C believes {i}" if x == "b" else f"C doubts {i}{x}")
+                                                for x in "abcd"}, "clip_start_time": "0", "clip_end_time": "9"}
+            for i in range(3)]
+    cols = egotom_columns("belief")
+    pl.DataFrame([{c: r[c] for c in cols} for r in rows], schema=dict.fromkeys(cols, pl.String)).write_csv(
+        folder / "egotom_belief_shuffled.csv")
+    bank = Bank(tmp_path)
+    result, _ = bank.add(folder)
+    assert result.accepted == 3
+    df = bank.frame("mcq")
+    assert df["source_format"].unique().to_list() == ["egotom_csv"]
+    assert df["answer"].to_list() == [1, 1, 1] and df["source_item_id"].to_list() == [r["cuid"] for r in rows]
+    assert bank.lock()["sources"][0]["manifest"] is None  # no run folder: provenance is the file hashes
+    result, _ = bank.export("egotom")
+    out = result.out_dir / "egotom" / "egotom_belief_shuffled.csv"
+    back = pl.read_csv(out, infer_schema_length=0)
+    assert back.columns == cols
+    assert back.to_dicts() == [{c: r[c] for c in cols} for r in rows]  # the original rows, exactly
+
+
+def test_a_nocontext_run_gives_its_kept_items_and_both_prompt_sets(tmp_path: Path) -> None:
+    """tom -> nocontext (keeps what blind models cannot answer) -> bank: the lock holds the
+    nocontext run's answer templates and, one level up, the tom run's prompts."""
+    records = [mcq(i) for i in range(5)]
+    tom_run = run_folder(tmp_path / "tom_run", records)
+    nc = tmp_path / "nocontext_run"
+    (nc / "kept").mkdir(parents=True)
+    (nc / "kept" / "tom.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:3]), encoding="utf-8")
+    (nc / "nocontext.jsonl").write_text("".join(json.dumps({"item_id": r["item_id"]}) + "\n" for r in records),
+                                        encoding="utf-8")
+    manifest = {"generator": "nocontext", "prompts": {"nocontext/choices_only.jinja": "d" * 64},
+                "inputs": {str(tom_run / "tom.jsonl"): "x"}, "outputs": output_hashes(nc)}
+    (nc / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    bank = Bank(tmp_path)
+    result, _ = bank.add(nc)
+    assert result.accepted == 3 and bank.ids() == set(ids_of(records[:3]))
+    lock = bank.lock()
+    assert set(lock["counts"]) == {"tom"}
+    assert lock["prompts"] == {"nocontext/choices_only.jinja": ["d" * 64], "tom/_system.jinja": ["c" * 64],
+                               "tom/goals.jinja": ["a" * 64]}
+    (src,) = lock["sources"]
+    assert src["generator"] == "nocontext" and src["records"] == {
+        "kept/tom.jsonl": hashlib.sha256((nc / "kept" / "tom.jsonl").read_bytes()).hexdigest()}
+    assert [u["generator"] for u in src["upstream"]] == ["tom"]
+
+
+# --------------------------------------------------------------------------- atomicity (in process)
+
+
+def test_leftovers_are_ignored_by_readers_and_removed_by_the_next_add(tmp_path: Path) -> None:
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]))
+    (bank.root / "versions" / ".staging-v0002-999").mkdir()
+    (bank.root / "versions" / ".staging-v0002-999" / "tom.parquet").write_bytes(b"half")
+    shutil.copytree(B.version_dir(bank.root, 1), bank.root / "versions" / "v0002")  # renamed, never made current
+    os.symlink("versions/v0002", bank.root / ".current.tmp-999")
+    result, _ = bank.verify()
+    assert result.exit_code == 0
+    assert result.manifest["bank"]["leftovers"] == [".current.tmp-999", "versions/.staging-v0002-999", "versions/v0002"]
+    result, ctx = bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))
+    assert bank.current == 2 and ctx.stats["leftovers_removed"] == 3
+    assert sorted(p.name for p in (bank.root / "versions").iterdir()) == ["v0001", "v0002"]
+    assert not list(bank.root.glob(".current.tmp-*"))
+    assert bank.verify()[0].exit_code == 0 and len(bank.ids()) == 4
+
+
+def test_a_failure_while_staging_leaves_the_old_version(tmp_path: Path, monkeypatch) -> None:
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]))
+
+    def boom(*a: Any, **k: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(B, "make_lock", boom)
+    with pytest.raises(OSError, match="disk full"):
+        bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))
+    monkeypatch.undo()
+    assert bank.current == 1 and bank.verify()[0].exit_code == 0
+    assert bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))[0].accepted == 1 and bank.current == 2
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@pytest.fixture
+def grown(tmp_path: Path) -> Bank:
+    """A bank in two releases (the second touches tom again, so v1 and v2 have their own files)."""
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(4)]))
+    bank.add(run_folder(tmp_path / "tom_b", [mcq(i) for i in range(4, 7)]))
+    return bank
+
+
+def problems(bank: Bank) -> list[tuple[str, str]]:
+    result, _ = bank.verify()
+    rejects = read_jsonl(result.out_dir / "rejects.jsonl")
+    assert result.exit_code == (1 if rejects else 0)
+    return [(r["record_id"], r["reason"]) for r in rejects]
+
+
+def test_verify_clean(grown: Bank) -> None:
+    result, _ = grown.verify()
+    assert (result.exit_code, result.rejected) == (0, 0)
+    manifest = check_run_folder(result.out_dir, "bank", 2, hydra=False, one_per_index=False)
+    records = read_jsonl(result.out_dir / "bank.jsonl")
+    assert {(r["version"], r["file"]) for r in records} == {(B.label(v), f) for v in (1, 2)
+                                                           for f in grown.lock(v)["files"]}
+    assert manifest["bank"]["lock_sha256"] == hashlib.sha256((grown.root / "current" / B.LOCK).read_bytes()).hexdigest()
+
+
+def flip_byte(path: Path, at: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    k = len(data) // 2 if at is None else at
+    data[k] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_verify_catches_a_one_byte_change(grown: Bank) -> None:
+    flip_byte(grown.root / "current" / "tom.parquet")
+    assert ("versions/v0002/tom.parquet", "hash_mismatch") in problems(grown)
+
+
+def test_verify_catches_a_one_byte_change_in_an_old_version(grown: Bank) -> None:
+    flip_byte(grown.root / "versions" / "v0001" / "CHANGELOG.md", at=5)
+    assert problems(grown) == [("versions/v0001/CHANGELOG.md", "hash_mismatch")]
+
+
+def test_verify_catches_an_edited_old_lock(grown: Bank) -> None:
+    lock = grown.root / "versions" / "v0001" / B.LOCK
+    lock.write_text(lock.read_text().replace('"items": 4', '"items": 4 '))
+    assert problems(grown) == [("versions/v0001/MANIFEST.lock.json", "hash_mismatch")]
+
+
+def test_verify_catches_added_and_removed_files(grown: Bank) -> None:
+    (grown.root / "current" / "notes.txt").write_text("hello")
+    (grown.root / "current" / "audit" / "audit.json").unlink()
+    assert sorted(problems(grown)) == [("versions/v0002/audit/audit.json", "missing_file"),
+                                       ("versions/v0002/notes.txt", "unexpected_file")]
+
+
+def _rewrite(bank: Bank, version: int, change) -> None:
+    """Rewrite a version's tom.parquet and fix its lock's hash and counts: drift that the file
+    hashes alone cannot see (the lock was edited to match)."""
+    folder = B.version_dir(bank.root, version)
+    df = change(pl.read_parquet(folder / "tom.parquet"))
+    (folder / "tom.parquet").unlink()  # do not write through a hard link
+    df.write_parquet(folder / "tom.parquet")
+    lock = json.loads((folder / B.LOCK).read_text())
+    lock["files"]["tom.parquet"] = hashlib.sha256((folder / "tom.parquet").read_bytes()).hexdigest()
+    lock["counts"]["tom"]["items"] = df.height
+    (folder / B.LOCK).write_text(json.dumps(lock, indent=1))
+
+
+def test_verify_catches_an_edited_record_even_with_a_matching_lock(grown: Bank) -> None:
+    def edit(df: pl.DataFrame) -> pl.DataFrame:
+        rec = json.loads(df["record"][5])
+        rec["options"][0] = "To do something else"
+        return df.with_columns(pl.Series("record", [*df["record"][:5], json.dumps(rec), *df["record"][6:]]))
+
+    _rewrite(grown, 2, edit)
+    assert ("versions/v0002/tom.parquet", "item_id_mismatch") in problems(grown)
+
+
+def test_verify_catches_a_removed_or_rewritten_old_item(grown: Bank) -> None:
+    _rewrite(grown, 2, lambda df: df.filter(pl.col("item_id") != df["item_id"][0]))
+    assert ("versions/v0002", "removed_item") in problems(grown)
+
+
+def test_verify_catches_a_moved_pointer(grown: Bank) -> None:
+    os.remove(grown.root / "current")
+    os.symlink("versions/v0009", grown.root / "current")
+    found = problems(grown)
+    assert ("current", "bad_pointer") in found
+
+
+def test_verify_reads_a_pointer_file(grown: Bank) -> None:
+    """A checkout without symlinks (git on Windows) has ``current`` as a file holding the target."""
+    os.remove(grown.root / "current")
+    (grown.root / "current").write_text("versions/v0002\n")
+    assert problems(grown) == [] and grown.current == 2
+
+
+def test_verify_an_older_version(grown: Bank) -> None:
+    flip_byte(grown.root / "current" / "tom.parquet")
+    result, _ = grown.verify(version=1)
+    assert (result.exit_code, result.requested) == (0, 1)
+
+
+# --------------------------------------------------------------------------- export
+
+
+def test_export_parquet_with_dataset_card(grown: Bank) -> None:
+    result, _ = grown.export("parquet")
+    out = result.out_dir / "parquet"
+    lock = grown.lock()
+    assert sorted(p.name for p in out.iterdir()) == ["MANIFEST.lock.json", "README.md", "tom.parquet"]
+    assert hashlib.sha256((out / "tom.parquet").read_bytes()).hexdigest() == lock["files"]["tom.parquet"]
+    assert (result.accepted, result.requested) == (7, 7)
+    card = (out / "README.md").read_text()
+    assert card.startswith("---\nconfigs:\n- config_name: tom\n  data_files: tom.parquet\n---\n")
+    assert "| tom | goal | 7 |" in card
+    assert "| v0001 |" in card and "| v0002 |" in card
+    assert "| tom/goals.jinja | " + "a" * 64 + " |" in card  # provenance: prompt hashes
+    assert "smollm2.gguf" in card
+    assert "## Last audit" in card and "| 1 | structure | ran | 0 | 0 | 0 |" in card
+    assert hashlib.sha256((grown.root / "current" / B.LOCK).read_bytes()).hexdigest() in card
+
+
+def test_export_wagibench_layouts(tmp_path: Path, digital_run: Path) -> None:
+    bank = Bank(tmp_path)
+    dis = [dict(mcq(i, "similar", n_options=4), question="Which action?",
+                privileged={"reference_goal_id": f"g{i}", "structured_goal": {"type": "shop", "content": f"milk {i}"}})
+           for i in range(3)]
+    layout = [{"x": {"client_tag": f"obs{i}", "context_window": {"start_s": 1, "end_s": 2}, "cues": [],
+                     "mcq_set": [{"type": "shop", "content": f"o{k}"} for k in range(4)]},
+               "y": d["answer"], "meta": {"client_tag": f"obs{i}", "scenario": {"shortname": "s"},
+                                          "item_id": d["item_id"], "question_type": "similar"}}
+              for i, d in enumerate(dis[:2])]  # the third has no layout row: built from its record
+    bank.add(run_folder(tmp_path / "dis", dis, "distractors", extra={"wagibench_mcq_similar.json": layout}))
+    digital = digital_run
+    bank.add(digital)
+    result, _ = bank.export("wagibench")
+    out = result.out_dir / "wagibench"
+    assert sorted(p.name for p in out.iterdir()) == ["digital_state.json", "wagibench_mcq_similar.json"]
+    rows = json.loads((out / "wagibench_mcq_similar.json").read_text())
+    ids = ids_of(dis)
+    assert [r["meta"]["item_id"] for r in rows] == ids
+    assert [r["meta"]["source_item_id"] for r in rows] == [d["item_id"] for d in dis]
+    assert rows[0]["x"] == layout[0]["x"] and rows[0]["y"] == dis[0]["answer"]
+    built = rows[2]
+    assert built["y"] == dis[2]["answer"] and len(built["x"]["mcq_set"]) == 4
+    assert built["x"]["mcq_set"][dis[2]["answer"]] == {"type": "shop", "content": "milk 2"}
+    state = json.loads((out / "digital_state.json").read_text())
+    bundles = read_jsonl(digital / "digital.jsonl")
+    from generators.digital import wagibench_record
+
+    for b in bundles:
+        bid = B.item_id_of("digital_bundle", b)
+        expected = wagibench_record({**b, "bundle_id": bid})
+        assert state[bid]["x"] == expected["x"] and state[bid]["meta"]["client_tag"] == bid
+        assert state[bid]["meta"]["source_item_id"] == b["bundle_id"]
+    assert result.accepted == 4
+
+
+def test_export_egotom_columns_and_unfit_items(tmp_path: Path) -> None:
+    bank = Bank(tmp_path)
+    good = [mcq(i) for i in range(3)]
+    four = mcq(7, n_options=4)
+    other = mcq(8, "who")
+    bank.add(run_folder(tmp_path / "tom_a", [*good, four, other]))
+    result, _ = bank.export("egotom")
+    assert (result.accepted, result.rejected) == (3, 2)
+    rejects = {r["reason"] for r in read_jsonl(result.out_dir / "rejects.jsonl")}
+    assert rejects == {"wrong_option_count", "not_egotom_type"}
+    df = pl.read_csv(result.out_dir / "egotom" / "egotom_goal_shuffled.csv", infer_schema_length=0)
+    assert df.columns == egotom_columns("goal")
+    assert df["cuid"].to_list() == [r["clip_id"] for r in good]
+    assert df["gt_goal"].to_list() == [r["options"][r["answer"]] for r in good]
+    assert df["goal_choice_b"].to_list() == [r["options"][1] for r in good]
+    assert df["narrations_in_context"].to_list() == [r["visible"]["context"] for r in good]
+    # and EgoToM's loader reads it back to the same items
+    back = load_bank(result.out_dir / "egotom" / "egotom_goal_shuffled.csv").items
+    assert [q.answer_text for q in back] == df["gt_goal"].to_list()
+
+
+def test_export_an_older_version(grown: Bank) -> None:
+    result, _ = grown.export("parquet", version=1)
+    assert result.requested == 4
+    assert pl.read_parquet(result.out_dir / "parquet" / "tom.parquet")["added_in"].to_list() == [1] * 4
+
+
+def test_export_refuses_a_drifted_bank(grown: Bank) -> None:
+    flip_byte(grown.root / "current" / "tom.parquet")
+    with pytest.raises(InputError, match="versions/v0002/tom.parquet"):
+        grown.export("parquet")
+
+
+# --------------------------------------------------------------------------- config and CLI
+
+
+def test_action_word() -> None:
+    assert action_word("bank", ["add", "bank=x"]) == ["action=add", "bank=x"]
+    assert action_word("bank", ["bank=x", "add"]) == ["bank=x", "add"]  # only right after the name
+    assert action_word("bank", ["-m", "x=1"]) == ["-m", "x=1"]
+    assert action_word("bank", ["+x=1"]) == ["+x=1"]
+    assert action_word("personas", ["add", "n=1"]) == ["add", "n=1"]  # no action field
+    assert action_word("bank", []) == []
+
+
+def test_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="bank= is required"):
+        validate("bank", ["action=verify"])
+    with pytest.raises(MissingInputError, match="no released version"):
+        validate("bank", ["action=verify", f"bank={tmp_path / 'none'}"])
+    with pytest.raises(ConfigError, match="input= is required"):
+        validate("bank", ["action=add", f"bank={tmp_path}"])
+    with pytest.raises(MissingInputError, match="no such file"):
+        validate("bank", ["action=add", f"bank={tmp_path}", f"input={tmp_path / 'nope'}"])
+    with pytest.raises(ConfigError, match="unknown option|action"):
+        validate("bank", ["action=grow", f"bank={tmp_path}"])
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "tom.jsonl").write_text(json.dumps(mcq(1)) + "\n" + json.dumps({**mcq(2), "answer": 7}) + "\n")
+    settings = validate("bank", ["action=add", f"bank={tmp_path / 'b'}", f"input={bad}"])
+    assert settings.n == 2
+    with pytest.raises(InputError, match=r"tom.jsonl:2: not an MCQ record"):
+        Bank(tmp_path).add(bad)
+    settings = validate("bank", [])  # the composed defaults validate; the run asks for an action
+    assert settings.action is None and settings.n == 0
+
+
+def _cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    code = ("import sys, test_bank; test_bank.standin_audit(); from gen.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    base = gen_env(tmp / "cache")
+    base["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), base["PYTHONPATH"]])
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=tmp, env={**base, **(env or {})},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_action_word_and_verify_exit_codes(tmp_path: Path) -> None:
+    folder = run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)])
+    proc = _cli(tmp_path, "bank", "add", "bank=b", f"input={folder}", "near_dup_sim=null", "hydra.run.dir=r1")
+    assert proc.returncode == 0, proc.stderr
+    assert "empty -> v0001, added 3" in proc.stdout
+    check_run_folder(tmp_path / "r1", "bank", 3)
+    flip_byte(tmp_path / "b" / "current" / "tom.parquet")
+    proc = _cli(tmp_path, "bank", "verify", "bank=b", "hydra.run.dir=r2")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "DRIFT versions/v0001/tom.parquet: hash_mismatch" in proc.stdout
+
+
+# --------------------------------------------------------------------------- SIGKILL during add
+
+
+def _state(root: Path) -> tuple[int | None, set[str], dict[str, str]]:
+    """(current version, item ids, data-file hashes) of a bank, read as a reader would."""
+    current = B.read_pointer(root)
+    if current is None:
+        return None, set(), {}
+    folder = B.version_dir(root, current)
+    ids: set[str] = set()
+    hashes = {}
+    for p in sorted(folder.glob("*.parquet")):
+        ids |= set(pl.read_parquet(p)["item_id"].to_list())
+        hashes[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return current, ids, hashes
+
+
+@pytest.mark.parametrize("phase", ["renamed", "committed"])
+def test_sigkill_during_add_leaves_old_or_new_version(tmp_path: Path, phase: str) -> None:
+    """A real ``python -m gen bank add`` process SIGKILLs itself at ``phase``; the bank is then
+    exactly the old version (before the pointer switch) or exactly the new one (after), verify
+    passes, and the next add cleans up and reaches the same bank as an uninterrupted add.
+    Two phases here (a whole uncommitted version on disk; just after the switch); all six, with
+    the real audit and embedder, in tests/integration/test_bank_real.py."""
+    first = run_folder(tmp_path / "tom_a", [mcq(i) for i in range(4)])
+    second = run_folder(tmp_path / "tom_b", [mcq(i) for i in range(2, 7)])
+    ref = Bank(tmp_path / "ref")
+    ref.add(first, near_dup_sim=None)
+    old = _state(ref.root)
+    ref.add(second, near_dup_sim=None)
+    new = _state(ref.root)
+    bank = Bank(tmp_path / "killed")
+    bank.add(first, near_dup_sim=None)
+    assert _state(bank.root) == old
+    proc = _cli(tmp_path, "bank", "add", f"bank={bank.root}", f"input={second}", "near_dup_sim=null",
+                "hydra.run.dir=killed_run", env={B.FAULT_ENV: phase})
+    assert proc.returncode == -9, (proc.returncode, proc.stdout, proc.stderr)
+    after = _state(bank.root)
+    assert after == (new if phase == "committed" else old)
+    assert bank.verify()[0].exit_code == 0
+    result, _ = bank.add(second, near_dup_sim=None)
+    assert _state(bank.root) == new
+    assert result.accepted == (0 if phase == "committed" else 3)
+    assert not B.leftovers(bank.root, bank.current)
+    assert bank.verify()[0].exit_code == 0
+
+
+# --------------------------------------------------------------------------- ids across processes
+
+
+def test_two_processes_give_the_same_ids_and_bytes(tmp_path: Path) -> None:
+    """Two independent runs of the same command (own folders, own caches, other hash seeds)."""
+    records = [mcq(i) for i in range(5)]
+    state = []
+    for k in (1, 2):
+        home = tmp_path / f"machine{k}"
+        home.mkdir()
+        folder = run_folder(home / "tom_a", records)
+        proc = _cli(home, "bank", "add", "bank=b", f"input={folder}", "near_dup_sim=null", "hydra.run.dir=r",
+                    env={"PYTHONHASHSEED": str(k)})
+        assert proc.returncode == 0, proc.stderr
+        state.append(_state(home / "b"))
+    assert state[0][1] == state[1][1] == set(ids_of(records))
+    # the manifests hold the same bytes here, so the data files are byte-identical too
+    assert state[0][2] == state[1][2]
