@@ -1,0 +1,1148 @@
+"""Causal goal / belief / action QA with counterfactual wrong answers (EgoToM, Li et al. 2025).
+
+A dense narration timeline of one clip becomes three multiple-choice questions about the camera
+wearer C at a transition moment. The truth is read off the *future* of the timeline; the wrong
+answers are counterfactuals proposed from the *past* only, conditioned on the true goal.
+
+Stages (one prompt file each under ``prompts/tom/``): 1 clip selection (code), 2 narration
+analysis (the model picks the transition by line number from the lines code allows, then
+writes the goal, three next actions and the belief), 3 counterfactual goals, 4 counterfactual
+(belief, actions) pairs, 5 action simplification, 6 filters (keywords, time window, length,
+similarity), 7 assembly (surface forms, seeded shuffles). Each clip gives a list of questions
+and rejects; the funnel of survivors per step and question type goes to the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from gen.errors import InputError, LLMOutputError, MissingInputError
+from gen.mcq import (
+    EGOTOM_CHOICES,
+    EGOTOM_QUESTION,
+    EGOTOM_TYPES,
+    egotom_columns,
+    egotom_type,
+    write_egotom_csv,
+)
+from gen.run import CommonConfig, RunContext, generator
+from schemas import Reject
+from schemas.tom import (
+    AlternativesDraft,
+    AnalysisDraft,
+    SimplifiedDraft,
+    TomQuestion,
+    WrongGoalsDraft,
+    analysis_draft,
+)
+
+InputFormat = Literal["ego4d", "egotom_csv", "jsonl"]
+DEFAULT_KEYWORDS = ["demonstrate", "demonstration", "tutorial", "class", "train for", "compete",
+                    "competition", "technique"]
+"""EgoToM appendix 7: wrong goals the generator collapsed to (…for a tutorial/class/competition)."""
+
+
+def parse_time(value: Any) -> float | None:
+    """Seconds from a number or a timestamp string (``03m:18s``, ``3m18s``, ``03:18``,
+    ``1:02:03``, ``198.5``, ``198s``); None when it is not one (or negative / not finite)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if math.isfinite(value) and value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    m = _TIME.match(value)
+    if not m:
+        return None
+    g = m.groupdict()
+    if g["m"] is not None:
+        return int(g["m"]) * 60 + float(g["s"] or 0)
+    if g["h2"] is not None:
+        return int(g["h2"]) * 3600 + int(g["m2"]) * 60 + float(g["s2"])
+    if g["m3"] is not None:
+        return int(g["m3"]) * 60 + float(g["s3"])
+    return float(g["sec"])
+
+
+_TIME = re.compile(
+    r"""^\s*(?:
+        (?P<m>\d+)\s*m\s*:?\s*(?:(?P<s>\d+(?:\.\d+)?)\s*s)?       # 03m:18s  3m18s  3m
+      | (?P<h2>\d+):(?P<m2>\d{1,2}):(?P<s2>\d{1,2}(?:\.\d+)?)     # 1:02:03
+      | (?P<m3>\d+):(?P<s3>\d{1,2}(?:\.\d+)?)                     # 03:18
+      | (?P<sec>\d+(?:\.\d+)?)\s*s?                              # 198  198.5  198s
+    )\s*$""",
+    re.X,
+)
+
+
+class TomConfig(CommonConfig):
+    n: int | None = Field(None, ge=1)  # type: ignore[assignment]
+    """Clips to process from the start of the input; null = every clip in the input."""
+    input_format: Literal["auto", "ego4d", "egotom_csv", "jsonl"] = "auto"
+    """Input layout: Ego4D narration.json, EgoToM CSV(s), or JSONL timelines (auto: by name)."""
+    passes: list[str] = Field(default_factory=lambda: ["narration_pass_1", "narration_pass_2"], min_length=1)
+    """Ego4D narration passes to cut clips from (EgoToM used both)."""
+    min_duration: float = Field(300.0, ge=0)
+    """Selection: a clip lasts at least this many seconds (0 disables)."""
+    min_lines: int = Field(60, ge=0)
+    """Selection: at least this many narration lines."""
+    max_lines: int | None = Field(180, ge=1)
+    """Selection: at most this many narration lines (null: no maximum)."""
+    exclude_tags: list[str] = Field(default_factory=lambda: ["#unsure", "#unknown"])
+    """Selection: a clip with a line holding one of these tags is excluded ([] disables)."""
+    min_c_share: float = Field(0.6, ge=0, le=1)
+    """Selection: at least this share of the lines are about C (``#C``)."""
+    min_future_lines: int = Field(3, ge=1)
+    """The transition needs this many lines at and after it (the next actions come from them)."""
+    time_window: tuple[float | str, float | str] | None = (150.0, 270.0)
+    """Filter: the transition lies in this window from the clip start (seconds or 2m30s); null disables."""
+    restrict_to_window: bool = True
+    """Offer the model only transition lines inside time_window; false: filter after analysis (the paper's order)."""
+    keywords: list[str] = Field(default_factory=lambda: list(DEFAULT_KEYWORDS))
+    """Filter: wrong goals containing one of these (at a word start, any case) are dropped."""
+    length_ratio: float | None = Field(1.4, gt=1)
+    """Filter: drop when the truth is this many times longer than every wrong choice or vice versa (null: off)."""
+    length_unit: Literal["chars", "words"] = "chars"
+    """What the length rule measures."""
+    max_similarity: float | None = Field(0.94, gt=0, le=1)
+    """Filter: drop when two choices exceed this cosine under the embedder; null disables."""
+    simplify: bool = True
+    """Run stage 5 (rewrite alternative action statements in narration style)."""
+    stage_attempts: int = Field(2, ge=1, le=10)
+    """Generations per stage (fresh seed) when the output fails code's checks."""
+    analysis_tokens: int = Field(192, ge=32)
+    """Completion cap of the narration-analysis call."""
+    goals_tokens: int = Field(128, ge=32)
+    """Completion cap of the counterfactual-goals call."""
+    beliefs_actions_tokens: int = Field(320, ge=32)
+    """Completion cap of the counterfactual belief/action call."""
+    simplify_tokens: int = Field(160, ge=32)
+    """Completion cap of the simplification call."""
+    export_csv: bool = True
+    """Also write egotom_{goal,belief,actions}_shuffled.csv (EgoToM's columns)."""
+
+    @field_validator("time_window")
+    @classmethod
+    def _window(cls, v: tuple[Any, Any] | None) -> tuple[float, float] | None:
+        if v is None:
+            return None
+        lo, hi = (parse_time(x) for x in v)
+        if lo is None or hi is None or hi <= lo:
+            raise ValueError("time_window must be [start, end] with start < end (seconds or 2m30s)")
+        return lo, hi
+
+    @field_validator("keywords", "exclude_tags")
+    @classmethod
+    def _strip(cls, v: list[str]) -> list[str]:
+        return [x.strip() for x in v if x.strip()]
+
+    @model_validator(mode="after")
+    def _count(self) -> TomConfig:
+        if self.max_lines is not None and self.max_lines < self.min_lines:
+            raise ValueError("max_lines must be >= min_lines")
+        # n defaults to every clip of the input, so the runner's accounting reconciles
+        available = len(read_input(self))
+        self.n = available if self.n is None else min(self.n, available)
+        return self
+
+    @property
+    def window(self) -> tuple[float, float] | None:
+        return self.time_window  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- input
+
+
+@dataclass(frozen=True)
+class Line:
+    t: float
+    """Seconds from the clip start."""
+    text: str
+    speaker: Literal["C", "O", "?"]
+    """``C`` the camera wearer, ``O`` someone else (``#O``, ``#X``…), ``?`` untagged."""
+
+
+@dataclass
+class Clip:
+    clip_id: str
+    vuid: str
+    fmt: InputFormat
+    source: str
+    """Where it came from (file and position), for rejects."""
+    lines: list[Line] = field(default_factory=list)
+    summary: str = ""
+    start_sec: float = 0.0
+    """Clip start in seconds of the source video."""
+    duration: float | None = None
+    """Clip length in seconds; None when the input cannot tell (EgoToM CSV)."""
+    problems: list[str] = field(default_factory=list)
+    """Malformed lines, each naming file and line; a clip with problems is rejected at ``parse``."""
+
+
+def fmt_time(sec: float) -> str:
+    """``MMm:SSs`` as EgoToM prints narration times (whole seconds, floored)."""
+    s = int(sec)
+    return f"{s // 60:02d}m:{s % 60:02d}s"
+
+
+def fmt_line(line: Line) -> str:
+    """One narration in EgoToM's ``narrations_in_context`` form."""
+    return f"    {fmt_time(line.t)} | {line.text}"
+
+
+_TAG = re.compile(r"^.{0,2}?#[\s$]*([A-Za-z]+)")
+
+
+def speaker_of(text: str) -> Literal["C", "O", "?"]:
+    """Who a narration is about: ``#C C …`` (also ``#c c``, ``# C``, ``#CC``, ``$#C``), ``#O``/``#X``
+    (others), untagged ``C …``; anything else is ``?``."""
+    m = _TAG.match(text)
+    if m:
+        word = m.group(1).lower()
+        if word in ("unsure", "unknown", "summary"):
+            return "?"
+        return "C" if word[0] == "c" else "O"
+    if re.match(r"^[Cc]\s", text):
+        return "C"
+    return "?"
+
+
+def read_input(cfg: TomConfig) -> list[Clip]:
+    """Every clip of ``input=``, in input order (memoised per file state)."""
+    path = cfg.input_path()
+    assert path is not None
+    fmt = detect_format(path) if cfg.input_format == "auto" else cfg.input_format
+    files = input_files(path, fmt)
+    state = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    clips = _read_cached(state, fmt, tuple(cfg.passes))
+    if not clips:
+        raise InputError(f"input: no clips found in {path} (read as {fmt})")
+    return clips
+
+
+def detect_format(path: Path) -> InputFormat:
+    if path.is_dir():
+        if any(egotom_type(p) for p in path.glob("*.csv")):
+            return "egotom_csv"
+        if (path / "narration.json").is_file():
+            return "ego4d"
+        raise InputError(f"input: {path} holds no EgoToM CSV or narration.json (set input_format=)")
+    suffix = path.suffix.lower()
+    if suffix in (".json", ".csv", ".jsonl"):
+        return {".json": "ego4d", ".csv": "egotom_csv", ".jsonl": "jsonl"}[suffix]  # type: ignore[return-value]
+    raise InputError(f"input: cannot tell the format of {path} from its name (set input_format=ego4d|egotom_csv|jsonl)")
+
+
+def input_files(path: Path, fmt: InputFormat) -> list[Path]:
+    if not path.exists():
+        raise MissingInputError(f"input: no such file or folder: {path}")
+    if not path.is_dir():
+        return [path]
+    if fmt == "egotom_csv":
+        files = sorted(p for p in path.glob("*.csv") if egotom_type(p))
+    elif fmt == "ego4d":
+        files = [path / "narration.json"] if (path / "narration.json").is_file() else sorted(path.glob("*.json"))
+    else:
+        files = sorted(path.glob("*.jsonl"))
+    if not files:
+        raise InputError(f"input: {path} holds no {fmt} file")
+    return files
+
+
+@lru_cache(maxsize=8)
+def _read_cached(state: tuple[tuple[str, int, int], ...], fmt: InputFormat, passes: tuple[str, ...]) -> list[Clip]:
+    files = [Path(s[0]) for s in state]
+    if fmt == "ego4d":
+        return [c for f in files for c in read_ego4d(f, passes)]
+    if fmt == "egotom_csv":
+        return read_egotom_csvs(files)
+    return [c for f in files for c in read_jsonl(f)]
+
+
+def _narration(text: Any, t: Any, where: str) -> tuple[Line | None, str | None]:
+    """A parsed narration or the problem with it."""
+    if not isinstance(text, str) or not text.strip():
+        return None, f"{where}: empty or missing narration text"
+    sec = parse_time(t)
+    if sec is None:
+        return None, f"{where}: bad timestamp {t!r}"
+    text = " ".join(text.split())
+    return Line(sec, text, speaker_of(text)), None
+
+
+def read_ego4d(path: Path, passes: tuple[str, ...]) -> list[Clip]:
+    """Ego4D ``narration.json``: video uid -> pass -> narrations + summaries. Each summary's
+    [start_sec, end_sec) window is one clip (the 5-minute units narrators were given), id
+    ``{vuid}~{pass}~{first}-{end}`` over the pass's time-sorted narrations, as EgoToM's cuid."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: cannot read ({e})") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    if isinstance(data, dict) and isinstance(data.get("videos"), dict):
+        data = data["videos"]
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected Ego4D's layout, an object of video uid -> narration passes")
+    clips: list[Clip] = []
+    for vuid, video in data.items():
+        if not isinstance(video, dict):
+            clips.append(Clip(vuid, vuid, "ego4d", f"{path}: {vuid}", problems=[f"{path}: {vuid}: not an object"]))
+            continue
+        for pname in passes:
+            p = video.get(pname)
+            if p is None:
+                continue
+            short = pname.removeprefix("narration_")
+            where = f"{path}: {vuid}.{pname}"
+            if not isinstance(p, dict) or not isinstance(p.get("narrations", []), list):
+                clips.append(Clip(f"{vuid}~{short}", vuid, "ego4d", where, problems=[f"{where}: not a narration pass"]))
+                continue
+            clips += _pass_clips(vuid, short, where, p)
+    return clips
+
+
+def _pass_clips(vuid: str, short: str, where: str, p: dict[str, Any]) -> list[Clip]:
+    good: list[tuple[float, int, Line]] = []
+    bad: list[tuple[int, str]] = []  # (position in the list, problem)
+    for k, n in enumerate(p.get("narrations") or []):
+        loc = f"{where}.narrations[{k}]"
+        if not isinstance(n, dict):
+            bad.append((k, f"{loc}: not an object"))
+            continue
+        line, problem = _narration(n.get("narration_text"), n.get("timestamp_sec"), loc)
+        if line is None:
+            bad.append((k, problem or loc))
+        else:
+            good.append((line.t, k, line))
+    good.sort(key=lambda x: (x[0], x[1]))
+    summaries = p.get("summaries") or []
+    if not summaries and good:  # no summary to cut at: the whole pass is one clip
+        summaries = [{"start_sec": 0.0, "end_sec": good[-1][0] + 1e-6, "summary_text": ""}]
+    clips = []
+    for j, s in enumerate(summaries):
+        loc = f"{where}.summaries[{j}]"
+        start = parse_time(s.get("start_sec")) if isinstance(s, dict) else None
+        end = parse_time(s.get("end_sec")) if isinstance(s, dict) else None
+        if start is None or end is None or end <= start:
+            clips.append(Clip(f"{vuid}~{short}~summary{j}", vuid, "ego4d", loc,
+                              problems=[f"{loc}: summary without a valid start_sec < end_sec"]))
+            continue
+        idx = [i for i, (t, _, _) in enumerate(good) if start <= t < end]
+        first, last = (idx[0], idx[-1] + 1) if idx else (0, 0)
+        text = s.get("summary_text") if isinstance(s.get("summary_text"), str) else ""
+        clip = Clip(f"{vuid}~{short}~{first}-{last}", vuid, "ego4d", loc,
+                    lines=[Line(good[i][0] - start, good[i][2].text, good[i][2].speaker) for i in idx],
+                    summary=re.sub(r"^#\s*summary\s*", "", text, flags=re.I).strip(),
+                    start_sec=start, duration=end - start)
+        # a malformed narration belongs to the clip its neighbours (in list order) fall in
+        for k, problem in bad:
+            near = [t for t, pos, _ in good if pos < k][-1:] or [t for t, pos, _ in good if pos > k][:1]
+            if near and start <= near[0] < end:
+                clip.problems.append(problem)
+        clips.append(clip)
+    return clips
+
+
+_CSV_LINE = re.compile(r"^\s*(?P<time>[^|]+?)\s*\|\s*(?P<text>.*?)\s*$")
+
+
+def read_egotom_csvs(files: list[Path]) -> list[Clip]:
+    """EgoToM CSVs: each row's ``narrations_in_context`` is the clip's timeline. The three
+    question files share clips (same cuid, same context): a cuid is read once."""
+    import polars as pl
+
+    clips: dict[str, Clip] = {}
+    for path in files:
+        try:
+            df = pl.read_csv(path, infer_schema_length=0)
+        except Exception as e:  # noqa: BLE001 - polars raises several types
+            raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
+        missing = [c for c in ("cuid", "narrations_in_context", "clip_start_time") if c not in df.columns]
+        if missing:
+            raise InputError(f"{path}: missing EgoToM column(s) {', '.join(missing)}")
+        for r, row in enumerate(df.iter_rows(named=True)):
+            where = f"{path}: row {r + 1}"
+            cuid = (row.get("cuid") or "").strip() or f"{path.stem}:row{r + 1}"
+            if cuid in clips:
+                continue
+            clip = Clip(cuid, (row.get("vuid") or cuid.split("~")[0]).strip(), "egotom_csv", where)
+            start = parse_time(_float_text(row.get("clip_start_time")))
+            if start is None:
+                clip.problems.append(f"{where}: bad clip_start_time {row.get('clip_start_time')!r}")
+            clip.start_sec = start or 0.0
+            for k, raw in enumerate((row.get("narrations_in_context") or "").split("\n")):
+                if not raw.strip():
+                    continue
+                m = _CSV_LINE.match(raw)
+                loc = f"{where} (cuid {cuid}), narration line {k + 1}"
+                if not m:
+                    clip.problems.append(f"{loc}: expected 'MMm:SSs | text', got {raw.strip()[:60]!r}")
+                    continue
+                line, problem = _narration(m.group("text"), m.group("time"), loc)
+                if line is None:
+                    clip.problems.append(problem or loc)
+                else:
+                    clip.lines.append(line)
+            clip.lines.sort(key=lambda x: x.t)
+            clips[cuid] = clip
+    return list(clips.values())
+
+
+def _float_text(value: Any) -> Any:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def read_jsonl(path: Path) -> list[Clip]:
+    """JSONL timelines: ``clip_id``, optional ``summary``/``vuid``/``start_sec``/``duration``,
+    ``narrations: [{t, text}]`` (``t`` in seconds or ``MMm:SSs``). A line that is not a clip
+    becomes a clip with a problem (rejected at ``parse``), not a failed run."""
+    clips = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(raw)
+            except json.JSONDecodeError as e:
+                clips.append(Clip(f"{path.stem}:{lineno}", f"{path.stem}:{lineno}", "jsonl", where,
+                                  problems=[f"{where}: not valid JSON ({e.msg})"]))
+                continue
+            if not isinstance(row, dict) or not isinstance(row.get("clip_id"), str | int) \
+                    or not isinstance(row.get("narrations"), list):
+                cid = str(row.get("clip_id")) if isinstance(row, dict) and row.get("clip_id") else f"{path.stem}:{lineno}"
+                clips.append(Clip(cid, cid, "jsonl", where,
+                                  problems=[f"{where}: a timeline needs clip_id and a narrations list"]))
+                continue
+            cid = str(row["clip_id"])
+            clip = Clip(cid, str(row.get("vuid") or cid), "jsonl", where,
+                        summary=row.get("summary") if isinstance(row.get("summary"), str) else "")
+            start = parse_time(row.get("start_sec", 0.0))
+            if start is None:
+                clip.problems.append(f"{where}: bad start_sec {row.get('start_sec')!r}")
+            clip.start_sec = start or 0.0
+            for k, n in enumerate(row["narrations"]):
+                loc = f"{where}: narrations[{k}]"
+                if not isinstance(n, dict):
+                    clip.problems.append(f"{loc}: not an object with t and text")
+                    continue
+                line, problem = _narration(n.get("text"), n.get("t"), loc)
+                if line is None:
+                    clip.problems.append(problem or loc)
+                else:
+                    clip.lines.append(line)
+            clip.lines.sort(key=lambda x: x.t)
+            if "duration" in row:
+                clip.duration = parse_time(row["duration"])
+                if clip.duration is None:
+                    clip.problems.append(f"{where}: bad duration {row['duration']!r}")
+            elif clip.lines:  # the last narration bounds the clip from below
+                clip.duration = clip.lines[-1].t
+            clips.append(clip)
+    return clips
+
+
+# --------------------------------------------------------------------------- stage 1: selection
+
+
+SELECTION_RULES = ("duration", "lines", "tags", "c_share")
+
+
+def selection(clip: Clip, cfg: TomConfig) -> tuple[list[tuple[str, str]], list[str]]:
+    """Which selection rules the clip fails (reason, detail), and which could not be checked.
+
+    EgoToM CSV clips hold only the lines up to EgoToM's query moment (``clip_end_time -
+    clip_start_time`` is that context's length, about 3 minutes, not the 5-minute clip's), and
+    EgoToM already selected them on the whole clip. The duration and line-count rules describe
+    the whole clip, so they are not applicable there; the tag and C-share rules are checked on
+    the given lines.
+    """
+    fails: list[tuple[str, str]] = []
+    skipped: list[str] = []
+    whole = clip.fmt != "egotom_csv"
+    n = len(clip.lines)
+    if n == 0:
+        return [("empty", "no narration lines")], skipped
+    if not whole or clip.duration is None:
+        skipped.append("duration")
+    elif clip.duration < cfg.min_duration:
+        fails.append(("too_short", f"{clip.duration:.0f} s < {cfg.min_duration:.0f} s"))
+    if not whole:
+        skipped.append("lines")
+    elif n < cfg.min_lines:
+        fails.append(("too_few_lines", f"{n} lines < {cfg.min_lines}"))
+    elif cfg.max_lines is not None and n > cfg.max_lines:
+        fails.append(("too_many_lines", f"{n} lines > {cfg.max_lines}"))
+    tags = [t.lower() for t in cfg.exclude_tags]
+    tagged = [ln for ln in clip.lines if any(t in ln.text.lower() for t in tags)]
+    if tagged:
+        fails.append(("uncertain", f"{len(tagged)} line(s) tagged {', '.join(cfg.exclude_tags)}, "
+                                   f"first at {fmt_time(tagged[0].t)}: {tagged[0].text[:60]}"))
+    share = sum(ln.speaker == "C" for ln in clip.lines) / n
+    if share < cfg.min_c_share:
+        fails.append(("few_c_lines", f"{share:.0%} of lines about C < {cfg.min_c_share:.0%}"))
+    return fails, skipped
+
+
+def candidates(clip: Clip, cfg: TomConfig) -> list[int]:
+    """0-based line positions the transition may take: the latter half of the lines, with
+    ``min_future_lines`` lines at and after it."""
+    n = len(clip.lines)
+    return list(range(n // 2, n - cfg.min_future_lines + 1))
+
+
+# --------------------------------------------------------------------------- surface forms
+
+
+_SPACE = re.compile(r"\s+")
+_EDGE = re.compile(r"^(?:\s|[\"'`*•·:;,-]|\d{1,2}[.)](?=\s))+|[\s\"'`*•·:;,.!-]+$")
+_TAGGED_C = re.compile(r"^(?:#\s*c\s+)?c\s+", re.I)
+_GOAL_PREFIX = re.compile(
+    r"^(?:(?:c'?s\s+)?(?:future\s+|main\s+|overall\s+)?goal(?:\s+is)?\s*(?::|to\b)?\s*"
+    r"|c\s+(?:wants|intends|plans|aims|tries|is\s+trying|is\s+going|needs|will\s+try)\s+(?=to\b)"
+    r"|the\s+goal\s+is\s+(?=to\b))",
+    re.I,
+)
+_BELIEF_PREFIX = re.compile(
+    r"^(?:(?:c'?s\s+)?belief\s*:?\s*|c\s+(?:believes|thinks|knows|assumes|feels|expects|sees)\s*(?:that\b)?\s*"
+    r"|that\s+)",
+    re.I,
+)
+PLACEHOLDER = re.compile(r"^(?:n/?a|none|null|unknown|string|text|goal|belief|action|actions|tbd|\.\.\.|…)$", re.I)
+
+
+def _clean(text: str) -> str:
+    return _EDGE.sub("", _SPACE.sub(" ", text)).strip()
+
+
+def _lower_first(text: str) -> str:
+    """Lower-case the first letter unless it starts an acronym or is C itself."""
+    if len(text) > 1 and text[0].isupper() and text[1].islower() and not re.match(r"^C\b", text):
+        return text[0].lower() + text[1:]
+    return text
+
+
+def _base_verb(word: str) -> str:
+    """``bakes`` -> ``bake``, ``washes`` -> ``wash``, ``tidies`` -> ``tidy`` (third person to base)."""
+    w = word.lower()
+    if w.endswith("ies") and len(w) > 4:
+        return word[:-3] + "y"
+    if re.search(r"(?:ss|sh|ch|x|z|o)es$", w):
+        return word[:-2]
+    if w.endswith("s") and not w.endswith("ss") and len(w) > 3:
+        return word[:-1]
+    return word
+
+
+def norm_goal(text: str) -> str:
+    """``To <verb> ….``: strips "C's goal is", "C wants to", a leading "C"; adds "To"."""
+    t = _clean(text)
+    for _ in range(2):
+        t = _clean(_GOAL_PREFIX.sub("", t))
+    if re.match(r"^to\s", t, re.I):
+        t = t[3:].strip()
+    elif _TAGGED_C.match(t):  # "C bakes bread" -> "bake bread"
+        rest = _TAGGED_C.sub("", t)
+        verb, _, tail = rest.partition(" ")
+        t = f"{_base_verb(verb)} {tail}".strip()
+    if re.match(r"^[A-Za-z]+ing\b", t) and not re.match(r"^(?:bring|sing|ring|string|swing)\b", t, re.I):
+        return f"{t[0].upper()}{t[1:]}."  # "Washing the dishes." reads better than "To washing"
+    t = _lower_first(t)
+    return f"To {t}." if t else ""
+
+
+def norm_belief(text: str) -> str:
+    """``C believes that ….``"""
+    t = _clean(text)
+    for _ in range(2):
+        t = _clean(_BELIEF_PREFIX.sub("", t))
+    t = _lower_first(t)
+    return f"C believes that {t}." if t else ""
+
+
+def norm_phrase(text: str) -> str:
+    """One action as a bare verb phrase: no tag, no leading C / numbering / "then", no final stop."""
+    t = _clean(text)
+    t = _clean(re.sub(r"^(?:#\s*c\s+)?(?:c\s+)?(?:then\s+|and\s+|finally\s+)?", "", t, flags=re.I))
+    return _lower_first(t)
+
+
+def join_actions(phrases: list[str]) -> str:
+    """``C a, b, and c.`` (EgoToM's action statement form)."""
+    ps = [p for p in (norm_phrase(x) for x in phrases) if p]
+    if not ps:
+        return ""
+    body = ps[0] if len(ps) == 1 else f"{ps[0]} and {ps[1]}" if len(ps) == 2 else ", ".join(ps[:-1]) + f", and {ps[-1]}"
+    return f"C {body}."
+
+
+def action_count(sentence: str) -> int:
+    """How many actions an action statement lists ("C a, b, and c." has three)."""
+    return len([p for p in re.split(r",\s*(?:and\s+)?|\s+and\s+|\s+then\s+", sentence) if p.strip(" .")])
+
+
+def norm_sentence(text: str) -> str:
+    """An action sentence: starts with ``C ``, one final stop."""
+    t = _clean(text)
+    t = _clean(re.sub(r"^(?:#\s*c\s+)?(?:c\s+)?", "", t, flags=re.I))
+    return f"C {_lower_first(t)}." if t else ""
+
+
+def key(text: str) -> str:
+    """Comparison key: case, punctuation and spacing ignored."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
+
+
+def text_problem(text: str, examples: set[str]) -> str | None:
+    """Why a normalised statement is unusable: empty, a placeholder, the one-shot example
+    echoed, or degenerate repetition (a 4-word run said twice, as tiny models loop)."""
+    core = re.sub(r"^(?:to|c believes that|c)\s+", "", key(text))
+    if not core or PLACEHOLDER.match(core):
+        return "empty_text"
+    if key(text) in examples or core in examples:
+        return "example_echo"
+    words = core.split()
+    grams = [tuple(words[i:i + 4]) for i in range(len(words) - 3)]
+    if len(grams) != len(set(grams)) or (len(words) >= 8 and len(set(words)) < len(words) / 2):
+        return "repetitive"
+    return None
+
+
+def example_strings(messages: list[dict[str, str]]) -> set[str]:
+    """Keys of every statement in the one-shot answers (the assistant turns), in their raw and
+    normalised forms."""
+    out: set[str] = set()
+
+    def walk(obj: Any) -> None:
+        if isinstance(obj, str):
+            for form in (obj, norm_goal(obj), norm_belief(obj), norm_phrase(obj)):
+                k = key(form)
+                out.add(k)
+                out.add(re.sub(r"^(?:to|c believes that|c)\s+", "", k))
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                walk(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                walk(v)
+            if obj and all(isinstance(x, str) for x in obj):
+                out.add(key(join_actions(obj)))
+
+    for m in messages:
+        if m["role"] == "assistant":
+            try:
+                walk(json.loads(m["content"]))
+            except json.JSONDecodeError:
+                walk(m["content"])
+    out.discard("")
+    return out
+
+
+# --------------------------------------------------------------------------- stages 2-5
+
+
+@dataclass
+class Truth:
+    index: int
+    """0-based line position of the transition."""
+    goal: str
+    belief: str
+    actions: str
+    phrases: list[str]
+
+
+class StageFailure(Exception):
+    """A stage gave nothing usable after its attempts; carries the reject fields."""
+
+    def __init__(self, stage: str, reason: str, detail: str, raw: str | None = None):
+        super().__init__(f"{stage}: {reason}: {detail}")
+        self.stage, self.reason, self.detail, self.raw = stage, reason, detail, raw
+
+
+def run_stage(ctx: RunContext, cfg: TomConfig, index: int, stage: str, messages: list[dict[str, str]],
+              schema: type[BaseModel], check: Callable[[Any], tuple[Any, tuple[str, str] | None]],
+              max_tokens: int) -> Any:
+    """One structured call, checked by code; a failed check regenerates with a fresh seed up to
+    ``stage_attempts`` times. Raises :class:`StageFailure` with the last reason."""
+    last = StageFailure(stage, "invalid_output", "no attempt")
+    for a in range(cfg.stage_attempts):
+        try:
+            draft = ctx.llm.structured(messages, schema, seed=ctx.seed(index, stage, a), max_tokens=max_tokens)
+        except LLMOutputError as e:
+            ctx.count(f"{stage}.llm_{e.reason}")
+            last = StageFailure(stage, e.reason, e.detail, e.raw)
+            continue
+        value, problem = check(draft)
+        if problem is None:
+            return value
+        ctx.count(f"{stage}.{problem[0]}")
+        last = StageFailure(stage, problem[0], problem[1], draft.model_dump_json())
+    raise last
+
+
+def numbered(clip: Clip) -> list[str]:
+    """The timeline as the analysis prompt shows it: ``12. 03m:18s | #C C …`` (1-based)."""
+    return [f"{i + 1}. {fmt_time(ln.t)} | {ln.text}" for i, ln in enumerate(clip.lines)]
+
+
+def check_transition(line_no: int, clip: Clip, cfg: TomConfig) -> tuple[str, str] | None:
+    """Validate the model's transition line number (1-based): a line of the timeline, in its
+    latter half, with ``min_future_lines`` at and after it, and (``restrict_to_window``) inside
+    the time window. A grammar-constrained backend cannot fail this; others can."""
+    n = len(clip.lines)
+    if not 1 <= line_no <= n:
+        return "transition_unknown", f"line {line_no} is not in the timeline (1-{n})"
+    i = line_no - 1
+    at = f"line {line_no} ({fmt_time(clip.lines[i].t)})"
+    if i < n // 2:
+        return "transition_first_half", f"{at} is in the first half (lines 1-{n // 2})"
+    if i > n - cfg.min_future_lines:
+        return "transition_too_late", f"{at} leaves fewer than {cfg.min_future_lines} lines at and after it"
+    if cfg.restrict_to_window and not in_window(clip.lines[i].t, cfg.window):
+        lo, hi = cfg.window  # type: ignore[misc]
+        return "transition_outside_window", f"{at} is outside {fmt_time(lo)}-{fmt_time(hi)}"
+    return None
+
+
+def analysis(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip, allowed: list[int]) -> Truth:
+    """Stage 2: the transition (a line number among ``allowed``, 0-based positions, checked again
+    by code) and the truth statements."""
+    messages = ctx.prompts.render("tom/analysis.jinja", summary=clip.summary, lines=numbered(clip),
+                                  first=allowed[0] + 1, last=allowed[-1] + 1)
+    examples = example_strings(messages)
+
+    def check(d: AnalysisDraft) -> tuple[Truth | None, tuple[str, str] | None]:
+        problem = check_transition(d.transition_line, clip, cfg)
+        if problem:
+            return None, problem
+        goal, belief = norm_goal(d.future_goal), norm_belief(d.belief)
+        phrases = [norm_phrase(p) for p in d.next_actions]
+        actions = join_actions(phrases)
+        for what, text in (("goal", goal), ("belief", belief), ("actions", actions), *(("action", p) for p in phrases)):
+            why = text_problem(text, examples)
+            if why:
+                return None, (why, f"{what}: {text!r}")
+        if len({key(p) for p in phrases}) < 3:
+            return None, ("repeated_actions", f"next actions repeat: {phrases}")
+        return Truth(d.transition_line - 1, goal, belief, actions, phrases), None
+
+    schema = analysis_draft(tuple(i + 1 for i in allowed))
+    return run_stage(ctx, cfg, index, "analysis", messages, schema, check, cfg.analysis_tokens)
+
+
+def counterfactual_goals(ctx: RunContext, cfg: TomConfig, index: int, past: list[str], truth: Truth) -> list[str]:
+    """Stage 3: wrong goals from the past only; kept those usable and distinct from the truth."""
+    messages = ctx.prompts.render("tom/goals.jinja", lines=past, goal=truth.goal)
+    examples = example_strings(messages)
+
+    def check(d: WrongGoalsDraft) -> tuple[list[str] | None, tuple[str, str] | None]:
+        kept: list[str] = []
+        seen = {key(truth.goal)}
+        for g in (norm_goal(x) for x in d.wrong_goals):
+            why = text_problem(g, examples) or ("same_as_truth" if key(g) == key(truth.goal)
+                                                else "duplicate" if key(g) in seen else None)
+            if why:
+                ctx.count(f"counterfactual_goals.{why}.dropped")
+                continue
+            seen.add(key(g))
+            kept.append(g)
+        if len(kept) < EGOTOM_CHOICES["goal"] - 1:
+            return None, ("too_few_wrong_goals", f"{len(kept)} usable wrong goals of 3: {d.wrong_goals}")
+        return kept, None
+
+    return run_stage(ctx, cfg, index, "counterfactual_goals", messages, WrongGoalsDraft, check, cfg.goals_tokens)
+
+
+def counterfactual_beliefs_actions(ctx: RunContext, cfg: TomConfig, index: int, past: list[str],
+                                   truth: Truth) -> tuple[list[str] | None, list[str] | None, list[str]]:
+    """Stage 4: three (belief, actions) alternatives that still serve the true goal. Returns the
+    wrong beliefs and wrong action statements (None for a type whose three are not all usable)
+    and the reasons; regenerates while neither type is usable."""
+    messages = ctx.prompts.render("tom/beliefs_actions.jinja", lines=past, goal=truth.goal,
+                                  belief=truth.belief, actions=truth.actions)
+    examples = example_strings(messages)
+
+    def usable(values: list[str], truth_text: str, what: str) -> tuple[list[str] | None, str | None]:
+        seen = {key(truth_text)}
+        for v in values:
+            why = text_problem(v, examples) or ("same_as_truth" if key(v) == key(truth_text)
+                                                else "duplicate" if key(v) in seen else None)
+            if why:
+                return None, f"{what}: {why}: {v!r}"
+            seen.add(key(v))
+        return values, None
+
+    def check(d: AlternativesDraft) -> tuple[Any, tuple[str, str] | None]:
+        beliefs, why_b = usable([norm_belief(a.belief) for a in d.alternatives], truth.belief, "belief")
+        acts = [join_actions(a.next_actions) for a in d.alternatives]
+        actions, why_a = usable(acts, truth.actions, "actions")
+        if actions is not None and any(len({key(norm_phrase(p)) for p in a.next_actions}) < 3 for a in d.alternatives):
+            actions, why_a = None, "actions: repeated_actions"
+        if beliefs is None and actions is None:
+            return None, ("no_usable_alternative", f"{why_b}; {why_a}")
+        return (beliefs, actions, [w for w in (why_b, why_a) if w]), None
+
+    return run_stage(ctx, cfg, index, "counterfactual_beliefs_actions", messages, AlternativesDraft, check,
+                     cfg.beliefs_actions_tokens)
+
+
+def simplify(ctx: RunContext, cfg: TomConfig, index: int, sentences: list[str]) -> tuple[list[str], list[bool]]:
+    """Stage 5: the alternative action statements rewritten in narration style. A rewrite that
+    is empty, echoes the example, is longer than its original or no longer lists three actions
+    keeps the original (counted)."""
+    messages = ctx.prompts.render("tom/simplify.jinja", sentences=sentences)
+    examples = example_strings(messages)
+
+    def check(d: SimplifiedDraft) -> tuple[Any, None]:
+        out, changed = [], []
+        for original, new in zip(sentences, d.simplified, strict=True):
+            s = norm_sentence(new)
+            why = text_problem(s, examples) or ("longer" if len(s) > len(original) else
+                                                "lost_actions" if action_count(s) < 3 else None)
+            if why:
+                ctx.count(f"simplify.{why}.kept_original")
+            out.append(original if why else s)
+            changed.append(why is None and s != original)
+        return (out, changed), None
+
+    return run_stage(ctx, cfg, index, "simplify", messages, SimplifiedDraft, check, cfg.simplify_tokens)
+
+
+# --------------------------------------------------------------------------- stage 6: filters
+
+
+def keyword_hits(text: str, keywords: list[str]) -> list[str]:
+    """Keywords found in ``text``, each matched at a word start, any case ("class" also hits
+    "classes", "train for" hits "train for a race")."""
+    return [k for k in keywords if re.search(r"(?<!\w)" + re.escape(k), text, re.I)]
+
+
+def in_window(t: float, window: tuple[float, float] | None) -> bool:
+    return window is None or window[0] <= t <= window[1]
+
+
+def length_problem(truth: str, wrongs: list[str], ratio: float | None,
+                   unit: Literal["chars", "words"] = "chars") -> tuple[str, str] | None:
+    """EgoToM's length rule: the truth more than ``ratio``× longer than every wrong choice, or
+    every wrong choice more than ``ratio``× longer than the truth."""
+    if ratio is None or not wrongs:
+        return None
+
+    def size(s: str) -> int:
+        return len(s) if unit == "chars" else len(s.split())
+
+    lt, lw = size(truth), [size(w) for w in wrongs]
+    if lt > ratio * max(lw):
+        return "truth_longest", f"truth {lt} {unit} > {ratio}x every wrong choice ({', '.join(map(str, lw))})"
+    if min(lw) > ratio * lt:
+        return "truth_shortest", f"every wrong choice ({', '.join(map(str, lw))} {unit}) > {ratio}x the truth ({lt})"
+    return None
+
+
+_EMBED_LOCK = threading.Lock()
+
+
+def similarity_problem(embedder: Any, options: list[str], threshold: float | None) -> tuple[str, str] | None:
+    """Any two choices above ``threshold`` cosine under the embedder (vectors are unit length)."""
+    if threshold is None:
+        return None
+    with _EMBED_LOCK:
+        vecs = embedder.encode(options)
+    sims = vecs @ vecs.T
+    best, pair = -1.0, (0, 0)
+    for i in range(len(options)):
+        for j in range(i + 1, len(options)):
+            if sims[i, j] > best:
+                best, pair = float(sims[i, j]), (i, j)
+    if best > threshold:
+        return "near_duplicate_options", (f"cosine {best:.3f} > {threshold} between {options[pair[0]]!r} "
+                                          f"and {options[pair[1]]!r}")
+    return None
+
+
+# --------------------------------------------------------------------------- funnel
+
+def steps(cfg: TomConfig) -> tuple[str, ...]:
+    """Funnel steps in the order a clip goes through them (the time window comes before the
+    analysis when it restricts the lines offered). A count is of items that passed the step."""
+    window, analysis_ = ("time window", "analysis") if cfg.restrict_to_window else ("analysis", "time window")
+    return ("clips in", "selected", window, analysis_, "counterfactual", "simplify",
+            "keyword filter", "length filter", "similarity filter")
+
+
+STAGE_STEP = {"parse": "selected", "select": "selected", "analysis": "analysis",
+              "filter.time_window": "time window", "counterfactual_goals": "counterfactual",
+              "counterfactual_beliefs_actions": "counterfactual", "simplify": "simplify",
+              "filter.keyword": "keyword filter", "filter.length": "length filter",
+              "filter.similarity": "similarity filter"}
+"""Reject stage -> the funnel step its item failed to pass."""
+
+
+@dataclass
+class ClipResult:
+    items: list[TomQuestion | Reject]
+    reached: dict[str, int]
+    """Per question type, how many funnel steps it passed (len(STEPS) = a question)."""
+    selection_fail: str | None = None
+    skipped_rules: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    csv_rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def funnel_rows(results: list[ClipResult], names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Per step, how many clips (then questions) of each type passed it."""
+    rows = []
+    for s, step in enumerate(names):
+        rows.append({"step": step, **{q: sum(r.reached[q] > s for r in results) for q in EGOTOM_TYPES}})
+    return rows
+
+
+def print_funnel(rows: list[dict[str, Any]], excluded: Counter[str], file: Any = None) -> None:
+    out = file or sys.stdout
+    print("[tom] funnel (clips, then questions per type)", file=out)
+    print(f"  {'step':<20}{'goal':>8}{'belief':>8}{'actions':>9}", file=out)
+    for r in rows:
+        print(f"  {r['step']:<20}{r['goal']:>8}{r['belief']:>8}{r['actions']:>9}", file=out)
+    if excluded:
+        print("  excluded at selection: " + ", ".join(f"{k}={v}" for k, v in sorted(excluded.items())), file=out)
+    out.flush()
+
+
+# --------------------------------------------------------------------------- stage 7: assembly + one clip
+
+
+def assemble(ctx: RunContext, index: int, clip: Clip, q: str, truth_text: str, wrongs: list[str],
+             origins: list[str], truth: Truth, extra: dict[str, Any] | None = None) -> TomQuestion:
+    """A question with its options shuffled by a seeded RNG (answer = where the truth landed)."""
+    options = [truth_text, *wrongs]
+    order = list(range(len(options)))
+    random.Random(ctx.seed(index, q, "shuffle")).shuffle(order)
+    tline = clip.lines[truth.index]
+    return TomQuestion(
+        item_id=ctx.record_id(index, q), question_type=q, question=EGOTOM_QUESTION[q],
+        options=[options[i] for i in order], answer=order.index(0),
+        origins=[(["truth", *origins])[i] for i in order], group=clip.clip_id,
+        visible={"context": context_text(clip, truth.index), "query_time": fmt_time(tline.t)},
+        privileged={
+            "transition": fmt_line(tline),
+            "future": "\n".join(fmt_line(ln) for ln in clip.lines[truth.index:]),
+            "truth": {"goal": truth.goal, "belief": truth.belief, "actions": truth.actions},
+            "summary": clip.summary, "source": clip.source, **(extra or {}),
+        },
+        clip_id=clip.clip_id, vuid=clip.vuid, input_format=clip.fmt, clip_start_time=clip.start_sec,
+        clip_end_time=round(clip.start_sec + tline.t, 6), query_sec=tline.t,
+    )
+
+
+def context_text(clip: Clip, upto: int) -> str:
+    """The visible context: narrations strictly before the transition line."""
+    return "\n".join(fmt_line(ln) for ln in clip.lines[:upto])
+
+
+def csv_row(rec: TomQuestion, truth_text: str) -> dict[str, Any]:
+    q = rec.question_type
+    letters = [c.rsplit("_", 1)[1] for c in egotom_columns(q) if c.startswith(f"{q}_choice_")]
+    return {"vuid": rec.vuid, "cuid": rec.clip_id, "narrations_in_context": rec.visible["context"],
+            f"gt_{q}": truth_text, **{f"{q}_choice_{x}": o for x, o in zip(letters, rec.options, strict=True)},
+            "clip_start_time": rec.clip_start_time, "clip_end_time": rec.clip_end_time}
+
+
+def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> ClipResult:
+    """All stages for one clip: its questions and rejects, and how far each type got."""
+    t0 = time.perf_counter()
+    names = steps(cfg)
+    res = ClipResult([], dict.fromkeys(EGOTOM_TYPES, 1))
+    per_q: dict[str, TomQuestion | Reject] = {}
+
+    def passed(step: str, *qs: str) -> None:
+        for q in qs or EGOTOM_TYPES:
+            res.reached[q] = names.index(step) + 1
+
+    def clip_reject(stage: str, reason: str, detail: str, raw: str | None = None) -> ClipResult:
+        res.items = [Reject(record_id=ctx.record_id(index), index=index, stage=stage, reason=reason,
+                            detail=f"clip {clip.clip_id}: {detail}", raw=raw)]
+        res.reached = dict.fromkeys(EGOTOM_TYPES, names.index(STAGE_STEP[stage]))
+        res.seconds = time.perf_counter() - t0
+        return res
+
+    def q_reject(q: str, stage: str, reason: str, detail: str, raw: str | None = None) -> None:
+        per_q[q] = Reject(record_id=ctx.record_id(index, q), index=index, stage=stage, reason=reason,
+                          detail=f"clip {clip.clip_id}, {q} question: {detail}", raw=raw)
+        res.reached[q] = names.index(STAGE_STEP[stage])
+
+    # stage 1: parse problems and selection
+    if clip.problems:
+        reason = "malformed_clip" if not clip.lines else "malformed_line"
+        more = f" (+{len(clip.problems) - 3} more)" if len(clip.problems) > 3 else ""
+        return clip_reject("parse", reason, "; ".join(clip.problems[:3]) + more)
+    fails, res.skipped_rules = selection(clip, cfg)
+    if fails:
+        res.selection_fail = fails[0][0]
+        return clip_reject("select", fails[0][0], "; ".join(d for _, d in fails))
+    passed("selected")
+
+    # stage 2 and the time window (before it when it restricts the lines offered, else after)
+    allowed = candidates(clip, cfg)
+    if not allowed:
+        return clip_reject("analysis", "no_candidate_transition",
+                           f"{len(clip.lines)} lines leave no latter-half line with {cfg.min_future_lines} "
+                           "lines at and after it")
+    if cfg.restrict_to_window and cfg.window:
+        inside = [i for i in allowed if in_window(clip.lines[i].t, cfg.window)]
+        if not inside:
+            lo, hi = cfg.window
+            return clip_reject("filter.time_window", "no_line_in_window",
+                               f"latter-half lines span {fmt_time(clip.lines[allowed[0]].t)}-"
+                               f"{fmt_time(clip.lines[allowed[-1]].t)}, window {fmt_time(lo)}-{fmt_time(hi)}")
+        allowed = inside
+        passed("time window")
+    try:
+        truth = analysis(ctx, cfg, index, clip, allowed)
+    except StageFailure as e:
+        return clip_reject(e.stage, e.reason, e.detail, e.raw)
+    passed("analysis")
+    tline = clip.lines[truth.index]
+    if not cfg.restrict_to_window:
+        if not in_window(tline.t, cfg.window):
+            lo, hi = cfg.window  # type: ignore[misc]
+            return clip_reject("filter.time_window", "transition_outside_window",
+                               f"transition at {fmt_time(tline.t)} outside {fmt_time(lo)}-{fmt_time(hi)}")
+        passed("time window")
+    past = numbered(clip)[:truth.index]  # the counterfactual stages never see the future
+
+    # stages 3 and 4 are independent (concurrent on a server), 5 follows 4
+    def goals() -> list[str] | StageFailure:
+        try:
+            return counterfactual_goals(ctx, cfg, index, past, truth)
+        except StageFailure as e:
+            return e
+
+    def beliefs_actions() -> Any:
+        try:
+            return counterfactual_beliefs_actions(ctx, cfg, index, past, truth)
+        except StageFailure as e:
+            return e
+
+    wrong_goals, alts = ctx.map(lambda f: f(), [goals, beliefs_actions])
+    choices: dict[str, tuple[str, list[str], list[str], dict[str, Any]]] = {}
+
+    if isinstance(wrong_goals, StageFailure):
+        q_reject("goal", wrong_goals.stage, wrong_goals.reason, wrong_goals.detail, wrong_goals.raw)
+    else:
+        passed("simplify", "goal")  # goals are not simplified
+        kept = [g for g in wrong_goals if not keyword_hits(g, cfg.keywords)]
+        hits = [g for g in wrong_goals if g not in kept]
+        if hits:
+            ctx.count("filter.keyword.wrong_goals_dropped", len(hits))
+        need = EGOTOM_CHOICES["goal"] - 1
+        if len(kept) < need:
+            q_reject("goal", "filter.keyword", "too_few_wrong_goals",
+                     f"{len(kept)} wrong goals left after dropping {hits} (need {need})")
+        else:
+            passed("keyword filter", "goal")
+            choices["goal"] = (truth.goal, kept[:need], ["counterfactual_goals"] * need,
+                               {"dropped_wrong_goals": hits})
+
+    if isinstance(alts, StageFailure):
+        for q in ("belief", "actions"):
+            q_reject(q, alts.stage, alts.reason, alts.detail, alts.raw)
+    else:
+        beliefs, actions, whys = alts
+        stage4 = "counterfactual_beliefs_actions"
+        if beliefs is None:
+            q_reject("belief", stage4, "no_usable_alternative", "; ".join(w for w in whys if w.startswith("belief")))
+        else:
+            passed("keyword filter", "belief")  # beliefs are neither simplified nor keyword-filtered
+            choices["belief"] = (truth.belief, beliefs, [stage4] * 3, {})
+        if actions is None:
+            q_reject("actions", stage4, "no_usable_alternative", "; ".join(w for w in whys if w.startswith("actions")))
+        else:
+            passed("counterfactual", "actions")
+            changed = [False] * 3
+            try:
+                if cfg.simplify:
+                    actions, changed = simplify(ctx, cfg, index, actions)
+                passed("keyword filter", "actions")
+                choices["actions"] = (truth.actions, actions, [stage4] * 3, {"simplified": changed})
+            except StageFailure as e:
+                q_reject("actions", e.stage, e.reason, e.detail, e.raw)
+
+    # stage 6: length and similarity filters; stage 7: assembly
+    for q, (truth_text, wrongs, origins, extra) in choices.items():
+        problem = length_problem(truth_text, wrongs, cfg.length_ratio, cfg.length_unit)
+        if problem:
+            q_reject(q, "filter.length", *problem)
+            continue
+        passed("length filter", q)
+        problem = similarity_problem(ctx.embedder, [truth_text, *wrongs], cfg.max_similarity) \
+            if cfg.max_similarity is not None else None
+        if problem:
+            q_reject(q, "filter.similarity", *problem)
+            continue
+        passed("similarity filter", q)
+        rec = assemble(ctx, index, clip, q, truth_text, wrongs, origins, truth, extra)
+        per_q[q] = rec
+        res.csv_rows[q] = csv_row(rec, truth_text)
+    res.items = [per_q[q] for q in EGOTOM_TYPES if q in per_q]
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+# --------------------------------------------------------------------------- the generator
+
+
+@generator("tom", config=TomConfig)
+def tom(cfg: TomConfig, ctx: RunContext) -> Iterator[list[TomQuestion | Reject]]:
+    """EgoToM causal goal/belief/action questions with counterfactual wrong answers (input=narrations)."""
+    clips = read_input(cfg)
+    path = cfg.input_path()
+    assert path is not None
+    for f in input_files(path, clips[0].fmt):
+        ctx.record_input(f)
+    results: list[ClipResult] = []
+    indices = list(ctx.indices())
+    step = max(1, cfg.llm.concurrency)
+    for start in range(0, len(indices), step):
+        batch = indices[start:start + step]
+        for res in ctx.map(lambda i: process_clip(ctx, cfg, i, clips[i]), batch):
+            results.append(res)
+            yield res.items
+    rows = funnel_rows(results, steps(cfg))
+    excluded = Counter(r.selection_fail for r in results if r.selection_fail)
+    not_applicable = Counter(rule for r in results for rule in r.skipped_rules)
+    selected = [r.seconds for r in results if r.selection_fail is None and r.reached["goal"] > 1]
+    ctx.extra["funnel"] = {
+        "steps": rows,
+        "selection": {"excluded_by_reason": dict(sorted(excluded.items())),
+                      "rules_not_applicable": dict(sorted(not_applicable.items()))},
+        "clips_in_input": len(clips),
+        "seconds_per_clip": round(sum(r.seconds for r in results) / max(1, len(results)), 3),
+        "seconds_per_selected_clip": round(sum(selected) / max(1, len(selected)), 3),
+    }
+    if cfg.export_csv:
+        for q in EGOTOM_TYPES:
+            out = ctx.out_dir / f"egotom_{q}_shuffled.csv"
+            tmp = out.with_name(out.name + ".tmp")
+            write_egotom_csv([r.csv_rows[q] for r in results if q in r.csv_rows], q, tmp)
+            os.replace(tmp, out)
+    if cfg.progress != "off":
+        print_funnel(rows, excluded)

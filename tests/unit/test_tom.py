@@ -1,0 +1,927 @@
+"""The ``tom`` generator (EgoToM causal QA): input parsing, clip selection, each LLM stage's
+prompt and parsing with the scripted fake LLM, transition validation, every filter with planted
+cases, assembly (surface forms, seeded shuffles), no leak of the future, the EgoToM CSV export,
+the funnel, and the generator end to end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+import generators  # noqa: F401  (fills the registry)
+from gen.errors import ConfigError, InputError, MissingInputError
+from gen.llm import scripted_llm
+from gen.mcq import EGOTOM_QUESTION, egotom_columns, load_banks
+from gen.run import RunContext, run
+from generators.tom import (
+    Clip,
+    Line,
+    StageFailure,
+    TomConfig,
+    analysis,
+    candidates,
+    check_transition,
+    counterfactual_beliefs_actions,
+    counterfactual_goals,
+    fmt_line,
+    fmt_time,
+    in_window,
+    join_actions,
+    keyword_hits,
+    length_problem,
+    norm_belief,
+    norm_goal,
+    norm_sentence,
+    numbered,
+    parse_time,
+    read_input,
+    selection,
+    similarity_problem,
+    simplify,
+    speaker_of,
+)
+from schemas.tom import TomQuestion
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tom"
+NARRATION = FIXTURES / "narration.json"
+TIMELINES = FIXTURES / "timelines.jsonl"
+EGOTOM = Path(__file__).resolve().parents[3] / "shared" / "data" / "egotom_paper"
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+TYPES = ("goal", "belief", "actions")
+
+# --------------------------------------------------------------------------- fakes
+
+
+class FakeEmbedder:
+    """Bag-of-words hashing vectors: identical texts give cosine 1, unrelated ones near 0."""
+
+    def __init__(self, fixed: dict[str, list[float]] | None = None):
+        self.fixed = fixed or {}
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.calls.append(list(texts))
+        out = []
+        for t in texts:
+            v = np.zeros(256, dtype=np.float32)
+            if t in self.fixed:
+                v[:len(self.fixed[t])] = self.fixed[t]
+            else:
+                for w in re.findall(r"\w+", t.lower()):
+                    v[int(hashlib.md5(w.encode()).hexdigest(), 16) % 256] += 1
+            out.append(v / np.linalg.norm(v))
+        return np.stack(out)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "fake"}
+
+
+MARKERS = {
+    "analysis": "Analyse C's behaviour in these narrations",
+    "goals": "Propose three wrong goals",
+    "beliefs_actions": "Propose three other beliefs",
+    "simplify": "Shorten each sentence",
+}
+
+
+def stage_of(messages: list[dict[str, str]]) -> tuple[str, str]:
+    """The stage a prompt is for, and its own request (the last user turn with a marker)."""
+    for m in reversed(messages):
+        if m["role"] != "user":
+            continue
+        for stage, marker in MARKERS.items():
+            if marker in m["content"]:
+                return stage, m["content"]
+    raise AssertionError("not a tom prompt")
+
+
+def allowed_range(request: str) -> tuple[int, int]:
+    m = re.search(r"one of lines (\d+) to (\d+)", request)
+    assert m, request
+    return int(m[1]), int(m[2])
+
+
+GOOD = {
+    "analysis": lambda req: {"transition_line": sum(allowed_range(req)) // 2, "future_goal": "wash the dishes",
+                             "next_actions": ["turns off the stove", "carries the board to the sink",
+                                              "scrubs the board"],
+                             "belief": "the soup is ready"},
+    "goals": lambda req: {"wrong_goals": ["To bake a cake.", "To set the table.", "To sweep the floor."]},
+    "beliefs_actions": lambda req: {"alternatives": [
+        {"belief": "the soup needs more salt", "next_actions": ["picks the salt", "adds salt to the pot", "stirs the pot"]},
+        {"belief": "the carrots are still hard", "next_actions": ["lifts the lid", "pokes a carrot", "puts the lid back"]},
+        {"belief": "the pot is about to boil over", "next_actions": ["lowers the heat", "moves the pot", "wipes the stove"]},
+    ]},
+    "simplify": lambda req: {"simplified": ["C picks the salt, adds salt, and stirs the pot.",
+                                            "C lifts the lid, pokes a carrot, and puts the lid back.",
+                                            "C lowers the heat, moves the pot, and wipes the stove."]},
+}
+
+
+class Script:
+    """A scripted LLM by stage: good answers by default; ``plan[stage]`` is a list of outputs (a
+    dict, a raw text, a ``(text, finish_reason)`` tuple, or ``f(request) -> dict``) served first,
+    optionally per clip via ``when(request) -> bool``. Every call is logged."""
+
+    def __init__(self, plan: dict[str, list[Any]] | None = None,
+                 when: Callable[[str, str], bool] | None = None):
+        self.plan = {k: list(v) for k, v in (plan or {}).items()}
+        self.when = when or (lambda stage, req: True)
+        self.log: list[SimpleNamespace] = []
+
+    def __call__(self, messages: list[dict[str, str]], seed: int) -> Any:
+        stage, req = stage_of(messages)
+        self.log.append(SimpleNamespace(stage=stage, request=req, messages=[dict(m) for m in messages], seed=seed))
+        queue = self.plan.get(stage)
+        out: Any = GOOD[stage]
+        if queue and self.when(stage, req):
+            out = queue.pop(0)
+        if callable(out):
+            out = out(req)
+        return json.dumps(out) if isinstance(out, dict) else out
+
+    def calls(self, stage: str) -> list[SimpleNamespace]:
+        return [c for c in self.log if c.stage == stage]
+
+
+def make_ctx(tmp_path: Path, script: Script | None = None, embedder: Any = None, **cfg: Any) -> RunContext:
+    settings = TomConfig(**{"input": str(NARRATION), "cache_dir": None, "progress": "off", **cfg})
+    ctx = RunContext("tom", settings, tmp_path)
+    ctx.__dict__["llm"] = scripted_llm(script or Script())
+    ctx.__dict__["embedder"] = embedder or FakeEmbedder()
+    return ctx
+
+
+def run_tom(out: Path, script: Script | None = None, embedder: Any = None, **cfg: Any):
+    ctx = make_ctx(out, script, embedder, **cfg)
+    result = run("tom", ctx.cfg, out, ctx=ctx, quiet=True)
+    return result, ctx
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+def clip_of(n: int = 80, duration: float = 300.0, *, fmt: str = "jsonl", speaker: str = "C",
+            texts: Callable[[int], str] | None = None) -> Clip:
+    """A synthetic clip: ``n`` lines evenly over ``[1, duration - 2]``, unique texts."""
+    lines = []
+    for i in range(n):
+        t = 1 + i * (duration - 3) / max(1, n - 1)
+        text = texts(i) if texts else f"#{speaker} {speaker} does step {i}."
+        lines.append(Line(t, text, speaker_of(text)))
+    return Clip(f"clip{n}", "video", fmt, "test", lines=lines, summary="C works.", duration=duration)  # type: ignore[arg-type]
+
+
+def cfg_for(**kw: Any) -> TomConfig:
+    return TomConfig(**{"input": str(NARRATION), "cache_dir": None, **kw})
+
+
+# --------------------------------------------------------------------------- 1. parsing
+
+
+@pytest.mark.parametrize(("value", "sec"), [
+    ("03m:18s", 198.0), ("3m18s", 198.0), ("03m:18.5s", 198.5), (" 00m:00s ", 0.0), ("03:18", 198.0),
+    ("1:02:03", 3723.0), ("198", 198.0), ("198.25", 198.25), ("198s", 198.0), ("4m", 240.0),
+    (12, 12.0), (12.5, 12.5), (0, 0.0),
+])
+def test_parse_time_accepts_the_usual_forms(value: Any, sec: float) -> None:
+    assert parse_time(value) == sec
+
+
+@pytest.mark.parametrize("value", [None, "soon", "", "-3", -1, float("nan"), float("inf"), True, "03m:18x", [1], "1:2:3:4"])
+def test_parse_time_rejects_non_times(value: Any) -> None:
+    assert parse_time(value) is None
+
+
+def test_fmt_time_matches_egotom() -> None:
+    assert fmt_time(0) == "00m:00s" and fmt_time(198.9) == "03m:18s" and fmt_time(3600) == "60m:00s"
+    assert fmt_line(Line(61, "#C C picks a cup", "C")) == "    01m:01s | #C C picks a cup"
+
+
+@pytest.mark.parametrize(("text", "who"), [
+    ("#C C picks a cup", "C"), ("#c c hold the angle grinder", "C"), ("# C C takes blade", "C"),
+    ("#CC puts the cardboard paper", "C"), ("#$C C rolls blended potato", "C"), ("$#C C picks a drill", "C"),
+    ("y#C C hands the rope", "C"), ("#CCtalks to #OO", "C"), ("C C feels the knife edges.", "C"),
+    ("#O man X gives C a cup", "O"), ("#o person x points", "O"), ("#x x drops dice", "O"), ("#X X fixes C camera", "O"),
+    ("passes the vase to his left hand", "?"), ("cabinet", "?"), ("#unsure", "?"), ("#summary C cooks", "?"),
+])
+def test_speaker_tags_as_found_in_real_narrations(text: str, who: str) -> None:
+    assert speaker_of(text) == who
+
+
+def test_ego4d_fixture_is_cut_at_summaries() -> None:
+    clips = read_input(cfg_for())
+    assert len(clips) == 9  # the redacted video has no pass
+    ids = [c.clip_id for c in clips]
+    assert ids[0] == "0a1b2c3d-0000-4000-8000-000000000001~pass_1~0-80"
+    assert ids[3] == "0a1b2c3d-0000-4000-8000-000000000002~pass_1~84-109"  # second summary of the pass
+    first = clips[0]
+    assert first.fmt == "ego4d" and first.vuid == "0a1b2c3d-0000-4000-8000-000000000001"
+    assert first.summary == "C makes a vegetable soup and cleans up."  # "#summary" tag stripped
+    assert first.duration == 300.0 and len(first.lines) == 80 and first.start_sec == 0.0
+    workshop = clips[2]
+    assert workshop.start_sec == 10.0 and workshop.lines[0].t == pytest.approx(1.0)  # relative to the summary
+    assert all(a.t <= b.t for c in clips for a, b in zip(c.lines, c.lines[1:], strict=False))
+    bad = clips[7]
+    assert bad.problems and "narration.json" in bad.problems[0] and "narrations[30]" in bad.problems[0]
+    assert "bad timestamp None" in bad.problems[0]
+    assert sum(bool(c.problems) for c in clips) == 1
+
+
+def test_ego4d_malformed_entries_are_reported_not_raised(tmp_path: Path) -> None:
+    good = [{"timestamp_sec": 1.0 + i, "narration_text": f"#C C step {i}"} for i in range(10)]
+    data = {
+        "v1": {"narration_pass_1": {"narrations": [*good[:5], {"timestamp_sec": 6.5, "narration_text": ""},
+                                                   "oops", *good[5:]],
+                                    "summaries": [{"start_sec": 0, "end_sec": 20, "summary_text": "#summary x"},
+                                                  {"start_sec": 30}]}},
+        "v2": "not a video",
+        "v3": {"narration_pass_1": {"narrations": good}},  # no summaries: the whole pass is one clip
+    }
+    path = tmp_path / "narration.json"
+    path.write_text(json.dumps(data))
+    clips = read_input(cfg_for(input=str(path)))
+    by_id = {c.clip_id: c for c in clips}
+    c1 = by_id["v1~pass_1~0-10"]
+    assert len(c1.lines) == 10 and len(c1.problems) == 2
+    assert any("narrations[5]: empty or missing narration text" in p for p in c1.problems)
+    assert any("narrations[6]: not an object" in p for p in c1.problems)
+    assert "summaries[1]" in by_id["v1~pass_1~summary1"].problems[0]
+    assert by_id["v2"].problems == [f"{path}: v2: not an object"]
+    assert len(by_id["v3~pass_1~0-10"].lines) == 10 and not by_id["v3~pass_1~0-10"].problems
+
+
+def test_ego4d_unparseable_file_is_an_input_error_with_line(tmp_path: Path) -> None:
+    path = tmp_path / "narration.json"
+    path.write_text('{\n "v1": {\n  "narration_pass_1": [,]\n }\n}\n')
+    with pytest.raises(ValueError, match=r"narration\.json:3: not valid JSON"):
+        cfg_for(input=str(path))
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="expected Ego4D's layout"):
+        cfg_for(input=str(path))
+
+
+def write_csv(path: Path, rows: list[dict[str, str]], q: str = "goal") -> Path:
+    cols = egotom_columns(q)
+    pl.DataFrame({c: [r.get(c, "") for r in rows] for c in cols}, schema=dict.fromkeys(cols, pl.String)).write_csv(path)
+    return path
+
+
+def csv_row(cuid: str, lines: list[str], start: str = "100.5") -> dict[str, str]:
+    return {"vuid": cuid.split("~")[0], "cuid": cuid, "narrations_in_context": "\n".join(lines),
+            "gt_goal": "To x.", "goal_choice_a": "To x.", "goal_choice_b": "To y.", "goal_choice_c": "To z.",
+            "clip_start_time": start, "clip_end_time": "300.0"}
+
+
+def test_egotom_csv_rows_become_clips_once_per_cuid(tmp_path: Path) -> None:
+    lines = [f"    {fmt_time(5 * i)} | #C C step {i}" for i in range(40)]
+    folder = tmp_path / "bank"
+    folder.mkdir()
+    write_csv(folder / "egotom_goal_shuffled.csv", [
+        csv_row("v1~pass_1~0-90", lines), csv_row("v2~pass_2~3-70", [*lines[:3], "garbage without a bar", *lines[3:]]),
+    ])
+    write_csv(folder / "egotom_belief_shuffled.csv",
+              [{**csv_row("v1~pass_1~0-90", lines), "gt_belief": "C believes."}], q="belief")
+    clips = read_input(cfg_for(input=str(folder)))
+    assert [c.clip_id for c in clips] == ["v1~pass_1~0-90", "v2~pass_2~3-70"]  # belief row is the same clip
+    c1, c2 = clips
+    assert c1.fmt == "egotom_csv" and c1.vuid == "v1" and c1.start_sec == 100.5 and c1.duration is None
+    assert [ln.t for ln in c1.lines[:3]] == [0.0, 5.0, 10.0] and c1.lines[1].text == "#C C step 1"
+    assert len(c2.problems) == 1 and "row 2" in c2.problems[0] and "narration line 4" in c2.problems[0]
+    assert "egotom_goal_shuffled.csv" in c2.problems[0]
+
+
+def test_egotom_csv_without_its_columns_is_an_input_error(tmp_path: Path) -> None:
+    path = tmp_path / "x.csv"
+    pl.DataFrame({"cuid": ["a"], "text": ["b"]}).write_csv(path)
+    with pytest.raises(ValueError, match="missing EgoToM column"):
+        cfg_for(input=str(path))
+
+
+@pytest.mark.skipif(not EGOTOM.is_dir(), reason="EgoToM paper data not present")
+def test_real_egotom_csvs_parse_without_problems() -> None:
+    clips = read_input(cfg_for(input=str(EGOTOM)))
+    assert len(clips) == 579  # 706 rows over three files, 579 distinct cuids
+    assert not [c.problems for c in clips if c.problems]
+    assert all(c.lines and c.duration is None for c in clips)
+    # robust tags: few clips fall under 60% about C once "#c c", "#CC"... count as C
+    assert sum(selection(c, cfg_for(input=str(EGOTOM)))[0] != [] for c in clips) <= 5
+
+
+def test_jsonl_fixture_reports_bad_lines_with_file_and_line() -> None:
+    clips = read_input(cfg_for(input=str(TIMELINES)))
+    assert [c.clip_id for c in clips] == ["bake-001", "bike-001", "timelines:3", "bake-002"]
+    bake, bike, cut, bad = clips
+    assert bake.start_sec == 120.0 and bake.duration == 300.0 and bake.summary == "C bakes a loaf of bread."
+    assert bike.lines[1].t == 6.0 and bike.vuid == "bike-001"  # "00m:06s" strings parse
+    assert len(cut.problems) == 1 and cut.problems[0].startswith(f"{TIMELINES}:3: not valid JSON")
+    assert bad.problems == [f"{TIMELINES}:4: narrations[10]: bad timestamp 'soon'"]
+
+
+def test_n_defaults_to_every_clip_and_limits(tmp_path: Path) -> None:
+    assert cfg_for().n == 9
+    assert cfg_for(n=2).n == 2
+    assert cfg_for(n=50).n == 9  # n limits; it never invents clips
+    assert cfg_for(input=str(TIMELINES)).n == 4
+
+
+def test_input_is_required_and_must_exist(tmp_path: Path) -> None:
+    # input errors surface as validation errors (the CLI prints them in one line, exit 2)
+    with pytest.raises(ValueError, match="input= is required"):
+        TomConfig(cache_dir=None)
+    with pytest.raises(MissingInputError):
+        TomConfig(input=str(tmp_path / "nope.json"))
+    (tmp_path / "clips.txt").write_text("x")
+    with pytest.raises(ValueError, match="cannot tell the format"):
+        TomConfig(input=str(tmp_path / "clips.txt"))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(ValueError, match="no clips found"):
+        TomConfig(input=str(empty))
+    assert issubclass(InputError, ValueError) and issubclass(ConfigError, ValueError)
+
+
+def test_config_options() -> None:
+    cfg = cfg_for(time_window=["2m30s", "04m:30s"])
+    assert cfg.window == (150.0, 270.0)
+    with pytest.raises(ValueError, match="time_window"):
+        cfg_for(time_window=[300, 100])
+    with pytest.raises(ValueError, match="max_lines"):
+        cfg_for(min_lines=100, max_lines=50)
+    assert cfg_for(time_window=None).window is None
+
+
+def test_conf_yaml_composes_and_reaches_pydantic() -> None:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from gen.cli import settings_from
+    from gen.paths import CONF
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base=None, job_name="test"):
+            cfg = compose("config", overrides=["generator=tom", f"input={NARRATION}"])
+        settings = settings_from("tom", cfg)
+    finally:
+        GlobalHydra.instance().clear()
+    assert isinstance(settings, TomConfig) and settings.n == 9
+    dumped = settings.model_dump(mode="json")
+    for key, value in OmegaConf.to_container(OmegaConf.load(CONF / "generator" / "tom.yaml")).items():
+        assert key in TomConfig.model_fields, key
+        if key != "n":
+            assert dumped[key] == value, key
+
+
+# --------------------------------------------------------------------------- 2. selection
+
+
+@pytest.mark.parametrize(("clip", "reason"), [
+    (clip_of(80, 299.0), "too_short"),
+    (clip_of(59), "too_few_lines"),
+    (clip_of(181), "too_many_lines"),
+    (clip_of(80, texts=lambda i: "#C C picks #unsure" if i == 40 else f"#C C step {i}"), "uncertain"),
+    (clip_of(80, texts=lambda i: "#C C picks #Unknown thing" if i == 3 else f"#C C step {i}"), "uncertain"),
+    (clip_of(80, texts=lambda i: f"#O man X step {i}" if i % 2 else f"#C C step {i}"), "few_c_lines"),
+])
+def test_selection_rules(clip: Clip, reason: str) -> None:
+    fails, skipped = selection(clip, cfg_for())
+    assert [f[0] for f in fails] == [reason] and not skipped
+
+
+def test_selection_passes_a_good_clip_and_is_configurable() -> None:
+    assert selection(clip_of(80), cfg_for()) == ([], [])
+    assert selection(clip_of(80, 200.0), cfg_for(min_duration=0))[0] == []
+    assert selection(clip_of(30), cfg_for(min_lines=20))[0] == []
+    assert selection(clip_of(400), cfg_for(max_lines=None))[0] == []
+    odd = clip_of(80, texts=lambda i: f"#O man X step {i}" if i % 2 else f"#C C step {i}")
+    assert selection(odd, cfg_for(min_c_share=0.5))[0] == []
+    tagged = clip_of(80, texts=lambda i: "#C C picks #unsure" if i == 40 else f"#C C step {i}")
+    assert selection(tagged, cfg_for(exclude_tags=[]))[0] == []
+    several = clip_of(30, 100.0)
+    assert [f[0] for f in selection(several, cfg_for())[0]] == ["too_short", "too_few_lines"]
+
+
+def test_csv_clips_skip_rules_about_the_whole_clip() -> None:
+    """An EgoToM CSV row holds only the context before EgoToM's query moment (~3 min, ~60
+    lines): duration and line count cannot be judged, the tag and C-share rules can."""
+    short = clip_of(30, 180.0, fmt="egotom_csv")
+    short.duration = None
+    fails, skipped = selection(short, cfg_for())
+    assert fails == [] and skipped == ["duration", "lines"]
+    others = clip_of(30, 180.0, fmt="egotom_csv", speaker="O")
+    assert [f[0] for f in selection(others, cfg_for())[0]] == ["few_c_lines"]
+
+
+# --------------------------------------------------------------------------- 3. surface forms
+
+
+@pytest.mark.parametrize(("raw", "goal"), [
+    ("wash the dishes", "To wash the dishes."), ("To wash the dishes.", "To wash the dishes."),
+    ("C's goal is to wash the dishes", "To wash the dishes."), ("Future goal: To sew a cloth.", "To sew a cloth."),
+    ("C wants to fix the bike!", "To fix the bike."), ("C washes the car", "To wash the car."),
+    ("C tidies the room", "To tidy the room."), ("Washing the dishes", "Washing the dishes."), ("  ", ""),
+])
+def test_goal_surface_form(raw: str, goal: str) -> None:
+    assert norm_goal(raw) == goal
+
+
+@pytest.mark.parametrize(("raw", "belief"), [
+    ("the soup is ready", "C believes that the soup is ready."),
+    ("C believes that the soup is ready.", "C believes that the soup is ready."),
+    ("C thinks the pot is hot", "C believes that the pot is hot."),
+    ("Belief: The TV is on", "C believes that the TV is on."),
+    ("that C has enough flour", "C believes that C has enough flour."),
+])
+def test_belief_surface_form(raw: str, belief: str) -> None:
+    assert norm_belief(raw) == belief
+
+
+def test_action_surface_forms() -> None:
+    assert join_actions(["#C C picks the salt", "C adds salt.", "then stirs the pot"]) == \
+        "C picks the salt, adds salt, and stirs the pot."
+    assert join_actions(["Picks a cup", "fills it"]) == "C picks a cup and fills it."
+    assert norm_sentence("picks the salt, adds salt, and stirs the pot") == "C picks the salt, adds salt, and stirs the pot."
+    assert norm_sentence("#C C picks x..") == "C picks x."
+    from generators.tom import action_count
+
+    assert action_count("C picks a cup, fills it, and drinks.") == 3 and action_count("C to the toilet.") == 1
+    assert action_count("C picks a cup and fills it.") == 2 and action_count("C a, b and c then d.") == 4
+
+
+# --------------------------------------------------------------------------- 4. stage 2 and the transition
+
+
+def fixture_clip(i: int = 0) -> Clip:
+    return read_input(cfg_for())[i]
+
+
+def test_analysis_prompt_schema_and_parse(tmp_path: Path) -> None:
+    script = Script()
+    ctx = make_ctx(tmp_path, script)
+    clip = fixture_clip()
+    allowed = candidates(clip, ctx.cfg)
+    truth = analysis(ctx, ctx.cfg, 0, clip, allowed)
+    (call,) = script.calls("analysis")
+    req = call.request
+    for line in numbered(clip):  # the whole timeline, numbered
+        assert line in req
+    assert "Summary of the whole video: C makes a vegetable soup and cleans up." in req
+    assert allowed_range(req) == (allowed[0] + 1, allowed[-1] + 1)
+    schema = ctx.llm.calls[0]["response_format"]["schema"]
+    assert schema["properties"]["transition_line"]["enum"] == [i + 1 for i in allowed]
+    assert schema["properties"]["future_goal"]["pattern"].endswith("{1,64}$")
+    assert call.messages[0]["role"] == "system" and any(m["role"] == "assistant" for m in call.messages)  # one-shot
+    assert truth.index == sum(allowed_range(req)) // 2 - 1
+    assert (truth.goal, truth.belief) == ("To wash the dishes.", "C believes that the soup is ready.")
+    assert truth.actions == "C turns off the stove, carries the board to the sink, and scrubs the board."
+
+
+@pytest.mark.parametrize(("line_no", "reason"), [
+    (0, "transition_unknown"), (81, "transition_unknown"), (999, "transition_unknown"),
+    (1, "transition_first_half"), (40, "transition_first_half"),
+    (79, "transition_too_late"), (80, "transition_too_late"),
+])
+def test_transition_validation(line_no: int, reason: str) -> None:
+    clip = fixture_clip()  # 80 lines, 300 s
+    problem = check_transition(line_no, clip, cfg_for(time_window=None))
+    assert problem is not None and problem[0] == reason
+
+
+def test_transition_validation_window_and_valid_lines() -> None:
+    clip = fixture_clip()
+    cfg = cfg_for()
+    ok = [i + 1 for i in range(80) if check_transition(i + 1, clip, cfg) is None]
+    assert ok and all(41 <= n <= 78 and 150 <= clip.lines[n - 1].t <= 270 for n in ok)
+    outside = next(n for n in range(41, 79) if clip.lines[n - 1].t > 270)
+    assert check_transition(outside, clip, cfg)[0] == "transition_outside_window"  # type: ignore[index]
+    assert check_transition(outside, clip, cfg_for(restrict_to_window=False)) is None
+
+
+def test_invalid_transition_is_regenerated_then_rejected(tmp_path: Path) -> None:
+    bad = {"transition_line": 3, "future_goal": "x y", "next_actions": ["a b", "c d", "e f"], "belief": "g h"}
+    script = Script({"analysis": [bad]})
+    ctx = make_ctx(tmp_path, script)
+    clip = fixture_clip()
+    truth = analysis(ctx, ctx.cfg, 0, clip, candidates(clip, ctx.cfg))  # 2nd attempt is good
+    assert truth.goal == "To wash the dishes." and ctx.stats["analysis.transition_first_half"] == 1
+    calls = script.calls("analysis")
+    assert len(calls) == 2 and calls[0].seed != calls[1].seed  # fresh seed per attempt
+    script = Script({"analysis": [bad, {**bad, "transition_line": 500}]})
+    ctx = make_ctx(tmp_path, script)
+    with pytest.raises(StageFailure) as e:
+        analysis(ctx, ctx.cfg, 0, clip, candidates(clip, ctx.cfg))
+    assert (e.value.stage, e.value.reason) == ("analysis", "transition_unknown")
+    assert '"transition_line":500' in (e.value.raw or "")
+
+
+def test_analysis_rejects_an_echoed_example_and_degenerate_text(tmp_path: Path) -> None:
+    echo = lambda req: {**GOOD["analysis"](req), "belief": "the old pot is too small for the roots"}  # noqa: E731
+    loop = lambda req: {**GOOD["analysis"](req), "future_goal": "cook the soup cook the soup cook the soup"}  # noqa: E731
+    clip = fixture_clip()
+    for out, reason in ((echo, "example_echo"), (loop, "repetitive")):
+        ctx = make_ctx(tmp_path, Script({"analysis": [out, out]}))
+        with pytest.raises(StageFailure) as e:
+            analysis(ctx, ctx.cfg, 0, clip, candidates(clip, ctx.cfg))
+        assert e.value.reason == reason
+
+
+def test_truncated_or_invalid_llm_output_becomes_a_reject(tmp_path: Path) -> None:
+    script = Script({"analysis": [('{"transition_line": 50, "future_goal": "To co', "length")] * 2})
+    result, _ = run_tom(tmp_path, script, n=1)
+    (rej,) = read_jsonl(tmp_path / "rejects.jsonl")
+    assert (rej["stage"], rej["reason"]) == ("analysis", "truncated") and rej["raw"].startswith('{"transition_line"')
+    assert result.accepted == 0
+
+
+# --------------------------------------------------------------------------- 5. stages 3-5
+
+
+def past_of(clip: Clip, upto: int) -> list[str]:
+    return numbered(clip)[:upto]
+
+
+def truth_for(clip: Clip, index: int = 60):
+    from generators.tom import Truth
+
+    return Truth(index, "To wash the dishes.", "C believes that the soup is ready.",
+                 "C turns off the stove, carries the board to the sink, and scrubs the board.", [])
+
+
+def test_goals_stage_prompt_and_parse(tmp_path: Path) -> None:
+    out = {"wrong_goals": ["wash the dishes", "To bake a cake", "to bake a cake."]}  # truth copy + duplicate
+    clip = fixture_clip()
+    ctx = make_ctx(tmp_path, Script({"goals": [out]}), stage_attempts=1)
+    with pytest.raises(StageFailure) as e:
+        counterfactual_goals(ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip))
+    assert (e.value.stage, e.value.reason) == ("counterfactual_goals", "too_few_wrong_goals")
+    assert ctx.stats["counterfactual_goals.same_as_truth.dropped"] == 1
+    assert ctx.stats["counterfactual_goals.duplicate.dropped"] == 1
+    ctx = make_ctx(tmp_path, Script())
+    goals = counterfactual_goals(ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip))
+    assert goals == ["To bake a cake.", "To set the table.", "To sweep the floor."]
+    req = ctx.llm.calls[0]["messages"][-1]["content"]
+    assert "C's actual goal: To wash the dishes." in req and numbered(clip)[59] in req and numbered(clip)[60] not in req
+
+
+def test_goals_stage_retries_with_a_fresh_seed(tmp_path: Path) -> None:
+    script = Script({"goals": [{"wrong_goals": ["wash the dishes", "wash the dishes", "To bake a cake"]}]})
+    ctx = make_ctx(tmp_path, script)
+    clip = fixture_clip()
+    assert len(counterfactual_goals(ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip))) == 3
+    assert len(script.calls("goals")) == 2 and ctx.stats["counterfactual_goals.too_few_wrong_goals"] == 1
+
+
+def test_beliefs_actions_stage_prompt_and_parse(tmp_path: Path) -> None:
+    clip = fixture_clip()
+    ctx = make_ctx(tmp_path, Script())
+    beliefs, actions, whys = counterfactual_beliefs_actions(ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip))
+    assert beliefs == ["C believes that the soup needs more salt.", "C believes that the carrots are still hard.",
+                       "C believes that the pot is about to boil over."]
+    assert actions[0] == "C picks the salt, adds salt to the pot, and stirs the pot." and whys == []
+    req = ctx.llm.calls[0]["messages"][-1]["content"]
+    assert "What C actually believes now: C believes that the soup is ready." in req
+    assert "What C actually does next: C turns off the stove" in req and "C's goal: To wash the dishes." in req
+    # one type unusable: the other still comes back
+    same = GOOD["beliefs_actions"](None)
+    same["alternatives"][1]["belief"] = "the soup is ready"  # the truth again
+    ctx = make_ctx(tmp_path, Script({"beliefs_actions": [same]}))
+    beliefs, actions, whys = counterfactual_beliefs_actions(ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip))
+    assert beliefs is None and actions is not None and whys == ["belief: same_as_truth: 'C believes that the soup is ready.'"]
+
+
+def test_simplify_stage(tmp_path: Path) -> None:
+    sentences = ["C picks the salt, adds salt to the pot, and stirs the pot.",
+                 "C lifts the lid, pokes a carrot, and puts the lid back.",
+                 "C lowers the heat, moves the pot, and wipes the stove."]
+    out = {"simplified": ["picks salt, adds it, and stirs", "C lifts the lid, pokes a carrot with a long fork "
+                          "slowly and carefully, and puts the lid back.", "..."]}
+    lost = {"simplified": ["C to the toilet.", "C lifts the lid and pokes a carrot.", "C lowers the heat, moves it, then wipes."]}
+    script = Script({"simplify": [out]})
+    ctx = make_ctx(tmp_path, script)
+    new, changed = simplify(ctx, ctx.cfg, 0, sentences)
+    assert new == ["C picks salt, adds it, and stirs.", sentences[1], sentences[2]]  # longer / empty: kept
+    assert changed == [True, False, False]
+    assert ctx.stats["simplify.longer.kept_original"] == 1 and ctx.stats["simplify.empty_text.kept_original"] == 1
+    req = script.calls("simplify")[0].request
+    assert all(f"{i + 1}. {s}" in req for i, s in enumerate(sentences))
+    ctx = make_ctx(tmp_path, Script({"simplify": [lost]}))
+    new, changed = simplify(ctx, ctx.cfg, 0, sentences)  # fewer than three actions: kept
+    assert new == [sentences[0], sentences[1], "C lowers the heat, moves it, then wipes."]
+    assert ctx.stats["simplify.lost_actions.kept_original"] == 2
+    ctx = make_ctx(tmp_path, Script({"simplify": [("{", "length")] * 2}))
+    with pytest.raises(StageFailure) as e:
+        simplify(ctx, ctx.cfg, 0, sentences)
+    assert (e.value.stage, e.value.reason) == ("simplify", "truncated")
+
+
+# --------------------------------------------------------------------------- 6. filters
+
+
+def test_keyword_filter_matches_word_starts() -> None:
+    kw = TomConfig.model_fields["keywords"].get_default(call_default_factory=True)
+    assert keyword_hits("To demonstrate knife skills.", kw) == ["demonstrate"]
+    assert keyword_hits("To prepare for a cooking class.", kw) == ["class"]
+    assert keyword_hits("To teach Classes.", kw) == ["class"]
+    assert keyword_hits("To train for a marathon.", kw) == ["train for"]
+    assert keyword_hits("To film a tutorial on Technique.", kw) == ["tutorial", "technique"]
+    assert keyword_hits("To declassify files.", kw) == [] and keyword_hits("To train the dog.", kw) == []
+
+
+@pytest.mark.parametrize(("truth", "wrongs", "unit", "expected"), [
+    ("x" * 16, ["x" * 10, "x" * 11], "chars", "truth_longest"),  # 16 > 1.4 * 11
+    ("x" * 14, ["x" * 10, "x" * 11], "chars", None),  # 14 <= 1.4 * 11
+    ("x" * 10, ["x" * 15, "x" * 20], "chars", "truth_shortest"),
+    ("x" * 10, ["x" * 14, "x" * 20], "chars", None),  # one wrong choice within 1.4x
+    ("a b c d e f g h", ["a b c d e", "a b c"], "words", "truth_longest"),
+    ("a b c d e f g", ["abcdefghijklmnop qrstuvwxyz", "abcdefghijklmnop"], "words", "truth_longest"),
+    ("a b c d e f g", ["abcdefghijklmnop qrstuvwxyz", "abcdefghijklmnop"], "chars", None),
+])
+def test_length_rule(truth: str, wrongs: list[str], unit: str, expected: str | None) -> None:
+    problem = length_problem(truth, wrongs, 1.4, unit)  # type: ignore[arg-type]
+    assert (problem[0] if problem else None) == expected
+    assert length_problem(truth, wrongs, None, unit) is None  # type: ignore[arg-type]
+
+
+def test_similarity_rule() -> None:
+    emb = FakeEmbedder({"a": [1, 0, 0], "b": [0.95, 0.312, 0], "c": [0, 0, 1], "d": [0, 1, 0]})
+    problem = similarity_problem(emb, ["a", "b", "c"], 0.94)
+    assert problem and problem[0] == "near_duplicate_options" and "'a' and 'b'" in problem[1]
+    assert similarity_problem(emb, ["a", "c", "d"], 0.94) is None
+    assert similarity_problem(emb, ["a", "b"], 0.96) is None  # cos(a, b) = 0.95
+    assert similarity_problem(emb, ["a", "a"], None) is None
+    assert in_window(150, (150, 270)) and in_window(270, (150, 270)) and not in_window(271, (150, 270))
+
+
+def test_keyword_filter_in_a_run(tmp_path: Path) -> None:
+    """Two wrong goals hit keywords: the goal question has only one left and is dropped; with
+    one hit the two first survivors make the 3-choice question."""
+    two = {"wrong_goals": ["To demonstrate soup for a class.", "To set the table.", "To train for a cook-off."]}
+    one = {"wrong_goals": ["To bake a cake.", "To film a tutorial.", "To set the table."]}
+    script = Script({"goals": [two, one]})
+    run_tom(tmp_path, script, n=2)
+    rejects = read_jsonl(tmp_path / "rejects.jsonl")
+    kw = [r for r in rejects if r["stage"] == "filter.keyword"]
+    assert len(kw) == 1 and kw[0]["reason"] == "too_few_wrong_goals" and "goal question" in kw[0]["detail"]
+    goals = [r for r in read_jsonl(tmp_path / "tom.jsonl") if r["question_type"] == "goal"]
+    assert len(goals) == 1
+    assert sorted(goals[0]["options"]) == ["To bake a cake.", "To set the table.", "To wash the dishes."]
+    assert goals[0]["privileged"]["dropped_wrong_goals"] == ["To film a tutorial."]
+
+
+def test_length_and_similarity_filters_in_a_run(tmp_path: Path) -> None:
+    long_goals = {"wrong_goals": ["To prepare an elaborate three course dinner", "To renovate the entire kitchen",
+                                  "To reorganise every cupboard in the house"]}
+    near = GOOD["beliefs_actions"](None)
+    near["alternatives"][0]["belief"] = "the soup is ready now"
+    emb = FakeEmbedder({"C believes that the soup is ready.": [1, 0, 0],
+                        "C believes that the soup is ready now.": [0.99, 0.141, 0]})
+    run_tom(tmp_path, Script({"goals": [long_goals], "beliefs_actions": [near]}), emb, n=1)
+    rejects = {r["stage"]: r for r in read_jsonl(tmp_path / "rejects.jsonl")}
+    assert rejects["filter.length"]["reason"] == "truth_shortest"
+    assert rejects["filter.similarity"]["reason"] == "near_duplicate_options"
+    assert "belief question" in rejects["filter.similarity"]["detail"]
+    assert [r["question_type"] for r in read_jsonl(tmp_path / "tom.jsonl")] == ["actions"]
+
+
+def test_time_window_filter_both_ways(tmp_path: Path) -> None:
+    out = tmp_path / "a"
+    script = Script()
+    run_tom(out, script, n=1, time_window=[290, 299])
+    (rej,) = read_jsonl(out / "rejects.jsonl")
+    assert (rej["stage"], rej["reason"]) == ("filter.time_window", "no_line_in_window")
+    assert not script.log  # no LLM call spent on it
+    out = tmp_path / "b"
+    run_tom(out, Script(), n=1, time_window=[10, 20], restrict_to_window=False)  # the paper's order
+    (rej,) = read_jsonl(out / "rejects.jsonl")
+    assert (rej["stage"], rej["reason"]) == ("filter.time_window", "transition_outside_window")
+    m = json.loads((out / "manifest.json").read_text())
+    assert [r["step"] for r in m["funnel"]["steps"]][2:4] == ["analysis", "time window"]
+    assert [r["goal"] for r in m["funnel"]["steps"]][:4] == [1, 1, 1, 0]
+
+
+# --------------------------------------------------------------------------- 7. end to end
+
+
+@pytest.fixture(scope="module")
+def fixture_run(tmp_path_factory) -> SimpleNamespace:
+    out = tmp_path_factory.mktemp("tom_run")
+    script = Script()
+    result, ctx = run_tom(out, script)
+    return SimpleNamespace(out=out, result=result, ctx=ctx, script=script,
+                           records=read_jsonl(out / "tom.jsonl"), rejects=read_jsonl(out / "rejects.jsonl"),
+                           manifest=json.loads((out / "manifest.json").read_text()),
+                           clips=read_input(ctx.cfg))
+
+
+def test_run_folder_reconciles(fixture_run, check_run_folder) -> None:
+    m = check_run_folder(fixture_run.out, "tom", 9, hydra=False, one_per_index=False)
+    assert m["counts"]["accepted"] == 12 and m["counts"]["rejected"] == 5
+    assert m["counts"]["rejects_by_reason"] == {"few_c_lines": 1, "malformed_line": 1, "too_few_lines": 1,
+                                                "too_short": 1, "uncertain": 1}
+    assert set(m["prompts"]) >= {"tom/analysis.jinja", "tom/goals.jinja", "tom/beliefs_actions.jinja",
+                                 "tom/simplify.jinja", "tom/_oneshot.jinja"}
+    for name in ("egotom_goal_shuffled.csv", "egotom_belief_shuffled.csv", "egotom_actions_shuffled.csv"):
+        assert name in m["outputs"]
+    # every clip ends as questions or rejects: nothing silently lost
+    indices = {r["index"] for r in fixture_run.rejects}
+    by_clip = {r["clip_id"] for r in fixture_run.records}
+    assert len(indices) + len(by_clip) == 9 and not indices & {i for i, c in enumerate(fixture_run.clips)
+                                                               if c.clip_id in by_clip}
+
+
+def test_records_are_mcq_records(fixture_run) -> None:
+    for rec in fixture_run.records:
+        q = TomQuestion.model_validate(rec)
+        assert HEX32.match(q.item_id) and q.group == q.clip_id and q.question == EGOTOM_QUESTION[q.question_type]
+        assert len(q.options) == (3 if q.question_type == "goal" else 4)
+        assert q.options[q.answer] == q.privileged["truth"][q.question_type]
+        assert q.origins is not None and q.origins[q.answer] == "truth" and q.origins.count("truth") == 1
+        assert len(set(q.options)) == len(q.options)
+        assert q.privileged["source"].startswith(f"{NARRATION}: {q.vuid}.narration_pass_")  # provenance
+    assert len({r["item_id"] for r in fixture_run.records}) == len(fixture_run.records)
+    first = fixture_run.records[0]
+    assert first["options"][first["answer"]] == "To wash the dishes."
+    assert all(o.startswith("C believes that ") for r in fixture_run.records if r["question_type"] == "belief"
+               for o in r["options"])
+    assert all(re.match(r"^C .+, .+, and .+\.$", o) for r in fixture_run.records
+               if r["question_type"] == "actions" for o in r["options"])
+
+
+def test_no_future_narration_is_visible(fixture_run) -> None:
+    clips = {c.clip_id: c for c in fixture_run.clips}
+    for rec in fixture_run.records:
+        clip = clips[rec["clip_id"]]
+        context = rec["visible"]["context"].split("\n")
+        k = len(context)
+        assert context == [fmt_line(ln) for ln in clip.lines[:k]]  # exactly the past, in EgoToM's form
+        assert rec["visible"]["query_time"] == fmt_time(clip.lines[k].t)
+        assert rec["query_sec"] == clip.lines[k].t and rec["clip_end_time"] == pytest.approx(clip.start_sec + clip.lines[k].t)
+        future = rec["privileged"]["future"].split("\n")
+        assert future == [fmt_line(ln) for ln in clip.lines[k:]] and rec["privileged"]["transition"] == future[0]
+        visible_text = json.dumps(rec["visible"])
+        assert not any(f.strip() in visible_text for f in future)
+        assert rec["privileged"]["summary"] not in visible_text
+        assert set(rec["visible"]) == {"context", "query_time"}
+
+
+def test_counterfactual_prompts_never_see_the_future(fixture_run) -> None:
+    clips = [c for c in fixture_run.clips if not c.problems]
+    by_goal = {}
+    for call in fixture_run.script.log:
+        if call.stage == "analysis":
+            clip = next(c for c in clips if numbered(c)[0] in call.request and numbered(c)[-1] in call.request)
+            by_goal = {"clip": clip}
+            continue
+        clip = by_goal["clip"]
+        rec = next(r for r in fixture_run.records if r["clip_id"] == clip.clip_id)
+        k = len(rec["visible"]["context"].split("\n"))
+        text = "\n".join(m["content"] for m in call.messages)
+        future = [ln.text for ln in clip.lines[k:]]
+        past = numbered(clip)[:k]
+        if call.stage in ("goals", "beliefs_actions"):
+            assert all(p in call.request for p in past)  # the whole past...
+        assert not any(line in text for line in numbered(clip)[k:])  # ...and no future line
+        assert not any(fmt_line(ln).strip() in text for ln in clip.lines[k:])
+        assert not [f for f in future if f in text and not any(f == ln.text for ln in clip.lines[:k])]
+    assert {c.stage for c in fixture_run.script.log} == {"analysis", "goals", "beliefs_actions", "simplify"}
+
+
+def test_export_csvs_have_egotom_columns_and_load(fixture_run) -> None:
+    out = fixture_run.out
+    for q in TYPES:
+        df = pl.read_csv(out / f"egotom_{q}_shuffled.csv", infer_schema_length=0)
+        assert df.columns == egotom_columns(q)
+        if EGOTOM.is_dir():  # the real files' header, exactly
+            assert (EGOTOM / f"egotom_{q}_shuffled.csv").read_text().splitlines()[0] == ",".join(df.columns)
+        recs = [r for r in fixture_run.records if r["question_type"] == q]
+        assert df.height == len(recs) == 4
+        for row, rec in zip(df.iter_rows(named=True), recs, strict=True):
+            assert row["cuid"] == rec["clip_id"] and row["narrations_in_context"] == rec["visible"]["context"]
+            assert row[f"gt_{q}"] == rec["options"][rec["answer"]]
+            assert [row[c] for c in egotom_columns(q) if "_choice_" in c] == rec["options"]
+            assert float(row["clip_end_time"]) == pytest.approx(rec["clip_end_time"])
+    banks = load_banks(out)  # a run folder: tom.jsonl first
+    assert len(banks) == 1 and banks[0].path.name == "tom.jsonl" and banks[0].format == "jsonl"
+    assert len(banks[0].items) == 12
+    item = banks[0].items[0]
+    assert item.context == fixture_run.records[0]["visible"]["context"] and item.group == fixture_run.records[0]["clip_id"]
+    assert "privileged.future" in item.privileged
+    (csv_bank,) = load_banks(out / "egotom_belief_shuffled.csv")
+    assert [i.answer for i in csv_bank.items] == [r["answer"] for r in fixture_run.records if r["question_type"] == "belief"]
+
+
+def test_funnel_in_manifest(fixture_run) -> None:
+    f = fixture_run.manifest["funnel"]
+    steps = [r["step"] for r in f["steps"]]
+    assert steps == ["clips in", "selected", "time window", "analysis", "counterfactual", "simplify",
+                     "keyword filter", "length filter", "similarity filter"]
+    assert f["steps"][0] == {"step": "clips in", "goal": 9, "belief": 9, "actions": 9}
+    assert f["steps"][1]["goal"] == 4 and f["steps"][-1] == {"step": "similarity filter", "goal": 4, "belief": 4,
+                                                             "actions": 4}
+    assert f["selection"]["excluded_by_reason"] == {"few_c_lines": 1, "too_few_lines": 1, "too_short": 1, "uncertain": 1}
+    assert f["clips_in_input"] == 9 and f["seconds_per_clip"] >= 0
+
+
+def test_funnel_counts_each_stage_drop(tmp_path: Path) -> None:
+    """Plant one failure per stage on successive clips of a 6-clip JSONL: the funnel falls by
+    one at each step and each drop is a reject with its stage."""
+    base = json.loads(TIMELINES.read_text().splitlines()[0])
+    path = tmp_path / "six.jsonl"
+    path.write_text("".join(json.dumps({**base, "clip_id": f"c{i}", "summary": f"clip c{i}"}) + "\n" for i in range(6)))
+    bad_goals = {"wrong_goals": ["To demonstrate it.", "To compete.", "To bake."]}
+    bad_alts = "not json"
+    long_simpl = ('{"simplified": ["C', "length")
+    plan = {"analysis": [{"transition_line": 1, "future_goal": "a b", "next_actions": ["a", "b", "c"], "belief": "d e"}] * 2,
+            "goals": [bad_goals] * 2, "beliefs_actions": [bad_alts] * 6, "simplify": [long_simpl] * 2}
+    order = {"analysis": "c0", "goals": "c1", "beliefs_actions": "c2", "simplify": "c3"}
+    script = Script(plan, when=lambda stage, req: f"clip {order[stage]}" in req or (
+        stage != "analysis" and current["clip"] == order[stage]))
+    current = {"clip": ""}
+    orig = script.__call__
+
+    def tracking(messages, seed):
+        stage, req = stage_of(messages)
+        m = re.search(r"Summary of the whole video: clip (c\d)", req)
+        if m:
+            current["clip"] = m.group(1)
+        return orig(messages, seed)
+
+    ctx = make_ctx(tmp_path, None, None, input=str(path), progress="plain")
+    ctx.__dict__["llm"] = scripted_llm(tracking)
+    run("tom", ctx.cfg, tmp_path, ctx=ctx, quiet=True)
+    rejects = read_jsonl(tmp_path / "rejects.jsonl")
+    stages = sorted((r["detail"].split(":")[0].split(",")[0], r["stage"], r["reason"]) for r in rejects)
+    assert stages == [
+        ("clip c0", "analysis", "transition_first_half"),
+        ("clip c1", "filter.keyword", "too_few_wrong_goals"),
+        ("clip c2", "counterfactual_beliefs_actions", "invalid_output"),
+        ("clip c2", "counterfactual_beliefs_actions", "invalid_output"),
+        ("clip c3", "simplify", "truncated"),
+    ]
+    rows = {r["step"]: (r["goal"], r["belief"], r["actions"])
+            for r in json.loads((tmp_path / "manifest.json").read_text())["funnel"]["steps"]}
+    assert rows["clips in"] == rows["selected"] == rows["time window"] == (6, 6, 6)
+    assert rows["analysis"] == (5, 5, 5) and rows["counterfactual"] == (5, 4, 4)
+    assert rows["simplify"] == (5, 4, 3) and rows["keyword filter"] == (4, 4, 3)
+    assert rows["similarity filter"] == (4, 4, 3)
+    assert len(read_jsonl(tmp_path / "tom.jsonl")) == 11
+
+
+def test_funnel_is_printed(tmp_path: Path, capsys) -> None:
+    ctx = make_ctx(tmp_path, progress="plain", n=2)
+    run("tom", ctx.cfg, tmp_path, ctx=ctx, quiet=True)
+    out = capsys.readouterr().out
+    assert "[tom] funnel" in out and re.search(r"clips in\s+2\s+2\s+2", out)
+    assert re.search(r"similarity filter\s+2\s+2\s+2", out)
+
+
+def test_shuffles_are_seeded_and_deterministic(tmp_path: Path) -> None:
+    base = json.loads(TIMELINES.read_text().splitlines()[0])
+    path = tmp_path / "many.jsonl"
+    path.write_text("".join(json.dumps({**base, "clip_id": f"c{i}"}) + "\n" for i in range(12)))
+    outs = {}
+    for name, seed in (("a", 0), ("b", 0), ("c", 7)):
+        run_tom(tmp_path / name, input=str(path), seed=seed)
+        outs[name] = (tmp_path / name / "tom.jsonl").read_bytes()
+    assert outs["a"] == outs["b"]
+    assert outs["a"] != outs["c"]
+    recs = [json.loads(x) for x in outs["a"].decode().splitlines()]
+    for q in TYPES:
+        answers = [r["answer"] for r in recs if r["question_type"] == q]
+        assert len(answers) == 12 and len(set(answers)) >= 2  # the truth does not sit in one place
+    # the option sets are the same whatever the seed; only their order moves
+    recs_c = [json.loads(x) for x in outs["c"].decode().splitlines()]
+    assert [sorted(r["options"]) for r in recs] == [sorted(r["options"]) for r in recs_c]
+
+
+def test_n_extends_and_shards_concatenate(tmp_path: Path) -> None:
+    run_tom(tmp_path / "all", n=9)
+    run_tom(tmp_path / "s0", shard=0, num_shards=2)
+    run_tom(tmp_path / "s1", shard=1, num_shards=2)
+    run_tom(tmp_path / "n4", n=4)
+    full = (tmp_path / "all" / "tom.jsonl").read_text()
+    assert (tmp_path / "s0" / "tom.jsonl").read_text() + (tmp_path / "s1" / "tom.jsonl").read_text() == full
+    assert full.startswith((tmp_path / "n4" / "tom.jsonl").read_text())
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "narration.json"
+    bad.write_text("{not json")
+    proc = subprocess.run([sys.executable, "-m", "gen", "tom", f"input={bad}"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "narration.json:1: not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
