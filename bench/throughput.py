@@ -1,0 +1,122 @@
+"""Throughput of the same workloads on the in-process model and on llama-server with 1, 2, 4 slots.
+
+Workloads (each a real generator run into a temp folder, empty cache):
+* ``digital``: ``--n`` DCG bundles (a code-made persona pool, as in bench/digital.py);
+* ``tom``: ``--clips`` clips of the project's own narration fixture (skipped if absent).
+
+Backends: (a) ``llm=smollm2`` (llama-cpp-python in process, one call at a time),
+(b) ``llm=llama_server`` with ``parallel`` 1, 2 and 4 (the toolkit keeps that many calls in
+flight). Each configuration runs in its own process, so peak memory (max RSS of the run and
+of the server) is per configuration. Reported: wall seconds, seconds per bundle/clip,
+bundles per hour, completion tokens per second, peak RSS, and whether the records equal the
+one-slot server's.
+
+Run from the repository root:  python bench/throughput.py [--n 4] [--clips 4] [--slots 1 2 4]
+Target (issue 9): llama_server with 4 slots gives at least 1.5x the bundles per hour of (a).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TARGET = 1.5
+TOM_FIXTURE = ROOT / "tests" / "fixtures" / "tom"
+
+
+def one(workload: str, llm_args: list[str], n: int, out: Path, cache: Path, pool: Path | None) -> dict[str, Any]:
+    """One configuration in a child process (its own peak RSS), timed from outside."""
+    args = [sys.executable, "-m", "gen", workload, f"n={n}", "seed=0", "progress=off",
+            f"hydra.run.dir={out}", *llm_args]
+    if workload == "digital":
+        args.append(f"persona_file={pool}")
+    else:
+        inputs = sorted(TOM_FIXTURE.glob("*.json")) + sorted(TOM_FIXTURE.glob("*.jsonl"))
+        args.append(f"input={inputs[0]}")
+    env = dict(os.environ, GEN_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1")
+    t0 = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-1500:], "wall_seconds": wall}
+    manifest = json.loads((out / "manifest.json").read_text())
+    usage = manifest["llm_usage"]
+    records = (out / f"{workload}.jsonl").read_bytes()
+    return {
+        "wall_seconds": round(wall, 1), "run_seconds": manifest["wall_seconds"],
+        "accepted": manifest["counts"]["accepted"], "rejected": manifest["counts"]["rejected"],
+        "units": n, "seconds_per_unit": round(manifest["wall_seconds"] / n, 1),
+        "units_per_hour": round(3600 * n / manifest["wall_seconds"], 2),
+        "completion_tokens": usage["completion_tokens"], "calls": usage["calls"],
+        "tokens_per_second": round(usage["completion_tokens"] / manifest["wall_seconds"], 2),
+        # ru_maxrss of children is the largest single child (the toolkit or its server)
+        "peak_rss_mb": round(max(peak_kb, before) / 1024, 1),
+        "records_sha256": hashlib.sha256(records).hexdigest(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=4, help="DCG bundles per configuration")
+    ap.add_argument("--clips", type=int, default=4, help="tom clips per configuration")
+    ap.add_argument("--slots", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--workloads", nargs="+", default=["digital", "tom"])
+    ap.add_argument("--out", default="bench/results/throughput.json")
+    args = ap.parse_args()
+
+    from bench.digital import write_pool
+
+    configs = [("in_process", ["llm=smollm2"])] + [
+        (f"llama_server_{k}", ["llm=llama_server", f"llm.parallel={k}"]) for k in args.slots]
+    results: dict[str, Any] = {
+        "date": dt.date.today().isoformat(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                    "loadavg_before": os.getloadavg()},
+        "workloads": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp_:
+        tmp = Path(tmp_)
+        pool = write_pool(tmp / "personas.jsonl")
+        for workload in args.workloads:
+            if workload == "tom" and not any(TOM_FIXTURE.glob("*")):
+                continue
+            n = args.n if workload == "digital" else args.clips
+            rows = {}
+            for name, llm_args in configs:
+                print(f"[{workload}] {name} ...", flush=True)
+                rows[name] = one(workload, llm_args, n, tmp / workload / name, tmp / workload / name / "cache", pool)
+                print(f"  {json.dumps({k: rows[name].get(k) for k in ('wall_seconds', 'units_per_hour', 'tokens_per_second', 'peak_rss_mb', 'error')})}", flush=True)
+            base = rows["in_process"].get("units_per_hour")
+            one_slot = rows.get("llama_server_1", {}).get("records_sha256")
+            for r in rows.values():
+                if base and r.get("units_per_hour"):
+                    r["speedup_vs_in_process"] = round(r["units_per_hour"] / base, 2)
+                if one_slot and "records_sha256" in r:
+                    r["records_equal_one_slot"] = r["records_sha256"] == one_slot
+            results["workloads"][workload] = rows
+    results["machine"]["loadavg_after"] = os.getloadavg()
+    best = results["workloads"].get("digital", {}).get(f"llama_server_{max(args.slots)}", {})
+    results["target"] = {"speedup": TARGET, "digital_speedup": best.get("speedup_vs_in_process"),
+                         "met": (best.get("speedup_vs_in_process") or 0) >= TARGET}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(results["target"]))
+
+
+if __name__ == "__main__":
+    main()

