@@ -1,0 +1,602 @@
+"""No-context (blind) screening of multiple-choice items (EgoToM §3.3, MMStar).
+
+An item that an LLM answers correctly without its context (no video, narrations or app state)
+tests the language prior, not the context. Every item is asked, without its context, to a panel
+of LLMs on ``shuffles`` seeded orders of its options; it is removed when any model is correct on
+more than ``max_correct`` of them (EgoToM: more than 2 of 3), and/or when more than ``panel_k``
+models are correct on a majority of them (MMStar's panel rule).
+
+The correct option takes a different position in every shuffle (while positions last), so a
+model that always picks the same letter is right at most ``ceil(shuffles / options)`` times and
+never removes an item on its own. Two answering modes: ``generate`` (free text, a letter parsed
+from it; unparseable counts as wrong and is counted) and ``loglik`` (the answer line
+``<letter>) <option>`` scored by its length-normalised log-likelihood, as lm-evaluation-harness's
+``acc_norm``; deterministic).
+
+Outputs: ``nocontext.jsonl`` (one record per screened item, every answer), ``removed.jsonl`` (the
+removed items with their text and every answer), ``kept/<input file name>`` (the kept items in the
+input's own format, read unchanged by the next step) and ``summary.json`` (blind accuracy against
+chance with binomial confidence intervals, letter-position bias, unparseable counts, items/s).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import re
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import permutations
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from gen.errors import LLMOutputError
+from gen.llm import LLM, LLMConfig, Message, make_llm
+from gen.mcq import Bank, load_banks, write_subset
+from gen.paths import CONF
+from gen.run import CommonConfig, RunContext, generator
+from schemas import Reject
+from schemas.mcq import LETTERS, MCQ
+
+RULES = ("max_correct", "panel")
+
+
+class NocontextConfig(CommonConfig):
+    models: list[LLMConfig] = Field(default_factory=list)
+    """Screening models: conf/llm names ([smollm2]) or llm dicts ([{backend: openai, model: x}]); [] = llm=."""
+    labels: list[str] = Field(default_factory=list)
+    """Model names in the outputs, one per model ([] = GGUF file stem or served model name)."""
+    shuffles: int = Field(3, ge=1, le=26)
+    """Seeded orders of the options each model answers (EgoToM: 3)."""
+    mode: Literal["generate", "loglik"] = "generate"
+    """generate: read a letter from a free-text answer; loglik: the most likely answer line."""
+    prompt: Literal["full", "choices_only"] = "full"
+    """full: question and lettered options; choices_only: the options without the question."""
+    max_correct: int | None = Field(2, ge=0)
+    """Remove an item when any model is right on more than this many shuffles (null: off)."""
+    panel_k: int | None = Field(None, ge=0)
+    """Remove an item when more than this many models are right on most shuffles (null: off)."""
+    temperature: float = Field(0.0, ge=0, le=2)
+    """generate: sampling temperature of the answers (0: greedy)."""
+    max_tokens: int = Field(48, ge=1, le=4096)
+    """generate: answer length cap in tokens."""
+    norm: Literal["chars", "tokens", "none"] = "chars"
+    """loglik: divide log-likelihoods by characters (acc_norm), tokens, or nothing (acc)."""
+    chat_template: bool = True
+    """loglik: score inside the GGUF's chat template; false scores plain text (servers)."""
+    sample: int | None = Field(None, ge=1)
+    """Screen a seeded random subset of this many items (null: all; n is set from the input)."""
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _named_models(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value
+        return [_llm_conf(v) if isinstance(v, str) else v for v in value]
+
+    @model_validator(mode="after")
+    def _check(self) -> NocontextConfig:
+        panel = self.models or [self.llm]
+        if self.labels and len(self.labels) != len(panel):
+            raise ValueError(f"labels: {len(self.labels)} given for {len(panel)} model(s)")
+        if self.labels and len(set(self.labels)) != len(self.labels):
+            raise ValueError("labels must be distinct")
+        if self.max_correct is not None and self.max_correct >= self.shuffles:
+            raise ValueError(f"max_correct={self.max_correct} can never be exceeded with "
+                             f"shuffles={self.shuffles}; use a smaller value or null")
+        if self.panel_k is not None and self.panel_k >= len(panel):
+            raise ValueError(f"panel_k={self.panel_k} can never be exceeded by {len(panel)} "
+                             "model(s); use a smaller value or null")
+        if self.mode == "loglik":
+            if any(m.backend not in ("llama_cpp", "openai") for m in panel):
+                raise ValueError("loglik needs prompt log-probabilities: an in-process GGUF "
+                                 "(llm=smollm2 / llama_cpp) or a server that echoes them "
+                                 "(llm=openai, e.g. vLLM); llama-server does not")
+            if self.chat_template and any(m.backend == "openai" for m in panel):
+                raise ValueError("loglik on an OpenAI-compatible server scores plain text: "
+                                 "add chat_template=false")
+        if self.input is not None:
+            total = len(screen_list(self))
+            if total == 0:
+                raise ValueError(f"input: {self.input} holds no items")
+            self.n = total  # one outcome per screened item, so the runner's counts reconcile
+        return self
+
+
+def _llm_conf(name: str) -> dict[str, Any]:
+    """A conf/llm/<name>.yaml file as a dict (``models=[smollm2]``)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import MissingMandatoryValue
+
+    path = CONF / "llm" / f"{name}.yaml"
+    if not path.is_file():
+        choices = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
+        raise ValueError(f"models: no conf/llm/{name}.yaml (choose from {choices}, or give a dict)")
+    try:
+        conf = OmegaConf.to_container(OmegaConf.load(path), resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as e:
+        backend = getattr(OmegaConf.load(path), "backend", name)
+        raise ValueError(f"models: conf/llm/{name}.yaml needs {e.full_key}; give the model as a "
+                         f"dict instead ({{backend: {backend}, {e.full_key}: ...}})") from None
+    assert isinstance(conf, dict)
+    return {str(k): v for k, v in conf.items()}
+
+
+# --------------------------------------------------------------------------- records
+
+
+class Answer(BaseModel):
+    """One model's answer to one shuffle of an item."""
+
+    shuffle: int
+    order: list[int]
+    """Original option indices in the order shown (shown letter ``a`` is ``order[0]``)."""
+    raw: str | None
+    """The model's reply (generate mode); null in loglik mode."""
+    letter: str | None
+    """The letter read from the reply or scored highest; null when unparseable."""
+    choice: int | None
+    """The original index of the chosen option; null when unparseable."""
+    correct: bool
+    scores: list[float] | None = None
+    """loglik mode: the normalised score of each shown answer line, in shown order."""
+
+
+class NocontextRecord(BaseModel):
+    """The screening of one item: every model's answer on every shuffle, and the verdict."""
+
+    item_id: str
+    question_type: str
+    source: str
+    """The input file the item came from."""
+    line: int
+    """Row (CSV) or line (JSONL) of the item in its input file, 0-based."""
+    n_options: int
+    answer: int
+    """Original index of the correct option."""
+    kept: bool
+    removed_by: list[str]
+    """Rules that removed it: ``max_correct`` and/or ``panel``; empty when kept."""
+    shuffles: int
+    correct: dict[str, int]
+    """Model label -> shuffles answered correctly."""
+    unparseable: dict[str, int]
+    """Model label -> answers no letter could be read from (generate mode)."""
+    answers: dict[str, list[Answer]]
+
+
+# --------------------------------------------------------------------------- pure pieces
+
+
+def screen_list(cfg: NocontextConfig, banks: list[Bank] | None = None) -> list[tuple[int, MCQ]]:
+    """(bank index, item) of every item to screen, in input order (a seeded subset with
+    ``sample``)."""
+    if banks is None:
+        banks = load_banks(Path(cfg.input).expanduser()) if cfg.input else []
+    items = [(b, item) for b, bank in enumerate(banks) for item in bank.items]
+    if cfg.sample is not None and cfg.sample < len(items):
+        chosen = sorted(random.Random(f"{cfg.seed}/nocontext/sample").sample(range(len(items)), cfg.sample))
+        items = [items[i] for i in chosen]
+    return items
+
+
+def shuffles(n_options: int, answer: int, count: int, seed: int) -> list[list[int]]:
+    """``count`` seeded orders of ``n_options`` options (original indices in shown order).
+
+    The correct option takes every position once before any position repeats (so a model
+    that always answers the same letter is right at most ``ceil(count / n_options)`` times),
+    and orders repeat only when no unused order with that position is left.
+    """
+    rng = random.Random(seed)
+    positions: list[int] = []
+    while len(positions) < count:
+        block = list(range(n_options))
+        rng.shuffle(block)
+        positions += block
+    others = [i for i in range(n_options) if i != answer]
+    used: set[tuple[int, ...]] = set()
+    orders = []
+    for pos in positions[:count]:
+        if math.factorial(len(others)) <= 720:  # few enough to enumerate: exact "distinct"
+            free = [list(r) for r in permutations(others)
+                    if tuple([*r[:pos], answer, *r[pos:]]) not in used]
+            rest = rng.choice(free) if free else rng.sample(others, len(others))
+        else:
+            for _ in range(100):
+                rest = rng.sample(others, len(others))
+                if tuple([*rest[:pos], answer, *rest[pos:]]) not in used:
+                    break
+        order = [*rest[:pos], answer, *rest[pos:]]
+        used.add(tuple(order))
+        orders.append(order)
+    return orders
+
+
+_TAIL = r"(?=\s*[)\].:,;]|\s*$|\s+[-–—]\s)"  # what may follow a bare letter
+_ANSWER = re.compile(r"answer(?:\s*\d+)?\s*(?:is|:|-|=)?\s*[*_`\"']*\s*[(\[]?\s*([a-z])" + _TAIL,
+                     re.I | re.M)
+_LEADING = re.compile(r"\A\W*?(?:option|choice|letter)?\s*[(\[]?([a-z])" + _TAIL, re.I)
+_NAMED = re.compile(r"\b(?:option|choice|letter)\s*[(\[]?([a-z])[)\]]?(?![\w'])", re.I)
+_IS = re.compile(r"\b(?:answer|choice|option)\s+is\s*:?\s*[*_`\"']*[(\[]?([a-z])" + _TAIL, re.I | re.M)
+_PAREN = re.compile(r"\(([a-z])\)", re.I)
+_LISTED = re.compile(r"^\s*[(\[]?([a-z])[)\]]\s", re.I | re.M)
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
+
+
+def parse_letter(text: str | None, options: Sequence[str]) -> str | None:
+    """The option letter a free-text reply chooses, or None when it cannot be read.
+
+    Reads, in order: ``Answer 1: b) ...`` / ``Answer: (B)``; a letter opening the reply
+    (``b``, ``(B)``, ``B.``, ``**c)**``); ``option C`` / ``the answer is (d)``; a single
+    parenthesised letter; finally the text of exactly one shown option. A reply that lists
+    several lettered options (the prompt echoed) is unparseable, and so is one whose letter and
+    quoted option disagree. A letter beyond the options shown is ignored (the quoted text, if
+    any, decides). The person's name ``C`` ("C believes ...") is never read as a letter.
+    """
+    if not text or not text.strip():
+        return None
+    valid = LETTERS[:len(options)]
+    if len({m.lower() for m in _LISTED.findall(text)}) >= 2:
+        return None  # the options echoed as a list
+    reply = _norm(text)
+    quoted = [i for i, o in enumerate(options) if _norm(o) and f" {_norm(o)} " in f" {reply} "]
+    by_text = valid[quoted[0]] if len(quoted) == 1 else None
+    for pattern in (_ANSWER, _LEADING, _NAMED, _IS):
+        m = pattern.search(text)
+        if m and m.group(1).lower() in valid:
+            letter = m.group(1).lower()
+            return letter if by_text in (None, letter) else None
+    parens = {m.lower() for m in _PAREN.findall(text)}
+    if len(parens) == 1 and (only := parens.pop()) in valid:
+        return only if by_text in (None, only) else None
+    return by_text
+
+
+def removal(correct: dict[str, int], shuffles_: int, max_correct: int | None,
+            panel_k: int | None) -> list[str]:
+    """The rules that remove an item, given each model's correct-shuffle count."""
+    rules = []
+    if max_correct is not None and any(c > max_correct for c in correct.values()):
+        rules.append("max_correct")
+    if panel_k is not None and sum(2 * c > shuffles_ for c in correct.values()) > panel_k:
+        rules.append("panel")
+    return rules
+
+
+def pick(scores: Sequence[float]) -> int:
+    """Index of the highest score (the first on ties)."""
+    return max(range(len(scores)), key=lambda i: (scores[i], -i))
+
+
+def normalise(logprob: float, tokens: int, text: str, norm: str) -> float:
+    if norm == "chars":
+        return logprob / max(1, len(text))
+    if norm == "tokens":
+        return logprob / max(1, tokens)
+    return logprob
+
+
+def plain_prompt(messages: Sequence[Message]) -> str:
+    """Chat messages as one plain text (loglik with ``chat_template=false``)."""
+    return "\n\n".join(m["content"] for m in messages)
+
+
+def model_label(cfg: Any) -> str:
+    """A model's default name in the outputs: its GGUF file stem, or the served model name."""
+    if hasattr(cfg, "model_path"):  # a GGUF, in process or behind a managed llama-server
+        if cfg.model_path:
+            return Path(cfg.model_path).name.removesuffix(".gguf")
+        from gen.llm import EMBEDDED_GGUF
+
+        return EMBEDDED_GGUF.removesuffix(".gguf")
+    return cfg.model
+
+
+def unique_labels(labels: list[str]) -> list[str]:
+    seen: Counter[str] = Counter()
+    out = []
+    for label in labels:
+        seen[label] += 1
+        out.append(label if seen[label] == 1 else f"{label}#{seen[label]}")
+    return out
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def binomial(correct: int, total: int, chance: float) -> dict[str, Any]:
+    """Accuracy with a Wilson 95% interval and a one-sided exact test against chance."""
+    if total == 0:
+        return {"correct": 0, "answers": 0, "accuracy": None, "chance": None, "ci95": None,
+                "p_above_chance": None}
+    from scipy.stats import binomtest
+
+    ci = binomtest(correct, total, chance).proportion_ci(confidence_level=0.95, method="wilson")
+    above = binomtest(correct, total, chance, alternative="greater").pvalue
+    return {"correct": correct, "answers": total, "accuracy": round(correct / total, 4),
+            "chance": round(chance, 4), "ci95": [round(ci.low, 4), round(ci.high, 4)],
+            "p_above_chance": float(f"{above:.3g}")}
+
+
+def letter_bias(counts: Counter[str], expected: dict[str, float]) -> dict[str, Any]:
+    """Chosen letters against what a position-blind model would choose (chi-square)."""
+    letters = sorted(expected)
+    total = sum(counts[k] for k in letters)
+    out: dict[str, Any] = {
+        "counts": {k: counts[k] for k in letters},
+        "share": {k: round(counts[k] / total, 4) if total else None for k in letters},
+        "expected_share": {k: round(expected[k] / sum(expected.values()), 4) for k in letters},
+    }
+    if total and len(letters) > 1:
+        from scipy.stats import chisquare
+
+        exp = [expected[k] / sum(expected.values()) * total for k in letters]
+        chi2, p = chisquare([counts[k] for k in letters], exp)
+        out |= {"chi2": round(float(chi2), 3), "p_uniform": float(f"{p:.3g}")}
+    return out
+
+
+@dataclass
+class Tally:
+    """Per-model running counts for the summary."""
+
+    correct: Counter[str] = field(default_factory=Counter)
+    answers: Counter[str] = field(default_factory=Counter)
+    chance: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    by_shuffle: Counter[int] = field(default_factory=Counter)
+    letters: Counter[str] = field(default_factory=Counter)
+    expected_letters: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    unparseable: int = 0
+    histogram: Counter[int] = field(default_factory=Counter)
+    guess_removals: float = 0.0
+
+    def add(self, rec: NocontextRecord, label: str, max_correct: int | None) -> None:
+        m = rec.n_options
+        for a in rec.answers[label]:
+            for key in ("all", rec.question_type):
+                self.correct[key] += a.correct
+                self.answers[key] += 1
+                self.chance[key] += 1 / m
+            self.by_shuffle[a.shuffle] += a.correct
+            if a.letter is None:
+                self.unparseable += 1
+            else:
+                self.letters[a.letter] += 1
+                for k in LETTERS[:m]:
+                    self.expected_letters[k] += 1 / m
+        self.histogram[rec.correct[label]] += 1
+        if max_correct is not None:  # chance that a blind guesser removes this item
+            from scipy.stats import binom
+
+            self.guess_removals += float(binom.sf(max_correct, rec.shuffles, 1 / m))
+
+
+def summarise(cfg: NocontextConfig, records: list[NocontextRecord], tallies: dict[str, Tally],
+              n_rejected: int, seconds: float, describe: dict[str, Any]) -> dict[str, Any]:
+    by_type: dict[str, Counter[str]] = defaultdict(Counter)
+    removed_by: Counter[str] = Counter()
+    for r in records:
+        by_type[r.question_type]["items"] += 1
+        by_type[r.question_type]["kept" if r.kept else "removed"] += 1
+        removed_by.update(r.removed_by)
+    n = len(records)
+    models = {}
+    for label, t in tallies.items():
+        types = sorted(k for k in t.answers if k != "all")
+        answers = t.answers["all"]
+        models[label] = {
+            "llm": describe[label],
+            "accuracy": binomial(t.correct["all"], answers, t.chance["all"] / answers if answers else 0),
+            "accuracy_by_question_type": {
+                q: binomial(t.correct[q], t.answers[q], t.chance[q] / t.answers[q]) for q in types},
+            "accuracy_by_shuffle": [round(t.by_shuffle[k] / n, 4) if n else None
+                                    for k in range(cfg.shuffles)],
+            "items_by_correct_shuffles": {str(k): t.histogram[k] for k in range(cfg.shuffles + 1)},
+            "removed_by_a_blind_guesser_expected": round(t.guess_removals, 2),
+            "unparseable": t.unparseable,
+            "unparseable_rate": round(t.unparseable / answers, 4) if answers else None,
+            "letter_bias": letter_bias(t.letters, dict(t.expected_letters)),
+        }
+    answering = ({"temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
+                 if cfg.mode == "generate" else {"norm": cfg.norm, "chat_template": cfg.chat_template})
+    return {
+        "mode": cfg.mode, "prompt": cfg.prompt, "shuffles": cfg.shuffles, "answering": answering,
+        "rules": {"max_correct": cfg.max_correct, "panel_k": cfg.panel_k},
+        "items": {"screened": n + n_rejected, "kept": sum(r.kept for r in records),
+                  "removed": sum(not r.kept for r in records), "rejected": n_rejected,
+                  "removed_by": {k: removed_by[k] for k in RULES}},
+        "by_question_type": {q: dict(c) for q, c in sorted(by_type.items())},
+        "models": models,
+        "throughput": {"seconds": round(seconds, 2),
+                       "items_per_second": round(n / seconds, 3) if seconds else None,
+                       "answers_per_second": round(n * cfg.shuffles * len(tallies) / seconds, 3)
+                       if seconds else None},
+        "note": "ci95 is a Wilson interval over all answers; the shuffles of one item are not "
+                "independent, so it is narrower than an interval over items.",
+    }
+
+
+def table(summary: dict[str, Any]) -> str:
+    """A short plain-text table of the summary, printed at the end of a run."""
+    it = summary["items"]
+    lines = [f"nocontext: {it['screened']} items x {summary['shuffles']} shuffles, "
+             f"mode={summary['mode']}, prompt={summary['prompt']}: kept {it['kept']}, "
+             f"removed {it['removed']}, rejected {it['rejected']}"]
+    head = f"  {'model':<28} {'type':<10} {'answers':>7} {'acc':>6} {'95% CI':>15} {'chance':>6}"
+    lines.append(head + f" {'unparsed':>8} {'top letter':>10}")
+    for label, m in summary["models"].items():
+        bias = m["letter_bias"]["share"]
+        top = max(bias, key=lambda k: bias[k] or 0) if bias else "-"
+        top_s = f"{top} {bias[top]:.0%}" if bias and bias[top] is not None else "-"
+        rows = [("all", m["accuracy"]), *m["accuracy_by_question_type"].items()]
+        for i, (q, acc) in enumerate(rows):
+            if not acc["answers"]:
+                continue
+            ci = f"[{acc['ci95'][0]:.2f}, {acc['ci95'][1]:.2f}]"
+            extra = f" {m['unparseable']:>8} {top_s:>10}" if i == 0 else ""
+            lines.append(f"  {label[:28]:<28} {q[:10]:<10} {acc['answers']:>7} "
+                         f"{acc['accuracy']:>6.3f} {ci:>15} {acc['chance']:>6.3f}{extra}")
+    tp = summary["throughput"]
+    lines.append(f"  {tp['items_per_second']} items/s ({tp['seconds']} s)")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the generator
+
+
+@dataclass
+class Screener:
+    """Asks one item, shuffle by shuffle, to every model of the panel."""
+
+    cfg: NocontextConfig
+    ctx: RunContext
+    panel: list[tuple[str, LLM]]
+
+    @property
+    def template(self) -> str:
+        return f"nocontext/{self.cfg.prompt}.jinja"
+
+    def messages(self, item: MCQ, order: list[int], prefill: bool) -> list[Message]:
+        shown = [[LETTERS[p], item.options[i]] for p, i in enumerate(order)]
+        return self.ctx.prompts.render(self.template, question=item.question, options=shown,
+                                       prefill=prefill)
+
+    def answer_line(self, letter: str, text: str) -> str:
+        module: Any = self.ctx.prompts.env.get_template("nocontext/_option.jinja").module
+        return str(module.option(letter, text))
+
+    def ask(self, llm: LLM, item: MCQ, index: int, k: int, order: list[int]) -> Answer:
+        shown = [item.options[i] for i in order]
+        if self.cfg.mode == "generate":
+            raw = llm.complete(self.messages(item, order, prefill=False),
+                               seed=self.ctx.seed(index, "answer", k),
+                               max_tokens=self.cfg.max_tokens, temperature=self.cfg.temperature)
+            letter = parse_letter(raw, shown)
+            pos = None if letter is None else LETTERS.index(letter)
+            scores = None
+        else:
+            msgs = self.messages(item, order, prefill=True)
+            lines = [" " + self.answer_line(LETTERS[p], t) for p, t in enumerate(shown)]
+            prompt = msgs if self.cfg.chat_template else plain_prompt(msgs)
+            results = llm.loglik(prompt, lines)
+            scores = [round(normalise(r.logprob, r.tokens, line.strip(), self.cfg.norm), 6)
+                      for r, line in zip(results, lines, strict=True)]
+            pos = pick(scores)
+            raw, letter = None, LETTERS[pos]
+        choice = None if pos is None else order[pos]
+        return Answer(shuffle=k, order=order, raw=raw, letter=letter, choice=choice,
+                      correct=choice is not None and choice == item.answer, scores=scores)
+
+    def screen(self, item: MCQ, index: int, source: Path) -> NocontextRecord | Reject:
+        if item.answer is None:
+            return Reject(record_id=item.item_id, index=index, stage="input", reason="no_answer",
+                          detail="the correct option is not among the options")
+        orders = shuffles(len(item.options), item.answer, self.cfg.shuffles,
+                          self.ctx.seed(index, "shuffle"))
+        answers: dict[str, list[Answer]] = {}
+        for label, llm in self.panel:
+            def one(job: tuple[int, list[int]], llm: LLM = llm) -> Answer:
+                return self.ask(llm, item, index, *job)
+
+            try:
+                answers[label] = _map(llm.concurrency, one, list(enumerate(orders)))
+            except LLMOutputError as e:
+                return Reject(record_id=item.item_id, index=index, stage=f"answer.{label}",
+                              reason=e.reason, detail=e.detail, raw=e.raw)
+        correct = {label: sum(a.correct for a in ans) for label, ans in answers.items()}
+        removed_by = removal(correct, self.cfg.shuffles, self.cfg.max_correct, self.cfg.panel_k)
+        return NocontextRecord(
+            item_id=item.item_id, question_type=item.question_type, source=str(source),
+            line=item.line, n_options=len(item.options), answer=item.answer,
+            kept=not removed_by, removed_by=removed_by, shuffles=self.cfg.shuffles,
+            correct=correct,
+            unparseable={label: sum(a.letter is None for a in ans) for label, ans in answers.items()},
+            answers=answers,
+        )
+
+
+def _map(workers: int, fn: Callable[[Any], Answer], jobs: list[Any]) -> list[Answer]:
+    if workers <= 1 or len(jobs) <= 1:
+        return [fn(j) for j in jobs]
+    with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        return list(pool.map(fn, jobs))
+
+
+def build_panel(cfg: NocontextConfig, ctx: RunContext) -> list[tuple[str, LLM]]:
+    """The screening models, loaded now (so throughput excludes loading), with their labels."""
+    configs = cfg.models or [cfg.llm]
+    llms = [ctx.llm if c == cfg.llm else make_llm(c, ctx.cache) for c in configs]
+    labels = cfg.labels or unique_labels([model_label(c) for c in configs])
+    return list(zip(labels, llms, strict=True))
+
+
+@generator("nocontext", config=NocontextConfig)
+def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord | Reject]:
+    """Blind screening: remove MCQ items that LLMs answer correctly without their context."""
+    cfg.input_path()
+    banks: list[Bank] = load_banks(Path(cfg.input).expanduser())  # type: ignore[arg-type]
+    for bank in banks:
+        ctx.record_input(bank.path)
+    items = screen_list(cfg, banks)
+    panel = build_panel(cfg, ctx)
+    screener = Screener(cfg, ctx, panel)
+    ctx.prompts.hash(screener.template)
+    tallies = {label: Tally() for label, _ in panel}
+    records: list[NocontextRecord] = []
+    kept: dict[int, list[int]] = defaultdict(list)
+    n_rejected = 0
+    removed_tmp = ctx.out_dir / "removed.jsonl.partial"
+    t0 = time.perf_counter()
+    try:
+        with open(removed_tmp, "w", encoding="utf-8") as removed_f:
+            for index in ctx.indices():
+                b, item = items[index]
+                outcome = screener.screen(item, index, banks[b].path)
+                if isinstance(outcome, Reject):
+                    n_rejected += 1
+                    yield outcome
+                    continue
+                records.append(outcome)
+                for label, _ in panel:
+                    tallies[label].add(outcome, label, cfg.max_correct)
+                if outcome.kept:
+                    kept[b].append(item.line)
+                    ctx.count("kept")
+                else:
+                    ctx.count("removed")
+                    for rule in outcome.removed_by:
+                        ctx.count(f"removed.{rule}")
+                    row = {**outcome.model_dump(mode="json"),
+                           "item": {"question": item.question, "options": item.options}}
+                    removed_f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                for label, n in outcome.unparseable.items():
+                    if n:
+                        ctx.count(f"unparseable.{label}", n)
+                yield outcome
+    finally:
+        for _, llm in panel:  # the runner closes ctx.llm; the other models are ours
+            if llm is not ctx.__dict__.get("llm") and hasattr(llm, "close"):
+                llm.close()
+    seconds = time.perf_counter() - t0
+    os.replace(removed_tmp, ctx.out_dir / "removed.jsonl")
+    (ctx.out_dir / "kept").mkdir(exist_ok=True)
+    for b, bank in enumerate(banks):
+        write_subset(bank, kept.get(b, []), ctx.out_dir / "kept" / bank.path.name)
+    describe = {label: llm.describe() for label, llm in panel}
+    summary = summarise(cfg, records, tallies, n_rejected, seconds, describe)
+    for label, llm in panel:
+        summary["models"][label]["usage"] = llm.usage.as_dict()
+    ctx.write_json("summary.json", summary)
+    ctx.extra["nocontext"] = summary
+    if cfg.progress != "off":
+        print(table(summary), flush=True)
