@@ -110,6 +110,8 @@ def main() -> None:
         "n": args.n, "accepted": first.accepted, "rejected": first.rejected,
         "calls": len(recorded),
         "toolkit": {"wall_seconds": round(wall, 2), "seconds_per_bundle": round(wall / args.n, 1),
+                    # the toolkit's own time: the run's wall time minus the time inside the model
+                    "outside_model_seconds": round(wall - usage["generation_seconds"], 2),
                     "completion_tokens": usage["completion_tokens"], "tokens_per_second": round(toolkit_tps, 2)},
         "direct": {"wall_seconds": round(direct_wall, 2), "completion_tokens": direct_tokens,
                    "tokens_per_second": round(direct_tps, 2)},
