@@ -104,7 +104,7 @@ from gen.mcq import (
     from_record,
     write_egotom_csv,
 )
-from gen.run import CommonConfig, RunContext, generator, git_info
+from gen.run import CommonConfig, RunContext, generator, git_info, iter_jsonl
 from schemas import Reject
 from schemas.mcq import MCQ, MCQRecord
 
@@ -456,31 +456,24 @@ def load_batch(files: list[tuple[Path, str, str]]) -> list[Item]:
                                   f"{path}:row {i + 1}", q.question_type))
             continue
         wb = wagibench_rows(run_folder(path)) if kind == "distractors" else {}
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise InputError(f"{where}: not valid JSON ({e.msg})") from None
-                try:
-                    if fmt == "digital_bundle":
-                        DigitalBundle.model_validate(record)
-                        sid = record["bundle_id"]
-                        cue = record.get("cue")
-                        qtype = f"cue:{cue['app']}" if cue else "uncued"
-                        items.append(Item(kind, fmt, record, item_id_of(fmt, record), sid, where, qtype))
-                    else:
-                        q = from_record(MCQRecord.model_validate(record), 0)
-                        items.append(Item(kind, fmt, record, content_id(mcq_identity(q)), q.item_id, where,
-                                          q.question_type, wb.get(q.item_id)))
-                except ValidationError as e:
-                    err = e.errors()[0]
-                    loc = ".".join(str(x) for x in err["loc"])
-                    what = "a digital bundle" if fmt == "digital_bundle" else "an MCQ record"
-                    raise InputError(f"{where}: not {what} ({loc}: {err['msg']})") from None
+        for lineno, record in iter_jsonl(path):
+            where = f"{path}:{lineno}"
+            try:
+                if fmt == "digital_bundle":
+                    DigitalBundle.model_validate(record)
+                    sid = record["bundle_id"]
+                    cue = record.get("cue")
+                    qtype = f"cue:{cue['app']}" if cue else "uncued"
+                    items.append(Item(kind, fmt, record, item_id_of(fmt, record), sid, where, qtype))
+                else:
+                    q = from_record(MCQRecord.model_validate(record), 0)
+                    items.append(Item(kind, fmt, record, content_id(mcq_identity(q)), q.item_id, where,
+                                      q.question_type, wb.get(q.item_id)))
+            except ValidationError as e:
+                err = e.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"])
+                what = "a digital bundle" if fmt == "digital_bundle" else "an MCQ record"
+                raise InputError(f"{where}: not {what} ({loc}: {err['msg']})") from None
     return items
 
 
