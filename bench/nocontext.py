@@ -30,22 +30,6 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def preload(threads_batch: int | None) -> None:
-    """Load the embedded GGUF once with the requested batch threads, where make_llm finds it."""
-    if threads_batch is None:
-        return
-    from llama_cpp import Llama
-
-    import gen.llm as L
-
-    cfg = L.LlamaCppConfig()
-    path = L.embedded_gguf()
-    key = (str(path), cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers)
-    L._LLAMAS[key] = Llama(model_path=str(path), n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
-                           n_threads_batch=threads_batch, n_gpu_layers=cfg.n_gpu_layers,
-                           verbose=False)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--input", default=str(ROOT.parent / "shared" / "data" / "egotom_paper"))
@@ -62,17 +46,18 @@ def main() -> int:
     args = ap.parse_args()
 
     import generators  # noqa: F401  (fills the registry)
+    from gen.llm import LlamaCppConfig
     from gen.run import run
     from generators.nocontext import NocontextConfig
 
-    preload(args.threads_batch)
     results = {}
     for mode in args.modes:
         before = uptime()
         out = Path(args.out) / mode
         cfg = NocontextConfig(input=args.input, mode=mode, sample=args.sample, seed=args.seed,
                               prompt=args.prompt, cache_dir=args.cache_dir, progress="plain",
-                              progress_every=60)
+                              progress_every=60,
+                              llm=LlamaCppConfig(n_threads_batch=args.threads_batch))
         result = run("nocontext", cfg, out)
         summary = result.manifest["nocontext"]
         results[mode] = {"uptime_before": before, "uptime_after": uptime(), "out": str(out),

@@ -27,6 +27,9 @@ class EmbedderConfig(BaseModel):
     """Sentences per forward pass."""
     device: str = "cpu"
     """Torch device."""
+    threads: int | None = Field(None, ge=1)
+    """Torch CPU threads (intra-op, process-wide); null keeps torch's default (all cores).
+    On a shared machine fewer threads than cores avoid oversubscription."""
 
 
 class Embedder:
@@ -61,6 +64,10 @@ class Embedder:
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             from sentence_transformers import SentenceTransformer
 
+            if self.cfg.threads is not None:
+                import torch
+
+                torch.set_num_threads(self.cfg.threads)
             self._model = SentenceTransformer(str(self.path), device=self.cfg.device)
         return self._model
 

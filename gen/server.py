@@ -85,6 +85,7 @@ class LlamaServer:
             str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(self.port),
             "--parallel", str(cfg.parallel), "--ctx-size", str(cfg.parallel * cfg.ctx_per_slot),
             "--cont-batching", "--no-webui", *(["--threads", str(cfg.threads)] if cfg.threads else []),
+            *(["--threads-batch", str(cfg.threads_batch)] if cfg.threads_batch else []),
             *cfg.extra_args,
         ]
         self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()

@@ -31,7 +31,8 @@ def _servers_of(binary) -> set[int]:
 def test_a_run_on_the_real_server(binary, run_gen, tmp_path, check_run_folder) -> None:
     before = _servers_of(binary)
     folder = tmp_path / "run"
-    proc = run_gen("personas", "n=3", "llm=llama_server", "llm.parallel=2", "progress=plain",
+    proc = run_gen("personas", "n=3", "llm=llama_server", "llm.parallel=2", "llm.threads=2",
+                   "llm.threads_batch=1", "progress=plain",
                    f"hydra.run.dir={folder}", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifest = check_run_folder(folder, "personas", 3)

@@ -62,6 +62,20 @@ def test_calls_go_to_the_server_and_close_stops_it(tmp_path: Path) -> None:
     llm.close()  # idempotent
 
 
+def test_thread_settings_reach_the_server_command_line() -> None:
+    llm = make_llm(cfg(parallel=1, threads=1, threads_batch=2))
+    try:
+        argv = llm.server.argv
+        assert argv[argv.index("--threads") + 1] == "1" and argv[argv.index("--threads-batch") + 1] == "2"
+    finally:
+        llm.close()
+    llm = make_llm(cfg(parallel=1))
+    try:
+        assert "--threads" not in llm.server.argv and "--threads-batch" not in llm.server.argv
+    finally:
+        llm.close()
+
+
 def test_a_server_that_dies_while_starting_is_reported(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="exited with code 3"):
         make_llm(cfg(extra_args=["--fail-start"]))
