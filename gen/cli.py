@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    from gen.run import REGISTRY
     import generators  # noqa: F401  (fills the registry)
+    from gen.run import REGISTRY
 
     if not argv or argv[0] in ("-h", "--help", "help"):
         print_help()
@@ -65,7 +65,6 @@ def action_word(name: str, rest: list[str]) -> list[str]:
 
 def fail(message: str, code: int) -> int:
     from rich.console import Console
-
     from rich.markup import escape
 
     # escape: a message's own brackets ("must be [low, high]") are text, not markup

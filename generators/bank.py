@@ -167,10 +167,10 @@ class BankConfig(CommonConfig):
     @model_validator(mode="after")
     def _derive(self) -> BankConfig:
         # n must be known before the run starts (the runner reconciles one outcome per index),
-        # so the validator reads what the action works on. No action: nothing to derive (the
-        # composed defaults validate; the generator asks for an action).
+        # so the validator reads what the action works on. Refusing here, before the run
+        # folder exists, leaves nothing behind.
         if self.action is None:
-            return self
+            raise ValueError("choose an action: python -m gen bank add|verify|export bank=<dir> …")
         if self.bank is None:
             raise ValueError(f"bank= is required: python -m gen bank {self.action} bank=<dir> …")
         if self.num_shards != 1:
@@ -1479,8 +1479,6 @@ def dataset_card(lock: dict[str, Any], frames: dict[str, Any], audit: dict[str, 
 @generator(NAME, config=BankConfig)
 def bank(cfg: BankConfig, ctx: RunContext) -> Iterator[Any]:
     """A versioned bank: add a batch (audited, deduplicated, atomic), verify hashes, export."""
-    if cfg.action is None:
-        raise ConfigError("choose an action: python -m gen bank add|verify|export bank=<dir> …")
     if cfg.action == "add":
         yield from add(cfg, ctx)
     elif cfg.action == "verify":

@@ -831,8 +831,8 @@ def test_config_errors(tmp_path: Path) -> None:
     assert settings.n == 2
     with pytest.raises(InputError, match=r"tom.jsonl:2: not an MCQ record"):
         Bank(tmp_path).add(bad)
-    settings = validate("bank", [])  # the composed defaults validate; the run asks for an action
-    assert settings.action is None and settings.n == 0
+    with pytest.raises(ConfigError, match="choose an action"):
+        validate("bank", [f"bank={tmp_path}"])
 
 
 def _cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -845,6 +845,9 @@ def _cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess
 
 
 def test_cli_action_word_and_verify_exit_codes(tmp_path: Path) -> None:
+    proc = _cli(tmp_path, "bank", "bank=b", "hydra.run.dir=r0")
+    assert proc.returncode == 2 and "choose an action" in proc.stderr
+    assert not (tmp_path / "r0").exists() and not (tmp_path / "b").exists()  # nothing left behind
     folder = run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)])
     proc = _cli(tmp_path, "bank", "add", "bank=b", f"input={folder}", "near_dup_sim=null", "hydra.run.dir=r1")
     assert proc.returncode == 0, proc.stderr

@@ -55,8 +55,9 @@ def test_merge_config_requires_shard_folders(hydra_conf) -> None:
         settings_from("merge", _compose("merge"))
 
 
-# merge and tom need input= (tom composes with its fixture in test_tom.py)
-@pytest.mark.parametrize("name", [g for g in GENERATORS if g not in ("merge", "tom")])
+# merge and tom need input= (tom composes with its fixture in test_tom.py), bank an action
+# (test_bank.py)
+@pytest.mark.parametrize("name", [g for g in GENERATORS if g not in ("merge", "tom", "bank")])
 def test_generator_config_composes_and_validates(hydra_conf, name: str) -> None:
     cfg = _compose(name)
     settings = settings_from(name, cfg)
