@@ -200,6 +200,17 @@ class Usage:
     def tokens_per_second(self) -> float:
         return self.completion_tokens / self.generation_seconds if self.generation_seconds else 0.0
 
+    @classmethod
+    def total(cls, dicts: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+        """The sum of several runs' :meth:`as_dict` (shards of one run)."""
+        u = cls()
+        for d in dicts:
+            if d:
+                for key in ("calls", "cache_hits", "prompt_tokens", "completion_tokens",
+                            "cached_completion_tokens", "generation_seconds"):
+                    setattr(u, key, getattr(u, key) + d.get(key, 0))
+        return u.as_dict()
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "calls": self.calls,

@@ -89,23 +89,30 @@ class CommonConfig(BaseModel):
         return path
 
 
+MergeHook = Callable[["RunContext", list[dict[str, Any]], list[dict[str, Any]]], None]
+"""``(ctx, merged records, shard manifests)``: a generator's part of ``merge`` — it sets the
+merged manifest's summaries in ``ctx.extra`` and rewrites summary files from all the records."""
+
+
 @dataclass(frozen=True)
 class Generator:
     name: str
     fn: Callable[[Any, RunContext], Iterator[BaseModel]]
     config: type[CommonConfig]
     help: str
+    merge: MergeHook | None = None
 
 
 REGISTRY: dict[str, Generator] = {}
 
 
-def generator(name: str, *, config: type[CommonConfig]) -> Callable[[Callable], Callable]:
-    """Register a generator under ``name``; its docstring's first line is its help."""
+def generator(name: str, *, config: type[CommonConfig], merge: MergeHook | None = None) -> Callable[[Callable], Callable]:
+    """Register a generator under ``name``; its docstring's first line is its help. ``merge``
+    combines the summaries of its shards (without it, ``merge`` keeps each shard's)."""
 
     def register(fn: Callable) -> Callable:
         doc = (fn.__doc__ or "").strip().splitlines()
-        REGISTRY[name] = Generator(name, fn, config, doc[0] if doc else "")
+        REGISTRY[name] = Generator(name, fn, config, doc[0] if doc else "", merge)
         return fn
 
     return register
@@ -184,11 +191,13 @@ class RunContext:
     def record_id(self, index: int, *parts: object) -> str:
         return derive_id(self.cfg.seed, self.name, index, *parts)
 
-    def map(self, fn: Callable[[Any], R], items: Iterable[Any]) -> list[R]:
-        """Apply ``fn`` to independent items, concurrently up to the LLM's concurrency;
-        results come back in input order, so records do not depend on scheduling."""
+    def map(self, fn: Callable[[Any], R], items: Iterable[Any], workers: int | None = None) -> list[R]:
+        """Apply ``fn`` to independent items, concurrently up to ``workers`` (default: the run's
+        LLM's concurrency); results come back in input order, so records do not depend on
+        scheduling."""
         items = list(items)
-        workers = self.llm.concurrency if "llm" in self.__dict__ else 1
+        if workers is None:
+            workers = self.llm.concurrency if "llm" in self.__dict__ else 1
         if workers <= 1 or len(items) <= 1:
             return [fn(x) for x in items]
         with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
@@ -313,6 +322,18 @@ def run(
     atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     progress.summary(accepted, rejected, by_reason, wall)
     return RunResult(out_dir, requested, accepted, rejected, manifest, ctx.exit_code)
+
+
+MANIFEST_KEYS = frozenset({
+    "generator", "toolkit_version", "git", "command", "config", "seed", "shard", "llm", "embedder",
+    "prompts", "inputs", "packages", "counts", "validators", "llm_usage", "started_at",
+    "wall_seconds", "outputs"})
+"""The keys every manifest has; the others are a generator's own summaries (``ctx.extra``)."""
+
+
+def extras_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest's generator-specific summaries."""
+    return {k: v for k, v in manifest.items() if k not in MANIFEST_KEYS}
 
 
 def output_hashes(out_dir: Path) -> dict[str, str]:

@@ -948,7 +948,13 @@ def ensure_pool(ctx: RunContext, cfg: DigitalConfig) -> tuple[list[PersonaRecord
 # --------------------------------------------------------------------------- the generator
 
 
-@generator("digital", config=DigitalConfig)
+def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+    """``merge``: sizes over every shard's bundles; the pool is the shards' one."""
+    ctx.extra["persona_pool"] = manifests[0]["persona_pool"]
+    ctx.extra["characters"] = characters_summary(records)
+
+
+@generator("digital", config=DigitalConfig, merge=merge_shards)
 def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | Reject]:
     """Digital Context Generator: 7 phone-app states per sampled persona, moment and cue."""
     cues: list[dict[str, str]] = []

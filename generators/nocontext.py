@@ -28,8 +28,7 @@ import random
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import permutations
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gen.errors import LLMOutputError
-from gen.llm import LLM, LLMConfig, Message, make_llm
+from gen.llm import LLM, LLMConfig, Message, Usage, make_llm
 from gen.mcq import Bank, load_banks, write_subset
 from gen.paths import CONF
 from gen.run import CommonConfig, RunContext, generator
@@ -509,7 +508,7 @@ class Screener:
                 return self.ask(llm, item, index, *job)
 
             try:
-                answers[label] = _map(llm.concurrency, one, list(enumerate(orders)))
+                answers[label] = self.ctx.map(one, enumerate(orders), workers=llm.concurrency)
             except LLMOutputError as e:
                 return Reject(record_id=item.item_id, index=index, stage=f"answer.{label}",
                               reason=e.reason, detail=e.detail, raw=e.raw)
@@ -525,13 +524,6 @@ class Screener:
         )
 
 
-def _map(workers: int, fn: Callable[[Any], Answer], jobs: list[Any]) -> list[Answer]:
-    if workers <= 1 or len(jobs) <= 1:
-        return [fn(j) for j in jobs]
-    with ThreadPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-        return list(pool.map(fn, jobs))
-
-
 def build_panel(cfg: NocontextConfig, ctx: RunContext) -> list[tuple[str, LLM]]:
     """The screening models, loaded now (so throughput excludes loading), with their labels."""
     configs = cfg.models or [cfg.llm]
@@ -540,7 +532,27 @@ def build_panel(cfg: NocontextConfig, ctx: RunContext) -> list[tuple[str, LLM]]:
     return list(zip(labels, llms, strict=True))
 
 
-@generator("nocontext", config=NocontextConfig)
+def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+    """``merge``: the summary recomputed from every shard's records (accuracies, intervals,
+    letter bias and removals over the whole bank), with summed time and usage."""
+    cfg = NocontextConfig.model_construct(**manifests[0]["config"])  # as run; inputs need not exist now
+    parts = [m["nocontext"] for m in manifests]
+    labels = list(parts[0]["models"])
+    recs = [NocontextRecord.model_validate(r) for r in records]
+    tallies = {label: Tally() for label in labels}
+    for rec in recs:
+        for label in labels:
+            tallies[label].add(rec, label, cfg.max_correct)
+    summary = summarise(cfg, recs, tallies, sum(p["items"]["rejected"] for p in parts),
+                        sum(p["throughput"]["seconds"] for p in parts),
+                        {label: parts[0]["models"][label]["llm"] for label in labels})
+    for label in labels:
+        summary["models"][label]["usage"] = Usage.total([p["models"][label].get("usage") for p in parts])
+    ctx.write_json("summary.json", summary)
+    ctx.extra["nocontext"] = summary
+
+
+@generator("nocontext", config=NocontextConfig, merge=merge_shards)
 def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord | Reject]:
     """Blind screening: remove MCQ items that LLMs answer correctly without their context."""
     cfg.input_path()

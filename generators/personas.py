@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 from pydantic import Field, model_validator
 
@@ -60,22 +61,35 @@ def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
     return last
 
 
-@generator("personas", config=PersonasConfig)
-def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[PersonaRecord | Reject]:
-    """Persona pool: seeded facts via Faker locales plus an LLM bio checked against them."""
-    facts = sample_facts(cfg.seed, ctx.indices().stop)
-    ctx.prompts.hash(BIO_PROMPT)
+def pool_summary(seed: int, indices: range) -> dict[str, Any]:
+    """The manifest's picture of the sampled facts at ``indices`` (bios accepted or not)."""
+    facts = sample_facts(seed, indices.stop)
     dist: dict[str, Counter[str]] = {"nationality": Counter(), "age_band": Counter(),
                                      "gender": Counter(), "status": Counter()}
-    for i in ctx.indices():
+    for i in indices:
         f = facts[i]
         dist["nationality"][f.nationality] += 1
         dist["age_band"][f"{f.age // 10 * 10}s"] += 1
         dist["gender"][f.gender] += 1
         dist["status"][f.status] += 1
-        yield write_bio(ctx, f, i, cfg.bio_attempts, cfg.bio_max_tokens)
-    ctx.extra["distribution"] = {k: dict(sorted(v.items())) for k, v in dist.items()}
-    ctx.extra["distinct_occupations"] = len({facts[i].occupation for i in ctx.indices()})
+    return {"distribution": {k: dict(sorted(v.items())) for k, v in dist.items()},
+            "distinct_occupations": len({facts[i].occupation for i in indices})}
+
+
+def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+    """``merge``: the facts' distribution over every shard's indices."""
+    spans = [m["shard"]["indices"] for m in manifests]
+    ctx.extra.update(pool_summary(manifests[0]["seed"], range(min(a for a, _ in spans), max(b for _, b in spans))))
+
+
+@generator("personas", config=PersonasConfig, merge=merge_shards)
+def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[PersonaRecord | Reject]:
+    """Persona pool: seeded facts via Faker locales plus an LLM bio checked against them."""
+    facts = sample_facts(cfg.seed, ctx.indices().stop)
+    ctx.prompts.hash(BIO_PROMPT)
+    for i in ctx.indices():
+        yield write_bio(ctx, facts[i], i, cfg.bio_attempts, cfg.bio_max_tokens)
+    ctx.extra.update(pool_summary(cfg.seed, ctx.indices()))
     if cfg.progress != "off":
         print_distribution(ctx.extra["distribution"])
 

@@ -1110,7 +1110,35 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
 # --------------------------------------------------------------------------- the generator
 
 
-@generator("tom", config=TomConfig)
+def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+    """``merge``: the funnel of all shards (counts add up; seconds are weighted means)."""
+    funnels = [m["funnel"] for m in manifests]
+    steps = [{"step": row["step"], **{q: sum(f["steps"][i][q] for f in funnels) for q in EGOTOM_TYPES}}
+             for i, row in enumerate(funnels[0]["steps"])]
+    clips = [m["counts"].get("indices_done", m["counts"]["requested"]) for m in manifests]
+    selected = [f["steps"][1]["goal"] if len(f["steps"]) > 1 else 0 for f in funnels]
+
+    def mean(key: str, weights: list[int]) -> float:
+        total = sum(weights)
+        return round(sum(f[key] * w for f, w in zip(funnels, weights, strict=True)) / total, 3) if total else 0.0
+
+    def added(key: str) -> dict[str, int]:
+        c: Counter[str] = Counter()
+        for f in funnels:
+            c.update(f["selection"][key])
+        return dict(sorted(c.items()))
+
+    ctx.extra["funnel"] = {
+        "steps": steps,
+        "selection": {"excluded_by_reason": added("excluded_by_reason"),
+                      "rules_not_applicable": added("rules_not_applicable")},
+        "clips_in_input": funnels[0]["clips_in_input"],
+        "seconds_per_clip": mean("seconds_per_clip", clips),
+        "seconds_per_selected_clip": mean("seconds_per_selected_clip", selected),
+    }
+
+
+@generator("tom", config=TomConfig, merge=merge_shards)
 def tom(cfg: TomConfig, ctx: RunContext) -> Iterator[list[TomQuestion | Reject]]:
     """EgoToM causal goal/belief/action questions with counterfactual wrong answers (input=narrations)."""
     clips = read_input(cfg)

@@ -139,6 +139,36 @@ def check_run_folder(folder: Path, name: str, requested: int, *, hydra: bool = T
     return manifest
 
 
+def merge_and_compare(whole: Path, shards: list[Path], out: Path, *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``merge`` the shard folders into ``out`` and assert it equals the unsharded run ``whole``:
+    every output byte for byte (but ``ignore``, which hold timings), the same counts, and the
+    same summaries in the manifest (timings aside). Returns the merged manifest."""
+    import generators  # noqa: F401  (fills the registry)
+    from gen.run import extras_of, run
+    from generators.merge import MergeConfig
+
+    result = run("merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"), out,
+                 quiet=True)
+    merged = result.manifest
+    expected = json.loads((whole / "manifest.json").read_text(encoding="utf-8"))
+    names = {k for k in expected["outputs"] if not k.startswith(".hydra/")}
+    assert {k for k in merged["outputs"] if not k.startswith(".hydra/")} == names
+    for name in sorted(names - set(ignore)):
+        assert (out / name).read_bytes() == (whole / name).read_bytes(), name
+    for key in ("accepted", "rejected", "requested", "rejects_by_reason", "rejects_by_stage"):
+        assert merged["counts"][key] == expected["counts"][key], key
+    assert merged["validators"] == expected["validators"]
+    assert merged["merged"]["complete"] and merged["merged"]["not_merged"] == []
+
+    def untimed(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            return {k: untimed(v) for k, v in obj.items() if "second" not in k}
+        return [untimed(x) for x in obj] if isinstance(obj, list) else obj
+
+    assert untimed({k: v for k, v in extras_of(merged).items() if k != "merged"}) == untimed(extras_of(expected))
+    return merged
+
+
 @pytest.fixture(name="check_run_folder")
 def _check_run_folder_fixture() -> Callable[..., dict[str, Any]]:
     return check_run_folder

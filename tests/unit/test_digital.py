@@ -15,13 +15,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import read_jsonl
+from concurrency import Jittered
+from conftest import merge_and_compare, read_jsonl
 from digital_checks import ORDER, check_bundle, key_list
 
 import generators  # noqa: F401  (fills the registry)
 from gen.cli import normalize_overrides, validate
 from gen.errors import ConfigError, InputError
-from gen.llm import scripted_llm
+from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import EXAMPLES
 from gen.prompts import Prompts
 from gen.run import RunContext, run
@@ -602,7 +603,7 @@ def digital_script(bad_search_every: int = 0, log: list[str] | None = None) -> C
 def run_digital(out_dir: Path, pool: Path, script=None, **cfg: Any):
     settings = DigitalConfig(**{"cache_dir": None, "progress": "off", "persona_file": str(pool), **cfg})
     ctx = RunContext(NAME, settings, out_dir)
-    ctx.__dict__["llm"] = scripted_llm(script or digital_script())
+    ctx.__dict__["llm"] = scripted_llm(script or digital_script(), sampling=settings.llm)
     return run(NAME, settings, out_dir, ctx=ctx, quiet=True), ctx
 
 
@@ -866,6 +867,27 @@ def test_shards_concatenate_to_the_whole(tmp_path: Path, pool_file: Path) -> Non
     assert len(whole.splitlines()) == n
     assert parts == whole
     assert state == json.loads((tmp_path / "whole" / "digital_state.json").read_text(encoding="utf-8"))
+
+
+def test_concurrent_app_calls_give_the_sequential_bytes(tmp_path: Path, pool_file: Path) -> None:
+    """Issue 9: a bundle's app calls in flight at once, answered out of order, give records and
+    state byte-identical to one call at a time."""
+    outs = {}
+    for k in (1, 4):
+        script = Jittered(digital_script())
+        run_digital(tmp_path / str(k), pool_file, script, n=3, seed=3, cue_rate=0.5,
+                    llm=OpenAIConfig(concurrency=k))
+        assert (script.max_in_flight > 1) == (k > 1)
+        outs[k] = [(tmp_path / str(k) / f).read_bytes() for f in ("digital.jsonl", "digital_state.json")]
+    assert outs[1] == outs[4]
+
+
+def test_shards_merge_to_the_whole_run(tmp_path: Path, pool_file: Path) -> None:
+    run_digital(tmp_path / "whole", pool_file, n=4, seed=5, cue_rate=0.5)
+    for shard in range(2):
+        run_digital(tmp_path / f"s{shard}", pool_file, n=4, seed=5, cue_rate=0.5, shard=shard, num_shards=2)
+    merged = merge_and_compare(tmp_path / "whole", [tmp_path / "s0", tmp_path / "s1"], tmp_path / "m")
+    assert merged["characters"]["bundles"] == 4
 
 
 def test_same_seed_same_bytes_and_prefix_stability(tmp_path: Path, pool_file: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import merge_and_compare
 
 import generators  # noqa: F401  (fills the registry)
 from gen.llm import Cache, LlamaCppConfig, scripted_llm
@@ -309,3 +310,63 @@ def test_an_index_may_give_several_records_and_rejects(tmp_path: Path, monkeypat
     assert (result.accepted, result.rejected) == (6, 3)
     assert counts["rejects_by_reason"] == {"planted": 3}
     assert len((tmp_path / "personas.jsonl").read_text().splitlines()) == 6
+
+
+# --------------------------------------------------------------------------- merge
+
+
+def _shards(tmp_path: Path, n: int, k: int, write=None, **cfg: Any) -> list[Path]:
+    facts = sample_facts(cfg.get("seed", 0), n)
+    script = bio_script(facts, write or (lambda f, s: wrong_age_bio(f) if f.age % 3 == 0 else clean_bio(f)))
+    run_scripted(tmp_path / "whole", script, n=n, **cfg)
+    for s in range(k):
+        run_scripted(tmp_path / f"s{s}", script, n=n, shard=s, num_shards=k, **cfg)
+    return [tmp_path / f"s{s}" for s in range(k)]
+
+
+def test_merge_gives_the_unsharded_run(tmp_path: Path) -> None:
+    """Three personas shards merge into the unsharded run: records, rejects, counts, validator
+    counts and the facts' distribution (recomputed by the generator's merge hook)."""
+    shards = _shards(tmp_path, 9, 3)
+    merged = merge_and_compare(tmp_path / "whole", shards, tmp_path / "m")
+    assert merged["counts"]["rejected"] > 0 and "indices_done" not in merged["counts"]
+    assert [s["indices"] for s in merged["merged"]["shards"]] == [[0, 3], [3, 6], [6, 9]]
+
+
+def test_merge_refuses_overlaps_other_configs_and_unfinished_folders(tmp_path: Path) -> None:
+    from gen.cli import validate
+    from gen.errors import ConfigError, MissingInputError
+
+    shards = _shards(tmp_path, 4, 2)
+    run_scripted(tmp_path / "other", bio_script(sample_facts(1, 4), lambda f, s: clean_bio(f)), n=4, seed=1,
+                 shard=1, num_shards=2)
+    with pytest.raises(ConfigError, match="shards overlap"):
+        validate("merge", [f"input=[{shards[0]},{shards[0]}]"])
+    with pytest.raises(ConfigError, match=r"different config \(seed\)"):
+        validate("merge", [f"input=[{shards[0]},{tmp_path / 'other'}]"])
+    with pytest.raises(MissingInputError, match="no manifest.json"):
+        validate("merge", [f"input=[{shards[0]},{tmp_path}]"])
+    assert validate("merge", [f"input=[{shards[1]},{shards[0]}]"]).n == 4  # any order
+
+
+def test_merge_lists_what_it_cannot_merge(tmp_path: Path) -> None:
+    """An output no rule joins (a binary file, a summary object whose keys clash) and no hook
+    rebuilds is named in merged.not_merged, not silently dropped or overwritten."""
+    import hashlib
+
+    from generators.merge import MergeConfig
+
+    shards = _shards(tmp_path, 4, 2)
+    for i, folder in enumerate(shards):
+        (folder / "plot.png").write_bytes(bytes([i]))
+        (folder / "stats.json").write_text(json.dumps({"mean": i}))
+        (folder / "extra.csv").write_text(f"a,b\n{i},x\n")
+        m = json.loads((folder / "manifest.json").read_text())
+        for name in ("plot.png", "stats.json", "extra.csv"):
+            m["outputs"][name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+        (folder / "manifest.json").write_text(json.dumps(m))
+    result = run("merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"),
+                 tmp_path / "m", quiet=True)
+    assert result.manifest["merged"]["not_merged"] == ["plot.png", "stats.json"]
+    assert (tmp_path / "m" / "extra.csv").read_text() == "a,b\n0,x\n1,x\n"
+    assert not (tmp_path / "m" / "plot.png").exists()
