@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -276,10 +277,20 @@ def test_usage_and_describe() -> None:
 class _FakeServer(BaseHTTPRequestHandler):
     requests: list[dict[str, Any]] = []
     reply = '{"bio": "from the fake server"}'
+    delay = 0.0
+    active = max_active = 0
+    lock = threading.Lock()
 
     def do_POST(self) -> None:  # noqa: N802
+        cls = type(self)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append({"path": self.path, "body": body})
+        with cls.lock:
+            cls.requests.append({"path": self.path, "body": body})
+            cls.active += 1
+            cls.max_active = max(cls.max_active, cls.active)
+        time.sleep(cls.delay)
+        with cls.lock:
+            cls.active -= 1
         out = json.dumps({
             "id": "x", "object": "chat.completion", "created": 0, "model": body.get("model"),
             "choices": [{"index": 0, "finish_reason": "stop",
@@ -299,6 +310,7 @@ class _FakeServer(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_server() -> Iterator[str]:
     _FakeServer.requests = []
+    _FakeServer.delay, _FakeServer.active, _FakeServer.max_active = 0.0, 0, 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeServer)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -325,6 +337,24 @@ def test_openai_backend_sends_model_and_schema(fake_server: str, schema_format: 
               else body["response_format"]["json_schema"]["schema"])
     assert schema["required"] == ["bio"]
     assert llm.describe()["backend"] == "openai"
+
+
+def test_openai_backend_keeps_its_concurrency_in_flight(fake_server: str, tmp_path: Path) -> None:
+    """llm=openai (vLLM): ctx.map keeps llm.concurrency requests open at the server at once,
+    and the answers come back in input order."""
+    from gen.run import RunContext
+    from generators.personas import PersonasConfig
+
+    _FakeServer.delay = 0.3
+    llm = make_llm(OpenAIConfig(base_url=fake_server, concurrency=4, max_retries=0), None)
+    ctx = RunContext("personas", PersonasConfig(cache_dir=None), tmp_path)
+    ctx.__dict__["llm"] = llm
+    t0 = time.perf_counter()
+    out = ctx.map(lambda seed: (seed, _structured(llm, seed=seed).bio), range(8))
+    assert [seed for seed, _ in out] == list(range(8))
+    assert _FakeServer.max_active == 4
+    assert sorted(r["body"]["seed"] for r in _FakeServer.requests) == list(range(8)) and llm.usage.calls == 8
+    assert time.perf_counter() - t0 < 8 * 0.3  # overlapped, not one after another
 
 
 def test_openai_backend_down_is_backend_error() -> None:
