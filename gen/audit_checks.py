@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
+from gen.llm import sha256_file
 from schemas.mcq import LETTERS, MCQ
 
 if TYPE_CHECKING:
@@ -1473,14 +1474,6 @@ def _recent(add: Callable[..., None], value: str, fmt: str, window: tuple[dt.dat
 # --------------------------------------------------------------------------- 10. integrity
 
 
-def sha256_path(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def check_integrity(data: AuditData, cfg: AuditConfig) -> CheckResult:
     key = "integrity"
     res = CheckResult(key)
@@ -1508,7 +1501,7 @@ def check_integrity(data: AuditData, cfg: AuditConfig) -> CheckResult:
             if not path.is_file():
                 add("output_missing", "error", f"{rel} is listed in the manifest but missing", [f"outputs.{rel}"])
                 continue
-            actual = sha256_path(path)
+            actual = sha256_file(path)
             if actual != digest:
                 add("output_changed", "error", f"{rel} does not match its SHA-256 in manifest.json",
                     [f"outputs.{rel}"], expected=digest, actual=actual)
@@ -1529,7 +1522,7 @@ def check_integrity(data: AuditData, cfg: AuditConfig) -> CheckResult:
                         [f"counts.{count_key}"], lines=lines, manifest=counts[count_key])
         for src, digest in sorted((manifest.get("inputs") or {}).items()):
             p = Path(src)
-            if p.is_file() and sha256_path(p) != digest:
+            if p.is_file() and sha256_file(p) != digest:
                 add("input_changed", "warning", f"the input {src} changed since the run", [f"inputs.{src}"])
         verified[name] = {"generator": manifest.get("generator"), "outputs": len(outputs), "matching": ok}
     res.stats = {"folders": verified}

@@ -294,17 +294,12 @@ def load_roles_bank(path: Path, roles: Roles) -> Bank:
         raise MissingInputError(f"input: no such file: {path}")
     items: list[MCQ] = []
     problems: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{i + 1}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{path}:{i + 1}: expected a JSON object, got {type(row).__name__}")
-            items.append(_roles_item(row, roles, i, problems))
+    from gen.run import iter_jsonl
+
+    for lineno, row in iter_jsonl(path):
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        items.append(_roles_item(row, roles, lineno - 1, problems))  # 0-based, as write_subset
     return Bank(path, "roles_jsonl", items, problems)
 
 

@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,55 @@ def check_run_folder(folder: Path, name: str, requested: int, *, hydra: bool = T
         assert (folder / ".hydra" / "config.yaml").is_file()
     assert not list(folder.glob("*.partial"))
     return manifest
+
+
+def persona_facts(**over: Any) -> Any:
+    """One fixed persona's facts, with ``over`` replacing fields."""
+    from schemas.persona import PersonaFacts
+
+    base = dict(
+        persona_id="0" * 32, name="Jonas Becker", first_name="Jonas", last_name="Becker",
+        gender="male", age=34, nationality="German", country="Germany", home_city="Berlin",
+        home_address="Hauptstr. 1, Berlin, Germany", status="working",
+        occupation="Software engineer", employer="Müller GmbH", school=None,
+        interests=["hiking", "chess", "jazz"], languages=["German", "English"],
+    )
+    return PersonaFacts(**{**base, **over})
+
+
+@contextmanager
+def loopback_server(handler: type) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 (a free port) with ``handler``; yields its /v1 base URL."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def bank_state(root: Path) -> tuple[int | None, set[str], dict[str, str]]:
+    """(current version, item ids, data-file hashes) of a bank, read as a reader would."""
+    import hashlib
+
+    import polars as pl
+
+    from generators import bank as B
+
+    current = B.read_pointer(root)
+    if current is None:
+        return None, set(), {}
+    folder = B.version_dir(root, current)
+    ids: set[str] = set()
+    hashes = {}
+    for p in sorted(folder.glob("*.parquet")):
+        ids |= set(pl.read_parquet(p)["item_id"].to_list())
+        hashes[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return current, ids, hashes
 
 
 def merge_and_compare(whole: Path, shards: list[Path], out: Path, *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:

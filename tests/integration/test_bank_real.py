@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pytest
-from conftest import check_run_folder, read_jsonl
+from conftest import bank_state, check_run_folder, read_jsonl
 
 from gen.run import output_hashes
 from generators import bank as B
@@ -134,19 +133,6 @@ def test_paraphrased_batch_is_refused_with_minilm(batches: dict[str, Path], run_
     print("paraphrase cosines:", cosines)
 
 
-def _state(root: Path) -> tuple[int | None, set[str], dict[str, str]]:
-    current = B.read_pointer(root)
-    if current is None:
-        return None, set(), {}
-    folder = B.version_dir(root, current)
-    ids: set[str] = set()
-    hashes = {}
-    for p in sorted(folder.glob("*.parquet")):
-        ids |= set(pl.read_parquet(p)["item_id"].to_list())
-        hashes[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return current, ids, hashes
-
-
 @pytest.fixture(scope="module")
 def reference(batches: dict[str, Path], tmp_path_factory, runner_for) -> dict[str, Any]:
     """The bank after the first batch (old) and after both (new), without any crash."""
@@ -154,10 +140,10 @@ def reference(batches: dict[str, Path], tmp_path_factory, runner_for) -> dict[st
     run_gen = runner_for(tmp, tmp / "cache")
     assert run_gen("bank", "add", "bank=bank", f"input={batches['first']}", "hydra.run.dir=r1",
                    timeout=900).returncode == 0
-    old = _state(tmp / "bank")
+    old = bank_state(tmp / "bank")
     assert run_gen("bank", "add", "bank=bank", f"input={batches['second']}", "hydra.run.dir=r2",
                    timeout=900).returncode == 0
-    return {"tmp": tmp, "old": old, "new": _state(tmp / "bank")}
+    return {"tmp": tmp, "old": old, "new": bank_state(tmp / "bank")}
 
 
 @pytest.mark.parametrize("phase", B.FAULT_PHASES)
@@ -168,21 +154,21 @@ def test_sigkill_at_every_phase(phase: str, reference: dict[str, Any], batches: 
     shutil.rmtree(bank / "versions" / "v0002")  # back to the first release
     (bank / "current").unlink()
     (bank / "current").symlink_to("versions/v0001")
-    assert _state(bank) == reference["old"]
+    assert bank_state(bank) == reference["old"]
     env = {**env_for(reference["tmp"] / "cache"), B.FAULT_ENV: phase}  # the reference's embedding cache
     proc = subprocess.run([sys.executable, "-m", "gen", "bank", "add", f"bank={bank}", f"input={batches['second']}",
                            f"hydra.run.dir={tmp_path / 'killed'}"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == -9, (proc.returncode, proc.stderr)
     committed = phase == "committed"
-    assert _state(bank) == (reference["new"] if committed else reference["old"])
+    assert bank_state(bank) == (reference["new"] if committed else reference["old"])
     run_gen = runner_for(tmp_path, reference["tmp"] / "cache")
     proc = run_gen("bank", "verify", f"bank={bank}", f"hydra.run.dir={tmp_path / 'v1'}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     proc = run_gen("bank", "add", f"bank={bank}", f"input={batches['second']}", f"hydra.run.dir={tmp_path / 'again'}",
                    timeout=900)
     assert proc.returncode == 0, proc.stderr
-    assert _state(bank) == reference["new"]
+    assert bank_state(bank) == reference["new"]
     assert not B.leftovers(bank, B.read_pointer(bank))
     assert run_gen("bank", "verify", f"bank={bank}", f"hydra.run.dir={tmp_path / 'v2'}").returncode == 0
 
@@ -203,7 +189,7 @@ def test_ids_equal_across_two_machines_on_egotom(tmp_path: Path, runner_for) -> 
         finally:
             os.environ.pop("PYTHONHASHSEED", None)
         assert proc.returncode == 0, proc.stderr
-        states.append(_state(home / "bank"))
+        states.append(bank_state(home / "bank"))
     expected = set()
     for q in ("goal", "belief", "actions"):
         for row in B.read_csv_rows(EGOTOM / f"egotom_{q}_shuffled.csv"):

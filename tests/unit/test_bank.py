@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-from conftest import check_run_folder, gen_env, read_jsonl
+from conftest import bank_state, check_run_folder, gen_env, read_jsonl
 from pydantic import model_validator
 
 import generators  # noqa: F401  (fills the registry)
@@ -862,20 +862,6 @@ def test_cli_action_word_and_verify_exit_codes(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- SIGKILL during add
 
 
-def _state(root: Path) -> tuple[int | None, set[str], dict[str, str]]:
-    """(current version, item ids, data-file hashes) of a bank, read as a reader would."""
-    current = B.read_pointer(root)
-    if current is None:
-        return None, set(), {}
-    folder = B.version_dir(root, current)
-    ids: set[str] = set()
-    hashes = {}
-    for p in sorted(folder.glob("*.parquet")):
-        ids |= set(pl.read_parquet(p)["item_id"].to_list())
-        hashes[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return current, ids, hashes
-
-
 @pytest.mark.parametrize("phase", ["renamed", "committed"])
 def test_sigkill_during_add_leaves_old_or_new_version(tmp_path: Path, phase: str) -> None:
     """A real ``python -m gen bank add`` process SIGKILLs itself at ``phase``; the bank is then
@@ -887,20 +873,20 @@ def test_sigkill_during_add_leaves_old_or_new_version(tmp_path: Path, phase: str
     second = run_folder(tmp_path / "tom_b", [mcq(i) for i in range(2, 7)])
     ref = Bank(tmp_path / "ref")
     ref.add(first, near_dup_sim=None)
-    old = _state(ref.root)
+    old = bank_state(ref.root)
     ref.add(second, near_dup_sim=None)
-    new = _state(ref.root)
+    new = bank_state(ref.root)
     bank = Bank(tmp_path / "killed")
     bank.add(first, near_dup_sim=None)
-    assert _state(bank.root) == old
+    assert bank_state(bank.root) == old
     proc = _cli(tmp_path, "bank", "add", f"bank={bank.root}", f"input={second}", "near_dup_sim=null",
                 "hydra.run.dir=killed_run", env={B.FAULT_ENV: phase})
     assert proc.returncode == -9, (proc.returncode, proc.stdout, proc.stderr)
-    after = _state(bank.root)
+    after = bank_state(bank.root)
     assert after == (new if phase == "committed" else old)
     assert bank.verify()[0].exit_code == 0
     result, _ = bank.add(second, near_dup_sim=None)
-    assert _state(bank.root) == new
+    assert bank_state(bank.root) == new
     assert result.accepted == (0 if phase == "committed" else 3)
     assert not B.leftovers(bank.root, bank.current)
     assert bank.verify()[0].exit_code == 0
@@ -920,7 +906,7 @@ def test_two_processes_give_the_same_ids_and_bytes(tmp_path: Path) -> None:
         proc = _cli(home, "bank", "add", "bank=b", f"input={folder}", "near_dup_sim=null", "hydra.run.dir=r",
                     env={"PYTHONHASHSEED": str(k)})
         assert proc.returncode == 0, proc.stderr
-        state.append(_state(home / "b"))
+        state.append(bank_state(home / "b"))
     assert state[0][1] == state[1][1] == set(ids_of(records))
     # the manifests hold the same bytes here, so the data files are byte-identical too
     assert state[0][2] == state[1][2]

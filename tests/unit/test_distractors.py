@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from conftest import read_jsonl
 
 import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError
@@ -55,10 +56,6 @@ class FakeEmbedder:
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "fake"}
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
 def write_bank(path: Path, rows: list[dict[str, Any]]) -> Path:

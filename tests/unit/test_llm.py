@@ -8,11 +8,12 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import loopback_server
 from pydantic import BaseModel, Field
 
 from gen.errors import LLMOutputError
@@ -311,14 +312,8 @@ class _FakeServer(BaseHTTPRequestHandler):
 def fake_server() -> Iterator[str]:
     _FakeServer.requests = []
     _FakeServer.delay, _FakeServer.active, _FakeServer.max_active = 0.0, 0, 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_server(_FakeServer) as base:
+        yield base
 
 
 @pytest.mark.parametrize("schema_format", ["json_schema", "json_object"])

@@ -8,15 +8,14 @@ import hashlib
 import json
 import math
 import re
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 from concurrency import Jittered
-from conftest import merge_and_compare
+from conftest import loopback_server, merge_and_compare, read_jsonl
 
 from gen.errors import BackendError, GenError, LLMOutputError
 from gen.llm import Cache, LogLik, OpenAIConfig, make_llm, scripted_llm
@@ -92,10 +91,6 @@ def screen(tmp_path: Path, script: Callable | list[str], bank: Path | None = Non
     ctx = RunContext(NAME, settings, out)
     ctx.__dict__["llm"] = scripted_llm(script, sampling=settings.llm)
     return run(NAME, settings, out, ctx=ctx, quiet=True), ctx, out
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
 # --------------------------------------------------------------------------- the parser
@@ -731,13 +726,8 @@ def completions_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     _Completions.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
+    with loopback_server(_Completions) as base:
+        yield base
 
 
 def _server_llm(base: str, mode: str) -> Any:

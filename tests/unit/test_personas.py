@@ -6,6 +6,7 @@ import random
 from collections import Counter
 
 import pytest
+from conftest import persona_facts
 
 from gen.run import derive_id
 from personas import (
@@ -19,17 +20,6 @@ from personas import (
 from schemas.persona import PersonaFacts, PersonaRecord
 
 FAMILY = {"parent", "child", "sibling"}
-
-
-def _facts(**over) -> PersonaFacts:
-    base = dict(
-        persona_id="0" * 32, name="Jonas Becker", first_name="Jonas", last_name="Becker",
-        gender="male", age=34, nationality="German", country="Germany", home_city="Berlin",
-        home_address="Hauptstr. 1, Berlin, Germany", status="working",
-        occupation="Software engineer", employer="Müller GmbH", school=None,
-        interests=["hiking", "chess", "jazz"], languages=["German", "English"],
-    )
-    return PersonaFacts(**{**base, **over})
 
 
 def _record(f: PersonaFacts) -> PersonaRecord:
@@ -105,12 +95,12 @@ CLEAN = ("Jonas is a 34-year-old software engineer at Müller GmbH in Berlin. "
 
 
 def test_clean_bio_has_no_problems() -> None:
-    assert bio_problems(_facts(), CLEAN) == []
+    assert bio_problems(persona_facts(), CLEAN) == []
 
 
 def test_everyday_words_are_not_placeholders() -> None:
     bio = "Jonas is a software engineer in Berlin. His name comes from his grandfather."
-    assert bio_problems(_facts(), bio) == []
+    assert bio_problems(persona_facts(), bio) == []
 
 
 @pytest.mark.parametrize(
@@ -131,13 +121,13 @@ def test_everyday_words_are_not_placeholders() -> None:
     ],
 )
 def test_planted_contradictions_are_found(bio: str, expected: str) -> None:
-    problems = bio_problems(_facts(), bio)
+    problems = bio_problems(persona_facts(), bio)
     assert any(expected in p for p in problems), problems
 
 
 def test_pronouns_by_gender() -> None:
-    she = _facts(gender="female", first_name="Anna", name="Anna Becker")
-    they = _facts(gender="non-binary", first_name="Kim", name="Kim Becker")
+    she = persona_facts(gender="female", first_name="Anna", name="Anna Becker")
+    they = persona_facts(gender="non-binary", first_name="Kim", name="Kim Becker")
     bio = "{} is a software engineer in Berlin. {} likes chess."
     assert bio_problems(she, bio.format("Anna", "She")) == []
     assert any("pronouns ['he']" in p for p in bio_problems(she, bio.format("Anna", "He")))
@@ -151,34 +141,34 @@ def test_pronouns_by_gender() -> None:
     "Jonas is a software engineer in Berlin who cooks with his partner on weekends, and she bakes.",
 ])
 def test_pronouns_of_other_people_are_fine(bio: str) -> None:
-    assert bio_problems(_facts(), bio) == []
+    assert bio_problems(persona_facts(), bio) == []
 
 
 def test_a_wrong_pronoun_far_from_any_other_person_is_still_caught() -> None:
     bio = ("Jonas is a software engineer in Berlin. His wife is a nurse. He likes chess. "
            "She spends weekends hiking.")
-    assert any("pronouns ['she']" in p for p in bio_problems(_facts(), bio))
+    assert any("pronouns ['she']" in p for p in bio_problems(persona_facts(), bio))
 
 
 def test_own_country_and_city_are_fine() -> None:
-    assert bio_problems(_facts(), CLEAN + " He was born in Germany and lives in Berlin.") == []
+    assert bio_problems(persona_facts(), CLEAN + " He was born in Germany and lives in Berlin.") == []
     # another city of the persona's own country is not a contradiction of country
-    assert not any("Germany" in p for p in bio_problems(_facts(), CLEAN + " He grew up in Germany."))
+    assert not any("Germany" in p for p in bio_problems(persona_facts(), CLEAN + " He grew up in Germany."))
 
 
 def test_student_and_retiree_must_be_called_so() -> None:
-    student = _facts(status="student", occupation="law student", employer=None,
+    student = persona_facts(status="student", occupation="law student", employer=None,
                      school="University of Berlin", age=20)
     ok = "Jonas studies law at the University of Berlin and loves chess."
     assert bio_problems(student, ok) == []
     assert any("occupation" in p for p in bio_problems(student, "Jonas loves chess and law books."))
-    retired = _facts(status="retired", occupation="retired nurse", employer=None, age=70)
+    retired = persona_facts(status="retired", occupation="retired nurse", employer=None, age=70)
     assert bio_problems(retired, "Jonas is a retired nurse from Berlin who loves chess.") == []
     assert any("occupation" in p for p in bio_problems(retired, "Jonas is a nurse who loves chess."))
 
 
 def test_occupation_matched_by_a_content_word() -> None:
-    facts = _facts(occupation="Chief marketing officer")
+    facts = persona_facts(occupation="Chief marketing officer")
     assert bio_problems(facts, "Jonas leads marketing at Müller GmbH in Berlin and plays chess.") == []
     # "chief" alone is a stop word and does not count
     assert any("occupation" in p for p in bio_problems(facts, "Jonas is the chief of a chess club."))
@@ -196,7 +186,7 @@ def _hand_pool() -> list[PersonaRecord]:
     out = []
     for i, age in enumerate([16, 17, 18, 19, 22, 25, 30, 34, 36, 40, 45, 52, 55, 60, 63, 70, 75, 80]):
         german = i % 2 == 0
-        out.append(_record(_facts(
+        out.append(_record(persona_facts(
             persona_id=f"{i:032x}", name=f"P{i} X", first_name=f"P{i}", last_name="X", age=age,
             nationality="German" if german else "French", country="Germany" if german else "France",
             home_city="Berlin" if german else "Paris",
@@ -264,17 +254,17 @@ def test_sample_related_with_given_main() -> None:
 
 
 def test_feasible_relations_rules() -> None:
-    young = _facts(age=20, status="student", occupation="law student", employer=None, school="U")
-    old = _facts(age=50)
+    young = persona_facts(age=20, status="student", occupation="law student", employer=None, school="U")
+    old = persona_facts(age=50)
     assert "parent" in feasible_relations(young, old)
     assert "child" in feasible_relations(old, young)
     assert "partner" not in feasible_relations(young, old)
     assert feasible_relations(young, old) == ["neighbour", "parent"]
-    foreign_old = _facts(age=50, nationality="French", country="France")
+    foreign_old = persona_facts(age=50, nationality="French", country="France")
     assert not FAMILY & set(feasible_relations(young, foreign_old))
-    minor = _facts(age=16)
-    assert "partner" not in feasible_relations(minor, _facts(age=17))
-    assert "partner" in feasible_relations(_facts(age=30), _facts(age=33))
+    minor = persona_facts(age=16)
+    assert "partner" not in feasible_relations(minor, persona_facts(age=17))
+    assert "partner" in feasible_relations(persona_facts(age=30), persona_facts(age=33))
 
 
 def test_sample_related_needs_a_big_enough_pool() -> None:

@@ -7,24 +7,13 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from conftest import persona_facts
 
 from gen.errors import ConfigError
 from gen.paths import PROMPTS
 from gen.prompts import Prompts, split_messages
-from schemas.persona import PersonaFacts
 
 BIO = "personas/bio.jinja"
-
-
-def _facts(**over) -> PersonaFacts:
-    base = dict(
-        persona_id="0" * 32, name="Jonas Becker", first_name="Jonas", last_name="Becker",
-        gender="male", age=34, nationality="German", country="Germany", home_city="Berlin",
-        home_address="Hauptstr. 1, Berlin, Germany", status="working",
-        occupation="Software engineer", employer="Müller GmbH", school=None,
-        interests=["hiking", "chess", "jazz"], languages=["German", "English"],
-    )
-    return PersonaFacts(**{**base, **over})
 
 
 def test_split_messages_on_role_markers() -> None:
@@ -61,7 +50,7 @@ def test_split_messages_keeps_inner_newlines() -> None:
 
 
 def test_bio_prompt_renders_exactly() -> None:
-    messages = Prompts().render(BIO, p=_facts(), pronoun="he")
+    messages = Prompts().render(BIO, p=persona_facts(), pronoun="he")
     assert [m["role"] for m in messages] == ["system", "user"]
     assert messages[0]["content"] == (
         "You write short, factual third-person profiles of people for a dataset. "
@@ -84,7 +73,7 @@ def test_bio_prompt_renders_exactly() -> None:
 
 
 def test_bio_prompt_student_shows_school_not_employer() -> None:
-    facts = _facts(status="student", occupation="law student", employer=None,
+    facts = persona_facts(status="student", occupation="law student", employer=None,
                    school="University of Berlin", age=20)
     user = Prompts().render(BIO, p=facts, pronoun="they")[1]["content"]
     assert "- Occupation: law student at University of Berlin\n" in user
@@ -94,7 +83,7 @@ def test_bio_prompt_student_shows_school_not_employer() -> None:
 
 def test_missing_variable_fails_loudly() -> None:
     with pytest.raises(jinja2.UndefinedError, match="pronoun"):
-        Prompts().render(BIO, p=_facts())
+        Prompts().render(BIO, p=persona_facts())
     with pytest.raises(jinja2.UndefinedError):
         Prompts().render(BIO, pronoun="he")
 
@@ -102,13 +91,13 @@ def test_missing_variable_fails_loudly() -> None:
 def test_missing_attribute_fails_loudly(tmp_path: Path) -> None:
     (tmp_path / "t.jinja").write_text("[user]\n{{ p.nickname }}\n")
     with pytest.raises(jinja2.UndefinedError, match="nickname"):
-        Prompts(tmp_path).render("t.jinja", p=_facts())
+        Prompts(tmp_path).render("t.jinja", p=persona_facts())
 
 
 def test_used_records_sha256() -> None:
     prompts = Prompts()
     assert prompts.used == {}
-    prompts.render(BIO, p=_facts(), pronoun="he")
+    prompts.render(BIO, p=persona_facts(), pronoun="he")
     expected = hashlib.sha256((PROMPTS / BIO).read_bytes()).hexdigest()
     assert prompts.used == {BIO: expected}
     assert prompts.hash(BIO) == expected

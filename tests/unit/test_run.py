@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import merge_and_compare
+from conftest import merge_and_compare, read_jsonl
 
 import generators  # noqa: F401  (fills the registry)
 from gen.llm import Cache, LlamaCppConfig, scripted_llm
@@ -56,10 +56,6 @@ def run_scripted(out_dir: Path, script, **cfg: Any):
     return run(NAME, settings, out_dir, ctx=ctx), ctx
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
-
-
 def test_clean_bios_are_all_accepted(tmp_path: Path, check_run_folder) -> None:
     facts = sample_facts(0, 6)
     for f in facts:  # the fake's bios must themselves be clean, or this test proves nothing
@@ -67,7 +63,7 @@ def test_clean_bios_are_all_accepted(tmp_path: Path, check_run_folder) -> None:
     result, ctx = run_scripted(tmp_path, bio_script(facts, lambda f, s: clean_bio(f)), n=6)
     assert (result.requested, result.accepted, result.rejected) == (6, 6, 0)
     check_run_folder(tmp_path, NAME, 6, hydra=False)
-    records = [PersonaRecord.model_validate(r) for r in _lines(tmp_path / "personas.jsonl")]
+    records = [PersonaRecord.model_validate(r) for r in read_jsonl(tmp_path / "personas.jsonl")]
     assert [r.persona_id for r in records] == [f.persona_id for f in facts]
     for r, f in zip(records, facts, strict=True):
         assert r.model_dump(exclude={"bio"}) == f.model_dump()  # the LLM never changes facts
@@ -89,7 +85,7 @@ def test_mixed_run_reconciles(tmp_path: Path, check_run_folder) -> None:
     manifest = check_run_folder(tmp_path, NAME, n, hydra=False)
     assert manifest["counts"]["rejects_by_reason"] == {"contradiction": len(bad)}
     assert manifest["counts"]["rejects_by_stage"] == {"bio": len(bad)}
-    rejects = [Reject.model_validate(r) for r in _lines(tmp_path / "rejects.jsonl")]
+    rejects = [Reject.model_validate(r) for r in read_jsonl(tmp_path / "rejects.jsonl")]
     assert [r.index for r in rejects] == [0, 2, 4, 6]
     for r in rejects:
         f = facts[r.index]
@@ -128,7 +124,7 @@ def test_truncation_is_a_reject(tmp_path: Path) -> None:
 
     result, ctx = run_scripted(tmp_path, script, n=3)
     assert (result.accepted, result.rejected) == (2, 1)
-    (reject,) = _lines(tmp_path / "rejects.jsonl")
+    (reject,) = read_jsonl(tmp_path / "rejects.jsonl")
     assert (reject["index"], reject["stage"], reject["reason"]) == (1, "bio", "truncated")
     assert reject["raw"].startswith('{"bio": "' + facts[1].first_name)
     assert result.manifest["counts"]["rejects_by_reason"] == {"truncated": 1}
@@ -138,9 +134,9 @@ def test_invalid_output_is_a_reject(tmp_path: Path) -> None:
     # Too short for Bio (min_length=40) every time: invalid after the LLM's attempts.
     result, ctx = run_scripted(tmp_path, lambda m, s: '{"bio": "Hi."}', n=2, bio_attempts=1)
     assert (result.accepted, result.rejected) == (0, 2)
-    reasons = {r["reason"] for r in _lines(tmp_path / "rejects.jsonl")}
+    reasons = {r["reason"] for r in read_jsonl(tmp_path / "rejects.jsonl")}
     assert reasons == {"invalid_output"}
-    assert all(r["raw"] == '{"bio": "Hi."}' for r in _lines(tmp_path / "rejects.jsonl"))
+    assert all(r["raw"] == '{"bio": "Hi."}' for r in read_jsonl(tmp_path / "rejects.jsonl"))
     assert len(ctx.llm.calls) == 2 * LlamaCppConfig().attempts
 
 

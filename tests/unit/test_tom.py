@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 import pytest
 from concurrency import Jittered
-from conftest import merge_and_compare
+from conftest import merge_and_compare, read_jsonl
 
 import generators  # noqa: F401  (fills the registry)
 from gen.errors import ConfigError, InputError, MissingInputError
@@ -169,10 +169,6 @@ def run_tom(out: Path, script: Script | None = None, embedder: Any = None, **cfg
     ctx = make_ctx(out, script, embedder, **cfg)
     result = run("tom", ctx.cfg, out, ctx=ctx, quiet=True)
     return result, ctx
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
 def clip_of(n: int = 80, duration: float = 300.0, *, fmt: str = "jsonl", speaker: str = "C",
