@@ -835,13 +835,54 @@ def test_config_errors(tmp_path: Path) -> None:
         validate("bank", [f"bank={tmp_path}"])
 
 
-def _cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _cli_command(tmp: Path, *args: str, env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """``python -m gen`` in a child process, with this file's audit stand-in registered."""
     code = ("import sys, test_bank; test_bank.standin_audit(); from gen.cli import main; "
             "sys.exit(main(sys.argv[1:]))")
     base = gen_env(tmp / "cache")
     base["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), base["PYTHONPATH"]])
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=tmp, env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=300)
+    return [sys.executable, "-c", code, *args], {**base, **(env or {})}
+
+
+def _cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    argv, full_env = _cli_command(tmp, *args, env=env)
+    return subprocess.run(argv, cwd=tmp, env=full_env, capture_output=True, text=True, timeout=300)
+
+
+def test_two_adds_at_once_take_turns(tmp_path: Path) -> None:
+    """Two ``bank add`` processes at once with overlapping batches (items 2 and 3 in both): while
+    the bank's lock is held neither commits; then one releases v0001 and the other v0002 on top
+    of it, adding only what is new. No item twice, no version lost, verify clean."""
+    import fcntl
+    import time
+
+    batches = [run_folder(tmp_path / "a", [mcq(i) for i in range(0, 4)]),
+               run_folder(tmp_path / "b", [mcq(i) for i in range(2, 6)])]
+    root = tmp_path / "bank"
+    root.mkdir()
+    procs = []
+    with open(root / ".lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a running add would
+        for k, folder in enumerate(batches):
+            argv, env = _cli_command(tmp_path, "bank", "add", f"bank={root}", f"input={folder}",
+                                     "near_dup_sim=null", f"hydra.run.dir=r{k}")
+            procs.append(subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"r{k}" / "audit" / "manifest.json").is_file() for k in range(2)):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "an add ended early"
+            time.sleep(0.1)
+        time.sleep(1.0)  # both are past their audit, at the lock
+        assert all(p.poll() is None for p in procs) and bank_state(root)[0] is None
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    current, ids, _ = bank_state(root)
+    assert current == 2 and ids == {B.content_id(B.mcq_identity(B.record_mcq("mcq_record", mcq(i))))
+                                    for i in range(6)}
+    added = sorted(json.loads((tmp_path / f"r{k}" / "manifest.json").read_text())["bank"]["added"]["tom"]
+                   for k in range(2))
+    assert added == [2, 4]  # the second to get the lock adds only its two new items
+    assert _cli(tmp_path, "bank", "verify", f"bank={root}", "hydra.run.dir=rv").returncode == 0
 
 
 def test_cli_action_word_and_verify_exit_codes(tmp_path: Path) -> None:
