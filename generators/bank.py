@@ -143,6 +143,9 @@ class BankConfig(CommonConfig):
     kind: Literal["auto", "tom", "distractors", "digital", "mcq"] = "auto"
     """add: the item kind of input=; auto: from the file name (tom.jsonl, distractors.jsonl,
     digital.jsonl; EgoToM CSVs and other MCQ JSONL are mcq)."""
+    roles: str | None = None
+    """add: a roles file (YAML/JSON, as for audit): input= is then any JSONL bank, read through
+    it and stored as MCQ records (kind mcq) that keep each source row under ``source_row``."""
     near_dup_sim: float | None = Field(0.95, gt=0, le=1)
     """add: cosine at or above which an item is a near-duplicate of a bank item or an earlier
     batch item of the same question type (the audit's item_dup_sim); null: exact only."""
@@ -179,7 +182,7 @@ class BankConfig(CommonConfig):
         if self.action == "add":
             path = self.input_path()
             assert path is not None
-            self._add_files = batch_files(path, self.kind)
+            self._add_files = batch_files(path, self.kind, self.roles)
             self.n = sum(count_rows(f, fmt) for f, _, fmt in self._add_files)
             if self.n == 0:
                 raise InputError(f"input: {path} holds no items")
@@ -370,11 +373,18 @@ def kind_of(path: Path) -> tuple[str, str]:
     return (stem if stem in MCQ_KINDS else "mcq"), "mcq_record"
 
 
-def batch_files(path: Path, kind: str = "auto") -> list[tuple[Path, str, str]]:
+def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> list[tuple[Path, str, str]]:
     """The record files of input= with their kind and format: a run folder (tom, distractors,
-    digital, mcq, a nocontext run's kept/), a folder of EgoToM CSVs, or one file."""
+    digital, mcq, a nocontext run's kept/), a folder of EgoToM CSVs, one file, or (with a
+    roles file) any JSONL bank."""
     from gen.mcq import RECORD_FILES
 
+    if roles is not None:
+        if not path.is_file() or path.suffix != ".jsonl":
+            raise InputError(f"input: with roles= the bank must be one JSONL file, got {path}")
+        if kind == "digital":
+            raise ConfigError("kind=digital does not fit roles= (a roles file describes MCQs)")
+        return [(path, "mcq" if kind == "auto" else kind, "roles_jsonl")]
     files: list[Path]
     if path.is_file():
         files = [path]
@@ -443,12 +453,49 @@ def wagibench_rows(folder: Path | None) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def load_batch(files: list[tuple[Path, str, str]]) -> list[Item]:
+def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
+    """A JSONL bank read through a roles file, each row as an MCQ record (the form the bank
+    stores, hashes and exports) keeping the row itself under ``source_row``."""
+    from gen.mcq import load_roles_bank, read_roles
+
+    roles = read_roles(Path(roles_file).expanduser())
+    bank = load_roles_bank(path, roles)
+    if bank.problems:
+        p = bank.problems[0]
+        raise InputError(f"{path}:{p['line'] + 1}: {p['field']}: {p['problem']} "
+                         f"({len(bank.problems)} problem(s) in the file; the bank takes clean rows only)")
+    rows = dict(iter_jsonl(path))
+    items = []
+    for q in bank.items:
+        where = f"{path}:{q.line + 1}"
+        if q.answer is None or len(q.options) < 2:
+            raise InputError(f"{where}: the bank takes MCQs; the roles file gives this row "
+                             f"{len(q.options)} option(s) and {'no' if q.answer is None else 'an'} answer")
+
+        def strip(fields: dict[str, str], prefix: str) -> dict[str, str]:
+            return {k.removeprefix(prefix): v for k, v in fields.items() if k != roles.question}
+
+        record = {"item_id": q.item_id, "question_type": q.question_type, "question": q.question,
+                  "options": q.options, "answer": q.answer, "group": q.group,
+                  "visible": strip(q.visible, "visible."), "privileged": strip(q.privileged, "privileged."),
+                  **({"category": q.category} if q.category is not None else {}),
+                  "source_row": rows[q.line + 1]}
+        mcq = from_record(MCQRecord.model_validate(record), 0)
+        items.append(Item(kind, "mcq_record", record, content_id(mcq_identity(mcq)), q.item_id, where,
+                          q.question_type))
+    return items
+
+
+def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> list[Item]:
     """Every input item, validated (a bad line is an InputError naming file:line), with its id."""
     from schemas.digital import DigitalBundle
 
     items: list[Item] = []
     for path, kind, fmt in files:
+        if fmt == "roles_jsonl":
+            assert roles is not None
+            items += roles_items(path, kind, roles)
+            continue
         if fmt == "egotom_csv":
             for i, row in enumerate(read_csv_rows(path)):
                 q = egotom_row_mcq(row)
@@ -734,6 +781,7 @@ def run_audit(cfg: BankConfig, ctx: RunContext, path: Path, out: Path) -> AuditO
     if g is None:
         raise ConfigError("bank add needs the audit generator, which is not registered")
     options = {"input": str(path), "fail_on": cfg.fail_on, "seed": cfg.seed, "llm": cfg.llm,
+               **({"roles": cfg.roles} if cfg.roles is not None else {}),
                "embedder": cfg.embedder, "cache_dir": cfg.cache_dir, "progress": "off", **(cfg.audit_options or {})}
     try:
         acfg = g.config.model_validate(options)
@@ -826,13 +874,16 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     root = cfg.bank_path()
     path = cfg.input_path()
     assert path is not None
-    files = cfg._add_files or batch_files(path, cfg.kind)
-    batch = load_batch(files)
+    files = cfg._add_files or batch_files(path, cfg.kind, cfg.roles)
+    batch = load_batch(files, cfg.roles)
     if len(batch) != cfg.n:
         raise InputError(f"input: {path} changed while the bank read it ({cfg.n} then {len(batch)} items)")
     for f, _, _ in files:
         ctx.record_input(f)
     source = source_info(files, cfg.input or str(path))
+    if cfg.roles is not None:
+        roles_path = Path(cfg.roles).expanduser()
+        source["roles"] = {"path": str(roles_path), "sha256": sha256_file(roles_path)}
     audit = run_audit(cfg, ctx, path, ctx.out_dir / "audit")
     fault("audited")
     refused = audit.exit_code != 0 and not cfg.force

@@ -107,6 +107,7 @@ class FakeEmbedder:
 
 class StandInAuditConfig(CommonConfig):
     fail_on: str = "error"
+    roles: str | None = None
     findings: list[dict[str, Any]] = []
     """Findings to report, planted by the test through audit_options."""
 
@@ -542,6 +543,45 @@ def test_external_egotom_csvs_are_kind_mcq(tmp_path: Path) -> None:
     back = pl.read_csv(out, infer_schema_length=0)
     assert back.columns == cols
     assert back.to_dicts() == [{c: r[c] for c in cols} for r in rows]  # the original rows, exactly
+
+
+def test_any_jsonl_bank_through_a_roles_file(tmp_path: Path) -> None:
+    """roles=: a JSONL bank with its own field names is stored as MCQ records (kind mcq) that
+    keep each source row; ids are content hashes as for any MCQ; the audit gets the roles file;
+    the lock records the roles file's hash; rows the roles file cannot make MCQs of are refused."""
+    r = random.Random(3)
+    rows = [{"qid": f"q{i}", "prompt": f"Which tool does C need next, {i}?", "kind": "tool", "clip": f"c{i}",
+             "choices": [" ".join(r.sample(WORDS, 2)) for _ in range(3)], "gold": "b",
+             "scene": {"caption": " ".join(r.sample(WORDS, 6)), "time": f"00:0{i}"},
+             "hidden": {"why": f"the next step needs tool {i}"}} for i in range(3)]
+    data = tmp_path / "tools.jsonl"
+    data.write_text("".join(json.dumps(x) + "\n" for x in rows))
+    roles = tmp_path / "roles.yaml"
+    roles.write_text("id: qid\nquestion: prompt\nvisible: [scene]\nprivileged: [hidden]\noptions: choices\n"
+                     "answer: gold\nanswer_format: letter\ngroup: clip\nquestion_type: kind\n")
+    bank = Bank(tmp_path)
+    result, ctx = bank.add(data, roles=str(roles), near_dup_sim=None)
+    assert result.accepted == 3 and bank.current == 1
+    df = bank.frame("mcq")
+    assert df["source_item_id"].to_list() == ["q0", "q1", "q2"] and df["answer"].to_list() == [1, 1, 1]
+    stored = [json.loads(x) for x in df["record"].to_list()]
+    assert [s["source_row"] for s in stored] == rows
+    assert stored[0]["visible"] == {"scene.caption": rows[0]["scene"]["caption"], "scene.time": "00:00"}
+    assert stored[0]["privileged"] == {"hidden.why": "the next step needs tool 0"}
+    assert stored[0]["question"] == rows[0]["prompt"] and stored[0]["group"] == "c0"
+    expected = {B.content_id(B.mcq_identity(B.record_mcq("mcq_record", s))) for s in stored}
+    assert set(df["item_id"].to_list()) == expected
+    assert bank.lock()["sources"][0]["roles"]["sha256"] == hashlib.sha256(roles.read_bytes()).hexdigest()
+    audit = json.loads((ctx.out_dir / "audit" / "manifest.json").read_text())
+    assert audit["config"]["roles"] == str(roles)
+    assert bank.add(data, roles=str(roles), near_dup_sim=None)[0].accepted == 0  # same items again
+    assert bank.verify()[0].exit_code == 0
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "gold": "z"}) + "\n")
+    with pytest.raises(InputError, match=r"bad.jsonl:2: gold"):
+        bank.add(bad, roles=str(roles))
+    with pytest.raises(ConfigError, match="one JSONL file"):
+        validate("bank", ["action=add", f"bank={bank.root}", f"input={tmp_path}", f"roles={roles}"])
 
 
 def test_a_nocontext_run_gives_its_kept_items_and_both_prompt_sets(tmp_path: Path) -> None:
