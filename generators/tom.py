@@ -123,7 +123,7 @@ class TomConfig(CommonConfig):
     """Filter: drop when two choices exceed this cosine under the embedder; null disables."""
     simplify: bool = True
     """Run stage 5 (rewrite alternative action statements in narration style)."""
-    stage_attempts: int = Field(2, ge=1, le=10)
+    stage_attempts: int = Field(3, ge=1, le=10)
     """Generations per stage (fresh seed) when the output fails code's checks."""
     analysis_tokens: int = Field(192, ge=32)
     """Completion cap of the narration-analysis call."""
@@ -678,6 +678,51 @@ class StageFailure(Exception):
         self.stage, self.reason, self.detail, self.raw = stage, reason, detail, raw
 
 
+class Pool:
+    """Usable wrong choices of one type gathered across a stage's attempts: each candidate must
+    pass :func:`text_problem`, differ from the truth and the choices kept so far, and (with an
+    embedder) stay at or below ``max_similarity`` cosine to them, so one bad choice in an
+    attempt costs that choice, not the question. Kept in the order offered (deterministic)."""
+
+    def __init__(self, truth: str, need: int, examples: set[str], count: Callable[[str], None],
+                 embedder: Any = None, max_similarity: float | None = None, room: int | None = None):
+        self.truth, self.need, self.examples, self.count = truth, need, examples, count
+        self.room = room or need
+        """How many it keeps (``room`` > ``need`` leaves spares for a later filter)."""
+        self.embedder, self.max_similarity = embedder, max_similarity
+        self.items: list[str] = []
+        self.rejected: list[str] = []
+        """``why: text`` of every candidate turned away, for the reject detail."""
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self.need
+
+    def offer(self, text: str, why: str | None = None) -> None:
+        """Keep ``text`` unless the pool is full or the text is unusable (``why`` set by the
+        caller for a problem only it can see)."""
+        if len(self.items) >= self.room:
+            return
+        why = why or text_problem(text, self.examples) or (
+            "same_as_truth" if key(text) == key(self.truth) else
+            "duplicate" if key(text) in {key(x) for x in self.items} else None)
+        if why is None and self.embedder is not None and self.max_similarity is not None:
+            with _EMBED_LOCK:
+                vecs = self.embedder.encode([text, self.truth, *self.items])
+            cos = vecs[1:] @ vecs[0]
+            if float(cos.max()) > self.max_similarity:
+                why = "near_duplicate"
+                text = f"{text} (cosine {float(cos.max()):.3f})"
+        if why:
+            self.count(why)
+            self.rejected.append(f"{why}: {text!r}")
+        else:
+            self.items.append(text)
+
+    def detail(self) -> str:
+        return f"{len(self.items)} usable of {self.need}; turned away: {'; '.join(self.rejected[-4:]) or 'none'}"
+
+
 def run_stage(ctx: RunContext, cfg: TomConfig, index: int, stage: str, messages: list[dict[str, str]],
               schema: type[BaseModel], check: Callable[[Any], tuple[Any, tuple[str, str] | None]],
               max_tokens: int) -> Any:
@@ -752,57 +797,59 @@ def analysis(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip, allowed: l
 def counterfactual_goals(ctx: RunContext, cfg: TomConfig, index: int, past: list[str], truth: Truth) -> list[str]:
     """Stage 3: wrong goals from the past only; kept those usable and distinct from the truth."""
     messages = ctx.prompts.render("tom/goals.jinja", lines=past, goal=truth.goal)
-    examples = example_strings(messages)
+    # room for all three the prompt asks for: the keyword filter may drop one later
+    pool = Pool(truth.goal, EGOTOM_CHOICES["goal"] - 1, example_strings(messages),
+                lambda why: ctx.count(f"counterfactual_goals.{why}.dropped"), *_similarity(ctx, cfg), room=3)
 
     def check(d: WrongGoalsDraft) -> tuple[list[str] | None, tuple[str, str] | None]:
-        kept: list[str] = []
-        seen = {key(truth.goal)}
-        for g in (norm_goal(x) for x in d.wrong_goals):
-            why = text_problem(g, examples) or ("same_as_truth" if key(g) == key(truth.goal)
-                                                else "duplicate" if key(g) in seen else None)
-            if why:
-                ctx.count(f"counterfactual_goals.{why}.dropped")
-                continue
-            seen.add(key(g))
-            kept.append(g)
-        if len(kept) < EGOTOM_CHOICES["goal"] - 1:
-            return None, ("too_few_wrong_goals", f"{len(kept)} usable wrong goals of 3: {d.wrong_goals}")
-        return kept, None
+        for g in d.wrong_goals:
+            pool.offer(norm_goal(g))
+        if not pool.full:
+            return None, ("too_few_wrong_goals", pool.detail())
+        return pool.items, None
 
     return run_stage(ctx, cfg, index, "counterfactual_goals", messages, WrongGoalsDraft, check, cfg.goals_tokens)
+
+
+def _similarity(ctx: RunContext, cfg: TomConfig) -> tuple[Any, float | None]:
+    """The embedder and threshold a pool screens near-duplicates with (none when the
+    similarity filter is off)."""
+    return (ctx.embedder, cfg.max_similarity) if cfg.max_similarity is not None else (None, None)
 
 
 def counterfactual_beliefs_actions(ctx: RunContext, cfg: TomConfig, index: int, past: list[str],
                                    truth: Truth) -> tuple[list[str] | None, list[str] | None, list[str]]:
     """Stage 4: three (belief, actions) alternatives that still serve the true goal. Returns the
-    wrong beliefs and wrong action statements (None for a type whose three are not all usable)
-    and the reasons; regenerates while neither type is usable."""
+    wrong beliefs and wrong action statements (None for a type without three usable ones) and
+    the reasons; usable alternatives pool across attempts, which go on until both types have
+    three."""
     messages = ctx.prompts.render("tom/beliefs_actions.jinja", lines=past, goal=truth.goal,
                                   belief=truth.belief, actions=truth.actions)
     examples = example_strings(messages)
+    sim = _similarity(ctx, cfg)
+    pools = {q: Pool(t, 3, examples, lambda why, q=q: ctx.count(f"counterfactual_beliefs_actions.{q}.{why}.dropped"), *sim)
+             for q, t in (("belief", truth.belief), ("actions", truth.actions))}
 
-    def usable(values: list[str], truth_text: str, what: str) -> tuple[list[str] | None, str | None]:
-        seen = {key(truth_text)}
-        for v in values:
-            why = text_problem(v, examples) or ("same_as_truth" if key(v) == key(truth_text)
-                                                else "duplicate" if key(v) in seen else None)
-            if why:
-                return None, f"{what}: {why}: {v!r}"
-            seen.add(key(v))
-        return values, None
+    def outcome() -> tuple[list[str] | None, list[str] | None, list[str]]:
+        return (*(p.items if p.full else None for p in pools.values()),  # type: ignore[return-value]
+                [f"{q}: {p.detail()}" for q, p in pools.items() if not p.full])
 
     def check(d: AlternativesDraft) -> tuple[Any, tuple[str, str] | None]:
-        beliefs, why_b = usable([norm_belief(a.belief) for a in d.alternatives], truth.belief, "belief")
-        acts = [join_actions(a.next_actions) for a in d.alternatives]
-        actions, why_a = usable(acts, truth.actions, "actions")
-        if actions is not None and any(len({key(norm_phrase(p)) for p in a.next_actions}) < 3 for a in d.alternatives):
-            actions, why_a = None, "actions: repeated_actions"
-        if beliefs is None and actions is None:
-            return None, ("no_usable_alternative", f"{why_b}; {why_a}")
-        return (beliefs, actions, [w for w in (why_b, why_a) if w]), None
+        for a in d.alternatives:
+            pools["belief"].offer(norm_belief(a.belief))
+            repeated = len({key(norm_phrase(p)) for p in a.next_actions}) < 3
+            pools["actions"].offer(join_actions(a.next_actions), "repeated_actions" if repeated else None)
+        if all(p.full for p in pools.values()):
+            return outcome(), None
+        return None, ("no_usable_alternative", "; ".join(outcome()[2]))
 
-    return run_stage(ctx, cfg, index, "counterfactual_beliefs_actions", messages, AlternativesDraft, check,
-                     cfg.beliefs_actions_tokens)
+    try:
+        return run_stage(ctx, cfg, index, "counterfactual_beliefs_actions", messages, AlternativesDraft, check,
+                         cfg.beliefs_actions_tokens)
+    except StageFailure:
+        if any(p.full for p in pools.values()):  # one type is complete after every attempt
+            return outcome()
+        raise
 
 
 def simplify(ctx: RunContext, cfg: TomConfig, index: int, sentences: list[str]) -> tuple[list[str], list[bool]]:

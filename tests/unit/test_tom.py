@@ -519,7 +519,7 @@ def test_invalid_transition_is_regenerated_then_rejected(tmp_path: Path) -> None
     calls = script.calls("analysis")
     assert len(calls) == 2 and calls[0].seed != calls[1].seed  # fresh seed per attempt
     script = Script({"analysis": [bad, {**bad, "transition_line": 500}]})
-    ctx = make_ctx(tmp_path, script)
+    ctx = make_ctx(tmp_path, script, stage_attempts=2)
     with pytest.raises(StageFailure) as e:
         analysis(ctx, ctx.cfg, 0, clip, candidates(clip, ctx.cfg))
     assert (e.value.stage, e.value.reason) == ("analysis", "transition_unknown")
@@ -531,7 +531,7 @@ def test_analysis_rejects_an_echoed_example_and_degenerate_text(tmp_path: Path) 
     loop = lambda req: {**GOOD["analysis"](req), "future_goal": "cook the soup cook the soup cook the soup"}  # noqa: E731
     clip = fixture_clip()
     for out, reason in ((echo, "example_echo"), (loop, "repetitive")):
-        ctx = make_ctx(tmp_path, Script({"analysis": [out, out]}))
+        ctx = make_ctx(tmp_path, Script({"analysis": [out, out]}), stage_attempts=2)
         with pytest.raises(StageFailure) as e:
             analysis(ctx, ctx.cfg, 0, clip, candidates(clip, ctx.cfg))
         assert e.value.reason == reason
@@ -539,7 +539,7 @@ def test_analysis_rejects_an_echoed_example_and_degenerate_text(tmp_path: Path) 
 
 def test_truncated_or_invalid_llm_output_becomes_a_reject(tmp_path: Path) -> None:
     script = Script({"analysis": [('{"transition_line": 50, "future_goal": "To co', "length")] * 2})
-    result, _ = run_tom(tmp_path, script, n=1)
+    result, _ = run_tom(tmp_path, script, n=1, stage_attempts=2)
     (rej,) = read_jsonl(tmp_path / "rejects.jsonl")
     assert (rej["stage"], rej["reason"]) == ("analysis", "truncated") and rej["raw"].startswith('{"transition_line"')
     assert result.accepted == 0
@@ -593,12 +593,45 @@ def test_beliefs_actions_stage_prompt_and_parse(tmp_path: Path) -> None:
     req = ctx.llm.calls[0]["messages"][-1]["content"]
     assert "What C actually believes now: C believes that the soup is ready." in req
     assert "What C actually does next: C turns off the stove" in req and "C's goal: To wash the dishes." in req
-    # one type unusable: the other still comes back
+    # one type short after the last attempt: the other still comes back
     same = GOOD["beliefs_actions"](None)
     same["alternatives"][1]["belief"] = "the soup is ready"  # the truth again
-    ctx = make_ctx(tmp_path, Script({"beliefs_actions": [same]}))
+    ctx = make_ctx(tmp_path, Script({"beliefs_actions": [same]}), stage_attempts=1)
     beliefs, actions, whys = counterfactual_beliefs_actions(ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip))
-    assert beliefs is None and actions is not None and whys == ["belief: same_as_truth: 'C believes that the soup is ready.'"]
+    assert beliefs is None and actions is not None
+    assert whys == ["belief: 2 usable of 3; turned away: same_as_truth: 'C believes that the soup is ready.'"]
+    assert ctx.stats["counterfactual_beliefs_actions.belief.same_as_truth.dropped"] == 1
+
+
+def test_usable_alternatives_pool_across_attempts(tmp_path: Path) -> None:
+    """A bad alternative costs that alternative, not the question: the next attempt tops the
+    pool up (first usable ones first, in order), and near-duplicates of the truth or of a kept
+    one are turned away by the embedder before the similarity filter would drop the question."""
+    clip = fixture_clip()
+    first = GOOD["beliefs_actions"](None)
+    first["alternatives"][1]["belief"] = "the soup is ready"  # the truth again
+    first["alternatives"][2]["next_actions"] = ["stirs the pot", "stirs the pot", "stirs the pot"]
+    second = {"alternatives": [
+        {"belief": "the soup needs more salt", "next_actions": ["picks the salt", "adds salt to the pot", "stirs the pot"]},
+        {"belief": "the soup is ready now", "next_actions": ["lifts the lid", "smells the soup", "puts the lid back"]},
+        {"belief": "the bowls are dirty", "next_actions": ["takes the bowls", "rinses the bowls", "dries the bowls"]},
+    ]}
+    emb = FakeEmbedder({"C believes that the soup is ready.": [1, 0, 0],
+                        "C believes that the soup is ready now.": [0.99, 0.141, 0]})
+    script = Script({"beliefs_actions": [first, second]})
+    ctx = make_ctx(tmp_path, script, emb)
+    beliefs, actions, whys = counterfactual_beliefs_actions(ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip))
+    assert len(script.calls("beliefs_actions")) == 2 and whys == []
+    assert beliefs == ["C believes that the soup needs more salt.", "C believes that the pot is about to boil over.",
+                       "C believes that the bowls are dirty."]
+    assert actions == ["C picks the salt, adds salt to the pot, and stirs the pot.",
+                       "C lifts the lid, pokes a carrot, and puts the lid back.",
+                       "C lifts the lid, smells the soup, and puts the lid back."]
+    stats = ctx.stats
+    assert stats["counterfactual_beliefs_actions.belief.same_as_truth.dropped"] == 1
+    assert stats["counterfactual_beliefs_actions.belief.duplicate.dropped"] == 1  # attempt 2's salt one
+    assert stats["counterfactual_beliefs_actions.belief.near_duplicate.dropped"] == 1
+    assert stats["counterfactual_beliefs_actions.actions.repeated_actions.dropped"] == 1
 
 
 def test_simplify_stage(tmp_path: Path) -> None:
@@ -620,7 +653,7 @@ def test_simplify_stage(tmp_path: Path) -> None:
     new, changed = simplify(ctx, ctx.cfg, 0, sentences)  # fewer than three actions: kept
     assert new == [sentences[0], sentences[1], "C lowers the heat, moves it, then wipes."]
     assert ctx.stats["simplify.lost_actions.kept_original"] == 2
-    ctx = make_ctx(tmp_path, Script({"simplify": [("{", "length")] * 2}))
+    ctx = make_ctx(tmp_path, Script({"simplify": [("{", "length")] * 2}), stage_attempts=2)
     with pytest.raises(StageFailure) as e:
         simplify(ctx, ctx.cfg, 0, sentences)
     assert (e.value.stage, e.value.reason) == ("simplify", "truncated")
@@ -681,18 +714,19 @@ def test_keyword_filter_in_a_run(tmp_path: Path) -> None:
 
 
 def test_length_and_similarity_filters_in_a_run(tmp_path: Path) -> None:
+    """The filters judge the final choices: too-long wrong goals (length), and simplified action
+    statements that became near-duplicates of each other (similarity, after the pool)."""
     long_goals = {"wrong_goals": ["To prepare an elaborate three course dinner", "To renovate the entire kitchen",
                                   "To reorganise every cupboard in the house"]}
-    near = GOOD["beliefs_actions"](None)
-    near["alternatives"][0]["belief"] = "the soup is ready now"
-    emb = FakeEmbedder({"C believes that the soup is ready.": [1, 0, 0],
-                        "C believes that the soup is ready now.": [0.99, 0.141, 0]})
-    run_tom(tmp_path, Script({"goals": [long_goals], "beliefs_actions": [near]}), emb, n=1)
+    a, b = "C picks the salt, adds it to the pot, and stirs the pot.", "C picks the salt, adds it to the pot, and stirs again."
+    same = {"simplified": [a, b, "C lowers the heat, moves the pot, and wipes."]}
+    emb = FakeEmbedder({a: [1, 0, 0], b: [0.99, 0.141, 0]})
+    run_tom(tmp_path, Script({"goals": [long_goals], "simplify": [same]}), emb, n=1, simplify=True)
     rejects = {r["stage"]: r for r in read_jsonl(tmp_path / "rejects.jsonl")}
     assert rejects["filter.length"]["reason"] == "truth_shortest"
     assert rejects["filter.similarity"]["reason"] == "near_duplicate_options"
-    assert "belief question" in rejects["filter.similarity"]["detail"]
-    assert [r["question_type"] for r in read_jsonl(tmp_path / "tom.jsonl")] == ["actions"]
+    assert "actions question" in rejects["filter.similarity"]["detail"]
+    assert [r["question_type"] for r in read_jsonl(tmp_path / "tom.jsonl")] == ["belief"]
 
 
 def test_time_window_filter_both_ways(tmp_path: Path) -> None:
@@ -858,7 +892,7 @@ def test_funnel_counts_each_stage_drop(tmp_path: Path) -> None:
             current["clip"] = m.group(1)
         return orig(messages, seed)
 
-    ctx = make_ctx(tmp_path, None, None, input=str(path), progress="plain")
+    ctx = make_ctx(tmp_path, None, None, input=str(path), progress="plain", stage_attempts=2)
     ctx.__dict__["llm"] = scripted_llm(tracking)
     run("tom", ctx.cfg, tmp_path, ctx=ctx, quiet=True)
     rejects = read_jsonl(tmp_path / "rejects.jsonl")
