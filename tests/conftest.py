@@ -105,6 +105,51 @@ def gguf_path() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory, gguf_path: Path) -> Iterator[str]:
+    """llama-cpp-python's own OpenAI-compatible server on 127.0.0.1 (a free port) serving the
+    embedded GGUF, the stand-in for vLLM; yields its /v1 base URL and stops it at the end."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] is not installed")
+    from gen.server import free_port
+
+    port = free_port()
+    logdir = tmp_path_factory.mktemp("llama_cpp_server")
+    log = open(logdir / "server.log", "w")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path), "--host", "127.0.0.1",
+         "--port", str(port), "--n_ctx", "4096"],
+        cwd=logdir, env=gen_env(logdir / "cache"), stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}/v1"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited ({proc.returncode}): "
+                            + (logdir / "server.log").read_text()[-2000:])
+            try:
+                with opener.open(f"{base}/models", timeout=5) as r:
+                    assert json.loads(r.read())["data"]
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                if time.monotonic() > deadline:
+                    pytest.fail("llama_cpp.server did not answer /v1/models within 120 s")
+                time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=20)
+        log.close()
+
+
 # --------------------------------------------------------------------------- run-folder checks
 
 

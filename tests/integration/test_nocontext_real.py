@@ -6,12 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -133,56 +127,21 @@ def test_loglik_matches_a_full_evaluation(gguf_path: Path) -> None:
     assert isinstance(text, str) and text.strip()
 
 
-HOST = "127.0.0.1"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def test_loglik_through_llama_cpp_python_server(tmp_path: Path, gguf_path: Path, env_for,
+def test_loglik_through_llama_cpp_python_server(llama_cpp_python_server: str,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The completions echo+logprobs path against a real server. llama-cpp-python 0.3.36's
     server shifts prompt log-probabilities by one token (abetlen/llama-cpp-python#1983), so only
     the plumbing is compared with the in-process scorer: which tokens are the continuation.
     (That server also sorts the whole vocabulary in Python for every echoed token: slow, so
     the prompt here is short.)"""
-    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] is not installed")
     from gen.llm import LlamaCppConfig, OpenAIConfig, make_llm
 
-    monkeypatch.setenv("NO_PROXY", HOST)  # only ever the loopback address, directly
-    port = _free_port()
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed in finally
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path), "--host", HOST,
-         "--port", str(port), "--n_ctx", "2048"],
-        cwd=tmp_path, env=env_for(tmp_path / "cache"), stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://{HOST}:{port}/v1"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
-            try:
-                with opener.open(f"{base}/models", timeout=5):
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                assert time.monotonic() < deadline, "server did not start"
-                time.sleep(0.5)
-        served = make_llm(OpenAIConfig(base_url=base, model="local", max_retries=0))
-        local = make_llm(LlamaCppConfig(n_ctx=2048))
-        prompt = "Question: What will C do next?\nAnswer:"
-        conts = [" a) C closes the laptop.", " b) C sweeps."]
-        remote = served.loglik(prompt, conts)
-        ours = local.loglik(prompt, conts)
-        assert [s.tokens for s in remote] == [s.tokens for s in ours]
-        assert all(math.isfinite(s.logprob) and s.logprob < 0 for s in remote)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # only ever the loopback address, directly
+    served = make_llm(OpenAIConfig(base_url=llama_cpp_python_server, model="local", max_retries=0))
+    local = make_llm(LlamaCppConfig(n_ctx=2048))
+    prompt = "Question: What will C do next?\nAnswer:"
+    conts = [" a) C closes the laptop.", " b) C sweeps."]
+    remote = served.loglik(prompt, conts)
+    ours = local.loglik(prompt, conts)
+    assert [s.tokens for s in remote] == [s.tokens for s in ours]
+    assert all(math.isfinite(s.logprob) and s.logprob < 0 for s in remote)
