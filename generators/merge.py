@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from gen.errors import InputError, MissingInputError
+from gen.llm import Usage
 from gen.run import REGISTRY, CommonConfig, RunContext, atomic_write, extras_of, generator
 from schemas import Reject
 
@@ -182,6 +183,7 @@ def merge(cfg: MergeConfig, ctx: RunContext) -> Iterator[RawRecord | Reject | li
         "source_config": {k: v for k, v in shards[0].manifest["config"].items() if k not in SHARD_KEYS},
         "complete": covered == b - a and a == 0 and shards[0].manifest["shard"]["num_shards"] == len(shards),
         "not_merged": [rel for rel in not_merged if not (ctx.out_dir / rel).is_file()],
+        "llm_usage": Usage.total([s.manifest.get("llm_usage") for s in shards]),
         "shards": [{"path": str(s.folder), "indices": list(s.indices), "counts": s.manifest["counts"],
                     "llm_usage": s.manifest.get("llm_usage"),
                     **({} if hook else {"summaries": extras_of(s.manifest)})} for s in shards],

@@ -327,6 +327,17 @@ def test_merge_gives_the_unsharded_run(tmp_path: Path) -> None:
     merged = merge_and_compare(tmp_path / "whole", shards, tmp_path / "m")
     assert merged["counts"]["rejected"] > 0 and "indices_done" not in merged["counts"]
     assert [s["indices"] for s in merged["merged"]["shards"]] == [[0, 3], [3, 6], [6, 9]]
+    calls = [json.loads((s / "manifest.json").read_text())["llm_usage"]["calls"] for s in shards]
+    assert merged["merged"]["llm_usage"]["calls"] == sum(calls) > 0
+
+
+def test_manifest_keys_are_the_standard_ones_plus_the_generators_summaries(tmp_path: Path) -> None:
+    """merge tells a generator's summaries from the runner's keys by MANIFEST_KEYS."""
+    from gen.run import MANIFEST_KEYS
+
+    facts = sample_facts(0, 2)
+    result, ctx = run_scripted(tmp_path, bio_script(facts, lambda f, s: clean_bio(f)), n=2)
+    assert set(result.manifest) - set(ctx.extra) == MANIFEST_KEYS
 
 
 def test_merge_refuses_overlaps_other_configs_and_unfinished_folders(tmp_path: Path) -> None:
