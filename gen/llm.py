@@ -506,7 +506,7 @@ def make_llm(cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, cache: Cach
         sha = cache.file_sha256(path) if cache else sha256_file(path)
         identity = {"backend": "llama_cpp", "model": path.name, "model_path": str(path),
                     "model_sha256": sha, "n_ctx": cfg.n_ctx}
-        return LLM(_LLAMAS[key].create_chat_completion_openai_v1, identity=identity,
+        return LLM(_history_free(_LLAMAS[key]), identity=identity,
                    sampling=cfg, cache=cache, lock=True, schema_format="json_object",
                    score=_llama_scorer(_LLAMAS[key]))
     from openai import OpenAI
@@ -539,6 +539,37 @@ def _log_softmax_at(row: Any, token: int) -> float:
     x = np.asarray(row, dtype=np.float64)
     top = x.max()
     return float(x[token] - top - np.log(np.exp(x - top).sum()))
+
+
+REEVAL_TAIL = 32
+"""Prompt tokens an in-process call always evaluates afresh (see :func:`_history_free`)."""
+
+
+def _history_free(llama: Any) -> Callable[..., Any]:
+    """``llama.create_chat_completion_openai_v1`` whose output does not depend on the call before.
+
+    llama-cpp-python reuses the KV cache for the longest prefix a prompt shares with the last
+    one. A prompt asked again in full (a stage re-asked with a fresh seed) then has only its last
+    token evaluated, alone, on another kernel path than a batch: its logits differ slightly, and
+    a sampled answer depends on whether the same prompt ran just before (measured with the
+    embedded SmolLM2: same prompt and seed, different text). A shared prefix evaluated in a
+    batch gives the same logits as a fresh context (tested to 2.2k tokens, several n_batch
+    chunks). So after each call the cache keeps only the prompt minus its last ``REEVAL_TAIL``
+    tokens: a repeated prompt re-evaluates a batch, as it would in a fresh context. A failed
+    call forgets the cache.
+    """
+
+    def create(**kwargs: Any) -> Any:
+        try:
+            out = llama.create_chat_completion_openai_v1(**kwargs)
+        except BaseException:
+            llama.n_tokens = 0
+            raise
+        prompt_tokens = out.usage.prompt_tokens if out.usage else 0
+        llama.n_tokens = min(llama.n_tokens, max(0, prompt_tokens - REEVAL_TAIL))
+        return out
+
+    return create
 
 
 def _llama_scorer(llama: Any) -> Scorer:

@@ -1,0 +1,31 @@
+"""The in-process backend on the embedded GGUF: an answer depends only on (prompt, seed), not
+on which call ran before it — the KV-cache reuse of llama-cpp-python must not leak into
+outputs (a stage re-asked with the same prompt, a run resumed from the cache)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gen.llm import LlamaCppConfig, make_llm
+
+pytestmark = pytest.mark.integration
+
+SYSTEM = " ".join(f"Line {i}: C picks a cup and puts it on shelf {i}." for i in range(40))
+
+
+def test_an_answer_depends_only_on_prompt_and_seed(gguf_path) -> None:
+    llm = make_llm(LlamaCppConfig(n_ctx=2048), None)  # no cache: every call runs the model
+    target = [{"role": "system", "content": SYSTEM},
+              {"role": "user", "content": "What does C do next? Answer in two sentences."}]
+    shared_prefix = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Say hi."}]
+    unrelated = [{"role": "user", "content": "Name a colour."}]
+
+    def ask() -> str:
+        return llm.complete(target, seed=42, max_tokens=48, temperature=0.8)
+
+    first = ask()
+    assert ask() == first  # the same prompt right after itself (a re-ask)
+    llm.complete(shared_prefix, seed=1, max_tokens=4)
+    assert ask() == first  # after a prompt sharing its prefix
+    llm.complete(unrelated, seed=1, max_tokens=4)
+    assert ask() == first  # after an unrelated prompt
