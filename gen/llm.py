@@ -7,6 +7,8 @@ OpenAI-compatible server (vLLM, llama.cpp's server). Generators see only :class:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -483,6 +485,16 @@ def embedded_gguf() -> Path:
 
 
 _LLAMAS: dict[tuple[Any, ...], Any] = {}
+
+
+@atexit.register
+def _free_llamas() -> None:
+    """Free the loaded models before interpreter shutdown: left to ``Llama.__del__`` then,
+    llama-cpp-python's finalizer meets already-cleared globals and prints a traceback."""
+    while _LLAMAS:
+        _, llama = _LLAMAS.popitem()
+        with contextlib.suppress(Exception):
+            llama.close()
 
 
 def make_llm(cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, cache: Cache | None = None) -> LLM:
