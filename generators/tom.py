@@ -285,6 +285,15 @@ def _narration(text: Any, t: Any, where: str) -> tuple[Line | None, str | None]:
     return Line(sec, text, speaker_of(text)), None
 
 
+def _add_narration(clip: Clip, text: Any, t: Any, where: str) -> None:
+    """Append the parsed narration to the clip's lines, or its problem to the clip's problems."""
+    line, problem = _narration(text, t, where)
+    if line is None:
+        clip.problems.append(problem or where)
+    else:
+        clip.lines.append(line)
+
+
 def read_ego4d(path: Path, passes: tuple[str, ...]) -> list[Clip]:
     """Ego4D ``narration.json``: video uid -> pass -> narrations + summaries. Each summary's
     [start_sec, end_sec) window is one clip (the 5-minute units narrators were given), id
@@ -394,11 +403,7 @@ def read_egotom_csvs(files: list[Path]) -> list[Clip]:
                 if not m:
                     clip.problems.append(f"{loc}: expected 'MMm:SSs | text', got {raw.strip()[:60]!r}")
                     continue
-                line, problem = _narration(m.group("text"), m.group("time"), loc)
-                if line is None:
-                    clip.problems.append(problem or loc)
-                else:
-                    clip.lines.append(line)
+                _add_narration(clip, m.group("text"), m.group("time"), loc)
             clip.lines.sort(key=lambda x: x.t)
             clips[cuid] = clip
     return list(clips.values())
@@ -445,11 +450,7 @@ def read_jsonl(path: Path) -> list[Clip]:
                 if not isinstance(n, dict):
                     clip.problems.append(f"{loc}: not an object with t and text")
                     continue
-                line, problem = _narration(n.get("text"), n.get("t"), loc)
-                if line is None:
-                    clip.problems.append(problem or loc)
-                else:
-                    clip.lines.append(line)
+                _add_narration(clip, n.get("text"), n.get("t"), loc)
             clip.lines.sort(key=lambda x: x.t)
             if "duration" in row:
                 clip.duration = parse_time(row["duration"])
