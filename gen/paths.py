@@ -41,7 +41,7 @@ def inside(folder: Path, name: str, *, what: str = "name") -> Path:
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
         raise UnsafePathError(f"{what} {name!r} is an absolute path")
     parts = PurePosixPath(name).parts
-    if name.endswith("/") or any(p in ("..", ".") or not _NAME_PART.match(p) for p in parts) \
+    if not parts or name.endswith("/") or any(p in ("..", ".") or not _NAME_PART.match(p) for p in parts) \
             or "//" in name:
         raise UnsafePathError(f"{what} {name!r} leaves its folder or is not a plain relative path")
     path = folder.joinpath(*parts)
