@@ -36,8 +36,8 @@ PAPER_CHARS = 8900
 
 
 def write_pool(path: Path, n: int = 12, seed: int = 0) -> Path:
-    from personas import sample_facts
-    from schemas.persona import PersonaRecord
+    from generators.personas import sample_facts
+    from schemas.personas import PersonaRecord
 
     rows = [PersonaRecord(**f.model_dump(), bio=f"{f.first_name} works as {f.occupation.lower()} in "
                           f"{f.home_city} and enjoys {f.interests[0]}.") for f in sample_facts(seed, n)]

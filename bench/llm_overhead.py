@@ -42,8 +42,7 @@ def build_prompts(n: int) -> list[tuple[list[dict[str, str]], int]]:
     """``n`` (messages, seed) pairs plus one extra for the warm-up, as the persona
     generator builds them (real facts, real template)."""
     from gen.prompts import Prompts
-    from generators.personas import BIO_PROMPT, PRONOUN
-    from personas import sample_facts
+    from generators.personas import BIO_PROMPT, PRONOUN, sample_facts
 
     prompts = Prompts()
     out = []
@@ -124,7 +123,7 @@ def replay_overhead(direct: dict[str, Any], items, identity: dict[str, Any], cfg
     """Toolkit time per call with a zero-cost backend: instructor request/parse, cache key
     hashing, SQLite write, OpenAI-type conversion. Fresh cache each round (all misses)."""
     import gen.llm as gl
-    from schemas.persona import Bio
+    from schemas.personas import Bio
 
     fake = _Replay({seed: r for (_, seed), r in zip(items, direct["responses"], strict=True)})
     walls = []
@@ -228,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--n and --reps must be >= 1")
 
     import gen.llm as gl
-    from schemas.persona import Bio
+    from schemas.personas import Bio
 
     info = machine_info()
     cfg = gl.LlamaCppConfig()
@@ -371,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
                    "model": model_path.name, "n_ctx": cfg.n_ctx, "n_threads": cfg.n_threads,
                    "temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": MAX_TOKENS,
                    "attempts": cfg.attempts, "facts_seed": SEED, "prompt": "personas/bio.jinja",
-                   "schema": "schemas.persona.Bio"},
+                   "schema": "schemas.personas.Bio"},
         "replay": {k: v for k, v in replay.items() if k != "profile"},
         "load_seconds": {"toolkit_make_llm": toolkit_load, "direct_llama": direct_load},
         "targets": {"overhead_lt": OVERHEAD_TARGET, "cached_speedup_ge": SPEEDUP_TARGET},

@@ -1,22 +1,34 @@
-"""``python -m gen <generator> [hydra overrides]``: a thin shell around Hydra and the runner.
+"""``gen <generator> [hydra overrides]`` (also ``python -m gen``): a thin shell around Hydra.
 
-The overrides are composed and validated first (one clear line and exit 2 on any mistake,
-before a model loads); then Hydra's own main runs the job, so run folders, ``.hydra/``,
-``-m`` sweeps and launchers behave as Hydra documents them.
+Every option is a pydantic field (:mod:`gen.config` hands them to Hydra). Before Hydra runs,
+the shell composes and validates the config of every job of the command (each value of a
+sweep), and sizes each run (its generator's plan hook reads its input): any mistake is one
+line on stderr and exit code 2, before a run folder exists or a model loads. Then Hydra's own
+main runs the jobs, so run folders, ``.hydra/``, ``-m`` sweeps and launchers behave as Hydra
+documents them; a job reuses the settings and plan validated here.
+
+Override forms: ``key=v``, ``+key=v`` and ``++key=v`` all set an option. The shell hands
+Hydra every option override as ``++key=v`` (add or override), so Hydra never judges option
+names; pydantic does, once, naming the option and its generator.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
-import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gen.errors import ConfigError, GenError
 from gen.paths import CONF
 
-USAGE = "usage: python -m gen <generator> [key=value ...]   (python -m gen --help)"
+USAGE = "usage: gen <generator> [key=value ...]   (gen --help; also python -m gen)"
+GROUPS = ("generator", "llm", "embedder")
+MAX_JOBS = 10_000
+"""Most jobs one sweep may expand to (each is validated before the first runs)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,16 +56,19 @@ def _main(argv: list[str]) -> int:
         print_generator_help(name)
         return 0
     rest = action_word(name, rest)
-    flags = [a for a in rest if a.startswith("-")]
-    overrides = normalize_overrides(name, [a for a in rest if not a.startswith("-")])
-    validate(name, overrides)
+    flags, overrides = split_flags(name, rest)
+    overrides = normalize_overrides(overrides)
+    multirun = any(f in ("-m", "--multirun") for f in flags)
+    jobs = validate_jobs(name, overrides, multirun=multirun)
+    check_run_dir(name, overrides, multirun=multirun)
+    _VALIDATED.update({job.key: job for job in jobs})
     sys.argv = [sys.argv[0], *flags, f"generator={name}", *overrides]
     _hydra_main()
     return 0
 
 
 def action_word(name: str, rest: list[str]) -> list[str]:
-    """``python -m gen bank add …``: a bare word right after the generator name becomes
+    """``gen bank add …``: a bare word right after the generator name becomes
     ``action=<word>`` when the generator's config has an ``action`` field."""
     from gen.run import REGISTRY
 
@@ -61,6 +76,38 @@ def action_word(name: str, rest: list[str]) -> list[str]:
             and "action" in REGISTRY[name].config.model_fields):
         return [f"action={rest[0]}", *rest[1:]]
     return rest
+
+
+FLAGS = {"-m", "--multirun", "-v", "--verbose"}
+
+
+def split_flags(name: str, rest: list[str]) -> tuple[list[str], list[str]]:
+    """Hydra's flags gen passes on (``-m``), ``-v`` (library logs on the console too), and
+    the overrides. Any other flag is refused in one line."""
+    flags, overrides = [], []
+    for a in rest:
+        if a.startswith("-") and not a.startswith("--") and a not in FLAGS:
+            raise ConfigError(f"unknown flag {a!r} for {name} (flags: -m for sweeps, -v for library logs; "
+                              f"gen {name} --help lists the options)")
+        if a.startswith("--") and a not in FLAGS:
+            raise ConfigError(f"unknown flag {a!r} for {name} (flags: -m for sweeps, -v for library logs; "
+                              f"gen {name} --help lists the options)")
+        if a in ("-v", "--verbose"):
+            overrides += ["hydra.job_logging.handlers.console.level=INFO",
+                          "hydra.job_logging.handlers.console.filters=[]"]
+        elif a in FLAGS:
+            flags.append(a)
+        else:
+            overrides.append(a)
+    return flags, overrides
+
+
+class OwnLogs:
+    """Console filter: gen's own log lines, and any library's errors; the rest of the library
+    chatter (one ``HTTP Request: POST …`` per call) goes only to the run folder's log."""
+
+    def filter(self, record: Any) -> bool:
+        return record.name.split(".", 1)[0] in ("gen", "generators") or record.levelno >= 40
 
 
 def fail(message: str, code: int) -> int:
@@ -72,13 +119,95 @@ def fail(message: str, code: int) -> int:
     return code
 
 
-# --------------------------------------------------------------------------- composition
+# --------------------------------------------------------------------------- overrides
+
+
+def _parse(overrides: list[str]) -> list[Any]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except Exception as e:  # noqa: BLE001 - Hydra's parser raises several types
+        raise ConfigError(f"cannot parse overrides: {_first_line(e)}") from None
+
+
+def _is_option(key: str) -> bool:
+    """An option override (not a config group choice, not Hydra's own settings)."""
+    return not (key in GROUPS or key.startswith("hydra") or "/" in key)
+
+
+def normalize_overrides(overrides: list[str]) -> list[str]:
+    """``key=v`` / ``+key=v`` / ``++key=v`` for an option all become ``++key=v``; group
+    choices (``llm=openai``), deletions (``~key``) and ``hydra.*`` stay as they are."""
+    out = []
+    for raw, o in zip(overrides, _parse(overrides), strict=True):
+        key = o.get_key_element().lstrip("+~")
+        if _is_option(key) and not raw.startswith("~"):
+            out.append("++" + raw.lstrip("+"))
+        else:
+            out.append(raw)
+    return out
+
+
+def _check_choices(overrides: list[Any]) -> None:
+    """``llm=`` / ``embedder=`` name a preset that exists."""
+    from gen.config import EMBEDDER_PRESETS, LLM_PRESETS
+
+    presets = {"llm": LLM_PRESETS, "embedder": EMBEDDER_PRESETS}
+    for o in overrides:
+        key = o.get_key_element()
+        if key in presets:
+            values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.value()]
+            for v in values:
+                if v not in presets[key]:
+                    raise ConfigError(f"unknown choice {key}={v}; available {key}: {', '.join(presets[key])}")
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """Every job of a sweep, as Hydra's basic sweeper makes them (the cartesian product of the
+    swept values); one job without sweeps."""
+    parsed = _parse(overrides)
+    _check_choices(parsed)
+    axes: list[list[str]] = []
+    for raw, o in zip(overrides, parsed, strict=True):
+        if o.is_sweep_override():
+            key = raw.split("=", 1)[0]
+            try:
+                values = list(o.sweep_string_iterator())
+            except Exception as e:  # noqa: BLE001 - a glob over config groups, say
+                raise ConfigError(f"{key}: cannot expand this sweep ({_first_line(e)})") from None
+            axes.append([f"{key}={v}" for v in values])
+        else:
+            axes.append([raw])
+    count = 1
+    for a in axes:
+        count *= len(a)
+    if count > MAX_JOBS:
+        raise ConfigError(f"the sweep makes {count} jobs; at most {MAX_JOBS}")
+    return [list(job) for job in itertools.product(*axes)]
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@dataclass
+class Job:
+    key: str
+    settings: Any
+    plan: Any
+
+
+_VALIDATED: dict[str, Job] = {}
+"""Jobs validated (and sized) by the shell, by their composed config, for Hydra's job to reuse."""
 
 
 def _compose(name: str, overrides: list[str]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    from gen.config import register
+
+    register()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None, job_name="gen"):
@@ -87,67 +216,33 @@ def _compose(name: str, overrides: list[str]):
         GlobalHydra.instance().clear()
 
 
-_APPEND = re.compile(r"Could not append to config\. An item is already at '([^']+)'")
-
-
-def normalize_overrides(name: str, overrides: list[str]) -> list[str]:
-    """Accept ``+key=v``, ``key=v`` and ``++key=v`` alike for keys the config already has
-    (Hydra itself refuses ``+`` for an existing key)."""
-    out = list(overrides)
-    for _ in range(len(out) + 1):
-        try:
-            _compose(name, _first_of_sweeps(out))
-            return out
-        except Exception as e:  # noqa: BLE001 - Hydra raises several types here
-            m = _APPEND.search(str(e))
-            if not m:
-                return out  # validate() reports it
-            key = m.group(1)
-            out = [f"{o[1:]}" if o.startswith("+") and not o.startswith("++")
-                   and o[1:].split("=", 1)[0] == key else o for o in out]
-    return out
-
-
-def _first_of_sweeps(overrides: list[str]) -> list[str]:
-    """For validation, a sweep ``shard=0,1`` stands for its first value."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    out = []
-    for raw, o in zip(overrides, parsed, strict=True):
-        if o.is_sweep_override():
-            first = next(iter(o.sweep_string_iterator()))
-            out.append(f"{o.get_key_element()}={first}")
-        else:
-            out.append(raw)
-    return out
+def _key(name: str, data: dict[str, Any]) -> str:
+    return json.dumps([name, data], sort_keys=True, default=str)
 
 
 def validate(name: str, overrides: list[str]) -> Any:
-    """Compose and validate; raise ConfigError naming the field and what is allowed."""
-    try:
-        parsed = _first_of_sweeps(overrides)
-    except Exception as e:  # noqa: BLE001
-        raise ConfigError(f"cannot parse overrides: {_first_line(e)}") from None
-    try:
-        cfg = _compose(name, parsed)
-    except Exception as e:  # noqa: BLE001
-        raise ConfigError(_explain_compose_error(e, name)) from None
-    settings = settings_from(name, cfg)
+    """Compose and validate one job's overrides (options in any form); the pydantic settings.
+
+    Raises:
+        ConfigError: an unknown option or choice, or an invalid value, named.
+        MissingInputError: ``input=`` does not exist.
+    """
+    job = sweep_jobs(normalize_overrides(overrides))[0]  # a sweep: its first job
+    settings = settings_from(name, composed(name, job))
     if isinstance(settings.input, str):
         settings.input_path()  # a missing input= fails here, before any model loads
     return settings
 
 
-def settings_from(name: str, cfg: Any) -> Any:
-    """Hydra's composed config -> the generator's pydantic config."""
+def composed(name: str, overrides: list[str]) -> dict[str, Any]:
+    """The composed config of one job as plain data (without Hydra's own node)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import MissingMandatoryValue
-    from pydantic import ValidationError
 
-    import generators  # noqa: F401  (fills the registry, also in launcher worker processes)
-    from gen.run import REGISTRY
-
+    try:
+        cfg = _compose(name, overrides)
+    except Exception as e:  # noqa: BLE001 - Hydra raises several types here
+        raise ConfigError(_first_line(e) + (f" {_first_line(e.__cause__)}" if e.__cause__ else "")) from None
     try:
         data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as e:
@@ -155,10 +250,53 @@ def settings_from(name: str, cfg: Any) -> Any:
     except Exception as e:  # noqa: BLE001
         raise ConfigError(f"config: {_first_line(e)}") from None
     data.pop("hydra", None)
+    return data  # type: ignore[return-value]
+
+
+def validate_jobs(name: str, overrides: list[str], *, multirun: bool) -> list[Job]:
+    """Validate and size every job of the command before the first one starts."""
+    from gen.run import REGISTRY
+
+    if not multirun and any(o.is_sweep_override() for o in _parse(overrides)):
+        raise ConfigError("a sweep (key=a,b) needs -m: gen <generator> -m key=a,b")
+    jobs = sweep_jobs(overrides)
+    out = []
+    for job in jobs:
+        data = composed(name, job)
+        settings = settings_from(name, data)
+        if isinstance(settings.input, str):
+            settings.input_path()
+        plan = REGISTRY[name].make_plan(settings)
+        out.append(Job(_key(name, data), settings, plan))
+    return out
+
+
+def settings_from(name: str, data: dict[str, Any]) -> Any:
+    """Composed config data -> the generator's pydantic config."""
+    from pydantic import ValidationError
+
+    import generators  # noqa: F401  (fills the registry, also in launcher worker processes)
+    from gen.run import REGISTRY
+
     try:
         return REGISTRY[name].config.model_validate(data)
     except ValidationError as e:
-        raise ConfigError(_explain_validation(e)) from None
+        raise ConfigError(_explain_validation(e, name)) from None
+
+
+def check_run_dir(name: str, overrides: list[str], *, multirun: bool) -> None:
+    """The run folder (``hydra.run.dir=`` or ``outputs/<name>``) can be made; a file there or a
+    read-only place is one line, not Hydra's traceback."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == key]
+    where = Path(given[-1]) if given and "${" not in given[-1] else Path("outputs") / name
+    probe = where
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{key}: cannot make a run folder at {where}: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}: cannot make a run folder at {where}: {probe} is not writable")
 
 
 def _first_line(e: BaseException) -> str:
@@ -166,32 +304,13 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _explain_compose_error(e: BaseException, name: str) -> str:
-    text = str(e)
-    m = re.search(r"Key '([^']+)' is not in struct", text) or re.search(
-        r"Could not override '([^']+)'", text)
-    if m:
-        return (f"unknown override {m.group(1)!r} for generator {name!r} "
-                f"(python -m gen {name} --help lists its options)")
-    m = re.search(r"Could not find '([^']+)'.*?Available options in '([^']+)':\s*(.*?)(?:\nConfig search path:|$)",
-                  text, re.S)
-    if m:
-        options = ", ".join(m.group(3).split())
-        return f"unknown choice {m.group(1)!r}; available {m.group(2)}: {options}"
-    cause = e.__cause__
-    line = _first_line(e)
-    if cause is not None and str(cause).strip():
-        line = f"{line} {_first_line(cause)}"
-    return line
-
-
-def _explain_validation(e: Any) -> str:
+def _explain_validation(e: Any, name: str) -> str:
     parts = []
     for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("function-", "llama_cpp", "openai")))
+        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("function-", "llama_cpp", "openai", "llama_server")))
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            parts.append(f"unknown option {loc!r}")
+            parts.append(f"unknown option {loc!r} for {name} (gen {name} --help lists its options)")
             continue
         where = f"invalid value for {loc}: " if loc else "invalid config: "
         got = err.get("input")
@@ -206,15 +325,21 @@ def _task(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
-    from gen.run import run
+    from gen.run import REGISTRY, run
 
     hc = HydraConfig.get()
     name = hc.runtime.choices["generator"]
     out_dir = Path(hc.runtime.output_dir)
     try:
-        settings = settings_from(name, cfg)
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        result = run(name, settings, out_dir, resolved=resolved)
+        data = OmegaConf.to_container(cfg, resolve=True)
+        data.pop("hydra", None)  # type: ignore[union-attr]
+        job = _VALIDATED.pop(_key(name, data), None)  # type: ignore[arg-type]
+        if job is None:  # a launcher's worker process: validate and size here
+            settings = settings_from(name, data)  # type: ignore[arg-type]
+            plan = REGISTRY[name].make_plan(settings)
+        else:
+            settings, plan = job.settings, job.plan
+        result = run(name, settings, out_dir, resolved=data, plan=plan)  # type: ignore[arg-type]
     except GenError as e:
         sys.exit(fail(str(e), e.exit_code))
     except KeyboardInterrupt:
@@ -224,12 +349,17 @@ def _task(cfg: Any) -> None:
             raise
         sys.exit(fail(f"unexpected {type(e).__name__}: {e} (GEN_DEBUG=1 shows the traceback)", 1))
     if result.exit_code:
+        if result.error:
+            fail(result.error, result.exit_code)
         sys.exit(result.exit_code)
 
 
 def _hydra_main() -> None:
     import hydra
 
+    from gen.config import register
+
+    register()
     hydra.main(version_base=None, config_path=str(CONF), config_name="config")(_task)()
 
 
@@ -237,6 +367,7 @@ def _hydra_main() -> None:
 
 
 def print_help() -> None:
+    from gen.config import LLM_PRESETS
     from gen.run import REGISTRY
 
     print(USAGE)
@@ -244,22 +375,21 @@ def print_help() -> None:
     width = max(len(n) for n in REGISTRY)
     for name in sorted(REGISTRY):
         print(f"  {name:<{width}}  {REGISTRY[name].help}")
-    print("\ncommon overrides: seed= n= llm=smollm2|llama_cpp|openai|llama_server embedder= input= shard= num_shards=")
-    print("                  hydra.run.dir=<folder>   -m ... hydra/launcher=joblib (sweeps)")
-    print("example: python -m gen digital +persona_pool=50")
+    print(f"\ncommon overrides: seed= n= llm={'|'.join(LLM_PRESETS)} embedder= input= shard= num_shards=")
+    print("                  hydra.run.dir=<folder>   -m ... hydra/launcher=joblib (sweeps)   -v (library logs)")
+    print("example: gen digital +persona_pool=50")
 
 
-def _shown(value: Any) -> Any:
-    """A default as ``--help`` prints it: a config group by its backend, other dicts inline."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
+def _shown(model: Any, key: str) -> Any:
+    """A default as ``--help`` prints it: a backend by its preset, other dicts inline."""
+    from gen.config import field_default, preset_of
 
-    if isinstance(value, DictConfig | ListConfig):
-        value = OmegaConf.to_container(value, resolve=False)
-    if isinstance(value, dict) and "backend" in value:
-        return value["backend"]
+    value = field_default(model, key)
+    if isinstance(value, str) and "${" in value:  # an environment variable: today's value
+        value = model.model_fields[key].get_default(call_default_factory=True)
+    if key in ("llm", "embedder"):
+        return preset_of(key, value) or json.dumps(value, separators=(",", ":"))
     if isinstance(value, dict | list):
-        import json
-
         return json.dumps(value, separators=(",", ":"))
     return value
 
@@ -268,14 +398,11 @@ def print_generator_help(name: str) -> None:
     from gen.run import REGISTRY, CommonConfig
 
     g = REGISTRY[name]
-    composed = _compose(name, [])
-    print(f"python -m gen {name} [key=value ...]\n\n{g.help}\n")
+    print(f"gen {name} [key=value ...]\n\n{g.help}\n")
     own = [k for k in g.config.model_fields if k not in CommonConfig.model_fields]
     for title, keys in ((f"{name} options", own), ("common options", list(CommonConfig.model_fields))):
         print(f"{title}:")
         for key in keys:
             field = g.config.model_fields[key]
-            value = composed.get(key)
-            shown = _shown(value)
-            print(f"  {f'{key}={shown}':<28} {field.description or ''}")
+            print(f"  {f'{key}={_shown(g.config, key)}':<28} {' '.join((field.description or '').split())}")
         print()

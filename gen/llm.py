@@ -85,6 +85,8 @@ class OpenAIConfig(_Sampling):
     ``json_object`` with a ``schema`` key (llama-cpp-python's own server)."""
     model_sha256: str | None = None
     """Optional hash of the served weights, recorded in manifests and cache keys."""
+    concurrency: int = Field(4, ge=1, le=256)
+    """Calls in flight at once (a server's slot count)."""
 
 
 class LlamaServerConfig(_Sampling):
@@ -278,6 +280,19 @@ class LLM:
         self._score = score
         self._client = instructor.patch(create=self._cached_create, mode=instructor.Mode.JSON_SCHEMA)
         self._closers: list[Callable[[], None]] = []
+
+    def fork(self) -> LLM:
+        """The same loaded backend (model, cache, lock) with usage counters of its own: a
+        sub-run's manifest counts its own calls. Only the original closes the backend."""
+        import copy
+
+        import instructor
+
+        twin = copy.copy(self)
+        twin.usage = Usage()
+        twin._closers = []
+        twin._client = instructor.patch(create=twin._cached_create, mode=instructor.Mode.JSON_SCHEMA)
+        return twin
 
     def on_close(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` when the LLM is closed (a managed server is stopped this way)."""

@@ -11,10 +11,12 @@ from typing import Any
 
 class Progress:
     def __init__(self, name: str, total: int, mode: str, every: float,
-                 usage: Callable[[], Any] | None = None):
+                 usage: Callable[[], Any] | None = None, noun: str = "accepted"):
         if mode == "auto":
             mode = "rich" if sys.stdout.isatty() else "plain"
         self.name, self.total, self.mode, self.every, self._usage = name, total, mode, every, usage
+        self.noun = noun
+        """What the records are called (``accepted``; ``findings`` for an audit)."""
         self._t0 = time.perf_counter()
         self._last = self._t0
         self._bar: Any = None
@@ -36,13 +38,22 @@ class Progress:
         if self._bar is not None:
             self._bar.stop()
 
-    def _tps(self) -> float:
+    def _rate(self, done: int) -> str:
+        """Tokens per second while an LLM works; items per second otherwise."""
         usage = self._usage() if self._usage else None
-        return usage.tokens_per_second if usage else 0.0
+        if usage is not None and usage.generation_seconds:
+            return f"{usage.tokens_per_second:.1f} tok/s"
+        elapsed = time.perf_counter() - self._t0
+        return f"{done / elapsed:.2f} items/s" if elapsed > 0 else ""
+
+    def _counts(self, accepted: int, rejected: int) -> str:
+        if self.noun == "accepted":
+            return f"accepted {accepted} rejected {rejected}"
+        return f"{self.noun} {accepted}" + (f" rejected {rejected}" if rejected else "")
 
     def update(self, done: int, accepted: int, rejected: int) -> None:
         """``done`` indices of ``total``; ``accepted``/``rejected`` outputs so far."""
-        info = f"accepted {accepted} rejected {rejected} {self._tps():.1f} tok/s"
+        info = f"{self._counts(accepted, rejected)} {self._rate(done)}"
         if self.mode == "rich":
             self._bar.update(self._task, completed=done, info=info)
         elif self.mode == "plain":
@@ -56,6 +67,17 @@ class Progress:
     def summary(self, accepted: int, rejected: int, by_reason: Counter[str], wall: float) -> None:
         if self.mode == "off":
             return
-        reasons = ", ".join(f"{k}={v}" for k, v in sorted(by_reason.items())) or "none"
-        print(f"[{self.name}] done in {wall:.1f}s: {accepted} accepted, {rejected} rejected "
-              f"(reasons: {reasons})", flush=True)
+        if self.noun == "accepted":
+            reasons = ", ".join(f"{k}={v}" for k, v in sorted(by_reason.items())) or "none"
+            what = f"{accepted} accepted, {rejected} rejected (reasons: {reasons})"
+        else:
+            what = f"{accepted} {self.noun}" + (f", {rejected} rejected" if rejected else "")
+        print(f"[{self.name}] done in {wall:.1f}s: {what}", flush=True)
+
+    def outputs(self, out_dir: Any, files: dict[str, int | None]) -> None:
+        """Where the run went: its folder and each file it wrote, with its record count."""
+        if self.mode == "off":
+            return
+        print(f"[{self.name}] run folder: {out_dir}", flush=True)
+        for rel, count in files.items():
+            print(f"  {rel}" + (f"  ({count} records)" if count is not None else ""), flush=True)

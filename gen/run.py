@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -64,8 +63,10 @@ class CommonConfig(BaseModel):
     """The LLM backend (``llm=smollm2``, ``llm=llama_cpp``, ``llm=openai``, ``llm=llama_server``)."""
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     """The sentence-embedding backend."""
-    cache_dir: str | None = "~/.cache/gen"
-    """Per-call LLM cache folder (null disables caching)."""
+    cache_dir: str | None = Field(
+        default_factory=lambda: os.environ.get("GEN_CACHE_DIR", "~/.cache/gen"),
+        json_schema_extra={"hydra": "${oc.env:GEN_CACHE_DIR,'~/.cache/gen'}"})
+    """Per-call LLM and embedding cache folder ($GEN_CACHE_DIR, else ~/.cache/gen; null disables caching)."""
     progress: Literal["auto", "rich", "plain", "off"] = "auto"
     """Progress display: rich on a terminal, periodic lines otherwise."""
     progress_every: float = Field(10.0, gt=0)
@@ -95,24 +96,49 @@ merged manifest's summaries in ``ctx.extra`` and rewrites summary files from all
 
 
 @dataclass(frozen=True)
+class Plan:
+    """How many record indices a run has, decided once per run, and what was read to know it."""
+
+    n: int
+    """Record indices of the whole run (all shards)."""
+    data: Any = None
+    """What the plan hook read (clips, a goal bank…), handed to the generator as ``ctx.plan.data``
+    so the input is read once."""
+
+
+PlanHook = Callable[[Any], Plan]
+"""``(cfg) -> Plan``: a generator's sizing hook. It reads the input (once) and says how many
+record indices the run has; config validation itself reads no files and sets nothing."""
+
+
+@dataclass(frozen=True)
 class Generator:
     name: str
     fn: Callable[[Any, RunContext], Iterator[BaseModel]]
     config: type[CommonConfig]
     help: str
     merge: MergeHook | None = None
+    plan: PlanHook | None = None
+    noun: str = "accepted"
+    """What progress lines call the records (``findings`` for an audit)."""
+
+    def make_plan(self, cfg: CommonConfig) -> Plan:
+        """The run's size: the plan hook's, else ``n``."""
+        return self.plan(cfg) if self.plan is not None else Plan(cfg.n)
 
 
 REGISTRY: dict[str, Generator] = {}
 
 
-def generator(name: str, *, config: type[CommonConfig], merge: MergeHook | None = None) -> Callable[[Callable], Callable]:
+def generator(name: str, *, config: type[CommonConfig], merge: MergeHook | None = None,
+              plan: PlanHook | None = None, noun: str = "accepted") -> Callable[[Callable], Callable]:
     """Register a generator under ``name``; its docstring's first line is its help. ``merge``
-    combines the summaries of its shards (without it, ``merge`` keeps each shard's)."""
+    combines the summaries of its shards (without it, ``merge`` keeps each shard's); ``plan``
+    sizes a run from its input (without it, a run has ``n`` indices)."""
 
     def register(fn: Callable) -> Callable:
         doc = (fn.__doc__ or "").strip().splitlines()
-        REGISTRY[name] = Generator(name, fn, config, doc[0] if doc else "", merge)
+        REGISTRY[name] = Generator(name, fn, config, doc[0] if doc else "", merge, plan, noun)
         return fn
 
     return register
@@ -135,11 +161,56 @@ def shard_range(n: int, shard: int, num_shards: int) -> range:
     return range(n * shard // num_shards, n * (shard + 1) // num_shards)
 
 
+class Backends:
+    """The loaded LLMs and embedders of one command, shared by a run and its sub-runs: a model
+    is loaded once per configuration, and closed (a managed server stopped) once, by the run
+    that made this object."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._llms: dict[str, Any] = {}
+        self._embedders: dict[str, Any] = {}
+
+    def llm(self, cfg: LLMConfig, cache: Cache | None) -> Any:
+        from gen.llm import make_llm
+
+        key = json.dumps([cfg.model_dump(mode="json"), str(cache.path) if cache else None], sort_keys=True)
+        with self._lock:
+            if key not in self._llms:
+                self._llms[key] = make_llm(cfg, cache)
+            return self._llms[key]
+
+    def embedder(self, cfg: EmbedderConfig, cache_dir: str | None) -> Any:
+        from gen.embed import make_embedder
+
+        key = json.dumps([cfg.model_dump(mode="json"), cache_dir], sort_keys=True)
+        with self._lock:
+            if key not in self._embedders:
+                self._embedders[key] = make_embedder(cfg, cache_dir)
+            return self._embedders[key]
+
+    def put(self, cfg: LLMConfig | EmbedderConfig, key_extra: str | None, backend: Any) -> None:
+        """Register a backend made elsewhere (a test's scripted LLM) for this configuration, so
+        sub-runs asking for it get it too."""
+        key = json.dumps([cfg.model_dump(mode="json"), key_extra], sort_keys=True)
+        with self._lock:
+            (self._embedders if isinstance(cfg, EmbedderConfig) else self._llms)[key] = backend
+
+    def close(self) -> None:
+        with self._lock:
+            llms, self._llms = list(self._llms.values()), {}
+        for llm in llms:
+            close = getattr(llm, "close", None)
+            if close is not None:
+                close()
+
+
 class RunContext:
     """What a generator may use: seeds, indices, the LLM and embedder (lazy), prompts,
-    counters for the manifest, and a way to write extra output files."""
+    counters for the manifest, a way to write extra output files, and sub-runs."""
 
-    def __init__(self, name: str, cfg: CommonConfig, out_dir: Path):
+    def __init__(self, name: str, cfg: CommonConfig, out_dir: Path, *,
+                 backends: Backends | None = None, parent: RunContext | None = None):
         self.name = name
         self.cfg = cfg
         self.out_dir = out_dir
@@ -151,6 +222,16 @@ class RunContext:
         """Base name of the records file (``merge`` writes the shards' generator name)."""
         self.exit_code = 0
         """Process exit code after a complete run (``audit`` sets 1 on findings)."""
+        self.error: str | None = None
+        """The one-line message of a run that ends with a non-zero exit code (:meth:`fail`)."""
+        self.plan = Plan(cfg.n)
+        """The run's size and what its plan hook read (the runner sets it)."""
+        self.parent = parent
+        self.subruns: list[dict[str, Any]] = []
+        self._backends = backends or Backends()
+        self._owns_backends = backends is None
+        self._llm: Any = None
+        self._embedder: Any = None
         self._lock = threading.Lock()
 
     def count(self, key: str, n: int = 1) -> None:
@@ -164,26 +245,76 @@ class RunContext:
             return None
         return Cache(Path(self.cfg.cache_dir).expanduser() / "llm.sqlite")
 
-    @cached_property
-    def llm(self):
-        from gen.llm import make_llm
+    @property
+    def llm(self) -> Any:
+        """This run's LLM (loaded on first use; a sub-run shares its parent's loaded model
+        but counts its own usage)."""
+        with self._lock:
+            if self._llm is None:
+                self._llm = self._backends.llm(self.cfg.llm, self.cache).fork()
+            return self._llm
 
-        return make_llm(self.cfg.llm, self.cache)
+    @property
+    def llm_loaded(self) -> bool:
+        return self._llm is not None
 
-    @cached_property
-    def embedder(self):
-        from gen.embed import make_embedder
+    def llm_for(self, cfg: LLMConfig) -> Any:
+        """Another configured model (a screening panel's), loaded once per command."""
+        if cfg == self.cfg.llm:
+            return self.llm
+        return self._backends.llm(cfg, self.cache).fork()
 
-        return make_embedder(self.cfg.embedder, self.cfg.cache_dir)
+    @property
+    def embedder(self) -> Any:
+        with self._lock:
+            if self._embedder is None:
+                self._embedder = self._backends.embedder(self.cfg.embedder, self.cfg.cache_dir)
+            return self._embedder
+
+    @property
+    def embedder_loaded(self) -> bool:
+        return self._embedder is not None
+
+    def fail(self, message: str, code: int = 1) -> None:
+        """End the run with exit code ``code`` and this one-line message, after its files are
+        written (a pool smaller than asked for); the manifest records both."""
+        self.exit_code = code
+        self.error = message
+
+    def use(self, *, llm: Any = None, embedder: Any = None) -> RunContext:
+        """Give this run backends made elsewhere (a test's scripted LLM, a fake embedder)."""
+        if llm is not None:
+            self._llm = llm
+            self._backends.put(self.cfg.llm, str(self.cache.path) if self.cache else None, llm)
+        if embedder is not None:
+            self._embedder = embedder
+            self._backends.put(self.cfg.embedder, self.cfg.cache_dir, embedder)
+        return self
 
     def close(self) -> None:
-        """Release the backends (stops a managed llama-server); the runner calls it."""
-        close = getattr(self.__dict__.get("llm"), "close", None)
-        if close is not None:
-            close()
+        """Release the backends (stops a managed llama-server) when this run made them."""
+        if self._owns_backends:
+            self._backends.close()
+
+    def subrun(self, name: str, cfg: CommonConfig, out_dir: Path, *,
+               resolved: dict[str, Any] | None = None, quiet: bool = True) -> RunResult:
+        """Run generator ``name`` inside this run: its own folder and manifest (linked from this
+        run's manifest under ``subruns``), this run's loaded backends."""
+        child = RunContext(name, cfg, out_dir, backends=self._backends, parent=self)
+        result = run(name, cfg, out_dir, resolved=resolved, ctx=child, quiet=quiet)
+        try:
+            where = out_dir.resolve().relative_to(self.out_dir.resolve()).as_posix()
+        except ValueError:
+            where = str(out_dir)
+        self.subruns.append({"generator": name, "path": where,
+                             "manifest_sha256": sha256_file(out_dir / "manifest.json"),
+                             "counts": {k: result.manifest["counts"][k]
+                                        for k in ("requested", "accepted", "rejected")},
+                             "exit_code": result.exit_code})
+        return result
 
     def indices(self, n: int | None = None) -> range:
-        return shard_range(n or self.cfg.n, self.cfg.shard, self.cfg.num_shards)
+        return shard_range(n or self.plan.n, self.cfg.shard, self.cfg.num_shards)
 
     def seed(self, index: int, *parts: object) -> int:
         return derive_seed(self.cfg.seed, self.name, index, *parts)
@@ -197,7 +328,7 @@ class RunContext:
         scheduling."""
         items = list(items)
         if workers is None:
-            workers = self.llm.concurrency if "llm" in self.__dict__ else 1
+            workers = self.llm.concurrency if self.llm_loaded else 1
         if workers <= 1 or len(items) <= 1:
             return [fn(x) for x in items]
         with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
@@ -231,6 +362,7 @@ class RunResult:
     rejected: int
     manifest: dict[str, Any]
     exit_code: int = 0
+    error: str | None = None
 
 
 def run(
@@ -241,6 +373,7 @@ def run(
     resolved: dict[str, Any] | None = None,
     ctx: RunContext | None = None,
     quiet: bool = False,
+    plan: Plan | None = None,
 ) -> RunResult:
     """Run generator ``name`` into ``out_dir`` and write its records, rejects and manifest.
 
@@ -250,11 +383,10 @@ def run(
     """
     from gen.progress import Progress
 
-    for noisy in ("instructor", "httpx", "openai", "sentence_transformers"):  # we report failures ourselves
-        logging.getLogger(noisy).setLevel(logging.CRITICAL)
     gen_ = REGISTRY[name]
-    out_dir.mkdir(parents=True, exist_ok=True)
     ctx = ctx or RunContext(name, cfg, out_dir)
+    ctx.plan = plan if plan is not None else gen_.make_plan(cfg)  # input errors: before any write
+    out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
     indices = ctx.indices()
@@ -265,7 +397,7 @@ def run(
     accepted = rejected = done = 0
     many = False
     progress = Progress(name, requested, cfg.progress if not quiet else "off", cfg.progress_every,
-                        usage=lambda: ctx.llm.usage if "llm" in ctx.__dict__ else None)
+                        usage=lambda: ctx.llm.usage if ctx.llm_loaded else None, noun=gen_.noun)
     rec_tmp = out_dir / "records.jsonl.partial"
     rej_tmp = rejects_path.with_name(rejects_path.name + ".partial")
     try:
@@ -299,8 +431,8 @@ def run(
         "seed": cfg.seed,
         "shard": {"shard": cfg.shard, "num_shards": cfg.num_shards,
                   "indices": [indices.start, indices.stop]},
-        "llm": ctx.llm.describe() if "llm" in ctx.__dict__ else None,
-        "embedder": ctx.embedder.describe() if "embedder" in ctx.__dict__ else None,
+        "llm": ctx.llm.describe() if ctx.llm_loaded else None,
+        "embedder": ctx.embedder.describe() if ctx.embedder_loaded else None,
         "prompts": dict(sorted(ctx.prompts.used.items())),
         "inputs": ctx.inputs,
         "packages": package_versions(),
@@ -313,7 +445,11 @@ def run(
             "rejects_by_stage": dict(sorted(by_stage.items())),
         },
         "validators": dict(sorted(ctx.stats.items())),
-        "llm_usage": ctx.llm.usage.as_dict() if "llm" in ctx.__dict__ else None,
+        "llm_usage": ctx.llm.usage.as_dict() if ctx.llm_loaded else None,
+        "parent": str(ctx.parent.out_dir) if ctx.parent is not None else None,
+        "subruns": ctx.subruns,
+        "exit_code": ctx.exit_code,
+        "error": ctx.error,
         "started_at": started.isoformat(timespec="seconds"),
         "wall_seconds": round(wall, 3),
         **ctx.extra,
@@ -321,13 +457,15 @@ def run(
     manifest["outputs"] = output_hashes(out_dir)
     atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
     progress.summary(accepted, rejected, by_reason, wall)
-    return RunResult(out_dir, requested, accepted, rejected, manifest, ctx.exit_code)
+    progress.outputs(out_dir, {rel: count_lines(out_dir / rel) if rel.endswith(".jsonl") else None
+                               for rel in manifest["outputs"] if not rel.startswith(".hydra/")})
+    return RunResult(out_dir, requested, accepted, rejected, manifest, ctx.exit_code, ctx.error)
 
 
 MANIFEST_KEYS = frozenset({
     "generator", "toolkit_version", "git", "command", "config", "seed", "shard", "llm", "embedder",
     "prompts", "inputs", "packages", "counts", "validators", "llm_usage", "started_at",
-    "wall_seconds", "outputs"})
+    "wall_seconds", "outputs", "parent", "subruns", "exit_code", "error"})
 """The keys every manifest has; the others are a generator's own summaries (``ctx.extra``)."""
 
 
@@ -344,6 +482,12 @@ def output_hashes(out_dir: Path) -> dict[str, str]:
         if path.is_file() and rel != "manifest.json" and not rel.endswith((".partial", ".tmp")):
             hashes[rel] = sha256_file(path)
     return hashes
+
+
+def count_lines(path: Path) -> int:
+    """Non-blank lines of a text file (records of a JSONL file)."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
 
 
 def git_info() -> dict[str, Any]:

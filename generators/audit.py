@@ -29,7 +29,7 @@ from gen.audit_checks import (
 )
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.mcq import RECORD_FILES, egotom_type, load_banks, load_roles_bank, read_roles
-from gen.run import CommonConfig, RunContext, generator, iter_jsonl, load_run_records
+from gen.run import CommonConfig, Plan, RunContext, generator, iter_jsonl, load_run_records
 
 
 class AuditConfig(CommonConfig):
@@ -102,8 +102,12 @@ class AuditConfig(CommonConfig):
             raise ValueError("checks must name at least one check, each once")
         if self.num_shards != 1:
             raise ValueError("audit runs in one process (num_shards=1)")
-        self.n = len(self.checks)  # one record index per check
         return self
+
+
+def plan(cfg: AuditConfig) -> Plan:
+    """One record index per check."""
+    return Plan(len(cfg.checks))
 
 
 # --------------------------------------------------------------------------- inputs
@@ -200,7 +204,7 @@ def read_nocontext(path: Path) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- the generator
 
 
-@generator("audit", config=AuditConfig)
+@generator("audit", config=AuditConfig, plan=plan, noun="findings")
 def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
     """Audit an MCQ/scenario bank or a digital run: leakage, tells, duplicates, integrity."""
     data = load_inputs(cfg, ctx)

@@ -89,7 +89,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 import gen
 from gen.errors import ConfigError, GenError, InputError, MissingInputError
@@ -104,7 +104,7 @@ from gen.mcq import (
     from_record,
     write_egotom_csv,
 )
-from gen.run import CommonConfig, RunContext, generator, git_info, iter_jsonl
+from gen.run import CommonConfig, Plan, RunContext, generator, git_info, iter_jsonl
 from schemas import Reject
 from schemas.mcq import MCQ, MCQRecord
 
@@ -164,48 +164,45 @@ class BankConfig(CommonConfig):
     version: int | None = Field(None, ge=1)
     """verify/export: this version instead of the current one."""
 
-    _target: int = PrivateAttr(0)
-    _add_files: list[tuple[Path, str, str]] = PrivateAttr(default_factory=list)
-
     @model_validator(mode="after")
-    def _derive(self) -> BankConfig:
-        # n must be known before the run starts (the runner reconciles one outcome per index),
-        # so the validator reads what the action works on. Refusing here, before the run
-        # folder exists, leaves nothing behind.
+    def _action(self) -> BankConfig:
         if self.action is None:
             raise ValueError("choose an action: python -m gen bank add|verify|export bank=<dir> …")
         if self.bank is None:
             raise ValueError(f"bank= is required: python -m gen bank {self.action} bank=<dir> …")
         if self.num_shards != 1:
             raise ValueError("bank runs in one process (num_shards=1)")
-        root = self.bank_path()
-        if self.action == "add":
-            path = self.input_path()
-            assert path is not None
-            self._add_files = batch_files(path, self.kind, self.roles)
-            self.n = sum(count_rows(f, fmt) for f, _, fmt in self._add_files)
-            if self.n == 0:
-                raise InputError(f"input: {path} holds no items")
-            return self
-        current = read_pointer(root)
-        if current is None:
-            raise MissingInputError(f"bank: no released version at {root} "
-                                    f"(python -m gen bank add bank={self.bank} input=<run folder> makes one)")
-        target = self.version or current
-        if target > current:
-            raise ConfigError(f"version={target}, but the bank's current version is {label(current)}")
-        self._target = target
-        if self.action == "verify":
-            self.n = target
-        else:
-            lock = read_json(version_dir(root, target) / LOCK, "bank")
-            counts = lock.get("counts", {})
-            self.n = sum(counts.get(k, {}).get("items", 0) for k in EXPORT_KINDS[self.format])
         return self
 
     def bank_path(self) -> Path:
         assert self.bank is not None
         return Path(self.bank).expanduser()
+
+
+def plan(cfg: BankConfig) -> Plan:
+    """The indices of an action: items in input= (add; data: the batch's files), versions
+    (verify; data: the target version), items exported (export; data: the target version)."""
+    root = cfg.bank_path()
+    if cfg.action == "add":
+        path = cfg.input_path()
+        assert path is not None
+        files = batch_files(path, cfg.kind, cfg.roles)
+        n = sum(count_rows(f, fmt) for f, _, fmt in files)
+        if n == 0:
+            raise InputError(f"input: {path} holds no items")
+        return Plan(n, files)
+    current = read_pointer(root)
+    if current is None:
+        raise MissingInputError(f"bank: no released version at {root} "
+                                f"(python -m gen bank add bank={cfg.bank} input=<run folder> makes one)")
+    target = cfg.version or current
+    if target > current:
+        raise ConfigError(f"version={target}, but the bank's current version is {label(current)}")
+    if cfg.action == "verify":
+        return Plan(target, target)
+    lock = read_json(version_dir(root, target) / LOCK, "bank")
+    counts = lock.get("counts", {})
+    return Plan(sum(counts.get(k, {}).get("items", 0) for k in EXPORT_KINDS[cfg.format]), target)
 
 
 # --------------------------------------------------------------------------- records
@@ -775,7 +772,7 @@ SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
 def run_audit(cfg: BankConfig, ctx: RunContext, path: Path, out: Path) -> AuditOutcome:
     """The registered ``audit`` on the batch, with input= and fail_on= (and audit_options)."""
-    from gen.run import REGISTRY, run
+    from gen.run import REGISTRY
 
     g = REGISTRY.get("audit")
     if g is None:
@@ -788,9 +785,7 @@ def run_audit(cfg: BankConfig, ctx: RunContext, path: Path, out: Path) -> AuditO
     except ValidationError as e:
         err = e.errors()[0]
         raise ConfigError(f"audit_options: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-    sub = RunContext("audit", acfg, out)
-    sub.__dict__["embedder"] = ctx.embedder  # one embedder (and one model load) for both
-    result = run("audit", acfg, out, ctx=sub, quiet=True)
+    result = ctx.subrun("audit", acfg, out)
     report = read_json(out / "audit.json", "audit") if (out / "audit.json").is_file() else {}
     return AuditOutcome(result.exit_code, report, out)
 
@@ -874,10 +869,10 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     root = cfg.bank_path()
     path = cfg.input_path()
     assert path is not None
-    files = cfg._add_files or batch_files(path, cfg.kind, cfg.roles)
+    files = ctx.plan.data
     batch = load_batch(files, cfg.roles)
-    if len(batch) != cfg.n:
-        raise InputError(f"input: {path} changed while the bank read it ({cfg.n} then {len(batch)} items)")
+    if len(batch) != ctx.plan.n:
+        raise InputError(f"input: {path} changed while the bank read it ({ctx.plan.n} then {len(batch)} items)")
     for f, _, _ in files:
         ctx.record_input(f)
     source = source_info(files, cfg.input or str(path))
@@ -1294,7 +1289,7 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
 
 def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Reject]]:
     root = cfg.bank_path()
-    target, checks, left = verify_bank(root, cfg._target)
+    target, checks, left = verify_bank(root, ctx.plan.data)
     bad = sum(len(c.problems) for c in checks)
     ctx.exit_code = 1 if bad else 0
     lock_sha = sha256_file(version_dir(root, target) / LOCK) if (version_dir(root, target) / LOCK).is_file() else None
@@ -1323,9 +1318,9 @@ def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Rej
 
 def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     root = cfg.bank_path()
-    folder = version_dir(root, cfg._target)
+    folder = version_dir(root, ctx.plan.data)
     lock = read_json(folder / LOCK, "bank")
-    problems, _ = check_version(cfg._target, folder, lock, None)
+    problems, _ = check_version(ctx.plan.data, folder, lock, None)
     if problems:
         raise InputError(f"bank: {problems[0].detail}; run python -m gen bank verify bank={cfg.bank}")
     out = Path(cfg.out).expanduser() if cfg.out else ctx.out_dir / cfg.format
@@ -1335,16 +1330,16 @@ def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject
     writer = {"parquet": export_parquet, "wagibench": export_wagibench, "egotom": export_egotom}[cfg.format]
     outcomes = writer(folder, lock, frames, out)
     written = {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file()}
-    ctx.extra["bank"] = {"action": "export", "bank": str(root), "version": label(cfg._target), "format": cfg.format,
+    ctx.extra["bank"] = {"action": "export", "bank": str(root), "version": label(ctx.plan.data), "format": cfg.format,
                          "out": str(out), "files": written}
     if cfg.progress != "off":
-        print(f"[bank] exported {label(cfg._target)} of {root} as {cfg.format} to {out}: {', '.join(written)}")
+        print(f"[bank] exported {label(ctx.plan.data)} of {root} as {cfg.format} to {out}: {', '.join(written)}")
     for i, (row, where) in zip(ctx.indices(), outcomes, strict=True):
         if isinstance(where, Reject):
             yield where.model_copy(update={"index": i})
         else:
             yield BankItemRecord(item_id=row["item_id"], kind=row["kind"], question_type=row["question_type"],
-                                 status="exported", version=label(cfg._target),
+                                 status="exported", version=label(ctx.plan.data),
                                  source_item_id=row["source_item_id"], where=where)
 
 
@@ -1527,7 +1522,7 @@ def dataset_card(lock: dict[str, Any], frames: dict[str, Any], audit: dict[str, 
 # --------------------------------------------------------------------------- the generator
 
 
-@generator(NAME, config=BankConfig)
+@generator(NAME, config=BankConfig, plan=plan)
 def bank(cfg: BankConfig, ctx: RunContext) -> Iterator[Any]:
     """A versioned bank: add a batch (audited, deduplicated, atomic), verify hashes, export."""
     if cfg.action == "add":

@@ -10,7 +10,6 @@ items are merged in time order into the full lists and kept in the key lists (D*
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import json
 import random
 import re
@@ -20,16 +19,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from gen.errors import ConfigError, InputError, LLMOutputError, MissingInputError
 from gen.paths import EXAMPLES
-from gen.run import CommonConfig, RunContext, derive_id, generator, iter_jsonl, load_run_records
-from personas import sample_related
+from gen.run import CommonConfig, RunContext, derive_id, generator, iter_jsonl
+from generators.personas import ensure_pool, sample_related
 from schemas import Reject
 from schemas import digital as S
 from schemas.digital import App
-from schemas.persona import PersonaRecord, RelatedPersona
+from schemas.personas import PersonaRecord, RelatedPersona
 
 FMT_M = "%Y-%m-%d %H:%M"
 FMT_S = "%Y-%m-%d %H:%M:%S"
@@ -73,7 +72,9 @@ class MinItemsConfig(BaseModel):
 
 
 class DigitalConfig(CommonConfig):
-    persona_pool: int | None = Field(50, ge=6)
+    n: int = Field(5, ge=1, le=10_000_000)
+    """Bundles to make (the documented command's 5 take about 7 minutes on 2 cores)."""
+    persona_pool: int = Field(50, ge=6, le=100_000)
     """Persona pool size, made (or reused, by seed) with the personas generator."""
     persona_file: str | None = None
     """An existing pool (personas.jsonl or a personas run folder) instead of persona_pool."""
@@ -897,54 +898,6 @@ def wagibench_record(b: dict[str, Any]) -> dict[str, Any]:
             "x": {"cues": cues, "app_states": app_states}}
 
 
-# --------------------------------------------------------------------------- persona pool
-
-
-def load_pool(path: Path) -> list[PersonaRecord]:
-    records, file = load_run_records(path, "personas")
-    pool = []
-    for lineno, row in enumerate(records, 1):
-        try:
-            pool.append(PersonaRecord.model_validate(row))
-        except ValidationError as e:
-            raise InputError(f"{file}:{lineno}: not a persona record ({e.errors()[0]['msg']})") from None
-    return pool
-
-
-def ensure_pool(ctx: RunContext, cfg: DigitalConfig) -> tuple[list[PersonaRecord], Path]:
-    """The persona pool: persona_file=, or a pool of persona_pool personas made once per
-    (seed, size, LLM) with the personas generator and reused after."""
-    if cfg.persona_file:
-        path = Path(cfg.persona_file).expanduser()
-        if not path.exists():
-            raise MissingInputError(f"persona_file: no such file or folder: {path}")
-        pool = load_pool(path)
-        return pool, path
-    from gen.run import run
-    from generators.personas import PersonasConfig
-
-    n = cfg.persona_pool or 50
-    pcfg = PersonasConfig(seed=cfg.seed, n=n, persona_pool=n, llm=cfg.llm, cache_dir=cfg.cache_dir,
-                          progress=cfg.progress, progress_every=cfg.progress_every)
-    pool_dir = Path(cfg.pool_dir).expanduser() / f"seed{cfg.seed}-n{n}"
-    pool_dir.mkdir(parents=True, exist_ok=True)
-    with open(pool_dir / ".lock", "w") as lock:  # shards started together make the pool once
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        manifest = pool_dir / "manifest.json"
-        wanted = pcfg.model_dump(mode="json", exclude={"progress", "progress_every", "cache_dir"})
-        reuse = False
-        if manifest.is_file() and (pool_dir / "personas.jsonl").is_file():
-            old = json.loads(manifest.read_text())["config"]
-            reuse = {k: old.get(k) for k in wanted} == wanted
-        if not reuse:
-            sub = RunContext("personas", pcfg, pool_dir)
-            if "llm" in ctx.__dict__:
-                sub.__dict__["llm"] = ctx.llm  # one model load for both
-            run("personas", pcfg, pool_dir, ctx=sub, resolved=wanted)
-    pool = load_pool(pool_dir)
-    return pool, pool_dir
-
-
 # --------------------------------------------------------------------------- the generator
 
 
@@ -964,7 +917,7 @@ def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | R
             raise MissingInputError(f"cue_file: no such file: {cue_path}")
         cues = load_cues(cue_path)
         ctx.record_input(cue_path)
-    pool, pool_path = ensure_pool(ctx, cfg)
+    pool, pool_path = ensure_pool(ctx, cfg.seed, cfg.persona_pool, cfg.persona_file, cfg.pool_dir)
     if len(pool) < 6:
         raise ConfigError(f"the persona pool at {pool_path} has {len(pool)} usable personas; at least 6 are needed")
     ctx.extra["persona_pool"] = {"path": str(pool_path), "size": len(pool)}

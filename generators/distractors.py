@@ -1,7 +1,7 @@
 """Percentile-band greedy distractor sampling (WAGIBench §3.1): MCQs from a goal bank.
 
 Every goal of the bank is a reference. Goals are verbalised (one template per action type,
-``prompts/goals/<type>.jinja``), embedded (L2-normalised), and for each reference the cosine
+``prompts/distractors/<type>.jinja``), embedded (L2-normalised), and for each reference the cosine
 similarity to every other goal of its *pool* is computed — the bank minus the reference, its
 own group (paraphrases of the right answer) and exact duplicates of its text. *Similar*
 distractors come from the 95th–99th percentile band of that pool, *dissimilar* ones from the
@@ -42,14 +42,14 @@ from typing import IO, Any, Literal
 
 import faiss
 import numpy as np
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator
 
-from gen.errors import InputError, MissingInputError
+from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import EXAMPLES
 from gen.prompts import Prompts
-from gen.run import CommonConfig, RunContext, derive_seed, generator, iter_jsonl
+from gen.run import CommonConfig, Plan, RunContext, derive_seed, generator, iter_jsonl
 from schemas import Reject
-from schemas.goals import Distractor, DistractorMCQ, GoalRow
+from schemas.distractors import Distractor, DistractorMCQ, GoalRow
 
 NAME = "distractors"
 BANK_FILES = ("goals.jsonl", "goals.parquet")
@@ -91,17 +91,6 @@ class DistractorsConfig(CommonConfig):
                 raise ValueError(f"bands.{name} must be a pair low, high with 0 <= low < high <= 100, got {lo:g}, {hi:g}")
         return v
 
-    @model_validator(mode="after")
-    def _n_from_bank(self) -> DistractorsConfig:
-        total = count_rows(self.bank_path())
-        if total == 0:
-            raise ValueError(f"input: {self.bank_path()} holds no goals")
-        if self.n is None:
-            self.n = total
-        elif self.n > total:
-            raise ValueError(f"n={self.n} references but the bank has {total} goals")
-        return self
-
     def bank_path(self) -> Path:
         """The goal bank file: input= (a .jsonl/.parquet file or a folder holding goals.*),
         or the shipped examples/goals.jsonl."""
@@ -127,17 +116,15 @@ class GoalBank:
     rows: list[GoalRow]
 
 
-def count_rows(path: Path) -> int:
-    """Goals in a bank file without parsing them (so ``n`` is known before the run)."""
-    if path.suffix == ".parquet":
-        import polars as pl
-
-        try:
-            return int(pl.scan_parquet(path).select(pl.len()).collect().item())
-        except Exception as e:  # noqa: BLE001 - polars raises several types
-            raise InputError(f"input: {path}: cannot read parquet ({str(e).splitlines()[0]})") from None
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
+def plan(cfg: DistractorsConfig) -> Plan:
+    """One index per reference goal: the first ``n`` goals of the bank, or all of them."""
+    bank = load_goals(cfg.bank_path())
+    total = len(bank.rows)
+    if total == 0:
+        raise InputError(f"input: {bank.path} holds no goals")
+    if cfg.n is not None and cfg.n > total:
+        raise ConfigError(f"n={cfg.n} references but the bank has {total} goals")
+    return Plan(total if cfg.n is None else cfg.n, bank)
 
 
 def load_goals(path: Path) -> GoalBank:
@@ -192,7 +179,7 @@ def verbalise(row: GoalRow, prompts: Prompts) -> str:
     """A goal as one sentence: its free text, or its type's template filled with its fields."""
     if row.goal is None:
         return " ".join((row.text or "").split())
-    name = f"goals/{row.goal.type}.jinja"
+    name = f"distractors/{row.goal.type}.jinja"
     if name not in prompts.used:
         prompts.hash(name)
     text = prompts.env.get_template(name).render(**row.goal.model_dump())
@@ -587,12 +574,12 @@ def summary(values: list[int]) -> dict[str, float]:
             "max": int(a.max())}
 
 
-@generator(NAME, config=DistractorsConfig)
+@generator(NAME, config=DistractorsConfig, plan=plan)
 def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[DistractorMCQ | Reject]]:
     """Distractor MCQs from a goal bank: percentile bands of embedding similarity, greedy diversity."""
     t0 = time.perf_counter()
-    path = cfg.bank_path()
-    bank = load_goals(path)
+    bank: GoalBank = ctx.plan.data
+    path = bank.path
     ctx.record_input(path)
     rows = bank.rows
     texts = [verbalise(row, ctx.prompts) for row in rows]

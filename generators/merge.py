@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from gen.errors import InputError, MissingInputError
 from gen.llm import Usage
-from gen.run import REGISTRY, CommonConfig, RunContext, atomic_write, extras_of, generator
+from gen.run import REGISTRY, CommonConfig, Plan, RunContext, atomic_write, extras_of, generator
 from schemas import Reject
 
 # Keys that may differ between shards of one run.
@@ -57,11 +57,11 @@ class MergeConfig(CommonConfig):
     input: list[str] = Field(min_length=1)  # type: ignore[assignment]
     """Shard run folders: input=[dir0,dir1,...]."""
 
-    @model_validator(mode="after")
-    def _count(self) -> MergeConfig:
-        # n is what the shards requested, so the runner's accounting reconciles.
-        self.n = sum(s.indices[1] - s.indices[0] for s in read_shards(self.input))
-        return self
+
+def plan(cfg: MergeConfig) -> Plan:
+    """As many indices as the shards requested, so the runner's accounting reconciles."""
+    shards = read_shards(cfg.input)
+    return Plan(sum(s.indices[1] - s.indices[0] for s in shards), shards)
 
 
 def read_shards(paths: list[str]) -> list[Shard]:
@@ -147,10 +147,10 @@ def merge_outputs(shards: list[Shard], name: str, out: Path) -> list[str]:
     return not_merged
 
 
-@generator("merge", config=MergeConfig)
+@generator("merge", config=MergeConfig, plan=plan)
 def merge(cfg: MergeConfig, ctx: RunContext) -> Iterator[RawRecord | Reject | list[RawRecord | Reject]]:
     """Merge shard folders (input=[...]) of one run into one folder and one manifest."""
-    shards = read_shards(cfg.input)
+    shards: list[Shard] = ctx.plan.data
     name = shards[0].manifest["generator"]
     ctx.records_name = name
     hook = REGISTRY[name].merge if name in REGISTRY else None

@@ -34,15 +34,15 @@ from itertools import permutations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from gen.errors import LLMOutputError
-from gen.llm import LLM, LLMConfig, Message, Usage, make_llm
+from gen.errors import InputError, LLMOutputError
+from gen.llm import LLM, LLMConfig, Message, Usage
 from gen.mcq import Bank, load_banks, write_subset
-from gen.paths import CONF
-from gen.run import CommonConfig, RunContext, generator
+from gen.run import CommonConfig, Plan, RunContext, generator
 from schemas import Reject
 from schemas.mcq import LETTERS, MCQ
+from schemas.nocontext import Answer, NocontextRecord
 
 RULES = ("max_correct", "panel")
 
@@ -101,84 +101,41 @@ class NocontextConfig(CommonConfig):
             if self.chat_template and any(m.backend == "openai" for m in panel):
                 raise ValueError("loglik on an OpenAI-compatible server scores plain text: "
                                  "add chat_template=false")
-        if self.input is not None:
-            total = len(screen_list(self))
-            if total == 0:
-                raise ValueError(f"input: {self.input} holds no items")
-            self.n = total  # one outcome per screened item, so the runner's counts reconcile
         return self
 
 
+def plan(cfg: NocontextConfig) -> Plan:
+    """One index per screened item (every item of the input, or a seeded ``sample``)."""
+    path = cfg.input_path()
+    assert path is not None
+    banks = load_banks(path)
+    items = screen_list(cfg, banks)
+    if not items:
+        raise InputError(f"input: {cfg.input} holds no items")
+    return Plan(len(items), (banks, items))
+
+
 def _llm_conf(name: str) -> dict[str, Any]:
-    """A conf/llm/<name>.yaml file as a dict (``models=[smollm2]``)."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import MissingMandatoryValue
+    """An ``llm=`` preset by name as a dict (``models=[smollm2]``)."""
+    from gen.config import LLM_PRESETS, MISSING, node
 
-    path = CONF / "llm" / f"{name}.yaml"
-    if not path.is_file():
-        choices = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
-        raise ValueError(f"models: no conf/llm/{name}.yaml (choose from {choices}, or give a dict)")
-    try:
-        conf = OmegaConf.to_container(OmegaConf.load(path), resolve=True, throw_on_missing=True)
-    except MissingMandatoryValue as e:
-        backend = getattr(OmegaConf.load(path), "backend", name)
-        raise ValueError(f"models: conf/llm/{name}.yaml needs {e.full_key}; give the model as a "
-                         f"dict instead ({{backend: {backend}, {e.full_key}: ...}})") from None
-    assert isinstance(conf, dict)
-    return {str(k): v for k, v in conf.items()}
-
-
-# --------------------------------------------------------------------------- records
-
-
-class Answer(BaseModel):
-    """One model's answer to one shuffle of an item."""
-
-    shuffle: int
-    order: list[int]
-    """Original option indices in the order shown (shown letter ``a`` is ``order[0]``)."""
-    raw: str | None
-    """The model's reply (generate mode); null in loglik mode."""
-    letter: str | None
-    """The letter read from the reply or scored highest; null when unparseable."""
-    choice: int | None
-    """The original index of the chosen option; null when unparseable."""
-    correct: bool
-    scores: list[float] | None = None
-    """loglik mode: the normalised score of each shown answer line, in shown order."""
-
-
-class NocontextRecord(BaseModel):
-    """The screening of one item: every model's answer on every shuffle, and the verdict."""
-
-    item_id: str
-    question_type: str
-    source: str
-    """The input file the item came from."""
-    line: int
-    """Row (CSV) or line (JSONL) of the item in its input file, 0-based."""
-    n_options: int
-    answer: int
-    """Original index of the correct option."""
-    kept: bool
-    removed_by: list[str]
-    """Rules that removed it: ``max_correct`` and/or ``panel``; empty when kept."""
-    shuffles: int
-    correct: dict[str, int]
-    """Model label -> shuffles answered correctly."""
-    unparseable: dict[str, int]
-    """Model label -> answers no letter could be read from (generate mode)."""
-    answers: dict[str, list[Answer]]
+    if name not in LLM_PRESETS:
+        raise ValueError(f"models: no llm preset {name!r} (choose from {', '.join(LLM_PRESETS)}, or give a dict)")
+    model, over, _ = LLM_PRESETS[name]
+    conf = node(model, over)
+    missing = [k for k, v in conf.items() if v == MISSING]
+    if missing:
+        raise ValueError(f"models: the {name} preset needs {missing[0]}; give the model as a "
+                         f"dict instead ({{backend: {conf['backend']}, {missing[0]}: ...}})")
+    return conf
 
 
 # --------------------------------------------------------------------------- pure pieces
 
 
-def screen_list(cfg: NocontextConfig, banks: list[Bank] | None = None) -> list[tuple[int, MCQ]]:
+def screen_list(cfg: NocontextConfig, banks: list[Bank]) -> list[tuple[int, MCQ]]:
     """(bank index, item) of every item to screen, in input order (a seeded subset with
     ``sample``)."""
-    if banks is None:
-        banks = load_banks(Path(cfg.input).expanduser()) if cfg.input else []
     items = [(b, item) for b, bank in enumerate(banks) for item in bank.items]
     if cfg.sample is not None and cfg.sample < len(items):
         chosen = sorted(random.Random(f"{cfg.seed}/nocontext/sample").sample(range(len(items)), cfg.sample))
@@ -527,7 +484,7 @@ class Screener:
 def build_panel(cfg: NocontextConfig, ctx: RunContext) -> list[tuple[str, LLM]]:
     """The screening models, loaded now (so throughput excludes loading), with their labels."""
     configs = cfg.models or [cfg.llm]
-    llms = [ctx.llm if c == cfg.llm else make_llm(c, ctx.cache) for c in configs]
+    llms = [ctx.llm_for(c) for c in configs]
     labels = cfg.labels or unique_labels([model_label(c) for c in configs])
     return list(zip(labels, llms, strict=True))
 
@@ -552,14 +509,13 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
     ctx.extra["nocontext"] = summary
 
 
-@generator("nocontext", config=NocontextConfig, merge=merge_shards)
+@generator("nocontext", config=NocontextConfig, merge=merge_shards, plan=plan)
 def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord | Reject]:
     """Blind screening: remove MCQ items that LLMs answer correctly without their context."""
-    cfg.input_path()
-    banks: list[Bank] = load_banks(Path(cfg.input).expanduser())  # type: ignore[arg-type]
+    banks: list[Bank]
+    banks, items = ctx.plan.data
     for bank in banks:
         ctx.record_input(bank.path)
-    items = screen_list(cfg, banks)
     panel = build_panel(cfg, ctx)
     screener = Screener(cfg, ctx, panel)
     ctx.prompts.hash(screener.template)
@@ -569,36 +525,31 @@ def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord
     n_rejected = 0
     removed_tmp = ctx.out_dir / "removed.jsonl.partial"
     t0 = time.perf_counter()
-    try:
-        with open(removed_tmp, "w", encoding="utf-8") as removed_f:
-            for index in ctx.indices():
-                b, item = items[index]
-                outcome = screener.screen(item, index, banks[b].path)
-                if isinstance(outcome, Reject):
-                    n_rejected += 1
-                    yield outcome
-                    continue
-                records.append(outcome)
-                for label, _ in panel:
-                    tallies[label].add(outcome, label, cfg.max_correct)
-                if outcome.kept:
-                    kept[b].append(item.line)
-                    ctx.count("kept")
-                else:
-                    ctx.count("removed")
-                    for rule in outcome.removed_by:
-                        ctx.count(f"removed.{rule}")
-                    row = {**outcome.model_dump(mode="json"),
-                           "item": {"question": item.question, "options": item.options}}
-                    removed_f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                for label, n in outcome.unparseable.items():
-                    if n:
-                        ctx.count(f"unparseable.{label}", n)
+    with open(removed_tmp, "w", encoding="utf-8") as removed_f:
+        for index in ctx.indices():
+            b, item = items[index]
+            outcome = screener.screen(item, index, banks[b].path)
+            if isinstance(outcome, Reject):
+                n_rejected += 1
                 yield outcome
-    finally:
-        for _, llm in panel:  # the runner closes ctx.llm; the other models are ours
-            if llm is not ctx.__dict__.get("llm") and hasattr(llm, "close"):
-                llm.close()
+                continue
+            records.append(outcome)
+            for label, _ in panel:
+                tallies[label].add(outcome, label, cfg.max_correct)
+            if outcome.kept:
+                kept[b].append(item.line)
+                ctx.count("kept")
+            else:
+                ctx.count("removed")
+                for rule in outcome.removed_by:
+                    ctx.count(f"removed.{rule}")
+                row = {**outcome.model_dump(mode="json"),
+                       "item": {"question": item.question, "options": item.options}}
+                removed_f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            for label, n in outcome.unparseable.items():
+                if n:
+                    ctx.count(f"unparseable.{label}", n)
+            yield outcome
     seconds = time.perf_counter() - t0
     os.replace(removed_tmp, ctx.out_dir / "removed.jsonl")
     (ctx.out_dir / "kept").mkdir(exist_ok=True)

@@ -1,36 +1,407 @@
-"""Persona pool: sampled facts (authoritative) and an LLM-written bio that must agree with them."""
+"""Persona pool (WAGIBench G.1): facts sampled by code, a bio by the LLM that must agree with them.
+
+Code owns every fact: nationality (Faker locales for ~30 nationalities; the city lists are real
+cities, since several Faker locales invent city names), age band, name, address, occupation,
+interests, languages. The LLM writes a bio, which is checked against the facts. A pool has
+exactly the size asked for: when every bio of a slot's facts fails, fresh facts are drawn for
+that slot (``max_attempts``). Digital bundles take a main persona and related personas (with
+age-consistent relations) from a pool made here and reused by (seed, size, LLM).
+"""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import random
+import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError
 
-from gen.errors import LLMOutputError
-from gen.run import CommonConfig, RunContext, generator
-from personas import bio_problems, sample_facts
+from gen.errors import GenError, InputError, LLMOutputError, MissingInputError
+from gen.run import (
+    CommonConfig,
+    Plan,
+    RunContext,
+    derive_id,
+    derive_seed,
+    generator,
+    load_run_records,
+)
 from schemas import Reject
-from schemas.persona import Bio, PersonaFacts, PersonaRecord
+from schemas.personas import Bio, PersonaFacts, PersonaRecord, RelatedPersona, Relation
+
+
+@dataclass(frozen=True)
+class Nationality:
+    demonym: str
+    country: str
+    locale: str
+    languages: tuple[str, ...]
+    cities: tuple[str, ...]
+    romanized: bool = False
+    """Faker's locale writes names in another script; use its romanized names."""
+
+
+NATIONALITIES: tuple[Nationality, ...] = (
+    Nationality("American", "United States", "en_US", ("English",), ("New York", "Seattle", "Chicago", "Austin", "Denver", "Boston")),
+    Nationality("British", "United Kingdom", "en_GB", ("English",), ("London", "Manchester", "Bristol", "Leeds", "Glasgow")),
+    Nationality("Irish", "Ireland", "en_IE", ("English", "Irish"), ("Dublin", "Cork", "Galway")),
+    Nationality("Canadian", "Canada", "en_CA", ("English", "French"), ("Toronto", "Vancouver", "Montreal", "Calgary")),
+    Nationality("Australian", "Australia", "en_AU", ("English",), ("Sydney", "Melbourne", "Brisbane", "Perth")),
+    Nationality("Indian", "India", "en_IN", ("Hindi", "English"), ("Mumbai", "Bengaluru", "Delhi", "Pune", "Chennai")),
+    Nationality("French", "France", "fr_FR", ("French",), ("Paris", "Lyon", "Marseille", "Toulouse", "Lille")),
+    Nationality("German", "Germany", "de_DE", ("German",), ("Berlin", "Munich", "Hamburg", "Cologne", "Leipzig")),
+    Nationality("Austrian", "Austria", "de_AT", ("German",), ("Vienna", "Graz", "Salzburg")),
+    Nationality("Swiss", "Switzerland", "de_CH", ("German", "French"), ("Zurich", "Basel", "Bern")),
+    Nationality("Spanish", "Spain", "es_ES", ("Spanish",), ("Madrid", "Barcelona", "Valencia", "Seville")),
+    Nationality("Mexican", "Mexico", "es_MX", ("Spanish",), ("Mexico City", "Guadalajara", "Monterrey", "Puebla")),
+    Nationality("Argentinian", "Argentina", "es_AR", ("Spanish",), ("Buenos Aires", "Córdoba", "Rosario")),
+    Nationality("Colombian", "Colombia", "es_CO", ("Spanish",), ("Bogotá", "Medellín", "Cali")),
+    Nationality("Italian", "Italy", "it_IT", ("Italian",), ("Rome", "Milan", "Naples", "Turin", "Bologna")),
+    Nationality("Brazilian", "Brazil", "pt_BR", ("Portuguese",), ("São Paulo", "Rio de Janeiro", "Belo Horizonte", "Recife")),
+    Nationality("Portuguese", "Portugal", "pt_PT", ("Portuguese",), ("Lisbon", "Porto", "Braga")),
+    Nationality("Dutch", "Netherlands", "nl_NL", ("Dutch",), ("Amsterdam", "Rotterdam", "Utrecht", "The Hague")),
+    Nationality("Swedish", "Sweden", "sv_SE", ("Swedish",), ("Stockholm", "Gothenburg", "Malmö")),
+    Nationality("Danish", "Denmark", "da_DK", ("Danish",), ("Copenhagen", "Aarhus", "Odense")),
+    Nationality("Finnish", "Finland", "fi_FI", ("Finnish",), ("Helsinki", "Tampere", "Turku")),
+    Nationality("Polish", "Poland", "pl_PL", ("Polish",), ("Warsaw", "Kraków", "Gdańsk", "Wrocław")),
+    Nationality("Czech", "Czech Republic", "cs_CZ", ("Czech",), ("Prague", "Brno", "Ostrava")),
+    Nationality("Romanian", "Romania", "ro_RO", ("Romanian",), ("Bucharest", "Cluj-Napoca", "Iași")),
+    Nationality("Turkish", "Turkey", "tr_TR", ("Turkish",), ("Istanbul", "Ankara", "Izmir")),
+    Nationality("Indonesian", "Indonesia", "id_ID", ("Indonesian",), ("Jakarta", "Surabaya", "Bandung")),
+    Nationality("Vietnamese", "Vietnam", "vi_VN", ("Vietnamese",), ("Hanoi", "Ho Chi Minh City", "Da Nang")),
+    Nationality("Japanese", "Japan", "ja_JP", ("Japanese",), ("Tokyo", "Osaka", "Kyoto", "Yokohama"), romanized=True),
+    Nationality("Chinese", "China", "zh_CN", ("Mandarin",), ("Beijing", "Shanghai", "Shenzhen", "Chengdu"), romanized=True),
+    Nationality("Nigerian", "Nigeria", "yo_NG", ("Yoruba", "English"), ("Lagos", "Ibadan", "Abuja")),
+    Nationality("Kenyan", "Kenya", "en_KE", ("Swahili", "English"), ("Nairobi", "Mombasa", "Kisumu")),
+    Nationality("South African", "South Africa", "zu_ZA", ("Zulu", "English"), ("Johannesburg", "Durban", "Cape Town")),
+)
+
+# Age bands sampled evenly in rotation so any pool spans them; within a band, uniform.
+AGE_BANDS: tuple[tuple[int, int], ...] = ((18, 24), (25, 34), (35, 44), (45, 54), (55, 66), (67, 82))
+
+INTERESTS = (
+    "hiking", "cooking", "photography", "board games", "jazz", "football", "running", "yoga",
+    "gardening", "baking", "cycling", "chess", "painting", "reading science fiction", "podcasts",
+    "birdwatching", "rock climbing", "swimming", "video games", "knitting", "woodworking",
+    "astronomy", "travel", "classical music", "film", "theatre", "tennis", "basketball",
+    "sustainable energy", "environmental science", "language learning", "calligraphy",
+    "home brewing", "pottery", "salsa dancing", "camping", "volunteering", "history",
+    "fishing", "skiing", "surfing", "meditation", "vintage cars", "coding side projects",
+    "interior design", "fashion", "stand-up comedy", "wine tasting", "k-pop", "anime",
+    "marathon training", "bouldering", "street food", "urban sketching", "vinyl records",
+)
+EXTRA_LANGUAGES = ("Spanish", "French", "German", "Mandarin", "Japanese", "Italian", "Portuguese", "Arabic", "Korean")
+STUDY_FIELDS = (
+    "computer science", "nursing", "mechanical engineering", "law", "economics", "biology",
+    "graphic design", "psychology", "architecture", "music", "history", "medicine",
+    "environmental science", "business administration", "education", "physics",
+)
+_JP_WARDS = {"Tokyo": ("Shibuya", "Setagaya", "Shinjuku"), "Osaka": ("Kita", "Tennoji"),
+             "Kyoto": ("Sakyo", "Nakagyo"), "Yokohama": ("Kohoku", "Naka")}
+_CN_DISTRICTS = {"Beijing": ("Haidian", "Chaoyang"), "Shanghai": ("Xuhui", "Pudong"),
+                 "Shenzhen": ("Nanshan", "Futian"), "Chengdu": ("Wuhou", "Jinjiang")}
+
+
+def _fakers():
+    from faker import Faker
+
+    return {nat.locale: Faker(nat.locale) for nat in NATIONALITIES}
+
+
+_FAKERS: dict | None = None
+
+
+def _faker(locale: str):
+    global _FAKERS
+    if _FAKERS is None:
+        _FAKERS = _fakers()
+    return _FAKERS[locale]
+
+
+def _job(fake) -> str:
+    """Faker's English job titles, with its inverted forms ("Engineer, civil") put right."""
+    job = fake.job()
+    if ", " in job:
+        head, tail = job.split(", ", 1)
+        job = f"{tail} {head.lower()}"
+    return job[0].upper() + job[1:]
+
+
+def _seeded(locale: str, seed: int):
+    fake = _faker(locale)
+    fake.seed_instance(seed)
+    return fake
+
+
+def _street(nat: Nationality, city: str, rng: random.Random, seed: int) -> str:
+    if nat.locale == "ja_JP":
+        return f"{rng.randint(1, 5)}-{rng.randint(1, 30)}-{rng.randint(1, 20)} {rng.choice(_JP_WARDS[city])}"
+    if nat.locale == "zh_CN":
+        last = _seeded("zh_CN", seed).last_romanized_name()
+        return f"No. {rng.randint(1, 300)} {last} Road, {rng.choice(_CN_DISTRICTS[city])} District"
+    return " ".join(_seeded(nat.locale, seed).street_address().split())
+
+
+def sample_facts(seed: int, n: int) -> list[PersonaFacts]:
+    """Facts for personas 0..n-1. Person i depends only on (seed, i) and the names of
+    persons before it, so a larger pool extends a smaller one and shards agree."""
+    nat_cycle = len(NATIONALITIES)
+    used_names: set[str] = set()
+    out = []
+    for i in range(n):
+        # Rotate through seeded permutations so every block of the pool spans all
+        # nationalities and age bands.
+        nat_perm = list(range(nat_cycle))
+        random.Random(derive_seed(seed, "personas", "nat-block", i // nat_cycle)).shuffle(nat_perm)
+        band_perm = list(range(len(AGE_BANDS)))
+        random.Random(derive_seed(seed, "personas", "age-block", i // len(AGE_BANDS))).shuffle(band_perm)
+        out.append(person_facts(seed, i, NATIONALITIES[nat_perm[i % nat_cycle]],
+                                AGE_BANDS[band_perm[i % len(AGE_BANDS)]], used_names))
+    return out
+
+
+def redraw_facts(seed: int, slot: int, attempt: int, base: PersonaFacts,
+                 names: set[str]) -> PersonaFacts:
+    """Fresh facts for pool ``slot`` after its earlier draws' bios all failed: the slot's
+    nationality and age band (the pool keeps its spread), everything else drawn anew from
+    (seed, slot, attempt); the name differs from every name in ``names`` (grown in place)."""
+    nat = next(n for n in NATIONALITIES if n.demonym == base.nationality)
+    band = next(b for b in AGE_BANDS if b[0] <= base.age <= b[1])
+    return person_facts(seed, f"{slot}~{attempt}", nat, band, names)
+
+
+def person_facts(seed: int, key: int | str, nat: Nationality, band: tuple[int, int],
+                 used_names: set[str]) -> PersonaFacts:
+    """One persona's facts from (seed, key); ``used_names`` keeps names unique (grown in place)."""
+    rng = random.Random(derive_seed(seed, "personas", key, "facts"))
+    lo, hi = band
+    age = rng.randint(lo, hi)
+    gender = rng.choices(("female", "male", "non-binary"), weights=(48, 48, 4))[0]
+    first, last = _unique_name(nat, gender, rng, used_names)
+    city = rng.choice(nat.cities)
+    street_seed = derive_seed(seed, "personas", key, "street")
+    job_fake = _seeded("en_US", derive_seed(seed, "personas", key, "job"))
+    employer = school = None
+    if age <= 23 and rng.random() < 0.7:
+        status, field = "student", rng.choice(STUDY_FIELDS)
+        occupation = f"{field} student"
+        school = f"University of {city}" if rng.random() < 0.6 else f"{city} Institute of Technology"
+    elif age >= 67 and rng.random() < 0.75:
+        status = "retired"
+        occupation = f"retired {_job(job_fake).lower()}"
+    else:
+        status = "working"
+        occupation = _job(job_fake)
+        employer = _company(nat, derive_seed(seed, "personas", key, "employer"))
+    languages = list(nat.languages)
+    if "English" not in languages and rng.random() < 0.75:
+        languages.append("English")
+    if rng.random() < 0.25:
+        extra = rng.choice([x for x in EXTRA_LANGUAGES if x not in languages])
+        languages.append(extra)
+    return PersonaFacts(
+        persona_id=derive_id(seed, "personas", key),
+        name=f"{first} {last}", first_name=first, last_name=last, gender=gender, age=age,
+        nationality=nat.demonym, country=nat.country, home_city=city,
+        home_address=f"{_street(nat, city, rng, street_seed)}, {city}, {nat.country}",
+        status=status, occupation=occupation, employer=employer, school=school,
+        interests=rng.sample(INTERESTS, 3), languages=languages,
+    )
+
+
+def _company(nat: Nationality, seed: int) -> str:
+    if nat.romanized:
+        fake = _seeded(nat.locale, seed)
+        return f"{fake.last_romanized_name()} {random.Random(seed).choice(('Holdings', 'Trading Co.', 'Systems', 'Group'))}"
+    return _seeded(nat.locale, seed).company()
+
+
+def _unique_name(nat: Nationality, gender: str, rng: random.Random, used: set[str]) -> tuple[str, str]:
+    for attempt in range(50):
+        fake = _seeded(nat.locale, rng.randrange(2**31))
+        pick = gender if gender != "non-binary" else rng.choice(("female", "male"))
+        if nat.romanized:
+            if nat.locale == "ja_JP":
+                first = fake.first_romanized_name_female() if pick == "female" else fake.first_romanized_name_male()
+            else:
+                first = fake.first_romanized_name()
+            last = fake.last_romanized_name()
+        else:
+            first = fake.first_name_female() if pick == "female" else fake.first_name_male()
+            last = fake.last_name()
+        name = f"{first} {last}"
+        if attempt >= 40:  # the locale's name space is exhausted: disambiguate
+            name = f"{first} {chr(65 + attempt - 40)}. {last}"
+            first = f"{first} {chr(65 + attempt - 40)}."
+        if name not in used:
+            used.add(name)
+            return first, last
+    raise RuntimeError("could not find a unique name")  # 26 initials per name: unreachable
+
+
+# --------------------------------------------------------------------------- bio checks
+
+_PRONOUNS = {
+    "male": {"she", "her", "hers", "herself"},
+    "female": {"he", "him", "his", "himself"},
+    "non-binary": set(),
+}
+_AGE = re.compile(r"\b(\d{1,3})[- ](?:year|yr)s?[- ]old\b|\baged? (\d{1,3})\b|\bage of (\d{1,3})\b", re.I)
+_WORD = re.compile(r"[A-Za-z']+")
+# Only an upper-case NAME is a placeholder; "her name is ..." is ordinary prose.
+_PLACEHOLDER = re.compile(r"\{\{|\}\}|\[name\]|<name>|lorem ipsum|(?-i:\bNAME\b)|\bbio\s*:", re.I)
+
+
+def bio_problems(facts: PersonaFacts, bio: str) -> list[str]:
+    """Ways a bio contradicts its sampled facts; empty when it is consistent."""
+    problems = []
+    if facts.first_name.split()[0].lower() not in bio.lower():
+        problems.append(f"does not name {facts.first_name}")
+    if _PLACEHOLDER.search(bio):
+        problems.append("contains placeholder text")
+    for m in _AGE.finditer(bio):
+        stated = int(next(g for g in m.groups() if g))
+        if stated != facts.age:
+            problems.append(f"states age {stated}, persona is {facts.age}")
+    words = {w.lower() for w in _WORD.findall(bio)}
+    if not _mentions_occupation(facts, words):
+        problems.append(f"does not mention the occupation ({facts.occupation})")
+    wrong = _unanchored_pronouns(bio, _PRONOUNS[facts.gender])
+    if wrong:
+        problems.append(f"uses pronouns {wrong} for a {facts.gender} persona")
+    lowered = bio.lower()
+    for nat in NATIONALITIES:
+        if nat.country == facts.country:
+            continue
+        if re.search(rf"\b(?:lives|living|based|resides|residing|born|grew up)\s+in\s+(?:the\s+)?{re.escape(nat.country.lower())}\b", lowered):
+            problems.append(f"places the persona in {nat.country}")
+        for city in nat.cities:
+            if city != facts.home_city and re.search(rf"\b(?:lives|living|based|resides|residing)\s+in\s+{re.escape(city.lower())}\b", lowered):
+                problems.append(f"places the persona in {city}")
+        if re.search(rf"\b(?:is|a|an)\s+(?:\w+\s+)?{re.escape(nat.demonym.lower())}\s+(?:man|woman|person|citizen|national)\b", lowered):
+            problems.append(f"calls the persona {nat.demonym}")
+    return problems
+
+
+# Someone a wrong-gender pronoun may refer to ("His wife Maria loves her garden").
+_OTHERS = {
+    "she": {"wife", "mother", "mom", "mum", "daughter", "sister", "girlfriend", "grandmother",
+            "grandma", "aunt", "niece", "fiancée", "fiancee", "woman", "girl", "lady"},
+    "he": {"husband", "father", "dad", "son", "brother", "boyfriend", "grandfather", "grandpa",
+           "uncle", "nephew", "fiancé", "fiance", "man", "boy"},
+}
+_OTHERS_ANY = {"partner", "friend", "colleague", "boss", "neighbour", "neighbor", "child", "kid",
+               "spouse", "parent", "cousin", "roommate", "flatmate", "mentor", "client", "patient"}
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def _unanchored_pronouns(bio: str, wrong: set[str]) -> list[str]:
+    """Wrong-gender pronouns with nobody else to refer to: no person noun of that gender (or a
+    neutral one) earlier in the same sentence or in the sentence before."""
+    if not wrong:
+        return []
+    feminine = "she" in wrong
+    anchors = (_OTHERS["she" if feminine else "he"] | _OTHERS_ANY)
+    found: set[str] = set()
+    previous: list[str] = []
+    for sentence in _SENTENCE.split(bio):
+        words = [w.lower() for w in _WORD.findall(sentence)]
+        for i, w in enumerate(words):
+            if w in wrong and not any(x.rstrip("s") in anchors or x in anchors
+                                      for x in previous + words[:i]):
+                found.add(w)
+        previous = words
+    return sorted(found)
+
+
+_STOP = {"services", "other", "general", "chief", "senior", "retired", "student"}
+_STATUS_WORDS = {"student": {"student", "studies", "studying", "university", "school"},
+                 "retired": {"retired", "retiree", "retirement"}}
+
+
+def _mentions_occupation(facts: PersonaFacts, words: set[str]) -> bool:
+    """A bio must name the job by one of its content words, and a student or retiree as such."""
+    if facts.status in _STATUS_WORDS and not words & _STATUS_WORDS[facts.status]:
+        return False
+    content = {w.lower() for w in _WORD.findall(facts.occupation) if len(w) >= 4} - _STOP
+    return not content or bool(words & content)
+
+
+# --------------------------------------------------------------------------- relations
+
+def feasible_relations(main: PersonaFacts, other: PersonaFacts) -> list[Relation]:
+    """Relations consistent with both ages (and nationality, for family)."""
+    diff = other.age - main.age  # positive: other is older
+    family = main.nationality == other.nationality
+    rel: list[Relation] = ["friend", "neighbour"] if abs(diff) <= 25 else ["neighbour"]
+    if family and 18 <= diff <= 45:
+        rel.append("parent")
+    if family and 18 <= -diff <= 45:
+        rel.append("child")
+    if family and abs(diff) <= 12:
+        rel.append("sibling")
+    if main.age >= 18 and other.age >= 18 and abs(diff) <= 12:
+        rel.append("partner")
+    if main.status == other.status == "working":
+        rel.append("co-worker")
+    if main.status == other.status == "student" and abs(diff) <= 6:
+        rel.append("classmate")
+    if max(main.age, other.age) <= 45 and abs(diff) <= 12:
+        rel.append("roommate")
+    return rel
+
+
+_WEIGHTS: dict[str, float] = {"partner": 3, "parent": 3, "child": 3, "sibling": 3, "co-worker": 2.5,
+                              "classmate": 2.5, "friend": 2, "roommate": 1.5, "neighbour": 1}
+_AT_MOST = {"partner": 1, "parent": 2, "roommate": 2}
+
+
+def sample_related(pool: Sequence[PersonaRecord], rng: random.Random, k: int = 5,
+                   main: PersonaRecord | None = None) -> tuple[PersonaRecord, list[RelatedPersona]]:
+    """A main persona and ``k`` others from ``pool``, each with an age-consistent relation."""
+    if len(pool) < k + 1:
+        raise ValueError(f"a persona pool of {len(pool)} cannot give a main persona and {k} related ones")
+    main = main or rng.choice(list(pool))
+    others = rng.sample([p for p in pool if p.persona_id != main.persona_id], k)
+    taken: dict[str, int] = {}
+    related = []
+    for other in others:
+        options = [r for r in feasible_relations(main, other) if taken.get(r, 0) < _AT_MOST.get(r, 99)]
+        relation = rng.choices(options, weights=[_WEIGHTS[r] for r in options])[0]
+        taken[relation] = taken.get(relation, 0) + 1
+        related.append(RelatedPersona(relation=relation, persona=other))
+    return main, related
+
+
+# --------------------------------------------------------------------------- the generator
 
 PRONOUN = {"female": "she", "male": "he", "non-binary": "they"}
 BIO_PROMPT = "personas/bio.jinja"
 
 
 class PersonasConfig(CommonConfig):
-    persona_pool: int | None = Field(None, ge=6)
-    """Pool size; the documented form (``+persona_pool=50``); sets ``n``."""
+    n: int = Field(50, ge=1, le=100_000)
+    """Pool size (``persona_pool`` wins when set): WAGIBench's pool is 50 personas."""
+    persona_pool: int | None = Field(None, ge=6, le=100_000)
+    """Pool size; the documented form (``+persona_pool=50``); wins over ``n``."""
     bio_attempts: int = Field(3, ge=1, le=10)
-    """Fresh bios (new seeds) tried before a persona is rejected as contradicting its facts."""
+    """Fresh bios (new seeds) tried for one draw of facts before the draw is rejected."""
+    max_attempts: int = Field(5, ge=1, le=50)
+    """Draws of facts per pool slot: when every bio of a draw fails, the slot draws fresh
+    facts (same nationality and age band) until one is accepted or this many were tried."""
     bio_max_tokens: int = Field(200, ge=32)
     """Token cap of one bio."""
 
-    @model_validator(mode="after")
-    def _pool_sets_n(self) -> PersonasConfig:
-        if self.persona_pool is not None:
-            self.n = self.persona_pool
-        return self
+
+def plan(cfg: PersonasConfig) -> Plan:
+    """One index per slot of the pool (``persona_pool``, else ``n``)."""
+    return Plan(cfg.persona_pool if cfg.persona_pool is not None else cfg.n)
 
 
 def bio_messages(ctx: RunContext, facts: PersonaFacts) -> list[dict[str, str]]:
@@ -38,11 +409,11 @@ def bio_messages(ctx: RunContext, facts: PersonaFacts) -> list[dict[str, str]]:
 
 
 def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
-              max_tokens: int) -> PersonaRecord | Reject:
+              max_tokens: int, draw: int = 0) -> PersonaRecord | Reject:
     """Ask for a bio until one agrees with the facts, within ``attempts`` fresh seeds."""
     last: Reject | None = None
     for attempt in range(attempts):
-        seed = ctx.seed(index, "bio", attempt)
+        seed = ctx.seed(index, "bio", attempt) if draw == 0 else ctx.seed(index, "draw", draw, "bio", attempt)
         try:
             bio = ctx.llm.structured(bio_messages(ctx, facts), Bio, seed=seed, max_tokens=max_tokens)
         except LLMOutputError as e:
@@ -61,35 +432,74 @@ def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
     return last
 
 
-def pool_summary(seed: int, indices: range) -> dict[str, Any]:
-    """The manifest's picture of the sampled facts at ``indices`` (bios accepted or not)."""
-    facts = sample_facts(seed, indices.stop)
+def fill_slot(ctx: RunContext, cfg: PersonasConfig, index: int, base: PersonaFacts,
+              names: set[str]) -> list[PersonaRecord | Reject]:
+    """Pool slot ``index``: its facts' bios, then fresh draws of facts until one is accepted or
+    ``max_attempts`` draws are spent; every failed draw is a reject row."""
+    out: list[PersonaRecord | Reject] = []
+    facts = base
+    for draw in range(cfg.max_attempts):
+        if draw:
+            facts = redraw_facts(cfg.seed, index, draw, base, names)
+            ctx.count("pool.redrawn")
+        outcome = write_bio(ctx, facts, index, cfg.bio_attempts, cfg.bio_max_tokens, draw)
+        out.append(outcome)
+        if isinstance(outcome, PersonaRecord):
+            break
+    return out
+
+
+def pool_summary(seed: int, indices: range, records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The manifest's picture of the pool: the accepted personas' facts (when given), else the
+    first draw of every slot at ``indices``."""
+    people: list[Any] = records if records is not None else [
+        f.model_dump() for f in sample_facts(seed, indices.stop)[indices.start:]]
     dist: dict[str, Counter[str]] = {"nationality": Counter(), "age_band": Counter(),
                                      "gender": Counter(), "status": Counter()}
-    for i in indices:
-        f = facts[i]
-        dist["nationality"][f.nationality] += 1
-        dist["age_band"][f"{f.age // 10 * 10}s"] += 1
-        dist["gender"][f.gender] += 1
-        dist["status"][f.status] += 1
+    for f in people:
+        dist["nationality"][f["nationality"]] += 1
+        dist["age_band"][f"{f['age'] // 10 * 10}s"] += 1
+        dist["gender"][f["gender"]] += 1
+        dist["status"][f["status"]] += 1
     return {"distribution": {k: dict(sorted(v.items())) for k, v in dist.items()},
-            "distinct_occupations": len({facts[i].occupation for i in indices})}
+            "distinct_occupations": len({f["occupation"] for f in people})}
 
 
 def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
-    """``merge``: the facts' distribution over every shard's indices."""
-    spans = [m["shard"]["indices"] for m in manifests]
-    ctx.extra.update(pool_summary(manifests[0]["seed"], range(min(a for a, _ in spans), max(b for _, b in spans))))
+    """``merge``: the pool's distribution and sizes over every shard."""
+    ctx.extra.update(pool_summary(manifests[0]["seed"], range(0), records))
+    pools = [m["pool"] for m in manifests]
+    ctx.extra["pool"] = {"requested": sum(p["requested"] for p in pools),
+                         "accepted": sum(p["accepted"] for p in pools),
+                         "rejected": sum(p["rejected"] for p in pools),
+                         "attempted": sum(p["attempted"] for p in pools),
+                         "short_slots": [i for p in pools for i in p["short_slots"]]}
 
 
-@generator("personas", config=PersonasConfig, merge=merge_shards)
-def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[PersonaRecord | Reject]:
+@generator("personas", config=PersonasConfig, merge=merge_shards, plan=plan)
+def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecord | Reject]]:
     """Persona pool: seeded facts via Faker locales plus an LLM bio checked against them."""
-    facts = sample_facts(cfg.seed, ctx.indices().stop)
+    base = sample_facts(cfg.seed, ctx.plan.n)
+    names = {f.name for f in base}  # fresh draws never take a name of the pool's first draws
     ctx.prompts.hash(BIO_PROMPT)
+    accepted: list[dict[str, Any]] = []
+    rejected = attempted = 0
+    short: list[int] = []
     for i in ctx.indices():
-        yield write_bio(ctx, facts[i], i, cfg.bio_attempts, cfg.bio_max_tokens)
-    ctx.extra.update(pool_summary(cfg.seed, ctx.indices()))
+        outcomes = fill_slot(ctx, cfg, i, base[i], names)
+        attempted += len(outcomes)
+        rejected += sum(isinstance(o, Reject) for o in outcomes)
+        accepted += [o.model_dump(mode="json") for o in outcomes if isinstance(o, PersonaRecord)]
+        if not isinstance(outcomes[-1], PersonaRecord):
+            short.append(i)
+        yield outcomes
+    ctx.extra.update(pool_summary(cfg.seed, ctx.indices(), accepted))
+    ctx.extra["pool"] = {"requested": len(ctx.indices()), "accepted": len(accepted), "rejected": rejected,
+                         "attempted": attempted, "short_slots": short}
+    if short:
+        ctx.fail(f"the persona pool has {len(accepted)} of {len(ctx.indices())} personas: slot(s) "
+                 f"{', '.join(map(str, short[:10]))} failed all {cfg.max_attempts} draws of facts "
+                 f"(rejects.jsonl says why; raise max_attempts or use a larger model)")
     if cfg.progress != "off":
         print_distribution(ctx.extra["distribution"])
 
@@ -104,3 +514,53 @@ def print_distribution(dist: dict[str, dict[str, int]]) -> None:
     for field, counts in dist.items():
         table.add_row(field, ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
     Console(width=120).print(table)
+
+
+# --------------------------------------------------------------------------- pool reuse
+
+
+def load_pool(path: Path) -> list[PersonaRecord]:
+    """A pool from a personas run folder or a personas.jsonl; a bad row names file and line."""
+    records, file = load_run_records(path, "personas")
+    pool = []
+    for lineno, row in enumerate(records, 1):
+        try:
+            pool.append(PersonaRecord.model_validate(row))
+        except ValidationError as e:
+            raise InputError(f"{file}:{lineno}: not a persona record ({e.errors()[0]['msg']})") from None
+    return pool
+
+
+def ensure_pool(ctx: RunContext, seed: int, size: int, persona_file: str | None,
+                pool_dir: str) -> tuple[list[PersonaRecord], Path]:
+    """The pool a run uses: ``persona_file``, or a pool of ``size`` personas made once per
+    (seed, size, LLM) as a sub-run of ``ctx`` in ``pool_dir`` and reused after."""
+    if persona_file:
+        path = Path(persona_file).expanduser()
+        if not path.exists():
+            raise MissingInputError(f"persona_file: no such file or folder: {path}")
+        return load_pool(path), path
+    cfg = ctx.cfg
+    pcfg = PersonasConfig(seed=seed, n=size, persona_pool=size, llm=cfg.llm, cache_dir=cfg.cache_dir,
+                          progress=cfg.progress, progress_every=cfg.progress_every)
+    folder = Path(pool_dir).expanduser() / f"seed{seed}-n{size}"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:  # shards started together make the pool once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        manifest = folder / "manifest.json"
+        wanted = pcfg.model_dump(mode="json", exclude={"progress", "progress_every", "cache_dir"})
+        reuse = False
+        if manifest.is_file() and (folder / "personas.jsonl").is_file():
+            old = json.loads(manifest.read_text())
+            reuse = {k: old["config"].get(k) for k in wanted} == wanted and old.get("exit_code", 0) == 0
+        if not reuse:
+            result = ctx.subrun("personas", pcfg, folder, resolved=wanted, quiet=False)
+            if result.exit_code:
+                raise PoolError(result.manifest.get("error") or f"the persona pool at {folder} is incomplete")
+    return load_pool(folder), folder
+
+
+class PoolError(GenError):
+    """The persona pool could not be made at the size asked for (exit code 1)."""
+
+    exit_code = 1

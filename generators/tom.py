@@ -25,7 +25,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,7 +39,7 @@ from gen.mcq import (
     egotom_type,
     write_egotom_csv,
 )
-from gen.run import CommonConfig, RunContext, generator
+from gen.run import CommonConfig, Plan, RunContext, generator
 from schemas import Reject
 from schemas.tom import (
     AlternativesDraft,
@@ -152,12 +151,9 @@ class TomConfig(CommonConfig):
         return [x.strip() for x in v if x.strip()]
 
     @model_validator(mode="after")
-    def _count(self) -> TomConfig:
+    def _lines(self) -> TomConfig:
         if self.max_lines is not None and self.max_lines < self.min_lines:
             raise ValueError("max_lines must be >= min_lines")
-        # n defaults to every clip of the input, so the runner's accounting reconciles
-        available = len(read_input(self))
-        self.n = available if self.n is None else min(self.n, available)
         return self
 
     @property
@@ -222,14 +218,24 @@ def speaker_of(text: str) -> Literal["C", "O", "?"]:
     return "?"
 
 
+def plan(cfg: TomConfig) -> Plan:
+    """One index per clip: every clip of the input, or the first ``n``."""
+    clips = read_input(cfg)
+    return Plan(len(clips) if cfg.n is None else min(cfg.n, len(clips)), clips)
+
+
 def read_input(cfg: TomConfig) -> list[Clip]:
-    """Every clip of ``input=``, in input order (memoised per file state)."""
+    """Every clip of ``input=``, in input order."""
     path = cfg.input_path()
     assert path is not None
     fmt = detect_format(path) if cfg.input_format == "auto" else cfg.input_format
     files = input_files(path, fmt)
-    state = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
-    clips = _read_cached(state, fmt, tuple(cfg.passes))
+    if fmt == "ego4d":
+        clips = [c for f in files for c in read_ego4d(f, tuple(cfg.passes))]
+    elif fmt == "egotom_csv":
+        clips = read_egotom_csvs(files)
+    else:
+        clips = [c for f in files for c in read_jsonl(f)]
     if not clips:
         raise InputError(f"input: no clips found in {path} (read as {fmt})")
     return clips
@@ -262,16 +268,6 @@ def input_files(path: Path, fmt: InputFormat) -> list[Path]:
     if not files:
         raise InputError(f"input: {path} holds no {fmt} file")
     return files
-
-
-@lru_cache(maxsize=8)
-def _read_cached(state: tuple[tuple[str, int, int], ...], fmt: InputFormat, passes: tuple[str, ...]) -> list[Clip]:
-    files = [Path(s[0]) for s in state]
-    if fmt == "ego4d":
-        return [c for f in files for c in read_ego4d(f, passes)]
-    if fmt == "egotom_csv":
-        return read_egotom_csvs(files)
-    return [c for f in files for c in read_jsonl(f)]
 
 
 def _narration(text: Any, t: Any, where: str) -> tuple[Line | None, str | None]:
@@ -463,9 +459,6 @@ def read_jsonl(path: Path) -> list[Clip]:
 
 
 # --------------------------------------------------------------------------- stage 1: selection
-
-
-SELECTION_RULES = ("duration", "lines", "tags", "c_share")
 
 
 def selection(clip: Clip, cfg: TomConfig) -> tuple[list[tuple[str, str]], list[str]]:
@@ -1186,10 +1179,10 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
     }
 
 
-@generator("tom", config=TomConfig, merge=merge_shards)
+@generator("tom", config=TomConfig, merge=merge_shards, plan=plan)
 def tom(cfg: TomConfig, ctx: RunContext) -> Iterator[list[TomQuestion | Reject]]:
     """EgoToM causal goal/belief/action questions with counterfactual wrong answers (input=narrations)."""
-    clips = read_input(cfg)
+    clips: list[Clip] = ctx.plan.data
     path = cfg.input_path()
     assert path is not None
     for f in input_files(path, clips[0].fmt):

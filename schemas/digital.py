@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import Hex32
-from schemas.persona import PersonaRecord, RelatedPersona
+from schemas.personas import PersonaRecord, RelatedPersona
 
 
 class App(str, Enum):

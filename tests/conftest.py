@@ -187,7 +187,7 @@ def check_run_folder(folder: Path, name: str, requested: int, *, hydra: bool = T
 
 def persona_facts(**over: Any) -> Any:
     """One fixed persona's facts, with ``over`` replacing fields."""
-    from schemas.persona import PersonaFacts
+    from schemas.personas import PersonaFacts
 
     base = dict(
         persona_id="0" * 32, name="Jonas Becker", first_name="Jonas", last_name="Becker",

@@ -29,7 +29,7 @@ def audit(out: Path, embedder: Embedder | None, input: Path, **cfg: Any) -> tupl
     settings = AuditConfig(input=str(input), cache_dir=None, progress="off", **cfg)
     ctx = RunContext("audit", settings, out)
     if embedder is not None:
-        ctx.__dict__["embedder"] = embedder  # one model load for the module
+        ctx.use(embedder=embedder)  # one model load for the module
     result = run("audit", settings, out, ctx=ctx, quiet=True)
     return result.exit_code, [json.loads(x) for x in (out / "audit.jsonl").read_text().splitlines()]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.persona import PersonaRecord
+from schemas.personas import PersonaRecord
 
 pytestmark = pytest.mark.integration
 

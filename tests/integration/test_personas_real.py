@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from personas import bio_problems, sample_facts
+from generators.personas import bio_problems, sample_facts
 from schemas import Reject
-from schemas.persona import PersonaRecord
+from schemas.personas import PersonaRecord
 
 pytestmark = pytest.mark.integration
 

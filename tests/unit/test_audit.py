@@ -34,7 +34,7 @@ from gen.audit_checks import (
 from gen.errors import InputError, MissingInputError
 from gen.mcq import Roles, load_roles_bank, read_roles
 from gen.run import RunContext, run
-from generators.audit import AuditConfig
+from generators.audit import AuditConfig, plan
 from schemas.mcq import MCQ
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
@@ -76,7 +76,7 @@ def run_audit(out: Path, input: Path | str, **cfg: Any) -> tuple[Any, list[dict[
     settings = AuditConfig(**{"input": str(input), "cache_dir": None, "progress": "off", "plots": False,
                               **FAKE_SIM, **cfg})
     ctx = RunContext("audit", settings, out)
-    ctx.__dict__["embedder"] = TrigramEmbedder()
+    ctx.use(embedder=TrigramEmbedder())
     result = run("audit", settings, out, ctx=ctx, quiet=True)
     findings = [json.loads(x) for x in (out / "audit.jsonl").read_text().splitlines() if x.strip()]
     return result, findings, json.loads((out / "audit.json").read_text())
@@ -364,7 +364,7 @@ def test_config_refuses_what_cannot_work() -> None:
                        ({"input": "x", "checks": ["position", "position"]}, "each once")):
         with pytest.raises(ValidationError, match=needle):
             AuditConfig(**kw)
-    assert AuditConfig(input="x", checks=["length", "structure"]).n == 2
+    assert plan(AuditConfig(input="x", checks=["length", "structure"])).n == 2
 
 
 @pytest.mark.parametrize(("kw", "error", "needle"), [

@@ -165,7 +165,7 @@ LEAK = {"check": "leakage", "check_id": 2, "kind": "answer_in_visible", "severit
 def bank_run(out: Path, **cfg: Any) -> tuple[Any, RunContext]:
     settings = B.BankConfig(**{"cache_dir": None, "progress": "off", **cfg})
     ctx = RunContext("bank", settings, out)
-    ctx.__dict__["embedder"] = FakeEmbedder()
+    ctx.use(embedder=FakeEmbedder())
     return run("bank", settings, out, ctx=ctx, quiet=True), ctx
 
 
@@ -580,8 +580,8 @@ def test_any_jsonl_bank_through_a_roles_file(tmp_path: Path) -> None:
     bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({**rows[1], "gold": "z"}) + "\n")
     with pytest.raises(InputError, match=r"bad.jsonl:2: gold"):
         bank.add(bad, roles=str(roles))
-    with pytest.raises(ConfigError, match="one JSONL file"):
-        validate("bank", ["action=add", f"bank={bank.root}", f"input={tmp_path}", f"roles={roles}"])
+    with pytest.raises(InputError, match="one JSONL file"):
+        B.plan(validate("bank", ["action=add", f"bank={bank.root}", f"input={tmp_path}", f"roles={roles}"]))
 
 
 def test_a_nocontext_run_gives_its_kept_items_and_both_prompt_sets(tmp_path: Path) -> None:
@@ -854,6 +854,12 @@ def test_action_word() -> None:
 
 
 def test_config_errors(tmp_path: Path) -> None:
+    from gen.cli import validate_jobs
+
+    def validate(name: str, overrides: list[str]):  # what the command checks before a run: config and plan
+        (job,) = validate_jobs(name, overrides, multirun=False)
+        return job
+
     with pytest.raises(ConfigError, match="bank= is required"):
         validate("bank", ["action=verify"])
     with pytest.raises(MissingInputError, match="no released version"):
@@ -867,8 +873,8 @@ def test_config_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "tom.jsonl").write_text(json.dumps(mcq(1)) + "\n" + json.dumps({**mcq(2), "answer": 7}) + "\n")
-    settings = validate("bank", ["action=add", f"bank={tmp_path / 'b'}", f"input={bad}"])
-    assert settings.n == 2
+    job = validate("bank", ["action=add", f"bank={tmp_path / 'b'}", f"input={bad}"])
+    assert job.plan.n == 2
     with pytest.raises(InputError, match=r"tom.jsonl:2: not an MCQ record"):
         Bank(tmp_path).add(bad)
     with pytest.raises(ConfigError, match="choose an action"):

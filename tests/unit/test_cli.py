@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import generators  # noqa: F401  (fills the registry, as the CLI does)
-from gen.cli import normalize_overrides, validate
+from gen.cli import normalize_overrides, validate, validate_jobs
 from gen.errors import ConfigError, MissingInputError
 
 
@@ -67,7 +67,7 @@ def test_help_lists_generators(run_gen) -> None:
 def test_no_arguments_prints_usage(run_gen) -> None:
     proc = run_gen()
     assert proc.returncode == 0
-    assert proc.stdout.startswith("usage: python -m gen")
+    assert proc.stdout.startswith("usage: gen <generator>")
 
 
 def test_generator_help_lists_options(run_gen) -> None:
@@ -79,7 +79,8 @@ def test_generator_help_lists_options(run_gen) -> None:
     common = out.split("common options:", 1)[1]
     for key in ("persona_pool=", "bio_attempts=3", "bio_max_tokens=200"):
         assert key in own, key
-    for key in ("seed=0", "n=50", "shard=0", "num_shards=1", "progress=auto", "llm=llama_cpp"):
+    for key in ("seed=0", "n=50", "shard=0", "num_shards=1", "progress=auto", "llm=smollm2",
+                "embedder=minilm"):
         assert key in common, key
     # the cache dir shown is the one the environment chose
     assert str(Path(common.split("cache_dir=", 1)[1].split()[0])).endswith("cache")
@@ -96,23 +97,20 @@ def test_main_returns_exit_code_in_process(capsys: pytest.CaptureFixture[str]) -
 
 
 @pytest.mark.parametrize("form", ["+persona_pool=7", "persona_pool=7", "++persona_pool=7"])
-def test_override_forms_normalise_and_validate(form: str) -> None:
-    overrides = normalize_overrides("personas", [form])
-    assert [o.lstrip("+") for o in overrides] == ["persona_pool=7"]
-    settings = validate("personas", overrides)
+def test_override_forms_validate(form: str) -> None:
+    assert normalize_overrides([form]) == ["++persona_pool=7"]
+    settings = validate("personas", [form])
     assert settings.persona_pool == 7
-    assert settings.n == 7  # the pool size sets n
 
 
-def test_plus_on_an_existing_key_is_rewritten() -> None:
-    # Hydra itself refuses ``+seed=3`` because seed already has a value.
-    assert normalize_overrides("personas", ["+seed=3", "n=4"]) == ["seed=3", "n=4"]
-    settings = validate("personas", normalize_overrides("personas", ["+seed=3", "+llm.top_p=0.5"]))
+def test_group_choices_and_hydra_settings_are_left_as_they_are() -> None:
+    assert normalize_overrides(["llm=openai", "hydra.run.dir=x", "~bands.similar", "+seed=3"]) == [
+        "llm=openai", "hydra.run.dir=x", "~bands.similar", "++seed=3"]
+    settings = validate("personas", ["+seed=3", "+llm.top_p=0.5"])
     assert (settings.seed, settings.llm.top_p) == (3, 0.5)
 
 
-def test_plus_on_an_unknown_key_is_left_for_validate() -> None:
-    assert normalize_overrides("personas", ["+foo=1"]) == ["+foo=1"]
+def test_plus_on_an_unknown_key_is_refused_by_pydantic() -> None:
     with pytest.raises(ConfigError, match="foo"):
         validate("personas", ["+foo=1"])
 
@@ -129,11 +127,20 @@ def test_validate_values() -> None:
         validate("personas", ["bio_attempts=0"])
 
 
-def test_sweeps_validate_by_their_first_value() -> None:
-    settings = validate("personas", ["seed=1,2", "shard=0,1", "num_shards=2"])
-    assert (settings.seed, settings.shard) == (1, 0)
-    with pytest.raises(ConfigError, match="seed"):
-        validate("personas", ["seed=-1,2"])
+def test_sweeps_validate_every_job_before_the_first() -> None:
+    jobs = validate_jobs("personas", normalize_overrides(["seed=1,2", "shard=0,1", "num_shards=2"]),
+                         multirun=True)
+    assert [(j.settings.seed, j.settings.shard) for j in jobs] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    with pytest.raises(ConfigError, match="n"):  # the bad value is the second job's
+        validate_jobs("personas", normalize_overrides(["n=1,abc"]), multirun=True)
+    with pytest.raises(ConfigError, match="-m"):
+        validate_jobs("personas", normalize_overrides(["n=1,2"]), multirun=False)
+
+
+def test_a_bad_sweep_value_runs_no_job(run_gen, tmp_path: Path) -> None:
+    proc = run_gen("personas", "-m", "n=1,abc", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    _one_line_error(proc, "n", "abc")
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_missing_input_is_a_missing_input_error(tmp_path: Path) -> None:
@@ -145,9 +152,8 @@ def test_missing_input_is_a_missing_input_error(tmp_path: Path) -> None:
 
 
 def test_unknown_choice_lists_only_the_choices(run_gen) -> None:
-    line = _one_line_error(run_gen("personas", "llm=bogus"), "llm/bogus")
-    choices = line.split("available llm:", 1)[1]
-    from gen.paths import CONF
+    from gen.config import LLM_PRESETS
 
-    expected = sorted(f.stem for f in (CONF / "llm").glob("*.yaml"))
-    assert sorted(c.strip() for c in choices.split(",")) == expected
+    line = _one_line_error(run_gen("personas", "llm=bogus"), "llm=bogus")
+    choices = line.split("available llm:", 1)[1]
+    assert sorted(c.strip() for c in choices.split(",")) == sorted(LLM_PRESETS)

@@ -42,11 +42,11 @@ from generators.digital import (
     validate_items,
     wagibench_record,
 )
-from personas import sample_facts, sample_related
+from generators.personas import sample_facts, sample_related
 from schemas import Reject
 from schemas import digital as S
 from schemas.digital import App
-from schemas.persona import PersonaRecord
+from schemas.personas import PersonaRecord
 
 NAME = "digital"
 PAST_APPS = [App.Messaging, App.Notes, App.Search, App.Videos, App.Maps, App.Music]
@@ -603,7 +603,7 @@ def digital_script(bad_search_every: int = 0, log: list[str] | None = None) -> C
 def run_digital(out_dir: Path, pool: Path, script=None, **cfg: Any):
     settings = DigitalConfig(**{"cache_dir": None, "progress": "off", "persona_file": str(pool), **cfg})
     ctx = RunContext(NAME, settings, out_dir)
-    ctx.__dict__["llm"] = scripted_llm(script or digital_script(), sampling=settings.llm)
+    ctx.use(llm=scripted_llm(script or digital_script(), sampling=settings.llm))
     return run(NAME, settings, out_dir, ctx=ctx, quiet=True), ctx
 
 
@@ -980,7 +980,7 @@ def test_cue_bank_respects_apps(tmp_path: Path, pool_file: Path) -> None:
 
 @pytest.mark.parametrize("form", ["+persona_pool=50", "persona_pool=50", "++persona_pool=50"])
 def test_override_forms(form: str) -> None:
-    overrides = normalize_overrides(NAME, [form])
+    overrides = normalize_overrides([form])
     assert [o.lstrip("+") for o in overrides] == ["persona_pool=50"]
     settings = validate(NAME, overrides)
     assert isinstance(settings, DigitalConfig)
@@ -1014,7 +1014,7 @@ def test_cli_errors_exit_2(run_gen, tmp_path: Path, args: list[str], needles: li
         assert needle in lines[0], (needle, lines[0])
     assert not (tmp_path / "run").exists()
     with pytest.raises(ConfigError):  # and the same in process
-        validate(NAME, normalize_overrides(NAME, args))
+        validate(NAME, args)
 
 
 # --------------------------------------------------------------------------- 10. datetime sampler

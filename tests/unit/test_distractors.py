@@ -27,9 +27,10 @@ from generators.distractors import (
     Sampler,
     load_goals,
     matches,
+    plan,
     verbalise,
 )
-from schemas.goals import GOAL_TYPES, DistractorMCQ, GoalRow
+from schemas.distractors import GOAL_TYPES, DistractorMCQ, GoalRow
 
 NAME = "distractors"
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -71,7 +72,7 @@ def text_bank(n: int, group_size: int = 1) -> list[dict[str, Any]]:
 def run_distractors(out: Path, embedder: FakeEmbedder | None = None, **cfg: Any):
     config = DistractorsConfig(cache_dir=None, progress="off", **cfg)
     ctx = RunContext(NAME, config, out)
-    ctx.__dict__["embedder"] = embedder or FakeEmbedder()
+    ctx.use(embedder=embedder or FakeEmbedder())
     return run(NAME, config, out, ctx=ctx, quiet=True)
 
 
@@ -322,7 +323,7 @@ def test_generator_end_to_end(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["counts"]["indices_done"] == len(rows)
     assert manifest[NAME]["mode"] == "exact" and manifest[NAME]["bank"]["groups"] == 141
-    assert {f"goals/{t}.jinja" for t in GOAL_TYPES} <= set(manifest["prompts"])
+    assert {f"distractors/{t}.jinja" for t in GOAL_TYPES} <= set(manifest["prompts"])
     assert {"wagibench_mcq_similar.json", "wagibench_mcq_dissimilar.json"} <= set(manifest["outputs"])
     # answers are spread over the four positions
     assert min(np.bincount([r.answer for r in records], minlength=4)) > len(records) / 8
@@ -492,23 +493,23 @@ def test_parquet_bank_matches_jsonl(tmp_path: Path) -> None:
                  + [{"goal_id": "q", "group": "g", "goal": json.dumps({"type": "shop"})}]).write_parquet(bad)
     with pytest.raises(InputError, match=r"bad.parquet:row 4: goal.shop.content: Field required"):
         load_goals(bad)
-    assert DistractorsConfig(input=str(as_struct), cache_dir=None).n == 40
+    assert plan(DistractorsConfig(input=str(as_struct), cache_dir=None)).n == 40
 
 
 def test_config_validation(tmp_path: Path) -> None:
-    assert DistractorsConfig().n == len(load_goals(EXAMPLES / "goals.jsonl").rows)
+    assert plan(DistractorsConfig()).n == len(load_goals(EXAMPLES / "goals.jsonl").rows)
     with pytest.raises(ValueError, match="bands.similar must be"):
         DistractorsConfig(bands={"similar": (99, 95)})
     with pytest.raises(ValueError, match="n=5000 references but the bank has 423 goals"):
-        DistractorsConfig(n=5000)
+        plan(DistractorsConfig(n=5000))
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     with pytest.raises(ValueError, match="holds no goals"):
-        DistractorsConfig(input=str(empty))
+        plan(DistractorsConfig(input=str(empty)))
     folder = tmp_path / "f"
     folder.mkdir()
     write_bank(folder / "goals.jsonl", text_bank(7))
-    assert DistractorsConfig(input=str(folder)).n == 7
+    assert plan(DistractorsConfig(input=str(folder))).n == 7
 
 
 def test_cli_bad_goal_is_one_line_and_exit_2(tmp_path: Path, run_gen) -> None:
@@ -552,7 +553,7 @@ def test_cli_bad_goal_is_one_line_and_exit_2(tmp_path: Path, run_gen) -> None:
 def test_verbaliser(goal: dict, text: str) -> None:
     prompts = Prompts()
     assert verbalise(GoalRow(goal_id="x", group="y", goal=goal), prompts) == text
-    assert list(prompts.used) == [f"goals/{goal['type']}.jinja"]
+    assert list(prompts.used) == [f"distractors/{goal['type']}.jinja"]
 
 
 def test_free_text_goal_is_used_as_is() -> None:

@@ -343,7 +343,7 @@ def test_openai_backend_keeps_its_concurrency_in_flight(fake_server: str, tmp_pa
     _FakeServer.delay = 0.3
     llm = make_llm(OpenAIConfig(base_url=fake_server, concurrency=4, max_retries=0), None)
     ctx = RunContext("personas", PersonasConfig(cache_dir=None), tmp_path)
-    ctx.__dict__["llm"] = llm
+    ctx.use(llm=llm)
     t0 = time.perf_counter()
     out = ctx.map(lambda seed: (seed, _structured(llm, seed=seed).bio), range(8))
     assert [seed for seed, _ in out] == list(range(8))

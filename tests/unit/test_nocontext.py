@@ -29,6 +29,7 @@ from generators.nocontext import (
     parse_letter,
     pick,
     plain_prompt,
+    plan,
     removal,
     shuffles,
 )
@@ -89,7 +90,7 @@ def screen(tmp_path: Path, script: Callable | list[str], bank: Path | None = Non
     settings = NocontextConfig(input=str(bank), cache_dir=None, progress="off", **overrides)
     out = tmp_path / "run"
     ctx = RunContext(NAME, settings, out)
-    ctx.__dict__["llm"] = scripted_llm(script, sampling=settings.llm)
+    ctx.use(llm=scripted_llm(script, sampling=settings.llm))
     return run(NAME, settings, out, ctx=ctx, quiet=True), ctx, out
 
 
@@ -468,14 +469,12 @@ def test_sample_screens_a_seeded_subset(tmp_path: Path) -> None:
     bank = leaky_bank(tmp_path / "items.jsonl")
     a = NocontextConfig(input=str(bank), sample=5)
     b = NocontextConfig(input=str(bank), sample=5, seed=1)
-    assert a.n == 5 and NocontextConfig(input=str(bank)).n == 12
+    assert plan(a).n == 5 and plan(NocontextConfig(input=str(bank))).n == 12
     result, _, out = screen(tmp_path, always_a, bank=bank, sample=5)
     ids = [r["item_id"] for r in read_jsonl(out / "nocontext.jsonl")]
     assert len(ids) == 5 and ids == sorted(ids, key=lambda x: int(x[4:]))
-    from generators.nocontext import screen_list
-
-    assert [i.item_id for _, i in screen_list(a)] == ids
-    assert [i.item_id for _, i in screen_list(b)] != ids
+    assert [i.item_id for _, i in plan(a).data[1]] == ids
+    assert [i.item_id for _, i in plan(b).data[1]] != ids
     assert len(load_banks(out)[0].items) == 5  # kept = the screened items that passed
 
 
@@ -497,7 +496,7 @@ def test_loglik_mode_catches_the_leaky_items(tmp_path: Path) -> None:
         prompts.append((prompt, continuations))
         return giveaway_scorer(prompt, continuations)
 
-    ctx.__dict__["llm"] = scripted_llm([], scorer=scorer)
+    ctx.use(llm=scripted_llm([], scorer=scorer))
     run(NAME, settings, tmp_path / "run", ctx=ctx, quiet=True)
     records = read_jsonl(tmp_path / "run" / "nocontext.jsonl")
     assert {r["item_id"] for r in records if not r["kept"]} == {"item2", "item5", "item9"}
@@ -520,7 +519,7 @@ def test_loglik_plain_prompt(tmp_path: Path) -> None:
                                chat_template=False)
     ctx = RunContext(NAME, settings, tmp_path / "run")
     seen: list[Any] = []
-    ctx.__dict__["llm"] = scripted_llm([], scorer=lambda p, c: seen.append(p) or [0.0] * len(c))
+    ctx.use(llm=scripted_llm([], scorer=lambda p, c: seen.append(p) or [0.0] * len(c)))
     run(NAME, settings, tmp_path / "run", ctx=ctx, quiet=True)
     assert isinstance(seen[0], str) and seen[0].endswith("\n\nAnswer 1:")
     assert "Question 1: What is C's goal?" in seen[0]
@@ -546,8 +545,8 @@ def test_norm_is_applied_in_the_run(tmp_path: Path) -> None:
                                    mode="loglik", norm=norm)
         ctx = RunContext(NAME, settings, tmp_path / norm)
         # -0.5 per character of the line plus a bonus to one specific line
-        ctx.__dict__["llm"] = scripted_llm([], scorer=lambda p, c: [-0.5 * len(x) - (10 if "-0." in x else 0)
-                                                                      for x in c])
+        ctx.use(llm=scripted_llm([], scorer=lambda p, c: [-0.5 * len(x) - (10 if "-0." in x else 0)
+                                                          for x in c]))
         run(NAME, settings, tmp_path / norm, ctx=ctx, quiet=True)
         outs[norm] = read_jsonl(tmp_path / norm / "nocontext.jsonl")
     # summed: the truth is the shortest line, chosen every time; per character the lines tie
@@ -595,14 +594,14 @@ def test_config_validation(tmp_path: Path) -> None:
     ok = NocontextConfig(input=bank, mode="loglik", chat_template=False, models=["openai", "smollm2"],
                          panel_k=1, max_correct=None)
     assert [m.backend for m in ok.models] == ["openai", "llama_cpp"]
-    assert ok.models[0].concurrency == 4  # conf/llm/openai.yaml, not the pydantic default
-    with pytest.raises(ValueError, match=r"conf/llm/llama_cpp.yaml needs model_path"):
+    assert ok.models[0].concurrency == 4  # the openai preset's
+    with pytest.raises(ValueError, match=r"the llama_cpp preset needs model_path"):
         NocontextConfig(input=bank, models=["llama_cpp"])
-    with pytest.raises(ValueError, match="no conf/llm/gpt9.yaml"):
+    with pytest.raises(ValueError, match="no llm preset 'gpt9'"):
         NocontextConfig(input=bank, models=["gpt9"])
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(ValueError, match="holds no items"):
-        NocontextConfig(input=str(tmp_path / "empty.jsonl"))
+        plan(NocontextConfig(input=str(tmp_path / "empty.jsonl")))
 
 
 def test_labels_default_and_dedupe(tmp_path: Path) -> None:
@@ -762,7 +761,7 @@ def test_backend_error_from_loglik_stops_the_run(tmp_path: Path) -> None:
     bank = leaky_bank(tmp_path / "items.jsonl", n=2)
     settings = NocontextConfig(input=str(bank), cache_dir=None, progress="off", mode="loglik")
     ctx = RunContext(NAME, settings, tmp_path / "run")
-    ctx.__dict__["llm"] = scripted_llm([])  # no scorer: the backend cannot score
+    ctx.use(llm=scripted_llm([]))  # no scorer: the backend cannot score
     with pytest.raises(GenError, match="cannot score"):  # one line, exit 2 in the CLI
         run(NAME, settings, tmp_path / "run", ctx=ctx, quiet=True)
 
@@ -770,7 +769,7 @@ def test_backend_error_from_loglik_stops_the_run(tmp_path: Path) -> None:
 def test_models_panel_through_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """models= builds one LLM per entry (labels from the served names), answers are kept per
     model, the any-model rule fires on the one that knows, and the extra LLMs are closed."""
-    import generators.nocontext as nc
+    import gen.llm
 
     closed: list[str] = []
 
@@ -780,10 +779,10 @@ def test_models_panel_through_the_runner(tmp_path: Path, monkeypatch: pytest.Mon
             llm.on_close(lambda: closed.append(cfg.model))
         return llm
 
-    monkeypatch.setattr(nc, "make_llm", fake_make_llm)
+    monkeypatch.setattr(gen.llm, "make_llm", fake_make_llm)
     result, ctx, out = screen(tmp_path, [], models=[{"backend": "openai", "model": "oracle"},
                                                     {"backend": "openai", "model": "guesser"}])
-    assert "llm" not in ctx.__dict__ or not ctx.llm.calls  # the llm= model was not asked
+    assert not ctx.llm.calls  # the llm= model was not asked
     records = read_jsonl(out / "nocontext.jsonl")
     assert all(set(r["answers"]) == {"oracle", "guesser"} for r in records)
     assert {r["item_id"] for r in records if not r["kept"]} == {"item2", "item5", "item9"}

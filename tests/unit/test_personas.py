@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import persona_facts
 
 from gen.run import derive_id
-from personas import (
+from generators.personas import (
     AGE_BANDS,
     NATIONALITIES,
     bio_problems,
@@ -17,7 +21,7 @@ from personas import (
     sample_facts,
     sample_related,
 )
-from schemas.persona import PersonaFacts, PersonaRecord
+from schemas.personas import PersonaFacts, PersonaRecord
 
 FAMILY = {"parent", "child", "sibling"}
 
@@ -273,3 +277,98 @@ def test_sample_related_needs_a_big_enough_pool() -> None:
         sample_related(pool, random.Random(0), k=5)
     main, related = sample_related(_pool(n=6), random.Random(0), k=5)
     assert len(related) == 5
+
+
+# --------------------------------------------------------------------------- a pool of the size asked for
+
+
+def _field(user: str, name: str) -> str:
+    return user.split(f"- {name}: ", 1)[1].split("\n", 1)[0]
+
+
+def pool_script(fails: Callable[[str, int], bool]):
+    """A scripted bio writer: a clean bio from the prompt's own facts, or one stating a wrong
+    age when ``fails(name, seed)``."""
+    import json
+
+    def script(messages, seed):
+        user = messages[-1]["content"]
+        name = _field(user, "Name")
+        first = user.split("Write a bio of two or three sentences about ", 1)[1].split(":", 1)[0]
+        age = int(_field(user, "Age"))
+        occupation = _field(user, "Occupation").split(" at ")[0]
+        city = _field(user, "Lives in").split(",")[0]
+        bio = f"{first} works as {occupation.lower()} and lives in {city}. Free time goes to {_field(user, 'Interests')}."
+        if fails(name, seed):
+            bio = bio.replace(" works as", f" is a {age + 7}-year-old who works as", 1)
+        return json.dumps({"bio": bio})
+
+    return script
+
+
+def run_pool(out: Path, fails: Callable[[str, int], bool], **cfg: Any):
+    from gen.llm import scripted_llm
+    from gen.run import RunContext, run
+    from generators.personas import PersonasConfig
+
+    settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "bio_attempts": 2, **cfg})
+    ctx = RunContext("personas", settings, out).use(llm=scripted_llm(pool_script(fails)))
+    return run("personas", settings, out, ctx=ctx), ctx
+
+
+def test_a_pool_is_the_size_asked_for(tmp_path: Path) -> None:
+    """Slots whose facts' bios all fail draw fresh facts (same nationality and age band) until
+    accepted: the pool has exactly n personas, the failed draws are rejects, and the manifest
+    says requested / accepted / rejected / attempted."""
+    base = sample_facts(0, 10)
+    bad = {base[2].name, base[7].name}  # these two draws fail every bio
+    result, _ = run_pool(tmp_path / "a", lambda name, seed: name in bad, n=10)
+    records = [PersonaRecord.model_validate_json(x) for x in (tmp_path / "a" / "personas.jsonl").read_text().splitlines()]
+    assert len(records) == 10 and result.exit_code == 0
+    assert [r.persona_id for r in records][:2] == [base[0].persona_id, base[1].persona_id]
+    redrawn = {2: records[2], 7: records[7]}
+    for slot, r in redrawn.items():
+        assert r.name not in {f.name for f in base}
+        assert r.persona_id == derive_id(0, "personas", f"{slot}~1")
+        assert (r.nationality, any(lo <= r.age <= hi and lo <= base[slot].age <= hi for lo, hi in AGE_BANDS)) \
+            == (base[slot].nationality, True)
+    assert len({r.name for r in records}) == 10
+    rejects = [json.loads(x) for x in (tmp_path / "a" / "rejects.jsonl").read_text().splitlines()]
+    assert [(x["index"], x["record_id"]) for x in rejects] == [(2, base[2].persona_id), (7, base[7].persona_id)]
+    assert result.manifest["pool"] == {"requested": 10, "accepted": 10, "rejected": 2, "attempted": 12,
+                                       "short_slots": []}
+    assert result.manifest["validators"]["pool.redrawn"] == 2
+    # same seed, same pool
+    run_pool(tmp_path / "b", lambda name, seed: name in bad, n=10)
+    assert (tmp_path / "a" / "personas.jsonl").read_bytes() == (tmp_path / "b" / "personas.jsonl").read_bytes()
+
+
+def test_a_pool_that_cannot_be_filled_says_how_many_were_made(tmp_path: Path) -> None:
+    base = sample_facts(0, 6)
+    hopeless = base[4].nationality  # every draw of slot 4 keeps its nationality, and fails
+
+    def fails(name: str, seed: int) -> bool:
+        return any(f.name == name for f in base[4:5]) or name not in {f.name for f in base}
+
+    result, ctx = run_pool(tmp_path, fails, n=6, max_attempts=3)
+    assert result.exit_code == 1
+    assert result.error.startswith("the persona pool has 5 of 6 personas: slot(s) 4 failed all 3 draws")
+    assert result.manifest["pool"]["short_slots"] == [4] and result.manifest["pool"]["attempted"] == 8
+    assert result.manifest["exit_code"] == 1 and result.manifest["error"] == result.error
+    assert hopeless
+
+
+def test_a_digital_run_stops_when_its_pool_is_short(tmp_path: Path) -> None:
+    from gen.errors import GenError
+    from gen.llm import scripted_llm
+    from gen.run import RunContext, run
+    from generators.digital import DigitalConfig
+
+    settings = DigitalConfig(n=1, persona_pool=6, cache_dir=None, progress="off",
+                             pool_dir=str(tmp_path / "pools"))
+    ctx = RunContext("digital", settings, tmp_path / "run").use(llm=scripted_llm(pool_script(lambda n, s: True)))
+    with pytest.raises(GenError, match="the persona pool has 0 of 6 personas") as info:
+        run("digital", settings, tmp_path / "run", ctx=ctx)
+    assert info.value.exit_code == 1
+    sub = json.loads((tmp_path / "pools" / "seed0-n6" / "manifest.json").read_text())
+    assert sub["parent"] == str(tmp_path / "run") and sub["exit_code"] == 1

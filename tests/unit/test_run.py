@@ -15,10 +15,9 @@ import generators  # noqa: F401  (fills the registry)
 from gen.llm import Cache, LlamaCppConfig, scripted_llm
 from gen.paths import PROMPTS
 from gen.run import REGISTRY, RunContext, derive_id, derive_seed, run, shard_range
-from generators.personas import PersonasConfig
-from personas import bio_problems, sample_facts
+from generators.personas import PersonasConfig, bio_problems, sample_facts
 from schemas import Reject
-from schemas.persona import PersonaFacts, PersonaRecord
+from schemas.personas import PersonaFacts, PersonaRecord
 
 NAME = "personas"
 
@@ -50,9 +49,10 @@ def bio_script(facts: list[PersonaFacts], write: Callable[[PersonaFacts, int], A
 
 
 def run_scripted(out_dir: Path, script, **cfg: Any):
-    settings = PersonasConfig(**{"cache_dir": None, "progress": "off", **cfg})
+    # one draw of facts per slot: a failed slot is one reject (test_personas tests redraws)
+    settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "max_attempts": 1, **cfg})
     ctx = RunContext(NAME, settings, out_dir)
-    ctx.__dict__["llm"] = scripted_llm(script, cache=ctx.cache)
+    ctx.use(llm=scripted_llm(script, cache=ctx.cache))
     return run(NAME, settings, out_dir, ctx=ctx), ctx
 
 
@@ -162,7 +162,7 @@ def test_manifest_contents(tmp_path: Path) -> None:
     packages = manifest["packages"]
     for pkg in ("python", "pydantic", "instructor", "hydra-core", "jinja2", "faker"):
         assert packages.get(pkg), pkg
-    assert manifest["counts"] == {"requested": 4, "accepted": 4, "rejected": 0,
+    assert manifest["counts"] == {"requested": 4, "indices_done": 4, "accepted": 4, "rejected": 0,
                                   "rejects_by_reason": {}, "rejects_by_stage": {}}
     assert manifest["llm"]["backend"] == "scripted"
     usage = manifest["llm_usage"]
@@ -282,7 +282,7 @@ def test_context_seeds_and_ids(tmp_path: Path) -> None:
 def test_context_map_keeps_order(tmp_path: Path) -> None:
     ctx = RunContext(NAME, PersonasConfig(cache_dir=None), tmp_path)
     llm = scripted_llm([], sampling=LlamaCppConfig(concurrency=4))
-    ctx.__dict__["llm"] = llm
+    ctx.use(llm=llm)
     assert ctx.map(lambda x: x * x, range(20)) == [x * x for x in range(20)]
 
 
@@ -295,7 +295,7 @@ def test_an_index_may_give_several_records_and_rejects(tmp_path: Path, monkeypat
     original = REGISTRY[NAME]
 
     def many(cfg, ctx):
-        for item in original.fn(cfg, ctx):
+        for (item,) in original.fn(cfg, ctx):  # one draw of facts per slot: one outcome
             yield [item, item, Reject(record_id="r", index=0, stage="split", reason="planted", detail="x")]
 
     monkeypatch.setitem(REGISTRY, NAME, dataclasses.replace(original, fn=many))
@@ -325,7 +325,7 @@ def test_merge_gives_the_unsharded_run(tmp_path: Path) -> None:
     counts and the facts' distribution (recomputed by the generator's merge hook)."""
     shards = _shards(tmp_path, 9, 3)
     merged = merge_and_compare(tmp_path / "whole", shards, tmp_path / "m")
-    assert merged["counts"]["rejected"] > 0 and "indices_done" not in merged["counts"]
+    assert merged["counts"]["rejected"] > 0 and merged["counts"]["indices_done"] == 9
     assert [s["indices"] for s in merged["merged"]["shards"]] == [[0, 3], [3, 6], [6, 9]]
     calls = [json.loads((s / "manifest.json").read_text())["llm_usage"]["calls"] for s in shards]
     assert merged["merged"]["llm_usage"]["calls"] == sum(calls) > 0
@@ -341,15 +341,19 @@ def test_manifest_keys_are_the_standard_ones_plus_the_generators_summaries(tmp_p
 
 
 def test_merge_refuses_overlaps_other_configs_and_unfinished_folders(tmp_path: Path) -> None:
-    from gen.cli import validate
-    from gen.errors import ConfigError, MissingInputError
+    from gen.cli import validate_jobs
+    from gen.errors import InputError, MissingInputError
+
+    def validate(name: str, overrides: list[str]):  # the command's checks: config, then plan
+        (job,) = validate_jobs(name, overrides, multirun=False)
+        return job.plan
 
     shards = _shards(tmp_path, 4, 2)
     run_scripted(tmp_path / "other", bio_script(sample_facts(1, 4), lambda f, s: clean_bio(f)), n=4, seed=1,
                  shard=1, num_shards=2)
-    with pytest.raises(ConfigError, match="shards overlap"):
+    with pytest.raises(InputError, match="shards overlap"):
         validate("merge", [f"input=[{shards[0]},{shards[0]}]"])
-    with pytest.raises(ConfigError, match=r"different config \(seed\)"):
+    with pytest.raises(InputError, match=r"different config \(seed\)"):
         validate("merge", [f"input=[{shards[0]},{tmp_path / 'other'}]"])
     with pytest.raises(MissingInputError, match="no manifest.json"):
         validate("merge", [f"input=[{shards[0]},{tmp_path}]"])

@@ -14,7 +14,7 @@ from processes import FAKE, wait_file, wait_gone
 from gen.errors import BackendError
 from gen.llm import LlamaServerConfig, make_llm
 from gen.server import LlamaServer, find_binary
-from schemas.persona import Bio
+from schemas.personas import Bio
 
 
 def cfg(**kw) -> LlamaServerConfig:

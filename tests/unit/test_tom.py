@@ -47,6 +47,7 @@ from generators.tom import (
     norm_sentence,
     numbered,
     parse_time,
+    plan,
     read_input,
     selection,
     similarity_problem,
@@ -160,8 +161,8 @@ class Script:
 def make_ctx(tmp_path: Path, script: Script | None = None, embedder: Any = None, **cfg: Any) -> RunContext:
     settings = TomConfig(**{"input": str(NARRATION), "cache_dir": None, "progress": "off", **cfg})
     ctx = RunContext("tom", settings, tmp_path)
-    ctx.__dict__["llm"] = scripted_llm(script or Script(), sampling=settings.llm)
-    ctx.__dict__["embedder"] = embedder or FakeEmbedder()
+    ctx.use(llm=scripted_llm(script or Script(), sampling=settings.llm))
+    ctx.use(embedder=embedder or FakeEmbedder())
     return ctx
 
 
@@ -265,10 +266,10 @@ def test_ego4d_unparseable_file_is_an_input_error_with_line(tmp_path: Path) -> N
     path = tmp_path / "narration.json"
     path.write_text('{\n "v1": {\n  "narration_pass_1": [,]\n }\n}\n')
     with pytest.raises(ValueError, match=r"narration\.json:3: not valid JSON"):
-        cfg_for(input=str(path))
+        plan(cfg_for(input=str(path)))
     path.write_text("[1, 2]")
     with pytest.raises(ValueError, match="expected Ego4D's layout"):
-        cfg_for(input=str(path))
+        plan(cfg_for(input=str(path)))
 
 
 def write_csv(path: Path, rows: list[dict[str, str]], q: str = "goal") -> Path:
@@ -305,7 +306,7 @@ def test_egotom_csv_without_its_columns_is_an_input_error(tmp_path: Path) -> Non
     path = tmp_path / "x.csv"
     pl.DataFrame({"cuid": ["a"], "text": ["b"]}).write_csv(path)
     with pytest.raises(ValueError, match="missing EgoToM column"):
-        cfg_for(input=str(path))
+        plan(cfg_for(input=str(path)))
 
 
 @pytest.mark.skipif(not EGOTOM.is_dir(), reason="EgoToM paper data not present")
@@ -329,25 +330,26 @@ def test_jsonl_fixture_reports_bad_lines_with_file_and_line() -> None:
 
 
 def test_n_defaults_to_every_clip_and_limits(tmp_path: Path) -> None:
-    assert cfg_for().n == 9
-    assert cfg_for(n=2).n == 2
-    assert cfg_for(n=50).n == 9  # n limits; it never invents clips
-    assert cfg_for(input=str(TIMELINES)).n == 4
+    assert cfg_for().n is None  # validation sets nothing; the plan sizes the run
+    assert plan(cfg_for()).n == 9
+    assert plan(cfg_for(n=2)).n == 2
+    assert plan(cfg_for(n=50)).n == 9  # n limits; it never invents clips
+    assert plan(cfg_for(input=str(TIMELINES))).n == 4
 
 
 def test_input_is_required_and_must_exist(tmp_path: Path) -> None:
-    # input errors surface as validation errors (the CLI prints them in one line, exit 2)
+    # input errors surface when the run is sized (the CLI does it before the run: one line, exit 2)
     with pytest.raises(ValueError, match="input= is required"):
-        TomConfig(cache_dir=None)
+        plan(TomConfig(cache_dir=None))
     with pytest.raises(MissingInputError):
-        TomConfig(input=str(tmp_path / "nope.json"))
+        plan(TomConfig(input=str(tmp_path / "nope.json")))
     (tmp_path / "clips.txt").write_text("x")
     with pytest.raises(ValueError, match="cannot tell the format"):
-        TomConfig(input=str(tmp_path / "clips.txt"))
+        plan(TomConfig(input=str(tmp_path / "clips.txt")))
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     with pytest.raises(ValueError, match="no clips found"):
-        TomConfig(input=str(empty))
+        plan(TomConfig(input=str(empty)))
     assert issubclass(InputError, ValueError) and issubclass(ConfigError, ValueError)
 
 
@@ -361,27 +363,12 @@ def test_config_options() -> None:
     assert cfg_for(time_window=None).window is None
 
 
-def test_conf_yaml_composes_and_reaches_pydantic() -> None:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
+def test_config_composes_and_reaches_pydantic() -> None:
+    from gen.cli import validate
 
-    from gen.cli import settings_from
-    from gen.paths import CONF
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base=None, job_name="test"):
-            cfg = compose("config", overrides=["generator=tom", f"input={NARRATION}"])
-        settings = settings_from("tom", cfg)
-    finally:
-        GlobalHydra.instance().clear()
-    assert isinstance(settings, TomConfig) and settings.n == 9
-    dumped = settings.model_dump(mode="json")
-    for key, value in OmegaConf.to_container(OmegaConf.load(CONF / "generator" / "tom.yaml")).items():
-        assert key in TomConfig.model_fields, key
-        if key != "n":
-            assert dumped[key] == value, key
+    settings = validate("tom", [f"input={NARRATION}"])
+    assert isinstance(settings, TomConfig) and settings.n is None
+    assert settings.model_dump() == TomConfig(input=str(NARRATION)).model_dump()
 
 
 # --------------------------------------------------------------------------- 2. selection
@@ -893,7 +880,7 @@ def test_funnel_counts_each_stage_drop(tmp_path: Path) -> None:
         return orig(messages, seed)
 
     ctx = make_ctx(tmp_path, None, None, input=str(path), progress="plain", stage_attempts=2)
-    ctx.__dict__["llm"] = scripted_llm(tracking)
+    ctx.use(llm=scripted_llm(tracking))
     run("tom", ctx.cfg, tmp_path, ctx=ctx, quiet=True)
     rejects = read_jsonl(tmp_path / "rejects.jsonl")
     stages = sorted((r["detail"].split(":")[0].split(",")[0], r["stage"], r["reason"]) for r in rejects)

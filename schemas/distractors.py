@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from schemas import Hex32
 from schemas.mcq import MCQRecord
@@ -97,7 +97,6 @@ GOAL_TYPES: tuple[str, ...] = (
     "search", "store_memory", "temporal_attention", "guided_activity", "control_environment",
     "communication", "translate", "find_directions", "shop", "entertain",
 )
-GoalAdapter: TypeAdapter[Goal] = TypeAdapter(Goal)
 
 
 class ContextWindow(BaseModel):

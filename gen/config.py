@@ -1,0 +1,86 @@
+"""The config tree Hydra composes, made from the pydantic configs: one definition per option.
+
+Every option is defined once, as a field of a pydantic config (its type, bounds, default and
+docstring). Hydra gets its nodes from there, through its ConfigStore: ``generator/<name>`` from
+each registered generator's config, ``llm/<preset>`` and ``embedder/<preset>`` from the backend
+configs. ``conf/config.yaml`` holds only the defaults list and Hydra's own settings. Pydantic
+validates the composed result once; nothing here checks types or names, so Hydra never has a
+second opinion on an option.
+
+Why the ConfigStore rather than generated YAML: nothing to regenerate or keep in sync, and
+a new generator's options reach Hydra by registering it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
+from gen.embed import EmbedderConfig
+from gen.llm import LlamaCppConfig, LlamaServerConfig, OpenAIConfig
+
+MISSING = "???"
+GROUP_FIELDS = ("llm", "embedder")
+"""Fields of every generator config that are Hydra config groups, chosen by ``llm=<preset>``."""
+
+LLM_PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any], str]] = {
+    "smollm2": (LlamaCppConfig, {}, "the embedded SmolLM2-135M-Instruct (Q4_1) in process"),
+    "llama_cpp": (LlamaCppConfig, {"model_path": MISSING},
+                  "any local GGUF in process: llm=llama_cpp llm.model_path=/path/model.gguf"),
+    "openai": (OpenAIConfig, {}, "any OpenAI-compatible server: llm.base_url=… llm.model=…"),
+    "llama_server": (LlamaServerConfig, {}, "llama.cpp's llama-server, started by gen ([server] extra)"),
+}
+EMBEDDER_PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any], str]] = {
+    "minilm": (EmbedderConfig, {}, "the embedded all-MiniLM-L6-v2 (offline)"),
+}
+DEFAULT_LLM = "smollm2"
+DEFAULT_EMBEDDER = "minilm"
+
+
+def field_default(model: type[BaseModel], name: str) -> Any:
+    """A field's default as Hydra holds it: JSON-able, ``???`` when required, or the
+    interpolation a field names under ``json_schema_extra={"hydra": ...}`` (an env variable)."""
+    field = model.model_fields[name]
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    if "hydra" in extra:
+        return extra["hydra"]
+    if field.is_required():
+        return MISSING
+    return to_jsonable_python(field.get_default(call_default_factory=True))
+
+
+def node(model: type[BaseModel], overrides: dict[str, Any] | None = None,
+         skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The defaults of ``model`` as a plain dict node (``overrides`` replace some)."""
+    out = {name: field_default(model, name) for name in model.model_fields if name not in skip}
+    out.update(overrides or {})
+    return out
+
+
+def register() -> None:
+    """Fill Hydra's ConfigStore from the registry and the backend configs (each compose: the
+    registry is the truth at that moment)."""
+    from hydra.core.config_store import ConfigStore
+
+    import generators  # noqa: F401  (fills the registry)
+    from gen.run import REGISTRY
+
+    cs = ConfigStore.instance()
+    for name, g in REGISTRY.items():
+        cs.store(group="generator", name=name, node=node(g.config, skip=GROUP_FIELDS),
+                 package="_global_")
+    for name, (model, over, _) in LLM_PRESETS.items():
+        cs.store(group="llm", name=name, node=node(model, over))
+    for name, (model, over, _) in EMBEDDER_PRESETS.items():
+        cs.store(group="embedder", name=name, node=node(model, over))
+
+
+def preset_of(group: str, value: dict[str, Any]) -> str | None:
+    """Which preset of ``group`` a (default) value is, for ``--help``."""
+    presets = LLM_PRESETS if group == "llm" else EMBEDDER_PRESETS
+    for name, (model, over, _) in presets.items():
+        if node(model, over) == value:
+            return name
+    return None
