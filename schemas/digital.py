@@ -6,13 +6,13 @@ from __future__ import annotations
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas import Hex32
 from schemas.personas import PersonaRecord, RelatedPersona
 
 
-class App(str, Enum):
+class App(str, Enum):  # noqa: UP042 - StrEnum changes str(member), which outputs use
     Calendar = "Calendar"
     Messaging = "Messaging"
     Notes = "Notes"
@@ -239,6 +239,68 @@ class MusicState(BaseModel):
     recent_tracks: list[Track]
 
 
+# One app's state in a bundle: the full list (what the app shows) and the key list (the D*
+# view: only the items the cue gave rise to), under WAGIBench's field names.
+
+
+class CalendarApp(BaseModel):
+    model_config = _ITEM
+    events: list[CalendarEvent]
+    key_events: list[CalendarEvent]
+
+
+class MessagingApp(BaseModel):
+    model_config = _ITEM
+    conversations: list[Conversation]
+    key_conversations: list[Conversation]
+
+
+class NotesApp(BaseModel):
+    model_config = _ITEM
+    notes: list[Note]
+    key_notes: list[Note]
+
+
+class SearchApp(BaseModel):
+    model_config = _ITEM
+    searches: list[SearchItem]
+    key_searches: list[SearchItem]
+
+
+class VideosApp(BaseModel):
+    model_config = _ITEM
+    videos: list[Video]
+    key_videos: list[Video]
+
+
+class KeyMaps(BaseModel):
+    model_config = _ITEM
+    recent_places: list[Place] = []
+
+
+class MapsApp(BaseModel):
+    model_config = _ITEM
+    maps: MapsState
+    key_maps: KeyMaps
+
+
+class KeyMusic(BaseModel):
+    model_config = _ITEM
+    currently_playing: Track | None = None
+
+
+class MusicApp(BaseModel):
+    model_config = _ITEM
+    music: MusicState
+    key_music: KeyMusic
+
+
+APP_STATE: dict[App, type[BaseModel]] = {
+    App.Calendar: CalendarApp, App.Messaging: MessagingApp, App.Notes: NotesApp, App.Search: SearchApp,
+    App.Videos: VideosApp, App.Maps: MapsApp, App.Music: MusicApp}
+"""The model of each app's state in ``DigitalBundle.apps``."""
+
+
 # --------------------------------------------------------------------------- bundle
 
 
@@ -261,5 +323,14 @@ class DigitalBundle(BaseModel):
     current_datetime: str = Field(pattern=DATETIME)
     cue: Cue | None
     apps: dict[str, dict[str, Any]]
-    """Per app (WAGIBench field names): e.g. Calendar -> {events, key_events}."""
+    """Per app (WAGIBench field names): e.g. Calendar -> {events, key_events}; each state is
+    checked against its model in :data:`APP_STATE` and kept as the plain dict it is (so a record's
+    bytes are the generator's)."""
     stats: dict[str, Any]
+
+    @field_validator("apps")
+    @classmethod
+    def _typed_apps(cls, apps: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, state in apps.items():
+            APP_STATE[App(name)].model_validate(state)
+        return apps
