@@ -338,10 +338,16 @@ class RunContext:
         """Note an input file's SHA-256 in the manifest."""
         self.inputs[str(path)] = sha256_file(path)
 
-    def write_json(self, name: str, obj: Any) -> Path:
-        """Write an extra output atomically (it is hashed into the manifest)."""
+    def write_json(self, name: str, obj: Any, *, lines: bool = False) -> Path:
+        """Write an extra output atomically (it is hashed into the manifest). ``lines``: a list
+        with one compact element per line (large outputs: json's C encoder, a readable diff)."""
         path = self.out_dir / name
-        atomic_write(path, json.dumps(obj, ensure_ascii=False, indent=1) + "\n")
+        if lines:
+            body = ",\n".join(json.dumps(x, ensure_ascii=False) for x in obj)
+            text = f"[\n{body}\n]\n" if body else "[]\n"
+        else:
+            text = json.dumps(obj, ensure_ascii=False, indent=1) + "\n"
+        atomic_write(path, text)
         return path
 
 

@@ -272,3 +272,23 @@ def _check_run_folder_fixture() -> Callable[..., dict[str, Any]]:
 @pytest.fixture(name="read_jsonl")
 def _read_jsonl_fixture() -> Callable[[Path], list[dict[str, Any]]]:
     return read_jsonl
+
+
+SHARED = ROOT.parent / "shared"
+"""The shared material beside the checkout (papers' data, outside projects' code); tests that
+need it skip when it is absent."""
+WAGIBENCH_LOADER = SHARED / "data" / "wagibench" / "maestro_ob2.py"
+
+
+def wagibench_loader() -> Callable[..., list[dict[str, Any]]]:
+    """WAGIBench's own ``load_ob2_data``, taken out of their file with ``ast`` and run as it is
+    (never copied into gen); it needs only ``json``, ``os`` and typing names."""
+    import ast
+    import typing
+
+    tree = ast.parse(WAGIBENCH_LOADER.read_text(encoding="utf-8"))
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "load_ob2_data")
+    scope: dict[str, Any] = {"json": json, "os": os,
+                             **{name: getattr(typing, name) for name in ("Optional", "List", "Dict", "Any")}}
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(WAGIBENCH_LOADER), "exec"), scope)
+    return scope["load_ob2_data"]

@@ -1,0 +1,335 @@
+"""The longitudinal history bank (WAGIBench §2.4, appendix G.3): ``python -m gen history``.
+
+For each test observation, up to ``supports`` past recordings of the same participant in the same
+environment, recorded strictly earlier, never the observation itself. When the observation is
+longitudinal (its script is one a user repeats), ``positives`` of them (one, in the paper) are
+recordings of the same script — the positive support, ``history_type: setup`` — and the rest come
+from other scripts; a non-longitudinal observation gets supports of other scripts only. The
+choice and the order (WAGIBench shuffles the bank) are seeded per observation, so a record depends
+only on (seed, observation) and shards agree. Shortfalls are never silent: an observation with
+fewer eligible recordings, or a longitudinal one with no earlier recording of its script, keeps
+what exists and is counted per reason (a reject with ``require_full=true``).
+
+Outputs: ``history.jsonl`` (one record per test observation: each support, its type and why it
+was chosen), and ``longitudinal_history.json`` in the layout WAGIBench's evaluation loader reads
+as ``longitudinal_history_path`` (joined to the MCQs by ``meta.client_tag`` +
+``meta.scenario.shortname``). Without videos, ``synthesize=true`` builds the observation table from
+gen's own material (personas as participants, a few environments, the scripts and goals of a goal
+bank, digital bundles as world state) and writes it as ``observations.jsonl``, so the chain runs
+end to end here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import json
+import random
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from gen.errors import InputError, MissingInputError
+from gen.paths import EXAMPLES
+from gen.run import (
+    CommonConfig,
+    Plan,
+    RunContext,
+    derive_seed,
+    generator,
+    iter_jsonl,
+    load_run_records,
+)
+from schemas import Reject
+from schemas.history import HistoryRecord, Observation, Support
+
+NAME = "history"
+ENVIRONMENTS = ["kitchen", "living room", "home office", "garage", "bedroom", "gym"]
+
+
+class HistoryConfig(CommonConfig):
+    n: int | None = Field(None, ge=1)  # type: ignore[assignment]
+    """Test observations: the first n of the table's test set (null: all of them)."""
+    supports: int = Field(5, ge=1, le=100)
+    """Past recordings per history bank (WAGIBench: 5)."""
+    positives: int = Field(1, ge=0, le=100)
+    """Supports of a longitudinal observation that share its script (WAGIBench: 1, the "setup")."""
+    test: Literal["all", "longitudinal"] = "all"
+    """Which observations get a history bank: every one (WAGIBench), or only longitudinal ones."""
+    require_full: bool = False
+    """Reject an observation whose bank falls short (fewer supports, no positive) instead of
+    keeping what exists."""
+    synthesize: bool = False
+    """Build the observation table from gen's own material instead of reading input=."""
+    goals: str | None = None
+    """synthesize: the goal bank whose groups are the scripts (null: examples/goals.jsonl)."""
+    digital: str | None = None
+    """synthesize: a digital run folder; a recording of a goal that has a bundle (goal_id) shows
+    the bundle's key-only state as its world state."""
+    persona_file: str | None = None
+    """synthesize: a persona pool for the participants (null: facts sampled by code, no LLM)."""
+    participants: int = Field(12, ge=1, le=100_000)
+    """synthesize: participants."""
+    environments: list[str] = Field(default_factory=lambda: list(ENVIRONMENTS[:3]), min_length=1)
+    """synthesize: environments; each participant records each script in one of them."""
+    scripts_per_participant: int = Field(8, ge=1, le=1000)
+    """synthesize: scripts each participant records (WAGIBench: ~8)."""
+    repeats: int = Field(3, ge=1, le=100)
+    """synthesize: recordings of each script per participant, on different days."""
+    longitudinal_share: float = Field(0.15, ge=0, le=1)
+    """synthesize: share of scripts that are longitudinal (WAGIBench: 25 of 165)."""
+    start_date: dt.date = dt.date(2025, 3, 1)
+    """synthesize: first recording day."""
+    days: int = Field(60, ge=1, le=36500)
+    """synthesize: recordings fall on days within this many days of start_date."""
+
+    @model_validator(mode="after")
+    def _check(self) -> HistoryConfig:
+        if self.positives > self.supports:
+            raise ValueError(f"positives={self.positives} cannot exceed supports={self.supports}")
+        if self.synthesize and self.input is not None:
+            raise ValueError("give input= (an observation table) or synthesize=true, not both")
+        return self
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass
+class Table:
+    """The observations (input order) and their source for rejects and the manifest."""
+
+    rows: list[Observation]
+    source: str
+    tests: list[int]
+    """Indices into rows of the test observations, in table order."""
+
+
+def read_table(path: Path) -> list[Observation]:
+    """An observation table (JSONL); a bad row stops the read naming ``file:line: field: reason``."""
+    rows: list[Observation] = []
+    seen: dict[tuple[str, str], int] = {}
+    for lineno, raw in iter_jsonl(path):
+        if not isinstance(raw, dict):
+            raise InputError(f"{path}:{lineno}: row: expected an object, got {type(raw).__name__}")
+        try:
+            obs = Observation.model_validate(raw)
+        except ValidationError as e:
+            err = e.errors()[0]
+            field = ".".join(str(x) for x in err["loc"]) or "row"
+            raise InputError(f"{path}:{lineno}: {field}: {err['msg']}") from None
+        if obs.key in seen:
+            raise InputError(f"{path}:{lineno}: client_tag: {obs.client_tag!r} with scenario "
+                             f"{obs.scenario!r} repeats line {seen[obs.key]}")
+        seen[obs.key] = lineno
+        rows.append(obs)
+    if not rows:
+        raise InputError(f"{path}: the observation table is empty")
+    return rows
+
+
+def plan(cfg: HistoryConfig) -> Plan:
+    """One index per test observation (the table is read, or synthesized, once)."""
+    if cfg.synthesize:
+        rows = synthesize(cfg)
+        source = "synthesized"
+    else:
+        path = cfg.input_path()
+        assert path is not None
+        if path.is_dir():
+            path = path / "observations.jsonl"
+            if not path.is_file():
+                raise MissingInputError(f"input: {path.parent} holds no observations.jsonl")
+        rows = read_table(path)
+        source = str(path)
+    tests = [i for i, r in enumerate(rows) if cfg.test == "all" or r.longitudinal]
+    if not tests:
+        raise InputError(f"input: {source} has no {'longitudinal ' if cfg.test != 'all' else ''}observation")
+    n = len(tests) if cfg.n is None else min(cfg.n, len(tests))
+    return Plan(n, Table(rows, source, tests[:n]))
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+def bank_of(obs: Observation, past: list[Observation], cfg: HistoryConfig,
+            seed: int) -> tuple[list[tuple[Observation, str]], dict[str, int], list[str]]:
+    """The supports of ``obs`` among ``past`` (the participant's earlier recordings in the same
+    environment), in shown order, with the eligible counts and the shortfalls."""
+    rng = random.Random(seed)
+    same = [p for p in past if p.script == obs.script]
+    other = [p for p in past if p.script != obs.script]
+    chosen: list[tuple[Observation, str]] = []
+    shortfalls: list[str] = []
+    want_pos = cfg.positives if obs.longitudinal else 0
+    if want_pos:
+        pos = rng.sample(same, min(want_pos, len(same)))
+        chosen += [(p, "setup") for p in pos]
+        if len(pos) < want_pos:
+            shortfalls.append("no_positive")
+    negs = rng.sample(other, min(cfg.supports - len(chosen), len(other)))
+    chosen += [(p, "negative") for p in negs]
+    if len(chosen) < cfg.supports:
+        shortfalls.append("fewer_supports")
+    rng.shuffle(chosen)
+    return chosen, {"same_script": len(same), "other_script": len(other)}, shortfalls
+
+
+def when(obs: Observation) -> str:
+    return obs.recorded_at.isoformat(sep=" ")
+
+
+def reasons(obs: Observation) -> dict[str, str]:
+    """Why a support was chosen, per history type (the rules that admitted it)."""
+    base = f"participant {obs.participant}, {obs.environment}, recorded before {obs.recorded_at:%Y-%m-%d %H:%M}"
+    return {"setup": f"{base}; same script {obs.script!r} (positive)", "negative": f"{base}; another script"}
+
+
+def shown(obs: Observation) -> dict[str, Any]:
+    """What WAGIBench's history entry shows of a recording (besides its id and type)."""
+    return {"world_state": obs.world_state, "context_window": obs.context_window.model_dump(),
+            "structured_goal": obs.structured_goal.model_dump(),
+            **({"transcription": obs.transcription} if obs.transcription is not None else {})}
+
+
+def wagibench_entry(rec: HistoryRecord, obs: Observation, views: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    """One test observation in the layout WAGIBench's loader reads as longitudinal history."""
+    history = [{"client_tag": s.client_tag, "history_type": s.history_type, **views[(s.client_tag, s.scenario)]}
+               for s in rec.supports]
+    ctx = obs.world_state if isinstance(obs.world_state, str) else json.dumps(obs.world_state, ensure_ascii=False)
+    return {"meta": {"client_tag": rec.client_tag, "scenario": {"shortname": rec.scenario}},
+            "x": {"world_state_ctx": ctx}, "longitudinal_history": history}
+
+
+# --------------------------------------------------------------------------- synthesis
+
+
+def synthesize(cfg: HistoryConfig) -> list[Observation]:
+    """An observation table from gen's own material: participants (a persona pool, or facts by
+    code), environments, scripts = the goal bank's groups (each recording carries one of its
+    group's goals), world states = digital bundles of the recording's goal when given."""
+    from generators.distractors import load_goals
+    from generators.personas import load_pool, sample_facts
+
+    bank = load_goals(Path(cfg.goals).expanduser() if cfg.goals else EXAMPLES / "goals.jsonl")
+    scripts: dict[str, list[Any]] = defaultdict(list)
+    for row in bank.rows:
+        if row.goal is not None:
+            scripts[row.group].append(row)
+    if not scripts:
+        raise InputError(f"goals: {bank.path} has no structured goal (the history needs structured actions)")
+    names = sorted(scripts)
+    rng = random.Random(derive_seed(cfg.seed, NAME, "scripts"))
+    longitudinal = set(rng.sample(names, round(cfg.longitudinal_share * len(names))))
+    if cfg.persona_file:
+        people = [p.persona_id for p in load_pool(Path(cfg.persona_file).expanduser())][:cfg.participants]
+    else:
+        people = [f.persona_id for f in sample_facts(cfg.seed, cfg.participants)]
+    states = digital_states(Path(cfg.digital).expanduser()) if cfg.digital else {}
+    rows = []
+    for person in people:
+        prng = random.Random(derive_seed(cfg.seed, NAME, "participant", person))
+        for script in prng.sample(names, min(cfg.scripts_per_participant, len(names))):
+            env = prng.choice(cfg.environments)
+            for r in range(cfg.repeats):
+                goal = scripts[script][r % len(scripts[script])]
+                when = dt.datetime.combine(cfg.start_date, dt.time()) + dt.timedelta(
+                    days=prng.randrange(cfg.days), minutes=prng.randrange(7 * 60, 22 * 60))
+                tag = f"{person[:8]}-{script}-{r}"
+                world = states.get(goal.goal_id) or (f"Recording {r + 1} of {script!r} by participant "
+                                                     f"{person[:8]} in the {env} (no video).")
+                rows.append(Observation(
+                    client_tag=tag, scenario=script, participant=person, environment=env, script=script,
+                    longitudinal=script in longitudinal, recorded_at=when, world_state=world,
+                    structured_goal=goal.goal, context_window={"start_s": 0.0, "end_s": 30.0}))
+    rows.sort(key=lambda o: (o.recorded_at, o.client_tag))
+    return rows
+
+
+def digital_states(folder: Path) -> dict[str, str]:
+    """goal_id -> the key-only rendering (D*) of the goal's bundle, from a digital run."""
+    from generators.digital import render_bundle
+
+    records, _ = load_run_records(folder, "digital")
+    return {r["goal_id"]: render_bundle(r, key_only=True) for r in records if r.get("goal_id")}
+
+
+# --------------------------------------------------------------------------- the generator
+
+
+def observation_row(o: Observation) -> dict[str, Any]:
+    return o.model_dump(mode="json")
+
+
+def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+    """``merge``: the bank summary over every shard's records."""
+    ctx.extra["history"] = summary([HistoryRecord.model_validate(r) for r in records],
+                                   sum(m["history"]["rejected"] for m in manifests))
+
+
+def summary(records: list[HistoryRecord], rejected: int) -> dict[str, Any]:
+    counts = Counter(s for r in records for s in r.shortfalls)
+    sizes = Counter(len(r.supports) for r in records)
+    return {"banks": len(records), "rejected": rejected,
+            "longitudinal": sum(r.longitudinal for r in records),
+            "with_positive": sum(any(s.history_type == "setup" for s in r.supports) for r in records),
+            "shortfalls": dict(sorted(counts.items())),
+            "supports_per_bank": {str(k): v for k, v in sorted(sizes.items())}}
+
+
+@generator(NAME, config=HistoryConfig, plan=plan, merge=merge_shards)
+def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Reject]:
+    """Longitudinal history banks: earlier recordings of the same participant and environment."""
+    table: Table = ctx.plan.data
+    if cfg.synthesize:
+        with open(ctx.out_dir / "observations.jsonl", "w", encoding="utf-8") as f:
+            for o in table.rows:
+                f.write(json.dumps(observation_row(o), ensure_ascii=False, allow_nan=False) + "\n")
+    else:
+        ctx.record_input(Path(table.source))
+    groups: dict[tuple[str, str], list[Observation]] = defaultdict(list)
+    for o in table.rows:
+        groups[(o.participant, o.environment)].append(o)
+    times: dict[tuple[str, str], list[dt.datetime]] = {}
+    for k, g in groups.items():
+        g.sort(key=lambda o: (o.recorded_at, o.key))  # ties broken by key: any table order gives the same banks
+        times[k] = [o.recorded_at for o in g]
+    views: dict[tuple[str, str], dict[str, Any]] = {}
+    entries: list[dict[str, Any]] = []
+    records: list[HistoryRecord] = []
+    rejected = 0
+    for i in ctx.indices():
+        obs = table.rows[table.tests[i]]
+        group = (obs.participant, obs.environment)
+        past = groups[group][:bisect.bisect_left(times[group], obs.recorded_at)]  # strictly earlier
+        chosen, eligible, shortfalls = bank_of(obs, past, cfg, derive_seed(cfg.seed, NAME, *obs.key))
+        why = reasons(obs)
+        for s in shortfalls:
+            ctx.count(f"shortfall.{s}")
+        # built without re-validation: every field comes from validated observations
+        rec = HistoryRecord.model_construct(
+            client_tag=obs.client_tag, scenario=obs.scenario, participant=obs.participant,
+            environment=obs.environment, script=obs.script, longitudinal=obs.longitudinal,
+            recorded_at=when(obs),
+            supports=[Support.model_construct(client_tag=p.client_tag, scenario=p.scenario, script=p.script,
+                                              history_type=kind, recorded_at=when(p), why=why[kind])
+                      for p, kind in chosen],
+            eligible=eligible, shortfalls=shortfalls)
+        if shortfalls and cfg.require_full:
+            rejected += 1
+            yield Reject(record_id=f"{obs.client_tag}_{obs.scenario}", index=i, stage="bank",
+                         reason=shortfalls[0], detail=f"{len(chosen)} supports of {cfg.supports}; "
+                         f"eligible: {eligible}", raw=rec.model_dump_json())
+            continue
+        records.append(rec)
+        for p, _ in chosen:
+            if p.key not in views:
+                views[p.key] = shown(p)
+        entries.append(wagibench_entry(rec, obs, views))
+        yield rec
+    ctx.write_json("longitudinal_history.json", entries, lines=True)
+    ctx.extra["history"] = summary(records, rejected)

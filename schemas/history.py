@@ -1,0 +1,90 @@
+"""The longitudinal history bank (WAGIBench §2.4, appendix G.3): observations in, one history
+record per test observation out."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from schemas.distractors import ContextWindow, Goal
+
+Str = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
+
+
+class Observation(BaseModel):
+    """One recording: who, where, which script, when, and what the model is shown of it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    client_tag: Str
+    """The recording's id (WAGIBench joins on it with the scenario shortname)."""
+    scenario: Str
+    """The scenario shortname of the recording (``meta.scenario.shortname``)."""
+    participant: Str
+    environment: Str
+    script: Str
+    """The script recorded; recordings of one script are each other's positive support."""
+    longitudinal: bool
+    """The script is one a user would repeat (WAGIBench's longitudinal set L)."""
+    recorded_at: dt.datetime
+    """When it was recorded; supports are recorded strictly earlier."""
+    world_state: str | dict[str, Any]
+    """The recording as the prompt shows it (a caption, or a context dict)."""
+    structured_goal: Goal
+    """The recording's goal: one of the 10 structured digital actions."""
+    context_window: ContextWindow
+    transcription: str | None = None
+
+    @field_validator("recorded_at")
+    @classmethod
+    def _naive_utc(cls, v: dt.datetime) -> dt.datetime:
+        """Times with a zone are compared in UTC; times without one are taken as they are."""
+        if v.tzinfo is not None:
+            return v.astimezone(dt.UTC).replace(tzinfo=None)
+        return v
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.client_tag, self.scenario
+
+
+HistoryType = Literal["setup", "negative"]
+
+
+class Support(BaseModel):
+    """One past recording in an observation's history bank, and why it was chosen."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    client_tag: str
+    scenario: str
+    script: str
+    history_type: HistoryType
+    """``setup``: the positive support (same script); ``negative``: another script."""
+    recorded_at: str
+    why: str
+    """Which rule chose it (same participant and environment, earlier, same/other script)."""
+
+
+class HistoryRecord(BaseModel):
+    """The history bank of one test observation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    client_tag: str
+    scenario: str
+    participant: str
+    environment: str
+    script: str
+    longitudinal: bool
+    recorded_at: str
+    supports: list[Support]
+    """In the seeded order the bank is shown in (WAGIBench shuffles it)."""
+    eligible: dict[str, int] = Field(default_factory=dict)
+    """How many earlier recordings of the participant in the environment there were: ``same_script``
+    and ``other_script``."""
+    shortfalls: list[Literal["fewer_supports", "no_positive"]]
+    """What the bank lacks: fewer than ``supports`` eligible recordings; a longitudinal
+    observation with no earlier recording of its script."""
