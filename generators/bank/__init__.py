@@ -16,6 +16,9 @@ content ids), :mod:`~generators.bank.store` (versions, the pointer, the lock, th
 commit), :mod:`~generators.bank.add`, :mod:`~generators.bank.verify` and
 :mod:`~generators.bank.export` (the three actions); records in :mod:`schemas.bank`.
 
+A damaged bank is never built on: ``add`` and ``export`` verify the bank first and refuse one
+that drifted with the message ``verify`` prints (exit code 1), before writing anything.
+
 ``n`` is derived by the plan hook: the items in ``input=`` (add), the versions (verify), the
 items of the covered kinds (export).
 """
@@ -32,15 +35,17 @@ from gen.errors import ConfigError, InputError, MissingInputError
 from gen.run import CommonConfig, Plan, RunContext, generator
 from generators.bank import add, export, verify
 from generators.bank.add import AddPlan, batch_files, count_rows
-from generators.bank.export import EXPORT_KINDS
+from generators.bank.export import EXPORT_KINDS, check_out
 from generators.bank.store import (
     LOCK,
     SCHEMA_REVISION,
+    check_root,
     label,
     read_json,
     read_pointer,
     version_dir,
 )
+from generators.bank.verify import require_clean
 
 NAME = "bank"
 
@@ -94,8 +99,10 @@ class BankConfig(CommonConfig):
 
 def plan(cfg: BankConfig) -> Plan:
     """The indices of an action: items in input= (add; data: :class:`AddPlan`), versions
-    (verify; data: the target version), items exported (export; data: the target version)."""
+    (verify; data: the target version), items exported (export; data: the target version).
+    ``add`` and ``export`` verify the bank here, before anything is written."""
     root = cfg.bank_path()
+    check_root(root, writing=cfg.action == "add")
     if cfg.action == "add":
         path = cfg.input_path()
         assert path is not None
@@ -109,6 +116,7 @@ def plan(cfg: BankConfig) -> Plan:
             if revision != SCHEMA_REVISION:
                 raise InputError(f"bank: {root} has schema revision {revision}, this toolkit writes "
                                  f"{SCHEMA_REVISION}; use the gen version that made it")
+            require_clean(root, current)
         return Plan(n, AddPlan(files, current))
     current = read_pointer(root)
     if current is None:
@@ -119,6 +127,9 @@ def plan(cfg: BankConfig) -> Plan:
         raise ConfigError(f"version={target}, but the bank's current version is {label(current)}")
     if cfg.action == "verify":
         return Plan(target, target)
+    if cfg.out is not None:
+        check_out(root, Path(cfg.out).expanduser())
+    require_clean(root, target)
     lock = read_json(version_dir(root, target) / LOCK, "bank")
     counts = lock.get("counts", {})
     return Plan(sum(counts.get(k, {}).get("items", 0) for k in EXPORT_KINDS[cfg.format]), target)

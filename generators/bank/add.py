@@ -1,7 +1,9 @@
 """``bank add``: a batch audited, de-duplicated against the bank and itself, and released as a
 new version in one atomic step.
 
-One outcome per input item: a record with status ``added``, or a reject. The batch is audited through the registry (``audit`` with ``input=`` and ``fail_on=``); findings at
+One outcome per input item: a record with status ``added``, or a reject. The bank is verified
+first (:func:`generators.bank.verify.require_clean`): a damaged bank is never built on. The
+batch is audited through the registry (``audit`` with ``input=`` and ``fail_on=``); findings at
 or above ``fail_on`` refuse the whole batch (reason ``audit_failed``, exit code 1) unless
 ``force=true``, which records them in the changelog. Then exact duplicates (same id) of bank
 items or of an earlier batch item (reason ``duplicate``, stage ``bank``/``batch``), then
@@ -78,7 +80,7 @@ from generators.bank.store import (
     write_durable,
     writer_lock,
 )
-from generators.bank.verify import check_version
+from generators.bank.verify import check_version, require_clean
 from schemas import Reject
 from schemas.bank import BankItemRecord
 from schemas.mcq import MCQRecord
@@ -537,6 +539,8 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     with writer_lock(root):  # one add at a time; readers need no lock
         current = read_pointer(root)
         if current is not None:
+            if current != ctx.plan.data.verified:  # another add released a version since the plan
+                require_clean(root, current)
             revision = read_json(version_dir(root, current) / LOCK, "bank").get("schema_revision")
             if revision != SCHEMA_REVISION:
                 raise InputError(f"bank: {root} has schema revision {revision}, this toolkit writes "

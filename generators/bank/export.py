@@ -6,10 +6,17 @@ One outcome per item of the kinds the format covers: the data files with a datas
 items and its digital-state JSON from ``digital`` items; EgoToM's CSVs from ``tom`` items and
 EgoToM-typed ``mcq`` items. Exported ids are the bank's; the original id is kept as
 ``source_item_id``.
+
+The version is verified first (a damaged bank is never exported from). ``out=`` must be a new
+(or empty) folder outside the bank: the export is written into a staging folder beside it and
+renamed into place only when complete, so there is never a half-written export. File names made
+from item data (a question type) go through :func:`gen.paths.safe_part` and
+:func:`gen.paths.inside`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -17,18 +24,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gen.errors import InputError
+from gen.errors import ConfigError
 from gen.llm import sha256_file
 from gen.mcq import EGOTOM_CHOICES, EGOTOM_TYPES, LETTERS, write_egotom_csv
+from gen.paths import inside, safe_part
 from generators.bank.identity import KINDS
 from generators.bank.store import (
     LOCK,
+    fsync_tree,
+    is_within,
     label,
     read_json,
     read_kind,
+    remove,
     version_dir,
 )
-from generators.bank.verify import check_version
 from schemas import Reject
 from schemas.bank import BankItemRecord
 
@@ -42,21 +52,45 @@ Outcome = tuple[dict[str, Any], "str | Reject"]
 """An exported row and the file it went to, or the reject that kept it out."""
 
 
+def check_out(root: Path, out: Path) -> None:
+    """``out=`` is a place for a new export: outside the bank (resolved through symlinks, so
+    ``<bank>/current`` is refused too), not a file, and new or empty (it is renamed into place
+    whole)."""
+    if is_within(root, out) or is_within(out, root):
+        raise ConfigError(f"out: {out} is inside the bank {root} (or holds it); export to a folder outside it")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"out: {out} exists and is not an empty folder; an export goes to a new folder")
+    probe = out.parent
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"out: cannot make {out}: {probe} is not a writable folder")
+
+
 def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     root = cfg.bank_path()
     version = ctx.plan.data
     folder = version_dir(root, version)
     lock = read_json(folder / LOCK, "bank")
-    problems, _ = check_version(root, version, folder, lock, None)
-    if problems:
-        raise InputError(f"bank: {problems[0].detail}; run python -m gen bank verify bank={cfg.bank}")
     out = Path(cfg.out).expanduser() if cfg.out else ctx.out_dir / cfg.format
-    out.mkdir(parents=True, exist_ok=True)
+    check_out(root, out)
     frames = {k: read_kind(folder / f"{k}.parquet") for k in EXPORT_KINDS[cfg.format]
               if (folder / f"{k}.parquet").is_file()}
     writer = {"parquet": export_parquet, "wagibench": export_wagibench, "egotom": export_egotom}[cfg.format]
-    outcomes = writer(folder, lock, frames, out)
-    written = {p.name: sha256_file(p) for p in sorted(out.iterdir()) if p.is_file()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = out.parent / f".{out.name}.export-{os.getpid()}"
+    remove(stage)
+    stage.mkdir()
+    try:
+        outcomes = writer(folder, lock, frames, stage)
+        written = {p.name: sha256_file(p) for p in sorted(stage.iterdir()) if p.is_file()}
+        fsync_tree(stage)
+        try:
+            os.rename(stage, out)  # onto a missing or empty folder: the export appears whole
+        except OSError as e:
+            raise ConfigError(f"out: cannot put the export at {out} ({e.strerror}); choose a new folder") from None
+    finally:
+        remove(stage)
     ctx.extra["bank"] = {"action": "export", "bank": str(root), "version": label(version), "format": cfg.format,
                          "out": str(out), "files": written}
     if cfg.progress != "off":
@@ -70,27 +104,26 @@ def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject
                                  source_item_id=row["source_item_id"], where=where)
 
 
-def _atomic_copy(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+def file_part(text: str) -> str:
+    """A file-name part for a value from item data: :func:`gen.paths.safe_part`, plus a short
+    hash when that changed it, so two values never share a file."""
+    part = safe_part(text)
+    return part if part == text else f"{part}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def write_text(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
 
 
 def export_parquet(folder: Path, lock: dict[str, Any], frames: dict[str, Any], out: Path) -> list[Outcome]:
     outcomes: list[Outcome] = []
     for kind, df in frames.items():
-        _atomic_copy(folder / f"{kind}.parquet", out / f"{kind}.parquet")
+        shutil.copyfile(folder / f"{kind}.parquet", out / f"{kind}.parquet")
         outcomes += [(r, f"{kind}.parquet") for r in df.select("item_id", "kind", "question_type",
                                                                "source_item_id").iter_rows(named=True)]
-    _atomic_copy(folder / LOCK, out / LOCK)
+    shutil.copyfile(folder / LOCK, out / LOCK)
     audit = read_json(folder / "audit" / "audit.json", "audit") if (folder / "audit" / "audit.json").is_file() else None
-    _atomic_text(out / "README.md", dataset_card(lock, frames, audit, sha256_file(folder / LOCK)))
+    write_text(out / "README.md", dataset_card(lock, frames, audit, sha256_file(folder / LOCK)))
     return outcomes
 
 
@@ -101,11 +134,11 @@ def export_wagibench(folder: Path, lock: dict[str, Any], frames: dict[str, Any],
     if "distractors" in frames:
         by_type: dict[str, list[dict[str, Any]]] = {}
         for r in frames["distractors"].iter_rows(named=True):
-            name = f"wagibench_mcq_{r['question_type']}.json"
+            name = f"wagibench_mcq_{file_part(r['question_type'])}.json"
             by_type.setdefault(name, []).append(wagibench_mcq(r))
             outcomes.append((r, name))
         for name, rows in by_type.items():
-            _atomic_text(out / name, json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
+            write_text(inside(out, name, what="export file"), json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
     if "digital" in frames:
         state = {}
         for r in frames["digital"].iter_rows(named=True):
@@ -113,7 +146,7 @@ def export_wagibench(folder: Path, lock: dict[str, Any], frames: dict[str, Any],
             rec["meta"]["source_item_id"] = r["source_item_id"]
             state[r["item_id"]] = rec
             outcomes.append((r, "digital_state.json"))
-        _atomic_text(out / "digital_state.json", json.dumps(state, ensure_ascii=False, indent=1) + "\n")
+        write_text(out / "digital_state.json", json.dumps(state, ensure_ascii=False, indent=1) + "\n")
     return outcomes
 
 
@@ -173,9 +206,7 @@ def export_egotom(folder: Path, lock: dict[str, Any], frames: dict[str, Any], ou
             outcomes.append((r, f"egotom_{q}_shuffled.csv"))
     for q, rs in rows.items():
         if rs:
-            tmp = out / f"egotom_{q}_shuffled.csv.tmp"
-            write_egotom_csv(rs, q, tmp)
-            os.replace(tmp, out / f"egotom_{q}_shuffled.csv")
+            write_egotom_csv(rs, q, out / f"egotom_{q}_shuffled.csv")
     return outcomes
 
 

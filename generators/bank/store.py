@@ -14,6 +14,9 @@ the one commit point). A crash or SIGKILL before the switch leaves the old versi
 after it the new one; staging folders and uncommitted versions are ignored by readers and
 deleted by the next ``add``. ``GEN_BANK_FAULT=<phase>`` (one of :data:`FAULT_PHASES`) makes
 ``add`` SIGKILL itself at that phase, for tests.
+
+A version holds its own files: a symlink in it, or a version folder that is a symlink or
+resolves outside the bank, is drift (:func:`version_files` lists such entries apart).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gen.errors import InputError, MissingInputError
+from gen.errors import ConfigError, InputError, MissingInputError
 from gen.llm import sha256_file
 
 SCHEMA_REVISION = 1
@@ -57,6 +60,31 @@ def version_dir(root: Path, version: int) -> Path:
     return root / VERSIONS / label(version)
 
 
+def is_within(folder: Path, path: Path) -> bool:
+    """Whether ``path`` resolves (through symlinks, existing or not) inside ``folder``."""
+    base = os.path.realpath(folder)
+    return os.path.commonpath([base, os.path.realpath(path)]) == base
+
+
+def check_root(root: Path, *, writing: bool) -> None:
+    """``bank=`` is a folder (or, for a writer, a place where one can be made, and its lock
+    file is a file): one line naming the path, not an OSError halfway through a run."""
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"bank: {root} is a file, not a bank folder")
+    if not writing:
+        return
+    probe = root
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"bank: cannot make a bank at {root}: {probe} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"bank: cannot write to {root}: {probe} is not writable")
+    lock = root / WRITER_LOCK
+    if lock.is_symlink() or (lock.exists() and not lock.is_file()):
+        raise InputError(f"bank: {lock} is not a plain file (it is the lock a running add holds); remove it")
+
+
 def read_pointer(root: Path) -> int | None:
     """The current version (None: no release yet). ``current`` is a symlink; a plain file
     holding the target (a checkout without symlinks) is read too."""
@@ -64,12 +92,19 @@ def read_pointer(root: Path) -> int | None:
     if p.is_symlink():
         target = os.readlink(p)
     elif p.is_file():
-        target = p.read_text(encoding="utf-8").strip()
+        try:
+            target = p.read_text(encoding="utf-8").strip()
+        except UnicodeDecodeError:
+            raise InputError(f"bank: {p} is not UTF-8 text (it names the current version: {VERSIONS}/vNNNN)") from None
+        except OSError as e:
+            raise InputError(f"bank: cannot read {p} ({e.strerror})") from None
+    elif p.exists():
+        raise InputError(f"bank: {p} is neither a symlink nor a file naming {VERSIONS}/vNNNN")
     else:
         return None
     m = re.fullmatch(rf"{VERSIONS}/v(\d{{4,}})/?", target)
     if not m:
-        raise InputError(f"bank: {p} points to {target!r}, not {VERSIONS}/vNNNN")
+        raise InputError(f"bank: {p} points to {target[:80]!r}, not {VERSIONS}/vNNNN")
     return int(m.group(1))
 
 
@@ -80,6 +115,8 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
         raise MissingInputError(f"{what}: {path} not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"{what}: {path} is not valid JSON ({e})") from None
+    except OSError as e:
+        raise InputError(f"{what}: cannot read {path} ({e.strerror})") from None
     if not isinstance(data, dict):
         raise InputError(f"{what}: {path} is not a JSON object")
     return data
@@ -108,9 +145,32 @@ def columns(kind: str) -> dict[str, Any]:
 
 
 def version_files(folder: Path) -> dict[str, str]:
-    """SHA-256 of every file of a version folder except its lock."""
-    return {p.relative_to(folder).as_posix(): sha256_file(p)
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.relative_to(folder).as_posix() != LOCK}
+    """SHA-256 of every regular file of a version folder except its lock (symlinks are not
+    followed: :func:`version_links` lists them)."""
+    out: dict[str, str] = {}
+    for dirpath, dirs, files in os.walk(folder):
+        here = Path(dirpath)
+        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink())
+        for name in files:
+            p = here / name
+            rel = p.relative_to(folder).as_posix()
+            if not p.is_symlink() and p.is_file() and rel != LOCK:
+                out[rel] = sha256_file(p)
+    return dict(sorted(out.items()))
+
+
+def version_links(root: Path, folder: Path) -> list[tuple[str, str]]:
+    """``(name, where it points)`` of every entry of a version folder that is a symlink or
+    resolves outside the bank: a version holds its own files, nothing borrowed."""
+    out = []
+    for dirpath, dirs, files in os.walk(folder):
+        here = Path(dirpath)
+        for name in [*dirs, *files]:
+            p = here / name
+            if p.is_symlink() or not is_within(root, p):
+                out.append((p.relative_to(folder).as_posix(), os.path.realpath(p)))
+        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink())
+    return sorted(out)
 
 
 def leftovers(root: Path, current: int | None) -> list[Path]:
@@ -164,10 +224,18 @@ def fault(phase: str) -> None:
 @contextmanager
 def writer_lock(root: Path) -> Iterator[None]:
     """Hold the bank's lock (flock on ``.lock``): one writer at a time; readers need no lock."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / WRITER_LOCK, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    lock = root / WRITER_LOCK
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        # never through a symlink, never truncating: the lock file only carries the flock
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        raise InputError(f"bank: cannot take the lock {lock} ({e.strerror or e})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)
 
 
 def new_stage(root: Path, version: int) -> Path:

@@ -1,18 +1,23 @@
-"""``bank verify``: every version against its lock.
+"""``bank verify``: every version against its lock, and the gate every writer passes first.
 
 One outcome per version: a record per file that checks, a reject per problem; exit code 1 on
-any problem. Every file of every version against its lock, no file missing or added, every lock against the SHA-256 the next
+any problem. Every file of every version against its lock, no file missing or added, no
+symlink and nothing resolving outside the bank, every lock against the SHA-256 the next
 version recorded for it, every item id recomputed from its record, ids unique, counts and
 ``added_in`` consistent, and every item of a version present unchanged in the next one. It
 prints the SHA-256 of the checked version's lock: publish it with a release, since a
 consistent rewrite of the newest version's files *and* its lock can only be caught against a
 hash kept elsewhere (older versions are anchored by the newer locks).
+
+``add`` and ``export`` run the same checks first (:func:`require_clean`): a damaged bank is
+never built on or exported from.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +34,7 @@ from generators.bank.store import (
     SCHEMA_REVISION,
     VERSION_DIR,
     VERSIONS,
+    is_within,
     label,
     leftovers,
     read_json,
@@ -36,6 +42,7 @@ from generators.bank.store import (
     read_pointer,
     version_dir,
     version_files,
+    version_links,
 )
 from schemas import Reject
 from schemas.bank import VerifyRecord
@@ -43,6 +50,13 @@ from schemas.bank import VerifyRecord
 if TYPE_CHECKING:
     from gen.run import RunContext
     from generators.bank import BankConfig
+
+
+class DriftError(GenError):
+    """The bank does not verify, so nothing is written on top of it or exported from it. Exit
+    code 1, as ``bank verify`` gives for the same bank."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -90,11 +104,16 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
         return problems, {}
     if lock.get("version") != version:
         problem(LOCK, "version_mismatch", f"{rel}/{LOCK} says version {lock.get('version')}, its folder {label(version)}")
+    links = dict(version_links(root, folder))
+    for name, target in links.items():
+        problem(name, "symlink", f"{rel}/{name} is a symlink or leaves the bank (to {target}); "
+                                 "a version holds its own files")
     expected: dict[str, str] = lock.get("files") or {}
     found = version_files(folder)
     for name in sorted(expected.keys() | found.keys()):
         if name not in found:
-            problem(name, "missing_file", f"{rel}/{name} is listed in the lock but missing")
+            if name not in links:
+                problem(name, "missing_file", f"{rel}/{name} is listed in the lock but missing")
         elif name not in expected:
             problem(name, "unexpected_file", f"{rel}/{name} is not in the lock (added without a version bump)")
         elif expected[name] != found[name]:
@@ -107,7 +126,7 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
     for kind in KINDS:
         name = f"{kind}.parquet"
         if name not in found:
-            if kind in counts:
+            if kind in counts and name not in links:
                 problem(name, "missing_file", f"{rel}/{name}: the lock counts {counts[kind].get('items')} {kind} "
                                               "items but the file is missing")
             continue
@@ -182,10 +201,19 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
         top.problems.append(Problem(target, CURRENT, "bad_pointer",
                                     f"{CURRENT} points to {VERSIONS}/{label(current)}, which does not exist"))
     vroot = root / VERSIONS
+    if vroot.is_symlink():
+        top.problems.append(Problem(target, VERSIONS, "symlink",
+                                    f"{VERSIONS} is a symlink (to {os.path.realpath(vroot)}); the bank holds its own files"))
     locks: dict[int, dict[str, Any] | None] = {}
     for c in checks:
         folder = version_dir(root, c.version)
         rel = f"{VERSIONS}/{label(c.version)}"
+        if folder.is_symlink() or (folder.exists() and not is_within(root, folder)):
+            locks[c.version] = None
+            c.problems.append(Problem(c.version, rel, "symlink",
+                                      f"{rel} is a symlink or leaves the bank (to {os.path.realpath(folder)}); "
+                                      "a version holds its own files"))
+            continue
         try:
             locks[c.version] = read_json(folder / LOCK, "bank")
         except GenError as e:
@@ -230,13 +258,24 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
     return target, checks, left
 
 
+def require_clean(root: Path, target: int) -> None:
+    """Refuse to build on or export from a bank whose versions 1..target do not verify: the
+    first problem as ``bank verify`` prints it (:class:`DriftError`, exit code 1)."""
+    _, checks, _ = verify_bank(root, target)
+    found = [p for c in checks for p in c.problems]
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise DriftError(f"bank {root} {label(target)} does not verify, nothing written: {drift_line(found[0])}"
+                         f"{more}; python -m gen bank verify bank={root} lists every problem")
+
+
 def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Reject]]:
     root = cfg.bank_path()
     target, checks, left = verify_bank(root, ctx.plan.data)
     bad = sum(len(c.problems) for c in checks)
     ctx.exit_code = 1 if bad else 0
     lock_path = version_dir(root, target) / LOCK
-    lock_sha = sha256_file(lock_path) if lock_path.is_file() else None
+    lock_sha = sha256_file(lock_path) if lock_path.is_file() and not lock_path.is_symlink() else None
     ctx.extra["bank"] = {"action": "verify", "bank": str(root), "version": label(target), "problems": bad,
                          "files_ok": sum(len(c.ok_files) for c in checks), "leftovers": left,
                          "lock_sha256": lock_sha}
