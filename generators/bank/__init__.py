@@ -77,7 +77,7 @@ class BankConfig(CommonConfig):
     format: Literal["parquet", "wagibench", "egotom"] = "parquet"
     """export: parquet (data files + dataset card), wagibench (MCQ + digital-state JSON), egotom (CSVs)."""
     out: str | None = None
-    """export: output folder (null: <run folder>/<format>)."""
+    """export: a new (or empty) output folder outside the bank (null: <run folder>/<format>)."""
     version: int | None = Field(None, ge=1)
     """verify/export: this version instead of the current one."""
 
