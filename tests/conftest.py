@@ -220,12 +220,12 @@ def bank_state(root: Path) -> tuple[int | None, set[str], dict[str, str]]:
 
     import polars as pl
 
-    from generators import bank as B
+    from generators.bank.store import read_pointer, version_dir
 
-    current = B.read_pointer(root)
+    current = read_pointer(root)
     if current is None:
         return None, set(), {}
-    folder = B.version_dir(root, current)
+    folder = version_dir(root, current)
     ids: set[str] = set()
     hashes = {}
     for p in sorted(folder.glob("*.parquet")):

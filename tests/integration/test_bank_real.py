@@ -18,7 +18,9 @@ import pytest
 from conftest import bank_state, check_run_folder, read_jsonl
 
 from gen.run import output_hashes
-from generators import bank as B
+from generators.bank.add import read_csv_rows
+from generators.bank.identity import content_id, egotom_row_mcq, item_id_of, mcq_identity
+from generators.bank.store import FAULT_ENV, FAULT_PHASES, leftovers, read_pointer
 
 EGOTOM = Path("/work/shared/data/egotom_paper")
 
@@ -119,7 +121,7 @@ def test_paraphrased_batch_is_refused_with_minilm(batches: dict[str, Path], run_
     manifest = check_run_folder(tmp_path / "r2", "bank", 9)
     rejects = read_jsonl(tmp_path / "r2" / "rejects.jsonl")
     assert [(r["index"], r["stage"], r["reason"]) for r in rejects] == [(i, "bank", "near_duplicate") for i in range(6)]
-    first_ids = [B.item_id_of("mcq_record", json.loads(line))
+    first_ids = [item_id_of("mcq_record", json.loads(line))
                  for line in (batches["first"] / "tom.jsonl").read_text().splitlines()]
     cosines = []
     for i, r in enumerate(rejects):
@@ -146,7 +148,7 @@ def reference(batches: dict[str, Path], tmp_path_factory, runner_for) -> dict[st
     return {"tmp": tmp, "old": old, "new": bank_state(tmp / "bank")}
 
 
-@pytest.mark.parametrize("phase", B.FAULT_PHASES)
+@pytest.mark.parametrize("phase", FAULT_PHASES)
 def test_sigkill_at_every_phase(phase: str, reference: dict[str, Any], batches: dict[str, Path],
                                 tmp_path: Path, runner_for, env_for) -> None:
     bank = tmp_path / "bank"
@@ -155,7 +157,7 @@ def test_sigkill_at_every_phase(phase: str, reference: dict[str, Any], batches: 
     (bank / "current").unlink()
     (bank / "current").symlink_to("versions/v0001")
     assert bank_state(bank) == reference["old"]
-    env = {**env_for(reference["tmp"] / "cache"), B.FAULT_ENV: phase}  # the reference's embedding cache
+    env = {**env_for(reference["tmp"] / "cache"), FAULT_ENV: phase}  # the reference's embedding cache
     proc = subprocess.run([sys.executable, "-m", "gen", "bank", "add", f"bank={bank}", f"input={batches['second']}",
                            f"hydra.run.dir={tmp_path / 'killed'}"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
@@ -169,7 +171,7 @@ def test_sigkill_at_every_phase(phase: str, reference: dict[str, Any], batches: 
                    timeout=900)
     assert proc.returncode == 0, proc.stderr
     assert bank_state(bank) == reference["new"]
-    assert not B.leftovers(bank, B.read_pointer(bank))
+    assert not leftovers(bank, read_pointer(bank))
     assert run_gen("bank", "verify", f"bank={bank}", f"hydra.run.dir={tmp_path / 'v2'}").returncode == 0
 
 
@@ -192,8 +194,8 @@ def test_ids_equal_across_two_machines_on_egotom(tmp_path: Path, runner_for) -> 
         states.append(bank_state(home / "bank"))
     expected = set()
     for q in ("goal", "belief", "actions"):
-        for row in B.read_csv_rows(EGOTOM / f"egotom_{q}_shuffled.csv"):
-            expected.add(B.content_id(B.mcq_identity(B.egotom_row_mcq(row))))
+        for row in read_csv_rows(EGOTOM / f"egotom_{q}_shuffled.csv"):
+            expected.add(content_id(mcq_identity(egotom_row_mcq(row))))
     assert states[0][1] == states[1][1] == expected
     assert states[0][2] == states[1][2]
     assert len(expected) == 237 + 202 + 267

@@ -28,10 +28,23 @@ from pydantic import model_validator
 
 import generators  # noqa: F401  (fills the registry)
 from gen.cli import action_word, validate
-from gen.errors import ConfigError, InputError, MissingInputError
+from gen.errors import ConfigError, GenError, InputError, MissingInputError
 from gen.mcq import egotom_columns, load_bank
 from gen.run import REGISTRY, CommonConfig, Generator, RunContext, output_hashes, run
-from generators import bank as B
+from generators.bank import BankConfig, plan
+from generators.bank import add as bank_add
+from generators.bank.add import near_duplicates, read_csv_rows
+from generators.bank.identity import (
+    KINDS,
+    content_id,
+    egotom_row_mcq,
+    item_id_of,
+    mcq_identity,
+    record_mcq,
+    strip_ids,
+)
+from generators.bank.store import FAULT_ENV, LOCK, label, leftovers, read_pointer, version_dir
+from generators.bank.verify import verify_bank
 
 HERE = Path(__file__).resolve().parent
 WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze")
@@ -162,11 +175,11 @@ LEAK = {"check": "leakage", "check_id": 2, "kind": "answer_in_visible", "severit
 # --------------------------------------------------------------------------- running the bank
 
 
-def bank_run(out: Path, **cfg: Any) -> tuple[Any, RunContext]:
-    settings = B.BankConfig(**{"cache_dir": None, "progress": "off", **cfg})
-    ctx = RunContext("bank", settings, out)
+def bank_run(run_dir: Path, **cfg: Any) -> tuple[Any, RunContext]:
+    settings = BankConfig(**{"cache_dir": None, "progress": "off", **cfg})
+    ctx = RunContext("bank", settings, run_dir)
     ctx.use(embedder=FakeEmbedder())
-    return run("bank", settings, out, ctx=ctx, quiet=True), ctx
+    return run("bank", settings, run_dir, ctx=ctx, quiet=True), ctx
 
 
 class Bank:
@@ -192,25 +205,25 @@ class Bank:
 
     @property
     def current(self) -> int | None:
-        return B.read_pointer(self.root)
+        return read_pointer(self.root)
 
     def lock(self, version: int | None = None) -> dict[str, Any]:
-        return json.loads((B.version_dir(self.root, version or self.current) / B.LOCK).read_text())
+        return json.loads((version_dir(self.root, version or self.current) / LOCK).read_text())
 
     def frame(self, kind: str, version: int | None = None) -> pl.DataFrame:
-        return pl.read_parquet(B.version_dir(self.root, version or self.current) / f"{kind}.parquet")
+        return pl.read_parquet(version_dir(self.root, version or self.current) / f"{kind}.parquet")
 
     def ids(self, version: int | None = None) -> set[str]:
         out: set[str] = set()
-        for kind in B.KINDS:
-            p = B.version_dir(self.root, version or self.current) / f"{kind}.parquet"
+        for kind in KINDS:
+            p = version_dir(self.root, version or self.current) / f"{kind}.parquet"
             if p.is_file():
                 out |= set(pl.read_parquet(p)["item_id"].to_list())
         return out
 
 
 def ids_of(records: list[dict[str, Any]]) -> list[str]:
-    return [B.item_id_of("mcq_record", r) for r in records]
+    return [item_id_of("mcq_record", r) for r in records]
 
 
 # --------------------------------------------------------------------------- ids
@@ -225,8 +238,8 @@ def test_id_ignores_run_specific_fields_and_option_order() -> None:
     other["answer"] = order.index(rec["answer"])
     other["origins"] = [rec["origins"][k] for k in order]
     other["question"] = "  What is C's   future goal? "  # whitespace only
-    assert B.item_id_of("mcq_record", other) == B.item_id_of("mcq_record", rec)
-    assert re.fullmatch(r"[0-9a-f]{32}", B.item_id_of("mcq_record", rec))
+    assert item_id_of("mcq_record", other) == item_id_of("mcq_record", rec)
+    assert re.fullmatch(r"[0-9a-f]{32}", item_id_of("mcq_record", rec))
 
 
 @pytest.mark.parametrize("change", ["question", "option", "answer", "context", "question_type"])
@@ -243,7 +256,7 @@ def test_id_changes_with_what_the_candidate_sees(change: str) -> None:
         other["visible"]["context"] += "\n    09m:00s | #C C waves"
     else:
         other["question_type"] = "belief"
-    assert B.item_id_of("mcq_record", other) != B.item_id_of("mcq_record", rec)
+    assert item_id_of("mcq_record", other) != item_id_of("mcq_record", rec)
 
 
 def test_id_is_the_documented_hash() -> None:
@@ -253,7 +266,7 @@ def test_id_is_the_documented_hash() -> None:
              "visible": {"visible.context": " ".join(rec["visible"]["context"].split())},
              "options": sorted(rec["options"]), "answer": rec["options"][rec["answer"]]}
     text = json.dumps(ident, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    assert B.item_id_of("mcq_record", rec) == hashlib.sha256(text.encode()).hexdigest()[:32]
+    assert item_id_of("mcq_record", rec) == hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def test_egotom_row_reads_as_gen_mcq_does(tmp_path: Path) -> None:
@@ -265,8 +278,8 @@ def test_egotom_row_reads_as_gen_mcq_does(tmp_path: Path) -> None:
     path = tmp_path / "egotom_goal_shuffled.csv"
     pl.DataFrame(rows, schema=dict.fromkeys(egotom_columns("goal"), pl.String)).write_csv(path)
     theirs = load_bank(path).items
-    mine = [B.egotom_row_mcq(r) for r in B.read_csv_rows(path)]
-    assert [B.mcq_identity(q) for q in mine] == [B.mcq_identity(q) for q in theirs]
+    mine = [egotom_row_mcq(r) for r in read_csv_rows(path)]
+    assert [mcq_identity(q) for q in mine] == [mcq_identity(q) for q in theirs]
     assert mine[0].answer == 1 and mine[1].answer is None
 
 
@@ -290,11 +303,11 @@ def test_digital_id_ignores_seed_derived_ids(digital_run: Path) -> None:
         renamed = json.loads(re.sub(rf'"{key}": "[0-9a-f]{{32}}"', f'"{key}": "{"1" * 32}"', json.dumps(renamed)))
     renamed["stats"] = {"chars_total": 1}
     assert renamed != b
-    assert B.item_id_of("digital_bundle", renamed) == B.item_id_of("digital_bundle", b)
+    assert item_id_of("digital_bundle", renamed) == item_id_of("digital_bundle", b)
     changed = json.loads(json.dumps(b))
     changed["apps"]["Calendar"]["events"][0]["title"] += "!"
-    assert B.item_id_of("digital_bundle", changed) != B.item_id_of("digital_bundle", b)
-    assert changed["cue"]["cue_id"] and "cue_id" in json.dumps(B.strip_ids(b))  # a cue id is content, kept
+    assert item_id_of("digital_bundle", changed) != item_id_of("digital_bundle", b)
+    assert changed["cue"]["cue_id"] and "cue_id" in json.dumps(strip_ids(b))  # a cue id is content, kept
 
 
 # --------------------------------------------------------------------------- add
@@ -334,14 +347,14 @@ def test_same_batch_twice_adds_nothing(tmp_path: Path) -> None:
     folder = run_folder(tmp_path / "tom_a", [mcq(i) for i in range(6)])
     bank = Bank(tmp_path)
     bank.add(folder)
-    lock_before = (bank.root / "current" / B.LOCK).read_bytes()
+    lock_before = (bank.root / "current" / LOCK).read_bytes()
     result, ctx = bank.add(folder)
     assert (result.accepted, result.rejected, result.exit_code) == (0, 6, 0)
     rejects = read_jsonl(result.out_dir / "rejects.jsonl")
     assert {(r["stage"], r["reason"]) for r in rejects} == {("bank", "duplicate")}
     assert [r["record_id"] for r in rejects] == sorted(bank.ids(), key=[r["record_id"] for r in rejects].index)
     assert all("added in v0001" in r["detail"] for r in rejects)
-    assert bank.current == 1 and (bank.root / "current" / B.LOCK).read_bytes() == lock_before
+    assert bank.current == 1 and (bank.root / "current" / LOCK).read_bytes() == lock_before
     assert sorted(p.name for p in (bank.root / "versions").iterdir()) == ["v0001"]
     assert result.manifest["bank"]["released"] is False
 
@@ -387,7 +400,7 @@ def test_near_duplicates_within_a_batch_keep_the_first(tmp_path: Path) -> None:
     rejects = read_jsonl(result.out_dir / "rejects.jsonl")
     assert [(r["index"], r["stage"], r["reason"]) for r in rejects] == [(1, "batch", "near_duplicate"),
                                                                         (3, "batch", "near_duplicate")]
-    assert all(B.item_id_of("mcq_record", a) in r["detail"] for r in rejects)
+    assert all(item_id_of("mcq_record", a) in r["detail"] for r in rejects)
 
 
 def test_near_duplicates_only_within_a_question_type(tmp_path: Path) -> None:
@@ -408,17 +421,17 @@ def test_near_duplicates_pure() -> None:
                     unit(0, 1, 0.05),    # near new[1], which was kept
                     unit(0, 0, 1),       # kept
                     unit(0.9, 0.1, 0)])  # near the bank item, not near a refused one
-    got = B.near_duplicates(new, old, 0.99)
+    got = near_duplicates(new, old, 0.99)
     assert [None if m is None else (m.where, m.index) for m in got] == [("bank", 0), None, ("batch", 1), None, ("bank", 0)]
     # a refused item does not refuse its own near copies: only kept ones count
     chain = np.array([unit(1, 0, 0), unit(1, 0.12, 0), unit(1, 0.24, 0)])
     sims = chain @ chain.T
     thr = float(sims[0, 1]) - 1e-4  # 0~1 and 1~2 are near, 0~2 is not
     assert sims[0, 2] < thr
-    assert [None if m is None else m.index for m in B.near_duplicates(chain, None, thr)] == [None, 0, None]
+    assert [None if m is None else m.index for m in near_duplicates(chain, None, thr)] == [None, 0, None]
     # the threshold is inclusive
     same = np.array([[1.0, 0, 0], [1.0, 0, 0]])
-    assert B.near_duplicates(same, None, 1.0)[1] is not None
+    assert near_duplicates(same, None, 1.0)[1] is not None
 
 
 def test_audit_findings_refuse_the_batch(tmp_path: Path) -> None:
@@ -488,7 +501,7 @@ def test_kinds_versions_and_hard_links(tmp_path: Path, digital_run: Path) -> Non
     digital = digital_run
     result, _ = bank.add(digital)
     assert (result.accepted, bank.current) == (1, 3)
-    v = {k: B.version_dir(bank.root, k) for k in (1, 2, 3)}
+    v = {k: version_dir(bank.root, k) for k in (1, 2, 3)}
     # untouched kinds are the previous version's file (hard link), touched ones are new files
     assert os.stat(v[1] / "tom.parquet").st_ino == os.stat(v[2] / "tom.parquet").st_ino == os.stat(v[3] / "tom.parquet").st_ino
     assert os.stat(v[2] / "distractors.parquet").st_ino == os.stat(v[3] / "distractors.parquet").st_ino
@@ -497,7 +510,7 @@ def test_kinds_versions_and_hard_links(tmp_path: Path, digital_run: Path) -> Non
     assert {k: c["items"] for k, c in lock["counts"].items()} == {"tom": 4, "distractors": 3, "digital": 1}
     assert [h["added"] for h in lock["history"]] == [{"tom": 4}, {"distractors": 3}, {"digital": 1}]
     assert [h["lock_sha256"] for h in lock["history"][:2]] == [
-        hashlib.sha256((v[k] / B.LOCK).read_bytes()).hexdigest() for k in (1, 2)]
+        hashlib.sha256((v[k] / LOCK).read_bytes()).hexdigest() for k in (1, 2)]
     assert lock["history"][2]["lock_sha256"] is None
     assert [s["generator"] for s in lock["sources"]] == ["tom", "distractors", "digital"]
     assert any(k.startswith("digital/") for k in lock["prompts"])  # the digital run's real prompt hashes
@@ -508,7 +521,7 @@ def test_kinds_versions_and_hard_links(tmp_path: Path, digital_run: Path) -> Non
     assert df["question_type"].to_list() == [f"cue:{b['cue']['app']}" for b in bundles]
     # existing items never rewritten: v1's rows are in v3 byte for byte
     assert bank.frame("tom", 1).equals(bank.frame("tom", 3))
-    assert B.verify_bank(bank.root)[1][-1].problems == []
+    assert verify_bank(bank.root)[1][-1].problems == []
 
 
 def test_append_keeps_old_rows_unchanged(tmp_path: Path) -> None:
@@ -569,7 +582,7 @@ def test_any_jsonl_bank_through_a_roles_file(tmp_path: Path) -> None:
     assert stored[0]["visible"] == {"scene.caption": rows[0]["scene"]["caption"], "scene.time": "00:00"}
     assert stored[0]["privileged"] == {"hidden.why": "the next step needs tool 0"}
     assert stored[0]["question"] == rows[0]["prompt"] and stored[0]["group"] == "c0"
-    expected = {B.content_id(B.mcq_identity(B.record_mcq("mcq_record", s))) for s in stored}
+    expected = {content_id(mcq_identity(record_mcq("mcq_record", s))) for s in stored}
     assert set(df["item_id"].to_list()) == expected
     assert bank.lock()["sources"][0]["roles"]["sha256"] == hashlib.sha256(roles.read_bytes()).hexdigest()
     audit = json.loads((ctx.out_dir / "audit" / "manifest.json").read_text())
@@ -581,7 +594,7 @@ def test_any_jsonl_bank_through_a_roles_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"bad.jsonl:2: gold"):
         bank.add(bad, roles=str(roles))
     with pytest.raises(InputError, match="one JSONL file"):
-        B.plan(validate("bank", ["action=add", f"bank={bank.root}", f"input={tmp_path}", f"roles={roles}"]))
+        plan(validate("bank", ["action=add", f"bank={bank.root}", f"input={tmp_path}", f"roles={roles}"]))
 
 
 def test_a_nocontext_run_gives_its_kept_items_and_both_prompt_sets(tmp_path: Path) -> None:
@@ -618,7 +631,7 @@ def test_leftovers_are_ignored_by_readers_and_removed_by_the_next_add(tmp_path: 
     bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]))
     (bank.root / "versions" / ".staging-v0002-999").mkdir()
     (bank.root / "versions" / ".staging-v0002-999" / "tom.parquet").write_bytes(b"half")
-    shutil.copytree(B.version_dir(bank.root, 1), bank.root / "versions" / "v0002")  # renamed, never made current
+    shutil.copytree(version_dir(bank.root, 1), bank.root / "versions" / "v0002")  # renamed, never made current
     os.symlink("versions/v0002", bank.root / ".current.tmp-999")
     result, _ = bank.verify()
     assert result.exit_code == 0
@@ -637,7 +650,7 @@ def test_a_failure_while_staging_leaves_the_old_version(tmp_path: Path, monkeypa
     def boom(*a: Any, **k: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(B, "make_lock", boom)
+    monkeypatch.setattr(bank_add, "make_lock", boom)
     with pytest.raises(OSError, match="disk full"):
         bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))
     monkeypatch.undo()
@@ -669,9 +682,9 @@ def test_verify_clean(grown: Bank) -> None:
     assert (result.exit_code, result.rejected) == (0, 0)
     manifest = check_run_folder(result.out_dir, "bank", 2, hydra=False, one_per_index=False)
     records = read_jsonl(result.out_dir / "bank.jsonl")
-    assert {(r["version"], r["file"]) for r in records} == {(B.label(v), f) for v in (1, 2)
+    assert {(r["version"], r["file"]) for r in records} == {(label(v), f) for v in (1, 2)
                                                            for f in grown.lock(v)["files"]}
-    assert manifest["bank"]["lock_sha256"] == hashlib.sha256((grown.root / "current" / B.LOCK).read_bytes()).hexdigest()
+    assert manifest["bank"]["lock_sha256"] == hashlib.sha256((grown.root / "current" / LOCK).read_bytes()).hexdigest()
 
 
 def flip_byte(path: Path, at: int | None = None) -> None:
@@ -692,7 +705,7 @@ def test_verify_catches_a_one_byte_change_in_an_old_version(grown: Bank) -> None
 
 
 def test_verify_catches_an_edited_old_lock(grown: Bank) -> None:
-    lock = grown.root / "versions" / "v0001" / B.LOCK
+    lock = grown.root / "versions" / "v0001" / LOCK
     lock.write_text(lock.read_text().replace('"items": 4', '"items": 4 '))
     assert problems(grown) == [("versions/v0001/MANIFEST.lock.json", "hash_mismatch")]
 
@@ -707,14 +720,14 @@ def test_verify_catches_added_and_removed_files(grown: Bank) -> None:
 def _rewrite(bank: Bank, version: int, change) -> None:
     """Rewrite a version's tom.parquet and fix its lock's hash and counts: drift that the file
     hashes alone cannot see (the lock was edited to match)."""
-    folder = B.version_dir(bank.root, version)
+    folder = version_dir(bank.root, version)
     df = change(pl.read_parquet(folder / "tom.parquet"))
     (folder / "tom.parquet").unlink()  # do not write through a hard link
     df.write_parquet(folder / "tom.parquet")
-    lock = json.loads((folder / B.LOCK).read_text())
+    lock = json.loads((folder / LOCK).read_text())
     lock["files"]["tom.parquet"] = hashlib.sha256((folder / "tom.parquet").read_bytes()).hexdigest()
     lock["counts"]["tom"]["items"] = df.height
-    (folder / B.LOCK).write_text(json.dumps(lock, indent=1))
+    (folder / LOCK).write_text(json.dumps(lock, indent=1))
 
 
 def test_verify_catches_an_edited_record_even_with_a_matching_lock(grown: Bank) -> None:
@@ -769,7 +782,7 @@ def test_export_parquet_with_dataset_card(grown: Bank) -> None:
     assert "| tom/goals.jinja | " + "a" * 64 + " |" in card  # provenance: prompt hashes
     assert "smollm2.gguf" in card
     assert "## Last audit" in card and "| 1 | structure | ran | 0 | 0 | 0 |" in card
-    assert hashlib.sha256((grown.root / "current" / B.LOCK).read_bytes()).hexdigest() in card
+    assert hashlib.sha256((grown.root / "current" / LOCK).read_bytes()).hexdigest() in card
 
 
 def test_export_wagibench_layouts(tmp_path: Path, digital_run: Path) -> None:
@@ -801,7 +814,7 @@ def test_export_wagibench_layouts(tmp_path: Path, digital_run: Path) -> None:
     from generators.digital import wagibench_record
 
     for b in bundles:
-        bid = B.item_id_of("digital_bundle", b)
+        bid = item_id_of("digital_bundle", b)
         expected = wagibench_record({**b, "bundle_id": bid})
         assert state[bid]["x"] == expected["x"] and state[bid]["meta"]["client_tag"] == bid
         assert state[bid]["meta"]["source_item_id"] == b["bundle_id"]
@@ -836,9 +849,11 @@ def test_export_an_older_version(grown: Bank) -> None:
 
 
 def test_export_refuses_a_drifted_bank(grown: Bank) -> None:
+    """Exit code 1 with verify's own line (it was exit 2 before; drift is verify's exit 1)."""
     flip_byte(grown.root / "current" / "tom.parquet")
-    with pytest.raises(InputError, match="versions/v0002/tom.parquet"):
+    with pytest.raises(GenError, match="DRIFT versions/v0002/tom.parquet: hash_mismatch") as e:
         grown.export("parquet")
+    assert e.value.exit_code == 1
 
 
 # --------------------------------------------------------------------------- config and CLI
@@ -923,7 +938,7 @@ def test_two_adds_at_once_take_turns(tmp_path: Path) -> None:
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     current, ids, _ = bank_state(root)
-    assert current == 2 and ids == {B.content_id(B.mcq_identity(B.record_mcq("mcq_record", mcq(i))))
+    assert current == 2 and ids == {content_id(mcq_identity(record_mcq("mcq_record", mcq(i))))
                                     for i in range(6)}
     added = sorted(json.loads((tmp_path / f"r{k}" / "manifest.json").read_text())["bank"]["added"]["tom"]
                    for k in range(2))
@@ -967,7 +982,7 @@ def test_sigkill_during_add_leaves_old_or_new_version(tmp_path: Path, phase: str
     bank.add(first, near_dup_sim=None)
     assert bank_state(bank.root) == old
     proc = _cli(tmp_path, "bank", "add", f"bank={bank.root}", f"input={second}", "near_dup_sim=null",
-                "hydra.run.dir=killed_run", env={B.FAULT_ENV: phase})
+                "hydra.run.dir=killed_run", env={FAULT_ENV: phase})
     assert proc.returncode == -9, (proc.returncode, proc.stdout, proc.stderr)
     after = bank_state(bank.root)
     assert after == (new if phase == "committed" else old)
@@ -975,7 +990,7 @@ def test_sigkill_during_add_leaves_old_or_new_version(tmp_path: Path, phase: str
     result, _ = bank.add(second, near_dup_sim=None)
     assert bank_state(bank.root) == new
     assert result.accepted == (0 if phase == "committed" else 3)
-    assert not B.leftovers(bank.root, bank.current)
+    assert not leftovers(bank.root, bank.current)
     assert bank.verify()[0].exit_code == 0
 
 
@@ -997,3 +1012,225 @@ def test_two_processes_give_the_same_ids_and_bytes(tmp_path: Path) -> None:
     assert state[0][1] == state[1][1] == set(ids_of(records))
     # the manifests hold the same bytes here, so the data files are byte-identical too
     assert state[0][2] == state[1][2]
+
+
+# --------------------------------------------------------------------------- hardening (issue 14)
+
+
+def _lines(text: str) -> list[str]:
+    return [x for x in text.splitlines() if x.strip()]
+
+
+def _outside(tmp: Path, inside_of: Path, pattern: str) -> list[Path]:
+    """Files matching ``pattern`` anywhere under ``tmp`` but not under ``inside_of``."""
+    return [p for p in tmp.rglob(pattern) if inside_of not in p.parents]
+
+
+def _wagibench_bank(tmp: Path) -> Bank:
+    """A bank whose distractors items have a question type that climbs out of a folder."""
+    bank = Bank(tmp)
+    items = [dict(mcq(i, "similar", n_options=4), question="Which action?") for i in range(2)]
+    items += [dict(mcq(i, "x/../../../../ESCAPE", n_options=4), question="Which action?") for i in range(2)]
+    bank.add(run_folder(tmp / "dis", items, "distractors"), near_dup_sim=None)
+    return bank
+
+
+def test_export_file_names_from_item_data_stay_inside_out(tmp_path: Path) -> None:
+    """A question type ``x/../../../../ESCAPE`` becomes a plain file name inside out=; before,
+    the export died half-written (``unexpected FileNotFoundError``)."""
+    bank = _wagibench_bank(tmp_path)
+    out = tmp_path / "e1" / "e2" / "e3" / "out"
+    proc = _cli(tmp_path, "bank", "export", f"bank={bank.root}", "format=wagibench", f"out={out}",
+                "hydra.run.dir=r_export")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert len(names) == 2 and names[0] == "wagibench_mcq_similar.json"
+    assert re.fullmatch(r"wagibench_mcq_x_\.\._\.\._\.\._\.\._ESCAPE-[0-9a-f]{8}\.json", names[1])
+    rows = json.loads((out / names[1]).read_text())
+    assert [r["meta"]["question_type"] for r in rows] == ["x/../../../../ESCAPE"] * 2  # the data keeps its value
+    assert _outside(tmp_path, out, "*ESCAPE*") == []
+    records = read_jsonl(tmp_path / "r_export" / "bank.jsonl")
+    assert sorted({r["where"] for r in records}) == names
+
+
+def test_export_never_writes_through_an_existing_folder(tmp_path: Path) -> None:
+    """With the intermediate folder there, the old export wrote ESCAPE.json three folders above
+    out=; now out= must be new or empty (exit 2) and nothing is written anywhere."""
+    bank = _wagibench_bank(tmp_path)
+    out = tmp_path / "e1" / "e2" / "e3" / "out"
+    (out / "wagibench_mcq_x").mkdir(parents=True)
+    proc = _cli(tmp_path, "bank", "export", f"bank={bank.root}", "format=wagibench", f"out={out}",
+                "hydra.run.dir=r_export")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(_lines(proc.stderr)) == 1 and "not an empty folder" in proc.stderr and str(out) in proc.stderr
+    assert _outside(tmp_path, tmp_path / "dis", "*ESCAPE*") == [] and not (tmp_path / "e1" / "ESCAPE.json").exists()
+    assert [p.name for p in out.iterdir()] == ["wagibench_mcq_x"]
+
+
+def test_a_failed_export_leaves_no_folder(tmp_path: Path, monkeypatch) -> None:
+    """An export that fails halfway (here: on the second MCQ layout) leaves neither out= nor its
+    staging folder: an export appears whole or not at all."""
+    from generators.bank import export as bank_export
+
+    bank = _wagibench_bank(tmp_path)
+    real = bank_export.wagibench_mcq
+    calls = []
+
+    def fail_late(r: dict[str, Any]) -> dict[str, Any]:
+        calls.append(r["item_id"])
+        if len(calls) == 3:
+            raise OSError("disk full")
+        return real(r)
+
+    monkeypatch.setattr(bank_export, "wagibench_mcq", fail_late)
+    out = tmp_path / "exports" / "wb"
+    with pytest.raises(OSError, match="disk full"):
+        bank.export("wagibench", out=str(out))
+    assert len(calls) == 3 and not out.exists() and list((tmp_path / "exports").iterdir()) == []
+    monkeypatch.undo()
+    result, _ = bank.export("wagibench", out=str(out))
+    assert result.accepted == 4 and len(list(out.iterdir())) == 2
+
+
+def test_export_refuses_an_out_inside_the_bank(grown: Bank, tmp_path: Path) -> None:
+    """out=<bank>/current wrote a README into a released version (verify then failed): refused in
+    one line, exit 2, through symlinks too; the bank still verifies."""
+    proc = _cli(tmp_path, "bank", "export", f"bank={grown.root}", f"out={grown.root / 'current'}",
+                "hydra.run.dir=r_in")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(_lines(proc.stderr)) == 1 and "inside the bank" in proc.stderr
+    assert not (tmp_path / "r_in").exists()
+    (tmp_path / "link").symlink_to(grown.root / "versions")
+    for out in (grown.root / "versions" / "v0001" / "export", tmp_path / "link" / "v0002" / "x", grown.root):
+        with pytest.raises(ConfigError, match="inside the bank"):
+            grown.export("parquet", out=str(out))
+    assert problems(grown) == []
+    assert sorted(p.name for p in (grown.root / "current").iterdir()) == sorted(
+        {"CHANGELOG.md", LOCK, "audit", "tom.parquet"})
+
+
+def test_verify_refuses_a_version_folder_outside_the_bank(grown: Bank, tmp_path: Path) -> None:
+    """versions/v0001 as a symlink to an identical folder elsewhere verified clean before; a
+    version (or a file in one) that is a symlink or resolves outside the bank is drift."""
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(grown.root / "versions" / "v0001", elsewhere)
+    (grown.root / "versions" / "v0001").symlink_to(elsewhere)
+    assert problems(grown) == [("versions/v0001", "symlink")]
+    (grown.root / "versions" / "v0001").unlink()
+    shutil.move(elsewhere, grown.root / "versions" / "v0001")
+    assert problems(grown) == []
+    log = grown.root / "versions" / "v0002" / "CHANGELOG.md"
+    copy = tmp_path / "CHANGELOG.md"
+    shutil.copyfile(log, copy)
+    log.unlink()
+    log.symlink_to(copy)  # the same bytes, borrowed
+    assert problems(grown) == [("versions/v0002/CHANGELOG.md", "symlink")]
+
+
+def test_a_damaged_bank_stops_every_writer(tmp_path: Path) -> None:
+    """A released data file deleted: add (even with force=true) added every released item again
+    as new; now add and export stop with verify's own line, exit 1, before writing anything."""
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(4)]), near_dup_sim=None)
+    (bank.root / "versions" / "v0001" / "tom.parquet").unlink()
+    before = sorted(p.relative_to(bank.root).as_posix() for p in bank.root.rglob("*"))
+    proc = _cli(tmp_path, "bank", "verify", f"bank={bank.root}", "hydra.run.dir=r_verify")
+    assert proc.returncode == 1
+    drift = next(x for x in proc.stdout.splitlines() if "DRIFT" in x).removeprefix("[bank] ")
+    assert drift.startswith("DRIFT versions/v0001/tom.parquet: missing_file")
+    batch = run_folder(tmp_path / "tom_b", [mcq(i) for i in range(2, 6)])
+    proc = _cli(tmp_path, "bank", "add", f"bank={bank.root}", f"input={batch}", "force=true", "near_dup_sim=null",
+                "hydra.run.dir=r_add")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert len(_lines(proc.stderr)) == 1 and drift in proc.stderr and "unexpected" not in proc.stderr
+    assert not (tmp_path / "r_add").exists()  # refused before the run folder, the audit, the lock
+    out = tmp_path / "exported"
+    proc = _cli(tmp_path, "bank", "export", f"bank={bank.root}", f"out={out}", "hydra.run.dir=r_exp")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert len(_lines(proc.stderr)) == 1 and drift in proc.stderr
+    assert not out.exists() and not (tmp_path / "r_exp").exists()
+    assert sorted(p.relative_to(bank.root).as_posix() for p in bank.root.rglob("*")) == before
+    assert bank.current == 1
+
+
+def test_add_under_the_lock_checks_a_version_released_since_its_plan(tmp_path: Path, monkeypatch) -> None:
+    """Another add may release a version while this one audits; that version is verified too
+    before it is built on."""
+    from generators.bank import add as bank_add_module
+
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]), near_dup_sim=None)
+    real = bank_add_module.run_audit
+    audits = []
+
+    def audit_then_damage(*a: Any, **k: Any):
+        outcome = real(*a, **k)
+        audits.append(1)
+        if len(audits) > 1:  # the concurrent add's own audit
+            return outcome
+        bank.add(run_folder(tmp_path / "tom_c", [mcq(9)]), near_dup_sim=None)  # a concurrent release: v0002
+        (bank.root / "versions" / "v0002" / "CHANGELOG.md").write_text("edited\n")
+        return outcome
+
+    monkeypatch.setattr(bank_add_module, "run_audit", audit_then_damage)
+    with pytest.raises(GenError, match="DRIFT versions/v0002/CHANGELOG.md: hash_mismatch") as e:
+        bank.add(run_folder(tmp_path / "tom_b", [mcq(i) for i in range(3, 6)]), near_dup_sim=None)
+    assert e.value.exit_code == 1 and bank.current == 2
+    assert sorted(p.name for p in (bank.root / "versions").iterdir()) == ["v0001", "v0002"]
+
+
+def test_bad_places_and_pointers_are_one_line_exit_2(tmp_path: Path) -> None:
+    """Input at fault is exit 2 naming the file, not ``unexpected …`` (exit 1): a non-UTF-8
+    pointer file, bank= that is a file or under one (read-only, as root can still write
+    anywhere), a .lock that is a folder, or a symlink (add truncated the file it points to)."""
+    batch = run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)])
+    bank = Bank(tmp_path)
+    bank.add(batch, near_dup_sim=None)
+    a_file = tmp_path / "plain.txt"
+    a_file.write_text("not a bank\n")
+    lock_dir = tmp_path / "locked"
+    shutil.copytree(bank.root, lock_dir, symlinks=True)
+    (lock_dir / ".lock").unlink()
+    (lock_dir / ".lock").mkdir()
+    bad_pointer = tmp_path / "pointer"
+    shutil.copytree(bank.root, bad_pointer, symlinks=True)
+    (bad_pointer / "current").unlink()
+    (bad_pointer / "current").write_bytes(b"versions/v\xff\xfe0001\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone else's file\n")
+    lock_link = tmp_path / "lock_link"
+    shutil.copytree(bank.root, lock_link, symlinks=True)
+    (lock_link / ".lock").unlink()
+    (lock_link / ".lock").symlink_to(victim)  # opening it for writing truncated the victim
+    batch2 = run_folder(tmp_path / "tom_b", [mcq(i) for i in range(3, 5)])
+    cases = [
+        (["verify", f"bank={bad_pointer}"], str(bad_pointer / "current")),
+        (["add", f"bank={bad_pointer}", f"input={batch2}"], str(bad_pointer / "current")),
+        (["add", f"bank={a_file}", f"input={batch2}"], str(a_file)),
+        (["add", f"bank={a_file / 'bank'}", f"input={batch2}"], str(a_file)),
+        (["export", f"bank={a_file}"], str(a_file)),
+        (["add", f"bank={lock_dir}", f"input={batch2}"], str(lock_dir / ".lock")),
+        (["add", f"bank={lock_link}", f"input={batch2}"], str(lock_link / ".lock")),
+    ]
+    for k, (args, named) in enumerate(cases):
+        proc = _cli(tmp_path, "bank", *args, "near_dup_sim=null" if args[0] == "add" else "progress=off",
+                    f"hydra.run.dir=r{k}")
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert len(_lines(proc.stderr)) == 1 and named in proc.stderr and "unexpected" not in proc.stderr, proc.stderr
+        assert not (tmp_path / f"r{k}").exists()
+    assert a_file.read_text() == "not a bank\n" and victim.read_text() == "someone else's file\n"
+    assert read_pointer(lock_dir) == read_pointer(lock_link) == 1
+
+
+def test_add_on_a_flipped_byte_is_drift_said_as_verify_says_it(tmp_path: Path) -> None:
+    """bank add reading a damaged data file of the current version: exit 1 with verify's line,
+    not ``unexpected ComputeError`` (nor items added over it)."""
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(4)]), near_dup_sim=None)
+    flip_byte(bank.root / "current" / "tom.parquet")
+    proc = _cli(tmp_path, "bank", "add", f"bank={bank.root}", f"input={run_folder(tmp_path / 'tom_b', [mcq(7)])}",
+                "near_dup_sim=null", "hydra.run.dir=r_add")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert len(_lines(proc.stderr)) == 1 and "unexpected" not in proc.stderr
+    assert "DRIFT versions/v0001/tom.parquet: hash_mismatch: versions/v0001/tom.parquet: SHA-256" in proc.stderr
+    assert bank.current == 1 and sorted(p.name for p in (bank.root / "versions").iterdir()) == ["v0001"]

@@ -1,0 +1,146 @@
+"""A versioned benchmark bank grown release by release: ``python -m gen bank add|verify|export``.
+
+Layout of a bank directory (``bank=``)::
+
+    bank/
+      current -> versions/v0003        the single commit point (a symlink, replaced atomically)
+      versions/v0001/ … v0003/         immutable snapshots, one per release
+        tom.parquet  distractors.parquet  digital.parquet  mcq.parquet   (the kinds it has)
+        MANIFEST.lock.json             version, schema revision, SHA-256 of every file, prompts…
+        CHANGELOG.md                   every release so far, newest first
+        audit/                         the audit of the batch this release added
+      .lock                            held (flock) by a running ``add``
+
+One module per concern: :mod:`~generators.bank.identity` (what makes two items the same:
+content ids), :mod:`~generators.bank.store` (versions, the pointer, the lock, the atomic
+commit), :mod:`~generators.bank.add`, :mod:`~generators.bank.verify` and
+:mod:`~generators.bank.export` (the three actions); records in :mod:`schemas.bank`.
+
+A damaged bank is never built on: ``add`` and ``export`` verify the bank first and refuse one
+that drifted with the message ``verify`` prints (exit code 1), before writing anything.
+
+``n`` is derived by the plan hook: the items in ``input=`` (add), the versions (verify), the
+items of the covered kinds (export).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from gen.errors import ConfigError, InputError, MissingInputError
+from gen.run import CommonConfig, Plan, RunContext, generator
+from generators.bank import add, export, verify
+from generators.bank.add import AddPlan, batch_files, count_rows
+from generators.bank.export import EXPORT_KINDS, check_out
+from generators.bank.store import (
+    LOCK,
+    SCHEMA_REVISION,
+    check_root,
+    label,
+    read_json,
+    read_pointer,
+    version_dir,
+)
+from generators.bank.verify import require_clean
+
+NAME = "bank"
+
+
+class BankConfig(CommonConfig):
+    n: int = Field(0, ge=0)
+    """Derived, not set: items in input= (add), versions (verify), items exported (export)."""
+    action: Literal["add", "verify", "export"] | None = None
+    """add | verify | export; also given as the word after ``bank`` (python -m gen bank add …)."""
+    bank: str | None = None
+    """The bank directory (created by the first add)."""
+    kind: Literal["auto", "tom", "distractors", "digital", "mcq"] = "auto"
+    """add: the item kind of input=; auto: from the file name (tom.jsonl, distractors.jsonl,
+    digital.jsonl; EgoToM CSVs and other MCQ JSONL are mcq)."""
+    roles: str | None = None
+    """add: a roles file (YAML/JSON, as for audit): input= is then any JSONL bank, read through
+    it and stored as MCQ records (kind mcq) that keep each source row under ``source_row``."""
+    near_dup_sim: float | None = Field(0.95, gt=0, le=1)
+    """add: cosine at or above which an item is a near-duplicate of a bank item or an earlier
+    batch item of the same question type (the audit's item_dup_sim); null: exact only."""
+    fail_on: Literal["info", "warning", "error", "never"] = "error"
+    """add: refuse the batch when its audit has a finding of at least this severity."""
+    force: bool = False
+    """add: add despite audit findings at or above fail_on (they go into the changelog)."""
+    message: str | None = None
+    """add: a line for the changelog entry of the new version."""
+    audit_options: dict[str, Any] | None = None
+    """add: extra options for the audit run (for example audit_options={checks: [structure, leakage]})."""
+    format: Literal["parquet", "wagibench", "egotom"] = "parquet"
+    """export: parquet (data files + dataset card), wagibench (MCQ + digital-state JSON), egotom (CSVs)."""
+    out: str | None = None
+    """export: a new (or empty) output folder outside the bank (null: <run folder>/<format>)."""
+    version: int | None = Field(None, ge=1)
+    """verify/export: this version instead of the current one."""
+
+    @model_validator(mode="after")
+    def _action(self) -> BankConfig:
+        if self.action is None:
+            raise ValueError("choose an action: python -m gen bank add|verify|export bank=<dir> …")
+        if self.bank is None:
+            raise ValueError(f"bank= is required: python -m gen bank {self.action} bank=<dir> …")
+        if self.num_shards != 1:
+            raise ValueError("bank runs in one process (num_shards=1)")
+        return self
+
+    def bank_path(self) -> Path:
+        assert self.bank is not None
+        return Path(self.bank).expanduser()
+
+
+
+def plan(cfg: BankConfig) -> Plan:
+    """The indices of an action: items in input= (add; data: :class:`AddPlan`), versions
+    (verify; data: the target version), items exported (export; data: the target version).
+    ``add`` and ``export`` verify the bank here, before anything is written."""
+    root = cfg.bank_path()
+    check_root(root, writing=cfg.action == "add")
+    if cfg.action == "add":
+        path = cfg.input_path()
+        assert path is not None
+        files = batch_files(path, cfg.kind, cfg.roles)
+        n = sum(count_rows(f, fmt) for f, _, fmt in files)
+        if n == 0:
+            raise InputError(f"input: {path} holds no items")
+        current = read_pointer(root)
+        if current is not None:
+            revision = read_json(version_dir(root, current) / LOCK, "bank").get("schema_revision")
+            if revision != SCHEMA_REVISION:
+                raise InputError(f"bank: {root} has schema revision {revision}, this toolkit writes "
+                                 f"{SCHEMA_REVISION}; use the gen version that made it")
+            require_clean(root, current)
+        return Plan(n, AddPlan(files, current))
+    current = read_pointer(root)
+    if current is None:
+        raise MissingInputError(f"bank: no released version at {root} "
+                                f"(python -m gen bank add bank={cfg.bank} input=<run folder> makes one)")
+    target = cfg.version or current
+    if target > current:
+        raise ConfigError(f"version={target}, but the bank's current version is {label(current)}")
+    if cfg.action == "verify":
+        return Plan(target, target)
+    if cfg.out is not None:
+        check_out(root, Path(cfg.out).expanduser())
+    require_clean(root, target)
+    lock = read_json(version_dir(root, target) / LOCK, "bank")
+    counts = lock.get("counts", {})
+    return Plan(sum(counts.get(k, {}).get("items", 0) for k in EXPORT_KINDS[cfg.format]), target)
+
+
+@generator(NAME, config=BankConfig, plan=plan)
+def bank(cfg: BankConfig, ctx: RunContext) -> Iterator[Any]:
+    """A versioned bank: add a batch (audited, deduplicated, atomic), verify hashes, export."""
+    if cfg.action == "add":
+        yield from add.add(cfg, ctx)
+    elif cfg.action == "verify":
+        yield from verify.verify(cfg, ctx)
+    else:
+        yield from export.export(cfg, ctx)

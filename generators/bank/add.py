@@ -1,0 +1,747 @@
+"""``bank add``: a batch audited, de-duplicated against the bank and itself, and released as a
+new version in one atomic step.
+
+One outcome per input item: a record with status ``added``, or a reject. The bank is verified
+first (:func:`generators.bank.verify.require_clean`): a damaged bank is never built on. The
+batch is audited through the registry (``audit`` with ``input=`` and ``fail_on=``); findings at
+or above ``fail_on`` refuse the whole batch (reason ``audit_failed``, exit code 1) unless
+``force=true``, which records them in the changelog. Then exact duplicates (same id) of bank
+items or of an earlier batch item (reason ``duplicate``, stage ``bank``/``batch``), then
+near-duplicates: cosine of ``ctx.embedder`` vectors (FAISS inner product) at or above
+``near_dup_sim`` to a bank item or to an earlier kept batch item of the same family (MCQ or
+digital) and question type (reason ``near_duplicate``). The embedded text is the question and
+the sorted options, then the visible fields (the embedder truncates long inputs); for a bundle,
+its cue, main persona and the first item texts of each app. Default ``near_dup_sim=0.95``, the
+audit's ``item_dup_sim``: measured with all-MiniLM-L6-v2 on EgoToM's 706 published items, no two
+distinct items of one question type reach 0.93 (highest 0.928), while synonym-rewritten copies
+reach 0.95 in 60-79% and 0.93 in 83-94% of cases (hand-written paraphrases: 0.96-0.99); 0.95
+keeps a margin for larger banks, whose nearest distinct pairs creep up. The rest is written as
+a new version; existing rows are copied unchanged (``verify`` checks it), files of untouched
+kinds are hard links to the previous version's. Nothing new: no version.
+
+Items: one parquet file per kind. A row holds the item's original record as canonical JSON
+(``record``) plus flat columns for analysis (question, options, answer, context…; for digital:
+datetime, cue, persona…), ``added_in`` (the version that added it) and ``source`` (SHA-256 of
+the input run's ``manifest.json``, detailed in the lock).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import ValidationError
+
+import gen
+from gen.errors import ConfigError, GenError, InputError
+from gen.llm import sha256_file
+from gen.mcq import egotom_type, from_record
+from gen.run import git_info, iter_jsonl
+from generators.bank.identity import (
+    ITEM_ID,
+    KINDS,
+    MCQ_KINDS,
+    canonical,
+    content_id,
+    egotom_row_mcq,
+    embed_text,
+    family,
+    item_id_of,
+    mcq_identity,
+    record_mcq,
+)
+from generators.bank.store import (
+    CHANGELOG,
+    FORMAT,
+    LOCK,
+    SCHEMA_REVISION,
+    columns,
+    fault,
+    fsync,
+    fsync_tree,
+    label,
+    leftovers,
+    new_stage,
+    publish,
+    read_json,
+    read_kind,
+    read_pointer,
+    remove,
+    version_dir,
+    version_files,
+    write_durable,
+    writer_lock,
+)
+from generators.bank.verify import check_version, require_clean
+from schemas import Reject
+from schemas.bank import BankItemRecord
+from schemas.mcq import MCQRecord
+
+if TYPE_CHECKING:
+    from gen.run import RunContext
+    from generators.bank import BankConfig
+
+LISTED = 20  # refused items / findings listed in a changelog entry
+PRINTED = 3  # refused items printed per reason (rejects.jsonl lists them all)
+PER_REASON = 5  # refused items listed per reason in a changelog entry
+
+
+@dataclass(frozen=True)
+class AddPlan:
+    """What the plan hook read for an add: the batch's files, and the version it verified."""
+
+    files: list[tuple[Path, str, str]]
+    """``(path, kind, format)`` of every records file of input=."""
+    verified: int | None
+    """The bank's current version when the plan verified it (None: no release yet)."""
+
+
+# --------------------------------------------------------------------------- the batch
+
+
+@dataclass
+class Item:
+    kind: str
+    fmt: str
+    """``mcq_record``, ``egotom_csv`` or ``digital_bundle``: how ``record`` is read."""
+    record: dict[str, Any]
+    item_id: str
+    source_item_id: str
+    where: str
+    question_type: str
+    wagibench: dict[str, Any] | None = None
+
+
+def kind_of(path: Path) -> tuple[str, str]:
+    """(kind, format) of a records file from its name."""
+    if path.suffix == ".csv":
+        if egotom_type(path) is None:
+            raise InputError(f"input: {path} is not an EgoToM CSV (no gt_goal/gt_belief/gt_actions column)")
+        return "mcq", "egotom_csv"
+    if path.suffix != ".jsonl":
+        raise InputError(f"input: {path}: expected a .jsonl of records or an EgoToM .csv")
+    stem = path.stem
+    if stem == "digital":
+        return "digital", "digital_bundle"
+    return (stem if stem in MCQ_KINDS else "mcq"), "mcq_record"
+
+
+def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> list[tuple[Path, str, str]]:
+    """The record files of input= with their kind and format: a run folder (tom, distractors,
+    digital, mcq, a nocontext run's kept/), a folder of EgoToM CSVs, one file, or (with a
+    roles file) any JSONL bank."""
+    from gen.mcq import RECORD_FILES
+
+    if roles is not None:
+        if not path.is_file() or path.suffix != ".jsonl":
+            raise InputError(f"input: with roles= the bank must be one JSONL file, got {path}")
+        if kind == "digital":
+            raise ConfigError("kind=digital does not fit roles= (a roles file describes MCQs)")
+        return [(path, "mcq" if kind == "auto" else kind, "roles_jsonl")]
+    files: list[Path]
+    if path.is_file():
+        files = [path]
+    elif (path / "digital.jsonl").is_file():
+        files = [path / "digital.jsonl"]
+    elif any((path / n).is_file() for n in RECORD_FILES if n != "nocontext_kept.jsonl"):
+        files = [next(path / n for n in RECORD_FILES if (path / n).is_file())]
+    elif (path / "nocontext.jsonl").is_file() and (path / "kept").is_dir():
+        files = sorted(p for p in (path / "kept").iterdir() if p.suffix in (".jsonl", ".csv"))
+    elif (path / "nocontext_kept.jsonl").is_file():
+        files = [path / "nocontext_kept.jsonl"]
+    else:
+        files = sorted(p for p in path.glob("*.csv") if egotom_type(p) is not None)
+    if not files:
+        raise InputError(f"input: {path} holds no records (tom.jsonl, distractors.jsonl, digital.jsonl, "
+                         "mcq.jsonl or EgoToM CSVs)")
+    out = []
+    for f in files:
+        k, fmt = kind_of(f)
+        if kind != "auto":
+            if (kind == "digital") != (fmt == "digital_bundle"):
+                raise ConfigError(f"kind={kind} does not fit {f} ({fmt})")
+            k = kind
+        out.append((f, k, fmt))
+    return out
+
+
+def count_rows(path: Path, fmt: str) -> int:
+    if fmt == "egotom_csv":
+        return len(read_csv_rows(path))
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def read_csv_rows(path: Path) -> list[dict[str, Any]]:
+    import polars as pl
+
+    try:  # all strings, as gen.mcq reads it: nothing is reinterpreted
+        return pl.read_csv(path, infer_schema_length=0).to_dicts()
+    except Exception as e:  # noqa: BLE001 - polars raises several types
+        raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
+
+
+def run_folder(path: Path) -> Path | None:
+    """The run folder a records file belongs to (the one holding manifest.json), if any."""
+    for folder in (path.parent, path.parent.parent):
+        if (folder / "manifest.json").is_file():
+            return folder
+    return None
+
+
+def wagibench_rows(folder: Path | None) -> dict[str, dict[str, Any]]:
+    """The WAGIBench MCQ layout rows a distractors run wrote, by the MCQ's item_id."""
+    rows: dict[str, dict[str, Any]] = {}
+    if folder is None:
+        return rows
+    for f in sorted(folder.glob("wagibench_mcq_*.json")):
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise InputError(f"{f}: not valid JSON ({e.msg})") from None
+        for row in data if isinstance(data, list) else []:
+            rid = (row.get("meta") or {}).get("item_id")
+            if rid:
+                rows[rid] = row
+    return rows
+
+
+def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
+    """A JSONL bank read through a roles file, each row as an MCQ record (the form the bank
+    stores, hashes and exports) keeping the row itself under ``source_row``."""
+    from gen.mcq import load_roles_bank, read_roles
+
+    roles = read_roles(Path(roles_file).expanduser())
+    bank = load_roles_bank(path, roles)
+    if bank.problems:
+        p = bank.problems[0]
+        raise InputError(f"{path}:{p['line'] + 1}: {p['field']}: {p['problem']} "
+                         f"({len(bank.problems)} problem(s) in the file; the bank takes clean rows only)")
+    rows = dict(iter_jsonl(path))
+    items = []
+    for q in bank.items:
+        where = f"{path}:{q.line + 1}"
+        if q.answer is None or len(q.options) < 2:
+            raise InputError(f"{where}: the bank takes MCQs; the roles file gives this row "
+                             f"{len(q.options)} option(s) and {'no' if q.answer is None else 'an'} answer")
+
+        def strip(fields: dict[str, str], prefix: str) -> dict[str, str]:
+            return {k.removeprefix(prefix): v for k, v in fields.items() if k != roles.question}
+
+        record = {"item_id": q.item_id, "question_type": q.question_type, "question": q.question,
+                  "options": q.options, "answer": q.answer, "group": q.group,
+                  "visible": strip(q.visible, "visible."), "privileged": strip(q.privileged, "privileged."),
+                  **({"category": q.category} if q.category is not None else {}),
+                  "source_row": rows[q.line + 1]}
+        mcq = from_record(MCQRecord.model_validate(record), 0)
+        items.append(Item(kind, "mcq_record", record, content_id(mcq_identity(mcq)), q.item_id, where,
+                          q.question_type))
+    return items
+
+
+def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> list[Item]:
+    """Every input item, validated (a bad line is an InputError naming file:line), with its id."""
+    from schemas.digital import DigitalBundle
+
+    items: list[Item] = []
+    for path, kind, fmt in files:
+        if fmt == "roles_jsonl":
+            assert roles is not None
+            items += roles_items(path, kind, roles)
+            continue
+        if fmt == "egotom_csv":
+            for i, row in enumerate(read_csv_rows(path)):
+                q = egotom_row_mcq(row)
+                items.append(Item(kind, fmt, row, content_id(mcq_identity(q)), str(row.get("cuid") or ""),
+                                  f"{path}:row {i + 1}", q.question_type))
+            continue
+        wb = wagibench_rows(run_folder(path)) if kind == "distractors" else {}
+        for lineno, record in iter_jsonl(path):
+            where = f"{path}:{lineno}"
+            try:
+                if fmt == "digital_bundle":
+                    DigitalBundle.model_validate(record)
+                    sid = record["bundle_id"]
+                    cue = record.get("cue")
+                    qtype = f"cue:{cue['app']}" if cue else "uncued"
+                    items.append(Item(kind, fmt, record, item_id_of(fmt, record), sid, where, qtype))
+                else:
+                    q = from_record(MCQRecord.model_validate(record), 0)
+                    items.append(Item(kind, fmt, record, content_id(mcq_identity(q)), q.item_id, where,
+                                      q.question_type, wb.get(q.item_id)))
+            except ValidationError as e:
+                err = e.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"])
+                what = "a digital bundle" if fmt == "digital_bundle" else "an MCQ record"
+                raise InputError(f"{where}: not {what} ({loc}: {err['msg']})") from None
+    return items
+
+
+def source_info(files: list[tuple[Path, str, str]], input_arg: str) -> dict[str, Any]:
+    """Provenance of a batch: its run's manifest (generator, models, prompt and judge/answer
+    template hashes) and, one level up, the manifests of the runs it read."""
+    folder = run_folder(files[0][0])
+    records = {f.name if folder is None else f.relative_to(folder).as_posix(): sha256_file(f) for f, _, _ in files}
+    info: dict[str, Any] = {"input": input_arg, "records": records}
+    if folder is None:
+        info["source"] = hashlib.sha256(canonical(records).encode()).hexdigest()
+        info["manifest"] = None
+        info["prompts"] = {}
+        return info
+    manifest_path = folder / "manifest.json"
+    try:
+        m = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{manifest_path}: not valid JSON ({e.msg})") from None
+    info["source"] = sha256_file(manifest_path)
+    info["manifest"] = "manifest.json"
+    info.update(_manifest_summary(m))
+    upstream = []
+    for p in sorted(m.get("inputs") or {}):
+        up = run_folder(Path(p))
+        if up is not None and up != folder and (up / "manifest.json").is_file():
+            try:
+                um = json.loads((up / "manifest.json").read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                continue
+            upstream.append({"path": str(up), "manifest_sha256": sha256_file(up / "manifest.json"),
+                             **_manifest_summary(um)})
+    info["upstream"] = upstream
+    return info
+
+
+def _manifest_summary(m: dict[str, Any]) -> dict[str, Any]:
+    llm = m.get("llm") or {}
+    emb = m.get("embedder") or {}
+    return {
+        "generator": m.get("generator"), "toolkit_version": m.get("toolkit_version"), "git": m.get("git"),
+        "seed": m.get("seed"), "started_at": m.get("started_at"),
+        "llm": {k: llm.get(k) for k in ("backend", "model", "model_sha256") if k in llm} or None,
+        "embedder": {"backend": emb.get("backend"),
+                     # the embedded model's folder is called "model": name it by its package
+                     "model": Path(emb["model_path"]).parent.name if emb.get("model") == "model" and emb.get("model_path")
+                     else emb.get("model")} if emb else None,
+        "prompts": dict(sorted((m.get("prompts") or {}).items())),
+    }
+
+
+def row_of(item: Item, version: int, source: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"item_id": item.item_id, "kind": item.kind, "question_type": item.question_type,
+                           "added_in": version, "source": source, "source_format": item.fmt,
+                           "source_item_id": item.source_item_id}
+    if item.fmt == "digital_bundle":
+        b = item.record
+        cue = b.get("cue") or {}
+        stats = b.get("stats") or {}
+        row.update(current_datetime=b.get("current_datetime"), cue_id=cue.get("cue_id"), cue_app=cue.get("app"),
+                   cue=cue.get("cue"), main_persona=(b.get("main_persona") or {}).get("name"),
+                   related_personas=[(r.get("persona") or {}).get("name") for r in b.get("related_personas") or []],
+                   apps=sorted(b.get("apps") or {}), chars_total=stats.get("chars_total"))
+    else:
+        q = record_mcq(item.fmt, item.record)
+        row.update(question=q.question, options=q.options, answer=q.answer, answer_text=q.answer_text,
+                   group=q.group, context=q.context,
+                   wagibench=None if item.wagibench is None else canonical(item.wagibench))
+    row["record"] = canonical(item.record)
+    return row
+
+
+# --------------------------------------------------------------------------- near-duplicates
+
+
+@dataclass
+class Match:
+    where: Literal["bank", "batch"]
+    index: int
+    cosine: float
+
+
+def near_duplicates(new: Any, old: Any, threshold: float) -> list[Match | None]:
+    """For each new vector in order: its nearest bank vector when the cosine is at or above
+    ``threshold``; else the most similar *earlier kept* new vector at or above it; else None.
+    Vectors are L2-normalised, so FAISS inner product is the cosine."""
+    import faiss
+    import numpy as np
+
+    new = np.ascontiguousarray(new, dtype=np.float32)
+    out: list[Match | None] = [None] * len(new)
+    if len(new) == 0:
+        return out
+    d = new.shape[1]
+    if old is not None and len(old):
+        index = faiss.IndexFlatIP(d)
+        index.add(np.ascontiguousarray(old, dtype=np.float32))
+        sims, ids = index.search(new, 1)
+        for i in range(len(new)):
+            if sims[i, 0] >= threshold:
+                out[i] = Match("bank", int(ids[i, 0]), float(sims[i, 0]))
+    index = faiss.IndexFlatIP(d)
+    index.add(new)
+    lims, dists, labels = index.range_search(new, threshold - 1e-6)  # range_search keeps sims > radius
+    kept: set[int] = set()
+    for i in range(len(new)):
+        if out[i] is not None:
+            continue
+        best: Match | None = None
+        for s, j in zip(dists[lims[i]:lims[i + 1]], labels[lims[i]:lims[i + 1]], strict=True):
+            j = int(j)
+            if j < i and j in kept and s >= threshold and (best is None or s > best.cosine):
+                best = Match("batch", j, float(s))
+        if best is None:
+            kept.add(i)
+        out[i] = best
+    return out
+
+
+# --------------------------------------------------------------------------- the audit
+
+
+@dataclass
+class AuditOutcome:
+    exit_code: int
+    report: dict[str, Any]
+    folder: Path
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        s = self.report.get("summary") or {}
+        return {"by_severity": s.get("by_severity") or {}, "fail_on": s.get("fail_on"),
+                "exit_code": self.exit_code, "findings": s.get("findings", len(self.findings))}
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return list(self.report.get("findings") or [])
+
+
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def run_audit(cfg: BankConfig, ctx: RunContext, path: Path, out: Path) -> AuditOutcome:
+    """The registered ``audit`` on the batch, with input= and fail_on= (and audit_options)."""
+    from gen.run import REGISTRY
+
+    g = REGISTRY.get("audit")
+    if g is None:
+        raise ConfigError("bank add needs the audit generator, which is not registered")
+    options = {"input": str(path), "fail_on": cfg.fail_on, "seed": cfg.seed, "llm": cfg.llm,
+               **({"roles": cfg.roles} if cfg.roles is not None else {}),
+               "embedder": cfg.embedder, "cache_dir": cfg.cache_dir, "progress": "off", **(cfg.audit_options or {})}
+    try:
+        acfg = g.config.model_validate(options)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ConfigError(f"audit_options: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    result = ctx.subrun("audit", acfg, out)
+    report = read_json(out / "audit.json", "audit") if (out / "audit.json").is_file() else {}
+    return AuditOutcome(result.exit_code, report, out)
+
+
+# --------------------------------------------------------------------------- add
+
+
+@dataclass
+class Verdict:
+    item: Item
+    reject: Reject | None = None
+
+
+def _existing(root: Path, current: int | None) -> tuple[dict[str, Any], dict[str, tuple[str, int]]]:
+    """The current version's frames per kind and ``item_id -> (kind, added_in)``."""
+    frames: dict[str, Any] = {}
+    ids: dict[str, tuple[str, int]] = {}
+    if current is None:
+        return frames, ids
+    folder = version_dir(root, current)
+    for kind in KINDS:
+        p = folder / f"{kind}.parquet"
+        if p.is_file():
+            df = read_kind(p)
+            frames[kind] = df
+            for iid, added in zip(df["item_id"].to_list(), df["added_in"].to_list(), strict=True):
+                ids[iid] = (kind, added)
+    return frames, ids
+
+
+def dedupe(cfg: BankConfig, ctx: RunContext, batch: list[Item], frames: dict[str, Any],
+           ids: dict[str, tuple[str, int]]) -> list[Verdict]:
+    """Exact duplicates by id, then near-duplicates by embedding, per (family, question type)."""
+    verdicts = [Verdict(it) for it in batch]
+    first: dict[str, int] = {}
+    for i, v in enumerate(verdicts):
+        it = v.item
+        if it.item_id in ids:
+            kind, added = ids[it.item_id]
+            v.reject = Reject(record_id=it.item_id, index=i, stage="bank", reason="duplicate",
+                              detail=f"{it.where}: same content as {kind} item {it.item_id} added in {label(added)}")
+        elif it.item_id in first:
+            j = first[it.item_id]
+            v.reject = Reject(record_id=it.item_id, index=i, stage="batch", reason="duplicate",
+                              detail=f"{it.where}: same content as {batch[j].where}")
+        else:
+            first[it.item_id] = i
+    if cfg.near_dup_sim is None:
+        return verdicts
+    scopes: dict[tuple[str, str], list[int]] = {}
+    for i, v in enumerate(verdicts):
+        if v.reject is None:
+            scopes.setdefault((family(v.item.kind), v.item.question_type), []).append(i)
+    for (fam, qtype), members in scopes.items():
+        old_rows = []  # (kind, item_id, added_in, text)
+        for kind, df in frames.items():
+            if family(kind) != fam:
+                continue
+            sub = df.filter(df["question_type"] == qtype).select("item_id", "added_in", "source_format", "record")
+            for iid, added, fmt, rec in sub.iter_rows():
+                old_rows.append((kind, iid, added, embed_text(fmt, json.loads(rec))))
+        new_texts = [embed_text(batch[i].fmt, batch[i].record) for i in members]
+        new_vecs = ctx.embedder.encode(new_texts)
+        old_vecs = ctx.embedder.encode([r[3] for r in old_rows]) if old_rows else None
+        for i, m in zip(members, near_duplicates(new_vecs, old_vecs, cfg.near_dup_sim), strict=True):
+            if m is None:
+                continue
+            it = batch[i]
+            if m.where == "bank":
+                kind, iid, added, _ = old_rows[m.index]
+                detail = f"{it.where}: cosine {m.cosine:.3f} to {kind} item {iid} added in {label(added)}"
+            else:
+                other = batch[members[m.index]]
+                detail = f"{it.where}: cosine {m.cosine:.3f} to {other.item_id} ({other.where}) of this batch"
+            verdicts[i].reject = Reject(record_id=it.item_id, index=i, stage=m.where, reason="near_duplicate",
+                                        detail=detail)
+    return verdicts
+
+
+def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
+    root = cfg.bank_path()
+    path = cfg.input_path()
+    assert path is not None
+    files = ctx.plan.data.files
+    batch = load_batch(files, cfg.roles)
+    if len(batch) != ctx.plan.n:
+        raise InputError(f"input: {path} changed while the bank read it ({ctx.plan.n} then {len(batch)} items)")
+    for f, _, _ in files:
+        ctx.record_input(f)
+    source = source_info(files, cfg.input or str(path))
+    if cfg.roles is not None:
+        roles_path = Path(cfg.roles).expanduser()
+        source["roles"] = {"path": str(roles_path), "sha256": sha256_file(roles_path)}
+    audit = run_audit(cfg, ctx, path, ctx.out_dir / "audit")
+    fault("audited")
+    refused = audit.exit_code != 0 and not cfg.force
+    with writer_lock(root):  # one add at a time; readers need no lock
+        current = read_pointer(root)
+        if current is not None:
+            if current != ctx.plan.data.verified:  # another add released a version since the plan
+                require_clean(root, current)
+            revision = read_json(version_dir(root, current) / LOCK, "bank").get("schema_revision")
+            if revision != SCHEMA_REVISION:
+                raise InputError(f"bank: {root} has schema revision {revision}, this toolkit writes "
+                                 f"{SCHEMA_REVISION}; use the gen version that made it")
+        for p in leftovers(root, current):
+            remove(p)
+            ctx.count("leftovers_removed")
+        frames, ids = _existing(root, current)
+        if refused:
+            verdicts = [Verdict(it, Reject(record_id=it.item_id, index=i, stage="audit", reason="audit_failed",
+                                           detail=audit_detail(audit, cfg.fail_on)))
+                        for i, it in enumerate(batch)]
+        else:
+            verdicts = dedupe(cfg, ctx, batch, frames, ids)
+        new = [v.item for v in verdicts if v.reject is None]
+        version = current or 0
+        if new:
+            version = (current or 0) + 1
+            commit(cfg, root, current, version, frames, new, verdicts, source, audit)
+            fault("committed")
+    ctx.exit_code = 1 if refused else 0
+    reasons = Counter(f"{v.reject.reason}" for v in verdicts if v.reject)
+    ctx.extra["bank"] = {
+        "action": "add", "bank": str(root), "version_before": label(current) if current else None,
+        "version": label(version) if version else None, "released": bool(new),
+        "added": dict(Counter(it.kind for it in new)), "refused": dict(sorted(reasons.items())),
+        "audit": {**audit.summary, "forced": cfg.force and audit.exit_code != 0, "folder": "audit"},
+        "source": source["source"],
+    }
+    print_add(cfg, root, current, version, new, verdicts, audit, refused)
+    for v in verdicts:
+        it = v.item
+        yield v.reject or BankItemRecord(item_id=it.item_id, kind=it.kind, question_type=it.question_type,
+                                         status="added", version=label(version),
+                                         source_item_id=it.source_item_id, where=it.where)
+
+
+def audit_detail(audit: AuditOutcome, fail_on: str) -> str:
+    worst = [f for f in audit.findings if SEVERITY_RANK.get(f.get("severity"), -1) >= SEVERITY_RANK.get(fail_on, 9)]
+    shown = "; ".join(f"{f.get('severity')} {f.get('check')}/{f.get('kind')}" for f in worst[:3])
+    more = f" (+{len(worst) - 3})" if len(worst) > 3 else ""
+    return (f"the batch's audit has {len(worst)} finding(s) at or above fail_on={fail_on}: {shown}{more}; "
+            f"see audit/audit.md; force=true adds it anyway")
+
+
+def commit(cfg: BankConfig, root: Path, current: int | None, version: int, frames: dict[str, Any],
+           new: list[Item], verdicts: list[Verdict], source: dict[str, Any], audit: AuditOutcome) -> None:
+    """Stage version ``version`` beside the bank, then make it current in one atomic step."""
+    import polars as pl
+
+    stage = new_stage(root, version)
+    old_dir = version_dir(root, current) if current else None
+    by_kind: dict[str, list[Item]] = {}
+    for it in new:
+        by_kind.setdefault(it.kind, []).append(it)
+    for kind in KINDS:
+        target = stage / f"{kind}.parquet"
+        if kind in by_kind:
+            rows = [row_of(it, version, source["source"]) for it in by_kind[kind]]
+            df = pl.DataFrame(rows, schema=columns(kind))
+            if kind in frames:
+                df = pl.concat([frames[kind].select(list(columns(kind))), df])
+            df.write_parquet(target)
+            fsync(target)
+            fault("staging")
+        elif kind in frames:
+            assert old_dir is not None
+            try:  # unchanged: the previous version's file, not a copy
+                os.link(old_dir / f"{kind}.parquet", target)
+            except OSError:
+                shutil.copy2(old_dir / f"{kind}.parquet", target)
+    if audit.folder.is_dir():
+        shutil.copytree(audit.folder, stage / "audit")
+    old_lock = read_json(old_dir / LOCK, "bank") if old_dir else None
+    lock = make_lock(cfg, root, version, stage, old_lock, old_dir, new, verdicts, source, audit)
+    write_durable(stage / CHANGELOG, changelog(lock, old_dir, new, verdicts, audit, cfg))
+    lock["files"] = version_files(stage)
+    write_durable(stage / LOCK, json.dumps(lock, indent=1, ensure_ascii=False) + "\n")
+    fsync_tree(stage)
+    previous = {iid: (added, hashlib.sha256(rec.encode()).hexdigest()) for df in frames.values()
+                for iid, added, rec in df.select("item_id", "added_in", "record").iter_rows()}
+    problems, _ = check_version(root, version, stage, lock, previous if current else None)  # before it can become current
+    if problems:
+        raise GenError(f"bank: the staged {label(version)} does not verify: {problems[0].detail}")
+    publish(root, stage, version)
+
+
+def make_lock(cfg: BankConfig, root: Path, version: int, stage: Path, old_lock: dict[str, Any] | None,
+              old_dir: Path | None, new: list[Item], verdicts: list[Verdict], source: dict[str, Any],
+              audit: AuditOutcome) -> dict[str, Any]:
+    import polars as pl
+
+    counts: dict[str, Any] = {}
+    for kind in KINDS:
+        p = stage / f"{kind}.parquet"
+        if p.is_file():
+            df = pl.read_parquet(p, columns=["question_type", "added_in"])
+            counts[kind] = {"items": df.height,
+                            "by_question_type": dict(sorted(Counter(df["question_type"].to_list()).items()))}
+    sources = list((old_lock or {}).get("sources") or [])
+    sources.append({**source, "version": version, "items_added": len(new)})
+    prompts: dict[str, list[str]] = {}
+    for s in sources:
+        for entry in [s, *(s.get("upstream") or [])]:
+            for name, sha in (entry.get("prompts") or {}).items():
+                prompts.setdefault(name, [])
+                if sha not in prompts[name]:
+                    prompts[name].append(sha)
+    history = [dict(h) for h in (old_lock or {}).get("history") or []]
+    if history and old_dir is not None:
+        history[-1]["lock_sha256"] = sha256_file(old_dir / LOCK)
+    refused = Counter(f"{v.reject.stage}:{v.reject.reason}" for v in verdicts if v.reject)
+    history.append({
+        "version": version, "label": label(version),
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "message": cfg.message, "source": source["source"], "input": source["input"],
+        "added": {k: sum(1 for it in new if it.kind == k) for k in KINDS if any(it.kind == k for it in new)},
+        "refused": dict(sorted(refused.items())),
+        "audit": {**audit.summary, "forced": cfg.force and audit.exit_code != 0},
+        "lock_sha256": None,
+    })
+    return {
+        "format": FORMAT, "schema_revision": SCHEMA_REVISION, "bank": root.name,
+        "version": version, "label": label(version),
+        "created_at": history[-1]["created_at"],
+        "toolkit": {"version": gen.__version__, "git": git_info()},
+        "item_id": ITEM_ID,
+        "items": sum(c["items"] for c in counts.values()),
+        "counts": counts,
+        "files": {},
+        "prompts": {k: sorted(v) for k, v in sorted(prompts.items())},
+        "sources": sources,
+        "history": history,
+    }
+
+
+def changelog(lock: dict[str, Any], old_dir: Path | None, new: list[Item], verdicts: list[Verdict],
+              audit: AuditOutcome, cfg: BankConfig) -> str:
+    h = lock["history"][-1]
+    added = Counter((it.kind, it.question_type) for it in new)
+    lines = [f"## {h['label']} — {h['created_at']}", ""]
+    if cfg.message:
+        lines += [cfg.message, ""]
+    lines.append(f"- added {len(new)}: " + ", ".join(f"{k}/{q} {n}" for (k, q), n in sorted(added.items())))
+    src = lock["sources"][-1]
+    what = (f"{src.get('generator')} run, manifest sha256 {h['source'][:16]}…" if src.get("manifest")
+            else f"no run manifest; record files sha256 {h['source'][:16]}…")
+    lines.append(f"- source: `{h['input']}` ({what})")
+    rej = [v.reject for v in verdicts if v.reject]
+    if rej:
+        lines.append(f"- refused {len(rej)}: " + ", ".join(f"{k} {n}" for k, n in sorted(h["refused"].items())))
+        groups: dict[tuple[str, str], list[Reject]] = {}
+        for r in rej:
+            groups.setdefault((r.stage, r.reason), []).append(r)
+        for rs in groups.values():
+            lines += [f"  - `{r.record_id}` {r.stage} {r.reason}: {r.detail}" for r in rs[:PER_REASON]]
+            if len(rs) > PER_REASON:
+                lines.append(f"  - … {len(rs) - PER_REASON} more {rs[0].stage} {rs[0].reason} in the add run's rejects.jsonl")
+    sev = audit.summary["by_severity"]
+    verdict = "passed" if audit.exit_code == 0 else f"FORCED (force=true) past findings at or above fail_on={cfg.fail_on}"
+    lines.append(f"- audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, "
+                 f"{sev.get('info', 0)} info — {verdict} (audit/audit.md)")
+    if audit.exit_code != 0 and cfg.force:
+        for f in sorted(audit.findings, key=lambda f: -SEVERITY_RANK.get(f.get("severity"), -1))[:LISTED]:
+            items = ", ".join((f.get("items") or [])[:5])
+            lines.append(f"  - {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}"
+                         + (f" (items: {items})" if items else ""))
+        if len(audit.findings) > LISTED:
+            lines.append(f"  - … {len(audit.findings) - LISTED} more in audit/audit.json")
+    previous = ""
+    if old_dir is not None and (old_dir / CHANGELOG).is_file():
+        previous = (old_dir / CHANGELOG).read_text(encoding="utf-8").split("\n", 2)[2]  # drop its title
+    return f"# Changelog of {lock['bank']}\n\n" + "\n".join(lines) + "\n\n" + previous
+
+
+def print_add(cfg: BankConfig, root: Path, current: int | None, version: int, new: list[Item],
+              verdicts: list[Verdict], audit: AuditOutcome, refused: bool) -> None:
+    if cfg.progress == "off":
+        return
+    sev = audit.summary["by_severity"]
+    print(f"[bank] audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info"
+          f" (fail_on={cfg.fail_on}{', forced' if cfg.force and audit.exit_code else ''})")
+    rej = [v.reject for v in verdicts if v.reject]
+    worst = [f for f in audit.findings if SEVERITY_RANK.get(f.get("severity"), -1) >= SEVERITY_RANK.get(cfg.fail_on, 9)]
+    for f in worst[:LISTED] if audit.exit_code else []:
+        print(f"[bank] audit {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}")
+    if refused:
+        print(f"[bank] batch refused by its audit ({len(rej)} items, {audit.folder}/audit.md); {root} stays at "
+              f"{label(current) if current else 'no version'}; force=true adds it anyway")
+        return
+    groups: dict[tuple[str, str], list[Reject]] = {}
+    for r in rej:
+        groups.setdefault((r.stage, r.reason), []).append(r)
+    for (stage, reason), rs in sorted(groups.items()):
+        print(f"[bank] refused {len(rs)} ({stage} {reason}), for example:")
+        for r in rs[:PRINTED]:
+            print(f"[bank]   {r.record_id}: {r.detail}")
+    if new:
+        print(f"[bank] {root}: {label(current) if current else 'empty'} -> {label(version)}, added {len(new)}, "
+              f"refused {len(rej)}" + (" (the run folder's rejects.jsonl lists them)" if rej else ""))
+    else:
+        print(f"[bank] nothing new; {root} stays at {label(current) if current else 'no version'}")
+
+

@@ -1,0 +1,296 @@
+"""``bank verify``: every version against its lock, and the gate every writer passes first.
+
+One outcome per version: a record per file that checks, a reject per problem; exit code 1 on
+any problem. Every file of every version against its lock, no file missing or added, no
+symlink and nothing resolving outside the bank, every lock against the SHA-256 the next
+version recorded for it, every item id recomputed from its record, ids unique, counts and
+``added_in`` consistent, and every item of a version present unchanged in the next one. It
+prints the SHA-256 of the checked version's lock: publish it with a release, since a
+consistent rewrite of the newest version's files *and* its lock can only be caught against a
+hash kept elsewhere (older versions are anchored by the newer locks).
+
+``add`` and ``export`` run the same checks first (:func:`require_clean`): a damaged bank is
+never built on or exported from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gen.errors import GenError, MissingInputError
+from gen.llm import sha256_file
+from generators.bank.identity import KINDS, item_id_of
+from generators.bank.store import (
+    CURRENT,
+    FORMAT,
+    LOCK,
+    SCHEMA_REVISION,
+    VERSION_DIR,
+    VERSIONS,
+    is_within,
+    label,
+    leftovers,
+    read_json,
+    read_kind,
+    read_pointer,
+    version_dir,
+    version_files,
+    version_links,
+)
+from schemas import Reject
+from schemas.bank import VerifyRecord
+
+if TYPE_CHECKING:
+    from gen.run import RunContext
+    from generators.bank import BankConfig
+
+
+class DriftError(GenError):
+    """The bank does not verify, so nothing is written on top of it or exported from it. Exit
+    code 1, as ``bank verify`` gives for the same bank."""
+
+    exit_code = 1
+
+
+@dataclass
+class Problem:
+    version: int
+    path: str
+    reason: str
+    detail: str
+
+
+@dataclass
+class VersionCheck:
+    version: int
+    ok_files: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+Rows = dict[str, tuple[int, str]]
+"""item_id -> (added_in, SHA-256 of the record) of one version."""
+
+
+def drift_line(p: Problem) -> str:
+    """How verify prints a problem (and how a refused writer names the first one)."""
+    return f"DRIFT {p.path}: {p.reason}: {p.detail}"
+
+
+def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], previous: Rows | None,
+                  ok: list[tuple[str, str]] | None = None,
+                  checked: dict[str, Rows] | None = None) -> tuple[list[Problem], Rows]:
+    """Problems of one version folder against its lock (files, hashes, counts, ids, append-only),
+    and its rows. ``previous``: the rows of the version before, when known; ``checked``: rows of
+    data files already checked, by SHA-256 (hard-linked files are read once)."""
+    rel = f"{VERSIONS}/{label(version)}"
+    problems: list[Problem] = []
+
+    def problem(path: str, reason: str, detail: str) -> None:
+        problems.append(Problem(version, f"{rel}/{path}" if path else rel, reason, detail))
+
+    if lock.get("format") != FORMAT or not isinstance(lock.get("schema_revision"), int):
+        problem(LOCK, "bad_lock", f"{rel}/{LOCK} is not a {FORMAT} lock")
+        return problems, {}
+    if lock["schema_revision"] > SCHEMA_REVISION:
+        problem(LOCK, "newer_schema", f"{rel}/{LOCK}: schema revision {lock['schema_revision']} is newer than "
+                                      f"this toolkit's {SCHEMA_REVISION}; upgrade gen")
+        return problems, {}
+    if lock.get("version") != version:
+        problem(LOCK, "version_mismatch", f"{rel}/{LOCK} says version {lock.get('version')}, its folder {label(version)}")
+    links = dict(version_links(root, folder))
+    for name, target in links.items():
+        problem(name, "symlink", f"{rel}/{name} is a symlink or leaves the bank (to {target}); "
+                                 "a version holds its own files")
+    expected: dict[str, str] = lock.get("files") or {}
+    found = version_files(folder)
+    for name in sorted(expected.keys() | found.keys()):
+        if name not in found:
+            if name not in links:
+                problem(name, "missing_file", f"{rel}/{name} is listed in the lock but missing")
+        elif name not in expected:
+            problem(name, "unexpected_file", f"{rel}/{name} is not in the lock (added without a version bump)")
+        elif expected[name] != found[name]:
+            problem(name, "hash_mismatch", f"{rel}/{name}: SHA-256 {found[name][:16]}… but the lock has "
+                                           f"{expected[name][:16]}… (changed without a version bump)")
+        elif ok is not None:
+            ok.append((name, found[name]))
+    current_rows: Rows = {}
+    counts = lock.get("counts") or {}
+    for kind in KINDS:
+        name = f"{kind}.parquet"
+        if name not in found:
+            if kind in counts and name not in links:
+                problem(name, "missing_file", f"{rel}/{name}: the lock counts {counts[kind].get('items')} {kind} "
+                                              "items but the file is missing")
+            continue
+        sha = found[name]
+        if checked is not None and sha in checked:
+            rows = checked[sha]
+        else:
+            rows = {}
+            try:
+                df = read_kind(folder / name)
+                data = df.select("item_id", "added_in", "source_format", "record").iter_rows()
+                for iid, added, fmt, rec in data:
+                    if iid in rows:
+                        problem(name, "duplicate_id", f"{rel}/{name}: item {iid} appears twice")
+                    try:
+                        recomputed = item_id_of(fmt, json.loads(rec))
+                    except (ValueError, GenError, KeyError, TypeError) as e:
+                        recomputed = f"unreadable record ({e})"
+                    if recomputed != iid:
+                        problem(name, "item_id_mismatch", f"{rel}/{name}: item {iid}: its record hashes to {recomputed}")
+                    rows[iid] = (added, hashlib.sha256(rec.encode()).hexdigest())
+            except Exception as e:  # noqa: BLE001 - a damaged parquet file raises several types
+                problem(name, "unreadable", f"{rel}/{name}: cannot read ({str(e).splitlines()[0][:120]})")
+                continue
+            if checked is not None and not any(p.path.endswith(name) for p in problems):
+                checked[sha] = rows
+        if counts.get(kind, {}).get("items") != len(rows):
+            problem(name, "count_mismatch", f"{rel}/{name}: {len(rows)} items, the lock counts "
+                                            f"{counts.get(kind, {}).get('items')}")
+        late = [i for i, (a, _) in rows.items() if not isinstance(a, int) or a > version]
+        if late:
+            problem(name, "bad_added_in", f"{rel}/{name}: {len(late)} items say added_in > {version}, e.g. {late[0]}")
+        current_rows.update(rows)
+    for kind in counts:
+        if kind not in KINDS:
+            problem(LOCK, "unknown_kind", f"{rel}/{LOCK} counts an unknown kind {kind!r}")
+    history = lock.get("history") or []
+    mine = history[-1] if history else {}
+    if mine.get("version") != version:
+        problem(LOCK, "bad_history", f"{rel}/{LOCK}: its history does not end with {label(version)}")
+    else:
+        added = Counter(a for a, _ in current_rows.values())
+        if added.get(version, 0) != sum((mine.get("added") or {}).values()):
+            problem(LOCK, "count_mismatch", f"{rel}/{LOCK}: history says {sum((mine.get('added') or {}).values())} "
+                                            f"items added in {label(version)}, the data has {added.get(version, 0)}")
+    if previous is not None:
+        gone = [i for i in previous if i not in current_rows]
+        changed = [i for i, v in previous.items() if i in current_rows and current_rows[i] != v]
+        if gone:
+            problem("", "removed_item", f"{rel}: {len(gone)} items of {label(version - 1)} are missing, e.g. {gone[0]}")
+        if changed:
+            problem("", "rewritten_item", f"{rel}: {len(changed)} items of {label(version - 1)} were rewritten, "
+                                          f"e.g. {changed[0]}")
+    if previous is not None or version == 1:
+        new_here = [i for i in current_rows if previous is None or i not in previous]
+        wrong = [i for i in new_here if current_rows[i][0] != version]
+        if wrong:
+            problem("", "bad_added_in", f"{rel}: {len(wrong)} items new in {label(version)} say another added_in, "
+                                        f"e.g. {wrong[0]}")
+    return problems, current_rows
+
+
+def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[VersionCheck], list[str]]:
+    """Check versions 1..target (default: current); returns (target, per-version checks, leftovers)."""
+    current = read_pointer(root)
+    if current is None:
+        raise MissingInputError(f"bank: no released version at {root}")
+    target = target or current
+    checks = [VersionCheck(v) for v in range(1, target + 1)]
+    top = checks[-1]
+    if not version_dir(root, current).is_dir():
+        top.problems.append(Problem(target, CURRENT, "bad_pointer",
+                                    f"{CURRENT} points to {VERSIONS}/{label(current)}, which does not exist"))
+    vroot = root / VERSIONS
+    if vroot.is_symlink():
+        top.problems.append(Problem(target, VERSIONS, "symlink",
+                                    f"{VERSIONS} is a symlink (to {os.path.realpath(vroot)}); the bank holds its own files"))
+    locks: dict[int, dict[str, Any] | None] = {}
+    for c in checks:
+        folder = version_dir(root, c.version)
+        rel = f"{VERSIONS}/{label(c.version)}"
+        if folder.is_symlink() or (folder.exists() and not is_within(root, folder)):
+            locks[c.version] = None
+            c.problems.append(Problem(c.version, rel, "symlink",
+                                      f"{rel} is a symlink or leaves the bank (to {os.path.realpath(folder)}); "
+                                      "a version holds its own files"))
+            continue
+        try:
+            locks[c.version] = read_json(folder / LOCK, "bank")
+        except GenError as e:
+            locks[c.version] = None
+            reason = "missing_version" if not folder.is_dir() else "missing_file" if not (folder / LOCK).exists() else "bad_lock"
+            c.problems.append(Problem(c.version, f"{rel}/{LOCK}", reason, str(e)))
+    top_lock = locks[target]
+    history = (top_lock or {}).get("history") or []
+    if top_lock is not None and [h.get("version") for h in history] != list(range(1, target + 1)):
+        top.problems.append(Problem(target, f"{VERSIONS}/{label(target)}/{LOCK}", "bad_history",
+                                    f"the history of {label(target)} lists versions {[h.get('version') for h in history]}"))
+    for h in history[:-1]:
+        v = h.get("version")
+        if isinstance(v, int) and 1 <= v < target and locks.get(v) is not None:
+            sha = sha256_file(version_dir(root, v) / LOCK)
+            # each lock is recorded by the next one; the newest is checked against every later history
+            later = [locks[w] for w in range(v + 1, target + 1) if locks.get(w)]
+            recorded = {(x.get("history") or [{}] * v)[v - 1].get("lock_sha256") for x in later
+                        if len(x.get("history") or []) >= v}
+            for r in sorted(recorded, key=str):
+                if r != sha:
+                    checks[v - 1].problems.append(Problem(
+                        v, f"{VERSIONS}/{label(v)}/{LOCK}", "hash_mismatch",
+                        f"{VERSIONS}/{label(v)}/{LOCK}: SHA-256 {sha[:16]}… but a later release recorded "
+                        f"{str(r)[:16]}… (changed without a version bump)"))
+                    break
+    previous: Rows | None = None
+    checked: dict[str, Rows] = {}
+    for c in checks:
+        lock = locks[c.version]
+        if lock is None:
+            previous = None
+            continue
+        found, previous = check_version(root, c.version, version_dir(root, c.version), lock, previous,
+                                        c.ok_files, checked)
+        c.problems += found
+    left = [p.relative_to(root).as_posix() for p in leftovers(root, current)]
+    for p in sorted(vroot.iterdir()) if vroot.is_dir() else []:
+        if not (VERSION_DIR.match(p.name) or p.name.startswith(".staging-")):
+            top.problems.append(Problem(target, f"{VERSIONS}/{p.name}", "unexpected_file",
+                                        f"{VERSIONS}/{p.name} is not a version folder"))
+    return target, checks, left
+
+
+def require_clean(root: Path, target: int) -> None:
+    """Refuse to build on or export from a bank whose versions 1..target do not verify: the
+    first problem as ``bank verify`` prints it (:class:`DriftError`, exit code 1)."""
+    _, checks, _ = verify_bank(root, target)
+    found = [p for c in checks for p in c.problems]
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise DriftError(f"bank {root} {label(target)} does not verify, nothing written: {drift_line(found[0])}"
+                         f"{more}; python -m gen bank verify bank={root} lists every problem")
+
+
+def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Reject]]:
+    root = cfg.bank_path()
+    target, checks, left = verify_bank(root, ctx.plan.data)
+    bad = sum(len(c.problems) for c in checks)
+    ctx.exit_code = 1 if bad else 0
+    lock_path = version_dir(root, target) / LOCK
+    lock_sha = sha256_file(lock_path) if lock_path.is_file() and not lock_path.is_symlink() else None
+    ctx.extra["bank"] = {"action": "verify", "bank": str(root), "version": label(target), "problems": bad,
+                         "files_ok": sum(len(c.ok_files) for c in checks), "leftovers": left,
+                         "lock_sha256": lock_sha}
+    if cfg.progress != "off":
+        for c in checks:
+            for p in c.problems:
+                print(f"[bank] {drift_line(p)}")
+        for p in left:
+            print(f"[bank] ignored (an unfinished add left it; the next add removes it): {p}")
+        state = f"{bad} problem(s)" if bad else "ok"
+        print(f"[bank] verify {root} {label(target)}: {state}; {len(checks)} versions, "
+              f"{sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}")
+    for i, c in zip(ctx.indices(), checks, strict=True):
+        out: list[VerifyRecord | Reject] = [VerifyRecord(version=label(c.version), file=f, sha256=s)
+                                            for f, s in c.ok_files]
+        out += [Reject(record_id=p.path, index=i, stage="verify", reason=p.reason, detail=p.detail)
+                for p in c.problems]
+        yield out
