@@ -155,7 +155,8 @@ def read_shard(folder: Path) -> Shard:
             raise MissingInputError(f"input: {file} is in the shard's manifest but missing")
         outputs[rel] = file
     a, b = m.shard.indices
-    rows = len(_rows(records)) + len(_rows(rejects))
+    lines, rejected, _ = _records(records, rejects)  # every row parses, before any folder is made
+    rows = len(lines) + len(rejected)
     fits = (rows == b - a) if m.counts.indices_done is None else (b > a or rows == 0)
     if not fits:
         raise InputError(f"input: {folder} holds {rows} records and rejects for its {b - a} indices "
@@ -244,22 +245,22 @@ def merge_outputs(shards: list[Shard], out: Path) -> list[str]:
     return not_merged
 
 
-def _records(s: Shard) -> tuple[list[RawRecord], list[Reject], list[dict[str, Any]]]:
+def _records(records: Path, rejects: Path) -> tuple[list[RawRecord], list[Reject], list[dict[str, Any]]]:
     """A shard's record lines (as they are, and parsed) and its rejects; a line that is not
     one is an InputError naming the file and line."""
     lines, parsed = [], []
-    for k, line in _rows(s.records):
-        parsed.append(parse_json(line, f"{s.records}:{k}"))
+    for k, line in _rows(records):
+        parsed.append(parse_json(line, f"{records}:{k}"))
         lines.append(RawRecord(line.rstrip("\n")))
-    rejects = []
-    for k, line in _rows(s.rejects):
+    rejected = []
+    for k, line in _rows(rejects):
         try:
-            rejects.append(Reject.model_validate(parse_json(line, f"{s.rejects}:{k}")))
+            rejected.append(Reject.model_validate(parse_json(line, f"{rejects}:{k}")))
         except ValidationError as e:
             err = e.errors()[0]
             where = ".".join(str(x) for x in err["loc"]) or "row"
-            raise InputError(f"{s.rejects}:{k}: {where}: {err['msg']}") from None
-    return lines, rejects, parsed
+            raise InputError(f"{rejects}:{k}: {where}: {err['msg']}") from None
+    return lines, rejected, parsed
 
 
 @generator("merge", config=MergeConfig, plan=plan)
@@ -273,7 +274,7 @@ def merge(cfg: MergeConfig, ctx: RunContext) -> Iterator[RawRecord | Reject | li
     for s in shards:
         for f in (s.records, s.rejects):
             ctx.record_input(f)
-        lines, rejects, parsed = _records(s)
+        lines, rejects, parsed = _records(s.records, s.rejects)
         if hook is not None:
             records += parsed
         if s.meta.counts.indices_done is not None:
