@@ -12,6 +12,11 @@ order, so concatenating the shards' outputs in index order gives the unsharded r
 * the manifest's summaries: the generator's merge hook recomputes them from all the records
   (``tom``'s funnel, ``nocontext``'s accuracies, ``digital``'s sizes…); without a hook each
   shard's stay under ``merged.shards``.
+
+Shard folders are input, not trusted: the plan hook checks each manifest (:class:`ShardManifest`),
+passes every file name it gives through :func:`gen.paths.inside` (the shard folder when read,
+the run folder when written), and parses every record and reject, so a bad shard is one
+InputError naming the file before anything is written.
 """
 
 from __future__ import annotations
