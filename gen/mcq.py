@@ -79,8 +79,8 @@ def load_bank(path: Path) -> Bank:
 
 def egotom_type(path: Path) -> str | None:
     """The question type of an EgoToM CSV, from its header (None if it is not one)."""
-    with open(path, encoding="utf-8") as f:
-        header = f.readline()
+    with open(path, encoding="utf-8-sig", errors="replace") as f:  # its reader names a bad byte
+        header = f.readline(1 << 16)
     for q in EGOTOM_TYPES:
         if f"gt_{q}" in header and f"{q}_choice_a" in header:
             return q
@@ -98,9 +98,10 @@ def read_egotom_csv(path: Path) -> list[MCQ]:
     except Exception as e:  # noqa: BLE001 - polars raises several types
         raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
     choice_cols = [c for c in egotom_columns(q) if c.startswith(f"{q}_choice_")]
-    missing = [c for c in ("cuid", f"gt_{q}", *choice_cols) if c not in df.columns]
+    missing = [c for c in ("cuid", "narrations_in_context", f"gt_{q}", *choice_cols) if c not in df.columns]
     if missing:
-        raise InputError(f"{path}: missing EgoToM column(s) {', '.join(missing)}")
+        raise InputError(f"{path}: missing EgoToM column(s) {', '.join(missing)} "
+                         f"(an EgoToM {q} CSV has {', '.join(egotom_columns(q))})")
     items = []
     for i, row in enumerate(df.iter_rows(named=True)):
         options = [(row[c] or "").strip() for c in choice_cols]
@@ -118,18 +119,17 @@ def read_egotom_csv(path: Path) -> list[MCQ]:
 
 
 def read_mcq_jsonl(path: Path) -> list[MCQ]:
+    from gen.run import iter_jsonl
+
     items = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                rec = MCQRecord.model_validate_json(line)
-            except ValidationError as e:
-                err = e.errors()[0]
-                where = ".".join(str(x) for x in err["loc"])
-                raise InputError(f"{path}:{i + 1}: not an MCQ record ({where}: {err['msg']})") from None
-            items.append(from_record(rec, i))
+    for lineno, row in iter_jsonl(path):
+        try:
+            rec = MCQRecord.model_validate(row)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err["loc"])
+            raise InputError(f"{path}:{lineno}: not an MCQ record ({where}: {err['msg']})") from None
+        items.append(from_record(rec, lineno - 1))
     return items
 
 
@@ -162,7 +162,7 @@ def write_subset(bank: Bank, lines: Iterable[int], out: Path) -> Path:
         df = pl.read_csv(bank.path, infer_schema_length=0)
         df.with_row_index("_row").filter(pl.col("_row").is_in(keep)).drop("_row").write_csv(out)
     else:
-        with open(bank.path, encoding="utf-8") as f:
+        with open(bank.path, encoding="utf-8-sig") as f:
             source = f.readlines()
         out.write_text("".join(source[i] if source[i].endswith("\n") else source[i] + "\n"
                                for i in keep), encoding="utf-8")
@@ -226,10 +226,14 @@ def read_roles(path: Path) -> Roles:
 
     if not path.is_file():
         raise MissingInputError(f"roles: no such file: {path}")
+    from gen.run import read_text
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_text(path))
     except yaml.YAMLError as e:
         raise InputError(f"{path}: not valid YAML/JSON ({str(e).splitlines()[0]})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not valid YAML/JSON (nested too deeply)") from None
     try:
         return Roles.model_validate(data)
     except ValidationError as e:

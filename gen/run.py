@@ -9,9 +9,12 @@ writes ``manifest.json``.
 
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import hashlib
+import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,7 +35,7 @@ import gen
 from gen.embed import EmbedderConfig
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.llm import Cache, LlamaCppConfig, LLMConfig, sha256_file
-from gen.paths import ROOT
+from gen.paths import ROOT, inside
 from gen.prompts import Prompts
 from schemas import Reject
 
@@ -343,10 +346,10 @@ class RunContext:
         with one compact element per line (large outputs: json's C encoder, a readable diff)."""
         path = self.out_dir / name
         if lines:
-            body = ",\n".join(json.dumps(x, ensure_ascii=False) for x in obj)
+            body = ",\n".join(json.dumps(x, ensure_ascii=False, allow_nan=False) for x in obj)
             text = f"[\n{body}\n]\n" if body else "[]\n"
         else:
-            text = json.dumps(obj, ensure_ascii=False, indent=1) + "\n"
+            text = json.dumps(obj, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
         atomic_write(path, text)
         return path
 
@@ -425,7 +428,7 @@ def run(
         ctx.close()
     if done != requested:
         raise RuntimeError(f"generator {name} yielded {done} outcomes for {requested} indices")
-    os.replace(rec_tmp, out_dir / f"{ctx.records_name}.jsonl")
+    os.replace(rec_tmp, inside(out_dir, f"{ctx.records_name}.jsonl", what="records file"))
     os.replace(rej_tmp, rejects_path)
     wall = time.perf_counter() - t0
     manifest = {
@@ -461,7 +464,7 @@ def run(
         **ctx.extra,
     }
     manifest["outputs"] = output_hashes(out_dir)
-    atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
     progress.summary(accepted, rejected, by_reason, wall)
     progress.outputs(out_dir, {rel: count_lines(out_dir / rel) if rel.endswith(".jsonl") else None
                                for rel in manifest["outputs"] if not rel.startswith(".hydra/")})
@@ -517,18 +520,89 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+class _NotJSONNumber(ValueError):
+    """NaN, Infinity or a number too large for a float: Python's json reads them, JSON has none."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJSONNumber(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotJSONNumber(f"{text[:20]}{'…' if len(text) > 20 else ''} is too large for a number")
+    return value
+
+
+def _non_finite_at(value: Any, where: str = "") -> str | None:
+    """The field path (``a.b[2]``) of the first NaN or infinity in a parsed value."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "value"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        found = _non_finite_at(v, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else str(k))
+        if found is not None:
+            return found
+    return None
+
+
+def parse_json(text: str, where: str, *, whole_file: bool = False) -> Any:
+    """``text`` as strict JSON (RFC 8259): NaN, Infinity and numbers beyond a float's range are
+    refused, as other tools refuse them. Any problem is an InputError starting with ``where``
+    (``file:line``); ``whole_file``: ``where`` is a file, and a syntax error adds its line."""
+    try:
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as e:
+        at = f"{where}:{e.lineno}" if whole_file else where
+        raise InputError(f"{at}: not valid JSON ({e.msg})") from None
+    except _NotJSONNumber as e:
+        try:
+            field = _non_finite_at(json.loads(text))
+        except (ValueError, RecursionError):
+            field = None
+        raise InputError(f"{where}: {field or 'value'}: {e} (JSON has no NaN or Infinity)") from None
+    except RecursionError:
+        raise InputError(f"{where}: not valid JSON (nested too deeply)") from None
+    except ValueError as e:  # an integer of more than 4300 digits (sys.int_info.str_digits_check_threshold)
+        raise InputError(f"{where}: not valid JSON ({str(e).split(';')[0]})") from None
+
+
+def _utf8(data: bytes, where: str) -> str:
+    data = data.removeprefix(codecs.BOM_UTF8)  # as utf-8-sig, but the error's offset is into data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise InputError(f"{where}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at column {column}; "
+                         "save the file as UTF-8)") from None
+
+
+def read_text(path: Path) -> str:
+    """A text input file as UTF-8 (a leading byte-order mark, as spreadsheet exports write,
+    is dropped); an unreadable or non-UTF-8 file is an InputError naming it (and the line)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    return _utf8(data, str(path))
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file (a manifest, Ego4D's narration.json), read as :func:`read_text` and parsed
+    as :func:`parse_json`: every problem is an InputError naming the file."""
+    return parse_json(read_text(path), str(path), whole_file=True)
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line number, value)`` of every non-blank line of a JSONL file; a line that is not
-    JSON is an InputError naming the file and line."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            yield lineno, value
+    """``(line number, value)`` of every non-blank line of a JSONL file, read as
+    :func:`read_text` (lines end as in Python's text files) and parsed as :func:`parse_json`:
+    a file that is not UTF-8 or a line that is not strict JSON is an InputError naming the
+    file and line."""
+    for lineno, line in enumerate(io.StringIO(read_text(path), newline=None), 1):
+        if line.strip():
+            yield lineno, parse_json(line, f"{path}:{lineno}")
 
 
 def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]:

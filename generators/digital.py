@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from gen.errors import ConfigError, InputError, LLMOutputError, MissingInputError
 from gen.paths import EXAMPLES
-from gen.run import CommonConfig, RunContext, derive_id, generator, iter_jsonl
-from generators.personas import ensure_pool, sample_related
+from gen.run import CommonConfig, Plan, RunContext, derive_id, generator, iter_jsonl
+from generators.personas import ensure_pool, load_pool, sample_related
 from schemas import Reject
 from schemas import digital as S
 from schemas.digital import App
@@ -907,19 +907,54 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
     ctx.extra["characters"] = characters_summary(records)
 
 
-@generator("digital", config=DigitalConfig, merge=merge_shards)
-def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | Reject]:
-    """Digital Context Generator: 7 phone-app states per sampled persona, moment and cue."""
+@dataclass(frozen=True)
+class Inputs:
+    """What a digital run reads before it starts: the cue bank, and a given persona pool."""
+
+    cues: list[dict[str, str]]
+    cue_path: Path | None
+    pool: list[PersonaRecord] | None
+    """``persona_file``'s pool; None: the run makes (or reuses) one of ``persona_pool``."""
+    pool_path: Path | None
+
+
+def plan(cfg: DigitalConfig) -> Plan:
+    """``n`` bundles; the cue bank and ``persona_file`` are read here, before any run folder
+    exists or a model loads."""
     cues: list[dict[str, str]] = []
+    cue_path = pool_path = None
     if cfg.cue is None and cfg.cue_rate > 0:
         cue_path = Path(cfg.cue_file).expanduser() if cfg.cue_file else EXAMPLES / "cues.jsonl"
         if not cue_path.is_file():
             raise MissingInputError(f"cue_file: no such file: {cue_path}")
         cues = load_cues(cue_path)
-        ctx.record_input(cue_path)
-    pool, pool_path = ensure_pool(ctx, cfg.seed, cfg.persona_pool, cfg.persona_file, cfg.pool_dir)
+    pool = None
+    if cfg.persona_file:
+        pool_path = Path(cfg.persona_file).expanduser()
+        if not pool_path.exists():
+            raise MissingInputError(f"persona_file: no such file or folder: {pool_path}")
+        pool = load_pool(pool_path)
+        check_pool(pool, pool_path)
+    return Plan(cfg.n, Inputs(cues, cue_path, pool, pool_path))
+
+
+def check_pool(pool: list[PersonaRecord], path: Path) -> None:
     if len(pool) < 6:
-        raise ConfigError(f"the persona pool at {pool_path} has {len(pool)} usable personas; at least 6 are needed")
+        raise ConfigError(f"the persona pool at {path} has {len(pool)} usable personas; at least 6 are needed")
+
+
+@generator("digital", config=DigitalConfig, merge=merge_shards, plan=plan)
+def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | Reject]:
+    """Digital Context Generator: 7 phone-app states per sampled persona, moment and cue."""
+    inputs: Inputs = ctx.plan.data
+    cues = inputs.cues
+    if inputs.cue_path is not None:
+        ctx.record_input(inputs.cue_path)
+    if inputs.pool is not None and inputs.pool_path is not None:
+        pool, pool_path = inputs.pool, inputs.pool_path
+    else:
+        pool, pool_path = ensure_pool(ctx, cfg.seed, cfg.persona_pool, cfg.pool_dir)
+        check_pool(pool, pool_path)
     ctx.extra["persona_pool"] = {"path": str(pool_path), "size": len(pool)}
     for app in cfg.apps:
         ctx.prompts.hash(f"digital/{app.value.lower()}.jinja")

@@ -47,7 +47,7 @@ from pydantic import Field, ValidationError, field_validator
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import EXAMPLES
 from gen.prompts import Prompts
-from gen.run import CommonConfig, Plan, RunContext, derive_seed, generator, iter_jsonl
+from gen.run import CommonConfig, Plan, RunContext, derive_seed, generator, iter_jsonl, parse_json
 from schemas import Reject
 from schemas.distractors import Distractor, DistractorMCQ, GoalRow
 
@@ -166,10 +166,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
     for k, row in enumerate(df.iter_rows(named=True), 1):
         goal = row.get("goal")
         if isinstance(goal, str):  # a goal column of JSON strings
-            try:
-                row["goal"] = json.loads(goal)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:row {k}: goal: not valid JSON ({e.msg})") from None
+            row["goal"] = parse_json(goal, f"{path}:row {k}: goal")
         elif isinstance(goal, dict):  # a struct column holds every type's fields; drop the absent
             row["goal"] = {key: v for key, v in goal.items() if v is not None}
         yield f"{path}:row {k}", {key: v for key, v in row.items() if v is not None}
@@ -543,7 +540,7 @@ class JsonListWriter:
         self.count = 0
 
     def write(self, obj: Any) -> None:
-        self.f.write(("[\n" if self.count == 0 else ",\n") + json.dumps(obj, ensure_ascii=False, indent=1))
+        self.f.write(("[\n" if self.count == 0 else ",\n") + json.dumps(obj, ensure_ascii=False, indent=1, allow_nan=False))
         self.count += 1
 
     def close(self) -> None:

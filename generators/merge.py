@@ -12,21 +12,39 @@ order, so concatenating the shards' outputs in index order gives the unsharded r
 * the manifest's summaries: the generator's merge hook recomputes them from all the records
   (``tom``'s funnel, ``nocontext``'s accuracies, ``digital``'s sizes…); without a hook each
   shard's stay under ``merged.shards``.
+
+Shard folders are input, not trusted: the plan hook checks each manifest (:class:`ShardManifest`),
+passes every file name it gives through :func:`gen.paths.inside` (the shard folder when read,
+the run folder when written), and parses every record and reject, so a bad shard is one
+InputError naming the file before anything is written.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gen.errors import InputError, MissingInputError
 from gen.llm import Usage
-from gen.run import REGISTRY, CommonConfig, Plan, RunContext, atomic_write, extras_of, generator
+from gen.paths import UnsafePathError, inside
+from gen.run import (
+    REGISTRY,
+    CommonConfig,
+    Plan,
+    RunContext,
+    atomic_write,
+    extras_of,
+    generator,
+    parse_json,
+    read_json,
+    read_text,
+)
 from schemas import Reject
 
 # Keys that may differ between shards of one run.
@@ -46,11 +64,52 @@ class RawRecord:
         return self.line
 
 
+class _ShardPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    indices: tuple[int, int]
+    num_shards: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> _ShardPart:
+        if not 0 <= self.indices[0] <= self.indices[1]:
+            raise ValueError(f"indices must be [start, stop] with 0 <= start <= stop, got {list(self.indices)}")
+        return self
+
+
+class _Counts(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    requested: int = Field(ge=0)
+    indices_done: int | None = Field(None, ge=0)
+
+
+class ShardManifest(BaseModel):
+    """The parts of a shard's ``manifest.json`` merge relies on; the rest (a generator's
+    summaries) is the generator's merge hook's to read."""
+
+    model_config = ConfigDict(extra="allow")
+    generator: str = Field(pattern=r"^[A-Za-z0-9_-]+$")
+    """A generator's name (it names the records file)."""
+    config: dict[str, Any]
+    shard: _ShardPart
+    counts: _Counts
+    outputs: dict[str, str] = Field(default_factory=dict)
+    validators: dict[str, int] = Field(default_factory=dict)
+    llm_usage: dict[str, int | float] | None = None
+
+
 @dataclass(frozen=True)
 class Shard:
     folder: Path
     manifest: dict[str, Any]
+    """As read (a generator's merge hook reads its summaries)."""
+    meta: ShardManifest
+    """The parts merge relies on, checked."""
     indices: tuple[int, int]
+    records: Path
+    """``<generator>.jsonl`` inside the folder."""
+    rejects: Path
+    outputs: dict[str, Path]
+    """The shard's other outputs to merge: manifest name -> file inside the folder."""
 
 
 class MergeConfig(CommonConfig):
@@ -64,16 +123,55 @@ def plan(cfg: MergeConfig) -> Plan:
     return Plan(sum(s.indices[1] - s.indices[0] for s in shards), shards)
 
 
+def read_shard(folder: Path) -> Shard:
+    """One shard folder: its manifest checked (types, and every file name it gives stays
+    inside the folder), its records and rejects found, their rows matching its indices."""
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        raise MissingInputError(f"input: {folder} is not a finished run folder (no manifest.json)")
+    raw = read_json(manifest)
+    if not isinstance(raw, dict):
+        raise InputError(f"{manifest}: expected a run manifest (a JSON object), got {type(raw).__name__}")
+    try:
+        m = ShardManifest.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "manifest"
+        raise InputError(f"{manifest}: {where}: {err['msg']}") from None
+
+    def path(name: str, what: str) -> Path:
+        try:
+            return inside(folder, name, what=what)
+        except UnsafePathError as e:
+            raise InputError(f"{manifest}: {e}; a shard's files lie inside its folder") from None
+
+    records = path(f"{m.generator}.jsonl", "generator")
+    rejects = path("rejects.jsonl", "rejects")
+    for f in (records, rejects):
+        if not f.is_file():
+            raise MissingInputError(f"input: {folder} is not a finished run folder (no {f.name})")
+    own = {records.name, rejects.name}
+    outputs = {}
+    for rel in m.outputs:
+        file = path(rel, "output")
+        if rel in own or rel.startswith(SKIP_PREFIXES) or rel.endswith(SKIP_SUFFIXES):
+            continue
+        if not file.is_file():
+            raise MissingInputError(f"input: {file} is in the shard's manifest but missing")
+        outputs[rel] = file
+    a, b = m.shard.indices
+    lines, rejected, _ = _records(records, rejects)  # every row parses, before any folder is made
+    rows = len(lines) + len(rejected)
+    fits = (rows == b - a) if m.counts.indices_done is None else (b > a or rows == 0)
+    if not fits:
+        raise InputError(f"input: {folder} holds {rows} records and rejects for its {b - a} indices "
+                         f"[{a}, {b}) (manifest.json: shard.indices)")
+    return Shard(folder, raw, m, (a, b), records, rejects, outputs)
+
+
 def read_shards(paths: list[str]) -> list[Shard]:
     """Shard folders with their manifests, in index order; refuses overlaps and mismatches."""
-    shards = []
-    for p in paths:
-        folder = Path(p).expanduser()
-        manifest = folder / "manifest.json"
-        if not manifest.is_file():
-            raise MissingInputError(f"input: {folder} is not a finished run folder (no manifest.json)")
-        m = json.loads(manifest.read_text())
-        shards.append(Shard(folder, m, tuple(m["shard"]["indices"])))  # type: ignore[arg-type]
+    shards = [read_shard(Path(p).expanduser()) for p in paths]
     shards.sort(key=lambda s: s.indices)
     first = shards[0]
     base = {k: v for k, v in first.manifest["config"].items() if k not in SHARD_KEYS}
@@ -92,9 +190,15 @@ def read_shards(paths: list[str]) -> list[Shard]:
     return shards
 
 
+def _rows(path: Path) -> list[tuple[int, str]]:
+    """``(line number, line)`` of the non-blank lines of a records file, as merge copies them."""
+    return [(k, line) for k, line in enumerate(_lines(path), 1) if line.strip(" \t\r\n\f\v")]
+
+
 def _lines(path: Path) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line if line.endswith("\n") else line + "\n" for line in f]
+    """A text file's lines, each ending in a newline (read as the runner wrote them: only
+    ``\\n``, ``\\r\\n`` and ``\\r`` end a line; a U+2028 inside a JSON string does not)."""
+    return [line if line.endswith("\n") else line + "\n" for line in io.StringIO(read_text(path), newline=None)]
 
 
 def merge_file(parts: list[Path]) -> str | None:
@@ -110,7 +214,7 @@ def merge_file(parts: list[Path]) -> str | None:
             raise InputError(f"input: {parts[0].name} has different columns in different shards")
         return "".join(texts[0][:1]) + "".join(line for t in texts for line in t[1:])
     if suffix == ".json":
-        data = [json.loads(p.read_text(encoding="utf-8")) for p in parts]
+        data = [read_json(p) for p in parts]
         if all(isinstance(d, list) for d in data):
             joined: Any = [x for d in data for x in d]
         elif all(isinstance(d, dict) for d in data):
@@ -121,30 +225,47 @@ def merge_file(parts: list[Path]) -> str | None:
                 joined.update(d)
         else:
             return None
-        return json.dumps(joined, ensure_ascii=False, indent=1) + "\n"  # as ctx.write_json
+        return json.dumps(joined, ensure_ascii=False, indent=1, allow_nan=False) + "\n"  # as ctx.write_json
     return None
 
 
-def merge_outputs(shards: list[Shard], name: str, out: Path) -> list[str]:
+def merge_outputs(shards: list[Shard], out: Path) -> list[str]:
     """Write every extra output of the shards into ``out``; return those it could not merge."""
-    own = {f"{name}.jsonl", "rejects.jsonl"}
     outputs: dict[str, list[Path]] = {}
     for s in shards:
-        for rel in s.manifest.get("outputs") or {}:
-            if rel in own or rel.startswith(SKIP_PREFIXES) or rel.endswith(SKIP_SUFFIXES):
-                continue
-            if not (s.folder / rel).is_file():
-                raise MissingInputError(f"input: {s.folder / rel} is in the shard's manifest but missing")
-            outputs.setdefault(rel, []).append(s.folder / rel)
+        for rel, file in s.outputs.items():
+            outputs.setdefault(rel, []).append(file)
     not_merged = []
     for rel, parts in sorted(outputs.items()):
         text = merge_file(parts)
         if text is None:
             not_merged.append(rel)
             continue
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(out / rel, text)
+        try:  # names were checked when read; here a symlink in the run folder may still lead out
+            target = inside(out, rel, what="output")
+        except UnsafePathError as e:
+            raise InputError(f"{out}: {e}; merge writes only inside its run folder") from None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, text)
     return not_merged
+
+
+def _records(records: Path, rejects: Path) -> tuple[list[RawRecord], list[Reject], list[dict[str, Any]]]:
+    """A shard's record lines (as they are, and parsed) and its rejects; a line that is not
+    one is an InputError naming the file and line."""
+    lines, parsed = [], []
+    for k, line in _rows(records):
+        parsed.append(parse_json(line, f"{records}:{k}"))
+        lines.append(RawRecord(line.rstrip("\n")))
+    rejected = []
+    for k, line in _rows(rejects):
+        try:
+            rejected.append(Reject.model_validate(parse_json(line, f"{rejects}:{k}")))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err["loc"]) or "row"
+            raise InputError(f"{rejects}:{k}: {where}: {err['msg']}") from None
+    return lines, rejected, parsed
 
 
 @generator("merge", config=MergeConfig, plan=plan)
@@ -156,34 +277,42 @@ def merge(cfg: MergeConfig, ctx: RunContext) -> Iterator[RawRecord | Reject | li
     hook = REGISTRY[name].merge if name in REGISTRY else None
     records: list[dict[str, Any]] = []  # parsed only for a hook
     for s in shards:
-        for kind in (f"{name}.jsonl", "rejects.jsonl"):
-            ctx.record_input(s.folder / kind)
-        lines = [RawRecord(x.rstrip("\n")) for x in _lines(s.folder / f"{name}.jsonl")]
-        rejects = [Reject.model_validate_json(x) for x in _lines(s.folder / "rejects.jsonl")]
+        for f in (s.records, s.rejects):
+            ctx.record_input(f)
+        lines, rejects, parsed = _records(s.records, s.rejects)
         if hook is not None:
-            records += [json.loads(r.line) for r in lines]
-        if "indices_done" in s.manifest["counts"]:
+            records += parsed
+        if s.meta.counts.indices_done is not None:
             # An index gave a list of outcomes, and records do not say which index they came
             # from: the shard's outcomes go out as one list, then empty ones for its other indices.
-            yield [*lines, *rejects]
-            for _ in range(s.indices[1] - s.indices[0] - 1):
-                yield []
+            span = s.indices[1] - s.indices[0]
+            if span:
+                yield [*lines, *rejects]
+                for _ in range(span - 1):
+                    yield []
         else:
             yield from lines
             yield from rejects
-        for k, v in (s.manifest.get("validators") or {}).items():
+        for k, v in s.meta.validators.items():
             ctx.count(k, v)
-    not_merged = merge_outputs(shards, name, ctx.out_dir)
+    not_merged = merge_outputs(shards, ctx.out_dir)
     if hook is not None:
-        hook(ctx, records, [s.manifest for s in shards])
+        try:
+            hook(ctx, records, [s.manifest for s in shards])
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+            # the hook reads only the shards' summaries and records: a shape it cannot read is
+            # theirs (written by another version, or edited), named with what the hook missed
+            folders = ", ".join(str(s.folder / "manifest.json") for s in shards)
+            raise InputError(f"input: {name}'s merge cannot read the shards' summaries or records "
+                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}) in {folders}") from None
     a, b = shards[0].indices[0], shards[-1].indices[1]
     covered = sum(s.indices[1] - s.indices[0] for s in shards)
     ctx.extra["merged"] = {
         "generator": name,
         "source_config": {k: v for k, v in shards[0].manifest["config"].items() if k not in SHARD_KEYS},
-        "complete": covered == b - a and a == 0 and shards[0].manifest["shard"]["num_shards"] == len(shards),
-        "not_merged": [rel for rel in not_merged if not (ctx.out_dir / rel).is_file()],
-        "llm_usage": Usage.total([s.manifest.get("llm_usage") for s in shards]),
+        "complete": covered == b - a and a == 0 and shards[0].meta.shard.num_shards == len(shards),
+        "not_merged": [rel for rel in not_merged if not inside(ctx.out_dir, rel).is_file()],
+        "llm_usage": Usage.total([s.meta.llm_usage for s in shards]),
         "shards": [{"path": str(s.folder), "indices": list(s.indices), "counts": s.manifest["counts"],
                     "llm_usage": s.manifest.get("llm_usage"),
                     **({} if hook else {"summaries": extras_of(s.manifest)})} for s in shards],

@@ -545,7 +545,7 @@ def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord
                     ctx.count(f"removed.{rule}")
                 row = {**outcome.model_dump(mode="json"),
                        "item": {"question": item.question, "options": item.options}}
-                removed_f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                removed_f.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
             for label, n in outcome.unparseable.items():
                 if n:
                     ctx.count(f"unparseable.{label}", n)

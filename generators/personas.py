@@ -11,7 +11,6 @@ age-consistent relations) from a pool made here and reused by (seed, size, LLM).
 from __future__ import annotations
 
 import fcntl
-import json
 import random
 import re
 from collections import Counter
@@ -22,7 +21,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
-from gen.errors import GenError, InputError, LLMOutputError, MissingInputError
+from gen.errors import GenError, InputError, LLMOutputError
 from gen.run import (
     CommonConfig,
     Plan,
@@ -31,6 +30,7 @@ from gen.run import (
     derive_seed,
     generator,
     load_run_records,
+    read_json,
 )
 from schemas import Reject
 from schemas.personas import Bio, PersonaFacts, PersonaRecord, RelatedPersona, Relation
@@ -531,15 +531,9 @@ def load_pool(path: Path) -> list[PersonaRecord]:
     return pool
 
 
-def ensure_pool(ctx: RunContext, seed: int, size: int, persona_file: str | None,
-                pool_dir: str) -> tuple[list[PersonaRecord], Path]:
-    """The pool a run uses: ``persona_file``, or a pool of ``size`` personas made once per
-    (seed, size, LLM) as a sub-run of ``ctx`` in ``pool_dir`` and reused after."""
-    if persona_file:
-        path = Path(persona_file).expanduser()
-        if not path.exists():
-            raise MissingInputError(f"persona_file: no such file or folder: {path}")
-        return load_pool(path), path
+def ensure_pool(ctx: RunContext, seed: int, size: int, pool_dir: str) -> tuple[list[PersonaRecord], Path]:
+    """A pool of ``size`` personas made once per (seed, size, LLM) as a sub-run of ``ctx`` in
+    ``pool_dir`` and reused after (a given ``persona_file`` is read by :func:`load_pool`)."""
     cfg = ctx.cfg
     pcfg = PersonasConfig(seed=seed, n=size, persona_pool=size, llm=cfg.llm, cache_dir=cfg.cache_dir,
                           progress=cfg.progress, progress_every=cfg.progress_every)
@@ -551,7 +545,10 @@ def ensure_pool(ctx: RunContext, seed: int, size: int, persona_file: str | None,
         wanted = pcfg.model_dump(mode="json", exclude={"progress", "progress_every", "cache_dir"})
         reuse = False
         if manifest.is_file() and (folder / "personas.jsonl").is_file():
-            old = json.loads(manifest.read_text())
+            old = read_json(manifest)
+            if not isinstance(old, dict) or not isinstance(old.get("config"), dict):
+                raise InputError(f"{manifest}: not a personas run manifest (an object with a config); "
+                                 f"remove {folder} to make the pool anew")
             reuse = {k: old["config"].get(k) for k in wanted} == wanted and old.get("exit_code", 0) == 0
         if not reuse:
             result = ctx.subrun("personas", pcfg, folder, resolved=wanted, quiet=False)

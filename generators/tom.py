@@ -14,6 +14,7 @@ and rejects; the funnel of survivors per step and question type goes to the mani
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -39,7 +40,7 @@ from gen.mcq import (
     egotom_type,
     write_egotom_csv,
 )
-from gen.run import CommonConfig, Plan, RunContext, generator
+from gen.run import CommonConfig, Plan, RunContext, generator, parse_json, read_json, read_text
 from schemas import Reject
 from schemas.tom import (
     AlternativesDraft,
@@ -61,8 +62,16 @@ def parse_time(value: Any) -> float | None:
     ``1:02:03``, ``198.5``, ``198s``); None when it is not one (or negative / not finite)."""
     if isinstance(value, bool):
         return None
+    try:  # an integer too large for a float (400 digits) is no timestamp either
+        sec = _seconds(value)
+    except (OverflowError, ValueError):
+        return None
+    return sec if sec is not None and math.isfinite(sec) and sec >= 0 else None
+
+
+def _seconds(value: Any) -> float | None:
     if isinstance(value, int | float):
-        return float(value) if math.isfinite(value) and value >= 0 else None
+        return float(value)
     if not isinstance(value, str):
         return None
     m = _TIME.match(value)
@@ -276,9 +285,15 @@ def _narration(text: Any, t: Any, where: str) -> tuple[Line | None, str | None]:
         return None, f"{where}: empty or missing narration text"
     sec = parse_time(t)
     if sec is None:
-        return None, f"{where}: bad timestamp {t!r}"
+        return None, f"{where}: bad timestamp {_short(t)}"
     text = " ".join(text.split())
     return Line(sec, text, speaker_of(text)), None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A value's repr, cut (a 400-digit timestamp is named, not copied)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _add_narration(clip: Clip, text: Any, t: Any, where: str) -> None:
@@ -294,12 +309,7 @@ def read_ego4d(path: Path, passes: tuple[str, ...]) -> list[Clip]:
     """Ego4D ``narration.json``: video uid -> pass -> narrations + summaries. Each summary's
     [start_sec, end_sec) window is one clip (the 5-minute units narrators were given), id
     ``{vuid}~{pass}~{first}-{end}`` over the pass's time-sorted narrations, as EgoToM's cuid."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read ({e})") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    data = read_json(path)
     if isinstance(data, dict) and isinstance(data.get("videos"), dict):
         data = data["videos"]
     if not isinstance(data, dict):
@@ -315,8 +325,12 @@ def read_ego4d(path: Path, passes: tuple[str, ...]) -> list[Clip]:
                 continue
             short = pname.removeprefix("narration_")
             where = f"{path}: {vuid}.{pname}"
-            if not isinstance(p, dict) or not isinstance(p.get("narrations", []), list):
-                clips.append(Clip(f"{vuid}~{short}", vuid, "ego4d", where, problems=[f"{where}: not a narration pass"]))
+            bad = ["narrations", "summaries"] if not isinstance(p, dict) else \
+                [k for k in ("narrations", "summaries") if not isinstance(p.get(k) or [], list)]
+            if bad:
+                clips.append(Clip(f"{vuid}~{short}", vuid, "ego4d", where,
+                                  problems=[f"{where}: not a narration pass ({' and '.join(bad)} must be "
+                                            f"{'lists' if len(bad) > 1 else 'a list'})"]))
                 continue
             clips += _pass_clips(vuid, short, where, p)
     return clips
@@ -389,7 +403,7 @@ def read_egotom_csvs(files: list[Path]) -> list[Clip]:
             clip = Clip(cuid, (row.get("vuid") or cuid.split("~")[0]).strip(), "egotom_csv", where)
             start = parse_time(_float_text(row.get("clip_start_time")))
             if start is None:
-                clip.problems.append(f"{where}: bad clip_start_time {row.get('clip_start_time')!r}")
+                clip.problems.append(f"{where}: bad clip_start_time {_short(row.get('clip_start_time'))}")
             clip.start_sec = start or 0.0
             for k, raw in enumerate((row.get("narrations_in_context") or "").split("\n")):
                 if not raw.strip():
@@ -417,16 +431,16 @@ def read_jsonl(path: Path) -> list[Clip]:
     ``narrations: [{t, text}]`` (``t`` in seconds or ``MMm:SSs``). A line that is not a clip
     becomes a clip with a problem (rejected at ``parse``), not a failed run."""
     clips = []
-    with open(path, encoding="utf-8") as f:
+    with io.StringIO(read_text(path), newline=None) as f:  # a file that is not UTF-8 fails whole
         for lineno, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             where = f"{path}:{lineno}"
             try:
-                row = json.loads(raw)
-            except json.JSONDecodeError as e:
+                row = parse_json(raw, where)
+            except InputError as e:
                 clips.append(Clip(f"{path.stem}:{lineno}", f"{path.stem}:{lineno}", "jsonl", where,
-                                  problems=[f"{where}: not valid JSON ({e.msg})"]))
+                                  problems=[str(e)]))
                 continue
             if not isinstance(row, dict) or not isinstance(row.get("clip_id"), str | int) \
                     or not isinstance(row.get("narrations"), list):
@@ -439,7 +453,7 @@ def read_jsonl(path: Path) -> list[Clip]:
                         summary=row.get("summary") if isinstance(row.get("summary"), str) else "")
             start = parse_time(row.get("start_sec", 0.0))
             if start is None:
-                clip.problems.append(f"{where}: bad start_sec {row.get('start_sec')!r}")
+                clip.problems.append(f"{where}: bad start_sec {_short(row.get('start_sec'))}")
             clip.start_sec = start or 0.0
             for k, n in enumerate(row["narrations"]):
                 loc = f"{where}: narrations[{k}]"
@@ -451,7 +465,7 @@ def read_jsonl(path: Path) -> list[Clip]:
             if "duration" in row:
                 clip.duration = parse_time(row["duration"])
                 if clip.duration is None:
-                    clip.problems.append(f"{where}: bad duration {row['duration']!r}")
+                    clip.problems.append(f"{where}: bad duration {_short(row['duration'])}")
             elif clip.lines:  # the last narration bounds the clip from below
                 clip.duration = clip.lines[-1].t
             clips.append(clip)

@@ -100,7 +100,8 @@ GOAL_TYPES: tuple[str, ...] = (
 
 
 class ContextWindow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN / infinity would be written as bare NaN, which JSON readers other than Python's refuse
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     start_s: float | None = None
     end_s: float | None = None
 

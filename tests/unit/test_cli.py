@@ -36,6 +36,10 @@ BAD_INPUT = [
     (["personas", "llm.temperature=9"], ["llm.temperature"]),
     (["personas", "llm=llama_cpp"], ["llm.model_path"]),
     (["personas", "shard=2", "num_shards=2"], ["shard"]),
+    (["digital", "persona_pool=1e9"], ["persona_pool", "100000"]),  # was unbounded: a billion-slot plan
+    (["distractors", "--nosuchflag"], ["unknown flag '--nosuchflag'", "distractors", "--help"]),
+    (["distractors", "-x"], ["unknown flag '-x'"]),
+    (["distractors", "--n=3"], ["unknown flag '--n=3'"]),
 ]
 
 
@@ -157,3 +161,25 @@ def test_unknown_choice_lists_only_the_choices(run_gen) -> None:
     line = _one_line_error(run_gen("personas", "llm=bogus"), "llm=bogus")
     choices = line.split("available llm:", 1)[1]
     assert sorted(c.strip() for c in choices.split(",")) == sorted(LLM_PRESETS)
+
+
+RUN_DIRS = {
+    "a_file": lambda t: t / "blocker",
+    "under_a_file": lambda t: t / "blocker" / "sub" / "run",
+    "interpolated_under_a_file": lambda t: f"{t / 'blocker'}/${{now:%Y-%m-%d}}",
+    "in_proc": lambda t: "/proc/gen-run",  # access() says a root process may write there; mkdir says no
+}
+
+
+@pytest.mark.parametrize("kind", list(RUN_DIRS))
+def test_a_run_folder_that_cannot_be_made_is_one_line(run_gen, tmp_path: Path, kind: str) -> None:
+    """Hydra made the folder after the checks and failed with a traceback (exit 1)."""
+    if kind == "in_proc" and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    (tmp_path / "blocker").write_text("a file, not a folder")
+    where = str(RUN_DIRS[kind](tmp_path))
+    line = _one_line_error(run_gen("personas", "n=1", f"hydra.run.dir={where}"), "hydra.run.dir", where)
+    assert "cannot make a run folder" in line
+    sweep = _one_line_error(run_gen("personas", "-m", "n=1,2", f"hydra.sweep.dir={where}"), "hydra.sweep.dir")
+    assert "cannot make a run folder" in sweep
+    assert (tmp_path / "blocker").read_text() == "a file, not a folder"

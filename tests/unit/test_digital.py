@@ -957,7 +957,53 @@ def test_cli_bad_cue_file_is_one_line_exit_2_before_any_model(run_gen, tmp_path:
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("error:") and f"{bad}:2:" in lines[0] and "Fax" in lines[0]
     assert not (tmp_path / "pools").exists()
-    assert not (tmp_path / "run" / "digital.jsonl").exists()
+    assert not (tmp_path / "run").exists()  # read by the plan hook: no run folder either
+
+
+def test_inputs_are_read_by_the_plan_hook_before_any_folder(tmp_path: Path, pool_file: Path) -> None:
+    """cue_file and persona_file are read when the run is sized: a persona file that is not
+    UTF-8 was an "unexpected UnicodeDecodeError" (exit 1) from inside the run."""
+    from gen.run import REGISTRY
+
+    plan = REGISTRY[NAME].make_plan(DigitalConfig(persona_file=str(pool_file), cache_dir=None))
+    assert plan.n == 5 and len(plan.data.pool) == 8 and plan.data.cue_path == EXAMPLES / "cues.jsonl"
+    bad = tmp_path / "personas.jsonl"
+    lines = pool_file.read_bytes().splitlines(keepends=True)
+    bad.write_bytes(b"".join([*lines[:2], lines[2].replace(b'"bio":"', b'"bio":"\xe9', 1), *lines[3:]]))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(bad))}:3: not UTF-8 text"):
+        REGISTRY[NAME].make_plan(DigitalConfig(persona_file=str(bad), cache_dir=None))
+    small = tmp_path / "small.jsonl"
+    small.write_bytes(b"".join(lines[:3]))
+    with pytest.raises(ConfigError, match=rf"pool at {re.escape(str(small))} has 3 usable personas"):
+        REGISTRY[NAME].make_plan(DigitalConfig(persona_file=str(small), cache_dir=None))
+
+
+def test_a_persona_run_folder_is_read_by_its_records_not_its_manifest(tmp_path: Path, pool_file: Path) -> None:
+    folder = tmp_path / "pool_run"
+    folder.mkdir()
+    (folder / "personas.jsonl").write_bytes(pool_file.read_bytes())
+    (folder / "manifest.json").write_text("[]", encoding="utf-8")  # not trusted, not needed
+    from gen.run import REGISTRY
+
+    assert len(REGISTRY[NAME].make_plan(DigitalConfig(persona_file=str(folder), cache_dir=None)).data.pool) == 8
+
+
+@pytest.mark.parametrize("manifest", ["[]", "{}", '{"config": 5}', "{not json"])
+def test_a_reused_pool_whose_manifest_is_no_manifest_is_one_line(tmp_path: Path, pool_file: Path, manifest: str) -> None:
+    """pool_dir's pool is reused when its manifest's config matches: a manifest that is a list
+    was a TypeError (exit 1); now an InputError naming it, and no pool is made over it."""
+    from generators.personas import ensure_pool
+
+    folder = tmp_path / "pools" / "seed0-n6"
+    folder.mkdir(parents=True)
+    (folder / "personas.jsonl").write_bytes(pool_file.read_bytes())
+    (folder / "manifest.json").write_text(manifest, encoding="utf-8")
+    cfg = DigitalConfig(persona_pool=6, pool_dir=str(tmp_path / "pools"), cache_dir=None, progress="off")
+    ctx = RunContext(NAME, cfg, tmp_path / "run")
+    ctx.use(llm=scripted_llm(lambda m, s: pytest.fail("no pool may be generated")))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(folder / 'manifest.json'))}"):
+        ensure_pool(ctx, 0, 6, str(tmp_path / "pools"))
+    assert (folder / "personas.jsonl").read_bytes() == pool_file.read_bytes()
 
 
 def test_missing_cue_file(tmp_path: Path, pool_file: Path) -> None:

@@ -470,6 +470,48 @@ def test_bad_json_and_duplicate_ids(tmp_path: Path) -> None:
         load_goals(path)
 
 
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_a_context_window_that_is_no_number_names_file_line_and_field(tmp_path: Path, value: str) -> None:
+    """Python's json reads NaN and Infinity; the bank then wrote them back as bare NaN, which
+    other JSON readers refuse. They are refused where read: file:line: field: reason."""
+    path = tmp_path / "bank.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "goal_id": "b2"})[:-1]
+                    + f', "context_window": {{"start_s": 0, "end_s": {value}}}}}\n', encoding="utf-8")
+    with pytest.raises(InputError) as e:
+        load_goals(path)
+    assert str(e.value).startswith(f"{path}:2: context_window.end_s: ")
+    # a parquet bank's float column can hold NaN too
+    bank = tmp_path / "bank.parquet"
+    pl.DataFrame([{**GOOD, "goal": json.dumps(GOOD["goal"]), "context_window": {"start_s": 0.0, "end_s": 1.0}},
+                  {**GOOD, "goal_id": "b2", "goal": json.dumps(GOOD["goal"]),
+                   "context_window": {"start_s": 0.0, "end_s": float(value)}}]).write_parquet(bank)
+    with pytest.raises(InputError, match=r"bank.parquet:row 2: context_window.end_s: Input should be a finite number"):
+        load_goals(bank)
+
+
+@pytest.mark.parametrize(("line", "needle"), [
+    ('{"goal_id": %s, "group": "g", "text": "x"}' % ("9" * 5000), "Exceeds the limit (4300 digits)"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+], ids=["5000_digits", "nested_100000_deep"])
+def test_a_number_or_nesting_json_cannot_hold_is_an_input_error(tmp_path: Path, line: str, needle: str) -> None:
+    """Both were exit 1 "unexpected ValueError / RecursionError"."""
+    path = tmp_path / "bank.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + line + "\n", encoding="utf-8")
+    with pytest.raises(InputError) as e:
+        load_goals(path)
+    assert str(e.value).startswith(f"{path}:2: not valid JSON (") and needle in str(e.value)
+
+
+def test_a_goal_bank_with_a_bom_reads_and_one_not_in_utf8_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bank.jsonl"
+    text = json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "goal_id": "b2", "group": "café"}, ensure_ascii=False) + "\n"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    assert [r.goal_id for r in load_goals(path).rows] == ["a1", "b2"]
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:2: not UTF-8 text \(byte 0xe9 at column \d+"):
+        load_goals(path)
+
+
 def test_every_action_type_validates_exactly() -> None:
     rows = load_goals(EXAMPLES / "goals.jsonl").rows
     for t in GOAL_TYPES:

@@ -329,6 +329,92 @@ def test_jsonl_fixture_reports_bad_lines_with_file_and_line() -> None:
     assert bad.problems == [f"{TIMELINES}:4: narrations[10]: bad timestamp 'soon'"]
 
 
+@pytest.mark.parametrize("summaries", [5, True, "a summary"])
+def test_ego4d_summaries_that_are_no_list_are_a_clip_problem(tmp_path: Path, summaries: Any) -> None:
+    """Before: ``TypeError: 'int' object is not iterable`` (a traceback); now the pass is a
+    clip rejected at parse, like a pass whose narrations are no list."""
+    good = [{"timestamp_sec": 1.0 + i, "narration_text": f"#C C step {i}"} for i in range(5)]
+    path = tmp_path / "narration.json"
+    path.write_text(json.dumps({"v1": {"narration_pass_1": {"narrations": good, "summaries": summaries}},
+                                "v2": {"narration_pass_1": {"narrations": good}}}))
+    clips = plan(cfg_for(input=str(path))).data
+    assert [c.clip_id for c in clips] == ["v1~pass_1", "v2~pass_1~0-5"]
+    assert clips[0].problems == [f"{path}: v1.narration_pass_1: not a narration pass (summaries must be a list)"]
+    assert not clips[1].problems
+
+
+def test_a_timestamp_too_large_for_a_float_is_a_bad_timestamp(tmp_path: Path) -> None:
+    """A 400-digit integer timestamp was an OverflowError (a traceback) in both readers."""
+    huge = int("9" * 400)
+    assert parse_time(huge) is None and parse_time("9" * 5000 + "m:01s") is None and parse_time("1e999") is None
+    good = [{"timestamp_sec": 1.0 + i, "narration_text": f"#C C step {i}"} for i in range(5)]
+    path = tmp_path / "narration.json"
+    path.write_text(json.dumps({"v1": {"narration_pass_1": {
+        "narrations": [*good, {"timestamp_sec": huge, "narration_text": "#C C waits"}],
+        "summaries": [{"start_sec": 0, "end_sec": huge}]}}}))
+    (clip,) = plan(cfg_for(input=str(path))).data
+    assert clip.problems == [f"{path}: v1.narration_pass_1.summaries[0]: summary without a valid start_sec < end_sec"]
+    timelines = tmp_path / "timelines.jsonl"
+    timelines.write_text(json.dumps({"clip_id": "a", "start_sec": huge, "narrations": [{"t": huge, "text": "#C C x"}]}) + "\n")
+    (clip,) = plan(cfg_for(input=str(timelines))).data
+    start, stamp = clip.problems
+    assert start.startswith(f"{timelines}:1: bad start_sec 9999")
+    assert stamp.startswith(f"{timelines}:1: narrations[0]: bad timestamp 9999")
+    assert all(p.endswith("(400 characters)") for p in clip.problems)  # named, not copied
+
+
+def test_nan_in_a_timeline_line_makes_that_clip_a_problem(tmp_path: Path) -> None:
+    path = tmp_path / "timelines.jsonl"
+    path.write_text('{"clip_id": "a", "narrations": [{"t": NaN, "text": "#C C x"}]}\n'
+                    '{"clip_id": "b", "narrations": [{"t": 1, "text": "#C C x"}]}\n')
+    a, b = plan(cfg_for(input=str(path))).data
+    assert a.problems == [f"{path}:1: narrations[0].t: NaN is not a JSON number (JSON has no NaN or Infinity)"]
+    assert not b.problems
+
+
+@pytest.mark.parametrize("name", ["narration.json", "timelines.jsonl", "egotom_goal_shuffled.csv"])
+def test_tom_inputs_with_a_bom_read_as_without(tmp_path: Path, name: str) -> None:
+    """Spreadsheet exports start with a byte-order mark; JSON and JSONL refused it before."""
+    source = {"narration.json": NARRATION, "timelines.jsonl": TIMELINES}.get(name)
+    plain = tmp_path / "plain" / name
+    plain.parent.mkdir()
+    if source is None:
+        write_csv(plain, [csv_row("v1~pass_1~0-90", [f"    {fmt_time(5 * i)} | #C C step {i}" for i in range(5)])])
+    else:
+        plain.write_bytes(source.read_bytes())
+    bom = tmp_path / "bom" / name
+    bom.parent.mkdir()
+    bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+
+    def seen(path: Path) -> list[Any]:
+        return [(c.clip_id, c.lines, [p.replace(str(path), "F") for p in c.problems])
+                for c in plan(cfg_for(input=str(path))).data]
+
+    assert seen(bom) == seen(plain)
+
+
+@pytest.mark.parametrize("name", ["narration.json", "timelines.jsonl"])
+def test_tom_inputs_not_in_utf8_name_file_and_line(tmp_path: Path, name: str) -> None:
+    """Before: ``UnicodeDecodeError`` (timelines, a traceback) or an error without the line."""
+    source = NARRATION if name == "narration.json" else TIMELINES
+    path = tmp_path / name
+    lines = source.read_bytes().split(b"\n")
+    k = next(i for i, line in enumerate(lines) if b"#C C" in line and i > 1)
+    lines[k] = lines[k].replace(b"#C C", "#C Ç".encode("latin-1"), 1)
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:{k + 1}: not UTF-8 text \(byte 0xc7"):
+        plan(cfg_for(input=str(path)))
+
+
+def test_cli_a_pass_with_summaries_5_is_a_parse_reject_not_a_traceback(run_gen, tmp_path: Path) -> None:
+    path = tmp_path / "narration.json"
+    path.write_text(json.dumps({"v1": {"narration_pass_1": {"narrations": [], "summaries": 5}}}))
+    proc = run_gen("tom", f"input={path}", "progress=off", f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    (reject,) = read_jsonl(tmp_path / "run" / "rejects.jsonl")
+    assert reject["stage"] == "parse" and "summaries must be a list" in reject["detail"]
+
+
 def test_n_defaults_to_every_clip_and_limits(tmp_path: Path) -> None:
     assert cfg_for().n is None  # validation sets nothing; the plan sizes the run
     assert plan(cfg_for()).n == 9

@@ -1,0 +1,223 @@
+"""``merge`` reads shard folders it did not write: every name a manifest gives stays inside its
+folder, and a manifest, record or reject it cannot read is one line naming the file (exit 2)."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from shards import personas_shards
+
+import generators  # noqa: F401  (fills the registry)
+from gen.cli import validate_jobs
+from gen.errors import InputError
+from gen.run import REGISTRY, run
+from generators.merge import MergeConfig
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return personas_shards(tmp_path_factory.mktemp("made"))
+
+
+@pytest.fixture
+def shards(made: list[Path], tmp_path: Path) -> list[Path]:
+    """Fresh copies of the two shards, two levels down: ``tmp_path/in/a/s0``."""
+    out = []
+    for s in made:
+        dst = tmp_path / "in" / "a" / s.name
+        shutil.copytree(s, dst)
+        out.append(dst)
+    return out
+
+
+def edit_manifest(folder: Path, **changes: Any) -> Path:
+    path = folder / "manifest.json"
+    m = json.loads(path.read_text(encoding="utf-8"))
+    m.update(changes)
+    path.write_text(json.dumps(m), encoding="utf-8")
+    return path
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``root`` with its size and mtime: what a command changed."""
+    return {p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file() or p.is_symlink()}
+
+
+def one_line(proc: Any, *needles: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def plan(shards: list[Path]) -> Any:
+    (job,) = validate_jobs("merge", [f"input=[{','.join(map(str, shards))}]"], multirun=False)
+    return job.plan
+
+
+@pytest.mark.parametrize("kind", ["absolute", "dotdot", "dotdot_inside"])
+def test_output_names_from_a_manifest_never_leave_the_folders(run_gen, tmp_path: Path, shards: list[Path],
+                                                              kind: str) -> None:
+    """The shards' manifests name an output by an absolute path or one climbing out with
+    ``..``: before, merge read it from there and wrote it there (overwriting or creating a file
+    anywhere, exit 0). Now: exit 2 naming the manifest, and nothing is written anywhere."""
+    victim = tmp_path / "victim.json"
+    victim.write_text('{"keep": 1}', encoding="utf-8")
+    (tmp_path / "in" / "x.json").write_text('{"from": "outside"}', encoding="utf-8")  # s?/../../x.json
+    name = {"absolute": str(victim), "dotdot": "../../x.json", "dotdot_inside": "kept/../../../x.json"}[kind]
+    for s in shards:
+        m = json.loads((s / "manifest.json").read_text(encoding="utf-8"))
+        edit_manifest(s, outputs={**m["outputs"], name: "0" * 64})
+    before = tree(tmp_path)
+    out = tmp_path / "o" / "p" / "run"
+    proc = run_gen("merge", f"input=[{shards[0]},{shards[1]}]", f"hydra.run.dir={out}")
+    line = one_line(proc, "manifest.json", name)
+    assert "absolute" in line if kind == "absolute" else "leaves its folder" in line
+    assert tree(tmp_path) == before  # no run folder, no outside file created or rewritten
+    assert victim.read_text(encoding="utf-8") == '{"keep": 1}'
+
+
+def test_a_generator_name_is_a_plain_name(shards: list[Path]) -> None:
+    """The records file is ``<generator>.jsonl``, read from the shards and written to the run
+    folder: a generator named ``../x`` would lead both outside."""
+    for s in shards:
+        edit_manifest(s, generator="../personas")
+    with pytest.raises(InputError, match=r"manifest\.json: generator: String should match"):
+        plan(shards)
+
+
+def test_a_symlinked_output_leading_out_of_the_shard_is_refused(tmp_path: Path, shards: list[Path]) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"secret": 1}', encoding="utf-8")
+    for s in shards:
+        (s / "link.json").symlink_to(secret)
+        m = json.loads((s / "manifest.json").read_text(encoding="utf-8"))
+        edit_manifest(s, outputs={**m["outputs"], "link.json": "0" * 64})
+    with pytest.raises(InputError, match=r"manifest\.json: output 'link\.json' resolves outside"):
+        plan(shards)
+
+
+def test_a_symlink_in_the_run_folder_cannot_lead_writes_out(tmp_path: Path, shards: list[Path]) -> None:
+    """Names were checked when read; the run folder itself may hold a symlink to elsewhere."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for i, s in enumerate(shards):
+        (s / "sub").mkdir()
+        (s / "sub" / "extra.jsonl").write_text(f'{{"i": {i}}}\n', encoding="utf-8")
+        m = json.loads((s / "manifest.json").read_text(encoding="utf-8"))
+        edit_manifest(s, outputs={**m["outputs"], "sub/extra.jsonl": "0" * 64})
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "sub").symlink_to(elsewhere)
+    cfg = MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off")
+    with pytest.raises(InputError, match=r"output 'sub/extra\.jsonl' resolves outside"):
+        run("merge", cfg, out, quiet=True)
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.parametrize("content", ["[]", "{}"])
+def test_a_manifest_that_is_a_list_or_empty_is_one_line(run_gen, tmp_path: Path, shards: list[Path],
+                                                        content: str) -> None:
+    """Before: a traceback (``list indices must be integers``, ``KeyError: 'shard'``)."""
+    (shards[1] / "manifest.json").write_text(content, encoding="utf-8")
+    proc = run_gen("merge", f"input=[{shards[0]},{shards[1]}]", f"hydra.run.dir={tmp_path / 'run'}")
+    one_line(proc, str(shards[1] / "manifest.json"))
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", "null", '"manifest"', "7", '{"shard": NaN}', "{", ""])
+def test_a_manifest_that_is_no_object_names_the_file(shards: list[Path], content: str) -> None:
+    (shards[1] / "manifest.json").write_text(content, encoding="utf-8")
+    with pytest.raises(InputError) as e:
+        plan(shards)
+    assert str(e.value).startswith(str(shards[1] / "manifest.json")) and "\n" not in str(e.value)
+
+
+BAD_FIELDS = [
+    ({"shard": "0"}, "shard"),
+    ({"shard": {"indices": [0, "two"], "num_shards": 2}}, "shard.indices.1"),
+    ({"shard": {"indices": [3, 1], "num_shards": 2}}, "indices must be [start, stop]"),
+    ({"shard": {"indices": [0, 2]}}, "shard.num_shards"),
+    ({"counts": []}, "counts"),
+    ({"counts": {"requested": "many"}}, "counts.requested"),
+    ({"config": [1]}, "config"),
+    ({"outputs": ["personas.jsonl"]}, "outputs"),
+    ({"outputs": {"personas.jsonl": 5}}, "outputs.personas.jsonl"),
+    ({"validators": {"x": "lots"}}, "validators.x"),
+    ({"llm_usage": {"calls": "many"}}, "llm_usage.calls"),
+    ({"generator": 7}, "generator"),
+]
+
+
+@pytest.mark.parametrize(("changes", "needle"), BAD_FIELDS, ids=[n for _, n in BAD_FIELDS])
+def test_a_manifest_field_of_the_wrong_type_names_the_field(shards: list[Path], changes: dict[str, Any],
+                                                            needle: str) -> None:
+    path = edit_manifest(shards[1], **changes)
+    with pytest.raises(InputError) as e:
+        plan(shards)
+    assert str(e.value).startswith(f"{path}: ") and needle in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_records_and_rejects_that_do_not_fit_the_indices(shards: list[Path]) -> None:
+    """Before, a shard with a record too many ran to the end and failed with exit 1 (the
+    runner's count check); now the plan refuses it, naming the folder. (A shard whose counts
+    have ``indices_done`` may give several rows per index; this one gives one.)"""
+    m = json.loads((shards[1] / "manifest.json").read_text(encoding="utf-8"))
+    edit_manifest(shards[1], counts={k: v for k, v in m["counts"].items() if k != "indices_done"})
+    plan(shards)
+    with open(shards[1] / "personas.jsonl", "a", encoding="utf-8") as f:
+        f.write((shards[1] / "personas.jsonl").read_text(encoding="utf-8").splitlines()[0] + "\n")
+    with pytest.raises(InputError, match=r"holds 3 records and rejects for its 2 indices \[2, 4\)"):
+        plan(shards)
+
+
+@pytest.mark.parametrize(("file", "line", "needle"), [
+    ("personas.jsonl", "{not json", "not valid JSON"),
+    ("personas.jsonl", '{"age": NaN}', "age: NaN is not a JSON number"),
+    ("rejects.jsonl", '{"record_id": "x"}', "index: Field required"),
+])
+def test_a_bad_record_or_reject_line_names_file_and_line(tmp_path: Path, shards: list[Path], file: str,
+                                                         line: str, needle: str) -> None:
+    path = shards[1] / file
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept = lines[:1] if file == "personas.jsonl" else lines  # the rows still fit the indices
+    path.write_text("\n".join([*kept, line]) + "\n", encoding="utf-8")
+    if file == "rejects.jsonl":
+        rows = shards[1] / "personas.jsonl"
+        rows.write_text(rows.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    cfg = MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off")
+    with pytest.raises(InputError) as e:
+        run("merge", cfg, tmp_path / "run", quiet=True)
+    assert str(e.value).startswith(f"{path}:{len(kept) + 1}: ") and needle in str(e.value)
+
+
+def test_summaries_the_hook_cannot_read_are_an_input_error(tmp_path: Path, shards: list[Path]) -> None:
+    """The personas hook sums each shard's ``pool`` summary: a shard without it (an edited or
+    foreign manifest) was a KeyError, exit 1; now one line naming the manifests."""
+    assert REGISTRY["personas"].merge is not None
+    m = json.loads((shards[1] / "manifest.json").read_text(encoding="utf-8"))
+    del m["pool"]
+    (shards[1] / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
+    cfg = MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off")
+    with pytest.raises(InputError, match=r"personas's merge cannot read the shards' summaries.*KeyError: 'pool'"):
+        run("merge", cfg, tmp_path / "run", quiet=True)
+
+
+def test_a_manifest_with_a_bom_merges_and_one_not_utf8_is_named(tmp_path: Path, shards: list[Path]) -> None:
+    path = shards[1] / "manifest.json"
+    path.write_bytes(codecs.BOM_UTF8 + path.read_bytes())
+    cfg = MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off")
+    assert run("merge", cfg, tmp_path / "run", quiet=True).requested == 4
+    path.write_bytes(path.read_bytes().replace(b'"generator"', b'"gen\xe9rator"', 1))
+    with pytest.raises(InputError, match=rf"^{path}:\d+: not UTF-8 text \(byte 0xe9"):
+        plan(shards)

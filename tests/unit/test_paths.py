@@ -1,0 +1,148 @@
+"""``gen.paths.inside``, the one door for names that come from data, and a scan of the code base
+for joins of names onto folders that do not go through it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from gen.paths import ROOT, UnsafePathError, inside, safe_part
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../x.json", "a/../../x", ".", "", "a//b", "a/",
+                                  "C:/x", "a\\b", "a\x00b", "x" * 2000])
+def test_inside_refuses_names_that_leave_or_are_odd(tmp_path: Path, name: str) -> None:
+    with pytest.raises(UnsafePathError):
+        inside(tmp_path, name)
+
+
+def test_inside_follows_symlinks_and_keeps_plain_names(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "out").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UnsafePathError, match="resolves outside"):
+        inside(folder, "out/x.json")
+    assert inside(folder, "kept/tom.jsonl") == folder / "kept" / "tom.jsonl"
+    assert safe_part("../../a b") == "a_b" and safe_part("..") == "item"
+
+
+# --------------------------------------------------------------------------- the scan
+
+PATHY = re.compile(r"(?:^|[._(\s])(?:folder|dir|out|out_dir|path|root|vroot|stage|run|up|base|parent|manifest|old_dir"
+                   r"|[a-z_]*_dir|[a-z_]*_path|[a-z_]*folder)\b|\bPath\(|expanduser\(\)|^[A-Z][A-Z_]*$")
+"""A left operand of ``/`` that is a folder (by name: folder, out_dir, ctx.out_dir, Path(...)...)."""
+
+ALLOWED = {
+    ("gen/cli", "Path('outputs') / name"): "registry",  # a registered generator's name
+    ("gen/mcq", "path / name"): "constant",  # RECORD_FILES
+    ("gen/prompts", "self.root / name"): "template",  # prompt names written in code
+    ("gen/run", "self.out_dir / name"): "code",  # write_json's names come from generator code
+    ("gen/run", "path / f'{name}.jsonl'"): "code",  # load_run_records(path, "personas")
+    ("gen/run", "out_dir / rel"): "listing",  # the run folder's own files (output_hashes)
+    ("gen/paths", "folder.joinpath(*parts)"): "door",  # inside() itself
+    ("generators/audit", "folder / n"): "constant",  # RECORD_FILES
+    ("generators/distractors", "path / name"): "constant",  # BANK_FILES
+    ("generators/distractors", "ctx.out_dir / f'wagibench_mcq_{b}.json'"): "identifier",  # band names are checked
+    ("generators/nocontext", "ctx.out_dir / 'kept' / bank.path.name"): "basename",  # an input file's own name
+    ("generators/personas", "Path(pool_dir).expanduser() / f'seed{seed}-n{size}'"): "integers",
+    ("generators/tom", "ctx.out_dir / f'egotom_{q}_shuffled.csv'"): "constant",  # EGOTOM_TYPES
+}
+"""Joins of a non-constant name onto a folder that are legitimate, each with a one-word reason.
+Everything else joins data-derived names through ``gen.paths.inside``."""
+
+PENDING = {
+    ("gen/audit_checks", "folder / rel"), ("gen/audit_checks", "folder / fname"),
+    ("generators/bank", "root / VERSIONS / label(version)"),
+    ("generators/bank", "vroot / f'.staging-{label(version)}-{os.getpid()}'"),
+    ("generators/bank", "root / f'.current.tmp-{os.getpid()}'"),
+    ("generators/bank", "folder / f'{kind}.parquet'"), ("generators/bank", "stage / f'{kind}.parquet'"),
+    ("generators/bank", "ctx.out_dir / cfg.format"), ("generators/bank", "folder / f'{k}.parquet'"),
+    ("generators/bank", "out / f'{kind}.parquet'"), ("generators/bank", "out / f'egotom_{q}_shuffled.csv.tmp'"),
+    ("generators/bank", "out / name"), ("generators/bank", "out / f'egotom_{q}_shuffled.csv'"),
+    ("generators/bank", "folder / name"), ("generators/bank", "old_dir / f'{kind}.parquet'"),
+    ("generators/bank", "path / n"),
+}
+"""Joins in gen/audit_checks.py and generators/bank.py as found, unreviewed: the audit and bank
+work of issue 14 rewrites both (as generators/audit/ and generators/bank/). An entry that is
+no longer found is fine; everything those rewrites add is checked like the rest."""
+
+
+def room(path: Path, root: Path) -> str:
+    """``gen/run`` for gen/run.py, ``generators/bank`` for generators/bank.py or generators/bank/x.py."""
+    rel = path.relative_to(root).with_suffix("").parts
+    return "/".join(rel[:2])
+
+
+def _pathy(node: ast.expr) -> bool:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return _pathy(node.left)
+    return bool(PATHY.search(ast.unparse(node)))
+
+
+def _constant(node: ast.expr) -> bool:
+    """A literal string, or an UPPER_CASE module constant."""
+    return (isinstance(node, ast.Constant) and isinstance(node.value, str | int | float)) \
+        or (isinstance(node, ast.Name) and node.id.isupper()) \
+        or (isinstance(node, ast.Attribute) and node.attr.isupper())
+
+
+def joins(source: str) -> list[tuple[int, str]]:
+    """``(line, expression)`` of every join of a non-constant name onto a folder: ``folder / x``
+    (x not a literal), ``os.path.join(..., x)``, ``p.joinpath(x)``, ``Path(folder, x)``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _pathy(node.left) \
+                and not _constant(node.right):
+            found.append((node.lineno, node.col_offset, ast.unparse(node)))
+        elif isinstance(node, ast.Call):
+            fn = ast.unparse(node.func)
+            many = fn in ("os.path.join", "Path", "PurePath", "PurePosixPath", "pathlib.Path") and len(node.args) > 1
+            if (many or fn.endswith(".joinpath")) and not all(_constant(a) for a in node.args[1 if many else 0:]):
+                found.append((node.lineno, node.col_offset, ast.unparse(node)))
+    return [(line, expr) for line, _, expr in sorted(found)]
+
+
+def scan(root: Path) -> dict[tuple[str, str], list[str]]:
+    out: dict[tuple[str, str], list[str]] = {}
+    for path in sorted([*(root / "gen").rglob("*.py"), *(root / "generators").rglob("*.py")]):
+        for line, expr in joins(path.read_text(encoding="utf-8")):
+            out.setdefault((room(path, root), expr), []).append(f"{path.relative_to(root)}:{line}")
+    return out
+
+
+def test_data_derived_names_join_folders_only_through_inside() -> None:
+    found = scan(ROOT)
+    unknown = {k: v for k, v in found.items() if k not in ALLOWED and k not in PENDING}
+    assert not unknown, ("names joined onto folders outside gen.paths.inside (use inside(folder, name), or "
+                         "add a constant's join to ALLOWED with a one-word reason): "
+                         + "; ".join(f"{', '.join(v)}: {k[1]}" for k, v in sorted(unknown.items())))
+    stale = [k for k in ALLOWED if k not in found]
+    assert not stale, f"ALLOWED lists joins the code no longer has: {stale}"
+    assert all(re.fullmatch(r"[a-z]+", reason) for reason in ALLOWED.values())
+
+
+def test_the_scan_catches_the_merge_bug(tmp_path: Path) -> None:
+    """The scan finds what merge did before (``out / rel``, ``s.folder / rel``), and the
+    numeric divisions of the code base are no joins."""
+    bug = '''
+def merge_outputs(shards, name, out):
+    for s in shards:
+        for rel in s.manifest.get("outputs") or {}:
+            outputs.setdefault(rel, []).append(s.folder / rel)
+    for rel, parts in sorted(outputs.items()):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / rel, text)
+        shutil.copy(parts[0], os.path.join(out, rel))
+    ratio = len(hits) / n + k / sizes[tid] + total / max(1, len(rows))
+    return folder / "manifest.json", out / LOCK
+'''
+    assert [e for _, e in joins(bug)] == ["s.folder / rel", "out / rel", "out / rel", "os.path.join(out, rel)"]
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "generators").mkdir()
+    (tmp_path / "generators" / "merge.py").write_text(bug, encoding="utf-8")
+    found = {k[1] for k in scan(tmp_path)}
+    assert found == {"s.folder / rel", "out / rel", "os.path.join(out, rel)"}
