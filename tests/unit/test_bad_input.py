@@ -209,6 +209,14 @@ def _shards(folder: Path, made: list[Path]) -> None:
         shutil.copytree(s, folder / s.name)
 
 
+OBSERVATIONS = "".join(json.dumps({
+    "client_tag": f"rec{i}", "scenario": "s1", "participant": "p1", "environment": "kitchen", "script": "s1",
+    "longitudinal": True, "recorded_at": f"2025-01-0{i + 1}T10:00:00", "world_state": f"caption {i}",
+    "structured_goal": {"type": "shop", "content": "hand soap"},
+    "context_window": {"start_s": 0.0, "end_s": 10.0}}) + "\n" for i in range(3))
+"""A small valid observation table for the history bank."""
+
+
 MANIFEST_FIELDS = ("generator", "config", "seed", "shard", "indices", "num_shards", "counts", "requested", "accepted",
                    "indices_done", "outputs", "validators", "llm_usage", "calls", "pool", "exit_code")
 """What merge and its personas hook read of a shard's manifest."""
@@ -266,6 +274,8 @@ READERS = [
            lambda d, a: (_copy(FIXTURES / "audit" / "scenario_roles.yaml", d / "roles.yaml"),
                          _text(d / "bank.jsonl", _lines(FIXTURES / "audit" / "scenarios.jsonl", 2)))[1],
            lambda d: load_roles_bank(d / "bank.jsonl", read_roles(d / "roles.yaml"))),
+    Reader("history observation table", "jsonl", lambda d, a: _text(d / "obs.jsonl", OBSERVATIONS),
+           lambda d: plan_of("history", input=str(d / "obs.jsonl"))),
     Reader("merge: a shard's manifest", "json", lambda d, a: (_shards(d, a.shards), d / "s1" / "manifest.json")[1],
            merge_plan, folder_named=True, then=merge_run, fields=MANIFEST_FIELDS),
     Reader("merge: a shard's records", "jsonl", lambda d, a: (_shards(d, a.shards), d / "s1" / "personas.jsonl")[1],
