@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 import gen
 from gen.embed import EmbedderConfig
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.llm import Cache, LlamaCppConfig, LLMConfig, sha256_file
+from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, sha256_file
 from gen.paths import ROOT
 from gen.prompts import Prompts
 from schemas import Reject
@@ -168,10 +168,10 @@ class Backends:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._llms: dict[str, Any] = {}
+        self._llms: dict[str, LanguageModel] = {}
         self._embedders: dict[str, Any] = {}
 
-    def llm(self, cfg: LLMConfig, cache: Cache | None) -> Any:
+    def llm(self, cfg: LLMConfig, cache: Cache | None) -> LanguageModel:
         from gen.llm import make_llm
 
         key = json.dumps([cfg.model_dump(mode="json"), str(cache.path) if cache else None], sort_keys=True)
@@ -230,7 +230,7 @@ class RunContext:
         self.subruns: list[dict[str, Any]] = []
         self._backends = backends or Backends()
         self._owns_backends = backends is None
-        self._llm: Any = None
+        self._llm: LanguageModel | None = None
         self._embedder: Any = None
         self._lock = threading.Lock()
 
@@ -246,7 +246,7 @@ class RunContext:
         return Cache(Path(self.cfg.cache_dir).expanduser() / "llm.sqlite")
 
     @property
-    def llm(self) -> Any:
+    def llm(self) -> LanguageModel:
         """This run's LLM (loaded on first use; a sub-run shares its parent's loaded model
         but counts its own usage)."""
         with self._lock:
@@ -258,7 +258,7 @@ class RunContext:
     def llm_loaded(self) -> bool:
         return self._llm is not None
 
-    def llm_for(self, cfg: LLMConfig) -> Any:
+    def llm_for(self, cfg: LLMConfig) -> LanguageModel:
         """Another configured model (a screening panel's), loaded once per command."""
         if cfg == self.cfg.llm:
             return self.llm
@@ -281,7 +281,7 @@ class RunContext:
         self.exit_code = code
         self.error = message
 
-    def use(self, *, llm: Any = None, embedder: Any = None) -> RunContext:
+    def use(self, *, llm: LanguageModel | None = None, embedder: Any = None) -> RunContext:
         """Give this run backends made elsewhere (a test's scripted LLM, a fake embedder)."""
         if llm is not None:
             self._llm = llm

@@ -13,7 +13,7 @@ from processes import FAKE, wait_file, wait_gone
 
 from gen.errors import BackendError
 from gen.llm import LlamaServerConfig, make_llm
-from gen.server import LlamaServer, find_binary
+from gen.llm.llama_server import LlamaServer, find_binary
 from schemas.personas import Bio
 
 

