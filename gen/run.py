@@ -331,8 +331,11 @@ class RunContext:
             workers = self.llm.concurrency if self.llm_loaded else 1
         if workers <= 1 or len(items) <= 1:
             return [fn(x) for x in items]
-        with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(workers, len(items)))
+        try:
             return list(pool.map(fn, items))
+        finally:  # an error (a backend that stopped the run) leaves nothing queued behind it
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def record_input(self, path: Path) -> None:
         """Note an input file's SHA-256 in the manifest."""

@@ -9,12 +9,13 @@ the toolkit (:mod:`gen.llm.llama_server`), or the scripted fake of unit tests
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -23,6 +24,7 @@ from gen.llm.cache import Cache
 from gen.llm.config import _Sampling
 
 T = TypeVar("T", bound=BaseModel)
+F = TypeVar("F", bound=Callable[..., Any])
 Message = dict[str, str]
 Prompt = str | Sequence[Message]
 """A plain-text prompt, or chat messages (a last ``assistant`` message is the start of the
@@ -98,6 +100,65 @@ Scorer = Callable[[Prompt, list[str]], tuple[list[LogLik], int]]
 # --------------------------------------------------------------------------- the boundary
 
 
+class _Streak:
+    """Consecutive ``backend_error`` outcomes of one backend, shared by its forks.
+
+    A backend that is down or broken would otherwise turn every record of a run into a
+    ``backend_error`` reject (and a hanging server costs its timeout per call): after ``limit``
+    failures in a row the call that reached it raises :class:`BackendError` (exit 2), and so does
+    every call after it. Any other outcome (an answer, even an invalid one) resets the count.
+    """
+
+    def __init__(self, limit: int, where: str):
+        self.limit = limit
+        self.where = where
+        self.count = 0
+        self.last = ""
+        self.stopped: str | None = None
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        """Refuse a call once the backend has failed ``limit`` calls in a row."""
+        if self.stopped is not None:
+            raise BackendError(self.stopped)
+
+    def note(self, error: LLMOutputError | None) -> None:
+        """Count one call's outcome; raise BackendError when the failures reach the limit."""
+        with self._lock:
+            if self.stopped is not None:
+                raise BackendError(self.stopped) from error
+            if error is None or error.reason != "backend_error":
+                self.count = 0
+                return
+            self.count += 1
+            self.last = " ".join(error.detail.split())
+            if not self.limit or self.count < self.limit:
+                return
+            self.stopped = (
+                f"{self.where} failed {self.count} calls in a row (llm.max_consecutive_errors="
+                f"{self.limit}), the last with {self.last}; the run stops here (its records so far "
+                "stay in the run folder's *.partial files; a rerun into the same folder resumes "
+                "from the cache)")
+            raise BackendError(self.stopped) from error
+
+
+def _watched(method: F) -> F:
+    """A model call whose outcome counts in the backend's failure streak (:class:`_Streak`)."""
+
+    @functools.wraps(method)
+    def call(self: LLM, *args: Any, **kwargs: Any) -> Any:
+        self._streak.check()
+        try:
+            out = method(self, *args, **kwargs)
+        except LLMOutputError as e:
+            self._streak.note(e)
+            raise
+        self._streak.note(None)
+        return out
+
+    return cast(F, call)
+
+
 class LLM:
     """Structured generation with validation, bounded re-asks, truncation detection and caching.
 
@@ -109,6 +170,7 @@ class LLM:
         cache: the per-call cache, or None.
         lock: serialise calls (an in-process model is not re-entrant).
         score: the backend's log-likelihood scorer (:meth:`loglik`), or None.
+        where: how messages name the backend (``llm=openai at http://…/v1``).
     """
 
     def __init__(
@@ -121,6 +183,7 @@ class LLM:
         lock: bool = False,
         schema_format: str = "json_object",
         score: Scorer | None = None,
+        where: str | None = None,
     ):
         import instructor  # heavy; only when a model is really used
 
@@ -135,6 +198,8 @@ class LLM:
         self._score = score
         self._client = instructor.patch(create=self._cached_create, mode=instructor.Mode.JSON_SCHEMA)
         self._closers: list[Callable[[], None]] = []
+        self._streak = _Streak(sampling.max_consecutive_errors,
+                               where or f"llm={identity.get('backend')}")
 
     def fork(self) -> LLM:
         """The same loaded backend (model, cache, lock) with usage counters of its own: a
@@ -162,6 +227,7 @@ class LLM:
         """Backend identity and sampling settings, for manifests."""
         return {**self.identity, "sampling": self.sampling.model_dump()}
 
+    @_watched
     def structured(
         self, messages: Sequence[Message], schema: type[T], *, seed: int, max_tokens: int | None = None
     ) -> T:
@@ -170,6 +236,7 @@ class LLM:
         Raises:
             LLMOutputError: truncated output, output invalid after all attempts, or a
                 backend failure; ``raw`` holds the last text the model produced.
+            BackendError: the backend failed ``llm.max_consecutive_errors`` calls in a row.
         """
         from instructor.core import IncompleteOutputException, InstructorRetryException
 
@@ -203,6 +270,7 @@ class LLM:
         except Exception as e:  # transport or backend failure on one call
             raise LLMOutputError("backend_error", f"{type(e).__name__}: {e}"[:300]) from None
 
+    @_watched
     def complete(
         self,
         messages: Sequence[Message],
@@ -223,6 +291,7 @@ class LLM:
 
         Raises:
             LLMOutputError: ``backend_error`` when the call fails or returns no text.
+            BackendError: the backend failed ``llm.max_consecutive_errors`` calls in a row.
         """
         kwargs: dict[str, Any] = {
             "messages": list(messages), "seed": seed,
@@ -240,6 +309,7 @@ class LLM:
             raise LLMOutputError("backend_error", "the reply holds no text")
         return text
 
+    @_watched
     def loglik(self, prompt: Prompt, continuations: Sequence[str]) -> list[LogLik]:
         """Score each continuation by its log-likelihood after ``prompt`` (deterministic, cached).
 
@@ -248,7 +318,8 @@ class LLM:
 
         Raises:
             BackendError: the backend cannot score (a server without echo+logprobs, chat
-                messages on a server, a GGUF without a chat template).
+                messages on a server, a GGUF without a chat template), or it failed
+                ``llm.max_consecutive_errors`` calls in a row.
             LLMOutputError: ``backend_error`` when one call fails.
         """
         if self._score is None:

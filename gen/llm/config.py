@@ -20,6 +20,9 @@ class _Sampling(BaseModel):
     """Tries per structured call; after a validation error the model is re-asked with it."""
     concurrency: int = Field(1, ge=1, le=256)
     """Calls in flight at once (1 for an in-process model; a server's slot count)."""
+    max_consecutive_errors: int = Field(5, ge=0)
+    """Calls in a row that may fail with ``backend_error`` before the run stops (exit 2, the
+    records so far kept for a resume); 0 never stops."""
 
 
 class LlamaCppConfig(_Sampling):
@@ -60,6 +63,9 @@ class OpenAIConfig(_Sampling):
     """Optional hash of the served weights, recorded in manifests and cache keys."""
     concurrency: int = Field(4, ge=1, le=256)
     """Calls in flight at once (a server's slot count)."""
+    preflight_timeout: float = Field(10.0, ge=0)
+    """Seconds to wait for ``GET {base_url}/models`` before the first call; a server that does
+    not answer stops the run there (exit 2). 0 skips the check."""
 
 
 class LlamaServerConfig(_Sampling):

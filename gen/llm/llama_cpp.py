@@ -49,23 +49,52 @@ def _free_llamas() -> None:
 
 def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
     """Load the configured GGUF in process (once per process and settings) and wrap it."""
-    path = Path(cfg.model_path).expanduser() if cfg.model_path else embedded_gguf()
-    if not path.is_file():
-        raise BackendError(f"llm.model_path: no GGUF file at {path}")
+    path = gguf_file(cfg.model_path)
     key = (str(path), cfg.n_ctx, cfg.n_threads, cfg.n_threads_batch, cfg.n_gpu_layers)
     if key not in _LLAMAS:  # one load per process, shared by every LLM built on it
         from llama_cpp import Llama
 
-        _LLAMAS[key] = Llama(
-            model_path=str(path), n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
-            n_threads_batch=cfg.n_threads_batch, n_gpu_layers=cfg.n_gpu_layers, verbose=False,
-        )
+        try:
+            _LLAMAS[key] = Llama(
+                model_path=str(path), n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
+                n_threads_batch=cfg.n_threads_batch, n_gpu_layers=cfg.n_gpu_layers, verbose=False,
+            )
+        except ValueError as e:  # llama-cpp-python's "Failed to load model from file"
+            raise BackendError(f"{_named(cfg.model_path)}: {path} is not a loadable GGUF (llama.cpp "
+                               "could not load it: truncated or damaged?)") from e
     sha = cache.file_sha256(path) if cache else sha256_file(path)
     identity = {"backend": "llama_cpp", "model": path.name, "model_path": str(path),
                 "model_sha256": sha, "n_ctx": cfg.n_ctx}
     return LLM(_history_free(_LLAMAS[key]), identity=identity,
                sampling=cfg, cache=cache, lock=True, schema_format="json_object",
-               score=_llama_scorer(_LLAMAS[key]))
+               score=_llama_scorer(_LLAMAS[key]), where=f"llm=llama_cpp on {path}")
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def gguf_file(model_path: str | None) -> Path:
+    """The GGUF a config names (null: the embedded one), checked to exist and to be a GGUF.
+
+    Raises:
+        BackendError: no file there, or one that does not start like a GGUF file.
+    """
+    path = Path(model_path).expanduser() if model_path else embedded_gguf()
+    if not path.is_file():
+        raise BackendError(f"llm.model_path: no GGUF file at {path}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(GGUF_MAGIC))
+    except OSError as e:
+        raise BackendError(f"{_named(model_path)}: cannot read {path}: {e.strerror or e}") from None
+    if head != GGUF_MAGIC:
+        raise BackendError(f"{_named(model_path)}: {path} is not a loadable GGUF (it does not start "
+                           f"with the GGUF magic bytes; got {head!r})")
+    return path
+
+
+def _named(model_path: str | None) -> str:
+    return "llm.model_path" if model_path else "the embedded model"
 
 
 # --------------------------------------------------------------------------- log-likelihood scoring

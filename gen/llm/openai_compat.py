@@ -14,7 +14,9 @@ from gen.llm.config import OpenAIConfig
 
 def make_openai_llm(cfg: OpenAIConfig, cache: Cache | None = None) -> LLM:
     """An LLM that talks to the server at ``cfg.base_url`` with up to ``cfg.concurrency``
-    calls in flight."""
+    calls in flight, once the server has answered :func:`preflight`."""
+    if cfg.preflight_timeout:
+        preflight(cfg)  # before importing openai (seconds on a loaded machine): fail fast
     from openai import OpenAI
 
     client = OpenAI(base_url=cfg.base_url, api_key=cfg.api_key, timeout=cfg.timeout,
@@ -25,7 +27,39 @@ def make_openai_llm(cfg: OpenAIConfig, cache: Cache | None = None) -> LLM:
         return client.chat.completions.create(model=cfg.model, **kwargs)
 
     return LLM(create, identity=identity, sampling=cfg, cache=cache,
-               lock=False, schema_format=cfg.schema_format, score=_openai_scorer(client, cfg))
+               lock=False, schema_format=cfg.schema_format, score=_openai_scorer(client, cfg),
+               where=f"llm=openai at {cfg.base_url}")
+
+
+def preflight(cfg: OpenAIConfig) -> None:
+    """Ask the server for ``GET {base_url}/models`` once, within ``cfg.preflight_timeout``
+    seconds and without retries, with the API key and the environment's proxy settings, as the
+    client's calls would go. Any 2xx answer means the server is up.
+
+    Raises:
+        BackendError: one line naming the URL and what happened (connection refused, no
+            answer in time, an HTTP error status), before any model call is made.
+    """
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    url = f"{cfg.base_url.rstrip('/')}/models"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {cfg.api_key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=cfg.preflight_timeout):
+            return
+    except urllib.error.HTTPError as e:
+        hint = {401: "; check llm.api_key", 403: "; check llm.api_key",
+                404: "; does llm.base_url end in /v1?"}.get(e.code, "")
+        what = f"HTTP {e.code}{hint}"
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        if isinstance(reason, TimeoutError):
+            what = f"no answer within llm.preflight_timeout={cfg.preflight_timeout:g} s"
+        else:
+            what = f"cannot connect ({' '.join(str(reason).split()) or type(reason).__name__})"
+    raise BackendError(f"llm.base_url: {url}: {what} (llm.preflight_timeout=0 skips this check)")
 
 
 def _openai_scorer(client: Any, cfg: OpenAIConfig) -> Scorer:

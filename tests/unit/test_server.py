@@ -34,6 +34,13 @@ def test_cli_accepts_llama_server_options() -> None:
     assert settings.llm.backend == "llama_server" and settings.llm.concurrency == 2
 
 
+def test_a_model_that_is_not_a_gguf_is_refused_before_the_server_starts(tmp_path: Path) -> None:
+    junk = tmp_path / "model.gguf"
+    junk.write_bytes(b"<html>not found</html>")
+    with pytest.raises(BackendError, match=f"llm.model_path: {junk} is not a loadable GGUF"):
+        make_llm(cfg(model_path=str(junk)))  # before the (stand-in) server is started
+
+
 def test_a_missing_binary_is_a_clear_error(monkeypatch, tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="no executable llama-server"):
         find_binary(str(tmp_path / "nope"))
