@@ -85,7 +85,7 @@ def main() -> None:
         Llama.create_chat_completion_openai_v1 = original  # type: ignore[method-assign]
         usage = first.manifest["llm_usage"]
 
-        from gen.llm import _LLAMAS
+        from gen.llm.llama_cpp import _LLAMAS
 
         (llama,) = _LLAMAS.values()
         direct_tokens, t0 = 0, time.perf_counter()

@@ -246,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         warm_llm = gl.make_llm(cfg, cache=gl.Cache(tmpdir / "warmup.sqlite"))
         toolkit_load = time.perf_counter() - t0
         if args.shared_model:
-            llama = next(iter(gl._LLAMAS.values()))
+            from gen.llm.llama_cpp import _LLAMAS
+
+            llama = next(iter(_LLAMAS.values()))
             direct_load = 0.0
         else:
             from llama_cpp import Llama

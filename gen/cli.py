@@ -104,10 +104,13 @@ def split_flags(name: str, rest: list[str]) -> tuple[list[str], list[str]]:
 
 class OwnLogs:
     """Console filter: gen's own log lines, and any library's errors; the rest of the library
-    chatter (one ``HTTP Request: POST …`` per call) goes only to the run folder's log."""
+    chatter (one ``HTTP Request: POST …`` per call) goes only to the run folder's log.
+    instructor's errors too: the LLM boundary turns every failed call into a typed reject (or,
+    after ``llm.max_consecutive_errors`` in a row, the run's one error line)."""
 
     def filter(self, record: Any) -> bool:
-        return record.name.split(".", 1)[0] in ("gen", "generators") or record.levelno >= 40
+        top = record.name.split(".", 1)[0]
+        return top in ("gen", "generators") or (record.levelno >= 40 and top != "instructor")
 
 
 def fail(message: str, code: int) -> int:

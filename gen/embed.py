@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sqlite3
 import threading
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gen.errors import BackendError
+from gen.llm.cache import open_db
 
 
 class EmbedderConfig(BaseModel):
@@ -47,12 +47,8 @@ class Embedder:
         self.cache_hits = 0
         self._db = None
         if cache_dir is not None:
-            db_path = Path(cache_dir).expanduser() / "embeddings.sqlite"
-            db_path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(db_path, timeout=60, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS emb (model TEXT, key TEXT, vec BLOB,"
-                             " PRIMARY KEY (model, key))")
+            self._db = open_db(Path(cache_dir).expanduser() / "embeddings.sqlite", [
+                "CREATE TABLE IF NOT EXISTS emb (model TEXT, key TEXT, vec BLOB, PRIMARY KEY (model, key))"])
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.cfg.backend, "model": self.model_id, "model_path": str(self.path),

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 import gen
 from gen.embed import EmbedderConfig
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.llm import Cache, LlamaCppConfig, LLMConfig, sha256_file
+from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, sha256_file
 from gen.paths import ROOT, inside
 from gen.prompts import Prompts
 from schemas import Reject
@@ -171,10 +171,10 @@ class Backends:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._llms: dict[str, Any] = {}
+        self._llms: dict[str, LanguageModel] = {}
         self._embedders: dict[str, Any] = {}
 
-    def llm(self, cfg: LLMConfig, cache: Cache | None) -> Any:
+    def llm(self, cfg: LLMConfig, cache: Cache | None) -> LanguageModel:
         from gen.llm import make_llm
 
         key = json.dumps([cfg.model_dump(mode="json"), str(cache.path) if cache else None], sort_keys=True)
@@ -233,7 +233,7 @@ class RunContext:
         self.subruns: list[dict[str, Any]] = []
         self._backends = backends or Backends()
         self._owns_backends = backends is None
-        self._llm: Any = None
+        self._llm: LanguageModel | None = None
         self._embedder: Any = None
         self._lock = threading.Lock()
 
@@ -249,7 +249,7 @@ class RunContext:
         return Cache(Path(self.cfg.cache_dir).expanduser() / "llm.sqlite")
 
     @property
-    def llm(self) -> Any:
+    def llm(self) -> LanguageModel:
         """This run's LLM (loaded on first use; a sub-run shares its parent's loaded model
         but counts its own usage)."""
         with self._lock:
@@ -261,7 +261,7 @@ class RunContext:
     def llm_loaded(self) -> bool:
         return self._llm is not None
 
-    def llm_for(self, cfg: LLMConfig) -> Any:
+    def llm_for(self, cfg: LLMConfig) -> LanguageModel:
         """Another configured model (a screening panel's), loaded once per command."""
         if cfg == self.cfg.llm:
             return self.llm
@@ -284,7 +284,7 @@ class RunContext:
         self.exit_code = code
         self.error = message
 
-    def use(self, *, llm: Any = None, embedder: Any = None) -> RunContext:
+    def use(self, *, llm: LanguageModel | None = None, embedder: Any = None) -> RunContext:
         """Give this run backends made elsewhere (a test's scripted LLM, a fake embedder)."""
         if llm is not None:
             self._llm = llm
@@ -334,8 +334,11 @@ class RunContext:
             workers = self.llm.concurrency if self.llm_loaded else 1
         if workers <= 1 or len(items) <= 1:
             return [fn(x) for x in items]
-        with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(workers, len(items)))
+        try:
             return list(pool.map(fn, items))
+        finally:  # an error (a backend that stopped the run) leaves nothing queued behind it
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def record_input(self, path: Path) -> None:
         """Note an input file's SHA-256 in the manifest."""

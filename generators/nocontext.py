@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gen.errors import InputError, LLMOutputError
-from gen.llm import LLM, LLMConfig, Message, Usage
+from gen.llm import LanguageModel, LLMConfig, Message, Usage
 from gen.mcq import Bank, load_banks, write_subset
 from gen.run import CommonConfig, Plan, RunContext, generator
 from schemas import Reject
@@ -416,7 +416,7 @@ class Screener:
 
     cfg: NocontextConfig
     ctx: RunContext
-    panel: list[tuple[str, LLM]]
+    panel: list[tuple[str, LanguageModel]]
 
     @property
     def template(self) -> str:
@@ -431,7 +431,7 @@ class Screener:
         module: Any = self.ctx.prompts.env.get_template("nocontext/_option.jinja").module
         return str(module.option(letter, text))
 
-    def ask(self, llm: LLM, item: MCQ, index: int, k: int, order: list[int]) -> Answer:
+    def ask(self, llm: LanguageModel, item: MCQ, index: int, k: int, order: list[int]) -> Answer:
         shown = [item.options[i] for i in order]
         if self.cfg.mode == "generate":
             raw = llm.complete(self.messages(item, order, prefill=False),
@@ -461,7 +461,7 @@ class Screener:
                           self.ctx.seed(index, "shuffle"))
         answers: dict[str, list[Answer]] = {}
         for label, llm in self.panel:
-            def one(job: tuple[int, list[int]], llm: LLM = llm) -> Answer:
+            def one(job: tuple[int, list[int]], llm: LanguageModel = llm) -> Answer:
                 return self.ask(llm, item, index, *job)
 
             try:
@@ -481,7 +481,7 @@ class Screener:
         )
 
 
-def build_panel(cfg: NocontextConfig, ctx: RunContext) -> list[tuple[str, LLM]]:
+def build_panel(cfg: NocontextConfig, ctx: RunContext) -> list[tuple[str, LanguageModel]]:
     """The screening models, loaded now (so throughput excludes loading), with their labels."""
     configs = cfg.models or [cfg.llm]
     llms = [ctx.llm_for(c) for c in configs]

@@ -114,7 +114,7 @@ def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory, gguf_path:
     import urllib.request
 
     pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] is not installed")
-    from gen.server import free_port
+    from gen.llm.llama_server import free_port
 
     port = free_port()
     logdir = tmp_path_factory.mktemp("llama_cpp_server")

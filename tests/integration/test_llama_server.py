@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from gen.errors import BackendError
-from gen.server import find_binary
+from gen.llm.llama_server import find_binary
 
 pytestmark = pytest.mark.integration
 

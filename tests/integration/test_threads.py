@@ -16,7 +16,8 @@ pytestmark = pytest.mark.integration
 PROBE = """
 import json, torch
 from gen.embed import Embedder, EmbedderConfig
-from gen.llm import LlamaCppConfig, make_llm, _LLAMAS
+from gen.llm import LlamaCppConfig, make_llm
+from gen.llm.llama_cpp import _LLAMAS
 default = torch.get_num_threads()
 e = Embedder(EmbedderConfig(threads={emb}), None)
 v = e.encode(["a kitchen", "a garden"])

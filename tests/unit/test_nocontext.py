@@ -685,6 +685,9 @@ class _Completions(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
+    def do_GET(self) -> None:  # noqa: N802 - the preflight's GET /v1/models
+        self._send(200, {"object": "list", "data": [{"id": "served", "object": "model"}]})
+
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append(body)

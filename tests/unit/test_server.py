@@ -13,7 +13,7 @@ from processes import FAKE, wait_file, wait_gone
 
 from gen.errors import BackendError
 from gen.llm import LlamaServerConfig, make_llm
-from gen.server import LlamaServer, find_binary
+from gen.llm.llama_server import LlamaServer, find_binary
 from schemas.personas import Bio
 
 
@@ -32,6 +32,13 @@ def test_cli_accepts_llama_server_options() -> None:
 
     settings = validate("personas", ["n=2", "llm=llama_server", "llm.parallel=2"])
     assert settings.llm.backend == "llama_server" and settings.llm.concurrency == 2
+
+
+def test_a_model_that_is_not_a_gguf_is_refused_before_the_server_starts(tmp_path: Path) -> None:
+    junk = tmp_path / "model.gguf"
+    junk.write_bytes(b"<html>not found</html>")
+    with pytest.raises(BackendError, match=f"llm.model_path: {junk} is not a loadable GGUF"):
+        make_llm(cfg(model_path=str(junk)))  # before the (stand-in) server is started
 
 
 def test_a_missing_binary_is_a_clear_error(monkeypatch, tmp_path: Path) -> None:

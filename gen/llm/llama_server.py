@@ -28,7 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from gen.errors import BackendError
-from gen.llm import LlamaServerConfig
+from gen.llm.boundary import LLM
+from gen.llm.cache import Cache, sha256_file
+from gen.llm.config import LlamaServerConfig
+from gen.llm.llama_cpp import gguf_file
 
 SERVER_EXTRA = 'pip install -e ".[server]"'
 
@@ -151,16 +154,12 @@ def bypass_proxy_for_loopback() -> None:
             os.environ[var] = ",".join(hosts + missing)
 
 
-def make_server_llm(cfg: LlamaServerConfig, cache: Any = None) -> Any:
+def make_server_llm(cfg: LlamaServerConfig, cache: Cache | None = None) -> LLM:
     """Start llama-server on the configured GGUF and return an LLM that talks to it with up to
     ``cfg.parallel`` calls in flight; closing the LLM stops the server."""
     from openai import OpenAI
 
-    from gen.llm import LLM, embedded_gguf, sha256_file
-
-    model = Path(cfg.model_path).expanduser() if cfg.model_path else embedded_gguf()
-    if not model.is_file():
-        raise BackendError(f"llm.model_path: no GGUF file at {model}")
+    model = gguf_file(cfg.model_path)
     binary = find_binary(cfg.binary)
     server = LlamaServer(binary, model, cfg)
     bypass_proxy_for_loopback()
@@ -176,7 +175,7 @@ def make_server_llm(cfg: LlamaServerConfig, cache: Any = None) -> Any:
         return client.chat.completions.create(model=model.name, **kwargs)
 
     llm = LLM(create, identity=identity, sampling=cfg, cache=cache, lock=False,
-              schema_format="json_schema")
+              schema_format="json_schema", where=f"llm=llama_server at {server.base_url}")
     llm.on_close(client.close)
     llm.on_close(server.stop)
     llm.server = server  # type: ignore[attr-defined]

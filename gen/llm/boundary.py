@@ -1,0 +1,442 @@
+"""The one LLM boundary: structured calls through instructor, a per-call cache, usage counts.
+
+Backends differ only in the raw ``create(**kwargs) -> ChatCompletion`` they provide (and,
+optionally, a log-likelihood scorer): llama-cpp-python in process (:mod:`gen.llm.llama_cpp`),
+any OpenAI-compatible server (:mod:`gen.llm.openai_compat`), llama.cpp's own server started by
+the toolkit (:mod:`gen.llm.llama_server`), or the scripted fake of unit tests
+(:mod:`gen.llm.fake`). Generators see only :class:`LanguageModel`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
+
+from pydantic import BaseModel
+
+from gen.errors import BackendError, LLMOutputError
+from gen.llm.cache import Cache
+from gen.llm.config import _Sampling
+
+T = TypeVar("T", bound=BaseModel)
+F = TypeVar("F", bound=Callable[..., Any])
+Message = dict[str, str]
+Prompt = str | Sequence[Message]
+"""A plain-text prompt, or chat messages (a last ``assistant`` message is the start of the
+answer: the reply is scored as its continuation)."""
+
+
+# --------------------------------------------------------------------------- usage
+
+
+class Usage:
+    """Thread-safe counters of one run's LLM use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.cache_hits = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.cached_completion_tokens = 0
+        self.generation_seconds = 0.0
+
+    def add(self, *, hit: bool, prompt: int, completion: int, seconds: float) -> None:
+        with self._lock:
+            self.calls += 1
+            if hit:
+                self.cache_hits += 1
+                self.cached_completion_tokens += completion
+            else:
+                self.prompt_tokens += prompt
+                self.completion_tokens += completion
+                self.generation_seconds += seconds
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.completion_tokens / self.generation_seconds if self.generation_seconds else 0.0
+
+    @classmethod
+    def total(cls, dicts: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+        """The sum of several runs' :meth:`as_dict` (shards of one run)."""
+        u = cls()
+        for d in dicts:
+            if d:
+                for key in ("calls", "cache_hits", "prompt_tokens", "completion_tokens",
+                            "cached_completion_tokens", "generation_seconds"):
+                    setattr(u, key, getattr(u, key) + d.get(key, 0))
+        return u.as_dict()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "calls": self.calls,
+            "cache_hits": self.cache_hits,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_completion_tokens": self.cached_completion_tokens,
+            "generation_seconds": round(self.generation_seconds, 3),
+            "completion_tokens_per_second": round(self.tokens_per_second, 2),
+        }
+
+
+class LogLik(NamedTuple):
+    """Log-likelihood of one continuation given a prompt."""
+
+    logprob: float
+    """Sum of the natural-log probabilities of the continuation's tokens."""
+    tokens: int
+    """How many tokens the continuation took (callers length-normalise)."""
+
+
+Scorer = Callable[[Prompt, list[str]], tuple[list[LogLik], int]]
+"""A backend's scoring function: ``(prompt, continuations) -> (scores, tokens evaluated)``."""
+
+
+# --------------------------------------------------------------------------- the boundary
+
+
+class _Streak:
+    """Consecutive ``backend_error`` outcomes of one backend, shared by its forks.
+
+    A backend that is down or broken would otherwise turn every record of a run into a
+    ``backend_error`` reject (and a hanging server costs its timeout per call): after ``limit``
+    failures in a row the call that reached it raises :class:`BackendError` (exit 2), and so does
+    every call after it. Any other outcome (an answer, even an invalid one) resets the count.
+    """
+
+    def __init__(self, limit: int, where: str):
+        self.limit = limit
+        self.where = where
+        self.count = 0
+        self.last = ""
+        self.stopped: str | None = None
+        self._lock = threading.Lock()
+
+    def check(self) -> None:
+        """Refuse a call once the backend has failed ``limit`` calls in a row."""
+        if self.stopped is not None:
+            raise BackendError(self.stopped)
+
+    def note(self, error: LLMOutputError | None) -> None:
+        """Count one call's outcome; raise BackendError when the failures reach the limit."""
+        with self._lock:
+            if self.stopped is not None:
+                raise BackendError(self.stopped) from error
+            if error is None or error.reason != "backend_error":
+                self.count = 0
+                return
+            self.count += 1
+            self.last = " ".join(error.detail.split())
+            if not self.limit or self.count < self.limit:
+                return
+            self.stopped = (
+                f"{self.where} failed {self.count} calls in a row (llm.max_consecutive_errors="
+                f"{self.limit}), the last with {self.last}; the run stops here (its records so far "
+                "stay in the run folder's *.partial files; a rerun into the same folder resumes "
+                "from the cache)")
+            raise BackendError(self.stopped) from error
+
+
+def _watched(method: F) -> F:
+    """A model call whose outcome counts in the backend's failure streak (:class:`_Streak`)."""
+
+    @functools.wraps(method)
+    def call(self: LLM, *args: Any, **kwargs: Any) -> Any:
+        self._streak.check()
+        try:
+            out = method(self, *args, **kwargs)
+        except LLMOutputError as e:
+            self._streak.note(e)
+            raise
+        self._streak.note(None)
+        return out
+
+    return cast(F, call)
+
+
+class LLM:
+    """Structured generation with validation, bounded re-asks, truncation detection and caching.
+
+    Args:
+        create: the backend's raw chat-completion function, OpenAI-shaped.
+        identity: what identifies the model (backend, model name, weights hash); part of
+            every cache key and of the manifest.
+        sampling: sampling settings; temperature/top_p/max_tokens go to every call.
+        cache: the per-call cache, or None.
+        lock: serialise calls (an in-process model is not re-entrant).
+        score: the backend's log-likelihood scorer (:meth:`loglik`), or None.
+        where: how messages name the backend (``llm=openai at http://…/v1``).
+    """
+
+    def __init__(
+        self,
+        create: Callable[..., Any],
+        *,
+        identity: dict[str, Any],
+        sampling: _Sampling,
+        cache: Cache | None = None,
+        lock: bool = False,
+        schema_format: str = "json_object",
+        score: Scorer | None = None,
+        where: str | None = None,
+    ):
+        import instructor  # heavy; only when a model is really used
+
+        self.identity = identity
+        self.sampling = sampling
+        self.cache = cache
+        self.usage = Usage()
+        self.concurrency = 1 if lock else sampling.concurrency
+        self._create = create
+        self._lock = threading.Lock() if lock else None
+        self._schema_format = schema_format
+        self._score = score
+        self._client = instructor.patch(create=self._cached_create, mode=instructor.Mode.JSON_SCHEMA)
+        self._closers: list[Callable[[], None]] = []
+        self._streak = _Streak(sampling.max_consecutive_errors,
+                               where or f"llm={identity.get('backend')}")
+
+    def fork(self) -> LLM:
+        """The same loaded backend (model, cache, lock) with usage counters of its own: a
+        sub-run's manifest counts its own calls. Only the original closes the backend."""
+        import copy
+
+        import instructor
+
+        twin = copy.copy(self)
+        twin.usage = Usage()
+        twin._closers = []
+        twin._client = instructor.patch(create=twin._cached_create, mode=instructor.Mode.JSON_SCHEMA)
+        return twin
+
+    def on_close(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the LLM is closed (a managed server is stopped this way)."""
+        self._closers.append(fn)
+
+    def close(self) -> None:
+        """Release what the backend holds (idempotent); runs end by calling it."""
+        while self._closers:
+            self._closers.pop()()
+
+    def describe(self) -> dict[str, Any]:
+        """Backend identity and sampling settings, for manifests."""
+        return {**self.identity, "sampling": self.sampling.model_dump()}
+
+    @_watched
+    def structured(
+        self, messages: Sequence[Message], schema: type[T], *, seed: int, max_tokens: int | None = None
+    ) -> T:
+        """One structured call: the schema constrains decoding where the backend can.
+
+        Raises:
+            LLMOutputError: truncated output, output invalid after all attempts, or a
+                backend failure; ``raw`` holds the last text the model produced.
+            BackendError: the backend failed ``llm.max_consecutive_errors`` calls in a row.
+        """
+        from instructor.core import IncompleteOutputException, InstructorRetryException
+
+        try:
+            return self._client(
+                messages=list(messages),
+                response_model=schema,
+                # instructor counts retries after the first try, ``attempts`` counts tries
+                max_retries=self.sampling.attempts - 1,
+                seed=seed,
+                temperature=self.sampling.temperature,
+                top_p=self.sampling.top_p,
+                max_tokens=max_tokens or self.sampling.max_tokens,
+            )
+        except IncompleteOutputException as e:
+            raise LLMOutputError("truncated", "hit max_tokens", _text(e.last_completion)) from None
+        except InstructorRetryException as e:
+            last = e.last_completion
+            if last is None and not e.failed_attempts:  # the backend failed, nothing to validate
+                cause = e.__cause__ or e
+                raise LLMOutputError("backend_error", f"{type(cause).__name__}: {cause}"[:300]) from None
+            if last is not None and _finish(last) == "length":
+                raise LLMOutputError("truncated", "hit max_tokens", _text(last)) from None
+            failed = e.failed_attempts[-1].exception if e.failed_attempts else e
+            detail = _first_line(failed)[:300] if str(failed).strip() else "validation failed"
+            raise LLMOutputError(
+                "invalid_output", f"{e.n_attempts} attempts: {detail}", _text(last)
+            ) from None
+        except LLMOutputError:
+            raise
+        except Exception as e:  # transport or backend failure on one call
+            raise LLMOutputError("backend_error", f"{type(e).__name__}: {e}"[:300]) from None
+
+    @_watched
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        seed: int,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+    ) -> str:
+        """One free-text chat completion (no schema), cached like :meth:`structured`.
+
+        Args:
+            temperature: overrides the configured one (0 is greedy decoding).
+            stop: strings that end the reply.
+
+        Returns:
+            The reply text; a reply cut at ``max_tokens`` is returned as it is.
+
+        Raises:
+            LLMOutputError: ``backend_error`` when the call fails or returns no text.
+            BackendError: the backend failed ``llm.max_consecutive_errors`` calls in a row.
+        """
+        kwargs: dict[str, Any] = {
+            "messages": list(messages), "seed": seed,
+            "temperature": self.sampling.temperature if temperature is None else temperature,
+            "top_p": self.sampling.top_p, "max_tokens": max_tokens or self.sampling.max_tokens,
+        }
+        if stop:
+            kwargs["stop"] = list(stop)
+        try:
+            response = self._cached_create(**kwargs)
+        except Exception as e:  # transport or backend failure on one call
+            raise LLMOutputError("backend_error", f"{type(e).__name__}: {e}"[:300]) from None
+        text = _text(response)
+        if text is None:
+            raise LLMOutputError("backend_error", "the reply holds no text")
+        return text
+
+    @_watched
+    def loglik(self, prompt: Prompt, continuations: Sequence[str]) -> list[LogLik]:
+        """Score each continuation by its log-likelihood after ``prompt`` (deterministic, cached).
+
+        ``prompt`` is plain text, or chat messages that the backend wraps in the model's chat
+        template (in-process GGUFs only); a last ``assistant`` message starts the answer.
+
+        Raises:
+            BackendError: the backend cannot score (a server without echo+logprobs, chat
+                messages on a server, a GGUF without a chat template), or it failed
+                ``llm.max_consecutive_errors`` calls in a row.
+            LLMOutputError: ``backend_error`` when one call fails.
+        """
+        if self._score is None:
+            raise BackendError(f"the {self.identity.get('backend')} backend cannot score log-likelihoods")
+        conts = list(continuations)
+        if not conts:
+            return []
+        request = {"prompt": prompt if isinstance(prompt, str) else [dict(m) for m in prompt],
+                   "continuations": conts}
+        key = hashlib.sha256(json.dumps({"model": self.identity, "loglik": request},
+                                        sort_keys=True).encode()).hexdigest()
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            scores = [LogLik(float(lp), int(n)) for lp, n in json.loads(hit)]
+            self.usage.add(hit=True, prompt=0, completion=0, seconds=0.0)
+            return scores
+        t0 = time.perf_counter()
+        try:
+            if self._lock is not None:
+                with self._lock:
+                    scores, evaluated = self._score(prompt, conts)
+            else:
+                scores, evaluated = self._score(prompt, conts)
+        except (BackendError, LLMOutputError):
+            raise
+        except Exception as e:  # transport or backend failure on one call
+            raise LLMOutputError("backend_error", f"{type(e).__name__}: {e}"[:300]) from None
+        if len(scores) != len(conts):
+            raise LLMOutputError("backend_error", f"{len(scores)} scores for {len(conts)} continuations")
+        self.usage.add(hit=False, prompt=evaluated, completion=0, seconds=time.perf_counter() - t0)
+        if self.cache is not None:
+            self.cache.put(key, json.dumps([[s.logprob, s.tokens] for s in scores]))
+        return scores
+
+    # The cache sits under instructor, so re-asks are cached too and a rerun replays
+    # exactly the same conversation.
+    def _cached_create(self, **kwargs: Any) -> Any:
+        from openai.types.chat import ChatCompletion
+
+        rf = kwargs.get("response_format")
+        if rf and rf.get("type") == "json_schema" and self._schema_format == "json_object":
+            kwargs["response_format"] = {"type": "json_object", "schema": rf["json_schema"]["schema"]}
+        key = hashlib.sha256(
+            json.dumps({"model": self.identity, "request": kwargs}, sort_keys=True, default=str).encode()
+        ).hexdigest()
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            response = ChatCompletion.model_validate_json(hit)
+            self.usage.add(hit=True, prompt=_usage(response, "prompt_tokens"),
+                           completion=_usage(response, "completion_tokens"), seconds=0.0)
+            return response
+        t0 = time.perf_counter()
+        if self._lock is not None:
+            with self._lock:
+                response = self._create(**kwargs)
+        else:
+            response = self._create(**kwargs)
+        seconds = time.perf_counter() - t0
+        self.usage.add(hit=False, prompt=_usage(response, "prompt_tokens"),
+                       completion=_usage(response, "completion_tokens"), seconds=seconds)
+        if self.cache is not None:
+            self.cache.put(key, response.model_dump_json())
+        return response
+
+
+def _usage(response: Any, field: str) -> int:
+    usage = getattr(response, "usage", None)
+    return int(getattr(usage, field, 0) or 0) if usage else 0
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return " ".join(lines[:3]) if lines else type(e).__name__
+
+
+def _text(completion: Any) -> str | None:
+    try:
+        return completion.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        return None
+
+
+def _finish(completion: Any) -> str | None:
+    try:
+        return completion.choices[0].finish_reason
+    except (AttributeError, IndexError, TypeError):
+        return None
+
+
+
+class LanguageModel(Protocol):
+    """What generators (and the runner) may use of a model: ``ctx.llm`` is one.
+
+    :class:`LLM` is the implementation; a test may hand a run anything with these members.
+    """
+
+    usage: Usage
+    """This run's call, token and cache-hit counters (the manifest's ``llm_usage``)."""
+    concurrency: int
+    """How many calls may be in flight at once (``ctx.map``'s default width)."""
+
+    def structured(
+        self, messages: Sequence[Message], schema: type[T], *, seed: int, max_tokens: int | None = None
+    ) -> T: ...
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        seed: int,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+    ) -> str: ...
+
+    def loglik(self, prompt: Prompt, continuations: Sequence[str]) -> list[LogLik]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def fork(self) -> LanguageModel: ...
+
+    def close(self) -> None: ...

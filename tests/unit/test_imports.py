@@ -1,0 +1,181 @@
+"""The project's own modules import each other without cycles, and ``gen/`` never imports
+``generators`` at module level (the toolkit's machinery does not depend on its generators).
+
+Only module-level imports count: an import inside a function runs when called, after every
+module has loaded, so a lazy import is how a module may reach "up" when it must; an import
+under ``if TYPE_CHECKING:`` never runs (``gen/audit_checks.py`` names ``generators.audit``'s
+config type that way). ``from
+pkg.mod import x`` is an edge to ``pkg.mod``; ``from pkg import x`` is an edge to ``pkg``'s
+``__init__``, or to ``pkg.x`` when that is a module. A package's parents, which Python imports
+first, are not edges: ``gen/llm/boundary.py`` importing ``gen.llm.cache`` does not need
+``gen/llm/__init__.py``'s names.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("gen", "generators", "schemas")
+
+
+def project_modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    """Every module of ``packages`` under ``root`` (but ``__main__``): dotted name -> source file."""
+    out: dict[str, Path] = {}
+
+    def walk(name: str, folder: Path) -> None:
+        out[name] = folder / "__init__.py"
+        for info in pkgutil.iter_modules([str(folder)]):
+            if info.ispkg:
+                walk(f"{name}.{info.name}", folder / info.name)
+            elif info.name != "__main__":
+                out[f"{name}.{info.name}"] = folder / f"{info.name}.py"
+
+    for pkg in packages:
+        walk(pkg, root / pkg)
+    return out
+
+
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and (
+        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
+
+
+def _module_level(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Import statements that run when the module is imported (not inside a function, not
+    under ``if TYPE_CHECKING:``, which never runs)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            if _type_checking(child):
+                for other in cast(ast.If, child).orelse:  # an else branch does run
+                    visit(ast.Module(body=[other], type_ignores=[]))
+                continue
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                found.append(child)
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the project modules it imports at module level."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        package = name if is_pkg else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in _module_level(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    anchor = ".".join(parts[:len(parts) - node.level + 1])
+                    base = f"{anchor}.{base}" if base else anchor
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                           for a in node.names]
+            for target in targets:
+                while target and target not in modules:  # import a.b.c of a non-module c
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path ``[a, b, ..., a]``, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := dfs(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := dfs(node)):
+            return cycle
+    return None
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph(project_modules(ROOT, PACKAGES))
+
+
+def test_every_module_imports() -> None:
+    modules = project_modules(ROOT, PACKAGES)
+    assert {"gen.llm", "gen.llm.boundary", "gen.llm.llama_server", "gen.run"} <= set(modules)
+    for name in modules:
+        importlib.import_module(name)
+
+
+def test_the_project_has_no_import_cycle(graph: dict[str, set[str]]) -> None:
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
+
+
+def test_gen_does_not_import_generators(graph: dict[str, set[str]]) -> None:
+    bad = {m: sorted(t for t in targets if t.split(".")[0] == "generators")
+           for m, targets in graph.items() if m.split(".")[0] == "gen"}
+    assert not {m: t for m, t in bad.items() if t}
+
+
+def test_the_llm_package_is_split_as_documented(graph: dict[str, set[str]]) -> None:
+    """Backends sit on the boundary, never the other way round; no submodule goes through
+    the package's ``__init__`` (which imports them all)."""
+    inside = {m: t for m, t in graph.items() if m.startswith("gen.llm.")}
+    assert all("gen.llm" not in targets for targets in inside.values()), inside
+    assert graph["gen.llm.config"] <= {"gen.errors"}
+    assert graph["gen.llm.cache"] <= {"gen.errors"}
+    for backend in ("gen.llm.boundary", "gen.llm.config", "gen.llm.cache"):
+        assert not graph[backend] & {"gen.llm.llama_cpp", "gen.llm.openai_compat",
+                                     "gen.llm.llama_server", "gen.llm.fake"}
+    assert not (ROOT / "gen" / "server.py").exists() and not (ROOT / "gen" / "llm.py").exists()
+
+
+def test_the_checker_finds_cycles_and_ignores_lazy_imports(tmp_path: Path) -> None:
+    pkg = tmp_path / "toy"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from toy.sub import b\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("from .. import c\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import toy.a\n"
+                              "def f():\n    import toy.a\n")
+    modules = project_modules(tmp_path, ("toy",))
+    graph = import_graph(modules)
+    assert graph["toy.a"] == {"toy.sub.b"} and graph["toy.sub.b"] == {"toy.c"}
+    assert find_cycle(graph) is None  # toy.c's imports are lazy or for the type checker only
+    (pkg / "c.py").write_text("import toy.a\n")
+    assert find_cycle(import_graph(modules)) == ["toy.a", "toy.sub.b", "toy.c", "toy.a"]
+
+
+def test_every_package_is_installed() -> None:
+    """pyproject lists packages one by one; a new subpackage missing there would be left out
+    of a non-editable install."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {m for m, p in project_modules(ROOT, PACKAGES).items() if p.name == "__init__.py"}
+    assert found == listed
