@@ -20,22 +20,22 @@ import numpy as np
 import pytest
 
 import generators  # noqa: F401  (fills the registry)
-from gen.audit_checks import (
-    CHECKS,
-    AuditData,
-    FindingRecord,
-    check_length,
-    check_position,
-    nearest,
-    norm,
-    shortcut_cv,
-    similar_pairs,
-)
 from gen.errors import InputError, MissingInputError
 from gen.mcq import Roles, load_roles_bank, read_roles
 from gen.run import RunContext, run
 from generators.audit import AuditConfig, plan
+from generators.audit.checks.duplicates import knn
+from generators.audit.checks.leakage import leakage as check_leakage
+from generators.audit.checks.length import length as check_length
+from generators.audit.checks.position import position as check_position
+from generators.audit.checks.shortcut import shortcut_cv
+from generators.audit.data import AuditData
+from generators.audit.registry import REGISTRY, check_keys
+from generators.audit.text import norm
+from schemas.audit import FindingRecord
 from schemas.mcq import MCQ
+
+CHECKS = check_keys()
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())
@@ -267,6 +267,91 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
         if rel.startswith("digital"):
             continue  # personas come from Faker and bundles from generators.digital: may move with them
         assert (tmp_path / rel).read_bytes() == (FIX / rel).read_bytes(), rel
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None:
+    assert [c.order for c in REGISTRY.values()] == list(range(1, 11))
+    assert AuditConfig(input="x").checks == CHECKS == ["structure", "leakage", "position", "length",
+                                                       "similar_options", "duplicates", "shortcut", "blind",
+                                                       "digital", "integrity"]
+    help_text = AuditConfig.model_fields["checks"].description
+    for c in REGISTRY.values():
+        assert f"{c.key}: {c.finds}" in help_text
+        assert set(c.uses) <= set(AuditConfig.model_fields)
+    result, _, report = clean_run
+    md = (result.out_dir / "audit.md").read_text()
+    for c in REGISTRY.values():
+        assert f"## {c.order}. {c.title}\n\n{c.doc}\n" in md
+    assert [(c["id"], c["title"]) for c in report["checks"]] == [(c.order, c.title) for c in REGISTRY.values()]
+    length = md[md.index("## 4. "):md.index("## 5. ")]
+    assert "| length_ratio | 1.4 | An answer more than" in length and "| item_dup_sim |" not in length
+    # every threshold of the report is read by some check
+    used = {u for c in REGISTRY.values() for u in c.uses}
+    assert set(report["thresholds"]) <= used, set(report["thresholds"]) - used
+
+
+def test_checks_read_only_the_options_they_declare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that reads an option it does not declare in ``uses=`` would hide it from the report."""
+    import dataclasses
+
+    read: dict[str, set[str]] = {k: set() for k in REGISTRY}
+
+    class Reads:
+        def __init__(self, cfg: AuditConfig, key: str) -> None:
+            self._cfg, self._key = cfg, key
+
+        def __getattr__(self, name: str) -> Any:
+            read[self._key].add(name)
+            return getattr(self._cfg, name)
+
+    for key, c in list(REGISTRY.items()):
+        def fn(data: AuditData, cfg: AuditConfig, _fn: Any = c.fn, _key: str = key) -> Any:
+            return _fn(data, Reads(cfg, _key))
+
+        monkeypatch.setitem(REGISTRY, key, dataclasses.replace(c, fn=fn))
+    run_audit(tmp_path / "a", FIX / "run_clean", nocontext=str(FIX / "nocontext_clean"))
+    run_audit(tmp_path / "b", FIX / "planted_longest.jsonl")
+    run_audit(tmp_path / "c", FIX / "digital_planted")
+    for key, c in REGISTRY.items():
+        assert read[key] <= set(c.uses), (key, read[key] - set(c.uses))
+    assert read["length"] and read["shortcut"] and read["leakage"]  # the proxy saw the reads
+
+
+PROBE_CHECK = """\"\"\"A check added as one file.\"\"\"
+
+from generators.audit.registry import CheckResult, check, finding
+
+
+@check("probe", order=11, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
+def probe(data, cfg):
+    \"\"\"Counts the items, to show that a new check is one new file.\"\"\"
+    res = CheckResult("probe", stats={"items": len(data.items)})
+    res.findings.append(finding("probe", "counted", "info", f"{len(data.items)} items"))
+    return res
+"""
+
+
+def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir: Path) -> None:
+    root = Path(generators.__file__).resolve().parent.parent
+    for d in ("gen", "generators", "schemas", "conf", "prompts"):
+        shutil.copytree(root / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "generators" / "audit" / "checks" / "probe.py").write_text(PROBE_CHECK)
+    run_gen = runner_for(tmp_path, cache_dir)
+    shown = run_gen("audit", "--help")
+    assert "probe: nothing, it counts items" in shown.stdout and '"integrity","probe"]' in shown.stdout, shown.stdout
+    p = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "embeddings=false", "checks=[structure,probe]",
+                f"hydra.run.dir={tmp_path / 'out'}")
+    assert p.returncode == 0, p.stderr
+    report = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (11, "probe", {"items": 80})
+    assert report["findings"][0]["check_id"] == 11
+    md = (tmp_path / "out" / "audit.md").read_text()
+    assert "## 11. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
+    bad = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "checks=[probe,nope]")
+    assert bad.returncode == 2 and "nope" in bad.stderr and "'probe'" in bad.stderr
 
 
 # --------------------------------------------------------------------------- the report and the run folder
@@ -514,21 +599,21 @@ def test_shortcut_finds_a_word_tell_and_not_random_labels() -> None:
     assert control["correct"].mean() < 0.4
 
 
-def test_similarity_search_matches_brute_force() -> None:
+def test_knn_matches_brute_force() -> None:
     rng = np.random.default_rng(0)
     a = rng.normal(size=(300, 16)).astype(np.float32)
     a[150] = a[20] + 0.01  # a near pair
     a /= np.linalg.norm(a, axis=1, keepdims=True)
     b = rng.normal(size=(50, 16)).astype(np.float32)
     b /= np.linalg.norm(b, axis=1, keepdims=True)
-    sims = a @ a.T
-    want = sorted((i, j) for i in range(300) for j in range(i + 1, 300) if sims[i, j] >= 0.8)
-    got = similar_pairs(a, None, 0.8, block=64)
-    assert [(i, j) for i, j, _ in got] == want and (20, 150) in want
-    np.testing.assert_allclose(nearest(a, None, block=64), np.sort(sims - 2 * np.eye(300), axis=1)[:, -1], atol=1e-5)
-    np.testing.assert_allclose(nearest(a, b, block=64), (a @ b.T).max(axis=1), atol=1e-5)
-    cross = similar_pairs(a, b, 0.5)
-    assert [(i, j) for i, j, _ in cross] == sorted(zip(*np.nonzero(a @ b.T >= 0.5), strict=True))
+    sims = a @ a.T - 2 * np.eye(300)  # not itself
+    got_sims, got_ids = knn(a, None, 3, block=64)
+    np.testing.assert_allclose(got_sims, -np.sort(-sims, axis=1)[:, :3], atol=1e-5)
+    assert got_ids[20, 0] == 150 and got_ids[150, 0] == 20
+    assert not (got_ids == np.arange(300)[:, None]).any()
+    cross_sims, cross_ids = knn(a, b, 2, block=64)
+    np.testing.assert_allclose(cross_sims, -np.sort(-(a @ b.T), axis=1)[:, :2], atol=1e-5)
+    np.testing.assert_array_equal(cross_ids[:, 0], (a @ b.T).argmax(axis=1))
 
 
 def test_cross_item_leak_ignores_template_phrases() -> None:
@@ -536,7 +621,7 @@ def test_cross_item_leak_ignores_template_phrases() -> None:
     items = [mcq(f"i{j}", [f"C believes that the pot {j} is hot", f"C believes that the lid {j} is off"], 0,
                  visible={"context": "C believes that the story is long and C believes that the day is warm"})
              for j in range(40)]
-    res = __import__("gen.audit_checks", fromlist=["check_leakage"]).check_leakage(AuditData(items=items), cfg())
+    res = check_leakage(AuditData(items=items), cfg())
     assert [f for f in res.findings if f.kind != "answer_overlaps_context"] == []
 
 
