@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gen.errors import InputError, MissingInputError
+from gen.errors import InputError, MissingInputError, not_utf8
 from schemas.mcq import LETTERS, MCQ, MCQRecord
 
 EGOTOM_TYPES = ("goal", "belief", "actions")
@@ -79,8 +79,11 @@ def load_bank(path: Path) -> Bank:
 
 def egotom_type(path: Path) -> str | None:
     """The question type of an EgoToM CSV, from its header (None if it is not one)."""
-    with open(path, encoding="utf-8") as f:
-        header = f.readline()
+    try:
+        with open(path, encoding="utf-8") as f:
+            header = f.readline()
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     for q in EGOTOM_TYPES:
         if f"gt_{q}" in header and f"{q}_choice_a" in header:
             return q
@@ -96,6 +99,8 @@ def read_egotom_csv(path: Path) -> list[MCQ]:
     try:
         df = pl.read_csv(path, infer_schema_length=0)  # all strings: nothing is reinterpreted
     except Exception as e:  # noqa: BLE001 - polars raises several types
+        if "utf-8" in str(e).lower():
+            raise not_utf8(path) from None  # with the line polars does not give
         raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
     choice_cols = [c for c in egotom_columns(q) if c.startswith(f"{q}_choice_")]
     missing = [c for c in ("cuid", f"gt_{q}", *choice_cols) if c not in df.columns]
@@ -119,17 +124,20 @@ def read_egotom_csv(path: Path) -> list[MCQ]:
 
 def read_mcq_jsonl(path: Path) -> list[MCQ]:
     items = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                rec = MCQRecord.model_validate_json(line)
-            except ValidationError as e:
-                err = e.errors()[0]
-                where = ".".join(str(x) for x in err["loc"])
-                raise InputError(f"{path}:{i + 1}: not an MCQ record ({where}: {err['msg']})") from None
-            items.append(from_record(rec, i))
+    try:
+        with open(path, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                if not line.strip():
+                    continue
+                try:
+                    rec = MCQRecord.model_validate_json(line)
+                except ValidationError as e:
+                    err = e.errors()[0]
+                    where = ".".join(str(x) for x in err["loc"])
+                    raise InputError(f"{path}:{i + 1}: not an MCQ record ({where}: {err['msg']})") from None
+                items.append(from_record(rec, i))
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     return items
 
 
@@ -228,6 +236,8 @@ def read_roles(path: Path) -> Roles:
         raise MissingInputError(f"roles: no such file: {path}")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
     except yaml.YAMLError as e:
         raise InputError(f"{path}: not valid YAML/JSON ({str(e).splitlines()[0]})") from None
     try:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import gen
 from gen.embed import EmbedderConfig
-from gen.errors import ConfigError, InputError, MissingInputError
+from gen.errors import ConfigError, InputError, MissingInputError, not_utf8
 from gen.llm import Cache, LlamaCppConfig, LLMConfig, sha256_file
 from gen.paths import ROOT
 from gen.prompts import Prompts
@@ -513,16 +513,19 @@ def package_versions() -> dict[str, str | None]:
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` of every non-blank line of a JSONL file; a line that is not
-    JSON is an InputError naming the file and line."""
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            yield lineno, value
+    JSON, or a byte that is not UTF-8, is an InputError naming the file and line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
+                yield lineno, value
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
 
 
 def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]:

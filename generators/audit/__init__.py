@@ -40,6 +40,9 @@ class AuditConfig(CommonConfig):
     checks: list[str] = Field(default_factory=check_keys, description=checks_help())
     fail_on: Literal["info", "warning", "error", "never"] = "error"
     """Exit code 1 when a finding of at least this severity exists."""
+    allow_empty: bool = False
+    """Audit an input with zero items; otherwise that is an input error (exit 2): an audit of
+    nothing must not pass a CI gate."""
     alpha: float = Field(0.01, gt=0, lt=1)
     """Significance level of the statistical tells, Bonferroni-corrected over the groups a check
     tests (a conventional strict level: a clean bank fails a check by chance ~1 audit in 100)."""

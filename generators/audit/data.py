@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gen.errors import ConfigError, InputError, MissingInputError
+from gen.errors import ConfigError, InputError, MissingInputError, not_utf8
 from gen.mcq import RECORD_FILES, Bank, egotom_type, load_banks, load_roles_bank, read_roles
 from gen.run import RunContext, iter_jsonl, load_run_records
 from generators.audit.text import Grams, visible_fields
@@ -43,6 +43,8 @@ class AuditData:
     nocontext: list[dict[str, Any]] | None = None
     folders: list[Path] = field(default_factory=list)
     """Run folders whose manifest.json the integrity check verifies."""
+    manifests: dict[Path, dict[str, Any]] = field(default_factory=dict)
+    """Each run folder's manifest.json, read and checked once (:func:`read_manifest`)."""
     embed: Callable[[list[str]], np.ndarray] | None = None
     seed: int = 0
     _visible: list[list[tuple[str, str]]] | None = field(default=None, repr=False)
@@ -91,6 +93,27 @@ def _run_folder(path: Path) -> Path | None:
     return folder if (folder / "manifest.json").is_file() else None
 
 
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """A run folder's manifest.json: a JSON object naming its generator. Anything else (not
+    UTF-8, not JSON, a list, ``{}``) is an InputError naming the file."""
+    file = folder / "manifest.json"
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8(file) from None
+    except OSError as e:
+        raise InputError(f"{file}: cannot read ({e.strerror or e})") from None
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{file}:{e.lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("generator"), str):
+        got = ("an empty object" if manifest == {} else "an object without a generator"
+               if isinstance(manifest, dict) else f"a JSON {type(manifest).__name__}")
+        raise InputError(f"{file}: not a run manifest (a JSON object naming its generator), got {got}")
+    return manifest
+
+
 def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
     """Read input=, against=, nocontext= once; bad input raises a GenError (exit 2)."""
     if cfg.input is None:
@@ -103,10 +126,11 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
     if cfg.roles is None and digital is not None and digital.is_file():
         data.bundles, file = load_run_records(digital, "digital")
         ctx.record_input(file)
-        manifest = _run_folder(file)
-        if manifest is not None:
-            m = json.loads((manifest / "manifest.json").read_text(encoding="utf-8"))
-            data.digital_config = (m.get("merged") or {}).get("source_config") or m.get("config") or {}
+        if (run_dir := _run_folder(file)) is not None:
+            m = data.manifests[run_dir] = read_manifest(run_dir)
+            merged = m.get("merged") if isinstance(m.get("merged"), dict) else {}
+            config = merged.get("source_config") or m.get("config")
+            data.digital_config = config if isinstance(config, dict) else {}
     elif cfg.roles is not None or path.is_file() or _has_bank(path):
         data.banks = _read_bank(path, cfg.roles, "input")
         if cfg.roles is not None:
@@ -137,9 +161,24 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
         if (f := _run_folder(npath)) is not None and f not in folders:
             folders.append(f)
     data.folders = folders
+    for f in folders:
+        if f not in data.manifests:
+            data.manifests[f] = read_manifest(f)
+    if not cfg.allow_empty:
+        _refuse_empty(data, path, cfg.roles)
     if cfg.embeddings:
         data.embed = lambda texts: ctx.embedder.encode(texts)
     return data
+
+
+def _refuse_empty(data: AuditData, path: Path, roles: str | None) -> None:
+    """Zero items (or bundles) is an input error: an audit of nothing passes any CI gate."""
+    empty = (data.bundles is not None and not data.bundles) or (data.banks and not data.items)
+    if empty:
+        what = "digital bundles" if data.bundles is not None else "items"
+        names = ", ".join(str(b.path) for b in data.banks) or str(path)
+        raise InputError(f"input: {names} holds 0 {what}{' (read with roles=' + roles + ')' if roles else ''}; "
+                         "allow_empty=true audits an empty bank")
 
 
 NOCONTEXT_KEYS = ("item_id", "question_type", "correct")

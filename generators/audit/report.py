@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from generators.audit import AuditConfig
     from generators.audit.data import AuditData
 
-NOT_THRESHOLDS = ("roles", "against", "against_roles", "nocontext", "checks", "fail_on", "plots", "max_listed")
+NOT_THRESHOLDS = ("roles", "against", "against_roles", "nocontext", "checks", "fail_on", "allow_empty", "plots",
+                  "max_listed")
 """Audit options that are inputs or presentation, not thresholds of a check."""
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -468,6 +471,133 @@ def test_input_errors_name_the_problem(tmp_path: Path, kw: dict[str, Any], error
         kw.pop("roles", None)
     with pytest.raises(error, match=needle):
         run_audit(tmp_path / "out", kw.pop("input"), **kw)
+
+
+# --------------------------------------------------------------------------- hardening: what the audit reads
+
+
+OPENED: list[str] | None = None
+
+
+def _record_opens(event: str, args: tuple[Any, ...]) -> None:
+    if OPENED is not None and event == "open" and isinstance(args[0], str | bytes | Path):
+        OPENED.append(os.path.realpath(os.fsdecode(args[0])))
+
+
+sys.addaudithook(_record_opens)  # records only while a test sets OPENED
+
+
+def test_integrity_never_reads_a_file_the_manifest_names_outside_the_run_folder(tmp_path: Path) -> None:
+    global OPENED
+    run_dir = tmp_path / "run"
+    run_audit(run_dir, FIX / "clean.jsonl", checks=["structure"])  # a real run folder with a real manifest
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not part of the run\n")
+    (run_dir / "link.txt").symlink_to(outside)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["outputs"].update({"/etc/passwd": "0" * 64, "../outside.txt": "0" * 64, "link.txt": "0" * 64})
+    manifest["inputs"]["/etc/hostname"] = "0" * 64
+    manifest["merged"] = {"generator": "../outside"}  # the records file is named after it
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    OPENED = []
+    try:
+        result, findings, report = run_audit(tmp_path / "out", run_dir, checks=["integrity"])
+        opened = set(OPENED)
+    finally:
+        OPENED = None
+    for path in ("/etc/passwd", "/etc/hostname", str(outside), str(tmp_path / "outside.jsonl")):
+        assert os.path.realpath(path) not in opened, path
+    assert str(run_dir / "audit.jsonl") in opened  # the hook saw the reads that are allowed
+    assert triples(findings) == [("outside_run_folder", (), (f,)) for f in
+                                 ("counts.accepted", "outputs.../outside.txt", "outputs./etc/passwd", "outputs.link.txt")]
+    assert all(f["severity"] == "error" and f["what"].startswith("manifest names a file outside the run folder")
+               for f in findings)
+    stats = next(c for c in report["checks"] if c["key"] == "integrity")["stats"]["folders"][str(run_dir)]
+    assert stats["inputs_outside_not_read"] == 2 and stats["matching"] == 4  # audit.{jsonl,json,md}, rejects
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    (b"[]", "not a run manifest (a JSON object naming its generator), got a JSON list"),
+    (b"{}", "got an empty object"),
+    (b'{"outputs": {}}', "got an object without a generator"),
+    (b"{not json", "manifest.json:1: not valid JSON"),
+    (b'{"generator": "tom", "x": "\xff"}', "manifest.json:1: not UTF-8 text (byte 0xff at column 28"),
+])
+def test_a_manifest_that_is_not_one_is_an_input_error(tmp_path: Path, content: bytes, needle: str) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(FIX / "clean.jsonl", folder / "tom.jsonl")
+    (folder / "manifest.json").write_bytes(content)
+    with pytest.raises(InputError, match=re.escape(needle)):
+        run_audit(tmp_path / "out", folder, checks=["integrity"])
+
+
+def test_cli_bad_manifest_exit_2(run_gen, tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "manifest.json").write_text("[]")
+    p = run_gen("audit", f"input={folder}", "embeddings=false", f"hydra.run.dir={tmp_path / 'out'}")
+    assert p.returncode == 2 and f"{folder / 'manifest.json'}: not a run manifest" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_an_empty_bank_is_an_input_error_unless_allowed(run_gen, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    p = run_gen("audit", f"input={empty}", "embeddings=false", f"hydra.run.dir={tmp_path / 'a'}")
+    assert p.returncode == 2 and f"input: {empty} holds 0 items" in p.stderr and "allow_empty=true" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    ok = run_gen("audit", f"input={empty}", "embeddings=false", "allow_empty=true", f"hydra.run.dir={tmp_path / 'b'}")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "b" / "audit.json").read_text())["summary"]["findings"] == 0
+    # the other readers: a roles bank, a folder of EgoToM CSVs with only their headers
+    with pytest.raises(InputError, match="holds 0 items"):
+        run_audit(tmp_path / "c", empty, roles=str(ROLES))
+    ego = tmp_path / "ego"
+    ego.mkdir()
+    from gen.mcq import write_egotom_csv
+
+    write_egotom_csv([], "goal", ego / "egotom_goal_shuffled.csv")
+    with pytest.raises(InputError, match="egotom_goal_shuffled.csv holds 0 items"):
+        run_audit(tmp_path / "d", ego)
+
+
+def _spoil(src: Path, dst: Path, line: int) -> Path:
+    """``src`` with one byte of line ``line`` (1-based) replaced by 0xff (not UTF-8)."""
+    lines = src.read_bytes().split(b"\n")
+    lines[line - 1] = lines[line - 1][:2] + b"\xff" + lines[line - 1][3:]
+    dst.write_bytes(b"\n".join(lines))
+    return dst
+
+
+def test_non_utf8_inputs_are_input_errors_naming_file_and_line(run_gen, tmp_path: Path) -> None:
+    bank = _spoil(FIX / "clean.jsonl", tmp_path / "bank.jsonl", 3)
+    roles = _spoil(ROLES, tmp_path / "roles.yaml", 1)
+    scen = _spoil(FIX / "scenarios.jsonl", tmp_path / "scen.jsonl", 2)
+    nc = tmp_path / "nc"
+    nc.mkdir()
+    _spoil(FIX / "nocontext_clean" / "nocontext.jsonl", nc / "nocontext.jsonl", 4)
+    ego = tmp_path / "ego"
+    ego.mkdir()
+    from gen.mcq import write_egotom_csv
+
+    rows = [{"vuid": "v", "cuid": f"c{j}", "narrations_in_context": "00m:01s | #C C waits.", "gt_goal": "To go.",
+             "goal_choice_a": "To go.", "goal_choice_b": "To stay.", "goal_choice_c": "To sit.",
+             "clip_start_time": "0", "clip_end_time": "9"} for j in range(3)]
+    _spoil(write_egotom_csv(rows, "goal", tmp_path / "g.csv"), ego / "egotom_goal_shuffled.csv", 3)
+    cases = [({"input": bank}, f"{bank}:3: not UTF-8 text (byte 0xff at column 3"),
+             ({"input": FIX / "scenarios.jsonl", "roles": str(roles)}, f"{roles}:1: not UTF-8"),
+             ({"input": scen, "roles": str(ROLES)}, f"{scen}:2: not UTF-8"),
+             ({"input": FIX / "clean.jsonl", "nocontext": str(nc)}, f"{nc / 'nocontext.jsonl'}:4: not UTF-8"),
+             ({"input": ego}, f"{ego / 'egotom_goal_shuffled.csv'}:3: not UTF-8")]
+    for j, (kw, needle) in enumerate(cases):
+        kw = dict(kw)
+        with pytest.raises(InputError, match=re.escape(needle)):
+            run_audit(tmp_path / f"out{j}", kw.pop("input"), **kw)
+    p = run_gen("audit", f"input={bank}", "embeddings=false", f"hydra.run.dir={tmp_path / 'cli'}")
+    assert p.returncode == 2 and f"{bank}:3: not UTF-8 text" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
 # --------------------------------------------------------------------------- the generic roles loader
