@@ -44,11 +44,23 @@ class AuditConfig(CommonConfig):
     """Audit an input with zero items; otherwise that is an input error (exit 2): an audit of
     nothing must not pass a CI gate."""
     alpha: float = Field(0.01, gt=0, lt=1)
-    """Significance level of the statistical tells, Bonferroni-corrected over the groups a check
-    tests (a conventional strict level: a clean bank fails a check by chance ~1 audit in 100)."""
+    """Family-wise significance level of a check's tell tests, Holm-corrected over that check's
+    tests (one per question type; length's longest and shortest, blind's models count apart). An
+    error needs the Holm-adjusted p below alpha and an effect above max_effect (0.01: a
+    conventional strict level, a clean bank fails a check by chance ~1 audit in 100)."""
+    max_effect: float = Field(5.0, ge=0, le=100)
+    """The largest tell the bank may have, in points of accuracy above chance (the project's
+    validity goal: a shortcut gains at most 5 points). Larger and significant: error; its 95 %
+    Wilson interval above it, or larger with p < warn_p: warning; significant but smaller: info."""
+    warn_p: float = Field(0.05, gt=0, lt=1)
+    """Uncorrected p-value below which a tell larger than max_effect is a warning (the usual 5 %
+    level: a small bank cannot reach alpha after correction unless its tell is huge)."""
+    power: float = Field(0.8, gt=0, lt=1)
+    """Probability for the power line: the smallest tell that gives an error this often at the
+    bank's size (80 %, the usual design value), at the strictest Holm level alpha/m."""
     min_items_per_test: int = Field(20, ge=2)
-    """Fewest items of a question type for the position and length tests (position also needs
-    5 per option, the usual chi-square rule)."""
+    """Fewest items of a question type for the position, length and context-overlap tests
+    (position also needs 5 per option, the usual chi-square rule)."""
     leak_ngram: int = Field(5, ge=2, le=20)
     """Word n-gram size for partial leakage: 5 words is longer than the shared phrases of a
     domain ("picks up the cup") and shorter than a copied clause."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from generators.audit.stats import Tell, judge
 from schemas.audit import FindingRecord, Severity
 
 if TYPE_CHECKING:
@@ -119,3 +120,20 @@ def validate_uses(fields: dict[str, Any]) -> None:
 def finding(key: str, kind: str, severity: Severity, what: str, **kw: Any) -> FindingRecord:
     """A finding of check ``key`` (its number from the registry)."""
     return FindingRecord(check=key, check_id=REGISTRY[key].order, kind=kind, severity=severity, what=what, **kw)
+
+
+TELL_OPTIONS = ("alpha", "max_effect", "warn_p", "power")
+"""The options every tell check reads through :func:`judged` (its ``uses=`` includes them)."""
+
+
+def judged(tells: list[Tell], cfg: AuditConfig) -> list[Tell]:
+    """A check's family of tell tests, judged by the audit's rules (:func:`stats.judge`)."""
+    return judge(tells, alpha=cfg.alpha, max_effect=cfg.max_effect, warn_p=cfg.warn_p, power=cfg.power)
+
+
+def tell_finding(key: str, kind: str, tell: Tell, what: str, **kw: Any) -> FindingRecord:
+    """The finding of a judged tell (it has a severity): ``what``, its numbers, the rule that fired."""
+    assert tell.severity is not None
+    numbers = {**kw.pop("numbers", {}), **tell.numbers()}
+    return finding(key, kind, tell.severity, f"{what} {tell.summary()}; {tell.rule}: {tell.why}",
+                   numbers=numbers, **kw)

@@ -60,8 +60,10 @@ def write_report(cfg: AuditConfig, ctx: RunContext, data: AuditData, results: li
         "run_folders": [str(f) for f in data.folders],
         "summary": summary, "thresholds": thresholds(cfg),
         "checks": [{"id": REGISTRY[r.key].order, "key": r.key, "title": REGISTRY[r.key].title, "status": r.status,
-                    "reason": r.reason, "seconds": r.seconds, "stats": r.stats,
+                    "reason": r.reason, "seconds": r.seconds,
+                    "options": {k: getattr(cfg, k) for k in REGISTRY[r.key].uses}, "stats": r.stats,
                     "findings": dict(Counter(f.severity for f in r.findings))} for r in results],
+        "power": power_lines(results),
         "plots": plots,
         "findings": [f.model_dump(mode="json") for f in findings],
     }
@@ -127,6 +129,42 @@ def per_type_table(r: CheckResult) -> list[str]:
     return table(rows)
 
 
+TELL_COLUMNS = {"test": "test", "items": "items", "hits": "hits", "accuracy": "accuracy", "chance": "chance",
+                "effect": "effect (points)", "effect_ci95": "95% CI", "p": "p", "p_holm": "Holm p",
+                "detectable_effect": "detectable (points)"}
+
+
+def tells_table(r: CheckResult) -> list[str]:
+    """A check's tell tests (``stats["tells"]``): effect and interval next to the p-values, the
+    power line, and the verdict with the rule that fired."""
+    rows = []
+    for t in r.stats.get("tells", []):
+        row = {k.replace("_", " "): v for k, v in t.items() if k not in TELL_COLUMNS and k not in ("severity", "rule")}
+        row |= {name: "-" if t[k] is None else t[k] for k, name in TELL_COLUMNS.items() if k in t}
+        row["verdict"] = f"{t['severity']}: {t['rule']}" if t["severity"] else "-"
+        rows.append(row)
+    if not rows:
+        return []
+    return ["Tells: accuracy minus chance in points (effect) with its 95 % Wilson interval, the one-sided p-value "
+            "and the Holm-adjusted one over this check's tests; detectable: the smallest effect this many items "
+            "turn into an error with the configured power.", "", *table(rows)]
+
+
+def power_lines(results: list[CheckResult]) -> list[dict[str, Any]]:
+    """Per question type and tell check, the smallest tell the bank's size turns into an error
+    (from the checks' ``stats["tells"]``; binomial tests, whose power has a closed form)."""
+    out: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for r in results:
+        for t in r.stats.get("tells", []) if r.status == "ran" else []:
+            if t["test"] != "binomial":
+                continue
+            model = str(t.get("model", ""))
+            out.setdefault((t["question_type"], REGISTRY[r.key].order, model), {
+                "question_type": t["question_type"], "check": r.key + (f" ({model})" if model else ""),
+                "items": t["items"], "chance": t["chance"], "detectable_effect": t["detectable_effect"]})
+    return [out[k] for k in sorted(out)]
+
+
 def option_doc(cfg: AuditConfig, key: str) -> str:
     """An option's docstring on one line (where its default comes from)."""
     return " ".join((type(cfg).model_fields[key].description or "").split())
@@ -147,6 +185,15 @@ def render_markdown(cfg: AuditConfig, data: AuditData, results: list[CheckResult
                      "status": r.status if r.status == "ran" else f"skipped: {r.reason}",
                      "errors": c["error"], "warnings": c["warning"], "info": c["info"], "seconds": r.seconds})
     lines += table(rows)
+    if power := power_lines(results):
+        lines += ["## Power", "",
+                  f"The smallest tell (accuracy minus chance, in points) that this bank's size turns into an error "
+                  f"with probability {cfg.power:.0%}: significant at the strictest Holm level of its check and larger "
+                  f"than max_effect={cfg.max_effect:g}. A smaller tell can pass without a finding, so no finding means "
+                  "\"too small to tell\" below this line, not \"clean\".", ""]
+        lines += table([{"question type": p["question_type"], "check": p["check"], "items": p["items"],
+                         "chance": p["chance"], "smallest error (points)": "not reachable"
+                         if p["detectable_effect"] is None else p["detectable_effect"]} for p in power])
     for r in results:
         chk = REGISTRY[r.key]
         lines += [f"## {chk.order}. {chk.title}", "", chk.doc, ""]
@@ -154,8 +201,7 @@ def render_markdown(cfg: AuditConfig, data: AuditData, results: list[CheckResult
             lines += [f"Skipped: {r.reason}.", ""]
             continue
         if chk.uses:
-            lines += ["Options it uses:", ""]
-            lines += table([{"option": k, "value": getattr(cfg, k), "meaning": option_doc(cfg, k)} for k in chk.uses])
+            lines += ["Options: " + ", ".join(f"`{k}={cell(getattr(cfg, k))}`" for k in chk.uses) + " (see Options).", ""]
         if chk.markdown is not None:
             lines += chk.markdown(r)
         if r.key in plots:
@@ -169,4 +215,8 @@ def render_markdown(cfg: AuditConfig, data: AuditData, results: list[CheckResult
                          "fields": ", ".join(f.fields[:4])} for f in shown])
         if len(r.findings) > len(shown):
             lines += [f"… {len(r.findings) - len(shown)} more in `audit.jsonl`.", ""]
+    used = list(dict.fromkeys(k for r in results if r.status == "ran" for k in REGISTRY[r.key].uses))
+    if used:
+        lines += ["## Options", "", "The options the checks above used, and where each default comes from.", ""]
+        lines += table([{"option": k, "value": getattr(cfg, k), "meaning": option_doc(cfg, k)} for k in used])
     return "\n".join(lines).rstrip() + "\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -34,6 +35,7 @@ from generators.audit.checks.position import position as check_position
 from generators.audit.checks.shortcut import shortcut_cv
 from generators.audit.data import AuditData
 from generators.audit.registry import REGISTRY, check_keys
+from generators.audit.report import cell
 from generators.audit.text import norm
 from schemas.audit import FindingRecord
 from schemas.mcq import MCQ
@@ -117,9 +119,10 @@ def test_clean_bank_every_check_runs_and_finds_nothing(clean_run) -> None:
     stats = {c["key"]: c["stats"] for c in report["checks"]}
     # the statistics were computed, not skipped: a clean verdict means something
     assert stats["structure"]["per_question_type"]["goal"]["items"] == 40
-    assert all(g["p"] > 0.5 for g in stats["position"]["groups"].values())
+    assert [t["p"] > 0.5 for t in stats["position"]["tells"]] == [True, True]
     assert {t: r["chance"] for t, r in stats["length"]["per_question_type"].items()} == {"belief": 0.25, "goal": 0.333}
-    assert all(r["significant"] is False and r["accuracy"] < 0.5 for r in stats["shortcut"]["per_question_type"].values())
+    assert len(stats["length"]["tells"]) == 4 and len(stats["shortcut"]["tells"]) == 2
+    assert all(t["severity"] is None and t["accuracy"] < 0.5 for t in stats["shortcut"]["tells"])
     assert stats["similar_options"]["per_question_type"]["goal"]["answer_distractor"]["pairs"] == 80
     assert stats["duplicates"]["nearest_neighbour"]["max"] < 0.95
     assert stats["blind"]["items_with_results"] == 80
@@ -168,9 +171,13 @@ def test_planted_keys_stacked_on_one_letter(tmp_path: Path) -> None:
     assert triples(of(findings, "position")) == expected("position")
     (f,) = of(findings, "position")
     assert f["numbers"]["counts"] == {"a": 0, "b": 40, "c": 0, "d": 0} and f["severity"] == "error"
-    groups = next(c for c in report["checks"] if c["key"] == "position")["stats"]["groups"]
-    assert groups["goal/3"]["significant"] is False  # the other question type stays clean
-    others_clean(findings, "position")
+    tells = next(c for c in report["checks"] if c["key"] == "position")["stats"]["tells"]
+    assert [(t["question_type"], t["severity"]) for t in tells] == [("belief", "error"), ("goal", None)]
+    assert f["numbers"]["effect"] == 75.0 and f["numbers"]["rule"] == "significant_and_large"
+    # nothing else is an error; a small tell elsewhere may be a warning by the uncorrected rule (with
+    # the answers all at b, the choice-only classifier is right in 16/40 belief items, p = 0.026)
+    assert [(g["check"], g["severity"], g["numbers"].get("rule")) for g in findings if g["check"] != "position"] \
+        == [("shortcut", "warning", "uncorrected_and_large")]
     assert result.exit_code == 1
 
 
@@ -290,7 +297,9 @@ def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None
         assert f"## {c.order}. {c.title}\n\n{c.doc}\n" in md
     assert [(c["id"], c["title"]) for c in report["checks"]] == [(c.order, c.title) for c in REGISTRY.values()]
     length = md[md.index("## 4. "):md.index("## 5. ")]
-    assert "| length_ratio | 1.4 | An answer more than" in length and "| item_dup_sim |" not in length
+    assert "Options: `length_ratio=1.4`, `min_items_per_test=20`, `alpha=0.01`, `max_effect=5`" in length
+    assert "item_dup_sim" not in length
+    assert "| length_ratio | 1.4 | An answer more than" in md[md.index("## Options"):]
     # every threshold of the report is read by some check
     used = {u for c in REGISTRY.values() for u in c.uses}
     assert set(report["thresholds"]) <= used, set(report["thresholds"]) - used
@@ -699,12 +708,182 @@ def test_length_binomial_by_hand() -> None:
     p = sum(math.comb(20, k) * 0.25 ** k * 0.75 ** (20 - k) for k in range(12, 21))
     row = res.stats["per_question_type"]["t"]
     assert row["pick_longest_accuracy"] == 0.6 and row["chance"] == 0.25
-    assert row["p_longest"] == pytest.approx(p, rel=1e-3)
+    longest = next(t for t in res.stats["tells"] if t["tell"] == "pick the longest")
+    assert longest["p"] == pytest.approx(p, rel=1e-3) and longest["effect"] == 35.0
     tells = [f for f in res.findings if f.kind == "longest_option_tell"]
     assert len(tells) == 1 and tells[0].items == [f"i{j}" for j in range(12)]
     ratios = {f.items[0]: f.kind for f in res.findings if f.kind.startswith("answer_much")}
     assert ratios == {**{f"i{j}": "answer_much_longer" for j in range(12)},
                       **{f"i{j}": "answer_much_shorter" for j in range(12, 20)}}
+
+
+# --------------------------------------------------------------------------- tells: effect, interval, Holm, power
+
+
+def test_wilson_interval_by_hand_and_holm_by_hand() -> None:
+    from generators.audit.stats import holm, wilson
+
+    z = 1.959963984540054  # the 97.5 % normal quantile
+    for k, n in ((43, 90), (0, 20), (20, 20), (26_000, 100_000)):
+        p = k / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+        assert wilson(k, n) == pytest.approx((centre - half, centre + half), abs=1e-9)
+    # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> monotone 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.2]) == [0.2] and holm([0.5, 0.6]) == [1.0, 1.0] and holm([]) == []
+
+
+def _binom_sf(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed term by term."""
+    return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+
+def test_power_line_by_hand() -> None:
+    """40 items, chance 25 %, level 0.005 (alpha 0.01 over 2 tests), max_effect 5 points, power 80 %."""
+    from generators.audit.stats import binom_critical, detectable_effect
+
+    k_sig = next(k for k in range(41) if _binom_sf(k, 40, 0.25) <= 0.005)
+    assert (k_sig, binom_critical(40, 0.25, 0.005)) == (18, 18)  # 18/40 right is the fewest significant
+    k = max(k_sig, math.floor(0.30 * 40) + 1)  # and an effect above 5 points needs 13: the first binds
+    lo, hi = 0.25, 1.0
+    for _ in range(60):  # the true accuracy at which 18 or more of 40 come up 80 % of the time
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _binom_sf(k, 40, mid) >= 0.8 else (mid, hi)
+    assert detectable_effect(40, 0.25, 0.005, 0.05, 0.8) == pytest.approx(hi - 0.25, abs=1e-9)
+    assert round(100 * (hi - 0.25), 1) == 25.4
+    # at 100k items the size rule binds: the smallest error is just above max_effect
+    assert 5.0 < 100 * detectable_effect(100_000, 0.25, 0.005, 0.05, 0.8) < 5.4
+    assert detectable_effect(3, 0.25, 0.005) is None  # 3 of 3 right is not significant at 0.005
+    # the audit reports the same line: 40 items of one type, length's two tests -> alpha / 2
+    items = [mcq(f"i{j}", ["a" * (3 + j % 4), "bb", "ccccc", "d"], j % 4) for j in range(40)]
+    res = check_length(AuditData(items=items), cfg())
+    assert {t["detectable_effect"] for t in res.stats["tells"]} == {25.4}
+
+
+def _length_bank(n: int, k_longest: int, n_options: int = 3, qtype: str = "t") -> list[MCQ]:
+    """``n`` items whose answer is the longest option in the first ``k_longest`` and the second
+    longest in the others (never the shortest, whatever the option count)."""
+    items = []
+    for j in range(n):
+        opts = ["x" * (10 + 5 * r) for r in range(n_options)]  # lengths 10, 15, 20…: the last is longest
+        a = n_options - 1 if j < k_longest else n_options - 2
+        order = [(r + j) % n_options for r in range(n_options)]  # spread the answers over the positions
+        items.append(mcq(f"{qtype}{j}", [opts[r] for r in order], order.index(a), qtype=qtype))
+    return items
+
+
+def _tell_bank() -> list[MCQ]:
+    """As in issue 22: 90 goal items where the longest option is right in 43 (47.8 % against
+    33.3 %: +14.4 points, p = 0.003), next to two question types without a tell (six tests)."""
+    return _length_bank(90, 43, qtype="goal") + _length_bank(90, 0, 4, "belief") + _length_bank(90, 0, 4, "actions")
+
+
+def test_a_14_point_tell_on_90_items_is_at_least_a_warning() -> None:
+    res = check_length(AuditData(items=_tell_bank()), cfg())
+    (f,) = [f for f in res.findings if f.kind == "longest_option_tell"]
+    assert f.severity == "warning" and f.numbers["effect"] == 14.4 and len(f.items) == 43
+    assert f.numbers["rule"] == "uncorrected_and_large" and f.numbers["p_holm"] == pytest.approx(6 * f.numbers["p"],
+                                                                                                  rel=0.01)
+    # the old gate (alpha 0.01 after Bonferroni over the six tests) let it pass without a finding
+    assert f.numbers["p"] > 0.01 / 6
+
+
+def test_a_1_point_tell_on_100k_items_is_not_an_error() -> None:
+    items = _length_bank(100_000, 34_334)  # 34.33 % against 33.33 %: +1.0 point, p ~ 1e-11
+    res = check_length(AuditData(items=items), cfg())
+    (f,) = [f for f in res.findings if f.kind == "longest_option_tell"]
+    assert f.severity == "info" and f.numbers["rule"] == "significant_but_small"
+    assert f.numbers["effect"] == 1.0 and f.numbers["p"] < 1e-9
+    assert 5.0 < f.numbers["detectable_effect"] < 5.5  # what this size can call an error
+
+
+def test_no_tell_on_1000_items_gives_nothing_above_info(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    words = ["pick", "cup", "walk", "door", "open", "box", "wash", "plate", "sit", "read", "book", "fold",
+             "towel", "and", "then", "near", "table", "sink", "chair", "shoe", "lid", "mop", "rag", "bowl"]
+    rows = []
+    for j in range(1000):
+        opts = [" ".join(rng.choice(words, int(rng.integers(6, 8)))).capitalize() + "." for _ in range(4)]
+        context = [" ".join(rng.choice(words, 20)) for _ in range(3)]
+        rows.append({"item_id": f"q{j:04d}", "question_type": "next", "question": "What will C do next?",
+                     "options": opts, "answer": int(rng.integers(4)), "group": f"clip{j // 2}",
+                     "visible": {"context": context}})
+    bank = write_jsonl(tmp_path / "bank.jsonl", rows)
+    result, findings, report = run_audit(tmp_path / "out", bank, embeddings=False)
+    assert [f for f in findings if f["severity"] != "info"] == [] and result.exit_code == 0
+    tells = [t for c in report["checks"] for t in c["stats"].get("tells", [])]
+    assert len(tells) == 5  # overlap, position, longest, shortest, classifier
+    assert all(t["effect"] < 5 and t["severity"] is None for t in tells)
+
+
+def test_severity_rules_in_order() -> None:
+    from generators.audit.stats import Tell, judge
+
+    def verdict(k: int, n: int, chance: float, p: float, family: int = 1) -> tuple[str | None, str | None]:
+        tells = judge([Tell({}, k, n, chance, p)] + [Tell({}, 0, 10, 0.5, 1.0)] * (family - 1),
+                      alpha=0.01, max_effect=5.0, warn_p=0.05, power=0.8)
+        return tells[0].severity, tells[0].rule
+
+    assert verdict(80, 200, 0.25, 1e-6) == ("error", "significant_and_large")
+    assert verdict(80, 200, 0.25, 0.02) == ("warning", "interval_above_max_effect")  # interval [+8.5, +21.9]
+    assert verdict(43, 90, 1 / 3, 0.003, family=6) == ("warning", "uncorrected_and_large")  # Holm p 0.018
+    assert verdict(26_000, 100_000, 0.25, 1e-12) == ("info", "significant_but_small")
+    assert verdict(10, 40, 0.25, 0.56) == (None, None)
+    assert verdict(12, 40, 0.25, 0.12) == (None, None)  # +5 points on 40 items: too small to tell
+    assert verdict(12, 40, 0.25, 0.02) == (None, None)  # exactly max_effect is not above it (float noise)
+    # Holm rather than Bonferroni: p 0.004 and 0.006 in a family of two are both errors (Holm p 0.008
+    # each), where Bonferroni's 0.01 / 2 would pass the second
+    pair = judge([Tell({}, 80, 200, 0.25, 0.004), Tell({}, 80, 200, 0.25, 0.006)],
+                 alpha=0.01, max_effect=5.0, warn_p=0.05, power=0.8)
+    assert [(t.severity, t.p_holm) for t in pair] == [("error", 0.008), ("error", 0.008)]
+
+
+def test_report_carries_effects_rules_and_power_in_md_and_json(tmp_path: Path) -> None:
+    rows = [{"item_id": it.item_id, "question_type": it.question_type, "question": "Which?", "options": it.options,
+             "answer": it.answer, "group": it.item_id} for it in _tell_bank()]
+    bank = write_jsonl(tmp_path / "bank.jsonl", rows)
+    result, findings, report = run_audit(tmp_path / "out", bank, checks=["length"], embeddings=False)
+    (f,) = [f for f in findings if f["kind"] == "longest_option_tell"]
+    (tell,) = [t for t in report["checks"][0]["stats"]["tells"]
+               if t["tell"] == "pick the longest" and t["question_type"] == "goal"]
+    assert (tell["severity"], tell["rule"], tell["effect"], tell["effect_ci95"]) == \
+        (f["severity"], f["numbers"]["rule"], 14.4, f["numbers"]["effect_ci95"])
+    assert report["power"][2] == {"question_type": "goal", "check": "length", "items": 90, "chance": 0.333,
+                                  "detectable_effect": tell["detectable_effect"]}
+    assert [p["question_type"] for p in report["power"]] == ["actions", "belief", "goal"]
+    assert report["checks"][0]["options"] == {"length_ratio": 1.4, "min_items_per_test": 20, "alpha": 0.01,
+                                              "max_effect": 5.0, "warn_p": 0.05, "power": 0.8}
+    md = (tmp_path / "out" / "audit.md").read_text()
+    lo, hi = tell["effect_ci95"]
+    assert (f"| goal | pick the longest | binomial | 90 | 43 | 0.478 | 0.333 | 14.4 | {cell(lo)}, {cell(hi)} | "
+            f"{cell(tell['p'])} | {cell(tell['p_holm'])} | {cell(tell['detectable_effect'])} | "
+            f"{f['severity']}: {tell['rule']} |") in md
+    assert f"| goal | length | 90 | 0.333 | {cell(tell['detectable_effect'])} |" in md and "## Power" in md
+    assert "uncorrected_and_large: p=0.00" in f["what"]
+    assert result.exit_code == 0  # a warning: fail_on=error passes; bank add gates the same way
+
+
+def test_bank_add_gates_on_the_tell_severities(tmp_path: Path) -> None:
+    roles = tmp_path / "roles.yaml"
+    roles.write_text("id: item_id\nquestion: question\noptions: options\nanswer: answer\n"
+                     "question_type: question_type\ngroup: group\n")
+    rows = [{"item_id": it.item_id, "question_type": it.question_type, "question": f"Which one, {j}?",
+             "options": it.options, "answer": it.answer, "group": it.item_id} for j, it in enumerate(_tell_bank())]
+    bank_file = write_jsonl(tmp_path / "batch.jsonl", rows)
+
+    def add(name: str, fail_on: str) -> int:
+        from generators.bank import BankConfig
+
+        settings = BankConfig(action="add", bank=str(tmp_path / name), input=str(bank_file), roles=str(roles),
+                              near_dup_sim=None, fail_on=fail_on, cache_dir=None, progress="off",
+                              audit_options={"embeddings": False, "checks": ["structure", "length"]})
+        return run("bank", settings, tmp_path / f"run_{name}", quiet=True).exit_code
+
+    assert add("lenient", "error") == 0 and (tmp_path / "lenient" / "current").exists()
+    assert add("strict", "warning") == 1 and not (tmp_path / "strict" / "current").exists()
+    audit = json.loads((tmp_path / "run_strict" / "audit" / "audit.json").read_text())
+    assert [(f["kind"], f["severity"]) for f in audit["findings"]] == [("longest_option_tell", "warning")]
 
 
 def test_shortcut_finds_a_word_tell_and_not_random_labels() -> None:

@@ -7,9 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import table
-from generators.audit.stats import binom_greater, clopper_pearson, pvalue, rounded
+from generators.audit.registry import (
+    TELL_OPTIONS,
+    CheckResult,
+    check,
+    finding,
+    judged,
+    tell_finding,
+)
+from generators.audit.report import table, tells_table
+from generators.audit.stats import Tell, binom_greater, rounded
 from schemas.mcq import MCQ
 
 if TYPE_CHECKING:
@@ -25,12 +32,12 @@ def _markdown(r: CheckResult) -> list[str]:
            f"{s['kept_by_nocontext']} kept by the nocontext run.", ""] + table(rows)
     out += table([{"model": m, "letters chosen": v["letters_chosen"], "unparsed": v["unparsed"]}
                   for m, v in s["models"].items()])
-    return out
+    return out + tells_table(r)
 
 
 @check("blind", order=8, title="Blind solvability (nocontext results)",
        finds="models of a nocontext run answering without the context above chance, and the items they solve",
-       uses=("blind_max_correct", "alpha"), markdown=_markdown)
+       uses=("blind_max_correct", *TELL_OPTIONS), markdown=_markdown)
 def blind(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Blind accuracy of the models of a nocontext run per question type against chance, and the
     items they answer without context."""
@@ -44,8 +51,7 @@ def blind(data: AuditData, cfg: AuditConfig) -> CheckResult:
     models = sorted({m for r in rows for m in r.get("correct", {})})
     table: dict[str, Any] = {}
     solved: dict[str, list[str]] = defaultdict(list)
-    tested = {(m, q) for m in models for q in {r["question_type"] for r in rows}}
-    bonf = max(1, len(tested))
+    tells: list[Tell] = []
     for m in models:
         per_q: dict[str, dict[str, Any]] = {}
         letters: Counter[str] = Counter()
@@ -59,20 +65,12 @@ def blind(data: AuditData, cfg: AuditConfig) -> CheckResult:
             first = [a for r in rs for a in r.get("answers", {}).get(m, [])[:1]]
             k_first = sum(bool(a.get("correct")) for a in first)
             chance = float(np.mean([_chance(r, m, by_id) for r in rs]))
-            p = binom_greater(k_first, len(first), chance) if first else 1.0
             per_q[qtype] = {"items": len(rs), "trials": trials, "accuracy": rounded(right / trials, 3) if trials else None,
                             "first_shuffle_accuracy": rounded(k_first / len(first), 3) if first else None,
-                            "chance": rounded(chance, 3), "ci95_first_shuffle": clopper_pearson(k_first, len(first)),
-                            "p": pvalue(p)}
-            if first and p < cfg.alpha / bonf:
-                res.findings.append(finding(
-                    key, "blind_above_chance", "warning",
-                    f"{m} answers {qtype} items without context {k_first}/{len(first)} right on the first shuffle "
-                    f"({k_first / len(first):.0%}, chance {chance:.0%}; binomial p={pvalue(p)})",
-                    items=[], fields=[f"nocontext.correct.{m}"],
-                    numbers={"model": m, "question_type": qtype, "accuracy_first_shuffle": rounded(k_first / len(first), 3),
-                             "accuracy_all_shuffles": per_q[qtype]["accuracy"], "chance": rounded(chance, 3),
-                             "p": pvalue(p)}))
+                            "chance": rounded(chance, 3)}
+            if first:
+                tells.append(Tell({"model": m, "question_type": qtype, "tell": "first shuffle, no context"}, k_first,
+                                  len(first), chance, binom_greater(k_first, len(first), chance)))
             for r in rs:
                 if int(r["correct"][m]) > cfg.blind_max_correct:
                     solved[r["item_id"]].append(m)
@@ -82,6 +80,16 @@ def blind(data: AuditData, cfg: AuditConfig) -> CheckResult:
                     else:
                         unparsed += 1
         table[m] = {"per_question_type": per_q, "letters_chosen": dict(sorted(letters.items())), "unparsed": unparsed}
+    judged(tells, cfg)
+    for t in tells:
+        if t.severity is None:
+            continue
+        m, qtype = t.labels["model"], t.labels["question_type"]
+        res.findings.append(tell_finding(
+            key, "blind_above_chance", t, f"{m} answers {qtype} items without context, on the first shuffle:",
+            items=[], fields=[f"nocontext.correct.{m}"],
+            numbers={"model": m, "question_type": qtype,
+                     "accuracy_all_shuffles": table[m]["per_question_type"][qtype]["accuracy"]}))
     for r in rows:
         if r["item_id"] in solved:
             ms = solved[r["item_id"]]
@@ -92,7 +100,7 @@ def blind(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 numbers={"correct": {m: int(r['correct'][m]) for m in ms}, "shuffles": r.get("shuffles")}))
     res.stats = {"items_with_results": len(rows), "bank_items_without_results": missing, "models": table,
                  "max_correct": cfg.blind_max_correct,
-                 "kept_by_nocontext": sum(bool(r.get("kept")) for r in rows)}
+                 "kept_by_nocontext": sum(bool(r.get("kept")) for r in rows), "tells": [t.row() for t in tells]}
     return res
 
 

@@ -10,9 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import table
-from generators.audit.stats import binom_greater, pvalue, rounded
+from generators.audit.registry import (
+    TELL_OPTIONS,
+    CheckResult,
+    check,
+    finding,
+    judged,
+    tell_finding,
+)
+from generators.audit.report import table, tells_table
+from generators.audit.stats import Tell, binom_greater, rounded
 from generators.audit.text import Grams, has_phrase, letter, member, norm
 from schemas.audit import FindingRecord
 from schemas.mcq import LETTERS, MCQ
@@ -30,7 +37,7 @@ def _markdown(r: CheckResult) -> list[str]:
         out += ["Context-overlap tell: share of each option's word trigrams found in the item's visible "
                 "fields, and how often picking the option with the most is right.", ""]
         out += table([{"question type": t, **v} for t, v in s["context_overlap"].items()])
-    return out
+    return out + tells_table(r)
 _PATHLIKE = re.compile(r"^[^\s]*[/\\][^\s]*$|^[^\s/\\]+\.[A-Za-z0-9]{2,5}$")
 _ANSWER_MARK = re.compile(r"(?:^|[^a-z0-9])(?:ans|answer|gt|key|correct|label|target|sol|solution)[\s_\-.:=]*"
                           r"([a-z]|\d{1,2})(?=$|[^a-z0-9])")
@@ -70,7 +77,7 @@ def _flatten(path: str, text: str) -> list[tuple[str, str]]:
 @check("leakage", order=2, title="Privileged leakage into visible fields, ids and file names",
        finds="the answer or a privileged text in a visible field, an id, a file name or another item, "
              "and answers sharing the most phrases with the context",
-       uses=("leak_ngram", "leak_containment", "leak_min_chars", "min_items_per_test", "alpha"),
+       uses=("leak_ngram", "leak_containment", "leak_min_chars", "min_items_per_test", *TELL_OPTIONS),
        markdown=_markdown)
 def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """A privileged text (the answer, gold terms, hidden state, future narration) in a visible field
@@ -136,12 +143,12 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     cross = _cross_item_leaks(data, terms_of, cfg, grams)
     res.findings += cross
     per_kind["privileged_in_other_item"] += len(cross)
-    overlap, tells = _overlap_tell(data, cfg, grams)
-    res.findings += tells
+    overlap, tells, found = _overlap_tell(data, cfg, grams)
+    res.findings += found
     res.stats = {"items": len(data.items), "terms": sum(len(t) for t in terms_of),
                  "ngram": n, "containment": cfg.leak_containment,
                  "findings_by_kind": {k: v for k, v in sorted(per_kind.items()) if v},
-                 "context_overlap": overlap}
+                 "context_overlap": overlap, "tells": [t.row() for t in tells]}
     return res
 
 
@@ -149,15 +156,14 @@ OVERLAP_N = 3
 """Word n-gram size of the context-overlap tell (trigrams: short enough to catch a reworded clause)."""
 
 
-def _overlap_tell(data: AuditData, cfg: AuditConfig, grams: Grams) -> tuple[dict[str, Any], list[FindingRecord]]:
+def _overlap_tell(data: AuditData, cfg: AuditConfig,
+                  grams: Grams) -> tuple[dict[str, Any], list[Tell], list[FindingRecord]]:
     """Per question type: how often is the answer the option sharing the most word trigrams with
     the item's visible fields? Above chance, a model can match phrases instead of reasoning (an
     answer written from the same narration it is asked about)."""
     table: dict[str, Any] = {}
-    out: list[FindingRecord] = []
+    tells: list[tuple[Tell, list[str], dict[str, Any]]] = []
     groups = {t: xs for t, xs in data.by_type().items() if any(it.visible for _, it in xs)}
-    tested = [t for t, xs in groups.items() if len(xs) >= cfg.min_items_per_test]
-    m = max(1, len(tested))
     for qtype, xs in groups.items():
         hits, chance = [], []
         ans_share, dis_share = [], []
@@ -180,20 +186,21 @@ def _overlap_tell(data: AuditData, cfg: AuditConfig, grams: Grams) -> tuple[dict
         row: dict[str, Any] = {"items": n, "answer_mean_share": rounded(np.mean(ans_share), 3),
                                "distractor_mean_share": rounded(np.mean(dis_share), 3),
                                "pick_most_overlap_accuracy": rounded(len(hits) / n, 3), "chance": rounded(p0, 3)}
-        if qtype in tested:
-            p = binom_greater(len(hits), n, p0)
-            row["p"] = pvalue(p)
-            if p < cfg.alpha / m:
-                out.append(finding(
-                    "leakage", "answer_overlaps_context", "warning",
-                    f"{qtype}: the option sharing the most word {OVERLAP_N}-grams with the visible fields is the "
-                    f"answer in {len(hits)}/{n} items ({len(hits) / n:.0%}, chance {p0:.0%}; binomial p={pvalue(p)})",
-                    items=hits, fields=["options[answer]"],
-                    numbers={"question_type": qtype, "accuracy": rounded(len(hits) / n, 3), "chance": rounded(p0, 3),
-                             "p": pvalue(p), "answer_mean_share": row["answer_mean_share"],
-                             "distractor_mean_share": row["distractor_mean_share"]}))
+        if n >= cfg.min_items_per_test:
+            tell = Tell({"question_type": qtype, "tell": "pick the most overlap"}, len(hits), n, p0,
+                        binom_greater(len(hits), n, p0))
+            tells.append((tell, hits, {"answer_mean_share": row["answer_mean_share"],
+                                       "distractor_mean_share": row["distractor_mean_share"]}))
+        else:
+            row["note"] = f"not tested: fewer than {cfg.min_items_per_test} items"
         table[qtype] = row
-    return table, out
+    judged([t for t, _, _ in tells], cfg)
+    out = [tell_finding("leakage", "answer_overlaps_context", t,
+                        f"{t.labels['question_type']}: the option sharing the most word {OVERLAP_N}-grams with the "
+                        "visible fields is the answer in", items=hits, fields=["options[answer]"],
+                        numbers={"question_type": t.labels["question_type"], **shares})
+           for t, hits, shares in tells if t.severity is not None]
+    return table, [t for t, _, _ in tells], out
 
 
 def _cross_item_leaks(data: AuditData, terms_of: list[list[tuple[str, str]]], cfg: AuditConfig,

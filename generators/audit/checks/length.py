@@ -7,9 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import PNG_METADATA, per_type_table
-from generators.audit.stats import binom_greater, pvalue, rounded
+from generators.audit.registry import (
+    TELL_OPTIONS,
+    CheckResult,
+    check,
+    finding,
+    judged,
+    tell_finding,
+)
+from generators.audit.report import PNG_METADATA, per_type_table, tells_table
+from generators.audit.stats import Tell, binom_greater, rounded
 
 if TYPE_CHECKING:
     from generators.audit import AuditConfig
@@ -35,10 +42,14 @@ def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:
     return "lengths.png"
 
 
+def _markdown(r: CheckResult) -> list[str]:
+    return per_type_table(r) + tells_table(r)
+
+
 @check("length", order=4, title="Option-length tell",
        finds="picking the longest/shortest option beats chance, and answers much longer or shorter than "
              "every distractor",
-       uses=("length_ratio", "min_items_per_test", "alpha"), markdown=per_type_table, plot=_plot)
+       uses=("length_ratio", "min_items_per_test", *TELL_OPTIONS), markdown=_markdown, plot=_plot)
 def length(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Does picking the longest (or shortest) option beat chance? One-sided binomial test per
     question type; and per item, EgoToM's length-ratio rule."""
@@ -47,9 +58,8 @@ def length(data: AuditData, cfg: AuditConfig) -> CheckResult:
     if not data.mcq:
         return CheckResult(key, "skipped", "no multiple-choice items with a known answer")
     groups = data.by_type()
-    tested = [t for t, xs in groups.items() if len(xs) >= cfg.min_items_per_test]
-    m = max(1, 2 * len(tested))
     table = {}
+    tells: list[tuple[Tell, list[str]]] = []
     for qtype, xs in groups.items():
         longest, shortest, chance = [], [], []
         ans_len, dis_len = [], []
@@ -86,20 +96,19 @@ def length(data: AuditData, cfg: AuditConfig) -> CheckResult:
                                "pick_longest_accuracy": rounded(len(longest) / n, 3),
                                "pick_shortest_accuracy": rounded(len(shortest) / n, 3), "chance": rounded(p0, 3)}
         res.series[qtype] = {"answer": ans_len, "distractor": dis_len}
-        if qtype in tested:
+        if n >= cfg.min_items_per_test:
             for name, hit in (("longest", longest), ("shortest", shortest)):
-                p = binom_greater(len(hit), n, p0)
-                row[f"p_{name}"] = pvalue(p)
-                if p < cfg.alpha / m:
-                    res.findings.append(finding(
-                        key, f"{name}_option_tell", "error",
-                        f"{qtype}: picking the {name} option is right in {len(hit)}/{n} items "
-                        f"({len(hit) / n:.0%}, chance {p0:.0%}; one-sided binomial p={pvalue(p)})",
-                        items=hit, fields=["options[answer]"],
-                        numbers={"question_type": qtype, "accuracy": rounded(len(hit) / n, 3), "chance": rounded(p0, 3),
-                                 "p": pvalue(p), "n": n, "alpha_corrected": rounded(cfg.alpha / m, 6)}))
+                tells.append((Tell({"question_type": qtype, "tell": f"pick the {name}"}, len(hit), n, p0,
+                                   binom_greater(len(hit), n, p0)), hit))
         else:
             row["note"] = f"not tested: fewer than {cfg.min_items_per_test} items"
         table[qtype] = row
-    res.stats = {"per_question_type": table, "ratio_rule": cfg.length_ratio, "alpha": cfg.alpha}
+    judged([t for t, _ in tells], cfg)
+    for t, hit in tells:
+        if t.severity is not None:
+            qtype, name = t.labels["question_type"], t.labels["tell"].split()[-1]
+            res.findings.append(tell_finding(
+                key, f"{name}_option_tell", t, f"{qtype}: picking the {name} option is right in",
+                items=hit, fields=["options[answer]"], numbers={"question_type": qtype}))
+    res.stats = {"per_question_type": table, "tells": [t.row() for t, _ in tells], "ratio_rule": cfg.length_ratio}
     return res

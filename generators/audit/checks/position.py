@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import PNG_METADATA, table
-from generators.audit.stats import pvalue, rounded
+from generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
+from generators.audit.report import PNG_METADATA, table, tells_table
+from generators.audit.stats import Tell, rounded
 from schemas.mcq import LETTERS, MCQ
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def _markdown(r: CheckResult) -> list[str]:
     return table([{"group": k, **{c: v for c, v in row.items() if c not in ("question_type",)}}
-                  for k, row in r.stats["groups"].items()])
+                  for k, row in r.stats["groups"].items()]) + tells_table(r)
 
 
 def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:
@@ -46,10 +46,11 @@ def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:
 
 @check("position", order=3, title="Answer-position balance",
        finds="answers piling up at one option position (chi-square against uniform)",
-       uses=("min_items_per_test", "alpha"), markdown=_markdown, plot=_plot)
+       uses=("min_items_per_test", *TELL_OPTIONS), markdown=_markdown, plot=_plot)
 def position(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Per question type, are answers spread evenly over the positions? Chi-square goodness of fit
-    against uniform."""
+    against uniform; the tell's effect is how much always answering the most frequent position
+    beats chance."""
     from scipy.stats import chisquare
 
     key = "position"
@@ -59,31 +60,37 @@ def position(data: AuditData, cfg: AuditConfig) -> CheckResult:
     groups: dict[tuple[str, int], list[tuple[int, MCQ]]] = defaultdict(list)
     for i, it in data.mcq:
         groups[(it.question_type, len(it.options))].append((i, it))
-    tested = [g for g, xs in groups.items() if len(xs) >= cfg.min_items_per_test and len(xs) >= 5 * g[1]]
-    m = max(1, len(tested))
     table = {}
+    tells: list[tuple[Tell, list[tuple[int, MCQ]], np.ndarray]] = []
     for (qtype, k), xs in sorted(groups.items()):
         counts = np.bincount([it.answer for _, it in xs], minlength=k)
         row: dict[str, Any] = {"question_type": qtype, "options": k, "items": len(xs),
                                "counts": {LETTERS[j]: int(c) for j, c in enumerate(counts)}}
         res.series[f"{qtype} ({k} options)"] = counts.tolist()
-        if (qtype, k) in tested:
+        if len(xs) >= cfg.min_items_per_test and len(xs) >= 5 * k:
             stat, p = chisquare(counts)
-            row.update({"chi2": rounded(stat, 3), "p": pvalue(p), "significant": bool(p < cfg.alpha / m)})
-            if p < cfg.alpha / m:
-                expected = len(xs) / k
-                resid = (counts - expected) / math.sqrt(expected)
-                over = [j for j in range(k) if resid[j] >= 2] or [int(np.argmax(resid))]
-                ids = [it.item_id for _, it in xs if it.answer in over]
-                shares = ", ".join(f"{LETTERS[j]} {counts[j] / len(xs):.0%}" for j in over)
-                res.findings.append(finding(
-                    key, "position_bias", "error",
-                    f"{qtype}: answers pile up at {shares} (expected {1 / k:.0%} each; chi-square p={pvalue(p)})",
-                    items=ids, fields=["answer"],
-                    numbers={"question_type": qtype, "counts": row["counts"], "chi2": row["chi2"], "p": pvalue(p),
-                             "alpha_corrected": rounded(cfg.alpha / m, 6), "positions": [LETTERS[j] for j in over]}))
+            row["chi2"] = rounded(stat, 3)
+            best = int(np.argmax(counts))  # the shortcut: always answer the most frequent position
+            tells.append((Tell({"question_type": qtype, "options": k, "tell": f"always {LETTERS[best]}"},
+                               int(counts[best]), len(xs), 1 / k, float(p), test="chi-square"), xs, counts))
         else:
             row["note"] = f"not tested: fewer than max({cfg.min_items_per_test}, 5 x options) items"
         table[f"{qtype}/{k}"] = row
-    res.stats = {"groups": table, "tests": len(tested), "alpha": cfg.alpha}
+    judged([t for t, _, _ in tells], cfg)
+    for t, xs, counts in tells:
+        if t.severity is None:
+            continue
+        qtype, k = t.labels["question_type"], t.labels["options"]
+        expected = len(xs) / k
+        resid = (counts - expected) / math.sqrt(expected)
+        over = [j for j in range(k) if resid[j] >= 2] or [int(np.argmax(resid))]
+        shares = ", ".join(f"{LETTERS[j]} {counts[j] / len(xs):.0%}" for j in over)
+        res.findings.append(tell_finding(
+            key, "position_bias", t,
+            f"{qtype}: answers pile up at {shares} (expected {1 / k:.0%} each, chi-square test); "
+            f"always answering {t.labels['tell'].split()[-1]} is right in",
+            items=[it.item_id for _, it in xs if it.answer in over], fields=["answer"],
+            numbers={"question_type": qtype, "counts": table[f"{qtype}/{k}"]["counts"],
+                     "chi2": table[f"{qtype}/{k}"]["chi2"], "positions": [LETTERS[j] for j in over]}))
+    res.stats = {"groups": table, "tells": [t.row() for t, _, _ in tells]}
     return res

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import per_type_table
-from generators.audit.stats import binom_greater, clopper_pearson, pvalue, rounded
+from generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
+from generators.audit.report import per_type_table, tells_table
+from generators.audit.stats import Tell, binom_greater, rounded
 from generators.audit.text import norm
 from schemas.mcq import MCQ
 
@@ -167,10 +167,14 @@ def _shortcut_cv(items: list[MCQ], cfg: AuditConfig, seed: int) -> dict[str, Any
             "weights": [(names[j], rounded(w[j], 3)) for j in top if abs(w[j]) > 1e-6]}
 
 
+def _markdown(r: CheckResult) -> list[str]:
+    return per_type_table(r) + tells_table(r)
+
+
 @check("shortcut", order=7, title="Choice-only shortcut classifier",
        finds="a classifier that sees only the options beats chance",
-       uses=("shortcut_folds", "shortcut_l2", "shortcut_min_items", "shortcut_confidence", "alpha"),
-       markdown=per_type_table)
+       uses=("shortcut_folds", "shortcut_l2", "shortcut_min_items", "shortcut_confidence", *TELL_OPTIONS),
+       markdown=_markdown)
 def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """A conditional-logit classifier that sees only the options (length and its rank, overlap with
     the question and the other options, negations, hedges, absolutes, frequent words), scored by
@@ -180,36 +184,34 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
     groups = data.by_type()
     if not groups:
         return CheckResult(key, "skipped", "no multiple-choice items with a known answer")
-    tested = [t for t, xs in groups.items() if len(xs) >= cfg.shortcut_min_items]
-    m = max(1, len(tested))
     table = {}
+    tells: list[tuple[Tell, list[MCQ], dict[str, Any], np.ndarray]] = []
     for qtype, xs in groups.items():
         items = [it for _, it in xs]
-        if qtype not in tested:
+        if len(items) < cfg.shortcut_min_items:
             table[qtype] = {"items": len(items), "note": f"not tested: fewer than {cfg.shortcut_min_items} items"}
             continue
         out = shortcut_cv(items, cfg, data.seed)
         n = len(items)
         k = int(out["correct"].sum())
         p0 = float(np.mean([1 / len(it.options) for it in items]))
-        p = binom_greater(k, n, p0)
         order = np.argsort(-out["p_answer"], kind="stable")
         easiest = [{"item": items[r].item_id, "p_answer": rounded(out["p_answer"][r], 3)} for r in order[:10]]
         table[qtype] = {"items": n, "folds": cfg.shortcut_folds, "accuracy": rounded(k / n, 3),
-                        "chance": rounded(p0, 3), "ci95": clopper_pearson(k, n), "p": pvalue(p),
-                        "significant": bool(p < cfg.alpha / m), "top_features": out["weights"], "easiest": easiest}
+                        "chance": rounded(p0, 3), "top_features": out["weights"], "easiest": easiest}
         res.series[qtype] = out["p_answer"].tolist()
-        if p < cfg.alpha / m:
-            easy = [items[r].item_id for r in order
-                    if out["correct"][r] and out["p_answer"][r] >= cfg.shortcut_confidence]
-            res.findings.append(finding(
-                key, "choice_only_shortcut", "error",
-                f"{qtype}: a classifier that sees only the options is right in {k}/{n} items ({k / n:.0%}, "
-                f"chance {p0:.0%}; binomial p={pvalue(p)}); listed: the items it solves with p >= "
-                f"{cfg.shortcut_confidence}",
-                items=easy, fields=["options"],
-                numbers={"question_type": qtype, "accuracy": rounded(k / n, 3), "chance": rounded(p0, 3),
-                         "ci95": clopper_pearson(k, n), "p": pvalue(p), "alpha_corrected": rounded(cfg.alpha / m, 6),
-                         "top_features": out["weights"]}))
-    res.stats = {"per_question_type": table, "alpha": cfg.alpha}
+        tells.append((Tell({"question_type": qtype, "tell": "choice-only classifier"}, k, n, p0,
+                           binom_greater(k, n, p0)), items, out, order))
+    judged([t for t, *_ in tells], cfg)
+    for t, items, out, order in tells:
+        if t.severity is None:
+            continue
+        easy = [items[r].item_id for r in order if out["correct"][r] and out["p_answer"][r] >= cfg.shortcut_confidence]
+        res.findings.append(tell_finding(
+            key, "choice_only_shortcut", t,
+            f"{t.labels['question_type']} (listed: the items it solves with p >= {cfg.shortcut_confidence}): "
+            f"a classifier that sees only the options ({cfg.shortcut_folds}-fold cross-validation) is right in",
+            items=easy, fields=["options"],
+            numbers={"question_type": t.labels["question_type"], "top_features": out["weights"]}))
+    res.stats = {"per_question_type": table, "tells": [t.row() for t, *_ in tells]}
     return res
