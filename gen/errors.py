@@ -36,3 +36,21 @@ class LLMOutputError(Exception):
         self.reason = reason
         self.detail = detail
         self.raw = raw
+
+
+def not_utf8(path: object) -> InputError:
+    """The InputError for a text file that failed to decode: it names the file, and the line and
+    column of its first byte that is not UTF-8 (a decoder's own position counts from its chunk)."""
+    from pathlib import Path
+
+    try:
+        data = Path(str(path)).read_bytes()
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        return InputError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at column {column}; "
+                          "save the file as UTF-8)")
+    except OSError as e:
+        return InputError(f"{path}: cannot read ({e.strerror or e})")
+    return InputError(f"{path}: not UTF-8 text (save the file as UTF-8)")

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gen.errors import InputError, MissingInputError
+from gen.errors import InputError, MissingInputError, not_utf8
 from schemas.mcq import LETTERS, MCQ, MCQRecord
 
 EGOTOM_TYPES = ("goal", "belief", "actions")
@@ -96,6 +96,8 @@ def read_egotom_csv(path: Path) -> list[MCQ]:
     try:
         df = pl.read_csv(path, infer_schema_length=0)  # all strings: nothing is reinterpreted
     except Exception as e:  # noqa: BLE001 - polars raises several types
+        if "utf-8" in str(e).lower():
+            raise not_utf8(path) from None  # with the line polars does not give
         raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
     choice_cols = [c for c in egotom_columns(q) if c.startswith(f"{q}_choice_")]
     missing = [c for c in ("cuid", "narrations_in_context", f"gt_{q}", *choice_cols) if c not in df.columns]

@@ -91,4 +91,11 @@ def test_egotom_real_bank(tmp_path: Path) -> None:
     assert {("length", "longest_option_tell", "actions"), ("length", "longest_option_tell", "goal")} <= by
     assert {("shortcut", "choice_only_shortcut", q) for q in ("actions", "belief", "goal")} <= by
     assert ("leakage", "answer_overlaps_context", "actions") in by
+    # every tell sized: effect in points with its interval, and the rule that fired
+    tells = {(c["key"], t["question_type"], t["tell"]): t for c in checks.values() for t in c["stats"].get("tells", [])}
+    goal = tells[("length", "goal", "pick the longest")]
+    assert (goal["effect"], goal["effect_ci95"], goal["severity"]) == (15.6, [9.3, 21.9], "error")
+    assert tells[("leakage", "actions", "pick the most overlap")]["rule"] == "significant_and_large"
+    assert tells[("length", "belief", "pick the shortest")]["severity"] is None  # +4.7 points, p = 0.07
+    assert {(p["question_type"], p["check"]): p["detectable_effect"] for p in report["power"]}[("goal", "length")] == 12.2
     assert code == 1

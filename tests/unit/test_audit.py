@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
+import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +24,23 @@ import numpy as np
 import pytest
 
 import generators  # noqa: F401  (fills the registry)
-from gen.audit_checks import (
-    CHECKS,
-    AuditData,
-    FindingRecord,
-    check_length,
-    check_position,
-    nearest,
-    norm,
-    shortcut_cv,
-    similar_pairs,
-)
 from gen.errors import InputError, MissingInputError
 from gen.mcq import Roles, load_roles_bank, read_roles
 from gen.run import RunContext, run
 from generators.audit import AuditConfig, plan
+from generators.audit.checks.duplicates import knn
+from generators.audit.checks.leakage import leakage as check_leakage
+from generators.audit.checks.length import length as check_length
+from generators.audit.checks.position import position as check_position
+from generators.audit.checks.shortcut import shortcut_cv
+from generators.audit.data import AuditData
+from generators.audit.registry import REGISTRY, check_keys
+from generators.audit.report import cell
+from generators.audit.text import norm
+from schemas.audit import FindingRecord
 from schemas.mcq import MCQ
+
+CHECKS = check_keys()
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())
@@ -114,9 +119,10 @@ def test_clean_bank_every_check_runs_and_finds_nothing(clean_run) -> None:
     stats = {c["key"]: c["stats"] for c in report["checks"]}
     # the statistics were computed, not skipped: a clean verdict means something
     assert stats["structure"]["per_question_type"]["goal"]["items"] == 40
-    assert all(g["p"] > 0.5 for g in stats["position"]["groups"].values())
+    assert [t["p"] > 0.5 for t in stats["position"]["tells"]] == [True, True]
     assert {t: r["chance"] for t, r in stats["length"]["per_question_type"].items()} == {"belief": 0.25, "goal": 0.333}
-    assert all(r["significant"] is False and r["accuracy"] < 0.5 for r in stats["shortcut"]["per_question_type"].values())
+    assert len(stats["length"]["tells"]) == 4 and len(stats["shortcut"]["tells"]) == 2
+    assert all(t["severity"] is None and t["accuracy"] < 0.5 for t in stats["shortcut"]["tells"])
     assert stats["similar_options"]["per_question_type"]["goal"]["answer_distractor"]["pairs"] == 80
     assert stats["duplicates"]["nearest_neighbour"]["max"] < 0.95
     assert stats["blind"]["items_with_results"] == 80
@@ -165,9 +171,13 @@ def test_planted_keys_stacked_on_one_letter(tmp_path: Path) -> None:
     assert triples(of(findings, "position")) == expected("position")
     (f,) = of(findings, "position")
     assert f["numbers"]["counts"] == {"a": 0, "b": 40, "c": 0, "d": 0} and f["severity"] == "error"
-    groups = next(c for c in report["checks"] if c["key"] == "position")["stats"]["groups"]
-    assert groups["goal/3"]["significant"] is False  # the other question type stays clean
-    others_clean(findings, "position")
+    tells = next(c for c in report["checks"] if c["key"] == "position")["stats"]["tells"]
+    assert [(t["question_type"], t["severity"]) for t in tells] == [("belief", "error"), ("goal", None)]
+    assert f["numbers"]["effect"] == 75.0 and f["numbers"]["rule"] == "significant_and_large"
+    # nothing else is an error; a small tell elsewhere may be a warning by the uncorrected rule (with
+    # the answers all at b, the choice-only classifier is right in 16/40 belief items, p = 0.026)
+    assert [(g["check"], g["severity"], g["numbers"].get("rule")) for g in findings if g["check"] != "position"] \
+        == [("shortcut", "warning", "uncorrected_and_large")]
     assert result.exit_code == 1
 
 
@@ -267,6 +277,93 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
         if rel.startswith("digital"):
             continue  # personas come from Faker and bundles from generators.digital: may move with them
         assert (tmp_path / rel).read_bytes() == (FIX / rel).read_bytes(), rel
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None:
+    assert [c.order for c in REGISTRY.values()] == list(range(1, 11))
+    assert AuditConfig(input="x").checks == CHECKS == ["structure", "leakage", "position", "length",
+                                                       "similar_options", "duplicates", "shortcut", "blind",
+                                                       "digital", "integrity"]
+    help_text = AuditConfig.model_fields["checks"].description
+    for c in REGISTRY.values():
+        assert f"{c.key}: {c.finds}" in help_text
+        assert set(c.uses) <= set(AuditConfig.model_fields)
+    result, _, report = clean_run
+    md = (result.out_dir / "audit.md").read_text()
+    for c in REGISTRY.values():
+        assert f"## {c.order}. {c.title}\n\n{c.doc}\n" in md
+    assert [(c["id"], c["title"]) for c in report["checks"]] == [(c.order, c.title) for c in REGISTRY.values()]
+    length = md[md.index("## 4. "):md.index("## 5. ")]
+    assert "Options: `length_ratio=1.4`, `min_items_per_test=20`, `alpha=0.01`, `max_effect=5`" in length
+    assert "item_dup_sim" not in length
+    assert "| length_ratio | 1.4 | An answer more than" in md[md.index("## Options"):]
+    # every threshold of the report is read by some check
+    used = {u for c in REGISTRY.values() for u in c.uses}
+    assert set(report["thresholds"]) <= used, set(report["thresholds"]) - used
+
+
+def test_checks_read_only_the_options_they_declare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that reads an option it does not declare in ``uses=`` would hide it from the report."""
+    import dataclasses
+
+    read: dict[str, set[str]] = {k: set() for k in REGISTRY}
+
+    class Reads:
+        def __init__(self, cfg: AuditConfig, key: str) -> None:
+            self._cfg, self._key = cfg, key
+
+        def __getattr__(self, name: str) -> Any:
+            read[self._key].add(name)
+            return getattr(self._cfg, name)
+
+    for key, c in list(REGISTRY.items()):
+        def fn(data: AuditData, cfg: AuditConfig, _fn: Any = c.fn, _key: str = key) -> Any:
+            return _fn(data, Reads(cfg, _key))
+
+        monkeypatch.setitem(REGISTRY, key, dataclasses.replace(c, fn=fn))
+    run_audit(tmp_path / "a", FIX / "run_clean", nocontext=str(FIX / "nocontext_clean"))
+    run_audit(tmp_path / "b", FIX / "planted_longest.jsonl")
+    run_audit(tmp_path / "c", FIX / "digital_planted")
+    for key, c in REGISTRY.items():
+        assert read[key] <= set(c.uses), (key, read[key] - set(c.uses))
+    assert read["length"] and read["shortcut"] and read["leakage"]  # the proxy saw the reads
+
+
+PROBE_CHECK = """\"\"\"A check added as one file.\"\"\"
+
+from generators.audit.registry import CheckResult, check, finding
+
+
+@check("probe", order=11, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
+def probe(data, cfg):
+    \"\"\"Counts the items, to show that a new check is one new file.\"\"\"
+    res = CheckResult("probe", stats={"items": len(data.items)})
+    res.findings.append(finding("probe", "counted", "info", f"{len(data.items)} items"))
+    return res
+"""
+
+
+def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir: Path) -> None:
+    root = Path(generators.__file__).resolve().parent.parent
+    for d in ("gen", "generators", "schemas", "conf", "prompts"):
+        shutil.copytree(root / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "generators" / "audit" / "checks" / "probe.py").write_text(PROBE_CHECK)
+    run_gen = runner_for(tmp_path, cache_dir)
+    shown = run_gen("audit", "--help")
+    assert "probe: nothing, it counts items" in shown.stdout and '"integrity","probe"]' in shown.stdout, shown.stdout
+    p = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "embeddings=false", "checks=[structure,probe]",
+                f"hydra.run.dir={tmp_path / 'out'}")
+    assert p.returncode == 0, p.stderr
+    report = json.loads((tmp_path / "out" / "audit.json").read_text())
+    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (11, "probe", {"items": 80})
+    assert report["findings"][0]["check_id"] == 11
+    md = (tmp_path / "out" / "audit.md").read_text()
+    assert "## 11. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
+    bad = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "checks=[probe,nope]")
+    assert bad.returncode == 2 and "nope" in bad.stderr and "'probe'" in bad.stderr
 
 
 # --------------------------------------------------------------------------- the report and the run folder
@@ -385,6 +482,133 @@ def test_input_errors_name_the_problem(tmp_path: Path, kw: dict[str, Any], error
         run_audit(tmp_path / "out", kw.pop("input"), **kw)
 
 
+# --------------------------------------------------------------------------- hardening: what the audit reads
+
+
+OPENED: list[str] | None = None
+
+
+def _record_opens(event: str, args: tuple[Any, ...]) -> None:
+    if OPENED is not None and event == "open" and isinstance(args[0], str | bytes | Path):
+        OPENED.append(os.path.realpath(os.fsdecode(args[0])))
+
+
+sys.addaudithook(_record_opens)  # records only while a test sets OPENED
+
+
+def test_integrity_never_reads_a_file_the_manifest_names_outside_the_run_folder(tmp_path: Path) -> None:
+    global OPENED
+    run_dir = tmp_path / "run"
+    run_audit(run_dir, FIX / "clean.jsonl", checks=["structure"])  # a real run folder with a real manifest
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not part of the run\n")
+    (run_dir / "link.txt").symlink_to(outside)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["outputs"].update({"/etc/passwd": "0" * 64, "../outside.txt": "0" * 64, "link.txt": "0" * 64})
+    manifest["inputs"]["/etc/hostname"] = "0" * 64
+    manifest["merged"] = {"generator": "../outside"}  # the records file is named after it
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    OPENED = []
+    try:
+        result, findings, report = run_audit(tmp_path / "out", run_dir, checks=["integrity"])
+        opened = set(OPENED)
+    finally:
+        OPENED = None
+    for path in ("/etc/passwd", "/etc/hostname", str(outside), str(tmp_path / "outside.jsonl")):
+        assert os.path.realpath(path) not in opened, path
+    assert str(run_dir / "audit.jsonl") in opened  # the hook saw the reads that are allowed
+    assert triples(findings) == [("outside_run_folder", (), (f,)) for f in
+                                 ("counts.accepted", "outputs.../outside.txt", "outputs./etc/passwd", "outputs.link.txt")]
+    assert all(f["severity"] == "error" and f["what"].startswith("manifest names a file outside the run folder")
+               for f in findings)
+    stats = next(c for c in report["checks"] if c["key"] == "integrity")["stats"]["folders"][str(run_dir)]
+    assert stats["inputs_outside_not_read"] == 2 and stats["matching"] == 4  # audit.{jsonl,json,md}, rejects
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize(("content", "needle"), [
+    (b"[]", "not a run manifest (a JSON object naming its generator), got a JSON list"),
+    (b"{}", "got an empty object"),
+    (b'{"outputs": {}}', "got an object without a generator"),
+    (b"{not json", "manifest.json:1: not valid JSON"),
+    (b'{"generator": "tom", "x": "\xff"}', "manifest.json:1: not UTF-8 text (byte 0xff at column 28"),
+])
+def test_a_manifest_that_is_not_one_is_an_input_error(tmp_path: Path, content: bytes, needle: str) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(FIX / "clean.jsonl", folder / "tom.jsonl")
+    (folder / "manifest.json").write_bytes(content)
+    with pytest.raises(InputError, match=re.escape(needle)):
+        run_audit(tmp_path / "out", folder, checks=["integrity"])
+
+
+def test_cli_bad_manifest_exit_2(run_gen, tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "manifest.json").write_text("[]")
+    p = run_gen("audit", f"input={folder}", "embeddings=false", f"hydra.run.dir={tmp_path / 'out'}")
+    assert p.returncode == 2 and f"{folder / 'manifest.json'}: not a run manifest" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_an_empty_bank_is_an_input_error_unless_allowed(run_gen, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    p = run_gen("audit", f"input={empty}", "embeddings=false", f"hydra.run.dir={tmp_path / 'a'}")
+    assert p.returncode == 2 and f"input: {empty} holds 0 items" in p.stderr and "allow_empty=true" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    ok = run_gen("audit", f"input={empty}", "embeddings=false", "allow_empty=true", f"hydra.run.dir={tmp_path / 'b'}")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "b" / "audit.json").read_text())["summary"]["findings"] == 0
+    # the other readers: a roles bank, a folder of EgoToM CSVs with only their headers
+    with pytest.raises(InputError, match="holds 0 items"):
+        run_audit(tmp_path / "c", empty, roles=str(ROLES))
+    ego = tmp_path / "ego"
+    ego.mkdir()
+    from gen.mcq import write_egotom_csv
+
+    write_egotom_csv([], "goal", ego / "egotom_goal_shuffled.csv")
+    with pytest.raises(InputError, match="egotom_goal_shuffled.csv holds 0 items"):
+        run_audit(tmp_path / "d", ego)
+
+
+def _spoil(src: Path, dst: Path, line: int) -> Path:
+    """``src`` with one byte of line ``line`` (1-based) replaced by 0xff (not UTF-8)."""
+    lines = src.read_bytes().split(b"\n")
+    lines[line - 1] = lines[line - 1][:2] + b"\xff" + lines[line - 1][3:]
+    dst.write_bytes(b"\n".join(lines))
+    return dst
+
+
+def test_non_utf8_inputs_are_input_errors_naming_file_and_line(run_gen, tmp_path: Path) -> None:
+    bank = _spoil(FIX / "clean.jsonl", tmp_path / "bank.jsonl", 3)
+    roles = _spoil(ROLES, tmp_path / "roles.yaml", 1)
+    scen = _spoil(FIX / "scenarios.jsonl", tmp_path / "scen.jsonl", 2)
+    nc = tmp_path / "nc"
+    nc.mkdir()
+    _spoil(FIX / "nocontext_clean" / "nocontext.jsonl", nc / "nocontext.jsonl", 4)
+    ego = tmp_path / "ego"
+    ego.mkdir()
+    from gen.mcq import write_egotom_csv
+
+    rows = [{"vuid": "v", "cuid": f"c{j}", "narrations_in_context": "00m:01s | #C C waits.", "gt_goal": "To go.",
+             "goal_choice_a": "To go.", "goal_choice_b": "To stay.", "goal_choice_c": "To sit.",
+             "clip_start_time": "0", "clip_end_time": "9"} for j in range(3)]
+    _spoil(write_egotom_csv(rows, "goal", tmp_path / "g.csv"), ego / "egotom_goal_shuffled.csv", 3)
+    cases = [({"input": bank}, f"{bank}:3: not UTF-8 text (byte 0xff at column 3"),
+             ({"input": FIX / "scenarios.jsonl", "roles": str(roles)}, f"{roles}:1: not UTF-8"),
+             ({"input": scen, "roles": str(ROLES)}, f"{scen}:2: not UTF-8"),
+             ({"input": FIX / "clean.jsonl", "nocontext": str(nc)}, f"{nc / 'nocontext.jsonl'}:4: not UTF-8"),
+             ({"input": ego}, f"{ego / 'egotom_goal_shuffled.csv'}:3: not UTF-8")]
+    for j, (kw, needle) in enumerate(cases):
+        kw = dict(kw)
+        with pytest.raises(InputError, match=re.escape(needle)):
+            run_audit(tmp_path / f"out{j}", kw.pop("input"), **kw)
+    p = run_gen("audit", f"input={bank}", "embeddings=false", f"hydra.run.dir={tmp_path / 'cli'}")
+    assert p.returncode == 2 and f"{bank}:3: not UTF-8 text" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
 # --------------------------------------------------------------------------- the generic roles loader
 
 
@@ -484,12 +708,182 @@ def test_length_binomial_by_hand() -> None:
     p = sum(math.comb(20, k) * 0.25 ** k * 0.75 ** (20 - k) for k in range(12, 21))
     row = res.stats["per_question_type"]["t"]
     assert row["pick_longest_accuracy"] == 0.6 and row["chance"] == 0.25
-    assert row["p_longest"] == pytest.approx(p, rel=1e-3)
+    longest = next(t for t in res.stats["tells"] if t["tell"] == "pick the longest")
+    assert longest["p"] == pytest.approx(p, rel=1e-3) and longest["effect"] == 35.0
     tells = [f for f in res.findings if f.kind == "longest_option_tell"]
     assert len(tells) == 1 and tells[0].items == [f"i{j}" for j in range(12)]
     ratios = {f.items[0]: f.kind for f in res.findings if f.kind.startswith("answer_much")}
     assert ratios == {**{f"i{j}": "answer_much_longer" for j in range(12)},
                       **{f"i{j}": "answer_much_shorter" for j in range(12, 20)}}
+
+
+# --------------------------------------------------------------------------- tells: effect, interval, Holm, power
+
+
+def test_wilson_interval_by_hand_and_holm_by_hand() -> None:
+    from generators.audit.stats import holm, wilson
+
+    z = 1.959963984540054  # the 97.5 % normal quantile
+    for k, n in ((43, 90), (0, 20), (20, 20), (26_000, 100_000)):
+        p = k / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+        assert wilson(k, n) == pytest.approx((centre - half, centre + half), abs=1e-9)
+    # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> monotone 0.06
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.2]) == [0.2] and holm([0.5, 0.6]) == [1.0, 1.0] and holm([]) == []
+
+
+def _binom_sf(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), summed term by term."""
+    return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+
+def test_power_line_by_hand() -> None:
+    """40 items, chance 25 %, level 0.005 (alpha 0.01 over 2 tests), max_effect 5 points, power 80 %."""
+    from generators.audit.stats import binom_critical, detectable_effect
+
+    k_sig = next(k for k in range(41) if _binom_sf(k, 40, 0.25) <= 0.005)
+    assert (k_sig, binom_critical(40, 0.25, 0.005)) == (18, 18)  # 18/40 right is the fewest significant
+    k = max(k_sig, math.floor(0.30 * 40) + 1)  # and an effect above 5 points needs 13: the first binds
+    lo, hi = 0.25, 1.0
+    for _ in range(60):  # the true accuracy at which 18 or more of 40 come up 80 % of the time
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _binom_sf(k, 40, mid) >= 0.8 else (mid, hi)
+    assert detectable_effect(40, 0.25, 0.005, 0.05, 0.8) == pytest.approx(hi - 0.25, abs=1e-9)
+    assert round(100 * (hi - 0.25), 1) == 25.4
+    # at 100k items the size rule binds: the smallest error is just above max_effect
+    assert 5.0 < 100 * detectable_effect(100_000, 0.25, 0.005, 0.05, 0.8) < 5.4
+    assert detectable_effect(3, 0.25, 0.005) is None  # 3 of 3 right is not significant at 0.005
+    # the audit reports the same line: 40 items of one type, length's two tests -> alpha / 2
+    items = [mcq(f"i{j}", ["a" * (3 + j % 4), "bb", "ccccc", "d"], j % 4) for j in range(40)]
+    res = check_length(AuditData(items=items), cfg())
+    assert {t["detectable_effect"] for t in res.stats["tells"]} == {25.4}
+
+
+def _length_bank(n: int, k_longest: int, n_options: int = 3, qtype: str = "t") -> list[MCQ]:
+    """``n`` items whose answer is the longest option in the first ``k_longest`` and the second
+    longest in the others (never the shortest, whatever the option count)."""
+    items = []
+    for j in range(n):
+        opts = ["x" * (10 + 5 * r) for r in range(n_options)]  # lengths 10, 15, 20…: the last is longest
+        a = n_options - 1 if j < k_longest else n_options - 2
+        order = [(r + j) % n_options for r in range(n_options)]  # spread the answers over the positions
+        items.append(mcq(f"{qtype}{j}", [opts[r] for r in order], order.index(a), qtype=qtype))
+    return items
+
+
+def _tell_bank() -> list[MCQ]:
+    """As in issue 22: 90 goal items where the longest option is right in 43 (47.8 % against
+    33.3 %: +14.4 points, p = 0.003), next to two question types without a tell (six tests)."""
+    return _length_bank(90, 43, qtype="goal") + _length_bank(90, 0, 4, "belief") + _length_bank(90, 0, 4, "actions")
+
+
+def test_a_14_point_tell_on_90_items_is_at_least_a_warning() -> None:
+    res = check_length(AuditData(items=_tell_bank()), cfg())
+    (f,) = [f for f in res.findings if f.kind == "longest_option_tell"]
+    assert f.severity == "warning" and f.numbers["effect"] == 14.4 and len(f.items) == 43
+    assert f.numbers["rule"] == "uncorrected_and_large" and f.numbers["p_holm"] == pytest.approx(6 * f.numbers["p"],
+                                                                                                  rel=0.01)
+    # the old gate (alpha 0.01 after Bonferroni over the six tests) let it pass without a finding
+    assert f.numbers["p"] > 0.01 / 6
+
+
+def test_a_1_point_tell_on_100k_items_is_not_an_error() -> None:
+    items = _length_bank(100_000, 34_334)  # 34.33 % against 33.33 %: +1.0 point, p ~ 1e-11
+    res = check_length(AuditData(items=items), cfg())
+    (f,) = [f for f in res.findings if f.kind == "longest_option_tell"]
+    assert f.severity == "info" and f.numbers["rule"] == "significant_but_small"
+    assert f.numbers["effect"] == 1.0 and f.numbers["p"] < 1e-9
+    assert 5.0 < f.numbers["detectable_effect"] < 5.5  # what this size can call an error
+
+
+def test_no_tell_on_1000_items_gives_nothing_above_info(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    words = ["pick", "cup", "walk", "door", "open", "box", "wash", "plate", "sit", "read", "book", "fold",
+             "towel", "and", "then", "near", "table", "sink", "chair", "shoe", "lid", "mop", "rag", "bowl"]
+    rows = []
+    for j in range(1000):
+        opts = [" ".join(rng.choice(words, int(rng.integers(6, 8)))).capitalize() + "." for _ in range(4)]
+        context = [" ".join(rng.choice(words, 20)) for _ in range(3)]
+        rows.append({"item_id": f"q{j:04d}", "question_type": "next", "question": "What will C do next?",
+                     "options": opts, "answer": int(rng.integers(4)), "group": f"clip{j // 2}",
+                     "visible": {"context": context}})
+    bank = write_jsonl(tmp_path / "bank.jsonl", rows)
+    result, findings, report = run_audit(tmp_path / "out", bank, embeddings=False)
+    assert [f for f in findings if f["severity"] != "info"] == [] and result.exit_code == 0
+    tells = [t for c in report["checks"] for t in c["stats"].get("tells", [])]
+    assert len(tells) == 5  # overlap, position, longest, shortest, classifier
+    assert all(t["effect"] < 5 and t["severity"] is None for t in tells)
+
+
+def test_severity_rules_in_order() -> None:
+    from generators.audit.stats import Tell, judge
+
+    def verdict(k: int, n: int, chance: float, p: float, family: int = 1) -> tuple[str | None, str | None]:
+        tells = judge([Tell({}, k, n, chance, p)] + [Tell({}, 0, 10, 0.5, 1.0)] * (family - 1),
+                      alpha=0.01, max_effect=5.0, warn_p=0.05, power=0.8)
+        return tells[0].severity, tells[0].rule
+
+    assert verdict(80, 200, 0.25, 1e-6) == ("error", "significant_and_large")
+    assert verdict(80, 200, 0.25, 0.02) == ("warning", "interval_above_max_effect")  # interval [+8.5, +21.9]
+    assert verdict(43, 90, 1 / 3, 0.003, family=6) == ("warning", "uncorrected_and_large")  # Holm p 0.018
+    assert verdict(26_000, 100_000, 0.25, 1e-12) == ("info", "significant_but_small")
+    assert verdict(10, 40, 0.25, 0.56) == (None, None)
+    assert verdict(12, 40, 0.25, 0.12) == (None, None)  # +5 points on 40 items: too small to tell
+    assert verdict(12, 40, 0.25, 0.02) == (None, None)  # exactly max_effect is not above it (float noise)
+    # Holm rather than Bonferroni: p 0.004 and 0.006 in a family of two are both errors (Holm p 0.008
+    # each), where Bonferroni's 0.01 / 2 would pass the second
+    pair = judge([Tell({}, 80, 200, 0.25, 0.004), Tell({}, 80, 200, 0.25, 0.006)],
+                 alpha=0.01, max_effect=5.0, warn_p=0.05, power=0.8)
+    assert [(t.severity, t.p_holm) for t in pair] == [("error", 0.008), ("error", 0.008)]
+
+
+def test_report_carries_effects_rules_and_power_in_md_and_json(tmp_path: Path) -> None:
+    rows = [{"item_id": it.item_id, "question_type": it.question_type, "question": "Which?", "options": it.options,
+             "answer": it.answer, "group": it.item_id} for it in _tell_bank()]
+    bank = write_jsonl(tmp_path / "bank.jsonl", rows)
+    result, findings, report = run_audit(tmp_path / "out", bank, checks=["length"], embeddings=False)
+    (f,) = [f for f in findings if f["kind"] == "longest_option_tell"]
+    (tell,) = [t for t in report["checks"][0]["stats"]["tells"]
+               if t["tell"] == "pick the longest" and t["question_type"] == "goal"]
+    assert (tell["severity"], tell["rule"], tell["effect"], tell["effect_ci95"]) == \
+        (f["severity"], f["numbers"]["rule"], 14.4, f["numbers"]["effect_ci95"])
+    assert report["power"][2] == {"question_type": "goal", "check": "length", "items": 90, "chance": 0.333,
+                                  "detectable_effect": tell["detectable_effect"]}
+    assert [p["question_type"] for p in report["power"]] == ["actions", "belief", "goal"]
+    assert report["checks"][0]["options"] == {"length_ratio": 1.4, "min_items_per_test": 20, "alpha": 0.01,
+                                              "max_effect": 5.0, "warn_p": 0.05, "power": 0.8}
+    md = (tmp_path / "out" / "audit.md").read_text()
+    lo, hi = tell["effect_ci95"]
+    assert (f"| goal | pick the longest | binomial | 90 | 43 | 0.478 | 0.333 | 14.4 | {cell(lo)}, {cell(hi)} | "
+            f"{cell(tell['p'])} | {cell(tell['p_holm'])} | {cell(tell['detectable_effect'])} | "
+            f"{f['severity']}: {tell['rule']} |") in md
+    assert f"| goal | length | 90 | 0.333 | {cell(tell['detectable_effect'])} |" in md and "## Power" in md
+    assert "uncorrected_and_large: p=0.00" in f["what"]
+    assert result.exit_code == 0  # a warning: fail_on=error passes; bank add gates the same way
+
+
+def test_bank_add_gates_on_the_tell_severities(tmp_path: Path) -> None:
+    roles = tmp_path / "roles.yaml"
+    roles.write_text("id: item_id\nquestion: question\noptions: options\nanswer: answer\n"
+                     "question_type: question_type\ngroup: group\n")
+    rows = [{"item_id": it.item_id, "question_type": it.question_type, "question": f"Which one, {j}?",
+             "options": it.options, "answer": it.answer, "group": it.item_id} for j, it in enumerate(_tell_bank())]
+    bank_file = write_jsonl(tmp_path / "batch.jsonl", rows)
+
+    def add(name: str, fail_on: str) -> int:
+        from generators.bank import BankConfig
+
+        settings = BankConfig(action="add", bank=str(tmp_path / name), input=str(bank_file), roles=str(roles),
+                              near_dup_sim=None, fail_on=fail_on, cache_dir=None, progress="off",
+                              audit_options={"embeddings": False, "checks": ["structure", "length"]})
+        return run("bank", settings, tmp_path / f"run_{name}", quiet=True).exit_code
+
+    assert add("lenient", "error") == 0 and (tmp_path / "lenient" / "current").exists()
+    assert add("strict", "warning") == 1 and not (tmp_path / "strict" / "current").exists()
+    audit = json.loads((tmp_path / "run_strict" / "audit" / "audit.json").read_text())
+    assert [(f["kind"], f["severity"]) for f in audit["findings"]] == [("longest_option_tell", "warning")]
 
 
 def test_shortcut_finds_a_word_tell_and_not_random_labels() -> None:
@@ -514,21 +908,21 @@ def test_shortcut_finds_a_word_tell_and_not_random_labels() -> None:
     assert control["correct"].mean() < 0.4
 
 
-def test_similarity_search_matches_brute_force() -> None:
+def test_knn_matches_brute_force() -> None:
     rng = np.random.default_rng(0)
     a = rng.normal(size=(300, 16)).astype(np.float32)
     a[150] = a[20] + 0.01  # a near pair
     a /= np.linalg.norm(a, axis=1, keepdims=True)
     b = rng.normal(size=(50, 16)).astype(np.float32)
     b /= np.linalg.norm(b, axis=1, keepdims=True)
-    sims = a @ a.T
-    want = sorted((i, j) for i in range(300) for j in range(i + 1, 300) if sims[i, j] >= 0.8)
-    got = similar_pairs(a, None, 0.8, block=64)
-    assert [(i, j) for i, j, _ in got] == want and (20, 150) in want
-    np.testing.assert_allclose(nearest(a, None, block=64), np.sort(sims - 2 * np.eye(300), axis=1)[:, -1], atol=1e-5)
-    np.testing.assert_allclose(nearest(a, b, block=64), (a @ b.T).max(axis=1), atol=1e-5)
-    cross = similar_pairs(a, b, 0.5)
-    assert [(i, j) for i, j, _ in cross] == sorted(zip(*np.nonzero(a @ b.T >= 0.5), strict=True))
+    sims = a @ a.T - 2 * np.eye(300)  # not itself
+    got_sims, got_ids = knn(a, None, 3, block=64)
+    np.testing.assert_allclose(got_sims, -np.sort(-sims, axis=1)[:, :3], atol=1e-5)
+    assert got_ids[20, 0] == 150 and got_ids[150, 0] == 20
+    assert not (got_ids == np.arange(300)[:, None]).any()
+    cross_sims, cross_ids = knn(a, b, 2, block=64)
+    np.testing.assert_allclose(cross_sims, -np.sort(-(a @ b.T), axis=1)[:, :2], atol=1e-5)
+    np.testing.assert_array_equal(cross_ids[:, 0], (a @ b.T).argmax(axis=1))
 
 
 def test_cross_item_leak_ignores_template_phrases() -> None:
@@ -536,7 +930,7 @@ def test_cross_item_leak_ignores_template_phrases() -> None:
     items = [mcq(f"i{j}", [f"C believes that the pot {j} is hot", f"C believes that the lid {j} is off"], 0,
                  visible={"context": "C believes that the story is long and C believes that the day is warm"})
              for j in range(40)]
-    res = __import__("gen.audit_checks", fromlist=["check_leakage"]).check_leakage(AuditData(items=items), cfg())
+    res = check_leakage(AuditData(items=items), cfg())
     assert [f for f in res.findings if f.kind != "answer_overlaps_context"] == []
 
 

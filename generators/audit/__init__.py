@@ -1,0 +1,136 @@
+"""Leakage and validity audits for any MCQ or scenario bank, or a digital run: ``python -m gen audit``.
+
+The checks are registered units (:mod:`generators.audit.registry`), one module each under
+``checks/``. One record index per check (``checks=``, every registered check by default): index i
+runs check i and yields its findings, so ``audit.jsonl`` holds one line per finding and the
+manifest's ``indices_done`` equals the number of checks. After the last check the report is
+written (:mod:`generators.audit.report`): ``audit.md`` (tables and PNG plots), ``audit.json``
+(statistics, thresholds, findings), and the exit code: 0 clean, 1 when a finding reaches
+``fail_on``, 2 for input errors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gen.run import CommonConfig, Plan, RunContext, generator
+from generators.audit import checks as _checks  # noqa: F401  (registers every check)
+from generators.audit.data import AuditData, load_inputs
+from generators.audit.registry import REGISTRY, CheckResult, check_keys, checks_help, validate_uses
+from generators.audit.report import write_report
+from schemas.audit import FindingRecord
+
+__all__ = ["AuditConfig", "AuditData", "CheckResult", "audit", "plan"]
+
+
+class AuditConfig(CommonConfig):
+    roles: str | None = None
+    """Roles file (YAML/JSON) for a generic JSONL bank: id, visible, privileged, options, answer…"""
+    against: str | None = None
+    """A second bank to look for duplicates of this bank's items in (train vs test, v1 vs v2)."""
+    against_roles: str | None = None
+    """Roles file for against= when it is a generic JSONL bank (default: roles=)."""
+    nocontext: str | None = None
+    """A nocontext run folder (or its nocontext.jsonl) to summarise blind solvability from
+    (default: input= itself when it is a nocontext run)."""
+    checks: list[str] = Field(default_factory=check_keys, description=checks_help())
+    fail_on: Literal["info", "warning", "error", "never"] = "error"
+    """Exit code 1 when a finding of at least this severity exists."""
+    allow_empty: bool = False
+    """Audit an input with zero items; otherwise that is an input error (exit 2): an audit of
+    nothing must not pass a CI gate."""
+    alpha: float = Field(0.01, gt=0, lt=1)
+    """Family-wise significance level of a check's tell tests, Holm-corrected over that check's
+    tests (one per question type; length's longest and shortest, blind's models count apart). An
+    error needs the Holm-adjusted p below alpha and an effect above max_effect (0.01: a
+    conventional strict level, a clean bank fails a check by chance ~1 audit in 100)."""
+    max_effect: float = Field(5.0, ge=0, le=100)
+    """The largest tell the bank may have, in points of accuracy above chance (the project's
+    validity goal: a shortcut gains at most 5 points). Larger and significant: error; its 95 %
+    Wilson interval above it, or larger with p < warn_p: warning; significant but smaller: info."""
+    warn_p: float = Field(0.05, gt=0, lt=1)
+    """Uncorrected p-value below which a tell larger than max_effect is a warning (the usual 5 %
+    level: a small bank cannot reach alpha after correction unless its tell is huge)."""
+    power: float = Field(0.8, gt=0, lt=1)
+    """Probability for the power line: the smallest tell that gives an error this often at the
+    bank's size (80 %, the usual design value), at the strictest Holm level alpha/m."""
+    min_items_per_test: int = Field(20, ge=2)
+    """Fewest items of a question type for the position, length and context-overlap tests
+    (position also needs 5 per option, the usual chi-square rule)."""
+    leak_ngram: int = Field(5, ge=2, le=20)
+    """Word n-gram size for partial leakage: 5 words is longer than the shared phrases of a
+    domain ("picks up the cup") and shorter than a copied clause."""
+    leak_containment: float = Field(0.6, gt=0, le=1)
+    """Share of a privileged text's n-grams found in a visible field that makes a partial leak."""
+    leak_min_chars: int = Field(3, ge=1)
+    """Privileged terms shorter than this (normalised) are not searched for ("cup" still is)."""
+    length_ratio: float = Field(1.4, gt=1)
+    """An answer more than this many times longer than every distractor, or every distractor
+    this much longer than it, is flagged (EgoToM's own filter, §3)."""
+    option_dup_sim: float = Field(0.94, gt=0, le=1)
+    """Cosine at or above which two options of an item are near-duplicates (EgoToM's threshold,
+    measured there with all-mpnet-base-v2)."""
+    answer_close_sim: float = Field(0.90, gt=0, le=1)
+    """Cosine at or above which a distractor may also be correct. Ours: above the 99th percentile
+    of answer-distractor cosines of EgoToM's filtered bank under all-MiniLM-L6-v2 (0.87-0.89)."""
+    item_dup_sim: float = Field(0.95, gt=0, le=1)
+    """Near-duplicate items: cosine of question+options at least this (one reworded option
+    keeps ~0.99)…"""
+    context_dup_sim: float = Field(0.8, gt=0, le=1)
+    """…and visible contexts sharing at least this (cosine of their word-trigram sets: a one-word
+    edit of a 40-word context keeps ~0.9; EgoToM contexts of different videos reach 0.39)."""
+    shortcut_folds: int = Field(5, ge=2, le=20)
+    """Cross-validation folds of the choice-only classifier (items of one group share a fold)."""
+    shortcut_l2: float = Field(1.0, gt=0)
+    """L2 penalty of the choice-only classifier (on standardised features)."""
+    shortcut_min_items: int = Field(30, ge=10)
+    """Fewest items of a question type to train the choice-only classifier on."""
+    shortcut_confidence: float = Field(0.8, gt=0, le=1)
+    """Out-of-fold probability of the answer above which a solved item is listed as easy."""
+    blind_max_correct: int = Field(2, ge=0)
+    """An item answered right without context in more shuffles than this, by any model, is
+    flagged (EgoToM: more than 2 of 3 shuffles)."""
+    embeddings: bool = True
+    """Use the embedder for similar options and near-duplicate items (false: exact checks only)."""
+    plots: bool = True
+    """Draw the PNG plots of audit.md."""
+    max_listed: int = Field(20, ge=1)
+    """Findings shown per check in audit.md (audit.jsonl has all)."""
+
+    @model_validator(mode="after")
+    def _checks(self) -> AuditConfig:
+        unknown = [c for c in self.checks if c not in REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown check(s) {unknown}; choose from {check_keys()}")
+        if not self.checks or len(set(self.checks)) != len(self.checks):
+            raise ValueError("checks must name at least one check, each once")
+        if self.num_shards != 1:
+            raise ValueError("audit runs in one process (num_shards=1)")
+        return self
+
+
+validate_uses(AuditConfig.model_fields)
+
+
+def plan(cfg: AuditConfig) -> Plan:
+    """One record index per check."""
+    return Plan(len(cfg.checks))
+
+
+@generator("audit", config=AuditConfig, plan=plan, noun="findings")
+def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
+    """Audit an MCQ/scenario bank or a digital run: leakage, tells, duplicates, integrity."""
+    data = load_inputs(cfg, ctx)
+    results: list[CheckResult] = []
+    for i in ctx.indices():
+        key = cfg.checks[i]
+        t0 = time.perf_counter()
+        res = REGISTRY[key].fn(data, cfg)
+        res.seconds = round(time.perf_counter() - t0, 3)
+        results.append(res)
+        yield list(res.findings)
+    write_report(cfg, ctx, data, results)

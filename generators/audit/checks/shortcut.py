@@ -1,0 +1,217 @@
+"""Check 7: can a classifier that sees only the options pick the answer?"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
+from generators.audit.report import per_type_table, tells_table
+from generators.audit.stats import Tell, binom_greater, rounded
+from generators.audit.text import norm
+from schemas.mcq import MCQ
+
+if TYPE_CHECKING:
+    from generators.audit import AuditConfig
+    from generators.audit.data import AuditData
+NEGATION = {"not", "no", "never", "nothing", "none", "nobody", "cannot", "without", "nor", "t"}
+ABSOLUTE = {"always", "never", "all", "every", "only", "completely", "entirely", "none", "must"}
+HEDGE = {"may", "might", "could", "probably", "likely", "possibly", "perhaps", "some", "maybe", "usually"}
+DENSE = ("log_chars", "words", "length_z", "is_longest", "is_shortest", "length_rank", "question_overlap",
+         "question_overlap_rel", "centrality", "centrality_rel", "commas", "ands", "negation", "absolute",
+         "hedge", "digits", "template_start", "distinct_word_ratio")
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
+
+
+def option_features(items: list[MCQ], vocab: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per item and option, features of the options alone (and the question): length and its
+    rank in the item, overlap with the question and with the other options, word patterns, and
+    presence of the bank's frequent words. Returns (F[n, k, d], mask[n, k], names)."""
+    kmax = max(len(it.options) for it in items)
+    names = [*DENSE, *(f"word:{w}" for w in vocab)]
+    col = {w: len(DENSE) + j for j, w in enumerate(vocab)}
+    F = np.zeros((len(items), kmax, len(names)), dtype=np.float32)
+    mask = np.zeros((len(items), kmax), dtype=bool)
+    for r, it in enumerate(items):
+        k = len(it.options)
+        mask[r, :k] = True
+        toks = [norm(o).split() for o in it.options]
+        sets = [set(t) for t in toks]
+        q = set(norm(it.question).split())
+        chars = np.array([len(o.strip()) for o in it.options], dtype=np.float64)
+        z = (chars - chars.mean()) / (chars.std() + 1e-9)
+        rank = np.argsort(np.argsort(chars)) / max(1, k - 1)
+        qov = np.array([_jaccard(s, q) for s in sets])
+        cen = np.array([np.mean([_jaccard(sets[a], sets[b]) for b in range(k) if b != a]) for a in range(k)])
+        firsts = Counter(t[0] for t in toks if t)
+        for j in range(k):
+            t, s = toks[j], sets[j]
+            F[r, j, :len(DENSE)] = [
+                math.log1p(chars[j]), len(t), z[j], chars[j] == chars.max() and (chars == chars.max()).sum() == 1,
+                chars[j] == chars.min() and (chars == chars.min()).sum() == 1, rank[j], qov[j], qov[j] - qov.mean(),
+                cen[j], cen[j] - cen.mean(), it.options[j].count(","), t.count("and"), bool(s & NEGATION),
+                bool(s & ABSOLUTE), bool(s & HEDGE), any(c.isdigit() for c in it.options[j]),
+                bool(t) and firsts[t[0]] > k / 2, len(s) / max(1, len(t)),
+            ]
+            for w in s:
+                if w in col:
+                    F[r, j, col[w]] = 1.0
+    return F, mask, names
+
+
+def option_vocab(items: list[MCQ], limit: int = 300, min_items: int = 3) -> list[str]:
+    """Words that occur in the options of at least ``min_items`` items but not in every option
+    of most items (those cancel out within an item)."""
+    df: Counter[str] = Counter()
+    everywhere: Counter[str] = Counter()
+    for it in items:
+        sets = [set(norm(o).split()) for o in it.options]
+        df.update(set().union(*sets))
+        everywhere.update(set.intersection(*sets))
+    words = [w for w, c in df.items() if c >= min_items and everywhere[w] < 0.9 * c]
+    return sorted(words, key=lambda w: (-df[w], w))[:limit]
+
+
+def _fit_logit(F: np.ndarray, mask: np.ndarray, y: np.ndarray, l2: float) -> np.ndarray:
+    """Conditional logit (softmax over an item's options), L2-penalised, by L-BFGS."""
+    from scipy.optimize import minimize
+
+    n, k, d = F.shape
+    Fm = F.reshape(n * k, d).astype(np.float64)
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        s = (Fm @ w).reshape(n, k)
+        s = np.where(mask, s, -np.inf)
+        mx = s.max(axis=1, keepdims=True)
+        e = np.exp(s - mx)
+        z = e.sum(axis=1, keepdims=True)
+        p = e / z
+        nll = -(s[np.arange(n), y] - mx[:, 0] - np.log(z[:, 0])).sum()
+        g = p.copy()
+        g[np.arange(n), y] -= 1
+        grad = Fm.T @ g.reshape(n * k)
+        return nll + 0.5 * l2 * w @ w, grad + l2 * w
+
+    w0 = np.zeros(d)
+    return minimize(loss, w0, jac=True, method="L-BFGS-B", options={"maxiter": 300}).x
+
+
+def _predict(F: np.ndarray, mask: np.ndarray, w: np.ndarray) -> np.ndarray:
+    s = np.where(mask, F.astype(np.float64) @ w, -np.inf)
+    s -= s.max(axis=1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _standardise(F: np.ndarray, mask: np.ndarray, train: np.ndarray) -> np.ndarray:
+    rows = F[train][mask[train]]
+    mu, sd = rows.mean(axis=0), rows.std(axis=0)
+    sd[sd < 1e-9] = 1.0
+    return (F - mu) / sd
+
+
+def folds_for(items: list[MCQ], k: int, seed: int) -> np.ndarray:
+    """Fold of each item; items sharing a group (clip, video) share a fold."""
+    groups = sorted({it.group or it.item_id for it in items})
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(groups))
+    fold_of = {groups[g]: r % k for r, g in enumerate(order)}
+    return np.array([fold_of[it.group or it.item_id] for it in items])
+
+
+def one_blas_thread() -> Any:
+    """The classifier's products are small: BLAS threads only add contention (measured 40x
+    slower with 2 threads on a loaded 2-core machine)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - it comes with scikit-learn, a sentence-transformers dependency
+        return contextlib.nullcontext()
+    return threadpool_limits(1)
+
+
+def shortcut_cv(items: list[MCQ], cfg: AuditConfig, seed: int) -> dict[str, Any]:
+    """Out-of-fold probability of the answer and prediction per item, and the features the
+    classifier fitted on every item leans on most."""
+    with one_blas_thread():
+        return _shortcut_cv(items, cfg, seed)
+
+
+def _shortcut_cv(items: list[MCQ], cfg: AuditConfig, seed: int) -> dict[str, Any]:
+    vocab = option_vocab(items)
+    F, mask, names = option_features(items, vocab)
+    y = np.array([it.answer for it in items])
+    folds = folds_for(items, cfg.shortcut_folds, seed)
+    p_answer = np.zeros(len(items))
+    predicted = np.zeros(len(items), dtype=int)
+    for f in range(cfg.shortcut_folds):
+        test = folds == f
+        train = ~test
+        if not test.any() or not train.any():
+            continue
+        Fs = _standardise(F, mask, train)
+        w = _fit_logit(Fs[train], mask[train], y[train], cfg.shortcut_l2)
+        P = _predict(Fs[test], mask[test], w)
+        p_answer[test] = P[np.arange(test.sum()), y[test]]
+        predicted[test] = P.argmax(axis=1)
+    Fs = _standardise(F, mask, np.ones(len(items), dtype=bool))
+    w = _fit_logit(Fs, mask, y, cfg.shortcut_l2)
+    top = np.argsort(-np.abs(w))[:8]
+    return {"p_answer": p_answer, "correct": predicted == y,
+            "weights": [(names[j], rounded(w[j], 3)) for j in top if abs(w[j]) > 1e-6]}
+
+
+def _markdown(r: CheckResult) -> list[str]:
+    return per_type_table(r) + tells_table(r)
+
+
+@check("shortcut", order=7, title="Choice-only shortcut classifier",
+       finds="a classifier that sees only the options beats chance",
+       uses=("shortcut_folds", "shortcut_l2", "shortcut_min_items", "shortcut_confidence", *TELL_OPTIONS),
+       markdown=_markdown)
+def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
+    """A conditional-logit classifier that sees only the options (length and its rank, overlap with
+    the question and the other options, negations, hedges, absolutes, frequent words), scored by
+    k-fold cross-validation against chance."""
+    key = "shortcut"
+    res = CheckResult(key)
+    groups = data.by_type()
+    if not groups:
+        return CheckResult(key, "skipped", "no multiple-choice items with a known answer")
+    table = {}
+    tells: list[tuple[Tell, list[MCQ], dict[str, Any], np.ndarray]] = []
+    for qtype, xs in groups.items():
+        items = [it for _, it in xs]
+        if len(items) < cfg.shortcut_min_items:
+            table[qtype] = {"items": len(items), "note": f"not tested: fewer than {cfg.shortcut_min_items} items"}
+            continue
+        out = shortcut_cv(items, cfg, data.seed)
+        n = len(items)
+        k = int(out["correct"].sum())
+        p0 = float(np.mean([1 / len(it.options) for it in items]))
+        order = np.argsort(-out["p_answer"], kind="stable")
+        easiest = [{"item": items[r].item_id, "p_answer": rounded(out["p_answer"][r], 3)} for r in order[:10]]
+        table[qtype] = {"items": n, "folds": cfg.shortcut_folds, "accuracy": rounded(k / n, 3),
+                        "chance": rounded(p0, 3), "top_features": out["weights"], "easiest": easiest}
+        res.series[qtype] = out["p_answer"].tolist()
+        tells.append((Tell({"question_type": qtype, "tell": "choice-only classifier"}, k, n, p0,
+                           binom_greater(k, n, p0)), items, out, order))
+    judged([t for t, *_ in tells], cfg)
+    for t, items, out, order in tells:
+        if t.severity is None:
+            continue
+        easy = [items[r].item_id for r in order if out["correct"][r] and out["p_answer"][r] >= cfg.shortcut_confidence]
+        res.findings.append(tell_finding(
+            key, "choice_only_shortcut", t,
+            f"{t.labels['question_type']} (listed: the items it solves with p >= {cfg.shortcut_confidence}): "
+            f"a classifier that sees only the options ({cfg.shortcut_folds}-fold cross-validation) is right in",
+            items=easy, fields=["options"],
+            numbers={"question_type": t.labels["question_type"], "top_features": out["weights"]}))
+    res.stats = {"per_question_type": table, "tells": [t.row() for t, *_ in tells]}
+    return res

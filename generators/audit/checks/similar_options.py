@@ -1,0 +1,112 @@
+"""Check 5: options that say nearly the same, and distractors so close to the answer that they
+may also be correct (embedding cosine)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from generators.audit.registry import CheckResult, check, finding
+from generators.audit.report import PNG_METADATA, per_type_table
+from generators.audit.stats import rounded
+from generators.audit.text import letter, norm
+from schemas.audit import FindingRecord
+
+if TYPE_CHECKING:
+    from generators.audit import AuditConfig
+    from generators.audit.data import AuditData
+
+
+def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:
+    s = r.series
+    if not s:
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    bins = [x / 50 for x in range(-10, 51)]
+    ax.hist(s["distractor_distractor"], bins=bins, alpha=0.55, density=True, label="distractor-distractor")
+    ax.hist(s["answer_distractor"], bins=bins, alpha=0.55, density=True, label="answer-distractor")
+    for name, v in s["thresholds"].items():
+        ax.axvline(v, color="k", linestyle="dashed" if name == "option_dup_sim" else "dotted", linewidth=1)
+    ax.set_xlabel("cosine similarity of two options of an item")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_dir / "option_similarity.png", dpi=90, metadata=PNG_METADATA)
+    plt.close(fig)
+    return "option_similarity.png"
+
+
+def _embed_unique(embed: Callable[[list[str]], np.ndarray], texts: list[str]) -> tuple[np.ndarray, dict[str, int]]:
+    uniq = sorted(set(texts))
+    vecs = embed(uniq) if uniq else np.zeros((0, 1), dtype=np.float32)
+    return np.asarray(vecs, dtype=np.float32), {t: j for j, t in enumerate(uniq)}
+
+
+@check("similar_options", order=5, title="Near-duplicate options and distractors close to the answer",
+       finds="near-identical options, and distractors so close to the answer that they may also be right",
+       uses=("embeddings", "option_dup_sim", "answer_close_sim"), markdown=per_type_table, plot=_plot)
+def similar_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
+    """Embedding cosine between the options of each item: near-duplicate options, and distractors
+    so close to the answer that they may also be correct."""
+    key = "similar_options"
+    res = CheckResult(key)
+    if data.embed is None:
+        return CheckResult(key, "skipped", "embeddings=false")
+    xs = [(i, it) for i, it in enumerate(data.items) if len(it.options) >= 2]
+    if not xs:
+        return CheckResult(key, "skipped", "no items with options")
+    vecs, at = _embed_unique(data.embed, [o.strip() for _, it in xs for o in it.options])
+    kmax = max(len(it.options) for _, it in xs)
+    idx = np.full((len(xs), kmax), -1, dtype=np.int64)
+    for r, (_, it) in enumerate(xs):
+        idx[r, :len(it.options)] = [at[o.strip()] for o in it.options]
+    ans_dis: dict[str, list[float]] = defaultdict(list)
+    dis_dis: dict[str, list[float]] = defaultdict(list)
+    counts: Counter[str] = Counter()
+    found: list[tuple[int, int, int, FindingRecord]] = []
+    for a in range(kmax):
+        for b in range(a + 1, kmax):
+            rows = np.nonzero((idx[:, a] >= 0) & (idx[:, b] >= 0))[0]
+            if not len(rows):
+                continue
+            sims = np.einsum("nd,nd->n", vecs[idx[rows, a]], vecs[idx[rows, b]])
+            for r, s in zip(rows.tolist(), sims.tolist(), strict=True):
+                i, it = xs[r]
+                is_ans = it.answer in (a, b)
+                (ans_dis if is_ans else dis_dis)[it.question_type].append(s)
+                if norm(it.options[a]) == norm(it.options[b]):
+                    continue  # the same text: a structure finding
+                if s >= cfg.option_dup_sim:
+                    kind, sev, what = "near_duplicate_options", "warning", \
+                        f"options {letter(a)} and {letter(b)} say nearly the same (cosine {s:.3f})"
+                elif is_ans and s >= cfg.answer_close_sim:
+                    d = b if it.answer == a else a
+                    kind, sev, what = "distractor_close_to_answer", "warning", \
+                        f"distractor {letter(d)} is so close to the answer {letter(it.answer)} that it may also be correct (cosine {s:.3f})"
+                else:
+                    continue
+                counts[kind] += 1
+                fields = [f"options[{a}]", f"options[{b}]"]
+                if kind == "distractor_close_to_answer" and it.answer == b:
+                    fields.reverse()  # the answer first
+                found.append((r, a, b, finding(key, kind, sev, what, items=[it.item_id], fields=fields,
+                                               numbers={"cosine": rounded(s)}, bank=data.bank_name(i))))
+    res.findings = [f for *_, f in sorted(found, key=lambda x: x[:3])]  # in item order
+    table = {}
+    for qtype in sorted(set(ans_dis) | set(dis_dis)):
+        row = {}
+        for name, vals in (("answer_distractor", ans_dis[qtype]), ("distractor_distractor", dis_dis[qtype])):
+            if vals:
+                q = np.percentile(vals, [50, 90, 99])
+                row[name] = {"pairs": len(vals), "median": rounded(q[0], 3), "p90": rounded(q[1], 3),
+                             "p99": rounded(q[2], 3), "max": rounded(max(vals), 3)}
+        table[qtype] = row
+    res.series = {"answer_distractor": [s for v in ans_dis.values() for s in v],
+                  "distractor_distractor": [s for v in dis_dis.values() for s in v],
+                  "thresholds": {"option_dup_sim": cfg.option_dup_sim, "answer_close_sim": cfg.answer_close_sim}}
+    res.stats = {"per_question_type": table, "option_dup_sim": cfg.option_dup_sim,
+                 "answer_close_sim": cfg.answer_close_sim, "findings_by_kind": dict(sorted(counts.items()))}
+    return res

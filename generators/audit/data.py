@@ -1,0 +1,199 @@
+"""What the checks read, loaded once: :class:`AuditData` and :func:`load_inputs`.
+
+Inputs: our ``tom``/``distractors``/``nocontext`` run folders, a folder of EgoToM CSVs, any JSONL
+bank with a roles file, a ``digital`` run folder; ``against=`` a second bank, ``nocontext=`` a
+nocontext run. Bad input raises a GenError (exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gen.errors import ConfigError, InputError, MissingInputError, not_utf8
+from gen.mcq import RECORD_FILES, Bank, egotom_type, load_banks, load_roles_bank, read_roles
+from gen.run import RunContext, iter_jsonl, load_run_records
+from generators.audit.text import Grams, visible_fields
+from schemas.mcq import MCQ
+
+if TYPE_CHECKING:
+    from generators.audit import AuditConfig
+
+
+@dataclass
+class AuditData:
+    """Everything the checks read, loaded once."""
+
+    items: list[MCQ] = field(default_factory=list)
+    banks: list[Bank] = field(default_factory=list)
+    bank_of: list[str] = field(default_factory=list)
+    """Per item, the name of the file it came from."""
+    against: list[MCQ] = field(default_factory=list)
+    against_name: str | None = None
+    bundles: list[dict[str, Any]] | None = None
+    """``digital`` bundles when the input is a digital run (then ``items`` is empty)."""
+    digital_config: dict[str, Any] = field(default_factory=dict)
+    """The digital run's config (windows, cue recency) from its manifest."""
+    nocontext: list[dict[str, Any]] | None = None
+    folders: list[Path] = field(default_factory=list)
+    """Run folders whose manifest.json the integrity check verifies."""
+    manifests: dict[Path, dict[str, Any]] = field(default_factory=dict)
+    """Each run folder's manifest.json, read and checked once (:func:`read_manifest`)."""
+    embed: Callable[[list[str]], np.ndarray] | None = None
+    seed: int = 0
+    _visible: list[list[tuple[str, str]]] | None = field(default=None, repr=False)
+    grams: Grams = field(default_factory=Grams, repr=False)
+    """Word ids of normalised texts, shared by the leakage and duplicate checks."""
+
+    def visible(self, i: int) -> list[tuple[str, str]]:
+        """Item i's visible fields, normalised (computed once for all checks)."""
+        if self._visible is None:
+            self._visible = [visible_fields(it) for it in self.items]
+        return self._visible[i]
+
+    @property
+    def mcq(self) -> list[tuple[int, MCQ]]:
+        """Items with at least two options and a known answer (what the statistics use)."""
+        return [(i, it) for i, it in enumerate(self.items) if len(it.options) >= 2 and it.answer is not None]
+
+    def by_type(self) -> dict[str, list[tuple[int, MCQ]]]:
+        """:attr:`mcq` grouped by question type, types sorted."""
+        groups: dict[str, list[tuple[int, MCQ]]] = defaultdict(list)
+        for i, it in self.mcq:
+            groups[it.question_type].append((i, it))
+        return dict(sorted(groups.items()))
+
+    def bank_name(self, i: int) -> str | None:
+        """The file item i came from, when the audit read several (else None)."""
+        return self.bank_of[i] if len(self.banks) > 1 and i < len(self.bank_of) else None
+
+
+def _has_bank(folder: Path) -> bool:
+    run = folder.parent if folder.name == "kept" else folder  # a nocontext run, or its kept/
+    return (any((folder / n).is_file() for n in RECORD_FILES) or (run / "nocontext.jsonl").is_file()
+            or any(egotom_type(p) for p in folder.glob("*.csv")))
+
+
+def _read_bank(path: Path, roles: str | None, what: str) -> list[Bank]:
+    if roles is not None:
+        if not path.is_file():
+            raise InputError(f"{what}: with roles= the bank must be a JSONL file, got the folder {path}")
+        return [load_roles_bank(path, read_roles(Path(roles).expanduser()))]
+    return load_banks(path)
+
+
+def _run_folder(path: Path) -> Path | None:
+    folder = path if path.is_dir() else path.parent
+    return folder if (folder / "manifest.json").is_file() else None
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """A run folder's manifest.json: a JSON object naming its generator. Anything else (not
+    UTF-8, not JSON, a list, ``{}``) is an InputError naming the file."""
+    file = folder / "manifest.json"
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise not_utf8(file) from None
+    except OSError as e:
+        raise InputError(f"{file}: cannot read ({e.strerror or e})") from None
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{file}:{e.lineno}: not valid JSON ({e.msg})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("generator"), str):
+        got = ("an empty object" if manifest == {} else "an object without a generator"
+               if isinstance(manifest, dict) else f"a JSON {type(manifest).__name__}")
+        raise InputError(f"{file}: not a run manifest (a JSON object naming its generator), got {got}")
+    return manifest
+
+
+def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
+    """Read input=, against=, nocontext= once; bad input raises a GenError (exit 2)."""
+    if cfg.input is None:
+        raise ConfigError("input= is required (a bank file, a run folder, or a folder of EgoToM CSVs)")
+    path = cfg.input_path()
+    assert path is not None
+    data = AuditData(seed=ctx.seed(0, "folds"))
+    folders: list[Path] = []
+    digital = path / "digital.jsonl" if path.is_dir() else path if path.name == "digital.jsonl" else None
+    if cfg.roles is None and digital is not None and digital.is_file():
+        data.bundles, file = load_run_records(digital, "digital")
+        ctx.record_input(file)
+        if (run_dir := _run_folder(file)) is not None:
+            m = data.manifests[run_dir] = read_manifest(run_dir)
+            merged = m.get("merged") if isinstance(m.get("merged"), dict) else {}
+            config = merged.get("source_config") or m.get("config")
+            data.digital_config = config if isinstance(config, dict) else {}
+    elif cfg.roles is not None or path.is_file() or _has_bank(path):
+        data.banks = _read_bank(path, cfg.roles, "input")
+        if cfg.roles is not None:
+            ctx.record_input(Path(cfg.roles).expanduser())
+        for bank in data.banks:
+            ctx.record_input(bank.path)
+            data.items += bank.items
+            data.bank_of += [bank.path.name] * len(bank.items)
+    elif not (path / "manifest.json").is_file():
+        raise InputError(f"input: {path} holds no bank ({', '.join(RECORD_FILES)}, EgoToM CSVs), "
+                         "no digital.jsonl and no manifest.json")
+    if (f := _run_folder(path)) is not None:
+        folders.append(f)
+    if cfg.against is not None:
+        apath = Path(cfg.against).expanduser()
+        if not apath.exists():
+            raise MissingInputError(f"against: no such file or folder: {apath}")
+        for bank in _read_bank(apath, cfg.against_roles or cfg.roles, "against"):
+            ctx.record_input(bank.path)
+            data.against += bank.items
+        data.against_name = apath.name
+    nocontext = cfg.nocontext
+    if nocontext is None and path.is_dir() and (path / "nocontext.jsonl").is_file():
+        nocontext = str(path)  # a nocontext run audited as a bank: its own blind results
+    if nocontext is not None:
+        npath = Path(nocontext).expanduser()
+        data.nocontext = read_nocontext(npath)
+        if (f := _run_folder(npath)) is not None and f not in folders:
+            folders.append(f)
+    data.folders = folders
+    for f in folders:
+        if f not in data.manifests:
+            data.manifests[f] = read_manifest(f)
+    if not cfg.allow_empty:
+        _refuse_empty(data, path, cfg.roles)
+    if cfg.embeddings:
+        data.embed = lambda texts: ctx.embedder.encode(texts)
+    return data
+
+
+def _refuse_empty(data: AuditData, path: Path, roles: str | None) -> None:
+    """Zero items (or bundles) is an input error: an audit of nothing passes any CI gate."""
+    empty = (data.bundles is not None and not data.bundles) or (data.banks and not data.items)
+    if empty:
+        what = "digital bundles" if data.bundles is not None else "items"
+        names = ", ".join(str(b.path) for b in data.banks) or str(path)
+        raise InputError(f"input: {names} holds 0 {what}{' (read with roles=' + roles + ')' if roles else ''}; "
+                         "allow_empty=true audits an empty bank")
+
+
+NOCONTEXT_KEYS = ("item_id", "question_type", "correct")
+
+
+def read_nocontext(path: Path) -> list[dict[str, Any]]:
+    """Per-item results of a nocontext run (``nocontext.jsonl``)."""
+    file = path / "nocontext.jsonl" if path.is_dir() else path
+    if not file.is_file():
+        raise MissingInputError(f"nocontext: {file} not found (expected a nocontext run folder or its nocontext.jsonl)")
+    rows = []
+    for lineno, row in iter_jsonl(file):
+        missing = [k for k in NOCONTEXT_KEYS if not isinstance(row, dict) or k not in row]
+        if missing or not isinstance(row.get("correct"), dict):
+            raise InputError(f"{file}:{lineno}: a nocontext result needs {', '.join(NOCONTEXT_KEYS)} "
+                             f"(correct: {{model: shuffles right}})")
+        rows.append(row)
+    return rows

@@ -1,0 +1,75 @@
+"""Text helpers shared by the checks: normalisation, word n-gram keys, an item's visible text."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import numpy as np
+
+from schemas.mcq import LETTERS, MCQ
+
+_NON_WORD = re.compile(r"[\W_]+")
+
+
+def norm(text: str) -> str:
+    """Casefolded, NFKC, every run of non-letters/digits (underscores too) one space."""
+    return " ".join(_NON_WORD.sub(" ", unicodedata.normalize("NFKC", text).casefold()).split())
+
+
+def has_phrase(term: str, text: str) -> bool:
+    """``term`` occurs in ``text`` on word boundaries (both already :func:`norm`-ed)."""
+    return f" {term} " in f" {text} "
+
+
+def letter(i: int | None) -> str:
+    return "-" if i is None else LETTERS[i]
+
+
+def visible_fields(it: MCQ) -> list[tuple[str, str]]:
+    """An item's visible fields (and its question, when no visible field holds it), normalised;
+    empty ones dropped."""
+    fields = [(p, norm(v)) for p, v in it.visible.items()]
+    if it.question.strip() and not any(v == it.question for v in it.visible.values()):
+        fields.append(("question", norm(it.question)))
+    return [(p, v) for p, v in fields if v]
+
+
+class Grams:
+    """Word n-grams of normalised texts as arrays of 64-bit keys (a polynomial hash over word
+    ids, vectorised); word ids are kept per distinct text. Sets of word tuples were the leakage
+    check's whole cost on long contexts."""
+
+    P = np.uint64(0x9E3779B97F4A7C15)
+
+    def __init__(self) -> None:
+        self.vocab: dict[str, int] = {}
+        self._ids: dict[str, np.ndarray] = {}
+
+    def ids(self, text: str) -> np.ndarray:
+        got = self._ids.get(text)
+        if got is None:
+            vocab = self.vocab
+            got = np.array([vocab.setdefault(w, len(vocab)) for w in text.split()], dtype=np.uint64)
+            self._ids[text] = got
+        return got
+
+    def keys(self, text: str, n: int) -> np.ndarray:
+        """The distinct n-gram keys of ``text`` (sorted); empty when it has fewer than n words."""
+        ids = self.ids(text)
+        m = len(ids) - n + 1
+        if m < 1:
+            return np.zeros(0, dtype=np.uint64)
+        h = ids[:m].copy()
+        for j in range(1, n):
+            h = h * self.P + ids[j:j + m]  # wraps modulo 2^64, as intended
+        h.sort()
+        return h[np.concatenate(([True], h[1:] != h[:-1]))]
+
+
+def member(needles: np.ndarray, haystack: np.ndarray) -> np.ndarray:
+    """``needles`` found in the sorted array ``haystack`` (np.isin re-sorts the haystack each call)."""
+    if not len(haystack):
+        return np.zeros(len(needles), dtype=bool)
+    at = np.minimum(np.searchsorted(haystack, needles), len(haystack) - 1)
+    return haystack[at] == needles
