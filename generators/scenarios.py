@@ -153,7 +153,7 @@ RULES: list[tuple[str, str, str]] = [
     ("situations", "repetitive_text", "a text repeats a 4-word run (tiny models loop)"),
     ("situations", "example_echo", "a situation copied whole from the one-shot examples"),
     ("situations", "three_categories", "a gold list lacks an object name, a technique or a state item, or has < 3 items"),
-    ("situations", "gold_lists_overlap", "the same item in current_answers and prior_answers"),
+    ("situations", "gold_lists_overlap", "the two referents share a name (shared phrases are dropped first, counted)"),
     ("situations", "indicators_missing", "a clarify/abstain target without 3 distinct indicators"),
     ("camera", "empty_text", "an empty or placeholder description"),
     ("camera", "repetitive_text", "a description repeats a 4-word run"),
@@ -1009,10 +1009,12 @@ class Writer:
 
     def attempts(self, u: Unit, stage: str, messages: list[dict[str, str]], schema: type[BaseModel],
                  max_tokens: int, check: Callable[[dict[str, Any]], tuple[list[str], list[Problem]]],
-                 model_check: Callable[[dict[str, Any], int], list[Problem]] | None, budget: int) -> dict[str, Any]:
-        """Up to ``budget`` generations of one stage: each is checked by every code rule of the
-        stage (all recorded), then by its model check; the first that passes is the stage's
-        output. Raises :class:`StageFailure` with the last attempt's first broken rule."""
+                 model_check: Callable[[dict[str, Any], int], list[Problem]] | None, budget: int,
+                 tidy: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Up to ``budget`` generations of one stage: each is corrected by ``tidy`` where code
+        can, then checked by every code rule of the stage (all recorded), then by its model
+        check; the first that passes is the stage's output. Raises :class:`StageFailure` with
+        the last attempt's first broken rule."""
         last = StageFailure(stage, "no_attempt", "no attempt left")
         for _ in range(budget):
             a = u.trace.next_attempt(stage)
@@ -1025,6 +1027,8 @@ class Writer:
                 last = StageFailure(stage, e.reason, e.detail, e.raw)
                 continue
             value = draft.model_dump()
+            if tidy is not None:
+                value = tidy(value)
             evaluated, problems = check(value)
             u.trace.record(stage, evaluated, problems)
             if not problems and model_check is not None and self.cfg.model_checks != "off":
@@ -1044,6 +1048,35 @@ def _hygiene(texts: dict[str, str | None]) -> list[Problem]:
 
 
 HYGIENE = ("empty_text", "repetitive_text", "example_echo")
+
+
+def tidy_situations(sit: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """Drop gold phrases that cannot tell the two referents apart: a phrase in both situations'
+    lists, a phrase equal to a referent's name (its own, the other's, a clarify candidate), and
+    a repeat within one situation. Returns the corrected draft and how many were dropped; the
+    rules then run on what is left (a list that loses a category fails three_categories)."""
+    out = json.loads(json.dumps(sit))
+    roles = [r for r in ("earlier", "now") if r in out]
+    names = {key(out[r]["name"]) for r in roles} | {key(c) for c in out.get("candidates", [])}
+
+    def phrases(r: str) -> set[str]:
+        return {key(x) for x in out[r]["technique"] + out[r]["state"]}
+
+    shared = phrases("earlier") & phrases("now") if len(roles) == 2 else set()
+    dropped = 0
+    for r in roles:
+        seen: set[str] = set()
+        for cat in ("technique", "state"):
+            kept = []
+            for x in out[r][cat]:
+                k = key(x)
+                if k in shared or k in names or k in seen:
+                    dropped += 1
+                    continue
+                seen.add(k)
+                kept.append(x)
+            out[r][cat] = kept
+    return out, dropped
 
 
 def check_situations(sk: Skeleton, sit: dict[str, Any]) -> tuple[list[str], list[Problem]]:
@@ -1261,8 +1294,14 @@ def stage_situations(w: Writer, u: Unit) -> None:
     schema = (ClarifySituationsDraft if sk.target_context == "clarify" else
               AbstainSituationsDraft if sk.target_context == "abstain" else
               CrossSessionSituationsDraft if sk.change_type == "cross_session_reference" else SituationsDraft)
+    def tidy(d: dict[str, Any]) -> dict[str, Any]:
+        out, dropped = tidy_situations(d)
+        if dropped:
+            w.ctx.count("situations.phrases_dropped", dropped)
+        return out
+
     u.sit = w.attempts(u, "situations", w.render("situations", ex, spec(sk)), schema, w.cfg.situations_tokens,
-                       lambda d: check_situations(sk, d), None, w.cfg.stage_attempts)
+                       lambda d: check_situations(sk, d), None, w.cfg.stage_attempts, tidy)
 
 
 def stage_camera(w: Writer, u: Unit, avoid: frozenset[str] = frozenset(), budget: int | None = None) -> None:

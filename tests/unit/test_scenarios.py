@@ -62,6 +62,7 @@ from generators.scenarios import (
     situations_of,
     spec,
     text_problem,
+    tidy_situations,
 )
 from schemas.scenarios import CHANGE_TYPES, RECORD_FIELDS, ScenarioRecord
 
@@ -135,8 +136,10 @@ class Fake:
             if "meanwhile (the scene" in req:
                 out["meanwhile"] = f"{word(req, seed, 5)} hall"
             out["now"] = sit(w2, "widget")
-            if "overlap" in self.faults:
-                out["now"]["technique"] = list(out["earlier"]["technique"])
+            if "overlap" in self.faults:  # the same referent twice
+                out["now"]["name"] = out["earlier"]["name"]
+            if "shared_phrase" in self.faults:
+                out["now"]["state"][0] = out["earlier"]["state"][0]
         return json.dumps(out)
 
     def camera(self, req: str, seed: int) -> str:
@@ -687,6 +690,27 @@ def test_a_rule_broken_on_every_attempt_rejects_with_its_name(tmp_path: Path, fa
     assert manifest["counts"]["rejects_by_reason"] == {rule: 2}
     assert manifest[NAME]["funnel"]["rejected_by"] == {f"{stage}.{rule}": 2}
     assert manifest[NAME]["lock"]["scenarios_sha256"] == hashlib.sha256(b"").hexdigest()
+
+
+def test_shared_phrases_are_dropped_and_counted(tmp_path: Path) -> None:
+    sit = {"earlier": {"name": "apple tree", "technique": ["pick the apple", "cut it into wedges"],
+                       "state": ["brown fruit", "fresh fruit", "apple tree"]},
+           "now": {"name": "banana tree", "technique": ["pick the banana", "Cut it into wedges."],
+                   "state": ["yellow fruit", "fresh fruit", "yellow fruit"]}}
+    tidy, dropped = tidy_situations(sit)
+    assert dropped == 6  # 2 shared in each, the earlier's own name, a repeat
+    assert tidy["earlier"] == {"name": "apple tree", "technique": ["pick the apple"], "state": ["brown fruit"]}
+    assert tidy["now"] == {"name": "banana tree", "technique": ["pick the banana"], "state": ["yellow fruit"]}
+    assert check_situations(SK, tidy)[1] == []
+    assert sit["earlier"]["state"][1] == "fresh fruit"  # the draft itself is left as it was
+    emptied, _ = tidy_situations({**sit, "now": {**sit["now"], "technique": ["pick the apple"]}})
+    assert "three_categories" in {r for r, _ in check_situations(SK, emptied)[1]}
+    result, _, _ = run_scenarios(tmp_path / "run", Fake({"shared_phrase": "always"}), n=2)
+    assert result.accepted == 2
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["validators"]["situations.phrases_dropped"] == 4
+    for row in read_jsonl(tmp_path / "run" / "scenarios.jsonl"):
+        assert not set(row["gold"]["current_answers"]) & set(row["gold"]["prior_answers"])
 
 
 @pytest.mark.parametrize("fault", ["identify_wrong", "leak"])
