@@ -91,6 +91,10 @@ class ScenarioRecord(BaseModel):
 
 RECORD_FIELDS: tuple[str, ...] = tuple(ScenarioRecord.model_fields)
 GOLD_FIELDS: tuple[str, ...] = tuple(Gold.model_fields)
+VISIBLE_FIELDS: tuple[str, ...] = ("context_image", "turn_1_image", "turn_1_user", "turn_2_image", "turn_2_user",
+                                   "turn_3_repair_prompt", "turn_3_repair_prompt_deictic")
+"""What the candidate sees (the audio and camera channels); the gold lists are the judge's, and
+target_context, change_type and notes are seen by neither."""
 
 
 # --------------------------------------------------------------------------- stage 1: situations

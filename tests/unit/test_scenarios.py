@@ -64,7 +64,7 @@ from generators.scenarios import (
     text_problem,
     tidy_situations,
 )
-from schemas.scenarios import CHANGE_TYPES, RECORD_FIELDS, ScenarioRecord
+from schemas.scenarios import CHANGE_TYPES, RECORD_FIELDS, VISIBLE_FIELDS, ScenarioRecord
 
 NAME = "scenarios"
 EXAMPLES_JSONL = CONTEXT_BENCH / "examples.jsonl"
@@ -628,6 +628,7 @@ def test_validator_passes_on_output(tmp_path: Path) -> None:
 
 
 def test_field_order_is_the_released_one() -> None:
+    assert set(VISIBLE_FIELDS) < set(RECORD_FIELDS) and not set(VISIBLE_FIELDS) & {"gold", "notes", "target_context"}
     if not EXAMPLES_JSONL.is_file():
         pytest.skip("the released examples are not in ../shared")
     for row in read_jsonl(EXAMPLES_JSONL):
