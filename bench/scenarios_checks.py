@@ -23,7 +23,6 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
