@@ -292,3 +292,38 @@ def wagibench_loader() -> Callable[..., list[dict[str, Any]]]:
                              **{name: getattr(typing, name) for name in ("Optional", "List", "Dict", "Any")}}
     exec(compile(ast.Module(body=[fn], type_ignores=[]), str(WAGIBENCH_LOADER), "exec"), scope)
     return scope["load_ob2_data"]
+
+
+CONTEXT_BENCH = SHARED / "data" / "context_bench"
+"""The context-tracking benchmark's released material (its validator, examples, prompt conditions)."""
+
+
+def context_bench_validator() -> Any:
+    """The benchmark's own ``scripts/validate_scenarios.py``, imported from ../shared by path
+    (never copied into gen); the test calling it is skipped when the material is absent."""
+    import importlib.util
+
+    path = CONTEXT_BENCH / "validate_scenarios.py"
+    if not path.is_file():
+        pytest.skip(f"the benchmark's validator is not at {path}")
+    spec = importlib.util.spec_from_file_location("context_bench_validate_scenarios", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def context_bench_failures(validator: Any, records: list[dict[str, Any]], *,
+                           enforce_distribution: bool = False) -> list[dict[str, Any]]:
+    """The validator's checks 1, 2, 3 and 6 on ``records``, bank and contrast as its ``main``
+    splits them (check 7, the lockfile, needs the benchmark's own package)."""
+    fails = []
+    for subset in ("bank", "contrast"):
+        rows = [r for r in records if r.get("subset") == subset]
+        if not rows:
+            continue
+        fails += validator.check_1_token_leakage(rows)
+        fails += validator.check_2_object_name_in_images(rows)
+        fails += validator.check_3_schema_validation(rows, enforce_distribution=enforce_distribution and subset == "bank")
+        fails += validator.check_6_duplication(rows)
+    return fails

@@ -1,0 +1,227 @@
+"""Context-tracking scenarios (the Wearable Assistant Context Bench's released format): the
+record (:class:`ScenarioRecord`, field names and order as in the released ``scenarios.jsonl``),
+what the LLM writes at each stage (``*Draft``), and the per-scenario check sidecar
+(:class:`ScenarioChecks`, a line of ``scenario_checks.jsonl``; the released schema has no room
+for it).
+
+Drafts are small: every string has a length cap the grammar enforces (a pattern that also keeps
+control characters, quotes and backslashes out, as in :mod:`schemas.tom`), lists have bounded
+sizes, and which draft a scenario gets (cross-session, clarify, abstain, contrast) is chosen by
+code from its skeleton, so the model never decides which fields exist.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ChangeType = Literal["object_in_hand", "object_state", "sequential_task", "location", "object_in_view",
+                     "absent_referent", "screen_content", "cross_session_reference"]
+Target = Literal["current", "prior", "clarify", "abstain"]
+Complexity = Literal["single_referent", "multi_referent", "distractor_present", "absent_referent",
+                     "compound_shift"]
+Difficulty = Literal["easy", "medium", "hard"]
+TimeGap = Literal["seconds", "minutes", "hours", "next_day"]
+Subset = Literal["bank", "contrast"]
+
+CHANGE_TYPES: tuple[str, ...] = ChangeType.__args__  # type: ignore[attr-defined]
+"""The 8 shift types, in the released bank's order (its ids run through them in this order)."""
+TARGETS: tuple[str, ...] = Target.__args__  # type: ignore[attr-defined]
+COMPLEXITIES: tuple[str, ...] = Complexity.__args__  # type: ignore[attr-defined]
+DIFFICULTIES: tuple[str, ...] = Difficulty.__args__  # type: ignore[attr-defined]
+TIME_GAPS: tuple[str, ...] = TimeGap.__args__  # type: ignore[attr-defined]
+SUBSETS: tuple[str, ...] = Subset.__args__  # type: ignore[attr-defined]
+
+
+def _text(lo: int, hi: int) -> Any:
+    return Annotated[str, Field(pattern=rf'^[^\x00-\x1f"\\]{{{lo},{hi}}}$')]
+
+
+Name = _text(2, 40)
+"""An object, place or screen name (1-4 words)."""
+Phrase = _text(3, 60)
+"""A gold phrase: technique or state vocabulary, an indicator."""
+CameraText = _text(40, 360)
+"""A camera (scene) description; the released ones run 200-450 characters."""
+SpeechText = _text(6, 140)
+"""One spoken user turn."""
+
+
+# --------------------------------------------------------------------------- the record
+
+
+class Gold(BaseModel):
+    """Judge-only answer lists (inline on each scenario)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    current_answers: list[str] = Field(default_factory=list)
+    prior_answers: list[str] = Field(default_factory=list)
+    clarify_indicators: list[str] = Field(default_factory=list)
+    abstain_indicators: list[str] = Field(default_factory=list)
+
+
+class ScenarioRecord(BaseModel):
+    """One scenario, in the released ``scenarios.jsonl`` layout: field names and their order are
+    those of the released rows (``gold`` last, where the rows put it; schema.md's table lists it
+    fourth), so the benchmark's own tools read gen's output unchanged."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenario_id: str = Field(pattern=r"^(sc|adv)-\d{2,}$")
+    subset: Subset
+    pair_id: str | None = None
+    target_context: Target
+    change_type: ChangeType
+    activity_domain: str
+    referent_complexity: Complexity
+    difficulty_tier: Difficulty
+    time_gap_bucket: TimeGap | None = None
+    context_image: str | None
+    turn_1_image: str
+    turn_1_user: str
+    turn_2_image: str
+    turn_2_user: str
+    turn_3_repair_prompt: str
+    turn_3_repair_prompt_deictic: str | None = None
+    notes: str | None = None
+    gold: Gold
+
+
+RECORD_FIELDS: tuple[str, ...] = tuple(ScenarioRecord.model_fields)
+GOLD_FIELDS: tuple[str, ...] = tuple(Gold.model_fields)
+VISIBLE_FIELDS: tuple[str, ...] = ("context_image", "turn_1_image", "turn_1_user", "turn_2_image", "turn_2_user",
+                                   "turn_3_repair_prompt", "turn_3_repair_prompt_deictic")
+"""What the candidate sees (the audio and camera channels); the gold lists are the judge's, and
+target_context, change_type and notes are seen by neither."""
+
+
+# --------------------------------------------------------------------------- stage 1: situations
+
+
+class Situation(BaseModel):
+    """One frame's referent and its gold vocabulary, by the three categories."""
+
+    name: Name
+    technique: list[Phrase] = Field(min_length=2, max_length=3)
+    state: list[Phrase] = Field(min_length=2, max_length=3)
+
+
+class SituationsDraft(BaseModel):
+    """current / prior targets: the earlier (turn 1) and the now (turn 2) referent."""
+
+    earlier: Situation
+    now: Situation
+
+
+class CrossSessionSituationsDraft(BaseModel):
+    """cross_session_reference: the referent seen before the conversation (context image), the
+    scene of turn 1 (no gold), and the turn 2 referent."""
+
+    earlier: Situation
+    meanwhile: Phrase
+    now: Situation
+
+
+class ClarifySituationsDraft(BaseModel):
+    """clarify: the turn 1 referent, what the half-hidden turn 2 object could be, and phrases of
+    a clarifying reply."""
+
+    earlier: Situation
+    candidates: list[Name] = Field(min_length=2, max_length=3)
+    clarify_indicators: list[Phrase] = Field(min_length=3, max_length=5)
+
+
+class AbstainSituationsDraft(BaseModel):
+    """abstain: the turn 1 referent, the detail of it the camera never showed, and phrases of a
+    reply that declines."""
+
+    earlier: Situation
+    hidden_detail: Phrase
+    abstain_indicators: list[Phrase] = Field(min_length=3, max_length=5)
+
+
+# --------------------------------------------------------------------------- stage 2: camera
+
+
+class CameraDraft(BaseModel):
+    turn_1_image: CameraText
+    turn_2_image: CameraText
+
+
+class CrossSessionCameraDraft(BaseModel):
+    context_image: CameraText
+    turn_1_image: CameraText
+    turn_2_image: CameraText
+
+
+class ContrastCameraDraft(BaseModel):
+    """A contrast pair: one turn 1, and the turn 2 scene described twice (one per member: the
+    benchmark's validator refuses two identical turn-2 images)."""
+
+    turn_1_image: CameraText
+    turn_2_image: CameraText
+    turn_2_image_b: CameraText
+
+
+# --------------------------------------------------------------------------- stage 3: speech
+
+
+class SpeechDraft(BaseModel):
+    turn_1_user: SpeechText
+    turn_2_user: SpeechText
+    turn_3_repair_prompt: SpeechText
+
+
+class DeicticSpeechDraft(SpeechDraft):
+    """Where the authoring rules allow a deictic repair (visible-referent current targets)."""
+
+    turn_3_repair_prompt_deictic: SpeechText
+
+
+class FollowUpDraft(BaseModel):
+    """Contrast member B: its own turn 2 and named repair after the shared turn 1."""
+
+    turn_2_user: SpeechText
+    turn_3_repair_prompt: SpeechText
+
+
+# --------------------------------------------------------------------------- model checks
+
+
+class IdentifyDraft(BaseModel):
+    """The identification check: what a model names from one camera description alone."""
+
+    name: Name
+
+
+# --------------------------------------------------------------------------- sidecar
+
+
+class ScenarioChecks(BaseModel):
+    """One line of ``scenario_checks.jsonl``: per scenario (accepted or rejected) its skeleton,
+    gold vocabulary by category, every rule's first and final result, the attempts per stage,
+    and the model checks' answers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenario_id: str
+    index: int
+    status: Literal["accepted", "rejected"]
+    stage: str | None = None
+    """Where a rejected scenario failed."""
+    reason: str | None = None
+    """The rule (or LLM failure) that rejected it."""
+    skeleton: dict[str, Any]
+    categories: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Gold vocabulary by list and category: ``{"current_answers": {"name": …, "technique": […],
+    "state": […]}, …}``."""
+    rules: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """``"<stage>.<rule>": {"first": bool, "final": bool, "evaluations": int}``."""
+    attempts: dict[str, int] = Field(default_factory=dict)
+    """LLM generations per stage."""
+    identification: list[dict[str, Any]] = Field(default_factory=list)
+    """Per camera field and model: the gold name, the model's answer, the cosine, pass."""
+    leak: list[dict[str, Any]] = Field(default_factory=list)
+    """Per model: its turn-1 and turn-2 replies without camera blocks, and the gold hits."""
