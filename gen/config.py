@@ -84,3 +84,17 @@ def preset_of(group: str, value: dict[str, Any]) -> str | None:
         if node(model, over) == value:
             return name
     return None
+
+
+def llm_preset(name: str) -> dict[str, Any]:
+    """An ``llm=`` preset by name as a config dict, for options that list models
+    (``models=[smollm2, {backend: openai, …}]`` in nocontext and scenarios)."""
+    if name not in LLM_PRESETS:
+        raise ValueError(f"models: no llm preset {name!r} (choose from {', '.join(LLM_PRESETS)}, or give a dict)")
+    model, over, _ = LLM_PRESETS[name]
+    conf = node(model, over)
+    missing = [k for k, v in conf.items() if v == MISSING]
+    if missing:
+        raise ValueError(f"models: the {name} preset needs {missing[0]}; give the model as a "
+                         f"dict instead ({{backend: {conf['backend']}, {missing[0]}: ...}})")
+    return conf

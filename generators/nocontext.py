@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gen.config import llm_preset
 from gen.errors import InputError, LLMOutputError
 from gen.llm import LanguageModel, LLMConfig, Message, Usage
 from gen.mcq import Bank, load_banks, write_subset
@@ -78,7 +79,7 @@ class NocontextConfig(CommonConfig):
     def _named_models(cls, value: Any) -> Any:
         if not isinstance(value, list):
             return value
-        return [_llm_conf(v) if isinstance(v, str) else v for v in value]
+        return [llm_preset(v) if isinstance(v, str) else v for v in value]
 
     @model_validator(mode="after")
     def _check(self) -> NocontextConfig:
@@ -114,20 +115,6 @@ def plan(cfg: NocontextConfig) -> Plan:
         raise InputError(f"input: {cfg.input} holds no items")
     return Plan(len(items), (banks, items))
 
-
-def _llm_conf(name: str) -> dict[str, Any]:
-    """An ``llm=`` preset by name as a dict (``models=[smollm2]``)."""
-    from gen.config import LLM_PRESETS, MISSING, node
-
-    if name not in LLM_PRESETS:
-        raise ValueError(f"models: no llm preset {name!r} (choose from {', '.join(LLM_PRESETS)}, or give a dict)")
-    model, over, _ = LLM_PRESETS[name]
-    conf = node(model, over)
-    missing = [k for k, v in conf.items() if v == MISSING]
-    if missing:
-        raise ValueError(f"models: the {name} preset needs {missing[0]}; give the model as a "
-                         f"dict instead ({{backend: {conf['backend']}, {missing[0]}: ...}})")
-    return conf
 
 
 # --------------------------------------------------------------------------- pure pieces

@@ -537,9 +537,9 @@ class ScenariosConfig(CommonConfig):
     @field_validator("models", mode="before")
     @classmethod
     def _named_models(cls, value: Any) -> Any:
-        from generators.nocontext import _llm_conf
+        from gen.config import llm_preset
 
-        return [_llm_conf(v) if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
+        return [llm_preset(v) if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _check(self) -> ScenariosConfig:

@@ -63,6 +63,8 @@ ALLOWED = {
     ("generators/bank", "root / VERSIONS / label(version)"): "integer",  # v0001…
     ("generators/bank", "root / f'.current.tmp-{os.getpid()}'"): "pid",
     ("generators/bank", "vroot / f'.staging-{label(version)}-{os.getpid()}'"): "pid",
+    ("generators/scenarios", "folder / name"): "constant",  # the lock's own file names
+    ("generators/scenarios", "path / f'{NAME}.jsonl'"): "constant",
 }
 """Joins of a non-constant name onto a folder that are legitimate, each with a one-word reason.
 Everything else joins data-derived names through ``gen.paths.inside``."""
