@@ -315,8 +315,10 @@ def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Rej
             client_tag=obs.client_tag, scenario=obs.scenario, participant=obs.participant,
             environment=obs.environment, script=obs.script, longitudinal=obs.longitudinal,
             recorded_at=when(obs),
-            supports=[Support.model_construct(client_tag=p.client_tag, scenario=p.scenario, script=p.script,
-                                              history_type=kind, recorded_at=when(p), why=why[kind])
+            supports=[Support.model_construct(client_tag=p.client_tag, scenario=p.scenario,
+                                              participant=p.participant, environment=p.environment,
+                                              script=p.script, history_type=kind, recorded_at=when(p),
+                                              why=why[kind])
                       for p, kind in chosen],
             eligible=eligible, shortfalls=shortfalls)
         if shortfalls and cfg.require_full:

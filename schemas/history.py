@@ -60,6 +60,8 @@ class Support(BaseModel):
 
     client_tag: str
     scenario: str
+    participant: str
+    environment: str
     script: str
     history_type: HistoryType
     """``setup``: the positive support (same script); ``negative``: another script."""

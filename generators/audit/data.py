@@ -38,6 +38,10 @@ class AuditData:
     against_name: str | None = None
     bundles: list[dict[str, Any]] | None = None
     """``digital`` bundles when the input is a digital run (then ``items`` is empty)."""
+    histories: list[dict[str, Any]] | None = None
+    """``history`` records when the input is a history run (then ``items`` is empty)."""
+    history_config: dict[str, Any] = field(default_factory=dict)
+    """The history run's config (supports, positives) from its manifest."""
     digital_config: dict[str, Any] = field(default_factory=dict)
     """The digital run's config (windows, cue recency) from its manifest."""
     nocontext: list[dict[str, Any]] | None = None
@@ -123,7 +127,15 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
     data = AuditData(seed=ctx.seed(0, "folds"))
     folders: list[Path] = []
     digital = path / "digital.jsonl" if path.is_dir() else path if path.name == "digital.jsonl" else None
-    if cfg.roles is None and digital is not None and digital.is_file():
+    history = path / "history.jsonl" if path.is_dir() else path if path.name == "history.jsonl" else None
+    if cfg.roles is None and history is not None and history.is_file():
+        data.histories, file = load_run_records(history, "history")
+        ctx.record_input(file)
+        if (run_dir := _run_folder(file)) is not None:
+            m = data.manifests[run_dir] = read_manifest(run_dir)
+            config = m.get("config")
+            data.history_config = config if isinstance(config, dict) else {}
+    elif cfg.roles is None and digital is not None and digital.is_file():
         data.bundles, file = load_run_records(digital, "digital")
         ctx.record_input(file)
         if (run_dir := _run_folder(file)) is not None:
@@ -141,7 +153,7 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
             data.bank_of += [bank.path.name] * len(bank.items)
     elif not (path / "manifest.json").is_file():
         raise InputError(f"input: {path} holds no bank ({', '.join(RECORD_FILES)}, EgoToM CSVs), "
-                         "no digital.jsonl and no manifest.json")
+                         "no digital.jsonl, no history.jsonl and no manifest.json")
     if (f := _run_folder(path)) is not None:
         folders.append(f)
     if cfg.against is not None:
@@ -173,9 +185,11 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
 
 def _refuse_empty(data: AuditData, path: Path, roles: str | None) -> None:
     """Zero items (or bundles) is an input error: an audit of nothing passes any CI gate."""
-    empty = (data.bundles is not None and not data.bundles) or (data.banks and not data.items)
+    empty = ((data.bundles is not None and not data.bundles) or (data.histories is not None and not data.histories)
+             or (data.banks and not data.items))
     if empty:
-        what = "digital bundles" if data.bundles is not None else "items"
+        what = ("digital bundles" if data.bundles is not None else "history banks" if data.histories is not None
+                else "items")
         names = ", ".join(str(b.path) for b in data.banks) or str(path)
         raise InputError(f"input: {names} holds 0 {what}{' (read with roles=' + roles + ')' if roles else ''}; "
                          "allow_empty=true audits an empty bank")

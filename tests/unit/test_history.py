@@ -173,3 +173,36 @@ def test_wagibench_loader_joins_every_row(tmp_path: Path) -> None:
             assert row["x"]["world_state_ctx"].startswith("caption")
         setups = sum(any(s["history_type"] == "setup" for s in r["supports"]) for r in records.values())
         assert f"Setup counter (Longitudinal) = {setups}/{len(rows)}" in out.getvalue()
+
+
+def test_audit_checks_a_history_bank(tmp_path: Path) -> None:
+    """audit input=<history run> runs the history check: a bank made here is clean; planted
+    breaks (self-support, another participant, a later support, a second positive) are errors."""
+    from generators.audit import AuditConfig
+
+    rows = table(200)
+    run_history(tmp_path, rows)
+    folder = tmp_path / "run"
+    clean = run("audit", AuditConfig(input=str(folder), checks=["history"], cache_dir=None, progress="off"),
+                tmp_path / "audit_clean", quiet=True)
+    assert clean.exit_code == 0 and clean.accepted == 0
+    (check,) = json.loads((tmp_path / "audit_clean" / "audit.json").read_text())["checks"]
+    stats = check["stats"]
+    assert stats["banks"] == 200 and stats["findings_by_kind"] == {}
+    records = read_jsonl(folder / "history.jsonl")
+    full = [r for r in records if r["longitudinal"] and len(r["supports"]) >= 2
+            and any(s["history_type"] == "setup" for s in r["supports"])]
+    target = full[0]
+    s0, s1 = target["supports"][0], target["supports"][1]
+    s0.update(client_tag=target["client_tag"], scenario=target["scenario"])  # self-support
+    s1.update(participant="someone else", recorded_at="2099-01-01 00:00:00")
+    for s in target["supports"]:
+        if s["history_type"] == "negative":
+            s["history_type"] = "setup"  # a second positive, of another script
+            break
+    (folder / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    planted = run("audit", AuditConfig(input=str(folder), checks=["history"], cache_dir=None, progress="off"),
+                  tmp_path / "audit_planted", quiet=True)
+    kinds = {f["kind"] for f in read_jsonl(tmp_path / "audit_planted" / "audit.jsonl")}
+    assert {"self_support", "wrong_participant", "later_support", "extra_positive", "positive_other_script"} <= kinds
+    assert planted.exit_code == 1
