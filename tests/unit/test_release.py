@@ -243,7 +243,7 @@ def test_hf_card_counts_provenance_license_and_findings(released: Bank, tmp_path
     assert "## Known audit findings\n\nv0002 (1):\n\n- error leakage/answer_in_visible: " in card
     assert f"License: {LICENSE} (https://spdx.org/licenses/{LICENSE}.html)." in card and CITATION in card
     assert "only in the columns `wagibench`, `record`" in card and "## Review" not in card
-    assert f'load_dataset("<this folder>", "tom", split="test")' in card
+    assert 'load_dataset("<this folder>", "tom", split="test")' in card
 
 
 def test_a_url_license_and_a_bad_one(released: Bank, tmp_path: Path) -> None:
