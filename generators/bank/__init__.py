@@ -14,7 +14,9 @@ Layout of a bank directory (``bank=``)::
 One module per concern: :mod:`~generators.bank.identity` (what makes two items the same:
 content ids), :mod:`~generators.bank.store` (versions, the pointer, the lock, the atomic
 commit), :mod:`~generators.bank.add`, :mod:`~generators.bank.verify` and
-:mod:`~generators.bank.export` (the three actions); records in :mod:`schemas.bank`.
+:mod:`~generators.bank.export` (the three actions; the export formats that publish a release live
+in :mod:`~generators.bank.release` (dataset card, Croissant, Hugging Face folder) and
+:mod:`~generators.bank.harness` (lm-eval and inspect_ai tasks)); records in :mod:`schemas.bank`.
 
 A damaged bank is never built on: ``add`` and ``export`` verify the bank first and refuse one
 that drifted with the message ``verify`` prints (exit code 1), before writing anything.

@@ -294,10 +294,12 @@ CONTEXT = {
     "column": "cr:column", "conformsTo": "dct:conformsTo", "containedIn": "cr:containedIn",
     "cr": "http://mlcommons.org/croissant/", "data": {"@id": "cr:data", "@type": "@json"},
     "dataType": {"@id": "cr:dataType", "@type": "@vocab"}, "dct": "http://purl.org/dc/terms/",
+    "description": {"@container": "@language"}, "equivalentProperty": "cr:equivalentProperty",
     "examples": {"@id": "cr:examples", "@type": "@json"}, "extract": "cr:extract", "field": "cr:field",
     "fileObject": "cr:fileObject", "fileProperty": "cr:fileProperty", "fileSet": "cr:fileSet", "format": "cr:format",
     "includes": "cr:includes", "isArray": "cr:isArray", "isLiveDataset": "cr:isLiveDataset",
-    "jsonPath": "cr:jsonPath", "key": "cr:key", "md5": "cr:md5", "parentField": "cr:parentField", "path": "cr:path",
+    "jsonPath": "cr:jsonPath", "key": "cr:key", "md5": "cr:md5", "name": {"@container": "@language"},
+    "parentField": "cr:parentField", "path": "cr:path",
     "prov": "http://www.w3.org/ns/prov#", "rai": "http://mlcommons.org/croissant/RAI/",
     "recordSet": "cr:recordSet", "references": "cr:references", "regex": "cr:regex", "repeated": "cr:repeated",
     "replace": "cr:replace", "samplingRate": "cr:samplingRate", "sc": "https://schema.org/",
@@ -350,6 +352,7 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
                             "key": {"@id": f"{k}/item_id"}, "field": fields})
     kinds = [k for k in KINDS if k in files]
     external = any(not s.get("generator") for s in lock.get("sources") or [])
+    generated = any(s.get("generator") for s in lock.get("sources") or [])
     review = review_summary(job.folder)
     found = known_findings(job)
     limitations = [f"{label(v)}: {finding_line(f)}" for v, fs in found for f in fs[:LISTED_FINDINGS]]
@@ -374,12 +377,13 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
         "distribution": dist,
         "recordSet": record_sets,
         "rai:dataCollection": (
-            "Generated with gen (the toolkit's own generators and an LLM; see prov:wasGeneratedBy) "
-            + ("and imported from existing MCQ banks " if external else "")
-            + "and released through `gen bank add`, which audits every batch and refuses exact and near "
+            " and ".join([*(["Generated with gen (its generators and an LLM; see prov:wasGeneratedBy)"] if generated
+                            else []), *(["imported from existing MCQ banks"] if external else [])])
+            + "; released through `gen bank add`, which audits every batch and refuses exact and near "
             "duplicates. Sources: " + "; ".join(f"{label(s['version'])} {chain(s)} ({s.get('items_added')} items)"
                                                 for s in lock.get("sources") or []) + "."),
-        "rai:dataCollectionType": ["Synthetic data (LLM-generated)", *(["Existing dataset"] if external else [])],
+        "rai:dataCollectionType": [*(["Synthetic data (LLM-generated)"] if generated else []),
+                                   *(["Existing dataset"] if external else [])],
         "rai:machineAnnotationTools": model_lines(lock) + [f"prompt template {k} sha256 {', '.join(v)}"
                                                            for k, v in (lock.get("prompts") or {}).items()],
         "rai:dataPreprocessingProtocol": filter_lines(job),

@@ -12,6 +12,7 @@ that reason without it; the others run on the default install. No test reaches t
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
 from collections.abc import Iterator
@@ -152,13 +153,16 @@ def counts(bank: Bank) -> dict[str, int]:
 
 @pytest.mark.parametrize("fmt, data", [("croissant", "{k}.parquet"), ("parquet", "{k}.parquet"),
                                        ("hf", "{k}/test.parquet")])
-def test_croissant_validates_and_loads_every_record_set(released: Bank, tmp_path: Path, fmt: str, data: str) -> None:
+def test_croissant_validates_and_loads_every_record_set(released: Bank, tmp_path: Path, fmt: str, data: str,
+                                                       caplog) -> None:
     mlc = need("mlcroissant")
     out = export(released, fmt, tmp_path / fmt)
     doc = json.loads((out / "croissant.json").read_text())
-    ds = mlc.Dataset(jsonld=str(out / "croissant.json"))
+    with caplog.at_level(logging.WARNING):
+        ds = mlc.Dataset(jsonld=str(out / "croissant.json"))
     issues = ds.metadata.ctx.issues
     assert (issues.errors, issues.warnings) == (set(), set())
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []  # standard @context
     assert [d["contentUrl"] for d in doc["distribution"]] == [data.format(k=k) for k in counts(released)] + [LOCK]
     for kind, n in counts(released).items():
         frame = released.frame(kind)
@@ -189,6 +193,9 @@ def test_croissant_provenance(released: Bank, tmp_path: Path) -> None:
     assert doc["rai:dataLimitations"] == [f"v0002: error leakage/answer_in_visible: {LEAK['what']} (1 item(s))"]
     assert "v0002: audit of the batch: 1 error, 0 info, 0 warning (forced)" in doc["rai:dataAnnotationAnalysis"]
     assert "rai:annotationsPerItem" not in doc and not any("Review" in a for a in doc["rai:dataAnnotationProtocol"])
+    assert doc["rai:dataCollectionType"] == ["Synthetic data (LLM-generated)", "Existing dataset"]  # v3 is imported
+    assert doc["rai:dataCollection"].startswith("Generated with gen (its generators and an LLM; see "
+                                                "prov:wasGeneratedBy) and imported from existing MCQ banks; ")
     acts = doc["prov:wasGeneratedBy"]
     assert [a["sha256"] for a in acts] == [s["source"] for s in lock["sources"]]
     assert {"@type": "prov:Entity", "name": "tom/goals.jinja", "sha256": "a" * 64} in acts[0]["prov:used"]
@@ -429,7 +436,7 @@ def test_every_export_is_byte_reproducible_and_names_its_version(released: Bank,
     assert sorted(info["files"]) == [n for n in files_a if n != "EXPORT.json"]
     assert info["items"] == {k: lock["counts"][k]["items"] for k in EXPORT_KINDS[fmt] if k in lock["counts"]}
     text = "".join((a / n).read_text(errors="replace") for n in files_a if not n.endswith(".parquet"))
-    assert str(tmp_path) not in text  # no absolute path of this machine
+    assert str(a) not in text and str(tmp_path) not in text  # nothing says where the export was written
     native = {"parquet": "README.md", "hf": "README.md", "croissant": "croissant.json",
               "lm_eval": "released_v0004_tom.yaml", "inspect": "task.py", "wagibench": "EXPORT.json",
               "egotom": "EXPORT.json"}[fmt]
