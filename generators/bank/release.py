@@ -410,7 +410,8 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
 
 def prov_activity(s: dict[str, Any]) -> dict[str, Any]:
     """One source run as a PROV-O activity: its generator, models and prompt hashes."""
-    agents = [{"@type": "prov:SoftwareAgent", "name": f"gen {s.get('toolkit_version')}"}] if s.get("generator") else []
+    agents: list[dict[str, Any]] = ([{"@type": "prov:SoftwareAgent", "name": f"gen {s.get('toolkit_version')}"}]
+                                    if s.get("generator") else [])
     llm = s.get("llm") or {}
     if llm.get("model"):
         agents.append({"@type": "prov:SoftwareAgent", "name": f"{llm.get('backend')} {llm['model']}",

@@ -11,6 +11,7 @@ that reason without it; the others run on the default install. No test reaches t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -164,6 +165,8 @@ def test_croissant_validates_and_loads_every_record_set(released: Bank, tmp_path
     assert (issues.errors, issues.warnings) == (set(), set())
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []  # standard @context
     assert [d["contentUrl"] for d in doc["distribution"]] == [data.format(k=k) for k in counts(released)] + [LOCK]
+    for d in doc["distribution"]:  # each file's SHA-256 is the one of the file there
+        assert d["sha256"] == hashlib.sha256((out / d["contentUrl"]).read_bytes()).hexdigest()
     for kind, n in counts(released).items():
         frame = released.frame(kind)
         records = list(ds.records(kind))
@@ -267,8 +270,6 @@ def test_a_url_license_and_a_bad_one(released: Bank, tmp_path: Path) -> None:
 def plant_review(bank: Bank, summary: dict[str, Any]) -> None:
     """A review summary in the current version, with the lock's file list updated (as the review
     feature will release it), so the version still verifies."""
-    import hashlib
-
     folder = version_dir(bank.root, bank.current)
     (folder / "review").mkdir(exist_ok=True)
     (folder / "review" / "summary.json").write_text(json.dumps(summary))
@@ -444,8 +445,6 @@ def test_every_export_is_byte_reproducible_and_names_its_version(released: Bank,
 
 
 def released_lock_sha(bank: Bank) -> str:
-    import hashlib
-
     return hashlib.sha256((version_dir(bank.root, bank.current) / LOCK).read_bytes()).hexdigest()
 
 
