@@ -475,3 +475,24 @@ def test_the_network_guard_refuses_outside_addresses() -> None:
         socket.create_connection(("192.0.2.1", 80), timeout=1)  # TEST-NET-1: never reached
     with pytest.raises(OSError, match="refused"):
         socket.getaddrinfo("huggingface.co", 443)
+
+
+def test_filters_name_the_blind_filter_and_the_chain() -> None:
+    """A batch that went tom -> nocontext says it was blind-filtered; an imported file says so."""
+    from gen.prompts import Prompts
+    from generators.bank.export import Job
+    from generators.bank.release import filter_lines
+
+    lock = {"sources": [{"version": 1, "items_added": 5, "generator": "nocontext", "source": "f" * 64,
+                         "upstream": [{"generator": "tom"}]},
+                        {"version": 2, "items_added": 3, "generator": None, "source": "e" * 64}],
+            "history": [{"label": "v0002", "audit": {"by_severity": {"error": 1}, "fail_on": "error", "forced": True},
+                         "refused": {"bank:near_duplicate": 2}}]}
+    job = Job(Path("b"), 2, Path("b/versions/v0002"), lock, "0" * 64, {}, Prompts())
+    assert filter_lines(job) == [
+        f"v0001: 5 items from tom -> nocontext (run manifest sha256 {'f' * 64}); each generator's own checks dropped "
+        "or regenerated what failed them (counted in its manifest); blind-filtered by nocontext: items that models "
+        "answered without the context were removed.",
+        f"v0002: 3 items from external file (record files sha256 {'e' * 64}).",
+        "v0002: the batch's audit forced past its findings (force=true) (fail_on=error; 1 errors, 0 warnings, 0 info); "
+        "refused as exact or near duplicates of bank or batch items: bank:near_duplicate 2."]
