@@ -1,11 +1,11 @@
-"""Records of ``bank``: the items an ``add`` added or an ``export`` wrote, and the files a
-``verify`` checked."""
+"""Records of ``bank``: the items an ``add`` added or an ``export`` wrote, the files a
+``verify`` checked, and the review summary an ``export`` reports."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class BankItemRecord(BaseModel):
@@ -28,3 +28,19 @@ class VerifyRecord(BaseModel):
     file: str
     sha256: str
     status: Literal["ok"] = "ok"
+
+
+class ReviewSummary(BaseModel):
+    """``review/summary.json`` of a bank version folder, as ``bank export`` reads it into the
+    dataset card and the Croissant file (the minimal shape; other keys are ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    items_reviewed: int = Field(ge=0)
+    """How many of the version's items a reviewer judged."""
+    by_verdict: dict[str, int]
+    """Items per verdict (``accept``, ``fix``, ``reject``…)."""
+    reviewers: int | None = Field(None, ge=1)
+    """How many reviewers took part."""
+    protocol: str | None = None
+    """How the review was done, in a sentence."""

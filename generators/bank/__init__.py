@@ -14,7 +14,9 @@ Layout of a bank directory (``bank=``)::
 One module per concern: :mod:`~generators.bank.identity` (what makes two items the same:
 content ids), :mod:`~generators.bank.store` (versions, the pointer, the lock, the atomic
 commit), :mod:`~generators.bank.add`, :mod:`~generators.bank.verify` and
-:mod:`~generators.bank.export` (the three actions); records in :mod:`schemas.bank`.
+:mod:`~generators.bank.export` (the three actions; the export formats that publish a release live
+in :mod:`~generators.bank.release` (dataset card, Croissant, Hugging Face folder) and
+:mod:`~generators.bank.harness` (lm-eval and inspect_ai tasks)); records in :mod:`schemas.bank`.
 
 A damaged bank is never built on: ``add`` and ``export`` verify the bank first and refuse one
 that drifted with the message ``verify`` prints (exit code 1), before writing anything.
@@ -25,6 +27,7 @@ items of the covered kinds (export).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +51,7 @@ from generators.bank.store import (
 from generators.bank.verify import require_clean
 
 NAME = "bank"
+LICENSE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9.+-]*|https?://\S+)$")
 
 
 class BankConfig(CommonConfig):
@@ -74,8 +78,14 @@ class BankConfig(CommonConfig):
     """add: a line for the changelog entry of the new version."""
     audit_options: dict[str, Any] | None = None
     """add: extra options for the audit run (for example audit_options={checks: [structure, leakage]})."""
-    format: Literal["parquet", "wagibench", "egotom"] = "parquet"
-    """export: parquet (data files + dataset card), wagibench (MCQ + digital-state JSON), egotom (CSVs)."""
+    format: Literal["parquet", "croissant", "hf", "lm_eval", "inspect", "wagibench", "egotom"] = "parquet"
+    """export: parquet (data files, dataset card, croissant.json), croissant (data files + croissant.json),
+    hf (a Hugging Face datasets folder), lm_eval / inspect (harness tasks of the MCQ kinds), wagibench
+    (MCQ + digital-state JSON), egotom (CSVs)."""
+    license: str | None = None
+    """export: the data's license, an SPDX id (CC-BY-4.0) or a URL, for the card and croissant.json."""
+    citation: str | None = None
+    """export: how to cite the bank (BibTeX or a sentence), for the card and croissant.json."""
     out: str | None = None
     """export: a new (or empty) output folder outside the bank (null: <run folder>/<format>)."""
     version: int | None = Field(None, ge=1)
@@ -89,6 +99,8 @@ class BankConfig(CommonConfig):
             raise ValueError(f"bank= is required: python -m gen bank {self.action} bank=<dir> …")
         if self.num_shards != 1:
             raise ValueError("bank runs in one process (num_shards=1)")
+        if self.license is not None and not LICENSE.match(self.license):
+            raise ValueError(f"license={self.license!r}: an SPDX id (CC-BY-4.0, MIT) or an http(s) URL")
         return self
 
     def bank_path(self) -> Path:

@@ -1,11 +1,23 @@
-"""``bank export format=parquet|wagibench|egotom``: one version of the bank in a layout other
-tools read.
+"""``bank export format=…``: one version of the bank in a layout other tools read.
 
-One outcome per item of the kinds the format covers: the data files with a dataset card
-(README.md: counts, provenance, the last audit); WAGIBench's MCQ layout from ``distractors``
-items and its digital-state JSON from ``digital`` items; EgoToM's CSVs from ``tom`` items and
-EgoToM-typed ``mcq`` items. Exported ids are the bank's; the original id is kept as
-``source_item_id``.
+Formats (one writer each, :data:`EXPORT_KINDS` says which item kinds it covers):
+
+* ``parquet``: the bank's data files as they are, the lock, a dataset card (README.md: counts,
+  provenance, audits) and ``croissant.json`` (:mod:`~generators.bank.release`);
+* ``croissant``: the data files, the lock and ``croissant.json`` (MLCommons Croissant 1.1 with
+  the Responsible AI fields) alone;
+* ``hf``: a folder ``datasets.load_dataset`` reads as it is, one config per kind
+  (:mod:`~generators.bank.release`);
+* ``lm_eval`` and ``inspect``: evaluation-harness tasks for the multiple-choice kinds
+  (:mod:`~generators.bank.harness`);
+* ``wagibench``: WAGIBench's MCQ layout from ``distractors`` items and its digital-state JSON
+  from ``digital`` items; ``egotom``: EgoToM's CSVs from ``tom`` and EgoToM-typed ``mcq`` items.
+
+One outcome per item of the kinds the format covers. Exported ids are the bank's; the original
+id is kept as ``source_item_id``. Every export holds ``EXPORT.json``: the bank, its version and
+lock SHA-256, the format, and the SHA-256 of every other file of the export. An export is
+byte-reproducible: the same bank version gives the same bytes (no clock, no absolute path, rows
+in the bank's order, sorted keys).
 
 The version is verified first (a damaged bank is never exported from). ``out=`` must be a new
 (or empty) folder outside the bank: the export is written into a staging folder beside it and
@@ -19,16 +31,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import gen
 from gen.errors import ConfigError
 from gen.llm import sha256_file
 from gen.mcq import EGOTOM_CHOICES, EGOTOM_TYPES, LETTERS, write_egotom_csv
 from gen.paths import inside, safe_part
-from generators.bank.identity import KINDS
+from generators.bank.identity import KINDS, MCQ_KINDS
 from generators.bank.store import (
     LOCK,
     fsync_tree,
@@ -43,13 +56,53 @@ from schemas import Reject
 from schemas.bank import BankItemRecord
 
 if TYPE_CHECKING:
+    from gen.prompts import Prompts
     from gen.run import RunContext
     from generators.bank import BankConfig
 
-EXPORT_KINDS = {"parquet": KINDS, "wagibench": ("distractors", "digital"), "egotom": ("tom", "mcq")}
+EXPORT_KINDS = {"parquet": KINDS, "croissant": KINDS, "hf": KINDS, "wagibench": ("distractors", "digital"),
+                "egotom": ("tom", "mcq"), "lm_eval": MCQ_KINDS, "inspect": MCQ_KINDS}
 """The item kinds each format covers."""
+EXPORT_FILE = "EXPORT.json"
 Outcome = tuple[dict[str, Any], "str | Reject"]
 """An exported row and the file it went to, or the reject that kept it out."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a writer exports: one verified version of a bank, and the release's own facts."""
+
+    root: Path
+    version: int
+    folder: Path
+    """The version's folder."""
+    lock: dict[str, Any]
+    lock_sha: str
+    frames: dict[str, Any]
+    """The version's items per covered kind (polars frames, in the bank's order)."""
+    prompts: Prompts
+    """The run's templates (the harness prompt is hashed into the run's manifest)."""
+    license: str | None = None
+    citation: str | None = None
+
+    @property
+    def label(self) -> str:
+        return label(self.version)
+
+    @property
+    def name(self) -> str:
+        return str(self.lock.get("bank") or self.root.name)
+
+
+Writer = Callable[[Job, Path], list[Outcome]]
+
+
+def writers() -> dict[str, Writer]:
+    from generators.bank import harness, release
+
+    return {"parquet": release.export_parquet, "croissant": release.export_croissant, "hf": release.export_hf,
+            "wagibench": export_wagibench, "egotom": export_egotom, "lm_eval": harness.export_lm_eval,
+            "inspect": harness.export_inspect}
 
 
 def check_out(root: Path, out: Path) -> None:
@@ -76,14 +129,17 @@ def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject
     check_out(root, out)
     frames = {k: read_kind(folder / f"{k}.parquet") for k in EXPORT_KINDS[cfg.format]
               if (folder / f"{k}.parquet").is_file()}
-    writer = {"parquet": export_parquet, "wagibench": export_wagibench, "egotom": export_egotom}[cfg.format]
+    job = Job(root, version, folder, lock, sha256_file(folder / LOCK), frames, ctx.prompts,
+              license=cfg.license, citation=cfg.citation)
+    writer = writers()[cfg.format]
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.parent / f".{out.name}.export-{os.getpid()}"
     remove(stage)
     stage.mkdir()
     try:
-        outcomes = writer(folder, lock, frames, stage)
-        written = {p.name: sha256_file(p) for p in sorted(stage.iterdir()) if p.is_file()}
+        outcomes = writer(job, stage)
+        write_text(stage / EXPORT_FILE, export_info(job, cfg.format, stage))
+        written = tree_hashes(stage)
         fsync_tree(stage)
         try:
             os.rename(stage, out)  # onto a missing or empty folder: the export appears whole
@@ -104,6 +160,26 @@ def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject
                                  source_item_id=row["source_item_id"], where=where)
 
 
+def tree_hashes(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``folder``, by POSIX path relative to it, sorted."""
+    return {p.relative_to(folder).as_posix(): sha256_file(p)
+            for p in sorted(folder.rglob("*"), key=lambda p: p.relative_to(folder).as_posix()) if p.is_file()}
+
+
+def export_info(job: Job, fmt: str, stage: Path) -> str:
+    """``EXPORT.json``: which bank version this export is, and the hash of each of its files."""
+    info = {"bank": job.name, "version": job.version, "label": job.label, "lock_sha256": job.lock_sha,
+            "format": fmt, "items": {k: df.height for k, df in job.frames.items()}, "gen": gen.__version__,
+            "license": job.license, "prompts": dict(sorted(job.prompts.used.items())),
+            "files": {k: v for k, v in tree_hashes(stage).items() if k != EXPORT_FILE}}
+    return json_text(info)
+
+
+def json_text(obj: Any) -> str:
+    """JSON as every export writes it: sorted keys, one-space indent, UTF-8 as is, a final newline."""
+    return json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
+
+
 def file_part(text: str) -> str:
     """A file-name part for a value from item data: :func:`gen.paths.safe_part`, plus a short
     hash when that changed it, so two values never share a file."""
@@ -112,22 +188,12 @@ def file_part(text: str) -> str:
 
 
 def write_text(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8", newline="\n")
 
 
-def export_parquet(folder: Path, lock: dict[str, Any], frames: dict[str, Any], out: Path) -> list[Outcome]:
-    outcomes: list[Outcome] = []
-    for kind, df in frames.items():
-        shutil.copyfile(folder / f"{kind}.parquet", out / f"{kind}.parquet")
-        outcomes += [(r, f"{kind}.parquet") for r in df.select("item_id", "kind", "question_type",
-                                                               "source_item_id").iter_rows(named=True)]
-    shutil.copyfile(folder / LOCK, out / LOCK)
-    audit = read_json(folder / "audit" / "audit.json", "audit") if (folder / "audit" / "audit.json").is_file() else None
-    write_text(out / "README.md", dataset_card(lock, frames, audit, sha256_file(folder / LOCK)))
-    return outcomes
-
-
-def export_wagibench(folder: Path, lock: dict[str, Any], frames: dict[str, Any], out: Path) -> list[Outcome]:
+def export_wagibench(job: Job, out: Path) -> list[Outcome]:
+    frames = job.frames
     from generators.digital import wagibench_record
 
     outcomes: list[Outcome] = []
@@ -174,7 +240,8 @@ def wagibench_mcq(r: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def export_egotom(folder: Path, lock: dict[str, Any], frames: dict[str, Any], out: Path) -> list[Outcome]:
+def export_egotom(job: Job, out: Path) -> list[Outcome]:
+    frames = job.frames
     outcomes: list[Outcome] = []
     rows: dict[str, list[dict[str, Any]]] = {q: [] for q in EGOTOM_TYPES}
     for kind in ("tom", "mcq"):
@@ -208,69 +275,3 @@ def export_egotom(folder: Path, lock: dict[str, Any], frames: dict[str, Any], ou
         if rs:
             write_egotom_csv(rs, q, out / f"egotom_{q}_shuffled.csv")
     return outcomes
-
-
-def _md_table(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    cols = list(dict.fromkeys(k for r in rows for k in r))
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(str(r.get(c, "")).replace("|", "\\|") for c in cols) + " |" for r in rows]
-    return [*out, ""]
-
-
-def dataset_card(lock: dict[str, Any], frames: dict[str, Any], audit: dict[str, Any] | None, lock_sha: str) -> str:
-    """README.md of an exported parquet dataset: counts, provenance, the last audit."""
-    kinds = [k for k in KINDS if k in frames]
-    lines = ["---", "configs:"]
-    for k in kinds:
-        lines += [f"- config_name: {k}", f"  data_files: {k}.parquet"]
-    lines += ["---", "", f"# {lock.get('bank')} {lock['label']}", "",
-              f"Released {lock['created_at']}; {lock['items']} items; bank schema revision {lock['schema_revision']}; "
-              f"`{LOCK}` SHA-256 `{lock_sha}`. Made with gen {lock['toolkit'].get('version')} "
-              f"(commit {(lock['toolkit'].get('git') or {}).get('commit')}).", "",
-              "## Counts", ""]
-    lines += _md_table([{"kind": k, "question type": q, "items": n} for k in kinds
-                        for q, n in lock["counts"][k]["by_question_type"].items()])
-    lines += ["## Releases", ""]
-    lines += _md_table([{"version": h["label"], "date": h["created_at"], "added": sum((h.get("added") or {}).values()),
-                         "refused": sum((h.get("refused") or {}).values()),
-                         "audit errors/warnings/info": "/".join(str((h.get("audit") or {}).get("by_severity", {}).get(s, 0))
-                                                                for s in ("error", "warning", "info")),
-                         "forced": (h.get("audit") or {}).get("forced", False), "note": h.get("message") or ""}
-                        for h in lock["history"]])
-    lines += ["## Provenance", "", "Each row's `source` is the SHA-256 of the `manifest.json` of the run it came from "
-              "(of its record files for input without a run manifest); the lock has the details:", ""]
-    lines += _md_table([{"source": s["source"][:16], "version": label(s["version"]),
-                         "generator": s.get("generator") or "external", "items": s.get("items_added"),
-                         "llm": (s.get("llm") or {}).get("model") or "",
-                         "model sha256": str((s.get("llm") or {}).get("model_sha256") or "")[:16],
-                         "embedder": (s.get("embedder") or {}).get("model") or "", "input": s.get("input")}
-                        for s in lock["sources"]])
-    if lock.get("prompts"):
-        lines += ["Prompt, judge and answer templates the items came from:", ""]
-        lines += _md_table([{"template": k, "sha256": ", ".join(v)} for k, v in lock["prompts"].items()])
-    lines += ["## Last audit", ""]
-    if audit is None:
-        lines += ["No audit in this version's folder.", ""]
-    else:
-        s = audit.get("summary") or {}
-        sev = s.get("by_severity") or {}
-        lines += [f"Audit of the batch that made {lock['label']} (`audit/` in the version folder): "
-                  f"{sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info; "
-                  f"fail_on={s.get('fail_on')}, exit code {s.get('exit_code')}.", ""]
-        lines += _md_table([{"#": c.get("id"), "check": c.get("key"), "status": c.get("status"),
-                             **{sv: (c.get("findings") or {}).get(sv, 0) for sv in ("error", "warning", "info")}}
-                            for c in audit.get("checks") or []])
-    lines += ["## Files", ""]
-    lines += _md_table([{"file": k, "sha256": v} for k, v in lock["files"].items()])
-    lines += ["## Columns", "",
-              "`item_id`: " + lock.get("item_id", "") + "; "
-              "`added_in`: the version that added it; `source`, `source_format`, `source_item_id`: where it came "
-              "from; `record`: the original record as canonical JSON; the other columns are flat copies for "
-              "analysis.", "",
-              f"The data files' SHA-256 are those of `{LOCK}`; `python -m gen bank verify bank=<dir>` "
-              "rechecks the bank they were exported from.", ""]
-    return "\n".join(lines)
-
-

@@ -772,7 +772,8 @@ def test_export_parquet_with_dataset_card(grown: Bank) -> None:
     result, _ = grown.export("parquet")
     out = result.out_dir / "parquet"
     lock = grown.lock()
-    assert sorted(p.name for p in out.iterdir()) == ["MANIFEST.lock.json", "README.md", "tom.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == ["EXPORT.json", "MANIFEST.lock.json", "README.md",
+                                                     "croissant.json", "tom.parquet"]
     assert hashlib.sha256((out / "tom.parquet").read_bytes()).hexdigest() == lock["files"]["tom.parquet"]
     assert (result.accepted, result.requested) == (7, 7)
     card = (out / "README.md").read_text()
@@ -800,7 +801,7 @@ def test_export_wagibench_layouts(tmp_path: Path, digital_run: Path) -> None:
     bank.add(digital)
     result, _ = bank.export("wagibench")
     out = result.out_dir / "wagibench"
-    assert sorted(p.name for p in out.iterdir()) == ["digital_state.json", "wagibench_mcq_similar.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["EXPORT.json", "digital_state.json", "wagibench_mcq_similar.json"]
     rows = json.loads((out / "wagibench_mcq_similar.json").read_text())
     ids = ids_of(dis)
     assert [r["meta"]["item_id"] for r in rows] == ids
@@ -1043,7 +1044,7 @@ def test_export_file_names_from_item_data_stay_inside_out(tmp_path: Path) -> Non
     proc = _cli(tmp_path, "bank", "export", f"bank={bank.root}", "format=wagibench", f"out={out}",
                 "hydra.run.dir=r_export")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    names = sorted(p.name for p in out.iterdir())
+    names = sorted(p.name for p in out.iterdir() if p.name != "EXPORT.json")
     assert len(names) == 2 and names[0] == "wagibench_mcq_similar.json"
     assert re.fullmatch(r"wagibench_mcq_x_\.\._\.\._\.\._\.\._ESCAPE-[0-9a-f]{8}\.json", names[1])
     rows = json.loads((out / names[1]).read_text())
@@ -1089,7 +1090,7 @@ def test_a_failed_export_leaves_no_folder(tmp_path: Path, monkeypatch) -> None:
     assert len(calls) == 3 and not out.exists() and list((tmp_path / "exports").iterdir()) == []
     monkeypatch.undo()
     result, _ = bank.export("wagibench", out=str(out))
-    assert result.accepted == 4 and len(list(out.iterdir())) == 2
+    assert result.accepted == 4 and len(list(out.iterdir())) == 3  # two MCQ files and EXPORT.json
 
 
 def test_export_refuses_an_out_inside_the_bank(grown: Bank, tmp_path: Path) -> None:
