@@ -63,6 +63,11 @@ ALLOWED = {
     ("generators/bank", "root / VERSIONS / label(version)"): "integer",  # v0001…
     ("generators/bank", "root / f'.current.tmp-{os.getpid()}'"): "pid",
     ("generators/bank", "vroot / f'.staging-{label(version)}-{os.getpid()}'"): "pid",
+    ("generators/bank", "job.folder / f'{kind}.parquet'"): "constant",  # KINDS
+    ("generators/bank", "job.folder / f'{k}.parquet'"): "constant",  # KINDS
+    ("generators/bank", "out / data"): "constant",  # f"{kind}.jsonl", KINDS
+    ("generators/bank", "out / f'{task}.yaml'"): "identifier",  # base_name() makes a Python identifier
+    ("generators/bank", "out / name"): "constant",  # <kind>/test.parquet, KINDS
     ("generators/scenarios", "folder / name"): "constant",  # the lock's own file names
     ("generators/scenarios", "path / f'{NAME}.jsonl'"): "constant",
 }
