@@ -55,7 +55,6 @@ ALLOWED = {
     ("generators/bank", "folder / f'{k}.parquet'"): "constant",  # KINDS
     ("generators/bank", "old_dir / f'{kind}.parquet'"): "constant",  # KINDS
     ("generators/bank", "stage / f'{kind}.parquet'"): "constant",  # KINDS
-    ("generators/bank", "out / f'{kind}.parquet'"): "constant",  # KINDS
     ("generators/bank", "out / f'egotom_{q}_shuffled.csv'"): "constant",  # EGOTOM_TYPES
     ("generators/bank", "folder / name"): "listing",  # verify reads only names found in the folder
     ("generators/bank", "path / n"): "constant",  # RECORD_FILES
