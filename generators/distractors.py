@@ -31,14 +31,12 @@ products); a FAISS ``search`` with k = all returns them sorted but measured 5–
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import faiss
 import numpy as np
@@ -47,7 +45,16 @@ from pydantic import Field, ValidationError, field_validator
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import EXAMPLES
 from gen.prompts import Prompts
-from gen.run import CommonConfig, Plan, RunContext, derive_seed, generator, iter_jsonl, parse_json
+from gen.run import (
+    CommonConfig,
+    JsonListWriter,
+    Plan,
+    RunContext,
+    derive_seed,
+    generator,
+    iter_jsonl,
+    parse_json,
+)
 from schemas import Reject
 from schemas.distractors import Distractor, DistractorMCQ, GoalRow
 
@@ -527,26 +534,6 @@ def wagibench_row(mcq: DistractorMCQ, rows: list[GoalRow], index: dict[str, int]
             "meta": {"client_tag": tag, "scenario": {"shortname": ref.group},
                      "structured_goal": goal_dict(ref), "item_id": mcq.item_id,
                      "question_type": mcq.question_type}}
-
-
-class JsonListWriter:
-    """Streams a JSON list to ``<path>.tmp`` and moves it into place on close, so a large
-    bank's MCQs never sit in memory (the same formatting as ``ctx.write_json``)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.tmp = path.with_name(path.name + ".tmp")
-        self.f: IO[str] = open(self.tmp, "w", encoding="utf-8")  # noqa: SIM115
-        self.count = 0
-
-    def write(self, obj: Any) -> None:
-        self.f.write(("[\n" if self.count == 0 else ",\n") + json.dumps(obj, ensure_ascii=False, indent=1, allow_nan=False))
-        self.count += 1
-
-    def close(self) -> None:
-        self.f.write("[]\n" if self.count == 0 else "\n]\n")
-        self.f.close()
-        os.replace(self.tmp, self.path)
 
 
 # --------------------------------------------------------------------------- the generator

@@ -37,6 +37,7 @@ from gen.errors import InputError, MissingInputError
 from gen.paths import EXAMPLES
 from gen.run import (
     CommonConfig,
+    JsonListWriter,
     Plan,
     RunContext,
     derive_seed,
@@ -271,12 +272,34 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
                                    sum(m["history"]["rejected"] for m in manifests))
 
 
+class Tally:
+    """The bank summary, counted as records go by (a run keeps no records in memory)."""
+
+    def __init__(self) -> None:
+        self.banks = self.longitudinal = self.with_positive = 0
+        self.shortfalls: Counter[str] = Counter()
+        self.sizes: Counter[int] = Counter()
+
+    def add(self, r: HistoryRecord) -> None:
+        self.banks += 1
+        self.longitudinal += r.longitudinal
+        self.with_positive += any(s.history_type == "setup" for s in r.supports)
+        self.shortfalls.update(r.shortfalls)
+        self.sizes[len(r.supports)] += 1
+
+
 def summary(records: list[HistoryRecord], rejected: int) -> dict[str, Any]:
-    counts = Counter(s for r in records for s in r.shortfalls)
-    sizes = Counter(len(r.supports) for r in records)
-    return {"banks": len(records), "rejected": rejected,
-            "longitudinal": sum(r.longitudinal for r in records),
-            "with_positive": sum(any(s.history_type == "setup" for s in r.supports) for r in records),
+    tally = Tally()
+    for r in records:
+        tally.add(r)
+    return tally_summary(tally, rejected)
+
+
+def tally_summary(t: Tally, rejected: int) -> dict[str, Any]:
+    counts, sizes = t.shortfalls, t.sizes
+    return {"banks": t.banks, "rejected": rejected,
+            "longitudinal": t.longitudinal,
+            "with_positive": t.with_positive,
             "shortfalls": dict(sorted(counts.items())),
             "supports_per_bank": {str(k): v for k, v in sorted(sizes.items())}}
 
@@ -299,8 +322,8 @@ def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Rej
         g.sort(key=lambda o: (o.recorded_at, o.key))  # ties broken by key: any table order gives the same banks
         times[k] = [o.recorded_at for o in g]
     views: dict[tuple[str, str], dict[str, Any]] = {}
-    entries: list[dict[str, Any]] = []
-    records: list[HistoryRecord] = []
+    tally = Tally()
+    out = JsonListWriter(ctx.out_dir / "longitudinal_history.json", indent=None)
     rejected = 0
     for i in ctx.indices():
         obs = table.rows[table.tests[i]]
@@ -327,11 +350,11 @@ def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Rej
                          reason=shortfalls[0], detail=f"{len(chosen)} supports of {cfg.supports}; "
                          f"eligible: {eligible}", raw=rec.model_dump_json())
             continue
-        records.append(rec)
+        tally.add(rec)
         for p, _ in chosen:
             if p.key not in views:
                 views[p.key] = shown(p)
-        entries.append(wagibench_entry(rec, obs, views))
+        out.write(wagibench_entry(rec, obs, views))
         yield rec
-    ctx.write_json("longitudinal_history.json", entries, lines=True)
-    ctx.extra["history"] = summary(records, rejected)
+    out.close()
+    ctx.extra["history"] = tally_summary(tally, rejected)
