@@ -114,7 +114,9 @@ def test_loglik_matches_a_full_evaluation(gguf_path: Path) -> None:
         lp = Llama.logits_to_logprobs(ref.scores[:len(whole)])
         expected = sum(float(lp[p - 1][whole[p]]) for p in range(k, len(whole)))
         assert got.tokens == len(whole) - k
-        assert got.logprob == pytest.approx(expected, abs=1e-3)
+        # llama.cpp's sums depend on how a text is cut into batches (prefix once vs the whole text):
+        # 0.004 apart on a CI machine. A wrong token (off by one, a missing BOS) moves it by a whole token's log-probability.
+        assert got.logprob == pytest.approx(expected, abs=2e-2)
     # chat messages with an opened answer: scored inside the GGUF's chat template
     msgs = [{"role": "user", "content": "Which is true? a) the sky is blue b) the sky is green"},
             {"role": "assistant", "content": "Answer 1:"}]

@@ -1,4 +1,4 @@
-"""Check 15: a longitudinal history bank against WAGIBench's rules for it (§2.4, G.3)."""
+"""Check 10: a longitudinal history bank against WAGIBench's rules for it (§2.4, G.3)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _markdown(r: CheckResult) -> list[str]:
             f"recorded: {cell(s['shortfalls']) or 'none'}.", ""]
 
 
-@check("history", order=15, title="Longitudinal history banks",
+@check("history", order=10, title="Longitudinal history banks",
        finds="history banks breaking WAGIBench's rules: self-support, another participant or environment, "
              "a later support, more than one positive",
        markdown=_markdown)
