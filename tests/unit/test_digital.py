@@ -1063,3 +1063,17 @@ def test_cue_video_duration_is_corrected_and_counted(secs: int, fixed: int) -> N
     (video,) = assemble_cue(App.Videos, draft, {"person": None, "time": NOW}, st, hexid, chk)
     assert video.duration_secs == fixed
     assert chk.counts.get("Videos.duration_secs.corrected", 0) == (fixed != secs)
+
+
+def test_texts_at_their_cap_and_the_album_go_through_the_gates() -> None:
+    """A text that reaches its draft's length cap was cut there; a track's album is the model's
+    text too."""
+    st = make_state()
+    note = clean_item(App.Notes, st, NOW - dt.timedelta(hours=2), 1)
+    note.content = ("Buy oat milk, eggs and spinach at the market; " * 20)[:S.LONG_CHARS]
+    chk = checker(App.Notes, st)
+    assert validate_items(App.Notes, [note], chk) == [] and chk.counts == {"Notes.gate.truncated_text.dropped": 1}
+    track = clean_item(App.Music, st, NOW - dt.timedelta(hours=2), 1)
+    track.album = "Songs of the"
+    chk = checker(App.Music, st)
+    assert validate_items(App.Music, [track], chk) == [] and chk.counts == {"Music.gate.truncated_text.dropped": 1}
