@@ -173,14 +173,14 @@ _ANSWER_NUMBER = re.compile(r"\b(?:answer|option|choice|sentence|item)\s*(?:\d{1
 @gate("numbering")
 def numbering(text: str, ctx: GateContext) -> str | None:
     """List numbering left in the text: a leading "1." or "b)" (except in prose, where a
-    numbered list is content), "Answer 2:", or a bare number as an item of a list of words
-    ("tasks, 2, and …"; not in names, where it is an address's house number)."""
+    numbered list is content), "Answer 2:", or (in a goal, belief or action) a bare number as an
+    item of a list of words ("tasks, 2, and …"; elsewhere it is an age or a house number)."""
     if ctx.kind not in ("prose", "sentence") and _LEAD_NUMBER.match(text):
         return f"leading list marker {text.strip()[:4]!r}"
     m = _ANSWER_NUMBER.search(text)
     if m:
         return f"answer numbering {m.group(0)!r}"
-    if ctx.kind == "name":  # an address's house number stands between commas
+    if ctx.kind not in _STATEMENTS - {"sentence"}:  # "Ana, 34, is a nurse", "Strada Serafina, 1, Rome"
         return None
     items = [re.sub(r"^(?:and|or)\s+", "", x.strip(" .;:!?"), flags=re.I) for x in text.split(",")]
     for i, item in enumerate(items):

@@ -107,6 +107,7 @@ def test_numbering() -> None:
     # a numbered list is content in prose; house numbers in addresses; counts among numbers
     assert fails("1. eggs 2. milk 3. bread", "prose") is None
     assert fails("Strada Serafina, 1, Rome, Italy", "name") is None
+    assert fails("Mitchell Higgins, 61, is a museum conservator in London.", "sentence") is None
     assert fails("Read chapters 3, 4, 5 tonight", "prose") is None
     assert fails("Table for 4, 7 pm at Luigi's", "prose") is None
 
