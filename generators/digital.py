@@ -352,7 +352,7 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
                     msgs.append(m)
             c.messages = chk.dedupe(msgs, lambda m: m.sender + "|" + m.content)
             # a group's title is the model's topic; a two-person chat's is the other's name (code's)
-            title = (c.title, "title" if len(c.participants) > 2 else "name", SHORT)
+            title: tuple[str, Kind, int | None] = (c.title, "title" if len(c.participants) > 2 else "name", SHORT)
             if len(c.participants) < 2 or not c.messages or not chk.texts_ok(title):
                 chk.note("empty_conversation")
                 continue

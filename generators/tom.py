@@ -854,9 +854,13 @@ def counterfactual_beliefs_actions(ctx: RunContext, cfg: TomConfig, index: int, 
                                   belief=truth.belief, actions=truth.actions)
     gates = stage_gates(cfg, messages, AlternativesDraft, [*past, truth.goal, truth.belief, truth.actions])
     sim = _similarity(ctx, cfg)
-    pools = {q: Pool(t, 3, gates, kind,
-                     lambda why, q=q: ctx.count(count_key(f"counterfactual_beliefs_actions.{q}", why, "dropped")), *sim)
-             for q, t, kind in (("belief", truth.belief, "belief"), ("actions", truth.actions, "action"))}
+    kinds: dict[str, Kind] = {"belief": "belief", "actions": "action"}
+
+    def counter(q: str) -> Callable[[str], None]:
+        return lambda why: ctx.count(count_key(f"counterfactual_beliefs_actions.{q}", why, "dropped"))
+
+    pools = {q: Pool(t, 3, gates, kinds[q], counter(q), *sim)
+             for q, t in (("belief", truth.belief), ("actions", truth.actions))}
 
     def outcome() -> tuple[list[str] | None, list[str] | None, list[str]]:
         return (*(p.items if p.full else None for p in pools.values()),  # type: ignore[return-value]
