@@ -23,7 +23,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator
 
 Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
 """What a field holds, which decides its gates:
@@ -180,7 +182,7 @@ def numbering(text: str, ctx: GateContext) -> str | None:
     m = _ANSWER_NUMBER.search(text)
     if m:
         return f"answer numbering {m.group(0)!r}"
-    if ctx.kind not in _STATEMENTS - {"sentence"}:  # "Ana, 34, is a nurse", "Strada Serafina, 1, Rome"
+    if ctx.kind not in _FORMS:  # elsewhere: "Ana, 34, is a nurse", "Strada Serafina, 1, Rome"
         return None
     items = [re.sub(r"^(?:and|or)\s+", "", x.strip(" .;:!?"), flags=re.I) for x in text.split(",")]
     for i, item in enumerate(items):
@@ -218,7 +220,8 @@ _CLOSERS = ".!?\u2026)\"'\u2019\u201d]"
 # a clause cannot end on an article, a conjunction or a possessive; a statement not on "to" either
 # (a message may: "Happy to.")
 _OPEN_END = {"a", "an", "the", "and", "or", "but", "nor", "my", "your", "our", "their"}
-_STATEMENTS = {"goal", "belief", "action", "phrase", "sentence"}
+_FORMS = {"goal", "belief", "action", "phrase"}
+_STATEMENTS = _FORMS | {"sentence"}
 
 
 @gate("truncated_text")
@@ -392,6 +395,16 @@ LANGUAGES = ("en", "es", "fr", "de", "it", "pt", "nl", "sv", "da", "no", "fi", "
              "id", "vi", "ja", "zh", "ko", "ru", "ar", "hi", "sw", "zu", "yo", "ca", "hu", "el", "uk")
 """Languages the identifier chooses among: the run's language must be one; the rest are those
 a model drifts into (the persona nationalities' languages and other large ones)."""
+
+
+def _known_language(code: str) -> str:
+    if code not in LANGUAGES:
+        raise ValueError(f"language {code!r} is not one the identifier chooses among ({', '.join(LANGUAGES)})")
+    return code
+
+
+Language = Annotated[str, AfterValidator(_known_language)]
+"""A config field's type for the run's language (an ISO 639-1 code of :data:`LANGUAGES`)."""
 LANGUAGE_MIN_WORDS = 4
 LANGUAGE_MIN_PROB = 0.9
 
@@ -402,7 +415,7 @@ def language(text: str, ctx: GateContext) -> str | None:
     ``LANGUAGE_MIN_WORDS`` words are not judged)."""
     if ctx.kind == "name" or len(re.findall(r"[^\W\d_]{2,}", text)) < LANGUAGE_MIN_WORDS:
         return None
-    lang, prob = identify(text, ctx.language)
+    lang, prob = identify(text)
     if lang != ctx.language and prob >= LANGUAGE_MIN_PROB:
         return f"reads as {lang} (p={prob:.2f}), not {ctx.language}"
     return None
@@ -452,8 +465,7 @@ class Gates:
             keep_out: texts an output may copy (the cue it must carry, the facts it must state).
             examples: few-shot answer strings (default: every string of the assistant turns' JSON).
         """
-        if language not in LANGUAGES:
-            raise ValueError(f"language {language!r} is not one the identifier knows ({', '.join(LANGUAGES)})")
+        _known_language(language)
         if prompt_text is None:
             prompt_text = messages[-1]["content"] if messages else ""
         grams = ngrams(prompt_text)
@@ -537,8 +549,9 @@ _NLP_LOCK = threading.Lock()
 
 @cache
 def tagger() -> Any:
-    """spaCy's English pipeline with only what tagging needs, loaded once per process from the
-    model files inside the installed wheel (nothing is downloaded)."""
+    """spaCy's English pipeline with what the gates read (tagger, attribute ruler, lemmatizer),
+    loaded once per process from the model files inside the installed wheel (nothing is
+    downloaded)."""
     import importlib.util
     from pathlib import Path
 
@@ -610,7 +623,7 @@ def _identifier() -> Any:
 _ID_LOCK = threading.Lock()
 
 
-def identify(text: str, language: str = "en") -> tuple[str, float]:
+def identify(text: str) -> tuple[str, float]:
     """The most likely language of ``text`` among :data:`LANGUAGES` and its probability."""
     with _ID_LOCK:
         lang, prob = _identifier().classify(text)

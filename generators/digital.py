@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from gen.errors import ConfigError, InputError, LLMOutputError, MissingInputError
-from gen.gates import Gates, Kind, count_key, key
+from gen.gates import Gates, Kind, Language, count_key, key
 from gen.paths import EXAMPLES
 from gen.run import CommonConfig, RunContext, derive_id, generator, iter_jsonl
 from generators.personas import ensure_pool, sample_related
@@ -117,7 +117,7 @@ class DigitalConfig(CommonConfig):
     """Calendar events may lie at most this many days after it."""
     cue_recent_minutes: tuple[int, int] = (1, 10)
     """A cue item happened this many minutes before now (it is the latest item)."""
-    language: str = "en"
+    language: Language = "en"
     """The language the apps' texts must be in (the text gates' language check)."""
 
     @model_validator(mode="after")

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from gen.errors import GenError, InputError, LLMOutputError, MissingInputError
-from gen.gates import Gates
+from gen.gates import Gates, Language
 from gen.run import (
     CommonConfig,
     Plan,
@@ -398,7 +398,7 @@ class PersonasConfig(CommonConfig):
     facts (same nationality and age band) until one is accepted or this many were tried."""
     bio_max_tokens: int = Field(200, ge=32)
     """Token cap of one bio."""
-    language: str = "en"
+    language: Language = "en"
     """The language bios must be in (the text gates' language check)."""
 
 

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gen.errors import InputError, LLMOutputError, MissingInputError
-from gen.gates import Gates, Kind, count_key, infinitive, key
+from gen.gates import Gates, Kind, Language, count_key, infinitive, key
 from gen.mcq import (
     EGOTOM_CHOICES,
     EGOTOM_QUESTION,
@@ -130,7 +130,7 @@ class TomConfig(CommonConfig):
     stage_attempts: int = Field(3, ge=1, le=10)
     """Generations per stage (fresh seed) when the output fails code's checks (the shared text
     gates of gen.gates, then tom's own)."""
-    language: str = "en"
+    language: Language = "en"
     """The language the statements must be in (the text gates' language check)."""
     analysis_tokens: int = Field(192, ge=32)
     """Completion cap of the narration-analysis call."""

@@ -207,6 +207,13 @@ def test_language() -> None:
                  Gates(language="fr")) is None
     with pytest.raises(ValueError, match="language"):
         Gates(language="tlh")
+    from generators.digital import DigitalConfig
+    from generators.personas import PersonasConfig
+    from generators.tom import TomConfig
+
+    for config in (TomConfig, DigitalConfig, PersonasConfig):  # a bad language fails at config time
+        with pytest.raises(ValueError, match="language 'tlh' is not one"):
+            config(input="x", language="tlh")
 
 
 # --------------------------------------------------------------------------- the runner
