@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from gen.gates import GATES, Gates
 from generators.personas import bio_problems, sample_facts
 from schemas import Reject
 from schemas.personas import PersonaRecord
@@ -18,7 +19,7 @@ from schemas.personas import PersonaRecord
 pytestmark = pytest.mark.integration
 
 SEED = 1
-REASONS = {"contradiction", "truncated", "invalid_output"}
+REASONS = {"contradiction", "truncated", "invalid_output", *GATES}  # a bio that fails a text gate too
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,7 @@ def test_counts_reconcile_and_records_validate(real, check_run_folder, read_json
         assert rec.model_dump(exclude={"bio"}) == f.model_dump()  # facts are the sampled ones
         assert 40 <= len(rec.bio) <= 420
         assert bio_problems(f, rec.bio) == []  # an accepted bio agrees with its facts
+        assert Gates().check(rec.bio, "sentence", max_chars=420) is None  # and passes the text gates
     for rej in rejects:
         assert rej.stage == "bio" and rej.reason in REASONS
         assert facts[rej.record_id][0] == rej.index
