@@ -22,12 +22,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from gen.errors import ConfigError, InputError, LLMOutputError, MissingInputError
+from gen.gates import Gates, Kind, Language, count_key, key
 from gen.paths import EXAMPLES
 from gen.run import CommonConfig, Plan, RunContext, derive_id, generator, iter_jsonl
 from generators.personas import ensure_pool, load_pool, sample_related
 from schemas import Reject
 from schemas import digital as S
-from schemas.digital import App
+from schemas.digital import LONG_CHARS as LONG
+from schemas.digital import SHORT_CHARS as SHORT
+from schemas.digital import TAG_CHARS, App
+from schemas.digital import TEXT_CHARS as TEXT
 from schemas.personas import PersonaRecord, RelatedPersona
 
 FMT_M = "%Y-%m-%d %H:%M"
@@ -113,6 +117,8 @@ class DigitalConfig(CommonConfig):
     """Calendar events may lie at most this many days after it."""
     cue_recent_minutes: tuple[int, int] = (1, 10)
     """A cue item happened this many minutes before now (it is the latest item)."""
+    language: Language = "en"
+    """The language the apps' texts must be in (the text gates' language check)."""
 
     @model_validator(mode="after")
     def _check(self) -> DigitalConfig:
@@ -215,7 +221,8 @@ DATETIME_TEXT = re.compile(r"^\s*(\d{4}-\d{2}-\d{2}([ T]\d{1,2}:\d{2}(:\d{2})?)?
 
 
 def text_problem(text: str) -> str | None:
-    """Why a generated text is unusable: empty, a format hint echoed back, or a datetime."""
+    """Why a generated text is unusable by digital's own rules (after the shared text gates):
+    empty, a format hint echoed back, or a datetime."""
     if not text or not text.strip():
         return "empty_text"
     if DATETIME_TEXT.match(text):
@@ -223,42 +230,6 @@ def text_problem(text: str) -> str | None:
     if PLACEHOLDER.search(text):
         return "placeholder_text"
     return None
-
-
-def repetitive(text: str) -> bool:
-    """Degenerate repetition: a word run ("no, no, no, no") or very few distinct words."""
-    words = _norm(text).split()
-    if any(len(set(words[i:i + 4])) == 1 for i in range(max(0, len(words) - 3))):
-        return True
-    return len(words) >= 12 and len(set(words)) / len(words) < 0.4
-
-
-def ngrams(text: str, n: int = 6) -> set[tuple[str, ...]]:
-    words = _norm(text).split()
-    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
-
-
-def echo_sources(messages: list[dict[str, str]]) -> tuple[set[str], set[tuple[str, ...]]]:
-    """What an item must not copy: the few-shot answers' strings, and the last prompt's 6-grams."""
-    examples: set[str] = set()
-    for m in messages:
-        if m["role"] == "assistant":
-            try:
-                _collect_strings(json.loads(m["content"]), examples)
-            except json.JSONDecodeError:
-                continue
-    return {_norm(x) for x in examples if len(x) > 3}, ngrams(messages[-1]["content"])
-
-
-def _collect_strings(obj: Any, out: set[str]) -> None:
-    if isinstance(obj, str):
-        out.add(obj)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _collect_strings(v, out)
-    elif isinstance(obj, list):
-        for v in obj:
-            _collect_strings(v, out)
 
 
 def time_problem(value: str, fmt: str, now: dt.datetime, *, past: bool,
@@ -275,24 +246,25 @@ def time_problem(value: str, fmt: str, now: dt.datetime, *, past: bool,
     return None
 
 
-def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
-
-
 @dataclass
 class Checker:
-    """Runs the validators over one app's items and counts what it dropped or corrected."""
+    """Runs the validators over one app's items and counts what it dropped or corrected. Texts
+    go through the shared gates of ``gates`` (the prompt's, when a call is checked), then
+    digital's own :func:`text_problem`."""
 
     app: App
     state: State
     cfg: DigitalConfig
     counts: dict[str, int] = field(default_factory=dict)
-    examples: set[str] = field(default_factory=set)
-    prompt_grams: set[tuple[str, ...]] = field(default_factory=set)
+    gates: Gates | None = None
+
+    def __post_init__(self) -> None:
+        if self.gates is None:
+            self.gates = Gates(language=self.cfg.language)
 
     def note(self, rule: str, action: str = "dropped", n: int = 1) -> None:
-        key = f"{self.app.value}.{rule}.{action}"
-        self.counts[key] = self.counts.get(key, 0) + n
+        k = count_key(self.app.value, rule, action)
+        self.counts[k] = self.counts.get(k, 0) + n
 
     def time_ok(self, value: str, fmt: str, past: bool) -> bool:
         problem = time_problem(value, fmt, self.state.now, past=past,
@@ -301,13 +273,17 @@ class Checker:
             self.note(problem)
         return problem is None
 
-    def texts_ok(self, *texts: str) -> bool:
+    def problem(self, text: str, kind: Kind = "title", cap: int | None = SHORT) -> str | None:
+        """The first shared gate or digital rule ``text`` fails, as a counter name."""
+        assert self.gates is not None
+        failure = self.gates.check(text, kind, max_chars=cap)
+        return failure.gate if failure else text_problem(text)
+
+    def texts_ok(self, *texts: str | tuple[str, Kind, int | None]) -> bool:
+        """Every text passes (a bare text is a short title; else ``(text, kind, cap)``); the
+        first failure is counted."""
         for t in texts:
-            problem = text_problem(t)
-            if problem is None and (_norm(t) in self.examples or ngrams(t) & self.prompt_grams):
-                problem = "prompt_echo"
-            if problem is None and repetitive(t):
-                problem = "repetitive_text"
+            problem = self.problem(*t) if isinstance(t, tuple) else self.problem(t)
             if problem:
                 self.note(problem)
                 return False
@@ -319,11 +295,11 @@ class Checker:
             self.note("unknown_participant", "corrected", len(names) - len(kept))
         return kept
 
-    def dedupe(self, items: list[Any], key: Callable[[Any], str]) -> list[Any]:
+    def dedupe(self, items: list[Any], get_key: Callable[[Any], str]) -> list[Any]:
         seen: set[str] = set()
         out = []
         for item in items:
-            k = _norm(key(item))
+            k = key(get_key(item))
             if k in seen:
                 self.note("duplicate")
                 continue
@@ -353,7 +329,7 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
     if app is App.Calendar:
         kept = []
         for e in items:
-            if not chk.texts_ok(e.title, e.location):
+            if not chk.texts_ok(e.title, (e.location, "name", SHORT)):
                 continue
             if not (chk.time_ok(e.start_datetime, FMT_M, past=False) and chk.time_ok(e.end_datetime, FMT_M, past=False)):
                 continue
@@ -372,16 +348,19 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
                 if m.sender not in chk.state.names or m.sender not in c.participants:
                     chk.note("unknown_sender")
                     continue
-                if chk.texts_ok(m.content) and chk.time_ok(m.timestamp, FMT_S, past=True):
+                if chk.texts_ok((m.content, "prose", TEXT)) and chk.time_ok(m.timestamp, FMT_S, past=True):
                     msgs.append(m)
             c.messages = chk.dedupe(msgs, lambda m: m.sender + "|" + m.content)
-            if len(c.participants) < 2 or not c.messages or not chk.texts_ok(c.title):
+            # a group's title is the model's topic; a two-person chat's is the other's name (code's)
+            title: tuple[str, Kind, int | None] = (c.title, "title" if len(c.participants) > 2 else "name", SHORT)
+            if len(c.participants) < 2 or not c.messages or not chk.texts_ok(title):
                 chk.note("empty_conversation")
                 continue
             kept.append(c)
         return kept
     if app is App.Notes:
-        kept = [n for n in items if chk.texts_ok(n.title, n.content) and chk.time_ok(n.last_updated, FMT_M, past=True)]
+        kept = [n for n in items if chk.texts_ok(n.title, (n.content, "prose", LONG))
+                and chk.time_ok(n.last_updated, FMT_M, past=True)]
         return chk.dedupe(kept, lambda n: n.title)
     if app is App.Search:
         kept = [s for s in items if chk.texts_ok(s.query) and chk.time_ok(s.timestamp, FMT_S, past=True)]
@@ -391,16 +370,18 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
         for v in items:
             v.duration_secs = fix_duration(v.duration_secs, chk)
             if chk.texts_ok(v.title) and chk.time_ok(v.watch_timestamp, FMT_S, past=True):
-                tags = [t for t in v.tags if text_problem(t) is None]
+                tags = [t for t in v.tags if chk.problem(t, "name", TAG_CHARS) is None]
                 if len(tags) != len(v.tags):
                     chk.note("bad_tag", "corrected", len(v.tags) - len(tags))
                 v.tags = list(dict.fromkeys(tags))
                 kept.append(v)
         return chk.dedupe(kept, lambda v: v.title)
     if app is App.Maps:
-        kept = [p for p in items if chk.texts_ok(p.name, p.address) and chk.time_ok(p.last_viewed, FMT_S, past=True)]
+        kept = [p for p in items if chk.texts_ok((p.name, "name", SHORT), (p.address, "name", SHORT))
+                and chk.time_ok(p.last_viewed, FMT_S, past=True)]
         return chk.dedupe(kept, lambda p: p.name)
-    kept = [t for t in items if chk.texts_ok(t.title, t.artist) and chk.time_ok(t.played_at, FMT_S, past=True)]
+    kept = [t for t in items if chk.texts_ok(*((x, "name", SHORT) for x in (t.title, t.artist, t.album)))
+            and chk.time_ok(t.played_at, FMT_S, past=True)]
     return chk.dedupe(kept, lambda t: t.title + "|" + t.artist)
 
 
@@ -760,10 +741,9 @@ def build_app(ctx: RunContext, cfg: DigitalConfig, st: State, app: App,
         nonlocal last
         for a in range(cfg.app_attempts):
             messages = messages_for()
-            chk = Checker(app, st, cfg)
-            chk.examples, chk.prompt_grams = echo_sources(messages)
-            if what == "cue" and st.cue:  # a cue item should carry the cue's own words
-                chk.prompt_grams -= ngrams(st.cue.cue)
+            # a cue item should carry the cue's own words
+            keep_out = [st.cue.cue] if what == "cue" and st.cue else []
+            chk = Checker(app, st, cfg, gates=Gates(messages, schema, language=cfg.language, keep_out=keep_out))
             try:
                 draft = ctx.llm.structured(messages, schema, seed=ctx.seed(index, app.value, what, a),
                                            max_tokens=max_tokens)

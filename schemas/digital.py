@@ -32,9 +32,12 @@ VideoCategory = Literal[
     "Food & Cooking", "Pets & Animals", "Autos & Vehicles",
 ]
 
-Short = Annotated[str, Field(min_length=1, max_length=80)]
-Text = Annotated[str, Field(min_length=1, max_length=160)]
-Long = Annotated[str, Field(min_length=1, max_length=500)]
+SHORT_CHARS, TEXT_CHARS, LONG_CHARS, TAG_CHARS = 80, 160, 500, 30
+"""Length caps of the drafts' strings; a text that reaches its cap was cut there (the text gates
+count it as truncated)."""
+Short = Annotated[str, Field(min_length=1, max_length=SHORT_CHARS)]
+Text = Annotated[str, Field(min_length=1, max_length=TEXT_CHARS)]
+Long = Annotated[str, Field(min_length=1, max_length=LONG_CHARS)]
 HHMM = Annotated[str, Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
 
 
@@ -105,7 +108,7 @@ class SearchCueDraft(BaseModel):
 class VideoDraft(BaseModel):
     title: Short
     duration_secs: int  # unbounded: code corrects, see CalendarCueDraft
-    tags: list[Annotated[str, Field(min_length=1, max_length=30)]] = Field(min_length=1, max_length=5)
+    tags: list[Annotated[str, Field(min_length=1, max_length=TAG_CHARS)]] = Field(min_length=1, max_length=5)
     category: VideoCategory
 
 

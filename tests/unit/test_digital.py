@@ -22,6 +22,7 @@ from digital_checks import ORDER, check_bundle, key_list
 import generators  # noqa: F401  (fills the registry)
 from gen.cli import normalize_overrides, validate
 from gen.errors import ConfigError, InputError
+from gen.gates import Gates
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import EXAMPLES
 from gen.prompts import Prompts
@@ -33,7 +34,6 @@ from generators.digital import (
     DigitalConfig,
     State,
     assemble_cue,
-    echo_sources,
     load_cues,
     merge,
     render_bundle,
@@ -170,13 +170,16 @@ BAD_TEXTS = [
     ("   ", "empty_text"),
     ("Title", "placeholder_text"),
     ("event title", "placeholder_text"),
-    ("Dinner with {name}", "placeholder_text"),
+    ("Dinner with {name}", "gate.template_echo"),  # the shared gates run first
     ("Lorem ipsum dolor sit amet", "placeholder_text"),
     ("N/A", "placeholder_text"),
     ("2025-06-11 16:00", "datetime_as_text"),
     ("16:30", "datetime_as_text"),
-    ("no, no, no, no, no", "repetitive_text"),
-    ("walk the dog walk the dog walk the dog walk the dog", "repetitive_text"),
+    ("no, no, no, no, no", "gate.repetition"),
+    ("walk the dog walk the dog walk the dog walk the dog", "gate.repetition"),
+    ("Dinner with next_actions_31", "gate.schema_echo"),
+    ("Pick up the dry cleaning and the", "gate.truncated_text"),
+    ('{"title": "Dinner"', "gate.json_fragment"),
 ]
 
 
@@ -216,19 +219,19 @@ def test_calendar_location_is_checked_too() -> None:
 
 def test_prompt_echo_of_the_last_prompt_and_of_the_few_shot_answers() -> None:
     st = make_state()
-    messages = Prompts().render("digital/notes.jinja", s=st, lines=["Topic: a recipe for lemon cake."])
-    chk = checker(App.Notes, st)
-    chk.examples, chk.prompt_grams = echo_sources(messages)
-    assert "groceries" in chk.examples  # the one-shot answer's title
-    person_line = messages[-1]["content"].splitlines()[0]
-    copied_six = " ".join(person_line.split()[:6])  # any 6-word run of the last user message
-    notes = [clean_item(App.Notes, st, NOW - dt.timedelta(hours=h), h) for h in (1, 2, 3, 4)]
+    messages = Prompts().render("digital/notes.jinja", s=st,
+                                lines=["Topic: a recipe for lemon cake with fresh berries from the market."])
+    chk = Checker(App.Notes, st, DigitalConfig(), gates=Gates(messages, S.NoteDraft))
+    assert chk.gates is not None and "groceries" in chk.gates.context.examples  # the one-shot answer's title
+    notes = [clean_item(App.Notes, st, NOW - dt.timedelta(hours=h), h) for h in (1, 2, 3, 4, 5)]
     notes[0].title = "Groceries"  # a few-shot answer string, copied
-    notes[1].content = f"Reminder: {copied_six} and then some"
-    notes[2].content = "Topic: a recipe for lemon"  # five words of the prompt are fine
+    notes[1].content = "Reminder: lemon cake with fresh berries from the shop"  # six words of the last prompt
+    notes[2].content = "Plan: a recipe for lemon"  # five words of the prompt are fine
+    notes[4].content = "Topic: a recipe for lemon"  # the prompt's own line label is not
     kept = validate_items(App.Notes, notes, chk)
     assert [n.note_id for n in kept] == [notes[2].note_id, notes[3].note_id]
-    assert chk.counts == {"Notes.prompt_echo.dropped": 2}
+    assert chk.counts == {"Notes.gate.example_echo.dropped": 1, "Notes.gate.prompt_echo.dropped": 1,
+                          "Notes.gate.fewshot_marker.dropped": 1}
 
 
 @pytest.mark.parametrize("app", list(App), ids=lambda a: a.value)
@@ -1106,3 +1109,17 @@ def test_cue_video_duration_is_corrected_and_counted(secs: int, fixed: int) -> N
     (video,) = assemble_cue(App.Videos, draft, {"person": None, "time": NOW}, st, hexid, chk)
     assert video.duration_secs == fixed
     assert chk.counts.get("Videos.duration_secs.corrected", 0) == (fixed != secs)
+
+
+def test_texts_at_their_cap_and_the_album_go_through_the_gates() -> None:
+    """A text that reaches its draft's length cap was cut there; a track's album is the model's
+    text too."""
+    st = make_state()
+    note = clean_item(App.Notes, st, NOW - dt.timedelta(hours=2), 1)
+    note.content = ("Buy oat milk, eggs and spinach at the market; " * 20)[:S.LONG_CHARS]
+    chk = checker(App.Notes, st)
+    assert validate_items(App.Notes, [note], chk) == [] and chk.counts == {"Notes.gate.truncated_text.dropped": 1}
+    track = clean_item(App.Music, st, NOW - dt.timedelta(hours=2), 1)
+    track.album = "Songs of the"
+    chk = checker(App.Music, st)
+    assert validate_items(App.Music, [track], chk) == [] and chk.counts == {"Music.gate.truncated_text.dropped": 1}
