@@ -63,7 +63,7 @@ def test_kill_and_resume(tmp_path: Path, env_for, check_run_folder, runner_for) 
     assert not (folder_a / "rejects.jsonl").exists()
     assert not (folder_a / "manifest.json").exists()
     leftovers = {p.name for p in folder_a.iterdir() if p.is_file()} if folder_a.exists() else set()
-    assert leftovers <= {"records.jsonl.partial", "rejects.jsonl.partial"}, leftovers
+    assert leftovers <= {"records.jsonl.partial", "rejects.jsonl.partial", "gen.log"}, leftovers
 
     run = runner_for(tmp_path, cache)
     resumed = run(*args, f"hydra.run.dir={folder_a}")
