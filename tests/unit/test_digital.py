@@ -1123,3 +1123,124 @@ def test_texts_at_their_cap_and_the_album_go_through_the_gates() -> None:
     track.album = "Songs of the"
     chk = checker(App.Music, st)
     assert validate_items(App.Music, [track], chk) == [] and chk.counts == {"Music.gate.truncated_text.dropped": 1}
+
+
+# --------------------------------------------------------------------------- 10. goal-conditioned bundles
+
+
+GOALS = [
+    {"goal_id": "g-msg", "group": "dinner_plans", "client_tag": "rec-0001",
+     "goal": {"type": "communication", "action": "message", "target": "Alex", "content": "dinner tonight"}},
+    {"goal_id": "g-dir", "group": "airport_trip",
+     "goal": {"type": "find_directions", "to": "SeaTac airport departures"}},
+    {"goal_id": "g-lamp", "group": "lights", "goal": {"type": "control_environment", "target": "lamp", "value": "off"}},
+    {"goal_id": "g-music", "group": "calm", "goal": {"type": "entertain", "modality": "audio", "content": "calm piano"}},
+    {"goal_id": "g-notes", "group": "grocery", "goal": {"type": "store_memory", "content": "buy oat milk"}},
+]
+QUOTED = re.compile(r'"([^"]+)"')
+
+
+def goal_script() -> Callable[[list[dict[str, str]], int], str]:
+    """digital_script, except that a cue item carries the cue seed's own words (what a model
+    that follows the prompt writes)."""
+    base = digital_script()
+
+    def script(messages: list[dict[str, str]], seed: int) -> str:
+        out = json.loads(base(messages, seed))
+        user = [m for m in messages if m["role"] == "user"][-1]["content"]
+        quoted = QUOTED.findall(user.splitlines()[-1])
+        if not quoted:
+            return json.dumps(out)
+        seed_text = quoted[0]
+        if "day_offset" in out:
+            out["title"] = seed_text
+        elif "cue_message" in out:
+            out["cue_message"] = f"About {seed_text}"
+        elif "place" in out:
+            out["place"]["name"] = seed_text
+        elif "track" in out:
+            out["track"]["title"] = seed_text
+        elif "video" in out:
+            out["video"]["title"] = seed_text
+        elif "searches" in out:
+            out["searches"] = [{"query": seed_text, "query_type": "web"}]
+        elif {"title", "content"} <= out.keys():
+            out["content"] = seed_text
+        return json.dumps(out)
+
+    return script
+
+
+def goal_bank(tmp_path: Path) -> Path:
+    path = tmp_path / "goals.jsonl"
+    path.write_text("".join(json.dumps(g) + "\n" for g in GOALS))
+    return path
+
+
+def run_goals(out: Path, pool: Path, goals: Path, script=None, **cfg: Any):
+    from test_bank import FakeEmbedder
+
+    settings = DigitalConfig(**{"cache_dir": None, "progress": "off", "persona_file": str(pool),
+                                "goals": str(goals), **cfg})
+    ctx = RunContext(NAME, settings, out).use(llm=scripted_llm(script or goal_script(), sampling=settings.llm),
+                                              embedder=FakeEmbedder())
+    return run(NAME, settings, out, ctx=ctx, quiet=True), ctx
+
+
+def test_goal_app_mapping() -> None:
+    from generators.digital import goal_app
+    from schemas.distractors import GoalRow
+
+    cfg = DigitalConfig()
+    rng = random.Random(0)
+
+    def app_of(goal: dict[str, Any]) -> App | None:
+        return goal_app(cfg, GoalRow.model_validate({"goal_id": "x", "group": "g", "goal": goal}).goal, rng)
+
+    assert app_of({"type": "communication", "action": "message", "target": "A", "content": "c"}) is App.Messaging
+    assert app_of({"type": "temporal_attention", "action": "set", "time": "5 min", "content": "tea"}) is App.Calendar
+    assert app_of({"type": "entertain", "modality": "audio", "content": "x"}) is App.Music
+    assert app_of({"type": "entertain", "modality": "vision", "content": "x"}) is App.Videos
+    assert app_of({"type": "search", "source": "world", "query": "q", "query_item": "i"}) is App.Search
+    assert {app_of({"type": "search", "source": "timeline", "query": "q", "query_item": "i"})
+            for _ in range(20)} == {App.Notes, App.Messaging}
+    assert app_of({"type": "control_environment", "target": "lamp", "value": "off"}) is None
+    assert goal_app(DigitalConfig(apps=[App.Calendar]), GoalRow.model_validate(
+        {"goal_id": "x", "group": "g", "goal": {"type": "find_directions", "to": "x"}}).goal, rng) is App.Calendar
+    with pytest.raises(ValueError, match="goal_apps: unknown action type"):
+        DigitalConfig(goal_apps={"teleport": [App.Maps]})
+
+
+def test_goal_conditioned_bundles(tmp_path: Path, pool_file: Path) -> None:
+    """One bundle per goal; the cued app follows the mapping; a person the goal names is a related
+    persona and appears in the cue item; the goal row's keys are the bundle's WAGIBench keys; a
+    goal that needs no digital context gives an uncued bundle, marked as such."""
+    goals = goal_bank(tmp_path)
+    result, _ = run_goals(tmp_path / "run", pool_file, goals)
+    assert result.requested == len(GOALS) and result.accepted == len(GOALS), read_jsonl(tmp_path / "run" / "rejects.jsonl")
+    bundles = {b["goal"]["goal_id"]: b for b in read_jsonl(tmp_path / "run" / "digital.jsonl")}
+    msg = bundles["g-msg"]
+    assert msg["cue"]["app"] == "Messaging" and msg["goal"]["person"] in {r["persona"]["name"] for r in msg["related_personas"]}
+    assert msg["goal"]["person"] in msg["apps"]["Messaging"]["key_conversations"][0]["participants"]
+    assert bundles["g-dir"]["cue"]["app"] in ("Maps", "Calendar")
+    assert bundles["g-music"]["cue"]["app"] == "Music" and bundles["g-notes"]["cue"]["app"] == "Notes"
+    lamp = bundles["g-lamp"]
+    assert lamp["cue"] is None and lamp["goal"]["app"] is None
+    assert all(b["goal"]["rank"] <= 3 for b in bundles.values() if b["goal"]["app"])
+    state = json.loads((tmp_path / "run" / "digital_state.json").read_text())
+    metas = {(v["meta"]["client_tag"], v["meta"]["scenario"]["shortname"]) for v in state.values()}
+    assert ("rec-0001", "dinner_plans") in metas and ("g-dir", "airport_trip") in metas
+    assert result.manifest["validators"]["goal.cued"] == 4 and result.manifest["validators"]["goal.uncued"] == 1
+    # the same seed gives the same bundles
+    run_goals(tmp_path / "again", pool_file, goals)
+    assert (tmp_path / "run" / "digital.jsonl").read_bytes() == (tmp_path / "again" / "digital.jsonl").read_bytes()
+
+
+def test_a_cue_that_points_elsewhere_is_rejected(tmp_path: Path, pool_file: Path) -> None:
+    """The default script writes cue items unrelated to the goal ("Cue spot …"): the place the
+    goal names is missing, and the key-only state does not single out its goal."""
+    result, _ = run_goals(tmp_path / "run", pool_file, goal_bank(tmp_path), script=digital_script(), n=4)
+    reasons = {r["index"]: r["reason"] for r in read_jsonl(tmp_path / "run" / "rejects.jsonl")}
+    assert reasons[1] == "cue_misses_goal_entity"
+    assert set(reasons.values()) <= {"cue_misses_goal_entity", "cue_not_specific"} and len(reasons) >= 2
+    assert result.manifest["validators"].get("goal.uncued") == 1  # the lamp has no digital context
