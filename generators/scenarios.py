@@ -51,7 +51,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 import gen
-from gen.errors import ConfigError, InputError, LLMOutputError
+from gen.errors import ConfigError, GenError, InputError, LLMOutputError
 from gen.llm import LLMConfig, sha256_file
 from gen.paths import PROMPTS
 from gen.run import CommonConfig, Plan, RunContext, atomic_write, generator, iter_jsonl
@@ -756,6 +756,27 @@ def read_scenarios(path: Path) -> list[dict[str, Any]]:
             raise InputError(f"{file}:{lineno}: scenario_id: a scenario object with a string scenario_id is required")
         rows.append(row)
     return rows
+
+
+SCENARIO_KEYS = ("scenario_id", "change_type", "target_context", "turn_2_user")
+"""The fields by which a JSONL file is known as a scenario bank in the released schema (no
+roles file needed): ``audit`` and ``bank add`` read such a file as scenarios."""
+
+
+def is_scenario_bank(path: Path) -> bool:
+    """Whether ``path`` is a scenarios run folder (it holds ``scenarios.jsonl``) or a JSONL file
+    whose first record carries :data:`SCENARIO_KEYS`. A file whose first line does not parse is
+    not one: its usual reader names the fault."""
+    if path.is_dir():
+        return (path / f"{NAME}.jsonl").is_file()
+    if path.suffix != ".jsonl" or not path.is_file():
+        return False
+    try:
+        for _, row in iter_jsonl(path):
+            return isinstance(row, dict) and all(k in row for k in SCENARIO_KEYS)
+    except GenError:
+        return False
+    return False
 
 
 def plan(cfg: ScenariosConfig) -> Plan:

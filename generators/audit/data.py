@@ -1,7 +1,9 @@
 """What the checks read, loaded once: :class:`AuditData` and :func:`load_inputs`.
 
 Inputs: our ``tom``/``distractors``/``nocontext`` run folders, a folder of EgoToM CSVs, any JSONL
-bank with a roles file, a ``digital`` run folder; ``against=`` a second bank, ``nocontext=`` a
+bank with a roles file, a ``digital`` or ``history`` run folder, a scenario bank in the Wearable
+Assistant Context Bench's released schema (a ``scenarios`` run folder or any JSONL of such
+records, known by their fields: no roles file); ``against=`` a second bank, ``nocontext=`` a
 nocontext run. Bad input raises a GenError (exit 2).
 """
 
@@ -40,6 +42,10 @@ class AuditData:
     """``digital`` bundles when the input is a digital run (then ``items`` is empty)."""
     histories: list[dict[str, Any]] | None = None
     """``history`` records when the input is a history run (then ``items`` is empty)."""
+    scenarios: list[dict[str, Any]] | None = None
+    """Context-tracking scenarios (released schema) when the input is a scenario bank (then
+    ``items`` is empty: the scenarios check applies the benchmark's rules to them)."""
+    scenarios_file: Path | None = None
     history_config: dict[str, Any] = field(default_factory=dict)
     """The history run's config (supports, positives) from its manifest."""
     digital_config: dict[str, Any] = field(default_factory=dict)
@@ -90,6 +96,12 @@ def _read_bank(path: Path, roles: str | None, what: str) -> list[Bank]:
             raise InputError(f"{what}: with roles= the bank must be a JSONL file, got the folder {path}")
         return [load_roles_bank(path, read_roles(Path(roles).expanduser()))]
     return load_banks(path)
+
+
+def _is_scenarios(path: Path) -> bool:
+    from generators.scenarios import is_scenario_bank
+
+    return is_scenario_bank(path)
 
 
 def _run_folder(path: Path) -> Path | None:
@@ -143,6 +155,12 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
             merged = m.get("merged") if isinstance(m.get("merged"), dict) else {}
             config = merged.get("source_config") or m.get("config")
             data.digital_config = config if isinstance(config, dict) else {}
+    elif cfg.roles is None and _is_scenarios(path):
+        from generators.scenarios import NAME, read_scenarios
+
+        data.scenarios = read_scenarios(path)
+        data.scenarios_file = path / f"{NAME}.jsonl" if path.is_dir() else path
+        ctx.record_input(data.scenarios_file)
     elif cfg.roles is not None or path.is_file() or _has_bank(path):
         data.banks = _read_bank(path, cfg.roles, "input")
         if cfg.roles is not None:
@@ -153,7 +171,7 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
             data.bank_of += [bank.path.name] * len(bank.items)
     elif not (path / "manifest.json").is_file():
         raise InputError(f"input: {path} holds no bank ({', '.join(RECORD_FILES)}, EgoToM CSVs), "
-                         "no digital.jsonl, no history.jsonl and no manifest.json")
+                         "no digital.jsonl, no history.jsonl, no scenarios.jsonl and no manifest.json")
     if (f := _run_folder(path)) is not None:
         folders.append(f)
     if cfg.against is not None:
@@ -186,10 +204,10 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
 def _refuse_empty(data: AuditData, path: Path, roles: str | None) -> None:
     """Zero items (or bundles) is an input error: an audit of nothing passes any CI gate."""
     empty = ((data.bundles is not None and not data.bundles) or (data.histories is not None and not data.histories)
-             or (data.banks and not data.items))
+             or (data.scenarios is not None and not data.scenarios) or (data.banks and not data.items))
     if empty:
         what = ("digital bundles" if data.bundles is not None else "history banks" if data.histories is not None
-                else "items")
+                else "scenarios" if data.scenarios is not None else "items")
         names = ", ".join(str(b.path) for b in data.banks) or str(path)
         raise InputError(f"input: {names} holds 0 {what}{' (read with roles=' + roles + ')' if roles else ''}; "
                          "allow_empty=true audits an empty bank")

@@ -57,6 +57,7 @@ def write_report(cfg: AuditConfig, ctx: RunContext, data: AuditData, results: li
         "input": cfg.input, "roles": cfg.roles, "against": cfg.against, "nocontext": cfg.nocontext,
         "banks": [{"path": str(b.path), "format": b.format, "items": len(b.items)} for b in data.banks],
         "bundles": None if data.bundles is None else len(data.bundles),
+        "scenarios": None if data.scenarios is None else len(data.scenarios),
         "run_folders": [str(f) for f in data.folders],
         "summary": summary, "thresholds": thresholds(cfg),
         "checks": [{"id": REGISTRY[r.key].order, "key": r.key, "title": REGISTRY[r.key].title, "status": r.status,
@@ -173,7 +174,9 @@ def option_doc(cfg: AuditConfig, key: str) -> str:
 def render_markdown(cfg: AuditConfig, data: AuditData, results: list[CheckResult], summary: dict[str, Any],
                     plots: dict[str, str]) -> str:
     src = (f"{len(data.items)} items from {', '.join(b.path.name for b in data.banks)}" if data.banks else
-           f"{len(data.bundles)} digital bundles" if data.bundles is not None else "a run folder")
+           f"{len(data.bundles)} digital bundles" if data.bundles is not None else
+           f"{len(data.scenarios)} scenarios from {getattr(data.scenarios_file, 'name', '')}"
+           if data.scenarios is not None else "a run folder")
     sev = summary["by_severity"]
     lines = [f"# Audit of `{cfg.input}`", "",
              f"{src}. Findings: **{sev['error']} errors**, {sev['warning']} warnings, {sev['info']} info. "

@@ -17,11 +17,13 @@ import os
 import re
 import shutil
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import CONTEXT_BENCH
 
 import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError, MissingInputError
@@ -45,7 +47,8 @@ CHECKS = check_keys()
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())
 ROLES = FIX / "scenario_roles.yaml"
-EXACT_ONLY = ["structure", "leakage", "position", "length", "shortcut", "blind", "digital", "history", "integrity"]
+EXACT_ONLY = ["structure", "leakage", "position", "length", "shortcut", "blind", "digital", "history", "integrity",
+              "scenarios"]
 
 
 class TrigramEmbedder:
@@ -115,7 +118,7 @@ def test_clean_bank_every_check_runs_and_finds_nothing(clean_run) -> None:
     result, findings, report = clean_run
     assert findings == [] and result.exit_code == 0
     status = {c["key"]: c["status"] for c in report["checks"]}
-    assert status == {**dict.fromkeys(CHECKS, "ran"), "digital": "skipped", "history": "skipped"}
+    assert status == {**dict.fromkeys(CHECKS, "ran"), "digital": "skipped", "history": "skipped", "scenarios": "skipped"}
     stats = {c["key"]: c["stats"] for c in report["checks"]}
     # the statistics were computed, not skipped: a clean verdict means something
     assert stats["structure"]["per_question_type"]["goal"]["items"] == 40
@@ -139,6 +142,106 @@ def test_clean_scenario_bank_finds_nothing(tmp_path: Path) -> None:
     for key in ("position", "length", "similar_options", "shortcut"):
         assert stats[key]["status"] == "skipped"  # no options in a scenario bank
     assert stats["duplicates"]["status"] == "ran"
+
+
+EXAMPLES_JSONL = CONTEXT_BENCH / "examples.jsonl"
+
+
+def scenario_expectation(rows: list[dict[str, Any]]) -> Counter:
+    """(rule, scenario id or None) -> count, from generators.scenarios' rule functions themselves:
+    what the scenarios check must report, whatever the examples hold."""
+    from pydantic import ValidationError
+
+    from generators.scenarios import (
+        bank_problems,
+        presence_problems,
+        rule_problems,
+        schema_problems,
+    )
+    from schemas.scenarios import ScenarioRecord
+
+    want: Counter = Counter()
+    valid = []
+    for s in rows:
+        try:
+            ScenarioRecord.model_validate(s)
+        except ValidationError:
+            problems = schema_problems(s) + presence_problems(s)
+        else:
+            valid.append(s)
+            problems = rule_problems(s)
+        want.update((rule, s["scenario_id"]) for rule, _ in problems)
+    want.update((rule, None if sid == "<bank>" else sid) for sid, rule, _ in bank_problems(valid, signature_limit=2))
+    return want
+
+
+def scenario_findings(findings: list[dict[str, Any]]) -> Counter:
+    return Counter((f["kind"], f["items"][0] if f["items"] else None) for f in of(findings, "scenarios"))
+
+
+def test_released_example_scenarios_are_audited_without_roles(tmp_path: Path) -> None:
+    if not EXAMPLES_JSONL.is_file():
+        pytest.skip("the context benchmark's examples are not in ../shared")
+    rows = [json.loads(x) for x in EXAMPLES_JSONL.read_text(encoding="utf-8").splitlines() if x.strip()]
+    result, findings, report = run_audit(tmp_path / "out", EXAMPLES_JSONL, embeddings=False)
+    want = scenario_expectation(rows)
+    assert scenario_findings(findings) == want and [f for f in findings if f["check"] != "scenarios"] == []
+    errors = [f for f in findings if f["severity"] == "error"]
+    assert result.exit_code == (1 if errors else 0) and report["scenarios"] == len(rows) == 10
+    checks = {c["key"]: c for c in report["checks"]}
+    assert checks["scenarios"]["status"] == "ran" and checks["scenarios"]["stats"]["scenarios"] == 10
+    assert checks["scenarios"]["stats"]["with_findings"] == len({sid for _, sid in want if sid})
+    for key in ("structure", "leakage", "duplicates"):
+        assert checks[key]["status"] == "skipped" and "scenarios check" in checks[key]["reason"], key
+    assert all(c["status"] == "skipped" and c["reason"] for k, c in checks.items() if k != "scenarios")
+    for f in of(findings, "scenarios"):  # each finding names the field its rule found, when it names one
+        if f["kind"] in ("gold_in_speech", "object_name_in_camera", "speech_not_deictic"):
+            assert f["fields"] and f["fields"][0] in f["what"], f
+    md = (tmp_path / "out" / "audit.md").read_text()
+    assert "10 scenarios from examples.jsonl" in md and "## 12. Context-tracking scenarios" in md
+
+
+def test_a_planted_scenario_violation_is_found(tmp_path: Path) -> None:
+    if not EXAMPLES_JSONL.is_file():
+        pytest.skip("the context benchmark's examples are not in ../shared")
+    rows = [json.loads(x) for x in EXAMPLES_JSONL.read_text(encoding="utf-8").splitlines() if x.strip()]
+    _, clean, _ = run_audit(tmp_path / "clean", EXAMPLES_JSONL, embeddings=False)
+    gold = rows[0]["gold"]["current_answers"][0]
+    rows[0] = {**rows[0], "turn_2_user": f"Is my grip okay for this {gold}?"}  # a gold token in user speech
+    rows[2] = {**rows[2], "turn_2_user": rows[1]["turn_2_user"]}  # the same turn-2 text twice
+    rows[3] = {**rows[3], "change_type": "teleport"}  # outside the released schema
+    folder = tmp_path / "run"  # a folder holding scenarios.jsonl reads as a scenarios run
+    folder.mkdir()
+    (folder / "scenarios.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result, findings, report = run_audit(tmp_path / "planted", folder, embeddings=False)
+    got = scenario_findings(findings)
+    assert got == scenario_expectation(rows)
+    new = got - scenario_findings(clean)
+    assert new[("gold_in_speech", rows[0]["scenario_id"])] >= 1  # "chef's knife" holds "knife", another gold item
+    assert new[("duplicate_turn_2", rows[2]["scenario_id"])] == 1
+    assert new[("schema", rows[3]["scenario_id"])] >= 1
+    leaks = [f for f in findings if f["kind"] == "gold_in_speech"]
+    assert all(f["severity"] == "error" and f["fields"] == ["turn_2_user"] for f in leaks)
+    assert any(repr(gold) in f["what"] for f in leaks)
+    assert result.exit_code == 1
+    stats = next(c for c in report["checks"] if c["key"] == "scenarios")["stats"]
+    assert stats["schema_invalid"] == 1
+    # an empty scenario bank is an input error, not a clean audit
+    (folder / "scenarios.jsonl").write_text("", encoding="utf-8")
+    with pytest.raises(InputError, match="holds 0 scenarios"):
+        run_audit(tmp_path / "empty", folder, embeddings=False)
+
+
+def test_scenario_records_without_the_released_fields_still_need_roles(tmp_path: Path) -> None:
+    """A JSONL of other scenario records (the roles fixture's) is not taken for the released
+    schema: without roles= it is read as before, with it through the roles file."""
+    from generators.scenarios import is_scenario_bank
+
+    assert not is_scenario_bank(FIX / "scenarios.jsonl")
+    bad = tmp_path / "scenarios.jsonl"
+    bad.write_text('{"scenario_id": 1, "change_type": "location", "target_context": "current", "turn_2_user": "x"}\n')
+    with pytest.raises(InputError, match=rf"^{re.escape(str(bad))}:1: scenario_id: "):
+        run_audit(tmp_path / "out", bad, embeddings=False)
 
 
 def test_clean_digital_run_finds_nothing(tmp_path: Path) -> None:
@@ -283,10 +386,10 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
 
 
 def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None:
-    assert [c.order for c in REGISTRY.values()] == list(range(1, 12))
+    assert [c.order for c in REGISTRY.values()] == list(range(1, 13))
     assert AuditConfig(input="x").checks == CHECKS == ["structure", "leakage", "position", "length",
                                                        "similar_options", "duplicates", "shortcut", "blind",
-                                                       "digital", "history", "integrity"]
+                                                       "digital", "history", "integrity", "scenarios"]
     help_text = AuditConfig.model_fields["checks"].description
     for c in REGISTRY.values():
         assert f"{c.key}: {c.finds}" in help_text
@@ -337,7 +440,7 @@ PROBE_CHECK = """\"\"\"A check added as one file.\"\"\"
 from generators.audit.registry import CheckResult, check, finding
 
 
-@check("probe", order=12, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
+@check("probe", order=13, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
 def probe(data, cfg):
     \"\"\"Counts the items, to show that a new check is one new file.\"\"\"
     res = CheckResult("probe", stats={"items": len(data.items)})
@@ -353,15 +456,15 @@ def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir:
     (tmp_path / "generators" / "audit" / "checks" / "probe.py").write_text(PROBE_CHECK)
     run_gen = runner_for(tmp_path, cache_dir)
     shown = run_gen("audit", "--help")
-    assert "probe: nothing, it counts items" in shown.stdout and '"integrity","probe"]' in shown.stdout, shown.stdout
+    assert "probe: nothing, it counts items" in shown.stdout and '"scenarios","probe"]' in shown.stdout, shown.stdout
     p = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "embeddings=false", "checks=[structure,probe]",
                 f"hydra.run.dir={tmp_path / 'out'}")
     assert p.returncode == 0, p.stderr
     report = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (12, "probe", {"items": 80})
-    assert report["findings"][0]["check_id"] == 12
+    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (13, "probe", {"items": 80})
+    assert report["findings"][0]["check_id"] == 13
     md = (tmp_path / "out" / "audit.md").read_text()
-    assert "## 12. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
+    assert "## 13. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
     bad = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "checks=[probe,nope]")
     assert bad.returncode == 2 and "nope" in bad.stderr and "'probe'" in bad.stderr
 

@@ -45,6 +45,8 @@ def blind(data: AuditData, cfg: AuditConfig) -> CheckResult:
     res = CheckResult(key)
     if data.nocontext is None:
         return CheckResult(key, "skipped", "no nocontext= results given")
+    if data.scenarios is not None:
+        return CheckResult(key, "skipped", "a scenario bank: nocontext runs answer multiple-choice items")
     by_id = {it.item_id: it for it in data.items}
     rows = [r for r in data.nocontext if not by_id or r["item_id"] in by_id]
     missing = len(by_id.keys() - {r["item_id"] for r in data.nocontext}) if by_id else 0

@@ -182,6 +182,9 @@ def duplicates(data: AuditData, cfg: AuditConfig) -> CheckResult:
     within the bank and against a second bank."""
     key = "duplicates"
     res = CheckResult(key)
+    if data.scenarios is not None:
+        return CheckResult(key, "skipped", "a scenario bank: duplicate ids and identical turn-2 texts are the "
+                                           "scenarios check's rules")
     if data.bundles is not None or not data.items:
         return CheckResult(key, "skipped", "no items")
     sig = [item_signature(it, data.visible(i)) for i, it in enumerate(data.items)]

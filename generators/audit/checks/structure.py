@@ -34,6 +34,9 @@ def structure(data: AuditData, cfg: AuditConfig) -> CheckResult:
     res = CheckResult(key)
     if data.bundles is not None:
         return CheckResult(key, "skipped", "a digital run: bundle structure is part of the digital check")
+    if data.scenarios is not None:
+        return CheckResult(key, "skipped", "a scenario bank: its schema, field presence and ids are the "
+                                           "scenarios check's rules")
     if not data.items and not any(b.problems for b in data.banks):
         return CheckResult(key, "skipped", "no items (the input is a run folder without a bank)")
     for bank in data.banks:
