@@ -353,7 +353,8 @@ def deictic_allowed(change_type: str | None, target: str | None) -> bool:
 
 def schema_problems(scenario: dict[str, Any]) -> list[Problem]:
     """Field names, types and enums of the released schema (the validator's check 3 per scenario,
-    plus the id format and the field set)."""
+    plus the id format and the field set). Any JSON object is taken: a field of the wrong type is
+    a problem, never an exception."""
     out: list[Problem] = []
     try:
         ScenarioRecord.model_validate(scenario)
@@ -362,16 +363,19 @@ def schema_problems(scenario: dict[str, Any]) -> list[Problem]:
             where = ".".join(str(p) for p in err["loc"]) or "record"
             out.append(("schema", f"{where}: {err['msg']}"))
     target, gold = scenario.get("target_context"), scenario.get("gold")
+    target = target if isinstance(target, str) else None
+    subset = scenario.get("subset")
     sid = str(scenario.get("scenario_id", ""))
-    prefix = {"bank": "sc-", "contrast": "adv-"}.get(scenario.get("subset"))  # type: ignore[arg-type]
+    prefix = {"bank": "sc-", "contrast": "adv-"}.get(subset) if isinstance(subset, str) else None
     if prefix and not sid.startswith(prefix):
         out.append(("schema", f"scenario_id {sid!r} does not start with {prefix!r} for subset {scenario.get('subset')}"))
     if isinstance(gold, dict):
         need = {"current": "current_answers", "prior": "prior_answers", "clarify": "clarify_indicators",
-                "abstain": "abstain_indicators"}.get(target)  # type: ignore[arg-type]
+                "abstain": "abstain_indicators"}.get(target) if target else None
         if need and not gold.get(need):
             out.append(("schema", f"{target} target but {need} is empty"))
-        if target in ("current", "prior") and need and 0 < len(gold.get(need) or []) < 3:
+        items = gold.get(need) if need else None
+        if target in ("current", "prior") and isinstance(items, list) and 0 < len(items) < 3:
             out.append(("schema", f"{need} has fewer than 3 items"))
     return out
 

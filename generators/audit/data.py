@@ -156,10 +156,10 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
             config = merged.get("source_config") or m.get("config")
             data.digital_config = config if isinstance(config, dict) else {}
     elif cfg.roles is None and _is_scenarios(path):
-        from generators.scenarios import NAME, read_scenarios
+        from generators.scenarios import read_scenarios
 
         data.scenarios = read_scenarios(path)
-        data.scenarios_file = path / f"{NAME}.jsonl" if path.is_dir() else path
+        data.scenarios_file = path / "scenarios.jsonl" if path.is_dir() else path
         ctx.record_input(data.scenarios_file)
     elif cfg.roles is not None or path.is_file() or _has_bank(path):
         data.banks = _read_bank(path, cfg.roles, "input")

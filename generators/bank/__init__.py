@@ -61,9 +61,10 @@ class BankConfig(CommonConfig):
     """add | verify | export; also given as the word after ``bank`` (python -m gen bank add …)."""
     bank: str | None = None
     """The bank directory (created by the first add)."""
-    kind: Literal["auto", "tom", "distractors", "digital", "mcq"] = "auto"
+    kind: Literal["auto", "tom", "distractors", "digital", "mcq", "scenarios"] = "auto"
     """add: the item kind of input=; auto: from the file name (tom.jsonl, distractors.jsonl,
-    digital.jsonl; EgoToM CSVs and other MCQ JSONL are mcq)."""
+    digital.jsonl), scenarios for records in the context benchmark's released schema (known by
+    their fields); EgoToM CSVs and other MCQ JSONL are mcq."""
     roles: str | None = None
     """add: a roles file (YAML/JSON, as for audit): input= is then any JSONL bank, read through
     it and stored as MCQ records (kind mcq) that keep each source row under ``source_row``."""
@@ -78,10 +79,10 @@ class BankConfig(CommonConfig):
     """add: a line for the changelog entry of the new version."""
     audit_options: dict[str, Any] | None = None
     """add: extra options for the audit run (for example audit_options={checks: [structure, leakage]})."""
-    format: Literal["parquet", "croissant", "hf", "lm_eval", "inspect", "wagibench", "egotom"] = "parquet"
+    format: Literal["parquet", "croissant", "hf", "lm_eval", "inspect", "wagibench", "egotom", "scenarios"] = "parquet"
     """export: parquet (data files, dataset card, croissant.json), croissant (data files + croissant.json),
     hf (a Hugging Face datasets folder), lm_eval / inspect (harness tasks of the MCQ kinds), wagibench
-    (MCQ + digital-state JSON), egotom (CSVs)."""
+    (MCQ + digital-state JSON), egotom (CSVs), scenarios (the context benchmark's scenarios.jsonl)."""
     license: str | None = None
     """export: the data's license, an SPDX id (CC-BY-4.0) or a URL, for the card and croissant.json."""
     citation: str | None = None

@@ -57,6 +57,7 @@ from generators.bank.identity import (
     item_id_of,
     mcq_identity,
     record_mcq,
+    scenario_question_type,
 )
 from generators.bank.store import (
     CHANGELOG,
@@ -111,7 +112,7 @@ class AddPlan:
 class Item:
     kind: str
     fmt: str
-    """``mcq_record``, ``egotom_csv`` or ``digital_bundle``: how ``record`` is read."""
+    """``mcq_record``, ``egotom_csv``, ``digital_bundle`` or ``scenario_record``: how ``record`` is read."""
     record: dict[str, Any]
     item_id: str
     source_item_id: str
@@ -131,26 +132,34 @@ def kind_of(path: Path) -> tuple[str, str]:
     stem = path.stem
     if stem == "digital":
         return "digital", "digital_bundle"
-    return (stem if stem in MCQ_KINDS else "mcq"), "mcq_record"
+    if stem in MCQ_KINDS:
+        return stem, "mcq_record"
+    from generators.scenarios import is_scenario_bank
+
+    if stem == "scenarios" or is_scenario_bank(path):  # the context benchmark's released schema
+        return "scenarios", "scenario_record"
+    return "mcq", "mcq_record"
 
 
 def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> list[tuple[Path, str, str]]:
     """The record files of input= with their kind and format: a run folder (tom, distractors,
-    digital, mcq, a nocontext run's kept/), a folder of EgoToM CSVs, one file, or (with a
-    roles file) any JSONL bank."""
+    digital, scenarios, mcq, a nocontext run's kept/), a folder of EgoToM CSVs, one file, or
+    (with a roles file) any JSONL bank."""
     from gen.mcq import RECORD_FILES
 
     if roles is not None:
         if not path.is_file() or path.suffix != ".jsonl":
             raise InputError(f"input: with roles= the bank must be one JSONL file, got {path}")
-        if kind == "digital":
-            raise ConfigError("kind=digital does not fit roles= (a roles file describes MCQs)")
+        if kind in ("digital", "scenarios"):
+            raise ConfigError(f"kind={kind} does not fit roles= (a roles file describes MCQs)")
         return [(path, "mcq" if kind == "auto" else kind, "roles_jsonl")]
     files: list[Path]
     if path.is_file():
         files = [path]
     elif (path / "digital.jsonl").is_file():
         files = [path / "digital.jsonl"]
+    elif (path / "scenarios.jsonl").is_file():
+        files = [path / "scenarios.jsonl"]
     elif any((path / n).is_file() for n in RECORD_FILES if n != "nocontext_kept.jsonl"):
         files = [next(path / n for n in RECORD_FILES if (path / n).is_file())]
     elif (path / "nocontext.jsonl").is_file() and (path / "kept").is_dir():
@@ -161,12 +170,12 @@ def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> lis
         files = sorted(p for p in path.glob("*.csv") if egotom_type(p) is not None)
     if not files:
         raise InputError(f"input: {path} holds no records (tom.jsonl, distractors.jsonl, digital.jsonl, "
-                         "mcq.jsonl or EgoToM CSVs)")
+                         "scenarios.jsonl, mcq.jsonl or EgoToM CSVs)")
     out = []
     for f in files:
         k, fmt = kind_of(f)
         if kind != "auto":
-            if (kind == "digital") != (fmt == "digital_bundle"):
+            if (kind == "digital") != (fmt == "digital_bundle") or (kind == "scenarios") != (fmt == "scenario_record"):
                 raise ConfigError(f"kind={kind} does not fit {f} ({fmt})")
             k = kind
         out.append((f, k, fmt))
@@ -176,8 +185,8 @@ def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> lis
 def count_rows(path: Path, fmt: str) -> int:
     if fmt == "egotom_csv":
         return len(read_csv_rows(path))
-    with open(path, encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip())
+    # parsed as the batch will be: a non-UTF-8 byte or a bad line is an InputError naming file:line
+    return sum(1 for _ in iter_jsonl(path))
 
 
 def read_csv_rows(path: Path) -> list[dict[str, Any]]:
@@ -250,6 +259,7 @@ def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
 def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> list[Item]:
     """Every input item, validated (a bad line is an InputError naming file:line), with its id."""
     from schemas.digital import DigitalBundle
+    from schemas.scenarios import ScenarioRecord
 
     items: list[Item] = []
     for path, kind, fmt in files:
@@ -267,7 +277,11 @@ def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> 
         for lineno, record in iter_jsonl(path):
             where = f"{path}:{lineno}"
             try:
-                if fmt == "digital_bundle":
+                if fmt == "scenario_record":
+                    ScenarioRecord.model_validate(record)
+                    items.append(Item(kind, fmt, record, item_id_of(fmt, record), record["scenario_id"], where,
+                                      scenario_question_type(record)))
+                elif fmt == "digital_bundle":
                     DigitalBundle.model_validate(record)
                     sid = record["bundle_id"]
                     cue = record.get("cue")
@@ -280,7 +294,8 @@ def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> 
             except ValidationError as e:
                 err = e.errors()[0]
                 loc = ".".join(str(x) for x in err["loc"])
-                what = "a digital bundle" if fmt == "digital_bundle" else "an MCQ record"
+                what = {"digital_bundle": "a digital bundle", "scenario_record": "a scenario in the released schema"
+                        }.get(fmt, "an MCQ record")
                 raise InputError(f"{where}: not {what} ({loc}: {err['msg']})") from None
     return items
 
@@ -345,6 +360,10 @@ def row_of(item: Item, version: int, source: str) -> dict[str, Any]:
                    cue=cue.get("cue"), main_persona=(b.get("main_persona") or {}).get("name"),
                    related_personas=[(r.get("persona") or {}).get("name") for r in b.get("related_personas") or []],
                    apps=sorted(b.get("apps") or {}), chars_total=stats.get("chars_total"))
+    elif item.fmt == "scenario_record":
+        row.update({k: item.record.get(k) for k in ("scenario_id", "subset", "pair_id", "target_context", "change_type",
+                                                     "activity_domain", "referent_complexity", "difficulty_tier",
+                                                     "turn_2_user")})
     else:
         q = record_mcq(item.fmt, item.record)
         row.update(question=q.question, options=q.options, answer=q.answer, answer_text=q.answer_text,

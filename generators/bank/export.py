@@ -11,7 +11,11 @@ Formats (one writer each, :data:`EXPORT_KINDS` says which item kinds it covers):
 * ``lm_eval`` and ``inspect``: evaluation-harness tasks for the multiple-choice kinds
   (:mod:`~generators.bank.harness`);
 * ``wagibench``: WAGIBench's MCQ layout from ``distractors`` items and its digital-state JSON
-  from ``digital`` items; ``egotom``: EgoToM's CSVs from ``tom`` and EgoToM-typed ``mcq`` items.
+  from ``digital`` items; ``egotom``: EgoToM's CSVs from ``tom`` and EgoToM-typed ``mcq`` items;
+  ``scenarios``: the Wearable Assistant Context Bench's released ``scenarios.jsonl`` (field
+  names and order of its schema, gold inline) from ``scenarios`` items, with ``bank_ids.json``
+  (each scenario_id's bank item id and version) and a ``MANIFEST.lock.json`` in the benchmark's
+  form.
 
 One outcome per item of the kinds the format covers. Exported ids are the bank's; the original
 id is kept as ``source_item_id``. Every export holds ``EXPORT.json``: the bank, its version and
@@ -61,7 +65,7 @@ if TYPE_CHECKING:
     from generators.bank import BankConfig
 
 EXPORT_KINDS = {"parquet": KINDS, "croissant": KINDS, "hf": KINDS, "wagibench": ("distractors", "digital"),
-                "egotom": ("tom", "mcq"), "lm_eval": MCQ_KINDS, "inspect": MCQ_KINDS}
+                "egotom": ("tom", "mcq"), "lm_eval": MCQ_KINDS, "inspect": MCQ_KINDS, "scenarios": ("scenarios",)}
 """The item kinds each format covers."""
 EXPORT_FILE = "EXPORT.json"
 Outcome = tuple[dict[str, Any], "str | Reject"]
@@ -102,7 +106,7 @@ def writers() -> dict[str, Writer]:
 
     return {"parquet": release.export_parquet, "croissant": release.export_croissant, "hf": release.export_hf,
             "wagibench": export_wagibench, "egotom": export_egotom, "lm_eval": harness.export_lm_eval,
-            "inspect": harness.export_inspect}
+            "inspect": harness.export_inspect, "scenarios": export_scenarios}
 
 
 def check_out(root: Path, out: Path) -> None:
@@ -274,4 +278,44 @@ def export_egotom(job: Job, out: Path) -> list[Outcome]:
     for q, rs in rows.items():
         if rs:
             write_egotom_csv(rs, q, out / f"egotom_{q}_shuffled.csv")
+    return outcomes
+
+
+def export_scenarios(job: Job, out: Path) -> list[Outcome]:
+    """``scenarios.jsonl`` in the context benchmark's released schema, rows in the bank's order,
+    each its stored record re-serialised through :class:`schemas.scenarios.ScenarioRecord` (the
+    released field order, as ``gen scenarios`` writes it). The scenario ids are the records' own
+    (the benchmark's tools key on them): a scenario whose id an earlier row already has is a reject
+    (``duplicate_scenario_id``; ``gen scenarios existing=<bank export> id_start=…`` numbers a new
+    batch past a bank's ids). ``bank_ids.json`` maps each exported scenario_id to its bank item id,
+    version and source id; ``MANIFEST.lock.json`` is the benchmark's lock of the file."""
+    from generators.scenarios import LOCK as SCENARIO_LOCK
+    from generators.scenarios import SCHEMA_REVISION
+    from schemas.scenarios import ScenarioRecord
+
+    outcomes: list[Outcome] = []
+    lines: list[str] = []
+    ids: dict[str, dict[str, Any]] = {}
+    subsets: dict[str, int] = {}
+    if "scenarios" in job.frames:
+        for r in job.frames["scenarios"].iter_rows(named=True):
+            rec = ScenarioRecord.model_validate(json.loads(r["record"]))
+            if rec.scenario_id in ids:
+                first = ids[rec.scenario_id]["item_id"]
+                outcomes.append((r, Reject(record_id=r["item_id"], index=0, stage="export", reason="duplicate_scenario_id",
+                                           detail=f"scenario_id {rec.scenario_id} is already item {first}'s in this export")))
+                continue
+            ids[rec.scenario_id] = {"item_id": r["item_id"], "added_in": label(r["added_in"]),
+                                    "source_item_id": r["source_item_id"]}
+            subsets[rec.subset] = subsets.get(rec.subset, 0) + 1
+            lines.append(rec.model_dump_json() + "\n")
+            outcomes.append((r, "scenarios.jsonl"))
+    write_text(out / "scenarios.jsonl", "".join(lines))
+    write_text(out / "bank_ids.json", json_text(ids))
+    lock = {"benchmark_version": f"{job.name} {job.label}", "schema_revision": SCHEMA_REVISION,
+            "judge_prompt_version": None, "judge_prompt_sha256": None,
+            "scenarios_sha256": sha256_file(out / "scenarios.jsonl"), "prompt_conditions_sha256": None,
+            "generator": f"gen bank export {gen.__version__}", "bank_lock_sha256": job.lock_sha,
+            "counts": dict(sorted(subsets.items()))}
+    write_text(out / SCENARIO_LOCK, json.dumps(lock, indent=2, ensure_ascii=False) + "\n")
     return outcomes

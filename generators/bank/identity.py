@@ -12,6 +12,12 @@ field, so the same item has the same id on every machine and from every seed:
   generator-specific field.
 * digital bundles: the whole bundle minus ``bundle_id``, ``stats`` (derived) and every
   ``*_id`` key holding a 32-hex id (persona, event, message… ids are seed-derived).
+* context-tracking scenarios (the context benchmark's released schema): the visible channels
+  only, as the candidate gets them (:data:`schemas.scenarios.VISIBLE_FIELDS`: the context image,
+  the two camera frames, the user turns and both repair prompts), each normalised. Not hashed:
+  ``scenario_id``, ``pair_id``, the skeleton (``target_context``, ``change_type``, domain,
+  difficulty…), ``notes`` and the judge's ``gold`` lists — so one scenario re-labelled or
+  re-numbered is the same item, and two that differ only in what the judge is told collide.
 """
 
 from __future__ import annotations
@@ -26,13 +32,14 @@ from gen.errors import InputError
 from gen.mcq import EGOTOM_QUESTION, EGOTOM_TYPES, egotom_columns, from_record
 from schemas.mcq import MCQ, MCQRecord
 
-KINDS = ("tom", "distractors", "digital", "mcq")
+KINDS = ("tom", "distractors", "digital", "mcq", "scenarios")
 """Item kinds, one parquet file each: ``mcq`` is for external MCQ banks (EgoToM CSVs, MCQ
 records of other origin)."""
 MCQ_KINDS = ("tom", "distractors", "mcq")
 ITEM_ID = ("first 32 hex of SHA-256 of the canonical JSON of the item's identity (see "
            "generators/bank/identity.py): MCQ: question_type, question, visible fields, sorted options, "
-           "answer text; digital: the bundle without seed-derived ids and stats")
+           "answer text; digital: the bundle without seed-derived ids and stats; scenarios: the visible "
+           "channels (context image, camera frames, user turns, repair prompts), not the gold or the target")
 """How ids are made, in words, for every lock."""
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _WS = re.compile(r"\s+")
@@ -63,6 +70,21 @@ def mcq_identity(q: MCQ) -> dict[str, Any]:
         "options": sorted(norm(o) or "" for o in q.options),
         "answer": norm(q.answer_text),
     }
+
+
+def scenario_identity(record: dict[str, Any]) -> dict[str, Any]:
+    """What a scenario's id hashes: its visible channels, normalised (absent ones as null)."""
+    from schemas.scenarios import VISIBLE_FIELDS
+
+    def text(v: Any) -> Any:
+        return norm(v) if isinstance(v, str) else v
+
+    return {"scenario": {f: text(record.get(f)) for f in VISIBLE_FIELDS}}
+
+
+SCENARIO_EMBED_ORDER = ("turn_2_user", "turn_2_image", "turn_1_user", "turn_1_image", "context_image")
+"""A scenario's text for near-duplicates: turn 2 first (where scenarios of one setting differ;
+the embedder truncates long inputs)."""
 
 
 def strip_ids(obj: Any) -> Any:
@@ -100,6 +122,8 @@ def record_mcq(fmt: str, record: dict[str, Any]) -> MCQ:
 def identity_of(fmt: str, record: dict[str, Any]) -> dict[str, Any]:
     if fmt == "digital_bundle":
         return strip_ids(record)
+    if fmt == "scenario_record":
+        return scenario_identity(record)
     return mcq_identity(record_mcq(fmt, record))
 
 
@@ -119,6 +143,8 @@ def embed_text(fmt: str, record: dict[str, Any]) -> str:
             texts = _texts(b["apps"][app])[:6]
             parts.append(f"{app}: " + "; ".join(texts))
         return "\n".join(parts)
+    if fmt == "scenario_record":
+        return "\n".join(record[f] for f in SCENARIO_EMBED_ORDER if isinstance(record.get(f), str))
     q = record_mcq(fmt, record)
     ident = mcq_identity(q)
     return "\n".join([ident["question"] or "", *ident["options"], *(v or "" for v in ident["visible"].values())])
@@ -142,5 +168,12 @@ def _texts(obj: Any) -> list[str]:
 
 
 def family(kind: str) -> str:
-    """Near-duplicates are looked for within a family: ``digital`` bundles, or MCQs."""
-    return "digital" if kind == "digital" else "mcq"
+    """Near-duplicates are looked for within a family: ``digital`` bundles, ``scenarios``, or MCQs."""
+    return kind if kind in ("digital", "scenarios") else "mcq"
+
+
+def scenario_question_type(record: dict[str, Any]) -> str:
+    """A scenario's question type in the bank: ``<change_type>/<target_context>``. Near-duplicates
+    are looked for within one, so the two members of a contrast pair (one turn 1, a current and
+    a prior target) are not taken for copies of each other."""
+    return f"{record.get('change_type')}/{record.get('target_context')}"

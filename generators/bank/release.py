@@ -48,7 +48,7 @@ SPLIT = "test"
 
 COLUMNS = {
     "item_id": "The bank's content id of the item (how it is made: item_id in MANIFEST.lock.json).",
-    "kind": "Item kind: tom, distractors, digital or mcq (an imported MCQ bank).",
+    "kind": "Item kind: tom, distractors, digital, mcq (an imported MCQ bank) or scenarios (context tracking).",
     "question_type": "Question type (goal, belief, actions; similar, dissimilar; a cue app for digital bundles).",
     "added_in": "The bank version that added the item.",
     "source": "SHA-256 of the manifest.json of the run the item came from (sources in MANIFEST.lock.json).",
@@ -72,6 +72,15 @@ COLUMNS = {
     "related_personas": "Names of the five related personas.",
     "apps": "The apps the bundle has states for.",
     "chars_total": "Characters of the rendered bundle.",
+    "scenario_id": "The scenario's id in the context benchmark's format (sc-NN bank, adv-NN contrast).",
+    "subset": "bank or contrast (A/B pairs that share turn 1).",
+    "pair_id": "The contrast pair the scenario belongs to; null in the bank subset.",
+    "target_context": "PRIVILEGED (judge side). Which context turn 2 refers to: current, prior, clarify or abstain.",
+    "change_type": "PRIVILEGED (judge side). The kind of context shift between turn 1 and turn 2.",
+    "activity_domain": "The scenario's activity domain (kitchen, workshop…).",
+    "referent_complexity": "How many referents turn 2 could mean.",
+    "difficulty_tier": "easy, medium or hard.",
+    "turn_2_user": "What the user says at turn 2 (the deictic question).",
 }
 PRIVILEGED_COLUMNS = ("wagibench", "record")
 ANSWERS = {
@@ -83,6 +92,9 @@ ANSWERS = {
     "mcq": "mcq: items imported from an existing MCQ bank, with that bank's answers.",
     "digital": "digital (WAGIBench's Digital Context Generator): phone-app states per sampled persona, moment "
                "and cue; code draws the skeleton and an LLM writes the words. Bundles have no answer.",
+    "scenarios": "scenarios (Wearable Assistant Context Bench): three-turn context-tracking scenarios; code draws "
+                 "the skeleton (shift type, target), an LLM writes the words, and the judge's gold lists "
+                 "(current/prior answers, clarify/abstain indicators) are inline in each record.",
 }
 
 

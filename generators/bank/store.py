@@ -134,7 +134,11 @@ def columns(kind: str) -> dict[str, Any]:
 
     common = {"item_id": pl.String, "kind": pl.String, "question_type": pl.String, "added_in": pl.Int64,
               "source": pl.String, "source_format": pl.String, "source_item_id": pl.String}
-    if kind == "digital":
+    if kind == "scenarios":
+        flat = {"scenario_id": pl.String, "subset": pl.String, "pair_id": pl.String, "target_context": pl.String,
+                "change_type": pl.String, "activity_domain": pl.String, "referent_complexity": pl.String,
+                "difficulty_tier": pl.String, "turn_2_user": pl.String}
+    elif kind == "digital":
         flat = {"current_datetime": pl.String, "cue_id": pl.String, "cue_app": pl.String, "cue": pl.String,
                 "main_persona": pl.String, "related_personas": pl.List(pl.String), "apps": pl.List(pl.String),
                 "chars_total": pl.Int64}

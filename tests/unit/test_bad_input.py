@@ -226,6 +226,43 @@ CHAIN = ("steps:\n  - {name: rec, generator: history, options: {synthesize: true
 """A small valid chain for the pipeline."""
 
 
+SCENARIO = {"scenario_id": "sc-01", "subset": "bank", "pair_id": None, "target_context": "current",
+            "change_type": "object_in_hand", "activity_domain": "kitchen", "referent_complexity": "single_referent",
+            "difficulty_tier": "easy", "time_gap_bucket": "seconds", "context_image": None,
+            "turn_1_image": "A hand holds a long wooden shaft dipped into a steel vessel.",
+            "turn_1_user": "Should I keep moving this around?",
+            "turn_2_image": "A hand grips a black handle attached to a flat triangular blade.",
+            "turn_2_user": "Is my grip okay for this?",
+            "turn_3_repair_prompt": "I mean the chef's knife now, not the wooden spoon.",
+            "turn_3_repair_prompt_deictic": "I mean this thing in my hand right now.", "notes": "a swap",
+            "gold": {"current_answers": ["chef's knife", "pinch grip", "knuckles tucked"],
+                     "prior_answers": ["wooden spoon", "stir gently", "simmering"],
+                     "clarify_indicators": [], "abstain_indicators": []}}
+SCENARIO_LINES = "".join(json.dumps(s) + "\n" for s in (
+    SCENARIO, {**SCENARIO, "scenario_id": "sc-02", "target_context": "prior", "turn_3_repair_prompt_deictic": None,
+               "turn_2_user": "Was that the right grip earlier?",
+               "turn_3_repair_prompt": "I mean the wooden spoon before, not the chef's knife."}))
+"""Two scenarios in the context benchmark's released schema (no roles file needed)."""
+
+
+def audit_scenarios(folder: Path) -> Any:
+    """What ``audit`` reads of a scenario bank, and its scenarios check on what it read."""
+    from generators.audit import AuditConfig
+    from generators.audit.checks.scenarios import scenarios as scenarios_check
+    from generators.audit.data import load_inputs
+
+    cfg = AuditConfig(input=str(folder / "scenarios.jsonl"), cache_dir=None, progress="off", embeddings=False)
+    return scenarios_check(load_inputs(cfg, RunContext("audit", cfg, folder / "run")), cfg)
+
+
+def bank_scenarios(folder: Path) -> Any:
+    """What ``bank add`` reads of a scenarios run: its plan (kind, count), then the batch."""
+    from generators.bank.add import load_batch
+
+    p = plan_of("bank", action="add", bank=str(folder / "run" / "bank"), input=str(folder / "scenarios.jsonl"))
+    return load_batch(p.data.files)
+
+
 MANIFEST_FIELDS = ("generator", "config", "seed", "shard", "indices", "num_shards", "counts", "requested", "accepted",
                    "indices_done", "outputs", "validators", "llm_usage", "calls", "pool", "exit_code")
 """What merge and its personas hook read of a shard's manifest."""
@@ -291,6 +328,9 @@ READERS = [
            lambda d: plan_of("distractors", input=str(d / "goals.jsonl"), digital=str(d / "digital.jsonl"))),
     Reader("pipeline chain file", "yaml", lambda d, a: _text(d / "chain.yaml", CHAIN),
            lambda d: plan_of("pipeline", chain=str(d / "chain.yaml"))),
+    Reader("audit scenario bank (released schema)", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
+           audit_scenarios),
+    Reader("bank add scenarios", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES), bank_scenarios),
     Reader("merge: a shard's manifest", "json", lambda d, a: (_shards(d, a.shards), d / "s1" / "manifest.json")[1],
            merge_plan, folder_named=True, then=merge_run, fields=MANIFEST_FIELDS),
     Reader("merge: a shard's records", "jsonl", lambda d, a: (_shards(d, a.shards), d / "s1" / "personas.jsonl")[1],

@@ -1235,3 +1235,116 @@ def test_add_on_a_flipped_byte_is_drift_said_as_verify_says_it(tmp_path: Path) -
     assert len(_lines(proc.stderr)) == 1 and "unexpected" not in proc.stderr
     assert "DRIFT versions/v0001/tom.parquet: hash_mismatch: versions/v0001/tom.parquet: SHA-256" in proc.stderr
     assert bank.current == 1 and sorted(p.name for p in (bank.root / "versions").iterdir()) == ["v0001"]
+
+
+# --------------------------------------------------------------------------- context-tracking scenarios
+
+
+def scenario(i: int, *, sid: str | None = None, target: str = "current") -> dict[str, Any]:
+    """A valid scenario in the context benchmark's released schema, with its own words (and, for
+    i < 9, its own signature: the validator allows 2 per signature)."""
+    r = random.Random(f"scenario/{i}")
+    w = lambda k: " ".join(r.sample(WORDS, k))  # noqa: E731
+    gold = {"current_answers": [w(1), w(1), w(2)], "prior_answers": [w(1), w(1), w(2)],
+            "clarify_indicators": [], "abstain_indicators": []}
+    return {"scenario_id": sid or f"sc-{i + 1:02d}", "subset": "bank", "pair_id": None, "target_context": target,
+            "change_type": "object_in_hand", "activity_domain": ("kitchen", "workshop", "garden")[i // 3 % 3],
+            "referent_complexity": "single_referent", "difficulty_tier": ("easy", "medium", "hard")[i % 3],
+            "time_gap_bucket": "seconds", "context_image": None,
+            "turn_1_image": f"A hand holds a long {w(3)} near a steel vessel.",
+            "turn_1_user": f"Should I keep moving this {w(2)}?",
+            "turn_2_image": f"A hand grips a flat {w(3)} over a wooden slab.",
+            "turn_2_user": f"Is my grip okay for this {w(2)}?",
+            "turn_3_repair_prompt": f"I mean the {gold['current_answers'][0]} now, not the {gold['prior_answers'][0]}.",
+            "turn_3_repair_prompt_deictic": "I mean this thing in my hand right now.",
+            "notes": f"note {i}", "gold": gold}
+
+
+def test_scenario_id_hashes_the_visible_channels_only() -> None:
+    from schemas.scenarios import VISIBLE_FIELDS
+
+    s = scenario(1)
+    relabelled = {**s, "scenario_id": "sc-99", "target_context": "prior", "change_type": "location",
+                  "notes": "other", "difficulty_tier": "hard",
+                  "gold": {**s["gold"], "current_answers": ["something else", "a", "b"]},
+                  "turn_2_user": "  Is my grip   okay" + s["turn_2_user"][len("Is my grip okay"):]}  # spacing only
+    assert item_id_of("scenario_record", relabelled) == item_id_of("scenario_record", s)
+    assert re.fullmatch(r"[0-9a-f]{32}", item_id_of("scenario_record", s))
+    for f in VISIBLE_FIELDS:
+        assert item_id_of("scenario_record", {**s, f: (s[f] or "") + " changed"}) != item_id_of("scenario_record", s), f
+
+
+def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) -> None:
+    from generators.scenarios import LOCK as SCENARIO_LOCK
+    from schemas.scenarios import RECORD_FIELDS
+
+    bank = Bank(tmp_path)
+    first = [scenario(i) for i in range(4)]
+    result, _ = bank.add(run_folder(tmp_path / "sc_a", first, generator="scenarios"))
+    assert (result.accepted, result.exit_code, bank.current) == (4, 0, 1)
+    frame = bank.frame("scenarios")
+    assert frame["item_id"].to_list() == [item_id_of("scenario_record", s) for s in first]
+    assert frame["source_item_id"].to_list() == [s["scenario_id"] for s in first]
+    assert set(frame["question_type"].to_list()) == {"object_in_hand/current"}
+    assert bank.lock()["counts"]["scenarios"]["items"] == 4 and problems(bank) == []
+    # the same scenarios renumbered and with other gold lists: the same items, refused
+    again = [{**s, "scenario_id": f"sc-{50 + k}", "gold": {**s["gold"], "abstain_indicators": ["x"]}}
+             for k, s in enumerate(first[:2])] + [scenario(4, sid="sc-05")]
+    result, _ = bank.add(run_folder(tmp_path / "sc_b", again, generator="scenarios"))
+    rejects = read_jsonl(result.out_dir / "rejects.jsonl")
+    assert [(r["reason"], r["stage"]) for r in rejects] == [("duplicate", "bank")] * 2
+    assert (result.accepted, bank.current) == (1, 2) and problems(bank) == []
+    # a third batch reusing a scenario id: kept in the bank, refused by the export (ids are the format's keys)
+    bank.add(run_folder(tmp_path / "sc_c", [scenario(5, sid="sc-01")], generator="scenarios"))
+    result, _ = bank.export("scenarios", out=str(tmp_path / "export"))
+    out = tmp_path / "export"
+    rows = read_jsonl(out / "scenarios.jsonl")
+    assert [r["scenario_id"] for r in rows] == ["sc-01", "sc-02", "sc-03", "sc-04", "sc-05"]
+    assert rows[:4] == first and all(tuple(r) == RECORD_FIELDS for r in rows)
+    assert [(r["reason"], r["record_id"]) for r in read_jsonl(result.out_dir / "rejects.jsonl")] == [
+        ("duplicate_scenario_id", item_id_of("scenario_record", scenario(5, sid="sc-01")))]
+    ids = json.loads((out / "bank_ids.json").read_text())
+    assert ids["sc-01"] == {"item_id": item_id_of("scenario_record", first[0]), "added_in": "v0001",
+                            "source_item_id": "sc-01"}
+    lock = json.loads((out / SCENARIO_LOCK).read_text())
+    assert lock["scenarios_sha256"] == hashlib.sha256((out / "scenarios.jsonl").read_bytes()).hexdigest()
+    assert lock["counts"] == {"bank": 5} and lock["bank_lock_sha256"] == hashlib.sha256(
+        (version_dir(bank.root, 3) / LOCK).read_bytes()).hexdigest()
+    again, _ = bank.export("scenarios", out=str(tmp_path / "export2"))  # byte-reproducible
+    assert (tmp_path / "export2" / "scenarios.jsonl").read_bytes() == (out / "scenarios.jsonl").read_bytes()
+    result, _ = bank.export("parquet", out=str(tmp_path / "parquet"))  # the generic exports carry the kind
+    assert (tmp_path / "parquet" / "scenarios.parquet").is_file() and result.exit_code == 0
+    assert "Wearable Assistant Context Bench" in (tmp_path / "parquet" / "README.md").read_text()
+
+
+def test_contrast_members_are_not_near_duplicates_of_each_other(tmp_path: Path) -> None:
+    a = {**scenario(1, sid="adv-01"), "subset": "contrast", "pair_id": "pair-01"}
+    b = {**a, "scenario_id": "adv-02", "target_context": "prior", "turn_3_repair_prompt_deictic": None,
+         "turn_2_user": a["turn_2_user"].replace("Is my grip okay", "Was my grip okay")}
+    bank = Bank(tmp_path)
+    result, _ = bank.add(run_folder(tmp_path / "pair", [a, b], generator="scenarios"))
+    assert result.accepted == 2  # one turn 1, a current and a prior target: two question types
+    assert set(bank.frame("scenarios")["question_type"].to_list()) == {"object_in_hand/current", "object_in_hand/prior"}
+
+
+def test_a_bad_scenario_line_is_an_input_error_naming_file_and_line(tmp_path: Path) -> None:
+    rows = [scenario(0), {**scenario(1), "change_type": "teleport"}]
+    folder = run_folder(tmp_path / "bad", rows, generator="scenarios")
+    with pytest.raises(InputError, match=r"scenarios.jsonl:2: not a scenario in the released schema \(change_type: "):
+        Bank(tmp_path).add(folder)
+    with pytest.raises(ConfigError, match="kind=digital does not fit"):
+        Bank(tmp_path).add(folder, kind="digital")
+
+
+def test_real_audit_gates_a_scenario_batch(tmp_path: Path) -> None:
+    """The registered audit on a scenario batch: its scenarios check's errors refuse the batch."""
+    bank = Bank(tmp_path)
+    leaky = [scenario(i) for i in range(3)]
+    leaky[1]["turn_2_user"] = f"Is this {leaky[1]['gold']['current_answers'][0]} right?"
+    result, _ = bank.add(run_folder(tmp_path / "sc", leaky, generator="scenarios"))
+    assert (result.accepted, result.exit_code, bank.current) == (0, 1, None)
+    report = json.loads((result.out_dir / "audit" / "audit.json").read_text())
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert {(f["check"], f["kind"], tuple(f["items"])) for f in errors} == {("scenarios", "gold_in_speech", ("sc-02",))}
+    result, _ = bank.add(run_folder(tmp_path / "sc2", leaky, generator="scenarios"), force=True)
+    assert (result.accepted, bank.current) == (3, 1)
