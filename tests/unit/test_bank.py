@@ -1348,3 +1348,23 @@ def test_real_audit_gates_a_scenario_batch(tmp_path: Path) -> None:
     assert {(f["check"], f["kind"], tuple(f["items"])) for f in errors} == {("scenarios", "gold_in_speech", ("sc-02",))}
     result, _ = bank.add(run_folder(tmp_path / "sc2", leaky, generator="scenarios"), force=True)
     assert (result.accepted, bank.current) == (3, 1)
+
+
+def test_the_benchmarks_examples_round_trip_and_pass_its_validator(tmp_path: Path) -> None:
+    """The 10 released examples through add (forced: their audit has findings) and export
+    format=scenarios: the same records in the same order and field order, and the benchmark's own
+    validator (checks 1, 2, 3, 6) passes on the export."""
+    from conftest import CONTEXT_BENCH, context_bench_failures, context_bench_validator
+
+    examples = CONTEXT_BENCH / "examples.jsonl"
+    if not examples.is_file():
+        pytest.skip("the context benchmark's examples are not in ../shared")
+    validator = context_bench_validator()
+    bank = Bank(tmp_path)
+    result, _ = bank.add(examples, force=True)
+    assert (result.accepted, bank.current) == (10, 1)
+    bank.export("scenarios", out=str(tmp_path / "export"))
+    rows = read_jsonl(tmp_path / "export" / "scenarios.jsonl")
+    released = read_jsonl(examples)
+    assert rows == released and [list(r) for r in rows] == [list(r) for r in released]
+    assert context_bench_failures(validator, rows) == []
