@@ -440,7 +440,7 @@ def test_every_export_is_byte_reproducible_and_names_its_version(released: Bank,
     assert str(a) not in text and str(tmp_path) not in text  # nothing says where the export was written
     native = {"parquet": "README.md", "hf": "README.md", "croissant": "croissant.json",
               "lm_eval": "released_v0004_tom.yaml", "inspect": "task.py", "wagibench": "EXPORT.json",
-              "egotom": "EXPORT.json"}[fmt]
+              "egotom": "EXPORT.json", "scenarios": "MANIFEST.lock.json"}[fmt]
     assert "v0004" in (a / native).read_text()
 
 
