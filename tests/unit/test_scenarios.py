@@ -849,3 +849,23 @@ def test_config_round_trip_and_plan(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="holds no MANIFEST.lock.json"):
         plan(settings(action="verify", input=str(tmp_path)))
     assert (PROMPTS / "scenarios" / "object_names.txt").is_file()
+
+
+def test_a_scenarios_run_is_audited_as_a_scenario_bank(tmp_path: Path) -> None:
+    """audit input=<scenarios run>: no roles file; the scenarios check and the run folder's
+    integrity run, and what the generator accepted breaks none of the rules (the audit applies the
+    same rule functions, without the run's gold categories, so it is no stricter)."""
+    from generators.audit import AuditConfig
+
+    out = tmp_path / "run"
+    run_scenarios(out, n=8)
+    cfg = AuditConfig(input=str(out), cache_dir=None, progress="off", plots=False, embeddings=False)
+    result = run("audit", cfg, tmp_path / "audit", quiet=True)
+    report = json.loads((tmp_path / "audit" / "audit.json").read_text())
+    status = {c["key"]: c["status"] for c in report["checks"]}
+    assert status["scenarios"] == status["integrity"] == "ran" and report["scenarios"] == 8
+    assert report["findings"] == [] and result.exit_code == 0
+    (out / "scenarios.jsonl").write_text((out / "scenarios.jsonl").read_text().replace("sc-02", "sc-01"))
+    result = run("audit", cfg, tmp_path / "audit2", quiet=True)
+    found = {(f["check"], f["kind"]) for f in read_jsonl(tmp_path / "audit2" / "audit.jsonl")}
+    assert found == {("scenarios", "duplicate_id"), ("integrity", "output_changed")} and result.exit_code == 1
