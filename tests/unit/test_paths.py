@@ -64,6 +64,8 @@ ALLOWED = {
     ("generators/bank", "root / f'.current.tmp-{os.getpid()}'"): "pid",
     ("generators/bank", "vroot / f'.staging-{label(version)}-{os.getpid()}'"): "pid",
     ("generators/scenarios", "folder / name"): "constant",  # the lock's own file names
+    ("generators/evaluate", "ctx.out_dir / name"): "constant",  # responses_turn{2,3}.jsonl
+    ("generators/evaluate", "ctx.out_dir / folder"): "constant",  # judge_turn{2,3}
     ("generators/scenarios", "path / f'{NAME}.jsonl'"): "constant",
 }
 """Joins of a non-constant name onto a folder that are legitimate, each with a one-word reason.
