@@ -28,7 +28,7 @@ class JudgeOptions(CommonConfig):
     """The judge options ``judge`` and ``evaluate`` share."""
 
     judge: LLMConfig | None = None
-    """The judge model: an llm preset (smollm2) or a dict ({backend: openai, model: …}); null: see judges=."""
+    """The judge model: an llm preset (smollm2) or a dict ({backend: openai, model: …}); null: judges=[…], else (gen judge) llm=."""
     judges: list[LLMConfig] = Field(default_factory=list)
     """Several judges on every row (presets or dicts): the first of another family than the candidate's scores, all give agreement."""
     judge_labels: list[str] = Field(default_factory=list)

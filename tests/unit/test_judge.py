@@ -552,6 +552,23 @@ def test_distractor_validity_flags_items_and_the_audit_reports_them(tmp_path: Pa
     assert skipped.exit_code == 0
 
 
+def test_items_the_judge_could_not_score_are_a_finding_not_a_pass(tmp_path: Path) -> None:
+    bank = mcq_bank(tmp_path)
+    first = json.loads(bank.read_text().splitlines()[0])
+
+    def script(messages: list[dict[str, str]], seed: int) -> str:  # no tag at all on the first item
+        return "A fine answer." if any(o in messages[-1]["content"] for o in first["options"]) else "<score>0</score>"
+
+    _, _, folder = judge_run(tmp_path, script, kind="distractor_validity", input=str(bank), out="v")
+    cfg = AuditConfig(input=str(bank), judge=str(folder), cache_dir=None, progress="off", embeddings=False,
+                      checks=["judge"])
+    run("audit", cfg, tmp_path / "audit", quiet=True)
+    findings = read_jsonl(tmp_path / "audit" / "audit.jsonl")
+    not_judged = [f for f in findings if f["kind"] == "not_judged"]
+    assert len(not_judged) == 1 and not_judged[0]["items"] == [first["item_id"]]
+    assert not_judged[0]["numbers"] == {"items": 1, "of": 4, "judge": "SmolLM2-135M-Instruct.Q4_1"}
+
+
 def test_the_audit_refuses_a_run_that_is_not_distractor_validity(tmp_path: Path) -> None:
     _, _, folder = judge_run(tmp_path, wagibench_script, kind="wagibench", input=str(FIX / "predictions.jsonl"))
     cfg = AuditConfig(input=str(mcq_bank(tmp_path)), judge=str(folder), cache_dir=None, progress="off",

@@ -23,13 +23,14 @@ def _markdown(r: CheckResult) -> list[str]:
 
 
 @check("judge", order=11, title="Wrong options a judge rates as good answers (distractor validity)",
-       finds="items whose wrong option an LLM judge scored at least as high as the answer (judge= run)",
+       finds="items whose wrong option an LLM judge scored at least as high as the answer, and items it could not score (judge= run)",
        uses=("judge_severity",), markdown=_markdown)
 def judge(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Reads a ``judge kind=distractor_validity`` run: every option of an item was scored 0 / 1 / 2
     as an answer, alone and without the key, by an LLM judge; an item whose wrong option scored at
     least as high as its answer may have two right answers (WAGIBench's "multiple relevant goals")
-    and is a finding of ``judge_severity``. Only the run's primary judge's flags count."""
+    and is a finding of ``judge_severity``; so is, in one finding, every item whose answer the judge
+    gave no usable score (those were not screened). Only the run's primary judge's flags count."""
     key = "judge"
     if data.judge is None:
         return CheckResult(key, "skipped", "no judge= run given")
@@ -53,6 +54,13 @@ def judge(data: AuditData, cfg: AuditConfig) -> CheckResult:
             f"the answer scored {key_score}, the options {scores} (0 irrelevant, 1 borderline, 2 a good answer)",
             items=[r["item_id"]], fields=[f"options[{i}]" for i in options],
             numbers={"answer": answer, "scores": scores, "flagged_options": options, "judge": label}))
+    unscored = [r["item_id"] for r in rows if label and r["flagged"].get(label) is None]
+    if unscored:  # an item the judge could not score was not screened: say so, never pass it silently
+        res.findings.append(finding(
+            key, "not_judged", cfg.judge_severity,
+            f"judge {label} gave no usable score for the answer of {len(unscored)} of {len(rows)} items (it did not "
+            "follow the <score> format), so their distractors were not screened",
+            items=unscored, fields=["answer"], numbers={"items": len(unscored), "of": len(rows), "judge": label}))
     res.stats = {
         "judge": label, "items_with_results": len(rows),
         "bank_items_without_results": len(by_id.keys() - {r["item_id"] for r in data.judge}) if by_id else 0,
