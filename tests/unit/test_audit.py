@@ -115,7 +115,7 @@ def test_clean_bank_every_check_runs_and_finds_nothing(clean_run) -> None:
     result, findings, report = clean_run
     assert findings == [] and result.exit_code == 0
     status = {c["key"]: c["status"] for c in report["checks"]}
-    assert status == {**dict.fromkeys(CHECKS, "ran"), "digital": "skipped"}
+    assert status == {**dict.fromkeys(CHECKS, "ran"), "digital": "skipped", "judge": "skipped"}  # no judge= run
     stats = {c["key"]: c["stats"] for c in report["checks"]}
     # the statistics were computed, not skipped: a clean verdict means something
     assert stats["structure"]["per_question_type"]["goal"]["items"] == 40
@@ -283,10 +283,10 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
 
 
 def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None:
-    assert [c.order for c in REGISTRY.values()] == list(range(1, 11))
+    assert [c.order for c in REGISTRY.values()] == list(range(1, 12))
     assert AuditConfig(input="x").checks == CHECKS == ["structure", "leakage", "position", "length",
                                                        "similar_options", "duplicates", "shortcut", "blind",
-                                                       "digital", "integrity"]
+                                                       "digital", "integrity", "judge"]
     help_text = AuditConfig.model_fields["checks"].description
     for c in REGISTRY.values():
         assert f"{c.key}: {c.finds}" in help_text
