@@ -59,7 +59,7 @@ class Chain(BaseModel):
 
 def chain_path(cfg: PipelineConfig) -> Path:
     if "/" not in cfg.chain and not cfg.chain.endswith((".yaml", ".yml")):
-        path = CHAINS / f"{cfg.chain}.yaml"
+        path = inside(CHAINS, f"{cfg.chain}.yaml", what="chain")
         if not path.is_file():
             shipped = ", ".join(sorted(p.stem for p in CHAINS.glob("*.yaml")))
             raise ConfigError(f"chain: no chain {cfg.chain!r} (shipped: {shipped}; or give a YAML file's path)")

@@ -39,6 +39,7 @@ from generators.personas import sample_facts
 from schemas.personas import PersonaRecord
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+JUDGE = FIXTURES / "judge"
 BOM = codecs.BOM_UTF8
 
 
@@ -291,6 +292,18 @@ READERS = [
            lambda d: plan_of("distractors", input=str(d / "goals.jsonl"), digital=str(d / "digital.jsonl"))),
     Reader("pipeline chain file", "yaml", lambda d, a: _text(d / "chain.yaml", CHAIN),
            lambda d: plan_of("pipeline", chain=str(d / "chain.yaml"))),
+    Reader("judge wagibench predictions", "jsonl", lambda d, a: _copy(JUDGE / "predictions.jsonl", d / "p.jsonl"),
+           lambda d: plan_of("judge", kind="wagibench", input=str(d / "p.jsonl"), variant=["contexts_reference"])),
+    Reader("judge context responses", "jsonl", lambda d, a: _copy(JUDGE / "responses.jsonl", d / "r.jsonl"),
+           lambda d: plan_of("judge", kind="context", input=str(JUDGE / "scenarios.jsonl"), responses=str(d / "r.jsonl"))),
+    Reader("judge and evaluate scenario bank", "jsonl", lambda d, a: _copy(JUDGE / "scenarios.jsonl", d / "scenarios.jsonl"),
+           lambda d: plan_of("evaluate", input=str(d / "scenarios.jsonl"), judge="smollm2",
+                             prompt_conditions=str(JUDGE / "prompt_conditions.json"), mode="scenarios")),
+    Reader("evaluate prompt_conditions", "json", lambda d, a: _copy(JUDGE / "prompt_conditions.json", d / "pc.json"),
+           lambda d: plan_of("evaluate", input=str(JUDGE / "scenarios.jsonl"), judge="smollm2",
+                             prompt_conditions=str(d / "pc.json"))),
+    Reader("judge meta human ratings", "jsonl", lambda d, a: _copy(JUDGE / "ratings.jsonl", d / "ratings.jsonl"),
+           lambda d: plan_of("judge", action="meta", input=str(d / "ratings.jsonl"))),
     Reader("merge: a shard's manifest", "json", lambda d, a: (_shards(d, a.shards), d / "s1" / "manifest.json")[1],
            merge_plan, folder_named=True, then=merge_run, fields=MANIFEST_FIELDS),
     Reader("merge: a shard's records", "jsonl", lambda d, a: (_shards(d, a.shards), d / "s1" / "personas.jsonl")[1],
