@@ -59,12 +59,12 @@ from schemas.candidates import (
     Negative,
     Other,
     Positive,
+    RestyleDraft,
     RewordDraft,
     TimedLine,
     Window,
     plain_draft,
     reasons_draft,
-    sourced_draft,
 )
 
 NAME = "candidates"
@@ -95,7 +95,7 @@ class CandidatesConfig(CommonConfig):
     length_unit: Literal["chars", "words"] = "chars"
     """What the length rule measures."""
     cite_sources: bool = True
-    """generated on a timed context: each wrong option is based on one numbered line (its source time; the line is hidden from the candidate)."""
+    """generated on a timed context: code picks a line per wrong option and the LLM rewrites it in the positive's style (the line's time is the option's source time; the line is hidden from the candidate)."""
     source_min_similarity: float | None = Field(0.4, gt=0, le=1)
     """A sourced wrong option below this cosine to its line is not based on it (turned away as ungrounded_source); null: off."""
     attempts: int = Field(3, ge=1, le=10)
@@ -254,8 +254,9 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
     picked (seeded, ``spacing`` apart) among the lines about C whose text occurs once in their
     ``window`` and that have ``min_side_lines`` window lines on each side. Each positive's window
     is its context; the other positives in it are its collision set (``others``); the window's
-    lines whose text occurs once and is no annotated item are its ``negatives`` (sampled kind)
-    and the lines a generated wrong option may be based on."""
+    lines about C whose text occurs once and is no annotated item are its ``negatives`` (sampled
+    kind) and its ``sources``, the lines a generated wrong option may be based on (the question
+    asks what C did: a line about someone else would be an easy wrong option)."""
     items: list[CandidateItem] = []
     skipped: Counter[str] = Counter()
     details: list[str] = []
@@ -296,7 +297,8 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
             others = [p for p in picked if p != i and p in w]
             annotated = {keys[p] for p in [i, *others]}
             negatives = [j for j in w if j != i and j not in others and keys[j] not in annotated
-                         and sum(keys[x] == keys[j] for x in w) == 1 and keys[j].removeprefix("c").strip()]
+                         and lines[j].speaker == "C" and sum(keys[x] == keys[j] for x in w) == 1
+                         and keys[j].removeprefix("c").strip()]
             t = lines[i].t
             try:
                 items.append(CandidateItem(
@@ -308,6 +310,7 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
                     others=[Other(text=narration_text(lines[p].text), time=lines[p].t, id=f"L{p + 1}") for p in others],
                     negatives=[Negative(id=f"L{j + 1}", text=narration_text(lines[j].text), time=lines[j].t)
                                for j in negatives],
+                    sources=[w.index(j) for j in negatives],
                     group=clip.clip_id,
                 ))
             except ValidationError as e:  # a narration too long for an option, a time out of range
@@ -440,11 +443,6 @@ class Pool:
             return "collision", "equals another annotated item of the window"
         if k in {_key(x.core) for x in self.items}:
             return "duplicate", ""
-        if o.line is not None:
-            if o.line not in s.allowed:
-                return "bad_source", f"line {o.line + 1} is not one a wrong option may be based on"
-            if o.line in {x.line for x in self.items}:
-                return "source_reused", f"line {o.line + 1} already has a wrong option"
         sizes = [s.size(x.text) for x in (s.positive, *self.items, o)]
         if length_problem(sizes, cfg.length_ratio):
             return "length_ratio", f"{s.size(o.text)} {cfg.length_unit} against {sizes[:-1]}"
@@ -569,34 +567,52 @@ def _llm(ctx: RunContext, msgs: list[dict[str, str]], schema: Any, seed: int, ma
         return None
 
 
+def source_order(s: Setup, seed: int) -> list[int]:
+    """The lines a generated option is based on, in the order they are tried: a seeded shuffle of
+    the allowed lines, those whose length is within ``length_ratio`` of the positive first."""
+    order = list(s.allowed)
+    random.Random(seed).shuffle(order)
+    size = s.size(s.positive.text)
+    fits = [j for j in order if length_problem([size, s.size(narration_text(s.lines[j].text))],
+                                               s.cfg.length_ratio) is None]
+    return fits + [j for j in order if j not in fits]
+
+
 def generate(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateItem, s: Setup,
              room: int) -> Pool:
+    """Generated wrong options. On a timed context (``cite_sources``) code picks the moments and
+    one call each rewrites a moment in the positive's style (at most ``attempts`` x room moments
+    tried); otherwise one call writes the missing options from the whole context, ``attempts``
+    times at most."""
     pool = Pool(s, room, ctx.count)
-    sourced = cfg.cite_sources and bool(s.lines)
     errors: list[LLMOutputError] = []
+    pool.llm_errors = errors  # type: ignore[attr-defined]
+    if cfg.cite_sources and s.lines:
+        for j in source_order(s, ctx.seed(index, "sources"))[:cfg.attempts * room]:
+            if pool.full:
+                break
+            msgs = ctx.prompts.render("candidates/restyle.jinja", positive=s.positive.text,
+                                      line=prompt_lines(s.lines, False)[j])
+            s.examples |= _example_strings(msgs)
+            draft = _llm(ctx, msgs, RestyleDraft, ctx.seed(index, "distractor", j), cfg.draft_tokens, "distractors", errors)
+            if draft is not None:
+                text = clean(draft.text)
+                pool.offer(Option(text, text, "generated", s.lines[j].t, line=j))
+        return pool
     for a in range(cfg.attempts):
         if pool.full:
             break
         need = room - len(pool.items)
-        allowed = [j for j in s.allowed if j not in {x.line for x in pool.items}]
-        if sourced:
-            need = min(need, len(allowed))
-            if need == 0:
-                break
         msgs = ctx.prompts.render(
-            "candidates/generated.jinja", lines=prompt_lines(s.lines, True) if s.lines else [],
-            text=item.context if isinstance(item.context, str) else "", question=item.question,
-            positive=s.positive.text, others=s.others, need=need, allowed=[j + 1 for j in allowed] if sourced else [])
+            "candidates/generated.jinja", lines=prompt_lines(s.lines, False), question=item.question,
+            text=item.context if isinstance(item.context, str) else "", positive=s.positive.text,
+            others=s.others, need=need)
         s.examples |= _example_strings(msgs)
-        schema = sourced_draft(need, tuple(j + 1 for j in allowed)) if sourced else plain_draft(need)
-        draft = _llm(ctx, msgs, schema, ctx.seed(index, "distractors", a), cfg.draft_tokens, "distractors", errors)
-        if draft is None:
-            continue
-        for d in draft.distractors:
-            text, line = (clean(d.text), d.line - 1) if sourced else (clean(d), None)
-            pool.offer(Option(text, text, "generated", s.lines[line].t if line is not None and 0 <= line < len(s.lines)
-                              else None, line=line))
-    pool.llm_errors = errors  # type: ignore[attr-defined]
+        draft = _llm(ctx, msgs, plain_draft(need), ctx.seed(index, "distractors", a), cfg.draft_tokens,
+                     "distractors", errors)
+        for d in draft.distractors if draft is not None else []:
+            text = clean(d)
+            pool.offer(Option(text, text, "generated"))
     return pool
 
 
@@ -700,7 +716,8 @@ def setup(ctx: RunContext, cfg: CandidatesConfig, item: CandidateItem, vectors: 
     other_keys = {_key(o) for o in others}
     counts = Counter(key(x.text) for x in lines)
     allowed = [j for j, x in enumerate(lines) if key(x.text) not in named and key(x.text) not in other_keys
-               and counts[key(x.text)] == 1 and not any(has_phrase(_key(w), _key(x.text)) for w in item.withhold)]
+               and counts[key(x.text)] == 1 and not any(has_phrase(_key(w), _key(x.text)) for w in item.withhold)
+               and (item.sources is None or j in item.sources)]
     return Setup(cfg, pos, others, named, list(item.withhold), vectors, set(), lines, allowed)
 
 

@@ -5,9 +5,8 @@ input items ``gen candidates`` reads (:class:`CandidateItem`), what the LLM writ
 An item names its task, the question, the annotated positive (a text, or a label and a reason),
 the context the candidate set is built from (timed lines or free text), the window, the other
 annotated items of that window (which must never become distractors) and, for sampled
-negatives, the segment's rejected alternatives. Drafts are small on purpose: fixed list sizes,
-capped strings without control characters, and the source line of a distractor an enum of the
-lines code allows (only in the JSON schema, so code still checks it on backends that ignore enums).
+negatives, the segment's rejected alternatives. Drafts are small on purpose: fixed list sizes (in the JSON
+schema) and capped strings without control characters.
 """
 
 from __future__ import annotations
@@ -114,6 +113,10 @@ class CandidateItem(_In):
     window: Window | None = None
     others: list[Other] = Field(default_factory=list)
     negatives: list[Negative] = Field(default_factory=list)
+    sources: list[Annotated[int, Field(ge=0)]] | None = None
+    """0-based context lines a generated wrong option may be based on (default: every line that
+    names neither the positive nor another annotated item nor a withheld text, and whose text
+    occurs once in the context)."""
     withhold: list[Text] = Field(default_factory=list)
     """Texts the candidate's prompt must never hold (Request Prediction: the original spoken request)."""
     group: str | None = None
@@ -147,33 +150,10 @@ def capped(cap: int) -> Any:
 OptionText = capped(160)
 
 
-class SourcedDistractor(BaseModel):
-    line: int
-    """The number of the context line the wrong option is based on."""
-    text: OptionText
-
-
-class SourcedDraft(BaseModel):
-    """Wrong options, each based on one numbered line of the context."""
-
-    distractors: list[SourcedDistractor]
-
-
 class PlainDraft(BaseModel):
-    """Wrong options written from a free-text context."""
+    """Wrong options written from the context (a free-text one, or lines without sources)."""
 
     distractors: list[OptionText]
-
-
-@lru_cache(maxsize=256)
-def sourced_draft(need: int, lines: tuple[int, ...]) -> type[SourcedDraft]:
-    """:class:`SourcedDraft` with exactly ``need`` distractors whose ``line`` may only be one of
-    ``lines``: both only in the JSON schema (a grammar-constrained backend cannot break them;
-    pydantic accepts any, and code checks and counts them on backends that ignore enums)."""
-    item = create_model("SourcedDistractor", __base__=SourcedDistractor,
-                        line=(int, Field(json_schema_extra={"enum": list(lines)})))
-    return create_model("SourcedDraft", __base__=SourcedDraft,
-                        distractors=(list[item], Field(json_schema_extra={"minItems": need, "maxItems": need})))
 
 
 @lru_cache(maxsize=64)
@@ -196,6 +176,12 @@ def reasons_draft(labels: tuple[str, ...]) -> type[ReasonsDraft]:
 
 class RewordDraft(BaseModel):
     """The positive reworded in the distractors' style, its meaning unchanged."""
+
+    text: OptionText
+
+
+class RestyleDraft(BaseModel):
+    """One context line written as a wrong option in the positive's style."""
 
     text: OptionText
 

@@ -69,19 +69,22 @@ class RerankDraft(BaseModel):
 
 @lru_cache(maxsize=256)
 def rerank_draft(texts: tuple[str, ...]) -> type[RerankDraft]:
-    """:class:`RerankDraft` for a pool of these texts: ``ranking`` has exactly one entry per
-    candidate, ``id`` and ``duplicate_of`` are candidate numbers and ``text`` one of the texts —
-    all only in the JSON schema, so a grammar-constrained backend cannot break them, while code
-    still validates every answer (:func:`generators.rerank.permutation_problems`)."""
+    """:class:`RerankDraft` for a pool of these texts. In the JSON schema only: ``ranking`` has
+    exactly one entry per candidate, each entry is one of the candidates (its number and its text
+    together) and ``duplicate_of`` another candidate's number — a grammar-constrained backend can then
+    still drop or repeat a candidate but not rewrite one. Pydantic enforces none of it: code
+    validates every answer (:func:`generators.rerank.permutation_problems`), whatever the backend."""
     ids = list(range(1, len(texts) + 1))
-    item = create_model(
-        "RankedDraft", __base__=RankedDraft,
-        id=(int, Field(json_schema_extra={"enum": ids})),
-        text=(str, Field(json_schema_extra={"enum": list(dict.fromkeys(texts))})),
-        duplicate_of=(int | None, Field(json_schema_extra={"anyOf": [{"enum": ids}, {"type": "null"}]})),
-    )
-    return create_model("RerankDraft", __base__=RerankDraft,
-                        ranking=(list[item], Field(json_schema_extra={"minItems": len(texts), "maxItems": len(texts)})))
+
+    def dup(i: int) -> dict[str, Any]:
+        others = [j for j in ids if j != i]
+        return {"anyOf": [{"enum": others}, {"type": "null"}]} if others else {"type": "null"}
+
+    entries = [{"type": "object", "properties": {"id": {"const": i}, "text": {"const": t}, "duplicate_of": dup(i),
+                                                  "grounded": {"type": "boolean"}},
+                "required": ["id", "text", "duplicate_of", "grounded"]} for i, t in zip(ids, texts, strict=True)]
+    return create_model("RerankDraft", __base__=RerankDraft, ranking=(list[RankedDraft], Field(json_schema_extra={
+        "items": {"anyOf": entries}, "minItems": len(texts), "maxItems": len(texts)})))
 
 
 # --------------------------------------------------------------------------- records

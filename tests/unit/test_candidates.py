@@ -90,21 +90,18 @@ REASONS = {"Joy": "C smiled at the sunny garden while putting the tools away",
            "Relaxation": "C finally sat down with a cup of tea after all the work"}
 
 
-def numbered_lines(request: str) -> dict[int, str]:
-    return {int(m[1]): m[2] for m in re.finditer(r"^(\d+)\. \d+m:\d+s \| (.*)$", request, re.M)}
+MOMENT = re.compile(r'Rewrite this moment as a wrong answer in the same style: "\d+m:\d+s \| (.*)"$')
 
 
 def good_reply(messages: list[dict[str, str]], seed: int) -> str:
-    """A well-behaved writer: restyles the allowed lines, writes one distinct reason per label,
-    rewords the positive with the same words, reranks in the given order."""
+    """A well-behaved writer: restyles each moment it is given, writes distinct wrong options for
+    a free-text context and one distinct reason per label, rewords the positive with the same
+    words, reranks in the given order."""
     req = messages[-1]["content"]
+    if m := MOMENT.search(req):
+        return json.dumps({"text": narration_text(m[1])})
     if "wrong answer" in req:
         need = int(re.search(r"Write (\d+) wrong", req)[1])
-        allowed = re.search(r"different one of lines ([\d, ]+)\.", req)
-        if allowed:
-            lines = numbered_lines(req)
-            nums = [int(x) for x in allowed[1].split(", ")][:need]
-            return json.dumps({"distractors": [{"line": n, "text": narration_text(lines[n])} for n in nums]})
         return json.dumps({"distractors": [f"Remind me to water the {w} plants tonight." for w in
                                            ("garden", "balcony", "kitchen", "office", "bedroom")[:need]]})
     if "For each of these feelings" in req:
@@ -221,19 +218,12 @@ def make_setup(row: dict[str, Any] | None = None, **cfg: Any):
     ("C takes out a blue bowl from it, now quickly and loudly in the kitchen.", None, "length_ratio"),
     ("", None, "empty_text"),
     ("C opens opens opens the the the door door door now now now", None, "repetitive"),
-    ("C opens the fridge door.", 5, "source_reused_or_bad"),
-    ("C opens the fridge door.", 40, "bad_source"),
     ("A dog runs across the park.", 9, "ungrounded_source"),
 ])
 def test_each_check_turns_away_its_planted_violation(text: str, line: int | None, reason: str) -> None:
     s, _ = make_setup()
     pool = Pool(s, 3, lambda _: None)
-    if reason == "source_reused_or_bad":  # line 5 (the positive's) is never allowed; reuse of a kept line
-        assert 5 not in s.allowed
-        assert pool.offer(Option("C opens the fridge door.", "C opens the fridge door.", "generated", 20, line=4))
-        assert not pool.offer(Option("C opens up the fridge door.", "C opens up the fridge door.", "generated", 20, line=4))
-        assert pool.turned == {"source_reused": 1}
-        return
+    assert 5 not in s.allowed and 8 not in s.allowed  # the positive's line and the spoon's are never sources
     assert not pool.offer(Option(text, text, "generated", line=line))
     assert list(pool.turned) == [reason], pool.rejected
     assert pool.reason("x") == reason
@@ -297,47 +287,39 @@ def test_generated_records_hide_sources_record_key_origins_times_and_are_determi
         random.Random(rec.shuffle_seed).shuffle(order)
         assert order.index(0) == rec.answer
     assert len(set(answers)) > 1  # per-item seeds: the positive does not sit at one position
-    sourced = [m for c in llm.calls for m in c["messages"] if "wrong answer" in m["content"]]
-    assert "Also true, do not use: C picks up a metal spoon." in sourced[-1]["content"]
-    assert "lines 1, 2, 3, 4, 5, 7, 8, 10." in sourced[-1]["content"]  # not 6 (the positive) nor 9 (the spoon)
+    asked = [MOMENT.search(c["messages"][-1]["content"]) for c in llm.calls]
+    moments = {m[1] for m in asked if m}
+    assert len(moments) >= 3 and not moments & {LINES[5][1], LINES[8][1]}  # never the positive's line nor the spoon's
     _, again, _, _ = run_candidates(tmp_path / "b", [mrp(item_id=f"m{i}") for i in range(6)])
     assert again == recs
     manifest = result.manifest
     assert manifest[NAME]["funnel"] == [{"step": "items in", "items": 6}, {"step": "input checks", "items": 6},
                                         {"step": "distractors", "items": 6}, {"step": "records", "items": 6}]
-    assert manifest["prompts"].keys() >= {"candidates/generated.jinja", "candidates/reword.jinja", "candidates/_system.jinja"}
+    assert manifest["prompts"].keys() == {"candidates/restyle.jinja", "candidates/reword.jinja", "candidates/_system.jinja"}
 
 
-def test_collision_avoidance_regenerates_after_an_annotated_item_is_proposed(tmp_path: Path) -> None:
-    calls = {"n": 0}
-
+def test_collision_avoidance_turns_away_an_annotated_item_and_tries_another_moment(tmp_path: Path) -> None:
     def reply(messages: list[dict[str, str]], seed: int) -> str:
-        req = messages[-1]["content"]
-        if "wrong answer" in req and calls["n"] == 0:
-            calls["n"] += 1  # first attempt: the spoon (another annotated item) and two good ones
-            return json.dumps({"distractors": [{"line": 9, "text": "C picks up the metal spoon."},
-                                               {"line": 2, "text": "C takes out a blue bowl."},
-                                               {"line": 3, "text": "C pours cereal into the bowl."}]})
+        if MOMENT.search(messages[-1]["content"]) and "bowl" in messages[-1]["content"]:
+            return json.dumps({"text": "C picks up a metal spoon."})  # another annotated item of the window
         return good_reply(messages, seed)
 
-    result, recs, _, _ = run_candidates(tmp_path / "a", [mrp()], reply=reply)
-    assert result.accepted == 1
-    assert result.manifest["validators"]["turned_away.bad_source"] == 1  # line 9 is the spoon's: never allowed
-    assert not any("spoon" in o for o in recs[0]["options"])
+    result, recs, rejects, _ = run_candidates(tmp_path / "a", [mrp(item_id=f"m{i}") for i in range(4)], reply=reply)
+    assert result.accepted == 4, rejects
+    assert result.manifest["validators"]["turned_away.collision"] >= 1
+    assert not any("spoon" in o for r in recs for o in r["options"])
 
 
 def test_a_check_regeneration_cannot_fix_is_the_reject_reason(tmp_path: Path) -> None:
     def near(messages: list[dict[str, str]], seed: int) -> str:
-        req = messages[-1]["content"]
-        if "wrong answer" in req:
-            need = int(re.search(r"Write (\d+) wrong", req)[1])
-            nums = [int(x) for x in re.search(r"lines ([\d, ]+)\.", req)[1].split(", ")][:need]
-            return json.dumps({"distractors": [{"line": n, "text": "C takes the milk carton out now."} for n in nums]})
+        if MOMENT.search(messages[-1]["content"]):
+            return json.dumps({"text": "C takes the milk carton out now."})
         return good_reply(messages, seed)
 
     result, recs, rejects, _ = run_candidates(tmp_path / "a", [mrp()], reply=near, attempts=2)
     assert (result.accepted, [r["reason"] for r in rejects]) == (0, ["near_positive"])
     assert rejects[0]["stage"] == "generated" and "0 usable of 3" in rejects[0]["detail"]
+    assert result.manifest["validators"]["turned_away.near_positive"] == 6  # attempts x 3 moments tried
     assert result.manifest[NAME]["funnel"][2] == {"step": "distractors", "items": 0}
 
 
@@ -347,7 +329,10 @@ def test_too_few_sources_and_invalid_llm_output_are_rejects(tmp_path: Path) -> N
     assert [r["reason"] for r in rejects] == ["too_few_sources"]
     result, _, rejects, _ = run_candidates(tmp_path / "b", [mrp()], reply=lambda m, s: "not json", attempts=2)
     assert [r["reason"] for r in rejects] == ["invalid_output"]
-    assert result.manifest["validators"]["distractors.llm_invalid_output"] == 2
+    assert result.manifest["validators"]["distractors.llm_invalid_output"] == 6
+    only = mrp(sources=[0, 1])  # the item names the lines wrong options may come from: two are too few
+    _, _, rejects, _ = run_candidates(tmp_path / "c", [only])
+    assert [r["reason"] for r in rejects] == ["too_few_sources"]
 
 
 def test_rewording_that_changes_the_meaning_keeps_the_original(tmp_path: Path) -> None:
@@ -362,7 +347,7 @@ def test_rewording_that_changes_the_meaning_keeps_the_original(tmp_path: Path) -
     assert result.manifest["validators"]["reword.meaning_changed"] == 3
     assert result.manifest["validators"]["reword.kept_original"] == 1
     _, recs, _, llm = run_candidates(tmp_path / "b", [mrp()], reword_positive=False)
-    assert not recs[0]["reworded"] and not any("Rewrite" in c["messages"][-1]["content"] for c in llm.calls)
+    assert not recs[0]["reworded"] and not any("Rewrite this statement" in c["messages"][-1]["content"] for c in llm.calls)
 
 
 def test_request_prediction_never_shows_the_original_request(tmp_path: Path) -> None:
@@ -373,14 +358,9 @@ def test_request_prediction_never_shows_the_original_request(tmp_path: Path) -> 
         req = messages[-1]["content"]
         if "wrong answer" in req:
             n = int(re.search(r"Write (\d+) wrong", req)[1])
-            lines = re.search(r"lines ([\d, ]+)\.", req)
             texts = ["Ask whether is this milk still good today.", "Add milk and eggs to the shopping list.",
                      "Find a recipe that uses up old milk.", "Set a reminder to buy fresh milk now."]
-            texts = texts[:n] if n == 3 else texts[-n:]  # the withheld one first, a fresh one on the re-ask
-            if lines:
-                return json.dumps({"distractors": [{"line": int(x), "text": t} for x, t in
-                                                   zip(lines[1].split(", "), texts, strict=False)]})
-            return json.dumps({"distractors": texts})
+            return json.dumps({"distractors": texts[:n] if n == 3 else texts[-n:]})  # the withheld one first
         return good_reply(messages, seed)
 
     result, recs, rejects, _ = run_candidates(tmp_path / "a", [rp], reply=sneaky, cite_sources=False,

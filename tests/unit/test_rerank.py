@@ -60,15 +60,20 @@ def test_permutation_problems_name_every_difference(answer: RerankDraft, problem
     assert permutation_problems(TEXTS, answer) == problems
 
 
-def test_the_schema_pins_count_ids_and_texts_for_grammar_backends() -> None:
+def test_the_schema_pins_count_and_whole_candidates_for_grammar_backends() -> None:
     schema = rerank_draft(tuple(TEXTS)).model_json_schema()
     ranking = schema["properties"]["ranking"]
     assert (ranking["minItems"], ranking["maxItems"]) == (4, 4)
-    item = schema["$defs"]["RankedDraft"]["properties"]
-    assert item["id"]["enum"] == [1, 2, 3, 4] and item["text"]["enum"] == TEXTS
-    assert set(schema["$defs"]["RankedDraft"]["required"]) == {"id", "text", "duplicate_of", "grounded"}
+    entries = ranking["items"]["anyOf"]
+    assert [(e["properties"]["id"]["const"], e["properties"]["text"]["const"]) for e in entries] == list(
+        zip([1, 2, 3, 4], TEXTS, strict=True))
+    assert all(set(e["required"]) == {"id", "text", "duplicate_of", "grounded"} for e in entries)
+    assert entries[0]["properties"]["duplicate_of"]["anyOf"][0]["enum"] == [2, 3, 4]  # never itself
+    assert "reason" in schema["required"]
     # pydantic itself does not enforce them: a backend that ignores the schema reaches the check
-    assert len(rerank_draft(tuple(TEXTS)).model_validate({"ranking": [], "reason": "x"}).ranking) == 0
+    loose = rerank_draft(tuple(TEXTS)).model_validate(
+        {"ranking": [{"id": 9, "text": "x", "duplicate_of": None, "grounded": True}], "reason": "x"})
+    assert permutation_problems(TEXTS, loose) == ["dropped [1, 2, 3, 4]", "added [9] (there are candidates 1 to 4)"]
 
 
 def test_call_reasks_with_the_difference_then_accepts() -> None:
