@@ -251,8 +251,9 @@ def key(text: str) -> str:
 
 def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[CandidateItem], dict[str, Any]]:
     """Memory-recall items from narration timelines. Per clip, up to ``per_clip`` positives are
-    picked (seeded, ``spacing`` apart) among the lines about C whose text occurs once in their
-    ``window`` and that have ``min_side_lines`` window lines on each side. Each positive's window
+    picked (seeded, ``spacing`` apart) among the lines about C whose text occurs once in the clip
+    (so the question has one answer, and no other item of the clip shows it in its context) and
+    that have ``min_side_lines`` window lines on each side. Each positive's window
     is its context; the other positives in it are its collision set (``others``); the window's
     lines about C whose text occurs once and is no annotated item are its ``negatives`` (sampled
     kind) and its ``sources``, the lines a generated wrong option may be based on (the question
@@ -279,7 +280,7 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
             w = window(ln.t)
             before = sum(lines[j].t < ln.t for j in w)
             after = sum(lines[j].t > ln.t for j in w)
-            if before >= cfg.min_side_lines and after >= cfg.min_side_lines and sum(keys[j] == keys[i] for j in w) == 1:
+            if before >= cfg.min_side_lines and after >= cfg.min_side_lines and keys.count(keys[i]) == 1:
                 eligible.append(i)
         if not eligible:
             skipped["no_eligible_positive"] += 1
@@ -693,8 +694,9 @@ def reword(ctx: RunContext, cfg: CandidatesConfig, index: int, s: Setup, chosen:
 
 def hidden_lines(s: Setup, item: CandidateItem, options: list[Option]) -> set[int]:
     """Context lines the candidate must not see: lines naming the positive or holding a withheld
-    text, the lines options were based on, and lines equal to an option."""
-    keys = {_key(o.core) for o in options} | {_key(o.text) for o in options}
+    text, the lines options were based on, lines equal to an option, and the lines of the other
+    annotated items (each is the answer of its own item: shown here, it would leak across items)."""
+    keys = {_key(o.core) for o in options} | {_key(o.text) for o in options} | {_key(o) for o in s.others}
     out = set()
     for j, ln in enumerate(s.lines):
         k = key(ln.text)

@@ -194,7 +194,8 @@ class CandidateRecord(MCQRecord):
 
     ``origins`` per option: ``positive``, ``generated`` or ``sampled:<negative id>``.
     ``visible`` holds ``context`` (the timed lines as ``"    MMm:SSs | text"`` minus the lines
-    an option was taken from, or the free text). ``privileged`` holds ``positive`` (the annotated
+    that name the positive, that an option was taken from, or that are another annotated item of
+    the window; or the free text). ``privileged`` holds ``positive`` (the annotated
     positive as written before any rewording), ``option_times`` (``{"<option index>": seconds}``
     for every option with a source time: the positive's time, a generated option's source line,
     a sampled negative's time; the audit's chronology check reads it), ``sources`` (``{"<option

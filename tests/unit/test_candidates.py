@@ -175,14 +175,17 @@ def test_timeline_items_pick_unique_positives_with_their_window_others_and_negat
         assert all(t - 15 <= x.t <= t + 15 for x in ctx)
         assert sum(x.t < t for x in ctx) >= 2 and sum(x.t > t for x in ctx) >= 2
         assert it.question == f"What did C do at 00m:{int(t):02d}s?"
-        # the positive's text occurs once in its window (the fridge door occurs twice: never a positive
-        # when both fall in the window), and the collision set is the other positives in the window
-        assert sum(key(x.text) == key(it.positive.text) for x in ctx) == 1
+        # the positive's text occurs once in the clip (the fridge door occurs twice: never a positive),
+        # and the collision set is the other positives in the window
+        assert sum(key(x) == key(it.positive.text) for _, x in lines) == 1
         assert {o.time for o in it.others} == {u for u in times if u != t and t - 15 <= u <= t + 15}
         neg = {n.text for n in it.negatives}
         assert key(it.positive.text) not in {key(x) for x in neg} and not neg & {o.text for o in it.others}
         assert all(sum(key(x.text) == key(n) for x in ctx) == 1 for n in neg)
         assert not any(n.text.startswith("#") for n in it.negatives)
+    every, _ = timeline_items([clip(lines)], cfg.model_copy(update={"per_clip": 20, "spacing": 0}))
+    picked = {it.positive.text for it in every}
+    assert "C takes out the milk carton." in picked and "C opens the fridge door." not in picked  # 20 s and 50 s
     again, _ = timeline_items([clip(lines)], cfg)
     assert again == items  # seeded by (seed, clip id)
     other, _ = timeline_items([clip(lines)], cfg.model_copy(update={"seed": 5}))
@@ -278,7 +281,8 @@ def test_generated_records_hide_sources_record_key_origins_times_and_are_determi
         assert "milk carton" not in ctx and "00m:25s" not in ctx
         for j, src in rec.privileged["sources"].items():
             assert src not in ctx and src.strip().startswith(f"00m:{int(times[j]):02d}s")
-        assert ctx.count("\n") + 1 == 10 - 4
+        # the other annotated item's line (the spoon) is hidden too: it is the answer of its own item
+        assert ctx.count("\n") + 1 == 10 - 5 and "spoon" not in ctx
         # the collision set (the spoon at 00m:40s) never becomes an option, and its line is not offered
         assert not any("spoon" in o for o in rec.options)
         assert rec.others == ["C picks up a metal spoon."] and rec.window == {"start": 0.0, "end": 45.0}
