@@ -717,10 +717,23 @@ def setup(ctx: RunContext, cfg: CandidatesConfig, item: CandidateItem, vectors: 
     others = [o.text for o in item.others]
     other_keys = {_key(o) for o in others}
     counts = Counter(key(x.text) for x in lines)
+    repeated = near_repeats([narration_text(x.text) for x in lines], vectors, cfg.max_similarity)
     allowed = [j for j, x in enumerate(lines) if key(x.text) not in named and key(x.text) not in other_keys
-               and counts[key(x.text)] == 1 and not any(has_phrase(_key(w), _key(x.text)) for w in item.withhold)
+               and counts[key(x.text)] == 1 and j not in repeated
+               and not any(has_phrase(_key(w), _key(x.text)) for w in item.withhold)
                and (item.sources is None or j in item.sources)]
     return Setup(cfg, pos, others, named, list(item.withhold), vectors, set(), lines, allowed)
+
+
+def near_repeats(texts: list[str], vectors: Vectors, threshold: float) -> set[int]:
+    """Lines with another line at or above ``threshold`` cosine: a wrong option based on one would
+    stay visible in its near-twin, and a candidate could eliminate it."""
+    if len(texts) < 2:
+        return set()
+    v = vectors(texts)
+    sims = v @ v.T
+    np.fill_diagonal(sims, -1)
+    return {j for j in range(len(texts)) if float(sims[j].max()) >= threshold}
 
 
 def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateItem) -> ItemResult:

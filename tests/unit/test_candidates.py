@@ -245,6 +245,14 @@ def test_duplicates_names_positive_and_withheld_are_turned_away() -> None:
         assert pool.turned[reason] == 1, (text, pool.rejected)
 
 
+def test_a_line_with_a_near_twin_is_never_a_source() -> None:
+    twin = {"t": 47, "text": "#C C takes out a blue bowl again."}  # cosine 0.93 to 00m:05s under the fake embedder
+    s, _ = make_setup(mrp(context=[*mrp()["context"], twin]))
+    assert 1 not in s.allowed and 10 not in s.allowed and 0 in s.allowed
+    s, _ = make_setup()
+    assert 1 in s.allowed
+
+
 def test_input_problems_no_regeneration_fixes() -> None:
     cfg = CandidatesConfig(input="x", kind="label_reason")
     ei = CandidateItem.model_validate({"item_id": "e", "task": "ei", "question": "q",
