@@ -28,7 +28,7 @@ EGOTOM_QUESTION = {
 }
 EGOTOM_CHOICES = {"goal": 3, "belief": 4, "actions": 4}
 # Record files our generators write, in the order a run folder is searched.
-RECORD_FILES = ("tom.jsonl", "distractors.jsonl", "nocontext_kept.jsonl", "mcq.jsonl")
+RECORD_FILES = ("tom.jsonl", "distractors.jsonl", "candidates.jsonl", "nocontext_kept.jsonl", "mcq.jsonl")
 
 
 def egotom_columns(q: str) -> list[str]:

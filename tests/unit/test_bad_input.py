@@ -217,6 +217,14 @@ OBSERVATIONS = "".join(json.dumps({
     "context_window": {"start_s": 0.0, "end_s": 10.0}}) + "\n" for i in range(3))
 """A small valid observation table for the history bank."""
 
+RECALL_TIMELINE = json.dumps({"clip_id": "kitchen-001", "start_sec": 0.0, "duration": 60.0, "narrations": [
+    {"t": float(t), "text": f"#C C {text}"} for t, text in enumerate(
+        ["opens the fridge", "takes out the milk", "closes the fridge door", "pours milk into a cup",
+         "puts the carton on the counter", "stirs the coffee with a spoon", "rinses the spoon in the sink",
+         "wipes the counter with a cloth", "sits down at the table"], start=1)]}) + "\n"
+"""One clip of distinct narrations: candidates cuts memory-recall items from it (the tom fixtures
+repeat their lines, and a positive's text must occur once in its clip)."""
+
 
 BUNDLE_GOALS = "".join(json.dumps({"goal": {"goal_id": json.loads(x)["goal_id"]},
                                    "cue": {"app": "Notes", "cue": f"cue {k}"}}) + "\n"
@@ -284,6 +292,13 @@ READERS = [
            lambda d, a: (_copy(FIXTURES / "audit" / "scenario_roles.yaml", d / "roles.yaml"),
                          _text(d / "bank.jsonl", _lines(FIXTURES / "audit" / "scenarios.jsonl", 2)))[1],
            lambda d: load_roles_bank(d / "bank.jsonl", read_roles(d / "roles.yaml"))),
+    Reader("candidates items JSONL", "jsonl", lambda d, a: _text(d / "items.jsonl", _lines(EXAMPLES / "candidates" / "items.jsonl", 4)),
+           lambda d: plan_of("candidates", input=str(d / "items.jsonl"))),
+    Reader("candidates timelines JSONL (memory-recall items)", "jsonl",
+           lambda d, a: _text(d / "t.jsonl", RECALL_TIMELINE),
+           lambda d: plan_of("candidates", input=str(d / "t.jsonl"), input_format="timelines")),
+    Reader("rerank pools JSONL", "jsonl", lambda d, a: _text(d / "pools.jsonl", _lines(EXAMPLES / "rerank" / "pools.jsonl", 1)),
+           lambda d: plan_of("rerank", input=str(d / "pools.jsonl"))),
     Reader("history observation table", "jsonl", lambda d, a: _text(d / "obs.jsonl", OBSERVATIONS),
            lambda d: plan_of("history", input=str(d / "obs.jsonl"))),
     Reader("distractors digital= run (goal-conditioned bundles)", "jsonl",
