@@ -28,7 +28,7 @@ EGOTOM_QUESTION = {
 }
 EGOTOM_CHOICES = {"goal": 3, "belief": 4, "actions": 4}
 # Record files our generators write, in the order a run folder is searched.
-RECORD_FILES = ("tom.jsonl", "distractors.jsonl", "nocontext_kept.jsonl", "mcq.jsonl")
+RECORD_FILES = ("tom.jsonl", "distractors.jsonl", "candidates.jsonl", "nocontext_kept.jsonl", "mcq.jsonl")
 
 
 def egotom_columns(q: str) -> list[str]:
@@ -65,7 +65,11 @@ def load_banks(path: Path) -> list[Bank]:
                 if p.suffix in (".jsonl", ".csv")]
     csvs = sorted(p for p in path.glob("*.csv") if egotom_type(p) is not None)
     if not csvs:
-        raise InputError(f"input: {path} holds no MCQ file ({', '.join(RECORD_FILES)} or EgoToM CSVs)")
+        layouts = sorted(path.glob("wagibench_mcq_*.json"))
+        if layouts:  # a bank export in WAGIBench's MCQ layout
+            return [load_bank(p) for p in layouts]
+        raise InputError(f"input: {path} holds no MCQ file ({', '.join(RECORD_FILES)}, EgoToM CSVs or "
+                         "wagibench_mcq_*.json)")
     return [load_bank(p) for p in csvs]
 
 
@@ -74,7 +78,51 @@ def load_bank(path: Path) -> Bank:
         return Bank(path, "egotom_csv", read_egotom_csv(path))
     if path.suffix == ".jsonl":
         return Bank(path, "jsonl", read_mcq_jsonl(path))
-    raise InputError(f"input: {path}: expected a .jsonl of MCQ records or an EgoToM .csv")
+    if path.suffix == ".json":
+        return Bank(path, "wagibench_json", read_wagibench_mcq(path))
+    raise InputError(f"input: {path}: expected a .jsonl of MCQ records, an EgoToM .csv or a WAGIBench MCQ .json")
+
+
+WAGIBENCH_QUESTION = "Which digital action does the user most likely want to take now?"
+"""The question of a WAGIBench-layout item (the layout stores none; ``distractors``' default)."""
+
+
+def read_wagibench_mcq(path: Path) -> list[MCQ]:
+    """WAGIBench's MCQ layout (a JSON list of ``{x: {client_tag, context_window, cues, mcq_set},
+    y, meta: {client_tag, scenario: {shortname}, structured_goal, item_id?, question_type?}}``, as
+    ``distractors`` and ``bank export format=wagibench`` write it): options are the goal dicts as
+    JSON (fields in their order, ``type`` first), the visible context is the cues. A bad row is ``file:row N: field: reason``."""
+    from gen.run import read_json
+
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a JSON list of WAGIBench MCQ rows, got a {type(data).__name__}")
+    items = []
+    for i, row in enumerate(data):
+        where = f"{path}:row {i + 1}"
+        x = row.get("x") if isinstance(row, dict) else None
+        meta = row.get("meta") if isinstance(row, dict) else None
+        if not isinstance(x, dict) or not isinstance(meta, dict):
+            raise InputError(f"{where}: x, meta: a WAGIBench MCQ row is an object with x and meta objects")
+        options = x.get("mcq_set")
+        if not isinstance(options, list) or len(options) < 2:
+            raise InputError(f"{where}: x.mcq_set: expected a list of two or more goals")
+        y = row.get("y")
+        if isinstance(y, bool) or not isinstance(y, int) or not 0 <= y < len(options):
+            raise InputError(f"{where}: y: expected the answer's index among the {len(options)} options, got {y!r}")
+        scenario = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else {}
+        tag, short = meta.get("client_tag", x.get("client_tag")), scenario.get("shortname")
+        item_id = meta.get("item_id") or (f"{short}_{tag}" if short and tag else None) or f"row{i + 1}"
+        cues = x.get("cues") or []
+        context = as_text(cues if isinstance(cues, list) else [cues])
+        items.append(MCQ(
+            item_id=as_text(item_id), question_type=as_text(meta.get("question_type") or "wagibench"),
+            question=WAGIBENCH_QUESTION, answer=y, context=context,
+            options=[json.dumps(o, ensure_ascii=False) if isinstance(o, dict) else as_text(o) for o in options],
+            group=as_text(short) if short else None, visible={"x.cues": context} if context else {},
+            privileged={"meta.structured_goal": as_text(meta.get("structured_goal"))}, line=i,
+        ))
+    return items
 
 
 def egotom_type(path: Path) -> str | None:
@@ -163,6 +211,12 @@ def write_subset(bank: Bank, lines: Iterable[int], out: Path) -> Path:
 
         df = pl.read_csv(bank.path, infer_schema_length=0)
         df.with_row_index("_row").filter(pl.col("_row").is_in(keep)).drop("_row").write_csv(out)
+    elif bank.format == "wagibench_json":
+        from gen.run import read_json
+
+        rows = read_json(bank.path)
+        body = ",\n".join(json.dumps(rows[i], ensure_ascii=False, allow_nan=False) for i in keep)
+        out.write_text(f"[\n{body}\n]\n" if body else "[]\n", encoding="utf-8")
     else:
         with open(bank.path, encoding="utf-8-sig") as f:
             source = f.readlines()

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.paths import EXAMPLES, inside, safe_part
+from gen.paths import EXAMPLES, UnsafePathError, inside, safe_part
 from gen.run import REGISTRY, CommonConfig, Plan, RunContext, generator, read_text
 from schemas.pipeline import StepRecord
 
@@ -59,7 +59,10 @@ class Chain(BaseModel):
 
 def chain_path(cfg: PipelineConfig) -> Path:
     if "/" not in cfg.chain and not cfg.chain.endswith((".yaml", ".yml")):
-        path = CHAINS / f"{cfg.chain}.yaml"
+        try:
+            path = inside(CHAINS, f"{cfg.chain}.yaml", what="chain")
+        except UnsafePathError as e:
+            raise ConfigError(f"chain: {e}") from None
         if not path.is_file():
             shipped = ", ".join(sorted(p.stem for p in CHAINS.glob("*.yaml")))
             raise ConfigError(f"chain: no chain {cfg.chain!r} (shipped: {shipped}; or give a YAML file's path)")

@@ -1558,8 +1558,18 @@ def print_funnel(f: dict[str, Any], file: Any = None) -> None:
 
 # --------------------------------------------------------------------------- lock and verify
 
-LOCK_KEYS = ("schema_revision", "scenarios_sha256", "prompt_conditions_sha256", "scenario_checks_sha256")
-"""What ``verify`` checks, one index each (the judge entries stay null until a judge exists)."""
+LOCK_KEYS = ("schema_revision", "scenarios_sha256", "prompt_conditions_sha256", "scenario_checks_sha256",
+             "judge_prompt_sha256")
+"""What ``verify`` checks, one index each (a lock written before gen had a judge holds null there,
+and that entry is not checked)."""
+
+
+def judge_prompt() -> tuple[str, str]:
+    """(version, SHA-256) of the context-tracking judge's prompt (``gen judge kind=context``), as the
+    benchmark's lock records them: a bank is judged comparably only under the same judge prompt."""
+    from generators.judge.context import JUDGE_PROMPT_VERSION, TEMPLATE
+
+    return JUDGE_PROMPT_VERSION, sha256_file(PROMPTS / TEMPLATE)
 
 
 def scenarios_bytes(records: Sequence[ScenarioRecord]) -> bytes:
@@ -1570,11 +1580,12 @@ def scenarios_bytes(records: Sequence[ScenarioRecord]) -> bytes:
 def make_lock(cfg: ScenariosConfig, records: Sequence[ScenarioRecord], checks_sha: str,
               conditions_sha: str | None) -> dict[str, Any]:
     """MANIFEST.lock.json in the benchmark's form, plus gen's own provenance keys."""
+    version, sha = judge_prompt()
     return {
         "benchmark_version": cfg.benchmark_version,
         "schema_revision": SCHEMA_REVISION,
-        "judge_prompt_version": None,
-        "judge_prompt_sha256": None,
+        "judge_prompt_version": version,
+        "judge_prompt_sha256": sha,
         "scenarios_sha256": hashlib.sha256(scenarios_bytes(records)).hexdigest(),
         "prompt_conditions_sha256": conditions_sha,
         "scenario_checks_sha256": checks_sha,
@@ -1600,6 +1611,8 @@ def lock_check(folder: Path, lock: dict[str, Any], k: str) -> tuple[Any, Any]:
     """(locked, computed) for one lock entry."""
     if k == "schema_revision":
         return lock.get(k), SCHEMA_REVISION
+    if k == "judge_prompt_sha256":
+        return lock.get(k), None if lock.get(k) is None else judge_prompt()[1]
     name = {"scenarios_sha256": f"{NAME}.jsonl", "prompt_conditions_sha256": PROMPT_CONDITIONS,
             "scenario_checks_sha256": CHECKS_FILE}[k]
     path = folder / name
@@ -1683,6 +1696,9 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
             yield out.items if contrast else out.items[0]
     accepted = [it for o in outcomes for it in o.items if isinstance(it, ScenarioRecord)]
     checks_sha = write_jsonl(ctx.out_dir / CHECKS_FILE, [c for o in outcomes for c in o.checks])
+    from generators.judge.context import TEMPLATE as JUDGE_TEMPLATE
+
+    ctx.prompts.hash(JUDGE_TEMPLATE)  # the lock names the judge prompt; the manifest lists it too
     lock = make_lock(cfg, accepted, checks_sha, conditions_sha)
     atomic_write(ctx.out_dir / LOCK, json.dumps(lock, indent=2, ensure_ascii=False) + "\n")
     f = funnel(outcomes, contrast)

@@ -31,7 +31,24 @@ __all__ = [
 def make_llm(cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, cache: Cache | None = None) -> LLM:
     """Build the configured backend. Heavy imports and model loads happen here, once."""
     if isinstance(cfg, LlamaServerConfig):
-        return make_server_llm(cfg, cache)
-    if isinstance(cfg, LlamaCppConfig):
-        return make_llama_cpp_llm(cfg, cache)
-    return make_openai_llm(cfg, cache)
+        llm = make_server_llm(cfg, cache)
+    elif isinstance(cfg, LlamaCppConfig):
+        llm = make_llama_cpp_llm(cfg, cache)
+    else:
+        llm = make_openai_llm(cfg, cache)
+    llm.set_family(lambda: resolve_family(cfg, llm))
+    return llm
+
+
+def resolve_family(cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, llm: LLM) -> tuple[str, str]:
+    """(family, how it was found): ``llm.family=``, else the GGUF's metadata (the loaded model's,
+    or a vocab-only read for a managed server), else the served model name."""
+    from gen.llm.family import family_from_gguf, family_from_served, gguf_metadata
+
+    if cfg.family:
+        return cfg.family, "llm.family (config)"
+    if isinstance(cfg, OpenAIConfig):
+        return family_from_served(cfg.model)
+    path = llm.identity["model_path"]
+    metadata = getattr(llm, "gguf_metadata", None)
+    return family_from_gguf(metadata if metadata is not None else gguf_metadata(path), path)

@@ -200,6 +200,25 @@ class LLM:
         self._closers: list[Callable[[], None]] = []
         self._streak = _Streak(sampling.max_consecutive_errors,
                                where or f"llm={identity.get('backend')}")
+        self._family: tuple[str, str] | None = None
+        self._family_resolve: Callable[[], tuple[str, str]] | None = None
+
+    def set_family(self, resolve: Callable[[], tuple[str, str]]) -> None:
+        """How to find this model's family (``(family, how it was found)``), asked on first use:
+        a vocab-only GGUF read is not paid by runs that never compare families."""
+        self._family, self._family_resolve = None, resolve
+
+    @property
+    def family_info(self) -> tuple[str | None, str]:
+        """(family, how it was found); (None, "not known") for a backend that cannot say."""
+        if self._family is None and self._family_resolve is not None:
+            self._family = self._family_resolve()
+        return self._family or (None, "not known")
+
+    @property
+    def family(self) -> str | None:
+        """The model family judges compare (``llm.family=`` or derived; see :mod:`gen.llm.family`)."""
+        return self.family_info[0]
 
     def fork(self) -> LLM:
         """The same loaded backend (model, cache, lock) with usage counters of its own: a
@@ -224,14 +243,19 @@ class LLM:
             self._closers.pop()()
 
     def describe(self) -> dict[str, Any]:
-        """Backend identity and sampling settings, for manifests."""
-        return {**self.identity, "sampling": self.sampling.model_dump()}
+        """Backend identity and sampling settings (and the family, once known), for manifests."""
+        out = {**self.identity, "sampling": self.sampling.model_dump()}
+        if self._family is not None:
+            out["family"], out["family_source"] = self._family
+        return out
 
     @_watched
     def structured(
-        self, messages: Sequence[Message], schema: type[T], *, seed: int, max_tokens: int | None = None
+        self, messages: Sequence[Message], schema: type[T], *, seed: int, max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> T:
-        """One structured call: the schema constrains decoding where the backend can.
+        """One structured call: the schema constrains decoding where the backend can
+        (``temperature`` overrides the configured one: a judge decodes greedily).
 
         Raises:
             LLMOutputError: truncated output, output invalid after all attempts, or a
@@ -247,7 +271,7 @@ class LLM:
                 # instructor counts retries after the first try, ``attempts`` counts tries
                 max_retries=self.sampling.attempts - 1,
                 seed=seed,
-                temperature=self.sampling.temperature,
+                temperature=self.sampling.temperature if temperature is None else temperature,
                 top_p=self.sampling.top_p,
                 max_tokens=max_tokens or self.sampling.max_tokens,
             )
@@ -418,9 +442,14 @@ class LanguageModel(Protocol):
     """This run's call, token and cache-hit counters (the manifest's ``llm_usage``)."""
     concurrency: int
     """How many calls may be in flight at once (``ctx.map``'s default width)."""
+    family: str | None
+    """The model family judges compare with the candidate's (:mod:`gen.llm.family`)."""
+    family_info: tuple[str | None, str]
+    """(family, how it was found)."""
 
     def structured(
-        self, messages: Sequence[Message], schema: type[T], *, seed: int, max_tokens: int | None = None
+        self, messages: Sequence[Message], schema: type[T], *, seed: int, max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> T: ...
 
     def complete(

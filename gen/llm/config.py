@@ -23,6 +23,9 @@ class _Sampling(BaseModel):
     max_consecutive_errors: int = Field(5, ge=0)
     """Calls in a row that may fail with ``backend_error`` before the run stops (exit 2, the
     records so far kept for a resume); 0 never stops."""
+    family: str | None = None
+    """The model family (openai, anthropic, google, meta, qwen, mistral, smollm…), which judges
+    compare with the candidate's; null: derived from the GGUF's metadata or the served model name."""
 
 
 class LlamaCppConfig(_Sampling):

@@ -16,6 +16,7 @@ def scripted_llm(
     cache: Cache | None = None,
     sampling: _Sampling | None = None,
     scorer: Callable[[Prompt, list[str]], list[float]] | None = None,
+    family: str | None = None,
 ) -> LLM:
     """A fake backend for unit tests only: canned outputs through the real parse path.
 
@@ -24,6 +25,7 @@ def scripted_llm(
             output is a text, or ``(text, finish_reason)`` to simulate truncation.
         scorer: ``f(prompt, continuations) -> log-probabilities`` behind :meth:`LLM.loglik`
             (each continuation counts one token per character).
+        family: the model family it claims (judges compare families); None: not known.
     """
     from openai.types.chat import ChatCompletion
 
@@ -57,4 +59,6 @@ def scripted_llm(
               sampling=sampling or LlamaCppConfig(), cache=cache, lock=False,
               score=score if scorer is not None else None)
     llm.calls = calls  # type: ignore[attr-defined]
+    if family is not None:
+        llm.set_family(lambda: (family, "scripted"))
     return llm

@@ -65,9 +65,11 @@ def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
     sha = cache.file_sha256(path) if cache else sha256_file(path)
     identity = {"backend": "llama_cpp", "model": path.name, "model_path": str(path),
                 "model_sha256": sha, "n_ctx": cfg.n_ctx}
-    return LLM(_history_free(_LLAMAS[key]), identity=identity,
-               sampling=cfg, cache=cache, lock=True, schema_format="json_object",
-               score=_llama_scorer(_LLAMAS[key]), where=f"llm=llama_cpp on {path}")
+    llm = LLM(_history_free(_LLAMAS[key]), identity=identity,
+              sampling=cfg, cache=cache, lock=True, schema_format="json_object",
+              score=_llama_scorer(_LLAMAS[key]), where=f"llm=llama_cpp on {path}")
+    llm.gguf_metadata = dict(getattr(_LLAMAS[key], "metadata", None) or {})  # type: ignore[attr-defined]
+    return llm
 
 
 GGUF_MAGIC = b"GGUF"

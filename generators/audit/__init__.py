@@ -37,6 +37,12 @@ class AuditConfig(CommonConfig):
     nocontext: str | None = None
     """A nocontext run folder (or its nocontext.jsonl) to summarise blind solvability from
     (default: input= itself when it is a nocontext run)."""
+    judge: str | None = None
+    """A judge run of kind distractor_validity (or its judge.jsonl): items whose wrong option a
+    judge scored at least as high as the answer."""
+    judge_severity: Literal["error", "warning", "info"] = "warning"
+    """Severity of a flagged item (warning: for a person to look at, judges are noisy; error makes
+    bank add refuse the batch at its default fail_on=error)."""
     checks: list[str] = Field(default_factory=check_keys, description=checks_help())
     fail_on: Literal["info", "warning", "error", "never"] = "error"
     """Exit code 1 when a finding of at least this severity exists."""

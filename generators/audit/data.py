@@ -51,6 +51,10 @@ class AuditData:
     digital_config: dict[str, Any] = field(default_factory=dict)
     """The digital run's config (windows, cue recency) from its manifest."""
     nocontext: list[dict[str, Any]] | None = None
+    judge: list[dict[str, Any]] | None = None
+    """Per-item records of a distractor_validity judge run (``judge=``)."""
+    judge_primary: str | None = None
+    """That run's primary judge (whose flags count)."""
     folders: list[Path] = field(default_factory=list)
     """Run folders whose manifest.json the integrity check verifies."""
     manifests: dict[Path, dict[str, Any]] = field(default_factory=dict)
@@ -190,6 +194,11 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
         data.nocontext = read_nocontext(npath)
         if (f := _run_folder(npath)) is not None and f not in folders:
             folders.append(f)
+    if cfg.judge is not None:
+        jpath = Path(cfg.judge).expanduser()
+        data.judge, data.judge_primary = read_judge(jpath)
+        if (f := _run_folder(jpath)) is not None and f not in folders:
+            folders.append(f)
     data.folders = folders
     for f in folders:
         if f not in data.manifests:
@@ -229,3 +238,36 @@ def read_nocontext(path: Path) -> list[dict[str, Any]]:
                              f"(correct: {{model: shuffles right}})")
         rows.append(row)
     return rows
+
+
+JUDGE_KEYS = ("item_id", "question_type", "answer", "scores", "flagged", "flagged_options")
+
+
+def read_judge(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """Per-item records of a ``judge kind=distractor_validity`` run and its primary judge (from its
+    manifest; without one, the records' only judge)."""
+    file = path / "judge.jsonl" if path.is_dir() else path
+    if not file.is_file():
+        raise MissingInputError(f"judge: {file} not found (expected a judge run folder or its judge.jsonl)")
+    folder = file.parent
+    primary = None
+    if (folder / "manifest.json").is_file():
+        info = read_manifest(folder).get("judge")
+        if not isinstance(info, dict) or info.get("kind") != "distractor_validity":
+            raise InputError(f"{folder}/manifest.json: judge: not a judge run of kind distractor_validity")
+        primary = info.get("judge_label")
+    rows = []
+    for lineno, row in iter_jsonl(file):
+        missing = [k for k in JUDGE_KEYS if not isinstance(row, dict) or k not in row]
+        if missing or not isinstance(row.get("flagged"), dict) or not isinstance(row.get("flagged_options"), dict):
+            raise InputError(f"{file}:{lineno}: a distractor_validity record needs {', '.join(JUDGE_KEYS)} "
+                             "(flagged: {judge: bool or null})")
+        if primary is not None and primary not in row["flagged"]:
+            raise InputError(f"{file}:{lineno}: flagged: no verdict of the run's primary judge {primary!r}")
+        rows.append(row)
+    if primary is None:
+        judges = sorted({k for r in rows for k in r["flagged"]})
+        if len(judges) > 1:
+            raise InputError(f"{file}: records of several judges ({', '.join(judges)}) and no manifest naming the primary one")
+        primary = judges[0] if judges else None
+    return rows, primary

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from generators.audit import AuditConfig
     from generators.audit.data import AuditData
 
-NOT_THRESHOLDS = ("roles", "against", "against_roles", "nocontext", "checks", "fail_on", "allow_empty", "plots",
-                  "max_listed")
+NOT_THRESHOLDS = ("roles", "against", "against_roles", "nocontext", "judge", "checks", "fail_on", "allow_empty",
+                  "plots", "max_listed")
 """Audit options that are inputs or presentation, not thresholds of a check."""
 
 
@@ -55,6 +55,7 @@ def write_report(cfg: AuditConfig, ctx: RunContext, data: AuditData, results: li
     plots = draw_plots(ctx.out_dir, results) if cfg.plots else {}
     report = {
         "input": cfg.input, "roles": cfg.roles, "against": cfg.against, "nocontext": cfg.nocontext,
+        "judge": cfg.judge,
         "banks": [{"path": str(b.path), "format": b.format, "items": len(b.items)} for b in data.banks],
         "bundles": None if data.bundles is None else len(data.bundles),
         "scenarios": None if data.scenarios is None else len(data.scenarios),

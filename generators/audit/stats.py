@@ -1,4 +1,4 @@
-"""Statistics shared by the checks: exact binomial tests, Wilson intervals, Holm's
+"""Statistics shared by the checks: exact binomial tests, Wilson intervals (:mod:`gen.stats`), Holm's
 correction, the power line, and the severity of a tell from its size and its significance.
 
 A *tell* is a shortcut that beats chance (pick the longest option, the most frequent position,
@@ -15,11 +15,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gen.stats import rounded, wilson
 from schemas.audit import Severity
 
-
-def rounded(x: float, nd: int = 4) -> float:
-    return float(round(float(x), nd))
+__all__ = ["RULES", "Tell", "binom_critical", "binom_greater", "detectable_effect", "holm", "judge", "pvalue",
+           "rounded", "wilson"]
 
 
 def pvalue(x: float) -> float:
@@ -32,17 +32,6 @@ def binom_greater(k: int, n: int, p: float) -> float:
     from scipy.stats import binomtest
 
     return binomtest(int(k), int(n), min(max(p, 1e-12), 1 - 1e-12), alternative="greater").pvalue if n else 1.0
-
-
-def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of the proportion k/n (good coverage near 0 and 1 and for small n,
-    unlike the normal approximation); (0, 1) when n is 0."""
-    from scipy.stats import binomtest
-
-    if not n:
-        return (0.0, 1.0)
-    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
-    return (float(ci.low), float(ci.high))
 
 
 def holm(pvalues: list[float]) -> list[float]:

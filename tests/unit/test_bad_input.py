@@ -39,6 +39,7 @@ from generators.personas import sample_facts
 from schemas.personas import PersonaRecord
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+JUDGE = FIXTURES / "judge"
 BOM = codecs.BOM_UTF8
 
 
@@ -216,6 +217,14 @@ OBSERVATIONS = "".join(json.dumps({
     "context_window": {"start_s": 0.0, "end_s": 10.0}}) + "\n" for i in range(3))
 """A small valid observation table for the history bank."""
 
+RECALL_TIMELINE = json.dumps({"clip_id": "kitchen-001", "start_sec": 0.0, "duration": 60.0, "narrations": [
+    {"t": float(t), "text": f"#C C {text}"} for t, text in enumerate(
+        ["opens the fridge", "takes out the milk", "closes the fridge door", "pours milk into a cup",
+         "puts the carton on the counter", "stirs the coffee with a spoon", "rinses the spoon in the sink",
+         "wipes the counter with a cloth", "sits down at the table"], start=1)]}) + "\n"
+"""One clip of distinct narrations: candidates cuts memory-recall items from it (the tom fixtures
+repeat their lines, and a positive's text must occur once in its clip)."""
+
 
 BUNDLE_GOALS = "".join(json.dumps({"goal": {"goal_id": json.loads(x)["goal_id"]},
                                    "cue": {"app": "Notes", "cue": f"cue {k}"}}) + "\n"
@@ -320,6 +329,13 @@ READERS = [
            lambda d, a: (_copy(FIXTURES / "audit" / "scenario_roles.yaml", d / "roles.yaml"),
                          _text(d / "bank.jsonl", _lines(FIXTURES / "audit" / "scenarios.jsonl", 2)))[1],
            lambda d: load_roles_bank(d / "bank.jsonl", read_roles(d / "roles.yaml"))),
+    Reader("candidates items JSONL", "jsonl", lambda d, a: _text(d / "items.jsonl", _lines(EXAMPLES / "candidates" / "items.jsonl", 4)),
+           lambda d: plan_of("candidates", input=str(d / "items.jsonl"))),
+    Reader("candidates timelines JSONL (memory-recall items)", "jsonl",
+           lambda d, a: _text(d / "t.jsonl", RECALL_TIMELINE),
+           lambda d: plan_of("candidates", input=str(d / "t.jsonl"), input_format="timelines")),
+    Reader("rerank pools JSONL", "jsonl", lambda d, a: _text(d / "pools.jsonl", _lines(EXAMPLES / "rerank" / "pools.jsonl", 1)),
+           lambda d: plan_of("rerank", input=str(d / "pools.jsonl"))),
     Reader("history observation table", "jsonl", lambda d, a: _text(d / "obs.jsonl", OBSERVATIONS),
            lambda d: plan_of("history", input=str(d / "obs.jsonl"))),
     Reader("distractors digital= run (goal-conditioned bundles)", "jsonl",
@@ -331,6 +347,18 @@ READERS = [
     Reader("audit scenario bank (released schema)", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
            audit_scenarios),
     Reader("bank add scenarios", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES), bank_scenarios),
+    Reader("judge wagibench predictions", "jsonl", lambda d, a: _copy(JUDGE / "predictions.jsonl", d / "p.jsonl"),
+           lambda d: plan_of("judge", kind="wagibench", input=str(d / "p.jsonl"), variant=["contexts_reference"])),
+    Reader("judge context responses", "jsonl", lambda d, a: _copy(JUDGE / "responses.jsonl", d / "r.jsonl"),
+           lambda d: plan_of("judge", kind="context", input=str(JUDGE / "scenarios.jsonl"), responses=str(d / "r.jsonl"))),
+    Reader("judge and evaluate scenario bank", "jsonl", lambda d, a: _copy(JUDGE / "scenarios.jsonl", d / "scenarios.jsonl"),
+           lambda d: plan_of("evaluate", input=str(d / "scenarios.jsonl"), judge="smollm2",
+                             prompt_conditions=str(JUDGE / "prompt_conditions.json"), mode="scenarios")),
+    Reader("evaluate prompt_conditions", "json", lambda d, a: _copy(JUDGE / "prompt_conditions.json", d / "pc.json"),
+           lambda d: plan_of("evaluate", input=str(JUDGE / "scenarios.jsonl"), judge="smollm2",
+                             prompt_conditions=str(d / "pc.json"))),
+    Reader("judge meta human ratings", "jsonl", lambda d, a: _copy(JUDGE / "ratings.jsonl", d / "ratings.jsonl"),
+           lambda d: plan_of("judge", action="meta", input=str(d / "ratings.jsonl"))),
     Reader("merge: a shard's manifest", "json", lambda d, a: (_shards(d, a.shards), d / "s1" / "manifest.json")[1],
            merge_plan, folder_named=True, then=merge_run, fields=MANIFEST_FIELDS),
     Reader("merge: a shard's records", "jsonl", lambda d, a: (_shards(d, a.shards), d / "s1" / "personas.jsonl")[1],

@@ -23,6 +23,7 @@ from gen.run import REGISTRY, CommonConfig
 REQUIRED: dict[str, list[str]] = {
     "merge": ["input=[a,b]"],
     "bank": ["action=verify", "bank=somewhere"],
+    "judge": ["kind=wagibench"],
 }
 
 

@@ -68,6 +68,8 @@ ALLOWED = {
     ("generators/bank", "out / f'{task}.yaml'"): "identifier",  # base_name() makes a Python identifier
     ("generators/bank", "out / name"): "constant",  # <kind>/test.parquet, KINDS
     ("generators/scenarios", "folder / name"): "constant",  # the lock's own file names
+    ("generators/evaluate", "ctx.out_dir / name"): "constant",  # responses_turn{2,3}.jsonl
+    ("generators/evaluate", "ctx.out_dir / folder"): "constant",  # judge_turn{2,3}
     ("generators/scenarios", "path / f'{NAME}.jsonl'"): "constant",
 }
 """Joins of a non-constant name onto a folder that are legitimate, each with a one-word reason.

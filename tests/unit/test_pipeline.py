@@ -122,4 +122,6 @@ def test_every_step_is_validated_before_the_first_runs(tmp_path: Path) -> None:
         plan(PipelineConfig(chain=str(bad)))
     with pytest.raises(ConfigError, match="no chain 'nosuch'"):
         plan(PipelineConfig(chain="nosuch"))
+    with pytest.raises(ConfigError, match="leaves its folder"):  # a shipped chain's name stays in examples/chains/
+        plan(PipelineConfig(chain="a\\b"))
     assert plan(PipelineConfig()).n == 9  # the shipped chain validates

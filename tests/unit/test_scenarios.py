@@ -589,14 +589,15 @@ def test_the_lock_matches_the_files_and_verify_finds_drift(tmp_path: Path, run_g
     lock = json.loads((out / LOCK).read_text())
     assert set(lock) >= {"benchmark_version", "schema_revision", "scenarios_sha256", "prompt_conditions_sha256",
                          "judge_prompt_version", "judge_prompt_sha256"}
-    assert lock["judge_prompt_version"] is None and lock["schema_revision"] == 1
+    assert lock["judge_prompt_version"] == "context-judge-1" and lock["schema_revision"] == 1
+    assert lock["judge_prompt_sha256"] == hashlib.sha256((PROMPTS / "judge" / "context.jinja").read_bytes()).hexdigest()
     assert lock["scenarios_sha256"] == hashlib.sha256((out / "scenarios.jsonl").read_bytes()).hexdigest()
     assert lock["prompt_conditions_sha256"] == hashlib.sha256(conditions.read_bytes()).hexdigest()
     assert (out / "prompt_conditions.json").read_bytes() == conditions.read_bytes()
     ok = run_gen("scenarios", "verify", f"input={out}", f"hydra.run.dir={tmp_path / 'v1'}")
     assert ok.returncode == 0, ok.stderr
     assert "verify" in ok.stdout and "ok" in ok.stdout
-    assert len(read_jsonl(tmp_path / "v1" / "verify.jsonl")) == 4
+    assert len(read_jsonl(tmp_path / "v1" / "verify.jsonl")) == 5
     text = (out / "scenarios.jsonl").read_text()
     (out / "scenarios.jsonl").write_text(text.replace("?", "!", 1))
     (out / "prompt_conditions.json").write_text("[]\n")
@@ -606,6 +607,15 @@ def test_the_lock_matches_the_files_and_verify_finds_drift(tmp_path: Path, run_g
     assert "2 lock entries drifted: scenarios_sha256; prompt_conditions_sha256" in bad.stderr
     rejects = read_jsonl(tmp_path / "v2" / "rejects.jsonl")
     assert {r["record_id"] for r in rejects} == {"scenarios_sha256", "prompt_conditions_sha256"}
+    # a bank locked under another judge prompt is judged incomparably: drift
+    locked = json.loads((out / LOCK).read_text())
+    (out / LOCK).write_text(json.dumps({**locked, "judge_prompt_sha256": "0" * 64}))
+    judge = run_gen("scenarios", "verify", f"input={out}", f"hydra.run.dir={tmp_path / 'v4'}")
+    assert judge.returncode == 1 and "DRIFT judge_prompt_sha256 mismatch" in judge.stdout
+    # a lock from before gen had a judge (null there) is not checked on it
+    (out / LOCK).write_text(json.dumps({**locked, "judge_prompt_sha256": None}))
+    old = run_gen("scenarios", "verify", f"input={out}", f"hydra.run.dir={tmp_path / 'v5'}")
+    assert "judge_prompt_sha256" not in old.stdout + old.stderr
     (out / LOCK).unlink()
     missing = run_gen("scenarios", "verify", f"input={out}", f"hydra.run.dir={tmp_path / 'v3'}")
     assert missing.returncode == 2 and "holds no MANIFEST.lock.json" in missing.stderr

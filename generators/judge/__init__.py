@@ -1,0 +1,107 @@
+"""LLM judges of free-form answers: ``python -m gen judge kind=… | judge meta``.
+
+Kinds (``kind=``), one module each:
+
+- ``wagibench`` (:mod:`~generators.judge.wagibench`): WAGIBench's judge (paper §3.2, appendix
+  I.1): a predicted digital action, reformatted into one of the 10 structured types when it is
+  free text, scored 0 / 1 / 2 against the reference (``variant=reference``) or against the
+  observation's contexts and the reference (``contexts_reference``), read from a ``<score>`` tag.
+- ``context`` (:mod:`~generators.judge.context`): the context-tracking benchmark's judge: a
+  turn-2 (or repair turn-3) reply labelled current / prior / clarify / abstain with a one-sentence
+  rationale, from what the spec lets the judge see; balanced accuracy, repair rate.
+- ``distractor_validity`` (:mod:`~generators.judge.validity`): every option of an MCQ item scored
+  as an answer; an item whose wrong option scores at least its answer is flagged (``audit
+  judge=<run>`` reports them).
+
+``judge meta`` (:mod:`~generators.judge.meta`): the judge against human raters (pairwise
+accuracy, kappa, a confusion matrix). The judges, their families and their agreement:
+:mod:`~generators.judge.panel`. One record per input row in ``judge.jsonl``; the summary (also
+in the manifest under ``judge``) in ``summary.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gen.config import llm_preset
+from gen.errors import ConfigError
+from gen.llm import LLMConfig
+from gen.run import Plan, RunContext, generator
+from generators.judge import context, meta, validity, wagibench
+from generators.judge.panel import JudgeOptions
+from schemas.judge import Variant
+
+NAME = "judge"
+KINDS = {"wagibench": wagibench, "context": context, "distractor_validity": validity}
+
+
+class JudgeConfig(JudgeOptions):
+    action: Literal["score", "meta"] = "score"
+    """score: judge the input (kind=); meta: the judge against human raters (python -m gen judge meta input=<ratings>)."""
+    kind: Literal["wagibench", "context", "distractor_validity"] | None = None
+    """What is judged: wagibench (predicted goals), context (context-tracking replies), distractor_validity (MCQ options)."""
+    responses: str | None = None
+    """kind=context: the replies to judge (JSONL: scenario_id, turn, response, trial, condition, candidate…); input= is the scenario bank."""
+    references: str | None = None
+    """kind=wagibench: a WAGIBench MCQ layout file or folder (gen's wagibench_mcq_*.json) giving rows without a reference their reference and cues, by id."""
+    digital_state: str | None = None
+    """kind=wagibench: a digital_state.json (WAGIBench's layout) giving the rows of its observations their app states as context."""
+    variant: list[Variant] = Field(default_factory=lambda: ["reference"])
+    """kind=wagibench: reference (the reference goal only) and/or contexts_reference (cues, captions, digital state + reference: the paper's best)."""
+    reformatter: LLMConfig | None = None
+    """kind=wagibench: the model that turns free-text predictions into structured actions (null: the primary judge)."""
+    judge_tokens: int = Field(24, ge=4, le=4096)
+    """wagibench, distractor_validity: reply cap of a score call (<score>2</score> is a few tokens)."""
+    reformat_tokens: int = Field(200, ge=16, le=4096)
+    """wagibench: reply cap of a reformat call."""
+    judge_run: str | None = None
+    """meta: a judge run whose records give the judge's value of each rating row (by id); null: the rows' judge field."""
+    plots: bool = True
+    """meta: draw the confusion matrix PNG."""
+
+    @field_validator("reformatter", mode="before")
+    @classmethod
+    def _named_reformatter(cls, value: Any) -> Any:
+        return llm_preset(value) if isinstance(value, str) else value
+
+    @field_validator("variant", mode="before")
+    @classmethod
+    def _one_variant(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _check(self) -> JudgeConfig:
+        if self.num_shards != 1:
+            raise ValueError("judge runs in one process (num_shards=1): its summary needs every row")
+        if self.action == "score" and self.kind is None:
+            raise ValueError("kind= is required: wagibench, context or distractor_validity (or: judge meta input=<ratings>)")
+        if self.action == "meta" and self.kind is not None:
+            raise ValueError("judge meta reads its kind from the ratings (numbers or labels); drop kind=")
+        if self.kind == "context" and self.responses is None:
+            raise ValueError("kind=context needs responses=<replies JSONL> (input= is the scenario bank)")
+        if not self.variant or len(set(self.variant)) != len(self.variant):
+            raise ValueError("variant must name reference and/or contexts_reference, each once")
+        return self
+
+
+def plan(cfg: JudgeConfig) -> Plan:
+    """One index per input row: a prediction, a reply, an MCQ item, a rating."""
+    if cfg.input is None:
+        raise ConfigError("input= is required (predictions, a scenario bank, an MCQ run, or human ratings)")
+    if cfg.action == "meta":
+        return meta.plan(cfg)
+    assert cfg.kind is not None
+    return KINDS[cfg.kind].plan(cfg)
+
+
+@generator(NAME, config=JudgeConfig, plan=plan)
+def judge(cfg: JudgeConfig, ctx: RunContext) -> Iterator[Any]:
+    """LLM judges: WAGIBench goal scores, context-tracking labels, distractor validity; judge meta vs human raters."""
+    if cfg.action == "meta":
+        yield from meta.run(cfg, ctx)
+        return
+    assert cfg.kind is not None
+    yield from KINDS[cfg.kind].run(cfg, ctx)

@@ -1,0 +1,179 @@
+"""The judges of a run: which models, their families, the cross-family rule, and agreement.
+
+A model judging its own family can score it too high or too low, so by default a judge of the
+candidate's family is refused (``allow_same_family=true`` permits it). ``judges=[…]`` runs
+several judges on every row; the first judge of another family than the candidate's is the
+primary one (its labels make the scores), and the others give the agreement figures (Cohen's
+kappa and raw agreement between every two judges: the benchmark's v1 agreement figure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from gen.config import llm_preset
+from gen.errors import ConfigError
+from gen.llm import LanguageModel, LLMConfig
+from gen.run import CommonConfig, RunContext
+from gen.stats import agreement, cohen_kappa, rounded
+from generators.nocontext import model_label, unique_labels
+
+
+class JudgeOptions(CommonConfig):
+    """The judge options ``judge`` and ``evaluate`` share."""
+
+    judge: LLMConfig | None = None
+    """The judge model: an llm preset (smollm2) or a dict ({backend: openai, model: …}); null: judges=[…], else (gen judge) llm=."""
+    judges: list[LLMConfig] = Field(default_factory=list)
+    """Several judges on every row (presets or dicts): the first of another family than the candidate's scores, all give agreement."""
+    judge_labels: list[str] = Field(default_factory=list)
+    """Judge names in the outputs, one per judge ([] = GGUF file stem or served model name)."""
+    allow_same_family: bool = False
+    """Let a judge of the candidate's model family judge it (refused by default: a model judging its own family can score it too high or too low)."""
+    candidate_family: str | None = None
+    """The candidate's model family when the input does not say (null: from the rows, or the candidate model)."""
+    judge_temperature: float = Field(0.0, ge=0, le=2)
+    """Sampling temperature of every judge call (0: greedy, the same verdict on a rerun)."""
+    verdict_tokens: int = Field(200, ge=32, le=4096)
+    """Context judge: cap of the JSON verdict (label and one-sentence rationale)."""
+    ranking_condition: str = "baseline"
+    """Context judge: the prompt condition whose balanced turn-2 accuracy is the primary score."""
+    bootstrap: int = Field(2000, ge=100, le=100_000)
+    """Bootstrap resamples of the 95 % intervals of means and balanced accuracy."""
+
+    @field_validator("judge", mode="before")
+    @classmethod
+    def _named_judge(cls, value: Any) -> Any:
+        return llm_preset(value) if isinstance(value, str) else value
+
+    @field_validator("judges", mode="before")
+    @classmethod
+    def _named_judges(cls, value: Any) -> Any:
+        return [llm_preset(v) if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _panel(self) -> JudgeOptions:
+        if self.judge is not None and self.judges:
+            raise ValueError("give judge= or judges=[…], not both (judges= lists every judge)")
+        n = len(self.judges) or 1
+        if self.judge_labels and len(self.judge_labels) != n:
+            raise ValueError(f"judge_labels: {len(self.judge_labels)} given for {n} judge(s)")
+        if len(set(self.judge_labels)) != len(self.judge_labels):
+            raise ValueError("judge_labels must be distinct")
+        return self
+
+    def judge_configs(self, default: LLMConfig | None) -> list[LLMConfig]:
+        """The judges' configs: judges=, else judge=, else ``default``."""
+        if self.judges:
+            return list(self.judges)
+        if self.judge is not None:
+            return [self.judge]
+        if default is None:
+            raise ConfigError("judge= is required (a model of another family than the candidate's: an llm "
+                              "preset or a dict; with judge=smollm2 add allow_same_family=true if the candidate "
+                              "is SmolLM2 too)")
+        return [default]
+
+
+@dataclass
+class JudgeModel:
+    label: str
+    config: LLMConfig
+    llm: LanguageModel
+
+    @property
+    def family(self) -> str | None:
+        return self.llm.family
+
+    def describe(self) -> dict[str, Any]:
+        family, source = self.llm.family_info
+        d = self.llm.describe()
+        return {"label": self.label, "model": d.get("model"), "backend": d.get("backend"),
+                "family": family, "family_source": source}
+
+
+@dataclass
+class Panel:
+    judges: list[JudgeModel]
+    primary: JudgeModel
+    candidate_families: dict[str, str]
+    """Known candidate family -> how it was found."""
+    resolution: str
+    """How the primary judge was chosen (the manifest's ``judge_family_resolution``)."""
+
+    def manifest(self) -> dict[str, Any]:
+        """The judge fields of a run manifest (the benchmark's names)."""
+        p = self.primary.describe()
+        return {"judge_model": p["model"], "judge_label": self.primary.label, "judge_family": p["family"],
+                "judge_family_source": p["family_source"], "judge_family_resolution": self.resolution,
+                "candidate_family": sorted(self.candidate_families) or None,
+                "judges": [j.describe() for j in self.judges]}
+
+
+def build_panel(opts: JudgeOptions, ctx: RunContext, candidate_families: dict[str, str],
+                default: LLMConfig | None) -> Panel:
+    """Load the judges (each with its own usage counters; a judge with the same config as the
+    run's model shares its loaded weights), resolve their families and apply the cross-family rule.
+
+    Raises:
+        ConfigError: a judge of the candidate's family without ``allow_same_family=true``.
+    """
+    configs = opts.judge_configs(default)
+    labels = opts.judge_labels or unique_labels([model_label(c) for c in configs])
+    judges = [JudgeModel(label, c, ctx.llm_for(c).fork()) for label, c in zip(labels, configs, strict=True)]
+    known = {f: how for f, how in candidate_families.items() if f}
+    for j in judges:
+        family, source = j.llm.family_info
+        if family is not None and family in known and not opts.allow_same_family:
+            raise ConfigError(
+                f"judge {j.label} is of the candidate's model family {family!r} (judge: {source}; candidate: "
+                f"{known[family]}): a model judging its own family can score it too high or too low; choose a "
+                "judge of another family (judge= or judges=[…]), or allow_same_family=true")
+    cross = [j for j in judges if j.family is None or j.family not in known]
+    primary = cross[0] if cross else judges[0]
+    family, source = primary.llm.family_info
+    if not known:
+        why = ("candidate family unknown (no candidate_family=, no family in the rows): the first judge, "
+               f"{primary.label} ({family}, {source}), was not compared")
+    elif primary in cross:
+        why = (f"cross-family: {primary.label} is {family} ({source}); the candidate is "
+               f"{', '.join(f'{f} ({h})' for f, h in sorted(known.items()))}")
+    else:
+        why = (f"same family allowed (allow_same_family=true): {primary.label} and the candidate are both "
+               f"{family} ({source})")
+    return Panel(judges, primary, known, why)
+
+
+def pairwise_agreement(values: dict[str, Sequence[Hashable | None]]) -> list[dict[str, Any]]:
+    """Cohen's kappa and raw agreement of every two judges, over the rows both gave a value."""
+    out = []
+    for a, b in combinations(values, 2):
+        pairs = [(x, y) for x, y in zip(values[a], values[b], strict=True) if x is not None and y is not None]
+        xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+        kappa, raw = cohen_kappa(xs, ys), agreement(xs, ys)
+        out.append({"judges": [a, b], "rows": len(pairs),
+                    "agreement": None if raw is None else rounded(raw),
+                    "kappa": None if kappa is None else rounded(kappa)})
+    return out
+
+
+
+def candidate_families(option: str | None, named: Sequence[tuple[str | None, str | None]]) -> dict[str, str]:
+    """The candidates' families and how each was found: ``candidate_family=``, else the families
+    the rows give, else the families their model names start with (``gpt-4o`` -> openai)."""
+    from gen.llm.family import family_of_name
+
+    if option:
+        return {option: "candidate_family= (config)"}
+    out: dict[str, str] = {}
+    for name, family in named:
+        if family:
+            out.setdefault(family, "the rows' candidate family")
+        elif name and (fam := family_of_name(name)):
+            out.setdefault(fam, f"the candidate's name {name!r}")
+    return out

@@ -1,0 +1,97 @@
+"""Reading a judge's answer strictly: the ``<score>`` tag, the reformatted action, the code
+signals. Pure functions, tested case by case."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from schemas.distractors import GOAL_TYPES, Goal
+from schemas.judge import Judgment
+
+SCORES = {0: 0.0, 1: 0.5, 2: 1.0}
+"""The judge's 0 / 1 / 2 (one token each) on the paper's 0 / 0.5 / 1 scale."""
+_SCORE = re.compile(r"<score>(.*?)</score>", re.S)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+_GOAL: TypeAdapter[Any] = TypeAdapter(Goal)
+
+
+def parse_score(text: str) -> tuple[int | None, str | None]:
+    """The score of a judge's reply, or why there is none.
+
+    Exactly one ``<score>…</score>`` pair (tags in lower case, as the prompt shows them) holding
+    ``0``, ``1`` or ``2``, spaces around it allowed; text outside the tag is allowed. Problems:
+    ``no_score_tag``, ``several_score_tags`` (even when they agree: the reply is not the one
+    score asked for), ``not_a_score`` (``2.0``, ``**2**``, ``3``, empty).
+    """
+    found = _SCORE.findall(text)
+    if not found:
+        return None, "no_score_tag"
+    if len(found) > 1:
+        return None, "several_score_tags"
+    value = found[0].strip()
+    if value not in ("0", "1", "2"):
+        return None, "not_a_score"
+    return int(value), None
+
+
+def judgment(raw: str) -> Judgment:
+    """A judge reply as a :class:`Judgment` (score, normalised score, followed, problem)."""
+    score, problem = parse_score(raw)
+    return Judgment(score=score, normalised=None if score is None else SCORES[score],
+                    followed=score is not None, problem=problem, raw=raw)
+
+
+def as_action(value: Any) -> dict[str, Any] | None:
+    """``value`` as a valid structured action of the 10 types (normalised), or None."""
+    try:
+        return _GOAL.validate_python(value).model_dump()
+    except ValidationError:
+        return None
+
+
+def parse_reformat(text: str) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """(action, problem, detail) of a reformat reply: exactly one ``<answer>`` tag holding one
+    JSON object (a code fence inside is allowed) that is a valid action of the 10 types.
+    Problems: ``no_answer_tag``, ``several_answer_tags``, ``not_json``, ``not_an_object``,
+    ``unknown_type``, ``invalid_fields``."""
+    found = _ANSWER.findall(text)
+    if not found:
+        return None, "no_answer_tag", None
+    if len(found) > 1:
+        return None, "several_answer_tags", None
+    body = found[0].strip()
+    if m := _FENCE.match(body):
+        body = m.group(1)
+    try:
+        value = json.loads(body, parse_constant=_refuse)
+    except (ValueError, RecursionError) as e:
+        return None, "not_json", str(e).split("\n")[0][:200]
+    if not isinstance(value, dict):
+        return None, "not_an_object", type(value).__name__
+    if value.get("type") not in GOAL_TYPES:
+        return None, "unknown_type", repr(value.get("type"))[:100]
+    try:
+        return _GOAL.validate_python(value).model_dump(), None, None
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"][1:]) or "action"
+        return None, "invalid_fields", f"{where}: {err['msg']}"[:200]
+
+
+def _refuse(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def signals(response: str, lists: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Per answer list, its terms found in ``response`` at word boundaries, case-insensitive
+    (the benchmark's ``\\b<token>\\b`` match): code signals recorded beside the verdict."""
+    from generators.scenarios import word_match
+
+    short = {"current_answers": "current", "prior_answers": "prior", "clarify_indicators": "clarify",
+             "abstain_indicators": "abstain"}
+    return {short[k]: [t for t in lists.get(k, []) if t.strip() and word_match(t, response)] for k in short}

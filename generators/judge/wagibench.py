@@ -1,0 +1,363 @@
+"""``kind=wagibench``: WAGIBench's LLM judge of predicted digital actions (§3.2, appendix H, I.1).
+
+Steps per prediction: (1) a structured prediction that is a valid action of the 10 types is
+used as it is; anything else (free text, or a dict that is not a valid action) is reformatted by
+an LLM into one, and a reformat that is not a valid action is its own outcome
+(``reformat_invalid``, with the problem); (2) every judge scores the action against the
+reference (``variant=reference``) and/or against the observation's contexts and the reference
+(``contexts_reference``) on 0 / 1 / 2; (3) the score is read strictly from one ``<score>`` tag
+(:func:`~generators.judge.scores.parse_score`): a reply without one is a judge that did not
+follow instructions, counted as such, never guessed.
+
+Input rows (JSONL, or a JSON list): ``id``, ``prediction`` (an action dict or free text),
+``reference`` (a structured goal), optional ``contexts`` (``cues``, ``captions``,
+``digital_state``), ``model``, ``group``; or a WAGIBench-layout row (``x``, ``y``, ``meta``, as
+gen's ``wagibench_mcq_*.json``) with a ``prediction`` added. ``references=`` supplies the
+reference and cues of rows without one from a layout file, by id; ``digital_state=`` the app
+states of each observation from a ``digital_state.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from gen.errors import InputError, LLMOutputError, MissingInputError
+from gen.mcq import as_text
+from gen.run import Plan, RunContext, iter_jsonl, read_json
+from gen.stats import mean_interval, proportion
+from generators.judge.panel import (
+    JudgeModel,
+    Panel,
+    build_panel,
+    candidate_families,
+    pairwise_agreement,
+)
+from generators.judge.scores import as_action, judgment, parse_reformat
+from generators.judge.summary import finish, prompt_sha256
+from schemas import Reject
+from schemas.judge import Judgment, PredictionRow, Reformat, WagibenchJudgeRecord
+
+if TYPE_CHECKING:
+    from generators.judge import JudgeConfig
+
+JUDGE_PROMPT_VERSION = "wagibench-judge-1"
+"""Bumped whenever ``judge/wagibench.jinja`` or ``judge/reformat.jinja`` changes meaning."""
+TEMPLATE = "judge/wagibench.jinja"
+REFORMAT = "judge/reformat.jinja"
+
+Row = tuple[str, PredictionRow]
+"""(``file:line``, the row)."""
+
+
+# --------------------------------------------------------------------------- input
+
+
+def plan(cfg: JudgeConfig) -> Plan:
+    path = cfg.input_path()
+    assert path is not None
+    rows = read_predictions(path, cfg.references, cfg.digital_state)
+    if not rows:
+        raise InputError(f"input: {path} holds no predictions")
+    if "contexts_reference" in cfg.variant:
+        for where, row in rows:
+            if row.contexts is None or row.contexts.empty():
+                raise InputError(f"{where}: contexts: variant contexts_reference needs cues, captions or a "
+                                 "digital state for every row (variant=[reference] judges against the reference only)")
+    return Plan(len(rows), rows)
+
+
+def _rows(path: Path) -> Iterator[tuple[str, Any]]:
+    if path.suffix == ".jsonl":
+        for lineno, row in iter_jsonl(path):
+            yield f"{path}:{lineno}", row
+    elif path.suffix == ".json":
+        data = read_json(path)
+        if not isinstance(data, list):
+            raise InputError(f"{path}: expected a JSON list of rows (WAGIBench's layout), got a {type(data).__name__}")
+        for i, row in enumerate(data):
+            yield f"{path}:row {i + 1}", row
+    else:
+        raise InputError(f"input: {path}: expected predictions as .jsonl or a .json list")
+
+
+def _obj(value: Any, where: str, field: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: {field}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def layout_key(row: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """(x, meta, observation key ``<shortname>_<client_tag>``) of a WAGIBench-layout row."""
+    x, meta = _obj(row.get("x"), where, "x"), _obj(row.get("meta"), where, "meta")
+    scenario = _obj(meta.get("scenario"), where, "meta.scenario")
+    short, tag = scenario.get("shortname"), meta.get("client_tag", x.get("client_tag"))
+    for name, v in (("meta.scenario.shortname", short), ("meta.client_tag", tag)):
+        if v is not None and not isinstance(v, str):
+            raise InputError(f"{where}: {name}: expected a string, got {type(v).__name__}")
+    key = f"{short}_{tag}" if short and tag else tag
+    return x, meta, key
+
+
+def from_layout(row: dict[str, Any], where: str) -> dict[str, Any]:
+    """A WAGIBench-layout row (with a ``prediction``) as a :class:`PredictionRow`'s fields."""
+    x, meta, key = layout_key(row, where)
+    contexts = {"cues": x.get("cues") or None, "digital_state": x.get("digital_state") or None}
+    out = {"id": row.get("id", meta.get("item_id", key)), "prediction": row.get("prediction"),
+           "reference": meta.get("structured_goal"), "model": row.get("model"), "group": key,
+           "contexts": {k: v for k, v in contexts.items() if v is not None} or None}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+_TYPE_NAMES = {"str", "int", "float", "bool", "dict", "list", "none"}
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """A validation error's field path without pydantic's union branch names (``dict[str,any]``,
+    a goal's type tag): ``reference.content``, ``contexts.cues.0``."""
+    out: list[str] = []
+    for i, part in enumerate(loc):
+        text = str(part)
+        if isinstance(part, str) and ("[" in text or text in _TYPE_NAMES or (i == 1 and loc[0] == "reference")):
+            continue
+        out.append(text)
+    return ".".join(out) or "row"
+
+
+def _validated(data: dict[str, Any], where: str) -> PredictionRow:
+    try:
+        return PredictionRow.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise InputError(f"{where}: {field_path(err['loc'])}: {err['msg']}") from None
+
+
+def read_predictions(path: Path, references: str | None = None, digital_state: str | None = None) -> list[Row]:
+    """The rows to judge, references and contexts joined; a bad row is ``file:line: field: reason``."""
+    refs = read_layouts(Path(references).expanduser()) if references else {}
+    states = read_digital_state(Path(digital_state).expanduser()) if digital_state else {}
+    out: list[Row] = []
+    for where, raw in _rows(path):
+        if not isinstance(raw, dict):
+            raise InputError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+        data = from_layout(raw, where) if ("x" in raw or "meta" in raw) else raw
+        row = _validated(data, where)
+        if row.reference is None and row.id in refs:
+            ref, cues, group = refs[row.id]
+            contexts = row.contexts.model_dump() if row.contexts else {}
+            if cues and not contexts.get("cues"):
+                contexts["cues"] = cues
+            row = _validated({**row.model_dump(exclude_none=True), "reference": ref,
+                              "group": row.group or group, "contexts": contexts or None}, where)
+        if row.reference is None:
+            raise InputError(f"{where}: reference: missing (give it in the row, or references=<a WAGIBench MCQ "
+                             f"layout> holding id {row.id!r})")
+        if states and row.group in states:
+            contexts = row.contexts.model_dump() if row.contexts else {}
+            contexts["digital_state"] = states[row.group]
+            row = row.model_copy(update={"contexts": _validated({**row.model_dump(exclude_none=True),
+                                                                 "contexts": contexts}, where).contexts})
+        out.append((where, row))
+    return out
+
+
+def read_layouts(path: Path) -> dict[str, tuple[Any, Any, str | None]]:
+    """id -> (structured goal, cues, observation key) of a WAGIBench MCQ layout file (or a folder of
+    ``wagibench_mcq_*.json``), by ``meta.item_id`` and by observation key."""
+    if not path.exists():
+        raise MissingInputError(f"references: no such file or folder: {path}")
+    files = sorted(path.glob("wagibench_mcq_*.json")) if path.is_dir() else [path]
+    if not files:
+        raise InputError(f"references: {path} holds no wagibench_mcq_*.json")
+    out: dict[str, tuple[Any, Any, str | None]] = {}
+    for file in files:
+        data = read_json(file)
+        if not isinstance(data, list):
+            raise InputError(f"{file}: expected a JSON list of WAGIBench MCQ rows, got a {type(data).__name__}")
+        for i, row in enumerate(data):
+            where = f"{file}:row {i + 1}"
+            if not isinstance(row, dict):
+                raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            x, meta, key = layout_key(row, where)
+            entry = (meta.get("structured_goal"), x.get("cues") or None, key)
+            for k in (meta.get("item_id"), key):
+                if isinstance(k, str):
+                    out.setdefault(k, entry)
+    return out
+
+
+def read_digital_state(path: Path) -> dict[str, Any]:
+    """observation key -> app states, from a ``digital_state.json`` (WAGIBench's layout)."""
+    if not path.is_file():
+        raise MissingInputError(f"digital_state: no such file: {path}")
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object of bundles (WAGIBench's digital_state.json)")
+    out = {}
+    for name, bundle in data.items():
+        where = f"{path}: {name}"
+        if not isinstance(bundle, dict):
+            raise InputError(f"{where}: expected an object, got {type(bundle).__name__}")
+        x, _, key = layout_key(bundle, where)
+        if key is not None and x.get("app_states") is not None:
+            out[key] = x["app_states"]
+    return out
+
+
+# --------------------------------------------------------------------------- one row
+
+
+def contexts_view(row: PredictionRow) -> dict[str, Any]:
+    """The contexts as the judge prompt shows them (cues and captions one per line)."""
+    c = row.contexts
+    assert c is not None
+
+    def lines(v: Any) -> list[str]:
+        return [] if not v else [as_text(v)] if isinstance(v, str) else [as_text(x) for x in v]
+
+    return {"cues": lines(c.cues), "captions": lines(c.captions),
+            "digital_state": as_text(c.digital_state) if c.digital_state else None}
+
+
+def dumps(action: Any) -> str:
+    return json.dumps(action, ensure_ascii=False)
+
+
+def judge_row(cfg: JudgeConfig, ctx: RunContext, panel: Panel, reformatter: Any, index: int,
+              row: PredictionRow) -> WagibenchJudgeRecord | Reject:
+    """Reformat if needed, then every variant x judge; a backend failure rejects the row."""
+    action = as_action(row.prediction) if isinstance(row.prediction, dict) else None
+    reformat = None
+    assert row.reference is not None
+    base = {"id": row.id, "group": row.group, "model": row.model, "action_type": row.reference.type,
+            "prediction": row.prediction, "structured": action is not None}
+    if action is None:
+        text = row.prediction if isinstance(row.prediction, str) else dumps(row.prediction)
+        try:
+            raw = reformatter.complete(ctx.prompts.render(REFORMAT, prediction=text), seed=ctx.seed(index, "reformat"),
+                                       max_tokens=cfg.reformat_tokens, temperature=cfg.judge_temperature)
+        except LLMOutputError as e:
+            return Reject(record_id=row.id, index=index, stage="reformat", reason=e.reason, detail=e.detail, raw=e.raw)
+        action, problem, detail = parse_reformat(raw)
+        reformat = Reformat(raw=raw, action=action, problem=problem, detail=detail)
+        if action is None:
+            ctx.count(f"reformat.{problem}")
+            return WagibenchJudgeRecord(**base, reformat=reformat, outcome="reformat_invalid", judgments={})
+    jobs = [(v, j) for v in cfg.variant for j in panel.judges]
+
+    def one(job: tuple[str, JudgeModel]) -> Judgment:
+        variant, j = job
+        messages = ctx.prompts.render(TEMPLATE, reference=dumps(row.reference.model_dump()),  # type: ignore[union-attr]
+                                      prediction=dumps(action),
+                                      contexts=contexts_view(row) if variant == "contexts_reference" else None)
+        return judgment(j.llm.complete(messages, seed=ctx.seed(index, "judge", variant), max_tokens=cfg.judge_tokens,
+                                       temperature=cfg.judge_temperature))
+
+    try:
+        results = ctx.map(one, jobs, workers=min(j.llm.concurrency for j in panel.judges))
+    except LLMOutputError as e:
+        return Reject(record_id=row.id, index=index, stage="judge", reason=e.reason, detail=e.detail, raw=e.raw)
+    judgments: dict[str, dict[str, Judgment]] = defaultdict(dict)
+    for (variant, j), res in zip(jobs, results, strict=True):
+        judgments[variant][j.label] = res
+        if not res.followed:
+            ctx.count(f"not_followed.{j.label}.{res.problem}")
+    return WagibenchJudgeRecord(**base, reformat=reformat, outcome="judged", judgments=dict(judgments))
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def summarise(cfg: JudgeConfig, records: list[WagibenchJudgeRecord], panel: Panel, rejected: int,
+              seed: int) -> dict[str, Any]:
+    """Per judge and variant: the mean normalised score with a bootstrap 95 % interval (over the
+    scored rows, and WAGIBench's convention of counting a failure as 0 over every row), per action
+    type and per candidate model, the share that did not follow instructions; the reformat
+    outcomes; the judges' agreement."""
+    judged = [r for r in records if r.outcome == "judged"]
+    judges: dict[str, Any] = {}
+    for j in panel.judges:
+        per_variant = {}
+        for v in cfg.variant:
+            js = [r.judgments[v][j.label] for r in judged]
+            scored = [x.normalised for x in js if x.normalised is not None]
+            as_zero = [x.normalised or 0.0 for x in js] + [0.0] * (len(records) - len(judged))
+
+            def groups(key: str, v: str = v, j: JudgeModel = j) -> dict[str, Any]:
+                by: dict[str, list[float]] = defaultdict(list)
+                for r in judged:
+                    g = getattr(r, key)
+                    if g is not None and (x := r.judgments[v][j.label].normalised) is not None:
+                        by[g].append(x)
+                return {g: mean_interval(xs, seed=seed, resamples=cfg.bootstrap) for g, xs in sorted(by.items())}
+
+            per_variant[v] = {
+                "mean": mean_interval(scored, seed=seed, resamples=cfg.bootstrap),
+                "mean_failures_as_zero": mean_interval(as_zero, seed=seed, resamples=cfg.bootstrap),
+                "not_followed": proportion(sum(not x.followed for x in js), len(js)),
+                "not_followed_by_problem": dict(sorted(Counter(x.problem for x in js if x.problem).items())),
+                "scores": {str(k): sum(x.score == k for x in js) for k in (0, 1, 2)},
+                "by_action_type": groups("action_type"),
+                "by_model": groups("model"),
+            }
+        judges[j.label] = per_variant
+    reformatted = [r for r in records if r.reformat is not None]
+    return {
+        "kind": "wagibench", "variants": cfg.variant, "primary": panel.primary.label,
+        "rows": {"total": len(records) + rejected, "structured": sum(r.structured for r in records),
+                 "reformatted": len(reformatted), "reformat_invalid": sum(r.outcome == "reformat_invalid" for r in records),
+                 "judged": len(judged), "rejected": rejected},
+        "reformat_problems": dict(sorted(Counter(r.reformat.problem for r in reformatted
+                                                 if r.reformat and r.reformat.problem).items())),
+        "judges": judges,
+        "agreement": {v: pairwise_agreement({j.label: [r.judgments[v][j.label].score for r in judged]
+                                             for j in panel.judges}) for v in cfg.variant},
+        "note": "mean: over the rows the judge scored; mean_failures_as_zero: every row, a reformat that is not "
+                "an action or a judge that did not follow the format counting 0 (WAGIBench's code's convention).",
+    }
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[WagibenchJudgeRecord | Reject]:
+    rows: list[Row] = ctx.plan.data
+    for p in (cfg.input, cfg.references, cfg.digital_state):
+        if p is not None and Path(p).expanduser().is_file():
+            ctx.record_input(Path(p).expanduser())
+    panel = build_panel(cfg, ctx, candidate_families(cfg.candidate_family, [(r.model, r.model_family) for _, r in rows]),
+                        default=cfg.llm)
+    reformatter = ctx.llm_for(cfg.reformatter).fork() if cfg.reformatter is not None else panel.primary.llm
+    sha = prompt_sha256(ctx, TEMPLATE)
+    records: list[WagibenchJudgeRecord] = []
+    rejected = 0
+    for index in ctx.indices():
+        out = judge_row(cfg, ctx, panel, reformatter, index, rows[index][1])
+        if isinstance(out, Reject):
+            rejected += 1
+        else:
+            records.append(out)
+        yield out
+    summary = summarise(cfg, records, panel, rejected, ctx.seed(0, "bootstrap"))
+    prompt = {"judge_prompt_version": JUDGE_PROMPT_VERSION, "judge_prompt_sha256": sha,
+              "reformat_prompt_sha256": prompt_sha256(ctx, REFORMAT) if REFORMAT in ctx.prompts.used else None,
+              "candidate_model": sorted({r.model for _, r in rows if r.model}) or None}
+    finish(cfg, ctx, panel, summary, prompt, headline(summary))
+
+
+def headline(summary: dict[str, Any]) -> list[str]:
+    rows = summary["rows"]
+    out = [f"judge wagibench: {rows['judged']} judged, {rows['reformat_invalid']} reformats not an action, "
+           f"{rows['rejected']} rejected (of {rows['total']}); primary judge {summary['primary']}"]
+    for v, s in summary["judges"][summary["primary"]].items():
+        m, nf = s["mean"], s["not_followed"]
+        out.append(f"  {v}: mean normalised score {m['mean']} {m['ci95']} over {m['n']} scored; "
+                   f"did not follow instructions {nf['k']}/{nf['n']}")
+    return out

@@ -1,0 +1,46 @@
+"""Records of ``evaluate``: one candidate trial of a context-tracking scenario, or one MCQ answer."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from schemas.judge import Label
+
+
+class TrialRecord(BaseModel):
+    """One seeded trial of one scenario under one prompt condition: the candidate's replies, the
+    judges' labels of turn 2 and (after a miss) turn 3."""
+
+    scenario_id: str
+    condition: str
+    trial: int
+    target_context: Label
+    change_type: str
+    replies: dict[str, str | None]
+    """``turn_1``, ``turn_2``, ``turn_3`` (null unless turn 2 was a miss)."""
+    repair_prompt: str | None
+    """The repair prompt sent (named, or deictic with the named one as fallback); null: no repair."""
+    turn_2: dict[str, Label | None]
+    """Judge label -> its label of the turn-2 reply (null: the judge's output did not fit the schema)."""
+    turn_3: dict[str, Label | None] | None
+    correct_turn_2: bool | None
+    """By the primary judge; null when it gave no label."""
+    repaired: bool | None
+    """By the primary judge, for a turn-2 miss: the turn-3 reply is right; null otherwise."""
+    signals_turn_2: dict[str, list[str]]
+    """Word-boundary hits of the four answer lists in the turn-2 reply (code signals, not the score)."""
+
+
+class MCQAnswerRecord(BaseModel):
+    """The candidate's answer to one multiple-choice item, with its visible context."""
+
+    item_id: str
+    question_type: str
+    source: str
+    n_options: int
+    answer: int
+    raw: str
+    letter: str | None
+    """The letter read from the reply (null: unparseable, counted wrong)."""
+    choice: int | None
+    correct: bool

@@ -1,0 +1,192 @@
+"""Records of ``judge``: LLM judges of free-form answers, their inputs, and the meta-evaluation.
+
+Inputs (each row validated here; a bad row is ``file:line: field: reason``):
+:class:`PredictionRow` (WAGIBench goal predictions), :class:`ResponseRow` (context-tracking
+replies), :class:`RatingRow` (human ratings for the meta-evaluation). Outputs, one line of
+``judge.jsonl`` per input row: :class:`WagibenchJudgeRecord`, :class:`ContextJudgeRecord`,
+:class:`ValidityRecord`, :class:`MetaRecord`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from schemas.distractors import Goal
+
+Label = Literal["current", "prior", "clarify", "abstain"]
+LABELS: tuple[str, ...] = Label.__args__  # type: ignore[attr-defined]
+Variant = Literal["reference", "contexts_reference"]
+Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+class Contexts(BaseModel):
+    """What describes an observation, for the judge's ``contexts_reference`` variant."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cues: list[str | dict[str, Any]] | str | None = None
+    """The script's cues (WAGIBench ``x.cues``): texts or cue objects."""
+    captions: list[str] | str | None = None
+    """Captions of the video (WAGIBench's socratic or longitudinal captions)."""
+    digital_state: dict[str, Any] | str | None = None
+    """The phone's app states (``digital_state.json``'s ``x.app_states``) or their rendering."""
+
+    def empty(self) -> bool:
+        return not any((self.cues, self.captions, self.digital_state))
+
+
+class PredictionRow(BaseModel):
+    """One predicted goal to judge (a JSONL line, or a WAGIBench-layout row with a ``prediction``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Id
+    prediction: dict[str, Any] | Annotated[str, StringConstraints(min_length=1, max_length=20_000)]
+    """A structured action (one of the 10 types) or free text (reformatted first)."""
+    reference: Goal | None = None
+    """The reference structured goal; null: joined from ``references=`` by id."""
+    contexts: Contexts | None = None
+    model: str | None = None
+    """The candidate that predicted it (for per-model rows and the family check)."""
+    model_family: str | None = None
+    group: str | None = None
+    """The observation the prediction is for (WAGIBench: scenario shortname + client tag)."""
+
+
+class ResponseRow(BaseModel):
+    """One candidate reply to judge: turn 2, or turn 3 after the repair prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenario_id: Id
+    turn: Literal[2, 3]
+    response: Annotated[str, StringConstraints(max_length=50_000)]
+    trial: int = Field(0, ge=0, le=1_000_000)
+    condition: Id = "baseline"
+    """The prompt condition the candidate ran under (``prompt_conditions.json``)."""
+    candidate: str | None = None
+    candidate_family: str | None = None
+    repair_style: Literal["named", "deictic"] = "named"
+    """Turn 3: which repair prompt the candidate was sent (deictic falls back to named when the
+    scenario has none)."""
+
+
+class RatingRow(BaseModel):
+    """One prediction's ratings: two or three human raters, and optionally the judge's value."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Id
+    group: Id
+    """The observation; pairs are formed among the predictions of one group."""
+    raters: Annotated[list[float | Id], Field(min_length=2, max_length=3)]
+    """Raters 1 and 2 (the ground truth) and an optional held-out rater 3 (human-human figure):
+    numbers (0 / 0.5 / 1 or 0 / 1 / 2) or labels (current / prior / …)."""
+    judge: float | Id | None = None
+    """The judge's value; null: taken from ``judge_run=`` by id."""
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+class Judgment(BaseModel):
+    """One judge call scored on WAGIBench's 0 / 1 / 2 scale."""
+
+    score: int | None
+    """0 irrelevant, 1 borderline, 2 very relevant; null when the judge did not follow the format."""
+    normalised: float | None
+    """score / 2: 0, 0.5 or 1 (the paper's scale)."""
+    followed: bool
+    """The reply held exactly one ``<score>`` tag with 0, 1 or 2 in it."""
+    problem: str | None = None
+    """Why not: ``no_score_tag``, ``several_score_tags``, ``not_a_score``."""
+    raw: str
+
+
+class Reformat(BaseModel):
+    """A free-text prediction turned into one of the 10 structured actions."""
+
+    raw: str
+    action: dict[str, Any] | None
+    problem: str | None = None
+    """``no_answer_tag``, ``several_answer_tags``, ``not_json``, ``not_an_object``,
+    ``unknown_type``, ``invalid_fields`` (with the reason in ``detail``)."""
+    detail: str | None = None
+
+
+class WagibenchJudgeRecord(BaseModel):
+    id: str
+    group: str | None
+    model: str | None
+    action_type: str
+    """The reference goal's type (rows are summarised per type)."""
+    prediction: dict[str, Any] | str
+    structured: bool
+    """The prediction was already a valid action (no reformat)."""
+    reformat: Reformat | None
+    outcome: Literal["judged", "reformat_invalid"]
+    judgments: dict[str, dict[str, Judgment]]
+    """variant -> judge label -> judgment (empty when the reformat failed)."""
+
+
+class ContextVerdict(BaseModel):
+    """The context judge's answer (the schema its output is decoded under)."""
+
+    label: Label
+    rationale: Annotated[str, StringConstraints(pattern=r'^[^\x00-\x1f"\\]{1,300}$')]
+    """One sentence saying which frame the reply matches."""
+
+
+class ContextJudgment(BaseModel):
+    label: Label | None
+    """Null when the judge's output did not fit the schema (``problem``)."""
+    rationale: str | None
+    correct: bool | None
+    problem: str | None = None
+    raw: str | None = None
+
+
+class ContextJudgeRecord(BaseModel):
+    scenario_id: str
+    turn: Literal[2, 3]
+    trial: int
+    condition: str
+    candidate: str | None
+    target_context: Label
+    """The truth, for the metrics (the judge's prompt never holds it)."""
+    response: str
+    signals: dict[str, list[str]]
+    """Per answer list (current, prior, clarify, abstain), its terms found in the response at
+    word boundaries: code signals that travel with the verdict, not the score."""
+    verdicts: dict[str, ContextJudgment]
+    """Judge label -> verdict."""
+
+
+class ValidityRecord(BaseModel):
+    """How good each option of an MCQ item is as an answer, per judge; flagged when a wrong
+    option scores at least as high as the answer (WAGIBench's "multiple relevant goals")."""
+
+    item_id: str
+    question_type: str
+    source: str
+    answer: int
+    n_options: int
+    scores: dict[str, list[Judgment]]
+    """Judge label -> one judgment per option, in the item's order."""
+    flagged: dict[str, bool | None]
+    """Judge label -> flagged; null when the answer's judgment did not follow the format."""
+    flagged_options: dict[str, list[int]]
+    """Judge label -> wrong options scoring at least the answer."""
+
+
+class MetaRecord(BaseModel):
+    id: str
+    group: str
+    raters: list[float | str]
+    judge: float | str | None
+    """Null when the judge gave no usable value for this row (not followed, not judged)."""
