@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gen.errors import ConfigError, InputError, MissingInputError, not_utf8
 from gen.mcq import RECORD_FILES, Bank, egotom_type, load_banks, load_roles_bank, read_roles
@@ -46,6 +47,10 @@ class AuditData:
     """Context-tracking scenarios (released schema) when the input is a scenario bank (then
     ``items`` is empty: the scenarios check applies the benchmark's rules to them)."""
     scenarios_file: Path | None = None
+    scenario_categories: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """A ``scenarios`` run's gold vocabulary by category per accepted scenario id (its
+    ``scenario_checks.jsonl``): the rules then check as the generator did (each gold list's
+    object name in camera text and in the named repair, the three-category rule)."""
     history_config: dict[str, Any] = field(default_factory=dict)
     """The history run's config (supports, positives) from its manifest."""
     digital_config: dict[str, Any] = field(default_factory=dict)
@@ -165,6 +170,10 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
         data.scenarios = read_scenarios(path)
         data.scenarios_file = path / "scenarios.jsonl" if path.is_dir() else path
         ctx.record_input(data.scenarios_file)
+        checks = data.scenarios_file.parent / "scenario_checks.jsonl"
+        if data.scenarios_file.name == "scenarios.jsonl" and checks.is_file():  # a scenarios run's sidecar
+            data.scenario_categories = read_scenario_categories(checks)
+            ctx.record_input(checks)
     elif cfg.roles is not None or path.is_file() or _has_bank(path):
         data.banks = _read_bank(path, cfg.roles, "input")
         if cfg.roles is not None:
@@ -271,3 +280,38 @@ def read_judge(path: Path) -> tuple[list[dict[str, Any]], str | None]:
             raise InputError(f"{file}: records of several judges ({', '.join(judges)}) and no manifest naming the primary one")
         primary = judges[0] if judges else None
     return rows, primary
+
+
+class _GoldCategories(BaseModel):
+    """One gold list's vocabulary by category, as ``gen scenarios`` records it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    technique: list[str] = Field(default_factory=list)
+    state: list[str] = Field(default_factory=list)
+    also: list[str] = Field(default_factory=list)
+
+
+class _ScenarioChecksRow(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    scenario_id: str
+    status: str
+    categories: dict[str, _GoldCategories] = Field(default_factory=dict)
+
+
+def read_scenario_categories(file: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    """Gold categories per accepted scenario id from a ``scenario_checks.jsonl``; a row of
+    another shape is an InputError naming file, line and field."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for lineno, row in iter_jsonl(file):
+        try:
+            r = _ScenarioChecksRow.model_validate(row)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "row"
+            raise InputError(f"{file}:{lineno}: {where}: {err['msg']}") from None
+        if r.status == "accepted":
+            out[r.scenario_id] = {k: v.model_dump() for k, v in r.categories.items()}
+    return out

@@ -254,13 +254,21 @@ SCENARIO_LINES = "".join(json.dumps(s) + "\n" for s in (
 """Two scenarios in the context benchmark's released schema (no roles file needed)."""
 
 
-def audit_scenarios(folder: Path) -> Any:
+SCENARIO_CHECKS = "".join(json.dumps({
+    "scenario_id": sid, "index": k, "status": "accepted", "skeleton": {},
+    "categories": {"current_answers": {"name": "chef's knife", "technique": ["pinch grip"], "state": ["knuckles tucked"]},
+                   "prior_answers": {"name": "wooden spoon", "technique": ["stir gently"], "state": ["simmering"]}}})
+    + "\n" for k, sid in enumerate(("sc-01", "sc-02")))
+"""A scenarios run's scenario_checks.jsonl for SCENARIO_LINES (the gold categories the audit reads)."""
+
+
+def audit_scenarios(folder: Path, input: str = "scenarios.jsonl") -> Any:
     """What ``audit`` reads of a scenario bank, and its scenarios check on what it read."""
     from generators.audit import AuditConfig
     from generators.audit.checks.scenarios import scenarios as scenarios_check
     from generators.audit.data import load_inputs
 
-    cfg = AuditConfig(input=str(folder / "scenarios.jsonl"), cache_dir=None, progress="off", embeddings=False)
+    cfg = AuditConfig(input=str(folder / input), cache_dir=None, progress="off", embeddings=False)
     return scenarios_check(load_inputs(cfg, RunContext("audit", cfg, folder / "run")), cfg)
 
 
@@ -346,6 +354,9 @@ READERS = [
            lambda d: plan_of("pipeline", chain=str(d / "chain.yaml"))),
     Reader("audit scenario bank (released schema)", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
            audit_scenarios),
+    Reader("audit scenarios run's scenario_checks.jsonl", "jsonl",
+           lambda d, a: (_text(d / "scenarios.jsonl", SCENARIO_LINES), _text(d / "scenario_checks.jsonl", SCENARIO_CHECKS))[1],
+           lambda d: audit_scenarios(d, ".")),
     Reader("bank add scenarios", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES), bank_scenarios),
     Reader("judge wagibench predictions", "jsonl", lambda d, a: _copy(JUDGE / "predictions.jsonl", d / "p.jsonl"),
            lambda d: plan_of("judge", kind="wagibench", input=str(d / "p.jsonl"), variant=["contexts_reference"])),

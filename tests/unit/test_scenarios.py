@@ -863,8 +863,9 @@ def test_config_round_trip_and_plan(tmp_path: Path) -> None:
 
 def test_a_scenarios_run_is_audited_as_a_scenario_bank(tmp_path: Path) -> None:
     """audit input=<scenarios run>: no roles file; the scenarios check and the run folder's
-    integrity run, and what the generator accepted breaks none of the rules (the audit applies the
-    same rule functions, without the run's gold categories, so it is no stricter)."""
+    integrity run; what the generator accepted breaks none of the rules (the same rule functions
+    with the run's gold categories from scenario_checks.jsonl); a scenario's own gold object name,
+    which no vocabulary lists, planted in its camera text is found through those categories."""
     from generators.audit import AuditConfig
 
     out = tmp_path / "run"
@@ -875,7 +876,14 @@ def test_a_scenarios_run_is_audited_as_a_scenario_bank(tmp_path: Path) -> None:
     status = {c["key"]: c["status"] for c in report["checks"]}
     assert status["scenarios"] == status["integrity"] == "ran" and report["scenarios"] == 8
     assert report["findings"] == [] and result.exit_code == 0
-    (out / "scenarios.jsonl").write_text((out / "scenarios.jsonl").read_text().replace("sc-02", "sc-01"))
+    rows = read_jsonl(out / "scenarios.jsonl")
+    name = read_jsonl(out / "scenario_checks.jsonl")[0]["categories"]["current_answers"]["name"]
+    assert not object_names_in_camera({"x": name}, [])  # not in the vocabulary: only the categories know it
+    rows[0]["turn_2_image"] += f" A {name} lies there."
+    rows[2]["turn_2_user"] = rows[1]["turn_2_user"]
+    (out / "scenarios.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = run("audit", cfg, tmp_path / "audit2", quiet=True)
-    found = {(f["check"], f["kind"]) for f in read_jsonl(tmp_path / "audit2" / "audit.jsonl")}
-    assert found == {("scenarios", "duplicate_id"), ("integrity", "output_changed")} and result.exit_code == 1
+    found = {(f["check"], f["kind"], tuple(f["items"])) for f in read_jsonl(tmp_path / "audit2" / "audit.jsonl")}
+    assert found == {("scenarios", "duplicate_turn_2", (rows[2]["scenario_id"],)),
+                     ("scenarios", "object_name_in_camera", (rows[0]["scenario_id"],)),
+                     ("integrity", "output_changed", ())} and result.exit_code == 1

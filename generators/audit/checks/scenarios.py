@@ -59,7 +59,10 @@ def scenarios(data: AuditData, cfg: AuditConfig) -> CheckResult:
     prior, clarify/abstain targets without 3 indicators; over the bank (``bank_problems``)
     duplicate ids, identical turn-2 texts and more than 2 scenarios per signature. Word-pattern
     rules are warnings, the others errors. A record outside the schema gets only the schema and
-    field-presence rules (the text rules need its fields' types)."""
+    field-presence rules (the text rules need its fields' types). For a ``scenarios`` run the
+    gold categories of its ``scenario_checks.jsonl`` are used, as the generator used them: each
+    list's object name is never allowed in camera text, the named repair must name it, and every
+    list needs a name, a technique and a state item."""
     key = "scenarios"
     if data.scenarios is None:
         return CheckResult(key, "skipped", "not a scenario bank")
@@ -102,7 +105,7 @@ def scenarios(data: AuditData, cfg: AuditConfig) -> CheckResult:
             problems = schema_problems(s) + presence_problems(s)
         else:
             valid.append(s)
-            problems = rule_problems(s)
+            problems = rule_problems(s, categories=data.scenario_categories.get(sid))
         for rule, detail in problems:
             add(rule, detail, sid)
     for sid, rule, detail in bank_problems(valid, signature_limit=SIGNATURE_LIMIT):
