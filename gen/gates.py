@@ -669,6 +669,8 @@ class TextAudit:
     failed: int = 0
     by_gate: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    failures: list[tuple[str, str, str]] = field(default_factory=list)
+    """(gate, item id, field) of every text that failed, in the bank's order."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"checked": self.checked, "failed": self.failed, "by_gate": dict(self.by_gate),
@@ -690,6 +692,7 @@ def audit_texts(texts: Iterable[AuditText], *, language: str = "en", examples_pe
             continue
         report.failed += 1
         report.by_gate[failure.gate] = report.by_gate.get(failure.gate, 0) + 1
+        report.failures.append((failure.gate, t.item_id, t.field))
         shown = report.examples.setdefault(failure.gate, [])
         if len(shown) < examples_per_gate:
             shown.append({"item_id": t.item_id, "field": t.field, "text": t.text, "detail": failure.detail})

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from gen.gates import Language
 from gen.run import CommonConfig, Plan, RunContext, generator
 from generators.audit import checks as _checks  # noqa: F401  (registers every check)
 from generators.audit.data import AuditData, load_inputs
@@ -43,6 +44,9 @@ class AuditConfig(CommonConfig):
     judge_severity: Literal["error", "warning", "info"] = "warning"
     """Severity of a flagged item (warning: for a person to look at, judges are noisy; error makes
     bank add refuse the batch at its default fail_on=error)."""
+    language: Language = "en"
+    """The language the text check expects questions and options in (the text gates' language
+    gate; an ISO 639-1 code)."""
     checks: list[str] = Field(default_factory=check_keys, description=checks_help())
     fail_on: Literal["info", "warning", "error", "never"] = "error"
     """Exit code 1 when a finding of at least this severity exists."""

@@ -201,7 +201,7 @@ def test_released_example_scenarios_are_audited_without_roles(tmp_path: Path) ->
         if f["kind"] in ("gold_in_speech", "object_name_in_camera", "speech_not_deictic"):
             assert f["fields"] and f["fields"][0] in f["what"], f
     md = (tmp_path / "out" / "audit.md").read_text()
-    assert "10 scenarios from examples.jsonl" in md and "## 14. Context-tracking scenarios" in md
+    assert "10 scenarios from examples.jsonl" in md and "## 15. Context-tracking scenarios" in md
 
 
 def test_a_planted_scenario_violation_is_found(tmp_path: Path) -> None:
@@ -389,10 +389,10 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
 
 
 def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None:
-    assert [c.order for c in REGISTRY.values()] == list(range(1, 15))
+    assert [c.order for c in REGISTRY.values()] == list(range(1, 16))
     assert AuditConfig(input="x").checks == CHECKS == ["structure", "leakage", "position", "length",
                                                        "similar_options", "duplicates", "shortcut", "blind",
-                                                       "digital", "history", "judge", "chronology", "integrity",
+                                                       "digital", "history", "judge", "chronology", "text", "integrity",
                                                        "scenarios"]
     help_text = AuditConfig.model_fields["checks"].description
     for c in REGISTRY.values():
@@ -444,7 +444,7 @@ PROBE_CHECK = """\"\"\"A check added as one file.\"\"\"
 from generators.audit.registry import CheckResult, check, finding
 
 
-@check("probe", order=15, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
+@check("probe", order=16, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
 def probe(data, cfg):
     \"\"\"Counts the items, to show that a new check is one new file.\"\"\"
     res = CheckResult("probe", stats={"items": len(data.items)})
@@ -465,10 +465,10 @@ def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir:
                 f"hydra.run.dir={tmp_path / 'out'}")
     assert p.returncode == 0, p.stderr
     report = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (15, "probe", {"items": 80})
-    assert report["findings"][0]["check_id"] == 15
+    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (16, "probe", {"items": 80})
+    assert report["findings"][0]["check_id"] == 16
     md = (tmp_path / "out" / "audit.md").read_text()
-    assert "## 15. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
+    assert "## 16. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
     bad = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "checks=[probe,nope]")
     assert bad.returncode == 2 and "nope" in bad.stderr and "'probe'" in bad.stderr
 
@@ -917,7 +917,9 @@ def test_no_tell_on_1000_items_gives_nothing_above_info(tmp_path: Path) -> None:
                      "options": opts, "answer": int(rng.integers(4)), "group": f"clip{j // 2}",
                      "visible": {"context": context}})
     bank = write_jsonl(tmp_path / "bank.jsonl", rows)
-    result, findings, report = run_audit(tmp_path / "out", bank, embeddings=False)
+    # word salad fails the text gates (repetition, no verb after C): that is the text check's job
+    checks = [k for k in CHECKS if k != "text"]
+    result, findings, report = run_audit(tmp_path / "out", bank, embeddings=False, checks=checks)
     assert [f for f in findings if f["severity"] != "info"] == [] and result.exit_code == 0
     tells = [t for c in report["checks"] for t in c["stats"].get("tells", [])]
     assert len(tells) == 5  # overlap, position, longest, shortest, classifier
@@ -1059,3 +1061,28 @@ def test_a_nocontext_run_audits_its_kept_items_with_its_own_results(tmp_path: Pa
     _, findings, report = run_audit(tmp_path / "out", run_dir, checks=["structure", "blind"])
     assert next(c for c in report["checks"] if c["key"] == "blind")["status"] == "ran"
     assert triples(findings) == expected("blind")
+
+
+# --------------------------------------------------------------------------- the text check
+
+
+def test_text_check_finds_broken_text_in_any_bank(tmp_path: Path) -> None:
+    """Issue 23's four broken texts, planted into a copy of the clean bank, are found by the gate
+    that names them (and only those items); the clean bank's texts pass."""
+    rows = [json.loads(line) for line in (FIX / "clean.jsonl").read_text().splitlines()]
+    goal = next(r for r in rows if r["question_type"] == "goal")
+    belief = next(r for r in rows if r["question_type"] == "belief")
+    goal2 = [r for r in rows if r["question_type"] == "goal"][1]
+    goal["options"][1] = "To tie shoes, not with shoes but with shoes."
+    belief["options"][2] = "C believes the exercise mat is in the air, p."
+    goal2["options"][2] = "To the laundry detergent was used to clean the pot."
+    bank = write_jsonl(tmp_path / "bank.jsonl", rows)
+    result, findings, report = run_audit(tmp_path / "out", bank, embeddings=False, checks=["text"])
+    got = {f["kind"]: f["items"] for f in findings}
+    assert got == {"repetition": [goal["item_id"]], "truncated_text": [belief["item_id"]],
+                   "surface_form": [goal2["item_id"]]}
+    assert {f["severity"] for f in findings} == {"error"} and result.exit_code == 1
+    stats = report["checks"][0]["stats"]
+    assert stats["failed"] == 3 and stats["checked"] == sum(1 + len(r["options"]) for r in rows)
+    md = (tmp_path / "out" / "audit.md").read_text()
+    assert "| repetition | 1 |" in md and "with shoes but with shoes" in md

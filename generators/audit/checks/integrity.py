@@ -1,4 +1,4 @@
-"""Check 13: a run folder's files against its manifest.json."""
+"""Check 14: a run folder's files against its manifest.json."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _markdown(r: CheckResult) -> list[str]:
     return table([{"run folder": k, **v} for k, v in r.stats["folders"].items()])
 
 
-@check("integrity", order=13, title="Integrity: output files against manifest.json",
+@check("integrity", order=14, title="Integrity: output files against manifest.json",
        finds="output files or record counts that differ from the run's manifest.json",
        markdown=_markdown)
 def integrity(data: AuditData, cfg: AuditConfig) -> CheckResult:
