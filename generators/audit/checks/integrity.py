@@ -9,6 +9,7 @@ from gen.llm import sha256_file
 from gen.paths import UnsafePathError, inside
 from generators.audit.registry import CheckResult, check, finding
 from generators.audit.report import table
+from generators.review.labels import REVIEWS
 from schemas.audit import Severity
 
 if TYPE_CHECKING:
@@ -74,7 +75,8 @@ def integrity(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 ok += 1
         for path in sorted(folder.rglob("*")):  # rglob does not enter symlinked folders
             rel = path.relative_to(folder).as_posix()
-            if path.is_file() and rel != "manifest.json" and rel not in outputs and not rel.endswith((".partial", ".tmp")):
+            if path.is_file() and rel != "manifest.json" and rel not in outputs and not rel.endswith((".partial", ".tmp")) \
+                    and not rel.startswith(f"{REVIEWS}/"):  # people's labels, added after the run (gen review)
                 add("output_unlisted", "warning", f"{rel} is in the folder but not in the manifest", [f"outputs.{rel}"])
         counts = _object(manifest, "counts")
         rec_name = _object(manifest, "merged").get("generator") or manifest["generator"]
