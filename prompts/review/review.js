@@ -69,14 +69,15 @@
     }
     const it = state.items[shown[pos]];
     current = it;
+    active = 0;
     location.hash = `i=${it.index}`;
     $("position").textContent = `item ${pos + 1} of ${shown.length} (#${it.index + 1}, ${it.kind}${it.question_type ? ", " + it.question_type : ""})`;
     const data = await api(`/api/item/${it.index}`);
     if (current !== it) return;
     $("item").innerHTML = data.html;  // autoescaped by the server's Jinja template
     $("item").dataset.itemId = it.item_id;
-    active = 0;
     panel();
+    document.body.dataset.shown = it.index;
   }
 
   function label() {
