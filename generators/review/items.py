@@ -2,9 +2,9 @@
 each item rendered as HTML the way the candidate sees it (privileged side apart).
 
 Items: an MCQ run folder (``tom``, ``distractors``, a ``nocontext`` run's kept items, ``mcq.jsonl``,
-EgoToM CSVs; read by :mod:`gen.mcq`) or a ``digital`` run folder (bundles). An item's id is its
-content hash, the bank's (:mod:`generators.bank.identity`), so labels follow an item into a bank
-and survive a rerun that writes the same item. Rendering goes through Jinja with autoescaping on:
+EgoToM CSVs) or a ``digital`` run folder (bundles), read as ``bank add`` reads them. An item's id
+is its content hash, the bank's (:mod:`generators.bank.identity`), so labels follow an item into a
+bank (``bank add require_review=k``) and survive a rerun that writes the same item. Rendering goes through Jinja with autoescaping on:
 every text from an item is escaped, a ``<script>`` in a narration is text.
 """
 
@@ -19,17 +19,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from gen.errors import ConfigError, InputError
-from gen.mcq import load_banks
 from gen.paths import PROMPTS, UnsafePathError, inside
 from gen.run import iter_jsonl, read_text
-from generators.bank.identity import content_id, mcq_identity, strip_ids
 from schemas.audit import FindingRecord
-from schemas.digital import DigitalBundle
 from schemas.mcq import LETTERS, MCQ
 from schemas.review import Rubric
 
 TEMPLATES = PROMPTS / "review"
-DIGITAL = "digital.jsonl"
 AUDIT_FILES = ("audit.jsonl", "audit/audit.jsonl")
 """Where a run folder may hold the audit of its items (an audit run's folder, a bank version's
 ``audit/``); ``findings=`` names another."""
@@ -52,28 +48,24 @@ class ReviewItem:
 
 
 def load_items(folder: Path) -> tuple[list[ReviewItem], list[Path]]:
-    """The items of a run folder and the files they came from."""
+    """The items of a run folder and the files they came from, read as ``bank add`` reads a
+    batch (:func:`generators.bank.add.load_batch`), so an item's id here is its id in a bank."""
+    from generators.bank.add import batch_files, load_batch
+    from generators.bank.identity import record_mcq
+
     if not folder.is_dir():
         raise ConfigError(f"input: {folder} is not a folder; review reads a run folder (labels go to its reviews/)")
-    digital = folder / DIGITAL
+    files = batch_files(folder)
     items: list[ReviewItem] = []
-    if digital.is_file():
-        for lineno, row in iter_jsonl(digital):
-            try:
-                bundle = DigitalBundle.model_validate(row).model_dump(mode="json")
-            except ValidationError as e:
-                err = e.errors()[0]
-                where = ".".join(str(x) for x in err["loc"]) or "line"
-                raise InputError(f"{digital}:{lineno}: {where}: {err['msg']}") from None
-            items.append(ReviewItem(len(items), content_id(strip_ids(bundle)), bundle.get("bundle_id"),
-                                    "digital", None, bundle=bundle))
-        return items, [digital]
-    banks = load_banks(folder)
-    for bank in banks:
-        for q in bank.items:
-            items.append(ReviewItem(len(items), content_id(mcq_identity(q)), q.item_id, "mcq",
-                                    q.question_type, mcq=q))
-    return items, [b.path for b in banks]
+    for it in load_batch(files):
+        if it.fmt == "digital_bundle":
+            items.append(ReviewItem(len(items), it.item_id, it.source_item_id, "digital", it.question_type,
+                                    bundle=it.record))
+        else:
+            q = record_mcq(it.fmt, it.record)
+            items.append(ReviewItem(len(items), it.item_id, it.source_item_id or q.item_id, "mcq", q.question_type,
+                                    mcq=q))
+    return items, [f for f, _, _ in files]
 
 
 def find_findings(folder: Path, given: str | None) -> Path | None:

@@ -45,7 +45,8 @@ CHECKS = check_keys()
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())
 ROLES = FIX / "scenario_roles.yaml"
-EXACT_ONLY = ["structure", "leakage", "position", "length", "shortcut", "blind", "digital", "history", "integrity"]
+EXACT_ONLY = ["structure", "leakage", "position", "length", "shortcut", "blind", "digital", "history", "integrity",
+              "review"]
 
 
 class TrigramEmbedder:
@@ -115,7 +116,7 @@ def test_clean_bank_every_check_runs_and_finds_nothing(clean_run) -> None:
     result, findings, report = clean_run
     assert findings == [] and result.exit_code == 0
     status = {c["key"]: c["status"] for c in report["checks"]}
-    assert status == {**dict.fromkeys(CHECKS, "ran"), "digital": "skipped", "history": "skipped"}
+    assert status == {**dict.fromkeys(CHECKS, "ran"), "digital": "skipped", "history": "skipped", "review": "skipped"}
     stats = {c["key"]: c["stats"] for c in report["checks"]}
     # the statistics were computed, not skipped: a clean verdict means something
     assert stats["structure"]["per_question_type"]["goal"]["items"] == 40
@@ -283,10 +284,10 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
 
 
 def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None:
-    assert [c.order for c in REGISTRY.values()] == list(range(1, 12))
+    assert [c.order for c in REGISTRY.values()] == list(range(1, 13))
     assert AuditConfig(input="x").checks == CHECKS == ["structure", "leakage", "position", "length",
                                                        "similar_options", "duplicates", "shortcut", "blind",
-                                                       "digital", "history", "integrity"]
+                                                       "digital", "history", "integrity", "review"]
     help_text = AuditConfig.model_fields["checks"].description
     for c in REGISTRY.values():
         assert f"{c.key}: {c.finds}" in help_text
@@ -337,7 +338,7 @@ PROBE_CHECK = """\"\"\"A check added as one file.\"\"\"
 from generators.audit.registry import CheckResult, check, finding
 
 
-@check("probe", order=12, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
+@check("probe", order=13, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
 def probe(data, cfg):
     \"\"\"Counts the items, to show that a new check is one new file.\"\"\"
     res = CheckResult("probe", stats={"items": len(data.items)})
@@ -353,15 +354,15 @@ def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir:
     (tmp_path / "generators" / "audit" / "checks" / "probe.py").write_text(PROBE_CHECK)
     run_gen = runner_for(tmp_path, cache_dir)
     shown = run_gen("audit", "--help")
-    assert "probe: nothing, it counts items" in shown.stdout and '"integrity","probe"]' in shown.stdout, shown.stdout
+    assert "probe: nothing, it counts items" in shown.stdout and '"review","probe"]' in shown.stdout, shown.stdout
     p = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "embeddings=false", "checks=[structure,probe]",
                 f"hydra.run.dir={tmp_path / 'out'}")
     assert p.returncode == 0, p.stderr
     report = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (12, "probe", {"items": 80})
-    assert report["findings"][0]["check_id"] == 12
+    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (13, "probe", {"items": 80})
+    assert report["findings"][0]["check_id"] == 13
     md = (tmp_path / "out" / "audit.md").read_text()
-    assert "## 12. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
+    assert "## 13. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
     bad = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "checks=[probe,nope]")
     assert bad.returncode == 2 and "nope" in bad.stderr and "'probe'" in bad.stderr
 

@@ -355,3 +355,26 @@ def test_the_server_listens_on_loopback_saves_labels_and_stops_on_ctrl_c(tmp_pat
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["review"]["decisions"] == {"needs_edit": 1, "undecided": 2}
     assert os.path.isfile(folder / "reviews" / "carol.jsonl")
+
+
+def test_the_audit_lists_the_items_reviewers_decided_differently(tmp_path: Path) -> None:
+    from test_audit import run_audit
+
+    folder = copy_run(FIX / "run_clean", tmp_path / "run")
+    _, _, report = run_audit(tmp_path / "out0", folder, checks=["review"])
+    assert report["checks"][0]["status"] == "skipped" and "no labels" in report["checks"][0]["reason"]
+    items = plan(ReviewConfig(input=str(folder), reviewer="al", cache_dir=None)).data.items
+    for r, ds in [("al", ["accept", "accept", "reject"]), ("bo", ["accept", "reject", "reject"]), ("cy", ["accept"])]:
+        for it, d in zip(items, ds, strict=False):
+            append_label(folder, label(r, item=it.item_id, decision=d).model_copy(update={"record_id": it.record_id}))
+    append_label(folder, label("cy", item=items[2].item_id, note="undecided"))
+    result, findings, report = run_audit(tmp_path / "out", folder, checks=["review"])
+    assert [(f["kind"], f["severity"], f["items"]) for f in findings] == [("review_disagreement", "warning", ["goal-001"])]
+    assert findings[0]["what"] == "reviewers decided differently (al: accept, bo: reject)"
+    stats = report["checks"][0]["stats"]
+    assert stats["reviewers"] == ["al", "bo", "cy"] and stats["labelled"] == 3 and stats["disagreements"] == 1
+    # Fleiss over the items with two or more decisions, [A,A,A] [A,R] [R,R] (cy's note has none):
+    # P = (1 + 0 + 1) / 3 = 2/3; 4 A and 3 R of 7: Pe = 25/49; kappa = (2/3 - 25/49) / (24/49) = 23/72
+    assert stats["agreement"]["method"] == "fleiss"
+    assert stats["agreement"]["kappa"] == pytest.approx(23 / 72, abs=1e-4)
+    assert result.exit_code == 0  # a warning: for a person to settle
