@@ -178,7 +178,8 @@ def mcq_view(item: ReviewItem) -> dict[str, Any]:
     q = item.mcq
     assert q is not None
     shown = {k.removeprefix("visible."): v for k, v in q.visible.items()}
-    context = shown.pop("context", q.context if not q.visible else "")
+    # the timeline: a record's visible.context, an EgoToM row's narrations_in_context
+    context = shown.pop("context", None) or shown.pop("narrations_in_context", None) or (q.context if not q.visible else "")
     origins = q.origins or [None] * len(q.options)
     return {
         "kind": "mcq", "record_id": q.item_id, "question_type": q.question_type,

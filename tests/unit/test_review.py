@@ -378,3 +378,22 @@ def test_the_audit_lists_the_items_reviewers_decided_differently(tmp_path: Path)
     assert stats["agreement"]["method"] == "fleiss"
     assert stats["agreement"]["kappa"] == pytest.approx(23 / 72, abs=1e-4)
     assert result.exit_code == 0  # a warning: for a person to settle
+
+
+def test_an_egotom_csv_folder_shows_its_narrations_as_the_timeline(tmp_path: Path) -> None:
+    import polars as pl
+
+    from gen.mcq import egotom_columns
+
+    folder = tmp_path / "egotom"
+    folder.mkdir()
+    cols = egotom_columns("goal")
+    row = {"vuid": "v1", "cuid": "v1~pass_1~0-9", "narrations_in_context": "00m:01s | C opens a door\n00m:05s | C <b>sits</b>",
+           "gt_goal": "To rest", "goal_choice_a": "To cook", "goal_choice_b": "To rest", "goal_choice_c": "To leave",
+           "clip_start_time": "0", "clip_end_time": "9"}
+    pl.DataFrame([row], schema=dict.fromkeys(cols, pl.String)).write_csv(folder / "egotom_goal_shuffled.csv")
+    items, files = load_items(folder)
+    assert [it.record_id for it in items] == ["v1~pass_1~0-9"] and files == [folder / "egotom_goal_shuffled.csv"]
+    html = render(items[0])
+    assert '<li>00m:01s | C opens a door</li><li>00m:05s | C &lt;b&gt;sits&lt;/b&gt;</li>' in html
+    assert "narrations_in_context" not in html and '<strong class="answer">B</strong>' in html
