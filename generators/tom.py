@@ -32,6 +32,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gen.errors import InputError, LLMOutputError, MissingInputError
+from gen.gates import Gates, Kind, Language, count_key, infinitive, key
 from gen.mcq import (
     EGOTOM_CHOICES,
     EGOTOM_QUESTION,
@@ -43,6 +44,10 @@ from gen.mcq import (
 from gen.run import CommonConfig, Plan, RunContext, generator, parse_json, read_json, read_text
 from schemas import Reject
 from schemas.tom import (
+    ACTION_CHARS,
+    BELIEF_CHARS,
+    GOAL_CHARS,
+    SENTENCE_CHARS,
     AlternativesDraft,
     AnalysisDraft,
     SimplifiedDraft,
@@ -132,7 +137,10 @@ class TomConfig(CommonConfig):
     simplify: bool = True
     """Run stage 5 (rewrite alternative action statements in narration style)."""
     stage_attempts: int = Field(3, ge=1, le=10)
-    """Generations per stage (fresh seed) when the output fails code's checks."""
+    """Generations per stage (fresh seed) when the output fails code's checks (the shared text
+    gates of gen.gates, then tom's own)."""
+    language: Language = "en"
+    """The language the statements must be in (the text gates' language check)."""
     analysis_tokens: int = Field(192, ge=32)
     """Completion cap of the narration-analysis call."""
     goals_tokens: int = Field(128, ge=32)
@@ -573,7 +581,7 @@ def norm_goal(text: str) -> str:
         verb, _, tail = rest.partition(" ")
         t = f"{_base_verb(verb)} {tail}".strip()
     if re.match(r"^[A-Za-z]+ing\b", t) and not re.match(r"^(?:bring|sing|ring|string|swing)\b", t, re.I):
-        return f"{t[0].upper()}{t[1:]}."  # "Washing the dishes." reads better than "To washing"
+        t = infinitive(t) or t  # "Washing the dishes" -> "To wash the dishes."; else the form gate refuses it
     t = _lower_first(t)
     return f"To {t}." if t else ""
 
@@ -615,24 +623,42 @@ def norm_sentence(text: str) -> str:
     return f"C {_lower_first(t)}." if t else ""
 
 
-def key(text: str) -> str:
-    """Comparison key: case, punctuation and spacing ignored."""
-    return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
-
-
-def text_problem(text: str, examples: set[str]) -> str | None:
-    """Why a normalised statement is unusable: empty, a placeholder, the one-shot example
-    echoed, or degenerate repetition (a 4-word run said twice, as tiny models loop)."""
+def text_problem(text: str, gates: Gates, kind: Kind, raw: str | None = None,
+                 cap: int | None = None) -> tuple[str, str] | None:
+    """Why a normalised statement is unusable, as (reason, detail): first the shared text gates
+    (echoes of the prompt or its one-shot answers, truncation, the statement's form, repetition,
+    language; the reason is the gate's name), then tom's own: empty or a placeholder. ``raw`` is
+    the model's text before normalisation and ``cap`` its field's length cap."""
+    failure = gates.check(text, kind, raw=raw, max_chars=cap)
+    if failure is not None:
+        return failure.gate, failure.detail
     core = re.sub(r"^(?:to|c believes that|c)\s+", "", key(text))
     if not core or PLACEHOLDER.match(core):
-        return "empty_text"
-    if key(text) in examples or core in examples:
-        return "example_echo"
-    words = core.split()
-    grams = [tuple(words[i:i + 4]) for i in range(len(words) - 3)]
-    if len(grams) != len(set(grams)) or (len(words) >= 8 and len(set(words)) < len(words) / 2):
-        return "repetitive"
+        return "empty_text", "empty or a placeholder"
     return None
+
+
+def actions_problem(phrases: list[str], gates: Gates) -> tuple[str, str] | None:
+    """Why a list of three raw next actions is unusable: one of them fails the gates as a verb
+    phrase, or they repeat."""
+    for p in phrases:
+        why = text_problem(norm_phrase(p), gates, "phrase", raw=p, cap=ACTION_CHARS)
+        if why:
+            return why[0], f"action {p!r}: {why[1]}"
+    if len({key(norm_phrase(p)) for p in phrases}) < 3:
+        return "repeated_actions", f"next actions repeat: {phrases}"
+    return None
+
+
+def stage_gates(cfg: TomConfig, messages: list[dict[str, str]], schema: type[BaseModel],
+                keep_out: list[str]) -> Gates:
+    """The shared gates of one stage's prompt. Outputs may copy what the prompt gives them to
+    work from (``keep_out``: the clip's narrations and summary, the true statements, the
+    sentences to shorten), but no other six words of the prompt (its instructions, the one-shot
+    conversation) and no one-shot answer."""
+    prompt = "\n".join(m["content"] for m in messages if m["role"] != "assistant")
+    return Gates(messages, schema, language=cfg.language, prompt_text=prompt, keep_out=keep_out,
+                 examples=example_strings(messages))
 
 
 def example_strings(messages: list[dict[str, str]]) -> set[str]:
@@ -688,13 +714,14 @@ class StageFailure(Exception):
 
 class Pool:
     """Usable wrong choices of one type gathered across a stage's attempts: each candidate must
-    pass :func:`text_problem`, differ from the truth and the choices kept so far, and (with an
-    embedder) stay at or below ``max_similarity`` cosine to them, so one bad choice in an
-    attempt costs that choice, not the question. Kept in the order offered (deterministic)."""
+    pass :func:`text_problem` as a ``kind`` statement, differ from the truth and the choices kept
+    so far, and (with an embedder) stay at or below ``max_similarity`` cosine to them, so one bad
+    choice in an attempt costs that choice, not the question. Kept in the order offered
+    (deterministic)."""
 
-    def __init__(self, truth: str, need: int, examples: set[str], count: Callable[[str], None],
+    def __init__(self, truth: str, need: int, gates: Gates, kind: Kind, count: Callable[[str], None],
                  embedder: Any = None, max_similarity: float | None = None, room: int | None = None):
-        self.truth, self.need, self.examples, self.count = truth, need, examples, count
+        self.truth, self.need, self.gates, self.kind, self.count = truth, need, gates, kind, count
         self.room = room or need
         """How many it keeps (``room`` > ``need`` leaves spares for a later filter)."""
         self.embedder, self.max_similarity = embedder, max_similarity
@@ -706,12 +733,14 @@ class Pool:
     def full(self) -> bool:
         return len(self.items) >= self.need
 
-    def offer(self, text: str, why: str | None = None) -> None:
-        """Keep ``text`` unless the pool is full or the text is unusable (``why`` set by the
-        caller for a problem only it can see)."""
+    def offer(self, text: str, problem: tuple[str, str] | None = None, raw: str | None = None,
+              cap: int | None = None) -> None:
+        """Keep ``text`` unless the pool is full or the text is unusable (``problem`` set by the
+        caller for a problem only it can see; ``raw``/``cap``: the model's text and its cap)."""
         if len(self.items) >= self.room:
             return
-        why = why or text_problem(text, self.examples) or (
+        problem = problem or text_problem(text, self.gates, self.kind, raw, cap)
+        why = problem[0] if problem else (
             "same_as_truth" if key(text) == key(self.truth) else
             "duplicate" if key(text) in {key(x) for x in self.items} else None)
         if why is None and self.embedder is not None and self.max_similarity is not None:
@@ -723,7 +752,7 @@ class Pool:
                 text = f"{text} (cosine {float(cos.max()):.3f})"
         if why:
             self.count(why)
-            self.rejected.append(f"{why}: {text!r}")
+            self.rejected.append(f"{why}: {text!r}" + (f" ({problem[1]})" if problem else ""))
         else:
             self.items.append(text)
 
@@ -747,7 +776,7 @@ def run_stage(ctx: RunContext, cfg: TomConfig, index: int, stage: str, messages:
         value, problem = check(draft)
         if problem is None:
             return value
-        ctx.count(f"{stage}.{problem[0]}")
+        ctx.count(count_key(stage, problem[0]))
         last = StageFailure(stage, problem[0], problem[1], draft.model_dump_json())
     raise last
 
@@ -781,7 +810,8 @@ def analysis(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip, allowed: l
     by code) and the truth statements."""
     messages = ctx.prompts.render("tom/analysis.jinja", summary=clip.summary, lines=numbered(clip),
                                   first=allowed[0] + 1, last=allowed[-1] + 1)
-    examples = example_strings(messages)
+    schema = analysis_draft(tuple(i + 1 for i in allowed))
+    gates = stage_gates(cfg, messages, schema, [*numbered(clip), clip.summary])
 
     def check(d: AnalysisDraft) -> tuple[Truth | None, tuple[str, str] | None]:
         problem = check_transition(d.transition_line, clip, cfg)
@@ -790,28 +820,31 @@ def analysis(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip, allowed: l
         goal, belief = norm_goal(d.future_goal), norm_belief(d.belief)
         phrases = [norm_phrase(p) for p in d.next_actions]
         actions = join_actions(phrases)
-        for what, text in (("goal", goal), ("belief", belief), ("actions", actions), *(("action", p) for p in phrases)):
-            why = text_problem(text, examples)
+        for what, text, raw, cap in (("goal", goal, d.future_goal, GOAL_CHARS), ("belief", belief, d.belief, BELIEF_CHARS),
+                                     ("actions", actions, None, None)):
+            why = text_problem(text, gates, "action" if what == "actions" else what, raw, cap)  # type: ignore[arg-type]
             if why:
-                return None, (why, f"{what}: {text!r}")
-        if len({key(p) for p in phrases}) < 3:
-            return None, ("repeated_actions", f"next actions repeat: {phrases}")
+                return None, (why[0], f"{what}: {text!r}: {why[1]}")
+        why = actions_problem(d.next_actions, gates)
+        if why:
+            return None, why
         return Truth(d.transition_line - 1, goal, belief, actions, phrases), None
 
-    schema = analysis_draft(tuple(i + 1 for i in allowed))
     return run_stage(ctx, cfg, index, "analysis", messages, schema, check, cfg.analysis_tokens)
 
 
 def counterfactual_goals(ctx: RunContext, cfg: TomConfig, index: int, past: list[str], truth: Truth) -> list[str]:
     """Stage 3: wrong goals from the past only; kept those usable and distinct from the truth."""
     messages = ctx.prompts.render("tom/goals.jinja", lines=past, goal=truth.goal)
+    gates = stage_gates(cfg, messages, WrongGoalsDraft, [*past, truth.goal])
     # room for all three the prompt asks for: the keyword filter may drop one later
-    pool = Pool(truth.goal, EGOTOM_CHOICES["goal"] - 1, example_strings(messages),
-                lambda why: ctx.count(f"counterfactual_goals.{why}.dropped"), *_similarity(ctx, cfg), room=3)
+    pool = Pool(truth.goal, EGOTOM_CHOICES["goal"] - 1, gates, "goal",
+                lambda why: ctx.count(count_key("counterfactual_goals", why, "dropped")), *_similarity(ctx, cfg),
+                room=3)
 
     def check(d: WrongGoalsDraft) -> tuple[list[str] | None, tuple[str, str] | None]:
         for g in d.wrong_goals:
-            pool.offer(norm_goal(g))
+            pool.offer(norm_goal(g), raw=g, cap=GOAL_CHARS)
         if not pool.full:
             return None, ("too_few_wrong_goals", pool.detail())
         return pool.items, None
@@ -833,9 +866,14 @@ def counterfactual_beliefs_actions(ctx: RunContext, cfg: TomConfig, index: int, 
     three."""
     messages = ctx.prompts.render("tom/beliefs_actions.jinja", lines=past, goal=truth.goal,
                                   belief=truth.belief, actions=truth.actions)
-    examples = example_strings(messages)
+    gates = stage_gates(cfg, messages, AlternativesDraft, [*past, truth.goal, truth.belief, truth.actions])
     sim = _similarity(ctx, cfg)
-    pools = {q: Pool(t, 3, examples, lambda why, q=q: ctx.count(f"counterfactual_beliefs_actions.{q}.{why}.dropped"), *sim)
+    kinds: dict[str, Kind] = {"belief": "belief", "actions": "action"}
+
+    def counter(q: str) -> Callable[[str], None]:
+        return lambda why: ctx.count(count_key(f"counterfactual_beliefs_actions.{q}", why, "dropped"))
+
+    pools = {q: Pool(t, 3, gates, kinds[q], counter(q), *sim)
              for q, t in (("belief", truth.belief), ("actions", truth.actions))}
 
     def outcome() -> tuple[list[str] | None, list[str] | None, list[str]]:
@@ -844,9 +882,8 @@ def counterfactual_beliefs_actions(ctx: RunContext, cfg: TomConfig, index: int, 
 
     def check(d: AlternativesDraft) -> tuple[Any, tuple[str, str] | None]:
         for a in d.alternatives:
-            pools["belief"].offer(norm_belief(a.belief))
-            repeated = len({key(norm_phrase(p)) for p in a.next_actions}) < 3
-            pools["actions"].offer(join_actions(a.next_actions), "repeated_actions" if repeated else None)
+            pools["belief"].offer(norm_belief(a.belief), raw=a.belief, cap=BELIEF_CHARS)
+            pools["actions"].offer(join_actions(a.next_actions), actions_problem(a.next_actions, gates))
         if all(p.full for p in pools.values()):
             return outcome(), None
         return None, ("no_usable_alternative", "; ".join(outcome()[2]))
@@ -862,19 +899,20 @@ def counterfactual_beliefs_actions(ctx: RunContext, cfg: TomConfig, index: int, 
 
 def simplify(ctx: RunContext, cfg: TomConfig, index: int, sentences: list[str]) -> tuple[list[str], list[bool]]:
     """Stage 5: the alternative action statements rewritten in narration style. A rewrite that
-    is empty, echoes the example, is longer than its original or no longer lists three actions
-    keeps the original (counted)."""
+    fails the text gates or tom's own checks (empty), is longer than its original or no longer
+    lists three actions keeps the original (counted)."""
     messages = ctx.prompts.render("tom/simplify.jinja", sentences=sentences)
-    examples = example_strings(messages)
+    gates = stage_gates(cfg, messages, SimplifiedDraft, sentences)
 
     def check(d: SimplifiedDraft) -> tuple[Any, None]:
         out, changed = [], []
         for original, new in zip(sentences, d.simplified, strict=True):
             s = norm_sentence(new)
-            why = text_problem(s, examples) or ("longer" if len(s) > len(original) else
-                                                "lost_actions" if action_count(s) < 3 else None)
+            problem = text_problem(s, gates, "action", raw=new, cap=SENTENCE_CHARS)
+            why = problem[0] if problem else ("longer" if len(s) > len(original) else
+                                              "lost_actions" if action_count(s) < 3 else None)
             if why:
-                ctx.count(f"simplify.{why}.kept_original")
+                ctx.count(count_key("simplify", why, "kept_original"))
             out.append(original if why else s)
             changed.append(why is None and s != original)
         return (out, changed), None

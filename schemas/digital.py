@@ -32,9 +32,12 @@ VideoCategory = Literal[
     "Food & Cooking", "Pets & Animals", "Autos & Vehicles",
 ]
 
-Short = Annotated[str, Field(min_length=1, max_length=80)]
-Text = Annotated[str, Field(min_length=1, max_length=160)]
-Long = Annotated[str, Field(min_length=1, max_length=500)]
+SHORT_CHARS, TEXT_CHARS, LONG_CHARS, TAG_CHARS = 80, 160, 500, 30
+"""Length caps of the drafts' strings; a text that reaches its cap was cut there (the text gates
+count it as truncated)."""
+Short = Annotated[str, Field(min_length=1, max_length=SHORT_CHARS)]
+Text = Annotated[str, Field(min_length=1, max_length=TEXT_CHARS)]
+Long = Annotated[str, Field(min_length=1, max_length=LONG_CHARS)]
 HHMM = Annotated[str, Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
 
 
@@ -105,7 +108,7 @@ class SearchCueDraft(BaseModel):
 class VideoDraft(BaseModel):
     title: Short
     duration_secs: int  # unbounded: code corrects, see CalendarCueDraft
-    tags: list[Annotated[str, Field(min_length=1, max_length=30)]] = Field(min_length=1, max_length=5)
+    tags: list[Annotated[str, Field(min_length=1, max_length=TAG_CHARS)]] = Field(min_length=1, max_length=5)
     category: VideoCategory
 
 
@@ -314,6 +317,23 @@ class Cue(BaseModel):
     """The related persona the cue names, if any (code chose them)."""
 
 
+class GoalRef(BaseModel):
+    """The goal a goal-conditioned bundle was made for (``digital goals=``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    goal_id: str
+    client_tag: str
+    """The goal row's client_tag (its goal_id when it has none): WAGIBench's join key, with ``group``."""
+    group: str
+    """The goal row's group: the scenario shortname WAGIBench joins on."""
+    app: App | None
+    """The app whose state makes the goal inferable; None: the goal needs no digital context."""
+    person: str | None = None
+    """The related persona standing for a person the goal names."""
+    rank: int | None = None
+    """Where the goal ranked among the bank's goals by similarity to the key-only state (1 = first)."""
+
+
 class DigitalBundle(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -322,6 +342,8 @@ class DigitalBundle(BaseModel):
     related_personas: list[RelatedPersona]
     current_datetime: str = Field(pattern=DATETIME)
     cue: Cue | None
+    goal: GoalRef | None = None
+    """Set when the bundle was made for a goal of a goal bank."""
     apps: dict[str, dict[str, Any]]
     """Per app (WAGIBench field names): e.g. Calendar -> {events, key_events}; each state is
     checked against its model in :data:`APP_STATE` and kept as the plain dict it is (so a record's

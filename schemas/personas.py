@@ -41,10 +41,14 @@ class PersonaRecord(PersonaFacts):
     bio: str
 
 
+BIO_CHARS = 420
+"""A bio's length cap; a bio of exactly this length was cut there (the text gates count it)."""
+
+
 class Bio(BaseModel):
     """What the LLM writes for a persona."""
 
-    bio: str = Field(min_length=40, max_length=420)
+    bio: str = Field(min_length=40, max_length=BIO_CHARS)
 
 
 class RelatedPersona(BaseModel):

@@ -28,10 +28,12 @@ def _text(cap: int) -> Any:
     return Annotated[str, Field(pattern=rf'^[^\x00-\x1f"\\]{{1,{cap}}}$')]
 
 
-GoalText = _text(64)
-ActionPhrase = _text(40)
-BeliefText = _text(100)
-ActionSentence = _text(120)
+GOAL_CHARS, ACTION_CHARS, BELIEF_CHARS, SENTENCE_CHARS = 64, 40, 100, 120
+"""The caps; a text of exactly its cap was cut there (the text gates count it as truncated)."""
+GoalText = _text(GOAL_CHARS)
+ActionPhrase = _text(ACTION_CHARS)
+BeliefText = _text(BELIEF_CHARS)
+ActionSentence = _text(SENTENCE_CHARS)
 
 
 # --------------------------------------------------------------------------- stage drafts

@@ -35,7 +35,7 @@ def test_a_run_on_the_real_server(binary, run_gen, tmp_path, check_run_folder) -
                    "llm.threads_batch=1", "progress=plain",
                    f"hydra.run.dir={folder}", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    manifest = check_run_folder(folder, "personas", 3)
+    manifest = check_run_folder(folder, "personas", 3, one_per_index=False)
     assert manifest["llm"]["backend"] == "llama_server" and manifest["llm"]["parallel"] == 2
     assert manifest["llm_usage"]["calls"] >= 3 and manifest["llm_usage"]["completion_tokens"] > 0
     records = [json.loads(x) for x in (folder / "personas.jsonl").read_text().splitlines()]

@@ -19,13 +19,13 @@ def test_joblib_shards_merge_to_the_unsharded_run(tmp_path, run_gen, check_run_f
     assert "joblib" in (proc.stdout + proc.stderr).lower()  # Hydra names the launcher it used
     shards = [sweep / "0", sweep / "1"]
     for i, folder in enumerate(shards):
-        manifest = check_run_folder(folder, "personas", [1, 2][i])
+        manifest = check_run_folder(folder, "personas", [1, 2][i], one_per_index=False)
         assert manifest["shard"] == {"shard": i, "num_shards": 2, "indices": [[0, 1], [1, 3]][i]}
 
     merged = tmp_path / "merged"
     proc = run_gen("merge", f"input=[{shards[0]},{shards[1]}]", f"hydra.run.dir={merged}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    check_run_folder(merged, "personas", 3)
+    check_run_folder(merged, "personas", 3, one_per_index=False)
 
     whole = tmp_path / "whole"
     proc = run_gen(*ARGS, f"hydra.run.dir={whole}", timeout=600)

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from gen.gates import GATES, Gates
 from generators.personas import bio_problems, sample_facts
 from schemas import Reject
 from schemas.personas import PersonaRecord
@@ -18,7 +19,7 @@ from schemas.personas import PersonaRecord
 pytestmark = pytest.mark.integration
 
 SEED = 1
-REASONS = {"contradiction", "truncated", "invalid_output"}
+REASONS = {"contradiction", "truncated", "invalid_output", *GATES}  # a bio that fails a text gate too
 
 
 @pytest.fixture(scope="module")
@@ -33,24 +34,23 @@ def real(tmp_path_factory, runner_for):
 
 
 def test_counts_reconcile_and_records_validate(real, check_run_folder, read_jsonl, gguf_path: Path) -> None:
-    manifest = check_run_folder(real.first, "personas", 4)
-    facts = {f.persona_id: (i, f) for i, f in enumerate(sample_facts(SEED, 4))}
+    manifest = check_run_folder(real.first, "personas", 4, one_per_index=False)
+    base = sample_facts(SEED, 4)
     records = read_jsonl(real.first / "personas.jsonl")
     rejects = [Reject.model_validate(r) for r in read_jsonl(real.first / "rejects.jsonl")]
-    indices = []
-    for raw in records:
+    assert len(records) == 4  # a pool of the size asked for, one persona per slot, in slot order
+    for slot, raw in enumerate(records):
         rec = PersonaRecord.model_validate(raw)
-        i, f = facts[rec.persona_id]
-        indices.append(i)
-        assert rec.model_dump(exclude={"bio"}) == f.model_dump()  # facts are the sampled ones
+        if rec.persona_id == base[slot].persona_id:
+            assert rec.model_dump(exclude={"bio"}) == base[slot].model_dump()  # facts are the sampled ones
+        else:  # every bio of the slot's first facts failed: fresh facts of the same nationality
+            assert rec.persona_id not in {f.persona_id for f in base} and rec.nationality == base[slot].nationality
         assert 40 <= len(rec.bio) <= 420
-        assert bio_problems(f, rec.bio) == []  # an accepted bio agrees with its facts
-    for rej in rejects:
-        assert rej.stage == "bio" and rej.reason in REASONS
-        assert facts[rej.record_id][0] == rej.index
-        indices.append(rej.index)
-    assert sorted(indices) == [0, 1, 2, 3]  # each index exactly once
-    assert [facts[r["persona_id"]][0] for r in records] == sorted(facts[r["persona_id"]][0] for r in records)
+        assert bio_problems(rec, rec.bio) == []  # an accepted bio agrees with its facts
+        assert Gates().check(rec.bio, "sentence", max_chars=420) is None  # and passes the text gates
+    for rej in rejects:  # every failed draw of facts is a reject row of its slot
+        assert rej.stage == "bio" and rej.reason in REASONS and 0 <= rej.index < 4
+    assert manifest["pool"]["accepted"] == 4 and manifest["pool"]["rejected"] == len(rejects)
 
     llm = manifest["llm"]
     assert llm["backend"] == "llama_cpp"
@@ -70,7 +70,7 @@ def test_rerun_is_served_from_the_cache(real, check_run_folder) -> None:
     second = real.base / "second"
     proc = real.run("personas", "n=4", f"seed={SEED}", f"hydra.run.dir={second}", "progress=off")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    manifest = check_run_folder(second, "personas", 4)
+    manifest = check_run_folder(second, "personas", 4, one_per_index=False)
     usage = manifest["llm_usage"]
     assert usage["calls"] > 0
     assert usage["cache_hits"] == usage["calls"]
@@ -84,11 +84,11 @@ def test_larger_pool_extends_the_smaller_one(real, check_run_folder) -> None:
     third = real.base / "third"
     proc = real.run("personas", "n=6", f"seed={SEED}", f"hydra.run.dir={third}", "progress=off")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    manifest = check_run_folder(third, "personas", 6)
+    manifest = check_run_folder(third, "personas", 6, one_per_index=False)
     for name in ("personas.jsonl", "rejects.jsonl"):
         small = (real.first / name).read_bytes()
         assert (third / name).read_bytes().startswith(small), name
     # the first four personas are replayed from the cache
-    first_calls = check_run_folder(real.first, "personas", 4)["llm_usage"]["calls"]
+    first_calls = check_run_folder(real.first, "personas", 4, one_per_index=False)["llm_usage"]["calls"]
     assert manifest["llm_usage"]["cache_hits"] >= first_calls
     assert manifest["llm_usage"]["calls"] > manifest["llm_usage"]["cache_hits"]

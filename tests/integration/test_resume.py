@@ -63,19 +63,19 @@ def test_kill_and_resume(tmp_path: Path, env_for, check_run_folder, runner_for) 
     assert not (folder_a / "rejects.jsonl").exists()
     assert not (folder_a / "manifest.json").exists()
     leftovers = {p.name for p in folder_a.iterdir() if p.is_file()} if folder_a.exists() else set()
-    assert leftovers <= {"records.jsonl.partial", "rejects.jsonl.partial"}, leftovers
+    assert leftovers <= {"records.jsonl.partial", "rejects.jsonl.partial", "gen.log"}, leftovers
 
     run = runner_for(tmp_path, cache)
     resumed = run(*args, f"hydra.run.dir={folder_a}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    manifest_a = check_run_folder(folder_a, "personas", N)
+    manifest_a = check_run_folder(folder_a, "personas", N, one_per_index=False)
     usage = manifest_a["llm_usage"]
     assert usage["cache_hits"] >= 2  # the calls finished before the kill were replayed
     assert usage["calls"] > usage["cache_hits"]  # and the rest were generated
 
     again = run(*args, f"hydra.run.dir={folder_b}")
     assert again.returncode == 0, again.stderr[-3000:]
-    manifest_b = check_run_folder(folder_b, "personas", N)
+    manifest_b = check_run_folder(folder_b, "personas", N, one_per_index=False)
     assert manifest_b["llm_usage"]["cache_hits"] == manifest_b["llm_usage"]["calls"]
     for name in ("personas.jsonl", "rejects.jsonl"):
         assert (folder_a / name).read_bytes() == (folder_b / name).read_bytes(), name

@@ -217,6 +217,15 @@ OBSERVATIONS = "".join(json.dumps({
 """A small valid observation table for the history bank."""
 
 
+BUNDLE_GOALS = "".join(json.dumps({"goal": {"goal_id": json.loads(x)["goal_id"]},
+                                   "cue": {"app": "Notes", "cue": f"cue {k}"}}) + "\n"
+                       for k, x in enumerate(_lines(EXAMPLES / "goals.jsonl", 2).splitlines()))
+"""The part of goal-conditioned bundles that distractors' digital= reads."""
+CHAIN = ("steps:\n  - {name: rec, generator: history, options: {synthesize: true}}\n"
+         "  - {name: mcqs, generator: distractors, options: {n: 2}, inputs: {input: rec/goals.jsonl}}\n")
+"""A small valid chain for the pipeline."""
+
+
 MANIFEST_FIELDS = ("generator", "config", "seed", "shard", "indices", "num_shards", "counts", "requested", "accepted",
                    "indices_done", "outputs", "validators", "llm_usage", "calls", "pool", "exit_code")
 """What merge and its personas hook read of a shard's manifest."""
@@ -288,6 +297,12 @@ READERS = [
     Reader("review audit findings", "jsonl", lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
                                                            _text(d / "audit.jsonl", FINDINGS))[1],
            lambda d: plan_of("review", input=str(d))),
+    Reader("distractors digital= run (goal-conditioned bundles)", "jsonl",
+           lambda d, a: (_text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)),
+                         _text(d / "digital.jsonl", BUNDLE_GOALS))[1],
+           lambda d: plan_of("distractors", input=str(d / "goals.jsonl"), digital=str(d / "digital.jsonl"))),
+    Reader("pipeline chain file", "yaml", lambda d, a: _text(d / "chain.yaml", CHAIN),
+           lambda d: plan_of("pipeline", chain=str(d / "chain.yaml"))),
     Reader("merge: a shard's manifest", "json", lambda d, a: (_shards(d, a.shards), d / "s1" / "manifest.json")[1],
            merge_plan, folder_named=True, then=merge_run, fields=MANIFEST_FIELDS),
     Reader("merge: a shard's records", "jsonl", lambda d, a: (_shards(d, a.shards), d / "s1" / "personas.jsonl")[1],

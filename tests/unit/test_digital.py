@@ -22,6 +22,7 @@ from digital_checks import ORDER, check_bundle, key_list
 import generators  # noqa: F401  (fills the registry)
 from gen.cli import normalize_overrides, validate
 from gen.errors import ConfigError, InputError
+from gen.gates import Gates
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import EXAMPLES
 from gen.prompts import Prompts
@@ -33,7 +34,6 @@ from generators.digital import (
     DigitalConfig,
     State,
     assemble_cue,
-    echo_sources,
     load_cues,
     merge,
     render_bundle,
@@ -170,13 +170,16 @@ BAD_TEXTS = [
     ("   ", "empty_text"),
     ("Title", "placeholder_text"),
     ("event title", "placeholder_text"),
-    ("Dinner with {name}", "placeholder_text"),
+    ("Dinner with {name}", "gate.template_echo"),  # the shared gates run first
     ("Lorem ipsum dolor sit amet", "placeholder_text"),
     ("N/A", "placeholder_text"),
     ("2025-06-11 16:00", "datetime_as_text"),
     ("16:30", "datetime_as_text"),
-    ("no, no, no, no, no", "repetitive_text"),
-    ("walk the dog walk the dog walk the dog walk the dog", "repetitive_text"),
+    ("no, no, no, no, no", "gate.repetition"),
+    ("walk the dog walk the dog walk the dog walk the dog", "gate.repetition"),
+    ("Dinner with next_actions_31", "gate.schema_echo"),
+    ("Pick up the dry cleaning and the", "gate.truncated_text"),
+    ('{"title": "Dinner"', "gate.json_fragment"),
 ]
 
 
@@ -216,19 +219,19 @@ def test_calendar_location_is_checked_too() -> None:
 
 def test_prompt_echo_of_the_last_prompt_and_of_the_few_shot_answers() -> None:
     st = make_state()
-    messages = Prompts().render("digital/notes.jinja", s=st, lines=["Topic: a recipe for lemon cake."])
-    chk = checker(App.Notes, st)
-    chk.examples, chk.prompt_grams = echo_sources(messages)
-    assert "groceries" in chk.examples  # the one-shot answer's title
-    person_line = messages[-1]["content"].splitlines()[0]
-    copied_six = " ".join(person_line.split()[:6])  # any 6-word run of the last user message
-    notes = [clean_item(App.Notes, st, NOW - dt.timedelta(hours=h), h) for h in (1, 2, 3, 4)]
+    messages = Prompts().render("digital/notes.jinja", s=st,
+                                lines=["Topic: a recipe for lemon cake with fresh berries from the market."])
+    chk = Checker(App.Notes, st, DigitalConfig(), gates=Gates(messages, S.NoteDraft))
+    assert chk.gates is not None and "groceries" in chk.gates.context.examples  # the one-shot answer's title
+    notes = [clean_item(App.Notes, st, NOW - dt.timedelta(hours=h), h) for h in (1, 2, 3, 4, 5)]
     notes[0].title = "Groceries"  # a few-shot answer string, copied
-    notes[1].content = f"Reminder: {copied_six} and then some"
-    notes[2].content = "Topic: a recipe for lemon"  # five words of the prompt are fine
+    notes[1].content = "Reminder: lemon cake with fresh berries from the shop"  # six words of the last prompt
+    notes[2].content = "Plan: a recipe for lemon"  # five words of the prompt are fine
+    notes[4].content = "Topic: a recipe for lemon"  # the prompt's own line label is not
     kept = validate_items(App.Notes, notes, chk)
     assert [n.note_id for n in kept] == [notes[2].note_id, notes[3].note_id]
-    assert chk.counts == {"Notes.prompt_echo.dropped": 2}
+    assert chk.counts == {"Notes.gate.example_echo.dropped": 1, "Notes.gate.prompt_echo.dropped": 1,
+                          "Notes.gate.fewshot_marker.dropped": 1}
 
 
 @pytest.mark.parametrize("app", list(App), ids=lambda a: a.value)
@@ -1106,3 +1109,138 @@ def test_cue_video_duration_is_corrected_and_counted(secs: int, fixed: int) -> N
     (video,) = assemble_cue(App.Videos, draft, {"person": None, "time": NOW}, st, hexid, chk)
     assert video.duration_secs == fixed
     assert chk.counts.get("Videos.duration_secs.corrected", 0) == (fixed != secs)
+
+
+def test_texts_at_their_cap_and_the_album_go_through_the_gates() -> None:
+    """A text that reaches its draft's length cap was cut there; a track's album is the model's
+    text too."""
+    st = make_state()
+    note = clean_item(App.Notes, st, NOW - dt.timedelta(hours=2), 1)
+    note.content = ("Buy oat milk, eggs and spinach at the market; " * 20)[:S.LONG_CHARS]
+    chk = checker(App.Notes, st)
+    assert validate_items(App.Notes, [note], chk) == [] and chk.counts == {"Notes.gate.truncated_text.dropped": 1}
+    track = clean_item(App.Music, st, NOW - dt.timedelta(hours=2), 1)
+    track.album = "Songs of the"
+    chk = checker(App.Music, st)
+    assert validate_items(App.Music, [track], chk) == [] and chk.counts == {"Music.gate.truncated_text.dropped": 1}
+
+
+# --------------------------------------------------------------------------- 10. goal-conditioned bundles
+
+
+GOALS = [
+    {"goal_id": "g-msg", "group": "dinner_plans", "client_tag": "rec-0001",
+     "goal": {"type": "communication", "action": "message", "target": "Alex", "content": "dinner tonight"}},
+    {"goal_id": "g-dir", "group": "airport_trip",
+     "goal": {"type": "find_directions", "to": "SeaTac airport departures"}},
+    {"goal_id": "g-lamp", "group": "lights", "goal": {"type": "control_environment", "target": "lamp", "value": "off"}},
+    {"goal_id": "g-music", "group": "calm", "goal": {"type": "entertain", "modality": "audio", "content": "calm piano"}},
+    {"goal_id": "g-notes", "group": "grocery", "goal": {"type": "store_memory", "content": "buy oat milk"}},
+]
+QUOTED = re.compile(r'"([^"]+)"')
+
+
+def goal_script() -> Callable[[list[dict[str, str]], int], str]:
+    """digital_script, except that a cue item carries the cue seed's own words (what a model
+    that follows the prompt writes)."""
+    base = digital_script()
+
+    def script(messages: list[dict[str, str]], seed: int) -> str:
+        out = json.loads(base(messages, seed))
+        user = [m for m in messages if m["role"] == "user"][-1]["content"]
+        quoted = QUOTED.findall(user.splitlines()[-1])
+        if not quoted:
+            return json.dumps(out)
+        seed_text = quoted[0]
+        if "day_offset" in out:
+            out["title"] = seed_text
+        elif "cue_message" in out:
+            out["cue_message"] = f"About {seed_text}"
+        elif "place" in out:
+            out["place"]["name"] = seed_text
+        elif "track" in out:
+            out["track"]["title"] = seed_text
+        elif "video" in out:
+            out["video"]["title"] = seed_text
+        elif "searches" in out:
+            out["searches"] = [{"query": seed_text, "query_type": "web"}]
+        elif {"title", "content"} <= out.keys():
+            out["content"] = seed_text
+        return json.dumps(out)
+
+    return script
+
+
+def goal_bank(tmp_path: Path) -> Path:
+    path = tmp_path / "goals.jsonl"
+    path.write_text("".join(json.dumps(g) + "\n" for g in GOALS))
+    return path
+
+
+def run_goals(out: Path, pool: Path, goals: Path, script=None, **cfg: Any):
+    from test_bank import FakeEmbedder
+
+    settings = DigitalConfig(**{"cache_dir": None, "progress": "off", "persona_file": str(pool),
+                                "goals": str(goals), **cfg})
+    ctx = RunContext(NAME, settings, out).use(llm=scripted_llm(script or goal_script(), sampling=settings.llm),
+                                              embedder=FakeEmbedder())
+    return run(NAME, settings, out, ctx=ctx, quiet=True), ctx
+
+
+def test_goal_app_mapping() -> None:
+    from generators.digital import goal_app
+    from schemas.distractors import GoalRow
+
+    cfg = DigitalConfig()
+    rng = random.Random(0)
+
+    def app_of(goal: dict[str, Any]) -> App | None:
+        return goal_app(cfg, GoalRow.model_validate({"goal_id": "x", "group": "g", "goal": goal}).goal, rng)
+
+    assert app_of({"type": "communication", "action": "message", "target": "A", "content": "c"}) is App.Messaging
+    assert app_of({"type": "temporal_attention", "action": "set", "time": "5 min", "content": "tea"}) is App.Calendar
+    assert app_of({"type": "entertain", "modality": "audio", "content": "x"}) is App.Music
+    assert app_of({"type": "entertain", "modality": "vision", "content": "x"}) is App.Videos
+    assert app_of({"type": "search", "source": "world", "query": "q", "query_item": "i"}) is App.Search
+    assert {app_of({"type": "search", "source": "timeline", "query": "q", "query_item": "i"})
+            for _ in range(20)} == {App.Notes, App.Messaging}
+    assert app_of({"type": "control_environment", "target": "lamp", "value": "off"}) is None
+    assert goal_app(DigitalConfig(apps=[App.Calendar]), GoalRow.model_validate(
+        {"goal_id": "x", "group": "g", "goal": {"type": "find_directions", "to": "x"}}).goal, rng) is App.Calendar
+    with pytest.raises(ValueError, match="goal_apps: unknown action type"):
+        DigitalConfig(goal_apps={"teleport": [App.Maps]})
+
+
+def test_goal_conditioned_bundles(tmp_path: Path, pool_file: Path) -> None:
+    """One bundle per goal; the cued app follows the mapping; a person the goal names is a related
+    persona and appears in the cue item; the goal row's keys are the bundle's WAGIBench keys; a
+    goal that needs no digital context gives an uncued bundle, marked as such."""
+    goals = goal_bank(tmp_path)
+    result, _ = run_goals(tmp_path / "run", pool_file, goals)
+    assert result.requested == len(GOALS) and result.accepted == len(GOALS), read_jsonl(tmp_path / "run" / "rejects.jsonl")
+    bundles = {b["goal"]["goal_id"]: b for b in read_jsonl(tmp_path / "run" / "digital.jsonl")}
+    msg = bundles["g-msg"]
+    assert msg["cue"]["app"] == "Messaging" and msg["goal"]["person"] in {r["persona"]["name"] for r in msg["related_personas"]}
+    assert msg["goal"]["person"] in msg["apps"]["Messaging"]["key_conversations"][0]["participants"]
+    assert bundles["g-dir"]["cue"]["app"] in ("Maps", "Calendar")
+    assert bundles["g-music"]["cue"]["app"] == "Music" and bundles["g-notes"]["cue"]["app"] == "Notes"
+    lamp = bundles["g-lamp"]
+    assert lamp["cue"] is None and lamp["goal"]["app"] is None
+    assert all(b["goal"]["rank"] <= 3 for b in bundles.values() if b["goal"]["app"])
+    state = json.loads((tmp_path / "run" / "digital_state.json").read_text())
+    metas = {(v["meta"]["client_tag"], v["meta"]["scenario"]["shortname"]) for v in state.values()}
+    assert ("rec-0001", "dinner_plans") in metas and ("g-dir", "airport_trip") in metas
+    assert result.manifest["validators"]["goal.cued"] == 4 and result.manifest["validators"]["goal.uncued"] == 1
+    # the same seed gives the same bundles
+    run_goals(tmp_path / "again", pool_file, goals)
+    assert (tmp_path / "run" / "digital.jsonl").read_bytes() == (tmp_path / "again" / "digital.jsonl").read_bytes()
+
+
+def test_a_cue_that_points_elsewhere_is_rejected(tmp_path: Path, pool_file: Path) -> None:
+    """The default script writes cue items unrelated to the goal ("Cue spot …"): the place the
+    goal names is missing, and the key-only state does not single out its goal."""
+    result, _ = run_goals(tmp_path / "run", pool_file, goal_bank(tmp_path), script=digital_script(), n=4)
+    reasons = {r["index"]: r["reason"] for r in read_jsonl(tmp_path / "run" / "rejects.jsonl")}
+    assert reasons[1] == "cue_misses_goal_entity"
+    assert set(reasons.values()) <= {"cue_misses_goal_entity", "cue_not_specific"} and len(reasons) >= 2
+    assert result.manifest["validators"].get("goal.uncued") == 1  # the lamp has no digital context

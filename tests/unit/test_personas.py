@@ -372,3 +372,29 @@ def test_a_digital_run_stops_when_its_pool_is_short(tmp_path: Path) -> None:
     assert info.value.exit_code == 1
     sub = json.loads((tmp_path / "pools" / "seed0-n6" / "manifest.json").read_text())
     assert sub["parent"] == str(tmp_path / "run") and sub["exit_code"] == 1
+
+
+def test_bios_pass_the_shared_text_gates_first(tmp_path: Path) -> None:
+    """A bio cut off mid-sentence, or echoing the prompt's labels, is regenerated (counted per
+    gate); when every attempt fails the reject's reason is the gate's name."""
+    import json
+
+    from gen.llm import scripted_llm
+    from gen.run import RunContext
+    from generators.personas import PersonasConfig, write_bio
+
+    facts = sample_facts(0, 1)[0]
+    first = facts.first_name
+    clean = f"{first} works as {facts.occupation.lower()} in {facts.home_city} and enjoys long walks."
+    cut = f"{first} works as {facts.occupation.lower()} in {facts.home_city} and enjoys long walks with her"
+    labelled = f"{first} works as {facts.occupation.lower()}. Interests: hiking, cooking and reading."
+    outputs = iter([cut, labelled, clean])
+    settings = PersonasConfig(cache_dir=None, progress="off")
+    ctx = RunContext("personas", settings, tmp_path).use(
+        llm=scripted_llm(lambda messages, seed: json.dumps({"bio": next(outputs)})))
+    record = write_bio(ctx, facts, 0, attempts=3, max_tokens=200)
+    assert record.bio == clean  # type: ignore[union-attr]
+    assert ctx.stats["bio.gate.truncated_text"] == 1 and ctx.stats["bio.gate.fewshot_marker"] == 1
+    outputs = iter([cut, cut])
+    reject = write_bio(ctx, facts, 0, attempts=2, max_tokens=200, draw=1)
+    assert (reject.stage, reject.reason, reject.raw) == ("bio", "truncated_text", cut)  # type: ignore[union-attr]

@@ -504,7 +504,8 @@ def test_csv_clips_skip_rules_about_the_whole_clip() -> None:
     ("wash the dishes", "To wash the dishes."), ("To wash the dishes.", "To wash the dishes."),
     ("C's goal is to wash the dishes", "To wash the dishes."), ("Future goal: To sew a cloth.", "To sew a cloth."),
     ("C wants to fix the bike!", "To fix the bike."), ("C washes the car", "To wash the car."),
-    ("C tidies the room", "To tidy the room."), ("Washing the dishes", "Washing the dishes."), ("  ", ""),
+    ("C tidies the room", "To tidy the room."), ("Washing the dishes", "To wash the dishes."),
+    ("Making bread", "To make bread."), ("  ", ""),
 ])
 def test_goal_surface_form(raw: str, goal: str) -> None:
     assert norm_goal(raw) == goal
@@ -603,7 +604,7 @@ def test_analysis_rejects_an_echoed_example_and_degenerate_text(tmp_path: Path) 
     echo = lambda req: {**GOOD["analysis"](req), "belief": "the old pot is too small for the roots"}  # noqa: E731
     loop = lambda req: {**GOOD["analysis"](req), "future_goal": "cook the soup cook the soup cook the soup"}  # noqa: E731
     clip = fixture_clip()
-    for out, reason in ((echo, "example_echo"), (loop, "repetitive")):
+    for out, reason in ((echo, "example_echo"), (loop, "repetition")):
         ctx = make_ctx(tmp_path, Script({"analysis": [out, out]}), stage_attempts=2)
         with pytest.raises(StageFailure) as e:
             analysis(ctx, ctx.cfg, 0, clip, candidates(clip, ctx.cfg))
@@ -707,6 +708,48 @@ def test_usable_alternatives_pool_across_attempts(tmp_path: Path) -> None:
     assert stats["counterfactual_beliefs_actions.actions.repeated_actions.dropped"] == 1
 
 
+def test_text_gates_turn_away_the_tiny_models_failures(tmp_path: Path) -> None:
+    """The issue's options never become choices: each is turned away by its gate (counted per
+    stage and gate) and the next attempt tops the pool up."""
+    clip = fixture_clip()
+    bad_goals = {"wrong_goals": ["the laundry detergent was used to clean the pot",  # no verb after "To"
+                                 "tie shoes, not with shoes but with shoes", "To bake a cake."]}
+    ctx = make_ctx(tmp_path, Script({"goals": [bad_goals]}))
+    goals = counterfactual_goals(ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip))
+    assert goals == ["To bake a cake.", "To set the table.", "To sweep the floor."]
+    assert ctx.stats["counterfactual_goals.gate.surface_form.dropped"] == 1
+    assert ctx.stats["counterfactual_goals.gate.repetition.dropped"] == 1
+    bad = GOOD["beliefs_actions"](None)
+    bad["alternatives"][0]["next_actions"] = ["to choose your own goals and tasks", "next_actions_31", "stirs the pot"]
+    bad["alternatives"][1]["next_actions"] = ["lifts the lid", "pokes a carrot", "picks up the mat in the air, p"]
+    bad["alternatives"][2]["belief"] = "the mat on the floor"
+    ctx = make_ctx(tmp_path, Script({"beliefs_actions": [bad]}))
+    beliefs, actions, whys = counterfactual_beliefs_actions(ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip))
+    assert whys == [] and len(beliefs) == len(actions) == 3
+    assert not any("next_actions" in a or ", p." in a or "choose" in a for a in actions)
+    assert "C believes that the mat on the floor." not in beliefs
+    stats = ctx.stats
+    assert stats["counterfactual_beliefs_actions.actions.gate.surface_form.dropped"] == 1
+    assert stats["counterfactual_beliefs_actions.actions.gate.truncated_text.dropped"] == 1
+    assert stats["counterfactual_beliefs_actions.belief.gate.surface_form.dropped"] == 1
+
+
+def test_analysis_regenerates_on_a_gate_then_rejects_with_its_name(tmp_path: Path) -> None:
+    capped = lambda req: {**GOOD["analysis"](req), "future_goal": "wash the dishes and dry them on the rack by the window"[:50] + "x" * 14}  # noqa: E731
+    assert len(capped("one of lines 41 to 78")["future_goal"]) == 64  # the schema's cap: cut there
+    clip = fixture_clip()
+    ctx = make_ctx(tmp_path, Script({"analysis": [capped]}))
+    truth = analysis(ctx, ctx.cfg, 0, clip, candidates(clip, ctx.cfg))
+    assert truth.goal == "To wash the dishes." and ctx.stats["analysis.gate.truncated_text"] == 1
+    echo = lambda req: {**GOOD["analysis"](req), "next_actions": ["next_actions_1", "turns off the stove", "stirs"]}  # noqa: E731
+    result, _ = run_tom(tmp_path / "run", Script({"analysis": [echo] * 3}), n=1)
+    (rej,) = read_jsonl(tmp_path / "run" / "rejects.jsonl")
+    assert (rej["stage"], rej["reason"]) == ("analysis", "schema_echo") and "next_actions_1" in rej["detail"]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["validators"]["analysis.gate.schema_echo"] == 3
+    assert manifest["counts"]["rejects_by_reason"] == {"schema_echo": 1}
+
+
 def test_simplify_stage(tmp_path: Path) -> None:
     sentences = ["C picks the salt, adds salt to the pot, and stirs the pot.",
                  "C lifts the lid, pokes a carrot, and puts the lid back.",
@@ -725,7 +768,8 @@ def test_simplify_stage(tmp_path: Path) -> None:
     ctx = make_ctx(tmp_path, Script({"simplify": [lost]}))
     new, changed = simplify(ctx, ctx.cfg, 0, sentences)  # fewer than three actions: kept
     assert new == [sentences[0], sentences[1], "C lowers the heat, moves it, then wipes."]
-    assert ctx.stats["simplify.lost_actions.kept_original"] == 2
+    assert ctx.stats["simplify.lost_actions.kept_original"] == 1
+    assert ctx.stats["simplify.gate.surface_form.kept_original"] == 1  # "C to the toilet.": no verb after C
     ctx = make_ctx(tmp_path, Script({"simplify": [("{", "length")] * 2}), stage_attempts=2)
     with pytest.raises(StageFailure) as e:
         simplify(ctx, ctx.cfg, 0, sentences)

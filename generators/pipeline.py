@@ -1,0 +1,167 @@
+"""A chain of generators as one command: ``gen pipeline chain=wagibench``.
+
+A chain is a YAML list of steps (``examples/chains/<name>.yaml``, or any file): each names a
+generator, its options, and ``inputs``: options whose value is an earlier step's run folder (or a
+file in it, ``step/file``). Every step runs as a sub-run in ``<run folder>/<step>/`` with the
+pipeline's seed, backends and cache (one model load for the whole chain). All steps' configs are
+validated before the first runs. A rerun into the same folder (``hydra.run.dir=``) skips every step
+whose folder holds a finished run of the same config, and resumes the one that was interrupted
+(its finished model calls replay from the cache). A step that ends with a non-zero exit code stops
+the chain with one line naming it, unless the step lists that code under ``allow_exit`` (an audit's
+1 on findings, say).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gen.errors import ConfigError, InputError, MissingInputError
+from gen.paths import EXAMPLES, inside, safe_part
+from gen.run import REGISTRY, CommonConfig, Plan, RunContext, generator, read_text
+from schemas.pipeline import StepRecord
+
+NAME = "pipeline"
+CHAINS = EXAMPLES / "chains"
+SHARED = ("seed", "llm", "embedder", "cache_dir", "progress", "progress_every")
+"""Options every step takes from the pipeline (a step's own options may override seed)."""
+
+
+class Step(BaseModel):
+    """One step of a chain."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    """The step's folder name inside the pipeline's run folder."""
+    generator: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    inputs: dict[str, str] = Field(default_factory=dict)
+    """option -> an earlier step's name, or ``step/file`` for a file in its run folder."""
+    allow_exit: list[int] = Field(default_factory=list)
+    """Exit codes of this step that do not stop the chain (an audit's 1 on findings)."""
+
+
+class PipelineConfig(CommonConfig):
+    n: int | None = Field(None, ge=1)  # type: ignore[assignment]
+    """Steps to run: the first n of the chain (null: all)."""
+    chain: str = "wagibench"
+    """A chain shipped in examples/chains/ by name, or the path of a YAML file of steps."""
+
+
+class Chain(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    steps: list[Step] = Field(min_length=1)
+
+
+def chain_path(cfg: PipelineConfig) -> Path:
+    if "/" not in cfg.chain and not cfg.chain.endswith((".yaml", ".yml")):
+        path = CHAINS / f"{cfg.chain}.yaml"
+        if not path.is_file():
+            shipped = ", ".join(sorted(p.stem for p in CHAINS.glob("*.yaml")))
+            raise ConfigError(f"chain: no chain {cfg.chain!r} (shipped: {shipped}; or give a YAML file's path)")
+        return path
+    path = Path(cfg.chain).expanduser()
+    if not path.is_file():
+        raise MissingInputError(f"chain: no such file: {path}")
+    return path
+
+
+def read_chain(path: Path) -> list[Step]:
+    """A chain file: ``steps:`` a list of steps; a bad one is one line naming the file and step."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(read_text(path))
+    except yaml.YAMLError as e:
+        raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    try:
+        steps = Chain.model_validate(data).steps
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise InputError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    seen: set[str] = set()
+    for k, s in enumerate(steps):
+        where = f"{path}: steps.{k} ({s.name})"
+        if s.generator not in REGISTRY or s.generator == NAME:
+            raise InputError(f"{where}: generator: unknown generator {s.generator!r}")
+        if s.name in seen:
+            raise InputError(f"{where}: name: repeats an earlier step")
+        for option, ref in s.inputs.items():
+            if ref.split("/", 1)[0] not in seen:
+                raise InputError(f"{where}: inputs.{option}: {ref!r} names no earlier step")
+        seen.add(s.name)
+    return steps
+
+
+def step_config(step: Step, cfg: PipelineConfig, run_dir: Path, where: str = "chain") -> CommonConfig:
+    """A step's validated config: the pipeline's shared options, the step's own, and its inputs
+    resolved to paths inside the pipeline's run folder. ``{run}`` in an option is that folder."""
+    options = {k: getattr(cfg, k) for k in SHARED}
+    for k, v in step.options.items():
+        options[k] = v.replace("{run}", str(run_dir)) if isinstance(v, str) else v
+    for option, ref in step.inputs.items():
+        options[option] = str(inside(run_dir, ref, what=f"step {step.name}'s input"))
+    try:
+        return REGISTRY[step.generator].config.model_validate(options)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ConfigError(f"{where}: step {step.name} ({step.generator}): {'.'.join(map(str, err['loc']))}: "
+                          f"{err['msg'].removeprefix('Value error, ')}") from None
+
+
+def plan(cfg: PipelineConfig) -> Plan:
+    """One index per step; every step's config is validated here, before the first runs."""
+    path = chain_path(cfg)
+    steps = read_chain(path)
+    steps = steps[:cfg.n] if cfg.n is not None else steps
+    for s in steps:
+        step_config(s, cfg, Path("/nonexistent-run-folder"), str(path))  # names, values; paths at run time
+    return Plan(len(steps), steps)
+
+
+def finished(folder: Path, wanted: dict[str, Any]) -> bool:
+    """``folder`` holds a finished run of this config that ended well."""
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        return False
+    try:
+        m = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(m, dict) and m.get("config") == wanted and m.get("exit_code", 0) == 0
+
+
+@generator(NAME, config=PipelineConfig, plan=plan)
+def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
+    """A chain of generators as one command (steps wired by their run folders; reruns resume)."""
+    steps: list[Step] = ctx.plan.data
+    ctx.record_input(chain_path(cfg))
+    for i in ctx.indices():
+        step = steps[i]
+        scfg = step_config(step, cfg, ctx.out_dir, str(chain_path(cfg)))
+        folder = inside(ctx.out_dir, safe_part(step.name), what="step name")
+        wanted = scfg.model_dump(mode="json", exclude={"progress", "progress_every", "cache_dir"})
+        if finished(folder, wanted):
+            ctx.count("steps.skipped")
+            m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+            yield StepRecord(step=step.name, generator=step.generator, folder=step.name, status="skipped",
+                             exit_code=0, counts=m.get("counts", {}))
+            continue
+        if cfg.progress != "off":
+            print(f"[pipeline] step {i + 1}/{len(steps)}: {step.name} ({step.generator})", flush=True)
+        result = ctx.subrun(step.generator, scfg, folder, resolved=wanted, quiet=cfg.progress == "off")
+        ctx.count("steps.ran")
+        yield StepRecord(step=step.name, generator=step.generator, folder=step.name, status="ran",
+                         exit_code=result.exit_code, counts=result.manifest["counts"])
+        if result.exit_code and result.exit_code not in step.allow_exit:
+            ctx.fail(f"chain step {step.name} ({step.generator}) ended with exit code {result.exit_code}"
+                     + (f": {result.error}" if result.error else f" (its run folder: {folder})"),
+                     result.exit_code)
+            for j in range(i + 1, ctx.indices().stop):
+                yield StepRecord(step=steps[j].name, generator=steps[j].generator, folder=steps[j].name,
+                                 status="not_run", exit_code=None, counts={})
+            return

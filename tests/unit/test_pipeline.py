@@ -1,0 +1,125 @@
+"""The WAGIBench chain as one command (scripted LLM, bag-of-words embedder): recordings ->
+digital goals= -> distractors digital= -> history -> audits -> bank -> export, joined by
+WAGIBench's own loader; reruns skip finished steps and resume the interrupted one."""
+
+from __future__ import annotations
+
+import io
+import json
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import WAGIBENCH_LOADER, read_jsonl, wagibench_loader
+from test_bank import FakeEmbedder
+from test_digital import goal_script, write_pool
+
+from gen.errors import ConfigError, InputError
+from gen.llm import scripted_llm
+from gen.paths import EXAMPLES
+from gen.run import RunContext, run
+from generators.pipeline import PipelineConfig, plan
+
+NAME = "pipeline"
+
+
+def small_chain(path: Path, pool: Path) -> Path:
+    """The shipped wagibench chain, made small: 128 recordings, 4 bundles and 4 MCQs per band."""
+    steps = yaml.safe_load((EXAMPLES / "chains" / "wagibench.yaml").read_text())["steps"]
+    by = {s["name"]: s for s in steps}
+    by["recordings"]["options"].update(participants=8, scripts_per_participant=8, repeats=2, longitudinal_share=0.5)
+    by["digital"]["options"] = {"n": 4, "persona_file": str(pool)}
+    by["mcqs"]["options"] = {"n": 4}
+    path.write_text(yaml.safe_dump({"steps": steps}))
+    return path
+
+
+def run_chain(out: Path, chain: Path, **cfg):
+    settings = PipelineConfig(chain=str(chain), cache_dir=None, progress="off", **cfg)
+    ctx = RunContext(NAME, settings, out).use(llm=scripted_llm(goal_script(), sampling=settings.llm),
+                                              embedder=FakeEmbedder())
+    return run(NAME, settings, out, ctx=ctx, quiet=True), ctx
+
+
+@pytest.fixture(scope="module")
+def chain_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("chain")
+    chain = small_chain(tmp / "chain.yaml", write_pool(tmp / "personas.jsonl"))
+    result, _ = run_chain(tmp / "run", chain)
+    return tmp, chain, result
+
+
+def test_the_chain_runs_every_step(chain_run) -> None:
+    tmp, _, result = chain_run
+    steps = read_jsonl(tmp / "run" / "pipeline.jsonl")
+    assert [s["step"] for s in steps] == ["recordings", "digital", "mcqs", "history", "audit_mcqs",
+                                          "audit_history", "bank_mcqs", "bank_digital", "export"]
+    assert all(s["status"] == "ran" for s in steps) and result.exit_code == 0, steps
+    audit_history = next(s for s in steps if s["step"] == "audit_history")
+    assert audit_history["exit_code"] == 0  # the history bank keeps its own rules
+    subruns = {s["path"] for s in result.manifest["subruns"]}
+    assert {"recordings", "digital", "mcqs", "history", "export"} <= subruns
+    m = json.loads((tmp / "run" / "digital" / "manifest.json").read_text())
+    assert m["parent"] == str(tmp / "run")
+
+
+@pytest.mark.skipif(not WAGIBENCH_LOADER.is_file(), reason="WAGIBench's loader (../shared/data/wagibench) is absent")
+def test_wagibench_loader_joins_the_export(chain_run) -> None:
+    """Every exported MCQ row joins its digital state (key-only or not) and its history."""
+    tmp, _, _ = chain_run
+    export = tmp / "run" / "export" / "wagibench"
+    history = tmp / "run" / "history" / "longitudinal_history.json"
+    load = wagibench_loader()
+    files = sorted(export.glob("wagibench_mcq_*.json"))
+    assert [f.name for f in files] == ["wagibench_mcq_dissimilar.json", "wagibench_mcq_similar.json"]
+    bundles = {b["goal"]["client_tag"]: b for b in read_jsonl(tmp / "run" / "digital" / "digital.jsonl")}
+    assert bundles
+    for mcq in files:
+        rows = json.loads(mcq.read_text())
+        joined = [r for r in rows if r["meta"]["client_tag"] in bundles]
+        # a goal's MCQ carries its bundle's cue; an uncued or rejected goal's carries none
+        assert all(bool(r["x"]["cues"]) == bool(bundles.get(r["meta"]["client_tag"], {}).get("cue")) for r in rows)
+        for key_only in ("0", "1"):
+            out = io.StringIO()
+            with redirect_stdout(out):
+                data = load(str(mcq), str(export), digital_state_path=str(export / "digital_state.json"),
+                            longitudinal_history_path=str(history), digital_key_only=key_only)
+            text = out.getvalue()
+            assert f"Success counter (Digital) = {len(joined)}/{len(rows)}" in text, text
+            assert f"Success counter (Longitudinal) = {len(rows)}/{len(rows)}" in text, text
+            assert all(d["x"]["digital_state"]["digital_key_only"] is (key_only == "1")
+                       for d in data if d["x"]["digital_state"])
+
+
+def test_a_rerun_skips_finished_steps_and_resumes_the_interrupted_one(chain_run) -> None:
+    tmp, chain, _ = chain_run
+    before = {p: p.read_bytes() for p in (tmp / "run").rglob("*.jsonl")}
+    again, _ = run_chain(tmp / "run", chain)
+    steps = read_jsonl(tmp / "run" / "pipeline.jsonl")
+    assert {s["status"] for s in steps} == {"skipped"} and again.exit_code == 0
+    (tmp / "run" / "history" / "manifest.json").unlink()  # as if killed before it finished
+    third, _ = run_chain(tmp / "run", chain)
+    status = {s["step"]: s["status"] for s in read_jsonl(tmp / "run" / "pipeline.jsonl")}
+    assert status["history"] == "ran" and status["mcqs"] == "skipped" and status["export"] == "skipped"
+    after = {p: p.read_bytes() for p in (tmp / "run").rglob("*.jsonl") if p in before}
+    assert after == {p: b for p, b in before.items() if p.name != "pipeline.jsonl"} | {
+        tmp / "run" / "pipeline.jsonl": after[tmp / "run" / "pipeline.jsonl"]}
+
+
+def test_every_step_is_validated_before_the_first_runs(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"steps": [
+        {"name": "a", "generator": "history", "options": {"synthesize": True}},
+        {"name": "b", "generator": "distractors", "options": {"bands": {"x": [9, 1]}}, "inputs": {"input": "a/goals.jsonl"}}]}))
+    with pytest.raises(ConfigError, match=r"bad.yaml: step b \(distractors\): bands"):
+        plan(PipelineConfig(chain=str(bad)))
+    bad.write_text(yaml.safe_dump({"steps": [{"name": "a", "generator": "history", "inputs": {"input": "z"}}]}))
+    with pytest.raises(InputError, match=r"steps.0 \(a\): inputs.input: 'z' names no earlier step"):
+        plan(PipelineConfig(chain=str(bad)))
+    bad.write_text(yaml.safe_dump({"steps": [{"name": "a", "generator": "nope"}]}))
+    with pytest.raises(InputError, match="unknown generator 'nope'"):
+        plan(PipelineConfig(chain=str(bad)))
+    with pytest.raises(ConfigError, match="no chain 'nosuch'"):
+        plan(PipelineConfig(chain="nosuch"))
+    assert plan(PipelineConfig()).n == 9  # the shipped chain validates
