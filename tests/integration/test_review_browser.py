@@ -118,6 +118,14 @@ def saved(driver: Any) -> None:
     assert "not saved" not in driver.find_element("id", "status").text
 
 
+def screenshot(driver: Any, name: str) -> None:
+    """The README's picture, without the save time in the status line (the same page gives the
+    same file on every run)."""
+    driver.execute_script("document.getElementById('status').textContent = ''")
+    DOCS.mkdir(exist_ok=True)
+    driver.save_screenshot(str(DOCS / name))
+
+
 def chosen(driver: Any) -> tuple[str | None, int]:
     """(the decision shown as chosen, how many rubric scores are shown as chosen)."""
     decision = [b.get_attribute("data-decision") for b in driver.find_elements("css selector", "#decision button.chosen")]
@@ -163,8 +171,7 @@ def test_rate_three_items_by_keyboard_reload_and_find_the_labels(tmp_path: Path,
         assert chosen(browser) == ("reject", 5)
         keys(browser, "v")  # reveal: the answer, origins and (none here) audit findings
         assert browser.find_element("css selector", ".privileged .answer").text == "B"
-        DOCS.mkdir(exist_ok=True)
-        browser.save_screenshot(str(DOCS / "review_mcq.png"))
+        screenshot(browser, "review_mcq.png")
         # filters: unreviewed skips the decided items
         keys(browser, "u")
         wait(browser, lambda d: "showing 77" in d.find_element("id", "progress").text)
@@ -209,8 +216,7 @@ def test_a_digital_bundle_shows_its_apps_side_by_side_with_the_cue_highlighted(t
         assert "Nomthandazo just asked about dinner" in browser.find_element("css selector", ".cue mark").text
         keys(browser, "3331a")
         saved(browser)
-        DOCS.mkdir(exist_ok=True)
-        browser.save_screenshot(str(DOCS / "review_digital.png"))
+        screenshot(browser, "review_digital.png")
     lab = json.loads((folder / "reviews" / "bob.jsonl").read_text().splitlines()[-1])
     assert lab["decision"] == "accept" and lab["scores"] == {"persona_consistent": 3, "time_consistent": 3,
                                                              "cue_grounded": 3, "realistic": 1}
