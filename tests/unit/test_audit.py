@@ -45,7 +45,8 @@ CHECKS = check_keys()
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())
 ROLES = FIX / "scenario_roles.yaml"
-EXACT_ONLY = ["structure", "leakage", "position", "length", "shortcut", "blind", "digital", "history", "integrity"]
+EXACT_ONLY = ["structure", "leakage", "position", "length", "shortcut", "blind", "digital", "history", "integrity",
+              "review"]
 
 
 class TrigramEmbedder:
@@ -118,7 +119,7 @@ def test_clean_bank_every_check_runs_and_finds_nothing(clean_run) -> None:
     # not a digital or history run, no judge= run; the clean fixture's options carry no source
     # times, so the chronology check has nothing to test
     assert status == {**dict.fromkeys(CHECKS, "ran"), "digital": "skipped", "history": "skipped",
-                      "judge": "skipped", "chronology": "skipped"}
+                      "judge": "skipped", "chronology": "skipped", "review": "skipped"}
     stats = {c["key"]: c["stats"] for c in report["checks"]}
     # the statistics were computed, not skipped: a clean verdict means something
     assert stats["structure"]["per_question_type"]["goal"]["items"] == 40
@@ -286,10 +287,10 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
 
 
 def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None:
-    assert [c.order for c in REGISTRY.values()] == list(range(1, 15))
+    assert [c.order for c in REGISTRY.values()] == list(range(1, 16))
     assert AuditConfig(input="x").checks == CHECKS == ["structure", "leakage", "position", "length",
                                                        "similar_options", "duplicates", "shortcut", "blind",
-                                                       "digital", "history", "judge", "chronology", "text", "integrity"]
+                                                       "digital", "history", "judge", "chronology", "text", "review", "integrity"]
     help_text = AuditConfig.model_fields["checks"].description
     for c in REGISTRY.values():
         assert f"{c.key}: {c.finds}" in help_text
@@ -340,7 +341,7 @@ PROBE_CHECK = """\"\"\"A check added as one file.\"\"\"
 from generators.audit.registry import CheckResult, check, finding
 
 
-@check("probe", order=15, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
+@check("probe", order=16, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
 def probe(data, cfg):
     \"\"\"Counts the items, to show that a new check is one new file.\"\"\"
     res = CheckResult("probe", stats={"items": len(data.items)})
@@ -356,15 +357,15 @@ def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir:
     (tmp_path / "generators" / "audit" / "checks" / "probe.py").write_text(PROBE_CHECK)
     run_gen = runner_for(tmp_path, cache_dir)
     shown = run_gen("audit", "--help")
-    assert "probe: nothing, it counts items" in shown.stdout and '"text","integrity","probe"]' in shown.stdout, shown.stdout
+    assert "probe: nothing, it counts items" in shown.stdout and '"review","integrity","probe"]' in shown.stdout, shown.stdout
     p = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "embeddings=false", "checks=[structure,probe]",
                 f"hydra.run.dir={tmp_path / 'out'}")
     assert p.returncode == 0, p.stderr
     report = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (15, "probe", {"items": 80})
-    assert report["findings"][0]["check_id"] == 15
+    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (16, "probe", {"items": 80})
+    assert report["findings"][0]["check_id"] == 16
     md = (tmp_path / "out" / "audit.md").read_text()
-    assert "## 15. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
+    assert "## 16. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
     bad = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "checks=[probe,nope]")
     assert bad.returncode == 2 and "nope" in bad.stderr and "'probe'" in bad.stderr
 
