@@ -37,7 +37,7 @@ from pydantic import Field, model_validator
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.run import CommonConfig, Plan, RunContext, generator
 from generators.bank import add, export, verify
-from generators.bank.add import AddPlan, batch_files, count_rows
+from generators.bank.add import AddPlan, batch_files, count_rows, read_reviews
 from generators.bank.export import EXPORT_KINDS, check_out
 from generators.bank.store import (
     LOCK,
@@ -73,6 +73,10 @@ class BankConfig(CommonConfig):
     batch item of the same question type (the audit's item_dup_sim); null: exact only."""
     fail_on: Literal["info", "warning", "error", "never"] = "error"
     """add: refuse the batch when its audit has a finding of at least this severity."""
+    require_review: int | None = Field(None, ge=1)
+    """add: admit only items accepted by at least this many reviewers (their last label in the
+    input run folder's reviews/, written by python -m gen review); the lock records who. null: no
+    review needed."""
     force: bool = False
     """add: add despite audit findings at or above fail_on (they go into the changelog)."""
     message: str | None = None
@@ -130,7 +134,8 @@ def plan(cfg: BankConfig) -> Plan:
                 raise InputError(f"bank: {root} has schema revision {revision}, this toolkit writes "
                                  f"{SCHEMA_REVISION}; use the gen version that made it")
             require_clean(root, current)
-        return Plan(n, AddPlan(files, current))
+        reviews = read_reviews(path) if cfg.require_review is not None else None
+        return Plan(n, AddPlan(files, current, reviews))
     current = read_pointer(root)
     if current is None:
         raise MissingInputError(f"bank: no released version at {root} "

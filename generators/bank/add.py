@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ValidationError
 
 import gen
-from gen.errors import ConfigError, GenError, InputError
+from gen.errors import ConfigError, GenError, InputError, MissingInputError
 from gen.llm import sha256_file
 from gen.mcq import egotom_type, from_record
 from gen.run import git_info, iter_jsonl
@@ -103,6 +103,8 @@ class AddPlan:
     """``(path, kind, format)`` of every records file of input=."""
     verified: int | None
     """The bank's current version when the plan verified it (None: no release yet)."""
+    reviews: dict[str, Any] | None = None
+    """``require_review``: the input folder's labels, read by the plan (:func:`read_reviews`)."""
 
 
 # --------------------------------------------------------------------------- the batch
@@ -489,13 +491,53 @@ def _existing(root: Path, current: int | None) -> tuple[dict[str, Any], dict[str
     return frames, ids
 
 
+def read_reviews(path: Path) -> dict[str, Any]:
+    """The labels of ``gen review`` in the input's run folder (``reviews/<reviewer>.jsonl``):
+    ``{"folder", "files": {reviewer: sha256}, "accepted_by": {item id: [reviewers]}}``, by each
+    reviewer's last label of an item."""
+    from generators.review.labels import REVIEWS, label_file, latest, read_labels
+
+    folder = path if path.is_dir() else path.parent
+    labels = read_labels(folder)
+    if not any(labels.values()):
+        raise MissingInputError(f"require_review: {folder}/{REVIEWS} holds no labels "
+                                f"(python -m gen review input={folder} makes them)")
+    accepted: dict[str, list[str]] = {}
+    for reviewer, ls in sorted(labels.items()):
+        for item_id, lab in latest(ls)[0].items():
+            if lab.decision == "accept":
+                accepted.setdefault(item_id, []).append(reviewer)
+    return {"folder": str(folder), "files": {r: sha256_file(label_file(folder, r)) for r in sorted(labels)},
+            "accepted_by": accepted}
+
+
+def review_gate(batch: list[Item], reviews: dict[str, Any], k: int) -> tuple[dict[int, Reject], dict[str, Any]]:
+    """``require_review=k``: the batch items fewer than k reviewers accepted (rejects, stage
+    ``review``), and what the lock records: the label files' hashes and who accepted each item
+    admitted."""
+    rejects: dict[int, Reject] = {}
+    admitted: dict[str, list[str]] = {}
+    for i, it in enumerate(batch):
+        who = reviews["accepted_by"].get(it.item_id, [])
+        if len(who) < k:
+            rejects[i] = Reject(record_id=it.item_id, index=i, stage="review", reason="not_accepted",
+                                detail=f"{it.where}: accepted by {len(who)} of the {k} reviewer(s) required"
+                                       + (f" ({', '.join(who)})" if who else ""))
+        else:
+            admitted[it.item_id] = who
+    return rejects, {"required": k, "label_files": reviews["files"], "accepted_by": admitted}
+
+
 def dedupe(cfg: BankConfig, ctx: RunContext, batch: list[Item], frames: dict[str, Any],
-           ids: dict[str, tuple[str, int]]) -> list[Verdict]:
-    """Exact duplicates by id, then near-duplicates by embedding, per (family, question type)."""
-    verdicts = [Verdict(it) for it in batch]
+           ids: dict[str, tuple[str, int]], gated: dict[int, Reject] | None = None) -> list[Verdict]:
+    """Exact duplicates by id, then near-duplicates by embedding, per (family, question type);
+    items already refused (``gated``: not accepted by enough reviewers) are left out."""
+    verdicts = [Verdict(it, (gated or {}).get(i)) for i, it in enumerate(batch)]
     first: dict[str, int] = {}
     for i, v in enumerate(verdicts):
         it = v.item
+        if v.reject is not None:
+            continue
         if it.item_id in ids:
             kind, added = ids[it.item_id]
             v.reject = Reject(record_id=it.item_id, index=i, stage="bank", reason="duplicate",
@@ -549,6 +591,9 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     for f, _, _ in files:
         ctx.record_input(f)
     source = source_info(files, cfg.input or str(path))
+    gated: dict[int, Reject] = {}
+    if cfg.require_review is not None:
+        gated, source["review"] = review_gate(batch, ctx.plan.data.reviews, cfg.require_review)
     if cfg.roles is not None:
         roles_path = Path(cfg.roles).expanduser()
         source["roles"] = {"path": str(roles_path), "sha256": sha256_file(roles_path)}
@@ -573,7 +618,7 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
                                            detail=audit_detail(audit, cfg.fail_on)))
                         for i, it in enumerate(batch)]
         else:
-            verdicts = dedupe(cfg, ctx, batch, frames, ids)
+            verdicts = dedupe(cfg, ctx, batch, frames, ids, gated)
         new = [v.item for v in verdicts if v.reject is None]
         version = current or 0
         if new:

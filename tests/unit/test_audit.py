@@ -48,7 +48,7 @@ FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())
 ROLES = FIX / "scenario_roles.yaml"
 EXACT_ONLY = ["structure", "leakage", "position", "length", "shortcut", "blind", "digital", "history", "integrity",
-              "scenarios"]
+              "review", "scenarios"]
 
 
 class TrigramEmbedder:
@@ -121,7 +121,7 @@ def test_clean_bank_every_check_runs_and_finds_nothing(clean_run) -> None:
     # not a digital, history or scenario bank, no judge= run; the clean fixture's options carry no
     # source times, so the chronology check has nothing to test
     assert status == {**dict.fromkeys(CHECKS, "ran"), "digital": "skipped", "history": "skipped",
-                      "judge": "skipped", "chronology": "skipped", "scenarios": "skipped"}
+                      "judge": "skipped", "chronology": "skipped", "review": "skipped", "scenarios": "skipped"}
     stats = {c["key"]: c["stats"] for c in report["checks"]}
     # the statistics were computed, not skipped: a clean verdict means something
     assert stats["structure"]["per_question_type"]["goal"]["items"] == 40
@@ -201,7 +201,7 @@ def test_released_example_scenarios_are_audited_without_roles(tmp_path: Path) ->
         if f["kind"] in ("gold_in_speech", "object_name_in_camera", "speech_not_deictic"):
             assert f["fields"] and f["fields"][0] in f["what"], f
     md = (tmp_path / "out" / "audit.md").read_text()
-    assert "10 scenarios from examples.jsonl" in md and "## 15. Context-tracking scenarios" in md
+    assert "10 scenarios from examples.jsonl" in md and "## 16. Context-tracking scenarios" in md
 
 
 def test_a_planted_scenario_violation_is_found(tmp_path: Path) -> None:
@@ -389,11 +389,11 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
 
 
 def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None:
-    assert [c.order for c in REGISTRY.values()] == list(range(1, 16))
+    assert [c.order for c in REGISTRY.values()] == list(range(1, 17))
     assert AuditConfig(input="x").checks == CHECKS == ["structure", "leakage", "position", "length",
                                                        "similar_options", "duplicates", "shortcut", "blind",
-                                                       "digital", "history", "judge", "chronology", "text", "integrity",
-                                                       "scenarios"]
+                                                       "digital", "history", "judge", "chronology", "text", "review",
+                                                       "integrity", "scenarios"]
     help_text = AuditConfig.model_fields["checks"].description
     for c in REGISTRY.values():
         assert f"{c.key}: {c.finds}" in help_text
@@ -444,7 +444,7 @@ PROBE_CHECK = """\"\"\"A check added as one file.\"\"\"
 from generators.audit.registry import CheckResult, check, finding
 
 
-@check("probe", order=16, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
+@check("probe", order=17, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
 def probe(data, cfg):
     \"\"\"Counts the items, to show that a new check is one new file.\"\"\"
     res = CheckResult("probe", stats={"items": len(data.items)})
@@ -465,10 +465,10 @@ def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir:
                 f"hydra.run.dir={tmp_path / 'out'}")
     assert p.returncode == 0, p.stderr
     report = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (16, "probe", {"items": 80})
-    assert report["findings"][0]["check_id"] == 16
+    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (17, "probe", {"items": 80})
+    assert report["findings"][0]["check_id"] == 17
     md = (tmp_path / "out" / "audit.md").read_text()
-    assert "## 16. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
+    assert "## 17. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
     bad = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "checks=[probe,nope]")
     assert bad.returncode == 2 and "nope" in bad.stderr and "'probe'" in bad.stderr
 

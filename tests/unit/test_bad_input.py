@@ -33,7 +33,7 @@ from shards import personas_shards
 import generators  # noqa: F401  (fills the registry)
 from gen.errors import GenError, InputError
 from gen.mcq import load_banks, load_roles_bank, read_roles, write_egotom_csv
-from gen.paths import EXAMPLES
+from gen.paths import EXAMPLES, PROMPTS
 from gen.run import REGISTRY, RunContext, iter_jsonl, parse_json, read_json, run
 from generators.personas import sample_facts
 from schemas.personas import PersonaRecord
@@ -346,6 +346,18 @@ READERS = [
            lambda d: plan_of("rerank", input=str(d / "pools.jsonl"))),
     Reader("history observation table", "jsonl", lambda d, a: _text(d / "obs.jsonl", OBSERVATIONS),
            lambda d: plan_of("history", input=str(d / "obs.jsonl"))),
+    Reader("review MCQ run folder", "jsonl", lambda d, a: _text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 3)),
+           lambda d: plan_of("review", input=str(d)), folder_named=True),
+    Reader("review digital run folder", "jsonl", lambda d, a: _copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"),
+           lambda d: plan_of("review", input=str(d)), folder_named=True),
+    Reader("review label file", "jsonl", lambda d, a: review_labels(d), lambda d: plan_of("review", input=str(d), action="summary"),
+           folder_named=True),
+    Reader("review rubric", "yaml", lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+                                                  _copy(PROMPTS / "review" / "mcq.yaml", d / "rubric.yaml"))[1],
+           lambda d: plan_of("review", input=str(d), rubric=str(d / "rubric.yaml"))),
+    Reader("review audit findings", "jsonl", lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+                                                           _text(d / "audit.jsonl", FINDINGS))[1],
+           lambda d: plan_of("review", input=str(d))),
     Reader("distractors digital= run (goal-conditioned bundles)", "jsonl",
            lambda d, a: (_text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)),
                          _text(d / "digital.jsonl", BUNDLE_GOALS))[1],
@@ -376,6 +388,24 @@ READERS = [
            merge_plan, folder_named=True, then=merge_run),
 ]
 """Every input reader; adding one is one line."""
+
+
+FINDINGS = "".join(json.dumps({"check": "length", "check_id": 4, "kind": "longest_answer", "severity": "warning",
+                               "what": "the answer is the longest option", "items": [f"goal-00{i}"],
+                               "fields": ["options[answer]"], "numbers": {"ratio": 1.5}}) + "\n" for i in range(2))
+"""Two audit findings naming the first two items of run_clean."""
+
+
+def review_labels(folder: Path) -> Path:
+    """A run folder of three MCQs and a reviewer's label file of them (``reviews/alice.jsonl``)."""
+    from generators.review.items import load_items
+
+    _text(folder / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 3))
+    (folder / "reviews").mkdir()
+    return _text(folder / "reviews" / "alice.jsonl", "".join(json.dumps({
+        "item_id": it.item_id, "record_id": it.record_id, "reviewer": "alice", "time": "2026-01-01T00:00:00Z",
+        "rubric": "mcq-egotom", "scores": {"inferable": 3}, "decision": "accept", "note": "fine"}) + "\n"
+        for it in load_items(folder)[0]))
 
 
 def goals_parquet(path: Path, rows: list[dict[str, Any]] | None = None) -> Path:

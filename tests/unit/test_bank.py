@@ -1368,3 +1368,49 @@ def test_the_benchmarks_examples_round_trip_and_pass_its_validator(tmp_path: Pat
     released = read_jsonl(examples)
     assert rows == released and [list(r) for r in rows] == [list(r) for r in released]
     assert context_bench_failures(validator, rows) == []
+
+
+# --------------------------------------------------------------------------- require_review
+
+
+def test_require_review_admits_items_accepted_by_k_reviewers_and_records_who(tmp_path: Path) -> None:
+    from generators.review.items import load_items
+    from generators.review.labels import append_label
+    from schemas.review import ReviewLabel
+
+    records = [mcq(i) for i in range(6)]
+    folder = run_folder(tmp_path / "tom_a", records)
+    ids = ids_of(records)
+    assert [it.item_id for it in load_items(folder)[0]] == ids  # review labels carry the bank's ids
+
+    def label(reviewer: str, i: int, decision: str) -> None:
+        append_label(folder, ReviewLabel(item_id=ids[i], reviewer=reviewer, time="t", rubric="mcq-egotom",
+                                         decision=decision))
+
+    for i in range(4):
+        label("alice", i, "accept")
+    label("bob", 0, "accept")
+    label("bob", 1, "reject")
+    label("bob", 1, "accept")  # the last label counts
+    label("bob", 2, "reject")
+    label("carol", 3, "needs_edit")
+    bank = Bank(tmp_path)
+    with pytest.raises(MissingInputError, match="holds no labels"):
+        bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]), require_review=1)
+    result, _ = bank.add(folder, require_review=2)
+    assert (result.accepted, result.rejected, result.exit_code) == (2, 4, 0)
+    assert bank.ids() == set(ids[:2])
+    rejects = read_jsonl(result.out_dir / "rejects.jsonl")
+    assert {(r["stage"], r["reason"]) for r in rejects} == {("review", "not_accepted")}
+    detail = {r["record_id"]: r["detail"] for r in rejects}
+    assert detail[ids[2]].endswith("accepted by 1 of the 2 reviewer(s) required (alice)")
+    assert detail[ids[5]].endswith("accepted by 0 of the 2 reviewer(s) required")
+    review = bank.lock()["sources"][0]["review"]
+    assert review["required"] == 2 and review["accepted_by"] == {ids[0]: ["alice", "bob"], ids[1]: ["alice", "bob"]}
+    assert set(review["label_files"]) == {"alice", "bob", "carol"}
+    assert review["label_files"]["alice"] == hashlib.sha256((folder / "reviews" / "alice.jsonl").read_bytes()).hexdigest()
+    verified, _ = bank.verify()
+    assert verified.exit_code == 0
+    # one reviewer is enough at k=1: the items alice accepted and bob did not refuse join
+    result, _ = bank.add(folder, require_review=1)
+    assert result.accepted == 2 and bank.ids() == set(ids[:4])

@@ -1,4 +1,4 @@
-"""Check 14: a run folder's files against its manifest.json."""
+"""Check 15: a run folder's files against its manifest.json."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from gen.llm import sha256_file
 from gen.paths import UnsafePathError, inside
 from generators.audit.registry import CheckResult, check, finding
 from generators.audit.report import table
+from generators.review.labels import REVIEWS
 from schemas.audit import Severity
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ def _markdown(r: CheckResult) -> list[str]:
     return table([{"run folder": k, **v} for k, v in r.stats["folders"].items()])
 
 
-@check("integrity", order=14, title="Integrity: output files against manifest.json",
+@check("integrity", order=15, title="Integrity: output files against manifest.json",
        finds="output files or record counts that differ from the run's manifest.json",
        markdown=_markdown)
 def integrity(data: AuditData, cfg: AuditConfig) -> CheckResult:
@@ -74,7 +75,8 @@ def integrity(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 ok += 1
         for path in sorted(folder.rglob("*")):  # rglob does not enter symlinked folders
             rel = path.relative_to(folder).as_posix()
-            if path.is_file() and rel != "manifest.json" and rel not in outputs and not rel.endswith((".partial", ".tmp")):
+            if path.is_file() and rel != "manifest.json" and rel not in outputs and not rel.endswith((".partial", ".tmp")) \
+                    and not rel.startswith(f"{REVIEWS}/"):  # people's labels, added after the run (gen review)
                 add("output_unlisted", "warning", f"{rel} is in the folder but not in the manifest", [f"outputs.{rel}"])
         counts = _object(manifest, "counts")
         rec_name = _object(manifest, "merged").get("generator") or manifest["generator"]

@@ -1,4 +1,4 @@
-"""Check 15: a context-tracking scenario bank against the Wearable Assistant Context Bench's
+"""Check 16: a context-tracking scenario bank against the Wearable Assistant Context Bench's
 authoring rules (the rule functions of :mod:`generators.scenarios`)."""
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _fields(detail: str, names: tuple[str, ...]) -> list[str]:
     return [min(hits)[1]] if hits else []
 
 
-@check("scenarios", order=15, title="Context-tracking scenarios: the benchmark's authoring rules",
+@check("scenarios", order=16, title="Context-tracking scenarios: the benchmark's authoring rules",
        finds="scenarios breaking the context benchmark's authoring rules: gold words in user speech, object names "
              "in camera text, schema and field presence, duplicate turn-2 texts, signatures over the limit",
        markdown=_markdown)

@@ -1,0 +1,292 @@
+"""What a reviewer looks at: the items of a run folder, their audit findings, the rubrics, and
+each item rendered as HTML the way the candidate sees it (privileged side apart).
+
+Items: an MCQ run folder (``tom``, ``distractors``, a ``nocontext`` run's kept items, ``mcq.jsonl``,
+EgoToM CSVs) or a ``digital`` run folder (bundles), read as ``bank add`` reads them. An item's id
+is its content hash, the bank's (:mod:`generators.bank.identity`), so labels follow an item into a
+bank (``bank add require_review=k``) and survive a rerun that writes the same item. Rendering goes through Jinja with autoescaping on:
+every text from an item is escaped, a ``<script>`` in a narration is text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gen.errors import ConfigError, InputError
+from gen.paths import PROMPTS, UnsafePathError, inside
+from gen.run import iter_jsonl, read_text
+from schemas.audit import FindingRecord
+from schemas.mcq import LETTERS, MCQ
+from schemas.review import Rubric
+
+TEMPLATES = PROMPTS / "review"
+AUDIT_FILES = ("audit.jsonl", "audit/audit.jsonl")
+"""Where a run folder may hold the audit of its items (an audit run's folder, a bank version's
+``audit/``); ``findings=`` names another."""
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass
+class ReviewItem:
+    index: int
+    item_id: str
+    """Content hash (the bank's item id)."""
+    record_id: str | None
+    """The record's own id (``item_id`` of an MCQ record, ``bundle_id``)."""
+    kind: str
+    """``mcq`` or ``digital``: which rubric rates it."""
+    question_type: str | None
+    mcq: MCQ | None = None
+    bundle: dict[str, Any] | None = None
+    findings: list[FindingRecord] = field(default_factory=list)
+
+
+def load_items(folder: Path) -> tuple[list[ReviewItem], list[Path]]:
+    """The items of a run folder and the files they came from, read as ``bank add`` reads a
+    batch (:func:`generators.bank.add.load_batch`), so an item's id here is its id in a bank."""
+    from generators.bank.add import batch_files, load_batch
+    from generators.bank.identity import record_mcq
+
+    if not folder.is_dir():
+        raise ConfigError(f"input: {folder} is not a folder; review reads a run folder (labels go to its reviews/)")
+    files = batch_files(folder)
+    items: list[ReviewItem] = []
+    for it in load_batch(files):
+        if it.fmt == "digital_bundle":
+            items.append(ReviewItem(len(items), it.item_id, it.source_item_id, "digital", it.question_type,
+                                    bundle=it.record))
+        else:
+            q = record_mcq(it.fmt, it.record)
+            items.append(ReviewItem(len(items), it.item_id, it.source_item_id or q.item_id, "mcq", q.question_type,
+                                    mcq=q))
+    return items, [f for f, _, _ in files]
+
+
+def find_findings(folder: Path, given: str | None) -> Path | None:
+    """The audit findings to show: ``findings=`` (an audit run folder or its audit.jsonl), else
+    the run folder's own audit.jsonl if it has one."""
+    if given is not None:
+        path = Path(given).expanduser()
+        if path.is_dir():
+            path = path / "audit.jsonl"
+        if not path.is_file():
+            raise InputError(f"findings: {path} not found (an audit run folder or its audit.jsonl)")
+        return path
+    for name in AUDIT_FILES:
+        try:
+            path = inside(folder, name, what="audit file")
+        except UnsafePathError:
+            continue
+        if path.is_file():
+            return path
+    return None
+
+
+def read_findings(path: Path) -> list[FindingRecord]:
+    out = []
+    for lineno, row in iter_jsonl(path):
+        try:
+            out.append(FindingRecord.model_validate(row))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err["loc"]) or "line"
+            raise InputError(f"{path}:{lineno}: {where}: {err['msg']}") from None
+    return out
+
+
+def attach_findings(items: list[ReviewItem], findings: list[FindingRecord]) -> None:
+    """Give each item the findings that name it (by its record id)."""
+    by_id: dict[str, list[ReviewItem]] = {}
+    for it in items:
+        if it.record_id is not None:
+            by_id.setdefault(it.record_id, []).append(it)
+    for f in findings:
+        for rid in dict.fromkeys(f.items):
+            for it in by_id.get(rid, []):
+                it.findings.append(f)
+
+
+# --------------------------------------------------------------------------- rubrics
+
+
+def read_rubric(path: Path) -> Rubric:
+    """A rubric file (YAML or JSON); problems are InputErrors naming the file and field."""
+    import yaml
+
+    text = read_text(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}{line}: not valid YAML ({getattr(e, 'problem', None) or 'syntax error'})") from None
+    except RecursionError:
+        raise InputError(f"{path}: nested too deeply") from None
+    try:
+        return Rubric.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "rubric"
+        raise InputError(f"{path}: {where}: {err['msg']}") from None
+
+
+def default_rubric(kind: str) -> Rubric:
+    return read_rubric(inside(TEMPLATES, "digital.yaml" if kind == "digital" else "mcq.yaml"))
+
+
+def rubrics_for(items: list[ReviewItem], given: str | None) -> dict[str, Rubric]:
+    """Kind -> rubric for every kind among ``items``: ``rubric=`` for the kinds it lists, the
+    project's default (``prompts/review/<kind>.yaml``) for the others."""
+    kinds = sorted({it.kind for it in items})
+    custom = read_rubric(Path(given).expanduser()) if given is not None else None
+    if custom is not None and not set(custom.kinds) & set(kinds):
+        raise ConfigError(f"rubric: {given} rates {', '.join(custom.kinds)} items; this folder holds {', '.join(kinds)}")
+    return {k: custom if custom is not None and k in custom.kinds else default_rubric(k) for k in kinds}
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _environment() -> Any:
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+_ENV: Any = None
+
+
+def render(item: ReviewItem) -> str:
+    """The item as an HTML fragment (autoescaped): the candidate's view and the privileged side."""
+    global _ENV
+    if _ENV is None:
+        _ENV = _environment()
+    view = mcq_view(item) if item.kind == "mcq" else digital_view(item)
+    findings = [{"severity": f.severity, "check": f.check, "what": f.what, "fields": ", ".join(f.fields)}
+                for f in item.findings]
+    return _ENV.get_template("item.html.jinja").render(item=view, findings=findings)
+
+
+def mcq_view(item: ReviewItem) -> dict[str, Any]:
+    q = item.mcq
+    assert q is not None
+    shown = {k.removeprefix("visible."): v for k, v in q.visible.items()}
+    # the timeline: a record's visible.context, an EgoToM row's narrations_in_context
+    context = shown.pop("context", None) or shown.pop("narrations_in_context", None) or (q.context if not q.visible else "")
+    origins = q.origins or [None] * len(q.options)
+    return {
+        "kind": "mcq", "record_id": q.item_id, "question_type": q.question_type,
+        "context": [line for line in context.splitlines() if line.strip()],
+        "visible": sorted(shown.items()),
+        "question": q.question,
+        "options": [{"letter": LETTERS[i].upper(), "text": o, "answer": i == q.answer, "origin": origins[i]}
+                    for i, o in enumerate(q.options)],
+        "answer": None if q.answer is None else LETTERS[q.answer].upper(),
+        "privileged": sorted((k.removeprefix("privileged."), v) for k, v in q.privileged.items()),
+        "group": q.group,
+    }
+
+
+def _ids(obj: Any) -> set[str]:
+    """Every 32-hex ``*_id`` value in ``obj``."""
+    out: set[str] = set()
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k.endswith("_id") and isinstance(v, str) and _HEX32.match(v):
+                out.add(v)
+            else:
+                out |= _ids(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            out |= _ids(v)
+    return out
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, list):
+        return ", ".join(_scalar(x) for x in v)
+    if isinstance(v, dict):
+        return json.dumps(v, ensure_ascii=False)
+    return "" if v is None else str(v)
+
+
+def _entry(obj: dict[str, Any], key_ids: set[str], key_objs: list[Any]) -> dict[str, Any]:
+    """One app entry (an event, a conversation, a place) as lines ``{text, key}``; ``key``: the
+    cue gave rise to it (its id, or a nested message's id, is among the app's ``key_*`` items)."""
+    own = {v for k, v in obj.items() if k.endswith("_id") and isinstance(v, str)}
+    lines: list[dict[str, Any]] = []
+    for k, v in obj.items():
+        if k.endswith("_id"):
+            continue
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            for x in v:
+                ids = {y for kk, y in x.items() if kk.endswith("_id") and isinstance(y, str)}
+                lines.append({"text": " · ".join(_scalar(y) for kk, y in x.items() if not kk.endswith("_id")),
+                              "key": bool(ids & key_ids)})
+        elif v not in (None, "", [], {}):
+            lines.append({"text": f"{k.replace('_', ' ')}: {_scalar(v)}", "key": False})
+    return {"lines": lines, "key": bool(own & key_ids) or obj in key_objs or any(x["key"] for x in lines)}
+
+
+def _sections(state: dict[str, Any], key_ids: set[str], key_objs: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for name, value in state.items():
+        if name.startswith("key_"):
+            continue
+        if isinstance(value, list):
+            out.append({"title": name.replace("_", " "),
+                        "entries": [_entry(v, key_ids, key_objs) if isinstance(v, dict)
+                                    else {"lines": [{"text": _scalar(v), "key": False}], "key": False} for v in value]})
+        elif isinstance(value, dict):
+            flat = [v for v in value.values() if isinstance(v, list)]
+            if flat:
+                out += _sections(value, key_ids, key_objs)
+            else:
+                out.append({"title": name.replace("_", " "), "entries": [_entry(value, key_ids, key_objs)]})
+    return out
+
+
+def _key_objects(state: dict[str, Any]) -> list[Any]:
+    objs: list[Any] = []
+    for name, value in state.items():
+        if name.startswith("key_"):
+            if isinstance(value, list):
+                objs += value
+            elif isinstance(value, dict):
+                for v in value.values():
+                    objs += v if isinstance(v, list) else [v]
+    return [o for o in objs if o]
+
+
+def digital_view(item: ReviewItem) -> dict[str, Any]:
+    b = item.bundle
+    assert b is not None
+    apps = []
+    keys: list[dict[str, Any]] = []
+    for app, state in (b.get("apps") or {}).items():
+        key_objs = _key_objects(state)
+        key_ids = _ids([v for k, v in state.items() if k.startswith("key_")])
+        apps.append({"name": app, "sections": _sections(state, key_ids, key_objs)})
+        if key_objs:
+            keys.append({"app": app, "entries": [_entry(o, set(), []) if isinstance(o, dict) else
+                                                 {"lines": [{"text": _scalar(o), "key": False}], "key": True} for o in key_objs]})
+    p = b.get("main_persona") or {}
+    cue = b.get("cue")
+    return {
+        "kind": "digital", "record_id": b.get("bundle_id"), "question_type": None,
+        "now": b.get("current_datetime"),
+        "persona": f"{p.get('name', '')}, {p.get('age', '')}, {p.get('occupation') or p.get('status', '')}, "
+                   f"{p.get('home_city', '')}",
+        "cue": None if cue is None else {"text": cue.get("cue"), "app": cue.get("app"), "person": cue.get("person")},
+        "apps": apps,
+        "cue_items": keys,
+        "related": [f"{r.get('relation')}: {(r.get('persona') or {}).get('name')}" for r in b.get("related_personas") or []],
+        "bio": p.get("bio"),
+    }
