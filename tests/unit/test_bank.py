@@ -31,6 +31,7 @@ from gen.cli import action_word, validate
 from gen.errors import ConfigError, GenError, InputError, MissingInputError
 from gen.mcq import egotom_columns, load_bank
 from gen.run import REGISTRY, CommonConfig, Generator, RunContext, output_hashes, run
+from generators.audit.registry import check_keys
 from generators.bank import BankConfig, plan
 from generators.bank import add as bank_add
 from generators.bank.add import near_duplicates, read_csv_rows
@@ -455,17 +456,20 @@ def test_audit_findings_refuse_the_batch(tmp_path: Path) -> None:
 def test_real_audit_gates_the_batch(tmp_path: Path) -> None:
     """The registered audit (not the stand-in): a clean batch passes, a copied answer refuses."""
     bank = Bank(tmp_path)
-    result, _ = bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(6)]))
+    # every check but the text gates, which refuse this file's nonce words ("To kabar lofin …")
+    # on their face (tested in test_audit)
+    opts = {"checks": [k for k in check_keys() if k != "text"]}
+    result, _ = bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(6)]), audit_options=opts)
     assert (result.accepted, result.exit_code, bank.current) == (6, 0, 1)
     leaky = [mcq(i) for i in range(6, 12)]
     leaky[2]["visible"]["context"] += "\n    05m:00s | #C C says: " + leaky[2]["options"][leaky[2]["answer"]]
-    result, _ = bank.add(run_folder(tmp_path / "tom_b", leaky))
+    result, _ = bank.add(run_folder(tmp_path / "tom_b", leaky), audit_options=opts)
     assert (result.accepted, result.exit_code, bank.current) == (0, 1, 1)
     report = json.loads((result.out_dir / "audit" / "audit.json").read_text())
     errors = [f for f in report["findings"] if f["severity"] == "error"]
     assert errors and all(f["items"] == [leaky[2]["item_id"]] for f in errors)
     assert {f["check"] for f in errors} == {"leakage"}
-    result, _ = bank.add(run_folder(tmp_path / "tom_c", leaky), force=True)
+    result, _ = bank.add(run_folder(tmp_path / "tom_c", leaky), force=True, audit_options=opts)
     assert (result.accepted, bank.current) == (6, 2)
     assert "leakage/" in (bank.root / "current" / "CHANGELOG.md").read_text()
 
