@@ -52,6 +52,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 import gen
 from gen.errors import ConfigError, GenError, InputError, LLMOutputError
+from gen.gates import Gates
 from gen.llm import LLMConfig, sha256_file
 from gen.paths import PROMPTS
 from gen.run import CommonConfig, Plan, RunContext, atomic_write, generator, iter_jsonl
@@ -149,12 +150,14 @@ DIFFICULTY_SHARE = {"easy": 0.3, "medium": 0.4, "hard": 0.3}
 # --------------------------------------------------------------------------- rules
 
 RULES: list[tuple[str, str, str]] = [
+    ("situations", "text_gates", "a name, phrase or indicator fails a shared text gate (gen.gates: echoes, truncation, repetition, language)"),
     ("situations", "empty_text", "a name, phrase or indicator is empty or a placeholder"),
     ("situations", "repetitive_text", "a text repeats a 4-word run (tiny models loop)"),
     ("situations", "example_echo", "a situation copied whole from the one-shot examples"),
     ("situations", "three_categories", "a gold list lacks an object name, a technique or a state item, or has < 3 items"),
     ("situations", "gold_lists_overlap", "the two referents share a name (shared phrases are dropped first, counted)"),
     ("situations", "indicators_missing", "a clarify/abstain target without 3 distinct indicators"),
+    ("camera", "text_gates", "a description fails a shared text gate (gen.gates: echoes, truncation, repetition, language)"),
     ("camera", "empty_text", "an empty or placeholder description"),
     ("camera", "repetitive_text", "a description repeats a 4-word run"),
     ("camera", "example_echo", "a description shares an 8-word run with the one-shot examples"),
@@ -164,6 +167,7 @@ RULES: list[tuple[str, str, str]] = [
     ("camera", "no_visible_shift", "turn_1_image and turn_2_image are the same text"),
     ("camera", "duplicate_turn_2", "a turn_2_image identical to another scenario's"),
     ("camera", "not_identifiable", "a model cannot name the thing from a camera text alone (cosine to the gold name)"),
+    ("speech", "text_gates", "a user turn fails a shared text gate (gen.gates: echoes, truncation, repetition, language)"),
     ("speech", "empty_text", "an empty or placeholder user turn"),
     ("speech", "repetitive_text", "a user turn repeats a 4-word run"),
     ("speech", "example_echo", "a user turn shares an 8-word run with the one-shot examples"),
@@ -173,6 +177,7 @@ RULES: list[tuple[str, str, str]] = [
     ("speech", "repair_not_named", "the named repair does not name the intended (and the wrong) referent"),
     ("speech", "duplicate_turn_2", "a turn_2_user identical to another scenario's"),
     ("speech", "semantic_leak", "without the camera blocks a text-only model already hits the target's gold list"),
+    ("follow_up", "text_gates", "a user turn fails a shared text gate (gen.gates: echoes, truncation, repetition, language)"),
     ("follow_up", "empty_text", "an empty or placeholder user turn"),
     ("follow_up", "repetitive_text", "a user turn repeats a 4-word run"),
     ("follow_up", "example_echo", "a user turn shares an 8-word run with the one-shot examples"),
@@ -1069,10 +1074,25 @@ class Writer:
 
 
 def _hygiene(texts: dict[str, str | None]) -> list[Problem]:
-    return [(why, f"{f}: {t[:60]!r}") for f, t in texts.items() if t is not None for why in [text_problem(t)] if why]
+    """Each model-written text through the shared text gates first (a referent's name as a name,
+    every other text as prose; the reason is the gate's name), then the benchmark's own
+    ``empty_text`` / ``repetitive_text``."""
+    gates = Gates()
+    out: list[Problem] = []
+    for f, t in texts.items():
+        if t is None:
+            continue
+        failure = gates.check(t, "name" if f.endswith(".name") else "prose")
+        if failure is not None:
+            out.append(("text_gates", f"{failure.gate}: {f}: {t[:60]!r} ({failure.detail})"))
+        elif why := text_problem(t):
+            out.append((why, f"{f}: {t[:60]!r}"))
+    return out
 
 
-HYGIENE = ("empty_text", "repetitive_text", "example_echo")
+HYGIENE = ("text_gates", "empty_text", "repetitive_text", "example_echo")
+"""The text rules every stage evaluates: the shared gates (the detail names the gate), then the
+benchmark's own."""
 
 
 def tidy_situations(sit: dict[str, Any]) -> tuple[dict[str, Any], int]:
