@@ -257,6 +257,23 @@ def test_clean_digital_run_finds_nothing(tmp_path: Path) -> None:
     assert checks["structure"]["status"] == "skipped"
 
 
+def test_a_search_cue_of_several_queries_is_the_latest_together(tmp_path: Path) -> None:
+    """The digital generator writes a Search cue as a refinement (queries 40 s apart, all key
+    items): the cue is the latest when its items together come after every other search."""
+    rows = [json.loads(line) for line in (FIX / "digital" / "digital.jsonl").read_text().splitlines()]
+    b = next(r for r in rows if r["cue"] and r["cue"]["app"] == "Search")
+    search = b["apps"]["Search"]
+    cue = search["key_searches"][0]
+    first = {**cue, "search_id": "0" * 32, "query": "museum opening hours", "timestamp": "2025-03-02 10:01:20"}
+    search["searches"].insert(len(search["searches"]) - 1, first)
+    search["key_searches"] = [first, cue]
+    (tmp_path / "run").mkdir()
+    write_jsonl(tmp_path / "run" / "digital.jsonl", rows)
+    shutil.copy(FIX / "digital" / "manifest.json", tmp_path / "run" / "manifest.json")
+    _, findings, _ = run_audit(tmp_path / "out", tmp_path / "run", checks=["digital"])
+    assert findings == []  # (a non-cue item after a cue item stays an error: test_planted_digital_defects)
+
+
 # --------------------------------------------------------------------------- planted fixtures: exactly what was planted
 
 

@@ -254,14 +254,16 @@ def _cue_findings(bundle: S.DigitalBundle, raw: dict[str, Any], now: dt.datetime
     full = {x.get(id_field): (p, x) for p, x in entries}
     tfield = TIME_FIELD[cue_app]
     fmt = D.FMT_M if cue_app == "Notes" else D.FMT_S
-    latest = max((x.get(tfield, "") for _, x in entries), default="")
+    # the cue's items together are the latest (a Search cue is a refinement: several queries)
+    key_ids = {x.get(id_field) for x in key_items}
+    latest = max((x.get(tfield, "") for _, x in entries if x.get(id_field) not in key_ids), default="")
     for x in key_items:
         if x.get(id_field) not in full:
             add("cue_not_in_full_list", f"a {cue_app} cue item is not in the full list", [f"apps.{cue_app}.{kname}"])
             continue
         path, _ = full[x.get(id_field)]
         if x.get(tfield, "") < latest:
-            later = [p for p, y in entries if y.get(tfield, "") > x.get(tfield, "")]
+            later = [p for p, y in entries if y.get(tfield, "") > x.get(tfield, "") and y.get(id_field) not in key_ids]
             add("cue_not_latest", f"the {cue_app} cue item is not the latest item", [f"{path}.{tfield}", *later])
         _recent(add, x.get(tfield, ""), fmt, recent, f"{path}.{tfield}")
     return out
