@@ -278,24 +278,11 @@ class Roles(BaseModel):
 
 def read_roles(path: Path) -> Roles:
     """A roles file (YAML or JSON); a mistake is an InputError naming the file and the key."""
-    import yaml
-
     if not path.is_file():
         raise MissingInputError(f"roles: no such file: {path}")
-    from gen.run import read_text
+    from gen.run import read_yaml_model
 
-    try:
-        data = yaml.safe_load(read_text(path))
-    except yaml.YAMLError as e:
-        raise InputError(f"{path}: not valid YAML/JSON ({str(e).splitlines()[0]})") from None
-    except RecursionError:
-        raise InputError(f"{path}: not valid YAML/JSON (nested too deeply)") from None
-    try:
-        return Roles.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "roles"
-        raise InputError(f"{path}: {where}: {err['msg']}") from None
+    return read_yaml_model(path, Roles, "roles")
 
 
 _MISSING = object()

@@ -40,6 +40,7 @@ from gen.prompts import Prompts
 from schemas import Reject
 
 R = TypeVar("R")
+M = TypeVar("M", bound=BaseModel)
 PACKAGES = [
     "llama-cpp-python", "instructor", "openai", "pydantic", "hydra-core", "omegaconf", "jinja2",
     "faker", "rich", "sentence-transformers", "torch", "faiss-cpu", "polars", "numpy",
@@ -607,6 +608,29 @@ def read_text(path: Path) -> str:
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
     return _utf8(data, str(path))
+
+
+def read_yaml_model(path: Path, model: type[M], what: str) -> M:
+    """A YAML (or JSON) file validated as ``model`` (a roles file, a rubric): a syntax error is an
+    InputError naming the file and its line, a wrong value names the file and the field
+    (``what`` when the whole file is wrong)."""
+    import yaml
+    from pydantic import ValidationError
+
+    try:
+        data = yaml.safe_load(read_text(path))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}{line}: not valid YAML/JSON ({getattr(e, 'problem', None) or 'syntax error'})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not valid YAML/JSON (nested too deeply)") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or what
+        raise InputError(f"{path}: {where}: {err['msg']}") from None
 
 
 def read_json(path: Path) -> Any:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from gen.errors import ConfigError, InputError
 from gen.paths import PROMPTS, UnsafePathError, inside
-from gen.run import iter_jsonl, read_text
+from gen.run import iter_jsonl, read_yaml_model
 from schemas.audit import FindingRecord
 from schemas.mcq import LETTERS, MCQ
 from schemas.review import Rubric
@@ -117,23 +117,7 @@ def attach_findings(items: list[ReviewItem], findings: list[FindingRecord]) -> N
 
 def read_rubric(path: Path) -> Rubric:
     """A rubric file (YAML or JSON); problems are InputErrors naming the file and field."""
-    import yaml
-
-    text = read_text(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}{line}: not valid YAML ({getattr(e, 'problem', None) or 'syntax error'})") from None
-    except RecursionError:
-        raise InputError(f"{path}: nested too deeply") from None
-    try:
-        return Rubric.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "rubric"
-        raise InputError(f"{path}: {where}: {err['msg']}") from None
+    return read_yaml_model(path, Rubric, "rubric")
 
 
 def default_rubric(kind: str) -> Rubric:
