@@ -678,6 +678,7 @@ def commit(cfg: BankConfig, root: Path, current: int | None, version: int, frame
                 shutil.copy2(old_dir / f"{kind}.parquet", target)
     if audit.folder.is_dir():
         shutil.copytree(audit.folder, stage / "audit")
+    write_review_summary(stage, old_dir, new, source.get("review"))
     old_lock = read_json(old_dir / LOCK, "bank") if old_dir else None
     lock = make_lock(cfg, root, version, stage, old_lock, old_dir, new, verdicts, source, audit)
     write_durable(stage / CHANGELOG, changelog(lock, old_dir, new, verdicts, audit, cfg))
@@ -690,6 +691,30 @@ def commit(cfg: BankConfig, root: Path, current: int | None, version: int, frame
     if problems:
         raise GenError(f"bank: the staged {label(version)} does not verify: {problems[0].detail}")
     publish(root, stage, version)
+
+
+def write_review_summary(stage: Path, old_dir: Path | None, new: list[Item], review: dict[str, Any] | None) -> None:
+    """The version's ``review/summary.json`` (what ``bank export`` puts in the dataset card): the
+    previous version's reviewed items plus this batch's, when it was admitted by ``require_review``
+    (each admitted item was accepted by at least k reviewers; the reviewers' names are kept so
+    later versions count them once)."""
+    from generators.bank.release import REVIEW
+
+    old = json.loads((old_dir / REVIEW).read_text(encoding="utf-8")) if old_dir and (old_dir / REVIEW).is_file() else None
+    if review is None and old is None:
+        return
+    summary = old or {"items_reviewed": 0, "by_verdict": {}, "reviewer_names": [], "protocol": None}
+    if review is not None:
+        admitted = [it for it in new if it.item_id in review["accepted_by"]]
+        names = {r for it in admitted for r in review["accepted_by"][it.item_id]}
+        summary["items_reviewed"] += len(admitted)
+        summary["by_verdict"]["accept"] = summary["by_verdict"].get("accept", 0) + len(admitted)
+        summary["reviewer_names"] = sorted(set(summary.get("reviewer_names") or []) | names)
+        protocol = f"gen review; an item is admitted when at least {review['required']} reviewer(s) accepted it"
+        summary["protocol"] = protocol if summary.get("protocol") in (None, protocol) else "gen review; several rules (see the lock's sources)"
+    summary["reviewers"] = len(summary["reviewer_names"]) or None
+    (stage / REVIEW).parent.mkdir(exist_ok=True)
+    write_durable(stage / REVIEW, json.dumps(summary, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def make_lock(cfg: BankConfig, root: Path, version: int, stage: Path, old_lock: dict[str, Any] | None,

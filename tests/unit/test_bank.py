@@ -1418,3 +1418,14 @@ def test_require_review_admits_items_accepted_by_k_reviewers_and_records_who(tmp
     # one reviewer is enough at k=1: the items alice accepted and bob did not refuse join
     result, _ = bank.add(folder, require_review=1)
     assert result.accepted == 2 and bank.ids() == set(ids[:4])
+    # the version's review summary, which bank export puts in the dataset card
+    summary = json.loads((bank.root / "current" / "review" / "summary.json").read_text())
+    assert {k: summary[k] for k in ("items_reviewed", "by_verdict", "reviewers")} == {
+        "items_reviewed": 4, "by_verdict": {"accept": 4}, "reviewers": 2}
+    assert summary["reviewer_names"] == ["alice", "bob"] and "several rules" in summary["protocol"]  # k=2, then k=1
+    result, _ = bank.add(run_folder(tmp_path / "tom_c", [mcq(7)]))  # unreviewed: the summary carries over
+    assert result.accepted == 1
+    assert json.loads((bank.root / "current" / "review" / "summary.json").read_text()) == summary
+    assert bank.verify()[0].exit_code == 0
+    assert bank.export("parquet", out=str(tmp_path / "release"))[0].exit_code == 0
+    assert "4 items reviewed by 2 reviewer(s): accept 4" in (tmp_path / "release" / "README.md").read_text()
