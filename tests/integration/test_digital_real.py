@@ -66,8 +66,9 @@ def test_every_index_is_a_bundle_or_a_reject(real, check_run_folder) -> None:
     assert manifest["llm"]["backend"] == "llama_cpp"
     assert manifest["llm_usage"]["calls"] > 0 and manifest["llm_usage"]["completion_tokens"] > 0
     assert isinstance(manifest["validators"], dict)
-    assert all(re.match(r"^(Calendar|Messaging|Notes|Search|Videos|Maps|Music)\.\w+\.(dropped|corrected|regenerated)$", k)
-               and v > 0 for k, v in manifest["validators"].items())
+    # <App>.<check>.<action>, or <App>.gate.<gate>.dropped for the shared text gates
+    assert all(re.match(r"^(Calendar|Messaging|Notes|Search|Videos|Maps|Music)\.(gate\.)?\w+\.(dropped|corrected|regenerated)$", k)
+               and v > 0 for k, v in manifest["validators"].items()), manifest["validators"]
     assert manifest["characters"]["bundles"] == len(real.bundles)
     assert manifest["persona_pool"]["size"] == POOL
     assert (Path(manifest["persona_pool"]["path"]) / "personas.jsonl").is_file()
