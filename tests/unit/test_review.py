@@ -344,7 +344,7 @@ def test_the_server_listens_on_loopback_saves_labels_and_stops_on_ctrl_c(tmp_pat
             urllib.request.urlopen(urllib.request.Request(f"{base}/api/items"), timeout=10)
         assert refused.value.code == 403
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        out, _ = proc.communicate(timeout=120)  # it writes its records and manifest; slow on a loaded machine (> 30 s once)
     finally:
         if proc.poll() is None:
             proc.kill()
