@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from gen.errors import InputError, LLMOutputError, MissingInputError
+from gen.gates import Gates
 from gen.run import Plan, RunContext, iter_jsonl
 from gen.stats import balanced_accuracy, bootstrap_ci, proportion, rounded
 from generators.judge.panel import (
@@ -148,8 +149,10 @@ def judge_messages(ctx: RunContext, s: ScenarioRecord, row: ResponseRow) -> list
 
 def verdict(ctx: RunContext, j: JudgeModel, messages: list[dict[str, str]], target: str, seed: int,
             cfg: JudgeConfig) -> ContextJudgment:
-    """One judge's verdict; output that does not fit the schema is a verdict without a label
-    (counted as not following instructions); a backend failure raises."""
+    """One judge's verdict; output that does not fit the schema, or whose rationale fails the
+    shared text gates (cut off, repeating, in another language, an echo of the schema), is a
+    verdict without a label (counted as not following instructions, the gate as its problem); a
+    backend failure raises."""
     try:
         v = j.llm.structured(messages, ContextVerdict, seed=seed, max_tokens=cfg.verdict_tokens,
                              temperature=cfg.judge_temperature)
@@ -158,6 +161,11 @@ def verdict(ctx: RunContext, j: JudgeModel, messages: list[dict[str, str]], targ
             raise
         ctx.count(f"not_followed.{j.label}.{e.reason}")
         return ContextJudgment(label=None, rationale=None, correct=None, problem=e.reason, raw=e.raw)
+    failure = Gates().check(v.rationale, "prose")  # the stored rationale must not be visibly broken
+    if failure is not None:
+        ctx.count(f"not_followed.{j.label}.{failure.gate}")
+        return ContextJudgment(label=None, rationale=None, correct=None, problem=failure.gate,
+                               raw=v.model_dump_json())
     return ContextJudgment(label=v.label, rationale=v.rationale, correct=v.label == target)
 
 

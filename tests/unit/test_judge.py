@@ -469,6 +469,19 @@ def test_context_judge_labels_signals_and_summary(tmp_path: Path) -> None:
     assert all(c["temperature"] == 0.0 and c["response_format"] for c in ctx.llm.calls)
 
 
+def test_a_verdict_whose_rationale_fails_the_text_gates_is_not_a_label(tmp_path: Path) -> None:
+    """The rationale is stored: a cut-off one makes the verdict one that did not follow
+    instructions (the gate is the problem), never a label."""
+    def script(messages: list[dict[str, str]], seed: int) -> str:
+        return json.dumps({"label": "current", "rationale": "The reply names the bowl on the table and the, p"})
+
+    result, _, folder = judge_run(tmp_path, script, kind="context", input=str(FIX / "scenarios.jsonl"),
+                                  responses=str(FIX / "responses.jsonl"))
+    verdicts = [next(iter(r["verdicts"].values())) for r in read_jsonl(folder / "judge.jsonl")]
+    assert all(v["label"] is None and v["problem"] == "truncated_text" for v in verdicts)
+    assert sum(v for k, v in result.manifest["validators"].items() if k.endswith(".truncated_text")) == 5
+
+
 def test_a_verdict_outside_the_schema_is_counted_not_guessed(tmp_path: Path) -> None:
     result, _, folder = judge_run(tmp_path, lambda m, s: "current, because of the hammer", kind="context",
                                   input=str(FIX / "scenarios.jsonl"), responses=str(FIX / "responses.jsonl"))
