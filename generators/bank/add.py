@@ -698,12 +698,14 @@ def write_review_summary(stage: Path, old_dir: Path | None, new: list[Item], rev
     previous version's reviewed items plus this batch's, when it was admitted by ``require_review``
     (each admitted item was accepted by at least k reviewers; the reviewers' names are kept so
     later versions count them once)."""
-    from generators.bank.release import REVIEW
+    from generators.bank.release import REVIEW, review_summary
 
-    old = json.loads((old_dir / REVIEW).read_text(encoding="utf-8")) if old_dir and (old_dir / REVIEW).is_file() else None
+    old = review_summary(old_dir) if old_dir else None  # validated: a damaged one is an InputError
     if review is None and old is None:
         return
-    summary = old or {"items_reviewed": 0, "by_verdict": {}, "reviewer_names": [], "protocol": None}
+    known = read_json(old_dir / REVIEW, "bank").get("reviewer_names") if old is not None and old_dir else None
+    summary: dict[str, Any] = {**(old.model_dump() if old else {"items_reviewed": 0, "by_verdict": {}}),
+                               "reviewer_names": known if isinstance(known, list) else []}
     if review is not None:
         admitted = [it for it in new if it.item_id in review["accepted_by"]]
         names = {r for it in admitted for r in review["accepted_by"][it.item_id]}
@@ -712,7 +714,7 @@ def write_review_summary(stage: Path, old_dir: Path | None, new: list[Item], rev
         summary["reviewer_names"] = sorted(set(summary.get("reviewer_names") or []) | names)
         protocol = f"gen review; an item is admitted when at least {review['required']} reviewer(s) accepted it"
         summary["protocol"] = protocol if summary.get("protocol") in (None, protocol) else "gen review; several rules (see the lock's sources)"
-    summary["reviewers"] = len(summary["reviewer_names"]) or None
+    summary["reviewers"] = len(summary["reviewer_names"]) or summary.get("reviewers")
     (stage / REVIEW).parent.mkdir(exist_ok=True)
     write_durable(stage / REVIEW, json.dumps(summary, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
 

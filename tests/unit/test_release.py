@@ -291,6 +291,11 @@ def test_review_summary_goes_into_card_and_croissant(tmp_path: Path) -> None:
         assert f"## Review\n\n{line}" in card
         doc = json.loads((export(bank, "croissant", tmp_path / "c") / "croissant.json").read_text())
         assert doc["rai:annotationsPerItem"] == line and f"Review: {line}" in doc["rai:dataAnnotationProtocol"]
+        # a later unreviewed batch carries the version's review summary over, as it was
+        bank.add(run_folder(tmp_path / "tom2", [mcq(i, seed=1) for i in range(10, 12)]))
+        assert bank.current == 2 and bank.verify()[0].exit_code == 0
+        card = (export(bank, "parquet", tmp_path / "p2") / "README.md").read_text()
+        assert f"## Review\n\n{line}" in card
         plant_review(bank, {"items_reviewed": "seven", "by_verdict": {}})
         with pytest.raises(InputError, match=r"review/summary.json: items_reviewed: Input should be a valid integer"):
             bank.export("hf", out=str(tmp_path / "h"))
