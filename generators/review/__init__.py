@@ -133,8 +133,12 @@ def review(cfg: ReviewConfig, ctx: RunContext) -> Iterator[Any]:
 
 
 def serve(cfg: ReviewConfig, data: ReviewPlan, ctx: RunContext) -> Iterator[ReviewStatusRecord]:
+    import signal
+
     from generators.review.server import Server, Session
 
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started as a background job of a script:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C (SIGINT) must still stop it
     session = Session(data.folder, data.items, cfg.reviewer, data.rubrics)
     server = Server(session, cfg.port).start()
     where = label_file(data.folder, cfg.reviewer)
