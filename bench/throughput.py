@@ -14,6 +14,10 @@ memory, and whether the records equal the one-slot server's.
 
 Run from the repository root:  python bench/throughput.py [--n 4] [--clips 4] [--slots 1 2 4] [--workloads digital tom]
 Target (issue 9): llama_server with 4 slots gives at least 1.5x the bundles per hour of (a).
+Issue 21 (tom): the same clips with prompt-prefix reuse (saved prefix states in process, one
+slot per worker on the server) against the same configurations without it (``*_before``:
+``llm.prefix_states=0``, ``llm.slot_affinity=false``): questions per hour, prompt tokens
+evaluated per question, and whether the records are byte-identical.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ def one(workload: str, llm_args: list[str], n: int, out: Path, cache: Path, pool
     manifest = json.loads((out / "manifest.json").read_text())
     usage = manifest["llm_usage"]
     records = (out / f"{workload}.jsonl").read_bytes()
+    questions = records.count(b"\n")  # tom: one record per question
     return {
         "wall_seconds": round(wall, 1), "run_seconds": manifest["wall_seconds"],
         "accepted": manifest["counts"]["accepted"], "rejected": manifest["counts"]["rejected"],
@@ -107,10 +112,33 @@ def one(workload: str, llm_args: list[str], n: int, out: Path, cache: Path, pool
         "completion_tokens": usage["completion_tokens"], "prompt_tokens": usage["prompt_tokens"],
         "calls": usage["calls"], "seconds_per_call": round(manifest["wall_seconds"] / max(1, usage["calls"]), 2),
         "tokens_per_second": round(usage["completion_tokens"] / manifest["wall_seconds"], 2),
+        "questions": questions, "questions_per_hour": round(3600 * questions / manifest["wall_seconds"], 1),
+        "prompt_tokens_evaluated": usage.get("prompt_tokens_evaluated"),
+        "prompt_reuse_ratio": usage.get("prompt_reuse_ratio"),
+        "prompt_tokens_evaluated_per_question": (round(usage["prompt_tokens_evaluated"] / questions)
+                                                 if questions and usage.get("prompt_tokens_evaluated") is not None else None),
         "peak_rss_mb": round(usage_.ru_maxrss / 1024, 1),
         "peak_tree_rss_mb": round(tree.peak_kb / 1024, 1),
         "records_sha256": hashlib.sha256(records).hexdigest(),
     }
+
+
+def prompt_limit(tokens: int = 2900) -> dict[str, Any]:
+    """The physical limit: prompt tokens per second of the embedded model on one fresh long
+    prompt (no reuse), in this process."""
+    from llama_cpp import Llama
+
+    from gen.llm.llama_cpp import embedded_gguf
+
+    llama = Llama(model_path=str(embedded_gguf()), n_ctx=4096, verbose=False)
+    line = " C picks a cup from the shelf and puts it on the table."
+    ids = llama.tokenize(("Narrations:" + line * 300).encode())[:tokens]
+    t0 = time.perf_counter()
+    llama.eval(ids)
+    seconds = time.perf_counter() - t0
+    llama.close()
+    return {"prompt_tokens": len(ids), "seconds": round(seconds, 2),
+            "prompt_tokens_per_second": round(len(ids) / seconds, 1)}
 
 
 def main() -> None:
@@ -126,6 +154,10 @@ def main() -> None:
 
     configs = [("in_process", ["llm=smollm2"])] + [
         (f"llama_server_{k}", ["llm=llama_server", f"llm.parallel={k}"]) for k in args.slots]
+    # issue 21: prompt-prefix reuse against the same runs without it, side by side
+    before = [("in_process_before", ["llm=smollm2", "llm.prefix_states=0"]),
+              (f"llama_server_{max(args.slots)}_before",
+               ["llm=llama_server", f"llm.parallel={max(args.slots)}", "llm.slot_affinity=false"])]
     results: dict[str, Any] = {
         "date": dt.date.today().isoformat(),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
@@ -140,18 +172,33 @@ def main() -> None:
                 continue
             n = args.n if workload == "digital" else args.clips
             rows = {}
-            for name, llm_args in configs:
+            for name, llm_args in (before + configs if workload == "tom" else configs):
                 print(f"[{workload}] {name} ...", flush=True)
                 rows[name] = one(workload, llm_args, n, tmp / workload / name, tmp / workload / name / "cache", pool)
                 print(f"  {json.dumps({k: rows[name].get(k) for k in ('wall_seconds', 'units_per_hour', 'calls', 'seconds_per_call', 'tokens_per_second', 'peak_rss_mb', 'peak_tree_rss_mb', 'error')})}", flush=True)
             base = rows["in_process"].get("units_per_hour")
+            for name, r in rows.items():  # the gain of prefix reuse (tom)
+                was = rows.get(name + "_before", {}).get("questions_per_hour")
+                if was and r.get("questions_per_hour"):
+                    r["questions_per_hour_vs_before"] = round(r["questions_per_hour"] / was, 2)
+            if "in_process_before" in rows and rows["in_process_before"].get("questions_per_hour"):
+                for r in rows.values():
+                    if r.get("questions_per_hour"):
+                        r["questions_per_hour_vs_in_process_before"] = round(
+                            r["questions_per_hour"] / rows["in_process_before"]["questions_per_hour"], 2)
             one_slot = rows.get("llama_server_1", {}).get("records_sha256")
             for r in rows.values():
                 if base and r.get("units_per_hour"):
                     r["speedup_vs_in_process"] = round(r["units_per_hour"] / base, 2)
                 if one_slot and "records_sha256" in r:
                     r["records_equal_one_slot"] = r["records_sha256"] == one_slot
+            for name, r in rows.items():
+                was = rows.get(name + "_before", {}).get("records_sha256")
+                if was and "records_sha256" in r:
+                    r["records_equal_before"] = r["records_sha256"] == was
             results["workloads"][workload] = rows
+    if "tom" in results["workloads"]:
+        results["physical_limit"] = prompt_limit()
     results["machine"]["loadavg_after"] = os.getloadavg()
     results["target"] = {"speedup": TARGET}
     for workload, rows in results["workloads"].items():

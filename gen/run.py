@@ -13,6 +13,7 @@ import codecs
 import datetime as dt
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 import gen
 from gen.embed import EmbedderConfig
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, sha256_file
+from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, set_worker, sha256_file
 from gen.paths import ROOT, inside
 from gen.prompts import Prompts
 from schemas import Reject
@@ -329,13 +330,17 @@ class RunContext:
     def map(self, fn: Callable[[Any], R], items: Iterable[Any], workers: int | None = None) -> list[R]:
         """Apply ``fn`` to independent items, concurrently up to ``workers`` (default: the run's
         LLM's concurrency); results come back in input order, so records do not depend on
-        scheduling."""
+        scheduling. Each worker thread is numbered (:func:`gen.llm.set_worker`): a server backend
+        sends one worker's calls, i.e. all calls of the items it works on, to one slot, where
+        their shared prompt prefix stays cached."""
         items = list(items)
         if workers is None:
             workers = self.llm.concurrency if self.llm_loaded else 1
         if workers <= 1 or len(items) <= 1:
             return [fn(x) for x in items]
-        pool = ThreadPoolExecutor(max_workers=min(workers, len(items)))
+        numbers = itertools.count()
+        pool = ThreadPoolExecutor(max_workers=min(workers, len(items)),
+                                  initializer=lambda: set_worker(next(numbers)))
         try:
             return list(pool.map(fn, items))
         finally:  # an error (a backend that stopped the run) leaves nothing queued behind it

@@ -94,7 +94,7 @@ class ShardManifest(BaseModel):
     counts: _Counts
     outputs: dict[str, str] = Field(default_factory=dict)
     validators: dict[str, int] = Field(default_factory=dict)
-    llm_usage: dict[str, int | float] | None = None
+    llm_usage: dict[str, int | float | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ happen only when a model is really made.
 
 from __future__ import annotations
 
-from gen.llm.boundary import LLM, LanguageModel, LogLik, Message, Prompt, Usage
+from gen.llm.boundary import LLM, LanguageModel, LogLik, Message, Prompt, Usage, set_worker, worker
 from gen.llm.cache import Cache, sha256_file
 from gen.llm.config import LlamaCppConfig, LlamaServerConfig, LLMConfig, OpenAIConfig
 from gen.llm.fake import scripted_llm
@@ -24,7 +24,7 @@ from gen.llm.openai_compat import make_openai_llm
 __all__ = [
     "EMBEDDED_GGUF", "LLM", "Cache", "LLMConfig", "LanguageModel", "LlamaCppConfig",
     "LlamaServerConfig", "LogLik", "Message", "OpenAIConfig", "Prompt", "Usage", "embedded_gguf",
-    "make_llm", "scripted_llm", "sha256_file",
+    "make_llm", "scripted_llm", "set_worker", "sha256_file", "worker",
 ]
 
 

@@ -31,6 +31,21 @@ Prompt = str | Sequence[Message]
 answer: the reply is scored as its continuation)."""
 
 
+# --------------------------------------------------------------------------- workers
+
+_WORKER = threading.local()
+
+
+def set_worker(index: int) -> None:
+    """Number the calling thread (a :meth:`gen.run.RunContext.map` worker)."""
+    _WORKER.index = index
+
+
+def worker() -> int | None:
+    """The calling thread's worker number; None outside a worker pool."""
+    return getattr(_WORKER, "index", None)
+
+
 # --------------------------------------------------------------------------- usage
 
 
@@ -45,8 +60,13 @@ class Usage:
         self.completion_tokens = 0
         self.cached_completion_tokens = 0
         self.generation_seconds = 0.0
+        self.prompt_tokens_reported = 0
+        self.prompt_tokens_reused = 0
 
-    def add(self, *, hit: bool, prompt: int, completion: int, seconds: float) -> None:
+    def add(self, *, hit: bool, prompt: int, completion: int, seconds: float,
+            reused: int | None = None) -> None:
+        """One call; ``reused``: the prompt tokens the backend did not evaluate (a prefix it had
+        cached), when it says so."""
         with self._lock:
             self.calls += 1
             if hit:
@@ -56,6 +76,9 @@ class Usage:
                 self.prompt_tokens += prompt
                 self.completion_tokens += completion
                 self.generation_seconds += seconds
+                if reused is not None:
+                    self.prompt_tokens_reported += prompt
+                    self.prompt_tokens_reused += min(reused, prompt)
 
     @property
     def tokens_per_second(self) -> float:
@@ -68,7 +91,8 @@ class Usage:
         for d in dicts:
             if d:
                 for key in ("calls", "cache_hits", "prompt_tokens", "completion_tokens",
-                            "cached_completion_tokens", "generation_seconds"):
+                            "cached_completion_tokens", "generation_seconds",
+                            "prompt_tokens_reported", "prompt_tokens_reused"):
                     setattr(u, key, getattr(u, key) + d.get(key, 0))
         return u.as_dict()
 
@@ -81,6 +105,14 @@ class Usage:
             "cached_completion_tokens": self.cached_completion_tokens,
             "generation_seconds": round(self.generation_seconds, 3),
             "completion_tokens_per_second": round(self.tokens_per_second, 2),
+            # prompt reuse, over the calls whose backend reports it (in process, llama-server,
+            # vLLM with --enable-prompt-tokens-details): tokens sent, not evaluated, evaluated
+            "prompt_tokens_reported": self.prompt_tokens_reported,
+            "prompt_tokens_reused": self.prompt_tokens_reused,
+            "prompt_tokens_evaluated": (self.prompt_tokens_reported - self.prompt_tokens_reused
+                                        if self.prompt_tokens_reported else None),
+            "prompt_reuse_ratio": (round(self.prompt_tokens_reused / self.prompt_tokens_reported, 4)
+                                   if self.prompt_tokens_reported else None),
         }
 
 
@@ -401,10 +433,24 @@ class LLM:
             response = self._create(**kwargs)
         seconds = time.perf_counter() - t0
         self.usage.add(hit=False, prompt=_usage(response, "prompt_tokens"),
-                       completion=_usage(response, "completion_tokens"), seconds=seconds)
+                       completion=_usage(response, "completion_tokens"), seconds=seconds,
+                       reused=_reused(response))
         if self.cache is not None:
             self.cache.put(key, response.model_dump_json())
         return response
+
+
+def _reused(response: Any) -> int | None:
+    """Prompt tokens the backend took from its prefix cache: ``usage.prompt_tokens_details.
+    cached_tokens`` (OpenAI, vLLM, in process), else llama-server's ``timings.cache_n``; None
+    when the reply does not say."""
+    usage = getattr(response, "usage", None)
+    details = getattr(usage, "prompt_tokens_details", None) if usage else None
+    cached = getattr(details, "cached_tokens", None) if details else None
+    if cached is None:
+        timings = (getattr(response, "model_extra", None) or {}).get("timings")
+        cached = timings.get("cache_n") if isinstance(timings, dict) else None
+    return int(cached) if isinstance(cached, int) and cached >= 0 else None
 
 
 def _usage(response: Any, field: str) -> int:

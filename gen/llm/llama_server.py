@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gen.errors import BackendError
-from gen.llm.boundary import LLM
+from gen.llm.boundary import LLM, worker
 from gen.llm.cache import Cache, sha256_file
 from gen.llm.config import LlamaServerConfig
 from gen.llm.llama_cpp import gguf_file
@@ -172,6 +172,11 @@ def make_server_llm(cfg: LlamaServerConfig, cache: Cache | None = None) -> LLM:
                 "deterministic": cfg.parallel == 1}
 
     def create(**kwargs: Any) -> Any:
+        # one worker's calls (the stages of the items it works on) go to one slot, whose cache
+        # then holds their shared prompt prefix; workers are spread over the slots
+        w = worker() if cfg.slot_affinity else None
+        if w is not None:
+            kwargs["extra_body"] = {**kwargs.get("extra_body", {}), "id_slot": w % cfg.parallel}
         return client.chat.completions.create(model=model.name, **kwargs)
 
     llm = LLM(create, identity=identity, sampling=cfg, cache=cache, lock=False,

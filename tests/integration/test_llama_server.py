@@ -1,6 +1,6 @@
 """``llm=llama_server`` with the real llama.cpp server (the ``[server]`` extra) on the embedded
 GGUF: structured calls through its OpenAI-compatible API with JSON-schema ``response_format``,
-two slots in flight, and no server left behind. Skipped when no llama-server binary is found."""
+two slots in flight, prompt reuse reported, and no server left behind. Skipped when no llama-server binary is found."""
 
 from __future__ import annotations
 
@@ -37,7 +37,12 @@ def test_a_run_on_the_real_server(binary, run_gen, tmp_path, check_run_folder) -
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifest = check_run_folder(folder, "personas", 3, one_per_index=False)
     assert manifest["llm"]["backend"] == "llama_server" and manifest["llm"]["parallel"] == 2
-    assert manifest["llm_usage"]["calls"] >= 3 and manifest["llm_usage"]["completion_tokens"] > 0
+    usage = manifest["llm_usage"]
+    assert usage["calls"] >= 3 and usage["completion_tokens"] > 0
+    # the server says how much of each prompt it had cached; a worker's calls go to its own
+    # slot, so its later calls find the shared instructions there
+    assert usage["prompt_tokens_reported"] == usage["prompt_tokens"] > usage["prompt_tokens_evaluated"]
+    assert usage["prompt_tokens_reused"] > 0
     records = [json.loads(x) for x in (folder / "personas.jsonl").read_text().splitlines()]
     assert all(len(r["bio"]) >= 40 for r in records)  # the schema's constraint held
     assert _servers_of(binary) <= before  # ours is gone

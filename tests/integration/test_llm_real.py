@@ -1,6 +1,7 @@
 """The in-process backend on the embedded GGUF: an answer depends only on (prompt, seed), not
-on which call ran before it — the KV-cache reuse of llama-cpp-python must not leak into
-outputs (a stage re-asked with the same prompt, a run resumed from the cache)."""
+on which call ran before it — the KV-cache reuse of llama-cpp-python and the saved prefix
+states must not leak into outputs (a stage re-asked with the same prompt, a run resumed from
+the cache, a prompt resumed from an older call's prefix)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ pytestmark = pytest.mark.integration
 SYSTEM = " ".join(f"Line {i}: C picks a cup and puts it on shelf {i}." for i in range(40))
 
 
-def test_an_answer_depends_only_on_prompt_and_seed(gguf_path) -> None:
-    llm = make_llm(LlamaCppConfig(n_ctx=2048), None)  # no cache: every call runs the model
+@pytest.mark.parametrize("states", [0, 4])
+def test_an_answer_depends_only_on_prompt_and_seed(gguf_path, states: int) -> None:
+    llm = make_llm(LlamaCppConfig(n_ctx=2048, prefix_states=states), None)  # no cache: every call runs the model
     target = [{"role": "system", "content": SYSTEM},
               {"role": "user", "content": "What does C do next? Answer in two sentences."}]
     shared_prefix = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Say hi."}]
@@ -28,4 +30,10 @@ def test_an_answer_depends_only_on_prompt_and_seed(gguf_path) -> None:
     llm.complete(shared_prefix, seed=1, max_tokens=4)
     assert ask() == first  # after a prompt sharing its prefix
     llm.complete(unrelated, seed=1, max_tokens=4)
+    before = llm.usage.prompt_tokens_reused
     assert ask() == first  # after an unrelated prompt
+    resumed = llm.usage.prompt_tokens_reused - before
+    # the system prompt (~600 tokens) comes back from a saved state, or is evaluated again
+    assert (resumed > 500) == (states > 0), resumed
+    u = llm.usage.as_dict()
+    assert u["prompt_tokens_reported"] == u["prompt_tokens"] > u["prompt_tokens_evaluated"] > 0

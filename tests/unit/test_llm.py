@@ -343,6 +343,54 @@ def test_usage_and_describe() -> None:
     assert described["sampling"]["attempts"] == 3
 
 
+def _reply(usage: dict[str, Any], **extra: Any) -> Any:
+    from openai.types.chat import ChatCompletion
+
+    return ChatCompletion.model_validate({
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "{}"}}],
+        "usage": {"completion_tokens": 1, "total_tokens": 1, **usage}, **extra})
+
+
+def test_prompt_reuse_is_counted_only_where_the_backend_reports_it() -> None:
+    from gen.llm.boundary import Usage, _reused
+
+    openai_style = _reply({"prompt_tokens": 100, "prompt_tokens_details": {"cached_tokens": 60}})
+    server_style = _reply({"prompt_tokens": 50}, timings={"cache_n": 20, "prompt_n": 30})
+    silent = _reply({"prompt_tokens": 70})
+    assert [_reused(r) for r in (openai_style, server_style, silent)] == [60, 20, None]
+    u = Usage()
+    for r in (openai_style, server_style, silent):
+        u.add(hit=False, prompt=r.usage.prompt_tokens, completion=1, seconds=0.1, reused=_reused(r))
+    u.add(hit=True, prompt=100, completion=1, seconds=0.0, reused=100)  # a cache hit is no evaluation
+    d = u.as_dict()
+    assert (d["prompt_tokens"], d["prompt_tokens_reported"], d["prompt_tokens_reused"]) == (220, 150, 80)
+    assert d["prompt_tokens_evaluated"] == 70 and d["prompt_reuse_ratio"] == round(80 / 150, 4)
+    assert Usage().as_dict()["prompt_reuse_ratio"] is None  # nothing reported: unknown, not 0
+    total = Usage.total([d, d])  # shards of one run
+    assert (total["prompt_tokens_reused"], total["prompt_tokens_evaluated"]) == (160, 140)
+
+
+def test_map_numbers_its_worker_threads(tmp_path: Path) -> None:
+    from gen.llm import worker
+    from gen.run import CommonConfig, RunContext
+
+    ctx = RunContext("t", CommonConfig(), tmp_path)
+    seen: dict[int, set[int | None]] = {}
+    lock = threading.Lock()
+
+    def job(i: int) -> int:
+        time.sleep(0.01)
+        with lock:
+            seen.setdefault(threading.get_ident(), set()).add(worker())
+        return i
+
+    assert ctx.map(job, range(12), workers=3) == list(range(12))
+    assert all(len(ws) == 1 for ws in seen.values())  # a thread keeps its number
+    assert set().union(*seen.values()) == set(range(len(seen)))
+    assert worker() is None  # outside a pool
+
+
 # --------------------------------------------------------------------------- OpenAI-compatible backend
 
 
