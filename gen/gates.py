@@ -421,6 +421,19 @@ def language(text: str, ctx: GateContext) -> str | None:
     return None
 
 
+_WEB = re.compile(r"(?i)\b(?:https?://|www\.)\S*|[^\W_]+(?:\.[^\W\d_]+)*\.(?:com|org|net|edu|gov|io|co|html?|php)\b"
+                  r"|[\w.+-]+@[\w-]+\.[\w.]+")
+
+
+@gate("web_fragment")
+def web_fragment(text: str, ctx: GateContext) -> str | None:
+    """A web address or a piece of one ("www.", "http", "family.com", an e-mail) in an option
+    about what C does, wants or believes: web text the small model continued into, never part of
+    a physical goal or action (only the option forms are gated: a message or a note may hold one)."""
+    m = _WEB.search(text)
+    return f"holds the web-address fragment {m.group(0)!r}" if m else None
+
+
 # --------------------------------------------------------------------------- kinds and the runner
 
 
@@ -431,7 +444,7 @@ KIND_GATES: dict[str, tuple[str, ...]] = {
     "title": (*_ECHO, "truncated_text", "repetition", "language"),
     "prose": (*_ECHO, "truncated_text", "repetition", "language"),
     "sentence": (*_ECHO, "truncated_text", "surface_form", "repetition", "language"),
-    **{k: (*_ECHO, "truncated_text", "surface_form", "repetition", "language")
+    **{k: (*_ECHO, "truncated_text", "web_fragment", "surface_form", "repetition", "language")
        for k in ("goal", "belief", "action", "phrase")},
 }
 """The gates of each kind, in the order they run (the first failure is reported)."""

@@ -192,6 +192,25 @@ def test_repetition(text: str) -> None:
     assert fails(text, "prose") == "repetition"
 
 
+@pytest.mark.parametrize(("text", "kind"), [
+    ("To make a new dish for the family.com.", "goal"),  # accepted by tom on the fixture before this gate
+    ("C opens www.recipes for the soup.", "action"),
+    ("C believes that the recipe is on https://food.example/soup.", "belief"),
+    ("C writes to anna@mail.org about the plant.", "action"),
+])
+def test_web_fragments_in_option_forms(text: str, kind: str) -> None:
+    assert fails(text, kind) == "web_fragment"
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("C picks the 2.5 kg bag of rice.", "action"),
+    ("To read a message from amazon.com.", "prose"),  # not an option form: a message may hold one
+    ("C puts the lid on the pot. C stirs.", "action"),
+])
+def test_no_web_fragment(text: str, kind: str) -> None:
+    assert fails(text, kind) != "web_fragment"
+
+
 def test_repetition_allows_an_object_per_verb() -> None:
     assert fails("C peels the carrot, cuts the carrot, and puts the carrot in the bowl.", "action") is None
     assert fails("C lifts the plants, moves the plants, touches the plants.", "action") is None
@@ -296,5 +315,6 @@ def test_egotom_released_options_false_alarms_at_most_one_percent() -> None:
     assert report.checked > 2400
     assert report.by_gate.get("surface_form", 0) / report.checked <= 0.01, report.examples.get("surface_form")
     assert report.failed / report.checked <= 0.01, report.by_gate
-    for gate in ("schema_echo", "template_echo", "fewshot_marker", "json_fragment", "numbering", "language"):
+    for gate in ("schema_echo", "template_echo", "fewshot_marker", "json_fragment", "numbering", "language",
+                 "web_fragment"):
         assert gate not in report.by_gate, report.examples[gate]
