@@ -620,7 +620,6 @@ def read_yaml_model(path: Path, model: type[M], what: str) -> M:
     InputError naming the file and its line, a wrong value names the file and the field
     (``what`` when the whole file is wrong)."""
     import yaml
-    from pydantic import ValidationError
 
     try:
         data = yaml.safe_load(read_text(path))
@@ -630,12 +629,30 @@ def read_yaml_model(path: Path, model: type[M], what: str) -> M:
         raise InputError(f"{path}{line}: not valid YAML/JSON ({getattr(e, 'problem', None) or 'syntax error'})") from None
     except RecursionError:
         raise InputError(f"{path}: not valid YAML/JSON (nested too deeply)") from None
+    return validated(model, data, str(path), what=what, objects_only=False)
+
+
+def first_error(e: Any, default: str = "row") -> tuple[str, str]:
+    """A pydantic ``ValidationError``'s first error as (field path, message on one line)."""
+    err = e.errors()[0]
+    return ".".join(str(x) for x in err["loc"]) or default, " ".join(str(err["msg"]).split())
+
+
+def validated(model: type[M], data: Any, where: str, *, what: str = "row", objects_only: bool = True) -> M:
+    """``model.model_validate(data)`` for one input row or file; every failure is one InputError
+    line ``where: field: reason`` (``what`` when the whole row is wrong). ``objects_only``: a row
+    that is not a JSON object is refused before validation, by its type."""
+    from pydantic import ValidationError
+
+    if objects_only and not isinstance(data, dict):
+        raise InputError(f"{where}: expected a JSON object, got {type(data).__name__}")
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or what
-        raise InputError(f"{path}: {where}: {err['msg']}") from None
+        field, msg = first_error(e, what)
+        raise InputError(f"{where}: {field}: {msg}"[:500]) from None
+    except RecursionError:
+        raise InputError(f"{where}: nested too deeply") from None
 
 
 def read_json(path: Path) -> Any:

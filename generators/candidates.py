@@ -46,7 +46,16 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gen.errors import InputError, LLMOutputError
 from gen.gates import Gates
-from gen.run import CommonConfig, Plan, RunContext, derive_seed, generator, iter_jsonl
+from gen.run import (
+    CommonConfig,
+    Plan,
+    RunContext,
+    derive_seed,
+    first_error,
+    generator,
+    iter_jsonl,
+    validated,
+)
 from generators import rerank as rr
 from generators.tom import PLACEHOLDER, Clip, fmt_line, fmt_time, speaker_of
 from generators.tom import example_strings as _example_strings
@@ -217,7 +226,7 @@ def read_items(path: Path) -> list[CandidateItem]:
     seen: dict[str, int] = {}
     for lineno, row in iter_jsonl(path):
         where = f"{path}:{lineno}"
-        item = rr.validated(CandidateItem, row, where)
+        item = validated(CandidateItem, row, where)
         if item.item_id in seen:
             raise InputError(f"{where}: item_id: {item.item_id!r} repeats line {seen[item.item_id]}")
         seen[item.item_id] = lineno
@@ -315,9 +324,9 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
                     group=clip.clip_id,
                 ))
             except ValidationError as e:  # a narration too long for an option, a time out of range
-                err = e.errors()[0]
+                field, msg = first_error(e)
                 skipped["unusable_positive"] += 1
-                details.append(f"{clip.source}: line {i + 1}: {'.'.join(map(str, err['loc']))}: {err['msg']}")
+                details.append(f"{clip.source}: line {i + 1}: {field}: {msg}")
     return items, {"clips": len(clips), "items": len(items), "skipped": dict(sorted(skipped.items())),
                    "skipped_examples": details[:5]}
 

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import faiss
 import numpy as np
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import EXAMPLES
@@ -55,6 +55,7 @@ from gen.run import (
     iter_jsonl,
     load_run_records,
     parse_json,
+    validated,
 )
 from schemas import Reject
 from schemas.distractors import Distractor, DistractorMCQ, GoalRow
@@ -175,12 +176,7 @@ def load_goals(path: Path) -> GoalBank:
     rows: list[GoalRow] = []
     seen: dict[str, str] = {}
     for loc, obj in raw:
-        try:
-            row = GoalRow.model_validate(obj)
-        except ValidationError as e:
-            err = e.errors()[0]
-            field = ".".join(str(x) for x in err["loc"]) or "row"
-            raise InputError(f"{loc}: {field}: {err['msg']}") from None
+        row = validated(GoalRow, obj, loc, objects_only=False)
         if row.goal_id in seen:
             raise InputError(f"{loc}: goal_id {row.goal_id!r} repeats {seen[row.goal_id]}")
         seen[row.goal_id] = loc

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
 from gen.errors import InputError, MissingInputError
 from gen.paths import EXAMPLES
@@ -46,6 +46,7 @@ from gen.run import (
     generator,
     iter_jsonl,
     load_run_records,
+    validated,
 )
 from schemas import Reject
 from schemas.history import HistoryRecord, Observation, Support
@@ -117,14 +118,7 @@ def read_table(path: Path) -> list[Observation]:
     rows: list[Observation] = []
     seen: dict[tuple[str, str], int] = {}
     for lineno, raw in iter_jsonl(path):
-        if not isinstance(raw, dict):
-            raise InputError(f"{path}:{lineno}: row: expected an object, got {type(raw).__name__}")
-        try:
-            obs = Observation.model_validate(raw)
-        except ValidationError as e:
-            err = e.errors()[0]
-            field = ".".join(str(x) for x in err["loc"]) or "row"
-            raise InputError(f"{path}:{lineno}: {field}: {err['msg']}") from None
+        obs = validated(Observation, raw, f"{path}:{lineno}")
         if obs.key in seen:
             raise InputError(f"{path}:{lineno}: client_tag: {obs.client_tag!r} with scenario "
                              f"{obs.scenario!r} repeats line {seen[obs.key]}")

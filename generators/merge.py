@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.errors import InputError, MissingInputError
 from gen.llm import Usage
@@ -44,6 +44,7 @@ from gen.run import (
     parse_json,
     read_json,
     read_text,
+    validated,
 )
 from schemas import Reject
 
@@ -132,12 +133,7 @@ def read_shard(folder: Path) -> Shard:
     raw = read_json(manifest)
     if not isinstance(raw, dict):
         raise InputError(f"{manifest}: expected a run manifest (a JSON object), got {type(raw).__name__}")
-    try:
-        m = ShardManifest.model_validate(raw)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "manifest"
-        raise InputError(f"{manifest}: {where}: {err['msg']}") from None
+    m = validated(ShardManifest, raw, str(manifest), what="manifest")
 
     def path(name: str, what: str) -> Path:
         try:
@@ -259,12 +255,7 @@ def _records(records: Path, rejects: Path) -> tuple[list[RawRecord], list[Reject
         lines.append(RawRecord(line.rstrip("\n")))
     rejected = []
     for k, line in _rows(rejects):
-        try:
-            rejected.append(Reject.model_validate(parse_json(line, f"{rejects}:{k}")))
-        except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err["loc"]) or "row"
-            raise InputError(f"{rejects}:{k}: {where}: {err['msg']}") from None
+        rejected.append(validated(Reject, parse_json(line, f"{rejects}:{k}"), f"{rejects}:{k}", objects_only=False))
     return lines, rejected, parsed
 
 

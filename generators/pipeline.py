@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import EXAMPLES, UnsafePathError, inside, safe_part
-from gen.run import REGISTRY, CommonConfig, Plan, RunContext, generator, read_text
+from gen.run import REGISTRY, CommonConfig, Plan, RunContext, generator, read_text, validated
 from schemas.pipeline import StepRecord
 
 NAME = "pipeline"
@@ -81,11 +81,7 @@ def read_chain(path: Path) -> list[Step]:
         data = yaml.safe_load(read_text(path))
     except yaml.YAMLError as e:
         raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    try:
-        steps = Chain.model_validate(data).steps
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise InputError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    steps = validated(Chain, data, str(path), what="chain", objects_only=False).steps
     seen: set[str] = set()
     for k, s in enumerate(steps):
         where = f"{path}: steps.{k} ({s.name})"

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from gen.errors import InputError, LLMOutputError
 from gen.prompts import Prompts
-from gen.run import CommonConfig, Plan, RunContext, generator, iter_jsonl
+from gen.run import CommonConfig, Plan, RunContext, generator, iter_jsonl, validated
 from schemas import Reject
 from schemas.candidates import TimedLine
 from schemas.rerank import Pool, RankedCandidate, RerankDraft, RerankRecord, rerank_draft
@@ -70,21 +70,6 @@ def read_pools(path: Path) -> list[Pool]:
     if not pools:
         raise InputError(f"{path}: no pools (one JSON object per line: pool_id, context, candidates)")
     return pools
-
-
-def validated(model: Any, row: Any, where: str) -> Any:
-    """``model.model_validate(row)``, a failure as one line ``where: field: reason``."""
-    if not isinstance(row, dict):
-        raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    try:
-        return model.model_validate(row)
-    except ValidationError as e:
-        err = e.errors()[0]
-        field_ = ".".join(str(x) for x in err["loc"]) or "row"
-        msg = " ".join(str(err["msg"]).split())
-        raise InputError(f"{where}: {field_!r}: {msg}"[:500]) from None
-    except RecursionError:
-        raise InputError(f"{where}: nested too deeply") from None
 
 
 def input_ids(pool: Pool) -> list[str]:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gen.errors import ConfigError, InputError, MissingInputError, not_utf8
 from gen.mcq import RECORD_FILES, Bank, egotom_type, load_banks, load_roles_bank, read_roles
-from gen.run import RunContext, iter_jsonl, load_run_records
+from gen.run import RunContext, iter_jsonl, load_run_records, validated
 from generators.audit.text import Grams, visible_fields
 from schemas.mcq import MCQ
 
@@ -306,12 +306,7 @@ def read_scenario_categories(file: Path) -> dict[str, dict[str, dict[str, Any]]]
     another shape is an InputError naming file, line and field."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for lineno, row in iter_jsonl(file):
-        try:
-            r = _ScenarioChecksRow.model_validate(row)
-        except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "row"
-            raise InputError(f"{file}:{lineno}: {where}: {err['msg']}") from None
+        r = validated(_ScenarioChecksRow, row, f"{file}:{lineno}", objects_only=False)
         if r.status == "accepted":
             out[r.scenario_id] = {k: v.model_dump() for k, v in r.categories.items()}
     return out

@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
-from gen.errors import InputError
+from gen.run import validated
 from generators.bank.export import Job, Outcome, json_text, write_text
 from generators.bank.identity import KINDS, MCQ_KINDS
 from generators.bank.store import LOCK, label, read_json, version_dir
@@ -107,11 +106,7 @@ def review_summary(folder: Path) -> ReviewSummary | None:
     if not path.is_file():
         return None
     data = read_json(path, "review")
-    try:
-        return ReviewSummary.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise InputError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+    return validated(ReviewSummary, data, str(path), what="summary", objects_only=False)
 
 
 def review_line(r: ReviewSummary) -> str:

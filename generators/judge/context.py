@@ -26,11 +26,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from gen.errors import InputError, LLMOutputError, MissingInputError
 from gen.gates import Gates
-from gen.run import Plan, RunContext, iter_jsonl
+from gen.run import Plan, RunContext, iter_jsonl, validated
 from gen.stats import balanced_accuracy, bootstrap_ci, proportion, rounded
 from generators.judge.panel import (
     JudgeModel,
@@ -79,11 +77,7 @@ def load_scenarios(path: Path) -> dict[str, ScenarioRecord]:
     file = scenario_file(path)
     out: dict[str, ScenarioRecord] = {}
     for lineno, row in iter_jsonl(file):
-        try:
-            s = ScenarioRecord.model_validate(row)
-        except ValidationError as e:
-            err = e.errors()[0]
-            raise InputError(f"{file}:{lineno}: {'.'.join(str(x) for x in err['loc']) or 'row'}: {err['msg']}") from None
+        s = validated(ScenarioRecord, row, f"{file}:{lineno}", objects_only=False)
         if s.scenario_id in out:
             raise InputError(f"{file}:{lineno}: scenario_id: {s.scenario_id!r} appears twice")
         out[s.scenario_id] = s
@@ -99,11 +93,7 @@ def read_responses(path: Path, scenarios: dict[str, ScenarioRecord]) -> list[Res
     seen: set[tuple[Any, ...]] = set()
     for lineno, raw in iter_jsonl(path):
         where = f"{path}:{lineno}"
-        try:
-            row = ResponseRow.model_validate(raw)
-        except ValidationError as e:
-            err = e.errors()[0]
-            raise InputError(f"{where}: {'.'.join(str(x) for x in err['loc']) or 'row'}: {err['msg']}") from None
+        row = validated(ResponseRow, raw, where, objects_only=False)
         if row.scenario_id not in scenarios:
             raise InputError(f"{where}: scenario_id: {row.scenario_id!r} is not in the scenario bank")
         key = (row.candidate, row.condition, row.scenario_id, row.trial, row.turn)

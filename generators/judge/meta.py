@@ -23,11 +23,9 @@ from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from gen.errors import InputError, MissingInputError
 from gen.paths import inside
-from gen.run import Plan, RunContext, iter_jsonl, read_json
+from gen.run import Plan, RunContext, iter_jsonl, read_json, validated
 from gen.stats import agreement, cohen_kappa, confusion, proportion, rounded
 from generators.judge.summary import finish
 from schemas.judge import MetaRecord, RatingRow
@@ -59,11 +57,7 @@ def read_ratings(path: Path) -> list[tuple[str, RatingRow]]:
     seen: set[str] = set()
     for lineno, raw in iter_jsonl(path):
         where = f"{path}:{lineno}"
-        try:
-            row = RatingRow.model_validate(raw)
-        except ValidationError as e:
-            err = e.errors()[0]
-            raise InputError(f"{where}: {'.'.join(str(x) for x in err['loc']) or 'row'}: {err['msg']}") from None
+        row = validated(RatingRow, raw, where, objects_only=False)
         if row.id in seen:
             raise InputError(f"{where}: id: {row.id!r} appears twice")
         seen.add(row.id)

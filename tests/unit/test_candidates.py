@@ -140,10 +140,10 @@ def test_items_reader_reads_the_examples_and_names_bad_lines(tmp_path: Path) -> 
     assert [i.task for i in items] == ["memory_recall", "request_prediction", "ei_label_reason", "vii"]
     assert items[1].positive.text.startswith("Tell me") and items[2].positive.label == "Achievement"
     for row, needle in [
-        ({**mrp(), "positive": {"time": 3}}, ":1: 'positive': Value error, a positive needs text, or label and reason"),
-        ({**mrp(), "context": [{"t": -1, "text": "x"}]}, ":1: 'context.list[TimedLine].0.t'"),
-        ({**mrp(), "window": {"start": 9, "end": 1}}, ":1: 'window': Value error, window end must be >= start"),
-        ({**mrp(), "surprise": 1}, ":1: 'surprise': Extra inputs are not permitted"),
+        ({**mrp(), "positive": {"time": 3}}, ":1: positive: Value error, a positive needs text, or label and reason"),
+        ({**mrp(), "context": [{"t": -1, "text": "x"}]}, ":1: context.list[TimedLine].0.t"),
+        ({**mrp(), "window": {"start": 9, "end": 1}}, ":1: window: Value error, window end must be >= start"),
+        ({**mrp(), "surprise": 1}, ":1: surprise: Extra inputs are not permitted"),
         ({**mrp(), "negatives": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}, ":1: negatives: id 'a' is given twice"),
     ]:
         path = write_items(tmp_path / "bad.jsonl", [row])

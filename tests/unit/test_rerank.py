@@ -130,8 +130,8 @@ def test_pools_reader_reads_the_example_and_names_bad_lines(tmp_path: Path) -> N
     pools = read_pools(POOLS)
     assert pools[0].pool_id == "seg-1" and len(pools[0].candidates) == 5
     for rows, needle in [
-        ([{"pool_id": "a", "candidates": []}], ":1: 'candidates': List should have at least 1 item"),
-        ([{"pool_id": "a", "candidates": ["x"], "extra": 1}], ":1: 'extra': Extra inputs are not permitted"),
+        ([{"pool_id": "a", "candidates": []}], ":1: candidates: List should have at least 1 item"),
+        ([{"pool_id": "a", "candidates": ["x"], "extra": 1}], ":1: extra: Extra inputs are not permitted"),
         ([{"pool_id": "a", "candidates": [{"text": "x", "id": "1"}, {"text": "y", "id": "1"}]}],
          ":1: candidates: id '1' is given twice"),
         ([{"pool_id": "a", "candidates": ["x"]}, {"pool_id": "a", "candidates": ["y"]}],
