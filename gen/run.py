@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 import gen
 from gen.embed import EmbedderConfig
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, set_worker, sha256_file
+from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, set_worker, sha256_file, worker
 from gen.paths import ROOT, inside
 from gen.prompts import Prompts
 from schemas import Reject
@@ -332,15 +332,16 @@ class RunContext:
         LLM's concurrency); results come back in input order, so records do not depend on
         scheduling. Each worker thread is numbered (:func:`gen.llm.set_worker`): a server backend
         sends one worker's calls, i.e. all calls of the items it works on, to one slot, where
-        their shared prompt prefix stays cached."""
+        their shared prompt prefix stays cached. The threads of a map inside a worker (a clip's
+        two counterfactual stages) keep that worker's number: their prompts share its prefix."""
         items = list(items)
         if workers is None:
             workers = self.llm.concurrency if self.llm_loaded else 1
         if workers <= 1 or len(items) <= 1:
             return [fn(x) for x in items]
-        numbers = itertools.count()
+        parent, numbers = worker(), itertools.count()  # a nested map's threads keep their parent's number
         pool = ThreadPoolExecutor(max_workers=min(workers, len(items)),
-                                  initializer=lambda: set_worker(next(numbers)))
+                                  initializer=lambda: set_worker(parent if parent is not None else next(numbers)))
         try:
             return list(pool.map(fn, items))
         finally:  # an error (a backend that stopped the run) leaves nothing queued behind it

@@ -390,6 +390,13 @@ def test_map_numbers_its_worker_threads(tmp_path: Path) -> None:
     assert set().union(*seen.values()) == set(range(len(seen)))
     assert worker() is None  # outside a pool
 
+    def outer(i: int) -> set[int | None]:  # a map inside a worker: its threads keep the worker's number
+        mine = worker()
+        inner = ctx.map(lambda _: worker(), range(4), workers=2)
+        return {mine, *inner}
+
+    assert all(len(ws) == 1 and None not in ws for ws in ctx.map(outer, range(6), workers=3))
+
 
 # --------------------------------------------------------------------------- OpenAI-compatible backend
 
