@@ -67,7 +67,8 @@ class ReviewConfig(CommonConfig):
     """Whose labels these are ($USER by default): reviews/<reviewer>.jsonl in the run folder."""
     rubric: str | None = None
     """A rubric file (YAML/JSON: name, kinds, fields) for the kinds it lists; null: the project's
-    rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, prompts/review/digital.yaml)."""
+    rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, digital.yaml, scenario.yaml after the
+    context benchmark's authoring checklist)."""
     port: int | None = Field(None, ge=1, le=65535)
     """serve: the port on 127.0.0.1 (null: a free one). The server never listens elsewhere."""
     findings: str | None = None

@@ -2,7 +2,8 @@
 each item rendered as HTML the way the candidate sees it (privileged side apart).
 
 Items: an MCQ run folder (``tom``, ``distractors``, a ``nocontext`` run's kept items, ``mcq.jsonl``,
-EgoToM CSVs) or a ``digital`` run folder (bundles), read as ``bank add`` reads them. An item's id
+EgoToM CSVs), a ``digital`` run folder (bundles) or a ``scenarios`` run folder (or any scenario bank
+in the context benchmark's released schema), read as ``bank add`` reads them. An item's id
 is its content hash, the bank's (:mod:`generators.bank.identity`), so labels follow an item into a
 bank (``bank add require_review=k``) and survive a rerun that writes the same item. Rendering goes through Jinja with autoescaping on:
 every text from an item is escaped, a ``<script>`` in a narration is text.
@@ -40,31 +41,44 @@ class ReviewItem:
     record_id: str | None
     """The record's own id (``item_id`` of an MCQ record, ``bundle_id``)."""
     kind: str
-    """``mcq`` or ``digital``: which rubric rates it."""
+    """``mcq``, ``digital`` or ``scenario``: which rubric rates it."""
     question_type: str | None
     mcq: MCQ | None = None
     bundle: dict[str, Any] | None = None
+    scenario: dict[str, Any] | None = None
+    """A scenario record (the released schema: :class:`schemas.scenarios.ScenarioRecord`)."""
     findings: list[FindingRecord] = field(default_factory=list)
+
+    def names(self) -> set[str]:
+        """The ids other runs name this item by: its record id and, for an MCQ, the id gen's MCQ
+        readers give it (an EgoToM row's ``goal:<cuid>``, which nocontext, judge and audit use)."""
+        return {n for n in (self.record_id, self.mcq.item_id if self.mcq else None) if n}
+
+
+def make_item(index: int, fmt: str, record: dict[str, Any], item_id: str, source_item_id: str | None,
+              question_type: str | None) -> ReviewItem:
+    """A reviewed item from a record as ``bank add`` reads it (``fmt``: ``mcq_record``,
+    ``egotom_csv``, ``digital_bundle`` or ``scenario_record``)."""
+    from generators.bank.identity import record_mcq
+
+    if fmt == "digital_bundle":
+        return ReviewItem(index, item_id, source_item_id, "digital", question_type, bundle=record)
+    if fmt == "scenario_record":
+        return ReviewItem(index, item_id, source_item_id, "scenario", question_type, scenario=record)
+    q = record_mcq(fmt, record)
+    return ReviewItem(index, item_id, source_item_id or q.item_id, "mcq", q.question_type, mcq=q)
 
 
 def load_items(folder: Path) -> tuple[list[ReviewItem], list[Path]]:
     """The items of a run folder and the files they came from, read as ``bank add`` reads a
     batch (:func:`generators.bank.add.load_batch`), so an item's id here is its id in a bank."""
     from generators.bank.add import batch_files, load_batch
-    from generators.bank.identity import record_mcq
 
     if not folder.is_dir():
         raise ConfigError(f"input: {folder} is not a folder; review reads a run folder (labels go to its reviews/)")
     files = batch_files(folder)
-    items: list[ReviewItem] = []
-    for it in load_batch(files):
-        if it.fmt == "digital_bundle":
-            items.append(ReviewItem(len(items), it.item_id, it.source_item_id, "digital", it.question_type,
-                                    bundle=it.record))
-        else:
-            q = record_mcq(it.fmt, it.record)
-            items.append(ReviewItem(len(items), it.item_id, it.source_item_id or q.item_id, "mcq", q.question_type,
-                                    mcq=q))
+    items = [make_item(i, it.fmt, it.record, it.item_id, it.source_item_id, it.question_type)
+             for i, it in enumerate(load_batch(files))]
     return items, [f for f, _, _ in files]
 
 
@@ -100,16 +114,24 @@ def read_findings(path: Path) -> list[FindingRecord]:
     return out
 
 
+def by_name(items: list[ReviewItem]) -> dict[str, list[ReviewItem]]:
+    """Every id other runs may name an item by (:meth:`ReviewItem.names`) -> those items."""
+    out: dict[str, list[ReviewItem]] = {}
+    for it in items:
+        for name in sorted(it.names()):
+            out.setdefault(name, []).append(it)
+    return out
+
+
 def attach_findings(items: list[ReviewItem], findings: list[FindingRecord]) -> None:
     """Give each item the findings that name it (by its record id)."""
-    by_id: dict[str, list[ReviewItem]] = {}
-    for it in items:
-        if it.record_id is not None:
-            by_id.setdefault(it.record_id, []).append(it)
+    named = by_name(items)
     for f in findings:
-        for rid in dict.fromkeys(f.items):
-            for it in by_id.get(rid, []):
-                it.findings.append(f)
+        hit: dict[int, ReviewItem] = {}
+        for rid in f.items:
+            hit.update((id(it), it) for it in named.get(rid, []))
+        for it in hit.values():
+            it.findings.append(f)
 
 
 # --------------------------------------------------------------------------- rubrics
@@ -121,7 +143,8 @@ def read_rubric(path: Path) -> Rubric:
 
 
 def default_rubric(kind: str) -> Rubric:
-    return read_rubric(inside(TEMPLATES, "digital.yaml" if kind == "digital" else "mcq.yaml"))
+    """The project's rubric of a kind: ``prompts/review/<kind>.yaml``."""
+    return read_rubric(inside(TEMPLATES, f"{kind}.yaml", what="rubric"))
 
 
 def rubrics_for(items: list[ReviewItem], given: str | None) -> dict[str, Rubric]:
@@ -152,7 +175,7 @@ def render(item: ReviewItem) -> str:
     global _ENV
     if _ENV is None:
         _ENV = _environment()
-    view = mcq_view(item) if item.kind == "mcq" else digital_view(item)
+    view = {"mcq": mcq_view, "digital": digital_view, "scenario": scenario_view}[item.kind](item)
     findings = [{"severity": f.severity, "check": f.check, "what": f.what, "fields": ", ".join(f.fields)}
                 for f in item.findings]
     return _ENV.get_template("item.html.jinja").render(item=view, findings=findings)
@@ -273,4 +296,32 @@ def digital_view(item: ReviewItem) -> dict[str, Any]:
         "cue_items": keys,
         "related": [f"{r.get('relation')}: {(r.get('persona') or {}).get('name')}" for r in b.get("related_personas") or []],
         "bio": p.get("bio"),
+    }
+
+
+def scenario_view(item: ReviewItem) -> dict[str, Any]:
+    """A scenario as the candidate gets it (the runner's injection: a ``[Camera: …]`` block, then
+    the user's words; the context image alone before turn 1), and the judge's side apart."""
+    from schemas.scenarios import GOLD_FIELDS
+
+    s = item.scenario
+    assert s is not None
+    turns = []
+    if s.get("context_image"):
+        turns.append({"title": "Before the conversation", "camera": s["context_image"], "user": None})
+    for k in (1, 2):
+        turns.append({"title": f"Turn {k}", "camera": s.get(f"turn_{k}_image"), "user": s.get(f"turn_{k}_user")})
+    gold = s.get("gold") or {}
+    facts = [("subset", s.get("subset")), ("pair", s.get("pair_id")), ("activity domain", s.get("activity_domain")),
+             ("referent complexity", s.get("referent_complexity")), ("difficulty", s.get("difficulty_tier")),
+             ("time gap", s.get("time_gap_bucket"))]
+    return {
+        "kind": "scenario", "record_id": s.get("scenario_id"), "question_type": None,
+        "turns": turns,
+        "target_context": s.get("target_context"), "change_type": s.get("change_type"),
+        "gold": [(name.replace("_", " "), list(gold.get(name) or [])) for name in GOLD_FIELDS],
+        "notes": s.get("notes"),
+        "repair": [(name, text) for name, text in (("named", s.get("turn_3_repair_prompt")),
+                                                   ("deictic", s.get("turn_3_repair_prompt_deictic"))) if text],
+        "facts": [(k, v) for k, v in facts if v not in (None, "")],
     }

@@ -228,7 +228,7 @@ def test_the_page_allows_only_its_own_script(app: Any) -> None:
 # --------------------------------------------------------------------------- escaping
 
 
-def test_item_text_is_escaped_in_mcq_and_digital_views(tmp_path: Path) -> None:
+def test_item_text_is_escaped_in_mcq_digital_and_scenario_views(tmp_path: Path) -> None:
     rows = [json.loads(x) for x in (FIX / "run_clean" / "tom.jsonl").read_text().splitlines()[:1]]
     rows[0]["visible"]["context"].append(f"04m:00s | C reads {XSS}")
     rows[0]["question"] = f"Which {XSS}?"
@@ -243,7 +243,9 @@ def test_item_text_is_escaped_in_mcq_and_digital_views(tmp_path: Path) -> None:
     dig = tmp_path / "dig"
     dig.mkdir()
     (dig / "digital.jsonl").write_text(json.dumps(bundle) + "\n")
-    for f in (folder, dig):
+    sc = scenario_folder(tmp_path / "sc", turn_1_image=f"A hand holds a tool {XSS}", notes=XSS,
+                         gold={**SCENARIO["gold"], "current_answers": [XSS, "hammer"]})
+    for f in (folder, dig, sc):
         items, _ = load_items(f)
         html = render(items[0])
         assert "<script" not in html and "<img" not in html and "onerror=\"" not in html
@@ -397,3 +399,98 @@ def test_an_egotom_csv_folder_shows_its_narrations_as_the_timeline(tmp_path: Pat
     html = render(items[0])
     assert '<li>00m:01s | C opens a door</li><li>00m:05s | C &lt;b&gt;sits&lt;/b&gt;</li>' in html
     assert "narrations_in_context" not in html and '<strong class="answer">B</strong>' in html
+
+
+# --------------------------------------------------------------------------- scenarios
+
+SCENARIO: dict[str, Any] = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "judge" / "scenarios.jsonl")
+                                      .read_text().splitlines()[0])
+
+
+def scenario_folder(folder: Path, *rows: dict[str, Any], **change: Any) -> Path:
+    """A scenarios run folder: ``scenarios.jsonl`` holding ``rows`` (default: the judge fixture's
+    first scenario with ``change``)."""
+    folder.mkdir(parents=True)
+    rows = rows or ({**SCENARIO, **change},)
+    (folder / "scenarios.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def candidate_and_privileged(html: str) -> tuple[str, str]:
+    at = html.index('<section class="privileged">')
+    return html[:at], html[at:]
+
+
+def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart(tmp_path: Path) -> None:
+    from generators.bank.identity import item_id_of, scenario_question_type
+
+    cross = {**SCENARIO, "scenario_id": "sc-02", "change_type": "cross_session_reference", "target_context": "prior",
+             "context_image": "A wall shelf with three glass jars of pale grains, lids screwed on."}
+    folder = scenario_folder(tmp_path / "run", SCENARIO, cross)
+    items, files = load_items(folder)
+    assert files == [folder / "scenarios.jsonl"]
+    assert [(it.kind, it.record_id, it.question_type) for it in items] == [
+        ("scenario", "sc-01", scenario_question_type(SCENARIO)), ("scenario", "sc-02", "cross_session_reference/prior")]
+    assert [it.item_id for it in items] == [item_id_of("scenario_record", r) for r in (SCENARIO, cross)]  # the bank's ids
+    seen, judge = candidate_and_privileged(render(items[0]))
+    # the runner's injection, turn by turn: the camera block, then the user's words
+    turns = re.findall(r'<h3>(Turn \d)</h3>\s*<div class="turn">\s*<p class="camera">\[Camera: (.*?)\]</p>'
+                       r'<p class="user">(.*?)</p>', seen)
+    assert turns == [("Turn 1", SCENARIO["turn_1_image"], SCENARIO["turn_1_user"].replace("'", "&#39;")),
+                     ("Turn 2", SCENARIO["turn_2_image"], SCENARIO["turn_2_user"].replace("'", "&#39;"))]
+    assert "Before the conversation" not in seen
+    # nothing of the judge's side before the reveal: target, shift type, gold terms, notes, repair
+    for hidden in (SCENARIO["target_context"], SCENARIO["change_type"], *SCENARIO["gold"]["current_answers"],
+                   *SCENARIO["gold"]["prior_answers"], SCENARIO["turn_3_repair_prompt"]):
+        assert hidden.replace("'", "&#39;") not in seen
+    assert f'<strong class="target">{SCENARIO["target_context"]}</strong>' in judge
+    assert f'<strong class="change">{SCENARIO["change_type"]}</strong>' in judge
+    for name in ("current answers", "prior answers", "clarify indicators", "abstain indicators"):
+        assert f"<h4>{name}</h4>" in judge
+    assert all(f"<li>{t}</li>" in judge for t in SCENARIO["gold"]["current_answers"])
+    seen2, _ = candidate_and_privileged(render(items[1]))
+    assert re.search(r"<h3>Before the conversation</h3>\s*<div class=\"turn\">\s*<p class=\"camera\">\[Camera: A wall "
+                     r"shelf[^<]*\]</p>\s*</div>\s*<h3>Turn 1</h3>", seen2)
+
+
+def test_scenarios_are_rated_with_the_scenario_rubric_and_their_type_is_privileged(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    folder = scenario_folder(tmp_path / "run")
+    data = plan(ReviewConfig(input=str(folder), reviewer="alice", cache_dir=None)).data
+    rubric = data.rubrics["scenario"]
+    assert list(data.rubrics) == ["scenario"] and rubric.name == "scenario-checklist" and rubric.kinds == ["scenario"]
+    assert [f.key for f in rubric.fields] == ["speech_deictic", "camera_identifiable", "camera_neutral",
+                                              "shift_implicit", "target_right", "gold_usable"]
+    session = Session(folder, data.items, "alice", data.rubrics)
+    client = TestClient(make_app(session), base_url="http://127.0.0.1")
+    listed = client.get("/api/items", headers={TOKEN_HEADER: session.token}).json()["items"]
+    assert listed[0]["kind"] == "scenario" and listed[0]["type_privileged"] is True
+    ok = client.post("/api/label", json={"item_id": data.items[0].item_id, "scores": {"camera_identifiable": 3},
+                                         "decision": "accept"}, headers={TOKEN_HEADER: session.token})
+    assert ok.status_code == 200 and ok.json()["label"]["rubric"] == "scenario-checklist"
+    bad = client.post("/api/label", json={"item_id": data.items[0].item_id, "scores": {"inferable": 1}},
+                      headers={TOKEN_HEADER: session.token})
+    assert bad.status_code == 400 and "not a field of rubric scenario-checklist" in bad.json()["error"]
+
+
+def test_egotom_items_match_findings_by_the_mcq_id(tmp_path: Path) -> None:
+    """An EgoToM row's record id is its cuid, but the audit names it ``goal:<cuid>`` (gen's MCQ
+    reader): both names find it."""
+    import polars as pl
+
+    from gen.mcq import egotom_columns
+
+    folder = tmp_path / "egotom"
+    folder.mkdir()
+    cols = egotom_columns("goal")
+    row = {"vuid": "v1", "cuid": "v1~pass_1~0-9", "narrations_in_context": "00m:01s | C opens a door",
+           "gt_goal": "To rest", "goal_choice_a": "To cook", "goal_choice_b": "To rest", "goal_choice_c": "To leave",
+           "clip_start_time": "0", "clip_end_time": "9"}
+    pl.DataFrame([row], schema=dict.fromkeys(cols, pl.String)).write_csv(folder / "egotom_goal_shuffled.csv")
+    (folder / "audit.jsonl").write_text(json.dumps({
+        "check": "length", "check_id": 4, "kind": "longest_answer", "severity": "warning", "what": "longest",
+        "items": ["goal:v1~pass_1~0-9"], "fields": []}) + "\n")
+    data = plan(ReviewConfig(input=str(folder), reviewer="al", cache_dir=None)).data
+    assert data.items[0].record_id == "v1~pass_1~0-9"
+    assert len(data.items[0].findings) == 1
