@@ -45,6 +45,7 @@ from generators.review.labels import (
     latest,
     read_labels,
 )
+from generators.review.results import Results, attach_results, find_results
 from schemas.review import (
     DECISIONS,
     REVIEWER,
@@ -74,6 +75,14 @@ class ReviewConfig(CommonConfig):
     findings: str | None = None
     """An audit run folder (or its audit.jsonl) whose findings are shown with the items they name
     (default: the run folder's own audit.jsonl or audit/audit.jsonl, if any)."""
+    nocontext: str | None = None
+    """A nocontext run folder (or its nocontext.jsonl): what the blind models answered, per item
+    (right in k of n shuffles, per model), on the privileged side (default: the reviewed folder's
+    own nocontext.jsonl, when it is a nocontext run)."""
+    judge: str | None = None
+    """A judge kind=distractor_validity run folder (or its judge.jsonl): each option's score per
+    judge, and the flag, on the privileged side (default: the reviewed folder's own judge.jsonl of
+    that kind, if any)."""
 
     @model_validator(mode="after")
     def _check(self) -> ReviewConfig:
@@ -91,6 +100,8 @@ class ReviewPlan:
     files: list[Path]
     rubrics: dict[str, Rubric]
     findings: Path | None
+    results: Results
+    """The nocontext and judge runs shown (:mod:`.results`)."""
     labels: dict[str, list[ReviewLabel]]
     labelled: list[str]
     """Item ids some reviewer labelled (summary's record indices)."""
@@ -108,11 +119,13 @@ def plan(cfg: ReviewConfig) -> Plan:
     findings = find_findings(folder, cfg.findings)
     if findings is not None:
         attach_findings(items, read_findings(findings))
+    results = find_results(folder, cfg.nocontext, cfg.judge)
+    attach_results(items, results)
     labels = read_labels(folder)
     order = {it.item_id: it.index for it in items}
     labelled = sorted({lab.item_id for ls in labels.values() for lab in ls},
                       key=lambda i: (order.get(i, len(order)), i))
-    data = ReviewPlan(folder, items, files, rubrics, findings, labels, labelled)
+    data = ReviewPlan(folder, items, files, rubrics, findings, results, labels, labelled)
     if cfg.action == "summary":
         if not labelled:
             raise MissingInputError(f"input: {folder}/{REVIEWS} holds no labels yet "
@@ -125,7 +138,7 @@ def plan(cfg: ReviewConfig) -> Plan:
 def review(cfg: ReviewConfig, ctx: RunContext) -> Iterator[Any]:
     """Review items in a local web page (labels to reviews/<reviewer>.jsonl); summary: agreement."""
     data: ReviewPlan = ctx.plan.data
-    for f in data.files + ([data.findings] if data.findings else []):
+    for f in data.files + ([data.findings] if data.findings else []) + data.results.files():
         ctx.record_input(f)
     if cfg.action == "summary":
         yield from summary(data, ctx)
@@ -143,8 +156,13 @@ def serve(cfg: ReviewConfig, data: ReviewPlan, ctx: RunContext) -> Iterator[Revi
     session = Session(data.folder, data.items, cfg.reviewer, data.rubrics)
     server = Server(session, cfg.port).start()
     where = label_file(data.folder, cfg.reviewer)
+    shown = [f"{sum(bool(getattr(it, k)) for it in data.items)} items with {what} ({path})"
+             for k, what, path in (("findings", "audit findings", data.findings),
+                                   ("blind", "nocontext answers", data.results.nocontext),
+                                   ("judged", "judge scores", data.results.judge)) if path is not None]
     print(f"review: {len(data.items)} items of {data.folder} as {cfg.reviewer}; labels go to {where}\n"
-          f"open {server.url}\n(Ctrl-C stops the server)", flush=True)
+          + "".join(f"review: {line}\n" for line in shown)
+          + f"open {server.url}\n(Ctrl-C stops the server)", flush=True)
     server.wait()
     last, changes = latest(read_labels(data.folder).get(cfg.reviewer, []))
     decisions: Counter[str] = Counter()

@@ -23,7 +23,9 @@ from gen.errors import ConfigError, InputError
 from gen.paths import PROMPTS, UnsafePathError, inside
 from gen.run import iter_jsonl, read_yaml_model
 from schemas.audit import FindingRecord
+from schemas.judge import ValidityRecord
 from schemas.mcq import LETTERS, MCQ
+from schemas.nocontext import NocontextRecord
 from schemas.review import Rubric
 
 TEMPLATES = PROMPTS / "review"
@@ -48,6 +50,18 @@ class ReviewItem:
     scenario: dict[str, Any] | None = None
     """A scenario record (the released schema: :class:`schemas.scenarios.ScenarioRecord`)."""
     findings: list[FindingRecord] = field(default_factory=list)
+    blind: list[NocontextRecord] = field(default_factory=list)
+    """A nocontext run's screening of this item (:mod:`.results`)."""
+    judged: list[ValidityRecord] = field(default_factory=list)
+    """A distractor_validity judge run's option scores of this item (:mod:`.results`)."""
+    judge_primary: str | None = None
+    """That judge run's primary judge (whose flag counts)."""
+
+    def flags(self) -> int:
+        """Audit findings naming the item, plus 1 when the primary judge flagged it (a wrong option
+        scored at least the answer): what the page's "flagged" filter counts."""
+        judged = any(r.flagged.get(self.judge_primary or "") for r in self.judged)
+        return len(self.findings) + int(judged)
 
     def names(self) -> set[str]:
         """The ids other runs name this item by: its record id and, for an MCQ, the id gen's MCQ
@@ -76,7 +90,13 @@ def load_items(folder: Path) -> tuple[list[ReviewItem], list[Path]]:
 
     if not folder.is_dir():
         raise ConfigError(f"input: {folder} is not a folder; review reads a run folder (labels go to its reviews/)")
-    files = batch_files(folder)
+    try:
+        files = batch_files(folder)
+    except InputError:
+        if (folder / "judge.jsonl").is_file():
+            raise InputError(f"input: {folder} holds judge results, not items: review the bank the judge read, "
+                             f"with judge={folder} to show its scores") from None
+        raise
     items = [make_item(i, it.fmt, it.record, it.item_id, it.source_item_id, it.question_type)
              for i, it in enumerate(load_batch(files))]
     return items, [f for f, _, _ in files]
@@ -176,9 +196,12 @@ def render(item: ReviewItem) -> str:
     if _ENV is None:
         _ENV = _environment()
     view = {"mcq": mcq_view, "digital": digital_view, "scenario": scenario_view}[item.kind](item)
+    from generators.review.results import blind_view, validity_view
+
     findings = [{"severity": f.severity, "check": f.check, "what": f.what, "fields": ", ".join(f.fields)}
                 for f in item.findings]
-    return _ENV.get_template("item.html.jinja").render(item=view, findings=findings)
+    return _ENV.get_template("item.html.jinja").render(item=view, findings=findings, blind=blind_view(item),
+                                                       validity=validity_view(item))
 
 
 def mcq_view(item: ReviewItem) -> dict[str, Any]:

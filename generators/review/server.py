@@ -148,7 +148,7 @@ def make_app(session: Session) -> Any:
             "rubrics": {k: r.model_dump(mode="json") for k, r in session.rubrics.items()},
             "items": [{"index": it.index, "item_id": it.item_id, "record_id": it.record_id, "kind": it.kind,
                        "question_type": it.question_type, "type_privileged": it.kind == "scenario",
-                       "flagged": len(it.findings),
+                       "flagged": it.flags(),
                        "label": (session.mine[it.item_id].model_dump(mode="json")
                                  if it.item_id in session.mine else None),
                        "others": others.get(it.item_id, {})} for it in session.items],

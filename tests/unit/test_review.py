@@ -474,9 +474,130 @@ def test_scenarios_are_rated_with_the_scenario_rubric_and_their_type_is_privileg
     assert bad.status_code == 400 and "not a field of rubric scenario-checklist" in bad.json()["error"]
 
 
-def test_egotom_items_match_findings_by_the_mcq_id(tmp_path: Path) -> None:
-    """An EgoToM row's record id is its cuid, but the audit names it ``goal:<cuid>`` (gen's MCQ
-    reader): both names find it."""
+# --------------------------------------------------------------------------- nocontext and judge results
+
+
+def blind_record(item_id: str, correct: dict[str, list[int]], *, n_options: int = 3, answer: int = 0,
+                 kept: bool = True) -> dict[str, Any]:
+    """A nocontext record: per model, the option it chose on each shuffle."""
+    from schemas.nocontext import NocontextRecord
+
+    answers = {m: [{"shuffle": k, "order": list(range(n_options)), "raw": f"Answer: {'abc'[c]}", "letter": "abc"[c],
+                    "choice": c, "correct": c == answer} for k, c in enumerate(cs)] for m, cs in correct.items()}
+    return NocontextRecord(item_id=item_id, question_type="goal", source="/runs/tom/tom.jsonl", line=4,
+                           n_options=n_options, answer=answer, kept=kept, removed_by=[] if kept else ["max_correct"],
+                           shuffles=3, correct={m: sum(c == answer for c in cs) for m, cs in correct.items()},
+                           unparseable={m: 0 for m in correct}, answers=answers).model_dump(mode="json")
+
+
+def judged_record(item_id: str, scores: dict[str, list[int | None]], *, answer: int = 0) -> dict[str, Any]:
+    from generators.judge.validity import flags
+    from schemas.judge import Judgment, ValidityRecord
+
+    js = {j: [Judgment(score=s, normalised=None if s is None else s / 2, followed=s is not None,
+                       problem=None if s is not None else "no_score_tag", raw=f"<score>{s}</score>") for s in ss]
+          for j, ss in scores.items()}
+    fl = {j: flags(v, answer) for j, v in js.items()}
+    return ValidityRecord(item_id=item_id, question_type="goal", source="tom.jsonl", answer=answer,
+                          n_options=len(next(iter(scores.values()))), scores=js,
+                          flagged={j: f[0] for j, f in fl.items()},
+                          flagged_options={j: f[1] for j, f in fl.items()}).model_dump(mode="json")
+
+
+def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_nocontext_run_shows_what_the_blind_models_answered(tmp_path: Path) -> None:
+    """A nocontext run folder reviewed: its kept items, each with every model's right-in-k-of-n
+    and the options it chose, on the privileged side only."""
+    run_dir = tmp_path / "nc"
+    rows = [json.loads(x) for x in (FIX / "run_clean" / "tom.jsonl").read_text().splitlines()[:3]]
+    jsonl(run_dir / "kept" / "tom.jsonl", rows)
+    jsonl(run_dir / "nocontext.jsonl", [blind_record("goal-000", {"smollm2": [0, 0, 2], "qwen": [1, 1, 1]}),
+                                        blind_record("goal-001", {"smollm2": [1, 1, 1]}, answer=1),
+                                        blind_record("goal-009", {"smollm2": [0, 0, 0]}, kept=False)])
+    data = plan(ReviewConfig(input=str(run_dir), reviewer="al", cache_dir=None)).data
+    assert data.results.nocontext == run_dir / "nocontext.jsonl"
+    assert [len(it.blind) for it in data.items] == [1, 1, 0]
+    seen, hidden = candidate_and_privileged(render(data.items[0]))
+    assert "nocontext" not in seen and "smollm2" not in seen
+    table = re.findall(r"<tr><td>(\w+)</td><td>(\d+ of \d+)</td><td>([A-C?, ]*)</td><td>(\d+)</td></tr>", hidden)
+    assert table == [("qwen", "0 of 3", "B, B, B", "0"), ("smollm2", "2 of 3", "A, A, C", "0")]
+    assert "kept · tom.jsonl:5 · chance: right in 1.0 of the shuffles" in hidden
+    assert "another version" not in hidden
+    # nocontext= names a run for another folder; a record with other options is shown as such
+    other = copy_run(FIX / "run_clean", tmp_path / "run")
+    jsonl(tmp_path / "nc2" / "nocontext.jsonl", [blind_record("goal-002", {"m": [0, 1, 2]}, n_options=4)])
+    data = plan(ReviewConfig(input=str(other), nocontext=str(tmp_path / "nc2"), reviewer="al", cache_dir=None)).data
+    assert [i for i, it in enumerate(data.items) if it.blind] == [2]
+    assert ("this nocontext record has 4 options and answer A; the item has 3 and answer C: it was made from "
+            "another version of the item") in render(data.items[2])
+
+
+def test_a_judge_run_shows_each_options_score_and_flags_the_item(tmp_path: Path) -> None:
+    folder = copy_run(FIX / "run_clean", tmp_path / "run")
+    judge = tmp_path / "judge"
+    jsonl(judge / "judge.jsonl", [judged_record("goal-000", {"big": [2, 0, 1], "small": [1, 1, None]}),
+                                  judged_record("goal-001", {"big": [0, 2, 2], "small": [0, 2, 0]}, answer=1)])
+    (judge / "manifest.json").write_text(json.dumps({"generator": "judge", "judge": {
+        "kind": "distractor_validity", "judge_label": "big"}}))
+    data = plan(ReviewConfig(input=str(folder), judge=str(judge), reviewer="al", cache_dir=None)).data
+    assert data.results.judge_primary == "big"
+    assert [it.flags() for it in data.items[:3]] == [0, 1, 0]  # goal-001: option C scored as high as the answer
+    seen, hidden = candidate_and_privileged(render(data.items[1]))
+    assert "judge" not in seen.lower()
+    assert "<th>big (primary)</th><th>small</th>" in hidden
+    rows = re.findall(r'<tr class="([^"]*)"><td>([A-C])( \(answer\))?</td><td>([^<]*)</td><td>([^<]*)</td></tr>', hidden)
+    assert rows == [("", "A", "", "0", "0"), ("is-answer", "B", " (answer)", "2", "2"), (" flagged", "C", "", "2", "0")]
+    assert "big: <strong class=\"sev-warning\">flagged</strong>: C scored at least the answer" in hidden
+    assert "small: not flagged" in hidden
+    first = render(data.items[0])  # flagged by the second judge only: shown, not counted
+    assert "<td>– (no_score_tag)</td>" in first and "big: not flagged" in first
+    assert "small: <strong class=\"sev-warning\">flagged</strong>: B scored at least the answer" in first
+    # the page's "flagged" filter counts it
+    from starlette.testclient import TestClient
+
+    session = Session(folder, data.items, "al", data.rubrics)
+    listed = TestClient(make_app(session), base_url="http://127.0.0.1").get(
+        "/api/items", headers={TOKEN_HEADER: session.token}).json()["items"]
+    assert [it["flagged"] for it in listed[:3]] == [0, 1, 0]
+
+
+def test_judge_and_nocontext_results_that_do_not_fit_are_one_line_errors(tmp_path: Path) -> None:
+    folder = copy_run(FIX / "run_clean", tmp_path / "run")
+    judge = tmp_path / "judge"
+    jsonl(judge / "judge.jsonl", [judged_record("goal-000", {"big": [2, 0, 1]})])
+    (judge / "manifest.json").write_text(json.dumps({"generator": "judge", "judge": {"kind": "context"}}))
+    with pytest.raises(InputError, match=r"manifest.json: judge: not a judge run of kind distractor_validity"):
+        plan(ReviewConfig(input=str(folder), judge=str(judge), cache_dir=None))
+    (judge / "manifest.json").unlink()
+    bad = judged_record("goal-000", {"big": [2, 0, 1]})
+    bad["scores"]["big"].pop()
+    jsonl(judge / "judge.jsonl", [judged_record("goal-001", {"big": [2, 0, 1]}), bad])
+    with pytest.raises(InputError, match=rf"^{re.escape(str(judge / 'judge.jsonl'))}:2: scores.big: 2 judgments for 3 options$"):
+        plan(ReviewConfig(input=str(folder), judge=str(judge), cache_dir=None))
+    jsonl(judge / "judge.jsonl", [judged_record("goal-000", {"a": [2, 0, 1]}), judged_record("goal-001", {"b": [2, 0, 1]})])
+    with pytest.raises(InputError, match="records of several judges"):
+        plan(ReviewConfig(input=str(folder), judge=str(judge), cache_dir=None))
+    nc = jsonl(tmp_path / "nc" / "nocontext.jsonl", [{**blind_record("goal-000", {"m": [0, 0, 0]}), "correct": {"m": 7}}])
+    with pytest.raises(InputError, match=rf"^{re.escape(str(nc))}:1: correct.m: 7 is not 0-3$"):
+        plan(ReviewConfig(input=str(folder), nocontext=str(nc), cache_dir=None))
+    jsonl(nc, [{k: v for k, v in blind_record("goal-000", {"m": [0, 0, 0]}).items() if k != "answers"}])
+    with pytest.raises(InputError, match=rf"^{re.escape(str(nc))}:1: answers: Field required$"):
+        plan(ReviewConfig(input=str(folder), nocontext=str(nc), cache_dir=None))
+    with pytest.raises(MissingInputError, match="nocontext: .* not found"):
+        plan(ReviewConfig(input=str(folder), nocontext=str(tmp_path), cache_dir=None))
+    # a judge run given as input= holds no items: the message says what to do
+    with pytest.raises(InputError, match=r"holds judge results, not items: review the bank the judge read, with judge="):
+        plan(ReviewConfig(input=str(judge), cache_dir=None))
+
+
+def test_egotom_items_match_results_and_findings_by_the_mcq_id(tmp_path: Path) -> None:
+    """An EgoToM row's record id is its cuid, but nocontext, judge and audit name it ``goal:<cuid>``
+    (gen's MCQ reader): both names find it."""
     import polars as pl
 
     from gen.mcq import egotom_columns
@@ -491,6 +612,7 @@ def test_egotom_items_match_findings_by_the_mcq_id(tmp_path: Path) -> None:
     (folder / "audit.jsonl").write_text(json.dumps({
         "check": "length", "check_id": 4, "kind": "longest_answer", "severity": "warning", "what": "longest",
         "items": ["goal:v1~pass_1~0-9"], "fields": []}) + "\n")
+    jsonl(folder / "nocontext.jsonl", [blind_record("goal:v1~pass_1~0-9", {"m": [1, 1, 0]}, answer=1)])
     data = plan(ReviewConfig(input=str(folder), reviewer="al", cache_dir=None)).data
     assert data.items[0].record_id == "v1~pass_1~0-9"
-    assert len(data.items[0].findings) == 1
+    assert (len(data.items[0].findings), len(data.items[0].blind)) == (1, 1)
