@@ -1,11 +1,13 @@
-"""Human review of generated items in the browser: ``python -m gen review input=<run folder>``.
+"""Human review of generated items in the browser: ``python -m gen review input=<run folder | bank>``.
 
 ``review`` (action ``serve``) starts a local web app on 127.0.0.1 (:mod:`.server`), prints its
 address with a per-session token, and serves until Ctrl-C: one item at a time as the candidate
-sees it (:mod:`.items`), a toggle for the privileged side and the audit's findings, a rubric per
-item kind (``prompts/review/<kind>.yaml`` or ``rubric=``), accept / reject / needs-edit and a note,
-all by keyboard. Every change is appended to ``<run folder>/reviews/<reviewer>.jsonl``
-(:mod:`.labels`). When the server stops, the run writes one :class:`ReviewStatusRecord` per item.
+sees it (:mod:`.items`: MCQs, digital bundles, context-tracking scenarios), a toggle for the
+privileged side with the audit's findings and the nocontext and judge results (:mod:`.results`), a
+rubric per item kind (``prompts/review/<kind>.yaml`` or ``rubric=``), accept / reject / needs-edit
+and a note, all by keyboard. Every change is appended to ``<folder>/reviews/<reviewer>.jsonl``
+(:mod:`.labels`); for a bank, its review area ``<bank>/reviews/`` beside the immutable versions.
+When the server stops, the run writes one :class:`ReviewStatusRecord` per item.
 
 ``review summary`` reads every reviewer's labels and reports per-reviewer counts, agreement
 (Cohen's kappa for two reviewers, Fleiss' for more, per rubric field and for the decision;
@@ -74,7 +76,8 @@ class ReviewConfig(CommonConfig):
     """serve: the port on 127.0.0.1 (null: a free one). The server never listens elsewhere."""
     findings: str | None = None
     """An audit run folder (or its audit.jsonl) whose findings are shown with the items they name
-    (default: the run folder's own audit.jsonl or audit/audit.jsonl, if any)."""
+    (default: the run folder's own audit.jsonl or audit/audit.jsonl, if any; for a bank, the audit
+    of every version up to the reviewed one)."""
     nocontext: str | None = None
     """A nocontext run folder (or its nocontext.jsonl): what the blind models answered, per item
     (right in k of n shuffles, per model), on the privileged side (default: the reviewed folder's
@@ -83,6 +86,9 @@ class ReviewConfig(CommonConfig):
     """A judge kind=distractor_validity run folder (or its judge.jsonl): each option's score per
     judge, and the flag, on the privileged side (default: the reviewed folder's own judge.jsonl of
     that kind, if any)."""
+    version: int | None = Field(None, ge=1)
+    """input=<bank folder>: review this version's items (null: the current version). Labels go to
+    the bank's reviews/, outside its versions."""
 
     @model_validator(mode="after")
     def _check(self) -> ReviewConfig:
@@ -99,7 +105,8 @@ class ReviewPlan:
     items: list[ReviewItem]
     files: list[Path]
     rubrics: dict[str, Rubric]
-    findings: Path | None
+    findings: list[Path]
+    """The audit files whose findings are shown."""
     results: Results
     """The nocontext and judge runs shown (:mod:`.results`)."""
     labels: dict[str, list[ReviewLabel]]
@@ -112,13 +119,13 @@ def plan(cfg: ReviewConfig) -> Plan:
     summary one per labelled item."""
     folder = cfg.input_path()
     assert folder is not None
-    items, files = load_items(folder)
+    items, files = load_items(folder, cfg.version)
     if not items:
         raise InputError(f"input: {', '.join(map(str, files))} holds no items")
     rubrics = rubrics_for(items, cfg.rubric)
-    findings = find_findings(folder, cfg.findings)
-    if findings is not None:
-        attach_findings(items, read_findings(findings))
+    findings = find_findings(folder, cfg.findings, cfg.version)
+    for path in findings:
+        attach_findings(items, read_findings(path))
     results = find_results(folder, cfg.nocontext, cfg.judge)
     attach_results(items, results)
     labels = read_labels(folder)
@@ -138,7 +145,7 @@ def plan(cfg: ReviewConfig) -> Plan:
 def review(cfg: ReviewConfig, ctx: RunContext) -> Iterator[Any]:
     """Review items in a local web page (labels to reviews/<reviewer>.jsonl); summary: agreement."""
     data: ReviewPlan = ctx.plan.data
-    for f in data.files + ([data.findings] if data.findings else []) + data.results.files():
+    for f in data.files + data.findings + data.results.files():
         ctx.record_input(f)
     if cfg.action == "summary":
         yield from summary(data, ctx)
@@ -157,7 +164,7 @@ def serve(cfg: ReviewConfig, data: ReviewPlan, ctx: RunContext) -> Iterator[Revi
     server = Server(session, cfg.port).start()
     where = label_file(data.folder, cfg.reviewer)
     shown = [f"{sum(bool(getattr(it, k)) for it in data.items)} items with {what} ({path})"
-             for k, what, path in (("findings", "audit findings", data.findings),
+             for k, what, path in (("findings", "audit findings", ", ".join(map(str, data.findings)) or None),
                                    ("blind", "nocontext answers", data.results.nocontext),
                                    ("judged", "judge scores", data.results.judge)) if path is not None]
     print(f"review: {len(data.items)} items of {data.folder} as {cfg.reviewer}; labels go to {where}\n"

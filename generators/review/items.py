@@ -3,7 +3,8 @@ each item rendered as HTML the way the candidate sees it (privileged side apart)
 
 Items: an MCQ run folder (``tom``, ``distractors``, a ``nocontext`` run's kept items, ``mcq.jsonl``,
 EgoToM CSVs), a ``digital`` run folder (bundles) or a ``scenarios`` run folder (or any scenario bank
-in the context benchmark's released schema), read as ``bank add`` reads them. An item's id
+in the context benchmark's released schema), read as ``bank add`` reads them, or a bank's version
+(:func:`load_bank_items`). An item's id
 is its content hash, the bank's (:mod:`generators.bank.identity`), so labels follow an item into a
 bank (``bank add require_review=k``) and survive a rerun that writes the same item. Rendering goes through Jinja with autoescaping on:
 every text from an item is escaped, a ``<script>`` in a narration is text.
@@ -19,9 +20,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gen.errors import ConfigError, InputError
+from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import PROMPTS, UnsafePathError, inside
 from gen.run import iter_jsonl, read_yaml_model
+from generators.review.labels import REVIEWS
 from schemas.audit import FindingRecord
 from schemas.judge import ValidityRecord
 from schemas.mcq import LETTERS, MCQ
@@ -83,13 +85,22 @@ def make_item(index: int, fmt: str, record: dict[str, Any], item_id: str, source
     return ReviewItem(index, item_id, source_item_id or q.item_id, "mcq", q.question_type, mcq=q)
 
 
-def load_items(folder: Path) -> tuple[list[ReviewItem], list[Path]]:
+def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewItem], list[Path]]:
     """The items of a run folder and the files they came from, read as ``bank add`` reads a
-    batch (:func:`generators.bank.add.load_batch`), so an item's id here is its id in a bank."""
+    batch (:func:`generators.bank.add.load_batch`), so an item's id here is its id in a bank; or
+    the items of a bank's version (:func:`load_bank_items`)."""
     from generators.bank.add import batch_files, load_batch
+    from generators.bank.store import LOCK, VERSIONS
 
     if not folder.is_dir():
-        raise ConfigError(f"input: {folder} is not a folder; review reads a run folder (labels go to its reviews/)")
+        raise ConfigError(f"input: {folder} is not a folder; review reads a run folder or a bank (labels go to its reviews/)")
+    if is_bank(folder):
+        return load_bank_items(folder, version)
+    if version is not None:
+        raise ConfigError(f"version={version} is for input=<bank folder>; {folder} is not a bank")
+    if (folder / LOCK).is_file() and folder.parent.name == VERSIONS:
+        raise ConfigError(f"input: {folder} is a version folder of the bank {folder.parent.parent}; review it as "
+                          f"input={folder.parent.parent} version=N (labels go to the bank's {REVIEWS}/)")
     try:
         files = batch_files(folder)
     except InputError:
@@ -102,24 +113,75 @@ def load_items(folder: Path) -> tuple[list[ReviewItem], list[Path]]:
     return items, [f for f, _, _ in files]
 
 
-def find_findings(folder: Path, given: str | None) -> Path | None:
+def is_bank(folder: Path) -> bool:
+    """Whether ``folder`` is a bank (``bank add`` made it: a ``current`` pointer or ``versions/``)."""
+    from generators.bank.store import CURRENT, VERSIONS
+
+    return (folder / CURRENT).is_symlink() or (folder / CURRENT).exists() or (folder / VERSIONS).is_dir()
+
+
+def load_bank_items(root: Path, version: int | None) -> tuple[list[ReviewItem], list[Path]]:
+    """The items of a bank's version (``version``, else the current one), in the bank's order
+    (kinds as :data:`~generators.bank.identity.KINDS`, rows as stored), and the files read (the
+    version's lock first). The bank is verified first, as ``bank export`` does: labels are given
+    to content ids, and a bank that does not verify may hold rows whose id is not their content's
+    (:class:`~generators.bank.verify.DriftError`, exit code 1, naming the first problem's file)."""
+    from generators.bank.identity import KINDS
+    from generators.bank.store import LOCK, label, read_kind, read_pointer, version_dir
+    from generators.bank.verify import DriftError, verify_bank
+
+    current = read_pointer(root)
+    if current is None:
+        raise MissingInputError(f"input: the bank {root} has no released version yet "
+                                f"(python -m gen bank add bank={root} input=<run folder> makes one)")
+    target = version or current
+    if target > current:
+        raise ConfigError(f"version={target}, but the bank {root} is at {label(current)}")
+    _, checks, _ = verify_bank(root, target)
+    problems = [p for c in checks for p in c.problems]
+    if problems:
+        p = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise DriftError(f"input: bank {root} {label(target)} does not verify, nothing to review: {root}/{p.path}: "
+                         f"{p.reason}: {p.detail}{more}; python -m gen bank verify bank={root} lists every problem")
+    folder = version_dir(root, target)
+    items: list[ReviewItem] = []
+    files = [folder / LOCK]
+    for kind in KINDS:
+        path = folder / f"{kind}.parquet"
+        if not path.is_file():
+            continue
+        files.append(path)
+        rows = read_kind(path).select("item_id", "source_format", "source_item_id", "question_type", "record")
+        for item_id, fmt, source_item_id, question_type, record in rows.iter_rows():
+            items.append(make_item(len(items), fmt, json.loads(record), item_id, source_item_id or None, question_type))
+    return items, files
+
+
+def find_findings(folder: Path, given: str | None, version: int | None = None) -> list[Path]:
     """The audit findings to show: ``findings=`` (an audit run folder or its audit.jsonl), else
-    the run folder's own audit.jsonl if it has one."""
+    the run folder's own audit.jsonl if it has one; for a bank, the audit of the batch each version
+    up to the reviewed one added (``versions/vNNNN/audit/audit.jsonl``)."""
     if given is not None:
         path = Path(given).expanduser()
         if path.is_dir():
             path = path / "audit.jsonl"
         if not path.is_file():
             raise InputError(f"findings: {path} not found (an audit run folder or its audit.jsonl)")
-        return path
+        return [path]
+    if is_bank(folder):
+        from generators.bank.store import read_pointer, version_dir
+
+        target = version or read_pointer(folder) or 0
+        return [p for v in range(1, target + 1) if (p := version_dir(folder, v) / "audit" / "audit.jsonl").is_file()]
     for name in AUDIT_FILES:
         try:
             path = inside(folder, name, what="audit file")
         except UnsafePathError:
             continue
         if path.is_file():
-            return path
-    return None
+            return [path]
+    return []
 
 
 def read_findings(path: Path) -> list[FindingRecord]:

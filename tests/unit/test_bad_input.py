@@ -379,6 +379,8 @@ READERS = [
                          _text(d / "j" / "manifest.json", json.dumps({"generator": "judge", "judge": {
                              "kind": "distractor_validity", "judge_label": "big"}})))[2],
            lambda d: review_rendered(input=str(d), judge=str(d / "j"))),
+    Reader("review a bank's version", "parquet", lambda d, a: bank_copy(d, a),
+           lambda d: review_rendered(input=str(d / "bank"))),
     Reader("distractors digital= run (goal-conditioned bundles)", "jsonl",
            lambda d, a: (_text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)),
                          _text(d / "digital.jsonl", BUNDLE_GOALS))[1],
@@ -436,6 +438,25 @@ def review_rendered(**options: Any) -> list[str]:
     from generators.review.items import render
 
     return [render(it) for it in plan_of("review", **options).data.items]
+
+
+def bank_copy(folder: Path, assets: SimpleNamespace) -> Path:
+    """A one-version bank of two run_clean MCQs (added once per module, with the real audit's
+    structure check) copied into ``folder/bank``; its data file. Any change to it is drift (the
+    lock holds its SHA-256): review refuses the bank naming the file, as bank export does."""
+    from generators.bank import BankConfig
+
+    if not hasattr(assets, "bank"):
+        src = assets.root / "bank_src"
+        (src / "run").mkdir(parents=True)
+        _text(src / "run" / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2))
+        cfg = BankConfig(action="add", bank=str(src / "bank"), input=str(src / "run"), near_dup_sim=None,
+                         fail_on="never", audit_options={"checks": ["structure"], "embeddings": False},
+                         cache_dir=None, progress="off")
+        assert run("bank", cfg, src / "out", quiet=True).accepted == 2
+        assets.bank = src / "bank"
+    shutil.copytree(assets.bank, folder / "bank", symlinks=True)  # current is a symlink
+    return folder / "bank" / "versions" / "v0001" / "tom.parquet"
 
 
 def review_labels(folder: Path) -> Path:

@@ -616,3 +616,102 @@ def test_egotom_items_match_results_and_findings_by_the_mcq_id(tmp_path: Path) -
     data = plan(ReviewConfig(input=str(folder), reviewer="al", cache_dir=None)).data
     assert data.items[0].record_id == "v1~pass_1~0-9"
     assert (len(data.items[0].findings), len(data.items[0].blind)) == (1, 1)
+
+
+# --------------------------------------------------------------------------- a bank
+
+
+@pytest.fixture()
+def bank(tmp_path: Path) -> Any:
+    """A bank of three versions: v1 three MCQs (their batch's audit names the second), v2 two
+    scenarios, v3 one more MCQ. Added with a stand-in audit that reports planted findings (as test_bank)."""
+    from test_bank import REGISTRY, Bank, Generator, StandInAuditConfig, _standin, mcq, run_folder
+
+    def standin(cfg: StandInAuditConfig, ctx: Any) -> Any:
+        from schemas.audit import FindingRecord
+
+        for _ in _standin(cfg, ctx):  # audit.json; the findings are the records (audit.jsonl)
+            yield [FindingRecord.model_validate(f) for f in cfg.findings]
+
+    real = REGISTRY.get("audit")
+    REGISTRY["audit"] = Generator("audit", standin, StandInAuditConfig, "audit stand-in")
+    try:
+        b = Bank(tmp_path)
+        records = [mcq(i) for i in range(4)]
+        finding = {"check": "length", "check_id": 4, "kind": "longest_answer", "severity": "warning",
+                   "what": "the answer is the longest option", "items": [records[1]["item_id"]], "fields": []}
+        assert b.add(run_folder(tmp_path / "tom_a", records[:3]), audit_options={"findings": [finding]})[0].accepted == 3
+        scenarios = scenario_folder(tmp_path / "sc", SCENARIO, {**SCENARIO, "scenario_id": "sc-02",
+                                                                  "turn_2_user": "And is the angle okay?"})
+        assert b.add(scenarios, near_dup_sim=None)[0].accepted == 2
+        assert b.add(run_folder(tmp_path / "tom_b", records[3:]))[0].accepted == 1
+        b.records = records  # type: ignore[attr-defined]
+        yield b
+    finally:
+        if real is not None:
+            REGISTRY["audit"] = real
+
+
+def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(bank: Any, tmp_path: Path) -> None:
+    from generators.bank.store import LOCK, version_dir
+    from generators.bank.verify import verify_bank
+
+    data = plan(ReviewConfig(input=str(bank.root), reviewer="alice", cache_dir=None)).data
+    assert data.folder == bank.root and bank.current == 3
+    assert {it.item_id for it in data.items} == bank.ids()  # the bank's ids: labels follow the items
+    assert [(it.kind, it.record_id) for it in data.items] == [("mcq", r["item_id"]) for r in bank.records] + [
+        ("scenario", "sc-01"), ("scenario", "sc-02")]
+    assert data.files == [version_dir(bank.root, 3) / LOCK, version_dir(bank.root, 3) / "tom.parquet",
+                          version_dir(bank.root, 3) / "scenarios.parquet"]
+    # the audit of each version's batch is shown with the items it names
+    assert data.findings == [version_dir(bank.root, v) / "audit" / "audit.jsonl" for v in (1, 2, 3)]
+    assert [len(it.findings) for it in data.items] == [0, 1, 0, 0, 0, 0]
+    assert set(data.rubrics) == {"mcq", "scenario"}
+    old = plan(ReviewConfig(input=str(bank.root), version=1, reviewer="alice", cache_dir=None)).data
+    assert [it.record_id for it in old.items] == [r["item_id"] for r in bank.records[:3]]
+    # labels: the bank's reviews/, outside its versions; the bank still verifies
+    from starlette.testclient import TestClient
+
+    session = Session(data.folder, data.items, "alice", data.rubrics)
+    client = TestClient(make_app(session), base_url="http://127.0.0.1")
+    for it, d in zip(data.items, ["accept", "reject", "accept", "accept", "needs_edit", "accept"], strict=True):
+        assert client.post("/api/label", json={"item_id": it.item_id, "decision": d},
+                           headers={TOKEN_HEADER: session.token}).status_code == 200
+    assert len(read_label_file(bank.root / "reviews" / "alice.jsonl")) == 6
+    _, checks, leftovers = verify_bank(bank.root)
+    assert not [p for c in checks for p in c.problems] and leftovers == []
+    # summary: into the bank's reviews/ too
+    append_label(bank.root, label("bob", item=data.items[1].item_id, decision="accept"))
+    result = run("review", ReviewConfig(input=str(bank.root), action="summary", cache_dir=None, progress="off"),
+                 tmp_path / "sum", quiet=True)
+    assert result.accepted == 6
+    report = json.loads((bank.root / "reviews" / "summary.json").read_text())
+    assert report["reviewers"] == ["alice", "bob"] and [d["record_id"] for d in report["disagreements"]] == [
+        bank.records[1]["item_id"]]
+    assert bank.verify()[0].exit_code == 0
+
+
+def test_what_review_refuses_of_a_bank(bank: Any, tmp_path: Path) -> None:
+    from gen.errors import ConfigError
+    from generators.bank.store import version_dir
+    from generators.bank.verify import DriftError
+
+    with pytest.raises(ConfigError, match=r"version=4, but the bank .* is at v0003"):
+        plan(ReviewConfig(input=str(bank.root), version=4, cache_dir=None))
+    with pytest.raises(ConfigError, match=r"version=1 is for input=<bank folder>; .* is not a bank"):
+        plan(ReviewConfig(input=str(FIX / "run_clean"), version=1, cache_dir=None))
+    with pytest.raises(ConfigError, match=rf"is a version folder of the bank {re.escape(str(bank.root))}; review it as "
+                                          rf"input={re.escape(str(bank.root))} version=N"):
+        plan(ReviewConfig(input=str(version_dir(bank.root, 2)), cache_dir=None))
+    parquet = version_dir(bank.root, 3) / "tom.parquet"
+    parquet.chmod(0o644)
+    parquet.write_bytes(parquet.read_bytes()[:-8])  # damaged: nothing is reviewed, the file is named
+    with pytest.raises(DriftError, match=rf"^input: bank .* v0003 does not verify, nothing to review: "
+                                         rf"{re.escape(str(parquet))}: hash_mismatch: "):
+        plan(ReviewConfig(input=str(bank.root), cache_dir=None))
+    assert len(plan(ReviewConfig(input=str(bank.root), version=2, cache_dir=None)).data.items) == 5  # v2 is intact
+    empty = tmp_path / "empty"
+    (empty / "versions").mkdir(parents=True)
+    with pytest.raises(MissingInputError, match="has no released version yet"):
+        plan(ReviewConfig(input=str(empty), cache_dir=None))
+
