@@ -4,6 +4,7 @@ stopped with Ctrl-C."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -715,3 +716,32 @@ def test_what_review_refuses_of_a_bank(bank: Any, tmp_path: Path) -> None:
     with pytest.raises(MissingInputError, match="has no released version yet"):
         plan(ReviewConfig(input=str(empty), cache_dir=None))
 
+
+def test_bank_export_reports_the_labels_given_after_release(bank: Any, tmp_path: Path) -> None:
+    """A version is immutable, so labels of a bank's items live in <bank>/reviews/; the dataset
+    card and croissant.json of an export report those of the exported items, with the files'
+    hashes; the same labels give the same bytes."""
+    items = plan(ReviewConfig(input=str(bank.root), reviewer="al", cache_dir=None)).data.items
+    assert bank.export("parquet", out=str(tmp_path / "before"))[0].exit_code == 0
+    assert "## Review" not in (tmp_path / "before" / "README.md").read_text()
+    for r, ds in [("al", ["accept", "reject", "accept", "needs_edit"]), ("bo", ["accept", "accept"])]:
+        for it, d in zip(items, ds, strict=False):
+            append_label(bank.root, label(r, item=it.item_id, decision=d))
+    append_label(bank.root, label("cy", item=items[5].item_id, note="no decision yet"))
+    append_label(bank.root, label("cy", item="f" * 32, decision="reject"))  # not an item of the bank
+    for out in ("a", "b"):
+        assert bank.export("parquet", out=str(tmp_path / out))[0].exit_code == 0
+    card = (tmp_path / "a" / "README.md").read_text()
+    sha = hashlib.sha256((bank.root / "reviews" / "al.jsonl").read_bytes()).hexdigest()
+    # items 0 (accept, accept), 1 (reject, accept: disagreed), 2 (accept), 3 (needs_edit); cy decided none of them
+    assert ("After release: 4 items reviewed by 2 reviewer(s): accept 2, disagreed 1, needs_edit 1; protocol: gen review "
+            "after release") in card
+    assert f"`reviews/al.jsonl` {sha[:16]}…" in card and "reviews/cy.jsonl" not in card
+    croissant = json.loads((tmp_path / "a" / "croissant.json").read_text())
+    assert croissant["rai:annotationsPerItem"].startswith("After release: 4 items reviewed by 2 reviewer(s)")
+    assert any(p.startswith("After release:") for p in croissant["rai:dataAnnotationProtocol"])
+    for name in ("README.md", "croissant.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    # an older version's export counts the labels of its own items only (v2: not item 3)
+    assert bank.export("parquet", out=str(tmp_path / "v2"), version=2)[0].exit_code == 0
+    assert "After release: 3 items reviewed by 2 reviewer(s): accept 2, disagreed 1;" in (tmp_path / "v2" / "README.md").read_text()
