@@ -67,7 +67,7 @@ class ReviewConfig(CommonConfig):
     """serve (the web app) | summary (agreement report); also the word after ``review``."""
     reviewer: str = Field(default_factory=lambda: os.environ.get("USER") or "reviewer",
                           json_schema_extra={"hydra": "${oc.env:USER,reviewer}"})
-    """Whose labels these are ($USER by default): reviews/<reviewer>.jsonl in the run folder."""
+    """Whose labels these are ($USER by default): reviews/<reviewer>.jsonl in the run folder (or bank)."""
     rubric: str | None = None
     """A rubric file (YAML/JSON: name, kinds, fields) for the kinds it lists; null: the project's
     rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, digital.yaml, scenario.yaml after the
