@@ -45,9 +45,10 @@ class Rubric(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=80)
-    kinds: list[Literal["mcq", "digital"]] = Field(min_length=1)
-    """Item kinds it rates: ``mcq`` (tom, distractors, nocontext kept items, external MCQs) or
-    ``digital`` (digital bundles)."""
+    kinds: list[Literal["mcq", "digital", "scenario"]] = Field(min_length=1)
+    """Item kinds it rates: ``mcq`` (tom, distractors, nocontext kept items, external MCQs),
+    ``digital`` (digital bundles) or ``scenario`` (context-tracking scenarios in the context
+    benchmark's released schema)."""
     guidance: str = ""
     """Shown above the fields: what a good item is."""
     fields: list[RubricField] = Field(min_length=1, max_length=12)
@@ -68,7 +69,7 @@ class ReviewLabel(BaseModel):
     item_id: str = Field(pattern=r"^[0-9a-f]{32}$")
     """The item's content hash (the bank's id: ``generators/bank/identity.py``)."""
     record_id: str | None = Field(None, max_length=200)
-    """The record's own id in the run (``item_id`` of an MCQ record, ``bundle_id``), for people."""
+    """The record's own id in the run (``item_id`` of an MCQ record, ``bundle_id``, ``scenario_id``), for people."""
     reviewer: str
     time: str = Field(max_length=40)
     """UTC, ISO 8601, when the change was made."""

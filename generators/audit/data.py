@@ -9,7 +9,6 @@ nocontext run. Bad input raises a GenError (exit 2).
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from gen.errors import ConfigError, InputError, MissingInputError, not_utf8
+from gen.errors import ConfigError, InputError, MissingInputError
 from gen.mcq import RECORD_FILES, Bank, egotom_type, load_banks, load_roles_bank, read_roles
-from gen.run import RunContext, iter_jsonl, load_run_records, validated
+from gen.run import RunContext, iter_jsonl, load_run_records, read_json, validated
 from generators.audit.text import Grams, visible_fields
 from schemas.mcq import MCQ
 
@@ -122,16 +121,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     """A run folder's manifest.json: a JSON object naming its generator. Anything else (not
     UTF-8, not JSON, a list, ``{}``) is an InputError naming the file."""
     file = folder / "manifest.json"
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise not_utf8(file) from None
-    except OSError as e:
-        raise InputError(f"{file}: cannot read ({e.strerror or e})") from None
-    try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{file}:{e.lineno}: not valid JSON ({e.msg})") from None
+    manifest = read_json(file)  # strict JSON; a byte-order mark is read, as in every input
     if not isinstance(manifest, dict) or not isinstance(manifest.get("generator"), str):
         got = ("an empty object" if manifest == {} else "an object without a generator"
                if isinstance(manifest, dict) else f"a JSON {type(manifest).__name__}")

@@ -10,7 +10,8 @@
 * the writers of ``format=parquet``, ``croissant`` and ``hf``.
 
 Everything is read from the version folder (its lock, ``audit/`` of each version up to it,
-``review/summary.json``): the same version gives the same bytes.
+``review/summary.json``) and from the bank's review area (``<bank>/reviews/``, the labels people
+gave items after release): the same version and the same labels give the same bytes.
 
 **Privileged columns.** MCQ items carry a visible side (question, options, ``context``) and a
 privileged side (the truth's provenance, future narrations, hidden state) that a candidate
@@ -20,8 +21,12 @@ side; the cards and the Croissant field descriptions say so.
 
 **Review summary.** When a version folder holds ``review/summary.json``
 (:class:`schemas.bank.ReviewSummary`: ``items_reviewed``, ``by_verdict``, optional
-``reviewers`` and ``protocol``), the card and the Croissant file report it; otherwise neither
-mentions a review.
+``reviewers`` and ``protocol``: the items ``bank add require_review=k`` admitted), the card and
+the Croissant file report it. A version is immutable, so labels given to a bank's items after
+release (``python -m gen review input=<bank>``) live beside the versions, in ``<bank>/reviews/``
+(the same label files as a run folder's); the card and the Croissant file report those given to
+the exported items too (:func:`post_release_review`), with each label file's SHA-256. Without
+either, neither mentions a review.
 """
 
 from __future__ import annotations
@@ -107,6 +112,44 @@ def review_summary(folder: Path) -> ReviewSummary | None:
         return None
     data = read_json(path, "review")
     return validated(ReviewSummary, data, str(path), what="summary", objects_only=False)
+
+
+POST_RELEASE = ("gen review after release (python -m gen review input=<bank>): each reviewer's last label of an "
+                "item; an item's verdict is the decision its reviewers share, disagreed when they differ")
+
+
+def post_release_review(job: Job) -> tuple[ReviewSummary, dict[str, str]] | None:
+    """The decisions people gave the exported items after release (``<bank>/reviews/``), as a
+    review summary, and ``{label file: SHA-256}`` of the files that hold them; None when no
+    exported item has one. A bad label line is an InputError naming ``file:line``."""
+    from collections import Counter
+
+    from gen.llm import sha256_file
+    from generators.review.labels import REVIEWS, label_file, latest, read_labels
+
+    ids = {i for df in job.frames.values() for i in df["item_id"].to_list()}
+    decisions: dict[str, set[str]] = {}
+    reviewers: set[str] = set()
+    for reviewer, labels in read_labels(job.root).items():
+        for item_id, lab in latest(labels)[0].items():
+            if item_id in ids and lab.decision is not None:
+                decisions.setdefault(item_id, set()).add(lab.decision)
+                reviewers.add(reviewer)
+    if not decisions:
+        return None
+    verdicts = Counter(next(iter(d)) if len(d) == 1 else "disagreed" for d in decisions.values())
+    summary = ReviewSummary(items_reviewed=len(decisions), by_verdict=dict(sorted(verdicts.items())),
+                            reviewers=len(reviewers), protocol=POST_RELEASE)
+    return summary, {f"{REVIEWS}/{r}.jsonl": sha256_file(label_file(job.root, r)) for r in sorted(reviewers)}
+
+
+def post_release_line(job: Job) -> str | None:
+    found = post_release_review(job)
+    if found is None:
+        return None
+    summary, files = found
+    hashes = ", ".join(f"`{name}` {sha[:16]}…" for name, sha in files.items())
+    return f"After release: {review_line(summary)} Labels in the bank's `reviews/` (SHA-256: {hashes})."
 
 
 def review_line(r: ReviewSummary) -> str:
@@ -270,8 +313,13 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
             lines.append(f"- … {len(fs) - LISTED_FINDINGS} more in versions/{label(v)}/audit/audit.json")
         lines.append("")
     review = review_summary(job.folder)
+    after = post_release_line(job)
+    if review is not None or after is not None:
+        lines += ["## Review", ""]
     if review is not None:
-        lines += ["## Review", "", f"{review_line(review)} (`{REVIEW}` in the version folder)", ""]
+        lines += [f"{review_line(review)} (`{REVIEW}` in the version folder)", ""]
+    if after is not None:
+        lines += [after, ""]
     lines += ["## License and citation", "",
               f"License: {job.license} ({license_url(job.license)})." if job.license
               else "License: none given (`license=` of `bank export`).", ""]
@@ -361,6 +409,7 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
     external = any(not s.get("generator") for s in lock.get("sources") or [])
     generated = any(s.get("generator") for s in lock.get("sources") or [])
     review = review_summary(job.folder)
+    after = post_release_line(job)
     found = known_findings(job)
     limitations = [f"{label(v)}: {finding_line(f)}" for v, fs in found for f in fs[:LISTED_FINDINGS]]
     limitations += [f"{label(v)}: {len(fs) - LISTED_FINDINGS} more findings in versions/{label(v)}/audit/audit.json"
@@ -394,7 +443,8 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
         "rai:machineAnnotationTools": model_lines(lock) + [f"prompt template {k} sha256 {', '.join(v)}"
                                                            for k, v in (lock.get("prompts") or {}).items()],
         "rai:dataPreprocessingProtocol": filter_lines(job),
-        "rai:dataAnnotationProtocol": [ANSWERS[k] for k in kinds] + ([f"Review: {review_line(review)}"] if review else []),
+        "rai:dataAnnotationProtocol": [ANSWERS[k] for k in kinds] + ([f"Review: {review_line(review)}"] if review else [])
+        + ([after] if after else []),
         "rai:dataAnnotationAnalysis": analysis,
         "rai:dataLimitations": limitations or ["No audit of any version up to this one has an error or warning finding."],
         "rai:dataUseCases": ["Evaluating assistants on multiple-choice questions from the visible side of each item "
@@ -406,8 +456,8 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
             f"each file; `python -m gen bank verify` rechecks a bank. This file describes {lock['label']}."),
         "prov:wasGeneratedBy": [prov_activity(s) for s in lock.get("sources") or []],
     }
-    if review is not None:
-        doc["rai:annotationsPerItem"] = review_line(review)
+    if review is not None or after is not None:
+        doc["rai:annotationsPerItem"] = " ".join(x for x in (review_line(review) if review else None, after) if x)
     if job.license:
         doc["license"] = license_url(job.license)
     if job.citation:

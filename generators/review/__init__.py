@@ -1,11 +1,13 @@
-"""Human review of generated items in the browser: ``python -m gen review input=<run folder>``.
+"""Human review of generated items in the browser: ``python -m gen review input=<run folder | bank>``.
 
 ``review`` (action ``serve``) starts a local web app on 127.0.0.1 (:mod:`.server`), prints its
 address with a per-session token, and serves until Ctrl-C: one item at a time as the candidate
-sees it (:mod:`.items`), a toggle for the privileged side and the audit's findings, a rubric per
-item kind (``prompts/review/<kind>.yaml`` or ``rubric=``), accept / reject / needs-edit and a note,
-all by keyboard. Every change is appended to ``<run folder>/reviews/<reviewer>.jsonl``
-(:mod:`.labels`). When the server stops, the run writes one :class:`ReviewStatusRecord` per item.
+sees it (:mod:`.items`: MCQs, digital bundles, context-tracking scenarios), a toggle for the
+privileged side with the audit's findings and the nocontext and judge results (:mod:`.results`), a
+rubric per item kind (``prompts/review/<kind>.yaml`` or ``rubric=``), accept / reject / needs-edit
+and a note, all by keyboard. Every change is appended to ``<folder>/reviews/<reviewer>.jsonl``
+(:mod:`.labels`); for a bank, its review area ``<bank>/reviews/`` beside the immutable versions.
+When the server stops, the run writes one :class:`ReviewStatusRecord` per item.
 
 ``review summary`` reads every reviewer's labels and reports per-reviewer counts, agreement
 (Cohen's kappa for two reviewers, Fleiss' for more, per rubric field and for the decision;
@@ -45,6 +47,7 @@ from generators.review.labels import (
     latest,
     read_labels,
 )
+from generators.review.results import Results, attach_results, find_results
 from schemas.review import (
     DECISIONS,
     REVIEWER,
@@ -64,15 +67,28 @@ class ReviewConfig(CommonConfig):
     """serve (the web app) | summary (agreement report); also the word after ``review``."""
     reviewer: str = Field(default_factory=lambda: os.environ.get("USER") or "reviewer",
                           json_schema_extra={"hydra": "${oc.env:USER,reviewer}"})
-    """Whose labels these are ($USER by default): reviews/<reviewer>.jsonl in the run folder."""
+    """Whose labels these are ($USER by default): reviews/<reviewer>.jsonl in the run folder (or bank)."""
     rubric: str | None = None
     """A rubric file (YAML/JSON: name, kinds, fields) for the kinds it lists; null: the project's
-    rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, prompts/review/digital.yaml)."""
+    rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, digital.yaml, scenario.yaml after the
+    context benchmark's authoring checklist)."""
     port: int | None = Field(None, ge=1, le=65535)
     """serve: the port on 127.0.0.1 (null: a free one). The server never listens elsewhere."""
     findings: str | None = None
     """An audit run folder (or its audit.jsonl) whose findings are shown with the items they name
-    (default: the run folder's own audit.jsonl or audit/audit.jsonl, if any)."""
+    (default: the run folder's own audit.jsonl or audit/audit.jsonl, if any; for a bank, the audit
+    of every version up to the reviewed one)."""
+    nocontext: str | None = None
+    """A nocontext run folder (or its nocontext.jsonl): what the blind models answered, per item
+    (right in k of n shuffles, per model), on the privileged side (default: the reviewed folder's
+    own nocontext.jsonl, when it is a nocontext run)."""
+    judge: str | None = None
+    """A judge kind=distractor_validity run folder (or its judge.jsonl): each option's score per
+    judge, and the flag, on the privileged side (default: the reviewed folder's own judge.jsonl of
+    that kind, if any)."""
+    version: int | None = Field(None, ge=1)
+    """input=<bank folder>: review this version's items (null: the current version). Labels go to
+    the bank's reviews/, outside its versions."""
 
     @model_validator(mode="after")
     def _check(self) -> ReviewConfig:
@@ -89,7 +105,10 @@ class ReviewPlan:
     items: list[ReviewItem]
     files: list[Path]
     rubrics: dict[str, Rubric]
-    findings: Path | None
+    findings: list[Path]
+    """The audit files whose findings are shown."""
+    results: Results
+    """The nocontext and judge runs shown (:mod:`.results`)."""
     labels: dict[str, list[ReviewLabel]]
     labelled: list[str]
     """Item ids some reviewer labelled (summary's record indices)."""
@@ -100,18 +119,20 @@ def plan(cfg: ReviewConfig) -> Plan:
     summary one per labelled item."""
     folder = cfg.input_path()
     assert folder is not None
-    items, files = load_items(folder)
+    items, files = load_items(folder, cfg.version)
     if not items:
         raise InputError(f"input: {', '.join(map(str, files))} holds no items")
     rubrics = rubrics_for(items, cfg.rubric)
-    findings = find_findings(folder, cfg.findings)
-    if findings is not None:
-        attach_findings(items, read_findings(findings))
+    findings = find_findings(folder, cfg.findings, cfg.version)
+    for path in findings:
+        attach_findings(items, read_findings(path))
+    results = find_results(folder, cfg.nocontext, cfg.judge)
+    attach_results(items, results)
     labels = read_labels(folder)
     order = {it.item_id: it.index for it in items}
     labelled = sorted({lab.item_id for ls in labels.values() for lab in ls},
                       key=lambda i: (order.get(i, len(order)), i))
-    data = ReviewPlan(folder, items, files, rubrics, findings, labels, labelled)
+    data = ReviewPlan(folder, items, files, rubrics, findings, results, labels, labelled)
     if cfg.action == "summary":
         if not labelled:
             raise MissingInputError(f"input: {folder}/{REVIEWS} holds no labels yet "
@@ -124,7 +145,7 @@ def plan(cfg: ReviewConfig) -> Plan:
 def review(cfg: ReviewConfig, ctx: RunContext) -> Iterator[Any]:
     """Review items in a local web page (labels to reviews/<reviewer>.jsonl); summary: agreement."""
     data: ReviewPlan = ctx.plan.data
-    for f in data.files + ([data.findings] if data.findings else []):
+    for f in data.files + data.findings + data.results.files():
         ctx.record_input(f)
     if cfg.action == "summary":
         yield from summary(data, ctx)
@@ -142,8 +163,13 @@ def serve(cfg: ReviewConfig, data: ReviewPlan, ctx: RunContext) -> Iterator[Revi
     session = Session(data.folder, data.items, cfg.reviewer, data.rubrics)
     server = Server(session, cfg.port).start()
     where = label_file(data.folder, cfg.reviewer)
+    shown = [f"{sum(bool(getattr(it, k)) for it in data.items)} items with {what} ({path})"
+             for k, what, path in (("findings", "audit findings", ", ".join(map(str, data.findings)) or None),
+                                   ("blind", "nocontext answers", data.results.nocontext),
+                                   ("judged", "judge scores", data.results.judge)) if path is not None]
     print(f"review: {len(data.items)} items of {data.folder} as {cfg.reviewer}; labels go to {where}\n"
-          f"open {server.url}\n(Ctrl-C stops the server)", flush=True)
+          + "".join(f"review: {line}\n" for line in shown)
+          + f"open {server.url}\n(Ctrl-C stops the server)", flush=True)
     server.wait()
     last, changes = latest(read_labels(data.folder).get(cfg.reviewer, []))
     decisions: Counter[str] = Counter()

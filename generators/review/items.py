@@ -2,7 +2,9 @@
 each item rendered as HTML the way the candidate sees it (privileged side apart).
 
 Items: an MCQ run folder (``tom``, ``distractors``, a ``nocontext`` run's kept items, ``mcq.jsonl``,
-EgoToM CSVs) or a ``digital`` run folder (bundles), read as ``bank add`` reads them. An item's id
+EgoToM CSVs), a ``digital`` run folder (bundles) or a ``scenarios`` run folder (or any scenario bank
+in the context benchmark's released schema), read as ``bank add`` reads them, or a bank's version
+(:func:`load_bank_items`). An item's id
 is its content hash, the bank's (:mod:`generators.bank.identity`), so labels follow an item into a
 bank (``bank add require_review=k``) and survive a rerun that writes the same item. Rendering goes through Jinja with autoescaping on:
 every text from an item is escaped, a ``<script>`` in a narration is text.
@@ -16,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from gen.errors import ConfigError, InputError
+from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import PROMPTS, UnsafePathError, inside
-from gen.run import iter_jsonl, read_yaml_model
+from gen.run import iter_jsonl, read_yaml_model, validated
+from generators.review.labels import REVIEWS
 from schemas.audit import FindingRecord
+from schemas.judge import ValidityRecord
 from schemas.mcq import LETTERS, MCQ
+from schemas.nocontext import NocontextRecord
 from schemas.review import Rubric
 
 TEMPLATES = PROMPTS / "review"
@@ -40,76 +43,170 @@ class ReviewItem:
     record_id: str | None
     """The record's own id (``item_id`` of an MCQ record, ``bundle_id``)."""
     kind: str
-    """``mcq`` or ``digital``: which rubric rates it."""
+    """``mcq``, ``digital`` or ``scenario``: which rubric rates it."""
     question_type: str | None
     mcq: MCQ | None = None
     bundle: dict[str, Any] | None = None
+    scenario: dict[str, Any] | None = None
+    """A scenario record (the released schema: :class:`schemas.scenarios.ScenarioRecord`)."""
     findings: list[FindingRecord] = field(default_factory=list)
+    blind: list[NocontextRecord] = field(default_factory=list)
+    """A nocontext run's screening of this item (:mod:`.results`)."""
+    judged: list[ValidityRecord] = field(default_factory=list)
+    """A distractor_validity judge run's option scores of this item (:mod:`.results`)."""
+    judge_primary: str | None = None
+    """That judge run's primary judge (whose flag counts)."""
+
+    def flags(self) -> int:
+        """Audit findings naming the item, plus 1 when the primary judge flagged it (a wrong option
+        scored at least the answer): what the page's "flagged" filter counts."""
+        judged = any(r.flagged.get(self.judge_primary or "") for r in self.judged)
+        return len(self.findings) + int(judged)
+
+    def names(self) -> set[str]:
+        """The ids other runs name this item by: its record id and, for an MCQ, the id gen's MCQ
+        readers give it (an EgoToM row's ``goal:<cuid>``, which nocontext, judge and audit use)."""
+        return {n for n in (self.record_id, self.mcq.item_id if self.mcq else None) if n}
 
 
-def load_items(folder: Path) -> tuple[list[ReviewItem], list[Path]]:
-    """The items of a run folder and the files they came from, read as ``bank add`` reads a
-    batch (:func:`generators.bank.add.load_batch`), so an item's id here is its id in a bank."""
-    from generators.bank.add import batch_files, load_batch
+def make_item(index: int, fmt: str, record: dict[str, Any], item_id: str, source_item_id: str | None,
+              question_type: str | None) -> ReviewItem:
+    """A reviewed item from a record as ``bank add`` reads it (``fmt``: ``mcq_record``,
+    ``egotom_csv``, ``digital_bundle`` or ``scenario_record``)."""
     from generators.bank.identity import record_mcq
 
+    if fmt == "digital_bundle":
+        return ReviewItem(index, item_id, source_item_id, "digital", question_type, bundle=record)
+    if fmt == "scenario_record":
+        return ReviewItem(index, item_id, source_item_id, "scenario", question_type, scenario=record)
+    q = record_mcq(fmt, record)
+    return ReviewItem(index, item_id, source_item_id or q.item_id, "mcq", q.question_type, mcq=q)
+
+
+def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewItem], list[Path]]:
+    """The items of a run folder and the files they came from, read as ``bank add`` reads a
+    batch (:func:`generators.bank.add.load_batch`), so an item's id here is its id in a bank; or
+    the items of a bank's version (:func:`load_bank_items`)."""
+    from generators.bank.add import batch_files, load_batch
+    from generators.bank.store import LOCK, VERSIONS
+
     if not folder.is_dir():
-        raise ConfigError(f"input: {folder} is not a folder; review reads a run folder (labels go to its reviews/)")
-    files = batch_files(folder)
-    items: list[ReviewItem] = []
-    for it in load_batch(files):
-        if it.fmt == "digital_bundle":
-            items.append(ReviewItem(len(items), it.item_id, it.source_item_id, "digital", it.question_type,
-                                    bundle=it.record))
-        else:
-            q = record_mcq(it.fmt, it.record)
-            items.append(ReviewItem(len(items), it.item_id, it.source_item_id or q.item_id, "mcq", q.question_type,
-                                    mcq=q))
+        raise ConfigError(f"input: {folder} is not a folder; review reads a run folder or a bank (labels go to its reviews/)")
+    if is_bank(folder):
+        return load_bank_items(folder, version)
+    if version is not None:
+        raise ConfigError(f"version={version} is for input=<bank folder>; {folder} is not a bank")
+    if (folder / LOCK).is_file() and folder.parent.name == VERSIONS:
+        raise ConfigError(f"input: {folder} is a version folder of the bank {folder.parent.parent}; review it as "
+                          f"input={folder.parent.parent} version=N (labels go to the bank's {REVIEWS}/)")
+    try:
+        files = batch_files(folder)
+    except InputError:
+        if (folder / "judge.jsonl").is_file():
+            raise InputError(f"input: {folder} holds judge results, not items: review the bank the judge read, "
+                             f"with judge={folder} to show its scores") from None
+        raise
+    items = [make_item(i, it.fmt, it.record, it.item_id, it.source_item_id, it.question_type)
+             for i, it in enumerate(load_batch(files))]
     return items, [f for f, _, _ in files]
 
 
-def find_findings(folder: Path, given: str | None) -> Path | None:
+def is_bank(folder: Path) -> bool:
+    """Whether ``folder`` is a bank (``bank add`` made it: a ``current`` pointer or ``versions/``)."""
+    from generators.bank.store import CURRENT, VERSIONS
+
+    return (folder / CURRENT).is_symlink() or (folder / CURRENT).exists() or (folder / VERSIONS).is_dir()
+
+
+def load_bank_items(root: Path, version: int | None) -> tuple[list[ReviewItem], list[Path]]:
+    """The items of a bank's version (``version``, else the current one), in the bank's order
+    (kinds as :data:`~generators.bank.identity.KINDS`, rows as stored), and the files read (the
+    version's lock first). The bank is verified first, as ``bank export`` does: labels are given
+    to content ids, and a bank that does not verify may hold rows whose id is not their content's
+    (:class:`~generators.bank.verify.DriftError`, exit code 1, naming the first problem's file)."""
+    from generators.bank.identity import KINDS
+    from generators.bank.store import LOCK, label, read_kind, read_pointer, version_dir
+    from generators.bank.verify import DriftError, verify_bank
+
+    current = read_pointer(root)
+    if current is None:
+        raise MissingInputError(f"input: the bank {root} has no released version yet "
+                                f"(python -m gen bank add bank={root} input=<run folder> makes one)")
+    target = version or current
+    if target > current:
+        raise ConfigError(f"version={target}, but the bank {root} is at {label(current)}")
+    _, checks, _ = verify_bank(root, target)
+    problems = [p for c in checks for p in c.problems]
+    if problems:
+        p = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise DriftError(f"input: bank {root} {label(target)} does not verify, nothing to review: {root}/{p.path}: "
+                         f"{p.reason}: {p.detail}{more}; python -m gen bank verify bank={root} lists every problem")
+    folder = version_dir(root, target)
+    items: list[ReviewItem] = []
+    files = [folder / LOCK]
+    for kind in KINDS:
+        path = folder / f"{kind}.parquet"
+        if not path.is_file():
+            continue
+        files.append(path)
+        rows = read_kind(path).select("item_id", "source_format", "source_item_id", "question_type", "record")
+        for item_id, fmt, source_item_id, question_type, record in rows.iter_rows():
+            items.append(make_item(len(items), fmt, json.loads(record), item_id, source_item_id or None, question_type))
+    return items, files
+
+
+def find_findings(folder: Path, given: str | None, version: int | None = None) -> list[Path]:
     """The audit findings to show: ``findings=`` (an audit run folder or its audit.jsonl), else
-    the run folder's own audit.jsonl if it has one."""
+    the run folder's own audit.jsonl if it has one; for a bank, the audit of the batch each version
+    up to the reviewed one added (``versions/vNNNN/audit/audit.jsonl``)."""
     if given is not None:
         path = Path(given).expanduser()
         if path.is_dir():
             path = path / "audit.jsonl"
         if not path.is_file():
             raise InputError(f"findings: {path} not found (an audit run folder or its audit.jsonl)")
-        return path
+        return [path]
+    if is_bank(folder):
+        from generators.bank.store import read_pointer, version_dir
+
+        target = version or read_pointer(folder) or 0
+        return [p for v in range(1, target + 1) if (p := version_dir(folder, v) / "audit" / "audit.jsonl").is_file()]
     for name in AUDIT_FILES:
         try:
             path = inside(folder, name, what="audit file")
         except UnsafePathError:
             continue
         if path.is_file():
-            return path
-    return None
+            return [path]
+    return []
 
 
 def read_findings(path: Path) -> list[FindingRecord]:
     out = []
     for lineno, row in iter_jsonl(path):
-        try:
-            out.append(FindingRecord.model_validate(row))
-        except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err["loc"]) or "line"
-            raise InputError(f"{path}:{lineno}: {where}: {err['msg']}") from None
+        out.append(validated(FindingRecord, row, f"{path}:{lineno}", what="line", objects_only=False))
+    return out
+
+
+def by_name(items: list[ReviewItem]) -> dict[str, list[ReviewItem]]:
+    """Every id other runs may name an item by (:meth:`ReviewItem.names`) -> those items."""
+    out: dict[str, list[ReviewItem]] = {}
+    for it in items:
+        for name in sorted(it.names()):
+            out.setdefault(name, []).append(it)
     return out
 
 
 def attach_findings(items: list[ReviewItem], findings: list[FindingRecord]) -> None:
     """Give each item the findings that name it (by its record id)."""
-    by_id: dict[str, list[ReviewItem]] = {}
-    for it in items:
-        if it.record_id is not None:
-            by_id.setdefault(it.record_id, []).append(it)
+    named = by_name(items)
     for f in findings:
-        for rid in dict.fromkeys(f.items):
-            for it in by_id.get(rid, []):
-                it.findings.append(f)
+        hit: dict[int, ReviewItem] = {}
+        for rid in f.items:
+            hit.update((id(it), it) for it in named.get(rid, []))
+        for it in hit.values():
+            it.findings.append(f)
 
 
 # --------------------------------------------------------------------------- rubrics
@@ -121,7 +218,8 @@ def read_rubric(path: Path) -> Rubric:
 
 
 def default_rubric(kind: str) -> Rubric:
-    return read_rubric(inside(TEMPLATES, "digital.yaml" if kind == "digital" else "mcq.yaml"))
+    """The project's rubric of a kind: ``prompts/review/<kind>.yaml``."""
+    return read_rubric(inside(TEMPLATES, f"{kind}.yaml", what="rubric"))
 
 
 def rubrics_for(items: list[ReviewItem], given: str | None) -> dict[str, Rubric]:
@@ -152,10 +250,13 @@ def render(item: ReviewItem) -> str:
     global _ENV
     if _ENV is None:
         _ENV = _environment()
-    view = mcq_view(item) if item.kind == "mcq" else digital_view(item)
+    view = {"mcq": mcq_view, "digital": digital_view, "scenario": scenario_view}[item.kind](item)
+    from generators.review.results import blind_view, validity_view
+
     findings = [{"severity": f.severity, "check": f.check, "what": f.what, "fields": ", ".join(f.fields)}
                 for f in item.findings]
-    return _ENV.get_template("item.html.jinja").render(item=view, findings=findings)
+    return _ENV.get_template("item.html.jinja").render(item=view, findings=findings, blind=blind_view(item),
+                                                       validity=validity_view(item))
 
 
 def mcq_view(item: ReviewItem) -> dict[str, Any]:
@@ -273,4 +374,32 @@ def digital_view(item: ReviewItem) -> dict[str, Any]:
         "cue_items": keys,
         "related": [f"{r.get('relation')}: {(r.get('persona') or {}).get('name')}" for r in b.get("related_personas") or []],
         "bio": p.get("bio"),
+    }
+
+
+def scenario_view(item: ReviewItem) -> dict[str, Any]:
+    """A scenario as the candidate gets it (the runner's injection: a ``[Camera: …]`` block, then
+    the user's words; the context image alone before turn 1), and the judge's side apart."""
+    from schemas.scenarios import GOLD_FIELDS
+
+    s = item.scenario
+    assert s is not None
+    turns = []
+    if s.get("context_image"):
+        turns.append({"title": "Before the conversation", "camera": s["context_image"], "user": None})
+    for k in (1, 2):
+        turns.append({"title": f"Turn {k}", "camera": s.get(f"turn_{k}_image"), "user": s.get(f"turn_{k}_user")})
+    gold = s.get("gold") or {}
+    facts = [("subset", s.get("subset")), ("pair", s.get("pair_id")), ("activity domain", s.get("activity_domain")),
+             ("referent complexity", s.get("referent_complexity")), ("difficulty", s.get("difficulty_tier")),
+             ("time gap", s.get("time_gap_bucket"))]
+    return {
+        "kind": "scenario", "record_id": s.get("scenario_id"), "question_type": None,
+        "turns": turns,
+        "target_context": s.get("target_context"), "change_type": s.get("change_type"),
+        "gold": [(name.replace("_", " "), list(gold.get(name) or [])) for name in GOLD_FIELDS],
+        "notes": s.get("notes"),
+        "repair": [(name, text) for name, text in (("named", s.get("turn_3_repair_prompt")),
+                                                   ("deictic", s.get("turn_3_repair_prompt_deictic"))) if text],
+        "facts": [(k, v) for k, v in facts if v not in (None, "")],
     }

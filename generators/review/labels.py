@@ -15,11 +15,9 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from gen.errors import InputError, not_utf8
 from gen.paths import UnsafePathError, inside
-from gen.run import parse_json
+from gen.run import parse_json, validated
 from schemas.review import REVIEWER, ReviewLabel
 
 REVIEWS = "reviews"
@@ -94,12 +92,7 @@ def read_label_file(path: Path) -> list[ReviewLabel]:
             if torn:
                 continue
             raise
-        try:
-            label = ReviewLabel.model_validate(row)
-        except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err["loc"]) or "line"
-            raise InputError(f"{path}:{lineno}: {where}: {err['msg']}") from None
+        label = validated(ReviewLabel, row, f"{path}:{lineno}", what="line", objects_only=False)
         if label.reviewer != reviewer:
             raise InputError(f"{path}:{lineno}: reviewer: {label.reviewer!r} in {reviewer}'s label file")
         labels.append(label)

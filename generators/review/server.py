@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gen.run import first_error
 from generators.review.items import TEMPLATES, ReviewItem, render
 from generators.review.labels import append_label, latest, read_labels
 from schemas.review import DECISIONS, ReviewLabel, Rubric
@@ -100,8 +101,8 @@ class Session:
                                time=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
                                rubric=rubric.name, scores=scores, decision=decision, note=body.get("note") or "")
         except ValidationError as e:
-            err = e.errors()[0]
-            raise ValueError(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+            field, msg = first_error(e, "label")
+            raise ValueError(f"{field}: {msg}") from None
 
     def save(self, label: ReviewLabel) -> None:
         with self.lock:
@@ -147,7 +148,8 @@ def make_app(session: Session) -> Any:
             "folder": session.folder.name,
             "rubrics": {k: r.model_dump(mode="json") for k, r in session.rubrics.items()},
             "items": [{"index": it.index, "item_id": it.item_id, "record_id": it.record_id, "kind": it.kind,
-                       "question_type": it.question_type, "flagged": len(it.findings),
+                       "question_type": it.question_type, "type_privileged": it.kind == "scenario",
+                       "flagged": it.flags(),
                        "label": (session.mine[it.item_id].model_dump(mode="json")
                                  if it.item_id in session.mine else None),
                        "others": others.get(it.item_id, {})} for it in session.items],

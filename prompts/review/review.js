@@ -71,7 +71,9 @@
     current = it;
     active = 0;
     location.hash = `i=${it.index}`;
-    $("position").textContent = `item ${pos + 1} of ${shown.length} (#${it.index + 1}, ${it.kind}${it.question_type ? ", " + it.question_type : ""})`;
+    // a scenario's type names its target context: the judge's side, not shown before the reveal
+    const qtype = it.question_type && !it.type_privileged ? ", " + it.question_type : "";
+    $("position").textContent = `item ${pos + 1} of ${shown.length} (#${it.index + 1}, ${it.kind}${qtype})`;
     const data = await api(`/api/item/${it.index}`);
     if (current !== it) return;
     $("item").innerHTML = data.html;  // autoescaped by the server's Jinja template

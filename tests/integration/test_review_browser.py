@@ -2,7 +2,8 @@
 ``chromium-driver``, driven by selenium with the system driver; nothing is downloaded) opens the
 page a real server process prints, rates three items by keyboard, reloads, and finds the labels
 on the page and in ``reviews/alice.jsonl``; an item holding ``<script>`` renders as text; a
-request without the token is refused. Saves the README's screenshots (docs/review_*.png).
+request without the token is refused; the blind answers and judge scores show after ``v``; a
+scenario keeps its judge side hidden until ``v``. Saves the README's screenshots (docs/review_*.png).
 
 Skipped, with the reason, where chromium, chromedriver or selenium is missing
 (``apt-get install -y chromium chromium-driver``; ``pip install -e .[dev]``)."""
@@ -51,11 +52,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.skipif(_missing() is not None
 
 
 @contextmanager
-def server(folder: Path, out: Path, reviewer: str) -> Iterator[str]:
+def server(folder: Path, out: Path, reviewer: str, *options: str) -> Iterator[str]:
     """A real ``python -m gen review`` process; yields the address it prints; stops it with
     Ctrl-C (SIGINT) and checks it ends cleanly."""
     proc = subprocess.Popen([sys.executable, "-m", "gen", "review", f"input={folder}", f"reviewer={reviewer}",
-                             f"hydra.run.dir={out}", "progress=plain"], cwd=ROOT,
+                             f"hydra.run.dir={out}", "progress=plain", *options], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         url = None
@@ -132,6 +133,22 @@ def chosen(driver: Any) -> tuple[str | None, int]:
     return (decision[0] if decision else None), len(driver.find_elements("css selector", "#rubric .scale span.chosen"))
 
 
+def blind_record(item_id: str) -> dict[str, Any]:
+    """A nocontext record: smollm2 chose B, A, C on three shuffles (right once: B is the answer)."""
+    return {"item_id": item_id, "question_type": "goal", "source": "tom.jsonl", "line": 1, "n_options": 3, "answer": 1,
+            "kept": True, "removed_by": [], "shuffles": 3, "correct": {"smollm2": 1}, "unparseable": {"smollm2": 0},
+            "answers": {"smollm2": [{"shuffle": k, "order": [0, 1, 2], "raw": f"Answer: {x}", "letter": x,
+                                     "choice": "abc".index(x), "correct": x == "b"} for k, x in enumerate("bac")]}}
+
+
+def judged_record(item_id: str) -> dict[str, Any]:
+    """A distractor_validity record: the judge scores A 0, B (the answer) 2, C 2: flagged."""
+    return {"item_id": item_id, "question_type": "goal", "source": "tom.jsonl", "answer": 1, "n_options": 3,
+            "scores": {"qwen": [{"score": v, "normalised": v / 2, "followed": True, "raw": f"<score>{v}</score>"}
+                                for v in (0, 2, 2)]},
+            "flagged": {"qwen": True}, "flagged_options": {"qwen": [2]}}
+
+
 def test_rate_three_items_by_keyboard_reload_and_find_the_labels(tmp_path: Path, browser: Any) -> None:
     folder = tmp_path / "run"
     shutil.copytree(FIX / "run_clean", folder)
@@ -139,7 +156,11 @@ def test_rate_three_items_by_keyboard_reload_and_find_the_labels(tmp_path: Path,
     rows[0]["visible"]["context"].append(f"03m:59s | C types {XSS}")
     rows[0]["options"][2] = f"To {XSS}"
     (folder / "tom.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with server(folder, tmp_path / "out", "alice") as url:
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "nocontext.jsonl").write_text(json.dumps(blind_record("goal-001")) + "\n")
+    (results / "judge.jsonl").write_text(json.dumps(judged_record("goal-001")) + "\n")
+    with server(folder, tmp_path / "out", "alice", f"nocontext={results}", f"judge={results}") as url:
         base = url.split("/?")[0]
         browser.get(url)
         shown(browser, 0)
@@ -171,6 +192,12 @@ def test_rate_three_items_by_keyboard_reload_and_find_the_labels(tmp_path: Path,
         assert chosen(browser) == ("reject", 5)
         keys(browser, "v")  # reveal: the answer, origins and (none here) audit findings
         assert browser.find_element("css selector", ".privileged .answer").text == "B"
+        # what the blind model answered and the judge's score of each option, shown after v
+        blind = browser.find_element("css selector", ".blind table")
+        assert blind.is_displayed() and "smollm2 1 of 3 B, A, C 0" in blind.text.replace("\n", " ")
+        judged = browser.find_element("css selector", ".validity table").text.splitlines()
+        assert judged == ["option qwen (primary)", "A 0", "B (answer) 2", "C 2"]
+        assert "qwen: flagged: C scored at least the answer" in browser.find_element("css selector", ".validity ul").text
         screenshot(browser, "review_mcq.png")
         # filters: unreviewed skips the decided items
         keys(browser, "u")
@@ -220,3 +247,38 @@ def test_a_digital_bundle_shows_its_apps_side_by_side_with_the_cue_highlighted(t
     lab = json.loads((folder / "reviews" / "bob.jsonl").read_text().splitlines()[-1])
     assert lab["decision"] == "accept" and lab["scores"] == {"persona_consistent": 3, "time_consistent": 3,
                                                              "cue_grounded": 3, "realistic": 1}
+
+
+def test_a_scenario_shows_its_turns_and_keeps_the_judges_side_until_revealed(tmp_path: Path, browser: Any) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    rows = [json.loads(x) for x in (FIX.parent / "judge" / "scenarios.jsonl").read_text().splitlines()[:2]]
+    rows[1]["turn_1_image"] += f" A label reads {XSS}."
+    (folder / "scenarios.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with server(folder, tmp_path / "out", "dana") as url:
+        browser.get(url)
+        shown(browser, 0)
+        cameras = [c.text for c in browser.find_elements("css selector", ".candidate .camera")]
+        assert cameras == [f"[Camera: {rows[0]['turn_1_image']}]", f"[Camera: {rows[0]['turn_2_image']}]"]
+        users = [u.text for u in browser.find_elements("css selector", ".candidate .user")]
+        assert users == [rows[0]["turn_1_user"], rows[0]["turn_2_user"]]
+        # the target, the shift type and the gold lists are on the page but not shown before v
+        target = browser.find_element("css selector", ".privileged .target")
+        assert not target.is_displayed()
+        assert rows[0]["change_type"] not in browser.find_element("id", "position").text
+        keys(browser, "v")
+        assert target.is_displayed() and target.text == rows[0]["target_context"]
+        gold = [g.text for g in browser.find_elements("css selector", ".gold-list li")]
+        assert rows[0]["gold"]["current_answers"][0] in gold
+        keys(browser, "332333a")
+        saved(browser)
+        screenshot(browser, "review_scenario.png")
+        keys(browser, "j")  # a camera description holding <script> renders as text
+        shown(browser, 1)
+        assert f"[Camera: {rows[1]['turn_1_image']}]" in [c.text for c in browser.find_elements("css selector", ".candidate .camera")]
+        assert browser.execute_script("return window.__xss === undefined")
+        assert not browser.find_elements("css selector", "#item script, #item img")
+    lab = json.loads((folder / "reviews" / "dana.jsonl").read_text().splitlines()[-1])
+    assert lab["decision"] == "accept" and lab["rubric"] == "scenario-checklist"
+    assert lab["scores"] == {"speech_deictic": 3, "camera_identifiable": 3, "camera_neutral": 2, "shift_implicit": 3,
+                             "target_right": 3, "gold_usable": 3}

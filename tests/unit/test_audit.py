@@ -656,7 +656,9 @@ def test_integrity_never_reads_a_file_the_manifest_names_outside_the_run_folder(
     (b'{"outputs": {}}', "got an object without a generator"),
     (b"{not json", "manifest.json:1: not valid JSON"),
     (b'{"generator": "tom", "x": "\xff"}', "manifest.json:1: not UTF-8 text (byte 0xff at column 28"),
-])
+    (b"[" * 100_000 + b"]" * 100_000, "manifest.json: not valid JSON (nested too deeply)"),
+    (b'{"generator": "tom", "seed": NaN}', "manifest.json: seed: NaN is not a JSON number"),
+], ids=["list", "empty", "no_generator", "not_json", "not_utf8", "deep", "nan"])
 def test_a_manifest_that_is_not_one_is_an_input_error(tmp_path: Path, content: bytes, needle: str) -> None:
     folder = tmp_path / "run"
     folder.mkdir()
@@ -664,6 +666,16 @@ def test_a_manifest_that_is_not_one_is_an_input_error(tmp_path: Path, content: b
     (folder / "manifest.json").write_bytes(content)
     with pytest.raises(InputError, match=re.escape(needle)):
         run_audit(tmp_path / "out", folder, checks=["integrity"])
+
+
+def test_a_manifest_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
+    """It was refused ("Unexpected UTF-8 BOM"), unlike every other input."""
+    from generators.audit.data import read_manifest
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "manifest.json").write_bytes(b"\xef\xbb\xbf" + (FIX / "run_clean" / "manifest.json").read_bytes())
+    assert read_manifest(folder) == json.loads((FIX / "run_clean" / "manifest.json").read_text())
 
 
 def test_cli_bad_manifest_exit_2(run_gen, tmp_path: Path) -> None:

@@ -205,6 +205,11 @@ def _text(path: Path, text: str) -> Path:
     return path
 
 
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
 def _shards(folder: Path, made: list[Path]) -> None:
     for s in made:
         shutil.copytree(s, folder / s.name)
@@ -358,6 +363,24 @@ READERS = [
     Reader("review audit findings", "jsonl", lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
                                                            _text(d / "audit.jsonl", FINDINGS))[1],
            lambda d: plan_of("review", input=str(d))),
+    Reader("review scenarios run folder", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
+           lambda d: review_rendered(input=str(d)), folder_named=True),
+    Reader("review nocontext results", "jsonl",
+           lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+                         _text(_folder(d / "nc") / "nocontext.jsonl", BLIND))[1],
+           lambda d: review_rendered(input=str(d), nocontext=str(d / "nc"))),
+    Reader("review judge distractor_validity results", "jsonl",
+           lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+                         _text(_folder(d / "j") / "judge.jsonl", JUDGED))[1],
+           lambda d: review_rendered(input=str(d), judge=str(d / "j"))),
+    Reader("review judge run's manifest", "json",
+           lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+                         _text(_folder(d / "j") / "judge.jsonl", JUDGED),
+                         _text(d / "j" / "manifest.json", json.dumps({"generator": "judge", "judge": {
+                             "kind": "distractor_validity", "judge_label": "big"}})))[2],
+           lambda d: review_rendered(input=str(d), judge=str(d / "j"))),
+    Reader("review a bank's version", "parquet", lambda d, a: bank_copy(d, a),
+           lambda d: review_rendered(input=str(d / "bank"))),
     Reader("distractors digital= run (goal-conditioned bundles)", "jsonl",
            lambda d, a: (_text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)),
                          _text(d / "digital.jsonl", BUNDLE_GOALS))[1],
@@ -394,6 +417,46 @@ FINDINGS = "".join(json.dumps({"check": "length", "check_id": 4, "kind": "longes
                                "what": "the answer is the longest option", "items": [f"goal-00{i}"],
                                "fields": ["options[answer]"], "numbers": {"ratio": 1.5}}) + "\n" for i in range(2))
 """Two audit findings naming the first two items of run_clean."""
+
+
+BLIND = "".join(json.dumps({
+    "item_id": f"goal-00{i}", "question_type": "goal", "source": "tom.jsonl", "line": i, "n_options": 3, "answer": i,
+    "kept": True, "removed_by": [], "shuffles": 2, "correct": {"m": 1}, "unparseable": {"m": 0},
+    "answers": {"m": [{"shuffle": k, "order": [0, 1, 2], "raw": "Answer: a", "letter": "a", "choice": k, "correct": k == i}
+                      for k in range(2)]}}) + "\n" for i in range(2))
+"""A nocontext run's records of the first two items of run_clean."""
+JUDGED = "".join(json.dumps({
+    "item_id": f"goal-00{i}", "question_type": "goal", "source": "tom.jsonl", "answer": i, "n_options": 3,
+    "scores": {"big": [{"score": s, "normalised": s / 2, "followed": True, "raw": f"<score>{s}</score>"} for s in (2, 0, 1)]},
+    "flagged": {"big": False}, "flagged_options": {"big": []}}) + "\n" for i in range(2))
+"""A distractor_validity judge run's records of the first two items of run_clean."""
+
+
+def review_rendered(**options: Any) -> list[str]:
+    """What ``review`` reads of its input, and every item rendered as the page shows it (a value
+    that passes the reader must not break the page)."""
+    from generators.review.items import render
+
+    return [render(it) for it in plan_of("review", **options).data.items]
+
+
+def bank_copy(folder: Path, assets: SimpleNamespace) -> Path:
+    """A one-version bank of two run_clean MCQs (added once per module, with the real audit's
+    structure check) copied into ``folder/bank``; its data file. Any change to it is drift (the
+    lock holds its SHA-256): review refuses the bank naming the file, as bank export does."""
+    from generators.bank import BankConfig
+
+    if not hasattr(assets, "bank"):
+        src = assets.root / "bank_src"
+        (src / "run").mkdir(parents=True)
+        _text(src / "run" / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2))
+        cfg = BankConfig(action="add", bank=str(src / "bank"), input=str(src / "run"), near_dup_sim=None,
+                         fail_on="never", audit_options={"checks": ["structure"], "embeddings": False},
+                         cache_dir=None, progress="off")
+        assert run("bank", cfg, src / "out", quiet=True).accepted == 2
+        assets.bank = src / "bank"
+    shutil.copytree(assets.bank, folder / "bank", symlinks=True)  # current is a symlink
+    return folder / "bank" / "versions" / "v0001" / "tom.parquet"
 
 
 def review_labels(folder: Path) -> Path:

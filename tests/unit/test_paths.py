@@ -71,6 +71,8 @@ ALLOWED = {
     ("generators/evaluate", "ctx.out_dir / name"): "constant",  # responses_turn{2,3}.jsonl
     ("generators/evaluate", "ctx.out_dir / folder"): "constant",  # judge_turn{2,3}
     ("generators/scenarios", "path / f'{NAME}.jsonl'"): "constant",
+    ("generators/review", "folder / f'{kind}.parquet'"): "constant",  # KINDS (a bank's version)
+    ("generators/review", "path / name"): "constant",  # NOCONTEXT_FILE, JUDGE_FILE
 }
 """Joins of a non-constant name onto a folder that are legitimate, each with a one-word reason.
 Everything else joins data-derived names through ``gen.paths.inside``."""
