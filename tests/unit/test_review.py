@@ -384,17 +384,8 @@ def test_the_audit_lists_the_items_reviewers_decided_differently(tmp_path: Path)
 
 
 def test_an_egotom_csv_folder_shows_its_narrations_as_the_timeline(tmp_path: Path) -> None:
-    import polars as pl
 
-    from gen.mcq import egotom_columns
-
-    folder = tmp_path / "egotom"
-    folder.mkdir()
-    cols = egotom_columns("goal")
-    row = {"vuid": "v1", "cuid": "v1~pass_1~0-9", "narrations_in_context": "00m:01s | C opens a door\n00m:05s | C <b>sits</b>",
-           "gt_goal": "To rest", "goal_choice_a": "To cook", "goal_choice_b": "To rest", "goal_choice_c": "To leave",
-           "clip_start_time": "0", "clip_end_time": "9"}
-    pl.DataFrame([row], schema=dict.fromkeys(cols, pl.String)).write_csv(folder / "egotom_goal_shuffled.csv")
+    folder = egotom_goal_folder(tmp_path, "00m:01s | C opens a door\n00m:05s | C <b>sits</b>")
     items, files = load_items(folder)
     assert [it.record_id for it in items] == ["v1~pass_1~0-9"] and files == [folder / "egotom_goal_shuffled.csv"]
     html = render(items[0])
@@ -599,17 +590,8 @@ def test_judge_and_nocontext_results_that_do_not_fit_are_one_line_errors(tmp_pat
 def test_egotom_items_match_results_and_findings_by_the_mcq_id(tmp_path: Path) -> None:
     """An EgoToM row's record id is its cuid, but nocontext, judge and audit name it ``goal:<cuid>``
     (gen's MCQ reader): both names find it."""
-    import polars as pl
 
-    from gen.mcq import egotom_columns
-
-    folder = tmp_path / "egotom"
-    folder.mkdir()
-    cols = egotom_columns("goal")
-    row = {"vuid": "v1", "cuid": "v1~pass_1~0-9", "narrations_in_context": "00m:01s | C opens a door",
-           "gt_goal": "To rest", "goal_choice_a": "To cook", "goal_choice_b": "To rest", "goal_choice_c": "To leave",
-           "clip_start_time": "0", "clip_end_time": "9"}
-    pl.DataFrame([row], schema=dict.fromkeys(cols, pl.String)).write_csv(folder / "egotom_goal_shuffled.csv")
+    folder = egotom_goal_folder(tmp_path, "00m:01s | C opens a door")
     (folder / "audit.jsonl").write_text(json.dumps({
         "check": "length", "check_id": 4, "kind": "longest_answer", "severity": "warning", "what": "longest",
         "items": ["goal:v1~pass_1~0-9"], "fields": []}) + "\n")
@@ -745,3 +727,18 @@ def test_bank_export_reports_the_labels_given_after_release(bank: Any, tmp_path:
     # an older version's export counts the labels of its own items only (v2: not item 3)
     assert bank.export("parquet", out=str(tmp_path / "v2"), version=2)[0].exit_code == 0
     assert "After release: 3 items reviewed by 2 reviewer(s): accept 2, disagreed 1;" in (tmp_path / "v2" / "README.md").read_text()
+
+
+def egotom_goal_folder(tmp_path: Path, narrations: str) -> Path:
+    """A folder holding a one-row EgoToM goal CSV (clip v1~pass_1~0-9, answer "To rest")."""
+    import polars as pl
+
+    from gen.mcq import egotom_columns
+
+    folder = tmp_path / "egotom"
+    folder.mkdir()
+    row = {"vuid": "v1", "cuid": "v1~pass_1~0-9", "narrations_in_context": narrations,
+           "gt_goal": "To rest", "goal_choice_a": "To cook", "goal_choice_b": "To rest", "goal_choice_c": "To leave",
+           "clip_start_time": "0", "clip_end_time": "9"}
+    pl.DataFrame([row], schema=dict.fromkeys(egotom_columns("goal"), pl.String)).write_csv(folder / "egotom_goal_shuffled.csv")
+    return folder
