@@ -518,3 +518,29 @@ def test_the_real_egotom_timelines_cut_into_items() -> None:
     for it in p.data.items[:20]:
         assert it.task == "memory_recall" and len(it.negatives) >= 0
         assert sum(key(x.text) == key(it.positive.text) for x in it.lines) == 1
+
+
+@pytest.mark.skipif(not EGOTOM.is_dir(), reason="the shared EgoToM data is not here")
+def test_on_the_real_timelines_the_shown_order_says_nothing_about_time(tmp_path: Path) -> None:
+    """The whole generated path (timeline cut, source choice, checks, rewording, shuffle) on 200 items
+    of the EgoToM action timelines with the scripted writer: neither the answer's position nor the
+    options' order carries their source times. Whatever ordered the pool (source order, acceptance)
+    the seeded shuffle must erase: the audit's position and chronology checks find nothing, and the
+    options run forward in time about as often as backward."""
+    from generators.audit import AuditConfig
+    from generators.audit.checks.chronology import chronology
+    from generators.audit.checks.chronology import kendall as tau_of
+    from generators.audit.checks.position import position
+    from generators.audit.data import AuditData
+
+    result, recs, _, _ = run_candidates(tmp_path / "run", EGOTOM / "egotom_actions_shuffled.csv", n=200)
+    assert result.accepted >= 100
+    data = AuditData(items=load_banks(tmp_path / "run")[0].items)
+    cfg = AuditConfig(input="x")
+    for check in (chronology, position):
+        res = check(data, cfg)
+        assert res.status == "ran" and res.findings == [], (check.__name__, res.stats.get("tells"))
+    taus = [tau_of({int(j): t for j, t in r["privileged"]["option_times"].items()})[0] for r in recs]
+    forward, backward = sum(t > 0 for t in taus), sum(t < 0 for t in taus)
+    assert abs(forward - backward) <= 3 * (forward + backward) ** 0.5 / 2 + 1  # within 3 sigma of a fair coin
+    assert abs(sum(taus) / len(taus)) < 0.1
