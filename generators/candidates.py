@@ -26,7 +26,7 @@ and the same model, drops semantic duplicates and takes the top wrong options. O
 shuffled by a seeded RNG per item; the key, each option's origin and source time are recorded.
 
 Input: an items JSONL (:class:`schemas.candidates.CandidateItem`), or narration timelines in the
-formats ``tom`` reads, cut into memory-recall items (:func:`timeline_items`).
+formats of :mod:`gen.timelines` (the ones ``tom`` reads), cut into memory-recall items (:func:`timeline_items`).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gen.errors import InputError, LLMOutputError
 from gen.gates import Gates
+from gen.gates import key as _key
 from gen.run import (
     CommonConfig,
     Plan,
@@ -56,10 +57,20 @@ from gen.run import (
     iter_jsonl,
     validated,
 )
+from gen.timelines import (
+    Clip,
+    InputFormat,
+    Line,
+    fmt_line,
+    fmt_time,
+    input_files,
+    read_timelines,
+    speaker_of,
+)
+from gen.timelines import detect_format as timeline_format
 from generators import rerank as rr
-from generators.tom import PLACEHOLDER, Clip, fmt_line, fmt_time, speaker_of
+from generators.tom import PLACEHOLDER
 from generators.tom import example_strings as _example_strings
-from generators.tom import key as _key
 from schemas import Reject
 from schemas.candidates import (
     EMOTIONS,
@@ -88,7 +99,7 @@ class CandidatesConfig(CommonConfig):
     kind: Kind = "generated"
     """generated (LLM-written distractors) | label_reason (one reason per other taxonomy label) | sampled (from the item's negatives)."""
     input_format: Literal["auto", "items", "ego4d", "egotom_csv", "timelines"] = "auto"
-    """items: a candidate-items JSONL; ego4d / egotom_csv / timelines: narration timelines as tom reads them, cut into memory-recall items (auto: by name and first row)."""
+    """items: a candidate-items JSONL; ego4d / egotom_csv / timelines: narration timelines (gen.timelines, as tom reads them), cut into memory-recall items (auto: by name and first row)."""
     k: int | None = Field(None, ge=2, le=26)
     """Options per item (null: 4; for label_reason the taxonomy's size, 9)."""
     taxonomy: list[str] = Field(default_factory=lambda: list(EMOTIONS))
@@ -187,14 +198,12 @@ def plan(cfg: CandidatesConfig) -> Plan:
 
 
 def detect_format(path: Path) -> str:
-    """``items`` for a JSONL whose first row has ``item_id``; else tom's timeline formats."""
-    from generators.tom import detect_format as tom_format
-
+    """``items`` for a JSONL whose first row has ``item_id``; else a timeline format (:mod:`gen.timelines`)."""
     if path.is_file() and path.suffix.lower() == ".jsonl":
         for _, row in iter_jsonl(path):
             return "timelines" if isinstance(row, dict) and "clip_id" in row and "item_id" not in row else "items"
         raise InputError(f"{path}: empty file (expected candidate items or timelines, one JSON object per line)")
-    fmt = tom_format(path)
+    fmt = timeline_format(path)
     return "timelines" if fmt == "jsonl" else fmt
 
 
@@ -206,18 +215,14 @@ def read_input(cfg: CandidatesConfig) -> Inputs:
         if path.is_dir():
             raise InputError(f"input: {path} is a folder; input_format=items reads one JSONL file")
         return Inputs(read_items(path), [path], fmt)
-    from generators.tom import TomConfig, input_files
-    from generators.tom import read_input as tom_read
-
-    tom_fmt = "jsonl" if fmt == "timelines" else fmt
-    tcfg = TomConfig(input=str(path), input_format=tom_fmt, passes=cfg.passes, cache_dir=None, progress="off")
-    clips = tom_read(tcfg)
+    tfmt: InputFormat = "jsonl" if fmt == "timelines" else fmt  # type: ignore[assignment]
+    clips = read_timelines(path, tfmt, tuple(cfg.passes))
     items, summary = timeline_items(clips, cfg)
     if not items:
         skipped = ", ".join(f"{k}={v}" for k, v in sorted(summary["skipped"].items())) or "none"
         raise InputError(f"input: {path}: no memory-recall item could be cut from its {len(clips)} clips "
                          f"(skipped: {skipped})")
-    return Inputs(items, input_files(path, tom_fmt), fmt, summary)
+    return Inputs(items, input_files(path, tfmt), fmt, summary)
 
 
 def read_items(path: Path) -> list[CandidateItem]:
@@ -842,8 +847,6 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
 
 def fmt_line_of(x: TimedLine) -> str:
     """A context line as the candidate sees it (EgoToM's ``    MMm:SSs | text``)."""
-    from generators.tom import Line
-
     return fmt_line(Line(x.t, x.text, "?"))
 
 

@@ -91,7 +91,7 @@ def plan(cfg: RerankConfig) -> Plan:
 
 def render_context(context: list[TimedLine] | str) -> str:
     """Timed lines as ``MMm:SSs | text``, one per line; free text as it is."""
-    from generators.tom import fmt_time
+    from gen.timelines import fmt_time
 
     if isinstance(context, str):
         return context

@@ -22,6 +22,7 @@ from gen.llm import scripted_llm
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
 from gen.run import REGISTRY, RunContext, run
+from gen.timelines import Clip, Line
 from generators.candidates import (
     CandidatesConfig,
     Option,
@@ -35,7 +36,6 @@ from generators.candidates import (
     setup,
     timeline_items,
 )
-from generators.tom import Clip, Line
 from schemas.candidates import EMOTIONS, CandidateItem, CandidateRecord
 
 NAME = "candidates"
@@ -156,7 +156,7 @@ def test_items_reader_reads_the_examples_and_names_bad_lines(tmp_path: Path) -> 
 
 
 def clip(lines: list[tuple[float, str]], cid: str = "v~pass_1~0-20") -> Clip:
-    from generators.tom import speaker_of
+    from gen.timelines import speaker_of
 
     return Clip(cid, "v", "jsonl", "test", lines=[Line(t, x, speaker_of(x)) for t, x in lines])
 

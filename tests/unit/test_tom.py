@@ -26,9 +26,8 @@ from gen.errors import ConfigError, InputError, MissingInputError
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.mcq import EGOTOM_QUESTION, egotom_columns, load_banks
 from gen.run import RunContext, run
+from gen.timelines import Clip, Line, fmt_line, fmt_time, parse_time, speaker_of
 from generators.tom import (
-    Clip,
-    Line,
     StageFailure,
     TomConfig,
     analysis,
@@ -36,8 +35,6 @@ from generators.tom import (
     check_transition,
     counterfactual_beliefs_actions,
     counterfactual_goals,
-    fmt_line,
-    fmt_time,
     in_window,
     join_actions,
     keyword_hits,
@@ -46,13 +43,11 @@ from generators.tom import (
     norm_goal,
     norm_sentence,
     numbered,
-    parse_time,
     plan,
     read_input,
     selection,
     similarity_problem,
     simplify,
-    speaker_of,
 )
 from schemas.tom import TomQuestion
 
