@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 def main() -> int:
     from gen.llm import LlamaCppConfig
     from gen.run import RunContext
-    from generators.scenarios import (
-        ScenariosConfig,
+    from generators.scenarios import ScenariosConfig
+    from generators.scenarios.stages import (
         Unit,
         Writer,
         example_skeleton,

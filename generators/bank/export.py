@@ -289,8 +289,8 @@ def export_scenarios(job: Job, out: Path) -> list[Outcome]:
     (``duplicate_scenario_id``; ``gen scenarios existing=<bank export> id_start=…`` numbers a new
     batch past a bank's ids). ``bank_ids.json`` maps each exported scenario_id to its bank item id,
     version and source id; ``MANIFEST.lock.json`` is the benchmark's lock of the file."""
-    from generators.scenarios import LOCK as SCENARIO_LOCK
-    from generators.scenarios import SCHEMA_REVISION
+    from generators.scenarios.lock import LOCK as SCENARIO_LOCK
+    from generators.scenarios.lock import SCHEMA_REVISION
     from schemas.scenarios import ScenarioRecord
 
     outcomes: list[Outcome] = []

@@ -151,11 +151,11 @@ EXAMPLES_JSONL = CONTEXT_BENCH / "examples.jsonl"
 
 
 def scenario_expectation(rows: list[dict[str, Any]]) -> Counter:
-    """(rule, scenario id or None) -> count, from generators.scenarios' rule functions themselves:
+    """(rule, scenario id or None) -> count, from generators.scenarios.rules' functions themselves:
     what the scenarios check must report, whatever the examples hold."""
     from pydantic import ValidationError
 
-    from generators.scenarios import (
+    from generators.scenarios.rules import (
         bank_problems,
         presence_problems,
         rule_problems,

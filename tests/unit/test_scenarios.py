@@ -31,18 +31,30 @@ from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import PROMPTS
 from gen.prompts import Prompts
 from gen.run import RunContext, run
-from generators.scenarios import (
-    LOCK,
-    RELEASED_JOINT,
+from generators.scenarios import LOCK, ScenariosConfig, plan
+from generators.scenarios.rules import (
     RULES,
-    ScenariosConfig,
+    bank_problems,
+    camera_refers_back,
+    gold_in_speech,
+    load_vocabulary,
+    name_match,
+    not_deictic,
+    object_names_in_camera,
+    rule_problems,
+    shift_announced,
+    text_problem,
+)
+from generators.scenarios.skeleton import (
+    RELEASED_JOINT,
     Skeleton,
+    build_units,
+    cell_counts,
+    largest_remainder,
+)
+from generators.scenarios.stages import (
     Unit,
     assemble,
-    bank_problems,
-    build_units,
-    camera_refers_back,
-    cell_counts,
     check_camera,
     check_situations,
     check_speech,
@@ -50,18 +62,8 @@ from generators.scenarios import (
     example_prompt,
     example_skeleton,
     examples,
-    gold_in_speech,
-    largest_remainder,
-    load_vocabulary,
-    name_match,
-    not_deictic,
-    object_names_in_camera,
-    plan,
-    rule_problems,
-    shift_announced,
     situations_of,
     spec,
-    text_problem,
     tidy_situations,
 )
 from schemas.scenarios import CHANGE_TYPES, RECORD_FIELDS, VISIBLE_FIELDS, ScenarioRecord

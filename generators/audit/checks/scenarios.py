@@ -1,5 +1,5 @@
 """Check 16: a context-tracking scenario bank against the Wearable Assistant Context Bench's
-authoring rules (the rule functions of :mod:`generators.scenarios`)."""
+authoring rules (the rule functions of :mod:`generators.scenarios.rules`)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def scenarios(data: AuditData, cfg: AuditConfig) -> CheckResult:
         return CheckResult(key, "skipped", "not a scenario bank")
     from pydantic import ValidationError
 
-    from generators.scenarios import (
+    from generators.scenarios.rules import (
         RULES,
         bank_problems,
         presence_problems,
