@@ -98,6 +98,24 @@ def key(text: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", text.casefold()).split())
 
 
+_CLOSING = "\"')]\u00bb\u201d\u2019"
+
+
+def final_mark(text: str) -> str:
+    """A text's final mark: ``.``, ``?``, ``!`` or ``""`` (closing quotes and brackets skipped)."""
+    end = text.rstrip().rstrip(_CLOSING).rstrip()
+    return end[-1] if end and end[-1] in ".?!" else ""
+
+
+def with_mark(text: str, mark: str) -> str:
+    """``text`` ending with ``mark`` in place of its own final run of ``.?!``; a text that ends
+    inside quotes or brackets is left as it is."""
+    text = text.rstrip()
+    if not text or text[-1] in _CLOSING:
+        return text
+    return text.rstrip(".?! ") + mark
+
+
 def ngrams(text: str, n: int = 6) -> set[tuple[str, ...]]:
     words = key(text).split()
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}

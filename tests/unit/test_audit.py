@@ -1046,6 +1046,31 @@ def test_shortcut_finds_a_word_tell_and_not_random_labels() -> None:
     assert control["correct"].mean() < 0.4
 
 
+def test_shortcut_sees_the_surface_the_word_features_drop() -> None:
+    """An answer that alone ends without a period (Ego4D narrations end bare, a model's rewrites end
+    with one) or starts in lower case: the classifier's words lose punctuation and case, its
+    surface features keep them."""
+    rng = np.random.default_rng(5)
+    verbs = ["folds", "washes", "sorts", "paints", "fixes", "stacks", "cleans", "labels", "carries", "mends"]
+    nouns = ["shirts", "plates", "books", "chairs", "bikes", "boxes", "lamps", "rugs", "cups", "tools"]
+
+    def bank(mark: str) -> list[MCQ]:
+        items = []
+        for j in range(60):
+            pads = rng.choice(["", " now", " again", " slowly", " with care", " one by one"], 4)  # lengths vary
+            opts = [f"C {v} the {n}{p}." for v, n, p in zip(rng.choice(verbs, 4, replace=False),
+                                                            rng.choice(nouns, 4, replace=False), pads, strict=True)]
+            a = int(rng.integers(4))
+            opts[a] = opts[a][:-1] if mark == "bare" else opts[a][0].lower() + opts[a][1:]
+            items.append(mcq(f"i{j:02d}", opts, a, group=f"g{j}"))
+        return items
+
+    for mark, features in (("bare", {"ends_bare", "end_odd"}), ("lower", {"lower_start"})):
+        out = shortcut_cv(bank(mark), cfg(), seed=0)
+        assert out["correct"].mean() > 0.9, mark
+        assert out["weights"][0][0] in features, (mark, out["weights"][:3])
+
+
 def test_knn_matches_brute_force() -> None:
     rng = np.random.default_rng(0)
     a = rng.normal(size=(300, 16)).astype(np.float32)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gen.gates import final_mark
 from generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
 from generators.audit.report import per_type_table, tells_table
 from generators.audit.stats import Tell, binom_greater, rounded
@@ -23,7 +24,10 @@ ABSOLUTE = {"always", "never", "all", "every", "only", "completely", "entirely",
 HEDGE = {"may", "might", "could", "probably", "likely", "possibly", "perhaps", "some", "maybe", "usually"}
 DENSE = ("log_chars", "words", "length_z", "is_longest", "is_shortest", "length_rank", "question_overlap",
          "question_overlap_rel", "centrality", "centrality_rel", "commas", "ands", "negation", "absolute",
-         "hedge", "digits", "template_start", "distinct_word_ratio")
+         "hedge", "digits", "template_start", "distinct_word_ratio", "ends_bare", "end_odd", "lower_start")
+"""The dense features; ``word:<w>`` features follow. The last three are the surface that ``norm``
+drops: no final mark (.?!), a final mark no other option of the item has, a lower-case first letter
+(narrations end bare where a model's rewrites end with a period)."""
 
 
 def _jaccard(a: set[str], b: set[str]) -> float:
@@ -51,6 +55,8 @@ def option_features(items: list[MCQ], vocab: list[str]) -> tuple[np.ndarray, np.
         qov = np.array([_jaccard(s, q) for s in sets])
         cen = np.array([np.mean([_jaccard(sets[a], sets[b]) for b in range(k) if b != a]) for a in range(k)])
         firsts = Counter(t[0] for t in toks if t)
+        marks = [final_mark(o) for o in it.options]
+        mark_count = Counter(marks)
         for j in range(k):
             t, s = toks[j], sets[j]
             F[r, j, :len(DENSE)] = [
@@ -59,6 +65,7 @@ def option_features(items: list[MCQ], vocab: list[str]) -> tuple[np.ndarray, np.
                 cen[j], cen[j] - cen.mean(), it.options[j].count(","), t.count("and"), bool(s & NEGATION),
                 bool(s & ABSOLUTE), bool(s & HEDGE), any(c.isdigit() for c in it.options[j]),
                 bool(t) and firsts[t[0]] > k / 2, len(s) / max(1, len(t)),
+                marks[j] == "", k > 2 and mark_count[marks[j]] == 1, it.options[j].lstrip()[:1].islower(),
             ]
             for w in s:
                 if w in col:
