@@ -37,7 +37,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,7 +45,7 @@ import numpy as np
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gen.errors import InputError, LLMOutputError
-from gen.gates import Gates
+from gen.gates import Gates, final_mark, with_mark
 from gen.gates import key as _key
 from gen.run import (
     CommonConfig,
@@ -356,6 +356,17 @@ def option_text(label: str | None, reason: str) -> str:
     return f"{label}: {reason}" if label is not None else reason
 
 
+def surface(text: str, like: str) -> str:
+    """``text`` in the surface of ``like`` (the positive): its final mark (a period when it has
+    none) and, when it starts in upper case, an upper-case first letter. One surface for an item's
+    options: a mark or a case that only the answer has, or only the distractors, is a tell a
+    choice-only classifier reads (Ego4D's narrations often end bare, a model's rewrites with a period)."""
+    out = with_mark(text, final_mark(like) or ".")
+    if like[:1].isupper() and out[:1].islower():
+        out = out[0].upper() + out[1:]
+    return out
+
+
 def clean(text: str) -> str:
     """A generated option's surface: quotes, a copied ``N.`` number or ``MMm:SSs |`` time and a
     narration tag dropped, whitespace collapsed."""
@@ -409,6 +420,9 @@ def has_phrase(needle: str, hay: str) -> bool:
     return bool(needle) and f" {needle} " in f" {hay} "
 
 
+_SUBJECT = re.compile(r"^C\b")
+
+
 @dataclass
 class Setup:
     """What one item's checks compare against."""
@@ -428,6 +442,12 @@ class Setup:
 
     def size(self, text: str) -> int:
         return len(text) if self.cfg.length_unit == "chars" else len(text.split())
+
+    def off_subject(self, text: str) -> bool:
+        """The positive is a narration about the camera wearer (``C takes …``) and ``text`` is not:
+        who acts is code's to keep, and an option about someone else is eliminated on its face."""
+        return self.cfg.kind != "label_reason" and bool(_SUBJECT.match(self.positive.text)) \
+            and not _SUBJECT.match(text)
 
 
 def length_problem(sizes: list[int], ratio: float | None) -> str | None:
@@ -459,6 +479,8 @@ class Pool:
         why = text_problem(o.core, s.examples)
         if why:
             return why, ""
+        if s.off_subject(o.text):
+            return "subject", "does not start with C as the positive does"
         if any(has_phrase(_key(w), _key(o.text)) for w in s.withhold):
             return "withheld", "holds a withheld text"
         if k == _key(s.positive.core):
@@ -494,6 +516,10 @@ class Pool:
     def offer(self, o: Option) -> bool:
         if self.full:
             return False
+        shown = surface(o.text, self.s.positive.text)
+        if shown != o.text:
+            self.count("surface.changed")
+            o = replace(o, text=shown)
         p = self.problem(o)
         if p is not None:
             self.count(f"turned_away.{p[0]}")
@@ -519,6 +545,8 @@ def set_problem(s: Setup, options: list[Option]) -> tuple[str, str] | None:
     keys = [_key(o.core) for o in options]
     if len(set(keys)) != len(keys):
         return "duplicate", "two options are the same text"
+    if any(s.off_subject(o.text) for o in options):
+        return "subject", "an option does not start with C as the positive does"
     if any(has_phrase(_key(w), _key(o.text)) for w in s.withhold for o in options):
         return "withheld", "an option holds a withheld text"
     if length_problem([s.size(o.text) for o in options], cfg.length_ratio):
@@ -705,7 +733,7 @@ def reword(ctx: RunContext, cfg: CandidatesConfig, index: int, s: Setup, chosen:
         sim = float(s.vectors.sim(core, [pos.core])[0]) if why is None else 0.0
         if why is None and sim < cfg.reword_min_similarity:
             why = "meaning_changed"
-        new = Option(option_text(pos.label, core), core, "positive", pos.time, label=pos.label)
+        new = Option(surface(option_text(pos.label, core), pos.text), core, "positive", pos.time, label=pos.label)
         if why is None:
             p = set_problem(s, [new, *chosen])
             why = p[0] if p else None
@@ -732,6 +760,7 @@ def hidden_lines(s: Setup, item: CandidateItem, options: list[Option]) -> set[in
 
 def setup(ctx: RunContext, cfg: CandidatesConfig, item: CandidateItem, vectors: Vectors) -> Setup:
     pos = positive_option(item, cfg.kind)
+    pos = replace(pos, text=surface(pos.text, pos.text))
     lines = item.lines
     pk = _key(pos.core)
     named: set[str] = set()
@@ -775,6 +804,9 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
         return reject("input checks", "input", *problem)
     vectors = Vectors(ctx.embedder)
     s = setup(ctx, cfg, item, vectors)
+    annotated = positive_option(item, cfg.kind).text
+    if s.positive.text != annotated:
+        ctx.count("surface.changed")
     if cfg.kind == "generated" and cfg.cite_sources and s.lines and len(s.allowed) < k - 1:
         return reject("input checks", "input", "too_few_sources",
                       f"{len(s.allowed)} context lines a wrong option may be based on, need {k - 1}")
@@ -829,7 +861,7 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
     visible: dict[str, Any] = {"context": "\n".join(fmt_line_of(x) for j, x in enumerate(s.lines) if j not in hide)
                                if s.lines else (item.context if isinstance(item.context, str) else "")}
     privileged: dict[str, Any] = {
-        "positive": s.positive.text,
+        "positive": annotated,
         "option_times": {str(j): o.time for j, o in enumerate(shown) if o.time is not None},
         "sources": {str(j): fmt_line_of(s.lines[o.line]) for j, o in enumerate(shown) if o.line is not None},
     }

@@ -221,7 +221,8 @@ def make_setup(row: dict[str, Any] | None = None, **cfg: Any):
     ("C takes out a blue bowl from it, now quickly and loudly in the kitchen.", None, "length_ratio"),
     ("", None, "empty_text"),
     ("C opens opens opens the the the door door door now now now", None, "repetition"),
-    ("A dog runs across the park.", 9, "ungrounded_source"),
+    ("C walks a dog across the park.", 9, "ungrounded_source"),
+    ("A dog runs across the park.", None, "subject"),                    # the positive is about C: so is every option
 ])
 def test_each_check_turns_away_its_planted_violation(text: str, line: int | None, reason: str) -> None:
     s, _ = make_setup()
@@ -230,6 +231,24 @@ def test_each_check_turns_away_its_planted_violation(text: str, line: int | None
     assert not pool.offer(Option(text, text, "generated", line=line))
     assert list(pool.turned) == [reason], pool.rejected
     assert pool.reason("x") == reason
+
+
+def test_every_option_takes_the_positives_surface() -> None:
+    """Code owns the surface: an option offered without the positive's final mark, or in lower case,
+    is shown with them (counted), before any check sees it; a bare positive gets a period."""
+    counted: list[str] = []
+    s, _ = make_setup(mrp(positive={"text": "C takes out the milk carton", "time": 25}))
+    assert s.positive.text == "C takes out the milk carton."
+    pool = Pool(s, 3, counted.append)
+    assert pool.offer(Option("c pours milk into a glass", "c pours milk into a glass", "generated"))
+    assert pool.offer(Option("C opens the freezer door.", "C opens the freezer door.", "generated"))
+    assert [o.text for o in pool.items] == ["C pours milk into a glass.", "C opens the freezer door."]
+    assert counted == ["surface.changed"]
+    question, _ = make_setup({**mrp(), "task": "request_prediction", "context": "at the sink",
+                              "positive": {"text": "Can you remind me to buy milk?"}})
+    pool = Pool(question, 3, counted.append)
+    assert pool.offer(Option("Can you order new sponges.", "Can you order new sponges.", "generated"))
+    assert pool.items[0].text == "Can you order new sponges?" and not question.off_subject("Can you order")
 
 
 def test_duplicates_names_positive_and_withheld_are_turned_away() -> None:
@@ -400,7 +419,8 @@ def test_label_reason_is_a_nine_way_set_over_the_taxonomy(tmp_path: Path) -> Non
     for o in rec["options"]:
         label, reason = o.split(": ", 1)
         if label != "Achievement":
-            assert reason == REASONS[label]
+            assert reason == REASONS[label] + "."  # the positive's reason ends bare: every option gets a period
+    assert all(o.endswith(".") for o in rec["options"])
     ask = next(c for c in llm.calls if "For each of these feelings" in c["messages"][-1]["content"])
     assert "C felt Achievement because C finally fixed the wobbly table leg without any help" in ask["messages"][-1]["content"]
     # an overridden taxonomy, and k below its size: the other labels are sampled with the item's seed
@@ -526,18 +546,26 @@ def test_on_the_real_timelines_the_shown_order_says_nothing_about_time(tmp_path:
     of the EgoToM action timelines with the scripted writer: neither the answer's position nor the
     options' order carries their source times. Whatever ordered the pool (source order, acceptance)
     the seeded shuffle must erase: the audit's position and chronology checks find nothing, and the
-    options run forward in time about as often as backward."""
+    options run forward in time about as often as backward. The writer ends each rewrite with a
+    period, as SmolLM2 does, where most narrations end bare: the one surface per item leaves the
+    choice-only classifier nothing to read (without it, it is right on 82 %: ends_bare, end_odd)."""
     from generators.audit import AuditConfig
     from generators.audit.checks.chronology import chronology
     from generators.audit.checks.chronology import kendall as tau_of
     from generators.audit.checks.position import position
+    from generators.audit.checks.shortcut import shortcut
     from generators.audit.data import AuditData
 
-    result, recs, _, _ = run_candidates(tmp_path / "run", EGOTOM / "egotom_actions_shuffled.csv", n=200)
-    assert result.accepted >= 100
+    def with_period(messages: list[dict[str, str]], seed: int) -> str:
+        out = json.loads(good_reply(messages, seed))
+        return json.dumps({"text": out["text"].rstrip(".") + "."} if "text" in out else out)
+
+    result, recs, _, _ = run_candidates(tmp_path / "run", EGOTOM / "egotom_actions_shuffled.csv", with_period, n=200,
+                                        reword_positive=False)  # the positives stay as annotated
+    assert result.accepted >= 100 and result.manifest["validators"]["surface.changed"] > 100
     data = AuditData(items=load_banks(tmp_path / "run")[0].items)
     cfg = AuditConfig(input="x")
-    for check in (chronology, position):
+    for check in (chronology, position, shortcut):
         res = check(data, cfg)
         assert res.status == "ran" and res.findings == [], (check.__name__, res.stats.get("tells"))
     taus = [tau_of({int(j): t for j, t in r["privileged"]["option_times"].items()})[0] for r in recs]
