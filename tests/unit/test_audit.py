@@ -297,10 +297,9 @@ def test_planted_keys_stacked_on_one_letter(tmp_path: Path) -> None:
     tells = next(c for c in report["checks"] if c["key"] == "position")["stats"]["tells"]
     assert [(t["question_type"], t["severity"]) for t in tells] == [("belief", "error"), ("goal", None)]
     assert f["numbers"]["effect"] == 75.0 and f["numbers"]["rule"] == "significant_and_large"
-    # nothing else is an error; a small tell elsewhere may be a warning by the uncorrected rule (with
-    # the answers all at b, the choice-only classifier is right in 16/40 belief items, p = 0.026)
-    assert [(g["check"], g["severity"], g["numbers"].get("rule")) for g in findings if g["check"] != "position"] \
-        == [("shortcut", "warning", "uncorrected_and_large")]
+    # nothing else is found: the choice-only classifier never sees positions (one fold split once made
+    # it right in 16/40 of these belief items, an uncorrected warning; averaged over 5 splits it is not)
+    assert [(g["check"], g["severity"]) for g in findings if g["check"] != "position"] == []
     assert result.exit_code == 1
 
 
