@@ -34,7 +34,7 @@ from generators.audit.checks.duplicates import knn
 from generators.audit.checks.leakage import leakage as check_leakage
 from generators.audit.checks.length import length as check_length
 from generators.audit.checks.position import position as check_position
-from generators.audit.checks.shortcut import shortcut_cv
+from generators.audit.checks.shortcut import shortcut, shortcut_cv
 from generators.audit.data import AuditData
 from generators.audit.registry import REGISTRY, check_keys
 from generators.audit.report import cell
@@ -127,7 +127,7 @@ def test_clean_bank_every_check_runs_and_finds_nothing(clean_run) -> None:
     assert stats["structure"]["per_question_type"]["goal"]["items"] == 40
     assert [t["p"] > 0.5 for t in stats["position"]["tells"]] == [True, True]
     assert {t: r["chance"] for t, r in stats["length"]["per_question_type"].items()} == {"belief": 0.25, "goal": 0.333}
-    assert len(stats["length"]["tells"]) == 4 and len(stats["shortcut"]["tells"]) == 2
+    assert len(stats["length"]["tells"]) == 4 and len(stats["shortcut"]["tells"]) == 4  # classifier, most central
     assert all(t["severity"] is None and t["accuracy"] < 0.5 for t in stats["shortcut"]["tells"])
     assert stats["similar_options"]["per_question_type"]["goal"]["answer_distractor"]["pairs"] == 80
     assert stats["duplicates"]["nearest_neighbour"]["max"] < 0.95
@@ -950,7 +950,7 @@ def test_no_tell_on_1000_items_gives_nothing_above_info(tmp_path: Path) -> None:
     result, findings, report = run_audit(tmp_path / "out", bank, embeddings=False, checks=checks)
     assert [f for f in findings if f["severity"] != "info"] == [] and result.exit_code == 0
     tells = [t for c in report["checks"] for t in c["stats"].get("tells", [])]
-    assert len(tells) == 5  # overlap, position, longest, shortest, classifier
+    assert len(tells) == 6  # overlap, position, longest, shortest, classifier, most central
     assert all(t["effect"] < 5 and t["severity"] is None for t in tells)
 
 
@@ -1068,6 +1068,33 @@ def test_shortcut_sees_the_surface_the_word_features_drop() -> None:
         out = shortcut_cv(bank(mark), cfg(), seed=0)
         assert out["correct"].mean() > 0.9, mark
         assert out["weights"][0][0] in features, (mark, out["weights"][:3])
+
+
+def test_an_answer_the_distractors_borrow_from_is_the_most_central_option() -> None:
+    """Wrong options each written from the answer (one word of it kept) make the answer the hub of
+    its set: "pick the most central" finds it; the same options with the answer moved to a random
+    other slot do not."""
+    rng = np.random.default_rng(11)
+    verbs = ["folds", "washes", "sorts", "paints", "fixes", "stacks", "cleans", "labels", "carries", "mends"]
+    nouns = ["shirts", "plates", "books", "chairs", "bikes", "boxes", "lamps", "rugs", "cups", "tools"]
+    places = ["kitchen", "garage", "attic", "porch", "hall", "shed", "office", "yard"]
+    items, control = [], []
+    for j in range(60):
+        v, n, pl = rng.choice(verbs, 4, replace=False), rng.choice(nouns, 4, replace=False), rng.choice(places, 4, replace=False)
+        answer = f"C {v[0]} the {n[0]} in the {pl[0]}."
+        wrong = [f"C {v[1]} the {n[0]} in the {pl[1]}.", f"C {v[2]} the {n[2]} in the {pl[0]}.",
+                 f"C {v[0]} the {n[3]} in the {pl[3]}."]  # each keeps one of the answer's words
+        a = int(rng.integers(4))
+        opts = wrong[:a] + [answer] + wrong[a:]
+        items.append(mcq(f"i{j:02d}", opts, a, group=f"g{j}"))
+        control.append(mcq(f"c{j:02d}", opts, (a + 1 + int(rng.integers(3))) % 4, group=f"g{j}"))
+    res = shortcut(AuditData(items=items), cfg())
+    tell = next(t for t in res.stats["tells"] if t["tell"] == "pick the most central")
+    assert tell["hits"] == 60 and tell["severity"] == "error"
+    assert "central_answer_tell" in {f.kind for f in res.findings}
+    res = shortcut(AuditData(items=control), cfg())
+    tell = next(t for t in res.stats["tells"] if t["tell"] == "pick the most central")
+    assert tell["hits"] == 0 and not any(f.kind == "central_answer_tell" for f in res.findings)
 
 
 def test_knn_matches_brute_force() -> None:

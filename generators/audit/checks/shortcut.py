@@ -34,6 +34,18 @@ def _jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a or b else 0.0
 
 
+def central_credit(it: MCQ) -> float:
+    """Picking the option that shares the most words with the other options (mean Jaccard of word
+    sets), ties broken at random: 1/(options tied at the top) when the answer is one of them, else
+    0 (exactly chance on average when the answer says nothing). Wrong options written from the
+    answer borrow its words, and the answer becomes the hub of the set."""
+    sets = [set(norm(o).split()) for o in it.options]
+    k = len(sets)
+    cen = [float(np.mean([_jaccard(sets[a], sets[b]) for b in range(k) if b != a])) for a in range(k)]
+    top = [j for j, c in enumerate(cen) if c >= max(cen) - 1e-12]
+    return 1 / len(top) if it.answer in top else 0.0
+
+
 def option_features(items: list[MCQ], vocab: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per item and option, features of the options alone (and the question): length and its
     rank in the item, overlap with the question and with the other options, word patterns, and
@@ -181,8 +193,9 @@ def _markdown(r: CheckResult) -> list[str]:
 
 
 @check("shortcut", order=7, title="Choice-only shortcut classifier",
-       finds="a classifier that sees only the options beats chance",
-       uses=("shortcut_folds", "shortcut_repeats", "shortcut_l2", "shortcut_min_items", "shortcut_confidence", *TELL_OPTIONS),
+       finds="a classifier that sees only the options beats chance; the answer is the option most like the others",
+       uses=("shortcut_folds", "shortcut_repeats", "shortcut_l2", "shortcut_min_items", "shortcut_confidence",
+             "min_items_per_test", *TELL_OPTIONS),
        markdown=_markdown)
 def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """A conditional-logit classifier that sees only the options (length and its rank, overlap with
@@ -195,8 +208,16 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
         return CheckResult(key, "skipped", "no multiple-choice items with a known answer")
     table = {}
     tells: list[tuple[Tell, list[MCQ], dict[str, Any], np.ndarray]] = []
+    central: list[tuple[Tell, list[str]]] = []
     for qtype, xs in groups.items():
         items = [it for _, it in xs]
+        p0 = float(np.mean([1 / len(it.options) for it in items]))
+        credit = [central_credit(it) for it in items]
+        hub = [it.item_id for it, c in zip(items, credit, strict=True) if c > 0]
+        hits = int(round(sum(credit)))  # an expected count: the binomial test on it errs on the safe side
+        if len(items) >= cfg.min_items_per_test:
+            central.append((Tell({"question_type": qtype, "tell": "pick the most central"}, hits, len(items), p0,
+                                 binom_greater(hits, len(items), p0)), hub))
         if len(items) < cfg.shortcut_min_items:
             table[qtype] = {"items": len(items), "note": f"not tested: fewer than {cfg.shortcut_min_items} items"}
             continue
@@ -205,16 +226,15 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
         # Expected hits over the fold draws: without a tell this sum varies less than a binomial
         # count does, so the binomial test on it stays valid (and conservative)
         k = int(round(float(out["correct"].sum())))
-        p0 = float(np.mean([1 / len(it.options) for it in items]))
         order = np.argsort(-out["p_answer"], kind="stable")
         easiest = [{"item": items[r].item_id, "p_answer": rounded(out["p_answer"][r], 3)} for r in order[:10]]
         table[qtype] = {"items": n, "folds": cfg.shortcut_folds, "repeats": cfg.shortcut_repeats,
-                        "accuracy": rounded(k / n, 3),
+                        "accuracy": rounded(k / n, 3), "pick_most_central_accuracy": rounded(hits / n, 3),
                         "chance": rounded(p0, 3), "top_features": out["weights"], "easiest": easiest}
         res.series[qtype] = out["p_answer"].tolist()
         tells.append((Tell({"question_type": qtype, "tell": "choice-only classifier"}, k, n, p0,
                            binom_greater(k, n, p0)), items, out, order))
-    judged([t for t, *_ in tells], cfg)
+    judged([t for t, *_ in tells] + [t for t, _ in central], cfg)
     for t, items, out, order in tells:
         if t.severity is None:
             continue
@@ -226,5 +246,11 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
             f"{cfg.shortcut_repeats} draws) is right in",
             items=easy, fields=["options"],
             numbers={"question_type": t.labels["question_type"], "top_features": out["weights"]}))
-    res.stats = {"per_question_type": table, "tells": [t.row() for t, *_ in tells]}
+    for t, hub in central:
+        if t.severity is not None:
+            res.findings.append(tell_finding(
+                key, "central_answer_tell", t,
+                f"{t.labels['question_type']} (listed: the items whose answer is among the most central): the "
+                "option sharing the most words with the other options (ties broken at random) is the answer in", items=hub, fields=["options"], numbers={"question_type": t.labels["question_type"]}))
+    res.stats = {"per_question_type": table, "tells": [t.row() for t, *_ in tells] + [t.row() for t, _ in central]}
     return res
