@@ -403,6 +403,13 @@ def repetition(text: str, ctx: GateContext) -> str | None:
     return None
 
 
+def content_lemmas(text: str) -> set[str]:
+    """Lower-case lemmas of the content words of ``text`` (nouns, proper nouns, verbs, adjectives,
+    adverbs, by the tagger): ``C hands the towel`` and ``C's hand towels`` share ``hand``, ``towel``."""
+    return {lemma.lower() for w, _, pos, lemma in tags(text)
+            if pos in _CONTENT and re.fullmatch(r"[^\W\d_][\w'-]*", w)}
+
+
 CONTENT_WORDS_WITHIN = 30
 """The content-word rule looks at texts of at most this many words. It fires when a word comes
 three times or more and more often than there are other verbs, plus one: "To tie shoes, not with shoes

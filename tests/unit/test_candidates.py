@@ -223,6 +223,7 @@ def make_setup(row: dict[str, Any] | None = None, **cfg: Any):
     ("C opens opens opens the the the door door door now now now", None, "repetition"),
     ("C walks a dog across the park.", 9, "ungrounded_source"),
     ("A dog runs across the park.", None, "subject"),                    # the positive is about C: so is every option
+    ("C opens the milk cupboard.", 0, "borrowed"),  # line 0 opens the kitchen cupboard; milk is the positive's
 ])
 def test_each_check_turns_away_its_planted_violation(text: str, line: int | None, reason: str) -> None:
     s, _ = make_setup()
@@ -379,6 +380,23 @@ def test_rewording_that_changes_the_meaning_keeps_the_original(tmp_path: Path) -
     assert result.manifest["validators"]["reword.kept_original"] == 1
     _, recs, _, llm = run_candidates(tmp_path / "b", [mrp()], reword_positive=False)
     assert not recs[0]["reworded"] and not any("Rewrite this statement" in c["messages"][-1]["content"] for c in llm.calls)
+
+
+def test_a_rewording_that_borrows_the_distractors_words_keeps_the_original(tmp_path: Path) -> None:
+    """The positive reworded toward the distractors' words would be the option most like the others:
+    a word of a distractor the original positive lacks makes the rewording fail (reword.borrowed)."""
+    def borrow(messages: list[dict[str, str]], seed: int) -> str:
+        req = messages[-1]["content"]
+        if "Rewrite this statement" in req:
+            other = re.search(r'"(C [^"]+)"', req.split("without changing", 1)[0])[1]  # a distractor shown
+            noun = other.rstrip(".").split()[-1]
+            return json.dumps({"text": f"C takes out the milk carton near the {noun}."})
+        return good_reply(messages, seed)
+
+    result, recs, _, llm = run_candidates(tmp_path / "a", [mrp()], reply=borrow, length_ratio=None)
+    assert any("Rewrite this statement" in c["messages"][-1]["content"] for c in llm.calls)
+    assert not recs[0]["reworded"] and recs[0]["options"][recs[0]["answer"]] == "C takes out the milk carton."
+    assert result.manifest["validators"]["reword.borrowed"] == 3
 
 
 def test_request_prediction_never_shows_the_original_request(tmp_path: Path) -> None:
