@@ -69,8 +69,8 @@ from gen.timelines import (
 )
 from gen.timelines import detect_format as timeline_format
 from generators import rerank as rr
-from generators.tom import PLACEHOLDER
-from generators.tom import example_strings as _example_strings
+from generators.tom.forms import PLACEHOLDER
+from generators.tom.forms import example_strings as _example_strings
 from schemas import Reject
 from schemas.candidates import (
     EMOTIONS,

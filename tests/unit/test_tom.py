@@ -27,25 +27,18 @@ from gen.llm import OpenAIConfig, scripted_llm
 from gen.mcq import EGOTOM_QUESTION, egotom_columns, load_banks
 from gen.run import RunContext, run
 from gen.timelines import Clip, Line, fmt_line, fmt_time, parse_time, speaker_of
-from generators.tom import (
+from generators.tom import TomConfig, candidates, plan, read_input, selection
+from generators.tom.forms import join_actions, norm_belief, norm_goal, norm_sentence
+from generators.tom.stages import (
     StageFailure,
-    TomConfig,
     analysis,
-    candidates,
     check_transition,
     counterfactual_beliefs_actions,
     counterfactual_goals,
     in_window,
-    join_actions,
     keyword_hits,
     length_problem,
-    norm_belief,
-    norm_goal,
-    norm_sentence,
     numbered,
-    plan,
-    read_input,
-    selection,
     similarity_problem,
     simplify,
 )
@@ -523,7 +516,7 @@ def test_action_surface_forms() -> None:
     assert join_actions(["Picks a cup", "fills it"]) == "C picks a cup and fills it."
     assert norm_sentence("picks the salt, adds salt, and stirs the pot") == "C picks the salt, adds salt, and stirs the pot."
     assert norm_sentence("#C C picks x..") == "C picks x."
-    from generators.tom import action_count
+    from generators.tom.forms import action_count
 
     assert action_count("C picks a cup, fills it, and drinks.") == 3 and action_count("C to the toilet.") == 1
     assert action_count("C picks a cup and fills it.") == 2 and action_count("C a, b and c then d.") == 4
@@ -622,7 +615,7 @@ def past_of(clip: Clip, upto: int) -> list[str]:
 
 
 def truth_for(clip: Clip, index: int = 60):
-    from generators.tom import Truth
+    from generators.tom.stages import Truth
 
     return Truth(index, "To wash the dishes.", "C believes that the soup is ready.",
                  "C turns off the stove, carries the board to the sink, and scrubs the board.", [])
