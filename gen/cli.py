@@ -39,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         return fail(str(e), e.exit_code)
     except KeyboardInterrupt:
         return fail("interrupted", 130)
+    except BrokenPipeError:  # the reader went away (gen --help | head): nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        return 141  # 128 + SIGPIPE, as a shell reports it
 
 
 def _main(argv: list[str]) -> int:

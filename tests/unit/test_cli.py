@@ -68,6 +68,21 @@ def test_help_lists_generators(run_gen) -> None:
         assert "  personas  " in listed
 
 
+def test_help_into_a_closed_pipe_ends_quietly() -> None:
+    """``gen tom --help | head -1``: the reader is gone before gen writes; no traceback, 128 + SIGPIPE."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "gen", "tom", "--help"], stdout=write, stderr=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parents[2])
+    os.close(write)
+    os.close(read)  # before the child has imported anything, so its first write fails
+    _, err = proc.communicate(timeout=120)
+    assert (proc.returncode, err.decode()) == (141, "")
+
+
 def test_no_arguments_prints_usage(run_gen) -> None:
     proc = run_gen()
     assert proc.returncode == 0
