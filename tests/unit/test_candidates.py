@@ -23,19 +23,9 @@ from gen.mcq import load_banks
 from gen.paths import EXAMPLES
 from gen.run import REGISTRY, RunContext, run
 from gen.timelines import Clip, Line
-from generators.candidates import (
-    CandidatesConfig,
-    Option,
-    Pool,
-    Vectors,
-    clean,
-    input_problem,
-    key,
-    narration_text,
-    read_items,
-    setup,
-    timeline_items,
-)
+from generators.candidates import CandidatesConfig, key, narration_text, read_items, timeline_items
+from generators.candidates.checks import Option, Pool, Vectors, clean
+from generators.candidates.item import input_problem, setup
 from schemas.candidates import EMOTIONS, CandidateItem, CandidateRecord
 
 NAME = "candidates"
