@@ -55,12 +55,6 @@ STEPS = ("items in", "input checks", "distractors", "rerank", "records")
 # --------------------------------------------------------------------------- one item
 
 
-class ItemFailure(Exception):
-    def __init__(self, step: str, stage: str, reason: str, detail: str, raw: str | None = None):
-        super().__init__(f"{stage}: {reason}: {detail}")
-        self.step, self.stage, self.reason, self.detail, self.raw = step, stage, reason, detail, raw
-
-
 @dataclass
 class ItemResult:
     out: CandidateRecord | Reject
