@@ -20,7 +20,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gen.errors import ConfigError, GenError
 from gen.paths import CONF
@@ -223,6 +223,15 @@ def _compose(name: str, overrides: list[str]):
         GlobalHydra.instance().clear()
 
 
+def _plain(cfg: Any, *, throw_on_missing: bool = False) -> dict[str, Any]:
+    """A composed config (resolved) as plain data."""
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=throw_on_missing)
+    # a composed config's root is a DictConfig, whose keys are the config's (string) names
+    return cast(dict[str, Any], data)
+
+
 def _key(name: str, data: dict[str, Any]) -> str:
     return json.dumps([name, data], sort_keys=True, default=str)
 
@@ -243,7 +252,6 @@ def validate(name: str, overrides: list[str]) -> Any:
 
 def composed(name: str, overrides: list[str]) -> dict[str, Any]:
     """The composed config of one job as plain data (without Hydra's own node)."""
-    from omegaconf import OmegaConf
     from omegaconf.errors import MissingMandatoryValue
 
     try:
@@ -251,13 +259,13 @@ def composed(name: str, overrides: list[str]) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - Hydra raises several types here
         raise ConfigError(_first_line(e) + (f" {_first_line(e.__cause__)}" if e.__cause__ else "")) from None
     try:
-        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        data = _plain(cfg, throw_on_missing=True)
     except MissingMandatoryValue as e:
         raise ConfigError(f"{e.full_key} is required (for example {e.full_key}=...)") from None
     except Exception as e:  # noqa: BLE001
         raise ConfigError(f"config: {_first_line(e)}") from None
     data.pop("hydra", None)
-    return data  # type: ignore[return-value]
+    return data
 
 
 def validate_jobs(name: str, overrides: list[str], *, multirun: bool) -> list[Job]:
@@ -338,7 +346,6 @@ def _explain_validation(e: Any, name: str) -> str:
 
 def _task(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
 
     from gen.run import REGISTRY, run
 
@@ -346,15 +353,15 @@ def _task(cfg: Any) -> None:
     name = hc.runtime.choices["generator"]
     out_dir = Path(hc.runtime.output_dir)
     try:
-        data = OmegaConf.to_container(cfg, resolve=True)
-        data.pop("hydra", None)  # type: ignore[union-attr]
-        job = _VALIDATED.pop(_key(name, data), None)  # type: ignore[arg-type]
+        data = _plain(cfg)
+        data.pop("hydra", None)
+        job = _VALIDATED.pop(_key(name, data), None)
         if job is None:  # a launcher's worker process: validate and size here
-            settings = settings_from(name, data)  # type: ignore[arg-type]
+            settings = settings_from(name, data)
             plan = REGISTRY[name].make_plan(settings)
         else:
             settings, plan = job.settings, job.plan
-        result = run(name, settings, out_dir, resolved=data, plan=plan)  # type: ignore[arg-type]
+        result = run(name, settings, out_dir, resolved=data, plan=plan)
     except GenError as e:
         sys.exit(fail(str(e), e.exit_code))
     except KeyboardInterrupt:

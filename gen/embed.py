@@ -23,11 +23,11 @@ class EmbedderConfig(BaseModel):
     backend: Literal["sentence_transformers"] = "sentence_transformers"
     model_path: str | None = None
     """A local sentence-transformers folder; null picks the embedded all-MiniLM-L6-v2."""
-    batch_size: int = Field(64, ge=1, le=4096)
+    batch_size: int = Field(default=64, ge=1, le=4096)
     """Sentences per forward pass."""
     device: str = "cpu"
     """Torch device."""
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(default=None, ge=1)
     """Torch CPU threads (intra-op, process-wide); null keeps torch's default (all cores).
     On a shared machine fewer threads than cores avoid oversubscription."""
 

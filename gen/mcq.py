@@ -110,7 +110,9 @@ def read_wagibench_mcq(path: Path) -> list[MCQ]:
         y = row.get("y")
         if isinstance(y, bool) or not isinstance(y, int) or not 0 <= y < len(options):
             raise InputError(f"{where}: y: expected the answer's index among the {len(options)} options, got {y!r}")
-        scenario = meta.get("scenario") if isinstance(meta.get("scenario"), dict) else {}
+        scenario = meta.get("scenario")
+        if not isinstance(scenario, dict):
+            scenario = {}
         tag, short = meta.get("client_tag", x.get("client_tag")), scenario.get("shortname")
         item_id = meta.get("item_id") or (f"{short}_{tag}" if short and tag else None) or f"row{i + 1}"
         cues = x.get("cues") or []

@@ -54,15 +54,15 @@ class CommonConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    seed: int = Field(0, ge=0, le=2**31 - 1)
+    seed: int = Field(default=0, ge=0, le=2**31 - 1)
     """Run seed; per-record seeds derive from (seed, generator, record index)."""
-    n: int = Field(10, ge=1, le=10_000_000)
+    n: int = Field(default=10, ge=1, le=10_000_000)
     """Records to produce."""
     input: str | None = None
     """A file or an earlier run folder to read from."""
-    shard: int = Field(0, ge=0)
+    shard: int = Field(default=0, ge=0)
     """This process's slice of the record indices (0-based)."""
-    num_shards: int = Field(1, ge=1)
+    num_shards: int = Field(default=1, ge=1)
     """How many disjoint contiguous slices the indices are cut into."""
     llm: LLMConfig = Field(default_factory=LlamaCppConfig)
     """The LLM backend (``llm=smollm2``, ``llm=llama_cpp``, ``llm=openai``, ``llm=llama_server``)."""
@@ -74,7 +74,7 @@ class CommonConfig(BaseModel):
     """Per-call LLM and embedding cache folder ($GEN_CACHE_DIR, else ~/.cache/gen; null disables caching)."""
     progress: Literal["auto", "rich", "plain", "off"] = "auto"
     """Progress display: rich on a terminal, periodic lines otherwise."""
-    progress_every: float = Field(10.0, gt=0)
+    progress_every: float = Field(default=10.0, gt=0)
     """Seconds between plain progress lines."""
 
     @model_validator(mode="after")

@@ -127,9 +127,10 @@ def detect_format(path: Path) -> InputFormat:
         if (path / "narration.json").is_file():
             return "ego4d"
         raise InputError(f"input: {path} holds no EgoToM CSV or narration.json (set input_format=)")
+    by_suffix: dict[str, InputFormat] = {".json": "ego4d", ".csv": "egotom_csv", ".jsonl": "jsonl"}
     suffix = path.suffix.lower()
-    if suffix in (".json", ".csv", ".jsonl"):
-        return {".json": "ego4d", ".csv": "egotom_csv", ".jsonl": "jsonl"}[suffix]  # type: ignore[return-value]
+    if suffix in by_suffix:
+        return by_suffix[suffix]
     raise InputError(f"input: cannot tell the format of {path} from its name (set input_format=ego4d|egotom_csv|jsonl)")
 
 
@@ -319,8 +320,9 @@ def read_jsonl(path: Path) -> list[Clip]:
                                   problems=[f"{where}: a timeline needs clip_id and a narrations list"]))
                 continue
             cid = str(row["clip_id"])
+            summary = row.get("summary")
             clip = Clip(cid, str(row.get("vuid") or cid), "jsonl", where,
-                        summary=row.get("summary") if isinstance(row.get("summary"), str) else "")
+                        summary=summary if isinstance(summary, str) else "")
             start = parse_time(row.get("start_sec", 0.0))
             if start is None:
                 clip.problems.append(f"{where}: bad start_sec {_short(row.get('start_sec'))}")

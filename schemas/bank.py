@@ -40,7 +40,7 @@ class ReviewSummary(BaseModel):
     """How many of the version's items a reviewer judged."""
     by_verdict: dict[str, int]
     """Items per verdict (``accept``, ``fix``, ``reject``…)."""
-    reviewers: int | None = Field(None, ge=1)
+    reviewers: int | None = Field(default=None, ge=1)
     """How many reviewers took part."""
     protocol: str | None = None
     """How the review was done, in a sentence."""

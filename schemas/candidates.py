@@ -141,13 +141,14 @@ class CandidateItem(_In):
 # --------------------------------------------------------------------------- drafts
 
 
-def capped(cap: int) -> Any:
-    """A string of 1..cap characters without control characters, quotes or backslashes (written
-    as a pattern: llama.cpp's grammar for a plain string lets a raw newline into the JSON)."""
-    return Annotated[str, Field(pattern=rf'^[^\x00-\x1f"\\]{{1,{cap}}}$')]
+def capped(cap: int) -> str:
+    """The pattern of a string of 1..cap characters without control characters, quotes or
+    backslashes (a pattern: llama.cpp's grammar for a plain string lets a raw newline into the
+    JSON). A pattern, not a type, so the capped types are written as aliases a checker reads."""
+    return rf'^[^\x00-\x1f"\\]{{1,{cap}}}$'
 
 
-OptionText = capped(160)
+OptionText = Annotated[str, Field(pattern=capped(160))]
 
 
 class PlainDraft(BaseModel):

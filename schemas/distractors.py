@@ -155,7 +155,7 @@ class DistractorMCQ(MCQRecord):
     item_id: Hex32
     reference_id: str
     """The reference goal's ``goal_id``."""
-    mcq_index: int = Field(0, ge=0)
+    mcq_index: int = Field(default=0, ge=0)
     """Which MCQ of this kind for this reference (``mcqs_per_kind`` > 1)."""
     band: tuple[float, float]
     """The percentile band the distractors were drawn from."""

@@ -9,14 +9,14 @@ replies), :class:`RatingRow` (human ratings for the meta-evaluation). Outputs, o
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from schemas.distractors import Goal
 
 Label = Literal["current", "prior", "clarify", "abstain"]
-LABELS: tuple[str, ...] = Label.__args__  # type: ignore[attr-defined]
+LABELS: tuple[str, ...] = get_args(Label)
 Variant = Literal["reference", "contexts_reference"]
 Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
 
@@ -66,7 +66,7 @@ class ResponseRow(BaseModel):
     scenario_id: Id
     turn: Literal[2, 3]
     response: Annotated[str, StringConstraints(max_length=50_000)]
-    trial: int = Field(0, ge=0, le=1_000_000)
+    trial: int = Field(default=0, ge=0, le=1_000_000)
     condition: Id = "baseline"
     """The prompt condition the candidate ran under (``prompt_conditions.json``)."""
     candidate: str | None = None

@@ -10,11 +10,13 @@ from functools import lru_cache
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, field_validator
+from pydantic.json_schema import JsonValue
 
 from schemas.candidates import TimedLine, capped
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+ReasonText = Annotated[str, Field(pattern=capped(300))]
 
 
 class PoolCandidate(BaseModel):
@@ -64,7 +66,7 @@ class RerankDraft(BaseModel):
     """The whole pool from most to least appropriate, each candidate once, plus a short reason."""
 
     ranking: list[RankedDraft]
-    reason: capped(300)  # type: ignore[valid-type]
+    reason: ReasonText
 
 
 @lru_cache(maxsize=256)
@@ -80,9 +82,10 @@ def rerank_draft(texts: tuple[str, ...]) -> type[RerankDraft]:
         others = [j for j in ids if j != i]
         return {"anyOf": [{"enum": others}, {"type": "null"}]} if others else {"type": "null"}
 
-    entries = [{"type": "object", "properties": {"id": {"const": i}, "text": {"const": t}, "duplicate_of": dup(i),
-                                                  "grounded": {"type": "boolean"}},
-                "required": ["id", "text", "duplicate_of", "grounded"]} for i, t in zip(ids, texts, strict=True)]
+    entries: list[JsonValue] = [
+        {"type": "object", "properties": {"id": {"const": i}, "text": {"const": t}, "duplicate_of": dup(i),
+                                          "grounded": {"type": "boolean"}},
+         "required": ["id", "text", "duplicate_of", "grounded"]} for i, t in zip(ids, texts, strict=True)]
     return create_model("RerankDraft", __base__=RerankDraft, ranking=(list[RankedDraft], Field(json_schema_extra={
         "items": {"anyOf": entries}, "minItems": len(texts), "maxItems": len(texts)})))
 

@@ -68,7 +68,7 @@ class ReviewLabel(BaseModel):
 
     item_id: str = Field(pattern=r"^[0-9a-f]{32}$")
     """The item's content hash (the bank's id: ``generators/bank/identity.py``)."""
-    record_id: str | None = Field(None, max_length=200)
+    record_id: str | None = Field(default=None, max_length=200)
     """The record's own id in the run (``item_id`` of an MCQ record, ``bundle_id``, ``scenario_id``), for people."""
     reviewer: str
     time: str = Field(max_length=40)
@@ -77,7 +77,7 @@ class ReviewLabel(BaseModel):
     scores: dict[str, int] = Field(default_factory=dict)
     """Rubric key -> score (1-based); a key is absent until scored."""
     decision: Decision | None = None
-    note: str = Field("", max_length=10_000)
+    note: str = Field(default="", max_length=10_000)
 
     @field_validator("reviewer")
     @classmethod

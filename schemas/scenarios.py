@@ -12,7 +12,7 @@ code from its skeleton, so the model never decides which fields exist.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,26 +25,27 @@ Difficulty = Literal["easy", "medium", "hard"]
 TimeGap = Literal["seconds", "minutes", "hours", "next_day"]
 Subset = Literal["bank", "contrast"]
 
-CHANGE_TYPES: tuple[str, ...] = ChangeType.__args__  # type: ignore[attr-defined]
+CHANGE_TYPES: tuple[str, ...] = get_args(ChangeType)
 """The 8 shift types, in the released bank's order (its ids run through them in this order)."""
-TARGETS: tuple[str, ...] = Target.__args__  # type: ignore[attr-defined]
-COMPLEXITIES: tuple[str, ...] = Complexity.__args__  # type: ignore[attr-defined]
-DIFFICULTIES: tuple[str, ...] = Difficulty.__args__  # type: ignore[attr-defined]
-TIME_GAPS: tuple[str, ...] = TimeGap.__args__  # type: ignore[attr-defined]
-SUBSETS: tuple[str, ...] = Subset.__args__  # type: ignore[attr-defined]
+TARGETS: tuple[str, ...] = get_args(Target)
+COMPLEXITIES: tuple[str, ...] = get_args(Complexity)
+DIFFICULTIES: tuple[str, ...] = get_args(Difficulty)
+TIME_GAPS: tuple[str, ...] = get_args(TimeGap)
+SUBSETS: tuple[str, ...] = get_args(Subset)
 
 
-def _text(lo: int, hi: int) -> Any:
-    return Annotated[str, Field(pattern=rf'^[^\x00-\x1f"\\]{{{lo},{hi}}}$')]
+def _pattern(lo: int, hi: int) -> str:
+    # a pattern, not a type: the capped types below are then aliases a type checker can read
+    return rf'^[^\x00-\x1f"\\]{{{lo},{hi}}}$'
 
 
-Name = _text(2, 40)
+Name = Annotated[str, Field(pattern=_pattern(2, 40))]
 """An object, place or screen name (1-4 words)."""
-Phrase = _text(3, 60)
+Phrase = Annotated[str, Field(pattern=_pattern(3, 60))]
 """A gold phrase: technique or state vocabulary, an indicator."""
-CameraText = _text(40, 360)
+CameraText = Annotated[str, Field(pattern=_pattern(40, 360))]
 """A camera (scene) description; the released ones run 200-450 characters."""
-SpeechText = _text(6, 140)
+SpeechText = Annotated[str, Field(pattern=_pattern(6, 140))]
 """One spoken user turn."""
 
 

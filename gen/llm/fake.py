@@ -29,17 +29,17 @@ def scripted_llm(
     """
     from openai.types.chat import ChatCompletion
 
-    queue = list(script) if not callable(script) else None
+    queue = [] if callable(script) else list(script)
     calls: list[dict[str, Any]] = []
 
     def create(**kwargs: Any) -> ChatCompletion:
         calls.append(kwargs)
-        if queue is not None:
+        if callable(script):
+            out = script(kwargs["messages"], kwargs.get("seed", 0))
+        else:
             if not queue:
                 raise RuntimeError("scripted LLM ran out of outputs")
             out = queue.pop(0)
-        else:
-            out = script(kwargs["messages"], kwargs.get("seed", 0))  # type: ignore[operator]
         text, finish = out if isinstance(out, tuple) else (out, "stop")
         return ChatCompletion.model_validate({
             "id": f"fake-{len(calls)}", "object": "chat.completion", "created": 0,

@@ -9,7 +9,7 @@ import contextlib
 import importlib.util
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gen.errors import BackendError, LLMOutputError
 from gen.llm.boundary import LLM, LogLik, Message, Prompt, Scorer
@@ -277,13 +277,17 @@ def _llama_scorer(llama: Any) -> Scorer:
         if not template:
             raise BackendError("this GGUF has no chat template; score a plain-text prompt instead")
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        from llama_cpp.llama_types import ChatCompletionRequestMessage
 
         def piece(token_id: int) -> str:
             return llama._model.token_get_text(token_id) if token_id != -1 else ""
 
         fmt = Jinja2ChatFormatter(template=template, eos_token=piece(llama.token_eos()),
                                   bos_token=piece(llama.token_bos()), add_generation_prompt=True)
-        return fmt(messages=messages).prompt + prefill, True
+        # llama.cpp types messages as one TypedDict per role; ours are plain {role, content}
+        # dicts of those same roles, which is all its chat template reads
+        chat = cast(list[ChatCompletionRequestMessage], messages)
+        return fmt(messages=chat).prompt + prefill, True
 
     def decode(tokens: list[int], n_past: int, want: set[int]) -> dict[int, Any]:
         """Decode ``tokens`` at positions n_past..; return logits rows at positions ``want``."""

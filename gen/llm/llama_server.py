@@ -91,12 +91,13 @@ class LlamaServer:
             *(["--threads-batch", str(cfg.threads_batch)] if cfg.threads_batch else []),
             *cfg.extra_args,
         ]
-        self._log = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
+        self._log = open(log, "ab") if log else None  # noqa: SIM115 - closed in stop()
         # PDEATHSIG follows the thread that forks: only tie the server to a thread that lives
         # as long as the process (the main thread).
         tie = threading.current_thread() is threading.main_thread() and os.name == "posix"
         try:
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
+            out = self._log if self._log is not None else subprocess.DEVNULL
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT,
                                          preexec_fn=_die_with_parent if tie else None)
         except OSError as e:
@@ -136,7 +137,7 @@ class LlamaServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self._log is not subprocess.DEVNULL and not self._log.closed:
+        if self._log is not None and not self._log.closed:
             self._log.close()
         atexit.unregister(self.stop)
 
