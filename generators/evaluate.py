@@ -183,7 +183,7 @@ def conversation(ctx: RunContext, system: str, s: ScenarioRecord, replies: list[
     msgs: list[Message] = [{"role": "system", "content": system}]
     if s.context_image:
         msgs.append(user_turn(ctx, s.context_image, None))
-    turns = [(s.turn_1_image, s.turn_1_user), (s.turn_2_image, s.turn_2_user)]
+    turns: list[tuple[str | None, str]] = [(s.turn_1_image, s.turn_1_user), (s.turn_2_image, s.turn_2_user)]
     if repair is not None:
         turns.append((None, repair))
     for k, (image, words) in enumerate(turns[:len(replies) + 1]):
@@ -261,8 +261,8 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
     for index in indices:
         si, ci, trial = cell(cfg, index)
         s = bank[si]
-        rec = t2.get((s.scenario_id, cfg.condition[ci], trial))
-        got = rec.verdicts[primary].label if rec else None
+        r2 = t2.get((s.scenario_id, cfg.condition[ci], trial))
+        got = r2.verdicts[primary].label if r2 else None
         if got is not None and got != s.target_context:
             misses[index] = repair_text(s, cfg.repair_style)
 
@@ -290,8 +290,9 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
         if isinstance(out, Reject):
             yield out
             continue
-        if isinstance(third.get(index), Reject):
-            yield third[index]  # type: ignore[misc]
+        reply_3 = third.get(index)
+        if isinstance(reply_3, Reject):
+            yield reply_3
             continue
         si, ci, trial = cell(cfg, index)
         s = bank[si]
@@ -305,7 +306,7 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
         rec = TrialRecord(
             scenario_id=s.scenario_id, condition=cfg.condition[ci], trial=trial, target_context=s.target_context,
             change_type=s.change_type,
-            replies={"turn_1": out[0], "turn_2": out[1], "turn_3": third.get(index)},  # type: ignore[dict-item]
+            replies={"turn_1": out[0], "turn_2": out[1], "turn_3": reply_3},
             repair_prompt=misses.get(index), turn_2={k: v.label for k, v in r2.verdicts.items()},
             turn_3={k: v.label for k, v in r3.verdicts.items()} if r3 else None,
             correct_turn_2=None if l2 is None else l2 == s.target_context,
@@ -359,8 +360,11 @@ def scenario_summary(cfg: EvaluateConfig, records: list[ContextJudgeRecord], jud
     intervals); the primary score; the judges' agreement on turn 2."""
     out: dict[str, Any] = {}
     for j in judges:
-        out[j] = {cond: metrics([r for r in records if r.condition == cond], lambda r, j=j: r.verdicts[j].label,
-                                seed=seed, resamples=cfg.bootstrap) for cond in cfg.condition}
+        def label(r: ContextJudgeRecord, j: str = j) -> str | None:
+            return r.verdicts[j].label
+
+        out[j] = {cond: metrics([r for r in records if r.condition == cond], label, seed=seed, resamples=cfg.bootstrap)
+                  for cond in cfg.condition}
     p = out[primary][cfg.ranking_condition]
     t2 = [r for r in records if r.turn == 2]
     return {"primary": primary,

@@ -49,13 +49,14 @@ class JudgeConfig(JudgeOptions):
     """kind=wagibench: a WAGIBench MCQ layout file or folder (gen's wagibench_mcq_*.json) giving rows without a reference their reference and cues, by id."""
     digital_state: str | None = None
     """kind=wagibench: a digital_state.json (WAGIBench's layout) giving the rows of its observations their app states as context."""
-    variant: list[Variant] = Field(default_factory=lambda: ["reference"])
+    # list[Variant](…): a bare list literal in a lambda is typed list[str] by mypy
+    variant: list[Variant] = Field(default_factory=lambda: list[Variant](["reference"]))
     """kind=wagibench: reference (the reference goal only) and/or contexts_reference (cues, captions, digital state + reference: the paper's best)."""
     reformatter: LLMConfig | None = None
     """kind=wagibench: the model that turns free-text predictions into structured actions (null: the primary judge)."""
-    judge_tokens: int = Field(24, ge=4, le=4096)
+    judge_tokens: int = Field(default=24, ge=4, le=4096)
     """wagibench, distractor_validity: reply cap of a score call (<score>2</score> is a few tokens)."""
-    reformat_tokens: int = Field(200, ge=16, le=4096)
+    reformat_tokens: int = Field(default=200, ge=16, le=4096)
     """wagibench: reply cap of a reformat call."""
     judge_run: str | None = None
     """meta: a judge run whose records give the judge's value of each rating row (by id); null: the rows' judge field."""

@@ -69,7 +69,7 @@ def read_ratings(path: Path) -> list[tuple[str, RatingRow]]:
 
 def rating_kind(rows: Sequence[tuple[str, RatingRow]]) -> str:
     """``scores`` when every rater and judge value is a number, ``labels`` when every one is a text."""
-    kinds = set()
+    kinds: set[str] = set()
     for where, row in rows:
         values = [*row.raters, *([row.judge] if row.judge is not None else [])]
         here = {"scores" if isinstance(v, float | int) else "labels" for v in values}

@@ -23,7 +23,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
@@ -234,10 +234,17 @@ def judge_row(cfg: JudgeConfig, ctx: RunContext, panel: Panel, reformatter: Any,
               row: PredictionRow) -> WagibenchJudgeRecord | Reject:
     """Reformat if needed, then every variant x judge; a backend failure rejects the row."""
     action = as_action(row.prediction) if isinstance(row.prediction, dict) else None
-    reformat = None
-    assert row.reference is not None
-    base = {"id": row.id, "group": row.group, "model": row.model, "action_type": row.reference.type,
-            "prediction": row.prediction, "structured": action is not None}
+    structured = action is not None
+    reformat: Reformat | None = None
+    assert row.reference is not None  # read_predictions refuses a row without one
+    reference = row.reference
+
+    def record(reformat: Reformat | None, outcome: Literal["judged", "reformat_invalid"],
+               judgments: dict[str, dict[str, Judgment]]) -> WagibenchJudgeRecord:
+        return WagibenchJudgeRecord(id=row.id, group=row.group, model=row.model, action_type=reference.type,
+                                    prediction=row.prediction, structured=structured, reformat=reformat,
+                                    outcome=outcome, judgments=judgments)
+
     if action is None:
         text = row.prediction if isinstance(row.prediction, str) else dumps(row.prediction)
         try:
@@ -249,12 +256,12 @@ def judge_row(cfg: JudgeConfig, ctx: RunContext, panel: Panel, reformatter: Any,
         reformat = Reformat(raw=raw, action=action, problem=problem, detail=detail)
         if action is None:
             ctx.count(f"reformat.{problem}")
-            return WagibenchJudgeRecord(**base, reformat=reformat, outcome="reformat_invalid", judgments={})
+            return record(reformat, "reformat_invalid", {})
     jobs = [(v, j) for v in cfg.variant for j in panel.judges]
 
     def one(job: tuple[str, JudgeModel]) -> Judgment:
         variant, j = job
-        messages = ctx.prompts.render(TEMPLATE, reference=dumps(row.reference.model_dump()),  # type: ignore[union-attr]
+        messages = ctx.prompts.render(TEMPLATE, reference=dumps(reference.model_dump()),
                                       prediction=dumps(action),
                                       contexts=contexts_view(row) if variant == "contexts_reference" else None)
         return judgment(j.llm.complete(messages, seed=ctx.seed(index, "judge", variant), max_tokens=cfg.judge_tokens,
@@ -269,7 +276,7 @@ def judge_row(cfg: JudgeConfig, ctx: RunContext, panel: Panel, reformatter: Any,
         judgments[variant][j.label] = res
         if not res.followed:
             ctx.count(f"not_followed.{j.label}.{res.problem}")
-    return WagibenchJudgeRecord(**base, reformat=reformat, outcome="judged", judgments=dict(judgments))
+    return record(reformat, "judged", dict(judgments))
 
 
 # --------------------------------------------------------------------------- summary

@@ -193,7 +193,7 @@ def summarize(data: ReviewPlan) -> tuple[dict[str, Any], list[AgreementRecord]]:
     reviewers = sorted(last)
     per_reviewer = {}
     for r in reviewers:
-        counts = Counter((lab.decision or "undecided") for lab in last[r].values())
+        counts: Counter[str] = Counter((lab.decision or "undecided") for lab in last[r].values())
         per_reviewer[r] = {"items": len(last[r]), "lines": len(data.labels[r]),
                            **{d: counts.get(d, 0) for d in (*DECISIONS, "undecided")},
                            "unknown_items": sum(i not in by_id for i in last[r])}

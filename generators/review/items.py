@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,7 +266,7 @@ def mcq_view(item: ReviewItem) -> dict[str, Any]:
     shown = {k.removeprefix("visible."): v for k, v in q.visible.items()}
     # the timeline: a record's visible.context, an EgoToM row's narrations_in_context
     context = shown.pop("context", None) or shown.pop("narrations_in_context", None) or (q.context if not q.visible else "")
-    origins = q.origins or [None] * len(q.options)
+    origins: Sequence[str | None] = q.origins or [None] * len(q.options)
     return {
         "kind": "mcq", "record_id": q.item_id, "question_type": q.question_type,
         "context": [line for line in context.splitlines() if line.strip()],

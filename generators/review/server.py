@@ -80,7 +80,9 @@ class Session:
         unknown = set(body) - {"item_id", "scores", "decision", "note"}
         if unknown:
             raise ValueError(f"unknown fields {sorted(unknown)}")
-        item = self.by_id.get(body.get("item_id"))  # type: ignore[arg-type]
+        item_id = body.get("item_id")
+        # JSON can send a list or object here: unhashable, a dict lookup would raise TypeError (a 500)
+        item = self.by_id.get(item_id) if isinstance(item_id, str) else None
         if item is None:
             raise ValueError("item_id: not an item of this folder")
         rubric = self.rubrics[item.kind]

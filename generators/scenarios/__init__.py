@@ -65,7 +65,7 @@ from generators.scenarios.lock import (
 from generators.scenarios.rules import NAME, RULES
 from generators.scenarios.skeleton import DEFAULT_SIZE, build_units, check_distribution
 from generators.scenarios.stages import BankView, Outcome, Writer, draft_unit, resolve
-from schemas.scenarios import ScenarioRecord
+from schemas.scenarios import ScenarioRecord, Target
 
 # --------------------------------------------------------------------------- config
 
@@ -97,7 +97,8 @@ class ScenariosConfig(CommonConfig):
     """Identification passes at this cosine between a model's answer and the gold name (MiniLM: knife/chef's knife 0.79, knife/spoon 0.53)."""
     identify_quorum: Literal["any", "all"] = "any"
     """How many models must identify each camera text (one reader, as the authoring rules' test, or all)."""
-    leak_targets: list[Literal["current", "prior", "clarify", "abstain"]] = Field(default_factory=lambda: ["current", "prior"])
+    # list[Target](…): a bare list literal in a lambda is typed list[str] by mypy
+    leak_targets: list[Target] = Field(default_factory=lambda: list[Target](["current", "prior"]))
     """Targets the semantic-leak check applies to (blind clarify/abstain replies are what missing vision should give)."""
     leak_tokens: int = Field(96, ge=8, le=2048)
     """Reply length cap of the text-only model in the leak check (greedy)."""

@@ -221,7 +221,7 @@ def scenario_names(scenario: dict[str, Any], categories: dict[str, dict[str, Any
     """The object names of each gold list: from the categories when known, else (released
     data) every item of the list."""
     gold = scenario.get("gold") or {}
-    out = {}
+    out: dict[str, list[str]] = {}
     for lst in ("current_answers", "prior_answers"):
         if categories and lst in categories:
             out[lst] = [categories[lst]["name"], *categories[lst].get("also", [])]
@@ -303,7 +303,8 @@ def rule_problems(scenario: dict[str, Any], *, categories: dict[str, dict[str, A
     """
     s = scenario
     out = schema_problems(s) + presence_problems(s)
-    gold = s.get("gold") if isinstance(s.get("gold"), dict) else {}
+    raw_gold = s.get("gold")
+    gold: dict[str, Any] = raw_gold if isinstance(raw_gold, dict) else {}
     target, ct = s.get("target_context"), s.get("change_type")
     texts = {f: s.get(f) for f in ("context_image", "turn_1_image", "turn_2_image", "turn_1_user", "turn_2_user",
                                    "turn_3_repair_prompt", "turn_3_repair_prompt_deictic")}

@@ -208,7 +208,9 @@ def build_units(cfg: ScenariosConfig, existing: Sequence[dict[str, Any]] = ()) -
     tiers = difficulties(cells, sum(k for _, _, k in cells))
     rng = random.Random(f"{cfg.seed}/{NAME}/skeleton")
     sigs: Counter[tuple[Any, ...]] = Counter(signature(s) for s in existing)
-    per_domain: Counter[tuple[str, str]] = Counter((s.get("change_type"), s.get("activity_domain")) for s in existing)
+    # existing rows are data: a missing field counts under None and matches no cell
+    per_domain: Counter[tuple[str | None, str | None]] = Counter(
+        (s.get("change_type"), s.get("activity_domain")) for s in existing)
     contrast = cfg.subset == "contrast"
     units: list[list[Skeleton]] = []
     number = cfg.id_start

@@ -107,7 +107,7 @@ def situations_of(sk: Skeleton, sit: dict[str, Any]) -> dict[str, Any]:
         return {"name": x["name"].strip(), "technique": [t.strip() for t in x["technique"]],
                 "state": [t.strip() for t in x["state"]]}
 
-    gold = {k: [] for k in GOLD_FIELDS}
+    gold: dict[str, list[str]] = {k: [] for k in GOLD_FIELDS}
     categories: dict[str, dict[str, Any]] = {}
     gold["prior_answers"] = items(sit["earlier"])
     categories["prior_answers"] = cats(sit["earlier"])
@@ -464,9 +464,10 @@ def check_speech(sk: Skeleton, sit: dict[str, Any], sp: dict[str, Any], avoid: f
     """Stage 3's rules (and 3b's for a contrast member B: no turn 1 of its own)."""
     gold = situations_of(sk, sit)["gold"]
     fields = [f for f in ("turn_1_user", "turn_2_user", "turn_3_repair_prompt", "turn_3_repair_prompt_deictic") if f in sp]
-    texts = {f: sp[f] for f in fields}
+    texts: dict[str, str | None] = {f: sp[f] for f in fields}
     problems = _hygiene(texts) + echo_problems("speech", texts)
-    spoken = {f: sp[f] for f in ("turn_1_user", "turn_2_user", "turn_3_repair_prompt_deictic") if f in sp}
+    spoken: dict[str, str | None] = {f: sp[f] for f in ("turn_1_user", "turn_2_user", "turn_3_repair_prompt_deictic")
+                                     if f in sp}
     problems += gold_in_speech(spoken, [*gold["current_answers"], *gold["prior_answers"]])
     evaluated = [*HYGIENE, "gold_in_speech", "shift_announced", "speech_not_deictic"]
     problems += shift_announced(sp.get("turn_2_user"))
@@ -527,7 +528,8 @@ def identification(w: Writer, u: Unit, cam: dict[str, Any], attempt: int) -> lis
     texts = [t for (_, gold, _, _), a in zip(jobs, answers, strict=True) for t in (a or "", gold)]
     with w.embed_lock:
         vecs = ctx.embedder.encode(texts) if texts else None
-    rows, by_frame = [], {}
+    rows: list[dict[str, Any]] = []
+    by_frame: dict[str, list[bool]] = {}
     for j, ((f, gold, label, _), a) in enumerate(zip(jobs, answers, strict=True)):
         cos = float(vecs[2 * j] @ vecs[2 * j + 1]) if a and vecs is not None else None
         ok = cos is not None and cos >= cfg.identify_min_cosine
@@ -766,19 +768,18 @@ def resolve(w: Writer, u: Unit, bank: BankView) -> Outcome:
             w.ctx.count(f"record.{rule}")
     items: list[ScenarioRecord | Reject] = []
     checks = []
+    f = u.failure
     for j, sk in enumerate(u.members):
-        base = {"scenario_id": sk.scenario_id, "index": u.index, "skeleton": sk.as_dict(),
-                "categories": categories_of(u, sk), "rules": u.trace.summary(),
-                "attempts": dict(sorted(u.trace.attempts.items())), "identification": u.identification,
-                "leak": [r for r in u.leak if r["member"] == sk.scenario_id]}
-        if u.failure is None:
+        if f is None:
             items.append(ScenarioRecord.model_validate(records[j]))
-            checks.append(ScenarioChecks(status="accepted", **base))
         else:
-            f = u.failure
             items.append(Reject(record_id=sk.scenario_id, index=u.index, stage=f.stage, reason=f.reason,
                                 detail=f"{sk.scenario_id} ({sk.change_type}/{sk.target_context}): {f.detail}", raw=f.raw))
-            checks.append(ScenarioChecks(status="rejected", stage=f.stage, reason=f.reason, **base))
+        checks.append(ScenarioChecks(
+            scenario_id=sk.scenario_id, index=u.index, status="accepted" if f is None else "rejected",
+            stage=None if f is None else f.stage, reason=None if f is None else f.reason, skeleton=sk.as_dict(),
+            categories=categories_of(u, sk), rules=u.trace.summary(), attempts=dict(sorted(u.trace.attempts.items())),
+            identification=u.identification, leak=[r for r in u.leak if r["member"] == sk.scenario_id]))
     if u.failure is None:
         bank.rows += records
     return Outcome(u, items, checks)

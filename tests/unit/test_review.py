@@ -191,6 +191,7 @@ def test_a_foreign_host_and_a_form_post_are_refused(app: Any) -> None:
 
 @pytest.mark.parametrize(("body", "message"), [
     ({"item_id": ITEM}, "item_id: not an item of this folder"),
+    ({"item_id": ["a", "list"]}, "item_id: not an item of this folder"),  # unhashable: a 400, not a crash
     ({"scores": {"nope": 1}}, "'nope' is not a field of rubric mcq-egotom"),
     ({"scores": {"inferable": 4}}, "scores.inferable: expected 1-3, got 4"),
     ({"scores": {"inferable": True}}, "scores.inferable: expected 1-3, got True"),
