@@ -489,7 +489,7 @@ def skeleton(app: App, rng: random.Random, st: State, cfg: DigitalConfig, cued: 
     others = [r.persona.name for r in st.related]
     if app is App.Calendar:
         k = rng.randint(*c.calendar_events)
-        slots = []
+        slots: list[dict[str, Any]] = []
         # whole days back/ahead that keep every event inside the configured window
         back, ahead = min(2, cfg.window_past_days - 1), min(14, cfg.window_future_days - 1)
         for _ in range(k):
@@ -515,7 +515,7 @@ def skeleton(app: App, rng: random.Random, st: State, cfg: DigitalConfig, cued: 
             members = rng.sample(others, rng.randint(2, 3)) if group else [people[j % len(people)]]
             participants = [st.main.name, *members]
             m = rng.randint(*c.messages_per_conversation)
-            senders = []
+            senders: list[str] = []
             for x in range(m):
                 pool = [p for p in participants if not senders or p != senders[-1]]
                 senders.append(pool[0] if x == 0 and rng.random() < 0.5 else rng.choice(pool))
@@ -731,8 +731,7 @@ def maps_state(places: list[dict[str, Any]], st: State) -> dict[str, Any]:
     workday = st.now.weekday() < 5 and 9 <= st.now.hour < 17
     if st.now.hour < 7 or st.now.hour >= 21 or not places:
         current = home
-    elif workday and (p.employer or p.school):
-        place = p.employer or p.school
+    elif workday and (place := p.employer or p.school):
         current = {"name": place, "address": f"{place}, {p.home_city}, {p.country}"}
     else:
         current = {"name": places[-1]["name"], "address": places[-1]["address"]}
@@ -798,13 +797,15 @@ def build_app(ctx: RunContext, cfg: DigitalConfig, st: State, app: App,
         else:
             msg_range = (1, 1)
             max_tokens = 40 + TOKENS_PER_ITEM[app] * len(slots)
-        items += attempt(
-            f"chunk{start}",
-            lambda slots=slots: ctx.prompts.render(f"digital/{name}.jinja", s=st,
-                                                   lines=[slot_line(app, x, st) for x in slots]),
-            draft_schema(app, len(slots), msg_range),
-            lambda d, chk, chunk=chunk, start=start: validate_items(app, assemble(app, d, chunk, st, ids, start), chk),
-            max_tokens)
+
+        # named functions, not lambdas: mypy cannot type a lambda whose defaults bind the loop's values
+        def messages_for(slots: list[dict[str, Any]] = slots) -> list[dict[str, str]]:
+            return ctx.prompts.render(f"digital/{name}.jinja", s=st, lines=[slot_line(app, x, st) for x in slots])
+
+        def build(d: Any, chk: Checker, chunk: Skeleton = chunk, start: int = start) -> list[Any]:
+            return validate_items(app, assemble(app, d, chunk, st, ids, start), chk)
+
+        items += attempt(f"chunk{start}", messages_for, draft_schema(app, len(slots), msg_range), build, max_tokens)
     final = Checker(app, st, cfg)
     items = validate_items(app, items, final)  # duplicates across chunks
     _add(counts, final.counts)

@@ -49,7 +49,8 @@ from gen.run import (
     validated,
 )
 from schemas import Reject
-from schemas.history import HistoryRecord, Observation, Support
+from schemas.distractors import ContextWindow
+from schemas.history import HistoryRecord, HistoryType, Observation, Support
 
 NAME = "history"
 ENVIRONMENTS = ["kitchen", "living room", "home office", "garage", "bedroom", "gym"]
@@ -156,15 +157,19 @@ def plan(cfg: HistoryConfig) -> Plan:
 # --------------------------------------------------------------------------- sampling
 
 
+Shortfall = Literal["fewer_supports", "no_positive"]
+"""Why a bank has fewer supports than asked (the values of ``HistoryRecord.shortfalls``)."""
+
+
 def bank_of(obs: Observation, past: list[Observation], cfg: HistoryConfig,
-            seed: int) -> tuple[list[tuple[Observation, str]], dict[str, int], list[str]]:
+            seed: int) -> tuple[list[tuple[Observation, HistoryType]], dict[str, int], list[Shortfall]]:
     """The supports of ``obs`` among ``past`` (the participant's earlier recordings in the same
     environment), in shown order, with the eligible counts and the shortfalls."""
     rng = random.Random(seed)
     same = [p for p in past if p.script == obs.script]
     other = [p for p in past if p.script != obs.script]
-    chosen: list[tuple[Observation, str]] = []
-    shortfalls: list[str] = []
+    chosen: list[tuple[Observation, HistoryType]] = []
+    shortfalls: list[Shortfall] = []
     want_pos = cfg.positives if obs.longitudinal else 0
     if want_pos:
         pos = rng.sample(same, min(want_pos, len(same)))
@@ -244,7 +249,7 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
                 rows.append(Observation(
                     client_tag=tag, scenario=script, participant=person, environment=env, script=script,
                     longitudinal=script in longitudinal, recorded_at=when, world_state=world,
-                    structured_goal=goal.goal, context_window={"start_s": 0.0, "end_s": 30.0}))
+                    structured_goal=goal.goal, context_window=ContextWindow(start_s=0.0, end_s=30.0)))
     rows.sort(key=lambda o: (o.recorded_at, o.client_tag))
     return rows
 
@@ -333,9 +338,9 @@ def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Rej
     for o in table.rows:
         groups[(o.participant, o.environment)].append(o)
     times: dict[tuple[str, str], list[dt.datetime]] = {}
-    for k, g in groups.items():
-        g.sort(key=lambda o: (o.recorded_at, o.key))  # ties broken by key: any table order gives the same banks
-        times[k] = [o.recorded_at for o in g]
+    for k, obs_list in groups.items():
+        obs_list.sort(key=lambda o: (o.recorded_at, o.key))  # ties broken by key: any table order gives the same banks
+        times[k] = [o.recorded_at for o in obs_list]
     views: dict[tuple[str, str], dict[str, Any]] = {}
     tally = Tally()
     out = JsonListWriter(ctx.out_dir / "longitudinal_history.json", indent=None)

@@ -34,7 +34,16 @@ from gen.run import (
     read_json,
 )
 from schemas import Reject
-from schemas.personas import BIO_CHARS, Bio, PersonaFacts, PersonaRecord, RelatedPersona, Relation
+from schemas.personas import (
+    BIO_CHARS,
+    Bio,
+    Gender,
+    PersonaFacts,
+    PersonaRecord,
+    RelatedPersona,
+    Relation,
+    Status,
+)
 
 
 @dataclass(frozen=True)
@@ -183,12 +192,13 @@ def person_facts(seed: int, key: int | str, nat: Nationality, band: tuple[int, i
     rng = random.Random(derive_seed(seed, "personas", key, "facts"))
     lo, hi = band
     age = rng.randint(lo, hi)
-    gender = rng.choices(("female", "male", "non-binary"), weights=(48, 48, 4))[0]
+    gender: Gender = rng.choices(("female", "male", "non-binary"), weights=(48, 48, 4))[0]
     first, last = _unique_name(nat, gender, rng, used_names)
     city = rng.choice(nat.cities)
     street_seed = derive_seed(seed, "personas", key, "street")
     job_fake = _seeded("en_US", derive_seed(seed, "personas", key, "job"))
     employer = school = None
+    status: Status
     if age <= 23 and rng.random() < 0.7:
         status, field = "student", rng.choice(STUDY_FIELDS)
         occupation = f"{field} student"

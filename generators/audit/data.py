@@ -151,8 +151,8 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
         ctx.record_input(file)
         if (run_dir := _run_folder(file)) is not None:
             m = data.manifests[run_dir] = read_manifest(run_dir)
-            merged = m.get("merged") if isinstance(m.get("merged"), dict) else {}
-            config = merged.get("source_config") or m.get("config")
+            merged = m.get("merged")
+            config = (merged.get("source_config") if isinstance(merged, dict) else None) or m.get("config")
             data.digital_config = config if isinstance(config, dict) else {}
     elif cfg.roles is None and _is_scenarios(path):
         from generators.scenarios import read_scenarios

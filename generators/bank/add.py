@@ -643,7 +643,7 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
 
 
 def audit_detail(audit: AuditOutcome, fail_on: str) -> str:
-    worst = [f for f in audit.findings if SEVERITY_RANK.get(f.get("severity"), -1) >= SEVERITY_RANK.get(fail_on, 9)]
+    worst = [f for f in audit.findings if SEVERITY_RANK.get(f.get("severity", ""), -1) >= SEVERITY_RANK.get(fail_on, 9)]
     shown = "; ".join(f"{f.get('severity')} {f.get('check')}/{f.get('kind')}" for f in worst[:3])
     more = f" (+{len(worst) - 3})" if len(worst) > 3 else ""
     return (f"the batch's audit has {len(worst)} finding(s) at or above fail_on={fail_on}: {shown}{more}; "
@@ -795,7 +795,7 @@ def changelog(lock: dict[str, Any], old_dir: Path | None, new: list[Item], verdi
     lines.append(f"- audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, "
                  f"{sev.get('info', 0)} info — {verdict} (audit/audit.md)")
     if audit.exit_code != 0 and cfg.force:
-        for f in sorted(audit.findings, key=lambda f: -SEVERITY_RANK.get(f.get("severity"), -1))[:LISTED]:
+        for f in sorted(audit.findings, key=lambda f: -SEVERITY_RANK.get(f.get("severity", ""), -1))[:LISTED]:
             items = ", ".join((f.get("items") or [])[:5])
             lines.append(f"  - {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}"
                          + (f" (items: {items})" if items else ""))
@@ -815,7 +815,7 @@ def print_add(cfg: BankConfig, root: Path, current: int | None, version: int, ne
     print(f"[bank] audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info"
           f" (fail_on={cfg.fail_on}{', forced' if cfg.force and audit.exit_code else ''})")
     rej = [v.reject for v in verdicts if v.reject]
-    worst = [f for f in audit.findings if SEVERITY_RANK.get(f.get("severity"), -1) >= SEVERITY_RANK.get(cfg.fail_on, 9)]
+    worst = [f for f in audit.findings if SEVERITY_RANK.get(f.get("severity", ""), -1) >= SEVERITY_RANK.get(cfg.fail_on, 9)]
     for f in worst[:LISTED] if audit.exit_code else []:
         print(f"[bank] audit {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}")
     if refused:

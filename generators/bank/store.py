@@ -134,6 +134,7 @@ def columns(kind: str) -> dict[str, Any]:
 
     common = {"item_id": pl.String, "kind": pl.String, "question_type": pl.String, "added_in": pl.Int64,
               "source": pl.String, "source_format": pl.String, "source_item_id": pl.String}
+    flat: dict[str, pl.DataType | type[pl.DataType]]  # a class (pl.String) or an instance (pl.List(...))
     if kind == "scenarios":
         flat = {"scenario_id": pl.String, "subset": pl.String, "pair_id": pl.String, "target_context": pl.String,
                 "change_type": pl.String, "activity_domain": pl.String, "referent_complexity": pl.String,

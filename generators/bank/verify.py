@@ -230,7 +230,7 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
         if isinstance(v, int) and 1 <= v < target and locks.get(v) is not None:
             sha = sha256_file(version_dir(root, v) / LOCK)
             # each lock is recorded by the next one; the newest is checked against every later history
-            later = [locks[w] for w in range(v + 1, target + 1) if locks.get(w)]
+            later = [x for x in (locks.get(w) for w in range(v + 1, target + 1)) if x]
             recorded = {(x.get("history") or [{}] * v)[v - 1].get("lock_sha256") for x in later
                         if len(x.get("history") or []) >= v}
             for r in sorted(recorded, key=str):
@@ -283,8 +283,8 @@ def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Rej
         for c in checks:
             for p in c.problems:
                 print(f"[bank] {drift_line(p)}")
-        for p in left:
-            print(f"[bank] ignored (an unfinished add left it; the next add removes it): {p}")
+        for rel in left:
+            print(f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}")
         state = f"{bad} problem(s)" if bad else "ok"
         print(f"[bank] verify {root} {label(target)}: {state}; {len(checks)} versions, "
               f"{sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}")

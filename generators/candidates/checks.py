@@ -227,9 +227,9 @@ class Pool:
             return "borrowed", f"takes {', '.join(borrowed)} from the positive, not from its line"
         if o.line is not None and cfg.source_min_similarity is not None:
             src = narration_text(s.lines[o.line].text)
-            c = float(sim(o.core, [src])[0])
-            if c < cfg.source_min_similarity:
-                return "ungrounded_source", f"cosine {c:.3f} to its line {src!r}"
+            to_src = float(sim(o.core, [src])[0])
+            if to_src < cfg.source_min_similarity:
+                return "ungrounded_source", f"cosine {to_src:.3f} to its line {src!r}"
         return None
 
     def offer(self, o: Option) -> bool:

@@ -54,7 +54,7 @@ from generators.tom.stages import (
     simplify,
 )
 from schemas import Reject
-from schemas.tom import TomQuestion
+from schemas.tom import QuestionType, TomQuestion
 
 DEFAULT_KEYWORDS = ["demonstrate", "demonstration", "tutorial", "class", "train for", "compete",
                     "competition", "technique"]
@@ -249,7 +249,7 @@ def print_funnel(rows: list[dict[str, Any]], excluded: Counter[str], file: Any =
 # --------------------------------------------------------------------------- stage 7: assembly + one clip
 
 
-def assemble(ctx: RunContext, index: int, clip: Clip, q: str, truth_text: str, wrongs: list[str],
+def assemble(ctx: RunContext, index: int, clip: Clip, q: QuestionType, truth_text: str, wrongs: list[str],
              origins: list[str], truth: Truth, extra: dict[str, Any] | None = None) -> TomQuestion:
     """A question with its options shuffled by a seeded RNG (answer = where the truth landed)."""
     options = [truth_text, *wrongs]
@@ -362,7 +362,7 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
             return e
 
     wrong_goals, alts = ctx.map(lambda f: f(), [goals, beliefs_actions])
-    choices: dict[str, tuple[str, list[str], list[str], dict[str, Any]]] = {}
+    choices: dict[QuestionType, tuple[str, list[str], list[str], dict[str, Any]]] = {}
 
     if isinstance(wrong_goals, StageFailure):
         q_reject("goal", wrong_goals.stage, wrong_goals.reason, wrong_goals.detail, wrong_goals.raw)

@@ -88,7 +88,9 @@ def chronology(data: AuditData, cfg: AuditConfig) -> CheckResult:
     per_type: dict[str, Any] = {}
     tells: list[tuple[Tell, list[str]]] = []
     for qtype, xs in sorted(groups.items()):
-        rank_hits, rank_chance, asc, desc = [], [], [], []
+        rank_hits, rank_chance = [], []
+        asc: list[str] = []
+        desc: list[str] = []
         taus, var = [], 0.0
         for it, times in xs:
             assert it.answer is not None

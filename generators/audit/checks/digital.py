@@ -153,9 +153,9 @@ def _bundle_findings(bundle: S.DigitalBundle, raw: dict[str, Any], dcfg: D.Digit
                 if stamps != sorted(stamps):
                     add("not_time_ordered", "Messaging: a conversation's messages are not in time order",
                         [f"{path}.messages"])
-    for x, k in sorted(all_ids.items()):
+    for item_id, k in sorted(all_ids.items()):
         if k > 1:
-            add("duplicate_id", f"the id {x} is used by {k} items", ["apps"], id=x, count=k)
+            add("duplicate_id", f"the id {item_id} is used by {k} items", ["apps"], id=item_id, count=k)
     out += _cue_findings(bundle, raw, now, dcfg)
     return out
 
@@ -198,7 +198,7 @@ def _cue_findings(bundle: S.DigitalBundle, raw: dict[str, Any], now: dt.datetime
 
     for app, state in raw["apps"].items():
         kname = next((k for k in state if k.startswith("key_")), None)
-        keys = state.get(kname) if kname else None
+        keys: Any = state.get(kname) if kname else None  # JSON: a list, a dict for Maps and Music
         if bool(keys) != (app == cue_app):
             if app == cue_app:
                 add("cue_not_in_key_list", f"{app} carries the cue but its key list is empty", [f"apps.{app}.{kname or 'key_*'}"])
@@ -207,6 +207,8 @@ def _cue_findings(bundle: S.DigitalBundle, raw: dict[str, Any], now: dt.datetime
                     [f"apps.{app}.{kname}"])
     if cue_app is None or cue_app not in raw["apps"]:
         return out
+    cue = bundle.cue
+    assert cue is not None  # cue_app is set only when the bundle has a cue
     state = raw["apps"][cue_app]
     kname = next((k for k in state if k.startswith("key_")), "key_*")
     keys = state.get(kname) or []
@@ -244,8 +246,8 @@ def _cue_findings(bundle: S.DigitalBundle, raw: dict[str, Any], now: dt.datetime
             _recent(add, cue_msg.get("timestamp", ""), D.FMT_S, recent, f"{path}.timestamp")
             if cue_msg.get("sender") == bundle.main_persona.name:
                 add("cue_sender", "the cue message is sent by the user themself", [f"{path}.sender"])
-            elif bundle.cue.person and cue_msg.get("sender") != bundle.cue.person:
-                add("cue_sender", f"the cue names {bundle.cue.person} but the message is from someone else",
+            elif cue.person and cue_msg.get("sender") != cue.person:
+                add("cue_sender", f"the cue names {cue.person} but the message is from someone else",
                     [f"{path}.sender"])
         return out
     entries = _app_items(cue_app, state)

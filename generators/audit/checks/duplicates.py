@@ -222,15 +222,15 @@ def duplicates(data: AuditData, cfg: AuditConfig) -> CheckResult:
         n = len(data.items)
         sem, lex = sem_all[:n], lex_all[:n]
         pairs, nn = _near_pairs(sem, lex, None, None, cfg, data.seed)
-        for i, j, s, x in pairs:
+        for i, j, cos, overlap in pairs:
             if (i, j) in exact_pairs:
                 continue
             a, b = data.items[i], data.items[j]
             res.findings.append(finding(key, "near_duplicate_items", "warning",
-                                        f"{a.item_id} and {b.item_id} ask nearly the same (cosine {s:.3f}) on "
-                                        f"nearly the same context (overlap {x:.2f})",
+                                        f"{a.item_id} and {b.item_id} ask nearly the same (cosine {cos:.3f}) on "
+                                        f"nearly the same context (overlap {overlap:.2f})",
                                         items=[a.item_id, b.item_id], fields=["question", "options", "visible"],
-                                        numbers={"cosine": rounded(s), "context_overlap": rounded(x, 3)}))
+                                        numbers={"cosine": rounded(cos), "context_overlap": rounded(overlap, 3)}))
         res.series["nearest"] = nn.tolist()
         if len(nn):
             stats["nearest_neighbour"] = {"median": rounded(np.median(nn), 3), "p99": rounded(np.percentile(nn, 99), 3),
@@ -238,15 +238,15 @@ def duplicates(data: AuditData, cfg: AuditConfig) -> CheckResult:
         if data.against:
             exact_against = {i for i, s in enumerate(sig) if s in against_sig}
             pairs, ann = _near_pairs(sem, lex, sem_all[n:], lex_all[n:], cfg, data.seed)
-            for i, j, s, x in pairs:
+            for i, j, cos, overlap in pairs:
                 if i in exact_against and item_signature(data.against[j]) == sig[i]:
                     continue
                 res.findings.append(finding(key, "near_duplicate_in_against", "warning",
                                             f"{data.items[i].item_id} asks nearly the same as "
-                                            f"{data.against[j].item_id} of {data.against_name} (cosine {s:.3f}, "
-                                            f"context overlap {x:.2f})",
+                                            f"{data.against[j].item_id} of {data.against_name} (cosine {cos:.3f}, "
+                                            f"context overlap {overlap:.2f})",
                                             items=[data.items[i].item_id], fields=["question", "options", "visible"],
-                                            numbers={"cosine": rounded(s), "context_overlap": rounded(x, 3),
+                                            numbers={"cosine": rounded(cos), "context_overlap": rounded(overlap, 3),
                                                      "against_item": data.against[j].item_id},
                                             bank=data.bank_name(i)))
             res.series["nearest_against"] = ann.tolist()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from generators.audit.registry import CheckResult, check, finding
 from generators.audit.report import cell
+from schemas.audit import Severity
 
 if TYPE_CHECKING:
     from generators.audit import AuditConfig
@@ -52,7 +53,7 @@ def history(data: AuditData, cfg: AuditConfig) -> CheckResult:
     for rec in data.histories:
         for kind, what, field in problems(rec, limit_pos, limit_all):
             kinds[kind] += 1
-            sev = "warning" if kind == "too_many_supports" else "error"
+            sev: Severity = "warning" if kind == "too_many_supports" else "error"
             res.findings.append(finding(key, kind, sev, f"{RULES[kind]}: {what}",
                                         items=[f"{rec.get('client_tag')}_{rec.get('scenario')}"], fields=[field]))
     sizes = Counter(len(r.get("supports") or []) for r in data.histories)

@@ -186,8 +186,8 @@ def _overlap_tell(data: AuditData, cfg: AuditConfig,
             if shares[a] > 0 and shares[a] > max(x for j, x in enumerate(shares) if j != a):
                 hits.append(it.item_id)
         n, p0 = len(xs), float(np.mean(chance))
-        row: dict[str, Any] = {"items": n, "answer_mean_share": rounded(np.mean(ans_share), 3),
-                               "distractor_mean_share": rounded(np.mean(dis_share), 3),
+        row: dict[str, Any] = {"items": n, "answer_mean_share": rounded(float(np.mean(ans_share)), 3),
+                               "distractor_mean_share": rounded(float(np.mean(dis_share)), 3),
                                "pick_most_overlap_accuracy": rounded(len(hits) / n, 3), "chance": rounded(p0, 3)}
         if n >= cfg.min_items_per_test:
             tell = Tell({"question_type": qtype, "tell": "pick the most overlap"}, len(hits), n, p0,

@@ -91,8 +91,8 @@ def length(data: AuditData, cfg: AuditConfig) -> CheckResult:
                         bank=data.bank_name(i)))
         n = len(xs)
         p0 = float(np.mean(chance))
-        row: dict[str, Any] = {"items": n, "answer_mean_chars": rounded(np.mean(ans_len), 1),
-                               "distractor_mean_chars": rounded(np.mean(dis_len), 1),
+        row: dict[str, Any] = {"items": n, "answer_mean_chars": rounded(float(np.mean(ans_len)), 1),
+                               "distractor_mean_chars": rounded(float(np.mean(dis_len)), 1),
                                "pick_longest_accuracy": rounded(len(longest) / n, 3),
                                "pick_shortest_accuracy": rounded(len(shortest) / n, 3), "chance": rounded(p0, 3)}
         res.series[qtype] = {"answer": ans_len, "distractor": dis_len}

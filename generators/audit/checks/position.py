@@ -63,7 +63,11 @@ def position(data: AuditData, cfg: AuditConfig) -> CheckResult:
     table = {}
     tells: list[tuple[Tell, list[tuple[int, MCQ]], np.ndarray]] = []
     for (qtype, k), xs in sorted(groups.items()):
-        counts = np.bincount([it.answer for _, it in xs], minlength=k)
+        answers: list[int] = []
+        for _, it in xs:
+            assert it.answer is not None  # data.mcq keeps only items with a known answer
+            answers.append(it.answer)
+        counts = np.bincount(answers, minlength=k)
         row: dict[str, Any] = {"question_type": qtype, "options": k, "items": len(xs),
                                "counts": {LETTERS[j]: int(c) for j, c in enumerate(counts)}}
         res.series[f"{qtype} ({k} options)"] = counts.tolist()

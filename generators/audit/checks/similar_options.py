@@ -14,7 +14,7 @@ from generators.audit.registry import CheckResult, check, finding
 from generators.audit.report import PNG_METADATA, per_type_table
 from generators.audit.stats import rounded
 from generators.audit.text import letter, norm
-from schemas.audit import FindingRecord
+from schemas.audit import FindingRecord, Severity
 
 if TYPE_CHECKING:
     from generators.audit import AuditConfig
@@ -79,6 +79,7 @@ def similar_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 (ans_dis if is_ans else dis_dis)[it.question_type].append(s)
                 if norm(it.options[a]) == norm(it.options[b]):
                     continue  # the same text: a structure finding
+                sev: Severity
                 if s >= cfg.option_dup_sim:
                     kind, sev, what = "near_duplicate_options", "warning", \
                         f"options {letter(a)} and {letter(b)} say nearly the same (cosine {s:.3f})"

@@ -39,12 +39,12 @@ def structure(data: AuditData, cfg: AuditConfig) -> CheckResult:
                                            "scenarios check's rules")
     if not data.items and not any(b.problems for b in data.banks):
         return CheckResult(key, "skipped", "no items (the input is a run folder without a bank)")
-    for bank in data.banks:
-        for p in bank.problems:
+    for b in data.banks:
+        for p in b.problems:
             sev: Severity = "error"
             res.findings.append(finding(key, "row_problem", sev, f"line {p['line'] + 1}: {p['field']} {p['problem']}",
                                         items=[p["item_id"]], fields=[p["field"]],
-                                        numbers={"line": p["line"] + 1}, bank=bank.path.name))
+                                        numbers={"line": p["line"] + 1}, bank=b.path.name))
     fmt_of = {b.path.name: b.format for b in data.banks}
     for i, it in enumerate(data.items):
         bank = data.bank_name(i)
@@ -80,10 +80,10 @@ def structure(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 res.findings.append(finding(key, "empty_visible", "warning", f"visible field {path} is empty",
                                             items=[it.item_id], fields=[path], bank=bank))
     ids = Counter(it.item_id for it in data.items)
-    for item_id, n in sorted(ids.items()):
-        if n > 1:
-            res.findings.append(finding(key, "duplicate_id", "error", f"item id used by {n} items",
-                                        items=[item_id], fields=["item_id"], numbers={"count": n}))
+    for item_id, count in sorted(ids.items()):
+        if count > 1:
+            res.findings.append(finding(key, "duplicate_id", "error", f"item id used by {count} items",
+                                        items=[item_id], fields=["item_id"], numbers={"count": count}))
     per_type: dict[str, dict[str, Any]] = {}
     for it in data.items:
         row = per_type.setdefault(it.question_type, {"items": 0, "options": Counter(), "no_answer": 0})
