@@ -44,3 +44,30 @@ class ReviewSummary(BaseModel):
     """How many reviewers took part."""
     protocol: str | None = None
     """How the review was done, in a sentence."""
+
+
+class LockCount(BaseModel):
+    """A kind's entry under a lock's ``counts``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    items: int | None = None
+
+
+class LockHistory(BaseModel):
+    """One release in a lock's ``history``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    version: int
+    added: dict[str, int] | None = None
+    lock_sha256: str | None = None
+
+
+class LockShape(BaseModel):
+    """What ``bank verify`` reads of a version's ``MANIFEST.lock.json``, in the shape it must have
+    (other fields are free): a lock edited into valid JSON of another shape is a ``bad_lock``
+    problem naming the field, not a crash."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    files: dict[str, str] | None = None
+    counts: dict[str, LockCount] | None = None
+    history: list[LockHistory] | None = None

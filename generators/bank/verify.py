@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from gen.errors import GenError, MissingInputError
 from gen.llm import sha256_file
+from gen.run import validated
 from generators.bank.identity import KINDS, item_id_of
 from generators.bank.store import (
     CURRENT,
@@ -45,7 +46,7 @@ from generators.bank.store import (
     version_links,
 )
 from schemas import Reject
-from schemas.bank import VerifyRecord
+from schemas.bank import LockShape, VerifyRecord
 
 if TYPE_CHECKING:
     from gen.run import RunContext
@@ -215,7 +216,9 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
                                       "a version holds its own files"))
             continue
         try:
-            locks[c.version] = read_json(folder / LOCK, "bank")
+            lock = read_json(folder / LOCK, "bank")
+            validated(LockShape, lock, f"{rel}/{LOCK}")  # the fields read below, in their shape
+            locks[c.version] = lock
         except GenError as e:
             locks[c.version] = None
             reason = "missing_version" if not folder.is_dir() else "missing_file" if not (folder / LOCK).exists() else "bad_lock"

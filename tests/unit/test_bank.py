@@ -714,6 +714,28 @@ def test_verify_catches_an_edited_old_lock(grown: Bank) -> None:
     assert problems(grown) == [("versions/v0001/MANIFEST.lock.json", "hash_mismatch")]
 
 
+@pytest.mark.parametrize(("field", "value"), [("history", ["v1", "v2"]), ("counts", [4]), ("files", "all"),
+                                            ("counts", {"tom": 4}), ("history", [{"version": "one"}, {}])])
+def test_a_lock_of_the_wrong_shape_is_a_problem_not_a_crash(grown: Bank, field: str, value: Any) -> None:
+    """A lock edited by hand into valid JSON of the wrong shape is named (bad_lock, with the field),
+    for the newest and for an old version, and export refuses the bank (exit 1, as verify)."""
+    for version in (2, 1):
+        path = version_dir(grown.root, version) / LOCK
+        original = path.read_text()
+        lock = json.loads(original)
+        lock[field] = value
+        path.write_text(json.dumps(lock, indent=1))
+        result, _ = grown.verify()
+        assert result.exit_code == 1
+        bad = [r for r in read_jsonl(result.out_dir / "rejects.jsonl") if r["reason"] == "bad_lock"]
+        assert len(bad) == 1 and field in bad[0]["detail"], bad
+        with pytest.raises(GenError, match=rf"DRIFT versions/v000{version}/MANIFEST.lock.json: bad_lock") as e:
+            grown.export("parquet")
+        assert e.value.exit_code == 1
+        path.write_text(original)
+    assert grown.verify()[0].exit_code == 0
+
+
 def test_verify_catches_added_and_removed_files(grown: Bank) -> None:
     (grown.root / "current" / "notes.txt").write_text("hello")
     (grown.root / "current" / "audit" / "audit.json").unlink()
