@@ -216,9 +216,9 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
                                       "a version holds its own files"))
             continue
         try:
-            lock = read_json(folder / LOCK, "bank")
-            validated(LockShape, lock, f"{rel}/{LOCK}")  # the fields read below, in their shape
-            locks[c.version] = lock
+            raw = read_json(folder / LOCK, "bank")
+            validated(LockShape, raw, f"{rel}/{LOCK}")  # the fields read below, in their shape
+            locks[c.version] = raw
         except GenError as e:
             locks[c.version] = None
             reason = "missing_version" if not folder.is_dir() else "missing_file" if not (folder / LOCK).exists() else "bad_lock"
