@@ -146,7 +146,7 @@ def plan(cfg: DistractorsConfig) -> Plan:
 def bundle_cues(path: Path, goal_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
     """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``);
     a bundle of a goal this bank does not hold means the run was made from another bank."""
-    from generators.digital import wagibench_cues
+    from generators.digital.export import wagibench_cues
 
     records, file = load_run_records(path, "digital")
     cues: dict[str, list[dict[str, Any]]] = {}

@@ -257,7 +257,7 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
 def digital_states(folder: Path) -> dict[tuple[str, str], str]:
     """(client_tag, scenario) -> the key-only rendering (D*) of a recording's bundle, from a
     ``digital goals=`` run (bundles without a goal are not any recording's)."""
-    from generators.digital import render_bundle
+    from generators.digital.export import render_bundle
 
     records, file = load_run_records(folder, "digital")
     out = {}

@@ -7,7 +7,8 @@ import datetime as dt
 import re
 from typing import Any
 
-from generators.digital import FMT_M, FMT_S, render_bundle
+from generators.digital.export import render_bundle
+from generators.digital.state import FMT_M, FMT_S
 from schemas import digital as S
 from schemas.digital import RENDER_ORDER
 

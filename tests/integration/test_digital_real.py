@@ -18,7 +18,7 @@ from conftest import read_jsonl
 from digital_checks import ORDER, check_bundle, check_cue
 
 from gen.run import derive_id
-from generators.digital import wagibench_record
+from generators.digital.export import wagibench_record
 from schemas import Reject
 
 pytestmark = pytest.mark.integration

@@ -27,21 +27,11 @@ from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import EXAMPLES
 from gen.prompts import Prompts
 from gen.run import RunContext, run
-from generators.digital import (
-    FMT_M,
-    FMT_S,
-    Checker,
-    DigitalConfig,
-    State,
-    assemble_cue,
-    load_cues,
-    merge,
-    render_bundle,
-    sample_datetime,
-    text_problem,
-    validate_items,
-    wagibench_record,
-)
+from generators.digital import DigitalConfig
+from generators.digital.assembly import assemble_cue, merge
+from generators.digital.checks import Checker, text_problem, validate_items
+from generators.digital.export import render_bundle, wagibench_record
+from generators.digital.state import FMT_M, FMT_S, State, load_cues, sample_datetime
 from generators.personas import sample_facts, sample_related
 from schemas import Reject
 from schemas import digital as S
@@ -1188,7 +1178,7 @@ def run_goals(out: Path, pool: Path, goals: Path, script=None, **cfg: Any):
 
 
 def test_goal_app_mapping() -> None:
-    from generators.digital import goal_app
+    from generators.digital.goals import goal_app
     from schemas.distractors import GoalRow
 
     cfg = DigitalConfig()

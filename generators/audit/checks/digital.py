@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from generators import digital as D
 from generators.audit.registry import CheckResult, check, finding
 from generators.audit.report import cell
+from generators.digital import DigitalConfig
+from generators.digital.checks import Checker, validate_items
+from generators.digital.state import FMT_M, FMT_S, State
 from schemas import digital as S
 from schemas.audit import FindingRecord
 
@@ -38,7 +40,7 @@ def digital(data: AuditData, cfg: AuditConfig) -> CheckResult:
     if data.bundles is None:
         return CheckResult(key, "skipped", "not a digital run")
     known = {"window_past_days", "window_future_days", "cue_recent_minutes"}
-    dcfg = D.DigitalConfig(**{k: v for k, v in data.digital_config.items() if k in known})
+    dcfg = DigitalConfig(**{k: v for k, v in data.digital_config.items() if k in known})
     rules: Counter[str] = Counter()
     cued: Counter[str] = Counter()
     for b in data.bundles:
@@ -94,12 +96,12 @@ TIME_FIELD = {"Calendar": "start_datetime", "Notes": "last_updated", "Search": "
               "Videos": "watch_timestamp", "Maps": "last_viewed", "Music": "played_at"}
 
 
-def _bundle_findings(bundle: S.DigitalBundle, raw: dict[str, Any], dcfg: D.DigitalConfig) -> list[FindingRecord]:
+def _bundle_findings(bundle: S.DigitalBundle, raw: dict[str, Any], dcfg: DigitalConfig) -> list[FindingRecord]:
     key = "digital"
     bid = bundle.bundle_id
     out: list[FindingRecord] = []
-    now = dt.datetime.strptime(bundle.current_datetime, D.FMT_M)
-    st = D.State(bundle.main_persona, bundle.related_personas, now, bundle.cue)
+    now = dt.datetime.strptime(bundle.current_datetime, FMT_M)
+    st = State(bundle.main_persona, bundle.related_personas, now, bundle.cue)
 
     def add(kind: str, what: str, fields: list[str], **numbers: Any) -> None:
         out.append(finding(key, kind, "error", what, items=[bid], fields=fields, numbers=numbers))
@@ -119,13 +121,13 @@ def _bundle_findings(bundle: S.DigitalBundle, raw: dict[str, Any], dcfg: D.Digit
             except ValidationError as e:
                 err = e.errors()[0]
                 add("invalid_item", f"{app}: {err['msg']}", [f"{path}.{_loc(err['loc'])}".rstrip(".")])
-        app_enum = D.App(app)
+        app_enum = S.App(app)
         passing = []
         for path, item in parsed:
             all_ids[getattr(item, ID_FIELD[app])] += 1
-            chk = D.Checker(app_enum, st, dcfg)
+            chk = Checker(app_enum, st, dcfg)
             copy = item.model_copy(deep=True)
-            kept = D.validate_items(app_enum, [copy], chk)
+            kept = validate_items(app_enum, [copy], chk)
             if not chk.counts and kept:
                 passing.append((path, item))
                 continue
@@ -138,8 +140,8 @@ def _bundle_findings(bundle: S.DigitalBundle, raw: dict[str, Any], dcfg: D.Digit
             if kept and not any(h.endswith(".dropped") for h in hits):
                 passing.append((path, item))
         if passing:  # duplicates: items that pass alone but not together
-            chk = D.Checker(app_enum, st, dcfg)
-            kept = D.validate_items(app_enum, [x.model_copy(deep=True) for _, x in passing], chk)
+            chk = Checker(app_enum, st, dcfg)
+            kept = validate_items(app_enum, [x.model_copy(deep=True) for _, x in passing], chk)
             kept_ids = {getattr(x, ID_FIELD[app]) for x in kept}
             for path, item in passing:
                 if getattr(item, ID_FIELD[app]) not in kept_ids:
@@ -187,7 +189,7 @@ def _validator_fields(app: str, path: str, before: Any, after: Any) -> list[str]
     return [path]
 
 
-def _cue_findings(bundle: S.DigitalBundle, raw: dict[str, Any], now: dt.datetime, dcfg: D.DigitalConfig) -> list[FindingRecord]:
+def _cue_findings(bundle: S.DigitalBundle, raw: dict[str, Any], now: dt.datetime, dcfg: DigitalConfig) -> list[FindingRecord]:
     key = "digital"
     bid = bundle.bundle_id
     out: list[FindingRecord] = []
@@ -243,7 +245,7 @@ def _cue_findings(bundle: S.DigitalBundle, raw: dict[str, Any], now: dt.datetime
             path = f"apps.Messaging.conversations[{where[0]}].messages[{where[1]}]"
             if cue_msg.get("timestamp", "") < latest:
                 add("cue_not_latest", "the cue message is not the latest message", [f"{path}.timestamp"])
-            _recent(add, cue_msg.get("timestamp", ""), D.FMT_S, recent, f"{path}.timestamp")
+            _recent(add, cue_msg.get("timestamp", ""), FMT_S, recent, f"{path}.timestamp")
             if cue_msg.get("sender") == bundle.main_persona.name:
                 add("cue_sender", "the cue message is sent by the user themself", [f"{path}.sender"])
             elif cue.person and cue_msg.get("sender") != cue.person:
@@ -255,7 +257,7 @@ def _cue_findings(bundle: S.DigitalBundle, raw: dict[str, Any], now: dt.datetime
     id_field = ID_FIELD[cue_app]
     full = {x.get(id_field): (p, x) for p, x in entries}
     tfield = TIME_FIELD[cue_app]
-    fmt = D.FMT_M if cue_app == "Notes" else D.FMT_S
+    fmt = FMT_M if cue_app == "Notes" else FMT_S
     # the cue's items together are the latest (a Search cue is a refinement: several queries)
     key_ids = {x.get(id_field) for x in key_items}
     latest = max((x.get(tfield, "") for _, x in entries if x.get(id_field) not in key_ids), default="")
