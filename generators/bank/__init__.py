@@ -13,7 +13,8 @@ Layout of a bank directory (``bank=``)::
 
 One module per concern: :mod:`~generators.bank.identity` (what makes two items the same:
 content ids), :mod:`~generators.bank.store` (versions, the pointer, the lock, the atomic
-commit), :mod:`~generators.bank.add`, :mod:`~generators.bank.verify` and
+commit), :mod:`~generators.bank.batch` (reading an input batch: its files, items and
+provenance), :mod:`~generators.bank.add`, :mod:`~generators.bank.verify` and
 :mod:`~generators.bank.export` (the three actions; the export formats that publish a release live
 in :mod:`~generators.bank.release` (dataset card, Croissant, Hugging Face folder) and
 :mod:`~generators.bank.harness` (lm-eval and inspect_ai tasks)); records in :mod:`schemas.bank`.
@@ -37,7 +38,8 @@ from pydantic import Field, model_validator
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.run import CommonConfig, Plan, RunContext, generator
 from generators.bank import add, export, verify
-from generators.bank.add import AddPlan, batch_files, count_rows, read_reviews
+from generators.bank.add import AddPlan, read_reviews
+from generators.bank.batch import batch_files, count_rows
 from generators.bank.export import EXPORT_KINDS, check_out
 from generators.bank.store import (
     LOCK,

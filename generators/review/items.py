@@ -86,9 +86,9 @@ def make_item(index: int, fmt: str, record: dict[str, Any], item_id: str, source
 
 def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewItem], list[Path]]:
     """The items of a run folder and the files they came from, read as ``bank add`` reads a
-    batch (:func:`generators.bank.add.load_batch`), so an item's id here is its id in a bank; or
+    batch (:func:`generators.bank.batch.load_batch`), so an item's id here is its id in a bank; or
     the items of a bank's version (:func:`load_bank_items`)."""
-    from generators.bank.add import batch_files, load_batch
+    from generators.bank.batch import batch_files, load_batch
     from generators.bank.store import LOCK, VERSIONS
 
     if not folder.is_dir():

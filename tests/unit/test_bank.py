@@ -34,7 +34,8 @@ from gen.run import REGISTRY, CommonConfig, Generator, RunContext, output_hashes
 from generators.audit.registry import check_keys
 from generators.bank import BankConfig, plan
 from generators.bank import add as bank_add
-from generators.bank.add import near_duplicates, read_csv_rows
+from generators.bank.add import near_duplicates
+from generators.bank.batch import read_csv_rows
 from generators.bank.identity import (
     KINDS,
     content_id,

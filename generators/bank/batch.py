@@ -1,0 +1,273 @@
+"""Reading an input batch of ``bank add``: its record files and their kind and format
+(:func:`batch_files`: a run folder, a folder of EgoToM CSVs, one file, or a JSONL bank read
+through a roles file), every item validated with its content id (:class:`Item`,
+:func:`load_batch`; a bad line is an InputError naming file:line), and the batch's provenance
+(:func:`source_info`: the run's manifest and those of the runs it read). ``gen review`` reads a
+run folder's items through the same functions, so an item's id there is its id in a bank."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gen.errors import ConfigError, InputError
+from gen.llm import sha256_file
+from gen.mcq import egotom_type, from_record
+from gen.run import iter_jsonl
+from generators.bank.identity import (
+    MCQ_KINDS,
+    canonical,
+    content_id,
+    egotom_row_mcq,
+    item_id_of,
+    mcq_identity,
+    scenario_question_type,
+)
+from schemas.mcq import MCQRecord
+
+# --------------------------------------------------------------------------- the batch
+
+
+@dataclass
+class Item:
+    kind: str
+    fmt: str
+    """``mcq_record``, ``egotom_csv``, ``digital_bundle`` or ``scenario_record``: how ``record`` is read."""
+    record: dict[str, Any]
+    item_id: str
+    source_item_id: str
+    where: str
+    question_type: str
+    wagibench: dict[str, Any] | None = None
+
+
+def kind_of(path: Path) -> tuple[str, str]:
+    """(kind, format) of a records file from its name."""
+    if path.suffix == ".csv":
+        if egotom_type(path) is None:
+            raise InputError(f"input: {path} is not an EgoToM CSV (no gt_goal/gt_belief/gt_actions column)")
+        return "mcq", "egotom_csv"
+    if path.suffix != ".jsonl":
+        raise InputError(f"input: {path}: expected a .jsonl of records or an EgoToM .csv")
+    stem = path.stem
+    if stem == "digital":
+        return "digital", "digital_bundle"
+    if stem in MCQ_KINDS:
+        return stem, "mcq_record"
+    from generators.scenarios import is_scenario_bank
+
+    if stem == "scenarios" or is_scenario_bank(path):  # the context benchmark's released schema
+        return "scenarios", "scenario_record"
+    return "mcq", "mcq_record"
+
+
+def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> list[tuple[Path, str, str]]:
+    """The record files of input= with their kind and format: a run folder (tom, distractors,
+    digital, scenarios, mcq, a nocontext run's kept/), a folder of EgoToM CSVs, one file, or
+    (with a roles file) any JSONL bank."""
+    from gen.mcq import RECORD_FILES
+
+    if roles is not None:
+        if not path.is_file() or path.suffix != ".jsonl":
+            raise InputError(f"input: with roles= the bank must be one JSONL file, got {path}")
+        if kind in ("digital", "scenarios"):
+            raise ConfigError(f"kind={kind} does not fit roles= (a roles file describes MCQs)")
+        return [(path, "mcq" if kind == "auto" else kind, "roles_jsonl")]
+    files: list[Path]
+    if path.is_file():
+        files = [path]
+    elif (path / "digital.jsonl").is_file():
+        files = [path / "digital.jsonl"]
+    elif (path / "scenarios.jsonl").is_file():
+        files = [path / "scenarios.jsonl"]
+    elif any((path / n).is_file() for n in RECORD_FILES if n != "nocontext_kept.jsonl"):
+        files = [next(path / n for n in RECORD_FILES if (path / n).is_file())]
+    elif (path / "nocontext.jsonl").is_file() and (path / "kept").is_dir():
+        files = sorted(p for p in (path / "kept").iterdir() if p.suffix in (".jsonl", ".csv"))
+    elif (path / "nocontext_kept.jsonl").is_file():
+        files = [path / "nocontext_kept.jsonl"]
+    else:
+        files = sorted(p for p in path.glob("*.csv") if egotom_type(p) is not None)
+    if not files:
+        raise InputError(f"input: {path} holds no records (tom.jsonl, distractors.jsonl, digital.jsonl, "
+                         "scenarios.jsonl, mcq.jsonl or EgoToM CSVs)")
+    out = []
+    for f in files:
+        k, fmt = kind_of(f)
+        if kind != "auto":
+            if (kind == "digital") != (fmt == "digital_bundle") or (kind == "scenarios") != (fmt == "scenario_record"):
+                raise ConfigError(f"kind={kind} does not fit {f} ({fmt})")
+            k = kind
+        out.append((f, k, fmt))
+    return out
+
+
+def count_rows(path: Path, fmt: str) -> int:
+    if fmt == "egotom_csv":
+        return len(read_csv_rows(path))
+    # parsed as the batch will be: a non-UTF-8 byte or a bad line is an InputError naming file:line
+    return sum(1 for _ in iter_jsonl(path))
+
+
+def read_csv_rows(path: Path) -> list[dict[str, Any]]:
+    import polars as pl
+
+    try:  # all strings, as gen.mcq reads it: nothing is reinterpreted
+        return pl.read_csv(path, infer_schema_length=0).to_dicts()
+    except Exception as e:  # noqa: BLE001 - polars raises several types
+        raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
+
+
+def run_folder(path: Path) -> Path | None:
+    """The run folder a records file belongs to (the one holding manifest.json), if any."""
+    for folder in (path.parent, path.parent.parent):
+        if (folder / "manifest.json").is_file():
+            return folder
+    return None
+
+
+def wagibench_rows(folder: Path | None) -> dict[str, dict[str, Any]]:
+    """The WAGIBench MCQ layout rows a distractors run wrote, by the MCQ's item_id."""
+    rows: dict[str, dict[str, Any]] = {}
+    if folder is None:
+        return rows
+    for f in sorted(folder.glob("wagibench_mcq_*.json")):
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise InputError(f"{f}: not valid JSON ({e.msg})") from None
+        for row in data if isinstance(data, list) else []:
+            rid = (row.get("meta") or {}).get("item_id")
+            if rid:
+                rows[rid] = row
+    return rows
+
+
+def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
+    """A JSONL bank read through a roles file, each row as an MCQ record (the form the bank
+    stores, hashes and exports) keeping the row itself under ``source_row``."""
+    from gen.mcq import load_roles_bank, read_roles
+
+    roles = read_roles(Path(roles_file).expanduser())
+    bank = load_roles_bank(path, roles)
+    if bank.problems:
+        p = bank.problems[0]
+        raise InputError(f"{path}:{p['line'] + 1}: {p['field']}: {p['problem']} "
+                         f"({len(bank.problems)} problem(s) in the file; the bank takes clean rows only)")
+    rows = dict(iter_jsonl(path))
+    items = []
+    for q in bank.items:
+        where = f"{path}:{q.line + 1}"
+        if q.answer is None or len(q.options) < 2:
+            raise InputError(f"{where}: the bank takes MCQs; the roles file gives this row "
+                             f"{len(q.options)} option(s) and {'no' if q.answer is None else 'an'} answer")
+
+        def strip(fields: dict[str, str], prefix: str) -> dict[str, str]:
+            return {k.removeprefix(prefix): v for k, v in fields.items() if k != roles.question}
+
+        record = {"item_id": q.item_id, "question_type": q.question_type, "question": q.question,
+                  "options": q.options, "answer": q.answer, "group": q.group,
+                  "visible": strip(q.visible, "visible."), "privileged": strip(q.privileged, "privileged."),
+                  **({"category": q.category} if q.category is not None else {}),
+                  "source_row": rows[q.line + 1]}
+        mcq = from_record(MCQRecord.model_validate(record), 0)
+        items.append(Item(kind, "mcq_record", record, content_id(mcq_identity(mcq)), q.item_id, where,
+                          q.question_type))
+    return items
+
+
+def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> list[Item]:
+    """Every input item, validated (a bad line is an InputError naming file:line), with its id."""
+    from schemas.digital import DigitalBundle
+    from schemas.scenarios import ScenarioRecord
+
+    items: list[Item] = []
+    for path, kind, fmt in files:
+        if fmt == "roles_jsonl":
+            assert roles is not None
+            items += roles_items(path, kind, roles)
+            continue
+        if fmt == "egotom_csv":
+            for i, row in enumerate(read_csv_rows(path)):
+                q = egotom_row_mcq(row)
+                items.append(Item(kind, fmt, row, content_id(mcq_identity(q)), str(row.get("cuid") or ""),
+                                  f"{path}:row {i + 1}", q.question_type))
+            continue
+        wb = wagibench_rows(run_folder(path)) if kind == "distractors" else {}
+        for lineno, record in iter_jsonl(path):
+            where = f"{path}:{lineno}"
+            try:
+                if fmt == "scenario_record":
+                    ScenarioRecord.model_validate(record)
+                    items.append(Item(kind, fmt, record, item_id_of(fmt, record), record["scenario_id"], where,
+                                      scenario_question_type(record)))
+                elif fmt == "digital_bundle":
+                    DigitalBundle.model_validate(record)
+                    sid = record["bundle_id"]
+                    cue = record.get("cue")
+                    qtype = f"cue:{cue['app']}" if cue else "uncued"
+                    items.append(Item(kind, fmt, record, item_id_of(fmt, record), sid, where, qtype))
+                else:
+                    q = from_record(MCQRecord.model_validate(record), 0)
+                    items.append(Item(kind, fmt, record, content_id(mcq_identity(q)), q.item_id, where,
+                                      q.question_type, wb.get(q.item_id)))
+            except ValidationError as e:
+                err = e.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"])
+                what = {"digital_bundle": "a digital bundle", "scenario_record": "a scenario in the released schema"
+                        }.get(fmt, "an MCQ record")
+                raise InputError(f"{where}: not {what} ({loc}: {err['msg']})") from None
+    return items
+
+
+def source_info(files: list[tuple[Path, str, str]], input_arg: str) -> dict[str, Any]:
+    """Provenance of a batch: its run's manifest (generator, models, prompt and judge/answer
+    template hashes) and, one level up, the manifests of the runs it read."""
+    folder = run_folder(files[0][0])
+    records = {f.name if folder is None else f.relative_to(folder).as_posix(): sha256_file(f) for f, _, _ in files}
+    info: dict[str, Any] = {"input": input_arg, "records": records}
+    if folder is None:
+        info["source"] = hashlib.sha256(canonical(records).encode()).hexdigest()
+        info["manifest"] = None
+        info["prompts"] = {}
+        return info
+    manifest_path = folder / "manifest.json"
+    try:
+        m = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"{manifest_path}: not valid JSON ({e.msg})") from None
+    info["source"] = sha256_file(manifest_path)
+    info["manifest"] = "manifest.json"
+    info.update(_manifest_summary(m))
+    upstream = []
+    for p in sorted(m.get("inputs") or {}):
+        up = run_folder(Path(p))
+        if up is not None and up != folder and (up / "manifest.json").is_file():
+            try:
+                um = json.loads((up / "manifest.json").read_text(encoding="utf-8"))
+            except json.JSONDecodeError:
+                continue
+            upstream.append({"path": str(up), "manifest_sha256": sha256_file(up / "manifest.json"),
+                             **_manifest_summary(um)})
+    info["upstream"] = upstream
+    return info
+
+
+def _manifest_summary(m: dict[str, Any]) -> dict[str, Any]:
+    llm = m.get("llm") or {}
+    emb = m.get("embedder") or {}
+    return {
+        "generator": m.get("generator"), "toolkit_version": m.get("toolkit_version"), "git": m.get("git"),
+        "seed": m.get("seed"), "started_at": m.get("started_at"),
+        "llm": {k: llm.get(k) for k in ("backend", "model", "model_sha256") if k in llm} or None,
+        "embedder": {"backend": emb.get("backend"),
+                     # the embedded model's folder is called "model": name it by its package
+                     "model": Path(emb["model_path"]).parent.name if emb.get("model") == "model" and emb.get("model_path")
+                     else emb.get("model")} if emb else None,
+        "prompts": dict(sorted((m.get("prompts") or {}).items())),
+    }
