@@ -308,7 +308,7 @@ def test_summary_without_labels_says_how_to_make_them(tmp_path: Path) -> None:
 
 
 def test_the_audit_of_a_reviewed_run_folder_does_not_flag_its_labels(tmp_path: Path) -> None:
-    from test_audit import run_audit
+    from audit_runs import run_audit
 
     folder = copy_run(FIX / "run_clean", tmp_path / "run")
     append_label(folder, label())
@@ -362,7 +362,7 @@ def test_the_server_listens_on_loopback_saves_labels_and_stops_on_ctrl_c(tmp_pat
 
 
 def test_the_audit_lists_the_items_reviewers_decided_differently(tmp_path: Path) -> None:
-    from test_audit import run_audit
+    from audit_runs import run_audit
 
     folder = copy_run(FIX / "run_clean", tmp_path / "run")
     _, _, report = run_audit(tmp_path / "out0", folder, checks=["review"])
