@@ -1168,7 +1168,7 @@ def goal_bank(tmp_path: Path) -> Path:
 
 
 def run_goals(out: Path, pool: Path, goals: Path, script=None, **cfg: Any):
-    from test_bank import FakeEmbedder
+    from bank_runs import FakeEmbedder
 
     settings = DigitalConfig(**{"cache_dir": None, "progress": "off", "persona_file": str(pool),
                                 "goals": str(goals), **cfg})

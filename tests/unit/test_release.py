@@ -23,8 +23,8 @@ from typing import Any
 import polars as pl
 import pytest
 import yaml
+from bank_runs import LEAK, Bank, mcq, run_folder, standin_audit
 from conftest import read_jsonl
-from test_bank import LEAK, Bank, mcq, run_folder, standin_audit
 
 from gen.errors import InputError
 from gen.run import REGISTRY
