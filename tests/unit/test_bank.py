@@ -288,8 +288,8 @@ def test_egotom_row_reads_as_gen_mcq_does(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def digital_run(tmp_path_factory) -> Path:
     """A digital run folder (one cued bundle) made by the digital generator with the scripted
-    LLM of test_digital."""
-    from test_digital import digital_script, run_digital, write_pool
+    LLM of tests/digital_runs.py."""
+    from digital_runs import digital_script, run_digital, write_pool
 
     tmp = tmp_path_factory.mktemp("digital")
     out = tmp / "run"

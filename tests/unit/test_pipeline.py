@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import WAGIBENCH_LOADER, read_jsonl, wagibench_loader
+from digital_runs import goal_script, write_pool
 from test_bank import FakeEmbedder
-from test_digital import goal_script, write_pool
 
 from gen.errors import ConfigError, InputError
 from gen.llm import scripted_llm
