@@ -225,8 +225,8 @@ def ids_of(records: list[dict[str, Any]]) -> list[str]:
 @pytest.fixture(scope="module", name="digital_run")
 def digital_run_fixture(tmp_path_factory) -> Path:
     """A digital run folder (one cued bundle) made by the digital generator with the scripted
-    LLM of test_digital."""
-    from test_digital import digital_script, run_digital, write_pool
+    LLM of tests/digital_runs.py."""
+    from digital_runs import digital_script, run_digital, write_pool
 
     tmp = tmp_path_factory.mktemp("digital")
     out = tmp / "run"

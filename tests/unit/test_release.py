@@ -111,7 +111,7 @@ def released(tmp_path_factory) -> Iterator[Bank]:
     """A bank in four releases: tom (v1), distractors with WAGIBench layout rows, forced past a
     planted leakage error (v2), an external JSONL bank through a roles file (v3, kind mcq) and a
     digital bundle (v4). Every privileged field holds :data:`SENT`."""
-    from test_digital import digital_script, run_digital, write_pool
+    from digital_runs import digital_script, run_digital, write_pool
 
     real = standin_audit()
     try:
