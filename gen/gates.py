@@ -108,12 +108,15 @@ def final_mark(text: str) -> str:
 
 
 def with_mark(text: str, mark: str) -> str:
-    """``text`` ending with ``mark`` in place of its own final run of ``.?!``; a text that ends
-    inside quotes or brackets is left as it is."""
+    """``text`` ending with ``mark`` in place of its own final run of ``.?!`` (an ellipsis too). A
+    text that ends in quotes or brackets keeps a mark it has inside them and gets ``mark`` after
+    them when it has none (``C says "ok".``): every text of a set then ends with a mark."""
     text = text.rstrip()
-    if not text or text[-1] in _CLOSING:
+    if not text:
         return text
-    return text.rstrip(".?! ") + mark
+    if text[-1] in _CLOSING:
+        return text if final_mark(text) else text + mark
+    return text.rstrip(".?!… ") + mark
 
 
 def ngrams(text: str, n: int = 6) -> set[tuple[str, ...]]:
