@@ -398,7 +398,7 @@ def repetition(text: str, ctx: GateContext) -> str | None:
         return f"{len(set(words))} distinct of {len(words)} words"
     if len(words) <= CONTENT_WORDS_WITHIN:
         toks = tags(text)
-        counts = Counter(w.lower() for w, _, pos, _ in toks if pos in _CONTENT and re.fullmatch(r"[^\W\d_][\w'-]*", w))
+        counts = Counter(w.lower() for w, _, pos, _ in toks if is_content(w, pos))
         word, n = counts.most_common(1)[0] if counts else ("", 0)
         verbs = sum(t[2] == "VERB" and t[0].lower() != word for t in toks)  # other verbs than the word
         if n >= 3 and n > verbs + 1:
@@ -409,8 +409,13 @@ def repetition(text: str, ctx: GateContext) -> str | None:
 def content_lemmas(text: str) -> set[str]:
     """Lower-case lemmas of the content words of ``text`` (nouns, proper nouns, verbs, adjectives,
     adverbs, by the tagger): ``C hands the towel`` and ``C's hand towels`` share ``hand``, ``towel``."""
-    return {lemma.lower() for w, _, pos, lemma in tags(text)
-            if pos in _CONTENT and re.fullmatch(r"[^\W\d_][\w'-]*", w)}
+    return {lemma.lower() for w, _, pos, lemma in tags(text) if is_content(w, pos)}
+
+
+def is_content(word: str, pos: str) -> bool:
+    """A content word by the tagger (noun, proper noun, verb, adjective, adverb) that is a word:
+    letters first, no digits alone, no punctuation."""
+    return pos in _CONTENT and re.fullmatch(r"[^\W\d_][\w'-]*", word) is not None
 
 
 CONTENT_WORDS_WITHIN = 30
