@@ -34,7 +34,9 @@ MAX_JOBS = 10_000
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # a buffered pipe fails here, not in the interpreter's final flush
+        return code
     except GenError as e:
         return fail(str(e), e.exit_code)
     except KeyboardInterrupt:

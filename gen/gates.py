@@ -108,12 +108,15 @@ def final_mark(text: str) -> str:
 
 
 def with_mark(text: str, mark: str) -> str:
-    """``text`` ending with ``mark`` in place of its own final run of ``.?!``; a text that ends
-    inside quotes or brackets is left as it is."""
+    """``text`` ending with ``mark`` in place of its own final run of ``.?!`` (an ellipsis too). A
+    text that ends in quotes or brackets keeps a mark it has inside them and gets ``mark`` after
+    them when it has none (``C says "ok".``): every text of a set then ends with a mark."""
     text = text.rstrip()
-    if not text or text[-1] in _CLOSING:
+    if not text:
         return text
-    return text.rstrip(".?! ") + mark
+    if text[-1] in _CLOSING:
+        return text if final_mark(text) else text + mark
+    return text.rstrip(".?!… ") + mark
 
 
 def ngrams(text: str, n: int = 6) -> set[tuple[str, ...]]:
@@ -395,7 +398,7 @@ def repetition(text: str, ctx: GateContext) -> str | None:
         return f"{len(set(words))} distinct of {len(words)} words"
     if len(words) <= CONTENT_WORDS_WITHIN:
         toks = tags(text)
-        counts = Counter(w.lower() for w, _, pos, _ in toks if pos in _CONTENT and re.fullmatch(r"[^\W\d_][\w'-]*", w))
+        counts = Counter(w.lower() for w, _, pos, _ in toks if is_content(w, pos))
         word, n = counts.most_common(1)[0] if counts else ("", 0)
         verbs = sum(t[2] == "VERB" and t[0].lower() != word for t in toks)  # other verbs than the word
         if n >= 3 and n > verbs + 1:
@@ -406,8 +409,13 @@ def repetition(text: str, ctx: GateContext) -> str | None:
 def content_lemmas(text: str) -> set[str]:
     """Lower-case lemmas of the content words of ``text`` (nouns, proper nouns, verbs, adjectives,
     adverbs, by the tagger): ``C hands the towel`` and ``C's hand towels`` share ``hand``, ``towel``."""
-    return {lemma.lower() for w, _, pos, lemma in tags(text)
-            if pos in _CONTENT and re.fullmatch(r"[^\W\d_][\w'-]*", w)}
+    return {lemma.lower() for w, _, pos, lemma in tags(text) if is_content(w, pos)}
+
+
+def is_content(word: str, pos: str) -> bool:
+    """A content word by the tagger (noun, proper noun, verb, adjective, adverb) that is a word:
+    letters first, no digits alone, no punctuation."""
+    return pos in _CONTENT and re.fullmatch(r"[^\W\d_][\w'-]*", word) is not None
 
 
 CONTENT_WORDS_WITHIN = 30

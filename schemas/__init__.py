@@ -7,6 +7,13 @@ from pydantic import BaseModel, ConfigDict, StringConstraints
 Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 
 
+def plain_text(hi: int, lo: int = 1) -> str:
+    """The pattern of a string of ``lo``..``hi`` characters without control characters, quotes or
+    backslashes (a pattern: llama.cpp's grammar for a plain string lets a raw newline into the
+    JSON). A pattern, not a type, so the capped types are written as aliases a checker reads."""
+    return rf'^[^\x00-\x1f"\\]{{{lo},{hi}}}$'
+
+
 class Reject(BaseModel):
     """A record that was not produced, and why. accepted + rejected = requested."""
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,7 +50,16 @@ class LockCount(BaseModel):
     """A kind's entry under a lock's ``counts``."""
 
     model_config = ConfigDict(extra="allow", strict=True)
-    items: int | None = None
+    items: int = Field(ge=0)
+    by_question_type: dict[str, int]
+
+
+class LockToolkit(BaseModel):
+    """The toolkit that wrote a lock."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    version: str
+    git: dict[str, Any] | None = None
 
 
 class LockHistory(BaseModel):
@@ -58,16 +67,31 @@ class LockHistory(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
     version: int
-    added: dict[str, int] | None = None
+    label: str
+    created_at: str
+    added: dict[str, int] = {}
+    audit: dict[str, Any] | None = None
     lock_sha256: str | None = None
 
 
-class LockShape(BaseModel):
-    """What ``bank verify`` reads of a version's ``MANIFEST.lock.json``, in the shape it must have
-    (other fields are free): a lock edited into valid JSON of another shape is a ``bad_lock``
-    problem naming the field, not a crash."""
+class Lock(BaseModel):
+    """A version's ``MANIFEST.lock.json`` (``generators.bank.add.make_lock`` writes it), in the
+    shape every reader needs: ``verify``, ``export`` and the release formats (dataset card,
+    Croissant). ``verify`` checks it before anything reads it, so a lock edited into valid JSON of
+    another shape is a ``bad_lock`` problem naming the field, and export refuses the bank, rather
+    than a crash. Fields no reader needs are free."""
 
     model_config = ConfigDict(extra="allow", strict=True)
-    files: dict[str, str] | None = None
-    counts: dict[str, LockCount] | None = None
-    history: list[LockHistory] | None = None
+    format: str
+    schema_revision: int
+    version: int
+    label: str
+    created_at: str
+    toolkit: LockToolkit
+    item_id: str
+    items: int = Field(ge=0)
+    counts: dict[str, LockCount]
+    files: dict[str, str]
+    prompts: dict[str, list[str]] = {}
+    sources: list[dict[str, Any]] = []
+    history: list[LockHistory]

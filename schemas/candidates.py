@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from schemas import Hex32
+from schemas import Hex32, plain_text
 from schemas.mcq import MCQRecord
 
 EMOTIONS = ["Joy", "Surprise", "Stress", "Social Connection", "Achievement", "Disappointment", "Awkward",
@@ -141,14 +141,7 @@ class CandidateItem(_In):
 # --------------------------------------------------------------------------- drafts
 
 
-def capped(cap: int) -> str:
-    """The pattern of a string of 1..cap characters without control characters, quotes or
-    backslashes (a pattern: llama.cpp's grammar for a plain string lets a raw newline into the
-    JSON). A pattern, not a type, so the capped types are written as aliases a checker reads."""
-    return rf'^[^\x00-\x1f"\\]{{1,{cap}}}$'
-
-
-OptionText = Annotated[str, Field(pattern=capped(160))]
+OptionText = Annotated[str, Field(pattern=plain_text(160))]
 
 
 class PlainDraft(BaseModel):

@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas import plain_text
+
 ChangeType = Literal["object_in_hand", "object_state", "sequential_task", "location", "object_in_view",
                      "absent_referent", "screen_content", "cross_session_reference"]
 Target = Literal["current", "prior", "clarify", "abstain"]
@@ -34,18 +36,13 @@ TIME_GAPS: tuple[str, ...] = get_args(TimeGap)
 SUBSETS: tuple[str, ...] = get_args(Subset)
 
 
-def _pattern(lo: int, hi: int) -> str:
-    # a pattern, not a type: the capped types below are then aliases a type checker can read
-    return rf'^[^\x00-\x1f"\\]{{{lo},{hi}}}$'
-
-
-Name = Annotated[str, Field(pattern=_pattern(2, 40))]
+Name = Annotated[str, Field(pattern=plain_text(40, 2))]
 """An object, place or screen name (1-4 words)."""
-Phrase = Annotated[str, Field(pattern=_pattern(3, 60))]
+Phrase = Annotated[str, Field(pattern=plain_text(60, 3))]
 """A gold phrase: technique or state vocabulary, an indicator."""
-CameraText = Annotated[str, Field(pattern=_pattern(40, 360))]
+CameraText = Annotated[str, Field(pattern=plain_text(360, 40))]
 """A camera (scene) description; the released ones run 200-450 characters."""
-SpeechText = Annotated[str, Field(pattern=_pattern(6, 140))]
+SpeechText = Annotated[str, Field(pattern=plain_text(140, 6))]
 """One spoken user turn."""
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from schemas import Hex32
+from schemas import Hex32, plain_text
 from schemas.mcq import MCQRecord
 
 QuestionType = Literal["goal", "belief", "actions"]
@@ -24,16 +24,12 @@ QuestionType = Literal["goal", "belief", "actions"]
 # The cap is written as a pattern that also excludes control characters, quotes and backslashes:
 # llama.cpp's grammar for a plain string lets a raw newline into the JSON, which then fails to
 # parse; and a pattern replaces maxLength in the grammar, so the length goes into it.
-def _pattern(cap: int) -> str:
-    return rf'^[^\x00-\x1f"\\]{{1,{cap}}}$'
-
-
 GOAL_CHARS, ACTION_CHARS, BELIEF_CHARS, SENTENCE_CHARS = 64, 40, 100, 120
 """The caps; a text of exactly its cap was cut there (the text gates count it as truncated)."""
-GoalText = Annotated[str, Field(pattern=_pattern(GOAL_CHARS))]
-ActionPhrase = Annotated[str, Field(pattern=_pattern(ACTION_CHARS))]
-BeliefText = Annotated[str, Field(pattern=_pattern(BELIEF_CHARS))]
-ActionSentence = Annotated[str, Field(pattern=_pattern(SENTENCE_CHARS))]
+GoalText = Annotated[str, Field(pattern=plain_text(GOAL_CHARS))]
+ActionPhrase = Annotated[str, Field(pattern=plain_text(ACTION_CHARS))]
+BeliefText = Annotated[str, Field(pattern=plain_text(BELIEF_CHARS))]
+ActionSentence = Annotated[str, Field(pattern=plain_text(SENTENCE_CHARS))]
 
 
 # --------------------------------------------------------------------------- stage drafts

@@ -46,7 +46,7 @@ from generators.bank.store import (
     version_links,
 )
 from schemas import Reject
-from schemas.bank import LockShape, VerifyRecord
+from schemas.bank import Lock, VerifyRecord
 
 if TYPE_CHECKING:
     from gen.run import RunContext
@@ -77,6 +77,13 @@ class VersionCheck:
 
 Rows = dict[str, tuple[int, str]]
 """item_id -> (added_in, SHA-256 of the record) of one version."""
+
+
+def current_format(lock: dict[str, Any]) -> bool:
+    """A lock of this toolkit's format, at a schema revision it reads (``check_version`` names the
+    others: ``bad_lock``, ``newer_schema``)."""
+    rev = lock.get("schema_revision")
+    return lock.get("format") == FORMAT and isinstance(rev, int) and rev <= SCHEMA_REVISION
 
 
 def drift_line(p: Problem) -> str:
@@ -217,7 +224,8 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
             continue
         try:
             raw = read_json(folder / LOCK, "bank")
-            validated(LockShape, raw, f"{rel}/{LOCK}")  # the fields read below, in their shape
+            if not isinstance(raw, dict) or current_format(raw):  # others: check_version names them
+                validated(Lock, raw, f"{rel}/{LOCK}")  # every field verify and export read, in its shape
             locks[c.version] = raw
         except GenError as e:
             locks[c.version] = None

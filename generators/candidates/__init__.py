@@ -183,7 +183,10 @@ def plan(cfg: CandidatesConfig) -> Plan:
     return Plan(len(data.items) if cfg.n is None else min(cfg.n, len(data.items)), data)
 
 
-def detect_format(path: Path) -> str:
+Format = Literal["items", "timelines", "ego4d", "egotom_csv"]
+
+
+def detect_format(path: Path) -> Format:
     """``items`` for a JSONL whose first row has ``item_id``; else a timeline format (:mod:`gen.timelines`)."""
     if path.is_file() and path.suffix.lower() == ".jsonl":
         for _, row in iter_jsonl(path):
@@ -201,7 +204,7 @@ def read_input(cfg: CandidatesConfig) -> Inputs:
         if path.is_dir():
             raise InputError(f"input: {path} is a folder; input_format=items reads one JSONL file")
         return Inputs(read_items(path), [path], fmt)
-    tfmt: InputFormat = "jsonl" if fmt == "timelines" else fmt  # type: ignore[assignment]
+    tfmt: InputFormat = "jsonl" if fmt == "timelines" else fmt
     clips = read_timelines(path, tfmt, tuple(cfg.passes))
     items, summary = timeline_items(clips, cfg)
     if not items:

@@ -145,6 +145,8 @@ class Setup:
     lines: list[TimedLine]
     allowed: list[int]
     """0-based context lines a generated option may be based on."""
+    annotated: str = ""
+    """The positive's text as annotated, before it took the item's surface."""
 
     def size(self, text: str) -> int:
         return len(text) if self.cfg.length_unit == "chars" else len(text.split())
@@ -223,10 +225,10 @@ class Pool:
             c = sim(o.core, [x.core for x in self.items])
             if float(c.max()) >= cfg.max_similarity:
                 return "near_duplicate", f"cosine {float(c.max()):.3f} to {self.items[int(c.argmax())].core!r}"
-        if o.line is not None and (borrowed := borrowed_words(o.core, [s.positive.core], narration_text(s.lines[o.line].text))):
+        src = narration_text(s.lines[o.line].text) if o.line is not None else None
+        if src is not None and (borrowed := borrowed_words(o.core, [s.positive.core], src)):
             return "borrowed", f"takes {', '.join(borrowed)} from the positive, not from its line"
-        if o.line is not None and cfg.source_min_similarity is not None:
-            src = narration_text(s.lines[o.line].text)
+        if src is not None and cfg.source_min_similarity is not None:
             to_src = float(sim(o.core, [src])[0])
             if to_src < cfg.source_min_similarity:
                 return "ungrounded_source", f"cosine {to_src:.3f} to its line {src!r}"

@@ -247,8 +247,8 @@ def hidden_lines(s: Setup, item: CandidateItem, options: list[Option]) -> set[in
 
 
 def setup(ctx: RunContext, cfg: CandidatesConfig, item: CandidateItem, vectors: Vectors) -> Setup:
-    pos = positive_option(item, cfg.kind)
-    pos = replace(pos, text=surface(pos.text, pos.text))
+    annotated = positive_option(item, cfg.kind)
+    pos = replace(annotated, text=surface(annotated.text, annotated.text))
     lines = item.lines
     pk = _key(pos.core)
     named: set[str] = set()
@@ -264,7 +264,8 @@ def setup(ctx: RunContext, cfg: CandidatesConfig, item: CandidateItem, vectors: 
                and counts[key(x.text)] == 1 and j not in repeated
                and not any(has_phrase(_key(w), _key(x.text)) for w in item.withhold)
                and (item.sources is None or j in item.sources)]
-    return Setup(cfg, pos, others, named, list(item.withhold), vectors, set(), lines, allowed)
+    return Setup(cfg, pos, others, named, list(item.withhold), vectors, set(), lines, allowed,
+                 annotated=annotated.text)
 
 
 def near_repeats(texts: list[str], vectors: Vectors, threshold: float) -> set[int]:
@@ -292,8 +293,7 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
         return reject("input checks", "input", *problem)
     vectors = Vectors(ctx.embedder)
     s = setup(ctx, cfg, item, vectors)
-    annotated = positive_option(item, cfg.kind).text
-    if s.positive.text != annotated:
+    if s.positive.text != s.annotated:
         ctx.count("surface.changed")
     if cfg.kind == "generated" and cfg.cite_sources and s.lines and len(s.allowed) < k - 1:
         return reject("input checks", "input", "too_few_sources",
@@ -349,7 +349,7 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
     visible: dict[str, Any] = {"context": "\n".join(fmt_line_of(x) for j, x in enumerate(s.lines) if j not in hide)
                                if s.lines else (item.context if isinstance(item.context, str) else "")}
     privileged: dict[str, Any] = {
-        "positive": annotated,
+        "positive": s.annotated,
         "option_times": {str(j): o.time for j, o in enumerate(shown) if o.time is not None},
         "sources": {str(j): fmt_line_of(s.lines[o.line]) for j, o in enumerate(shown) if o.line is not None},
     }

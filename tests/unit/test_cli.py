@@ -68,15 +68,18 @@ def test_help_lists_generators(run_gen) -> None:
         assert "  personas  " in listed
 
 
-def test_help_into_a_closed_pipe_ends_quietly() -> None:
-    """``gen tom --help | head -1``: the reader is gone before gen writes; no traceback, 128 + SIGPIPE."""
+@pytest.mark.parametrize("unbuffered", [True, False])
+def test_help_into_a_closed_pipe_ends_quietly(unbuffered: bool) -> None:
+    """``gen tom --help | head -1``: the reader is gone before gen writes; no traceback, 128 + SIGPIPE.
+    Without PYTHONUNBUFFERED the help text sits in stdout's buffer and the write fails at the flush."""
     import os
     import subprocess
     import sys
 
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | ({"PYTHONUNBUFFERED": "1"} if unbuffered else {})
     read, write = os.pipe()
     proc = subprocess.Popen([sys.executable, "-m", "gen", "tom", "--help"], stdout=write, stderr=subprocess.PIPE,
-                            cwd=Path(__file__).resolve().parents[2])
+                            cwd=Path(__file__).resolve().parents[2], env=env)
     os.close(write)
     os.close(read)  # before the child has imported anything, so its first write fails
     _, err = proc.communicate(timeout=120)

@@ -20,8 +20,10 @@ from gen.gates import (
     audit_texts,
     bank_texts,
     count_key,
+    final_mark,
     infinitive,
     schema_fields,
+    with_mark,
 )
 from gen.prompts import Prompts
 from schemas.tom import AnalysisDraft, WrongGoalsDraft
@@ -33,6 +35,21 @@ ROOT = Path(__file__).resolve().parents[2]
 def fails(text: str, kind: str, gates: Gates | None = None, **kw) -> str | None:
     failure = (gates or Gates()).check(text, kind, **kw)  # type: ignore[arg-type]
     return failure.gate if failure else None
+
+
+@pytest.mark.parametrize(("text", "mark", "out"), [
+    ("C opens the door", ".", "C opens the door."),
+    ("C opens the door!?", "?", "C opens the door?"),
+    ("C sits\u2026", ".", "C sits."),
+    ("C sits...", "!", "C sits!"),
+    ('C says "ok"', ".", 'C says "ok".'),        # bare inside quotes: the mark goes after them
+    ('C says "ok!"', ".", 'C says "ok!"'),       # the quote's own mark stays
+    ("C waves (at Ann)", "?", "C waves (at Ann)?"),
+    ("", ".", ""),
+])
+def test_with_mark_leaves_no_text_of_a_set_without_a_mark(text: str, mark: str, out: str) -> None:
+    assert with_mark(text, mark) == out
+    assert not text or final_mark(out)  # ends_bare can never tell an option from the others
 
 
 # --------------------------------------------------------------------------- the seven options

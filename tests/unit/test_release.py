@@ -23,8 +23,8 @@ from typing import Any
 import polars as pl
 import pytest
 import yaml
+from bank_runs import LEAK, Bank, mcq, run_folder, standin_audit
 from conftest import read_jsonl
-from test_bank import LEAK, Bank, mcq, run_folder, standin_audit
 
 from gen.errors import InputError
 from gen.run import REGISTRY
@@ -111,7 +111,7 @@ def released(tmp_path_factory) -> Iterator[Bank]:
     """A bank in four releases: tom (v1), distractors with WAGIBench layout rows, forced past a
     planted leakage error (v2), an external JSONL bank through a roles file (v3, kind mcq) and a
     digital bundle (v4). Every privileged field holds :data:`SENT`."""
-    from test_digital import digital_script, run_digital, write_pool
+    from digital_runs import digital_script, run_digital, write_pool
 
     real = standin_audit()
     try:

@@ -608,8 +608,8 @@ def test_egotom_items_match_results_and_findings_by_the_mcq_id(tmp_path: Path) -
 @pytest.fixture()
 def bank(tmp_path: Path) -> Any:
     """A bank of three versions: v1 three MCQs (their batch's audit names the second), v2 two
-    scenarios, v3 one more MCQ. Added with a stand-in audit that reports planted findings (as test_bank)."""
-    from test_bank import REGISTRY, Bank, Generator, StandInAuditConfig, _standin, mcq, run_folder
+    scenarios, v3 one more MCQ. Added with a stand-in audit that reports planted findings (that of tests/bank_runs.py)."""
+    from bank_runs import REGISTRY, Bank, Generator, StandInAuditConfig, _standin, mcq, run_folder
 
     def standin(cfg: StandInAuditConfig, ctx: Any) -> Any:
         from schemas.audit import FindingRecord

@@ -34,14 +34,18 @@ def _jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a or b else 0.0
 
 
+def centrality(sets: list[set[str]]) -> list[float]:
+    """Each option's mean Jaccard similarity of word sets to the other options."""
+    k = len(sets)
+    return [float(np.mean([_jaccard(sets[a], sets[b]) for b in range(k) if b != a])) for a in range(k)]
+
+
 def central_credit(it: MCQ) -> float:
     """Picking the option that shares the most words with the other options (mean Jaccard of word
     sets), ties broken at random: 1/(options tied at the top) when the answer is one of them, else
     0 (exactly chance on average when the answer says nothing). Wrong options written from the
     answer borrow its words, and the answer becomes the hub of the set."""
-    sets = [set(norm(o).split()) for o in it.options]
-    k = len(sets)
-    cen = [float(np.mean([_jaccard(sets[a], sets[b]) for b in range(k) if b != a])) for a in range(k)]
+    cen = centrality([set(norm(o).split()) for o in it.options])
     top = [j for j, c in enumerate(cen) if c >= max(cen) - 1e-12]
     return 1 / len(top) if it.answer in top else 0.0
 
@@ -65,7 +69,7 @@ def option_features(items: list[MCQ], vocab: list[str]) -> tuple[np.ndarray, np.
         z = (chars - chars.mean()) / (chars.std() + 1e-9)
         rank = np.argsort(np.argsort(chars)) / max(1, k - 1)
         qov = np.array([_jaccard(s, q) for s in sets])
-        cen = np.array([np.mean([_jaccard(sets[a], sets[b]) for b in range(k) if b != a]) for a in range(k)])
+        cen = np.array(centrality(sets))
         firsts = Counter(t[0] for t in toks if t)
         marks = [final_mark(o) for o in it.options]
         mark_count = Counter(marks)
@@ -213,13 +217,14 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
         items = [it for _, it in xs]
         p0 = float(np.mean([1 / len(it.options) for it in items]))
         credit = [central_credit(it) for it in items]
-        hub = [it.item_id for it, c in zip(items, credit, strict=True) if c > 0]
+        hub = [it.item_id for it, c in zip(items, credit, strict=True) if c == 1]  # the answer alone on top
         hits = int(round(sum(credit)))  # an expected count: the binomial test on it errs on the safe side
         if len(items) >= cfg.min_items_per_test:
             central.append((Tell({"question_type": qtype, "tell": "pick the most central"}, hits, len(items), p0,
                                  binom_greater(hits, len(items), p0)), hub))
         if len(items) < cfg.shortcut_min_items:
-            table[qtype] = {"items": len(items), "note": f"not tested: fewer than {cfg.shortcut_min_items} items"}
+            table[qtype] = {"items": len(items), "note": f"classifier not run: fewer than {cfg.shortcut_min_items} items",
+                            "pick_most_central_accuracy": rounded(hits / len(items), 3)}
             continue
         out = shortcut_cv(items, cfg, data.seed)
         n = len(items)
@@ -250,7 +255,7 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
         if t.severity is not None:
             res.findings.append(tell_finding(
                 key, "central_answer_tell", t,
-                f"{t.labels['question_type']} (listed: the items whose answer is among the most central): the "
+                f"{t.labels['question_type']} (listed: the items whose answer alone is the most central): the "
                 "option sharing the most words with the other options (ties broken at random) is the answer in", items=hub, fields=["options"], numbers={"question_type": t.labels["question_type"]}))
     res.stats = {"per_question_type": table, "tells": [t.row() for t, *_ in tells] + [t.row() for t, _ in central]}
     return res
