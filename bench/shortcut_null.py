@@ -238,7 +238,7 @@ def main() -> int:
     from generators.audit import AuditConfig
 
     base = AuditConfig()
-    cfgs = {r: AuditConfig(shortcut_repeats=r) for r in args.repeats}
+    cfgs = {r: AuditConfig().model_copy(update={"shortcut_repeats": r}) for r in args.repeats}  # also below the bound
     types = load_types(Path(args.input))
     banks: list[tuple[str, str, int | None]] = [
         (f"{q}_all", q, None) for q, xs in types.items() if len(xs) >= base.shortcut_min_items]
