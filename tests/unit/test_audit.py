@@ -520,7 +520,8 @@ def test_config_refuses_what_cannot_work() -> None:
 
     for kw, needle in (({"input": "x", "num_shards": 2}, "one process"),
                        ({"input": "x", "checks": []}, "at least one check"),
-                       ({"input": "x", "checks": ["position", "position"]}, "each once")):
+                       ({"input": "x", "checks": ["position", "position"]}, "each once"),
+                       ({"input": "x", "shortcut_repeats": 2}, "greater than or equal to 3")):  # bench/shortcut_null.py
         with pytest.raises(ValidationError, match=needle):
             AuditConfig(**kw)
     assert plan(AuditConfig(input="x", checks=["length", "structure"])).n == 2
