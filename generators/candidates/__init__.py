@@ -122,8 +122,8 @@ class CandidatesConfig(CommonConfig):
     """Timelines: seconds of narration around each positive that make its window (its context)."""
     per_clip: int = Field(2, ge=1)
     """Timelines: positives (annotated items) picked per clip; the others in a positive's window are its collision set."""
-    spacing: float = Field(15.0, ge=0)
-    """Timelines: at least this many seconds between two positives of a clip."""
+    spacing: float | None = Field(None, ge=0)
+    """Timelines: at least this many seconds between two positives of a clip; null: far enough apart that their windows share no line, so no line one item hides (its answer, its wrong options' sources) is shown in another's context."""
     min_side_lines: int = Field(2, ge=0)
     """Timelines: a positive needs this many window lines before it and after it."""
     question_template: str = "What did C do at {time}?"
@@ -236,7 +236,8 @@ def read_items(path: Path) -> list[CandidateItem]:
 
 def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[CandidateItem], dict[str, Any]]:
     """Memory-recall items from narration timelines. Per clip, up to ``per_clip`` positives are
-    picked (seeded, ``spacing`` apart) among the lines about C whose text occurs once in the clip
+    picked (seeded; their windows share no line, or ``spacing`` seconds apart) among the lines
+    about C whose text occurs once in the clip
     (so the question has one answer, and no other item of the clip shows it in its context) and
     that have ``min_side_lines`` window lines on each side. Each positive's window
     is its context; the other positives in it are its collision set (``others``); the window's
@@ -276,7 +277,12 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
         for i in eligible:
             if len(picked) >= cfg.per_clip:
                 break
-            if all(abs(lines[i].t - lines[p].t) >= cfg.spacing for p in picked):
+            if cfg.spacing is None:
+                mine = set(window(lines[i].t))
+                apart = all(mine.isdisjoint(window(lines[p].t)) for p in picked)
+            else:
+                apart = all(abs(lines[i].t - lines[p].t) >= cfg.spacing for p in picked)
+            if apart:
                 picked.append(i)
         for i in sorted(picked, key=lambda j: (lines[j].t, j)):
             w = window(lines[i].t)
