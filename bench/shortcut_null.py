@@ -155,27 +155,10 @@ def _size(n: int, p0: float, level: float) -> float:
 
 # ---- permutation prototype (bench only) ----
 
-def _cv_hits(F: np.ndarray, mask: np.ndarray, y: np.ndarray, folds_list: list[np.ndarray], cfg: Any) -> float:
-    """The CV loop of ``_shortcut_cv`` on precomputed features: the summed averaged hits."""
-    from generators.audit.checks.shortcut import _fit_logit, _predict, _standardise
-
-    right = np.zeros(len(y))
-    for folds in folds_list:
-        for f in range(cfg.shortcut_folds):
-            test = folds == f
-            train = ~test
-            if not test.any() or not train.any():
-                continue
-            Fs = _standardise(F, mask, train)
-            w = _fit_logit(Fs[train], mask[train], y[train], cfg.shortcut_l2)
-            P = _predict(Fs[test], mask[test], w)
-            right[test] += P.argmax(axis=1) == y[test]
-    return float(right.sum() / len(folds_list))
-
-
 def perm_pvalue(items: list[Any], cfg: Any, seed: int, B: int, naive: bool) -> dict[str, Any]:
     """Permutation p-value of the check's statistic: answers re-drawn B times, same CV, same folds."""
     from generators.audit.checks.shortcut import (
+        cv_hits,
         folds_for,
         one_blas_thread,
         option_features,
@@ -193,8 +176,12 @@ def perm_pvalue(items: list[Any], cfg: Any, seed: int, B: int, naive: bool) -> d
             F, mask, _ = option_features(items, option_vocab(items))
             folds_list = [folds_for(items, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)]
             kopt = np.array([len(it.options) for it in items])
-            observed = _cv_hits(F, mask, np.array([it.answer for it in items]), folds_list, cfg)
-            perms = [_cv_hits(F, mask, rng.integers(kopt), folds_list, cfg) for _ in range(B)]
+            def hits(y: np.ndarray) -> float:
+                return float(cv_hits(F, mask, y, folds_list, cfg.shortcut_folds, cfg.shortcut_l2)[1].sum()
+                             / len(folds_list))
+
+            observed = hits(np.array([it.answer for it in items]))
+            perms = [hits(rng.integers(kopt)) for _ in range(B)]
     secs = time.perf_counter() - t0
     p = (1 + sum(h >= observed - 1e-9 for h in perms)) / (B + 1)
     return {"n": len(items), "B": B, "naive": naive, "observed_hits": round(observed, 2), "p": round(p, 4),
@@ -318,10 +305,13 @@ def main() -> int:
         if not s["tests"]:
             continue
         f5, f1 = s["fpr_05"], s["fpr_01"]
+        def num(x: Any) -> float:  # a moment of fewer than two tests is None
+            return float("nan") if x is None else float(x)
+
         print(f"{c:<26}{s['tests']:>6}{f5['rate']:>8.3f}{str(f5['ci95']):>16}{f1['rate']:>8.3f}{str(f1['ci95']):>16}"
-              f"{s['hits_mean'] or float('nan'):>9.2f}{s['binom_mean'] or float('nan'):>9.2f}"
-              f"{s['hits_var'] or float('nan'):>9.2f}{s['binom_var'] or float('nan'):>8.2f}{s['var_ratio']:>7.2f}"
-              f"{s['ks_p_vs_uniform']:>7.3f}{s['ks_midp_vs_uniform']:>7.3f}")
+              f"{num(s['hits_mean']):>9.2f}{num(s['binom_mean']):>9.2f}"
+              f"{num(s['hits_var']):>9.2f}{num(s['binom_var']):>8.2f}{num(s['var_ratio']):>7.2f}"
+              f"{num(s['ks_p_vs_uniform']):>7.3f}{num(s['ks_midp_vs_uniform']):>7.3f}")
     print(f"\n{draws} draws, {res['wall_seconds']} s wall, {res['cpu_seconds']} s cpu; wrote {args.json}")
     return 0
 

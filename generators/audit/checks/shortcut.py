@@ -167,24 +167,32 @@ def shortcut_cv(items: list[MCQ], cfg: AuditConfig, seed: int) -> dict[str, Any]
         return _shortcut_cv(items, cfg, seed)
 
 
-def _shortcut_cv(items: list[MCQ], cfg: AuditConfig, seed: int) -> dict[str, Any]:
-    vocab = option_vocab(items)
-    F, mask, names = option_features(items, vocab)
-    y = np.array([it.answer for it in items])
-    p_answer = np.zeros(len(items))
-    right = np.zeros(len(items))
-    for r in range(cfg.shortcut_repeats):
-        folds = folds_for(items, cfg.shortcut_folds, (seed, r))
-        for f in range(cfg.shortcut_folds):
+def cv_hits(F: np.ndarray, mask: np.ndarray, y: np.ndarray, folds_list: list[np.ndarray], n_folds: int,
+            l2: float) -> tuple[np.ndarray, np.ndarray]:
+    """Summed over the fold draws: each item's out-of-fold probability of its answer ``y``, and how
+    often the classifier picks it."""
+    p_answer = np.zeros(len(y))
+    right = np.zeros(len(y))
+    for folds in folds_list:
+        for f in range(n_folds):
             test = folds == f
             train = ~test
             if not test.any() or not train.any():
                 continue
             Fs = _standardise(F, mask, train)
-            w = _fit_logit(Fs[train], mask[train], y[train], cfg.shortcut_l2)
+            w = _fit_logit(Fs[train], mask[train], y[train], l2)
             P = _predict(Fs[test], mask[test], w)
             p_answer[test] += P[np.arange(test.sum()), y[test]]
             right[test] += P.argmax(axis=1) == y[test]
+    return p_answer, right
+
+
+def _shortcut_cv(items: list[MCQ], cfg: AuditConfig, seed: int) -> dict[str, Any]:
+    vocab = option_vocab(items)
+    F, mask, names = option_features(items, vocab)
+    y = np.array([it.answer for it in items])
+    folds_list = [folds_for(items, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)]
+    p_answer, right = cv_hits(F, mask, y, folds_list, cfg.shortcut_folds, cfg.shortcut_l2)
     Fs = _standardise(F, mask, np.ones(len(items), dtype=bool))
     w = _fit_logit(Fs, mask, y, cfg.shortcut_l2)
     top = np.argsort(-np.abs(w))[:8]
