@@ -1,6 +1,6 @@
 """Running the versioned bank in tests: valid MCQ records and finished run folders to add
-(:func:`mcq`, :func:`paraphrase`, :func:`run_folder`), a bag-of-words embedder
-(:class:`FakeEmbedder`), the audit stand-in (:func:`standin_audit`: same name, ``input=``/
+(:func:`mcq`, :func:`paraphrase`, :func:`run_folder`; the bag-of-words embedder is
+:class:`fakes.FakeEmbedder`), the audit stand-in (:func:`standin_audit`: same name, ``input=``/
 ``fail_on=`` options and ``audit.json`` output, reporting the findings a test plants),
 :class:`Bank` to add, verify and export in process, a digital run folder, a bank in two releases
 and what verify finds in it, and ``python -m gen`` in a child process with the stand-in
@@ -20,17 +20,16 @@ import hashlib
 import json
 import os
 import random
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 import pytest
 from conftest import gen_env, read_jsonl
+from fakes import FakeEmbedder
 from pydantic import model_validator
 
 import generators  # noqa: F401  (fills the registry)
@@ -85,27 +84,6 @@ def run_folder(out: Path, records: list[dict[str, Any]], generator: str = "tom",
     manifest["outputs"] = output_hashes(out)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return out
-
-
-class FakeEmbedder:
-    """Bag of words, hashed into 256 dimensions, L2-normalised: rewording one word of an item
-    keeps the cosine near 1; items with other words are far apart."""
-
-    dim = 256
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        self.calls += 1
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in re.findall(r"\w+", t.lower()):
-                out[i, int(hashlib.md5(w.encode()).hexdigest(), 16) % self.dim] += 1
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)
-
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "fake", "model": "bag-of-words"}
 
 
 # --------------------------------------------------------------------------- the audit stand-in

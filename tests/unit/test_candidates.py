@@ -5,16 +5,15 @@ and bank read the records."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from conftest import read_jsonl
+from fakes import FakeEmbedder
 
 import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError
@@ -31,26 +30,6 @@ from schemas.candidates import EMOTIONS, CandidateItem, CandidateRecord
 NAME = "candidates"
 EGOTOM = Path(__file__).resolve().parents[3] / "shared" / "data" / "egotom_paper"
 ITEMS = EXAMPLES / "candidates" / "items.jsonl"
-
-
-class FakeEmbedder:
-    """Bag-of-words hashing vectors: identical word bags give cosine 1, unrelated texts near 0."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        self.calls += 1
-        out = []
-        for t in texts:
-            v = np.zeros(512, dtype=np.float32)
-            for w in re.findall(r"\w+", t.lower()):
-                v[int(hashlib.md5(w.encode()).hexdigest(), 16) % 512] += 1
-            out.append(v / max(np.linalg.norm(v), 1e-9))
-        return np.stack(out)
-
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "fake"}
 
 
 LINES = [(0, "#C C opens the kitchen cupboard."), (5, "#C C takes out a blue bowl."),

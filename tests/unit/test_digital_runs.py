@@ -525,7 +525,7 @@ def goal_bank(tmp_path: Path) -> Path:
 
 
 def run_goals(out: Path, pool: Path, goals: Path, script=None, **cfg: Any):
-    from bank_runs import FakeEmbedder
+    from fakes import FakeEmbedder
 
     settings = DigitalConfig(**{"cache_dir": None, "progress": "off", "persona_file": str(pool),
                                 "goals": str(goals), **cfg})

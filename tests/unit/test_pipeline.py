@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from bank_runs import FakeEmbedder
 from conftest import WAGIBENCH_LOADER, read_jsonl, wagibench_loader
 from digital_runs import goal_script, write_pool
+from fakes import FakeEmbedder
 
 from gen.errors import ConfigError, InputError
 from gen.llm import scripted_llm

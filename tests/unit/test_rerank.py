@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import read_jsonl
-from test_candidates import FakeEmbedder
+from fakes import FakeEmbedder
 
 import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError

@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from conftest import (
     CONTEXT_BENCH,
@@ -24,6 +23,7 @@ from conftest import (
     context_bench_validator,
     read_jsonl,
 )
+from fakes import FakeEmbedder
 from scenario_runs import SK, settings
 
 import generators  # noqa: F401  (fills the registry)
@@ -197,22 +197,6 @@ class Fake:
         if "identify_wrong" in self.faults:
             name = "banana peel"
         return json.dumps({"name": name})
-
-
-class FakeEmbedder:
-    """Bag-of-words hashing vectors: identical texts give cosine 1, unrelated ones near 0."""
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        out = []
-        for t in texts:
-            v = np.zeros(256, dtype=np.float32)
-            for w in re.findall(r"\w+", t.lower()) or ["empty"]:
-                v[int(hashlib.md5(w.encode()).hexdigest(), 16) % 256] += 1
-            out.append(v / np.linalg.norm(v))
-        return np.stack(out)
-
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "fake"}
 
 
 def run_scenarios(out: Path, fake: Fake | None = None, **kw: Any) -> tuple[Any, RunContext, Fake]:
