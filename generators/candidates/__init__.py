@@ -260,10 +260,11 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
             return [j for j, ln in enumerate(lines) if t - half <= ln.t <= t + half]
 
         eligible = []
+        wins: dict[int, list[int]] = {}  # an eligible line's window, computed once
         for i, ln in enumerate(lines):
             if ln.speaker != "C" or not keys[i].removeprefix("c").strip():
                 continue
-            w = window(ln.t)
+            w = wins[i] = window(ln.t)
             before = sum(lines[j].t < ln.t for j in w)
             after = sum(lines[j].t > ln.t for j in w)
             if before >= cfg.min_side_lines and after >= cfg.min_side_lines and keys.count(keys[i]) == 1:
@@ -278,14 +279,13 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
             if len(picked) >= cfg.per_clip:
                 break
             if cfg.spacing is None:
-                mine = set(window(lines[i].t))
-                apart = all(mine.isdisjoint(window(lines[p].t)) for p in picked)
+                apart = all(set(wins[i]).isdisjoint(wins[p]) for p in picked)
             else:
                 apart = all(abs(lines[i].t - lines[p].t) >= cfg.spacing for p in picked)
             if apart:
                 picked.append(i)
         for i in sorted(picked, key=lambda j: (lines[j].t, j)):
-            w = window(lines[i].t)
+            w = wins[i]
             others = [p for p in picked if p != i and p in w]
             annotated = {keys[p] for p in [i, *others]}
             negatives = [j for j in w if j != i and j not in others and keys[j] not in annotated
