@@ -48,16 +48,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    import generators  # noqa: F401  (fills the registry)
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     if not argv or argv[0] in ("-h", "--help", "help"):
         print_help()
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in REGISTRY:
-        choices = ", ".join(sorted(REGISTRY))
-        raise ConfigError(f"unknown generator {name!r}; choose one of: {choices}")
+    REGISTRY.get_or_fail(name)
     if any(a in ("-h", "--help") for a in rest):
         print_generator_help(name)
         return 0
@@ -76,7 +73,7 @@ def _main(argv: list[str]) -> int:
 def action_word(name: str, rest: list[str]) -> list[str]:
     """``gen bank add …``: a bare word right after the generator name becomes
     ``action=<word>`` when the generator's config has an ``action`` field."""
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     if (rest and "=" not in rest[0] and not rest[0].startswith(("-", "+", "~"))
             and "action" in REGISTRY[name].config.model_fields):
@@ -272,7 +269,7 @@ def composed(name: str, overrides: list[str]) -> dict[str, Any]:
 
 def validate_jobs(name: str, overrides: list[str], *, multirun: bool) -> list[Job]:
     """Validate and size every job of the command before the first one starts."""
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     if not multirun and any(o.is_sweep_override() for o in _parse(overrides)):
         raise ConfigError("a sweep (key=a,b) needs -m: gen <generator> -m key=a,b")
@@ -289,16 +286,10 @@ def validate_jobs(name: str, overrides: list[str], *, multirun: bool) -> list[Jo
 
 
 def settings_from(name: str, data: dict[str, Any]) -> Any:
-    """Composed config data -> the generator's pydantic config."""
-    from pydantic import ValidationError
+    """Composed config data -> the generator's pydantic config (as :func:`gen.api.configure`)."""
+    from gen.api import configure
 
-    import generators  # noqa: F401  (fills the registry, also in launcher worker processes)
-    from gen.run import REGISTRY
-
-    try:
-        return REGISTRY[name].config.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(_explain_validation(e, name)) from None
+    return configure(name, data)
 
 
 def check_run_dir(name: str, overrides: list[str], *, multirun: bool) -> None:
@@ -329,27 +320,14 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _explain_validation(e: Any, name: str) -> str:
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("function-", "llama_cpp", "openai", "llama_server")))
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown option {loc!r} for {name} (gen {name} --help lists its options)")
-            continue
-        where = f"invalid value for {loc}: " if loc else "invalid config: "
-        got = err.get("input")
-        parts.append(f"{where}{msg} (got {got!r})" if not isinstance(got, dict) else f"{where}{msg}")
-    return "; ".join(parts)
-
-
 # --------------------------------------------------------------------------- hydra main
 
 
 def _task(cfg: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from gen.run import REGISTRY, run
+    from gen.api import execute
+    from gen.registry import REGISTRY
 
     hc = HydraConfig.get()
     name = hc.runtime.choices["generator"]
@@ -363,7 +341,7 @@ def _task(cfg: Any) -> None:
             plan = REGISTRY[name].make_plan(settings)
         else:
             settings, plan = job.settings, job.plan
-        result = run(name, settings, out_dir, resolved=data, plan=plan)
+        result = execute(name, settings, out_dir, resolved=data, plan=plan)
     except GenError as e:
         sys.exit(fail(str(e), e.exit_code))
     except KeyboardInterrupt:
@@ -392,7 +370,7 @@ def _hydra_main() -> None:
 
 def print_help() -> None:
     from gen.config import LLM_PRESETS
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     print(USAGE)
     print("\ngenerators:")
@@ -419,7 +397,8 @@ def _shown(model: Any, key: str) -> Any:
 
 
 def print_generator_help(name: str) -> None:
-    from gen.run import REGISTRY, CommonConfig
+    from gen.registry import REGISTRY
+    from gen.runner import CommonConfig
 
     g = REGISTRY[name]
     print(f"gen {name} [key=value ...]\n\n{g.help}\n")

@@ -64,8 +64,7 @@ def register() -> None:
     registry is the truth at that moment)."""
     from hydra.core.config_store import ConfigStore
 
-    import generators  # noqa: F401  (fills the registry)
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     cs = ConfigStore.instance()
     for name, g in REGISTRY.items():

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gen.errors import InputError, MissingInputError, not_utf8
-from schemas.mcq import LETTERS, MCQ, MCQRecord
+from gen.schemas.mcq import LETTERS, MCQ, MCQRecord
 
 EGOTOM_TYPES = ("goal", "belief", "actions")
 EGOTOM_QUESTION = {
@@ -92,7 +92,7 @@ def read_wagibench_mcq(path: Path) -> list[MCQ]:
     y, meta: {client_tag, scenario: {shortname}, structured_goal, item_id?, question_type?}}``, as
     ``distractors`` and ``bank export format=wagibench`` write it): options are the goal dicts as
     JSON (fields in their order, ``type`` first), the visible context is the cues. A bad row is ``file:row N: field: reason``."""
-    from gen.run import read_json
+    from gen.readers import read_json
 
     data = read_json(path)
     if not isinstance(data, list):
@@ -171,7 +171,7 @@ def read_egotom_csv(path: Path) -> list[MCQ]:
 
 
 def read_mcq_jsonl(path: Path) -> list[MCQ]:
-    from gen.run import iter_jsonl
+    from gen.readers import iter_jsonl
 
     items = []
     for lineno, row in iter_jsonl(path):
@@ -214,7 +214,7 @@ def write_subset(bank: Bank, lines: Iterable[int], out: Path) -> Path:
         df = pl.read_csv(bank.path, infer_schema_length=0)
         df.with_row_index("_row").filter(pl.col("_row").is_in(keep)).drop("_row").write_csv(out)
     elif bank.format == "wagibench_json":
-        from gen.run import read_json
+        from gen.readers import read_json
 
         rows = read_json(bank.path)
         body = ",\n".join(json.dumps(rows[i], ensure_ascii=False, allow_nan=False) for i in keep)
@@ -282,7 +282,7 @@ def read_roles(path: Path) -> Roles:
     """A roles file (YAML or JSON); a mistake is an InputError naming the file and the key."""
     if not path.is_file():
         raise MissingInputError(f"roles: no such file: {path}")
-    from gen.run import read_yaml_model
+    from gen.readers import read_yaml_model
 
     return read_yaml_model(path, Roles, "roles")
 
@@ -343,7 +343,7 @@ def load_roles_bank(path: Path, roles: Roles) -> Bank:
         raise MissingInputError(f"input: no such file: {path}")
     items: list[MCQ] = []
     problems: list[dict[str, Any]] = []
-    from gen.run import iter_jsonl
+    from gen.readers import iter_jsonl
 
     for lineno, row in iter_jsonl(path):
         if not isinstance(row, dict):

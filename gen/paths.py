@@ -11,10 +11,17 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
+PACKAGE = Path(__file__).parent
+"""The installed package; its data folders (the repository's ``prompts/``, ``conf/``,
+``examples/`` and ``personas/``, linked into ``gen/`` in a checkout) ship inside it."""
+PROMPTS = PACKAGE / "prompts"
+CONF = PACKAGE / "conf"
+EXAMPLES = PACKAGE / "examples"
+PERSONAS = PACKAGE / "personas"
 ROOT = Path(__file__).resolve().parent.parent
-PROMPTS = ROOT / "prompts"
-CONF = ROOT / "conf"
-EXAMPLES = ROOT / "examples"
+"""The source checkout the package runs from, when it does (an editable install): its git
+commit goes into manifests; an installed wheel has none (:data:`CHECKOUT` is None)."""
+CHECKOUT = ROOT if (ROOT / "pyproject.toml").is_file() and (ROOT / "generators").is_dir() else None
 
 _NAME_PART = re.compile(r"^[^\x00-\x1f/\\]+$")
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from gen.errors import InputError, MissingInputError
 from gen.mcq import egotom_type
-from gen.run import parse_json, read_json, read_text
+from gen.readers import parse_json, read_json, read_text
 
 InputFormat = Literal["ego4d", "egotom_csv", "jsonl"]
 

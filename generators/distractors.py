@@ -38,27 +38,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import faiss
 import numpy as np
 from pydantic import Field, field_validator
 
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import EXAMPLES
-from gen.prompts import Prompts
-from gen.run import (
-    CommonConfig,
-    JsonListWriter,
-    Plan,
-    RunContext,
-    derive_seed,
-    generator,
-    iter_jsonl,
-    load_run_records,
-    parse_json,
-    validated,
-)
-from schemas import Reject
-from schemas.distractors import Distractor, DistractorMCQ, GoalRow
+from gen.readers import iter_jsonl, load_run_records, parse_json, validated
+from gen.registry import generator
+from gen.runner import CommonConfig, JsonListWriter, Plan, RunContext, derive_seed
+from gen.schemas import Reject
+from gen.schemas.distractors import Distractor, DistractorMCQ, GoalRow
+from gen.templates import Prompts
 
 NAME = "distractors"
 BANK_FILES = ("goals.jsonl", "goals.parquet")
@@ -146,7 +136,7 @@ def plan(cfg: DistractorsConfig) -> Plan:
 def bundle_cues(path: Path, goal_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
     """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``);
     a bundle of a goal this bank does not hold means the run was made from another bank."""
-    from generators.digital.export import wagibench_cues
+    from gen.generators.digital.export import wagibench_cues
 
     records, file = load_run_records(path, "digital")
     cues: dict[str, list[dict[str, Any]]] = {}
@@ -315,6 +305,8 @@ class Sampler:
         whole, so a reference's result does not depend on ``refs`` (shards, ``n``): the same
         matrix products run on the same rows.
         """
+        import faiss  # here, not at the top: gen --help lists generators without loading FAISS
+
         if not len(refs):
             return
         if not self.scalable:
@@ -456,6 +448,8 @@ class Sampler:
                        tu: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """The same rule over each row's candidate list only (a narrow band in exact mode):
         FAISS computes the similarities of the last pick to just those goals."""
+        import faiss  # here, not at the top: gen --help lists generators without loading FAISS
+
         B = len(first)
         r = np.arange(B)
         rows, cols = np.nonzero(~blocked)
@@ -585,7 +579,7 @@ def summary(values: list[int]) -> dict[str, float]:
             "max": int(a.max())}
 
 
-@generator(NAME, config=DistractorsConfig, plan=plan)
+@generator(NAME, config=DistractorsConfig, records=DistractorMCQ, kind="mcq", plan=plan)
 def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[DistractorMCQ | Reject]]:
     """Distractor MCQs from a goal bank: percentile bands of embedding similarity, greedy diversity."""
     t0 = time.perf_counter()

@@ -29,13 +29,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gen.errors import ConfigError, InputError, LLMOutputError
-from gen.llm import LanguageModel, Message
-from gen.llm.cache import sha256_file
-from gen.mcq import load_banks
-from gen.paths import ROOT
-from gen.run import Plan, RunContext, generator, git_info, iter_jsonl, read_json
-from gen.stats import proportion, rounded
-from generators.judge.context import (
+from gen.generators.judge.context import (
     JUDGE_PROMPT_VERSION,
     TEMPLATE,
     load_scenarios,
@@ -43,14 +37,22 @@ from generators.judge.context import (
     repair_text,
     scenario_file,
 )
-from generators.judge.panel import JudgeOptions, build_panel, pairwise_agreement
-from generators.judge.scores import signals
-from generators.nocontext import model_label, parse_letter
-from schemas import Reject
-from schemas.evaluate import MCQAnswerRecord, TrialRecord
-from schemas.judge import ContextJudgeRecord, ResponseRow
-from schemas.mcq import LETTERS, MCQ
-from schemas.scenarios import ScenarioRecord
+from gen.generators.judge.panel import JudgeOptions, build_panel, pairwise_agreement
+from gen.generators.judge.scores import signals
+from gen.generators.nocontext import model_label, parse_letter
+from gen.llm import LanguageModel, Message
+from gen.llm.cache import sha256_file
+from gen.mcq import load_banks
+from gen.paths import ROOT
+from gen.readers import iter_jsonl, read_json
+from gen.registry import generator
+from gen.runner import Plan, RunContext, git_info
+from gen.schemas import Reject
+from gen.schemas.evaluate import MCQAnswerRecord, TrialRecord
+from gen.schemas.judge import ContextJudgeRecord, ResponseRow
+from gen.schemas.mcq import LETTERS, MCQ
+from gen.schemas.scenarios import ScenarioRecord
+from gen.stats import proportion, rounded
 
 NAME = "evaluate"
 SHARED_CONDITIONS = ROOT.parent / "shared" / "data" / "context_bench" / "prompt_conditions.json"
@@ -197,7 +199,7 @@ def judge_step(cfg: EvaluateConfig, ctx: RunContext, bank_file: Path, rows: list
                family: str | None) -> tuple[dict[tuple[str, str, int], ContextJudgeRecord], dict[str, Any]]:
     """Write the replies of one turn and judge them in a ``judge kind=context`` sub-run; returns
     its records by (scenario, condition, trial) and its manifest's ``judge`` section."""
-    from generators.judge import JudgeConfig
+    from gen.generators.judge import JudgeConfig
 
     name, folder = f"responses_turn{turn}.jsonl", f"judge_turn{turn}"
     responses = ctx.out_dir / name
@@ -437,7 +439,7 @@ def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | 
             print(f"[evaluate]   {q}: {b['k']}/{b['n']} ({b['rate']}, {b['ci95']}; chance {b['chance']})", flush=True)
 
 
-@generator(NAME, config=EvaluateConfig, plan=plan)
+@generator(NAME, config=EvaluateConfig, records=(TrialRecord, MCQAnswerRecord), kind="evaluation", plan=plan)
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[Any]:
     """Run a candidate model on a scenario bank (turns, judge, repair) or an MCQ bank, with intervals."""
     if ctx.plan.data[0] == "mcq":

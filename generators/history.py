@@ -37,20 +37,12 @@ from pydantic import Field, model_validator
 
 from gen.errors import InputError, MissingInputError
 from gen.paths import EXAMPLES
-from gen.run import (
-    CommonConfig,
-    JsonListWriter,
-    Plan,
-    RunContext,
-    derive_seed,
-    generator,
-    iter_jsonl,
-    load_run_records,
-    validated,
-)
-from schemas import Reject
-from schemas.distractors import ContextWindow
-from schemas.history import HistoryRecord, HistoryType, Observation, Support
+from gen.readers import iter_jsonl, load_run_records, validated
+from gen.registry import generator
+from gen.runner import CommonConfig, JsonListWriter, Plan, RunContext, derive_seed
+from gen.schemas import Reject
+from gen.schemas.distractors import ContextWindow
+from gen.schemas.history import HistoryRecord, HistoryType, Observation, Support
 
 NAME = "history"
 ENVIRONMENTS = ["kitchen", "living room", "home office", "garage", "bedroom", "gym"]
@@ -217,8 +209,8 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
     """An observation table from gen's own material: participants (a persona pool, or facts by
     code), environments, scripts = the goal bank's groups (each recording carries one of its
     group's goals), world states = digital bundles of the recording's goal when given."""
-    from generators.distractors import load_goals
-    from generators.personas import load_pool, sample_facts
+    from gen.generators.distractors import load_goals
+    from gen.generators.personas import load_pool, sample_facts
 
     bank = load_goals(Path(cfg.goals).expanduser() if cfg.goals else EXAMPLES / "goals.jsonl")
     scripts: dict[str, list[Any]] = defaultdict(list)
@@ -257,7 +249,7 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
 def digital_states(folder: Path) -> dict[tuple[str, str], str]:
     """(client_tag, scenario) -> the key-only rendering (D*) of a recording's bundle, from a
     ``digital goals=`` run (bundles without a goal are not any recording's)."""
-    from generators.digital.export import render_bundle
+    from gen.generators.digital.export import render_bundle
 
     records, file = load_run_records(folder, "digital")
     out = {}
@@ -322,7 +314,7 @@ def tally_summary(t: Tally, rejected: int) -> dict[str, Any]:
             "supports_per_bank": {str(k): v for k, v in sorted(sizes.items())}}
 
 
-@generator(NAME, config=HistoryConfig, plan=plan, merge=merge_shards)
+@generator(NAME, config=HistoryConfig, records=HistoryRecord, kind="history", plan=plan, merge=merge_shards)
 def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Reject]:
     """Longitudinal history banks: earlier recordings of the same participant and environment."""
     table: Table = ctx.plan.data

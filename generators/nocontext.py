@@ -40,10 +40,11 @@ from gen.config import llm_preset
 from gen.errors import InputError, LLMOutputError
 from gen.llm import LanguageModel, LLMConfig, Message, Usage
 from gen.mcq import Bank, load_banks, write_subset
-from gen.run import CommonConfig, Plan, RunContext, generator
-from schemas import Reject
-from schemas.mcq import LETTERS, MCQ
-from schemas.nocontext import Answer, NocontextRecord
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext
+from gen.schemas import Reject
+from gen.schemas.mcq import LETTERS, MCQ
+from gen.schemas.nocontext import Answer, NocontextRecord
 
 RULES = ("max_correct", "panel")
 
@@ -496,7 +497,8 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
     ctx.extra["nocontext"] = summary
 
 
-@generator("nocontext", config=NocontextConfig, merge=merge_shards, plan=plan)
+@generator("nocontext", config=NocontextConfig, records=NocontextRecord, kind="screening", merge=merge_shards,
+           plan=plan)
 def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord | Reject]:
     """Blind screening: remove MCQ items that LLMs answer correctly without their context."""
     banks: list[Bank]

@@ -22,8 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import EXAMPLES, UnsafePathError, inside, safe_part
-from gen.run import REGISTRY, CommonConfig, Plan, RunContext, generator, read_text, validated
-from schemas.pipeline import StepRecord
+from gen.readers import read_text, validated
+from gen.registry import REGISTRY, generator
+from gen.runner import CommonConfig, Plan, RunContext
+from gen.schemas.pipeline import StepRecord
 
 NAME = "pipeline"
 CHAINS = EXAMPLES / "chains"
@@ -134,7 +136,7 @@ def finished(folder: Path, wanted: dict[str, Any]) -> bool:
     return isinstance(m, dict) and m.get("config") == wanted and m.get("exit_code", 0) == 0
 
 
-@generator(NAME, config=PipelineConfig, plan=plan)
+@generator(NAME, config=PipelineConfig, records=StepRecord, kind="step", plan=plan)
 def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
     """A chain of generators as one command (steps wired by their run folders; reruns resume)."""
     steps: list[Step] = ctx.plan.data

@@ -25,11 +25,13 @@ from typing import Any
 from pydantic import Field
 
 from gen.errors import InputError, LLMOutputError
-from gen.prompts import Prompts
-from gen.run import CommonConfig, Plan, RunContext, generator, iter_jsonl, validated
-from schemas import Reject
-from schemas.candidates import TimedLine
-from schemas.rerank import Pool, RankedCandidate, RerankDraft, RerankRecord, rerank_draft
+from gen.readers import iter_jsonl, validated
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext
+from gen.schemas import Reject
+from gen.schemas.candidates import TimedLine
+from gen.schemas.rerank import Pool, RankedCandidate, RerankDraft, RerankRecord, rerank_draft
+from gen.templates import Prompts
 
 NAME = "rerank"
 TEMPLATE = "rerank/rerank.jinja"
@@ -302,7 +304,7 @@ def rerank_pool(ctx: RunContext, cfg: RerankConfig, index: int, pool: Pool) -> R
     )
 
 
-@generator(NAME, config=RerankConfig, plan=plan)
+@generator(NAME, config=RerankConfig, records=RerankRecord, kind="rerank", plan=plan)
 def rerank(cfg: RerankConfig, ctx: RunContext) -> Iterator[RerankRecord | Reject]:
     """Rerank + semantic dedup of candidate pools: one checked structured call per pool (input=pools.jsonl)."""
     pools: list[Pool] = ctx.plan.data

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas import Hex32
-from schemas.personas import PersonaRecord, RelatedPersona
+from gen.schemas import Hex32
+from gen.schemas.personas import PersonaRecord, RelatedPersona
 
 
 class App(str, Enum):  # noqa: UP042 - StrEnum changes str(member), which outputs use

@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from schemas import Hex32
-from schemas.mcq import MCQRecord
+from gen.schemas import Hex32
+from gen.schemas.mcq import MCQRecord
 
 Str = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
 """A required, non-blank field."""

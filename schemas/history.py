@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from schemas.distractors import ContextWindow, Goal
+from gen.schemas.distractors import ContextWindow, Goal
 
 Str = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
 

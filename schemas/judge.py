@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from schemas.distractors import Goal
+from gen.schemas.distractors import Goal
 
 Label = Literal["current", "prior", "clarify", "abstain"]
 LABELS: tuple[str, ...] = get_args(Label)

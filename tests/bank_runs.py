@@ -32,11 +32,11 @@ from conftest import gen_env, read_jsonl
 from fakes import FakeEmbedder
 from pydantic import model_validator
 
-import generators  # noqa: F401  (fills the registry)
-from gen.run import REGISTRY, CommonConfig, Generator, RunContext, output_hashes, run
-from generators.bank import BankConfig
-from generators.bank.identity import KINDS, item_id_of
-from generators.bank.store import LOCK, read_pointer, version_dir
+from gen.generators.bank import BankConfig
+from gen.generators.bank.identity import KINDS, item_id_of
+from gen.generators.bank.store import LOCK, read_pointer, version_dir
+from gen.registry import REGISTRY, Generator
+from gen.runner import CommonConfig, RunContext, output_hashes, run
 
 HERE = Path(__file__).resolve().parent
 WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze")

@@ -188,7 +188,7 @@ def check_run_folder(folder: Path, name: str, requested: int, *, hydra: bool = T
 
 def persona_facts(**over: Any) -> Any:
     """One fixed persona's facts, with ``over`` replacing fields."""
-    from schemas.personas import PersonaFacts
+    from gen.schemas.personas import PersonaFacts
 
     base = dict(
         persona_id="0" * 32, name="Jonas Becker", first_name="Jonas", last_name="Becker",
@@ -221,7 +221,7 @@ def bank_state(root: Path) -> tuple[int | None, set[str], dict[str, str]]:
 
     import polars as pl
 
-    from generators.bank.store import read_pointer, version_dir
+    from gen.generators.bank.store import read_pointer, version_dir
 
     current = read_pointer(root)
     if current is None:
@@ -239,9 +239,8 @@ def merge_and_compare(whole: Path, shards: list[Path], out: Path, *, ignore: tup
     """``merge`` the shard folders into ``out`` and assert it equals the unsharded run ``whole``:
     every output byte for byte (but ``ignore``, which hold timings), the same counts, and the
     same summaries in the manifest (timings aside). Returns the merged manifest."""
-    import generators  # noqa: F401  (fills the registry)
-    from gen.run import extras_of, run
-    from generators.merge import MergeConfig
+    from gen.generators.merge import MergeConfig
+    from gen.runner import extras_of, run
 
     result = run("merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"), out,
                  quiet=True)

@@ -37,7 +37,7 @@ _WORKER = threading.local()
 
 
 def set_worker(index: int) -> None:
-    """Number the calling thread (a :meth:`gen.run.RunContext.map` worker)."""
+    """Number the calling thread (a :meth:`gen.runner.RunContext.map` worker)."""
     _WORKER.index = index
 
 

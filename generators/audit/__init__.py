@@ -18,12 +18,19 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gen.gates import Language
-from gen.run import CommonConfig, Plan, RunContext, generator
-from generators.audit import checks as _checks  # noqa: F401  (registers every check)
-from generators.audit.data import AuditData, load_inputs
-from generators.audit.registry import REGISTRY, CheckResult, check_keys, checks_help, validate_uses
-from generators.audit.report import write_report
-from schemas.audit import FindingRecord
+from gen.generators.audit import checks as _checks  # noqa: F401  (registers every check)
+from gen.generators.audit.data import AuditData, load_inputs
+from gen.generators.audit.registry import (
+    REGISTRY,
+    CheckResult,
+    check_keys,
+    checks_help,
+    validate_uses,
+)
+from gen.generators.audit.report import write_report
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext
+from gen.schemas.audit import FindingRecord
 
 __all__ = ["AuditConfig", "AuditData", "CheckResult", "audit", "plan"]
 
@@ -137,7 +144,7 @@ def plan(cfg: AuditConfig) -> Plan:
     return Plan(len(cfg.checks))
 
 
-@generator("audit", config=AuditConfig, plan=plan, noun="findings")
+@generator("audit", config=AuditConfig, records=FindingRecord, kind="finding", plan=plan, noun="findings")
 def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
     """Audit an MCQ/scenario bank or a digital run: leakage, tells, duplicates, integrity."""
     data = load_inputs(cfg, ctx)

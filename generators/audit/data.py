@@ -19,13 +19,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from gen.errors import ConfigError, InputError, MissingInputError
+from gen.generators.audit.text import Grams, visible_fields
 from gen.mcq import RECORD_FILES, Bank, egotom_type, load_banks, load_roles_bank, read_roles
-from gen.run import RunContext, iter_jsonl, load_run_records, read_json, validated
-from generators.audit.text import Grams, visible_fields
-from schemas.mcq import MCQ
+from gen.readers import iter_jsonl, load_run_records, read_json, validated
+from gen.runner import RunContext
+from gen.schemas.mcq import MCQ
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
+    from gen.generators.audit import AuditConfig
 
 
 @dataclass
@@ -107,7 +108,7 @@ def _read_bank(path: Path, roles: str | None, what: str) -> list[Bank]:
 
 
 def _is_scenarios(path: Path) -> bool:
-    from generators.scenarios import is_scenario_bank
+    from gen.generators.scenarios import is_scenario_bank
 
     return is_scenario_bank(path)
 
@@ -155,7 +156,7 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
             config = (merged.get("source_config") if isinstance(merged, dict) else None) or m.get("config")
             data.digital_config = config if isinstance(config, dict) else {}
     elif cfg.roles is None and _is_scenarios(path):
-        from generators.scenarios import read_scenarios
+        from gen.generators.scenarios import read_scenarios
 
         data.scenarios = read_scenarios(path)
         data.scenarios_file = path / "scenarios.jsonl" if path.is_dir() else path

@@ -36,12 +36,11 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.run import CommonConfig, Plan, RunContext, generator
-from generators.bank import add, export, verify
-from generators.bank.add import AddPlan, read_reviews
-from generators.bank.batch import batch_files, count_rows
-from generators.bank.export import EXPORT_KINDS, check_out
-from generators.bank.store import (
+from gen.generators.bank import add, export, verify
+from gen.generators.bank.add import AddPlan, read_reviews
+from gen.generators.bank.batch import batch_files, count_rows
+from gen.generators.bank.export import EXPORT_KINDS, check_out
+from gen.generators.bank.store import (
     LOCK,
     SCHEMA_REVISION,
     check_root,
@@ -50,7 +49,10 @@ from generators.bank.store import (
     read_pointer,
     version_dir,
 )
-from generators.bank.verify import require_clean
+from gen.generators.bank.verify import require_clean
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext
+from gen.schemas.bank import BankItemRecord, VerifyRecord
 
 NAME = "bank"
 LICENSE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9.+-]*|https?://\S+)$")
@@ -155,7 +157,7 @@ def plan(cfg: BankConfig) -> Plan:
     return Plan(sum(counts.get(k, {}).get("items", 0) for k in EXPORT_KINDS[cfg.format]), target)
 
 
-@generator(NAME, config=BankConfig, plan=plan)
+@generator(NAME, config=BankConfig, records=(BankItemRecord, VerifyRecord), kind="bank", plan=plan)
 def bank(cfg: BankConfig, ctx: RunContext) -> Iterator[Any]:
     """A versioned bank: add a batch (audited, deduplicated, atomic), verify hashes, export."""
     if cfg.action == "add":

@@ -42,10 +42,8 @@ from pydantic import ValidationError
 
 import gen
 from gen.errors import ConfigError, GenError, InputError, MissingInputError
-from gen.llm import sha256_file
-from gen.run import git_info
-from generators.bank.batch import Item, load_batch, source_info
-from generators.bank.identity import (
+from gen.generators.bank.batch import Item, load_batch, source_info
+from gen.generators.bank.identity import (
     ITEM_ID,
     KINDS,
     canonical,
@@ -53,7 +51,7 @@ from generators.bank.identity import (
     family,
     record_mcq,
 )
-from generators.bank.store import (
+from gen.generators.bank.store import (
     CHANGELOG,
     FORMAT,
     LOCK,
@@ -75,13 +73,15 @@ from generators.bank.store import (
     write_durable,
     writer_lock,
 )
-from generators.bank.verify import check_version, require_clean
-from schemas import Reject
-from schemas.bank import BankItemRecord
+from gen.generators.bank.verify import check_version, require_clean
+from gen.llm import sha256_file
+from gen.runner import git_info
+from gen.schemas import Reject
+from gen.schemas.bank import BankItemRecord
 
 if TYPE_CHECKING:
-    from gen.run import RunContext
-    from generators.bank import BankConfig
+    from gen.generators.bank import BankConfig
+    from gen.runner import RunContext
 
 LISTED = 20  # refused items / findings listed in a changelog entry
 PRINTED = 3  # refused items printed per reason (rejects.jsonl lists them all)
@@ -172,7 +172,7 @@ SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
 def run_audit(cfg: BankConfig, ctx: RunContext, path: Path, out: Path) -> AuditOutcome:
     """The registered ``audit`` on the batch, with input= and fail_on= (and audit_options)."""
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     g = REGISTRY.get("audit")
     if g is None:
@@ -220,7 +220,7 @@ def read_reviews(path: Path) -> dict[str, Any]:
     """The labels of ``gen review`` in the input's run folder (``reviews/<reviewer>.jsonl``):
     ``{"folder", "files": {reviewer: sha256}, "accepted_by": {item id: [reviewers]}}``, by each
     reviewer's last label of an item."""
-    from generators.review.labels import REVIEWS, label_file, latest, read_labels
+    from gen.generators.review.labels import REVIEWS, label_file, latest, read_labels
 
     folder = path if path.is_dir() else path.parent
     labels = read_labels(folder)
@@ -448,7 +448,7 @@ def write_review_summary(stage: Path, old_dir: Path | None, new: list[Item], rev
     previous version's reviewed items plus this batch's, when it was admitted by ``require_review``
     (each admitted item was accepted by at least k reviewers; the reviewers' names are kept so
     later versions count them once)."""
-    from generators.bank.release import REVIEW, review_summary
+    from gen.generators.bank.release import REVIEW, review_summary
 
     old = review_summary(old_dir) if old_dir else None  # validated: a damaged one is an InputError
     if review is None and old is None:

@@ -16,10 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gen.errors import ConfigError, InputError
-from gen.llm import sha256_file
-from gen.mcq import egotom_type, from_record
-from gen.run import iter_jsonl
-from generators.bank.identity import (
+from gen.generators.bank.identity import (
     MCQ_KINDS,
     canonical,
     content_id,
@@ -28,7 +25,10 @@ from generators.bank.identity import (
     mcq_identity,
     scenario_question_type,
 )
-from schemas.mcq import MCQRecord
+from gen.llm import sha256_file
+from gen.mcq import egotom_type, from_record
+from gen.readers import iter_jsonl
+from gen.schemas.mcq import MCQRecord
 
 # --------------------------------------------------------------------------- the batch
 
@@ -59,7 +59,7 @@ def kind_of(path: Path) -> tuple[str, str]:
         return "digital", "digital_bundle"
     if stem in MCQ_KINDS:
         return stem, "mcq_record"
-    from generators.scenarios import is_scenario_bank
+    from gen.generators.scenarios import is_scenario_bank
 
     if stem == "scenarios" or is_scenario_bank(path):  # the context benchmark's released schema
         return "scenarios", "scenario_record"
@@ -183,8 +183,8 @@ def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
 
 def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> list[Item]:
     """Every input item, validated (a bad line is an InputError naming file:line), with its id."""
-    from schemas.digital import DigitalBundle
-    from schemas.scenarios import ScenarioRecord
+    from gen.schemas.digital import DigitalBundle
+    from gen.schemas.scenarios import ScenarioRecord
 
     items: list[Item] = []
     for path, kind, fmt in files:

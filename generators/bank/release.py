@@ -37,11 +37,11 @@ from typing import Any
 
 import yaml
 
-from gen.run import validated
-from generators.bank.export import Job, Outcome, json_text, write_text
-from generators.bank.identity import KINDS, MCQ_KINDS
-from generators.bank.store import LOCK, label, read_json, version_dir
-from schemas.bank import ReviewSummary
+from gen.generators.bank.export import Job, Outcome, json_text, write_text
+from gen.generators.bank.identity import KINDS, MCQ_KINDS
+from gen.generators.bank.store import LOCK, label, read_json, version_dir
+from gen.readers import validated
+from gen.schemas.bank import ReviewSummary
 
 CROISSANT = "croissant.json"
 REVIEW = "review/summary.json"
@@ -124,8 +124,8 @@ def post_release_review(job: Job) -> tuple[ReviewSummary, dict[str, str]] | None
     exported item has one. A bad label line is an InputError naming ``file:line``."""
     from collections import Counter
 
+    from gen.generators.review.labels import REVIEWS, label_file, latest, read_labels
     from gen.llm import sha256_file
-    from generators.review.labels import REVIEWS, label_file, latest, read_labels
 
     ids = {i for df in job.frames.values() for i in df["item_id"].to_list()}
     decisions: dict[str, set[str]] = {}

@@ -25,10 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gen.errors import GenError, MissingInputError
-from gen.llm import sha256_file
-from gen.run import validated
-from generators.bank.identity import KINDS, item_id_of
-from generators.bank.store import (
+from gen.generators.bank.identity import KINDS, item_id_of
+from gen.generators.bank.store import (
     CURRENT,
     FORMAT,
     LOCK,
@@ -45,12 +43,14 @@ from generators.bank.store import (
     version_files,
     version_links,
 )
-from schemas import Reject
-from schemas.bank import Lock, VerifyRecord
+from gen.llm import sha256_file
+from gen.readers import validated
+from gen.schemas import Reject
+from gen.schemas.bank import Lock, VerifyRecord
 
 if TYPE_CHECKING:
-    from gen.run import RunContext
-    from generators.bank import BankConfig
+    from gen.generators.bank import BankConfig
+    from gen.runner import RunContext
 
 
 class DriftError(GenError):

@@ -14,10 +14,8 @@ import numpy as np
 
 from gen.errors import LLMOutputError
 from gen.gates import key as _key
-from gen.run import RunContext
-from gen.timelines import Line, fmt_line, fmt_time
-from generators import rerank as rr
-from generators.candidates.checks import (
+from gen.generators import rerank as rr
+from gen.generators.candidates.checks import (
     Option,
     Pool,
     Setup,
@@ -33,9 +31,10 @@ from generators.candidates.checks import (
     surface,
     text_problem,
 )
-from generators.tom.forms import example_strings as _example_strings
-from schemas import Reject
-from schemas.candidates import (
+from gen.generators.tom.forms import example_strings as _example_strings
+from gen.runner import RunContext
+from gen.schemas import Reject
+from gen.schemas.candidates import (
     CandidateItem,
     CandidateRecord,
     RestyleDraft,
@@ -44,9 +43,10 @@ from schemas.candidates import (
     plain_draft,
     reasons_draft,
 )
+from gen.timelines import Line, fmt_line, fmt_time
 
 if TYPE_CHECKING:
-    from generators.candidates import CandidatesConfig, Kind
+    from gen.generators.candidates import CandidatesConfig, Kind
 
 STEPS = ("items in", "input checks", "distractors", "rerank", "records")
 """Funnel steps an item passes in order (``rerank`` passes through when rerank=false)."""

@@ -25,9 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.errors import ConfigError, InputError, LLMOutputError, MissingInputError
 from gen.gates import Gates, Language
-from gen.paths import EXAMPLES
-from gen.run import CommonConfig, Plan, RunContext, derive_id, generator
-from generators.digital.assembly import (
+from gen.generators.digital.assembly import (
     CUE_SCHEMA,
     Skeleton,
     assemble,
@@ -38,9 +36,9 @@ from generators.digital.assembly import (
     skeleton,
     slot_line,
 )
-from generators.digital.checks import Checker, validate_items
-from generators.digital.export import bundle_stats, wagibench_record
-from generators.digital.goals import (
+from gen.generators.digital.checks import Checker, validate_items
+from gen.generators.digital.export import bundle_stats, wagibench_record
+from gen.generators.digital.goals import (
     GOAL_APPS,
     GOAL_CUE,
     GoalIndex,
@@ -48,12 +46,15 @@ from generators.digital.goals import (
     goal_index,
     goal_problem,
 )
-from generators.digital.state import State, load_cues, pick_cue, sample_datetime
-from generators.personas import ensure_pool, load_pool, sample_related
-from schemas import Reject
-from schemas import digital as S
-from schemas.digital import App
-from schemas.personas import PersonaRecord
+from gen.generators.digital.state import State, load_cues, pick_cue, sample_datetime
+from gen.generators.personas import ensure_pool, load_pool, sample_related
+from gen.paths import EXAMPLES
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext, derive_id
+from gen.schemas import Reject
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.schemas.personas import PersonaRecord
 
 DEFAULT_HOUR_WEIGHTS = [0.6, 0.3, 0.2, 0.1, 0.1, 0.3, 1.2, 3, 4, 4.5, 4.5, 4.5, 5, 4.5, 4.5, 4.5,
                         4.5, 5, 5.5, 5.5, 5, 4, 3, 1.5]
@@ -335,7 +336,7 @@ def plan(cfg: DigitalConfig) -> Plan:
     cue_path = pool_path = None
     goals = None
     if cfg.goals is not None:
-        from generators.distractors import load_goals
+        from gen.generators.distractors import load_goals
 
         path = Path(cfg.goals).expanduser()
         if not path.is_file():
@@ -364,7 +365,7 @@ def check_pool(pool: list[PersonaRecord], path: Path) -> None:
         raise ConfigError(f"the persona pool at {path} has {len(pool)} usable personas; at least 6 are needed")
 
 
-@generator("digital", config=DigitalConfig, merge=merge_shards, plan=plan)
+@generator("digital", config=DigitalConfig, records=S.DigitalBundle, kind="digital", merge=merge_shards, plan=plan)
 def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | Reject]:
     """Digital Context Generator: 7 phone-app states per sampled persona, moment and cue."""
     inputs: Inputs = ctx.plan.data

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, create_model
 
-from generators.digital.checks import Checker, clamp, fix_duration
-from generators.digital.state import FMT_M, FMT_S, State
-from schemas import digital as S
-from schemas.digital import App
-from schemas.personas import PersonaRecord
+from gen.generators.digital.checks import Checker, clamp, fix_duration
+from gen.generators.digital.state import FMT_M, FMT_S, State
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.schemas.personas import PersonaRecord
 
 if TYPE_CHECKING:
-    from generators.digital import DigitalConfig
+    from gen.generators.digital import DigitalConfig
 
 
 # --------------------------------------------------------------------------- skeletons

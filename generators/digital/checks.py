@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gen.gates import Gates, Kind, count_key, key
-from generators.digital.state import FMT_M, FMT_S, State
-from schemas.digital import LONG_CHARS as LONG
-from schemas.digital import SHORT_CHARS as SHORT
-from schemas.digital import TAG_CHARS, App
-from schemas.digital import TEXT_CHARS as TEXT
+from gen.generators.digital.state import FMT_M, FMT_S, State
+from gen.schemas.digital import LONG_CHARS as LONG
+from gen.schemas.digital import SHORT_CHARS as SHORT
+from gen.schemas.digital import TAG_CHARS, App
+from gen.schemas.digital import TEXT_CHARS as TEXT
 
 if TYPE_CHECKING:
-    from generators.digital import DigitalConfig
+    from gen.generators.digital import DigitalConfig
 
 
 # --------------------------------------------------------------------------- validators

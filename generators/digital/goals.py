@@ -9,14 +9,14 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gen.run import RunContext
-from generators.digital.export import app_view, render_bundle
-from schemas import digital as S
-from schemas.digital import App
-from schemas.personas import RelatedPersona
+from gen.generators.digital.export import app_view, render_bundle
+from gen.runner import RunContext
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.schemas.personas import RelatedPersona
 
 if TYPE_CHECKING:
-    from generators.digital import DigitalConfig
+    from gen.generators.digital import DigitalConfig
 
 
 GOAL_APPS: dict[str, list[App]] = {
@@ -45,7 +45,7 @@ class GoalIndex:
 
 
 def goal_index(ctx: RunContext, bank: Any) -> GoalIndex:
-    from generators.distractors import verbalise
+    from gen.generators.distractors import verbalise
 
     texts = [verbalise(r, ctx.prompts) for r in bank.rows]
     return GoalIndex(bank, texts, ctx.embedder.encode(texts), [r.group for r in bank.rows])

@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gen.errors import InputError
-from gen.run import iter_jsonl
-from schemas import digital as S
-from schemas.digital import App
-from schemas.personas import PersonaRecord, RelatedPersona
+from gen.readers import iter_jsonl
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.schemas.personas import PersonaRecord, RelatedPersona
 
 if TYPE_CHECKING:
-    from generators.digital import DigitalConfig
+    from gen.generators.digital import DigitalConfig
 
 
 FMT_M = "%Y-%m-%d %H:%M"

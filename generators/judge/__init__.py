@@ -28,11 +28,18 @@ from pydantic import Field, field_validator, model_validator
 
 from gen.config import llm_preset
 from gen.errors import ConfigError
+from gen.generators.judge import context, meta, validity, wagibench
+from gen.generators.judge.panel import JudgeOptions
 from gen.llm import LLMConfig
-from gen.run import Plan, RunContext, generator
-from generators.judge import context, meta, validity, wagibench
-from generators.judge.panel import JudgeOptions
-from schemas.judge import Variant
+from gen.registry import generator
+from gen.runner import Plan, RunContext
+from gen.schemas.judge import (
+    ContextJudgeRecord,
+    MetaRecord,
+    ValidityRecord,
+    Variant,
+    WagibenchJudgeRecord,
+)
 
 NAME = "judge"
 KINDS = {"wagibench": wagibench, "context": context, "distractor_validity": validity}
@@ -98,7 +105,8 @@ def plan(cfg: JudgeConfig) -> Plan:
     return KINDS[cfg.kind].plan(cfg)
 
 
-@generator(NAME, config=JudgeConfig, plan=plan)
+@generator(NAME, config=JudgeConfig, records=(WagibenchJudgeRecord, ContextJudgeRecord, ValidityRecord, MetaRecord),
+           kind="judgment", plan=plan)
 def judge(cfg: JudgeConfig, ctx: RunContext) -> Iterator[Any]:
     """LLM judges: WAGIBench goal scores, context-tracking labels, distractor validity; judge meta vs human raters."""
     if cfg.action == "meta":

@@ -28,23 +28,30 @@ from typing import TYPE_CHECKING, Any
 
 from gen.errors import InputError, LLMOutputError, MissingInputError
 from gen.gates import Gates
-from gen.run import Plan, RunContext, iter_jsonl, validated
-from gen.stats import balanced_accuracy, bootstrap_ci, proportion, rounded
-from generators.judge.panel import (
+from gen.generators.judge.panel import (
     JudgeModel,
     Panel,
     build_panel,
     candidate_families,
     pairwise_agreement,
 )
-from generators.judge.scores import signals
-from generators.judge.summary import finish, prompt_sha256
-from schemas import Reject
-from schemas.judge import LABELS, ContextJudgeRecord, ContextJudgment, ContextVerdict, ResponseRow
-from schemas.scenarios import RECORD_FIELDS, ScenarioRecord
+from gen.generators.judge.scores import signals
+from gen.generators.judge.summary import finish, prompt_sha256
+from gen.readers import iter_jsonl, validated
+from gen.runner import Plan, RunContext
+from gen.schemas import Reject
+from gen.schemas.judge import (
+    LABELS,
+    ContextJudgeRecord,
+    ContextJudgment,
+    ContextVerdict,
+    ResponseRow,
+)
+from gen.schemas.scenarios import RECORD_FIELDS, ScenarioRecord
+from gen.stats import balanced_accuracy, bootstrap_ci, proportion, rounded
 
 if TYPE_CHECKING:
-    from generators.judge import JudgeConfig
+    from gen.generators.judge import JudgeConfig
 
 JUDGE_PROMPT_VERSION = "context-judge-1"
 """Bumped whenever ``judge/context.jinja`` changes meaning; hashed with the template into the run

@@ -24,14 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gen.errors import InputError, MissingInputError
+from gen.generators.judge.summary import finish
 from gen.paths import inside
-from gen.run import Plan, RunContext, iter_jsonl, read_json, validated
+from gen.readers import iter_jsonl, read_json, validated
+from gen.runner import Plan, RunContext
+from gen.schemas.judge import MetaRecord, RatingRow
 from gen.stats import agreement, cohen_kappa, confusion, proportion, rounded
-from generators.judge.summary import finish
-from schemas.judge import MetaRecord, RatingRow
 
 if TYPE_CHECKING:
-    from generators.judge import JudgeConfig
+    from gen.generators.judge import JudgeConfig
 
 
 def plan(cfg: JudgeConfig) -> Plan:

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from schemas.distractors import GOAL_TYPES, Goal
-from schemas.judge import Judgment
+from gen.schemas.distractors import GOAL_TYPES, Goal
+from gen.schemas.judge import Judgment
 
 SCORES = {0: 0.0, 1: 0.5, 2: 1.0}
 """The judge's 0 / 1 / 2 (one token each) on the paper's 0 / 0.5 / 1 scale."""
@@ -90,7 +90,7 @@ def _refuse(name: str) -> Any:
 def signals(response: str, lists: dict[str, list[str]]) -> dict[str, list[str]]:
     """Per answer list, its terms found in ``response`` at word boundaries, case-insensitive
     (the benchmark's ``\\b<token>\\b`` match): code signals recorded beside the verdict."""
-    from generators.scenarios.rules import word_match
+    from gen.generators.scenarios.rules import word_match
 
     short = {"current_answers": "current", "prior_answers": "prior", "clarify_indicators": "clarify",
              "abstain_indicators": "abstain"}

@@ -28,23 +28,24 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ValidationError
 
 from gen.errors import InputError, LLMOutputError, MissingInputError
-from gen.mcq import as_text
-from gen.run import Plan, RunContext, iter_jsonl, read_json
-from gen.stats import mean_interval, proportion
-from generators.judge.panel import (
+from gen.generators.judge.panel import (
     JudgeModel,
     Panel,
     build_panel,
     candidate_families,
     pairwise_agreement,
 )
-from generators.judge.scores import as_action, judgment, parse_reformat
-from generators.judge.summary import finish, prompt_sha256
-from schemas import Reject
-from schemas.judge import Judgment, PredictionRow, Reformat, WagibenchJudgeRecord
+from gen.generators.judge.scores import as_action, judgment, parse_reformat
+from gen.generators.judge.summary import finish, prompt_sha256
+from gen.mcq import as_text
+from gen.readers import iter_jsonl, read_json
+from gen.runner import Plan, RunContext
+from gen.schemas import Reject
+from gen.schemas.judge import Judgment, PredictionRow, Reformat, WagibenchJudgeRecord
+from gen.stats import mean_interval, proportion
 
 if TYPE_CHECKING:
-    from generators.judge import JudgeConfig
+    from gen.generators.judge import JudgeConfig
 
 JUDGE_PROMPT_VERSION = "wagibench-judge-1"
 """Bumped whenever ``judge/wagibench.jinja`` or ``judge/reformat.jinja`` changes meaning."""

@@ -27,10 +27,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gen.run import first_error
-from generators.review.items import TEMPLATES, ReviewItem, render
-from generators.review.labels import append_label, latest, read_labels
-from schemas.review import DECISIONS, ReviewLabel, Rubric
+from gen.generators.review.items import TEMPLATES, ReviewItem, render
+from gen.generators.review.labels import append_label, latest, read_labels
+from gen.readers import first_error
+from gen.schemas.review import DECISIONS, ReviewLabel, Rubric
 
 HOST = "127.0.0.1"
 TOKEN_HEADER = "X-Review-Token"
@@ -175,7 +175,7 @@ def make_app(session: Session) -> Any:
         if len(raw) > MAX_BODY:
             return refused("request too large", 413)
         from gen.errors import InputError
-        from gen.run import parse_json
+        from gen.readers import parse_json
 
         try:
             new = session.check_label(parse_json(raw.decode("utf-8", errors="replace"), "request"))

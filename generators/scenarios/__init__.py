@@ -51,9 +51,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gen.errors import ConfigError, GenError, InputError
-from gen.llm import LLMConfig, sha256_file
-from gen.run import CommonConfig, Plan, RunContext, atomic_write, generator, iter_jsonl
-from generators.scenarios.lock import (
+from gen.generators.scenarios.lock import (
     CHECKS_FILE,
     LOCK,
     LOCK_KEYS,
@@ -62,10 +60,14 @@ from generators.scenarios.lock import (
     read_lock,
     verify,
 )
-from generators.scenarios.rules import NAME, RULES
-from generators.scenarios.skeleton import DEFAULT_SIZE, build_units, check_distribution
-from generators.scenarios.stages import BankView, Outcome, Writer, draft_unit, resolve
-from schemas.scenarios import ScenarioRecord, Target
+from gen.generators.scenarios.rules import NAME, RULES
+from gen.generators.scenarios.skeleton import DEFAULT_SIZE, build_units, check_distribution
+from gen.generators.scenarios.stages import BankView, Outcome, Writer, draft_unit, resolve
+from gen.llm import LLMConfig, sha256_file
+from gen.readers import iter_jsonl
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext, atomic_write
+from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord, Target
 
 # --------------------------------------------------------------------------- config
 
@@ -267,7 +269,7 @@ def write_jsonl(path: Path, rows: Sequence[BaseModel]) -> str:
     return sha256_file(path)
 
 
-@generator(NAME, config=ScenariosConfig, plan=plan)
+@generator(NAME, config=ScenariosConfig, records=(ScenarioRecord, LockCheckRecord), kind="scenario", plan=plan)
 def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
     """Context-tracking scenarios in the benchmark's released format, checked rule by rule (or verify a run's lock)."""
     if cfg.action == "verify":
@@ -303,7 +305,7 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
             yield out.items if contrast else out.items[0]
     accepted = [it for o in outcomes for it in o.items if isinstance(it, ScenarioRecord)]
     checks_sha = write_jsonl(ctx.out_dir / CHECKS_FILE, [c for o in outcomes for c in o.checks])
-    from generators.judge.context import TEMPLATE as JUDGE_TEMPLATE
+    from gen.generators.judge.context import TEMPLATE as JUDGE_TEMPLATE
 
     ctx.prompts.hash(JUDGE_TEMPLATE)  # the lock names the judge prompt; the manifest lists it too
     lock = make_lock(cfg, accepted, checks_sha, conditions_sha)

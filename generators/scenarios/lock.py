@@ -7,21 +7,19 @@ import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 import gen
 from gen.errors import InputError
+from gen.generators.scenarios.rules import NAME
 from gen.llm import sha256_file
 from gen.paths import PROMPTS
-from gen.run import RunContext
-from generators.scenarios.rules import NAME
-from schemas import Reject
-from schemas.scenarios import ScenarioRecord
+from gen.runner import RunContext
+from gen.schemas import Reject
+from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord
 
 if TYPE_CHECKING:
-    from generators.scenarios import ScenariosConfig
+    from gen.generators.scenarios import ScenariosConfig
 
 SCHEMA_REVISION = 1
 """The released scenario format's ``SCHEMA_REVISION`` (the one gen writes)."""
@@ -40,7 +38,7 @@ and that entry is not checked)."""
 def judge_prompt() -> tuple[str, str]:
     """(version, SHA-256) of the context-tracking judge's prompt (``gen judge kind=context``), as the
     benchmark's lock records them: a bank is judged comparably only under the same judge prompt."""
-    from generators.judge.context import JUDGE_PROMPT_VERSION, TEMPLATE
+    from gen.generators.judge.context import JUDGE_PROMPT_VERSION, TEMPLATE
 
     return JUDGE_PROMPT_VERSION, sha256_file(PROMPTS / TEMPLATE)
 
@@ -92,14 +90,6 @@ def lock_check(folder: Path, lock: dict[str, Any], k: str) -> tuple[Any, Any]:
     if lock.get(k) is None and k == "prompt_conditions_sha256" and not path.exists():
         return None, None
     return lock.get(k), sha256_file(path) if path.is_file() else f"missing {name}"
-
-
-class LockCheckRecord(BaseModel):
-    """One lock entry that matches (a line of ``verify.jsonl``)."""
-
-    key: str
-    value: Any
-    status: Literal["ok"] = "ok"
 
 
 def verify(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[LockCheckRecord | Reject]:

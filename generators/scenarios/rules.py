@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gen.paths import PROMPTS
-from schemas.scenarios import ScenarioRecord
+from gen.schemas.scenarios import ScenarioRecord
 
 NAME = "scenarios"
 VOCABULARY = "scenarios/object_names.txt"

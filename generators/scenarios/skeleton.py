@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gen.errors import ConfigError
-from generators.scenarios.rules import NAME, deictic_allowed, signature
-from schemas.scenarios import CHANGE_TYPES, DIFFICULTIES, TARGETS
+from gen.generators.scenarios.rules import NAME, deictic_allowed, signature
+from gen.schemas.scenarios import CHANGE_TYPES, DIFFICULTIES, TARGETS
 
 if TYPE_CHECKING:
-    from generators.scenarios import ScenariosConfig
+    from gen.generators.scenarios import ScenariosConfig
 
 # --------------------------------------------------------------------------- the skeleton's tables
 

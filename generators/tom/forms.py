@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from gen.gates import Gates, Kind, infinitive, key
-from schemas.tom import ACTION_CHARS
+from gen.schemas.tom import ACTION_CHARS
 
 if TYPE_CHECKING:
-    from generators.tom import TomConfig
+    from gen.generators.tom import TomConfig
 
 # --------------------------------------------------------------------------- surface forms
 

@@ -16,10 +16,7 @@ from pydantic import BaseModel
 
 from gen.errors import LLMOutputError
 from gen.gates import Gates, Kind, count_key, key
-from gen.mcq import EGOTOM_CHOICES
-from gen.run import RunContext
-from gen.timelines import Clip, fmt_time
-from generators.tom.forms import (
+from gen.generators.tom.forms import (
     action_count,
     actions_problem,
     join_actions,
@@ -30,7 +27,9 @@ from generators.tom.forms import (
     stage_gates,
     text_problem,
 )
-from schemas.tom import (
+from gen.mcq import EGOTOM_CHOICES
+from gen.runner import RunContext
+from gen.schemas.tom import (
     BELIEF_CHARS,
     GOAL_CHARS,
     SENTENCE_CHARS,
@@ -40,9 +39,10 @@ from schemas.tom import (
     WrongGoalsDraft,
     analysis_draft,
 )
+from gen.timelines import Clip, fmt_time
 
 if TYPE_CHECKING:
-    from generators.tom import TomConfig
+    from gen.generators.tom import TomConfig
 
 # --------------------------------------------------------------------------- stages 2-5
 

@@ -12,7 +12,7 @@ import pytest
 
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
-from schemas.distractors import DistractorMCQ
+from gen.schemas.distractors import DistractorMCQ
 
 NAME = "distractors"
 

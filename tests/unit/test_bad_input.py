@@ -30,13 +30,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shards import personas_shards
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import GenError, InputError
+from gen.generators.personas import sample_facts
 from gen.mcq import load_banks, load_roles_bank, read_roles, write_egotom_csv
 from gen.paths import EXAMPLES, PROMPTS
-from gen.run import REGISTRY, RunContext, iter_jsonl, parse_json, read_json, run
-from generators.personas import sample_facts
-from schemas.personas import PersonaRecord
+from gen.readers import iter_jsonl, parse_json, read_json
+from gen.registry import REGISTRY
+from gen.runner import RunContext, run
+from gen.schemas.personas import PersonaRecord
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 JUDGE = FIXTURES / "judge"
@@ -85,7 +86,7 @@ def test_read_json_names_the_line_of_a_syntax_error_and_reads_a_bom(tmp_path: Pa
 def test_the_runner_never_writes_nan(tmp_path: Path) -> None:
     """What gen writes is JSON other tools read: a NaN reaching a manifest or an extra output is
     a bug (exit 1), never a file with a bare NaN in it."""
-    from generators.personas import PersonasConfig
+    from gen.generators.personas import PersonasConfig
 
     ctx = RunContext("personas", PersonasConfig(cache_dir=None), tmp_path)
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
@@ -175,7 +176,7 @@ def merge_plan(folder: Path) -> Any:
 
 def merge_run(folder: Path) -> Any:
     """The merge itself, into ``folder/run`` (the generator's merge hook reads the summaries)."""
-    from generators.merge import MergeConfig
+    from gen.generators.merge import MergeConfig
 
     cfg = MergeConfig(input=[str(folder / "s0"), str(folder / "s1")], cache_dir=None, progress="off")
     return run("merge", cfg, folder / "run", quiet=True)
@@ -269,9 +270,9 @@ SCENARIO_CHECKS = "".join(json.dumps({
 
 def audit_scenarios(folder: Path, input: str = "scenarios.jsonl") -> Any:
     """What ``audit`` reads of a scenario bank, and its scenarios check on what it read."""
-    from generators.audit import AuditConfig
-    from generators.audit.checks.scenarios import scenarios as scenarios_check
-    from generators.audit.data import load_inputs
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.checks.scenarios import scenarios as scenarios_check
+    from gen.generators.audit.data import load_inputs
 
     cfg = AuditConfig(input=str(folder / input), cache_dir=None, progress="off", embeddings=False)
     return scenarios_check(load_inputs(cfg, RunContext("audit", cfg, folder / "run")), cfg)
@@ -279,7 +280,7 @@ def audit_scenarios(folder: Path, input: str = "scenarios.jsonl") -> Any:
 
 def bank_scenarios(folder: Path) -> Any:
     """What ``bank add`` reads of a scenarios run: its plan (kind, count), then the batch."""
-    from generators.bank.batch import load_batch
+    from gen.generators.bank.batch import load_batch
 
     p = plan_of("bank", action="add", bank=str(folder / "run" / "bank"), input=str(folder / "scenarios.jsonl"))
     return load_batch(p.data.files)
@@ -435,7 +436,7 @@ JUDGED = "".join(json.dumps({
 def review_rendered(**options: Any) -> list[str]:
     """What ``review`` reads of its input, and every item rendered as the page shows it (a value
     that passes the reader must not break the page)."""
-    from generators.review.items import render
+    from gen.generators.review.items import render
 
     return [render(it) for it in plan_of("review", **options).data.items]
 
@@ -444,7 +445,7 @@ def bank_copy(folder: Path, assets: SimpleNamespace) -> Path:
     """A one-version bank of two run_clean MCQs (added once per module, with the real audit's
     structure check) copied into ``folder/bank``; its data file. Any change to it is drift (the
     lock holds its SHA-256): review refuses the bank naming the file, as bank export does."""
-    from generators.bank import BankConfig
+    from gen.generators.bank import BankConfig
 
     if not hasattr(assets, "bank"):
         src = assets.root / "bank_src"
@@ -461,7 +462,7 @@ def bank_copy(folder: Path, assets: SimpleNamespace) -> Path:
 
 def review_labels(folder: Path) -> Path:
     """A run folder of three MCQs and a reviewer's label file of them (``reviews/alice.jsonl``)."""
-    from generators.review.items import load_items
+    from gen.generators.review.items import load_items
 
     _text(folder / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 3))
     (folder / "reviews").mkdir()

@@ -33,9 +33,8 @@ from bank_runs import (
 )
 from conftest import check_run_folder, read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import ConfigError, GenError
-from generators.bank.store import LOCK, label, read_pointer, version_dir
+from gen.generators.bank.store import LOCK, label, read_pointer, version_dir
 
 # --------------------------------------------------------------------------- verify
 
@@ -207,7 +206,7 @@ def test_export_never_writes_through_an_existing_folder(tmp_path: Path) -> None:
 def test_a_failed_export_leaves_no_folder(tmp_path: Path, monkeypatch) -> None:
     """An export that fails halfway (here: on the second MCQ layout) leaves neither out= nor its
     staging folder: an export appears whole or not at all."""
-    from generators.bank import export as bank_export
+    from gen.generators.bank import export as bank_export
 
     bank = _wagibench_bank(tmp_path)
     real = bank_export.wagibench_mcq
@@ -293,7 +292,7 @@ def test_a_damaged_bank_stops_every_writer(tmp_path: Path) -> None:
 def test_add_under_the_lock_checks_a_version_released_since_its_plan(tmp_path: Path, monkeypatch) -> None:
     """Another add may release a version while this one audits; that version is verified too
     before it is built on."""
-    from generators.bank import add as bank_add_module
+    from gen.generators.bank import add as bank_add_module
 
     bank = Bank(tmp_path)
     bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]), near_dup_sim=None)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-import generators  # noqa: F401  (fills the registry, as the CLI does)
 from gen.cli import normalize_overrides, validate, validate_jobs
 from gen.errors import ConfigError, MissingInputError
 

@@ -14,14 +14,14 @@ import pytest
 from digital_runs import persona_pool
 
 from gen.gates import Gates
-from gen.prompts import Prompts
-from generators.digital import DigitalConfig
-from generators.digital.assembly import assemble_cue, merge
-from generators.digital.checks import Checker, text_problem, validate_items
-from generators.digital.state import FMT_M, FMT_S, State, sample_datetime
-from generators.personas import sample_related
-from schemas import digital as S
-from schemas.digital import App
+from gen.generators.digital import DigitalConfig
+from gen.generators.digital.assembly import assemble_cue, merge
+from gen.generators.digital.checks import Checker, text_problem, validate_items
+from gen.generators.digital.state import FMT_M, FMT_S, State, sample_datetime
+from gen.generators.personas import sample_related
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.templates import Prompts
 
 PAST_APPS = [App.Messaging, App.Notes, App.Search, App.Videos, App.Maps, App.Music]
 NOW = dt.datetime(2025, 6, 11, 15, 30)

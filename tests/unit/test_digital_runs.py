@@ -26,18 +26,17 @@ from digital_runs import (
     write_pool,
 )
 
-import generators  # noqa: F401  (fills the registry)
 from gen.cli import normalize_overrides, validate
 from gen.errors import ConfigError, InputError
+from gen.generators.digital import DigitalConfig
+from gen.generators.digital.export import render_bundle, wagibench_record
+from gen.generators.digital.state import load_cues
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import EXAMPLES
-from gen.run import RunContext, run
-from generators.digital import DigitalConfig
-from generators.digital.export import render_bundle, wagibench_record
-from generators.digital.state import load_cues
-from schemas import Reject
-from schemas import digital as S
-from schemas.digital import App
+from gen.runner import RunContext, run
+from gen.schemas import Reject
+from gen.schemas import digital as S
+from gen.schemas.digital import App
 
 # --------------------------------------------------------------------------- 5. end to end
 
@@ -404,7 +403,7 @@ def test_cli_bad_cue_file_is_one_line_exit_2_before_any_model(run_gen, tmp_path:
 def test_inputs_are_read_by_the_plan_hook_before_any_folder(tmp_path: Path, pool_file: Path) -> None:
     """cue_file and persona_file are read when the run is sized: a persona file that is not
     UTF-8 was an "unexpected UnicodeDecodeError" (exit 1) from inside the run."""
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     plan = REGISTRY[NAME].make_plan(DigitalConfig(persona_file=str(pool_file), cache_dir=None))
     assert plan.n == 5 and len(plan.data.pool) == 8 and plan.data.cue_path == EXAMPLES / "cues.jsonl"
@@ -424,7 +423,7 @@ def test_a_persona_run_folder_is_read_by_its_records_not_its_manifest(tmp_path: 
     folder.mkdir()
     (folder / "personas.jsonl").write_bytes(pool_file.read_bytes())
     (folder / "manifest.json").write_text("[]", encoding="utf-8")  # not trusted, not needed
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     assert len(REGISTRY[NAME].make_plan(DigitalConfig(persona_file=str(folder), cache_dir=None)).data.pool) == 8
 
@@ -433,7 +432,7 @@ def test_a_persona_run_folder_is_read_by_its_records_not_its_manifest(tmp_path: 
 def test_a_reused_pool_whose_manifest_is_no_manifest_is_one_line(tmp_path: Path, pool_file: Path, manifest: str) -> None:
     """pool_dir's pool is reused when its manifest's config matches: a manifest that is a list
     was a TypeError (exit 1); now an InputError naming it, and no pool is made over it."""
-    from generators.personas import ensure_pool
+    from gen.generators.personas import ensure_pool
 
     folder = tmp_path / "pools" / "seed0-n6"
     folder.mkdir(parents=True)
@@ -535,8 +534,8 @@ def run_goals(out: Path, pool: Path, goals: Path, script=None, **cfg: Any):
 
 
 def test_goal_app_mapping() -> None:
-    from generators.digital.goals import goal_app
-    from schemas.distractors import GoalRow
+    from gen.generators.digital.goals import goal_app
+    from gen.schemas.distractors import GoalRow
 
     cfg = DigitalConfig()
     rng = random.Random(0)

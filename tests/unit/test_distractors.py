@@ -15,13 +15,8 @@ import polars as pl
 import pytest
 from conftest import read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError
-from gen.mcq import load_banks
-from gen.paths import EXAMPLES
-from gen.prompts import Prompts
-from gen.run import RunContext, run
-from generators.distractors import (
+from gen.generators.distractors import (
     Band,
     DistractorsConfig,
     Sampler,
@@ -30,7 +25,11 @@ from generators.distractors import (
     plan,
     verbalise,
 )
-from schemas.distractors import GOAL_TYPES, DistractorMCQ, GoalRow
+from gen.mcq import load_banks
+from gen.paths import EXAMPLES
+from gen.runner import RunContext, run
+from gen.schemas.distractors import GOAL_TYPES, DistractorMCQ, GoalRow
+from gen.templates import Prompts
 
 NAME = "distractors"
 HEX32 = re.compile(r"^[0-9a-f]{32}$")

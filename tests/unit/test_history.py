@@ -15,9 +15,9 @@ import pytest
 from conftest import WAGIBENCH_LOADER as LOADER
 from conftest import read_jsonl, wagibench_loader
 
-from gen.run import run
-from generators.history import HistoryConfig, plan, read_table
-from schemas.history import Observation
+from gen.generators.history import HistoryConfig, plan, read_table
+from gen.runner import run
+from gen.schemas.history import Observation
 
 NAME = "history"
 GOAL = {"type": "shop", "content": "hand soap"}
@@ -178,7 +178,7 @@ def test_wagibench_loader_joins_every_row(tmp_path: Path) -> None:
 def test_audit_checks_a_history_bank(tmp_path: Path) -> None:
     """audit input=<history run> runs the history check: a bank made here is clean; planted
     breaks (self-support, another participant, a later support, a second positive) are errors."""
-    from generators.audit import AuditConfig
+    from gen.generators.audit import AuditConfig
 
     rows = table(200)
     run_history(tmp_path, rows)

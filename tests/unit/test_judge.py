@@ -14,13 +14,29 @@ from typing import Any
 import pytest
 from conftest import check_run_folder, read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import ConfigError, InputError
+from gen.generators.audit import AuditConfig
+from gen.generators.judge import JudgeConfig
+from gen.generators.judge import plan as judge_plan
+from gen.generators.judge.context import (
+    JUDGE_SEES,
+    TEMPLATE,
+    WITHHELD,
+    judge_view,
+    load_scenarios,
+    metrics,
+)
+from gen.generators.judge.meta import aligned, pairwise
+from gen.generators.judge.panel import candidate_families, pairwise_agreement
+from gen.generators.judge.scores import as_action, judgment, parse_reformat, parse_score, signals
+from gen.generators.judge.validity import flags
+from gen.generators.judge.wagibench import read_predictions
 from gen.llm import LlamaCppConfig, OpenAIConfig, scripted_llm
 from gen.llm.family import family_from_gguf, family_from_served, family_of_name
 from gen.paths import PROMPTS
-from gen.prompts import Prompts
-from gen.run import RunContext, run
+from gen.runner import RunContext, run
+from gen.schemas.judge import ContextJudgeRecord, ContextJudgment, Judgment, MetaRecord
+from gen.schemas.scenarios import RECORD_FIELDS, Gold, ScenarioRecord
 from gen.stats import (
     agreement,
     balanced_accuracy,
@@ -29,24 +45,7 @@ from gen.stats import (
     confusion,
     mean_interval,
 )
-from generators.audit import AuditConfig
-from generators.judge import JudgeConfig
-from generators.judge import plan as judge_plan
-from generators.judge.context import (
-    JUDGE_SEES,
-    TEMPLATE,
-    WITHHELD,
-    judge_view,
-    load_scenarios,
-    metrics,
-)
-from generators.judge.meta import aligned, pairwise
-from generators.judge.panel import candidate_families, pairwise_agreement
-from generators.judge.scores import as_action, judgment, parse_reformat, parse_score, signals
-from generators.judge.validity import flags
-from generators.judge.wagibench import read_predictions
-from schemas.judge import ContextJudgeRecord, ContextJudgment, Judgment, MetaRecord
-from schemas.scenarios import RECORD_FIELDS, Gold, ScenarioRecord
+from gen.templates import Prompts
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "judge"
 NAME = "judge"
@@ -607,7 +606,7 @@ class WordsEmbedder:
 
 
 def test_bank_add_gates_on_the_judge_check(tmp_path: Path) -> None:
-    from generators.bank import BankConfig
+    from gen.generators.bank import BankConfig
 
     bank = mcq_bank(tmp_path, 6)
     _, _, folder = judge_run(tmp_path, validity_script, kind="distractor_validity", input=str(bank), out="v")

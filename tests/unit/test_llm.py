@@ -373,7 +373,7 @@ def test_prompt_reuse_is_counted_only_where_the_backend_reports_it() -> None:
 
 def test_map_numbers_its_worker_threads(tmp_path: Path) -> None:
     from gen.llm import worker
-    from gen.run import CommonConfig, RunContext
+    from gen.runner import CommonConfig, RunContext
 
     ctx = RunContext("t", CommonConfig(), tmp_path)
     seen: dict[int, set[int | None]] = {}
@@ -477,8 +477,8 @@ def test_openai_backend_sends_model_and_schema(fake_server: str, schema_format: 
 def test_openai_backend_keeps_its_concurrency_in_flight(fake_server: str, tmp_path: Path) -> None:
     """llm=openai (vLLM): ctx.map keeps llm.concurrency requests open at the server at once,
     and the answers come back in input order."""
-    from gen.run import RunContext
-    from generators.personas import PersonasConfig
+    from gen.generators.personas import PersonasConfig
+    from gen.runner import RunContext
 
     _FakeServer.delay = 0.3
     llm = make_llm(OpenAIConfig(base_url=fake_server, concurrency=4, max_retries=0), None)
@@ -799,8 +799,8 @@ def test_the_streak_limit_is_an_option(run_gen, tmp_path: Path) -> None:
 def test_concurrent_calls_stop_together(tmp_path: Path) -> None:
     """llm.concurrency=4 through ctx.map: the run stops with BackendError, and calls not yet
     started when it stopped never reach the server."""
-    from gen.run import RunContext
-    from generators.personas import PersonasConfig
+    from gen.generators.personas import PersonasConfig
+    from gen.runner import RunContext
 
     def one(seed: int) -> str:  # as a generator does: a failed call is that record's reject
         try:

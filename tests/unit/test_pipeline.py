@@ -16,10 +16,10 @@ from digital_runs import goal_script, write_pool
 from fakes import FakeEmbedder
 
 from gen.errors import ConfigError, InputError
+from gen.generators.pipeline import PipelineConfig, plan
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.run import RunContext, run
-from generators.pipeline import PipelineConfig, plan
+from gen.runner import RunContext, run
 
 NAME = "pipeline"
 

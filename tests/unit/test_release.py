@@ -27,11 +27,11 @@ from bank_runs import LEAK, Bank, mcq, run_folder, standin_audit
 from conftest import read_jsonl
 
 from gen.errors import InputError
-from gen.run import REGISTRY
-from generators.bank import BankConfig
-from generators.bank.export import EXPORT_KINDS
-from generators.bank.identity import MCQ_KINDS
-from generators.bank.store import LOCK, version_dir
+from gen.generators.bank import BankConfig
+from gen.generators.bank.export import EXPORT_KINDS
+from gen.generators.bank.identity import MCQ_KINDS
+from gen.generators.bank.store import LOCK, version_dir
+from gen.registry import REGISTRY
 
 SENT = "PRIVSENTINEL"
 """Planted in every privileged field of every item: it must reach no harness file."""
@@ -484,9 +484,9 @@ def test_the_network_guard_refuses_outside_addresses() -> None:
 
 def test_filters_name_the_blind_filter_and_the_chain() -> None:
     """A batch that went tom -> nocontext says it was blind-filtered; an imported file says so."""
-    from gen.prompts import Prompts
-    from generators.bank.export import Job
-    from generators.bank.release import filter_lines
+    from gen.generators.bank.export import Job
+    from gen.generators.bank.release import filter_lines
+    from gen.templates import Prompts
 
     lock = {"sources": [{"version": 1, "items_added": 5, "generator": "nocontext", "source": "f" * 64,
                          "upstream": [{"generator": "tom"}]},

@@ -13,13 +13,8 @@ import pytest
 from conftest import read_jsonl
 from fakes import FakeEmbedder
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError
-from gen.llm import scripted_llm
-from gen.paths import EXAMPLES
-from gen.prompts import Prompts
-from gen.run import RunContext, run
-from generators.rerank import (
+from gen.generators.rerank import (
     RerankConfig,
     RerankFailure,
     agreement,
@@ -31,7 +26,11 @@ from generators.rerank import (
     read_pools,
     resolve,
 )
-from schemas.rerank import RerankDraft, rerank_draft
+from gen.llm import scripted_llm
+from gen.paths import EXAMPLES
+from gen.runner import RunContext, run
+from gen.schemas.rerank import RerankDraft, rerank_draft
+from gen.templates import Prompts
 
 POOLS = EXAMPLES / "rerank" / "pools.jsonl"
 TEXTS = ["Set a timer for the pasta.", "Start a ten minute pasta timer.", "Suggest a sauce.", "Book a taxi."]

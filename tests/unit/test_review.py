@@ -21,16 +21,15 @@ from typing import Any
 
 import pytest
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError, MissingInputError
+from gen.generators.review import ReviewConfig, plan
+from gen.generators.review.agreement import cohen_kappa, field_agreement, fleiss_kappa
+from gen.generators.review.items import ReviewItem, load_items, render
+from gen.generators.review.labels import append_label, label_file, read_label_file, read_labels
+from gen.generators.review.server import TOKEN_HEADER, Session, make_app
 from gen.paths import ROOT
-from gen.run import run
-from generators.review import ReviewConfig, plan
-from generators.review.agreement import cohen_kappa, field_agreement, fleiss_kappa
-from generators.review.items import ReviewItem, load_items, render
-from generators.review.labels import append_label, label_file, read_label_file, read_labels
-from generators.review.server import TOKEN_HEADER, Session, make_app
-from schemas.review import ReviewLabel
+from gen.runner import run
+from gen.schemas.review import ReviewLabel
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 ITEM = "0123456789abcdef0123456789abcdef"
@@ -415,7 +414,7 @@ def candidate_and_privileged(html: str) -> tuple[str, str]:
 
 
 def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart(tmp_path: Path) -> None:
-    from generators.bank.identity import item_id_of, scenario_question_type
+    from gen.generators.bank.identity import item_id_of, scenario_question_type
 
     cross = {**SCENARIO, "scenario_id": "sc-02", "change_type": "cross_session_reference", "target_context": "prior",
              "context_image": "A wall shelf with three glass jars of pale grains, lids screwed on."}
@@ -473,7 +472,7 @@ def test_scenarios_are_rated_with_the_scenario_rubric_and_their_type_is_privileg
 def blind_record(item_id: str, correct: dict[str, list[int]], *, n_options: int = 3, answer: int = 0,
                  kept: bool = True) -> dict[str, Any]:
     """A nocontext record: per model, the option it chose on each shuffle."""
-    from schemas.nocontext import NocontextRecord
+    from gen.schemas.nocontext import NocontextRecord
 
     answers = {m: [{"shuffle": k, "order": list(range(n_options)), "raw": f"Answer: {'abc'[c]}", "letter": "abc"[c],
                     "choice": c, "correct": c == answer} for k, c in enumerate(cs)] for m, cs in correct.items()}
@@ -484,8 +483,8 @@ def blind_record(item_id: str, correct: dict[str, list[int]], *, n_options: int 
 
 
 def judged_record(item_id: str, scores: dict[str, list[int | None]], *, answer: int = 0) -> dict[str, Any]:
-    from generators.judge.validity import flags
-    from schemas.judge import Judgment, ValidityRecord
+    from gen.generators.judge.validity import flags
+    from gen.schemas.judge import Judgment, ValidityRecord
 
     js = {j: [Judgment(score=s, normalised=None if s is None else s / 2, followed=s is not None,
                        problem=None if s is not None else "no_score_tag", raw=f"<score>{s}</score>") for s in ss]
@@ -612,7 +611,7 @@ def bank(tmp_path: Path) -> Any:
     from bank_runs import REGISTRY, Bank, Generator, StandInAuditConfig, _standin, mcq, run_folder
 
     def standin(cfg: StandInAuditConfig, ctx: Any) -> Any:
-        from schemas.audit import FindingRecord
+        from gen.schemas.audit import FindingRecord
 
         for _ in _standin(cfg, ctx):  # audit.json; the findings are the records (audit.jsonl)
             yield [FindingRecord.model_validate(f) for f in cfg.findings]
@@ -637,8 +636,8 @@ def bank(tmp_path: Path) -> Any:
 
 
 def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(bank: Any, tmp_path: Path) -> None:
-    from generators.bank.store import LOCK, version_dir
-    from generators.bank.verify import verify_bank
+    from gen.generators.bank.store import LOCK, version_dir
+    from gen.generators.bank.verify import verify_bank
 
     data = plan(ReviewConfig(input=str(bank.root), reviewer="alice", cache_dir=None)).data
     assert data.folder == bank.root and bank.current == 3
@@ -677,8 +676,8 @@ def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(bank
 
 def test_what_review_refuses_of_a_bank(bank: Any, tmp_path: Path) -> None:
     from gen.errors import ConfigError
-    from generators.bank.store import version_dir
-    from generators.bank.verify import DriftError
+    from gen.generators.bank.store import version_dir
+    from gen.generators.bank.verify import DriftError
 
     with pytest.raises(ConfigError, match=r"version=4, but the bank .* is at v0003"):
         plan(ReviewConfig(input=str(bank.root), version=4, cache_dir=None))

@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import cell
-from generators.digital import DigitalConfig
-from generators.digital.checks import Checker, validate_items
-from generators.digital.state import FMT_M, FMT_S, State
-from schemas import digital as S
-from schemas.audit import FindingRecord
+from gen.generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.report import cell
+from gen.generators.digital import DigitalConfig
+from gen.generators.digital.checks import Checker, validate_items
+from gen.generators.digital.state import FMT_M, FMT_S, State
+from gen.schemas import digital as S
+from gen.schemas.audit import FindingRecord
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 
 def _markdown(r: CheckResult) -> list[str]:
