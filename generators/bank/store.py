@@ -104,7 +104,7 @@ def check_root(root: Path, *, writing: bool) -> None:
     if lock.is_symlink() or (lock.exists() and not lock.is_file()):
         raise InputError(f"bank: {lock} is not a plain file (it is the lock a running add holds); remove it")
     vroot = root / VERSIONS
-    if vroot.is_symlink() or (vroot.exists() and not vroot.is_dir()):
+    if vroot.exists() and not vroot.is_dir():
         raise InputError(f"bank: {vroot} is not a folder (it holds the bank's versions)")
     if vroot.is_dir() and not os.access(vroot, os.W_OK | os.X_OK):
         raise ConfigError(f"bank: cannot write to {vroot}: it is not writable (its permissions, or a read-only disk)")
