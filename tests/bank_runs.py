@@ -232,6 +232,21 @@ def problems(bank: Bank) -> list[tuple[str, str]]:
     return [(r["record_id"], r["reason"]) for r in rejects]
 
 
+def tree(root: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``root`` (symlinks as ``-> target``), by relative path: a
+    bank's every byte, to compare before and after a command."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_symlink():
+            out[rel] = "-> " + os.readlink(p)
+        elif p.is_file():
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+        else:
+            out[rel] = "dir"
+    return out
+
+
 def flip_byte(path: Path, at: int | None = None) -> None:
     data = bytearray(path.read_bytes())
     k = len(data) // 2 if at is None else at

@@ -12,15 +12,19 @@ Layout of a bank directory (``bank=``)::
       .lock                            held (flock) by a running ``add``
 
 One module per concern: :mod:`~generators.bank.identity` (what makes two items the same:
-content ids), :mod:`~generators.bank.store` (versions, the pointer, the lock, the atomic
-commit), :mod:`~generators.bank.batch` (reading an input batch: its files, items and
-provenance), :mod:`~generators.bank.add`, :mod:`~generators.bank.verify` and
-:mod:`~generators.bank.export` (the three actions; the export formats that publish a release live
-in :mod:`~generators.bank.release` (dataset card, Croissant, Hugging Face folder) and
+content ids), :mod:`~generators.bank.store` (versions, the pointer and its check, crash
+leftovers, the lock, the atomic commit), :mod:`~generators.bank.batch` (reading an input batch:
+its files, items and provenance), :mod:`~generators.bank.add`, :mod:`~generators.bank.verify` and
+:mod:`~generators.bank.export` (the three actions; ``add`` writes a version through
+:mod:`~generators.bank.commit`, and every action checks the values a release publishes through
+:mod:`~generators.bank.values`; the export formats that publish a release live in
+:mod:`~generators.bank.release` (dataset card, Croissant, Hugging Face folder) and
 :mod:`~generators.bank.harness` (lm-eval and inspect_ai tasks)); records in :mod:`schemas.bank`.
 
 A damaged bank is never built on: ``add`` and ``export`` verify the bank first and refuse one
-that drifted with the message ``verify`` prints (exit code 1), before writing anything.
+that drifted with the message ``verify`` prints (exit code 1), before writing anything. A
+damaged or moved-back ``current`` pointer is refused by every action (exit code 2, saying how to
+repair it); released versions are never removed, and a failed ``add`` leaves the bank as it was.
 
 ``n`` is derived by the plan hook: the items in ``input=`` (add), the versions (verify), the
 items of the covered kinds (export).
@@ -38,17 +42,19 @@ from pydantic import Field, model_validator
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.generators.bank import add, export, verify
 from gen.generators.bank.add import AddPlan, read_reviews
-from gen.generators.bank.batch import batch_files, count_rows
+from gen.generators.bank.batch import batch_files, count_rows, source_info
 from gen.generators.bank.export import EXPORT_KINDS, check_out
 from gen.generators.bank.store import (
     LOCK,
     SCHEMA_REVISION,
+    bank_name,
+    check_pointer,
     check_root,
     label,
     read_json,
-    read_pointer,
     version_dir,
 )
+from gen.generators.bank.values import name_problem
 from gen.generators.bank.verify import require_clean
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext
@@ -125,13 +131,16 @@ def plan(cfg: BankConfig) -> Plan:
     root = cfg.bank_path()
     check_root(root, writing=cfg.action == "add")
     if cfg.action == "add":
+        if (why := name_problem(bank_name(root))) is not None:
+            raise ConfigError(f"bank: {root}: {why}; rename the folder")
         path = cfg.input_path()
         assert path is not None
         files = batch_files(path, cfg.kind, cfg.roles)
         n = sum(count_rows(f, fmt) for f, _, fmt in files)
         if n == 0:
             raise InputError(f"input: {path} holds no items")
-        current = read_pointer(root)
+        source = source_info(files, cfg.input or str(path))  # a bad manifest.json: one line, no run folder
+        current = check_pointer(root)
         if current is not None:
             revision = read_json(version_dir(root, current) / LOCK, "bank").get("schema_revision")
             if revision != SCHEMA_REVISION:
@@ -139,8 +148,8 @@ def plan(cfg: BankConfig) -> Plan:
                                  f"{SCHEMA_REVISION}; use the gen version that made it")
             require_clean(root, current)
         reviews = read_reviews(path) if cfg.require_review is not None else None
-        return Plan(n, AddPlan(files, current, reviews))
-    current = read_pointer(root)
+        return Plan(n, AddPlan(files, current, reviews, source))
+    current = check_pointer(root)
     if current is None:
         raise MissingInputError(f"bank: no released version at {root} "
                                 f"(python -m gen bank add bank={cfg.bank} input=<run folder> makes one)")

@@ -8,14 +8,13 @@ run folder's items through the same functions, so an item's id there is its id i
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from gen.errors import ConfigError, InputError
+from gen.errors import ConfigError, GenError, InputError
 from gen.generators.bank.identity import (
     MCQ_KINDS,
     canonical,
@@ -28,6 +27,7 @@ from gen.generators.bank.identity import (
 from gen.llm import sha256_file
 from gen.mcq import egotom_type, from_record
 from gen.readers import iter_jsonl
+from gen.schemas.bank import SourceManifest
 from gen.schemas.mcq import MCQRecord
 
 # --------------------------------------------------------------------------- the batch
@@ -132,18 +132,21 @@ def run_folder(path: Path) -> Path | None:
 
 
 def wagibench_rows(folder: Path | None) -> dict[str, dict[str, Any]]:
-    """The WAGIBench MCQ layout rows a distractors run wrote, by the MCQ's item_id."""
+    """The WAGIBench MCQ layout rows a distractors run wrote, by the MCQ's item_id (a file that
+    is not a JSON list of objects with a ``meta`` object is an InputError naming it)."""
+    from gen.readers import read_json
+
     rows: dict[str, dict[str, Any]] = {}
     if folder is None:
         return rows
     for f in sorted(folder.glob("wagibench_mcq_*.json")):
-        try:
-            data = json.loads(f.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise InputError(f"{f}: not valid JSON ({e.msg})") from None
-        for row in data if isinstance(data, list) else []:
+        data = read_json(f)
+        if not isinstance(data, list) or not all(isinstance(r, dict) and isinstance(r.get("meta", {}), dict)
+                                                  for r in data):
+            raise InputError(f"{f}: not WAGIBench's MCQ layout (a JSON list of rows with a meta object)")
+        for row in data:
             rid = (row.get("meta") or {}).get("item_id")
-            if rid:
+            if isinstance(rid, str) and rid:
                 rows[rid] = row
     return rows
 
@@ -237,20 +240,17 @@ def source_info(files: list[tuple[Path, str, str]], input_arg: str) -> dict[str,
         info["prompts"] = {}
         return info
     manifest_path = folder / "manifest.json"
-    try:
-        m = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{manifest_path}: not valid JSON ({e.msg})") from None
+    m = read_manifest(manifest_path)
     info["source"] = sha256_file(manifest_path)
     info["manifest"] = "manifest.json"
     info.update(_manifest_summary(m))
     upstream = []
-    for p in sorted(m.get("inputs") or {}):
+    for p in sorted(m.inputs):
         up = run_folder(Path(p))
         if up is not None and up != folder and (up / "manifest.json").is_file():
             try:
-                um = json.loads((up / "manifest.json").read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
+                um = read_manifest(up / "manifest.json")
+            except GenError:  # a run it read, not the batch: its provenance is left out
                 continue
             upstream.append({"path": str(up), "manifest_sha256": sha256_file(up / "manifest.json"),
                              **_manifest_summary(um)})
@@ -258,16 +258,23 @@ def source_info(files: list[tuple[Path, str, str]], input_arg: str) -> dict[str,
     return info
 
 
-def _manifest_summary(m: dict[str, Any]) -> dict[str, Any]:
-    llm = m.get("llm") or {}
-    emb = m.get("embedder") or {}
+def read_manifest(path: Path) -> SourceManifest:
+    """A run's manifest, the fields the bank records (an InputError naming the file otherwise)."""
+    from gen.readers import read_json, validated
+
+    return validated(SourceManifest, read_json(path), str(path))
+
+
+def _manifest_summary(m: SourceManifest) -> dict[str, Any]:
+    llm, emb = m.llm, m.embedder
     return {
-        "generator": m.get("generator"), "toolkit_version": m.get("toolkit_version"), "git": m.get("git"),
-        "seed": m.get("seed"), "started_at": m.get("started_at"),
-        "llm": {k: llm.get(k) for k in ("backend", "model", "model_sha256") if k in llm} or None,
-        "embedder": {"backend": emb.get("backend"),
+        "generator": m.generator, "toolkit_version": m.toolkit_version, "git": m.git,
+        "seed": m.seed, "started_at": m.started_at,
+        "llm": {k: v for k, v in llm.model_dump(exclude_unset=True).items()
+                if k in ("backend", "model", "model_sha256")} or None if llm is not None else None,
+        "embedder": {"backend": emb.backend,
                      # the embedded model's folder is called "model": name it by its package
-                     "model": Path(emb["model_path"]).parent.name if emb.get("model") == "model" and emb.get("model_path")
-                     else emb.get("model")} if emb else None,
-        "prompts": dict(sorted((m.get("prompts") or {}).items())),
+                     "model": Path(emb.model_path).parent.name if emb.model == "model" and emb.model_path
+                     else emb.model} if emb is not None and emb.model_fields_set else None,
+        "prompts": dict(sorted(m.prompts.items())),
     }

@@ -26,7 +26,7 @@ import yaml
 from bank_runs import LEAK, Bank, mcq, run_folder, standin_audit
 from conftest import read_jsonl
 
-from gen.errors import InputError
+from gen.errors import GenError
 from gen.generators.bank import BankConfig
 from gen.generators.bank.export import EXPORT_KINDS
 from gen.generators.bank.identity import MCQ_KINDS
@@ -296,9 +296,11 @@ def test_review_summary_goes_into_card_and_croissant(tmp_path: Path) -> None:
         assert bank.current == 2 and bank.verify()[0].exit_code == 0
         card = (export(bank, "parquet", tmp_path / "p2") / "README.md").read_text()
         assert f"## Review\n\n{line}" in card
-        plant_review(bank, {"items_reviewed": "seven", "by_verdict": {}})
-        with pytest.raises(InputError, match=r"review/summary.json: items_reviewed: Input should be a valid integer"):
+        plant_review(bank, {"items_reviewed": "seven", "by_verdict": {}})  # verify's problem, so export's refusal
+        with pytest.raises(GenError, match=r"review/summary.json: bad_review_summary: .*items_reviewed: Input should "
+                                           "be a valid integer") as e:
             bank.export("hf", out=str(tmp_path / "h"))
+        assert e.value.exit_code == 1
     finally:
         if real is not None:
             REGISTRY["audit"] = real
