@@ -32,9 +32,9 @@ from conftest import gen_env, read_jsonl
 from fakes import FakeEmbedder
 from pydantic import model_validator
 
+from gen.banks.identity import KINDS, item_id_of
+from gen.banks.store import LOCK, read_pointer, version_dir
 from gen.generators.bank import BankConfig
-from gen.generators.bank.identity import KINDS, item_id_of
-from gen.generators.bank.store import LOCK, read_pointer, version_dir
 from gen.registry import REGISTRY, Generator
 from gen.runner import CommonConfig, RunContext, output_hashes, run
 

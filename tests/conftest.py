@@ -221,7 +221,7 @@ def bank_state(root: Path) -> tuple[int | None, set[str], dict[str, str]]:
 
     import polars as pl
 
-    from gen.generators.bank.store import read_pointer, version_dir
+    from gen.banks.store import read_pointer, version_dir
 
     current = read_pointer(root)
     if current is None:

@@ -108,7 +108,7 @@ def _read_bank(path: Path, roles: str | None, what: str) -> list[Bank]:
 
 
 def _is_scenarios(path: Path) -> bool:
-    from gen.generators.scenarios import is_scenario_bank
+    from gen.contextbench import is_scenario_bank
 
     return is_scenario_bank(path)
 
@@ -156,7 +156,7 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
             config = (merged.get("source_config") if isinstance(merged, dict) else None) or m.get("config")
             data.digital_config = config if isinstance(config, dict) else {}
     elif cfg.roles is None and _is_scenarios(path):
-        from gen.generators.scenarios import read_scenarios
+        from gen.contextbench import read_rows as read_scenarios
 
         data.scenarios = read_scenarios(path)
         data.scenarios_file = path / "scenarios.jsonl" if path.is_dir() else path

@@ -39,12 +39,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from gen.errors import ConfigError, InputError, MissingInputError
-from gen.generators.bank import add, export, verify
-from gen.generators.bank.add import AddPlan, read_reviews
-from gen.generators.bank.batch import batch_files, count_rows, source_info
-from gen.generators.bank.export import EXPORT_KINDS, check_out
-from gen.generators.bank.store import (
+from gen.banks.batch import batch_files, count_rows, source_info
+from gen.banks.store import (
     LOCK,
     SCHEMA_REVISION,
     bank_name,
@@ -54,10 +50,16 @@ from gen.generators.bank.store import (
     read_json,
     version_dir,
 )
-from gen.generators.bank.values import name_problem
-from gen.generators.bank.verify import require_clean
+from gen.banks.values import name_problem
+from gen.banks.verify import drift_line, require_clean, verify_bank
+from gen.errors import ConfigError, InputError, MissingInputError
+from gen.generators.bank import add, export
+from gen.generators.bank.add import AddPlan, read_reviews
+from gen.generators.bank.export import EXPORT_KINDS, check_out
+from gen.llm import sha256_file
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext
+from gen.schemas import Reject
 from gen.schemas.bank import BankItemRecord, VerifyRecord
 
 NAME = "bank"
@@ -172,6 +174,33 @@ def bank(cfg: BankConfig, ctx: RunContext) -> Iterator[Any]:
     if cfg.action == "add":
         yield from add.add(cfg, ctx)
     elif cfg.action == "verify":
-        yield from verify.verify(cfg, ctx)
+        yield from verify(cfg, ctx)
     else:
         yield from export.export(cfg, ctx)
+
+
+def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Reject]]:
+    root = cfg.bank_path()
+    target, checks, left = verify_bank(root, ctx.plan.data)
+    bad = sum(len(c.problems) for c in checks)
+    ctx.exit_code = 1 if bad else 0
+    lock_path = version_dir(root, target) / LOCK
+    lock_sha = sha256_file(lock_path) if lock_path.is_file() and not lock_path.is_symlink() else None
+    ctx.extra["bank"] = {"action": "verify", "bank": str(root), "version": label(target), "problems": bad,
+                         "files_ok": sum(len(c.ok_files) for c in checks), "leftovers": left,
+                         "lock_sha256": lock_sha}
+    if cfg.progress != "off":
+        for c in checks:
+            for p in c.problems:
+                print(f"[bank] {drift_line(p)}")
+        for rel in left:
+            print(f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}")
+        state = f"{bad} problem(s)" if bad else "ok"
+        print(f"[bank] verify {root} {label(target)}: {state}; {len(checks)} versions, "
+              f"{sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}")
+    for i, c in zip(ctx.indices(), checks, strict=True):
+        out: list[VerifyRecord | Reject] = [VerifyRecord(version=label(c.version), file=f, sha256=s)
+                                            for f, s in c.ok_files]
+        out += [Reject(record_id=p.path, index=i, stage="verify", reason=p.reason, detail=p.detail)
+                for p in c.problems]
+        yield out

@@ -36,11 +36,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
-from gen.errors import ConfigError, InputError, MissingInputError
-from gen.generators.bank.batch import Item, load_batch
-from gen.generators.bank.commit import SEVERITY_RANK, AuditOutcome, Verdict, commit
-from gen.generators.bank.identity import KINDS, embed_text, family
-from gen.generators.bank.store import (
+from gen.banks.batch import Item, load_batch
+from gen.banks.identity import KINDS, embed_text, family
+from gen.banks.store import (
     LOCK,
     SCHEMA_REVISION,
     bank_write_error,
@@ -54,7 +52,9 @@ from gen.generators.bank.store import (
     version_dir,
     writer_lock,
 )
-from gen.generators.bank.verify import require_clean
+from gen.banks.verify import require_clean
+from gen.errors import ConfigError, InputError, MissingInputError
+from gen.generators.bank.commit import SEVERITY_RANK, AuditOutcome, Verdict, commit
 from gen.llm import sha256_file
 from gen.schemas import Reject
 from gen.schemas.bank import BankItemRecord
@@ -175,7 +175,7 @@ def read_reviews(path: Path) -> dict[str, Any]:
     """The labels of ``gen review`` in the input's run folder (``reviews/<reviewer>.jsonl``):
     ``{"folder", "files": {reviewer: sha256}, "accepted_by": {item id: [reviewers]}}``, by each
     reviewer's last label of an item."""
-    from gen.generators.review.labels import REVIEWS, label_file, latest, read_labels
+    from gen.labels import REVIEWS, label_file, latest, read_labels
 
     folder = path if path.is_dir() else path.parent
     labels = read_labels(folder)

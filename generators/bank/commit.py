@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gen
-from gen.errors import GenError
-from gen.generators.bank.batch import Item
-from gen.generators.bank.identity import ITEM_ID, KINDS, canonical, record_mcq
-from gen.generators.bank.store import (
+from gen.banks.batch import Item
+from gen.banks.identity import ITEM_ID, KINDS, canonical, record_mcq
+from gen.banks.store import (
     CHANGELOG,
     FORMAT,
     LOCK,
@@ -45,8 +44,9 @@ from gen.generators.bank.store import (
     version_files,
     write_durable,
 )
-from gen.generators.bank.values import digest_line, prompts_of
-from gen.generators.bank.verify import check_version
+from gen.banks.values import digest_line, prompts_of
+from gen.banks.verify import check_version
+from gen.errors import GenError
 from gen.llm import sha256_file
 from gen.runner import git_info
 from gen.schemas import Reject
@@ -178,7 +178,7 @@ def write_review_summary(stage: Path, old_dir: Path | None, new: list[Item], rev
     previous version's reviewed items plus this batch's, when it was admitted by ``require_review``
     (each admitted item was accepted by at least k reviewers; the reviewers' names are kept so
     later versions count them once)."""
-    from gen.generators.bank.release import REVIEW, review_summary
+    from gen.banks.values import REVIEW, review_summary
 
     old = review_summary(old_dir) if old_dir else None  # validated: a damaged one is an InputError
     if review is None and old is None:

@@ -41,9 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gen
-from gen.errors import ConfigError
-from gen.generators.bank.identity import KINDS, MCQ_KINDS
-from gen.generators.bank.store import (
+from gen.banks.identity import KINDS, MCQ_KINDS
+from gen.banks.store import (
     LOCK,
     fsync_tree,
     is_within,
@@ -53,6 +52,7 @@ from gen.generators.bank.store import (
     remove,
     version_dir,
 )
+from gen.errors import ConfigError
 from gen.llm import sha256_file
 from gen.mcq import EGOTOM_CHOICES, EGOTOM_TYPES, LETTERS, write_egotom_csv
 from gen.paths import inside, safe_part
@@ -289,8 +289,8 @@ def export_scenarios(job: Job, out: Path) -> list[Outcome]:
     (``duplicate_scenario_id``; ``gen scenarios existing=<bank export> id_start=…`` numbers a new
     batch past a bank's ids). ``bank_ids.json`` maps each exported scenario_id to its bank item id,
     version and source id; ``MANIFEST.lock.json`` is the benchmark's lock of the file."""
-    from gen.generators.scenarios.lock import LOCK as SCENARIO_LOCK
-    from gen.generators.scenarios.lock import SCHEMA_REVISION
+    from gen.contextbench import LOCK as SCENARIO_LOCK
+    from gen.contextbench import SCHEMA_REVISION
     from gen.schemas.scenarios import ScenarioRecord
 
     outcomes: list[Outcome] = []

@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
+from gen.banks.identity import MCQ_KINDS, record_mcq
 from gen.generators.bank.export import Job, Outcome, write_text
-from gen.generators.bank.identity import MCQ_KINDS, record_mcq
 from gen.schemas import Reject
 from gen.schemas.mcq import LETTERS, MCQ
 

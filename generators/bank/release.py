@@ -38,14 +38,13 @@ from typing import Any
 
 import yaml
 
+from gen.banks.identity import KINDS, MCQ_KINDS
+from gen.banks.store import LOCK, label, read_json, version_dir
+from gen.banks.values import REVIEW, review_summary
 from gen.generators.bank.export import Job, Outcome, json_text, write_text
-from gen.generators.bank.identity import KINDS, MCQ_KINDS
-from gen.generators.bank.store import LOCK, label, read_json, version_dir
-from gen.readers import validated
 from gen.schemas.bank import ReviewSummary
 
 CROISSANT = "croissant.json"
-REVIEW = "review/summary.json"
 LISTED_FINDINGS = 20
 """Findings listed per version in a card and in the Croissant limitations; the rest are counted."""
 SPLIT = "test"
@@ -106,15 +105,6 @@ ANSWERS = {
 # --------------------------------------------------------------------------- what the bank says
 
 
-def review_summary(folder: Path) -> ReviewSummary | None:
-    """The version's ``review/summary.json`` (None when it has none)."""
-    path = folder / REVIEW
-    if not path.is_file():
-        return None
-    data = read_json(path, "review")
-    return validated(ReviewSummary, data, str(path), what="summary", objects_only=False)
-
-
 POST_RELEASE = ("gen review after release (python -m gen review input=<bank>): each reviewer's last label of an "
                 "item; an item's verdict is the decision its reviewers share, disagreed when they differ")
 
@@ -125,7 +115,7 @@ def post_release_review(job: Job) -> tuple[ReviewSummary, dict[str, str]] | None
     exported item has one. A bad label line is an InputError naming ``file:line``."""
     from collections import Counter
 
-    from gen.generators.review.labels import REVIEWS, label_file, latest, read_labels
+    from gen.labels import REVIEWS, label_file, latest, read_labels
     from gen.llm import sha256_file
 
     ids = {i for df in job.frames.values() for i in df["item_id"].to_list()}

@@ -17,8 +17,8 @@ import numpy as np
 
 from gen.gates import Gates, content_lemmas, final_mark, with_mark
 from gen.gates import key as _key
-from gen.generators.tom.forms import PLACEHOLDER
 from gen.schemas.candidates import TimedLine
+from gen.statements import PLACEHOLDER
 from gen.timelines import speaker_of
 
 if TYPE_CHECKING:

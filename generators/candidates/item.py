@@ -31,7 +31,6 @@ from gen.generators.candidates.checks import (
     surface,
     text_problem,
 )
-from gen.generators.tom.forms import example_strings as _example_strings
 from gen.runner import RunContext
 from gen.schemas import Reject
 from gen.schemas.candidates import (
@@ -43,6 +42,7 @@ from gen.schemas.candidates import (
     plain_draft,
     reasons_draft,
 )
+from gen.statements import example_strings as _example_strings
 from gen.timelines import Line, fmt_line, fmt_time
 
 if TYPE_CHECKING:

@@ -90,7 +90,7 @@ def _refuse(name: str) -> Any:
 def signals(response: str, lists: dict[str, list[str]]) -> dict[str, list[str]]:
     """Per answer list, its terms found in ``response`` at word boundaries, case-insensitive
     (the benchmark's ``\\b<token>\\b`` match): code signals recorded beside the verdict."""
-    from gen.generators.scenarios.rules import word_match
+    from gen.contextbench.rules import word_match
 
     short = {"current_answers": "current", "prior_answers": "prior", "clarify_indicators": "clarify",
              "abstain_indicators": "abstain"}

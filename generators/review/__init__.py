@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from gen.agreement import field_agreement
 from gen.errors import InputError, MissingInputError
-from gen.generators.review.agreement import field_agreement
 from gen.generators.review.items import (
     ReviewItem,
     attach_findings,
@@ -37,7 +37,8 @@ from gen.generators.review.items import (
     read_findings,
     rubrics_for,
 )
-from gen.generators.review.labels import (
+from gen.generators.review.results import Results, attach_results, find_results
+from gen.labels import (
     REVIEWS,
     SUMMARY_JSON,
     SUMMARY_MD,
@@ -45,7 +46,6 @@ from gen.generators.review.labels import (
     latest,
     read_labels,
 )
-from gen.generators.review.results import Results, attach_results, find_results
 from gen.paths import inside
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext, atomic_write

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gen.generators.review.items import TEMPLATES, ReviewItem, render
-from gen.generators.review.labels import append_label, latest, read_labels
+from gen.labels import append_label, latest, read_labels
 from gen.readers import first_error
 from gen.schemas.review import DECISIONS, ReviewLabel, Rubric
 

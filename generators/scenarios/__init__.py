@@ -50,21 +50,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from gen.errors import ConfigError, GenError, InputError
-from gen.generators.scenarios.lock import (
-    CHECKS_FILE,
-    LOCK,
-    LOCK_KEYS,
-    PROMPT_CONDITIONS,
-    make_lock,
-    read_lock,
-    verify,
-)
-from gen.generators.scenarios.rules import NAME, RULES
-from gen.generators.scenarios.skeleton import DEFAULT_SIZE, build_units, check_distribution
+from gen.contextbench import CHECKS_FILE, JUDGE_TEMPLATE, LOCK, PROMPT_CONDITIONS, read_rows
+from gen.contextbench.rules import RULES
+from gen.errors import ConfigError, InputError
+from gen.generators.scenarios.lock import LOCK_KEYS, make_lock, read_lock, verify
+from gen.generators.scenarios.skeleton import DEFAULT_SIZE, NAME, build_units, check_distribution
 from gen.generators.scenarios.stages import BankView, Outcome, Writer, draft_unit, resolve
 from gen.llm import LLMConfig, sha256_file
-from gen.readers import iter_jsonl
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext, atomic_write
 from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord, Target
@@ -157,41 +149,6 @@ class ScenariosConfig(CommonConfig):
 # --------------------------------------------------------------------------- input
 
 
-def read_scenarios(path: Path) -> list[dict[str, Any]]:
-    """Scenarios of a ``scenarios.jsonl`` or a run folder holding one; a row that is not a
-    scenario object is an InputError naming file and line."""
-    file = path / f"{NAME}.jsonl" if path.is_dir() else path
-    if not file.is_file():
-        raise InputError(f"{path}: no {NAME}.jsonl there (expected a scenarios run folder or file)")
-    rows = []
-    for lineno, row in iter_jsonl(file):
-        if not isinstance(row, dict) or not isinstance(row.get("scenario_id"), str):
-            raise InputError(f"{file}:{lineno}: scenario_id: a scenario object with a string scenario_id is required")
-        rows.append(row)
-    return rows
-
-
-SCENARIO_KEYS = ("scenario_id", "change_type", "target_context", "turn_2_user")
-"""The fields by which a JSONL file is known as a scenario bank in the released schema (no
-roles file needed): ``audit`` and ``bank add`` read such a file as scenarios."""
-
-
-def is_scenario_bank(path: Path) -> bool:
-    """Whether ``path`` is a scenarios run folder (it holds ``scenarios.jsonl``) or a JSONL file
-    whose first record carries :data:`SCENARIO_KEYS`. A file whose first line does not parse is
-    not one: its usual reader names the fault."""
-    if path.is_dir():
-        return (path / f"{NAME}.jsonl").is_file()
-    if path.suffix != ".jsonl" or not path.is_file():
-        return False
-    try:
-        for _, row in iter_jsonl(path):
-            return isinstance(row, dict) and all(k in row for k in SCENARIO_KEYS)
-    except GenError:
-        return False
-    return False
-
-
 def plan(cfg: ScenariosConfig) -> Plan:
     """generate: one index per unit (scenario, or contrast pair) of the skeleton; verify: one
     index per lock entry checked."""
@@ -206,7 +163,7 @@ def plan(cfg: ScenariosConfig) -> Plan:
         path = Path(cfg.existing).expanduser()
         if not path.exists():
             raise InputError(f"existing: no such file or folder: {path}")
-        existing = read_scenarios(path)
+        existing = read_rows(path)
     units = build_units(cfg, existing)
     taken = {s["scenario_id"] for s in existing}
     clash = [sk.scenario_id for u in units for sk in u if sk.scenario_id in taken]
@@ -305,7 +262,6 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
             yield out.items if contrast else out.items[0]
     accepted = [it for o in outcomes for it in o.items if isinstance(it, ScenarioRecord)]
     checks_sha = write_jsonl(ctx.out_dir / CHECKS_FILE, [c for o in outcomes for c in o.checks])
-    from gen.generators.judge.context import TEMPLATE as JUDGE_TEMPLATE
 
     ctx.prompts.hash(JUDGE_TEMPLATE)  # the lock names the judge prompt; the manifest lists it too
     lock = make_lock(cfg, accepted, checks_sha, conditions_sha)

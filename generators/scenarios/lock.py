@@ -10,8 +10,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gen
+from gen.contextbench import (
+    CHECKS_FILE,
+    JUDGE_PROMPT_VERSION,
+    JUDGE_TEMPLATE,
+    LOCK,
+    PROMPT_CONDITIONS,
+    SCHEMA_REVISION,
+)
 from gen.errors import InputError
-from gen.generators.scenarios.rules import NAME
+from gen.generators.scenarios.skeleton import NAME
 from gen.llm import sha256_file
 from gen.paths import PROMPTS
 from gen.runner import RunContext
@@ -21,11 +29,6 @@ from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord
 if TYPE_CHECKING:
     from gen.generators.scenarios import ScenariosConfig
 
-SCHEMA_REVISION = 1
-"""The released scenario format's ``SCHEMA_REVISION`` (the one gen writes)."""
-LOCK = "MANIFEST.lock.json"
-CHECKS_FILE = "scenario_checks.jsonl"
-PROMPT_CONDITIONS = "prompt_conditions.json"
 
 # --------------------------------------------------------------------------- lock and verify
 
@@ -38,9 +41,7 @@ and that entry is not checked)."""
 def judge_prompt() -> tuple[str, str]:
     """(version, SHA-256) of the context-tracking judge's prompt (``gen judge kind=context``), as the
     benchmark's lock records them: a bank is judged comparably only under the same judge prompt."""
-    from gen.generators.judge.context import JUDGE_PROMPT_VERSION, TEMPLATE
-
-    return JUDGE_PROMPT_VERSION, sha256_file(PROMPTS / TEMPLATE)
+    return JUDGE_PROMPT_VERSION, sha256_file(PROMPTS / JUDGE_TEMPLATE)
 
 
 def scenarios_bytes(records: Sequence[ScenarioRecord]) -> bytes:

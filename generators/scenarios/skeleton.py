@@ -10,9 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gen.contextbench.rules import deictic_allowed, signature
 from gen.errors import ConfigError
-from gen.generators.scenarios.rules import NAME, deictic_allowed, signature
 from gen.schemas.scenarios import CHANGE_TYPES, DIFFICULTIES, TARGETS
+
+NAME = "scenarios"
+"""The generator's name (its records are ``scenarios.jsonl``)."""
 
 if TYPE_CHECKING:
     from gen.generators.scenarios import ScenariosConfig

@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from gen.errors import LLMOutputError
-from gen.gates import Gates
-from gen.generators.scenarios.rules import (
+from gen.contextbench.rules import (
     VOCABULARY,
     Problem,
     bank_problems,
@@ -38,6 +36,8 @@ from gen.generators.scenarios.rules import (
     text_problem,
     word_match,
 )
+from gen.errors import LLMOutputError
+from gen.gates import Gates
 from gen.generators.scenarios.skeleton import Skeleton, complexity_of
 from gen.paths import PROMPTS
 from gen.runner import RunContext

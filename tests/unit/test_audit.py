@@ -93,7 +93,7 @@ def scenario_expectation(rows: list[dict[str, Any]]) -> Counter:
     what the scenarios check must report, whatever the examples hold."""
     from pydantic import ValidationError
 
-    from gen.generators.scenarios.rules import (
+    from gen.contextbench.rules import (
         bank_problems,
         presence_problems,
         rule_problems,
@@ -176,7 +176,7 @@ def test_a_planted_scenario_violation_is_found(tmp_path: Path) -> None:
 def test_scenario_records_without_the_released_fields_still_need_roles(tmp_path: Path) -> None:
     """A JSONL of other scenario records (the roles fixture's) is not taken for the released
     schema: without roles= it is read as before, with it through the roles file."""
-    from gen.generators.scenarios import is_scenario_bank
+    from gen.contextbench import is_scenario_bank
 
     assert not is_scenario_bank(FIX / "scenarios.jsonl")
     bad = tmp_path / "scenarios.jsonl"

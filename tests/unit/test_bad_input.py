@@ -280,7 +280,7 @@ def audit_scenarios(folder: Path, input: str = "scenarios.jsonl") -> Any:
 
 def bank_scenarios(folder: Path) -> Any:
     """What ``bank add`` reads of a scenarios run: its plan (kind, count), then the batch."""
-    from gen.generators.bank.batch import load_batch
+    from gen.banks.batch import load_batch
 
     p = plan_of("bank", action="add", bank=str(folder / "run" / "bank"), input=str(folder / "scenarios.jsonl"))
     return load_batch(p.data.files)

@@ -44,15 +44,8 @@ from bank_runs import (
 )
 from conftest import bank_state, check_run_folder, read_jsonl
 
-from gen.cli import action_word, validate
-from gen.errors import ConfigError, InputError, MissingInputError
-from gen.generators.audit.registry import check_keys
-from gen.generators.bank import commit as bank_commit
-from gen.generators.bank import plan
-from gen.generators.bank import store as bank_store
-from gen.generators.bank.add import near_duplicates
-from gen.generators.bank.batch import read_csv_rows
-from gen.generators.bank.identity import (
+from gen.banks.batch import read_csv_rows
+from gen.banks.identity import (
     content_id,
     egotom_row_mcq,
     item_id_of,
@@ -60,8 +53,15 @@ from gen.generators.bank.identity import (
     record_mcq,
     strip_ids,
 )
-from gen.generators.bank.store import FAULT_ENV, LOCK, leftovers, version_dir
-from gen.generators.bank.verify import verify_bank
+from gen.banks.store import FAULT_ENV, LOCK, leftovers, version_dir
+from gen.banks.verify import verify_bank
+from gen.cli import action_word, validate
+from gen.errors import ConfigError, InputError, MissingInputError
+from gen.generators.audit.registry import check_keys
+from gen.generators.bank import commit as bank_commit
+from gen.generators.bank import plan
+from gen.generators.bank import store as bank_store
+from gen.generators.bank.add import near_duplicates
 from gen.mcq import egotom_columns, load_bank
 from gen.runner import output_hashes
 

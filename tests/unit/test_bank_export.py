@@ -34,9 +34,9 @@ from bank_runs import (
 )
 from conftest import read_jsonl
 
+from gen.banks.identity import item_id_of
+from gen.banks.store import LOCK, version_dir
 from gen.errors import ConfigError, GenError, InputError, MissingInputError
-from gen.generators.bank.identity import item_id_of
-from gen.generators.bank.store import LOCK, version_dir
 from gen.mcq import egotom_columns, load_bank
 
 # --------------------------------------------------------------------------- export
@@ -169,7 +169,7 @@ def test_scenario_id_hashes_the_visible_channels_only() -> None:
 
 
 def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) -> None:
-    from gen.generators.scenarios import LOCK as SCENARIO_LOCK
+    from gen.contextbench import LOCK as SCENARIO_LOCK
     from gen.schemas.scenarios import RECORD_FIELDS
 
     bank = Bank(tmp_path)
@@ -269,7 +269,7 @@ def test_the_benchmarks_examples_round_trip_and_pass_its_validator(tmp_path: Pat
 
 def test_require_review_admits_items_accepted_by_k_reviewers_and_records_who(tmp_path: Path) -> None:
     from gen.generators.review.items import load_items
-    from gen.generators.review.labels import append_label
+    from gen.labels import append_label
     from gen.schemas.review import ReviewLabel
 
     records = [mcq(i) for i in range(6)]

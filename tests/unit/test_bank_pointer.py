@@ -29,10 +29,10 @@ from bank_runs import (
     tree,
 )
 
+from gen.banks.store import version_dir
 from gen.errors import ConfigError, InputError
 from gen.generators.bank import add as bank_add
 from gen.generators.bank import commit as bank_commit
-from gen.generators.bank.store import version_dir
 
 REFUSED = {"audit_options": {"findings": [LEAK]}}
 """A batch the audit stand-in refuses (an error finding, fail_on=error)."""

@@ -34,8 +34,8 @@ from bank_runs import (
 )
 from conftest import check_run_folder, read_jsonl
 
+from gen.banks.store import LOCK, label, read_pointer, version_dir
 from gen.errors import ConfigError, GenError, InputError
-from gen.generators.bank.store import LOCK, label, read_pointer, version_dir
 
 # --------------------------------------------------------------------------- verify
 
@@ -205,7 +205,7 @@ def test_verify_catches_an_edit_of_any_value_export_publishes(grown: Bank, tmp_p
 
 def test_the_changelog_anchors_the_lock(grown: Bank) -> None:
     """The digest line the changelog keeps for its version is the lock without its file list."""
-    from gen.generators.bank.values import lock_digest, recorded_digest
+    from gen.banks.values import lock_digest, recorded_digest
 
     changelog = (grown.root / "current" / "CHANGELOG.md").read_text()
     lock = grown.lock()

@@ -517,7 +517,7 @@ def test_nocontext_audit_and_bank_read_the_records(tmp_path: Path) -> None:
     assert json.loads(item.privileged["privileged.option_times"]) == recs[0]["privileged"]["option_times"]
     nc = REGISTRY["nocontext"]
     assert nc.make_plan(nc.config(input=str(tmp_path / "run"), cache_dir=None)).n == 3
-    from gen.generators.bank.batch import batch_files
+    from gen.banks.batch import batch_files
 
     assert [(f.name, k) for f, k, _ in batch_files(tmp_path / "run")] == [("candidates.jsonl", "mcq")]
 

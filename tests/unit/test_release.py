@@ -26,11 +26,11 @@ import yaml
 from bank_runs import LEAK, Bank, mcq, run_folder, standin_audit
 from conftest import read_jsonl
 
+from gen.banks.identity import MCQ_KINDS
+from gen.banks.store import LOCK, version_dir
 from gen.errors import GenError
 from gen.generators.bank import BankConfig
 from gen.generators.bank.export import EXPORT_KINDS
-from gen.generators.bank.identity import MCQ_KINDS
-from gen.generators.bank.store import LOCK, version_dir
 from gen.registry import REGISTRY
 
 SENT = "PRIVSENTINEL"

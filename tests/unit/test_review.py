@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
+from gen.agreement import cohen_kappa, field_agreement, fleiss_kappa
 from gen.errors import InputError, MissingInputError
 from gen.generators.review import ReviewConfig, plan
-from gen.generators.review.agreement import cohen_kappa, field_agreement, fleiss_kappa
 from gen.generators.review.items import ReviewItem, load_items, render
-from gen.generators.review.labels import append_label, label_file, read_label_file, read_labels
 from gen.generators.review.server import TOKEN_HEADER, Session, make_app
+from gen.labels import append_label, label_file, read_label_file, read_labels
 from gen.paths import ROOT
 from gen.runner import run
 from gen.schemas.review import ReviewLabel
@@ -414,7 +414,7 @@ def candidate_and_privileged(html: str) -> tuple[str, str]:
 
 
 def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart(tmp_path: Path) -> None:
-    from gen.generators.bank.identity import item_id_of, scenario_question_type
+    from gen.banks.identity import item_id_of, scenario_question_type
 
     cross = {**SCENARIO, "scenario_id": "sc-02", "change_type": "cross_session_reference", "target_context": "prior",
              "context_image": "A wall shelf with three glass jars of pale grains, lids screwed on."}
@@ -636,8 +636,8 @@ def bank(tmp_path: Path) -> Any:
 
 
 def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(bank: Any, tmp_path: Path) -> None:
-    from gen.generators.bank.store import LOCK, version_dir
-    from gen.generators.bank.verify import verify_bank
+    from gen.banks.store import LOCK, version_dir
+    from gen.banks.verify import verify_bank
 
     data = plan(ReviewConfig(input=str(bank.root), reviewer="alice", cache_dir=None)).data
     assert data.folder == bank.root and bank.current == 3
@@ -675,9 +675,9 @@ def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(bank
 
 
 def test_what_review_refuses_of_a_bank(bank: Any, tmp_path: Path) -> None:
+    from gen.banks.store import version_dir
+    from gen.banks.verify import DriftError
     from gen.errors import ConfigError
-    from gen.generators.bank.store import version_dir
-    from gen.generators.bank.verify import DriftError
 
     with pytest.raises(ConfigError, match=r"version=4, but the bank .* is at v0003"):
         plan(ReviewConfig(input=str(bank.root), version=4, cache_dir=None))

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from scenario_runs import GOOD_CAMERA, GOOD_SPEECH, SIT, SK, settings
 
-from gen.errors import ConfigError
-from gen.generators.scenarios.rules import (
+from gen.contextbench.rules import (
     bank_problems,
     camera_refers_back,
     gold_in_speech,
@@ -28,6 +27,7 @@ from gen.generators.scenarios.rules import (
     shift_announced,
     text_problem,
 )
+from gen.errors import ConfigError
 from gen.generators.scenarios.skeleton import (
     RELEASED_JOINT,
     Skeleton,

@@ -26,15 +26,15 @@ from conftest import (
 from fakes import FakeEmbedder
 from scenario_runs import SK, settings
 
-from gen.errors import ConfigError, InputError
-from gen.generators.scenarios import LOCK, plan
-from gen.generators.scenarios.rules import (
+from gen.contextbench.rules import (
     RULES,
     bank_problems,
     load_vocabulary,
     object_names_in_camera,
     rule_problems,
 )
+from gen.errors import ConfigError, InputError
+from gen.generators.scenarios import LOCK, plan
 from gen.generators.scenarios.skeleton import cell_counts
 from gen.generators.scenarios.stages import check_situations, examples, tidy_situations
 from gen.llm import OpenAIConfig, scripted_llm

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gen.generators.audit.registry import CheckResult, check, finding
 from gen.generators.audit.report import table
-from gen.generators.review.labels import REVIEWS
+from gen.labels import REVIEWS
 from gen.llm import sha256_file
 from gen.paths import UnsafePathError, inside
 from gen.schemas.audit import Severity

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gen.agreement import field_agreement
 from gen.generators.audit.registry import CheckResult, check, finding
 from gen.generators.audit.report import cell
-from gen.generators.review.agreement import field_agreement
-from gen.generators.review.labels import REVIEWS, latest, read_labels
+from gen.labels import REVIEWS, latest, read_labels
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig

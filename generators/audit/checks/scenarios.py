@@ -68,7 +68,7 @@ def scenarios(data: AuditData, cfg: AuditConfig) -> CheckResult:
         return CheckResult(key, "skipped", "not a scenario bank")
     from pydantic import ValidationError
 
-    from gen.generators.scenarios.rules import (
+    from gen.contextbench.rules import (
         RULES,
         bank_problems,
         presence_problems,

@@ -22,14 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gen.errors import GenError, MissingInputError
-from gen.generators.bank.identity import KINDS, item_id_of
-from gen.generators.bank.store import (
+from gen.banks.identity import KINDS, item_id_of
+from gen.banks.store import (
     FORMAT,
     LOCK,
     SCHEMA_REVISION,
@@ -45,15 +43,11 @@ from gen.generators.bank.store import (
     version_files,
     version_links,
 )
-from gen.generators.bank.values import KindData, kind_data, review_problems, value_problems
+from gen.banks.values import KindData, kind_data, review_problems, value_problems
+from gen.errors import GenError, MissingInputError
 from gen.llm import sha256_file
 from gen.readers import validated
-from gen.schemas import Reject
-from gen.schemas.bank import Lock, VerifyRecord
-
-if TYPE_CHECKING:
-    from gen.generators.bank import BankConfig
-    from gen.runner import RunContext
+from gen.schemas.bank import Lock
 
 
 class DriftError(GenError):
@@ -295,30 +289,3 @@ def require_clean(root: Path, target: int) -> None:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise DriftError(f"bank {root} {label(target)} does not verify, nothing written: {drift_line(found[0])}"
                          f"{more}; python -m gen bank verify bank={root} lists every problem")
-
-
-def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Reject]]:
-    root = cfg.bank_path()
-    target, checks, left = verify_bank(root, ctx.plan.data)
-    bad = sum(len(c.problems) for c in checks)
-    ctx.exit_code = 1 if bad else 0
-    lock_path = version_dir(root, target) / LOCK
-    lock_sha = sha256_file(lock_path) if lock_path.is_file() and not lock_path.is_symlink() else None
-    ctx.extra["bank"] = {"action": "verify", "bank": str(root), "version": label(target), "problems": bad,
-                         "files_ok": sum(len(c.ok_files) for c in checks), "leftovers": left,
-                         "lock_sha256": lock_sha}
-    if cfg.progress != "off":
-        for c in checks:
-            for p in c.problems:
-                print(f"[bank] {drift_line(p)}")
-        for rel in left:
-            print(f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}")
-        state = f"{bad} problem(s)" if bad else "ok"
-        print(f"[bank] verify {root} {label(target)}: {state}; {len(checks)} versions, "
-              f"{sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}")
-    for i, c in zip(ctx.indices(), checks, strict=True):
-        out: list[VerifyRecord | Reject] = [VerifyRecord(version=label(c.version), file=f, sha256=s)
-                                            for f, s in c.ok_files]
-        out += [Reject(record_id=p.path, index=i, stage="verify", reason=p.reason, detail=p.detail)
-                for p in c.problems]
-        yield out

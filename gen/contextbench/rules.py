@@ -17,7 +17,6 @@ from pydantic import ValidationError
 from gen.paths import PROMPTS
 from gen.schemas.scenarios import ScenarioRecord
 
-NAME = "scenarios"
 VOCABULARY = "scenarios/object_names.txt"
 
 VISIBLE_TYPES = ("object_in_hand", "object_in_view", "object_state", "screen_content",

@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gen.banks.identity import canonical
+from gen.banks.store import CHANGELOG, LOCK, label, read_json
 from gen.errors import GenError
-from gen.generators.bank.identity import canonical
-from gen.generators.bank.store import CHANGELOG, LOCK, label
+from gen.readers import validated
+from gen.schemas.bank import ReviewSummary
 
 BANK_NAME = re.compile(r"^[^\x00-\x1f\x7f<>&`|\\/]{1,100}$")
 """A bank's name (its folder's name when it was made): no markup, code-span, table, path or
@@ -221,8 +223,6 @@ def changelog_problems(version: int, folder: Path, lock: dict[str, Any]) -> list
 def review_problems(folder: Path, items: int) -> list[tuple[str, str, str]]:
     """``review/summary.json`` of a version, when it has one, in the shape ``bank export`` reads
     (:class:`schemas.bank.ReviewSummary`) and within the version's ``items``."""
-    from gen.generators.bank.release import review_summary
-
     try:
         summary = review_summary(folder)
     except GenError as e:
@@ -231,3 +231,12 @@ def review_problems(folder: Path, items: int) -> list[tuple[str, str, str]]:
         return [(REVIEW, "bad_review_summary", f"{folder.name}/{REVIEW}: items_reviewed {summary.items_reviewed} is "
                                                f"more than the version's {items} items")]
     return []
+
+
+def review_summary(folder: Path) -> ReviewSummary | None:
+    """The version's ``review/summary.json`` (None when it has none)."""
+    path = folder / REVIEW
+    if not path.is_file():
+        return None
+    data = read_json(path, "review")
+    return validated(ReviewSummary, data, str(path), what="summary", objects_only=False)

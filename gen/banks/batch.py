@@ -14,8 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gen.errors import ConfigError, GenError, InputError
-from gen.generators.bank.identity import (
+from gen.banks.identity import (
     MCQ_KINDS,
     canonical,
     content_id,
@@ -24,6 +23,7 @@ from gen.generators.bank.identity import (
     mcq_identity,
     scenario_question_type,
 )
+from gen.errors import ConfigError, GenError, InputError
 from gen.llm import sha256_file
 from gen.mcq import egotom_type, from_record
 from gen.readers import iter_jsonl
@@ -59,7 +59,7 @@ def kind_of(path: Path) -> tuple[str, str]:
         return "digital", "digital_bundle"
     if stem in MCQ_KINDS:
         return stem, "mcq_record"
-    from gen.generators.scenarios import is_scenario_bank
+    from gen.contextbench import is_scenario_bank
 
     if stem == "scenarios" or is_scenario_bank(path):  # the context benchmark's released schema
         return "scenarios", "scenario_record"
