@@ -10,7 +10,8 @@ the file's own format, so a filter's output is read by the next step unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -393,3 +394,49 @@ def _roles_item(row: dict[str, Any], roles: Roles, line: int, problems: list[dic
     return MCQ(item_id=item_id, question_type=qtype or category or "all", question=question,
                options=options, answer=answer, context="\n".join(visible.values()), group=group,
                category=category, visible=visible, privileged=_fields(row, roles.privileged), line=line)
+
+
+# --------------------------------------------------------------------------- reading an answer
+
+
+_TAIL = r"(?=\s*[)\].:,;]|\s*$|\s+[-–—]\s)"  # what may follow a bare letter
+_ANSWER = re.compile(r"answer(?:\s*\d+)?\s*(?:is|:|-|=)?\s*[*_`\"']*\s*[(\[]?\s*([a-z])" + _TAIL,
+                     re.I | re.M)
+_LEADING = re.compile(r"\A\W*?(?:option|choice|letter)?\s*[(\[]?([a-z])" + _TAIL, re.I)
+_NAMED = re.compile(r"\b(?:option|choice|letter)\s*[(\[]?([a-z])[)\]]?(?![\w'])", re.I)
+_IS = re.compile(r"\b(?:answer|choice|option)\s+is\s*:?\s*[*_`\"']*[(\[]?([a-z])" + _TAIL, re.I | re.M)
+_PAREN = re.compile(r"\(([a-z])\)", re.I)
+_LISTED = re.compile(r"^\s*[(\[]?([a-z])[)\]]\s", re.I | re.M)
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
+
+
+def parse_letter(text: str | None, options: Sequence[str]) -> str | None:
+    """The option letter a free-text reply chooses, or None when it cannot be read.
+
+    Reads, in order: ``Answer 1: b) ...`` / ``Answer: (B)``; a letter opening the reply
+    (``b``, ``(B)``, ``B.``, ``**c)**``); ``option C`` / ``the answer is (d)``; a single
+    parenthesised letter; finally the text of exactly one shown option. A reply that lists
+    several lettered options (the prompt echoed) is unparseable, and so is one whose letter and
+    quoted option disagree. A letter beyond the options shown is ignored (the quoted text, if
+    any, decides). The person's name ``C`` ("C believes ...") is never read as a letter.
+    """
+    if not text or not text.strip():
+        return None
+    valid = LETTERS[:len(options)]
+    if len({m.lower() for m in _LISTED.findall(text)}) >= 2:
+        return None  # the options echoed as a list
+    reply = _norm(text)
+    quoted = [i for i, o in enumerate(options) if _norm(o) and f" {_norm(o)} " in f" {reply} "]
+    by_text = valid[quoted[0]] if len(quoted) == 1 else None
+    for pattern in (_ANSWER, _LEADING, _NAMED, _IS):
+        m = pattern.search(text)
+        if m and m.group(1).lower() in valid:
+            letter = m.group(1).lower()
+            return letter if by_text in (None, letter) else None
+    parens = {m.lower() for m in _PAREN.findall(text)}
+    if len(parens) == 1 and (only := parens.pop()) in valid:
+        return only if by_text in (None, only) else None
+    return by_text

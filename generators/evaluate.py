@@ -39,10 +39,10 @@ from gen.generators.judge.context import (
 )
 from gen.generators.judge.panel import JudgeOptions, build_panel, pairwise_agreement
 from gen.generators.judge.scores import signals
-from gen.generators.nocontext import model_label, parse_letter
 from gen.llm import LanguageModel, Message
 from gen.llm.cache import sha256_file
-from gen.mcq import load_banks
+from gen.llm.labels import model_label
+from gen.mcq import load_banks, parse_letter
 from gen.paths import ROOT
 from gen.readers import iter_jsonl, read_json
 from gen.registry import generator

@@ -47,8 +47,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from gen import ranking as rr
 from gen.errors import InputError
-from gen.generators import rerank as rr
 from gen.generators.candidates.checks import key, narration_text
 from gen.generators.candidates.item import STEPS, process
 from gen.readers import first_error, iter_jsonl, validated

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gen import ranking as rr
 from gen.errors import LLMOutputError
 from gen.gates import key as _key
-from gen.generators import rerank as rr
 from gen.generators.candidates.checks import (
     Option,
     Pool,

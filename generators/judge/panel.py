@@ -18,8 +18,8 @@ from pydantic import Field, field_validator, model_validator
 
 from gen.config import llm_preset
 from gen.errors import ConfigError
-from gen.generators.nocontext import model_label, unique_labels
 from gen.llm import LanguageModel, LLMConfig
+from gen.llm.labels import model_label, unique_labels
 from gen.runner import CommonConfig, RunContext
 from gen.stats import agreement, cohen_kappa, rounded
 

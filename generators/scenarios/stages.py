@@ -274,7 +274,7 @@ class Writer:
         """The model-check models with their labels (loaded on first use)."""
         with self._lock:
             if self._panel is None:
-                from gen.generators.nocontext import model_label, unique_labels
+                from gen.llm.labels import model_label, unique_labels
 
                 configs = self.cfg.models or [self.cfg.llm]
                 labels = self.cfg.labels or unique_labels([model_label(c) for c in configs])

@@ -60,7 +60,7 @@ from gen.errors import ConfigError, InputError, MissingInputError
 from gen.generators.audit.registry import check_keys
 from gen.generators.bank import commit as bank_commit
 from gen.generators.bank import plan
-from gen.generators.bank import store as bank_store
+from gen.banks import store as bank_store
 from gen.generators.bank.add import near_duplicates
 from gen.mcq import egotom_columns, load_bank
 from gen.runner import output_hashes

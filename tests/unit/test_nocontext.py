@@ -23,7 +23,6 @@ from gen.generators.nocontext import (
     Screener,
     binomial,
     normalise,
-    parse_letter,
     pick,
     plain_prompt,
     plan,
@@ -31,7 +30,7 @@ from gen.generators.nocontext import (
     shuffles,
 )
 from gen.llm import Cache, LogLik, OpenAIConfig, make_llm, scripted_llm
-from gen.mcq import load_banks, write_egotom_csv
+from gen.mcq import load_banks, parse_letter, write_egotom_csv
 from gen.runner import RunContext, run
 from gen.schemas.mcq import LETTERS
 
@@ -605,7 +604,7 @@ def test_config_validation(tmp_path: Path) -> None:
 
 
 def test_labels_default_and_dedupe(tmp_path: Path) -> None:
-    from gen.generators.nocontext import model_label, unique_labels
+    from gen.llm.labels import model_label, unique_labels
 
     cfg = NocontextConfig(input=str(leaky_bank(tmp_path / "items.jsonl")),
                           models=[{"backend": "openai", "model": "llama-405b"},
@@ -807,7 +806,7 @@ def test_loglik_refuses_backends_without_prompt_logprobs(tmp_path: Path) -> None
     bank = str(leaky_bank(tmp_path / "items.jsonl"))
     with pytest.raises(ValueError, match="llama-server does not"):
         NocontextConfig(input=bank, mode="loglik", models=[{"backend": "llama_server"}])
-    from gen.generators.nocontext import model_label
+    from gen.llm.labels import model_label
 
     cfg = NocontextConfig(input=bank, models=[{"backend": "llama_server"},
                                               {"backend": "llama_server", "model_path": "/m/x.gguf"}])

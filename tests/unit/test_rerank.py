@@ -14,8 +14,10 @@ from conftest import read_jsonl
 from fakes import FakeEmbedder
 
 from gen.errors import InputError
-from gen.generators.rerank import (
-    RerankConfig,
+from gen.generators.rerank import RerankConfig, read_pools
+from gen.llm import scripted_llm
+from gen.paths import EXAMPLES
+from gen.ranking import (
     RerankFailure,
     agreement,
     agreement_summary,
@@ -23,11 +25,8 @@ from gen.generators.rerank import (
     components,
     embedding_pairs,
     permutation_problems,
-    read_pools,
     resolve,
 )
-from gen.llm import scripted_llm
-from gen.paths import EXAMPLES
 from gen.runner import RunContext, run
 from gen.schemas.rerank import RerankDraft, rerank_draft
 from gen.templates import Prompts
