@@ -53,8 +53,9 @@ class Manifest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     generator: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    config: dict[str, Any]
-    counts: Counts
+    config: dict[str, Any] = Field(default_factory=dict)
+    counts: Counts | None = None
+    """None in a manifest written by hand (a test's, an outside tool's)."""
     outputs: dict[str, str] = Field(default_factory=dict)
     records: RecordsInfo | None = None
     seed: int | None = None
@@ -234,11 +235,14 @@ class RunFolder:
             yield validated(Reject, row, f"{self.rejects_path}:{line}", what="reject")
 
     def __len__(self) -> int:
-        return self.manifest.counts.accepted
+        if self.manifest.counts is not None:
+            return self.manifest.counts.accepted
+        return sum(1 for _ in self.rows())
 
     def __repr__(self) -> str:
-        return (f"RunFolder({str(self.path)!r}, generator={self.generator!r}, kind={self.kind!r}, "
-                f"records={self.manifest.counts.accepted}, rejected={self.manifest.counts.rejected})")
+        counts = self.manifest.counts
+        return (f"RunFolder({str(self.path)!r}, generator={self.generator!r}, kind={self.kind!r}"
+                + (f", records={counts.accepted}, rejected={counts.rejected})" if counts is not None else ")"))
 
     # ----------------------------------------------------------------- tables
 
