@@ -44,6 +44,7 @@ from bank_runs import (
 )
 from conftest import bank_state, check_run_folder, read_jsonl
 
+from gen.banks import store as bank_store
 from gen.banks.batch import read_csv_rows
 from gen.banks.identity import (
     content_id,
@@ -60,7 +61,6 @@ from gen.errors import ConfigError, InputError, MissingInputError
 from gen.generators.audit.registry import check_keys
 from gen.generators.bank import commit as bank_commit
 from gen.generators.bank import plan
-from gen.banks import store as bank_store
 from gen.generators.bank.add import near_duplicates
 from gen.mcq import egotom_columns, load_bank
 from gen.runner import output_hashes
