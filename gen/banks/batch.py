@@ -27,6 +27,7 @@ from gen.errors import ConfigError, GenError, InputError
 from gen.llm import sha256_file
 from gen.mcq import egotom_type, from_record
 from gen.readers import iter_jsonl
+from gen.runfolder import RunFolder
 from gen.schemas.bank import SourceManifest
 from gen.schemas.mcq import MCQRecord
 
@@ -79,9 +80,12 @@ def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> lis
             raise ConfigError(f"kind={kind} does not fit roles= (a roles file describes MCQs)")
         return [(path, "mcq" if kind == "auto" else kind, "roles_jsonl")]
     files: list[Path]
+    run = RunFolder.find(path) if path.is_dir() else None
     if path.is_file():
         files = [path]
-    elif (path / "digital.jsonl").is_file():
+    elif run is not None:
+        files = run_files(run)
+    elif (path / "digital.jsonl").is_file():  # a folder of record files without a manifest
         files = [path / "digital.jsonl"]
     elif (path / "scenarios.jsonl").is_file():
         files = [path / "scenarios.jsonl"]
@@ -105,6 +109,18 @@ def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> lis
             k = kind
         out.append((f, k, fmt))
     return out
+
+
+def run_files(run: RunFolder) -> list[Path]:
+    """The item files of a run folder, by what its manifest says it holds: its records (MCQs,
+    digital bundles, scenarios), or the items a nocontext screening kept (``kept/``)."""
+    if run.kind == "screening":
+        kept = run.path / "kept"
+        return sorted(p for p in kept.iterdir() if p.suffix in (".jsonl", ".csv")) if kept.is_dir() else []
+    if run.kind in ("mcq", "digital", "scenario") and run.records_path.is_file():
+        return [run.records_path]
+    raise InputError(f"input: {run.path} is a {run.generator} run; its records ({run.kind}) are not items a bank "
+                     "holds (MCQs, digital bundles or scenarios)")
 
 
 def count_rows(path: Path, fmt: str) -> int:
