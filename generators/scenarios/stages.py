@@ -49,6 +49,8 @@ from gen.schemas.scenarios import (
     CameraDraft,
     ClarifySituationsDraft,
     ContrastCameraDraft,
+    CrossAbstainSituationsDraft,
+    CrossClarifySituationsDraft,
     CrossSessionCameraDraft,
     CrossSessionSituationsDraft,
     DeicticSpeechDraft,
@@ -56,6 +58,7 @@ from gen.schemas.scenarios import (
     IdentifyDraft,
     ScenarioChecks,
     ScenarioRecord,
+    ShiftAbstainSituationsDraft,
     SituationsDraft,
     SpeechDraft,
 )
@@ -79,10 +82,10 @@ def examples() -> tuple[dict[str, Any], ...]:
 
 
 def example_for(sk: Skeleton) -> dict[str, Any]:
-    """The one-shot example a scenario's prompts show: the contrast pair for contrast, the
+    """The one-shot example a scenario's prompts show: the contrast pair for a pair, the
     clarify / abstain example for those targets, else the example of its shift type."""
     exs = examples()
-    if sk.subset == "contrast":
+    if sk.pair_id is not None:
         return next(e for e in exs if e.get("subset") == "contrast")
     if sk.target_context in ("clarify", "abstain"):
         return next(e for e in exs if e["target_context"] == sk.target_context)
@@ -133,7 +136,8 @@ def spec(sk: Skeleton, sit: dict[str, Any] | None = None, **extra: Any) -> dict[
         "activity_domain": sk.activity_domain, "time_gap_bucket": sk.time_gap_bucket,
         "cross": sk.change_type == "cross_session_reference", "clarify": sk.target_context == "clarify",
         "abstain": sk.target_context == "abstain", "absent": sk.change_type == "absent_referent",
-        "contrast": sk.subset == "contrast", "deictic": sk.deictic,
+        "contrast": sk.subset == "contrast", "pair": sk.pair_id is not None, "distractor": sk.distractor,
+        "in_hand": sk.change_type == "object_in_hand", "deictic": sk.deictic,
         "name_both": sk.subset == "contrast" or sk.change_type not in ("absent_referent", "cross_session_reference"),
     }
     if sit is not None:
@@ -408,7 +412,7 @@ def check_situations(sk: Skeleton, sit: dict[str, Any]) -> tuple[list[str], list
 
 
 def camera_fields(sk: Skeleton) -> tuple[str, ...]:
-    if sk.subset == "contrast":
+    if sk.pair_id is not None:
         return ("turn_1_image", "turn_2_image", "turn_2_image_b")
     if sk.change_type == "cross_session_reference":
         return ("context_image", "turn_1_image", "turn_2_image")
@@ -416,7 +420,7 @@ def camera_fields(sk: Skeleton) -> tuple[str, ...]:
 
 
 def camera_schema(sk: Skeleton) -> type[BaseModel]:
-    if sk.subset == "contrast":
+    if sk.pair_id is not None:
         return ContrastCameraDraft
     return CrossSessionCameraDraft if sk.change_type == "cross_session_reference" else CameraDraft
 
@@ -490,17 +494,17 @@ def check_speech(sk: Skeleton, sit: dict[str, Any], sp: dict[str, Any], avoid: f
 
 
 def identify_frames(sk: Skeleton, sit: dict[str, Any]) -> list[tuple[str, str]]:
-    """(camera field, gold name) the identification check applies to: every frame that shows its
-    referent. Not: a clarify turn 2 (hidden on purpose), an absent or abstain turn 2 (the
-    referent is gone)."""
+    """(camera field, gold name) the identification check applies to: every frame that shows a
+    named referent. Not: a clarify turn 2 (hidden on purpose), a turn 2 without a referent of its
+    own (an absent referent's abstain scenario: the place without it)."""
     frames = []
     if sk.change_type == "cross_session_reference":
         frames += [("context_image", sit["earlier"]["name"]), ("turn_1_image", sit["meanwhile"])]
     else:
         frames.append(("turn_1_image", sit["earlier"]["name"]))
-    if sk.target_context in ("current", "prior") and sk.change_type != "absent_referent":
+    if sk.target_context != "clarify" and "now" in sit:
         frames.append(("turn_2_image", sit["now"]["name"]))
-        if sk.subset == "contrast":
+        if sk.pair_id is not None:
             frames.append(("turn_2_image_b", sit["now"]["name"]))
     return frames
 
@@ -587,12 +591,22 @@ def semantic_leak(w: Writer, u: Unit, member: Skeleton, turn_1_user: str, turn_2
 # --------------------------------------------------------------------------- the stages of one unit
 
 
+def situations_schema(sk: Skeleton) -> type[BaseModel]:
+    """The situations a scenario needs, by its target and whether its shift type has a
+    pre-conversation frame (cross-session) or loses its referent (absent)."""
+    cross = sk.change_type == "cross_session_reference"
+    if sk.target_context == "clarify":
+        return CrossClarifySituationsDraft if cross else ClarifySituationsDraft
+    if sk.target_context == "abstain":
+        return (CrossAbstainSituationsDraft if cross else AbstainSituationsDraft
+                if sk.change_type == "absent_referent" else ShiftAbstainSituationsDraft)
+    return CrossSessionSituationsDraft if cross else SituationsDraft
+
+
 def stage_situations(w: Writer, u: Unit) -> None:
     sk = u.lead
     ex = example_for(sk)
-    schema = (ClarifySituationsDraft if sk.target_context == "clarify" else
-              AbstainSituationsDraft if sk.target_context == "abstain" else
-              CrossSessionSituationsDraft if sk.change_type == "cross_session_reference" else SituationsDraft)
+    schema = situations_schema(sk)
     def tidy(d: dict[str, Any]) -> dict[str, Any]:
         out, dropped = tidy_situations(d)
         if dropped:
@@ -664,7 +678,7 @@ def _catch(fn: Callable[[], None]) -> StageFailure | None:
 def assemble(u: Unit, sk: Skeleton) -> dict[str, Any]:
     """The record of one member, fields in the released order."""
     sit, cam = u.sit or {}, u.camera or {}
-    member_b = sk.subset == "contrast" and sk is u.members[1]
+    member_b = len(u.members) == 2 and sk is u.members[1]
     speech = {**(u.speech or {}), **(u.follow or {})} if member_b else (u.speech or {})
     made = situations_of(sk, sit)
     gold = made["gold"]
