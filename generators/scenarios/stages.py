@@ -22,17 +22,20 @@ from gen.contextbench.rules import (
     Problem,
     bank_problems,
     camera_evaluates,
+    camera_functional,
     camera_refers_back,
     category_problems,
     gold_in_speech,
     key,
     not_deictic,
     object_names_in_camera,
+    object_names_in_speech,
     repair_names,
     rule_problems,
     shift_announced,
     shingles,
     signature,
+    speech_properties,
     text_problem,
     word_match,
 )
@@ -432,6 +435,7 @@ def check_camera(sk: Skeleton, sit: dict[str, Any], cam: dict[str, Any],
     turn2 = {f: t for f, t in images.items() if f.startswith("turn_2")}
     problems = _hygiene(images) + echo_problems("camera", images)
     problems += object_names_in_camera(images, referent_names(sit))
+    problems += camera_functional(images)
     problems += camera_evaluates(images)
     problems += camera_refers_back(turn2)
     for f, t in turn2.items():
@@ -442,8 +446,8 @@ def check_camera(sk: Skeleton, sit: dict[str, Any], cam: dict[str, Any],
     for f, t in turn2.items():
         if (t or "").strip().lower() in avoid:
             problems.append(("duplicate_turn_2", f"{f} is identical to another scenario's turn_2_image"))
-    evaluated = [*HYGIENE, "object_name_in_camera", "camera_evaluates_technique", "camera_refers_to_turn_1",
-                 "no_visible_shift"]
+    evaluated = [*HYGIENE, "object_name_in_camera", "camera_functional_label", "camera_evaluates_technique",
+                 "camera_refers_to_turn_1", "no_visible_shift"]
     if avoid or "turn_2_image_b" in images:  # within the pair now; against the bank in resolve()
         evaluated.append("duplicate_turn_2")
     return evaluated, problems
@@ -473,7 +477,10 @@ def check_speech(sk: Skeleton, sit: dict[str, Any], sp: dict[str, Any], avoid: f
     spoken: dict[str, str | None] = {f: sp[f] for f in ("turn_1_user", "turn_2_user", "turn_3_repair_prompt_deictic")
                                      if f in sp}
     problems += gold_in_speech(spoken, [*gold["current_answers"], *gold["prior_answers"]])
-    evaluated = [*HYGIENE, "gold_in_speech", "shift_announced", "speech_not_deictic"]
+    problems += object_names_in_speech(spoken, referent_names(sit))
+    problems += speech_properties(spoken)
+    evaluated = [*HYGIENE, "gold_in_speech", "object_name_in_speech", "speech_describes_properties",
+                 "shift_announced", "speech_not_deictic"]
     problems += shift_announced(sp.get("turn_2_user"))
     problems += not_deictic({f: sp[f] for f in ("turn_1_user", "turn_2_user") if f in sp})
     names = repair_targets(sk, sit)

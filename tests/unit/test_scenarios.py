@@ -17,14 +17,17 @@ from scenario_runs import GOOD_CAMERA, GOOD_SPEECH, SIT, SK, settings
 
 from gen.contextbench.rules import (
     bank_problems,
+    camera_functional,
     camera_refers_back,
     gold_in_speech,
     load_vocabulary,
     name_match,
     not_deictic,
     object_names_in_camera,
+    object_names_in_speech,
     rule_problems,
     shift_announced,
+    speech_properties,
     text_problem,
 )
 from gen.errors import ConfigError
@@ -243,6 +246,44 @@ def test_speech_rules() -> None:
     assert shift_announced("Is the one from before still good?") == []
     assert not_deictic({"turn_2_user": "Can I add the noodles yet?"}) != []
     assert not_deictic({"turn_2_user": "Is it ready?"}) == []
+
+
+@pytest.mark.parametrize(("fields", "rule"), [
+    ({"turn_2_image": GOOD_CAMERA["turn_2_image"] + " The cutting tool rests beside the board."}, "camera_functional_label"),
+    ({"turn_1_image": GOOD_CAMERA["turn_1_image"] + " A fastening device lies by the edge."}, "camera_functional_label"),
+    ({"turn_1_image": GOOD_CAMERA["turn_1_image"] + " A kitchen utensil hangs above."}, "camera_functional_label"),
+    ({"turn_2_image": GOOD_CAMERA["turn_2_image"] + " A slim tool used for smoothing."}, "camera_functional_label"),
+    ({"turn_2_user": "Is the red one ready?"}, "speech_describes_properties"),
+    ({"turn_1_user": "How hard do I swing this wooden thing?"}, "speech_describes_properties"),
+    ({"turn_2_user": "Is this big enough to push?"}, "speech_describes_properties"),
+    ({"turn_2_user": "Am I pushing this round part right?"}, "speech_describes_properties"),
+    ({"turn_1_user": "How hard should I swing the screwdriver here?"}, "object_name_in_speech"),
+    ({"turn_1_user": "Should I put the saw down for this?"}, "object_name_in_speech"),
+    ({"turn_3_repair_prompt_deictic": "I mean this chisel right now."}, "object_name_in_speech"),
+])
+def test_the_authoring_rules_on_look_and_names_refuse_planted_violations(fields: dict[str, str], rule: str) -> None:
+    """User turns must not describe how things look or name objects (the vocabulary, not only the
+    gold words); camera text must not use functional labels. Each planted break is refused by
+    exactly its rule, at its stage and on the record."""
+    camera = {**GOOD_CAMERA, **{k: v for k, v in fields.items() if k.endswith("image")}}
+    speech = {**GOOD_SPEECH, **{k: v for k, v in fields.items() if not k.endswith("image")}}
+    stage = check_camera(SK, SIT, camera)[1] + check_speech(SK, SIT, speech)[1]
+    assert {r for r, _ in stage} == {rule}, stage
+    rec = assemble(Unit(0, [SK], sit=SIT, camera=camera, speech=speech), SK)
+    assert {r for r, _ in rule_problems(rec, categories=situations_of(SK, SIT)["categories"])} == {rule}
+
+
+def test_look_and_name_rules_leave_everyday_words_alone() -> None:
+    fine = ["How long should this take?", "Is this level?", "What was that thing I saw before?",
+            "Is this layer thick enough?", "Is this smooth enough to paint over?", "Should I phone them about it?",
+            "What size was the one sitting here a second ago?", "Am I doing this right?"]
+    for t in fine:
+        assert object_names_in_speech({"turn_2_user": t}, []) == [] and speech_properties({"turn_2_user": t}) == [], t
+    assert object_names_in_speech({"turn_2_user": "Is my phone charged?"}, []) == [
+        ("object_name_in_speech", "object name 'phone' in turn_2_user")]
+    assert object_names_in_speech({"turn_2_user": "Are these zibbers done?"}, ["zibber"]) != []  # own names, plural
+    assert camera_functional({"turn_1_image": "A slim metal tool with a crosshead tip, seated in a fastener."}) == []
+    assert camera_functional({"turn_1_image": "A sliding drawer beside a cutting board."}) == []
 
 
 def test_text_problems() -> None:

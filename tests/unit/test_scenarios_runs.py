@@ -134,6 +134,8 @@ class Fake:
                 text += f" It is a {name}."
             if f == "turn_2_image" and self.on("camera_refers", req):
                 text += " The shape is larger than before."
+            if f == "turn_2_image" and self.on("camera_functional", req):
+                text += " The cutting tool lies beside it."
             if f == "turn_2_image" and self.on("camera_eval", req):
                 text += " The hand grips it correctly."
             if f == "turn_1_image" and self.on("echo", req):
@@ -158,6 +160,10 @@ class Fake:
             out["turn_2_user"] = f"Is this {now.group(1)} ready?"
         if self.on("announce", req):
             out["turn_2_user"] = f"I switched to this one, what now, {pw}?"
+        if self.on("speech_property", req):
+            out["turn_2_user"] = f"Is the red one ready now, {pw}?"
+        if self.on("speech_name", req):
+            out["turn_1_user"] = f"Should I use the screwdriver on this, {word(req, seed, 't1')}?"
         if self.on("not_deictic", req):
             out["turn_2_user"] = f"What should I do next, {pw}?"
         if self.on("empty", req):
@@ -367,6 +373,9 @@ def test_a_broken_first_draft_is_regenerated(tmp_path: Path, fault: str, stage: 
 
 @pytest.mark.parametrize(("fault", "stage", "rule", "also"), [
     ("speech_gold", "speech", "gold_in_speech", None),
+    ("speech_property", "speech", "speech_describes_properties", None),
+    ("speech_name", "speech", "object_name_in_speech", None),
+    ("camera_functional", "camera", "camera_functional_label", None),
     ("camera_name", "camera", "object_name_in_camera", None),
     ("overlap", "situations", "gold_lists_overlap", None),
     ("blank_category", "situations", "empty_text", "three_categories"),
@@ -538,6 +547,8 @@ def test_released_examples_through_the_rules() -> None:
     assert found["sc-13"] == ["repair_not_named", "speech_not_deictic"]  # "Can I add the noodles yet?"
     assert found["sc-01"] == ["object_name_in_camera"]  # "Bowl-shaped wooden head": 'bowl' is in our vocabulary
     assert found["sc-43"] == [] and found["sc-09"] == []
+    # "the same long flat broad-bladed cutting tool": the release's own functional label
+    assert "camera_functional_label" in found["sc-33"]
     assert bank_problems(rows) == []
 
 
