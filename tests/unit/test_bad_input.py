@@ -228,7 +228,7 @@ RECALL_TIMELINE = json.dumps({"clip_id": "kitchen-001", "start_sec": 0.0, "durat
         ["opens the fridge", "takes out the milk", "closes the fridge door", "pours milk into a cup",
          "puts the carton on the counter", "stirs the coffee with a spoon", "rinses the spoon in the sink",
          "wipes the counter with a cloth", "sits down at the table"], start=1)]}) + "\n"
-"""One clip of distinct narrations: candidates cuts memory-recall items from it (the tom fixtures
+"""One clip of distinct narrations: candidates cuts temporal-grounding items from it (the tom fixtures
 repeat their lines, and a positive's text must occur once in its clip)."""
 
 
@@ -345,7 +345,10 @@ READERS = [
            lambda d: load_roles_bank(d / "bank.jsonl", read_roles(d / "roles.yaml"))),
     Reader("candidates items JSONL", "jsonl", lambda d, a: _text(d / "items.jsonl", _lines(EXAMPLES / "candidates" / "items.jsonl", 4)),
            lambda d: plan_of("candidates", input=str(d / "items.jsonl"))),
-    Reader("candidates timelines JSONL (memory-recall items)", "jsonl",
+    Reader("candidates recall annotations (Memory Recall Prediction)", "jsonl",
+           lambda d, a: _text(d / "recall.jsonl", _lines(EXAMPLES / "candidates" / "recall.jsonl", 2)),
+           lambda d: plan_of("candidates", input=str(d / "recall.jsonl"), input_format="recall")),
+    Reader("candidates timelines JSONL (temporal-grounding items)", "jsonl",
            lambda d, a: _text(d / "t.jsonl", RECALL_TIMELINE),
            lambda d: plan_of("candidates", input=str(d / "t.jsonl"), input_format="timelines")),
     Reader("rerank pools JSONL", "jsonl", lambda d, a: _text(d / "pools.jsonl", _lines(EXAMPLES / "rerank" / "pools.jsonl", 1)),
