@@ -1,6 +1,7 @@
 """Read and write multiple-choice banks: our MCQ records (JSONL) and EgoToM's CSVs.
 
-``load_banks(path)`` accepts a file or a folder (a ``tom`` / ``distractors`` run folder, a
+``load_banks(path)`` accepts a file or a folder (a run folder whose manifest says its records
+are MCQs, a ``tom`` / ``distractors`` run folder, a
 ``nocontext`` run folder — its ``kept/`` items —, or a folder of
 ``egotom_{goal,belief,actions}_shuffled.csv``) and gives one :class:`Bank` per file,
 its items normalised to :class:`schemas.mcq.MCQ`. ``write_subset`` writes chosen items back in
@@ -59,6 +60,9 @@ def load_banks(path: Path) -> list[Bank]:
     for name in RECORD_FILES:
         if (path / name).is_file():
             return [load_bank(path / name)]
+    declared = mcq_records_file(path)
+    if declared is not None:
+        return [load_bank(declared)]
     run = path.parent if path.name == "kept" else path
     if (run / "nocontext.jsonl").is_file() and (run / "kept").is_dir():
         # a nocontext run (or its kept/): the items it kept, one file per input file, as they were
@@ -72,6 +76,20 @@ def load_banks(path: Path) -> list[Bank]:
         raise InputError(f"input: {path} holds no MCQ file ({', '.join(RECORD_FILES)}, EgoToM CSVs or "
                          "wagibench_mcq_*.json)")
     return [load_bank(p) for p in csvs]
+
+
+def mcq_records_file(folder: Path) -> Path | None:
+    """The records file of a run folder whose manifest says its records are MCQs (any
+    generator's, ``introspect``'s included), when it is there."""
+    from gen.runfolder import RunFolder
+
+    try:
+        run = RunFolder.find(folder) if folder.is_dir() else None
+    except InputError:  # a broken manifest: the readers that need it say what is wrong
+        return None
+    if run is None or run.kind != "mcq" or not run.records_path.is_file():
+        return None
+    return run.records_path
 
 
 def load_bank(path: Path) -> Bank:

@@ -20,7 +20,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.generators.audit.text import Grams, visible_fields
-from gen.mcq import RECORD_FILES, Bank, egotom_type, load_banks, load_roles_bank, read_roles
+from gen.mcq import (
+    RECORD_FILES,
+    Bank,
+    egotom_type,
+    load_banks,
+    load_roles_bank,
+    mcq_records_file,
+    read_roles,
+)
 from gen.readers import iter_jsonl, load_run_records, read_json, validated
 from gen.runner import RunContext
 from gen.schemas.mcq import MCQ
@@ -95,7 +103,8 @@ class AuditData:
 
 def _has_bank(folder: Path) -> bool:
     run = folder.parent if folder.name == "kept" else folder  # a nocontext run, or its kept/
-    return (any((folder / n).is_file() for n in RECORD_FILES) or (run / "nocontext.jsonl").is_file()
+    return (any((folder / n).is_file() for n in RECORD_FILES) or mcq_records_file(folder) is not None
+            or (run / "nocontext.jsonl").is_file()
             or any(egotom_type(p) for p in folder.glob("*.csv")))
 
 
