@@ -15,8 +15,8 @@ asks for concise requests), ``not_first_person`` (about the user in the third pe
 assistant's voice: the requests are the wearer's), ``ungrounded`` (no noun of the clip, scene,
 profile or previous summary: strict scene grounding), ``duplicate``. A draft whose summary fails
 a gate, or that leaves fewer than ``min_candidates`` requests, is asked again with a fresh seed
-(``attempts``); the best draft is kept, else the segment is refused with the check that turned
-most away.
+(``attempts``), as is one whose summary repeats the profile, scene or previous summary; the best
+draft is kept, else the segment is refused with the check that turned most away.
 
 **Stage 7, the rerank** (:mod:`gen.ranking`, as ``rerank`` and ``candidates rerank=true``): one
 checked structured call orders the pool, marks semantic duplicates and ungrounded requests;
@@ -63,7 +63,18 @@ CHECKS = ("text_gates", "too_long", "not_first_person", "ungrounded", "duplicate
 
 _THIRD = re.compile(r"\b(?:the (?:user|wearer|participant|person|camera wearer)|he|she|his|him|hers)\b", re.I)
 _ASSISTANT = re.compile(r"\b(?:would you like|do you want(?: me)?|shall i|i can help|i could help|let me help|"
-                        r"i will help|you should|you could|you might want|you may want|i recommend|i suggest)\b", re.I)
+                        r"i will help|you should|you could|you might want|you may want|i recommend|i suggest|"
+                        r"you can|you will|you'll|you need|you have|your)\b", re.I)
+_FIRST = re.compile(r"\b(?:i|me|my|mine|we|us|our|i'm|i've|i'd|i'll)\b", re.I)
+
+
+def wearers_request(text: str) -> bool:
+    """A request in the wearer's voice: a question, a sentence about themselves (I, me, my…), or
+    an order to the assistant (it starts with a verb in the base form: "Translate…", "Remind…")."""
+    if text.rstrip().endswith("?") or _FIRST.search(text):
+        return True
+    first = tags(text)[:1]
+    return bool(first) and first[0][1] == "VB"
 
 
 class RecommendConfig(CommonConfig):
@@ -156,13 +167,20 @@ def request_problem(text: str, grounding: set[str], seen: set[str], cfg: Recomme
         return "text_gates"
     if len(text.split()) > cfg.max_words:
         return "too_long"
-    if _THIRD.search(text) or _ASSISTANT.search(text):
+    if _THIRD.search(text) or _ASSISTANT.search(text) or not wearers_request(text):
         return "not_first_person"
     if not nouns(text) & grounding:
         return "ungrounded"
     if key(text) in seen:
         return "duplicate"
     return None
+
+
+def copies_input(summary: str, given: Sequence[str]) -> bool:
+    """The summary repeats what the call was given (the profile, the scene, the previous summary)
+    instead of saying what the clip shows."""
+    k = key(summary)
+    return any(g and (key(g) in k or k in key(g)) for g in given)
 
 
 @dataclass
@@ -228,6 +246,9 @@ def one_segment(ctx: RunContext, cfg: RecommendConfig, index: int, s: RecommendS
         failure = Gates(examples=examples).check(draft.summary, "prose")
         if failure is not None:
             ctx.count(f"summary.{failure.gate}")
+            continue
+        if copies_input(draft.summary, [scene or "", s.profile or "", previous or ""]):
+            ctx.count("summary.copies_input")
             continue
         checked = check_draft(draft, grounding, cfg, examples, ctx.count)
         if best is None or len(checked.kept) > len(best.kept):

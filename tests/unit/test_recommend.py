@@ -16,6 +16,7 @@ from fakes import FakeEmbedder
 
 from gen.generators.recommend import (
     RecommendConfig,
+    copies_input,
     nouns,
     plan,
     request_problem,
@@ -59,6 +60,13 @@ def test_each_request_check_on_planted_cases() -> None:
     assert request_problem("Tell me a joke about cats.", grounding, set(), c) == "ungrounded"
     assert request_problem("The user wants a sauce recipe.", grounding, set(), c) == "not_first_person"
     assert request_problem("Would you like a sauce recipe?", grounding, set(), c) == "not_first_person"
+    assert request_problem("Your sauce is on the shelf.", grounding, set(), c) == "not_first_person"
+    assert request_problem("The sauce will be cheaper tomorrow.", grounding, set(), c) == "not_first_person"
+    assert request_problem("Compare the sugar in these two sauces.", grounding, set(), c) is None  # an order
+    assert request_problem("Remind me to buy pasta.", grounding, set(), c) is None
+    assert copies_input("Project manager, 34, likes short suggestions.",
+                        ["", "Project manager, 34, likes short suggestions."])
+    assert not copies_input("The wearer compares two sauces.", ["a supermarket", "41, cooks"])
     long = ("Find me a tomato sauce recipe that my two young children would eat without complaining "
             "and that takes under twenty minutes on a weekday evening.")
     assert request_problem(long, grounding, set(), c) == "too_long"
