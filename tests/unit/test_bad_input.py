@@ -285,6 +285,55 @@ def bank_scenarios(folder: Path) -> Any:
     return load_batch(p.data.files)
 
 
+LAYOUT = json.dumps([{
+    "x": {"client_tag": f"rec{i}", "context_window": {"start_s": 0.0, "end_s": 10.0}, "cues": [f"Notes: buy soap {i}"],
+          "mcq_set": [{"type": "shop", "content": "hand soap"}, {"type": "call", "content": "mom"},
+                      {"type": "note", "content": "call the plumber"}]},
+    "y": i % 3, "meta": {"client_tag": f"rec{i}", "scenario": {"shortname": "soap"}, "item_id": f"soap_rec{i}",
+                         "structured_goal": {"type": "shop", "content": "hand soap"}}} for i in range(1, 3)], indent=1)
+"""A WAGIBench MCQ layout file (as distractors writes wagibench_mcq_*.json) of two rows."""
+DIGITAL_STATE = json.dumps({f"soap_rec{i}": {"x": {"client_tag": f"rec{i}", "app_states": {"Notes": [f"buy soap {i}"]}},
+                                             "meta": {"client_tag": f"rec{i}", "scenario": {"shortname": "soap"}}}
+                            for i in range(1, 3)}, indent=1)
+"""A digital_state.json (WAGIBench's layout) of two observations."""
+
+
+GOAL_BUNDLES = "".join(json.dumps({**json.loads(line), "goal": {
+    "goal_id": f"g{k}", "client_tag": f"rec{k}", "group": "s1", "app": "Notes"}})
+    + "\n" for k, line in enumerate((FIXTURES / "audit" / "digital" / "digital.jsonl").read_text(encoding="utf-8").splitlines()))
+"""A digital goals= run's bundles for three of OBSERVATIONS' recordings (what history's digital= reads)."""
+
+
+def audit_read(folder: Path, input: str) -> Any:
+    """What ``audit`` reads of its input (every check then reads that)."""
+    from generators.audit import AuditConfig
+    from generators.audit.data import load_inputs
+
+    cfg = AuditConfig(input=str(folder / input), cache_dir=None, progress="off", embeddings=False)
+    return load_inputs(cfg, RunContext("audit", cfg, folder / "run"))
+
+
+def scenario_lock(folder: Path) -> Path:
+    """A scenarios run folder's lock (what ``scenarios action=verify`` reads before it starts)."""
+    from generators.scenarios.lock import LOCK, LOCK_KEYS
+
+    return _text(folder / LOCK, json.dumps({"benchmark_version": "v1", **{k: "0" * 64 for k in LOCK_KEYS},
+                                            "schema_revision": 1, "counts": {"bank": 2}}, indent=1))
+
+
+def judge_run(folder: Path) -> tuple[Path, Path]:
+    """A wagibench judge run folder (``jr/``: its manifest and records) for the ratings of
+    ``ratings.jsonl`` (``judge action=meta judge_run=``)."""
+    ratings = _copy(JUDGE / "ratings.jsonl", folder / "ratings.jsonl")
+    ids = [json.loads(x)["id"] for x in ratings.read_text(encoding="utf-8").splitlines() if x.strip()]
+    manifest = _text(_folder(folder / "jr") / "manifest.json", json.dumps(
+        {"generator": "judge", "judge": {"kind": "wagibench", "judge_label": "big"}}))
+    records = _text(folder / "jr" / "judge.jsonl", "".join(json.dumps(
+        {"id": i, "judgments": {"contexts_reference": {"big": {"normalised": k % 3 / 2}}}}) + "\n"
+        for k, i in enumerate(ids)))
+    return manifest, records
+
+
 MANIFEST_FIELDS = ("generator", "config", "seed", "shard", "indices", "num_shards", "counts", "requested", "accepted",
                    "indices_done", "outputs", "validators", "llm_usage", "calls", "pool", "exit_code")
 """What merge and its personas hook read of a shard's manifest."""
@@ -409,6 +458,40 @@ READERS = [
            merge_plan, folder_named=True, then=merge_run, fields=MANIFEST_FIELDS),
     Reader("merge: a shard's records", "jsonl", lambda d, a: (_shards(d, a.shards), d / "s1" / "personas.jsonl")[1],
            merge_plan, folder_named=True, then=merge_run),
+    Reader("scenarios verify: the run's MANIFEST.lock.json", "json", lambda d, a: scenario_lock(d),
+           lambda d: plan_of("scenarios", action="verify", input=str(d)), folder_named=True),
+    Reader("scenarios prompt_conditions", "json", lambda d, a: _copy(JUDGE / "prompt_conditions.json", d / "pc.json"),
+           lambda d: plan_of("scenarios", n=2, prompt_conditions=str(d / "pc.json"))),
+    Reader("scenarios existing= bank", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
+           lambda d: plan_of("scenarios", n=2, id_start=50, existing=str(d / "scenarios.jsonl"))),
+    Reader("digital goals= goal bank", "jsonl", lambda d, a: (_text(d / "pool.jsonl", persona_lines()),
+                                                              _text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)))[1],
+           lambda d: plan_of("digital", goals=str(d / "goals.jsonl"), persona_file=str(d / "pool.jsonl"))),
+    Reader("judge meta judge_run records", "jsonl", lambda d, a: judge_run(d)[1],
+           lambda d: plan_of("judge", action="meta", input=str(d / "ratings.jsonl"), judge_run=str(d / "jr"))),
+    Reader("judge meta judge_run manifest", "json", lambda d, a: judge_run(d)[0],
+           lambda d: plan_of("judge", action="meta", input=str(d / "ratings.jsonl"), judge_run=str(d / "jr")),
+           folder_named=True),
+    Reader("audit digital run folder", "jsonl",
+           lambda d, a: (_copy(FIXTURES / "audit" / "digital" / "manifest.json", d / "manifest.json"),
+                         _copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"))[1],
+           lambda d: audit_read(d, ".")),
+    Reader("audit run folder's manifest", "json",
+           lambda d, a: (_copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"),
+                         _copy(FIXTURES / "audit" / "digital" / "manifest.json", d / "manifest.json"))[1],
+           lambda d: audit_read(d, "."), fields=("generator", "config", "merged", "source_config")),
+    Reader("nocontext WAGIBench MCQ layout", "json", lambda d, a: _text(d / "wagibench_mcq_similar.json", LAYOUT),
+           lambda d: plan_of("nocontext", input=str(d / "wagibench_mcq_similar.json"))),
+    Reader("judge references= (WAGIBench MCQ layout)", "json",
+           lambda d, a: _text(d / "wagibench_mcq_similar.json", LAYOUT),
+           lambda d: plan_of("judge", kind="wagibench", input=str(JUDGE / "predictions.jsonl"), variant=["contexts_reference"],
+                             references=str(d / "wagibench_mcq_similar.json"))),
+    Reader("judge digital_state.json", "json", lambda d, a: _text(d / "digital_state.json", DIGITAL_STATE),
+           lambda d: plan_of("judge", kind="wagibench", input=str(JUDGE / "predictions.jsonl"), variant=["contexts_reference"],
+                             digital_state=str(d / "digital_state.json"))),
+    Reader("history digital= run (goal-conditioned bundles)", "jsonl",
+           lambda d, a: (_text(d / "obs.jsonl", OBSERVATIONS), _text(d / "digital.jsonl", GOAL_BUNDLES))[1],
+           lambda d: plan_of("history", input=str(d / "obs.jsonl"), digital=str(d / "digital.jsonl"))),
 ]
 """Every input reader; adding one is one line."""
 
