@@ -475,7 +475,7 @@ READERS = [
     Reader("audit digital run folder", "jsonl",
            lambda d, a: (_copy(FIXTURES / "audit" / "digital" / "manifest.json", d / "manifest.json"),
                          _copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"))[1],
-           lambda d: audit_read(d, ".")),
+           lambda d: audit_read(d, "."), folder_named=True),
     Reader("audit run folder's manifest", "json",
            lambda d, a: (_copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"),
                          _copy(FIXTURES / "audit" / "digital" / "manifest.json", d / "manifest.json"))[1],
