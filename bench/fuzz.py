@@ -12,9 +12,11 @@ Retry-After, a body that is not JSON, a reset connection), each bounded in time 
 Counted per case, and in total:
 
 * ``clean``: the exit code is one the case expects, a non-zero exit says so in at most one line
-  on stderr, no traceback, within its time, nothing written outside, no secret, and the case's
+  on stderr, no traceback nor "unexpected" error, within its time, nothing written outside, no secret, and the case's
   own invariant holds (a sweep ran every job; a bank's released versions are byte-identical);
 * ``tracebacks``: a ``Traceback`` on stdout or stderr;
+* ``unexpected``: an ``error: unexpected …`` line (exit 1 from a crash, where a refusal or a
+  finding was due);
 * ``writes_outside``: files made or changed in the case's folder outside its run folder and the
   cache (the current folder and ``$HOME`` are snapshotted before and after);
 * ``secrets``: the fake key found in any file the case wrote (``.hydra/`` included) or in its
@@ -461,13 +463,15 @@ def run_case(case: Case, base: Path) -> dict[str, Any]:
                          and not any(k == a or k.startswith(a + "/") for a in allowed))
         err_lines = [ln for ln in err.splitlines() if ln.strip() and "[HYDRA]" not in ln]
         traceback = "Traceback" in out or "Traceback" in err
+        unexpected = "error: unexpected " in err  # exit 1 as a crash, not as findings
         problem = case.check(tmp, ctx, done) if case.check is not None and not hung else None
         secrets = secrets_in(tmp, [out, err])
         one_line = proc.returncode == 0 or len(err_lines) <= 1
-        clean = (not hung and proc.returncode in case.expect and one_line and not traceback and not outside
-                 and not secrets and problem is None)
+        clean = (not hung and proc.returncode in case.expect and one_line and not traceback and not unexpected
+                 and not outside and not secrets and problem is None)
         row.update(argv=argv, exit=None if hung else proc.returncode, expect=list(case.expect),
-                   wall_s=round(wall, 1), clean=clean, hung=hung, traceback=traceback, stderr_lines=len(err_lines),
+                   wall_s=round(wall, 1), clean=clean, hung=hung, traceback=traceback, unexpected=unexpected,
+                   stderr_lines=len(err_lines),
                    writes_outside=outside[:5], n_writes_outside=len(outside), secrets=secrets, problem=problem,
                    stderr_tail=err_lines[-1][:300] if err_lines else "")
     except Exception as e:  # noqa: BLE001 - a case that cannot be set up is reported, not fatal
@@ -496,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         for c in cases:
             row = run_case(c, Path(base))
             rows.append(row)
-            flags = [k for k in ("hung", "traceback") if row.get(k)]
+            flags = [k for k in ("hung", "traceback", "unexpected") if row.get(k)]
             flags += [f"writes outside: {', '.join(row['writes_outside'][:3])}"] * bool(row.get("n_writes_outside"))
             flags += [f"secret in {', '.join(row['secrets'][:5])}"] * bool(row.get("secrets"))
             flags += [f"{row['stderr_lines']} stderr lines"] * (row.get("stderr_lines", 0) > 1 and bool(row.get("exit")))
@@ -509,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"          {row['stderr_tail']}")
     counts = {"cases": len(rows), "clean": sum(r["clean"] for r in rows),
               "tracebacks": sum(bool(r.get("traceback")) for r in rows),
+              "unexpected": sum(bool(r.get("unexpected")) for r in rows),
               "writes_outside": sum(bool(r.get("n_writes_outside")) for r in rows),
               "secrets": sum(bool(r.get("secrets")) for r in rows), "hung": sum(bool(r.get("hung")) for r in rows),
               "wrong_exit": sum(r.get("exit") is not None and r["exit"] not in r["expect"] for r in rows),
@@ -517,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"date": dt.date.today().isoformat(), "machine": platform.platform(),
                                          "cpus": os.cpu_count(), "python": platform.python_version(),
-                                         "counts": counts, "cases": rows}, indent=1) + "\n", encoding="utf-8")
+                                         "counts": counts, "cases": rows}, indent=1).replace(KEY, "<KEY>") + "\n",
+                             encoding="utf-8")
     return 0 if counts["clean"] == counts["cases"] else 1
 
 
