@@ -43,7 +43,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.paths import EXAMPLES
+from gen.paths import EXAMPLES, input_file
 from gen.prompts import Prompts
 from gen.run import (
     CommonConfig,
@@ -192,6 +192,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
     import polars as pl
 
+    input_file(path)
     try:
         df = pl.read_parquet(path)
     except Exception as e:  # noqa: BLE001 - polars raises several types

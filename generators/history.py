@@ -258,13 +258,15 @@ def digital_states(folder: Path) -> dict[tuple[str, str], str]:
     """(client_tag, scenario) -> the key-only rendering (D*) of a recording's bundle, from a
     ``digital goals=`` run (bundles without a goal are not any recording's)."""
     from generators.digital.export import render_bundle
+    from schemas.digital import DigitalBundle
 
     records, file = load_run_records(folder, "digital")
     out = {}
-    for r in records:
+    for lineno, r in enumerate(records, 1):
         goal = r.get("goal") if isinstance(r, dict) else None
         if isinstance(goal, dict) and goal.get("client_tag") and goal.get("group"):
-            out[(goal["client_tag"], goal["group"])] = render_bundle(r, key_only=True)
+            bundle = validated(DigitalBundle, r, f"{file}:{lineno}", what="bundle")  # else a hand-edited one crashed
+            out[(goal["client_tag"], goal["group"])] = render_bundle(bundle, key_only=True)
     if not out:
         raise InputError(f"digital: {file} holds no goal-conditioned bundle (make them with digital goals=…)")
     return out

@@ -111,8 +111,8 @@ class DigitalConfig(CommonConfig):
     """Persona pool size, made (or reused, by seed) with the personas generator."""
     persona_file: str | None = None
     """An existing pool (personas.jsonl or a personas run folder) instead of persona_pool."""
-    pool_dir: str = "outputs/personas/pools"
-    """Where generated pools are kept for reuse."""
+    pool_dir: str | None = None
+    """Where generated pools are kept for reuse by later runs and shards (null: inside the run folder, pools/)."""
     apps: list[App] = list(App)
     """Apps to generate."""
     cue_file: str | None = None
@@ -169,6 +169,9 @@ class DigitalConfig(CommonConfig):
             raise ValueError(f"goal_apps: unknown action type(s) {unknown}; the types are {sorted(GOAL_APPS)}")
         if self.goals is not None and self.cue is not None:
             raise ValueError("goals= sets each bundle's cue from its goal; drop cue=")
+        if self.pool_dir is not None and not self.pool_dir.strip():
+            raise ValueError("pool_dir is empty (the pool would be made in the current folder): give a folder, "
+                             "or null for the run folder's pools/")
         return self
 
 
@@ -374,7 +377,8 @@ def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | R
     if inputs.pool is not None and inputs.pool_path is not None:
         pool, pool_path = inputs.pool, inputs.pool_path
     else:
-        pool, pool_path = ensure_pool(ctx, cfg.seed, cfg.persona_pool, cfg.pool_dir)
+        pool_dir = cfg.pool_dir if cfg.pool_dir is not None else str(ctx.out_dir / "pools")
+        pool, pool_path = ensure_pool(ctx, cfg.seed, cfg.persona_pool, pool_dir)
         check_pool(pool, pool_path)
     ctx.extra["persona_pool"] = {"path": str(pool_path), "size": len(pool)}
     goals = None

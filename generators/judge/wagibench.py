@@ -207,6 +207,9 @@ def read_digital_state(path: Path) -> dict[str, Any]:
             raise InputError(f"{where}: expected an object, got {type(bundle).__name__}")
         x, _, key = layout_key(bundle, where)
         if key is not None and x.get("app_states") is not None:
+            if not isinstance(x["app_states"], dict):  # else a prediction row's error named the wrong file
+                raise InputError(f"{where}: x.app_states: expected an object of app states, "
+                                 f"got {type(x['app_states']).__name__}")
             out[key] = x["app_states"]
     return out
 

@@ -4,7 +4,6 @@ revision, the judge prompt) and ``verify``, which recomputes it against the file
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -15,7 +14,7 @@ import gen
 from gen.errors import InputError
 from gen.llm import sha256_file
 from gen.paths import PROMPTS
-from gen.run import RunContext
+from gen.run import RunContext, read_json
 from generators.scenarios.rules import NAME
 from schemas import Reject
 from schemas.scenarios import ScenarioRecord
@@ -71,10 +70,7 @@ def read_lock(folder: Path) -> dict[str, Any]:
     path = folder / LOCK
     if not path.is_file():
         raise InputError(f"input: {folder} holds no {LOCK} (not a scenarios run folder)")
-    try:
-        lock = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    lock = read_json(path)  # not UTF-8, not JSON, NaN, a FIFO: one line naming the file
     if not isinstance(lock, dict):
         raise InputError(f"{path}:1: expected a JSON object")
     return lock

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gen.errors import ConfigError
-from generators.scenarios.rules import NAME, deictic_allowed, signature
+from generators.scenarios.rules import NAME, deictic_allowed, field_key, signature
 from schemas.scenarios import CHANGE_TYPES, DIFFICULTIES, TARGETS
 
 if TYPE_CHECKING:
@@ -210,7 +210,7 @@ def build_units(cfg: ScenariosConfig, existing: Sequence[dict[str, Any]] = ()) -
     sigs: Counter[tuple[Any, ...]] = Counter(signature(s) for s in existing)
     # existing rows are data: a missing field counts under None and matches no cell
     per_domain: Counter[tuple[str | None, str | None]] = Counter(
-        (s.get("change_type"), s.get("activity_domain")) for s in existing)
+        (field_key(s, "change_type"), field_key(s, "activity_domain")) for s in existing)
     contrast = cfg.subset == "contrast"
     units: list[list[Skeleton]] = []
     number = cfg.id_start

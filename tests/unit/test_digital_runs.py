@@ -447,6 +447,27 @@ def test_a_reused_pool_whose_manifest_is_no_manifest_is_one_line(tmp_path: Path,
     assert (folder / "personas.jsonl").read_bytes() == pool_file.read_bytes()
 
 
+def test_the_default_pool_is_made_inside_the_run_folder_and_a_failed_one_leaves_nothing_outside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pool_dir`` was ``outputs/personas/pools`` under the current folder: a run whose model
+    wrote nothing usable still left a pool folder there. Now the pool is the run's own."""
+    from gen.errors import GenError
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    cfg = DigitalConfig(n=1, persona_pool=6, cache_dir=None, progress="off")
+    assert cfg.pool_dir is None
+    ctx = RunContext(NAME, cfg, tmp_path / "run")
+    ctx.use(llm=scripted_llm(lambda m, s: "not a persona", sampling=cfg.llm))
+    with pytest.raises(GenError, match="pool"):
+        run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+    assert list(work.iterdir()) == []
+    assert (tmp_path / "run" / "pools" / "seed0-n6" / "manifest.json").is_file()
+    with pytest.raises(ValueError, match="pool_dir is empty"):
+        DigitalConfig(pool_dir=" ")
+
+
 def test_missing_cue_file(tmp_path: Path, pool_file: Path) -> None:
     from gen.errors import MissingInputError
 
