@@ -594,9 +594,12 @@ def test_preflight_gives_up_on_a_server_that_never_answers() -> None:
         assert time.monotonic() - t0 < 10  # not the 300 s call timeout, not retried
 
 
-@pytest.mark.parametrize(("code", "hint"), [(503, "HTTP 503"), (404, "HTTP 404; does llm.base_url end in /v1?"),
-                                            (401, "HTTP 401; check llm.api_key")])
-def test_preflight_reports_the_http_status(code: int, hint: str) -> None:
+@pytest.mark.parametrize(("code", "hint"), [
+    (503, "HTTP 503 (nope)"), (404, "HTTP 404 (nope); does llm.base_url end in /v1?"),
+    (401, "HTTP 401 (nope); $OPENAI_API_KEY is not set (the API key is read from the variable "
+          "llm.api_key_env names)")])
+def test_preflight_reports_the_http_status(code: int, hint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     _Status.code = code
     with loopback_server(_Status) as url, pytest.raises(BackendError) as info:
         make_llm(OpenAIConfig(base_url=url, max_retries=3), None)
@@ -777,7 +780,7 @@ def test_a_server_failing_every_call_stops_the_run_after_the_streak(run_gen, tmp
                        f"hydra.run.dir={run_dir}", timeout=120)
     line = _one_line_exit_2(proc)
     assert f"llm=openai at {url} failed 5 calls in a row (llm.max_consecutive_errors=5)" in line
-    assert "InternalServerError" in line and "the model crashed" in line
+    assert "the last with HTTP 500 (the model crashed);" in line
     assert _Failing.chats == 5
     rejects = read_jsonl(run_dir / "rejects.jsonl.partial")
     assert [(r["index"], r["reason"]) for r in rejects] == [(i, "backend_error") for i in range(4)]
