@@ -49,6 +49,9 @@ class Embedder:
         if cache_dir is not None:
             self._db = open_db(Path(cache_dir).expanduser() / "embeddings.sqlite", [
                 "CREATE TABLE IF NOT EXISTS emb (model TEXT, key TEXT, vec BLOB, PRIMARY KEY (model, key))"])
+        if not self.path.is_dir() or not any((self.path / f).is_file() for f in ("modules.json", "config.json")):
+            raise BackendError(f"embedder.model_path: {self.path} is not a sentence-transformers model "
+                               "folder (no modules.json or config.json in it)")
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.cfg.backend, "model": self.model_id, "model_path": str(self.path),
@@ -64,7 +67,12 @@ class Embedder:
                 import torch
 
                 torch.set_num_threads(self.cfg.threads)
-            self._model = SentenceTransformer(str(self.path), device=self.cfg.device)
+            try:
+                self._model = SentenceTransformer(str(self.path), device=self.cfg.device)
+            except (OSError, ValueError, KeyError, RuntimeError) as e:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                raise BackendError(f"embedder.model_path: {self.path} does not load as a "
+                                   f"sentence-transformers model ({first})") from None
         return self._model
 
     def encode(self, texts: list[str]):

@@ -281,6 +281,24 @@ def test_the_cli_names_an_unusable_cache_dir(run_gen, tmp_path: Path, case: int)
     assert _one_line_exit_2(proc) == f"error: cache_dir: cannot use {folder}: {reason}"
 
 
+@pytest.mark.parametrize("where", ["/etc/passwd", "empty_folder"])
+def test_an_embedder_model_path_that_is_no_model_is_one_line(run_gen, tmp_path: Path, where: str) -> None:
+    """Before: ``unexpected NotADirectoryError`` (exit 1) from sentence-transformers."""
+    from gen.embed import Embedder, EmbedderConfig
+    from gen.paths import EXAMPLES
+
+    path = Path(where)
+    if where == "empty_folder":
+        path = tmp_path / where
+        path.mkdir()
+    with pytest.raises(BackendError, match=f"embedder.model_path: {path} is not a sentence-transformers model"):
+        Embedder(EmbedderConfig(model_path=str(path)), None)
+    proc = run_gen("rerank", f"input={EXAMPLES / 'rerank' / 'pools.jsonl'}", f"embedder.model_path={path}",
+                   "progress=off", f"hydra.run.dir={tmp_path / 'run'}")
+    assert _one_line_exit_2(proc) == (f"error: embedder.model_path: {path} is not a sentence-transformers model "
+                                      "folder (no modules.json or config.json in it)")
+
+
 def _read_only_mounts_work() -> bool:
     import shutil
     import subprocess
