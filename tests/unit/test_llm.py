@@ -230,8 +230,11 @@ def test_cache_persists_across_connections(tmp_path: Path) -> None:
     assert Cache(path).get("missing") is None
 
 
-def test_cache_is_thread_safe(tmp_path: Path) -> None:
+@pytest.mark.parametrize("network", ["0", "1"], ids=["local", "network_fs"])
+def test_cache_is_thread_safe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, network: str) -> None:
+    monkeypatch.setenv("GEN_NETWORK_FS", network)
     cache = Cache(tmp_path / "c.sqlite")
+    assert cache.layout == ("parts" if network == "1" else "wal")
 
     def work(t: int) -> None:
         for i in range(50):
@@ -243,8 +246,7 @@ def test_cache_is_thread_safe(tmp_path: Path) -> None:
         th.start()
     for th in threads:
         th.join()
-    rows = cache._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-    assert rows == 400
+    assert all(cache.get(f"{t}-{i}") == str(i) for t in range(8) for i in range(50))
 
 
 def _unusable_caches(tmp_path: Path) -> list[tuple[Path, str]]:
