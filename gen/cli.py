@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    from gen.llm.secrets import refuse_on_command_line
+
+    refuse_on_command_line(argv)  # before any parser or message can repeat a key
     import generators  # noqa: F401  (fills the registry)
     from gen.run import REGISTRY
 
