@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import WAGIBENCH_LOADER, read_jsonl, wagibench_loader
+from conftest import (
+    WAGIBENCH_LOADER,
+    WAGIBENCH_MIXIN,
+    read_jsonl,
+    wagibench_loader,
+    wagibench_prompt,
+)
 from digital_runs import goal_script, write_pool
 from fakes import FakeEmbedder
 
@@ -25,12 +31,15 @@ NAME = "pipeline"
 
 
 def small_chain(path: Path, pool: Path) -> Path:
-    """The shipped wagibench chain, made small: 128 recordings, 4 bundles and 4 MCQs per band."""
+    """The shipped wagibench chain, made small: 128 recordings, 4 bundles and 48 MCQs per band."""
     steps = yaml.safe_load((EXAMPLES / "chains" / "wagibench.yaml").read_text())["steps"]
     by = {s["name"]: s for s in steps}
     by["recordings"]["options"].update(participants=8, scripts_per_participant=8, repeats=2, longitudinal_share=0.5)
     by["digital"]["options"] = {"n": 4, "persona_file": str(pool)}
-    by["mcqs"]["options"] = {"n": 4}
+    by["mcqs"]["options"] = {"n": 48}  # the later ones have earlier recordings: history to show
+    # 48 MCQs of a synthesized bank (repeated goals) have findings; reported, not failed, so that
+    # a rerun finds the step finished
+    by["audit_mcqs"]["options"] = {"fail_on": "never"}
     path.write_text(yaml.safe_dump({"steps": steps}))
     return path
 
@@ -90,6 +99,44 @@ def test_wagibench_loader_joins_the_export(chain_run) -> None:
             assert f"Success counter (Longitudinal) = {len(rows)}/{len(rows)}" in text, text
             assert all(d["x"]["digital_state"]["digital_key_only"] is (key_only == "1")
                        for d in data if d["x"]["digital_state"])
+
+
+@pytest.mark.skipif(not (WAGIBENCH_LOADER.is_file() and WAGIBENCH_MIXIN.is_file()),
+                    reason="WAGIBench's loader and prompt builder (../shared/data/wagibench) are absent")
+def test_the_prompt_wagibench_builds_shows_every_past_action_and_no_script(chain_run) -> None:
+    """WAGIBench's own load_ob2_data and build_prompt on the chain's export: every support's past
+    action (its structured goal, each field) is in the text the model reads; no scenario id and no
+    recording id is (the synthesized world states name no script)."""
+    tmp, _, _ = chain_run
+    export = tmp / "run" / "export" / "wagibench"
+    history = tmp / "run" / "history" / "longitudinal_history.json"
+    load, build = wagibench_loader(), wagibench_prompt()
+    observations = read_jsonl(tmp / "run" / "recordings" / "observations.jsonl")
+    # ids that cannot occur in prose by chance: multi-word scenario ids (one-word ones, "umbrella",
+    # may be a goal's own word) and recording ids
+    scenarios = {o["scenario"] for o in observations if "_" in o["scenario"]}
+    tags = {o["client_tag"] for o in observations}
+    assert len(scenarios) > 10
+    shown = 0
+    for mcq in sorted(export.glob("wagibench_mcq_*.json")):
+        for key_only in ("0", "1"):
+            with redirect_stdout(io.StringIO()):
+                data = load(str(mcq), str(export), digital_state_path=str(export / "digital_state.json"),
+                            longitudinal_history_path=str(history), digital_key_only=key_only)
+            for row in data:
+                prompt = build(row, "mcq")
+                supports = row["x"]["longitudinal_history"]
+                for h in supports:
+                    goal = h["structured_goal"]
+                    assert all(str(v) in prompt for v in goal.values() if v), (goal, prompt)
+                    assert f"'type': '{goal['type']}'" in prompt
+                    shown += 1
+                leaked = [s for s in scenarios | tags if s in prompt]
+                assert not leaked, leaked
+                assert ("Here are a list of the user's past actions" in prompt) == bool(supports)
+                if key_only == "0" and row["x"]["digital_state"]:
+                    assert "Current state of the user's Calendar app" in prompt
+    assert shown > 0
 
 
 def test_a_rerun_skips_finished_steps_and_resumes_the_interrupted_one(chain_run) -> None:
