@@ -2,8 +2,10 @@
 
 Every goal of the bank is a reference. Goals are verbalised (one template per action type,
 ``prompts/distractors/<type>.jinja``), embedded (L2-normalised), and for each reference the cosine
-similarity to every other goal of its *pool* is computed — the bank minus the reference, its
-own group (paraphrases of the right answer) and exact duplicates of its text. *Similar*
+similarity to every other goal of its *pool* is computed — the bank minus the reference and exact
+duplicates of its text: the paper's "entire set of other reference goals", so a goal of the same
+script (a fine-grained neighbour: "take care of plant" / "take care of monstera", appendix E.2) may
+be a similar distractor (``exclude_same_group=true`` drops the reference's group too). *Similar*
 distractors come from the 95th–99th percentile band of that pool, *dissimilar* ones from the
 0th–80th. Within a band C the choice is greedy for diversity: D1 is uniform over C, each next
 Di is the candidate of C whose largest similarity to the already chosen is smallest.
@@ -73,8 +75,9 @@ class DistractorsConfig(CommonConfig):
     """Percentile bands [low, high] of the reference's similarities, one MCQ kind each."""
     mcqs_per_kind: int = Field(1, ge=1, le=20)
     """MCQs per reference and band; later ones avoid distractors the earlier ones used."""
-    exclude_same_group: bool = True
-    """Drop goals of the reference's own group (paraphrases of the answer) before percentiles."""
+    exclude_same_group: bool = False
+    """Drop goals of the reference's own group (its script's other goals, paraphrases among them)
+    before percentiles. Off: the paper samples from every other reference goal (§3.1)."""
     mode: Literal["auto", "exact", "scalable"] = "auto"
     """auto: exact up to exact_max goals, scalable beyond."""
     exact_max: int = Field(20_000, ge=2)
@@ -290,7 +293,7 @@ class Sampler:
     bands: list[Band]
     distractors: int = 3
     mcqs_per_kind: int = 1
-    exclude_same_group: bool = True
+    exclude_same_group: bool = False
     scalable: bool = False
     sample_size: int = 2048
     block_size: int = 2048
