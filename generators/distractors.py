@@ -92,7 +92,9 @@ class DistractorsConfig(CommonConfig):
     """Also write wagibench_mcq_<band>.json in WAGIBench's MCQ layout."""
     digital: str | None = None
     """A digital run made from this goal bank (``digital goals=…``): the WAGIBench MCQ rows of a
-    goal with a bundle carry the bundle's cue (``x.cues``); goals without one keep none (counted)."""
+    goal with a bundle carry the bundle's cue (``x.cues``), and its MCQ records show the bundle's
+    key-only state (``visible.digital_state``, what WAGIBench's digital_key_only prompt shows);
+    goals without one keep none (counted)."""
 
     @field_validator("bands")
     @classmethod
@@ -131,6 +133,8 @@ class GoalBank:
     rows: list[GoalRow]
     cues: dict[str, list[dict[str, Any]]] | None = None
     """goal_id -> the cues of the goal's digital bundle (``digital=``); None without a digital run."""
+    states: dict[str, str] | None = None
+    """goal_id -> the key-only rendering of the goal's bundle (``digital=``)."""
 
 
 def plan(cfg: DistractorsConfig) -> Plan:
@@ -142,17 +146,19 @@ def plan(cfg: DistractorsConfig) -> Plan:
     if cfg.n is not None and cfg.n > total:
         raise ConfigError(f"n={cfg.n} references but the bank has {total} goals")
     if cfg.digital is not None:
-        bank.cues = bundle_cues(Path(cfg.digital).expanduser(), {r.goal_id for r in bank.rows})
+        bank.cues, bank.states = bundle_cues(Path(cfg.digital).expanduser(), {r.goal_id for r in bank.rows})
     return Plan(total if cfg.n is None else cfg.n, bank)
 
 
-def bundle_cues(path: Path, goal_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``);
-    a bundle of a goal this bank does not hold means the run was made from another bank."""
-    from generators.digital.export import wagibench_cues
+def bundle_cues(path: Path, goal_ids: set[str]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+    """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``),
+    and goal_id -> its key-only rendering; a bundle of a goal this bank does not hold means the run
+    was made from another bank."""
+    from generators.digital.export import render_bundle, wagibench_cues
 
     records, file = load_run_records(path, "digital")
     cues: dict[str, list[dict[str, Any]]] = {}
+    states: dict[str, str] = {}
     for lineno, r in enumerate(records, 1):
         goal = r.get("goal") if isinstance(r, dict) else None
         if not isinstance(goal, dict) or not isinstance(goal.get("goal_id"), str):
@@ -165,7 +171,9 @@ def bundle_cues(path: Path, goal_ids: set[str]) -> dict[str, list[dict[str, Any]
                                     and isinstance(cue.get("cue"), str)):
             raise InputError(f"{file}:{lineno}: cue: expected null or an object with app and cue texts")
         cues[goal["goal_id"]] = wagibench_cues(r)
-    return cues
+        if cue is not None:
+            states[goal["goal_id"]] = render_bundle(r, key_only=True)
+    return cues, states
 
 
 def load_goals(path: Path) -> GoalBank:
@@ -615,6 +623,8 @@ def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[Distra
         outcome: list[DistractorMCQ | Reject] = []
         for c in choices:
             item = build_mcq(ctx, cfg, rows, texts, c)
+            if isinstance(item, DistractorMCQ) and bank.states and rows[c.ref].goal_id in bank.states:
+                item.visible = {"digital_state": bank.states[rows[c.ref].goal_id]}
             candidates[c.band.name].append(c.candidates)
             if isinstance(item, DistractorMCQ):
                 uses[c.picks] += 1

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gen.run import RunContext
+from gen.words import content_words
 from generators.digital.export import app_view, render_bundle
 from schemas import digital as S
 from schemas.digital import App
@@ -57,21 +58,6 @@ WORD_FIELDS: dict[str, tuple[str, ...]] = {
     "control_environment": ("target",),
 }
 """Where a goal's cue word is taken from: the thing a search is about, the place, the content."""
-
-STOPWORDS = frozenset("""a an the of to at in on for and or but my me i i'm i'll you your we our us it its this that
-these those with from by as is are was were be been am do did does done have has had will would can could should
-get go going how what when where which who whom why will up out off into over about next time some any all more
-most very just than then there here their them they he she his her him not no yes if so too again still tonight
-today tomorrow yesterday now please new good great nice ok okay sure really""".split())
-"""Words that name nothing (articles, pronouns, auxiliaries, time words every goal may use)."""
-
-_WORD = re.compile(r"[a-z0-9][a-z0-9'-]*")
-
-
-def content_words(text: str) -> list[str]:
-    """The words of ``text`` that name something: lowercased, stopwords and bare numbers left out."""
-    return [w for w in _WORD.findall(text.casefold()) if w not in STOPWORDS and not w.isdigit()]
-
 
 def action_text(goal: Any) -> str:
     return " ".join(str(getattr(goal, f, "") or "") for f in ACTION_FIELDS.get(goal.type, ()))
