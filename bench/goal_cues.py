@@ -6,7 +6,8 @@ state (D*) and without it.
    copy of it (the rank test and the distractors still see the whole bank).
 2. ``digital goals=<copy> n=<drawn>`` with the embedded GGUF (SmolLM2-135M by default) and
    all-MiniLM-L6-v2, on the cue apps only (Calendar, Messaging, Notes: the default goal_apps; the
-   other apps hold no cue and only slow the run) and a persona pool made by code.
+   other apps hold no cue and only slow the run), one non-cue item per app, and a persona pool
+   made by code. The goals are drawn round robin over the types, so ``--limit`` keeps every type.
 3. ``distractors`` on the copy (MiniLM): the similar and dissimilar MCQ of each drawn goal.
 4. For every accepted cued bundle and each of its two MCQs, the same model scores the four answer
    lines by log-likelihood per character (acc_norm) after prompts/evaluate/mcq.jinja, once with
@@ -52,7 +53,9 @@ def drawn_bank(src: Path, out: Path, per_type: int, seed: int) -> tuple[Path, li
     for i, r in enumerate(rows):
         by[r["goal"]["type"] if r.get("goal") else "text"].append(i)
     rng = random.Random(seed)
-    first = [i for t in sorted(by) for i in rng.sample(by[t], min(per_type, len(by[t])))]
+    picked = {t: rng.sample(by[t], min(per_type, len(by[t]))) for t in sorted(by)}
+    # round robin over the types: a run cut short (--limit) still covers every type
+    first = [picked[t][k] for k in range(per_type) for t in sorted(picked) if k < len(picked[t])]
     rest = [i for i in range(len(rows)) if i not in set(first)]
     ordered = [rows[i] for i in first + rest]
     out.write_text("".join(json.dumps(r) + "\n" for r in ordered))
@@ -64,6 +67,7 @@ def main() -> None:
     ap.add_argument("--goals", default="examples/goals.jsonl")
     ap.add_argument("--per-type", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--limit", type=int, default=None, help="make bundles for the first this many drawn goals only")
     ap.add_argument("--keep", default=None, help="folder to keep the runs in (default: a temporary one)")
     ap.add_argument("--out", default="bench/results/goal_cues.json")
     args = ap.parse_args()
@@ -80,13 +84,14 @@ def main() -> None:
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="goal_cues-"))
     tmp.mkdir(parents=True, exist_ok=True)
     bank, drawn = drawn_bank(Path(args.goals), tmp / "goals.jsonl", args.per_type, args.seed)
+    drawn = drawn[:args.limit] if args.limit else drawn
     pool = write_pool(tmp / "personas.jsonl")
     t0 = time.time()
     load0 = os.getloadavg()
     cfg = DigitalConfig(goals=str(bank), n=len(drawn), persona_file=str(pool), seed=args.seed, progress="off",
                         apps=["Calendar", "Messaging", "Notes"],
-                        counts={"calendar_events": (2, 3), "messaging_conversations": (1, 2),
-                                "messages_per_conversation": (3, 4), "notes": (1, 2)},
+                        counts={"calendar_events": (1, 1), "messaging_conversations": (1, 1),
+                                "messages_per_conversation": (2, 3), "notes": (1, 1)},
                         min_items={"Calendar": 1, "Messaging": 1, "Notes": 1})
     ctx = RunContext("digital", cfg, tmp / "digital")
     result = run("digital", cfg, tmp / "digital", ctx=ctx, quiet=True)

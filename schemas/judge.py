@@ -17,7 +17,14 @@ from schemas.distractors import Goal
 
 Label = Literal["current", "prior", "clarify", "abstain"]
 LABELS: tuple[str, ...] = get_args(Label)
-Variant = Literal["reference", "contexts_reference"]
+Variant = Literal["cues_reference", "reference", "cues", "socratic", "socratic_reference", "contexts_reference"]
+"""The judge's inputs (WAGIBench §4.3): the reference goal, the script's cues, a description of the
+video (socratic: the captions), alone or with the reference; ``contexts_reference``: cues, captions
+and the digital state with the reference. The paper's best: ``cues_reference`` (76.8 %)."""
+VARIANT_CONTEXTS: dict[str, tuple[str, ...]] = {
+    "reference": (), "cues": ("cues",), "socratic": ("captions",), "cues_reference": ("cues",),
+    "socratic_reference": ("captions",), "contexts_reference": ("cues", "captions", "digital_state")}
+"""The contexts each variant shows."""
 Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
 
 
@@ -104,7 +111,8 @@ class Judgment(BaseModel):
     followed: bool
     """The reply held exactly one ``<score>`` tag with 0, 1 or 2 in it."""
     problem: str | None = None
-    """Why not: ``no_score_tag``, ``several_score_tags``, ``not_a_score``."""
+    """Why not: ``no_score_tag``, ``not_a_score``, ``unfinished_think`` (``several_score_tags``
+    under the strict reading)."""
     raw: str
 
 
