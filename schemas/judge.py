@@ -96,6 +96,12 @@ class RatingRow(BaseModel):
     numbers (0 / 0.5 / 1 or 0 / 1 / 2) or labels (current / prior / …)."""
     judge: float | Id | None = None
     """The judge's value; null: taken from ``judge_run=`` by id."""
+    prediction: dict[str, Any] | Annotated[str, StringConstraints(min_length=1, max_length=20_000)] | None = None
+    """The predicted goal (for the baselines); null: the judge run's prediction of this id."""
+    reference: dict[str, Any] | Annotated[str, StringConstraints(min_length=1, max_length=20_000)] | None = None
+    """The reference goal (for the baselines); null: ``references=``' structured goal of this id."""
+    options: list[dict[str, Any] | str] | None = None
+    """The MCQ's options, the reference among them (Snap-MCQ); null: ``references=``' mcq_set of this id."""
 
 
 # --------------------------------------------------------------------------- outputs
@@ -198,3 +204,7 @@ class MetaRecord(BaseModel):
     raters: list[float | str]
     judge: float | str | None
     """Null when the judge gave no usable value for this row (not followed, not judged)."""
+    snap_mcq: float | None = None
+    """Snap-MCQ baseline (appendix H): 1 when the option most similar to the prediction is the reference."""
+    sbert: float | None = None
+    """SBERT-similarity baseline: the cosine of the prediction and the reference."""

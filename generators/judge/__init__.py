@@ -46,7 +46,7 @@ class JudgeConfig(JudgeOptions):
     responses: str | None = None
     """kind=context: the replies to judge (JSONL: scenario_id, turn, response, trial, condition, candidate…); input= is the scenario bank."""
     references: str | None = None
-    """kind=wagibench: a WAGIBench MCQ layout file or folder (gen's wagibench_mcq_*.json) giving rows without a reference their reference and cues, by id."""
+    """kind=wagibench: a WAGIBench MCQ layout file or folder (gen's wagibench_mcq_*.json) giving rows without a reference their reference and cues, by id; meta: the reference and options of each rating row (the baselines)."""
     digital_state: str | None = None
     """kind=wagibench: a digital_state.json (WAGIBench's layout) giving the rows of its observations their app states as context."""
     # list[Variant](…): a bare list literal in a lambda is typed list[str] by mypy
@@ -64,6 +64,10 @@ class JudgeConfig(JudgeOptions):
     """meta: a judge run whose records give the judge's value of each rating row (by id); null: the rows' judge field."""
     plots: bool = True
     """meta: draw the confusion matrix PNG."""
+    baselines: bool = True
+    """meta: the Snap-MCQ and SBERT-similarity baselines beside the judge (appendix H), for rows whose prediction and reference are known."""
+    sbert_tie: float = Field(default=0.1, ge=0, le=2)
+    """meta: the SBERT baseline ties two predictions whose similarities to the reference differ by at most this (appendix H: 0.1)."""
 
     @field_validator("reformatter", mode="before")
     @classmethod

@@ -197,6 +197,29 @@ def read_layouts(path: Path) -> dict[str, tuple[Any, Any, str | None]]:
     return out
 
 
+def layout_options(path: Path) -> dict[str, tuple[Any, Any]]:
+    """id -> (structured goal, mcq_set) of a WAGIBench MCQ layout file or folder (``judge meta``'s
+    baselines), by ``meta.item_id`` and by observation key."""
+    files = sorted(path.glob("wagibench_mcq_*.json")) if path.is_dir() else [path]
+    if not path.exists() or not files:
+        raise MissingInputError(f"references: no WAGIBench MCQ layout at {path}")
+    out: dict[str, tuple[Any, Any]] = {}
+    for file in files:
+        data = read_json(file)
+        if not isinstance(data, list):
+            raise InputError(f"{file}: expected a JSON list of WAGIBench MCQ rows, got a {type(data).__name__}")
+        for i, row in enumerate(data):
+            where = f"{file}:row {i + 1}"
+            if not isinstance(row, dict):
+                raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            x, meta, key = layout_key(row, where)
+            entry = (meta.get("structured_goal"), x.get("mcq_set"))
+            for k in (meta.get("item_id"), key):
+                if isinstance(k, str):
+                    out.setdefault(k, entry)
+    return out
+
+
 def read_digital_state(path: Path) -> dict[str, Any]:
     """observation key -> app states, from a ``digital_state.json`` (WAGIBench's layout)."""
     if not path.is_file():

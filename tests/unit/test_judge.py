@@ -740,6 +740,39 @@ def test_meta_on_labels_kappa_and_per_label_agreement(tmp_path: Path) -> None:
     assert (lab["per_label"]["current"]["rater_1"]["k"], lab["per_label"]["current"]["rater_1"]["n"]) == (2, 3)
 
 
+def test_meta_reports_the_snap_mcq_and_sbert_baselines(tmp_path: Path) -> None:
+    """Appendix H's baselines beside the judge: Snap-MCQ (1 when the option nearest the prediction is
+    the reference) and SBERT similarity (the cosine, ties within 0.1), scored pairwise like it."""
+    from fakes import FakeEmbedder
+
+    soap, kettle, lamp = ({"type": "shop", "content": c} for c in ("hand soap", "a kettle", "a desk lamp"))
+    rows = [  # obs1: the raters rank a > b > c; obs2: d > e
+        {"id": "a", "group": "obs1", "raters": [1.0, 1.0], "judge": 1.0, "prediction": soap},
+        {"id": "b", "group": "obs1", "raters": [0.5, 0.5], "judge": 1.0, "prediction": {"type": "shop", "content": "hand soap refill"}},
+        {"id": "c", "group": "obs1", "raters": [0.0, 0.0], "judge": 0.0, "prediction": kettle},
+        {"id": "d", "group": "obs2", "raters": [1.0, 1.0], "judge": 0.0, "prediction": soap},
+        {"id": "e", "group": "obs2", "raters": [0.0, 0.0], "judge": 1.0, "prediction": lamp}]
+    for r in rows:
+        r |= {"reference": soap, "options": [kettle, soap, lamp]}
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = JudgeConfig(action="meta", input=str(path), plots=False, cache_dir=None, progress="off")
+    result = run(NAME, cfg, tmp_path / "m", ctx=RunContext(NAME, cfg, tmp_path / "m").use(embedder=FakeEmbedder()),
+                 quiet=True)
+    recs = {r["id"]: r for r in read_jsonl(tmp_path / "m" / "judge.jsonl")}
+    assert [recs[i]["snap_mcq"] for i in "abcde"] == [1.0, 1.0, 0.0, 1.0, 0.0]  # a refill is nearest the soap
+    assert recs["a"]["sbert"] == pytest.approx(1.0) and recs["c"]["sbert"] < recs["b"]["sbert"] < 1.0
+    s = result.manifest["judge"]["summary"]
+    assert s["pairwise"]["judge_pairwise_accuracy"]["rate"] == round(2 / 4, 4)  # a~b tie wrong, d<e wrong
+    b = s["baselines"]
+    assert b["snap_mcq"]["judge_pairwise_accuracy"]["rate"] == round(3 / 4, 4)  # a~b tied: wrong
+    assert b["sbert_similarity"]["tie_within"] == 0.1 and b["rows_with_options"] == 5
+    sims = [recs[i]["sbert"] for i in "abcde"]
+    expect = sum(abs(x - y) > 0.1 and x > y for x, y in ((sims[0], sims[1]), (sims[0], sims[2]), (sims[1], sims[2]),
+                                                           (sims[3], sims[4])))
+    assert b["sbert_similarity"]["judge_pairwise_accuracy"]["rate"] == round(expect / 4, 4)
+
+
 def test_meta_takes_judge_values_from_a_judge_run(tmp_path: Path) -> None:
     _, _, folder = judge_run(tmp_path, wagibench_script, kind="wagibench", input=str(FIX / "predictions.jsonl"), out="j")
     path = tmp_path / "r.jsonl"
