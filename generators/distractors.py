@@ -561,12 +561,15 @@ def build_mcq(ctx: RunContext, cfg: DistractorsConfig, rows: list[GoalRow], text
 
 def wagibench_row(mcq: DistractorMCQ, rows: list[GoalRow], index: dict[str, int],
                   cues: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    """One MCQ in the layout WAGIBench's MCQ evaluation reads."""
+    """One MCQ in the layout WAGIBench's MCQ evaluation reads; ``x.cues`` holds every cue the
+    inputs have: the goal row's own (any modality) and its digital bundle's."""
     ref = rows[index[mcq.reference_id]]
     by_option = {d.option: rows[index[d.goal_id]] for d in mcq.distractors} | {mcq.answer: ref}
     window = ref.context_window.model_dump() if ref.context_window else {"start_s": None, "end_s": None}
     tag = ref.client_tag or ref.goal_id
-    return {"x": {"client_tag": tag, "context_window": window, "cues": (cues or {}).get(ref.goal_id, []),
+    own = [c.model_dump() for c in ref.cues or []]
+    bundle = [c for c in (cues or {}).get(ref.goal_id, []) if c not in own]
+    return {"x": {"client_tag": tag, "context_window": window, "cues": own + bundle,
                   "mcq_set": [goal_dict(by_option[k]) for k in range(len(mcq.options))]},
             "y": mcq.answer,
             "meta": {"client_tag": tag, "scenario": {"shortname": ref.group},

@@ -52,7 +52,7 @@ from gen.run import (
     validated,
 )
 from schemas import Reject
-from schemas.distractors import ContextWindow, Goal
+from schemas.distractors import ContextWindow, CueEntry, Goal
 from schemas.history import HistoryRecord, HistoryType, Observation, Support
 
 NAME = "history"
@@ -275,9 +275,15 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
                 rows.append(Observation(
                     client_tag=tag, scenario=script, participant=person, environment=env, script=script,
                     longitudinal=script in longitudinal, recorded_at=when, world_state=world,
-                    structured_goal=goal.goal, context_window=ContextWindow(start_s=0.0, end_s=30.0)))
+                    structured_goal=goal.goal, context_window=ContextWindow(start_s=0.0, end_s=30.0),
+                    cues=[LONGITUDINAL_CUE] if script in longitudinal else None))
     rows.sort(key=lambda o: (o.recorded_at, o.client_tag))
     return rows
+
+
+LONGITUDINAL_CUE = CueEntry(modality=["longitudinal"], description=["The user has done this before: an earlier "
+                                                                    "recording of the same routine is in their history."])
+"""The cue of a synthesized longitudinal recording (its script is one the user repeats, §2.4)."""
 
 
 def part_of_day(t: dt.datetime) -> str:
@@ -304,7 +310,8 @@ def goal_row(o: Observation) -> dict[str, Any]:
     """A recording as a goal bank row (distractors and ``digital goals=`` read these): its goal,
     its scenario as the group, its client_tag as the id WAGIBench joins on."""
     return {"goal_id": o.client_tag, "group": o.scenario, "goal": o.structured_goal.model_dump(),
-            "client_tag": o.client_tag, "context_window": o.context_window.model_dump()}
+            "client_tag": o.client_tag, "context_window": o.context_window.model_dump(),
+            **({"cues": [c.model_dump() for c in o.cues]} if o.cues else {})}
 
 
 # --------------------------------------------------------------------------- the generator
