@@ -19,6 +19,7 @@ from gen.llm import scripted_llm
 from gen.paths import EXAMPLES, PROMPTS
 from gen.prompts import Prompts
 from gen.run import RunContext, run
+from gen.words import content_words
 from generators.audit import AuditConfig
 from generators.audit.checks.context_states import containment, distinctive, option_words
 from generators.digital import DigitalConfig
@@ -116,3 +117,23 @@ def test_the_check_passes_cues_that_prompt_their_goal(banks) -> None:
     for row in check["stats"]["per_question_type"].values():
         assert row["answer_stated"] < 0.1 and abs(row["effect_points"]) <= 5
         assert row["answer_mean_containment"] > row["distractor_mean_containment"]  # it still hints
+
+
+def test_the_cues_still_point_to_their_goal(banks) -> None:
+    """What the cue checks keep: a blind reader given only the key-only state (the option whose
+    distinctive words the state holds most) picks the goal above chance, while no bundle's state
+    holds more than half of its goal's action words."""
+    from scipy.stats import binomtest
+
+    tmp, _, after = banks
+    bundles = read_jsonl(tmp / "digital_after" / "digital.jsonl")
+    cued = [b for b in bundles if b["goal"]["app"]]
+    assert len(cued) >= 25 and all(b["goal"]["action_share"] <= 0.5 for b in cued)
+    hits = n = 0
+    for r in read_jsonl(after / "distractors.jsonl"):
+        if not r["visible"]:
+            continue
+        share = containment(r["options"], set(content_words(r["visible"]["digital_state"])))
+        n += 1
+        hits += share[r["answer"]] > max(s for j, s in enumerate(share) if j != r["answer"])
+    assert n >= 40 and binomtest(hits, n, 0.25, alternative="greater").pvalue < 0.01, (hits, n)
