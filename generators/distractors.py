@@ -60,6 +60,7 @@ from gen.run import (
     validated,
 )
 from schemas import Reject
+from schemas.digital import DigitalBundle
 from schemas.distractors import Distractor, DistractorMCQ, GoalRow
 
 NAME = "distractors"
@@ -171,8 +172,8 @@ def bundle_cues(path: Path, goal_ids: set[str]) -> tuple[dict[str, list[dict[str
                                     and isinstance(cue.get("cue"), str)):
             raise InputError(f"{file}:{lineno}: cue: expected null or an object with app and cue texts")
         cues[goal["goal_id"]] = wagibench_cues(r)
-        if cue is not None:
-            states[goal["goal_id"]] = render_bundle(r, key_only=True)
+        if cue is not None:  # the state a model is shown: the bundle must be one, field by field
+            states[goal["goal_id"]] = render_bundle(validated(DigitalBundle, r, f"{file}:{lineno}"), key_only=True)
     return cues, states
 
 
