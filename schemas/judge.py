@@ -32,7 +32,7 @@ Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_l
 
 
 class Contexts(BaseModel):
-    """What describes an observation, for the judge's ``contexts_reference`` variant."""
+    """What describes an observation, for the judge's variants that show contexts (cues, captions, digital state)."""
 
     model_config = ConfigDict(extra="forbid")
 
