@@ -9,7 +9,8 @@ state (D*) and without it.
    other apps hold no cue and only slow the run), one non-cue item per app, and a persona pool
    made by code. The goals are drawn round robin over the types, so ``--limit`` keeps every type.
 3. ``distractors`` on the copy (MiniLM): the similar and dissimilar MCQ of each drawn goal.
-4. For every accepted cued bundle and each of its two MCQs, the same model scores the four answer
+4. For every cued bundle (accepted, and also those a goal check refused: their reason is kept) and
+   each of its two MCQs, the same model scores the four answer
    lines by log-likelihood per character (acc_norm) after prompts/evaluate/mcq.jinja, once with
    the key-only state as the context and once with none; "picks" = the goal's line scores best.
    The cue's seed and the word it names are recorded, with the share of the goal's action words
@@ -99,10 +100,13 @@ def main() -> None:
     bundles = {json.loads(x)["goal"]["goal_id"]: json.loads(x)
                for x in (tmp / "digital" / "digital.jsonl").read_text().splitlines() if x.strip()}
     rejects = {}
+    generated: dict[str, dict[str, Any]] = {}  # goal-stage rejects: whole bundles that failed a goal check
     for x in (tmp / "digital" / "rejects.jsonl").read_text().splitlines():
         if x.strip():
             r = json.loads(x)
             rejects[drawn[r["index"]]["goal_id"]] = r["reason"]
+            if r.get("stage") == "goal" and r.get("raw"):
+                generated[drawn[r["index"]]["goal_id"]] = json.loads(r["raw"])
     dcfg = DistractorsConfig(input=str(bank), n=len(drawn), seed=args.seed, progress="off", wagibench=False)
     run("distractors", dcfg, tmp / "mcqs", ctx=RunContext("distractors", dcfg, tmp / "mcqs").use(embedder=ctx.embedder),
         quiet=True)
@@ -130,6 +134,7 @@ def main() -> None:
         b = bundles.get(gid)
         row: dict[str, Any] = {"goal_id": gid, "type": goal.type if goal else "text", "goal": g["goal"],
                                "accepted": b is not None, "reject": rejects.get(gid)}
+        b = b or generated.get(gid)  # a rejected bundle is scored too (its reason says why it was refused)
         if b is not None and b.get("cue"):
             state = render_bundle(b, key_only=True)
             row.update(app=b["cue"]["app"], seed=b["cue"]["cue"], word=b["goal"].get("word"), rank=b["goal"].get("rank"),
@@ -144,14 +149,21 @@ def main() -> None:
     table: dict[str, Any] = {}
     for t in sorted({r["type"] for r in per_goal}):
         rs = [r for r in per_goal if r["type"] == t]
-        w = [x for r in rs for x in r.get("with_state", [])]
-        wo = [x for r in rs for x in r.get("without_state", [])]
+        acc = [r for r in rs if r["accepted"]]
+        w = [x for r in acc for x in r.get("with_state", [])]
+        wo = [x for r in acc for x in r.get("without_state", [])]
+        wg = [x for r in rs for x in r.get("with_state", [])]
+        wog = [x for r in rs for x in r.get("without_state", [])]
         table[t] = {"goals": len(rs), "accepted": sum(r["accepted"] for r in rs),
-                    "cued": sum("with_state" in r for r in rs),
+                    "cued_accepted": sum("with_state" in r for r in acc),
                     "rejects": dict(Counter(r["reject"] for r in rs if r["reject"])),
-                    "mcqs": len(w), "picks_goal_with_state": sum(w), "picks_goal_without_state": sum(wo)}
-    w_all = [x for r in per_goal for x in r.get("with_state", [])]
-    wo_all = [x for r in per_goal for x in r.get("without_state", [])]
+                    "mcqs": len(w), "picks_goal_with_state": sum(w), "picks_goal_without_state": sum(wo),
+                    "generated_bundles": sum("with_state" in r for r in rs), "generated_mcqs": len(wg),
+                    "generated_picks_with_state": sum(wg), "generated_picks_without_state": sum(wog)}
+    w_all = [x for r in per_goal if r["accepted"] for x in r.get("with_state", [])]
+    wo_all = [x for r in per_goal if r["accepted"] for x in r.get("without_state", [])]
+    wg_all = [x for r in per_goal for x in r.get("with_state", [])]
+    wog_all = [x for r in per_goal for x in r.get("without_state", [])]
     out = {"machine": {"platform": platform.platform(), "cores": os.cpu_count(), "python": platform.python_version(),
                        "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
                        "date": dt.datetime.now().isoformat(timespec="seconds")},
@@ -160,13 +172,16 @@ def main() -> None:
            "digital": {"requested": result.requested, "accepted": result.accepted, "rejected": result.rejected,
                        "seconds": round(digital_seconds, 1), "validators": result.manifest.get("validators", {})},
            "chance": 0.25, "by_type": table,
-           "total": {"mcqs": len(w_all), "picks_goal_with_state": sum(w_all), "picks_goal_without_state": sum(wo_all)},
+           "total": {"mcqs": len(w_all), "picks_goal_with_state": sum(w_all), "picks_goal_without_state": sum(wo_all),
+                     "generated_mcqs": len(wg_all), "generated_picks_with_state": sum(wg_all),
+                     "generated_picks_without_state": sum(wog_all)},
            "goals": per_goal}
     Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
-    print(f"{'type':20} goals accepted cued mcqs with-state without-state  rejects")
+    print(f"{'type':20} goals accepted  accepted: with/without state  all generated: with/without  rejects")
     for t, v in table.items():
-        print(f"{t:20} {v['goals']:5} {v['accepted']:8} {v['cued']:4} {v['mcqs']:4} {v['picks_goal_with_state']:10} "
-              f"{v['picks_goal_without_state']:13}  {v['rejects']}")
+        print(f"{t:20} {v['goals']:5} {v['accepted']:8}  {v['picks_goal_with_state']}/{v['mcqs']} vs "
+              f"{v['picks_goal_without_state']}/{v['mcqs']}  {v['generated_picks_with_state']}/{v['generated_mcqs']} vs "
+              f"{v['generated_picks_without_state']}/{v['generated_mcqs']}  {v['rejects']}")
     print(f"total: {out['total']}; digital {digital_seconds:.0f} s")
 
 
