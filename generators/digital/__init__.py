@@ -103,6 +103,10 @@ class DigitalConfig(CommonConfig):
     join key) and replaces the cue bank."""
     goal_apps: dict[str, list[App]] = Field(default_factory=lambda: {k: list(v) for k, v in GOAL_APPS.items()})
     """goals=: per action type, the apps whose state may make the goal inferable ([]: uncued)."""
+    cue_action_max: float = Field(0.5, ge=0, le=1)
+    """goals=: the key-only state may hold at most this share of the goal's action words (its query,
+    reminder, message, content or place; stopwords aside), else the bundle is rejected as
+    cue_states_goal: a cue prompts its goal, it does not state it."""
     cue_rank_max: int = Field(3, ge=1)
     """goals=: the key-only state must rank its own goal among the top this many goals of the bank
     (MiniLM similarity; the goal's own group's paraphrases left out), else the bundle is rejected
@@ -278,7 +282,8 @@ def make_bundle(ctx: RunContext, cfg: DigitalConfig, pool: list[PersonaRecord],
     now = sample_datetime(rng, cfg)
     goal: S.GoalRef | None = None
     if goals is not None:
-        cue, goal = goal_cue(ctx, cfg, goals.bank.rows[index], related, random.Random(ctx.seed(index, "goal")))
+        cue, goal = goal_cue(ctx, cfg, goals.bank.rows[index], related, random.Random(ctx.seed(index, "goal")),
+                             goals.df, len(goals.texts))
         st = State(main, related, now, cue)
     else:
         st = State(main, related, now, pick_cue(rng, cfg, cues, related))

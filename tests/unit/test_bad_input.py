@@ -231,10 +231,13 @@ RECALL_TIMELINE = json.dumps({"clip_id": "kitchen-001", "start_sec": 0.0, "durat
 repeat their lines, and a positive's text must occur once in its clip)."""
 
 
-BUNDLE_GOALS = "".join(json.dumps({"goal": {"goal_id": json.loads(x)["goal_id"]},
-                                   "cue": {"app": "Notes", "cue": f"cue {k}"}}) + "\n"
-                       for k, x in enumerate(_lines(EXAMPLES / "goals.jsonl", 2).splitlines()))
-"""The part of goal-conditioned bundles that distractors' digital= reads."""
+BUNDLE_GOALS = "".join(
+    json.dumps({**b, "goal": {"goal_id": json.loads(x)["goal_id"], "client_tag": json.loads(x)["goal_id"], "group": "g",
+                              "app": b["cue"]["app"] if b["cue"] else None}}) + "\n"
+    for x, b in zip(_lines(EXAMPLES / "goals.jsonl", 2).splitlines(),
+                    map(json.loads, (FIXTURES / "audit" / "digital" / "digital.jsonl").read_text().splitlines()[:2]),
+                    strict=True))
+"""Goal-conditioned bundles as distractors' digital= reads them (its cue, and the key-only state it shows)."""
 CHAIN = ("steps:\n  - {name: rec, generator: history, options: {synthesize: true}}\n"
          "  - {name: mcqs, generator: distractors, options: {n: 2}, inputs: {input: rec/goals.jsonl}}\n")
 """A small valid chain for the pipeline."""
