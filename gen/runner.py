@@ -27,13 +27,13 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import gen
 from gen.embed import EmbedderConfig
 from gen.errors import ConfigError, MissingInputError
 from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, set_worker, sha256_file, worker
-from gen.paths import CHECKOUT, inside
+from gen.paths import CHECKOUT, input_file, inside
 from gen.registry import REGISTRY
 from gen.schemas import Reject
 from gen.templates import Prompts
@@ -74,6 +74,14 @@ class CommonConfig(BaseModel):
     progress_every: float = Field(default=10.0, gt=0)
     """Seconds between plain progress lines."""
 
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir_named(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("empty (the cache would be made in the current folder): give a folder, or null to "
+                             "disable caching (is GEN_CACHE_DIR set but empty?)")
+        return v
+
     @model_validator(mode="after")
     def _shard_in_range(self) -> CommonConfig:
         if self.shard >= self.num_shards:
@@ -89,7 +97,7 @@ class CommonConfig(BaseModel):
         path = Path(self.input).expanduser()
         if not path.exists():
             raise MissingInputError(f"input: no such file or folder: {path}")
-        return path
+        return path if path.is_dir() else input_file(path, "input")
 
 
 MergeHook = Callable[["RunContext", list[dict[str, Any]], list[dict[str, Any]]], None]

@@ -2,8 +2,10 @@
 
 Every goal of the bank is a reference. Goals are verbalised (one template per action type,
 ``prompts/distractors/<type>.jinja``), embedded (L2-normalised), and for each reference the cosine
-similarity to every other goal of its *pool* is computed — the bank minus the reference, its
-own group (paraphrases of the right answer) and exact duplicates of its text. *Similar*
+similarity to every other goal of its *pool* is computed — the bank minus the reference and exact
+duplicates of its text: the paper's "entire set of other reference goals", so a goal of the same
+script (a fine-grained neighbour: "take care of plant" / "take care of monstera", appendix E.2) may
+be a similar distractor (``exclude_same_group=true`` drops the reference's group too). *Similar*
 distractors come from the 95th–99th percentile band of that pool, *dissimilar* ones from the
 0th–80th. Within a band C the choice is greedy for diversity: D1 is uniform over C, each next
 Di is the candidate of C whose largest similarity to the already chosen is smallest.
@@ -42,11 +44,12 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.paths import EXAMPLES
+from gen.paths import EXAMPLES, input_file
 from gen.readers import iter_jsonl, load_run_records, parse_json, validated
 from gen.registry import generator
 from gen.runner import CommonConfig, JsonListWriter, Plan, RunContext, derive_seed
 from gen.schemas import Reject
+from gen.schemas.digital import DigitalBundle
 from gen.schemas.distractors import Distractor, DistractorMCQ, GoalRow
 from gen.templates import Prompts
 
@@ -63,8 +66,9 @@ class DistractorsConfig(CommonConfig):
     """Percentile bands [low, high] of the reference's similarities, one MCQ kind each."""
     mcqs_per_kind: int = Field(1, ge=1, le=20)
     """MCQs per reference and band; later ones avoid distractors the earlier ones used."""
-    exclude_same_group: bool = True
-    """Drop goals of the reference's own group (paraphrases of the answer) before percentiles."""
+    exclude_same_group: bool = False
+    """Drop goals of the reference's own group (its script's other goals, paraphrases among them)
+    before percentiles. Off: the paper samples from every other reference goal (§3.1)."""
     mode: Literal["auto", "exact", "scalable"] = "auto"
     """auto: exact up to exact_max goals, scalable beyond."""
     exact_max: int = Field(20_000, ge=2)
@@ -79,7 +83,9 @@ class DistractorsConfig(CommonConfig):
     """Also write wagibench_mcq_<band>.json in WAGIBench's MCQ layout."""
     digital: str | None = None
     """A digital run made from this goal bank (``digital goals=…``): the WAGIBench MCQ rows of a
-    goal with a bundle carry the bundle's cue (``x.cues``); goals without one keep none (counted)."""
+    goal with a bundle carry the bundle's cue (``x.cues``), and its MCQ records show the bundle's
+    key-only state (``visible.digital_state``, what WAGIBench's digital_key_only prompt shows);
+    goals without one keep none (counted)."""
 
     @field_validator("bands")
     @classmethod
@@ -118,6 +124,8 @@ class GoalBank:
     rows: list[GoalRow]
     cues: dict[str, list[dict[str, Any]]] | None = None
     """goal_id -> the cues of the goal's digital bundle (``digital=``); None without a digital run."""
+    states: dict[str, str] | None = None
+    """goal_id -> the key-only rendering of the goal's bundle (``digital=``)."""
 
 
 def plan(cfg: DistractorsConfig) -> Plan:
@@ -129,17 +137,19 @@ def plan(cfg: DistractorsConfig) -> Plan:
     if cfg.n is not None and cfg.n > total:
         raise ConfigError(f"n={cfg.n} references but the bank has {total} goals")
     if cfg.digital is not None:
-        bank.cues = bundle_cues(Path(cfg.digital).expanduser(), {r.goal_id for r in bank.rows})
+        bank.cues, bank.states = bundle_cues(Path(cfg.digital).expanduser(), {r.goal_id for r in bank.rows})
     return Plan(total if cfg.n is None else cfg.n, bank)
 
 
-def bundle_cues(path: Path, goal_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``);
-    a bundle of a goal this bank does not hold means the run was made from another bank."""
-    from gen.generators.digital.export import wagibench_cues
+def bundle_cues(path: Path, goal_ids: set[str]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+    """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``),
+    and goal_id -> its key-only rendering; a bundle of a goal this bank does not hold means the run
+    was made from another bank."""
+    from gen.generators.digital.export import render_bundle, wagibench_cues
 
     records, file = load_run_records(path, "digital")
     cues: dict[str, list[dict[str, Any]]] = {}
+    states: dict[str, str] = {}
     for lineno, r in enumerate(records, 1):
         goal = r.get("goal") if isinstance(r, dict) else None
         if not isinstance(goal, dict) or not isinstance(goal.get("goal_id"), str):
@@ -152,7 +162,9 @@ def bundle_cues(path: Path, goal_ids: set[str]) -> dict[str, list[dict[str, Any]
                                     and isinstance(cue.get("cue"), str)):
             raise InputError(f"{file}:{lineno}: cue: expected null or an object with app and cue texts")
         cues[goal["goal_id"]] = wagibench_cues(r)
-    return cues
+        if cue is not None:  # the state a model is shown: the bundle must be one, field by field
+            states[goal["goal_id"]] = render_bundle(validated(DigitalBundle, r, f"{file}:{lineno}"), key_only=True)
+    return cues, states
 
 
 def load_goals(path: Path) -> GoalBank:
@@ -182,6 +194,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
     import polars as pl
 
+    input_file(path)
     try:
         df = pl.read_parquet(path)
     except Exception as e:  # noqa: BLE001 - polars raises several types
@@ -280,7 +293,7 @@ class Sampler:
     bands: list[Band]
     distractors: int = 3
     mcqs_per_kind: int = 1
-    exclude_same_group: bool = True
+    exclude_same_group: bool = False
     scalable: bool = False
     sample_size: int = 2048
     block_size: int = 2048
@@ -544,12 +557,15 @@ def build_mcq(ctx: RunContext, cfg: DistractorsConfig, rows: list[GoalRow], text
 
 def wagibench_row(mcq: DistractorMCQ, rows: list[GoalRow], index: dict[str, int],
                   cues: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    """One MCQ in the layout WAGIBench's MCQ evaluation reads."""
+    """One MCQ in the layout WAGIBench's MCQ evaluation reads; ``x.cues`` holds every cue the
+    inputs have: the goal row's own (any modality) and its digital bundle's."""
     ref = rows[index[mcq.reference_id]]
     by_option = {d.option: rows[index[d.goal_id]] for d in mcq.distractors} | {mcq.answer: ref}
     window = ref.context_window.model_dump() if ref.context_window else {"start_s": None, "end_s": None}
     tag = ref.client_tag or ref.goal_id
-    return {"x": {"client_tag": tag, "context_window": window, "cues": (cues or {}).get(ref.goal_id, []),
+    own = [c.model_dump() for c in ref.cues or []]
+    bundle = [c for c in (cues or {}).get(ref.goal_id, []) if c not in own]
+    return {"x": {"client_tag": tag, "context_window": window, "cues": own + bundle,
                   "mcq_set": [goal_dict(by_option[k]) for k in range(len(mcq.options))]},
             "y": mcq.answer,
             "meta": {"client_tag": tag, "scenario": {"shortname": ref.group},
@@ -606,6 +622,8 @@ def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[Distra
         outcome: list[DistractorMCQ | Reject] = []
         for c in choices:
             item = build_mcq(ctx, cfg, rows, texts, c)
+            if isinstance(item, DistractorMCQ) and bank.states and rows[c.ref].goal_id in bank.states:
+                item.visible = {"digital_state": bank.states[rows[c.ref].goal_id]}
             candidates[c.band.name].append(c.candidates)
             if isinstance(item, DistractorMCQ):
                 uses[c.picks] += 1

@@ -10,7 +10,6 @@ age-consistent relations) from a pool made here and reused by (seed, size, LLM).
 
 from __future__ import annotations
 
-import fcntl
 import random
 import re
 from collections import Counter
@@ -23,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 from gen.errors import GenError, InputError, LLMOutputError
 from gen.gates import Gates, Language
+from gen.netfs import exclusive
 from gen.paths import PERSONAS
 from gen.readers import load_run_records, read_json, read_yaml_model
 from gen.registry import generator
@@ -547,8 +547,7 @@ def ensure_pool(ctx: RunContext, seed: int, size: int, pool_dir: str) -> tuple[l
                           language=getattr(cfg, "language", "en"))
     folder = Path(pool_dir).expanduser() / f"seed{seed}-n{size}"
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:  # shards started together make the pool once
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(folder / ".lock"):  # shards started together make the pool once (NFS too)
         manifest = folder / "manifest.json"
         wanted = pcfg.model_dump(mode="json", exclude={"progress", "progress_every", "cache_dir"})
         reuse = False

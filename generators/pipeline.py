@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import EXAMPLES, UnsafePathError, inside, safe_part
-from gen.readers import read_text, validated
+from gen.readers import no_lone_surrogates, read_text, validated
 from gen.registry import REGISTRY, generator
 from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas.pipeline import StepRecord
@@ -79,8 +79,9 @@ def read_chain(path: Path) -> list[Step]:
     """A chain file: ``steps:`` a list of steps; a bad one is one line naming the file and step."""
     import yaml
 
+    text = read_text(path)
     try:
-        data = yaml.safe_load(read_text(path))
+        data = no_lone_surrogates(yaml.safe_load(text), text, str(path))
     except yaml.YAMLError as e:
         raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     steps = validated(Chain, data, str(path), what="chain", objects_only=False).steps
@@ -105,7 +106,10 @@ def step_config(step: Step, cfg: PipelineConfig, run_dir: Path, where: str = "ch
     for k, v in step.options.items():
         options[k] = v.replace("{run}", str(run_dir)) if isinstance(v, str) else v
     for option, ref in step.inputs.items():
-        options[option] = str(inside(run_dir, ref, what=f"step {step.name}'s input"))
+        try:
+            options[option] = str(inside(run_dir, ref, what=f"inputs.{option}"))
+        except UnsafePathError as e:  # "rec/../../x": a step reads only inside the pipeline's run folder
+            raise InputError(f"{where}: step {step.name} ({step.generator}): {e}") from None
     try:
         return REGISTRY[step.generator].config.model_validate(options)
     except ValidationError as e:

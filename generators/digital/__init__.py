@@ -104,6 +104,10 @@ class DigitalConfig(CommonConfig):
     join key) and replaces the cue bank."""
     goal_apps: dict[str, list[App]] = Field(default_factory=lambda: {k: list(v) for k, v in GOAL_APPS.items()})
     """goals=: per action type, the apps whose state may make the goal inferable ([]: uncued)."""
+    cue_action_max: float = Field(0.5, ge=0, le=1)
+    """goals=: the key-only state may hold at most this share of the goal's action words (its query,
+    reminder, message, content or place; stopwords aside), else the bundle is rejected as
+    cue_states_goal: a cue prompts its goal, it does not state it."""
     cue_rank_max: int = Field(3, ge=1)
     """goals=: the key-only state must rank its own goal among the top this many goals of the bank
     (MiniLM similarity; the goal's own group's paraphrases left out), else the bundle is rejected
@@ -112,8 +116,8 @@ class DigitalConfig(CommonConfig):
     """Persona pool size, made (or reused, by seed) with the personas generator."""
     persona_file: str | None = None
     """An existing pool (personas.jsonl or a personas run folder) instead of persona_pool."""
-    pool_dir: str = "outputs/personas/pools"
-    """Where generated pools are kept for reuse."""
+    pool_dir: str | None = None
+    """Where generated pools are kept for reuse by later runs and shards (null: inside the run folder, pools/)."""
     apps: list[App] = list(App)
     """Apps to generate."""
     cue_file: str | None = None
@@ -170,6 +174,9 @@ class DigitalConfig(CommonConfig):
             raise ValueError(f"goal_apps: unknown action type(s) {unknown}; the types are {sorted(GOAL_APPS)}")
         if self.goals is not None and self.cue is not None:
             raise ValueError("goals= sets each bundle's cue from its goal; drop cue=")
+        if self.pool_dir is not None and not self.pool_dir.strip():
+            raise ValueError("pool_dir is empty (the pool would be made in the current folder): give a folder, "
+                             "or null for the run folder's pools/")
         return self
 
 
@@ -276,7 +283,8 @@ def make_bundle(ctx: RunContext, cfg: DigitalConfig, pool: list[PersonaRecord],
     now = sample_datetime(rng, cfg)
     goal: S.GoalRef | None = None
     if goals is not None:
-        cue, goal = goal_cue(ctx, cfg, goals.bank.rows[index], related, random.Random(ctx.seed(index, "goal")))
+        cue, goal = goal_cue(ctx, cfg, goals.bank.rows[index], related, random.Random(ctx.seed(index, "goal")),
+                             goals.df, len(goals.texts))
         st = State(main, related, now, cue)
     else:
         st = State(main, related, now, pick_cue(rng, cfg, cues, related))
@@ -375,7 +383,8 @@ def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | R
     if inputs.pool is not None and inputs.pool_path is not None:
         pool, pool_path = inputs.pool, inputs.pool_path
     else:
-        pool, pool_path = ensure_pool(ctx, cfg.seed, cfg.persona_pool, cfg.pool_dir)
+        pool_dir = cfg.pool_dir if cfg.pool_dir is not None else str(ctx.out_dir / "pools")
+        pool, pool_path = ensure_pool(ctx, cfg.seed, cfg.persona_pool, pool_dir)
         check_pool(pool, pool_path)
     ctx.extra["persona_pool"] = {"path": str(pool_path), "size": len(pool)}
     goals = None

@@ -70,7 +70,7 @@ def judge_item(cfg: JudgeConfig, ctx: RunContext, panel: Panel, item: MCQ, sourc
         j, k = job
         messages = ctx.prompts.render(TEMPLATE, context=item.context, question=item.question, option=item.options[k])
         return judgment(j.llm.complete(messages, seed=ctx.seed(index, "option", k), max_tokens=cfg.judge_tokens,
-                                       temperature=cfg.judge_temperature))
+                                       temperature=cfg.judge_temperature), lenient=cfg.judge_parse == "lenient")
 
     try:
         results = ctx.map(one, jobs, workers=min(j.llm.concurrency for j in panel.judges))

@@ -57,6 +57,8 @@ from gen.generators.scenarios.lock import LOCK_KEYS, make_lock, read_lock, verif
 from gen.generators.scenarios.skeleton import DEFAULT_SIZE, NAME, build_units, check_distribution
 from gen.generators.scenarios.stages import BankView, Outcome, Writer, draft_unit, resolve
 from gen.llm import LLMConfig, sha256_file
+from gen.paths import input_file
+from gen.readers import read_json
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext, atomic_write
 from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord, Target
@@ -149,6 +151,18 @@ class ScenariosConfig(CommonConfig):
 # --------------------------------------------------------------------------- input
 
 
+def conditions_file(cfg: ScenariosConfig) -> Path | None:
+    """``prompt_conditions=``, checked to be a JSON file (read as every input: a file that is not
+    UTF-8, not JSON, a device or a FIFO is one line naming it)."""
+    if cfg.prompt_conditions is None:
+        return None
+    src = Path(cfg.prompt_conditions).expanduser()
+    if not src.exists():
+        raise InputError(f"prompt_conditions: no such file: {src}")
+    read_json(input_file(src, "prompt_conditions"))
+    return src
+
+
 def plan(cfg: ScenariosConfig) -> Plan:
     """generate: one index per unit (scenario, or contrast pair) of the skeleton; verify: one
     index per lock entry checked."""
@@ -158,6 +172,7 @@ def plan(cfg: ScenariosConfig) -> Plan:
         if not folder.is_dir():
             raise InputError(f"input: {folder} is not a scenarios run folder")
         return Plan(len(LOCK_KEYS), (folder, read_lock(folder)))
+    conditions_file(cfg)  # a bad prompt_conditions= fails here, before any run folder exists
     existing: list[dict[str, Any]] = []
     if cfg.existing is not None:
         path = Path(cfg.existing).expanduser()
@@ -238,14 +253,8 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
         path = Path(cfg.existing).expanduser()
         ctx.record_input(path / f"{NAME}.jsonl" if path.is_dir() else path)
     conditions_sha = None
-    if cfg.prompt_conditions is not None:
-        src = Path(cfg.prompt_conditions).expanduser()
-        if not src.is_file():
-            raise InputError(f"prompt_conditions: no such file: {src}")
-        try:
-            json.loads(src.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise InputError(f"{src}:{e.lineno}: not valid JSON ({e.msg})") from None
+    src = conditions_file(cfg)
+    if src is not None:
         ctx.record_input(src)
         shutil.copyfile(src, ctx.out_dir / PROMPT_CONDITIONS)
         conditions_sha = sha256_file(ctx.out_dir / PROMPT_CONDITIONS)
