@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def run_once(goals: Path, out: Path, exclude: bool) -> dict[str, Any]:
-    from gen.generators.distractors import DistractorsConfig, load_goals
+    from gen.generators.distractors import DistractorsConfig
+    from gen.goals import load_goals
     from gen.runner import run
 
     cfg = DistractorsConfig(input=str(goals), exclude_same_group=exclude, progress="off")

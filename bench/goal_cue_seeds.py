@@ -53,8 +53,10 @@ def main() -> None:
 
     from gen.generators.digital import DigitalConfig
     from gen.generators.digital.goals import action_share, goal_cue
-    from gen.generators.distractors import DistractorsConfig, load_goals, verbalise
-    from gen.generators.personas import sample_facts, sample_related
+    from gen.generators.distractors import DistractorsConfig
+    from gen.generators.personas import sample_facts
+    from gen.goals import load_goals, verbalise
+    from gen.people import sample_related
     from gen.runner import RunContext, run
     from gen.schemas.digital import App
     from gen.schemas.personas import PersonaRecord

@@ -75,11 +75,11 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from gen.generators.digital import DigitalConfig
-    from gen.generators.digital.export import render_bundle
     from gen.generators.digital.goals import action_share
     from gen.generators.distractors import DistractorsConfig
     from gen.runner import RunContext, run
     from gen.schemas.distractors import GoalRow
+    from gen.wagibench import render_bundle
 
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="goal_cues-"))
     tmp.mkdir(parents=True, exist_ok=True)

@@ -86,8 +86,14 @@ def read_manifest(folder: Path) -> tuple[Manifest, dict[str, Any]]:
     return validated(Manifest, raw, str(file), what="manifest"), raw
 
 
+_ABSENT = object()
+
+
 class RunFolder:
     """A finished run folder of any generator."""
+
+    reused = False
+    """Set by :meth:`gen.runner.RunContext.subrun` when it opened this folder instead of running."""
 
     def __init__(self, path: Path, manifest: Manifest, raw: dict[str, Any]):
         self.path = path
@@ -162,12 +168,13 @@ class RunFolder:
         return self.manifest.exit_code == 0
 
     def finished_with(self, config: dict[str, Any] | BaseModel) -> bool:
-        """This folder holds a run that ended well with this config (its :data:`RUNTIME_OPTIONS`
-        aside): what reuse of a sub-run's or a pipeline step's folder asks."""
+        """This folder holds a run that ended well with this config: every option of ``config``
+        (its :data:`RUNTIME_OPTIONS` aside) has the same value in the manifest. What reuse of a
+        sub-run's folder (a persona pool, a pipeline's finished step) asks."""
         wanted = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
-        mine = {k: v for k, v in self.manifest.config.items() if k not in RUNTIME_OPTIONS}
+        mine = self.manifest.config
         return (self.ok and self.records_path.is_file()
-                and mine == {k: v for k, v in wanted.items() if k not in RUNTIME_OPTIONS})
+                and all(mine.get(k, _ABSENT) == v for k, v in wanted.items() if k not in RUNTIME_OPTIONS))
 
     # ----------------------------------------------------------------- files
 

@@ -44,14 +44,14 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.paths import EXAMPLES, input_file
-from gen.readers import iter_jsonl, load_run_records, parse_json, validated
+from gen.goals import GoalBank, goal_dict, load_goals, verbalise
+from gen.paths import EXAMPLES
+from gen.readers import load_run_records, validated
 from gen.registry import generator
 from gen.runner import CommonConfig, JsonListWriter, Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.digital import DigitalBundle
 from gen.schemas.distractors import Distractor, DistractorMCQ, GoalRow
-from gen.templates import Prompts
 
 NAME = "distractors"
 BANK_FILES = ("goals.jsonl", "goals.parquet")
@@ -115,19 +115,6 @@ class DistractorsConfig(CommonConfig):
         return path
 
 
-# --------------------------------------------------------------------------- the goal bank
-
-
-@dataclass
-class GoalBank:
-    path: Path
-    rows: list[GoalRow]
-    cues: dict[str, list[dict[str, Any]]] | None = None
-    """goal_id -> the cues of the goal's digital bundle (``digital=``); None without a digital run."""
-    states: dict[str, str] | None = None
-    """goal_id -> the key-only rendering of the goal's bundle (``digital=``)."""
-
-
 def plan(cfg: DistractorsConfig) -> Plan:
     """One index per reference goal: the first ``n`` goals of the bank, or all of them."""
     bank = load_goals(cfg.bank_path())
@@ -145,7 +132,7 @@ def bundle_cues(path: Path, goal_ids: set[str]) -> tuple[dict[str, list[dict[str
     """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``),
     and goal_id -> its key-only rendering; a bundle of a goal this bank does not hold means the run
     was made from another bank."""
-    from gen.generators.digital.export import render_bundle, wagibench_cues
+    from gen.wagibench import render_bundle, wagibench_cues
 
     records, file = load_run_records(path, "digital")
     cues: dict[str, list[dict[str, Any]]] = {}
@@ -165,63 +152,6 @@ def bundle_cues(path: Path, goal_ids: set[str]) -> tuple[dict[str, list[dict[str
         if cue is not None:  # the state a model is shown: the bundle must be one, field by field
             states[goal["goal_id"]] = render_bundle(validated(DigitalBundle, r, f"{file}:{lineno}"), key_only=True)
     return cues, states
-
-
-def load_goals(path: Path) -> GoalBank:
-    """Read and validate a goal bank; any bad row is an InputError naming file:line and field."""
-    if path.suffix == ".parquet":
-        raw = _parquet_rows(path)
-    elif path.suffix == ".jsonl":
-        raw = _jsonl_rows(path)
-    else:
-        raise InputError(f"input: {path}: expected a .jsonl or .parquet goal bank")
-    rows: list[GoalRow] = []
-    seen: dict[str, str] = {}
-    for loc, obj in raw:
-        row = validated(GoalRow, obj, loc, objects_only=False)
-        if row.goal_id in seen:
-            raise InputError(f"{loc}: goal_id {row.goal_id!r} repeats {seen[row.goal_id]}")
-        seen[row.goal_id] = loc
-        rows.append(row)
-    return GoalBank(path, rows)
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    for lineno, row in iter_jsonl(path):
-        yield f"{path}:{lineno}", row
-
-
-def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    import polars as pl
-
-    input_file(path)
-    try:
-        df = pl.read_parquet(path)
-    except Exception as e:  # noqa: BLE001 - polars raises several types
-        raise InputError(f"{path}: cannot read parquet ({str(e).splitlines()[0]})") from None
-    for k, row in enumerate(df.iter_rows(named=True), 1):
-        goal = row.get("goal")
-        if isinstance(goal, str):  # a goal column of JSON strings
-            row["goal"] = parse_json(goal, f"{path}:row {k}: goal")
-        elif isinstance(goal, dict):  # a struct column holds every type's fields; drop the absent
-            row["goal"] = {key: v for key, v in goal.items() if v is not None}
-        yield f"{path}:row {k}", {key: v for key, v in row.items() if v is not None}
-
-
-def verbalise(row: GoalRow, prompts: Prompts) -> str:
-    """A goal as one sentence: its free text, or its type's template filled with its fields."""
-    if row.goal is None:
-        return " ".join((row.text or "").split())
-    name = f"distractors/{row.goal.type}.jinja"
-    if name not in prompts.used:
-        prompts.hash(name)
-    text = prompts.env.get_template(name).render(**row.goal.model_dump())
-    return " ".join(text.split())
-
-
-def goal_dict(row: GoalRow) -> dict[str, Any]:
-    """The goal as WAGIBench writes it: the structured dict, or ``{"text": ...}``."""
-    return row.goal.model_dump() if row.goal is not None else {"text": row.text}
 
 
 # --------------------------------------------------------------------------- the sampler

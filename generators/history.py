@@ -236,8 +236,8 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
     """An observation table from gen's own material: participants (a persona pool, or facts by
     code), environments, scripts = the goal bank's groups (each recording carries one of its
     group's goals), world states = digital bundles of the recording's goal when given."""
-    from gen.generators.distractors import load_goals
-    from gen.generators.personas import load_pool, sample_facts
+    from gen.goals import load_goals
+    from gen.people import load_pool, persona_id
 
     bank = load_goals(Path(cfg.goals).expanduser() if cfg.goals else EXAMPLES / "goals.jsonl")
     scripts: dict[str, list[Any]] = defaultdict(list)
@@ -252,7 +252,7 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
     if cfg.persona_file:
         people = [p.persona_id for p in load_pool(Path(cfg.persona_file).expanduser())][:cfg.participants]
     else:
-        people = [f.persona_id for f in sample_facts(cfg.seed, cfg.participants)]
+        people = [persona_id(cfg.seed, i) for i in range(cfg.participants)]
     rows = []
     for person in people:
         prng = random.Random(derive_seed(cfg.seed, NAME, "participant", person))
@@ -285,8 +285,8 @@ def part_of_day(t: dt.datetime) -> str:
 def digital_states(folder: Path) -> dict[tuple[str, str], str]:
     """(client_tag, scenario) -> the key-only rendering (D*) of a recording's bundle, from a
     ``digital goals=`` run (bundles without a goal are not any recording's)."""
-    from gen.generators.digital.export import render_bundle
     from gen.schemas.digital import DigitalBundle
+    from gen.wagibench import render_bundle
 
     records, file = load_run_records(folder, "digital")
     out = {}

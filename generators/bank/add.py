@@ -34,8 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError
-
 from gen.banks.batch import Item, load_batch
 from gen.banks.identity import KINDS, embed_text, family
 from gen.banks.store import (
@@ -132,23 +130,20 @@ def near_duplicates(new: Any, old: Any, threshold: float) -> list[Match | None]:
 
 
 def run_audit(cfg: BankConfig, ctx: RunContext, path: Path, out: Path) -> AuditOutcome:
-    """The registered ``audit`` on the batch, with input= and fail_on= (and audit_options)."""
+    """The registered ``audit`` on the batch, with input= and fail_on= (and audit_options); the
+    models, cache and seed are this run's."""
     from gen.registry import REGISTRY
 
-    g = REGISTRY.get("audit")
-    if g is None:
+    if "audit" not in REGISTRY:
         raise ConfigError("bank add needs the audit generator, which is not registered")
-    options = {"input": str(path), "fail_on": cfg.fail_on, "seed": cfg.seed, "llm": cfg.llm,
-               **({"roles": cfg.roles} if cfg.roles is not None else {}),
-               "embedder": cfg.embedder, "cache_dir": cfg.cache_dir, "progress": "off", **(cfg.audit_options or {})}
+    options = {"input": str(path), "fail_on": cfg.fail_on, **({"roles": cfg.roles} if cfg.roles is not None else {}),
+               "progress": "off", **(cfg.audit_options or {})}
     try:
-        acfg = g.config.model_validate(options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"audit_options: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-    result = ctx.subrun("audit", acfg, out)
+        folder = ctx.subrun("audit", out, **options)
+    except ConfigError as e:
+        raise ConfigError(f"audit_options: {e}") from None
     report = read_json(out / "audit.json", "audit") if (out / "audit.json").is_file() else {}
-    return AuditOutcome(result.exit_code, report, out)
+    return AuditOutcome(folder.manifest.exit_code, report, out)
 
 
 # --------------------------------------------------------------------------- add

@@ -23,8 +23,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gen.bundles import BundleRules, Checker, State, validate_items
 from gen.errors import ConfigError, InputError, LLMOutputError, MissingInputError
-from gen.gates import Gates, Language
+from gen.gates import Gates
 from gen.generators.digital.assembly import (
     CUE_SCHEMA,
     Skeleton,
@@ -36,8 +37,6 @@ from gen.generators.digital.assembly import (
     skeleton,
     slot_line,
 )
-from gen.generators.digital.checks import Checker, validate_items
-from gen.generators.digital.export import bundle_stats, wagibench_record
 from gen.generators.digital.goals import (
     GOAL_APPS,
     GOAL_CUE,
@@ -46,15 +45,16 @@ from gen.generators.digital.goals import (
     goal_index,
     goal_problem,
 )
-from gen.generators.digital.state import State, load_cues, pick_cue, sample_datetime
-from gen.generators.personas import ensure_pool, load_pool, sample_related
+from gen.generators.digital.state import load_cues, pick_cue, sample_datetime
 from gen.paths import EXAMPLES
+from gen.people import ensure_pool, load_pool, sample_related
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext, derive_id
 from gen.schemas import Reject
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.schemas.personas import PersonaRecord
+from gen.wagibench import bundle_stats, wagibench_record
 
 DEFAULT_HOUR_WEIGHTS = [0.6, 0.3, 0.2, 0.1, 0.1, 0.3, 1.2, 3, 4, 4.5, 4.5, 4.5, 5, 4.5, 4.5, 4.5,
                         4.5, 5, 5.5, 5.5, 5, 4, 3, 1.5]
@@ -95,7 +95,7 @@ class MinItemsConfig(BaseModel):
     Music: int = Field(2, ge=0)
 
 
-class DigitalConfig(CommonConfig):
+class DigitalConfig(CommonConfig, BundleRules):
     n: int | None = Field(None, ge=1, le=10_000_000)  # type: ignore[assignment]
     """Bundles to make: 5 (about 7 minutes on 2 cores), or with goals= one per goal (the first n)."""
     goals: str | None = None
@@ -145,14 +145,6 @@ class DigitalConfig(CommonConfig):
     app_attempts: int = Field(3, ge=1, le=10)
     """LLM generations per call before its items are given up (then the app is topped up
     or the bundle rejected)."""
-    window_past_days: int = Field(30, ge=1)
-    """Items may lie at most this many days before the current datetime."""
-    window_future_days: int = Field(30, ge=1)
-    """Calendar events may lie at most this many days after it."""
-    cue_recent_minutes: tuple[int, int] = (1, 10)
-    """A cue item happened this many minutes before now (it is the latest item)."""
-    language: Language = "en"
-    """The language the apps' texts must be in (the text gates' language check)."""
 
     @model_validator(mode="after")
     def _check(self) -> DigitalConfig:
@@ -344,7 +336,7 @@ def plan(cfg: DigitalConfig) -> Plan:
     cue_path = pool_path = None
     goals = None
     if cfg.goals is not None:
-        from gen.generators.distractors import load_goals
+        from gen.goals import load_goals
 
         path = Path(cfg.goals).expanduser()
         if not path.is_file():

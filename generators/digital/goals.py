@@ -18,11 +18,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gen.generators.digital.export import app_view, render_bundle
 from gen.runner import RunContext
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.schemas.personas import RelatedPersona
+from gen.wagibench import app_view, render_bundle
 from gen.words import content_words
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ class GoalIndex:
 
 
 def goal_index(ctx: RunContext, bank: Any) -> GoalIndex:
-    from gen.generators.distractors import verbalise
+    from gen.goals import verbalise
 
     texts = [verbalise(r, ctx.prompts) for r in bank.rows]
     df: Counter[str] = Counter(w for t in texts for w in set(content_words(t)))

@@ -29,8 +29,8 @@ from pydantic import Field, field_validator, model_validator
 from gen.config import llm_preset
 from gen.errors import ConfigError
 from gen.generators.judge import context, meta, validity, wagibench
-from gen.generators.judge.panel import JudgeOptions
 from gen.llm import LLMConfig
+from gen.panel import JudgeOptions
 from gen.registry import generator
 from gen.runner import Plan, RunContext
 from gen.schemas.judge import (

@@ -137,13 +137,3 @@ def parse_reformat(text: str) -> tuple[dict[str, Any] | None, str | None, str | 
 
 def _refuse(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
-
-
-def signals(response: str, lists: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Per answer list, its terms found in ``response`` at word boundaries, case-insensitive
-    (the benchmark's ``\\b<token>\\b`` match): code signals recorded beside the verdict."""
-    from gen.contextbench.rules import word_match
-
-    short = {"current_answers": "current", "prior_answers": "prior", "clarify_indicators": "clarify",
-             "abstain_indicators": "abstain"}
-    return {short[k]: [t for t in lists.get(k, []) if t.strip() and word_match(t, response)] for k in short}

@@ -16,16 +16,16 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from gen.errors import InputError, LLMOutputError
-from gen.generators.judge.panel import (
+from gen.generators.judge.scores import judgment
+from gen.generators.judge.summary import finish, prompt_sha256
+from gen.mcq import load_banks
+from gen.panel import (
     JudgeModel,
     Panel,
     build_panel,
     candidate_families,
     pairwise_agreement,
 )
-from gen.generators.judge.scores import judgment
-from gen.generators.judge.summary import finish, prompt_sha256
-from gen.mcq import load_banks
 from gen.runner import Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.judge import Judgment, ValidityRecord

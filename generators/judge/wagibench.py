@@ -30,16 +30,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ValidationError
 
 from gen.errors import InputError, LLMOutputError, MissingInputError
-from gen.generators.judge.panel import (
+from gen.generators.judge.scores import as_action, judgment, parse_reformat
+from gen.generators.judge.summary import finish, prompt_sha256
+from gen.mcq import as_text
+from gen.panel import (
     JudgeModel,
     Panel,
     build_panel,
     candidate_families,
     pairwise_agreement,
 )
-from gen.generators.judge.scores import as_action, judgment, parse_reformat
-from gen.generators.judge.summary import finish, prompt_sha256
-from gen.mcq import as_text
 from gen.readers import iter_jsonl, read_json
 from gen.runner import Plan, RunContext
 from gen.schemas import Reject

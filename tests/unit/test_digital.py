@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from digital_runs import persona_pool
 
+from gen.bundles import FMT_M, FMT_S, Checker, State, text_problem, validate_items
 from gen.gates import Gates
 from gen.generators.digital import DigitalConfig
 from gen.generators.digital.assembly import assemble_cue, merge
-from gen.generators.digital.checks import Checker, text_problem, validate_items
-from gen.generators.digital.state import FMT_M, FMT_S, State, sample_datetime
-from gen.generators.personas import sample_related
+from gen.generators.digital.state import sample_datetime
+from gen.people import sample_related
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.templates import Prompts
@@ -567,7 +567,7 @@ def test_goal_cues_prompt_the_goal_without_stating_it() -> None:
     from types import SimpleNamespace
 
     from gen.generators.digital.goals import ACTION_FIELDS, action_share, content_words, goal_cue
-    from gen.generators.distractors import load_goals, verbalise
+    from gen.goals import load_goals, verbalise
     from gen.paths import EXAMPLES
 
     prompts = Prompts()

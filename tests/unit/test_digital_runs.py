@@ -29,7 +29,6 @@ from digital_runs import (
 from gen.cli import normalize_overrides, validate
 from gen.errors import ConfigError, InputError
 from gen.generators.digital import DigitalConfig
-from gen.generators.digital.export import render_bundle, wagibench_record
 from gen.generators.digital.state import load_cues
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import EXAMPLES
@@ -37,6 +36,7 @@ from gen.runner import RunContext, run
 from gen.schemas import Reject
 from gen.schemas import digital as S
 from gen.schemas.digital import App
+from gen.wagibench import render_bundle, wagibench_record
 
 # --------------------------------------------------------------------------- 5. end to end
 
@@ -432,7 +432,7 @@ def test_a_persona_run_folder_is_read_by_its_records_not_its_manifest(tmp_path: 
 def test_a_reused_pool_whose_manifest_is_no_manifest_is_one_line(tmp_path: Path, pool_file: Path, manifest: str) -> None:
     """pool_dir's pool is reused when its manifest's config matches: a manifest that is a list
     was a TypeError (exit 1); now an InputError naming it, and no pool is made over it."""
-    from gen.generators.personas import ensure_pool
+    from gen.people import ensure_pool
 
     folder = tmp_path / "pools" / "seed0-n6"
     folder.mkdir(parents=True)

@@ -16,15 +16,8 @@ import pytest
 from conftest import read_jsonl
 
 from gen.errors import InputError
-from gen.generators.distractors import (
-    Band,
-    DistractorsConfig,
-    Sampler,
-    load_goals,
-    matches,
-    plan,
-    verbalise,
-)
+from gen.generators.distractors import Band, DistractorsConfig, Sampler, matches, plan
+from gen.goals import load_goals, verbalise
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
 from gen.runner import RunContext, run

@@ -14,32 +14,27 @@ from typing import Any
 import pytest
 from conftest import SHARED, check_run_folder, read_jsonl
 
+from gen.contextbench import JUDGE_TEMPLATE as TEMPLATE
+from gen.contextbench import load as load_scenarios
+from gen.contextbench.scoring import metrics, signals
 from gen.errors import ConfigError, InputError
 from gen.generators.audit import AuditConfig
 from gen.generators.judge import JudgeConfig
 from gen.generators.judge import plan as judge_plan
-from gen.generators.judge.context import (
-    JUDGE_SEES,
-    TEMPLATE,
-    WITHHELD,
-    judge_view,
-    load_scenarios,
-    metrics,
-)
+from gen.generators.judge.context import JUDGE_SEES, WITHHELD, judge_view
 from gen.generators.judge.meta import aligned, pairwise
-from gen.generators.judge.panel import candidate_families, pairwise_agreement
 from gen.generators.judge.scores import (
     as_action,
     judgment,
     parse_reformat,
     parse_score,
     parse_score_lenient,
-    signals,
 )
 from gen.generators.judge.validity import flags
 from gen.generators.judge.wagibench import read_predictions
 from gen.llm import LlamaCppConfig, OpenAIConfig, scripted_llm
 from gen.llm.family import family_from_gguf, family_from_served, family_of_name
+from gen.panel import candidate_families, pairwise_agreement
 from gen.paths import PROMPTS
 from gen.runner import RunContext, run
 from gen.schemas.judge import ContextJudgeRecord, ContextJudgment, Judgment, MetaRecord

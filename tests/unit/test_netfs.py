@@ -306,7 +306,7 @@ POOL = """
     from gen.llm import scripted_llm
     from gen.runner import RunContext
     from gen.generators.digital import DigitalConfig
-    from gen.generators.personas import ensure_pool
+    from gen.people import ensure_pool
     script = pool_script(lambda n, s: False)
     def counted(messages, seed):
         with open(sys.argv[2], "a") as f:
