@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from gen.errors import InputError, MissingInputError
 from gen.generators.judge.summary import finish
 from gen.paths import inside
-from gen.readers import iter_jsonl, read_json, validated
+from gen.readers import iter_jsonl, validated
+from gen.runfolder import RunFolder
 from gen.runner import Plan, RunContext
 from gen.schemas.judge import MetaRecord, RatingRow
 from gen.stats import agreement, cohen_kappa, confusion, proportion, rounded
@@ -156,13 +157,13 @@ def judge_values(folder: Path, cfg: JudgeConfig) -> tuple[dict[str, Any], dict[s
     ``variant=`` (wagibench) or the label (context, id ``scenario/condition/trial/tTURN``)."""
     if not folder.is_dir():
         raise MissingInputError(f"judge_run: no such run folder: {folder}")
-    manifest = read_json(inside(folder, "manifest.json", what="judge_run manifest"))
-    info = manifest.get("judge") if isinstance(manifest, dict) else None
-    if not isinstance(info, dict) or info.get("kind") not in ("wagibench", "context"):
+    run = RunFolder.open(folder)
+    info = run.manifest.extras.get("judge")
+    if run.generator != "judge" or not isinstance(info, dict) or info.get("kind") not in ("wagibench", "context"):
         raise InputError(f"{folder}/manifest.json: not a judge run of kind wagibench or context")
     label = info.get("judge_label")
     out: dict[str, Any] = {}
-    for lineno, rec in iter_jsonl(inside(folder, "judge.jsonl", what="judge_run records")):
+    for lineno, rec in run.rows():
         where = f"{folder}/judge.jsonl:{lineno}"
         if not isinstance(rec, dict):
             raise InputError(f"{where}: expected a JSON object")

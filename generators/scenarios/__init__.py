@@ -50,7 +50,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from gen.contextbench import CHECKS_FILE, JUDGE_TEMPLATE, LOCK, PROMPT_CONDITIONS, read_rows
+from gen.contextbench import (
+    CHECKS_FILE,
+    JUDGE_TEMPLATE,
+    LOCK,
+    PROMPT_CONDITIONS,
+    read_rows,
+    scenario_file,
+)
 from gen.contextbench.rules import RULES
 from gen.errors import ConfigError, InputError
 from gen.generators.scenarios.lock import LOCK_KEYS, make_lock, read_lock, verify
@@ -251,7 +258,7 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
     contrast = cfg.subset == "contrast"
     if cfg.existing is not None:
         path = Path(cfg.existing).expanduser()
-        ctx.record_input(path / f"{NAME}.jsonl" if path.is_dir() else path)
+        ctx.record_input(scenario_file(path))
     conditions_sha = None
     src = conditions_file(cfg)
     if src is not None:
