@@ -184,5 +184,5 @@ def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]
     of a JSONL file, as JSON values; and the file they were read from."""
     from gen.runfolder import records_file
 
-    file, _ = records_file(path, name)
+    file = records_file(path, name)
     return [record for _, record in iter_jsonl(file)], file

@@ -270,17 +270,15 @@ class RunFolder:
         return datasets.Dataset.from_list(rows)
 
 
-def records_file(path: Path, name: str) -> tuple[Path, RunFolder | None]:
-    """The records file a user gave as ``path``: the records of a run folder (whatever its manifest
-    names, else ``<name>.jsonl``) or a JSONL file itself; and the run folder, if it is in one."""
-    run = RunFolder.find(path)
+def records_file(path: Path, name: str) -> Path:
+    """The records file a user gave as ``path``: a JSONL file itself, or a folder's ``<name>.jsonl``
+    (read by its records: a folder whose manifest is damaged still gives them), else the records
+    file its manifest names."""
+    file = path
     if path.is_dir():
-        file = run.records_path if run is not None else path / f"{name}.jsonl"
-    else:
-        file = path
+        file = path / f"{name}.jsonl"
+        if not file.is_file() and (run := RunFolder.find(path)) is not None:
+            file = run.records_path
     if not file.is_file():
         raise MissingInputError(f"input: {file} not found (expected a {name} run folder or file)")
-    return file, run
-
-
-
+    return file

@@ -188,7 +188,7 @@ def test_every_step_is_validated_before_the_first_runs(tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump({"steps": [
         {"name": "a", "generator": "history", "options": {"synthesize": True}},
         {"name": "b", "generator": "distractors", "options": {"bands": {"x": [9, 1]}}, "inputs": {"input": "a/goals.jsonl"}}]}))
-    with pytest.raises(ConfigError, match=r"bad.yaml: step b \(distractors\): bands"):
+    with pytest.raises(ConfigError, match=r"bad.yaml: step b \(distractors\): invalid value for bands"):
         plan(PipelineConfig(chain=str(bad)))
     bad.write_text(yaml.safe_dump({"steps": [{"name": "a", "generator": "history", "inputs": {"input": "z"}}]}))
     with pytest.raises(InputError, match=r"steps.0 \(a\): inputs.input: 'z' names no earlier step"):
