@@ -30,10 +30,10 @@ LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 """The run log's line format (the command line's comes from ``conf/hydra/job_logging``)."""
 
 
-def configure(generator: str, options: dict[str, Any]) -> Any:
+def configure(generator: str, options: dict[str, Any], *, check_input: bool = True) -> Any:
     """A generator's validated config from option values (``llm`` / ``embedder`` as a preset
     name, a dict or a config object); every mistake is one :class:`ConfigError` naming the
-    option. An ``input=`` that does not exist fails here too."""
+    option. An ``input=`` that does not exist fails here too (``check_input``)."""
     spec = REGISTRY.get_or_fail(generator)
     data = dict(options)
     for group in ("llm", "embedder"):
@@ -43,7 +43,7 @@ def configure(generator: str, options: dict[str, Any]) -> Any:
         cfg = spec.config.model_validate(data)
     except ValidationError as e:
         raise ConfigError(explain(e, generator)) from None
-    if isinstance(cfg.input, str):
+    if check_input and isinstance(cfg.input, str):
         cfg.input_path()
     return cfg
 

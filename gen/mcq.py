@@ -148,7 +148,9 @@ def read_wagibench_mcq(path: Path) -> list[MCQ]:
 
 def egotom_type(path: Path) -> str | None:
     """The question type of an EgoToM CSV, from its header (None if it is not one)."""
-    with open(path, encoding="utf-8-sig", errors="replace") as f:  # its reader names a bad byte
+    from gen.paths import input_file
+
+    with open(input_file(path), encoding="utf-8-sig", errors="replace") as f:  # its reader names a bad byte
         header = f.readline(1 << 16)
     for q in EGOTOM_TYPES:
         if f"gt_{q}" in header and f"{q}_choice_a" in header:

@@ -10,6 +10,7 @@ import codecs
 import io
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from gen.errors import InputError
+from gen.paths import read_input
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -48,12 +50,45 @@ def _non_finite_at(value: Any, where: str = "") -> str | None:
     return None
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _surrogate_at(value: Any, where: str = "") -> str | None:
+    """The field path of the first string (or key) holding a lone UTF-16 surrogate (``\\ud800``
+    without its pair), which no UTF-8 file can hold."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "value"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        at = f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else str(k)
+        found = _surrogate_at(k, at) if isinstance(k, str) else None
+        found = found or _surrogate_at(v, at)
+        if found is not None:
+            return found.encode("utf-8", "backslashreplace").decode("ascii")
+    return None
+
+
+def no_lone_surrogates(value: Any, text: str, where: str) -> Any:
+    """``value`` parsed from ``text``, refused (an InputError at ``where``) when an escape in the
+    text made a lone surrogate: such a string fails when written, at the end of a run."""
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        field = _surrogate_at(value)
+        if field is not None:
+            raise InputError(f"{where}: {field}: holds a lone UTF-16 surrogate escape (\\ud800 without its "
+                             "pair), which is not text")
+    return value
+
+
 def parse_json(text: str, where: str, *, whole_file: bool = False) -> Any:
     """``text`` as strict JSON (RFC 8259): NaN, Infinity and numbers beyond a float's range are
     refused, as other tools refuse them. Any problem is an InputError starting with ``where``
     (``file:line``); ``whole_file``: ``where`` is a file, and a syntax error adds its line."""
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as e:
         at = f"{where}:{e.lineno}" if whole_file else where
         raise InputError(f"{at}: not valid JSON ({e.msg})") from None
@@ -67,6 +102,7 @@ def parse_json(text: str, where: str, *, whole_file: bool = False) -> Any:
         raise InputError(f"{where}: not valid JSON (nested too deeply)") from None
     except ValueError as e:  # an integer of more than 4300 digits (sys.int_info.str_digits_check_threshold)
         raise InputError(f"{where}: not valid JSON ({str(e).split(';')[0]})") from None
+    return no_lone_surrogates(value, text, where)
 
 
 def _utf8(data: bytes, where: str) -> str:
@@ -83,11 +119,7 @@ def _utf8(data: bytes, where: str) -> str:
 def read_text(path: Path) -> str:
     """A text input file as UTF-8 (a leading byte-order mark, as spreadsheet exports write,
     is dropped); an unreadable or non-UTF-8 file is an InputError naming it (and the line)."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
-    return _utf8(data, str(path))
+    return _utf8(read_input(path), str(path))
 
 
 def read_yaml_model(path: Path, model: type[M], what: str) -> M:
@@ -96,8 +128,9 @@ def read_yaml_model(path: Path, model: type[M], what: str) -> M:
     (``what`` when the whole file is wrong)."""
     import yaml
 
+    text = read_text(path)
     try:
-        data = yaml.safe_load(read_text(path))
+        data = no_lone_surrogates(yaml.safe_load(text), text, str(path))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -151,5 +184,5 @@ def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]
     of a JSONL file, as JSON values; and the file they were read from."""
     from gen.runfolder import records_file
 
-    file, _ = records_file(path, name)
+    file = records_file(path, name)
     return [record for _, record in iter_jsonl(file)], file

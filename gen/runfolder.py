@@ -86,8 +86,14 @@ def read_manifest(folder: Path) -> tuple[Manifest, dict[str, Any]]:
     return validated(Manifest, raw, str(file), what="manifest"), raw
 
 
+_ABSENT = object()
+
+
 class RunFolder:
     """A finished run folder of any generator."""
+
+    reused = False
+    """Set by :meth:`gen.runner.RunContext.subrun` when it opened this folder instead of running."""
 
     def __init__(self, path: Path, manifest: Manifest, raw: dict[str, Any]):
         self.path = path
@@ -162,12 +168,13 @@ class RunFolder:
         return self.manifest.exit_code == 0
 
     def finished_with(self, config: dict[str, Any] | BaseModel) -> bool:
-        """This folder holds a run that ended well with this config (its :data:`RUNTIME_OPTIONS`
-        aside): what reuse of a sub-run's or a pipeline step's folder asks."""
+        """This folder holds a run that ended well with this config: every option of ``config``
+        (its :data:`RUNTIME_OPTIONS` aside) has the same value in the manifest. What reuse of a
+        sub-run's folder (a persona pool, a pipeline's finished step) asks."""
         wanted = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
-        mine = {k: v for k, v in self.manifest.config.items() if k not in RUNTIME_OPTIONS}
+        mine = self.manifest.config
         return (self.ok and self.records_path.is_file()
-                and mine == {k: v for k, v in wanted.items() if k not in RUNTIME_OPTIONS})
+                and all(mine.get(k, _ABSENT) == v for k, v in wanted.items() if k not in RUNTIME_OPTIONS))
 
     # ----------------------------------------------------------------- files
 
@@ -263,17 +270,15 @@ class RunFolder:
         return datasets.Dataset.from_list(rows)
 
 
-def records_file(path: Path, name: str) -> tuple[Path, RunFolder | None]:
-    """The records file a user gave as ``path``: the records of a run folder (whatever its manifest
-    names, else ``<name>.jsonl``) or a JSONL file itself; and the run folder, if it is in one."""
-    run = RunFolder.find(path)
+def records_file(path: Path, name: str) -> Path:
+    """The records file a user gave as ``path``: a JSONL file itself, or a folder's ``<name>.jsonl``
+    (read by its records: a folder whose manifest is damaged still gives them), else the records
+    file its manifest names."""
+    file = path
     if path.is_dir():
-        file = run.records_path if run is not None else path / f"{name}.jsonl"
-    else:
-        file = path
+        file = path / f"{name}.jsonl"
+        if not file.is_file() and (run := RunFolder.find(path)) is not None:
+            file = run.records_path
     if not file.is_file():
         raise MissingInputError(f"input: {file} not found (expected a {name} run folder or file)")
-    return file, run
-
-
-
+    return file

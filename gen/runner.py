@@ -27,18 +27,21 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import gen
 from gen.embed import EmbedderConfig
 from gen.errors import ConfigError, MissingInputError
 from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, set_worker, sha256_file, worker
-from gen.paths import CHECKOUT, inside
+from gen.paths import CHECKOUT, input_file, inside
 from gen.registry import REGISTRY
+from gen.runfolder import RunFolder
 from gen.schemas import Reject
 from gen.templates import Prompts
 
 R = TypeVar("R")
+SHARED_OPTIONS = ("seed", "llm", "embedder", "cache_dir", "progress", "progress_every")
+"""What a run inside a run inherits from its parent unless given (:meth:`RunContext.config_for`)."""
 PACKAGES = [
     "llama-cpp-python", "instructor", "openai", "pydantic", "hydra-core", "omegaconf", "jinja2",
     "faker", "rich", "sentence-transformers", "torch", "faiss-cpu", "polars", "numpy",
@@ -74,6 +77,14 @@ class CommonConfig(BaseModel):
     progress_every: float = Field(default=10.0, gt=0)
     """Seconds between plain progress lines."""
 
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir_named(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("empty (the cache would be made in the current folder): give a folder, or null to "
+                             "disable caching (is GEN_CACHE_DIR set but empty?)")
+        return v
+
     @model_validator(mode="after")
     def _shard_in_range(self) -> CommonConfig:
         if self.shard >= self.num_shards:
@@ -89,7 +100,7 @@ class CommonConfig(BaseModel):
         path = Path(self.input).expanduser()
         if not path.exists():
             raise MissingInputError(f"input: no such file or folder: {path}")
-        return path
+        return path if path.is_dir() else input_file(path, "input")
 
 
 MergeHook = Callable[["RunContext", list[dict[str, Any]], list[dict[str, Any]]], None]
@@ -269,22 +280,44 @@ class RunContext:
         if self._owns_backends:
             self._backends.close()
 
-    def subrun(self, name: str, cfg: CommonConfig, out_dir: Path, *,
-               resolved: dict[str, Any] | None = None, quiet: bool = True) -> RunResult:
-        """Run generator ``name`` inside this run: its own folder and manifest (linked from this
-        run's manifest under ``subruns``), this run's loaded backends."""
+    def config_for(self, name: str, **options: Any) -> CommonConfig:
+        """The validated config of generator ``name`` run inside this run: ``options``, and for
+        every option of :data:`SHARED_OPTIONS` not given, this run's value (the same models,
+        cache, seed and progress display). A bad value is a ConfigError naming the option."""
+        from gen.api import configure
+
+        spec = REGISTRY[name]
+        inherited = {k: getattr(self.cfg, k) for k in SHARED_OPTIONS
+                     if k not in options and k in spec.config.model_fields and hasattr(self.cfg, k)}
+        return configure(name, {**inherited, **options}, check_input=False)
+
+    def subrun(self, name: str, out_dir: Path, *, reuse: bool = False, quiet: bool = True,
+               **options: Any) -> RunFolder:
+        """Run generator ``name`` inside this run, with :meth:`config_for`'s config: its own folder
+        and manifest (linked from this run's manifest under ``subruns``), this run's loaded
+        backends. ``reuse``: a folder that already holds a run of this config that ended well is
+        opened, not run again (a persona pool, a pipeline's finished step)."""
+        cfg = self.config_for(name, **options)
+        if reuse and (done := RunFolder.find(out_dir)) is not None and done.finished_with(cfg):
+            self._link(name, out_dir, done, reused=True)
+            done.reused = True
+            return done
         child = RunContext(name, cfg, out_dir, backends=self._backends, parent=self)
-        result = run(name, cfg, out_dir, resolved=resolved, ctx=child, quiet=quiet)
+        run(name, cfg, out_dir, ctx=child, quiet=quiet)
+        folder = RunFolder.open(out_dir)
+        self._link(name, out_dir, folder, reused=False)
+        return folder
+
+    def _link(self, name: str, out_dir: Path, folder: RunFolder, *, reused: bool) -> None:
         try:
             where = out_dir.resolve().relative_to(self.out_dir.resolve()).as_posix()
         except ValueError:
             where = str(out_dir)
+        counts = folder.raw.get("counts") or {}
         self.subruns.append({"generator": name, "path": where,
                              "manifest_sha256": sha256_file(out_dir / "manifest.json"),
-                             "counts": {k: result.manifest["counts"][k]
-                                        for k in ("requested", "accepted", "rejected")},
-                             "exit_code": result.exit_code})
-        return result
+                             "counts": {k: counts.get(k) for k in ("requested", "accepted", "rejected")},
+                             "exit_code": folder.manifest.exit_code, **({"reused": True} if reused else {})})
 
     def indices(self, n: int | None = None) -> range:
         return shard_range(n or self.plan.n, self.cfg.shard, self.cfg.num_shards)

@@ -10,23 +10,22 @@ age-consistent relations) from a pool made here and reused by (seed, size, LLM).
 
 from __future__ import annotations
 
-import fcntl
 import random
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from gen.errors import GenError, InputError, LLMOutputError
+from gen.errors import LLMOutputError
 from gen.gates import Gates, Language
 from gen.paths import PERSONAS
-from gen.readers import load_run_records, read_json, read_yaml_model
+from gen.people import persona_id
+from gen.readers import read_yaml_model
 from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext, derive_id, derive_seed
+from gen.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.personas import (
     BIO_CHARS,
@@ -34,8 +33,6 @@ from gen.schemas.personas import (
     Gender,
     PersonaFacts,
     PersonaRecord,
-    RelatedPersona,
-    Relation,
     Status,
 )
 
@@ -194,7 +191,7 @@ def person_facts(seed: int, key: int | str, nat: Nationality, band: tuple[int, i
         extra = rng.choice([x for x in EXTRA_LANGUAGES if x not in languages])
         languages.append(extra)
     return PersonaFacts(
-        persona_id=derive_id(seed, "personas", key),
+        persona_id=persona_id(seed, key),
         name=f"{first} {last}", first_name=first, last_name=last, gender=gender, age=age,
         nationality=nat.demonym, country=nat.country, home_city=city,
         home_address=f"{_street(nat, city, rng, street_seed)}, {city}, {nat.country}",
@@ -319,52 +316,6 @@ def _mentions_occupation(facts: PersonaFacts, words: set[str]) -> bool:
         return False
     content = {w.lower() for w in _WORD.findall(facts.occupation) if len(w) >= 4} - _STOP
     return not content or bool(words & content)
-
-
-# --------------------------------------------------------------------------- relations
-
-def feasible_relations(main: PersonaFacts, other: PersonaFacts) -> list[Relation]:
-    """Relations consistent with both ages (and nationality, for family)."""
-    diff = other.age - main.age  # positive: other is older
-    family = main.nationality == other.nationality
-    rel: list[Relation] = ["friend", "neighbour"] if abs(diff) <= 25 else ["neighbour"]
-    if family and 18 <= diff <= 45:
-        rel.append("parent")
-    if family and 18 <= -diff <= 45:
-        rel.append("child")
-    if family and abs(diff) <= 12:
-        rel.append("sibling")
-    if main.age >= 18 and other.age >= 18 and abs(diff) <= 12:
-        rel.append("partner")
-    if main.status == other.status == "working":
-        rel.append("co-worker")
-    if main.status == other.status == "student" and abs(diff) <= 6:
-        rel.append("classmate")
-    if max(main.age, other.age) <= 45 and abs(diff) <= 12:
-        rel.append("roommate")
-    return rel
-
-
-_WEIGHTS: dict[str, float] = {"partner": 3, "parent": 3, "child": 3, "sibling": 3, "co-worker": 2.5,
-                              "classmate": 2.5, "friend": 2, "roommate": 1.5, "neighbour": 1}
-_AT_MOST = {"partner": 1, "parent": 2, "roommate": 2}
-
-
-def sample_related(pool: Sequence[PersonaRecord], rng: random.Random, k: int = 5,
-                   main: PersonaRecord | None = None) -> tuple[PersonaRecord, list[RelatedPersona]]:
-    """A main persona and ``k`` others from ``pool``, each with an age-consistent relation."""
-    if len(pool) < k + 1:
-        raise ValueError(f"a persona pool of {len(pool)} cannot give a main persona and {k} related ones")
-    main = main or rng.choice(list(pool))
-    others = rng.sample([p for p in pool if p.persona_id != main.persona_id], k)
-    taken: dict[str, int] = {}
-    related = []
-    for other in others:
-        options = [r for r in feasible_relations(main, other) if taken.get(r, 0) < _AT_MOST.get(r, 99)]
-        relation = rng.choices(options, weights=[_WEIGHTS[r] for r in options])[0]
-        taken[relation] = taken.get(relation, 0) + 1
-        related.append(RelatedPersona(relation=relation, persona=other))
-    return main, related
 
 
 # --------------------------------------------------------------------------- the generator
@@ -521,51 +472,3 @@ def print_distribution(dist: dict[str, dict[str, int]]) -> None:
     for field, counts in dist.items():
         table.add_row(field, ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
     Console(width=120).print(table)
-
-
-# --------------------------------------------------------------------------- pool reuse
-
-
-def load_pool(path: Path) -> list[PersonaRecord]:
-    """A pool from a personas run folder or a personas.jsonl; a bad row names file and line."""
-    records, file = load_run_records(path, "personas")
-    pool = []
-    for lineno, row in enumerate(records, 1):
-        try:
-            pool.append(PersonaRecord.model_validate(row))
-        except ValidationError as e:
-            raise InputError(f"{file}:{lineno}: not a persona record ({e.errors()[0]['msg']})") from None
-    return pool
-
-
-def ensure_pool(ctx: RunContext, seed: int, size: int, pool_dir: str) -> tuple[list[PersonaRecord], Path]:
-    """A pool of ``size`` personas made once per (seed, size, LLM) as a sub-run of ``ctx`` in
-    ``pool_dir`` and reused after (a given ``persona_file`` is read by :func:`load_pool`)."""
-    cfg = ctx.cfg
-    pcfg = PersonasConfig(seed=seed, n=size, persona_pool=size, llm=cfg.llm, cache_dir=cfg.cache_dir,
-                          progress=cfg.progress, progress_every=cfg.progress_every,
-                          language=getattr(cfg, "language", "en"))
-    folder = Path(pool_dir).expanduser() / f"seed{seed}-n{size}"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:  # shards started together make the pool once
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        manifest = folder / "manifest.json"
-        wanted = pcfg.model_dump(mode="json", exclude={"progress", "progress_every", "cache_dir"})
-        reuse = False
-        if manifest.is_file() and (folder / "personas.jsonl").is_file():
-            old = read_json(manifest)
-            if not isinstance(old, dict) or not isinstance(old.get("config"), dict):
-                raise InputError(f"{manifest}: not a personas run manifest (an object with a config); "
-                                 f"remove {folder} to make the pool anew")
-            reuse = {k: old["config"].get(k) for k in wanted} == wanted and old.get("exit_code", 0) == 0
-        if not reuse:
-            result = ctx.subrun("personas", pcfg, folder, resolved=wanted, quiet=False)
-            if result.exit_code:
-                raise PoolError(result.manifest.get("error") or f"the persona pool at {folder} is incomplete")
-    return load_pool(folder), folder
-
-
-class PoolError(GenError):
-    """The persona pool could not be made at the size asked for (exit code 1)."""
-
-    exit_code = 1

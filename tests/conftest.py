@@ -294,6 +294,51 @@ def wagibench_loader() -> Callable[..., list[dict[str, Any]]]:
     return scope["load_ob2_data"]
 
 
+WAGIBENCH_MIXIN = SHARED / "data" / "wagibench" / "maestro_ob2_mixin.py"
+
+
+def wagibench_prompt() -> Callable[[dict[str, Any], str], str]:
+    """WAGIBench's own ``build_prompt`` (``maestro_ob2_mixin.py``), taken out of their class with
+    ``ast`` and run as it is on a row ``load_ob2_data`` returned: ``(row, mode) -> the text a model
+    reads``. The stand-in ``self`` has the three members the method reads (their prompt constants
+    live in a module that is not here, so two short markers stand in for them; their transcription
+    preprocessing is taken out of the same class). Numbers the method calls ``.item()`` on become
+    numpy scalars, as their torch collate makes them."""
+    import ast
+    import itertools
+    import typing
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    tree = ast.parse(WAGIBENCH_MIXIN.read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MaestroOB2HuggingFacePredictorMixin")
+    methods = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in ("build_prompt", "preprocess_transcription")]
+    tables = [n for n in tree.body if isinstance(n, ast.Assign)  # the app tables the method reads
+              and any(isinstance(t, ast.Name) and t.id.startswith("SUPPORTED_APPS") for t in n.targets)]
+    scope: dict[str, Any] = {"json": json, "np": np, "itertools": itertools,
+                             **{name: getattr(typing, name) for name in ("Optional", "List", "Dict", "Any", "Union")}}
+    exec(compile(ast.Module(body=[*tables, *methods], type_ignores=[]), str(WAGIBENCH_MIXIN), "exec"), scope)
+    me = SimpleNamespace(mcq_prompt="[MCQ PROMPT]\n", mcq_note_prompt="[MCQ NOTE]", generative_prompt="[GENERATIVE PROMPT]\n")
+    me.preprocess_transcription = lambda *a: scope["preprocess_transcription"](me, *a)
+
+    def scalars(x: dict[str, Any]) -> None:
+        for k in ("start_s", "end_s"):
+            x[k] = np.float64(x[k] if x[k] is not None else -1.0)
+
+    def build(row: dict[str, Any], mode: str = "mcq") -> str:
+        import copy
+
+        x = copy.deepcopy(row["x"])
+        scalars(x["context_window"])
+        for h in x.get("longitudinal_history") or []:
+            scalars(h["context_window"])
+        x.setdefault("transcription", False)  # their loader sets it only for video_filename rows
+        return scope["build_prompt"](me, x.get("mcq_set"), x, None, mode=mode)
+
+    return build
+
+
 CONTEXT_BENCH = SHARED / "data" / "context_bench"
 """The context-tracking benchmark's released material (its validator, examples, prompt conditions)."""
 

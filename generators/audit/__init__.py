@@ -85,6 +85,10 @@ class AuditConfig(CommonConfig):
     """Share of a privileged text's n-grams found in a visible field that makes a partial leak."""
     leak_min_chars: int = Field(3, ge=1)
     """Privileged terms shorter than this (normalised) are not searched for ("cup" still is)."""
+    states_containment: float = Field(0.6, gt=0, le=1)
+    """Share of an option's distinctive words (those no other option of its item has) that a visible
+    context must hold to state it (the leakage check's containment: most of what sets the option
+    apart)."""
     length_ratio: float = Field(1.4, gt=1)
     """An answer more than this many times longer than every distractor, or every distractor
     this much longer than it, is flagged (EgoToM's own filter, §3)."""

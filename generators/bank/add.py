@@ -34,8 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError
-
 from gen.banks.batch import Item, load_batch
 from gen.banks.identity import KINDS, embed_text, family
 from gen.banks.store import (
@@ -58,6 +56,7 @@ from gen.generators.bank.commit import SEVERITY_RANK, AuditOutcome, Verdict, com
 from gen.llm import sha256_file
 from gen.schemas import Reject
 from gen.schemas.bank import BankItemRecord
+from gen.vectors import ip_index
 
 if TYPE_CHECKING:
     from gen.generators.bank import BankConfig
@@ -95,24 +94,18 @@ def near_duplicates(new: Any, old: Any, threshold: float) -> list[Match | None]:
     """For each new vector in order: its nearest bank vector when the cosine is at or above
     ``threshold``; else the most similar *earlier kept* new vector at or above it; else None.
     Vectors are L2-normalised, so FAISS inner product is the cosine."""
-    import faiss
     import numpy as np
 
     new = np.ascontiguousarray(new, dtype=np.float32)
     out: list[Match | None] = [None] * len(new)
     if len(new) == 0:
         return out
-    d = new.shape[1]
     if old is not None and len(old):
-        index = faiss.IndexFlatIP(d)
-        index.add(np.ascontiguousarray(old, dtype=np.float32))
-        sims, ids = index.search(new, 1)
+        sims, ids = ip_index(old).search(new, 1)
         for i in range(len(new)):
             if sims[i, 0] >= threshold:
                 out[i] = Match("bank", int(ids[i, 0]), float(sims[i, 0]))
-    index = faiss.IndexFlatIP(d)
-    index.add(new)
-    lims, dists, labels = index.range_search(new, threshold - 1e-6)  # range_search keeps sims > radius
+    lims, dists, labels = ip_index(new).range_search(new, threshold - 1e-6)  # range_search keeps sims > radius
     kept: set[int] = set()
     for i in range(len(new)):
         if out[i] is not None:
@@ -132,23 +125,20 @@ def near_duplicates(new: Any, old: Any, threshold: float) -> list[Match | None]:
 
 
 def run_audit(cfg: BankConfig, ctx: RunContext, path: Path, out: Path) -> AuditOutcome:
-    """The registered ``audit`` on the batch, with input= and fail_on= (and audit_options)."""
+    """The registered ``audit`` on the batch, with input= and fail_on= (and audit_options); the
+    models, cache and seed are this run's."""
     from gen.registry import REGISTRY
 
-    g = REGISTRY.get("audit")
-    if g is None:
+    if "audit" not in REGISTRY:
         raise ConfigError("bank add needs the audit generator, which is not registered")
-    options = {"input": str(path), "fail_on": cfg.fail_on, "seed": cfg.seed, "llm": cfg.llm,
-               **({"roles": cfg.roles} if cfg.roles is not None else {}),
-               "embedder": cfg.embedder, "cache_dir": cfg.cache_dir, "progress": "off", **(cfg.audit_options or {})}
+    options = {"input": str(path), "fail_on": cfg.fail_on, **({"roles": cfg.roles} if cfg.roles is not None else {}),
+               "progress": "off", **(cfg.audit_options or {})}
     try:
-        acfg = g.config.model_validate(options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"audit_options: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-    result = ctx.subrun("audit", acfg, out)
+        folder = ctx.subrun("audit", out, **options)
+    except ConfigError as e:
+        raise ConfigError(f"audit_options: {e}") from None
     report = read_json(out / "audit.json", "audit") if (out / "audit.json").is_file() else {}
-    return AuditOutcome(result.exit_code, report, out)
+    return AuditOutcome(folder.manifest.exit_code, report, out)
 
 
 # --------------------------------------------------------------------------- add

@@ -198,7 +198,7 @@ def write_text(path: Path, text: str) -> None:
 
 def export_wagibench(job: Job, out: Path) -> list[Outcome]:
     frames = job.frames
-    from gen.generators.digital.export import wagibench_record
+    from gen.wagibench import wagibench_record
 
     outcomes: list[Outcome] = []
     if "distractors" in frames:

@@ -182,19 +182,14 @@ def record(ctx: RunContext, cfg: IntrospectConfig, index: int, d: Draft) -> Intr
 def events(ctx: RunContext, cfg: IntrospectConfig, todo: dict[int, EventItem]) -> dict[int, IntrospectRecord | Reject]:
     """The event-form questions through a ``candidates kind=generated`` sub-run; each comes back as
     a record (the candidates record's fields, with this family's) or the sub-run's reject."""
-    from gen.registry import REGISTRY
-
     if not todo:
         return {}
     folder = ctx.out_dir / "candidates"
     folder.mkdir(parents=True, exist_ok=True)
     items = folder.parent / "event_items.jsonl"
     items.write_text("".join(e.item.model_dump_json(exclude_none=True) + "\n" for e in todo.values()), encoding="utf-8")
-    ccfg = REGISTRY["candidates"].config.model_validate({
-        "input": str(items), "input_format": "items", "kind": "generated", "k": cfg.k, "seed": cfg.seed,
-        "attempts": cfg.event_attempts, "llm": cfg.llm.model_dump(), "embedder": cfg.embedder.model_dump(),
-        "cache_dir": cfg.cache_dir, "progress": "off"})
-    ctx.subrun("candidates", ccfg, folder)
+    ctx.subrun("candidates", folder, input=str(items), input_format="items", kind="generated", k=cfg.k,
+               attempts=cfg.event_attempts, progress="off")
     made: dict[str, dict[str, Any]] = {row["source_item"]: row for _, row in iter_jsonl(folder / "candidates.jsonl")}
     refused: dict[str, dict[str, Any]] = {}
     for _, row in iter_jsonl(folder / "rejects.jsonl"):

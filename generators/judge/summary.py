@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2.meta
 
-from gen.generators.judge.panel import Panel
+from gen.panel import Panel
 from gen.runner import RunContext
 
 if TYPE_CHECKING:

@@ -16,16 +16,16 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from gen.errors import InputError, LLMOutputError
-from gen.generators.judge.panel import (
+from gen.generators.judge.scores import judgment
+from gen.generators.judge.summary import finish, prompt_sha256
+from gen.mcq import load_banks
+from gen.panel import (
     JudgeModel,
     Panel,
     build_panel,
     candidate_families,
     pairwise_agreement,
 )
-from gen.generators.judge.scores import judgment
-from gen.generators.judge.summary import finish, prompt_sha256
-from gen.mcq import load_banks
 from gen.runner import Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.judge import Judgment, ValidityRecord
@@ -70,7 +70,7 @@ def judge_item(cfg: JudgeConfig, ctx: RunContext, panel: Panel, item: MCQ, sourc
         j, k = job
         messages = ctx.prompts.render(TEMPLATE, context=item.context, question=item.question, option=item.options[k])
         return judgment(j.llm.complete(messages, seed=ctx.seed(index, "option", k), max_tokens=cfg.judge_tokens,
-                                       temperature=cfg.judge_temperature))
+                                       temperature=cfg.judge_temperature), lenient=cfg.judge_parse == "lenient")
 
     try:
         results = ctx.map(one, jobs, workers=min(j.llm.concurrency for j in panel.judges))

@@ -48,15 +48,25 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from gen.contextbench import CHECKS_FILE, JUDGE_TEMPLATE, LOCK, PROMPT_CONDITIONS, read_rows
+from gen.config import ModelChoice
+from gen.contextbench import (
+    CHECKS_FILE,
+    JUDGE_TEMPLATE,
+    LOCK,
+    PROMPT_CONDITIONS,
+    read_rows,
+    scenario_file,
+)
 from gen.contextbench.rules import RULES
 from gen.errors import ConfigError, InputError
 from gen.generators.scenarios.lock import LOCK_KEYS, make_lock, read_lock, verify
 from gen.generators.scenarios.skeleton import DEFAULT_SIZE, NAME, build_units, check_distribution
 from gen.generators.scenarios.stages import BankView, Outcome, Writer, draft_unit, resolve
-from gen.llm import LLMConfig, sha256_file
+from gen.llm import sha256_file
+from gen.paths import input_file
+from gen.readers import read_json
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext, atomic_write
 from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord, Target
@@ -83,7 +93,7 @@ class ScenariosConfig(CommonConfig):
     """Generations per stage (fresh seed) when its output breaks a rule."""
     model_checks: Literal["reject", "record", "off"] = "reject"
     """Identification and semantic-leak checks: reject (regenerate, then reject), record only, or off."""
-    models: list[LLMConfig] = Field(default_factory=list)
+    models: list[ModelChoice] = Field(default_factory=list)
     """Models of the model checks: llm presets ([smollm2]) or dicts ([{backend: openai, model: x}]); [] = llm=."""
     labels: list[str] = Field(default_factory=list)
     """Model names in scenario_checks.jsonl, one per model ([] = GGUF stem or served model name)."""
@@ -107,12 +117,6 @@ class ScenariosConfig(CommonConfig):
     prompt_conditions: str | None = None
     """The benchmark's prompt_conditions.json: copied into the run folder and hashed into the lock (null: none)."""
 
-    @field_validator("models", mode="before")
-    @classmethod
-    def _named_models(cls, value: Any) -> Any:
-        from gen.config import llm_preset
-
-        return [llm_preset(v) if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _check(self) -> ScenariosConfig:
@@ -147,6 +151,18 @@ class ScenariosConfig(CommonConfig):
 # --------------------------------------------------------------------------- input
 
 
+def conditions_file(cfg: ScenariosConfig) -> Path | None:
+    """``prompt_conditions=``, checked to be a JSON file (read as every input: a file that is not
+    UTF-8, not JSON, a device or a FIFO is one line naming it)."""
+    if cfg.prompt_conditions is None:
+        return None
+    src = Path(cfg.prompt_conditions).expanduser()
+    if not src.exists():
+        raise InputError(f"prompt_conditions: no such file: {src}")
+    read_json(input_file(src, "prompt_conditions"))
+    return src
+
+
 def plan(cfg: ScenariosConfig) -> Plan:
     """generate: one index per unit (scenario, or contrast pair) of the skeleton; verify: one
     index per lock entry checked."""
@@ -156,6 +172,7 @@ def plan(cfg: ScenariosConfig) -> Plan:
         if not folder.is_dir():
             raise InputError(f"input: {folder} is not a scenarios run folder")
         return Plan(len(LOCK_KEYS), (folder, read_lock(folder)))
+    conditions_file(cfg)  # a bad prompt_conditions= fails here, before any run folder exists
     existing: list[dict[str, Any]] = []
     if cfg.existing is not None:
         path = Path(cfg.existing).expanduser()
@@ -237,16 +254,10 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
     units, existing = ctx.plan.data
     if cfg.existing is not None:
         path = Path(cfg.existing).expanduser()
-        ctx.record_input(path / f"{NAME}.jsonl" if path.is_dir() else path)
+        ctx.record_input(scenario_file(path))
     conditions_sha = None
-    if cfg.prompt_conditions is not None:
-        src = Path(cfg.prompt_conditions).expanduser()
-        if not src.is_file():
-            raise InputError(f"prompt_conditions: no such file: {src}")
-        try:
-            json.loads(src.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise InputError(f"{src}:{e.lineno}: not valid JSON ({e.msg})") from None
+    src = conditions_file(cfg)
+    if src is not None:
         ctx.record_input(src)
         shutil.copyfile(src, ctx.out_dir / PROMPT_CONDITIONS)
         conditions_sha = sha256_file(ctx.out_dir / PROMPT_CONDITIONS)

@@ -4,7 +4,6 @@ revision, the judge prompt) and ``verify``, which recomputes it against the file
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from gen.errors import InputError
 from gen.generators.scenarios.skeleton import NAME
 from gen.llm import sha256_file
 from gen.paths import PROMPTS
+from gen.readers import read_json
 from gen.runner import RunContext
 from gen.schemas import Reject
 from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord
@@ -70,10 +70,7 @@ def read_lock(folder: Path) -> dict[str, Any]:
     path = folder / LOCK
     if not path.is_file():
         raise InputError(f"input: {folder} holds no {LOCK} (not a scenarios run folder)")
-    try:
-        lock = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    lock = read_json(path)  # not UTF-8, not JSON, NaN, a FIFO: one line naming the file
     if not isinstance(lock, dict):
         raise InputError(f"{path}:1: expected a JSON object")
     return lock

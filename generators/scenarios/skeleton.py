@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gen.contextbench.rules import deictic_allowed, signature
+from gen.contextbench.rules import deictic_allowed, field_key, signature
 from gen.errors import ConfigError
 from gen.schemas.scenarios import CHANGE_TYPES, DIFFICULTIES, TARGETS
 
@@ -227,7 +227,7 @@ def build_units(cfg: ScenariosConfig, existing: Sequence[dict[str, Any]] = ()) -
     sigs: Counter[tuple[Any, ...]] = Counter(signature(s) for s in existing)
     # existing rows are data: a missing field counts under None and matches no cell
     per_domain: Counter[tuple[str | None, str | None]] = Counter(
-        (s.get("change_type"), s.get("activity_domain")) for s in existing)
+        (field_key(s, "change_type"), field_key(s, "activity_domain")) for s in existing)
     pair_number = max((int(m.group(1)) for s in existing
                        for m in [re.fullmatch(r"pair-(\d+)", str(s.get("pair_id") or ""))] if m), default=0)
     prefix = "adv" if cfg.subset == "contrast" else "sc"

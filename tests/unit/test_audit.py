@@ -343,11 +343,11 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
 
 
 def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None:
-    assert [c.order for c in REGISTRY.values()] == list(range(1, 17))
+    assert [c.order for c in REGISTRY.values()] == list(range(1, 18))
     assert AuditConfig(input="x").checks == CHECKS == ["structure", "leakage", "position", "length",
                                                        "similar_options", "duplicates", "shortcut", "blind",
                                                        "digital", "history", "judge", "chronology", "text", "review",
-                                                       "integrity", "scenarios"]
+                                                       "integrity", "scenarios", "context_states"]
     help_text = AuditConfig.model_fields["checks"].description
     for c in REGISTRY.values():
         assert f"{c.key}: {c.finds}" in help_text
@@ -398,7 +398,7 @@ PROBE_CHECK = """\"\"\"A check added as one file.\"\"\"
 from gen.generators.audit.registry import CheckResult, check, finding
 
 
-@check("probe", order=17, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
+@check("probe", order=18, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
 def probe(data, cfg):
     \"\"\"Counts the items, to show that a new check is one new file.\"\"\"
     res = CheckResult("probe", stats={"items": len(data.items)})
@@ -415,15 +415,15 @@ def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir:
     (tmp_path / "generators" / "audit" / "checks" / "probe.py").write_text(PROBE_CHECK)
     run_gen = runner_for(tmp_path, cache_dir)
     shown = run_gen("audit", "--help")
-    assert "probe: nothing, it counts items" in shown.stdout and '"integrity","scenarios","probe"]' in shown.stdout, shown.stdout
+    assert "probe: nothing, it counts items" in shown.stdout and '"integrity","scenarios","context_states","probe"]' in shown.stdout, shown.stdout
     p = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "embeddings=false", "checks=[structure,probe]",
                 f"hydra.run.dir={tmp_path / 'out'}")
     assert p.returncode == 0, p.stderr
     report = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (17, "probe", {"items": 80})
-    assert report["findings"][0]["check_id"] == 17
+    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (18, "probe", {"items": 80})
+    assert report["findings"][0]["check_id"] == 18
     md = (tmp_path / "out" / "audit.md").read_text()
-    assert "## 17. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
+    assert "## 18. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
     bad = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "checks=[probe,nope]")
     assert bad.returncode == 2 and "nope" in bad.stderr and "'probe'" in bad.stderr
 

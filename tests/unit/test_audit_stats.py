@@ -169,7 +169,7 @@ def test_no_tell_on_1000_items_gives_nothing_above_info(tmp_path: Path) -> None:
     result, findings, report = run_audit(tmp_path / "out", bank, embeddings=False, checks=checks)
     assert [f for f in findings if f["severity"] != "info"] == [] and result.exit_code == 0
     tells = [t for c in report["checks"] for t in c["stats"].get("tells", [])]
-    assert len(tells) == 6  # overlap, position, longest, shortest, classifier, most central
+    assert len(tells) == 7  # overlap, position, longest, shortest, classifier, most central, context states
     assert all(t["effect"] < 5 and t["severity"] is None for t in tells)
 
 

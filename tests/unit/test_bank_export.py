@@ -86,7 +86,7 @@ def test_export_wagibench_layouts(tmp_path: Path, digital_run: Path) -> None:
     assert built["x"]["mcq_set"][dis[2]["answer"]] == {"type": "shop", "content": "milk 2"}
     state = json.loads((out / "digital_state.json").read_text())
     bundles = read_jsonl(digital / "digital.jsonl")
-    from gen.generators.digital.export import wagibench_record
+    from gen.wagibench import wagibench_record
 
     for b in bundles:
         bid = item_id_of("digital_bundle", b)

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from conftest import check_run_folder, read_jsonl
 
+from gen.contextbench import load as load_scenarios
 from gen.errors import ConfigError, InputError
 from gen.generators import evaluate as evaluate_module
 from gen.generators.evaluate import EvaluateConfig, cell, conversation, is_scenarios
 from gen.generators.evaluate import plan as evaluate_plan
-from gen.generators.judge.context import load_scenarios
 from gen.llm import scripted_llm
 from gen.runner import RunContext, run
 from gen.templates import Prompts

@@ -201,9 +201,12 @@ def test_the_llm_package_is_split_as_documented(graph: dict[str, set[str]]) -> N
     the package's ``__init__`` (which imports them all)."""
     inside = {m: t for m, t in graph.items() if m.startswith("gen.llm.")}
     assert all("gen.llm" not in targets for targets in inside.values()), inside
-    assert graph["gen.llm.config"] <= {"gen.errors"}
-    assert graph["gen.llm.cache"] <= {"gen.errors"}
-    for backend in ("gen.llm.boundary", "gen.llm.config", "gen.llm.cache"):
+    assert graph["gen.llm.config"] <= {"gen.errors", "gen.llm.secrets"}
+    assert graph["gen.llm.secrets"] <= {"gen.errors"}
+    assert graph["gen.llm.http"] <= {"gen.llm.secrets"}  # the transport knows no config
+    assert graph["gen.llm.cache"] <= {"gen.errors", "gen.netfs"}
+    assert graph["gen.netfs"] == set()
+    for backend in ("gen.llm.boundary", "gen.llm.config", "gen.llm.cache", "gen.llm.http"):
         assert not graph[backend] & {"gen.llm.llama_cpp", "gen.llm.openai_compat",
                                      "gen.llm.llama_server", "gen.llm.fake"}
     assert not (ROOT / "gen" / "server.py").exists() and not (ROOT / "gen" / "llm.py").exists()

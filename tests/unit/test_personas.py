@@ -12,14 +12,8 @@ from typing import Any
 import pytest
 from conftest import persona_facts
 
-from gen.generators.personas import (
-    AGE_BANDS,
-    NATIONALITIES,
-    bio_problems,
-    feasible_relations,
-    sample_facts,
-    sample_related,
-)
+from gen.generators.personas import AGE_BANDS, NATIONALITIES, bio_problems, sample_facts
+from gen.people import feasible_relations, sample_related
 from gen.runner import derive_id
 from gen.schemas.personas import PersonaFacts, PersonaRecord
 

@@ -162,6 +162,57 @@ def app(tmp_path: Path) -> Any:
     return client
 
 
+def _post_chunks(app: Any, token: str, chunks: Any, length: int | None) -> tuple[int, int]:
+    """POST /api/label straight through the ASGI app, its body streamed in ``chunks``; the status
+    and how many chunks the app pulled (the test client reads a whole body before sending it)."""
+    import asyncio
+
+    pulled = 0
+    status = 0
+    it = iter(chunks)
+    pending = next(it, None)
+
+    async def receive() -> dict[str, Any]:
+        nonlocal pulled, pending
+        if pending is None:
+            return {"type": "http.disconnect"}
+        chunk, pending = pending, next(it, None)
+        pulled += 1
+        return {"type": "http.request", "body": chunk, "more_body": pending is not None}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+               (TOKEN_HEADER.lower().encode(), token.encode())]
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/api/label", "raw_path": b"/api/label", "query_string": b"", "root_path": "",
+             "headers": headers, "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80)}
+    asyncio.run(app.app(scope, receive, send))
+    return status, pulled
+
+
+def test_a_large_label_request_is_refused_while_it_is_read(app: Any) -> None:
+    """The whole body (200 MB) was read into memory before the 64 kB check: now a Content-Length
+    over the limit is refused before a byte is read, and a streamed body after the limit."""
+    from gen.generators.review.server import MAX_BODY
+
+    chunk = b" " * 65_536
+    many = (chunk for _ in range(3_200))  # 200 MiB if read whole
+    status, pulled = _post_chunks(app, app.session.token, many, None)
+    assert status == 413 and pulled <= 2
+    assert _post_chunks(app, app.session.token, (chunk for _ in range(3_200)), 3_200 * 65_536) == (413, 0)
+    assert _post_chunks(app, app.session.token, [b"{}"], 10**30) == (413, 0)
+    assert _post_chunks(app, app.session.token, [b"{}"], -5)[0] == 413
+    body = json.dumps({"item_id": app.session.items[0].item_id, "decision": "accept"}).encode()
+    assert len(body) < MAX_BODY
+    assert _post_chunks(app, app.session.token, [body[:10], body[10:]], None) == (200, 2)
+
+
 def test_every_request_without_the_token_is_refused(app: Any) -> None:
     s = app.session
     item = s.items[0].item_id
