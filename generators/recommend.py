@@ -96,6 +96,9 @@ class RecommendConfig(CommonConfig):
     """Rerank calls until the answer is an exact permutation of the pool."""
     rerank_tokens: int = Field(1500, ge=64)
     """Completion cap of the rerank call (it copies every request)."""
+    dedup_similarity: float = Field(0.9, gt=0, le=1)
+    """Cosine at or above which the embedding dedup beside the reranker's calls two requests the same
+    (measured against the reranker's duplicates: the funnel's ``dedup_agreement``; nothing removed by it)."""
 
 
 # --------------------------------------------------------------------------- input and segments
@@ -275,6 +278,7 @@ def one_segment(ctx: RunContext, cfg: RecommendConfig, index: int, s: RecommendS
         return reject("rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw), best.summary
     res = rr.resolve(rdraft, len(texts), count=ctx.count)
     ctx.count("rerank.duplicates_removed", len(res.removed))
+    agree = rr.agreement(len(texts), res.groups, rr.embedding_pairs(ctx.embedder, texts, cfg.dedup_similarity))
     ranked = [RankedCandidate(id=new + 1, input_id=str(best.kept[i].id), text=texts[i], category=best.kept[i].category,
                               source="global", grounded=res.grounded[i]) for new, i in enumerate(res.kept)]
     rec = RecommendationRecord(
@@ -283,7 +287,7 @@ def one_segment(ctx: RunContext, cfg: RecommendConfig, index: int, s: RecommendS
         candidates=best.kept, turned_away=best.turned, ranked=ranked,
         removed=[{"input_id": str(best.kept[i].id), "text": texts[i], "duplicate_of": str(best.kept[k].id)}
                  for i, k in res.removed],
-        rerank_reason=rdraft.reason, attempts={"global": calls, "rerank": rcalls})
+        rerank_reason=rdraft.reason, dedup_agreement=agree, attempts={"global": calls, "rerank": rcalls})
     return rec, best.summary
 
 
@@ -312,6 +316,7 @@ def funnel(outcomes: list[RecommendationRecord | Reject]) -> dict[str, Any]:
             "after_rerank": sum(len(r.ranked) for r in recs),
             "duplicates_removed": sum(len(r.removed) for r in recs),
             "ungrounded_by_reranker": sum(not c.grounded for r in recs for c in r.ranked),
+            "dedup_agreement": rr.agreement_summary(sum((Counter(r.dedup_agreement) for r in recs), Counter())),
             "categories_kept": dict(sorted(Counter(c.category for r in recs for c in r.candidates).items()))}
 
 
@@ -319,6 +324,10 @@ def print_funnel(f: dict[str, Any], file: Any = None) -> None:
     out = file or sys.stdout
     print(f"[{NAME}] {f['segments']} segments, {f['records']} records; {f['requests_kept']} requests kept, "
           f"{f['after_rerank']} after the rerank ({f['duplicates_removed']} duplicates removed)", file=out)
+    a = f["dedup_agreement"]
+    if a["pairs"]:
+        print(f"  request pairs called duplicates: reranker and embedding {a['both']}, reranker only {a['llm_only']}, "
+              f"embedding only {a['embedding_only']} (of {a['pairs']})", file=out)
     for k, v in f["requests_turned_away_in_kept_drafts"].items():
         print(f"  turned away {k:<20}{v:>6}", file=out)
     for k, v in f["rejected_by"].items():

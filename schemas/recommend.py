@@ -95,6 +95,9 @@ class RecommendationRecord(BaseModel):
     ranked: list[RankedCandidate]
     removed: list[dict[str, Any]] = Field(default_factory=list)
     rerank_reason: str | None = None
+    dedup_agreement: dict[str, int] = Field(default_factory=dict)
+    """Request pairs by verdict, the reranker's duplicates against the embedding's (``both``,
+    ``llm_only``, ``embedding_only``, ``neither``)."""
     attempts: dict[str, int]
     """Calls per stage (global, rerank)."""
 

@@ -83,7 +83,8 @@ def writer(faults: dict[str, Any] | None = None) -> Any:
         req = messages[-1]["content"]
         if "Candidates, numbered:" in req:
             texts = re.findall(r"^(\d+)\. (?:\[[^\]]*\] )?(.*)$", req.rsplit("Candidates, numbered:", 1)[1], re.M)
-            return json.dumps({"ranking": [{"id": int(i), "text": t, "duplicate_of": None, "grounded": True}
+            dup = (lambda i: 1 if int(i) > 1 else None) if faults.get("all_duplicates") else (lambda i: None)
+            return json.dumps({"ranking": [{"id": int(i), "text": t, "duplicate_of": dup(i), "grounded": True}
                                            for i, t in texts], "reason": "in the given order"})
         seen = [ln.split(" | ", 1)[1] for ln in req.splitlines() if re.match(r"^\d+m:\d+s \| ", ln)]
         words = [w for ln in seen for w in re.findall(r"[a-z]{4,}", ln.lower()) if w not in ("wearer", "with", "into")]
@@ -141,3 +142,18 @@ def test_reader_names_bad_lines(tmp_path: Path) -> None:
     bad.write_text(json.dumps({**good, "forbidden": [{"start": 5, "end": 1}]}) + "\n")
     with pytest.raises(InputError, match=r"bad.jsonl:1: forbidden.0: Value error, end must be >= start"):
         plan(cfg(input=str(bad)))
+
+
+def test_the_embedding_dedup_is_measured_beside_the_rerankers(tmp_path: Path) -> None:
+    """A reranker that calls every request a duplicate of the first (as SmolLM2-135M does) keeps one
+    request; the embedding's verdict on each pair is recorded beside it, so the funnel shows the
+    pairs only the reranker called the same."""
+    out = tmp_path / "run"
+    result, _ = run_recommend(out, writer({"all_duplicates": True}), min_candidates=3, n=1)
+    (rec,) = read_jsonl(out / "recommend.jsonl")
+    n = len(rec["candidates"])
+    assert len(rec["ranked"]) == 1 and len(rec["removed"]) == n - 1
+    a = rec["dedup_agreement"]
+    assert a["both"] + a["llm_only"] == n * (n - 1) // 2 and a["embedding_only"] == a["neither"] == 0
+    f = result.manifest[NAME]["funnel"]["dedup_agreement"]
+    assert f["pairs"] == n * (n - 1) // 2 and f["llm_only"] == a["llm_only"]
