@@ -68,10 +68,20 @@ _ASSISTANT = re.compile(r"\b(?:would you like|do you want(?: me)?|shall i|i can 
 _FIRST = re.compile(r"\b(?:i|me|my|mine|we|us|our|i'm|i've|i'd|i'll)\b", re.I)
 
 
+_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
+
+
 def wearers_request(text: str) -> bool:
-    """A request in the wearer's voice: a question, a sentence about themselves (I, me, my…), or
-    an order to the assistant (it starts with a verb in the base form: "Translate…", "Remind…")."""
-    if text.rstrip().endswith("?") or _FIRST.search(text):
+    """A request in the wearer's voice, sentence by sentence: each is a question, about the wearer
+    (I, me, my…), or an order to the assistant (it starts with a verb in the base form:
+    "Translate…", "Remind…"). A statement about the scene before a question ("The vendor is a
+    baker. What about the bread?") is not the wearer asking."""
+    sentences = [m.group().strip() for m in _SENTENCE.finditer(text) if m.group().strip()]
+    return bool(sentences) and all(_wearers_sentence(x) for x in sentences)
+
+
+def _wearers_sentence(text: str) -> bool:
+    if text.endswith("?") or _FIRST.search(text):
         return True
     first = tags(text)[:1]
     return bool(first) and first[0][1] == "VB"

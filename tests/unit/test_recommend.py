@@ -64,6 +64,8 @@ def test_each_request_check_on_planted_cases() -> None:
     assert request_problem("The sauce will be cheaper tomorrow.", grounding, set(), c) == "not_first_person"
     assert request_problem("Compare the sugar in these two sauces.", grounding, set(), c) is None  # an order
     assert request_problem("Remind me to buy pasta.", grounding, set(), c) is None
+    assert request_problem("The sauce is on offer. What about the pasta?", grounding, set(), c) == "not_first_person"
+    assert request_problem("I have pasta at home. Which sauce goes with it?", grounding, set(), c) is None
     assert copies_input("Project manager, 34, likes short suggestions.",
                         ["", "Project manager, 34, likes short suggestions."])
     assert not copies_input("The wearer compares two sauces.", ["a supermarket", "41, cooks"])
