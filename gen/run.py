@@ -12,7 +12,6 @@ from __future__ import annotations
 import codecs
 import datetime as dt
 import hashlib
-import io
 import itertools
 import json
 import math
@@ -666,10 +665,21 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` of every non-blank line of a JSONL file, read as
     :func:`read_text` (lines end as in Python's text files) and parsed as :func:`parse_json`:
     a file that is not UTF-8 or a line that is not strict JSON is an InputError naming the
-    file and line."""
-    for lineno, line in enumerate(io.StringIO(read_text(path), newline=None), 1):
-        if line.strip():
-            yield lineno, parse_json(line, f"{path}:{lineno}")
+    file and line. The file is streamed: memory holds one line, whatever its size."""
+    try:
+        f = open(path, encoding="utf-8-sig", newline=None)  # noqa: SIM115 - closed below, also on a break
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    with f:
+        try:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    yield lineno, parse_json(line, f"{path}:{lineno}")
+        except UnicodeDecodeError:
+            read_text(path)  # raises the InputError that names the line and column of the bad byte
+            raise
+        except OSError as e:
+            raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
 def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]:
