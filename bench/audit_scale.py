@@ -223,14 +223,17 @@ def _time_v(stderr: str) -> dict[str, float]:
             "user_seconds": float(grab("User time (seconds)") or 0), "system_seconds": float(grab("System time (seconds)") or 0)}
 
 
-def run_audit(path: Path, embeddings: bool, out: Path, cache: Path) -> dict[str, Any]:
+def run_audit(path: Path, embeddings: bool, out: Path, cache: Path, code: Path, extra: list[str],
+              cold: bool) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
-    shutil.rmtree(cache, ignore_errors=True)
+    if cold:
+        shutil.rmtree(cache, ignore_errors=True)
     cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "gen", "audit", f"input={path}",
-           f"embeddings={str(embeddings).lower()}", f"hydra.run.dir={out}", f"cache_dir={cache}", "progress=off"]
+           f"embeddings={str(embeddings).lower()}", f"hydra.run.dir={out}", f"cache_dir={cache}", "progress=off", *extra]
     load = os.getloadavg()[0]
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    row: dict[str, Any] = {"exit_code": p.returncode, "load_before": round(load, 2), **_time_v(p.stderr)}
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=code, env={**os.environ, "PYTHONPATH": str(code)})
+    row: dict[str, Any] = {"exit_code": p.returncode, "load_before": round(load, 2),
+                           "load_after": round(os.getloadavg()[0], 2), **_time_v(p.stderr)}
     report = out / "audit.json"
     if report.is_file():
         rep = json.loads(report.read_text())
@@ -253,6 +256,10 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/audit_scale"))
     ap.add_argument("--generate-only", action="store_true")
     ap.add_argument("--label", default="", help="a note stored with each row (e.g. the commit)")
+    ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose audit runs (another commit: before/after)")
+    ap.add_argument("--warm", action="store_true", help="keep the embedding cache of the previous run")
+    ap.add_argument("--embedder-threads", type=int, default=1,
+                    help="torch threads of the embedder (1: on a shared 2-core machine more threads only contend)")
     args = ap.parse_args()
     results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"runs": []}
     results.update({"machine": f"{platform.node() or 'vm'}: {os.cpu_count()} cores, "
@@ -269,7 +276,11 @@ def main() -> None:
                        "input_mb": round(sum(p.stat().st_size for p in (path.rglob("*") if path.is_dir() else [path]))
                                          / 2**20, 1),
                        "date": dt.date.today().isoformat(), "label": args.label,
-                       **run_audit(path, emb, out, args.workdir / "cache")}
+                       "code": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                              cwd=args.code).stdout.strip() or str(args.code),
+                       "embedding_cache": ("warm" if args.warm else "cold") if emb else None,
+                       **run_audit(path, emb, out, args.workdir / "cache", args.code,
+                                   [f"embedder.threads={args.embedder_threads}"] if emb else [], cold=not args.warm)}
                 print(json.dumps(row), flush=True)
                 results["runs"] = [r for r in results["runs"] if (r["format"], r["items"], r["embeddings"], r.get("label", ""))
                                    != (row["format"], n, emb, args.label)] + [row]
