@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -665,12 +666,21 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` of every non-blank line of a JSONL file, read as
     :func:`read_text` (lines end as in Python's text files) and parsed as :func:`parse_json`:
     a file that is not UTF-8 or a line that is not strict JSON is an InputError naming the
-    file and line. The file is streamed: memory holds one line, whatever its size."""
+    file and line. The file is streamed: memory holds one line, whatever its size; only a regular
+    file is read (a FIFO would block the reader, a device never ends)."""
     try:
-        f = open(path, encoding="utf-8-sig", newline=None)  # noqa: SIM115 - closed below, also on a break
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO put here does not block the open
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
-    with f:
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise InputError(f"{path}: is a folder, not a file")
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise InputError(f"{path}: is {kind}, not a regular file (give a file or a folder)")
+    with open(fd, encoding="utf-8-sig", newline=None) as f:  # universal newlines, as read_text + StringIO did
         try:
             for lineno, line in enumerate(f, 1):
                 if line.strip():

@@ -8,6 +8,7 @@ streamed JSONL reader, the blocked nearest-neighbour search."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +71,12 @@ def test_jsonl_is_read_line_by_line_and_a_bad_byte_is_still_named(tmp_path: Path
         list(iter_jsonl(path))
     with pytest.raises(InputError, match=r"a.jsonl:1: not an MCQ record \(item_id"):
         next(iter_mcq_jsonl(path))
+    fifo = tmp_path / "fifo.jsonl"  # streamed, a FIFO would block the reader forever: refused at open
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=rf"^{fifo}: is a FIFO, not a regular file"):
+        next(iter_jsonl(fifo))
+    with pytest.raises(InputError, match=rf"^{tmp_path}: is a folder"):
+        next(iter_jsonl(tmp_path))
 
 
 def test_blocked_knn_matches_one_block() -> None:
