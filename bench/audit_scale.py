@@ -219,7 +219,7 @@ def _time_v(stderr: str) -> dict[str, float]:
     wall = grab("Elapsed (wall clock) time (h:mm:ss or m:ss)")
     parts = [float(x) for x in wall.split(":")] if wall else [0.0]
     seconds = sum(p * 60 ** k for k, p in enumerate(reversed(parts)))
-    return {"wall_seconds": round(seconds, 1), "peak_rss_mb": round(float(grab("Maximum resident set size") or 0) / 1024, 1),
+    return {"wall_seconds": round(seconds, 1), "peak_rss_mb": round(float(grab("Maximum resident set size (kbytes)") or 0) / 1024, 1),
             "user_seconds": float(grab("User time (seconds)") or 0), "system_seconds": float(grab("System time (seconds)") or 0)}
 
 
