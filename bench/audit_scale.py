@@ -10,14 +10,18 @@ checks work: exact duplicate rows (0.1 %), near duplicates (one option reworded,
 line changed; 0.1 %), answers copied into the context (0.1 %), and goal answers made the longest
 option more often than chance (a length tell).
 
-Each configuration runs ``python -m gen audit`` in its own process under ``/usr/bin/time -v``
-(peak RSS of that process; the audit has no child processes), from a cold embedding cache.
+Each configuration runs ``python -m gen audit`` (every check) in its own process under
+``/usr/bin/time -v``: wall time and the peak RSS of that process (the audit starts no other).
+With embeddings, the embedding cache starts empty (``--warm`` keeps it) and MiniLM runs on one
+torch thread (``--embedder-threads``): on the shared 2-core VM two threads only contend.
+``--code`` runs another checkout's audit (the commit before, for a before/after row).
 
-Run from the repository root (long: use nice; the 1M run last):
+Run from the repository root (long: the text gates tag every option; use nice; 1M last):
     nice -n 10 python bench/audit_scale.py [--sizes 30000 100000 1000000] [--formats csv jsonl]
-        [--embeddings-sizes 30000 100000] [--workdir /tmp/audit_scale]
-Results are merged into bench/results/audit_scale.json (one row per format, size, embeddings).
-Targets: 100k items well under 2 GB peak RSS; 1M items completes with bounded memory.
+        [--embeddings-sizes 30000 100000] [--no-plain] [--workdir /tmp/audit_scale] [--label L]
+        [--code /path/to/checkout]
+Results are merged into bench/results/audit_scale.json (one row per format, size, embeddings and
+label). Targets: 100k items well under 2 GB peak RSS; 1M items completes with bounded memory.
 """
 
 from __future__ import annotations
