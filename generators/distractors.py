@@ -351,10 +351,15 @@ class Sampler:
                 if j + 1 < self.mcqs_per_kind:                       # later MCQs avoid these
                     blocked[r[ok, None], P[ok]] = True
                 sim = S[r[:, None], P]
-                less = np.empty_like(P)
+                less, most = np.empty_like(P), np.empty_like(P)
                 for k in range(P.shape[1]):
                     less[:, k] = np.count_nonzero(np.less(Ss, sim[:, k:k + 1], out=tmp), axis=1)
-                pct = 100 * less / np.maximum(top, 1)[:, None]
+                    most[:, k] = np.count_nonzero(np.less_equal(Ss, sim[:, k:k + 1], out=tmp), axis=1) - 1
+                # A similarity shared by several goals (texts the embedder cannot tell apart, such
+                # as a case variant) holds every percentile from its first rank to its last; the
+                # one written is the point of that range nearest the band it was drawn from.
+                scale = 100 / np.maximum(top, 1)[:, None]
+                pct = np.clip(band.lo, less * scale, np.maximum(most, less) * scale)
                 if gram is not None:
                     pair = gram[P[:, :, None], P[:, None, :]]
                 else:

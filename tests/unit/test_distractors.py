@@ -110,6 +110,20 @@ def test_bands_on_a_hand_built_structure() -> None:
     assert not sim.estimated and not dis.estimated
 
 
+def test_a_tie_across_the_band_edge_is_written_inside_the_band() -> None:
+    """Two goals the embedder cannot tell apart (a case variant) share ranks 94 and 95 of a pool of
+    101; the 95th percentile falls on them, so both are in the similar band. Each holds every
+    percentile from 94 to 95, and the one written is the band's edge, not 94 (which put a
+    "95–99" distractor at 94.77 on the shipped bank)."""
+    E, groups, texts, sims = ladder([(-0.5 + 94 / 100, 500, 500)])
+    sim = choices_of(Sampler(E, groups, texts, [SIMILAR], seed=0, distractors=6))["similar"]
+    assert sim.pool == 101 and sim.candidates == 6  # ranks 94..99: the tied pair and 96..99
+    assert {95, 101} <= set(sim.picks)
+    assert all(95 <= p <= 99 for p in sim.percentile)
+    at = dict(zip(sim.picks, sim.percentile, strict=True))
+    assert at[95] == at[101] == pytest.approx(95) and at[99] == pytest.approx(99)
+
+
 def test_greedy_rule_on_the_hand_built_structure() -> None:
     E, groups, texts, sims = ladder()
     for seed in range(12):
