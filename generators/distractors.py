@@ -538,10 +538,14 @@ def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[Distra
     t1 = time.perf_counter()
     E, text_codes = embed_bank(ctx, texts)
     t2 = time.perf_counter()
+    # One option to a reader: texts equal up to case and spacing are excluded and kept apart as one.
+    alike: dict[str, int] = {}
+    same_text = np.array([alike.setdefault(" ".join(t.casefold().split()), len(alike)) for t in texts],
+                         dtype=np.int64)
     group_codes: dict[str, int] = {}
     groups = np.array([group_codes.setdefault(row.group, len(group_codes)) for row in rows], dtype=np.int64)
     scalable = cfg.mode == "scalable" or (cfg.mode == "auto" and len(rows) > cfg.exact_max)
-    sampler = Sampler(E, groups, text_codes, [Band(k, lo, hi) for k, (lo, hi) in cfg.bands.items()],
+    sampler = Sampler(E, groups, same_text, [Band(k, lo, hi) for k, (lo, hi) in cfg.bands.items()],
                       distractors=cfg.distractors, mcqs_per_kind=cfg.mcqs_per_kind,
                       exclude_same_group=cfg.exclude_same_group, scalable=scalable,
                       sample_size=cfg.sample_size, block_size=cfg.block_size, seed=cfg.seed)

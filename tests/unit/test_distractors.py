@@ -342,6 +342,23 @@ def test_generator_end_to_end(tmp_path: Path) -> None:
     assert min(np.bincount([r.answer for r in records], minlength=4)) > len(records) / 8
 
 
+def test_options_never_differ_only_in_case_or_spacing(tmp_path: Path) -> None:
+    """"Buy oat milk" and "buy  OAT milk" are one option to a reader: the variant is never a
+    distractor of the other, nor both options of one MCQ. B, C and D are one vector, so the
+    greedy rule would pick the variant (least like them) whenever it is a candidate; it failed so
+    before texts were compared casefolded with spaces collapsed."""
+    same = np.eye(16)[1]
+    table = {"B goal": same, "C goal": same, "D goal": same}
+    goals = ["Buy oat milk", "buy  OAT milk", "B goal", "C goal", "D goal"]
+    bank = write_bank(tmp_path / "bank.jsonl", [{"goal_id": f"g{k}", "group": f"grp{k}", "text": t}
+                                                for k, t in enumerate(goals)])
+    run_distractors(tmp_path / "run", FakeEmbedder(table), input=str(bank), bands={"all": (0.0, 100.0)})
+    records = [DistractorMCQ.model_validate(r) for r in read_jsonl(tmp_path / "run" / "distractors.jsonl")]
+    assert len(records) == 5
+    for rec in records:
+        assert len({" ".join(o.casefold().split()) for o in rec.options}) == 4, rec.options
+
+
 def test_wagibench_layout(tmp_path: Path) -> None:
     run_distractors(tmp_path / "run")
     records = {r["item_id"]: r for r in read_jsonl(tmp_path / "run" / "distractors.jsonl")}
