@@ -36,8 +36,8 @@ PAPER_CHARS = 8900
 
 
 def write_pool(path: Path, n: int = 12, seed: int = 0) -> Path:
-    from generators.personas import sample_facts
-    from schemas.personas import PersonaRecord
+    from gen.generators.personas import sample_facts
+    from gen.schemas.personas import PersonaRecord
 
     rows = [PersonaRecord(**f.model_dump(), bio=f"{f.first_name} works as {f.occupation.lower()} in "
                           f"{f.home_city} and enjoys {f.interests[0]}.") for f in sample_facts(seed, n)]
@@ -47,9 +47,8 @@ def write_pool(path: Path, n: int = 12, seed: int = 0) -> Path:
 
 def run_digital(out: Path, pool: Path, cache: Path, n: int, seed: int):
     """One in-process ``digital`` run; the model is loaded before the clock starts."""
-    import generators  # noqa: F401
-    from gen.run import RunContext, run
-    from generators.digital import DigitalConfig
+    from gen.generators.digital import DigitalConfig
+    from gen.runner import RunContext, run
 
     cfg = DigitalConfig(n=n, seed=seed, persona_file=str(pool), cache_dir=str(cache), progress="off")
     ctx = RunContext("digital", cfg, out)

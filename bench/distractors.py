@@ -14,7 +14,7 @@ Runs, each in its own child process so that its peak memory (RSS) is its own:
   2,000 seeded random references checked exactly (full similarity rows, same exclusions): the
   share of chosen distractors whose exact percentile lies within ±1 point of their band, and
   the error of the estimated percentiles.
-* ``real``: the whole generator (``gen.run.run``) on a 20k-goal text bank made by composing
+* ``real``: the whole generator (``gen.runner.run``) on a 20k-goal text bank made by composing
   the example bank's goals (``compose_bank``: each group starts from an example goal of a random
   type and varies one field per paraphrase with a value another example goal of that type
   uses), embedded with the real all-MiniLM-L6-v2 from an empty cache; reports the manifest's
@@ -80,7 +80,7 @@ def synthetic_bank(n: int, d: int = 384, seed: int = 0) -> tuple[np.ndarray, np.
 
 
 def sampler_for(E: np.ndarray, groups: np.ndarray, scalable: bool, seed: int = 0):
-    from generators.distractors import Band, DistractorsConfig, Sampler
+    from gen.generators.distractors import Band, DistractorsConfig, Sampler
 
     cfg = DistractorsConfig.model_fields  # the generator's defaults, not copies of them
     bands = [Band(k, lo, hi) for k, (lo, hi) in cfg["bands"].default.items()]
@@ -119,7 +119,7 @@ def peak_rss_gb() -> float:
 
 
 def child_synthetic(n: int) -> dict[str, Any]:
-    from generators.distractors import DistractorsConfig
+    from gen.generators.distractors import DistractorsConfig
 
     t0 = time.perf_counter()
     E, groups = synthetic_bank(n)
@@ -206,8 +206,8 @@ def compose_bank(n: int, seed: int = 0) -> list[dict[str, Any]]:
 
 
 def child_real(n: int) -> dict[str, Any]:
-    from gen.run import RunContext, run
-    from generators.distractors import DistractorsConfig
+    from gen.generators.distractors import DistractorsConfig
+    from gen.runner import RunContext, run
 
     with tempfile.TemporaryDirectory() as tmp:
         bank = Path(tmp) / "goals.jsonl"

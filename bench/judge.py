@@ -106,7 +106,7 @@ def main() -> int:
     if "wagibench" in steps:
         preds = wagibench_predictions(distractors, args.out / "wagibench_predictions.jsonl")
         out = args.out / "wagibench"
-        seconds, _ = gen(out, "judge", "kind=wagibench", f"input={preds}")
+        seconds, _ = gen(out, "judge", "kind=wagibench", f"input={preds}", "variant=[reference]")
         s = summary(out)
         res["steps"]["wagibench"] = {"seconds": round(seconds, 1), "rows": s["rows"],
                                      "reference": s["judges"][s["primary"]]["reference"]}

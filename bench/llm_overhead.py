@@ -41,8 +41,8 @@ MAX_TOKENS = 200  # the persona generator's bio_max_tokens default
 def build_prompts(n: int) -> list[tuple[list[dict[str, str]], int]]:
     """``n`` (messages, seed) pairs plus one extra for the warm-up, as the persona
     generator builds them (real facts, real template)."""
-    from gen.prompts import Prompts
-    from generators.personas import BIO_PROMPT, PRONOUN, sample_facts
+    from gen.generators.personas import BIO_PROMPT, PRONOUN, sample_facts
+    from gen.templates import Prompts
 
     prompts = Prompts()
     out = []
@@ -123,7 +123,7 @@ def replay_overhead(direct: dict[str, Any], items, identity: dict[str, Any], cfg
     """Toolkit time per call with a zero-cost backend: instructor request/parse, cache key
     hashing, SQLite write, OpenAI-type conversion. Fresh cache each round (all misses)."""
     import gen.llm as gl
-    from schemas.personas import Bio
+    from gen.schemas.personas import Bio
 
     fake = _Replay({seed: r for (_, seed), r in zip(items, direct["responses"], strict=True)})
     walls = []
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--n and --reps must be >= 1")
 
     import gen.llm as gl
-    from schemas.personas import Bio
+    from gen.schemas.personas import Bio
 
     info = machine_info()
     cfg = gl.LlamaCppConfig()

@@ -45,10 +45,9 @@ def main() -> int:
     ap.add_argument("--cache-dir", default=None, help="LLM cache (default: none, so every call is timed)")
     args = ap.parse_args()
 
-    import generators  # noqa: F401  (fills the registry)
+    from gen.generators.nocontext import NocontextConfig
     from gen.llm import LlamaCppConfig
-    from gen.run import run
-    from generators.nocontext import NocontextConfig
+    from gen.runner import run
 
     results = {}
     for mode in args.modes:

@@ -29,10 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> int:
-    from gen.llm import LlamaCppConfig
-    from gen.run import RunContext
-    from generators.scenarios import ScenariosConfig
-    from generators.scenarios.stages import (
+    from gen.generators.scenarios import ScenariosConfig
+    from gen.generators.scenarios.stages import (
         Unit,
         Writer,
         example_skeleton,
@@ -40,6 +38,8 @@ def main() -> int:
         identification,
         semantic_leak,
     )
+    from gen.llm import LlamaCppConfig
+    from gen.runner import RunContext
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scenarios_checks.json"))

@@ -59,8 +59,8 @@ def uptime() -> str:
 
 def load_types(path: Path) -> dict[str, list[Any]]:
     """The items the shortcut check tests, per question type, read as ``gen audit input=`` reads them."""
+    from gen.generators.audit.data import AuditData
     from gen.mcq import load_banks
-    from generators.audit.data import AuditData
 
     banks = load_banks(path)
     data = AuditData(items=[it for b in banks for it in b.items], banks=banks)
@@ -80,8 +80,8 @@ def midp(k: int, n: int, p0: float) -> float:
 
 def one_test(items: list[Any], cfg: Any, seed: int) -> dict[str, Any]:
     """Exactly the check's statistic and p-value for one bank of one question type."""
-    from generators.audit.checks.shortcut import shortcut_cv
-    from generators.audit.stats import binom_greater
+    from gen.generators.audit.checks.shortcut import shortcut_cv
+    from gen.generators.audit.stats import binom_greater
 
     n = len(items)
     p0 = float(np.mean([1 / len(it.options) for it in items]))
@@ -157,7 +157,7 @@ def _size(n: int, p0: float, level: float) -> float:
 
 def perm_pvalue(items: list[Any], cfg: Any, seed: int, B: int, naive: bool) -> dict[str, Any]:
     """Permutation p-value of the check's statistic: answers re-drawn B times, same CV, same folds."""
-    from generators.audit.checks.shortcut import (
+    from gen.generators.audit.checks.shortcut import (
         cv_hits,
         folds_for,
         one_blas_thread,
@@ -222,7 +222,7 @@ def main() -> int:
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "shortcut_null.json"))
     args = ap.parse_args()
 
-    from generators.audit import AuditConfig
+    from gen.generators.audit import AuditConfig
 
     base = AuditConfig()
     cfgs = {r: AuditConfig().model_copy(update={"shortcut_repeats": r}) for r in args.repeats}  # also below the bound

@@ -1,8 +1,41 @@
-"""gen: generate, filter and audit data for benchmarks of egocentric assistants."""
+"""gen: generate, filter and audit data for benchmarks of egocentric assistants.
+
+The Python API (the command line ``gen`` is a thin layer over it)::
+
+    import gen
+
+    folder = gen.run("personas", persona_pool=6)   # a RunFolder
+    folder = gen.open("outputs/personas/...")       # any run folder
+    folder.records(), folder.rejects(), folder.manifest, folder.to_polars(), folder.to_hf()
+
+A generator of your own is a function decorated with :func:`gen.generator` and named in your
+distribution's ``gen.generators`` entry points (see the plugin guide).
+"""
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from gen.api import open, run
+from gen.registry import generator
+from gen.runfolder import RunFolder
 
 try:
-    __version__ = version("gen")
+    __version__ = version("egogen")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
+
+_LAZY = {"CommonConfig": "gen.runner", "RunContext": "gen.runner", "Plan": "gen.runner",
+         "Reject": "gen.schemas"}
+
+
+def __getattr__(name: str) -> Any:
+    """What a plugin's generator needs (``gen.CommonConfig``, ``gen.RunContext``, ``gen.Reject``),
+    imported when first named."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gen' has no attribute {name!r}")
+
+
+__all__ = ["CommonConfig", "Plan", "Reject", "RunContext", "RunFolder", "generator", "open", "run"]

@@ -48,16 +48,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    import generators  # noqa: F401  (fills the registry)
-    from gen.run import REGISTRY
+    from gen.llm.secrets import refuse_on_command_line
+    from gen.registry import REGISTRY
+
+    refuse_on_command_line(argv)  # before any parser or message can repeat a key
 
     if not argv or argv[0] in ("-h", "--help", "help"):
         print_help()
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in REGISTRY:
-        choices = ", ".join(sorted(REGISTRY))
-        raise ConfigError(f"unknown generator {name!r}; choose one of: {choices}")
+    REGISTRY.get_or_fail(name)
     if any(a in ("-h", "--help") for a in rest):
         print_generator_help(name)
         return 0
@@ -65,18 +65,47 @@ def _main(argv: list[str]) -> int:
     flags, overrides = split_flags(name, rest)
     overrides = normalize_overrides(overrides)
     multirun = any(f in ("-m", "--multirun") for f in flags)
+    check_output_options(overrides)
     jobs = validate_jobs(name, overrides, multirun=multirun)
     check_run_dir(name, overrides, multirun=multirun)
     _VALIDATED.update({job.key: job for job in jobs})
     sys.argv = [sys.argv[0], *flags, f"generator={name}", *overrides]
+    if multirun:
+        return run_sweep(len(jobs), swept_keys(overrides))
     _hydra_main()
     return 0
+
+
+def swept_keys(overrides: list[str]) -> list[str]:
+    """The keys a sweep varies (``input`` of ``input=a,b``)."""
+    return [raw.split("=", 1)[0].lstrip("+") for raw, o in zip(overrides, _parse(overrides), strict=True)
+            if o.is_sweep_override()]
+
+
+def run_sweep(expected: int, swept: list[str]) -> int:
+    """Hydra runs every job of the sweep (a job's non-zero exit does not stop the others); then
+    one line per job, and the largest exit code of the jobs (see :mod:`gen.sweep`)."""
+    from gen.sweep import Sweep, summary
+
+    sweep = Sweep()
+    interrupted = False
+    try:
+        _hydra_main()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        outcomes = sweep.outcomes()
+        sweep.close()
+    lines, code = summary(outcomes, expected, swept, interrupted=interrupted)
+    for line in lines:
+        print(line, flush=True)
+    return code
 
 
 def action_word(name: str, rest: list[str]) -> list[str]:
     """``gen bank add …``: a bare word right after the generator name becomes
     ``action=<word>`` when the generator's config has an ``action`` field."""
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     if (rest and "=" not in rest[0] and not rest[0].startswith(("-", "+", "~"))
             and "action" in REGISTRY[name].config.model_fields):
@@ -272,7 +301,7 @@ def composed(name: str, overrides: list[str]) -> dict[str, Any]:
 
 def validate_jobs(name: str, overrides: list[str], *, multirun: bool) -> list[Job]:
     """Validate and size every job of the command before the first one starts."""
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     if not multirun and any(o.is_sweep_override() for o in _parse(overrides)):
         raise ConfigError("a sweep (key=a,b) needs -m: gen <generator> -m key=a,b")
@@ -289,16 +318,70 @@ def validate_jobs(name: str, overrides: list[str], *, multirun: bool) -> list[Jo
 
 
 def settings_from(name: str, data: dict[str, Any]) -> Any:
-    """Composed config data -> the generator's pydantic config."""
-    from pydantic import ValidationError
+    """Composed config data -> the generator's pydantic config (as :func:`gen.api.configure`)."""
+    from gen.api import configure
 
-    import generators  # noqa: F401  (fills the registry, also in launcher worker processes)
-    from gen.run import REGISTRY
+    return configure(name, data)
 
-    try:
-        return REGISTRY[name].config.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(_explain_validation(e, name)) from None
+
+RUN_DIRS = ("hydra.run.dir", "hydra.sweep.dir")
+LOG_FILES = ("hydra.job_logging.", "hydra.hydra_logging.")
+
+
+def check_output_options(overrides: list[str]) -> None:
+    """Hydra's output settings that would write outside the run folder are refused before
+    anything is written: an empty run or sweep folder (the current folder), the current folder or
+    one above it, an ``output_subdir`` or sweep ``subdir`` that is empty, absolute or climbs
+    (``..``), a job name or log file that leaves the run folder, and ``hydra.job.chdir=true``
+    (gen reads relative inputs from the folder the command was given in)."""
+    for raw, o in zip(overrides, _parse(overrides), strict=True):
+        key = o.key_or_group.lstrip("+~")
+        if not key.startswith("hydra.") or raw.startswith("~") or o.is_sweep_override():
+            continue
+        value = o.value()
+        text = "" if value is None else str(value)
+        if key in RUN_DIRS:
+            _check_run_folder(key, text, value)
+        elif key in ("hydra.output_subdir", "hydra.sweep.subdir"):
+            if value is None and key == "hydra.output_subdir":
+                continue  # null: no .hydra folder
+            _check_relative(key, text, "null keeps no .hydra folder" if key == "hydra.output_subdir"
+                            else "the default is the job number")
+        elif key == "hydra.job.chdir" and value not in (False, "false", "False"):
+            raise ConfigError("hydra.job.chdir: gen runs in the folder the command was given in (relative inputs "
+                              "are read from there); leave hydra.job.chdir out")
+        elif key == "hydra.job.name":
+            _check_relative(key, text, "it names the run's log file", single=True)
+        elif key.startswith(LOG_FILES) and key.endswith(".filename"):
+            base = "${hydra.runtime.output_dir}/"
+            if not text.startswith(base):
+                raise ConfigError(f"{key}: a log file goes inside the run folder ({base}<name>.log), got {text!r}")
+            _check_relative(key, text.removeprefix(base), "a file name inside the run folder")
+
+
+def _check_run_folder(key: str, text: str, value: Any) -> None:
+    if value is None or not text.strip():
+        raise ConfigError(f"{key} is empty: give the run its own folder ({key}=<folder>), or leave it out "
+                          "(outputs/<generator>/<time>)")
+    if "${" in text:
+        return
+    where = Path(text).expanduser().resolve()
+    here = Path.cwd().resolve()
+    if where == here or where in here.parents:
+        raise ConfigError(f"{key}={text}: the run would be written into "
+                          f"{'the current folder' if where == here else f'{where}, a folder above this one'}; "
+                          "give the run its own folder")
+
+
+def _check_relative(key: str, text: str, hint: str, *, single: bool = False) -> None:
+    from pathlib import PurePosixPath
+
+    parts = PurePosixPath(text).parts
+    if not text.strip():
+        raise ConfigError(f"{key} is empty ({hint})")
+    if text.startswith(("/", "~")) or any(p in ("..", ".") for p in parts) or (single and len(parts) > 1) \
+            or "\\" in text or "\x00" in text:
+        raise ConfigError(f"{key}={text}: must stay inside the run folder (a plain relative name; {hint})")
 
 
 def check_run_dir(name: str, overrides: list[str], *, multirun: bool) -> None:
@@ -329,31 +412,34 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _explain_validation(e: Any, name: str) -> str:
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("function-", "llama_cpp", "openai", "llama_server")))
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown option {loc!r} for {name} (gen {name} --help lists its options)")
-            continue
-        where = f"invalid value for {loc}: " if loc else "invalid config: "
-        got = err.get("input")
-        parts.append(f"{where}{msg} (got {got!r})" if not isinstance(got, dict) else f"{where}{msg}")
-    return "; ".join(parts)
-
-
 # --------------------------------------------------------------------------- hydra main
 
 
-def _task(cfg: Any) -> None:
+def _task(cfg: Any) -> int:
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
-    from gen.run import REGISTRY, run
+    from gen.sweep import report
 
     hc = HydraConfig.get()
     name = hc.runtime.choices["generator"]
     out_dir = Path(hc.runtime.output_dir)
+    code, error = _job(name, cfg, out_dir)
+    if hc.mode == RunMode.MULTIRUN:  # a sweep's job: report and return, so the sweep runs its other jobs
+        report(int(hc.job.num), list(hc.overrides.task), code, error, out_dir)
+        if code == 130:
+            raise KeyboardInterrupt
+        return code
+    if code:
+        sys.exit(code)
+    return 0
+
+
+def _job(name: str, cfg: Any, out_dir: Path) -> tuple[int, str | None]:
+    """Run one job; its exit code and one-line error (printed here, once)."""
+    from gen.api import execute
+    from gen.registry import REGISTRY
+
     try:
         data = _plain(cfg)
         data.pop("hydra", None)
@@ -363,19 +449,19 @@ def _task(cfg: Any) -> None:
             plan = REGISTRY[name].make_plan(settings)
         else:
             settings, plan = job.settings, job.plan
-        result = run(name, settings, out_dir, resolved=data, plan=plan)
+        result = execute(name, settings, out_dir, resolved=data, plan=plan)
     except GenError as e:
-        sys.exit(fail(str(e), e.exit_code))
+        return fail(str(e), e.exit_code), str(e)
     except KeyboardInterrupt:
-        sys.exit(fail("interrupted", 130))
+        return fail("interrupted", 130), "interrupted"
     except Exception as e:
         if os.environ.get("GEN_DEBUG"):
             raise
-        sys.exit(fail(f"unexpected {type(e).__name__}: {e} (GEN_DEBUG=1 shows the traceback)", 1))
-    if result.exit_code:
-        if result.error:
-            fail(result.error, result.exit_code)
-        sys.exit(result.exit_code)
+        message = f"unexpected {type(e).__name__}: {e} (GEN_DEBUG=1 shows the traceback)"
+        return fail(message, 1), message
+    if result.exit_code and result.error:
+        fail(result.error, result.exit_code)
+    return result.exit_code, result.error
 
 
 def _hydra_main() -> None:
@@ -392,7 +478,7 @@ def _hydra_main() -> None:
 
 def print_help() -> None:
     from gen.config import LLM_PRESETS
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     print(USAGE)
     print("\ngenerators:")
@@ -419,7 +505,8 @@ def _shown(model: Any, key: str) -> Any:
 
 
 def print_generator_help(name: str) -> None:
-    from gen.run import REGISTRY, CommonConfig
+    from gen.registry import REGISTRY
+    from gen.runner import CommonConfig
 
     g = REGISTRY[name]
     print(f"gen {name} [key=value ...]\n\n{g.help}\n")

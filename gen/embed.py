@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gen.errors import BackendError
-from gen.llm.cache import open_db
+from gen.llm.cache import open_store
 
 
 class EmbedderConfig(BaseModel):
@@ -47,8 +47,11 @@ class Embedder:
         self.cache_hits = 0
         self._db = None
         if cache_dir is not None:
-            self._db = open_db(Path(cache_dir).expanduser() / "embeddings.sqlite", [
+            self._db = open_store(Path(cache_dir).expanduser() / "embeddings.sqlite", [
                 "CREATE TABLE IF NOT EXISTS emb (model TEXT, key TEXT, vec BLOB, PRIMARY KEY (model, key))"])
+        if not self.path.is_dir() or not any((self.path / f).is_file() for f in ("modules.json", "config.json")):
+            raise BackendError(f"embedder.model_path: {self.path} is not a sentence-transformers model "
+                               "folder (no modules.json or config.json in it)")
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.cfg.backend, "model": self.model_id, "model_path": str(self.path),
@@ -64,7 +67,12 @@ class Embedder:
                 import torch
 
                 torch.set_num_threads(self.cfg.threads)
-            self._model = SentenceTransformer(str(self.path), device=self.cfg.device)
+            try:
+                self._model = SentenceTransformer(str(self.path), device=self.cfg.device)
+            except (OSError, ValueError, KeyError, RuntimeError) as e:
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+                raise BackendError(f"embedder.model_path: {self.path} does not load as a "
+                                   f"sentence-transformers model ({first})") from None
         return self._model
 
     def encode(self, texts: list[str]):
@@ -74,12 +82,11 @@ class Embedder:
         keys = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
         found: dict[str, Any] = {}
         if self._db is not None and keys:
-            with self._lock:
-                for i in range(0, len(keys), 500):
-                    chunk = keys[i:i + 500]
-                    q = f"SELECT key, vec FROM emb WHERE model=? AND key IN ({','.join('?' * len(chunk))})"
-                    for k, v in self._db.execute(q, (self.model_id, *chunk)):
-                        found[k] = np.frombuffer(v, dtype=np.float32)
+            for i in range(0, len(keys), 500):
+                chunk = keys[i:i + 500]
+                q = f"SELECT key, vec FROM emb WHERE model=? AND key IN ({','.join('?' * len(chunk))})"
+                for k, v in self._db.query(q, (self.model_id, *chunk)):
+                    found[k] = np.frombuffer(v, dtype=np.float32)
         todo = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in found}.items())
         self.cache_hits += len(texts) - len(todo)
         if todo:
@@ -90,9 +97,8 @@ class Embedder:
             for (k, _), v in zip(todo, vecs, strict=True):
                 found[k] = v
             if self._db is not None:
-                with self._lock:
-                    self._db.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?, ?)",
-                                         [(self.model_id, k, v.tobytes()) for (k, _), v in zip(todo, vecs, strict=True)])
+                self._db.write("INSERT OR REPLACE INTO emb VALUES (?, ?, ?)",
+                               [(self.model_id, k, v.tobytes()) for (k, _), v in zip(todo, vecs, strict=True)])
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([found[k] for k in keys])

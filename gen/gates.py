@@ -617,21 +617,41 @@ _TAGS: dict[str, tuple[Token, ...]] = {}
 _TAGS_MAX = 200_000
 
 
+TAG_MAX_CHARS = 100_000
+"""Longest text the tagger reads whole. A longer one (a 5 MB question in a bank) is tagged as its
+first and last ``TAG_MAX_CHARS // 2`` characters, cut at a space: spaCy refuses texts over its
+``max_length`` (E088) and its memory grows with a text's length, while the gates read a text's
+start (its form), its end (truncation) and its words."""
+
+
+def _parts(text: str) -> list[str]:
+    """What the tagger reads of ``text``: itself, or its head and tail when it is too long."""
+    if len(text) <= TAG_MAX_CHARS:
+        return [text]
+    half = TAG_MAX_CHARS // 2
+    head, tail = text[:half], text[-half:]
+    cut = head.rfind(" ")
+    head = head[:cut] if cut > 0 else head
+    cut = tail.find(" ")
+    tail = tail[cut + 1:] if 0 <= cut < len(tail) - 1 else tail
+    return [head, tail]
+
+
 def tags(text: str) -> tuple[Token, ...]:
     """``(word, Penn tag, universal POS, lemma)`` of every token of ``text`` (cached)."""
     hit = _TAGS.get(text)
     if hit is None:
         nlp = tagger()
         with _NLP_LOCK:  # a spaCy pipeline is not safe to call from several threads at once
-            doc = nlp(text)
-        hit = _remember(text, doc)
+            docs = [nlp(part) for part in _parts(text)]
+        hit = _remember(text, docs)
     return hit
 
 
-def _remember(text: str, doc: Any) -> tuple[Token, ...]:
+def _remember(text: str, docs: list[Any]) -> tuple[Token, ...]:
     if len(_TAGS) >= _TAGS_MAX:
         _TAGS.clear()
-    out = _TAGS[text] = tuple((t.text, t.tag_, t.pos_, t.lemma_) for t in doc)
+    out = _TAGS[text] = tuple((t.text, t.tag_, t.pos_, t.lemma_) for doc in docs for t in doc)
     return out
 
 
@@ -641,9 +661,13 @@ def warm(texts: Iterable[str]) -> None:
     if not todo:
         return
     nlp = tagger()
+    short = [t for t in todo if len(t) <= TAG_MAX_CHARS]
     with _NLP_LOCK:
-        for text, doc in zip(todo, nlp.pipe(todo, batch_size=256), strict=True):  # one Doc at a time
-            _remember(text, doc)
+        for text, doc in zip(short, nlp.pipe(short, batch_size=256), strict=True):  # one Doc at a time
+            _remember(text, [doc])
+    for text in todo:
+        if len(text) > TAG_MAX_CHARS:
+            tags(text)
 
 
 def _forget_since(mark: int) -> None:

@@ -10,6 +10,7 @@ the file's own format, so a filter's output is read by the next step unchanged.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gen.errors import InputError, MissingInputError, not_utf8
-from schemas.mcq import LETTERS, MCQ, MCQRecord
+from gen.schemas.mcq import LETTERS, MCQ, MCQRecord
 
 EGOTOM_TYPES = ("goal", "belief", "actions")
 EGOTOM_QUESTION = {
@@ -113,7 +114,7 @@ def read_wagibench_mcq(path: Path) -> list[MCQ]:
     y, meta: {client_tag, scenario: {shortname}, structured_goal, item_id?, question_type?}}``, as
     ``distractors`` and ``bank export format=wagibench`` write it): options are the goal dicts as
     JSON (fields in their order, ``type`` first), the visible context is the cues. A bad row is ``file:row N: field: reason``."""
-    from gen.run import read_json
+    from gen.readers import read_json
 
     data = read_json(path)
     if not isinstance(data, list):
@@ -150,7 +151,9 @@ def read_wagibench_mcq(path: Path) -> list[MCQ]:
 
 def egotom_type(path: Path) -> str | None:
     """The question type of an EgoToM CSV, from its header (None if it is not one)."""
-    with open(path, encoding="utf-8-sig", errors="replace") as f:  # its reader names a bad byte
+    from gen.paths import input_file
+
+    with open(input_file(path), encoding="utf-8-sig", errors="replace") as f:  # its reader names a bad byte
         header = f.readline(1 << 16)
     for q in EGOTOM_TYPES:
         if f"gt_{q}" in header and f"{q}_choice_a" in header:
@@ -224,7 +227,7 @@ def read_mcq_jsonl(path: Path) -> list[MCQ]:
 
 def iter_mcq_jsonl(path: Path) -> Iterator[MCQ]:
     """A JSONL of MCQ records, line by line; a line that is not one is an InputError naming it."""
-    from gen.run import iter_jsonl
+    from gen.readers import iter_jsonl
 
     for lineno, row in iter_jsonl(path):
         try:
@@ -265,7 +268,7 @@ def write_subset(bank: Bank, lines: Iterable[int], out: Path) -> Path:
         df = pl.read_csv(bank.path, infer_schema_length=0)
         df.with_row_index("_row").filter(pl.col("_row").is_in(keep)).drop("_row").write_csv(out)
     elif bank.format == "wagibench_json":
-        from gen.run import read_json
+        from gen.readers import read_json
 
         rows = read_json(bank.path)
         body = ",\n".join(json.dumps(rows[i], ensure_ascii=False, allow_nan=False) for i in keep)
@@ -333,7 +336,7 @@ def read_roles(path: Path) -> Roles:
     """A roles file (YAML or JSON); a mistake is an InputError naming the file and the key."""
     if not path.is_file():
         raise MissingInputError(f"roles: no such file: {path}")
-    from gen.run import read_yaml_model
+    from gen.readers import read_yaml_model
 
     return read_yaml_model(path, Roles, "roles")
 
@@ -400,7 +403,7 @@ def iter_roles_bank(path: Path, roles: Roles, problems: list[dict[str, Any]]) ->
     ``problems`` as its item is made."""
     if not path.is_file():
         raise MissingInputError(f"input: no such file: {path}")
-    from gen.run import iter_jsonl
+    from gen.readers import iter_jsonl
 
     return _roles_items(path, roles, problems, iter_jsonl(path))
 
@@ -454,3 +457,49 @@ def _roles_item(row: dict[str, Any], roles: Roles, line: int, problems: list[dic
     return MCQ(item_id=item_id, question_type=qtype or category or "all", question=question,
                options=options, answer=answer, context="\n".join(visible.values()), group=group,
                category=category, visible=visible, privileged=_fields(row, roles.privileged), line=line)
+
+
+# --------------------------------------------------------------------------- reading an answer
+
+
+_TAIL = r"(?=\s*[)\].:,;]|\s*$|\s+[-–—]\s)"  # what may follow a bare letter
+_ANSWER = re.compile(r"answer(?:\s*\d+)?\s*(?:is|:|-|=)?\s*[*_`\"']*\s*[(\[]?\s*([a-z])" + _TAIL,
+                     re.I | re.M)
+_LEADING = re.compile(r"\A\W*?(?:option|choice|letter)?\s*[(\[]?([a-z])" + _TAIL, re.I)
+_NAMED = re.compile(r"\b(?:option|choice|letter)\s*[(\[]?([a-z])[)\]]?(?![\w'])", re.I)
+_IS = re.compile(r"\b(?:answer|choice|option)\s+is\s*:?\s*[*_`\"']*[(\[]?([a-z])" + _TAIL, re.I | re.M)
+_PAREN = re.compile(r"\(([a-z])\)", re.I)
+_LISTED = re.compile(r"^\s*[(\[]?([a-z])[)\]]\s", re.I | re.M)
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
+
+
+def parse_letter(text: str | None, options: Sequence[str]) -> str | None:
+    """The option letter a free-text reply chooses, or None when it cannot be read.
+
+    Reads, in order: ``Answer 1: b) ...`` / ``Answer: (B)``; a letter opening the reply
+    (``b``, ``(B)``, ``B.``, ``**c)**``); ``option C`` / ``the answer is (d)``; a single
+    parenthesised letter; finally the text of exactly one shown option. A reply that lists
+    several lettered options (the prompt echoed) is unparseable, and so is one whose letter and
+    quoted option disagree. A letter beyond the options shown is ignored (the quoted text, if
+    any, decides). The person's name ``C`` ("C believes ...") is never read as a letter.
+    """
+    if not text or not text.strip():
+        return None
+    valid = LETTERS[:len(options)]
+    if len({m.lower() for m in _LISTED.findall(text)}) >= 2:
+        return None  # the options echoed as a list
+    reply = _norm(text)
+    quoted = [i for i, o in enumerate(options) if _norm(o) and f" {_norm(o)} " in f" {reply} "]
+    by_text = valid[quoted[0]] if len(quoted) == 1 else None
+    for pattern in (_ANSWER, _LEADING, _NAMED, _IS):
+        m = pattern.search(text)
+        if m and m.group(1).lower() in valid:
+            letter = m.group(1).lower()
+            return letter if by_text in (None, letter) else None
+    parens = {m.lower() for m in _PAREN.findall(text)}
+    if len(parens) == 1 and (only := parens.pop()) in valid:
+        return only if by_text in (None, only) else None
+    return by_text

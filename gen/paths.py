@@ -11,16 +11,27 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
+from gen.errors import InputError
+
+PACKAGE = Path(__file__).parent
+"""The installed package; its data folders (the repository's ``prompts/``, ``conf/``,
+``examples/`` and ``personas/``, linked into ``gen/`` in a checkout) ship inside it."""
+PROMPTS = PACKAGE / "prompts"
+CONF = PACKAGE / "conf"
+EXAMPLES = PACKAGE / "examples"
+PERSONAS = PACKAGE / "personas"
+
 ROOT = Path(__file__).resolve().parent.parent
-PROMPTS = ROOT / "prompts"
-CONF = ROOT / "conf"
-EXAMPLES = ROOT / "examples"
+"""The source checkout the package runs from, when it does (an editable install): its git
+commit goes into manifests; an installed wheel has none (:data:`CHECKOUT` is None)."""
+CHECKOUT = ROOT if (ROOT / "pyproject.toml").is_file() and (ROOT / "generators").is_dir() else None
 
 _NAME_PART = re.compile(r"^[^\x00-\x1f/\\]+$")
 
 
-class UnsafePathError(ValueError):
-    """A data-derived name would leave its folder (or is no usable name)."""
+class UnsafePathError(InputError):
+    """A data-derived name would leave its folder (or is no usable name): bad input, so one line
+    and exit 2 wherever it surfaces (an InputError, hence a ValueError too)."""
 
 
 def inside(folder: Path, name: str, *, what: str = "name") -> Path:
@@ -57,3 +68,62 @@ def safe_part(text: str, *, fallback: str = "item") -> str:
     digits, ``-``, ``_`` and ``.`` kept, anything else ``_``; never empty, ``.`` or ``..``."""
     part = re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("._") or fallback
     return part[:120]
+
+
+MAX_INPUT_BYTES = int(os.environ.get("GEN_MAX_INPUT_BYTES") or 2 << 30)
+"""Largest input file a reader takes whole into memory (``GEN_MAX_INPUT_BYTES``, default 2 GiB)."""
+
+
+def input_file(path: Path, what: str | None = None, *, bounded: bool = True) -> Path:
+    """``path`` if it is a regular file (or a symlink to one) of at most :data:`MAX_INPUT_BYTES`
+    (any size when not ``bounded``: a reader that streams it).
+
+    A device (``/dev/zero``), a FIFO (which blocks a reader forever), a socket or a folder where
+    a file is read is an InputError naming it; so is a file larger than the bound. A missing
+    path is left to the caller (its own message names the option).
+    """
+    import stat
+
+    shown = f"{what}: {path}" if what else str(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as e:
+        raise InputError(f"{shown}: cannot read ({e.strerror or e})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{shown}: is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise InputError(f"{shown}: is {kind}, not a regular file (give a file or a folder)")
+    if bounded and st.st_size > MAX_INPUT_BYTES:
+        raise InputError(f"{shown}: {st.st_size >> 20:,} MiB is larger than an input may be "
+                         f"({MAX_INPUT_BYTES >> 20:,} MiB; GEN_MAX_INPUT_BYTES raises it)")
+    return path
+
+
+def read_input(path: Path, what: str | None = None) -> bytes:
+    """The bytes of an input file checked by :func:`input_file`, read without blocking on a FIFO
+    put in its place meanwhile and never past the bound (a file that grows while read is refused)."""
+    input_file(path, what)
+    shown = f"{what}: {path}" if what else str(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise InputError(f"{shown}: cannot read ({e.strerror or e})") from None
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for a FIFO or a device since the check
+            raise InputError(f"{shown}: is not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except OSError as e:
+        raise InputError(f"{shown}: cannot read ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_INPUT_BYTES:
+        raise InputError(f"{shown}: larger than an input may be ({MAX_INPUT_BYTES >> 20:,} MiB; "
+                         "GEN_MAX_INPUT_BYTES raises it)")
+    return data

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from gen.errors import InputError, MissingInputError
 from gen.mcq import egotom_type
-from gen.run import parse_json, read_json, read_text
+from gen.paths import input_file
+from gen.readers import parse_json, read_json, read_text
 
 InputFormat = Literal["ego4d", "egotom_csv", "jsonl"]
 
@@ -259,6 +260,7 @@ def read_egotom_csvs(files: list[Path]) -> list[Clip]:
 
     clips: dict[str, Clip] = {}
     for path in files:
+        input_file(path)
         try:
             df = pl.read_csv(path, infer_schema_length=0)
         except Exception as e:  # noqa: BLE001 - polars raises several types

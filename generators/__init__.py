@@ -1,8 +1,5 @@
-"""Every generator: importing this package imports each module (or package) in it, which
-registers its generator. Adding a generator adds a module here and touches nothing else."""
+"""gen's own generators, one module (or package) each: ``gen.generators.<name>``.
 
-import importlib
-import pkgutil
-
-for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"{__name__}.{_module}")
+Each is registered in ``pyproject.toml``'s ``gen.generators`` entry points, as a plugin's would
+be; nothing imports this package to find them (``gen.registry`` loads one when it is asked for).
+"""

@@ -2,8 +2,10 @@
 
 Every goal of the bank is a reference. Goals are verbalised (one template per action type,
 ``prompts/distractors/<type>.jinja``), embedded (L2-normalised), and for each reference the cosine
-similarity to every other goal of its *pool* is computed — the bank minus the reference, its
-own group (paraphrases of the right answer) and exact duplicates of its text. *Similar*
+similarity to every other goal of its *pool* is computed — the bank minus the reference and exact
+duplicates of its text: the paper's "entire set of other reference goals", so a goal of the same
+script (a fine-grained neighbour: "take care of plant" / "take care of monstera", appendix E.2) may
+be a similar distractor (``exclude_same_group=true`` drops the reference's group too). *Similar*
 distractors come from the 95th–99th percentile band of that pool, *dissimilar* ones from the
 0th–80th. Within a band C the choice is greedy for diversity: D1 is uniform over C, each next
 Di is the candidate of C whose largest similarity to the already chosen is smallest.
@@ -38,27 +40,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import faiss
 import numpy as np
 from pydantic import Field, field_validator
 
 from gen.errors import ConfigError, InputError, MissingInputError
+from gen.goals import GoalBank, goal_dict, load_goals, verbalise
 from gen.paths import EXAMPLES
-from gen.prompts import Prompts
-from gen.run import (
-    CommonConfig,
-    JsonListWriter,
-    Plan,
-    RunContext,
-    derive_seed,
-    generator,
-    iter_jsonl,
-    load_run_records,
-    parse_json,
-    validated,
-)
-from schemas import Reject
-from schemas.distractors import Distractor, DistractorMCQ, GoalRow
+from gen.readers import load_run_records, validated
+from gen.registry import generator
+from gen.runner import CommonConfig, JsonListWriter, Plan, RunContext, derive_seed
+from gen.schemas import Reject
+from gen.schemas.digital import DigitalBundle
+from gen.schemas.distractors import Distractor, DistractorMCQ, GoalRow
+from gen.vectors import ip_index, swig_ptr
 
 NAME = "distractors"
 BANK_FILES = ("goals.jsonl", "goals.parquet")
@@ -73,8 +67,9 @@ class DistractorsConfig(CommonConfig):
     """Percentile bands [low, high] of the reference's similarities, one MCQ kind each."""
     mcqs_per_kind: int = Field(1, ge=1, le=20)
     """MCQs per reference and band; later ones avoid distractors the earlier ones used."""
-    exclude_same_group: bool = True
-    """Drop goals of the reference's own group (paraphrases of the answer) before percentiles."""
+    exclude_same_group: bool = False
+    """Drop goals of the reference's own group (its script's other goals, paraphrases among them)
+    before percentiles. Off: the paper samples from every other reference goal (§3.1)."""
     mode: Literal["auto", "exact", "scalable"] = "auto"
     """auto: exact up to exact_max goals, scalable beyond."""
     exact_max: int = Field(20_000, ge=2)
@@ -89,7 +84,9 @@ class DistractorsConfig(CommonConfig):
     """Also write wagibench_mcq_<band>.json in WAGIBench's MCQ layout."""
     digital: str | None = None
     """A digital run made from this goal bank (``digital goals=…``): the WAGIBench MCQ rows of a
-    goal with a bundle carry the bundle's cue (``x.cues``); goals without one keep none (counted)."""
+    goal with a bundle carry the bundle's cue (``x.cues``), and its MCQ records show the bundle's
+    key-only state (``visible.digital_state``, what WAGIBench's digital_key_only prompt shows);
+    goals without one keep none (counted)."""
 
     @field_validator("bands")
     @classmethod
@@ -119,17 +116,6 @@ class DistractorsConfig(CommonConfig):
         return path
 
 
-# --------------------------------------------------------------------------- the goal bank
-
-
-@dataclass
-class GoalBank:
-    path: Path
-    rows: list[GoalRow]
-    cues: dict[str, list[dict[str, Any]]] | None = None
-    """goal_id -> the cues of the goal's digital bundle (``digital=``); None without a digital run."""
-
-
 def plan(cfg: DistractorsConfig) -> Plan:
     """One index per reference goal: the first ``n`` goals of the bank, or all of them."""
     bank = load_goals(cfg.bank_path())
@@ -139,17 +125,19 @@ def plan(cfg: DistractorsConfig) -> Plan:
     if cfg.n is not None and cfg.n > total:
         raise ConfigError(f"n={cfg.n} references but the bank has {total} goals")
     if cfg.digital is not None:
-        bank.cues = bundle_cues(Path(cfg.digital).expanduser(), {r.goal_id for r in bank.rows})
+        bank.cues, bank.states = bundle_cues(Path(cfg.digital).expanduser(), {r.goal_id for r in bank.rows})
     return Plan(total if cfg.n is None else cfg.n, bank)
 
 
-def bundle_cues(path: Path, goal_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
-    """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``);
-    a bundle of a goal this bank does not hold means the run was made from another bank."""
-    from generators.digital.export import wagibench_cues
+def bundle_cues(path: Path, goal_ids: set[str]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+    """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``),
+    and goal_id -> its key-only rendering; a bundle of a goal this bank does not hold means the run
+    was made from another bank."""
+    from gen.wagibench import render_bundle, wagibench_cues
 
     records, file = load_run_records(path, "digital")
     cues: dict[str, list[dict[str, Any]]] = {}
+    states: dict[str, str] = {}
     for lineno, r in enumerate(records, 1):
         goal = r.get("goal") if isinstance(r, dict) else None
         if not isinstance(goal, dict) or not isinstance(goal.get("goal_id"), str):
@@ -162,63 +150,9 @@ def bundle_cues(path: Path, goal_ids: set[str]) -> dict[str, list[dict[str, Any]
                                     and isinstance(cue.get("cue"), str)):
             raise InputError(f"{file}:{lineno}: cue: expected null or an object with app and cue texts")
         cues[goal["goal_id"]] = wagibench_cues(r)
-    return cues
-
-
-def load_goals(path: Path) -> GoalBank:
-    """Read and validate a goal bank; any bad row is an InputError naming file:line and field."""
-    if path.suffix == ".parquet":
-        raw = _parquet_rows(path)
-    elif path.suffix == ".jsonl":
-        raw = _jsonl_rows(path)
-    else:
-        raise InputError(f"input: {path}: expected a .jsonl or .parquet goal bank")
-    rows: list[GoalRow] = []
-    seen: dict[str, str] = {}
-    for loc, obj in raw:
-        row = validated(GoalRow, obj, loc, objects_only=False)
-        if row.goal_id in seen:
-            raise InputError(f"{loc}: goal_id {row.goal_id!r} repeats {seen[row.goal_id]}")
-        seen[row.goal_id] = loc
-        rows.append(row)
-    return GoalBank(path, rows)
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    for lineno, row in iter_jsonl(path):
-        yield f"{path}:{lineno}", row
-
-
-def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    import polars as pl
-
-    try:
-        df = pl.read_parquet(path)
-    except Exception as e:  # noqa: BLE001 - polars raises several types
-        raise InputError(f"{path}: cannot read parquet ({str(e).splitlines()[0]})") from None
-    for k, row in enumerate(df.iter_rows(named=True), 1):
-        goal = row.get("goal")
-        if isinstance(goal, str):  # a goal column of JSON strings
-            row["goal"] = parse_json(goal, f"{path}:row {k}: goal")
-        elif isinstance(goal, dict):  # a struct column holds every type's fields; drop the absent
-            row["goal"] = {key: v for key, v in goal.items() if v is not None}
-        yield f"{path}:row {k}", {key: v for key, v in row.items() if v is not None}
-
-
-def verbalise(row: GoalRow, prompts: Prompts) -> str:
-    """A goal as one sentence: its free text, or its type's template filled with its fields."""
-    if row.goal is None:
-        return " ".join((row.text or "").split())
-    name = f"distractors/{row.goal.type}.jinja"
-    if name not in prompts.used:
-        prompts.hash(name)
-    text = prompts.env.get_template(name).render(**row.goal.model_dump())
-    return " ".join(text.split())
-
-
-def goal_dict(row: GoalRow) -> dict[str, Any]:
-    """The goal as WAGIBench writes it: the structured dict, or ``{"text": ...}``."""
-    return row.goal.model_dump() if row.goal is not None else {"text": row.text}
+        if cue is not None:  # the state a model is shown: the bundle must be one, field by field
+            states[goal["goal_id"]] = render_bundle(validated(DigitalBundle, r, f"{file}:{lineno}"), key_only=True)
+    return cues, states
 
 
 # --------------------------------------------------------------------------- the sampler
@@ -290,7 +224,7 @@ class Sampler:
     bands: list[Band]
     distractors: int = 3
     mcqs_per_kind: int = 1
-    exclude_same_group: bool = True
+    exclude_same_group: bool = False
     scalable: bool = False
     sample_size: int = 2048
     block_size: int = 2048
@@ -320,8 +254,7 @@ class Sampler:
         if not self.scalable:
             rows = max(1, self.row_budget // self.N)
             every = np.arange(self.N)
-            index = faiss.IndexFlatIP(self.E.shape[1])
-            index.add(self.E)
+            index = ip_index(self.E)
             for c0 in range(refs.start // rows * rows, refs.stop, rows):
                 yield from self._block(np.arange(c0, min(c0 + rows, self.N)), refs, self.E, every, None, index)
             return
@@ -418,10 +351,15 @@ class Sampler:
                 if j + 1 < self.mcqs_per_kind:                       # later MCQs avoid these
                     blocked[r[ok, None], P[ok]] = True
                 sim = S[r[:, None], P]
-                less = np.empty_like(P)
+                less, most = np.empty_like(P), np.empty_like(P)
                 for k in range(P.shape[1]):
                     less[:, k] = np.count_nonzero(np.less(Ss, sim[:, k:k + 1], out=tmp), axis=1)
-                pct = 100 * less / np.maximum(top, 1)[:, None]
+                    most[:, k] = np.count_nonzero(np.less_equal(Ss, sim[:, k:k + 1], out=tmp), axis=1) - 1
+                # A similarity shared by several goals (texts the embedder cannot tell apart, such
+                # as a case variant) holds every percentile from its first rank to its last; the
+                # one written is the point of that range nearest the band it was drawn from.
+                scale = 100 / np.maximum(top, 1)[:, None]
+                pct = np.clip(band.lo, less * scale, np.maximum(most, less) * scale)
                 if gram is not None:
                     pair = gram[P[:, :, None], P[:, None, :]]
                 else:
@@ -468,7 +406,7 @@ class Sampler:
         picks, ok = [first], np.ones(B, dtype=bool)
         for step in range(1, self.distractors):
             q = np.ascontiguousarray(self.E[picks[-1]])
-            index.compute_distance_subset(B, faiss.swig_ptr(q), k, faiss.swig_ptr(sims), faiss.swig_ptr(C))
+            index.compute_distance_subset(B, swig_ptr(q), k, swig_ptr(sims), swig_ptr(C))
             if step == 1:
                 score[:] = sims
                 score[pad] = BIG
@@ -550,12 +488,15 @@ def build_mcq(ctx: RunContext, cfg: DistractorsConfig, rows: list[GoalRow], text
 
 def wagibench_row(mcq: DistractorMCQ, rows: list[GoalRow], index: dict[str, int],
                   cues: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
-    """One MCQ in the layout WAGIBench's MCQ evaluation reads."""
+    """One MCQ in the layout WAGIBench's MCQ evaluation reads; ``x.cues`` holds every cue the
+    inputs have: the goal row's own (any modality) and its digital bundle's."""
     ref = rows[index[mcq.reference_id]]
     by_option = {d.option: rows[index[d.goal_id]] for d in mcq.distractors} | {mcq.answer: ref}
     window = ref.context_window.model_dump() if ref.context_window else {"start_s": None, "end_s": None}
     tag = ref.client_tag or ref.goal_id
-    return {"x": {"client_tag": tag, "context_window": window, "cues": (cues or {}).get(ref.goal_id, []),
+    own = [c.model_dump() for c in ref.cues or []]
+    bundle = [c for c in (cues or {}).get(ref.goal_id, []) if c not in own]
+    return {"x": {"client_tag": tag, "context_window": window, "cues": own + bundle,
                   "mcq_set": [goal_dict(by_option[k]) for k in range(len(mcq.options))]},
             "y": mcq.answer,
             "meta": {"client_tag": tag, "scenario": {"shortname": ref.group},
@@ -585,7 +526,7 @@ def summary(values: list[int]) -> dict[str, float]:
             "max": int(a.max())}
 
 
-@generator(NAME, config=DistractorsConfig, plan=plan)
+@generator(NAME, config=DistractorsConfig, records=DistractorMCQ, kind="mcq", plan=plan)
 def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[DistractorMCQ | Reject]]:
     """Distractor MCQs from a goal bank: percentile bands of embedding similarity, greedy diversity."""
     t0 = time.perf_counter()
@@ -597,10 +538,14 @@ def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[Distra
     t1 = time.perf_counter()
     E, text_codes = embed_bank(ctx, texts)
     t2 = time.perf_counter()
+    # One option to a reader: texts equal up to case and spacing are excluded and kept apart as one.
+    alike: dict[str, int] = {}
+    same_text = np.array([alike.setdefault(" ".join(t.casefold().split()), len(alike)) for t in texts],
+                         dtype=np.int64)
     group_codes: dict[str, int] = {}
     groups = np.array([group_codes.setdefault(row.group, len(group_codes)) for row in rows], dtype=np.int64)
     scalable = cfg.mode == "scalable" or (cfg.mode == "auto" and len(rows) > cfg.exact_max)
-    sampler = Sampler(E, groups, text_codes, [Band(k, lo, hi) for k, (lo, hi) in cfg.bands.items()],
+    sampler = Sampler(E, groups, same_text, [Band(k, lo, hi) for k, (lo, hi) in cfg.bands.items()],
                       distractors=cfg.distractors, mcqs_per_kind=cfg.mcqs_per_kind,
                       exclude_same_group=cfg.exclude_same_group, scalable=scalable,
                       sample_size=cfg.sample_size, block_size=cfg.block_size, seed=cfg.seed)
@@ -612,6 +557,8 @@ def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[Distra
         outcome: list[DistractorMCQ | Reject] = []
         for c in choices:
             item = build_mcq(ctx, cfg, rows, texts, c)
+            if isinstance(item, DistractorMCQ) and bank.states and rows[c.ref].goal_id in bank.states:
+                item.visible = {"digital_state": bank.states[rows[c.ref].goal_id]}
             candidates[c.band.name].append(c.candidates)
             if isinstance(item, DistractorMCQ):
                 uses[c.picks] += 1

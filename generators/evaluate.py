@@ -28,29 +28,26 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gen.contextbench import JUDGE_PROMPT_VERSION, scenario_file
+from gen.contextbench import JUDGE_TEMPLATE as TEMPLATE
+from gen.contextbench import load as load_scenarios
+from gen.contextbench.scoring import metrics, repair_text, signals
 from gen.errors import ConfigError, InputError, LLMOutputError
 from gen.llm import LanguageModel, Message
 from gen.llm.cache import sha256_file
-from gen.mcq import load_banks
+from gen.llm.labels import model_label
+from gen.mcq import load_banks, parse_letter
+from gen.panel import JudgeOptions, build_panel, pairwise_agreement
 from gen.paths import ROOT
-from gen.run import Plan, RunContext, generator, git_info, iter_jsonl, read_json
+from gen.readers import iter_jsonl, read_json
+from gen.registry import generator
+from gen.runner import Plan, RunContext, git_info
+from gen.schemas import Reject
+from gen.schemas.evaluate import MCQAnswerRecord, TrialRecord
+from gen.schemas.judge import ContextJudgeRecord, ResponseRow
+from gen.schemas.mcq import LETTERS, MCQ
+from gen.schemas.scenarios import ScenarioRecord
 from gen.stats import proportion, rounded
-from generators.judge.context import (
-    JUDGE_PROMPT_VERSION,
-    TEMPLATE,
-    load_scenarios,
-    metrics,
-    repair_text,
-    scenario_file,
-)
-from generators.judge.panel import JudgeOptions, build_panel, pairwise_agreement
-from generators.judge.scores import signals
-from generators.nocontext import model_label, parse_letter
-from schemas import Reject
-from schemas.evaluate import MCQAnswerRecord, TrialRecord
-from schemas.judge import ContextJudgeRecord, ResponseRow
-from schemas.mcq import LETTERS, MCQ
-from schemas.scenarios import ScenarioRecord
 
 NAME = "evaluate"
 SHARED_CONDITIONS = ROOT.parent / "shared" / "data" / "context_bench" / "prompt_conditions.json"
@@ -197,26 +194,22 @@ def judge_step(cfg: EvaluateConfig, ctx: RunContext, bank_file: Path, rows: list
                family: str | None) -> tuple[dict[tuple[str, str, int], ContextJudgeRecord], dict[str, Any]]:
     """Write the replies of one turn and judge them in a ``judge kind=context`` sub-run; returns
     its records by (scenario, condition, trial) and its manifest's ``judge`` section."""
-    from generators.judge import JudgeConfig
-
     name, folder = f"responses_turn{turn}.jsonl", f"judge_turn{turn}"
     responses = ctx.out_dir / name
     responses.write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
     if not rows:
         return {}, {}
-    jcfg = JudgeConfig(
-        kind="context", input=str(bank_file), responses=str(responses), judge=cfg.judge, judges=cfg.judges,
-        judge_labels=cfg.judge_labels, allow_same_family=cfg.allow_same_family, candidate_family=family,
-        judge_temperature=cfg.judge_temperature, verdict_tokens=cfg.verdict_tokens,
-        ranking_condition=cfg.ranking_condition, bootstrap=cfg.bootstrap, seed=cfg.seed, llm=cfg.llm,
-        embedder=cfg.embedder, cache_dir=cfg.cache_dir, progress="off")
     out = ctx.out_dir / folder
-    result = ctx.subrun("judge", jcfg, out)
+    judged = ctx.subrun(
+        "judge", out, kind="context", input=str(bank_file), responses=str(responses), judge=cfg.judge,
+        judges=cfg.judges, judge_labels=cfg.judge_labels, allow_same_family=cfg.allow_same_family,
+        candidate_family=family, judge_temperature=cfg.judge_temperature, verdict_tokens=cfg.verdict_tokens,
+        ranking_condition=cfg.ranking_condition, bootstrap=cfg.bootstrap, progress="off")
     records = {}
     for _, rec in iter_jsonl(out / "judge.jsonl"):
         r = ContextJudgeRecord.model_validate(rec)
         records[(r.scenario_id, r.condition, r.trial)] = r
-    return records, result.manifest["judge"]
+    return records, judged.raw["judge"]
 
 
 def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord | Reject]:
@@ -437,7 +430,7 @@ def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | 
             print(f"[evaluate]   {q}: {b['k']}/{b['n']} ({b['rate']}, {b['ci95']}; chance {b['chance']})", flush=True)
 
 
-@generator(NAME, config=EvaluateConfig, plan=plan)
+@generator(NAME, config=EvaluateConfig, records=(TrialRecord, MCQAnswerRecord), kind="evaluation", plan=plan)
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[Any]:
     """Run a candidate model on a scenario bank (turns, judge, repair) or an MCQ bank, with intervals."""
     if ctx.plan.data[0] == "mcq":

@@ -13,10 +13,13 @@ what exists and is counted per reason (a reject with ``require_full=true``).
 Outputs: ``history.jsonl`` (one record per test observation: each support, its type and why it
 was chosen), and ``longitudinal_history.json`` in the layout WAGIBench's evaluation loader reads
 as ``longitudinal_history_path`` (joined to the MCQs by ``meta.client_tag`` +
-``meta.scenario.shortname``). Without videos, ``synthesize=true`` builds the observation table from
+``meta.scenario.shortname``). Each support's ``world_state`` there is the dict their prompt
+builder prints: ``context`` (its caption), ``action`` (its structured goal written out as appendix
+I.1 shows it) and ``transcription``. Without videos, ``synthesize=true`` builds the observation table from
 gen's own material (personas as participants, a few environments, the scripts and goals of a goal
 bank) and writes it as ``observations.jsonl``, with the recordings as a goal bank (``goals.jsonl``:
-one row per recording, joined to everything else by its client_tag and scenario). With
+one row per recording, joined to everything else by its client_tag and scenario); a synthesized
+world state says where and when, never which script or goal. With
 ``digital=`` (a ``digital goals=`` run made from that goal bank) a recording's world state is its
 bundle's key-only state, so the whole WAGIBench chain runs here without videos.
 """
@@ -37,20 +40,12 @@ from pydantic import Field, model_validator
 
 from gen.errors import InputError, MissingInputError
 from gen.paths import EXAMPLES
-from gen.run import (
-    CommonConfig,
-    JsonListWriter,
-    Plan,
-    RunContext,
-    derive_seed,
-    generator,
-    iter_jsonl,
-    load_run_records,
-    validated,
-)
-from schemas import Reject
-from schemas.distractors import ContextWindow
-from schemas.history import HistoryRecord, HistoryType, Observation, Support
+from gen.readers import iter_jsonl, load_run_records, validated
+from gen.registry import generator
+from gen.runner import CommonConfig, JsonListWriter, Plan, RunContext, derive_seed
+from gen.schemas import Reject
+from gen.schemas.distractors import ContextWindow, CueEntry, Goal
+from gen.schemas.history import HistoryRecord, HistoryType, Observation, Support
 
 NAME = "history"
 ENVIRONMENTS = ["kitchen", "living room", "home office", "garage", "bedroom", "gym"]
@@ -194,20 +189,44 @@ def reasons(obs: Observation) -> dict[str, str]:
     return {"setup": f"{base}; same script {obs.script!r} (positive)", "negative": f"{base}; another script"}
 
 
+def action_text(goal: Goal) -> str:
+    """A structured goal written out as WAGIBench's history shows a past action (appendix I.1:
+    ``{ 'type': 'shop', 'content': 'hand soap' }``): its fields in schema order, empty ones left out."""
+    fields = [(k, v) for k, v in goal.model_dump().items() if v not in (None, "")]
+    return "{ " + ", ".join(f"'{k}': '{v}'" for k, v in fields) + " }"
+
+
+def context_text(obs: Observation) -> str:
+    """The recording's context as one text (a caption, or a context dict as JSON)."""
+    return obs.world_state if isinstance(obs.world_state, str) else json.dumps(obs.world_state, ensure_ascii=False)
+
+
+def history_state(obs: Observation) -> dict[str, Any]:
+    """The dict WAGIBench's prompt builder prints for a support (``json.dumps(hist["world_state"])``;
+    G.3: "history context and structured goal annotation are packaged into a JSON dictionary"):
+    its context, its past action and its transcription, as appendix I.1's example. A given context
+    dict keeps its own keys; the action and transcription are added when it lacks them."""
+    base: dict[str, Any] = dict(obs.world_state) if isinstance(obs.world_state, dict) else {"context": [obs.world_state]}
+    base.setdefault("action", [action_text(obs.structured_goal)])
+    base.setdefault("transcription", obs.transcription or "")
+    return base
+
+
 def shown(obs: Observation) -> dict[str, Any]:
-    """What WAGIBench's history entry shows of a recording (besides its id and type)."""
-    return {"world_state": obs.world_state, "context_window": obs.context_window.model_dump(),
-            "structured_goal": obs.structured_goal.model_dump(),
-            **({"transcription": obs.transcription} if obs.transcription is not None else {})}
+    """What WAGIBench's history entry holds of a recording (besides its id and type). The
+    transcription lives inside ``world_state`` as text: a top-level ``transcription`` is, to their
+    prompt builder, a list of timed utterances to filter by the context window."""
+    return {"world_state": history_state(obs), "context_window": obs.context_window.model_dump(),
+            "structured_goal": obs.structured_goal.model_dump()}
 
 
 def wagibench_entry(rec: HistoryRecord, obs: Observation, views: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
-    """One test observation in the layout WAGIBench's loader reads as longitudinal history."""
+    """One test observation in the layout WAGIBench's loader reads as longitudinal history; the
+    observation's own context is ``x.world_state_ctx`` (a one-caption list, as their example)."""
     history = [{"client_tag": s.client_tag, "history_type": s.history_type, **views[(s.client_tag, s.scenario)]}
                for s in rec.supports]
-    ctx = obs.world_state if isinstance(obs.world_state, str) else json.dumps(obs.world_state, ensure_ascii=False)
     return {"meta": {"client_tag": rec.client_tag, "scenario": {"shortname": rec.scenario}},
-            "x": {"world_state_ctx": ctx}, "longitudinal_history": history}
+            "x": {"world_state_ctx": [context_text(obs)]}, "longitudinal_history": history}
 
 
 # --------------------------------------------------------------------------- synthesis
@@ -217,8 +236,8 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
     """An observation table from gen's own material: participants (a persona pool, or facts by
     code), environments, scripts = the goal bank's groups (each recording carries one of its
     group's goals), world states = digital bundles of the recording's goal when given."""
-    from generators.distractors import load_goals
-    from generators.personas import load_pool, sample_facts
+    from gen.goals import load_goals
+    from gen.people import load_pool, persona_id
 
     bank = load_goals(Path(cfg.goals).expanduser() if cfg.goals else EXAMPLES / "goals.jsonl")
     scripts: dict[str, list[Any]] = defaultdict(list)
@@ -233,7 +252,7 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
     if cfg.persona_file:
         people = [p.persona_id for p in load_pool(Path(cfg.persona_file).expanduser())][:cfg.participants]
     else:
-        people = [f.persona_id for f in sample_facts(cfg.seed, cfg.participants)]
+        people = [persona_id(cfg.seed, i) for i in range(cfg.participants)]
     rows = []
     for person in people:
         prng = random.Random(derive_seed(cfg.seed, NAME, "participant", person))
@@ -244,27 +263,38 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
                 when = dt.datetime.combine(cfg.start_date, dt.time()) + dt.timedelta(
                     days=prng.randrange(cfg.days), minutes=prng.randrange(7 * 60, 22 * 60))
                 tag = f"{person[:8]}-{script}-{r}"
-                world = (f"Recording {r + 1} of {script!r} by participant {person[:8]} in the {env} "
-                         "(no video).")
+                world = f"In the {env}, {when:%A} {part_of_day(when)} (no video)."  # names no script or goal
                 rows.append(Observation(
                     client_tag=tag, scenario=script, participant=person, environment=env, script=script,
                     longitudinal=script in longitudinal, recorded_at=when, world_state=world,
-                    structured_goal=goal.goal, context_window=ContextWindow(start_s=0.0, end_s=30.0)))
+                    structured_goal=goal.goal, context_window=ContextWindow(start_s=0.0, end_s=30.0),
+                    cues=[LONGITUDINAL_CUE] if script in longitudinal else None))
     rows.sort(key=lambda o: (o.recorded_at, o.client_tag))
     return rows
+
+
+LONGITUDINAL_CUE = CueEntry(modality=["longitudinal"], description=["The user has done this before: an earlier "
+                                                                    "recording of the same routine is in their history."])
+"""The cue of a synthesized longitudinal recording (its script is one the user repeats, §2.4)."""
+
+
+def part_of_day(t: dt.datetime) -> str:
+    return "morning" if t.hour < 12 else "afternoon" if t.hour < 17 else "evening"
 
 
 def digital_states(folder: Path) -> dict[tuple[str, str], str]:
     """(client_tag, scenario) -> the key-only rendering (D*) of a recording's bundle, from a
     ``digital goals=`` run (bundles without a goal are not any recording's)."""
-    from generators.digital.export import render_bundle
+    from gen.schemas.digital import DigitalBundle
+    from gen.wagibench import render_bundle
 
     records, file = load_run_records(folder, "digital")
     out = {}
-    for r in records:
+    for lineno, r in enumerate(records, 1):
         goal = r.get("goal") if isinstance(r, dict) else None
         if isinstance(goal, dict) and goal.get("client_tag") and goal.get("group"):
-            out[(goal["client_tag"], goal["group"])] = render_bundle(r, key_only=True)
+            bundle = validated(DigitalBundle, r, f"{file}:{lineno}", what="bundle")  # else a hand-edited one crashed
+            out[(goal["client_tag"], goal["group"])] = render_bundle(bundle, key_only=True)
     if not out:
         raise InputError(f"digital: {file} holds no goal-conditioned bundle (make them with digital goals=…)")
     return out
@@ -274,7 +304,8 @@ def goal_row(o: Observation) -> dict[str, Any]:
     """A recording as a goal bank row (distractors and ``digital goals=`` read these): its goal,
     its scenario as the group, its client_tag as the id WAGIBench joins on."""
     return {"goal_id": o.client_tag, "group": o.scenario, "goal": o.structured_goal.model_dump(),
-            "client_tag": o.client_tag, "context_window": o.context_window.model_dump()}
+            "client_tag": o.client_tag, "context_window": o.context_window.model_dump(),
+            **({"cues": [c.model_dump() for c in o.cues]} if o.cues else {})}
 
 
 # --------------------------------------------------------------------------- the generator
@@ -322,7 +353,7 @@ def tally_summary(t: Tally, rejected: int) -> dict[str, Any]:
             "supports_per_bank": {str(k): v for k, v in sorted(sizes.items())}}
 
 
-@generator(NAME, config=HistoryConfig, plan=plan, merge=merge_shards)
+@generator(NAME, config=HistoryConfig, records=HistoryRecord, kind="history", plan=plan, merge=merge_shards)
 def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Reject]:
     """Longitudinal history banks: earlier recordings of the same participant and environment."""
     table: Table = ctx.plan.data

@@ -33,20 +33,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gen.errors import InputError, MissingInputError
 from gen.llm import Usage
 from gen.paths import UnsafePathError, inside
-from gen.run import (
-    REGISTRY,
-    CommonConfig,
-    Plan,
-    RunContext,
-    atomic_write,
-    extras_of,
-    generator,
-    parse_json,
-    read_json,
-    read_text,
-    validated,
-)
-from schemas import Reject
+from gen.readers import parse_json, read_json, read_text, validated
+from gen.registry import REGISTRY, generator
+from gen.runner import CommonConfig, Plan, RunContext, atomic_write, extras_of
+from gen.schemas import Reject
 
 # Keys that may differ between shards of one run.
 SHARD_KEYS = {"shard", "progress", "progress_every", "cache_dir"}
@@ -259,12 +249,18 @@ def _records(records: Path, rejects: Path) -> tuple[list[RawRecord], list[Reject
     return lines, rejected, parsed
 
 
-@generator("merge", config=MergeConfig, plan=plan)
+@generator("merge", config=MergeConfig, kind="merged", plan=plan)
 def merge(cfg: MergeConfig, ctx: RunContext) -> Iterator[RawRecord | Reject | list[RawRecord | Reject]]:
     """Merge shard folders (input=[...]) of one run into one folder and one manifest."""
     shards: list[Shard] = ctx.plan.data
     name = shards[0].manifest["generator"]
     ctx.records_name = name
+    source = shards[0].manifest.get("records")
+    ctx.records_kind = source.get("kind") if isinstance(source, dict) and isinstance(source.get("kind"), str) else None
+    if ctx.records_kind is None and name in REGISTRY:
+        ctx.records_kind = REGISTRY[name].kind
+    if isinstance(source, dict) and isinstance(source.get("models"), list):
+        ctx.records_models = [m for m in source["models"] if isinstance(m, str)]
     hook = REGISTRY[name].merge if name in REGISTRY else None
     records: list[dict[str, Any]] = []  # parsed only for a hook
     for s in shards:

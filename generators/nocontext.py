@@ -25,7 +25,6 @@ import json
 import math
 import os
 import random
-import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
@@ -34,22 +33,24 @@ from itertools import permutations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from gen.config import llm_preset
+from gen.config import ModelChoice
 from gen.errors import InputError, LLMOutputError
-from gen.llm import LanguageModel, LLMConfig, Message, Usage
-from gen.mcq import Bank, load_banks, write_subset
-from gen.run import CommonConfig, Plan, RunContext, generator
-from schemas import Reject
-from schemas.mcq import LETTERS, MCQ
-from schemas.nocontext import Answer, NocontextRecord
+from gen.llm import LanguageModel, Message, Usage
+from gen.llm.labels import model_label, unique_labels
+from gen.mcq import Bank, load_banks, parse_letter, write_subset
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext
+from gen.schemas import Reject
+from gen.schemas.mcq import LETTERS, MCQ
+from gen.schemas.nocontext import Answer, NocontextRecord
 
 RULES = ("max_correct", "panel")
 
 
 class NocontextConfig(CommonConfig):
-    models: list[LLMConfig] = Field(default_factory=list)
+    models: list[ModelChoice] = Field(default_factory=list)
     """Screening models: conf/llm names ([smollm2]) or llm dicts ([{backend: openai, model: x}]); [] = llm=."""
     labels: list[str] = Field(default_factory=list)
     """Model names in the outputs, one per model ([] = GGUF file stem or served model name)."""
@@ -74,12 +75,6 @@ class NocontextConfig(CommonConfig):
     sample: int | None = Field(None, ge=1)
     """Screen a seeded random subset of this many items (null: all; n is set from the input)."""
 
-    @field_validator("models", mode="before")
-    @classmethod
-    def _named_models(cls, value: Any) -> Any:
-        if not isinstance(value, list):
-            return value
-        return [llm_preset(v) if isinstance(v, str) else v for v in value]
 
     @model_validator(mode="after")
     def _check(self) -> NocontextConfig:
@@ -162,49 +157,6 @@ def shuffles(n_options: int, answer: int, count: int, seed: int) -> list[list[in
     return orders
 
 
-_TAIL = r"(?=\s*[)\].:,;]|\s*$|\s+[-–—]\s)"  # what may follow a bare letter
-_ANSWER = re.compile(r"answer(?:\s*\d+)?\s*(?:is|:|-|=)?\s*[*_`\"']*\s*[(\[]?\s*([a-z])" + _TAIL,
-                     re.I | re.M)
-_LEADING = re.compile(r"\A\W*?(?:option|choice|letter)?\s*[(\[]?([a-z])" + _TAIL, re.I)
-_NAMED = re.compile(r"\b(?:option|choice|letter)\s*[(\[]?([a-z])[)\]]?(?![\w'])", re.I)
-_IS = re.compile(r"\b(?:answer|choice|option)\s+is\s*:?\s*[*_`\"']*[(\[]?([a-z])" + _TAIL, re.I | re.M)
-_PAREN = re.compile(r"\(([a-z])\)", re.I)
-_LISTED = re.compile(r"^\s*[(\[]?([a-z])[)\]]\s", re.I | re.M)
-
-
-def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s']", " ", text.lower()).split())
-
-
-def parse_letter(text: str | None, options: Sequence[str]) -> str | None:
-    """The option letter a free-text reply chooses, or None when it cannot be read.
-
-    Reads, in order: ``Answer 1: b) ...`` / ``Answer: (B)``; a letter opening the reply
-    (``b``, ``(B)``, ``B.``, ``**c)**``); ``option C`` / ``the answer is (d)``; a single
-    parenthesised letter; finally the text of exactly one shown option. A reply that lists
-    several lettered options (the prompt echoed) is unparseable, and so is one whose letter and
-    quoted option disagree. A letter beyond the options shown is ignored (the quoted text, if
-    any, decides). The person's name ``C`` ("C believes ...") is never read as a letter.
-    """
-    if not text or not text.strip():
-        return None
-    valid = LETTERS[:len(options)]
-    if len({m.lower() for m in _LISTED.findall(text)}) >= 2:
-        return None  # the options echoed as a list
-    reply = _norm(text)
-    quoted = [i for i, o in enumerate(options) if _norm(o) and f" {_norm(o)} " in f" {reply} "]
-    by_text = valid[quoted[0]] if len(quoted) == 1 else None
-    for pattern in (_ANSWER, _LEADING, _NAMED, _IS):
-        m = pattern.search(text)
-        if m and m.group(1).lower() in valid:
-            letter = m.group(1).lower()
-            return letter if by_text in (None, letter) else None
-    parens = {m.lower() for m in _PAREN.findall(text)}
-    if len(parens) == 1 and (only := parens.pop()) in valid:
-        return only if by_text in (None, only) else None
-    return by_text
-
-
 def removal(correct: dict[str, int], shuffles_: int, max_correct: int | None,
             panel_k: int | None) -> list[str]:
     """The rules that remove an item, given each model's correct-shuffle count."""
@@ -232,26 +184,6 @@ def normalise(logprob: float, tokens: int, text: str, norm: str) -> float:
 def plain_prompt(messages: Sequence[Message]) -> str:
     """Chat messages as one plain text (loglik with ``chat_template=false``)."""
     return "\n\n".join(m["content"] for m in messages)
-
-
-def model_label(cfg: Any) -> str:
-    """A model's default name in the outputs: its GGUF file stem, or the served model name."""
-    if hasattr(cfg, "model_path"):  # a GGUF, in process or behind a managed llama-server
-        if cfg.model_path:
-            return Path(cfg.model_path).name.removesuffix(".gguf")
-        from gen.llm import EMBEDDED_GGUF
-
-        return EMBEDDED_GGUF.removesuffix(".gguf")
-    return cfg.model
-
-
-def unique_labels(labels: list[str]) -> list[str]:
-    seen: Counter[str] = Counter()
-    out = []
-    for label in labels:
-        seen[label] += 1
-        out.append(label if seen[label] == 1 else f"{label}#{seen[label]}")
-    return out
 
 
 # --------------------------------------------------------------------------- statistics
@@ -496,7 +428,8 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
     ctx.extra["nocontext"] = summary
 
 
-@generator("nocontext", config=NocontextConfig, merge=merge_shards, plan=plan)
+@generator("nocontext", config=NocontextConfig, records=NocontextRecord, kind="screening", merge=merge_shards,
+           plan=plan)
 def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord | Reject]:
     """Blind screening: remove MCQ items that LLMs answer correctly without their context."""
     banks: list[Bank]

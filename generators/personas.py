@@ -2,7 +2,7 @@
 
 Code owns every fact: nationality (Faker locales for ~30 nationalities; the city lists are real
 cities, since several Faker locales invent city names), age band, name, address, occupation,
-interests, languages. The LLM writes a bio, which is checked against the facts. A pool has
+interests, languages (the tables are data: ``personas/``). The LLM writes a bio, which is checked against the facts. A pool has
 exactly the size asked for: when every bio of a slot's facts fails, fresh facts are drawn for
 that slot (``max_attempts``). Digital bundles take a main persona and related personas (with
 age-consistent relations) from a pool made here and reused by (seed, size, LLM).
@@ -10,38 +10,29 @@ age-consistent relations) from a pool made here and reused by (seed, size, LLM).
 
 from __future__ import annotations
 
-import fcntl
 import random
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from gen.errors import GenError, InputError, LLMOutputError
+from gen.errors import LLMOutputError
 from gen.gates import Gates, Language
-from gen.run import (
-    CommonConfig,
-    Plan,
-    RunContext,
-    derive_id,
-    derive_seed,
-    generator,
-    load_run_records,
-    read_json,
-)
-from schemas import Reject
-from schemas.personas import (
+from gen.paths import PERSONAS
+from gen.people import persona_id
+from gen.readers import read_yaml_model
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext, derive_seed
+from gen.schemas import Reject
+from gen.schemas.personas import (
     BIO_CHARS,
     Bio,
     Gender,
     PersonaFacts,
     PersonaRecord,
-    RelatedPersona,
-    Relation,
     Status,
 )
 
@@ -57,65 +48,48 @@ class Nationality:
     """Faker's locale writes names in another script; use its romanized names."""
 
 
-NATIONALITIES: tuple[Nationality, ...] = (
-    Nationality("American", "United States", "en_US", ("English",), ("New York", "Seattle", "Chicago", "Austin", "Denver", "Boston")),
-    Nationality("British", "United Kingdom", "en_GB", ("English",), ("London", "Manchester", "Bristol", "Leeds", "Glasgow")),
-    Nationality("Irish", "Ireland", "en_IE", ("English", "Irish"), ("Dublin", "Cork", "Galway")),
-    Nationality("Canadian", "Canada", "en_CA", ("English", "French"), ("Toronto", "Vancouver", "Montreal", "Calgary")),
-    Nationality("Australian", "Australia", "en_AU", ("English",), ("Sydney", "Melbourne", "Brisbane", "Perth")),
-    Nationality("Indian", "India", "en_IN", ("Hindi", "English"), ("Mumbai", "Bengaluru", "Delhi", "Pune", "Chennai")),
-    Nationality("French", "France", "fr_FR", ("French",), ("Paris", "Lyon", "Marseille", "Toulouse", "Lille")),
-    Nationality("German", "Germany", "de_DE", ("German",), ("Berlin", "Munich", "Hamburg", "Cologne", "Leipzig")),
-    Nationality("Austrian", "Austria", "de_AT", ("German",), ("Vienna", "Graz", "Salzburg")),
-    Nationality("Swiss", "Switzerland", "de_CH", ("German", "French"), ("Zurich", "Basel", "Bern")),
-    Nationality("Spanish", "Spain", "es_ES", ("Spanish",), ("Madrid", "Barcelona", "Valencia", "Seville")),
-    Nationality("Mexican", "Mexico", "es_MX", ("Spanish",), ("Mexico City", "Guadalajara", "Monterrey", "Puebla")),
-    Nationality("Argentinian", "Argentina", "es_AR", ("Spanish",), ("Buenos Aires", "Córdoba", "Rosario")),
-    Nationality("Colombian", "Colombia", "es_CO", ("Spanish",), ("Bogotá", "Medellín", "Cali")),
-    Nationality("Italian", "Italy", "it_IT", ("Italian",), ("Rome", "Milan", "Naples", "Turin", "Bologna")),
-    Nationality("Brazilian", "Brazil", "pt_BR", ("Portuguese",), ("São Paulo", "Rio de Janeiro", "Belo Horizonte", "Recife")),
-    Nationality("Portuguese", "Portugal", "pt_PT", ("Portuguese",), ("Lisbon", "Porto", "Braga")),
-    Nationality("Dutch", "Netherlands", "nl_NL", ("Dutch",), ("Amsterdam", "Rotterdam", "Utrecht", "The Hague")),
-    Nationality("Swedish", "Sweden", "sv_SE", ("Swedish",), ("Stockholm", "Gothenburg", "Malmö")),
-    Nationality("Danish", "Denmark", "da_DK", ("Danish",), ("Copenhagen", "Aarhus", "Odense")),
-    Nationality("Finnish", "Finland", "fi_FI", ("Finnish",), ("Helsinki", "Tampere", "Turku")),
-    Nationality("Polish", "Poland", "pl_PL", ("Polish",), ("Warsaw", "Kraków", "Gdańsk", "Wrocław")),
-    Nationality("Czech", "Czech Republic", "cs_CZ", ("Czech",), ("Prague", "Brno", "Ostrava")),
-    Nationality("Romanian", "Romania", "ro_RO", ("Romanian",), ("Bucharest", "Cluj-Napoca", "Iași")),
-    Nationality("Turkish", "Turkey", "tr_TR", ("Turkish",), ("Istanbul", "Ankara", "Izmir")),
-    Nationality("Indonesian", "Indonesia", "id_ID", ("Indonesian",), ("Jakarta", "Surabaya", "Bandung")),
-    Nationality("Vietnamese", "Vietnam", "vi_VN", ("Vietnamese",), ("Hanoi", "Ho Chi Minh City", "Da Nang")),
-    Nationality("Japanese", "Japan", "ja_JP", ("Japanese",), ("Tokyo", "Osaka", "Kyoto", "Yokohama"), romanized=True),
-    Nationality("Chinese", "China", "zh_CN", ("Mandarin",), ("Beijing", "Shanghai", "Shenzhen", "Chengdu"), romanized=True),
-    Nationality("Nigerian", "Nigeria", "yo_NG", ("Yoruba", "English"), ("Lagos", "Ibadan", "Abuja")),
-    Nationality("Kenyan", "Kenya", "en_KE", ("Swahili", "English"), ("Nairobi", "Mombasa", "Kisumu")),
-    Nationality("South African", "South Africa", "zu_ZA", ("Zulu", "English"), ("Johannesburg", "Durban", "Cape Town")),
-)
+class _Data(BaseModel):
+    """``personas/facts.yaml``: the lists a persona's facts are drawn from."""
 
-# Age bands sampled evenly in rotation so any pool spans them; within a band, uniform.
-AGE_BANDS: tuple[tuple[int, int], ...] = ((18, 24), (25, 34), (35, 44), (45, 54), (55, 66), (67, 82))
+    model_config = ConfigDict(extra="forbid")
 
-INTERESTS = (
-    "hiking", "cooking", "photography", "board games", "jazz", "football", "running", "yoga",
-    "gardening", "baking", "cycling", "chess", "painting", "reading science fiction", "podcasts",
-    "birdwatching", "rock climbing", "swimming", "video games", "knitting", "woodworking",
-    "astronomy", "travel", "classical music", "film", "theatre", "tennis", "basketball",
-    "sustainable energy", "environmental science", "language learning", "calligraphy",
-    "home brewing", "pottery", "salsa dancing", "camping", "volunteering", "history",
-    "fishing", "skiing", "surfing", "meditation", "vintage cars", "coding side projects",
-    "interior design", "fashion", "stand-up comedy", "wine tasting", "k-pop", "anime",
-    "marathon training", "bouldering", "street food", "urban sketching", "vinyl records",
-)
-EXTRA_LANGUAGES = ("Spanish", "French", "German", "Mandarin", "Japanese", "Italian", "Portuguese", "Arabic", "Korean")
-STUDY_FIELDS = (
-    "computer science", "nursing", "mechanical engineering", "law", "economics", "biology",
-    "graphic design", "psychology", "architecture", "music", "history", "medicine",
-    "environmental science", "business administration", "education", "physics",
-)
-_JP_WARDS = {"Tokyo": ("Shibuya", "Setagaya", "Shinjuku"), "Osaka": ("Kita", "Tennoji"),
-             "Kyoto": ("Sakyo", "Nakagyo"), "Yokohama": ("Kohoku", "Naka")}
-_CN_DISTRICTS = {"Beijing": ("Haidian", "Chaoyang"), "Shanghai": ("Xuhui", "Pudong"),
-                 "Shenzhen": ("Nanshan", "Futian"), "Chengdu": ("Wuhou", "Jinjiang")}
+    age_bands: list[tuple[int, int]] = Field(min_length=1)
+    interests: list[str] = Field(min_length=3)
+    extra_languages: list[str] = Field(min_length=1)
+    study_fields: list[str] = Field(min_length=1)
+    jp_wards: dict[str, tuple[str, ...]]
+    cn_districts: dict[str, tuple[str, ...]]
+
+
+def _read_data() -> tuple[tuple[Nationality, ...], _Data]:
+    """The persona material that is data, not code: ``personas/`` (package data)."""
+    nats = read_yaml_model(PERSONAS / "nationalities.yaml", _Nationalities, "nationalities").root
+    return tuple(Nationality(**n.model_dump()) for n in nats), read_yaml_model(PERSONAS / "facts.yaml", _Data, "facts")
+
+
+class _NationalityRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    demonym: str
+    country: str
+    locale: str
+    languages: tuple[str, ...] = Field(min_length=1)
+    cities: tuple[str, ...] = Field(min_length=1)
+    romanized: bool = False
+
+
+class _Nationalities(RootModel[list[_NationalityRow]]):
+    pass
+
+
+NATIONALITIES, _DATA = _read_data()
+AGE_BANDS: tuple[tuple[int, int], ...] = tuple(_DATA.age_bands)
+"""Sampled evenly in rotation so any pool spans them; within a band, uniform."""
+INTERESTS = tuple(_DATA.interests)
+EXTRA_LANGUAGES = tuple(_DATA.extra_languages)
+STUDY_FIELDS = tuple(_DATA.study_fields)
+_JP_WARDS = _DATA.jp_wards
+_CN_DISTRICTS = _DATA.cn_districts
 
 
 def _fakers():
@@ -217,7 +191,7 @@ def person_facts(seed: int, key: int | str, nat: Nationality, band: tuple[int, i
         extra = rng.choice([x for x in EXTRA_LANGUAGES if x not in languages])
         languages.append(extra)
     return PersonaFacts(
-        persona_id=derive_id(seed, "personas", key),
+        persona_id=persona_id(seed, key),
         name=f"{first} {last}", first_name=first, last_name=last, gender=gender, age=age,
         nationality=nat.demonym, country=nat.country, home_city=city,
         home_address=f"{_street(nat, city, rng, street_seed)}, {city}, {nat.country}",
@@ -344,52 +318,6 @@ def _mentions_occupation(facts: PersonaFacts, words: set[str]) -> bool:
     return not content or bool(words & content)
 
 
-# --------------------------------------------------------------------------- relations
-
-def feasible_relations(main: PersonaFacts, other: PersonaFacts) -> list[Relation]:
-    """Relations consistent with both ages (and nationality, for family)."""
-    diff = other.age - main.age  # positive: other is older
-    family = main.nationality == other.nationality
-    rel: list[Relation] = ["friend", "neighbour"] if abs(diff) <= 25 else ["neighbour"]
-    if family and 18 <= diff <= 45:
-        rel.append("parent")
-    if family and 18 <= -diff <= 45:
-        rel.append("child")
-    if family and abs(diff) <= 12:
-        rel.append("sibling")
-    if main.age >= 18 and other.age >= 18 and abs(diff) <= 12:
-        rel.append("partner")
-    if main.status == other.status == "working":
-        rel.append("co-worker")
-    if main.status == other.status == "student" and abs(diff) <= 6:
-        rel.append("classmate")
-    if max(main.age, other.age) <= 45 and abs(diff) <= 12:
-        rel.append("roommate")
-    return rel
-
-
-_WEIGHTS: dict[str, float] = {"partner": 3, "parent": 3, "child": 3, "sibling": 3, "co-worker": 2.5,
-                              "classmate": 2.5, "friend": 2, "roommate": 1.5, "neighbour": 1}
-_AT_MOST = {"partner": 1, "parent": 2, "roommate": 2}
-
-
-def sample_related(pool: Sequence[PersonaRecord], rng: random.Random, k: int = 5,
-                   main: PersonaRecord | None = None) -> tuple[PersonaRecord, list[RelatedPersona]]:
-    """A main persona and ``k`` others from ``pool``, each with an age-consistent relation."""
-    if len(pool) < k + 1:
-        raise ValueError(f"a persona pool of {len(pool)} cannot give a main persona and {k} related ones")
-    main = main or rng.choice(list(pool))
-    others = rng.sample([p for p in pool if p.persona_id != main.persona_id], k)
-    taken: dict[str, int] = {}
-    related = []
-    for other in others:
-        options = [r for r in feasible_relations(main, other) if taken.get(r, 0) < _AT_MOST.get(r, 99)]
-        relation = rng.choices(options, weights=[_WEIGHTS[r] for r in options])[0]
-        taken[relation] = taken.get(relation, 0) + 1
-        related.append(RelatedPersona(relation=relation, persona=other))
-    return main, related
-
-
 # --------------------------------------------------------------------------- the generator
 
 PRONOUN = {"female": "she", "male": "he", "non-binary": "they"}
@@ -506,7 +434,7 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
                          "short_slots": [i for p in pools for i in p["short_slots"]]}
 
 
-@generator("personas", config=PersonasConfig, merge=merge_shards, plan=plan)
+@generator("personas", config=PersonasConfig, records=PersonaRecord, kind="persona", merge=merge_shards, plan=plan)
 def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecord | Reject]]:
     """Persona pool: seeded facts via Faker locales plus an LLM bio checked against them."""
     base = sample_facts(cfg.seed, ctx.plan.n)
@@ -544,51 +472,3 @@ def print_distribution(dist: dict[str, dict[str, int]]) -> None:
     for field, counts in dist.items():
         table.add_row(field, ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
     Console(width=120).print(table)
-
-
-# --------------------------------------------------------------------------- pool reuse
-
-
-def load_pool(path: Path) -> list[PersonaRecord]:
-    """A pool from a personas run folder or a personas.jsonl; a bad row names file and line."""
-    records, file = load_run_records(path, "personas")
-    pool = []
-    for lineno, row in enumerate(records, 1):
-        try:
-            pool.append(PersonaRecord.model_validate(row))
-        except ValidationError as e:
-            raise InputError(f"{file}:{lineno}: not a persona record ({e.errors()[0]['msg']})") from None
-    return pool
-
-
-def ensure_pool(ctx: RunContext, seed: int, size: int, pool_dir: str) -> tuple[list[PersonaRecord], Path]:
-    """A pool of ``size`` personas made once per (seed, size, LLM) as a sub-run of ``ctx`` in
-    ``pool_dir`` and reused after (a given ``persona_file`` is read by :func:`load_pool`)."""
-    cfg = ctx.cfg
-    pcfg = PersonasConfig(seed=seed, n=size, persona_pool=size, llm=cfg.llm, cache_dir=cfg.cache_dir,
-                          progress=cfg.progress, progress_every=cfg.progress_every,
-                          language=getattr(cfg, "language", "en"))
-    folder = Path(pool_dir).expanduser() / f"seed{seed}-n{size}"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:  # shards started together make the pool once
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        manifest = folder / "manifest.json"
-        wanted = pcfg.model_dump(mode="json", exclude={"progress", "progress_every", "cache_dir"})
-        reuse = False
-        if manifest.is_file() and (folder / "personas.jsonl").is_file():
-            old = read_json(manifest)
-            if not isinstance(old, dict) or not isinstance(old.get("config"), dict):
-                raise InputError(f"{manifest}: not a personas run manifest (an object with a config); "
-                                 f"remove {folder} to make the pool anew")
-            reuse = {k: old["config"].get(k) for k in wanted} == wanted and old.get("exit_code", 0) == 0
-        if not reuse:
-            result = ctx.subrun("personas", pcfg, folder, resolved=wanted, quiet=False)
-            if result.exit_code:
-                raise PoolError(result.manifest.get("error") or f"the persona pool at {folder} is incomplete")
-    return load_pool(folder), folder
-
-
-class PoolError(GenError):
-    """The persona pool could not be made at the size asked for (exit code 1)."""
-
-    exit_code = 1

@@ -13,21 +13,21 @@ the chain with one line naming it, unless the step lists that code under ``allow
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.paths import EXAMPLES, UnsafePathError, inside, safe_part
-from gen.run import REGISTRY, CommonConfig, Plan, RunContext, generator, read_text, validated
-from schemas.pipeline import StepRecord
+from gen.readers import no_lone_surrogates, read_text, validated
+from gen.registry import REGISTRY, generator
+from gen.runner import SHARED_OPTIONS, CommonConfig, Plan, RunContext
+from gen.schemas.pipeline import StepRecord
 
 NAME = "pipeline"
 CHAINS = EXAMPLES / "chains"
-SHARED = ("seed", "llm", "embedder", "cache_dir", "progress", "progress_every")
 """Options every step takes from the pipeline (a step's own options may override seed)."""
 
 
@@ -77,8 +77,9 @@ def read_chain(path: Path) -> list[Step]:
     """A chain file: ``steps:`` a list of steps; a bad one is one line naming the file and step."""
     import yaml
 
+    text = read_text(path)
     try:
-        data = yaml.safe_load(read_text(path))
+        data = no_lone_surrogates(yaml.safe_load(text), text, str(path))
     except yaml.YAMLError as e:
         raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     steps = validated(Chain, data, str(path), what="chain", objects_only=False).steps
@@ -96,20 +97,31 @@ def read_chain(path: Path) -> list[Step]:
     return steps
 
 
-def step_config(step: Step, cfg: PipelineConfig, run_dir: Path, where: str = "chain") -> CommonConfig:
-    """A step's validated config: the pipeline's shared options, the step's own, and its inputs
-    resolved to paths inside the pipeline's run folder. ``{run}`` in an option is that folder."""
-    options = {k: getattr(cfg, k) for k in SHARED}
+def step_options(step: Step, run_dir: Path, where: str = "chain") -> dict[str, Any]:
+    """A step's own options, with its inputs resolved to paths inside the pipeline's run folder
+    (``{run}`` in an option is that folder); the rest it inherits from the pipeline's run
+    (:data:`gen.runner.SHARED_OPTIONS`)."""
+    options: dict[str, Any] = {}
     for k, v in step.options.items():
         options[k] = v.replace("{run}", str(run_dir)) if isinstance(v, str) else v
     for option, ref in step.inputs.items():
-        options[option] = str(inside(run_dir, ref, what=f"step {step.name}'s input"))
+        try:
+            options[option] = str(inside(run_dir, ref, what=f"inputs.{option}"))
+        except UnsafePathError as e:  # "rec/../../x": a step reads only inside the pipeline's run folder
+            raise InputError(f"{where}: step {step.name} ({step.generator}): {e}") from None
+    return options
+
+
+def step_config(step: Step, cfg: PipelineConfig, run_dir: Path, where: str = "chain") -> CommonConfig:
+    """A step's validated config, as its sub-run will have it: the pipeline's shared options and
+    the step's own."""
+    from gen.api import configure
+
+    options = {**{k: getattr(cfg, k) for k in SHARED_OPTIONS}, **step_options(step, run_dir, where)}
     try:
-        return REGISTRY[step.generator].config.model_validate(options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"{where}: step {step.name} ({step.generator}): {'.'.join(map(str, err['loc']))}: "
-                          f"{err['msg'].removeprefix('Value error, ')}") from None
+        return configure(step.generator, options, check_input=False)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: step {step.name} ({step.generator}): {e}") from None
 
 
 def plan(cfg: PipelineConfig) -> Plan:
@@ -122,44 +134,25 @@ def plan(cfg: PipelineConfig) -> Plan:
     return Plan(len(steps), steps)
 
 
-def finished(folder: Path, wanted: dict[str, Any]) -> bool:
-    """``folder`` holds a finished run of this config that ended well."""
-    manifest = folder / "manifest.json"
-    if not manifest.is_file():
-        return False
-    try:
-        m = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(m, dict) and m.get("config") == wanted and m.get("exit_code", 0) == 0
-
-
-@generator(NAME, config=PipelineConfig, plan=plan)
+@generator(NAME, config=PipelineConfig, records=StepRecord, kind="step", plan=plan)
 def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
     """A chain of generators as one command (steps wired by their run folders; reruns resume)."""
     steps: list[Step] = ctx.plan.data
     ctx.record_input(chain_path(cfg))
     for i in ctx.indices():
         step = steps[i]
-        scfg = step_config(step, cfg, ctx.out_dir, str(chain_path(cfg)))
         folder = inside(ctx.out_dir, safe_part(step.name), what="step name")
-        wanted = scfg.model_dump(mode="json", exclude={"progress", "progress_every", "cache_dir"})
-        if finished(folder, wanted):
-            ctx.count("steps.skipped")
-            m = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-            yield StepRecord(step=step.name, generator=step.generator, folder=step.name, status="skipped",
-                             exit_code=0, counts=m.get("counts", {}))
-            continue
         if cfg.progress != "off":
             print(f"[pipeline] step {i + 1}/{len(steps)}: {step.name} ({step.generator})", flush=True)
-        result = ctx.subrun(step.generator, scfg, folder, resolved=wanted, quiet=cfg.progress == "off")
-        ctx.count("steps.ran")
-        yield StepRecord(step=step.name, generator=step.generator, folder=step.name, status="ran",
-                         exit_code=result.exit_code, counts=result.manifest["counts"])
-        if result.exit_code and result.exit_code not in step.allow_exit:
-            ctx.fail(f"chain step {step.name} ({step.generator}) ended with exit code {result.exit_code}"
-                     + (f": {result.error}" if result.error else f" (its run folder: {folder})"),
-                     result.exit_code)
+        run = ctx.subrun(step.generator, folder, reuse=True, quiet=cfg.progress == "off",
+                         **step_options(step, ctx.out_dir, str(chain_path(cfg))))
+        ctx.count("steps.skipped" if run.reused else "steps.ran")
+        code = run.manifest.exit_code
+        yield StepRecord(step=step.name, generator=step.generator, folder=step.name,
+                         status="skipped" if run.reused else "ran", exit_code=code, counts=run.raw.get("counts", {}))
+        if code and code not in step.allow_exit:
+            ctx.fail(f"chain step {step.name} ({step.generator}) ended with exit code {code}"
+                     + (f": {run.manifest.error}" if run.manifest.error else f" (its run folder: {folder})"), code)
             for j in range(i + 1, ctx.indices().stop):
                 yield StepRecord(step=steps[j].name, generator=steps[j].generator, folder=steps[j].name,
                                  status="not_run", exit_code=None, counts={})

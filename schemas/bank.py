@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from gen.schemas.review import REVIEWER
 
 
 class BankItemRecord(BaseModel):
@@ -30,20 +32,34 @@ class VerifyRecord(BaseModel):
     status: Literal["ok"] = "ok"
 
 
+VERDICT = r"^[A-Za-z0-9_][A-Za-z0-9_ -]{0,39}$"
+"""A verdict's name in a review summary (it is printed in the dataset card)."""
+
+
 class ReviewSummary(BaseModel):
     """``review/summary.json`` of a bank version folder, as ``bank export`` reads it into the
-    dataset card and the Croissant file (the minimal shape; other keys are ignored)."""
+    dataset card and the Croissant file (the minimal shape; other keys are ignored). ``bank
+    verify`` checks it in this shape, so verify, add and export agree on one."""
 
     model_config = ConfigDict(extra="ignore")
 
     items_reviewed: int = Field(ge=0)
     """How many of the version's items a reviewer judged."""
-    by_verdict: dict[str, int]
-    """Items per verdict (``accept``, ``fix``, ``reject``…)."""
+    by_verdict: dict[Annotated[str, StringConstraints(pattern=VERDICT)], Annotated[int, Field(ge=0)]]
+    """Items per verdict (``accept``, ``fix``, ``reject``…); they add up to ``items_reviewed``."""
     reviewers: int | None = Field(default=None, ge=1)
     """How many reviewers took part."""
-    protocol: str | None = None
+    protocol: str | None = Field(default=None, max_length=2000)
     """How the review was done, in a sentence."""
+    reviewer_names: list[Annotated[str, StringConstraints(pattern=REVIEWER.pattern)]] = []
+    """Who reviewed (``bank add require_review=k`` keeps them, so later versions count them once)."""
+
+    @model_validator(mode="after")
+    def _adds_up(self) -> ReviewSummary:
+        if sum(self.by_verdict.values()) != self.items_reviewed:
+            raise ValueError(f"by_verdict adds up to {sum(self.by_verdict.values())}, "
+                             f"items_reviewed is {self.items_reviewed}")
+        return self
 
 
 class LockCount(BaseModel):
@@ -69,9 +85,45 @@ class LockHistory(BaseModel):
     version: int
     label: str
     created_at: str
+    message: str | None = None
+    source: str | None = None
+    input: str | None = None
     added: dict[str, int] = {}
+    refused: dict[str, int] = {}
     audit: dict[str, Any] | None = None
     lock_sha256: str | None = None
+
+
+class LockModel(BaseModel):
+    """A model a source run used (``llm``, ``embedder``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    backend: str | None = None
+    model: str | None = None
+    model_sha256: str | None = None
+    model_path: str | None = None
+
+
+class LockRun(BaseModel):
+    """A run in a lock's ``sources`` or in a source's ``upstream`` (what the card's provenance and
+    Croissant's PROV-O read)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    generator: str | None = None
+    toolkit_version: str | None = None
+    llm: LockModel | None = None
+    embedder: LockModel | None = None
+    prompts: dict[str, str] = {}
+
+
+class LockSource(LockRun):
+    """One source run in a lock's ``sources``: the batch a version added."""
+
+    source: str
+    version: int
+    items_added: int = Field(ge=0)
+    input: str
+    upstream: list[LockRun] = []
 
 
 class Lock(BaseModel):
@@ -84,6 +136,7 @@ class Lock(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     format: str
     schema_revision: int
+    bank: str
     version: int
     label: str
     created_at: str
@@ -93,5 +146,22 @@ class Lock(BaseModel):
     counts: dict[str, LockCount]
     files: dict[str, str]
     prompts: dict[str, list[str]] = {}
-    sources: list[dict[str, Any]] = []
+    sources: list[LockSource] = []
     history: list[LockHistory]
+
+
+class SourceManifest(BaseModel):
+    """The fields of a run's ``manifest.json`` that ``bank add`` records as a batch's provenance
+    (other keys are ignored; one of the wrong type is an input error naming it)."""
+
+    model_config = ConfigDict(extra="ignore")
+    generator: str | None = None
+    toolkit_version: str | None = None
+    git: dict[str, Any] | None = None
+    seed: int | None = None
+    started_at: str | None = None
+    llm: LockModel | None = None
+    embedder: LockModel | None = None
+    prompts: dict[str, str] = {}
+    inputs: dict[str, Any] = {}
+    """Input files the run read (path -> SHA-256); their run folders are the batch's upstream."""

@@ -24,8 +24,8 @@ from pydantic import (
     model_validator,
 )
 
-from schemas import Hex32, plain_text
-from schemas.mcq import MCQRecord
+from gen.schemas import Hex32, plain_text
+from gen.schemas.mcq import MCQRecord
 
 EMOTIONS = ["Joy", "Surprise", "Stress", "Social Connection", "Achievement", "Disappointment", "Awkward",
             "Boring", "Relaxation"]

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas import Hex32
-from schemas.personas import PersonaRecord, RelatedPersona
+from gen.schemas import Hex32
+from gen.schemas.personas import PersonaRecord, RelatedPersona
 
 
 class App(str, Enum):  # noqa: UP042 - StrEnum changes str(member), which outputs use
@@ -329,7 +329,11 @@ class GoalRef(BaseModel):
     app: App | None
     """The app whose state makes the goal inferable; None: the goal needs no digital context."""
     person: str | None = None
-    """The related persona standing for a person the goal names."""
+    """The related persona the cue comes from (a Messaging cue's sender)."""
+    word: str | None = None
+    """The goal's word the cue names (its most specific word: the thing, place or person it is about)."""
+    action_share: float | None = None
+    """Share of the goal's action words (its query, content or place) found in the key-only state."""
     rank: int | None = None
     """Where the goal ranked among the bank's goals by similarity to the key-only state (1 = first)."""
 

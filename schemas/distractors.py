@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from schemas import Hex32
-from schemas.mcq import MCQRecord
+from gen.schemas import Hex32
+from gen.schemas.mcq import MCQRecord
 
 Str = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
 """A required, non-blank field."""
@@ -106,6 +106,19 @@ class ContextWindow(BaseModel):
     end_s: float | None = None
 
 
+CueModality = Literal["vision", "audio", "digital", "longitudinal"]
+
+
+class CueEntry(BaseModel):
+    """One cue of an observation in WAGIBench's ``x.cues`` shape: its modalities (WAGIBench buckets
+    its scores by them) and its description (the judge's "cues" context)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    modality: Annotated[list[CueModality], Field(min_length=1)]
+    description: Annotated[list[Str], Field(min_length=1)]
+
+
 class GoalRow(BaseModel):
     """One row of a goal bank (JSONL line or parquet row)."""
 
@@ -121,6 +134,9 @@ class GoalRow(BaseModel):
     """The observation (video) id for WAGIBench's layout; defaults to ``goal_id``."""
     context_window: ContextWindow | None = None
     """The observation's context window for WAGIBench's layout, when known."""
+    cues: list[CueEntry] | None = None
+    """The observation's cues (vision, audio, digital, longitudinal), carried into WAGIBench's
+    ``x.cues`` with a digital run's cue."""
 
     @model_validator(mode="after")
     def _one_goal(self) -> GoalRow:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from schemas.judge import Label
+from gen.schemas.judge import Label
 
 
 class TrialRecord(BaseModel):

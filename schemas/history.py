@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from schemas.distractors import ContextWindow, Goal
+from gen.schemas.distractors import ContextWindow, CueEntry, Goal
 
 Str = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
 
@@ -36,6 +36,8 @@ class Observation(BaseModel):
     """The recording's goal: one of the 10 structured digital actions."""
     context_window: ContextWindow
     transcription: str | None = None
+    cues: list[CueEntry] | None = None
+    """The recording's cues (vision, audio, digital, longitudinal), passed to its goal bank row."""
 
     @field_validator("recorded_at")
     @classmethod

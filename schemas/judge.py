@@ -13,11 +13,18 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from schemas.distractors import Goal
+from gen.schemas.distractors import Goal
 
 Label = Literal["current", "prior", "clarify", "abstain"]
 LABELS: tuple[str, ...] = get_args(Label)
-Variant = Literal["reference", "contexts_reference"]
+Variant = Literal["cues_reference", "reference", "cues", "socratic", "socratic_reference", "contexts_reference"]
+"""The judge's inputs (WAGIBench §4.3): the reference goal, the script's cues, a description of the
+video (socratic: the captions), alone or with the reference; ``contexts_reference``: cues, captions
+and the digital state with the reference. The paper's best: ``cues_reference`` (76.8 %)."""
+VARIANT_CONTEXTS: dict[str, tuple[str, ...]] = {
+    "reference": (), "cues": ("cues",), "socratic": ("captions",), "cues_reference": ("cues",),
+    "socratic_reference": ("captions",), "contexts_reference": ("cues", "captions", "digital_state")}
+"""The contexts each variant shows."""
 Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
 
 
@@ -25,7 +32,7 @@ Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_l
 
 
 class Contexts(BaseModel):
-    """What describes an observation, for the judge's ``contexts_reference`` variant."""
+    """What describes an observation, for the judge's variants that show contexts (cues, captions, digital state)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -89,6 +96,12 @@ class RatingRow(BaseModel):
     numbers (0 / 0.5 / 1 or 0 / 1 / 2) or labels (current / prior / …)."""
     judge: float | Id | None = None
     """The judge's value; null: taken from ``judge_run=`` by id."""
+    prediction: dict[str, Any] | Annotated[str, StringConstraints(min_length=1, max_length=20_000)] | None = None
+    """The predicted goal (for the baselines); null: the judge run's prediction of this id."""
+    reference: dict[str, Any] | Annotated[str, StringConstraints(min_length=1, max_length=20_000)] | None = None
+    """The reference goal (for the baselines); null: ``references=``' structured goal of this id."""
+    options: list[dict[str, Any] | str] | None = None
+    """The MCQ's options, the reference among them (Snap-MCQ); null: ``references=``' mcq_set of this id."""
 
 
 # --------------------------------------------------------------------------- outputs
@@ -104,7 +117,8 @@ class Judgment(BaseModel):
     followed: bool
     """The reply held exactly one ``<score>`` tag with 0, 1 or 2 in it."""
     problem: str | None = None
-    """Why not: ``no_score_tag``, ``several_score_tags``, ``not_a_score``."""
+    """Why not: ``no_score_tag``, ``not_a_score``, ``unfinished_think`` (``several_score_tags``
+    under the strict reading)."""
     raw: str
 
 
@@ -190,3 +204,7 @@ class MetaRecord(BaseModel):
     raters: list[float | str]
     judge: float | str | None
     """Null when the judge gave no usable value for this row (not followed, not judged)."""
+    snap_mcq: float | None = None
+    """Snap-MCQ baseline (appendix H): 1 when the option most similar to the prediction is the reference."""
+    sbert: float | None = None
+    """SBERT-similarity baseline: the cosine of the prediction and the reference."""

@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas import Hex32
+from gen.schemas import Hex32
 
 Gender = Literal["female", "male", "non-binary"]
 Status = Literal["working", "student", "retired"]

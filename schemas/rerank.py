@@ -12,8 +12,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, field_validator
 from pydantic.json_schema import JsonValue
 
-from schemas import plain_text
-from schemas.candidates import TimedLine
+from gen.schemas import plain_text
+from gen.schemas.candidates import TimedLine
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]

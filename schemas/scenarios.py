@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas import plain_text
+from gen.schemas import plain_text
 
 ChangeType = Literal["object_in_hand", "object_state", "sequential_task", "location", "object_in_view",
                      "absent_referent", "screen_content", "cross_session_reference"]
@@ -223,3 +223,11 @@ class ScenarioChecks(BaseModel):
     """Per camera field and model: the gold name, the model's answer, the cosine, pass."""
     leak: list[dict[str, Any]] = Field(default_factory=list)
     """Per model: its turn-1 and turn-2 replies without camera blocks, and the gold hits."""
+
+
+class LockCheckRecord(BaseModel):
+    """One lock entry that matches (a line of ``verify.jsonl``)."""
+
+    key: str
+    value: Any
+    status: Literal["ok"] = "ok"

@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from schemas import Hex32, plain_text
-from schemas.mcq import MCQRecord
+from gen.schemas import Hex32, plain_text
+from gen.schemas.mcq import MCQRecord
 
 QuestionType = Literal["goal", "belief", "actions"]
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from gen.run import RunContext, run
-from generators.audit import AuditConfig
-from generators.audit.text import norm
+from gen.generators.audit import AuditConfig
+from gen.generators.audit.text import norm
+from gen.runner import RunContext, run
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())

@@ -193,9 +193,10 @@ if __name__ == "__main__":  # the golden file, from the code on PYTHONPATH
     import tempfile
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import generators
 
-    print("code:", generators.__file__)
+    import gen
+
+    print("code:", gen.__file__)
     with tempfile.TemporaryDirectory() as tmp:
         result = audit_both(Path(tmp))
     target = Path(__file__).resolve().parent / "fixtures" / "audit_scale" / "golden.json"

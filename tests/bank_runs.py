@@ -32,11 +32,11 @@ from conftest import gen_env, read_jsonl
 from fakes import FakeEmbedder
 from pydantic import model_validator
 
-import generators  # noqa: F401  (fills the registry)
-from gen.run import REGISTRY, CommonConfig, Generator, RunContext, output_hashes, run
-from generators.bank import BankConfig
-from generators.bank.identity import KINDS, item_id_of
-from generators.bank.store import LOCK, read_pointer, version_dir
+from gen.banks.identity import KINDS, item_id_of
+from gen.banks.store import LOCK, read_pointer, version_dir
+from gen.generators.bank import BankConfig
+from gen.registry import REGISTRY, Generator
+from gen.runner import CommonConfig, RunContext, output_hashes, run
 
 HERE = Path(__file__).resolve().parent
 WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze")
@@ -230,6 +230,21 @@ def problems(bank: Bank) -> list[tuple[str, str]]:
     rejects = read_jsonl(result.out_dir / "rejects.jsonl")
     assert result.exit_code == (1 if rejects else 0)
     return [(r["record_id"], r["reason"]) for r in rejects]
+
+
+def tree(root: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``root`` (symlinks as ``-> target``), by relative path: a
+    bank's every byte, to compare before and after a command."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_symlink():
+            out[rel] = "-> " + os.readlink(p)
+        elif p.is_file():
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+        else:
+            out[rel] = "dir"
+    return out
 
 
 def flip_byte(path: Path, at: int | None = None) -> None:

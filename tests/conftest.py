@@ -188,7 +188,7 @@ def check_run_folder(folder: Path, name: str, requested: int, *, hydra: bool = T
 
 def persona_facts(**over: Any) -> Any:
     """One fixed persona's facts, with ``over`` replacing fields."""
-    from schemas.personas import PersonaFacts
+    from gen.schemas.personas import PersonaFacts
 
     base = dict(
         persona_id="0" * 32, name="Jonas Becker", first_name="Jonas", last_name="Becker",
@@ -221,7 +221,7 @@ def bank_state(root: Path) -> tuple[int | None, set[str], dict[str, str]]:
 
     import polars as pl
 
-    from generators.bank.store import read_pointer, version_dir
+    from gen.banks.store import read_pointer, version_dir
 
     current = read_pointer(root)
     if current is None:
@@ -239,9 +239,8 @@ def merge_and_compare(whole: Path, shards: list[Path], out: Path, *, ignore: tup
     """``merge`` the shard folders into ``out`` and assert it equals the unsharded run ``whole``:
     every output byte for byte (but ``ignore``, which hold timings), the same counts, and the
     same summaries in the manifest (timings aside). Returns the merged manifest."""
-    import generators  # noqa: F401  (fills the registry)
-    from gen.run import extras_of, run
-    from generators.merge import MergeConfig
+    from gen.generators.merge import MergeConfig
+    from gen.runner import extras_of, run
 
     result = run("merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"), out,
                  quiet=True)
@@ -293,6 +292,51 @@ def wagibench_loader() -> Callable[..., list[dict[str, Any]]]:
                              **{name: getattr(typing, name) for name in ("Optional", "List", "Dict", "Any")}}
     exec(compile(ast.Module(body=[fn], type_ignores=[]), str(WAGIBENCH_LOADER), "exec"), scope)
     return scope["load_ob2_data"]
+
+
+WAGIBENCH_MIXIN = SHARED / "data" / "wagibench" / "maestro_ob2_mixin.py"
+
+
+def wagibench_prompt() -> Callable[[dict[str, Any], str], str]:
+    """WAGIBench's own ``build_prompt`` (``maestro_ob2_mixin.py``), taken out of their class with
+    ``ast`` and run as it is on a row ``load_ob2_data`` returned: ``(row, mode) -> the text a model
+    reads``. The stand-in ``self`` has the three members the method reads (their prompt constants
+    live in a module that is not here, so two short markers stand in for them; their transcription
+    preprocessing is taken out of the same class). Numbers the method calls ``.item()`` on become
+    numpy scalars, as their torch collate makes them."""
+    import ast
+    import itertools
+    import typing
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    tree = ast.parse(WAGIBENCH_MIXIN.read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MaestroOB2HuggingFacePredictorMixin")
+    methods = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in ("build_prompt", "preprocess_transcription")]
+    tables = [n for n in tree.body if isinstance(n, ast.Assign)  # the app tables the method reads
+              and any(isinstance(t, ast.Name) and t.id.startswith("SUPPORTED_APPS") for t in n.targets)]
+    scope: dict[str, Any] = {"json": json, "np": np, "itertools": itertools,
+                             **{name: getattr(typing, name) for name in ("Optional", "List", "Dict", "Any", "Union")}}
+    exec(compile(ast.Module(body=[*tables, *methods], type_ignores=[]), str(WAGIBENCH_MIXIN), "exec"), scope)
+    me = SimpleNamespace(mcq_prompt="[MCQ PROMPT]\n", mcq_note_prompt="[MCQ NOTE]", generative_prompt="[GENERATIVE PROMPT]\n")
+    me.preprocess_transcription = lambda *a: scope["preprocess_transcription"](me, *a)
+
+    def scalars(x: dict[str, Any]) -> None:
+        for k in ("start_s", "end_s"):
+            x[k] = np.float64(x[k] if x[k] is not None else -1.0)
+
+    def build(row: dict[str, Any], mode: str = "mcq") -> str:
+        import copy
+
+        x = copy.deepcopy(row["x"])
+        scalars(x["context_window"])
+        for h in x.get("longitudinal_history") or []:
+            scalars(h["context_window"])
+        x.setdefault("transcription", False)  # their loader sets it only for video_filename rows
+        return scope["build_prompt"](me, x.get("mcq_set"), x, None, mode=mode)
+
+    return build
 
 
 CONTEXT_BENCH = SHARED / "data" / "context_bench"

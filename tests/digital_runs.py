@@ -13,12 +13,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import generators  # noqa: F401  (fills the registry)
+from gen.generators.digital import DigitalConfig
+from gen.generators.personas import sample_facts
 from gen.llm import scripted_llm
-from gen.run import RunContext, run
-from generators.digital import DigitalConfig
-from generators.personas import sample_facts
-from schemas.personas import PersonaRecord
+from gen.runner import RunContext, run
+from gen.schemas.personas import PersonaRecord
 
 NAME = "digital"
 

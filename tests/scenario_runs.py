@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from generators.scenarios import ScenariosConfig
-from generators.scenarios.skeleton import Skeleton
+from gen.generators.scenarios import ScenariosConfig
+from gen.generators.scenarios.skeleton import Skeleton
 
 
 def settings(**kw: Any) -> ScenariosConfig:

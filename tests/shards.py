@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import generators  # noqa: F401  (fills the registry)
+from gen.generators.personas import PersonasConfig, sample_facts
 from gen.llm import scripted_llm
-from gen.run import RunContext, run
-from generators.personas import PersonasConfig, sample_facts
+from gen.runner import RunContext, run
 
 
 def personas_shards(folder: Path, n: int = 4, k: int = 2, seed: int = 0) -> list[Path]:

@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-import generators  # noqa: F401  (fills the registry)
+from gen.generators.tom import TomConfig
 from gen.llm import scripted_llm
-from gen.run import RunContext, run
+from gen.runner import RunContext, run
 from gen.timelines import Clip, Line, speaker_of
-from generators.tom import TomConfig
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tom"
 NARRATION = FIXTURES / "narration.json"

@@ -1,7 +1,10 @@
 """The LLM boundary and its backends.
 
 - :mod:`gen.llm.config`: the ``llm=`` configs (one per backend);
-- :mod:`gen.llm.cache`: the per-call SQLite cache;
+- :mod:`gen.llm.cache`: the per-call SQLite cache (one WAL file, or per-process parts on a
+  network filesystem);
+- :mod:`gen.llm.http`: the servers' transport (a wall-clock deadline per call, bounded replies
+  and retries); :mod:`gen.llm.secrets`: keys from the environment only;
 - :mod:`gen.llm.boundary`: :class:`LLM` (structured / complete / loglik through instructor and
   the cache) and :class:`LanguageModel`, what generators may use of it;
 - :mod:`gen.llm.llama_cpp`, :mod:`gen.llm.openai_compat`, :mod:`gen.llm.llama_server`: the

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from gen.errors import BackendError, LLMOutputError
 from gen.llm.cache import Cache
 from gen.llm.config import _Sampling
+from gen.llm.http import ServerError, set_run_deadline
 
 T = TypeVar("T", bound=BaseModel)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,7 +38,7 @@ _WORKER = threading.local()
 
 
 def set_worker(index: int) -> None:
-    """Number the calling thread (a :meth:`gen.run.RunContext.map` worker)."""
+    """Number the calling thread (a :meth:`gen.runner.RunContext.map` worker)."""
     _WORKER.index = index
 
 
@@ -139,6 +140,9 @@ class _Streak:
     ``backend_error`` reject (and a hanging server costs its timeout per call): after ``limit``
     failures in a row the call that reached it raises :class:`BackendError` (exit 2), and so does
     every call after it. Any other outcome (an answer, even an invalid one) resets the count.
+    A backend that has answered no call yet (the cache's replays do not count) and lets one run
+    out of time stops the run at once: a server that does not serve would cost ``limit`` whole
+    timeouts otherwise (25 minutes with the defaults).
     """
 
     def __init__(self, limit: int, where: str):
@@ -147,6 +151,7 @@ class _Streak:
         self.count = 0
         self.last = ""
         self.stopped: str | None = None
+        self.answered = False
         self._lock = threading.Lock()
 
     def check(self) -> None:
@@ -154,16 +159,24 @@ class _Streak:
         if self.stopped is not None:
             raise BackendError(self.stopped)
 
-    def note(self, error: LLMOutputError | None) -> None:
-        """Count one call's outcome; raise BackendError when the failures reach the limit."""
+    def note(self, error: LLMOutputError | None, *, live: bool = True) -> None:
+        """Count one call's outcome (``live``: the backend was asked, not the cache); raise
+        BackendError when the failures reach the limit."""
         with self._lock:
             if self.stopped is not None:
                 raise BackendError(self.stopped) from error
             if error is None or error.reason != "backend_error":
                 self.count = 0
+                self.answered = self.answered or live
                 return
             self.count += 1
             self.last = " ".join(error.detail.split())
+            if self.limit and getattr(error, "timed_out", False) and not self.answered:
+                self.stopped = (
+                    f"{self.where} answered no call yet, and this one failed: {self.last}; the run stops "
+                    "here (raise the timeout if the server is only slow; a rerun into the same folder "
+                    "resumes from the cache)")
+                raise BackendError(self.stopped) from error
             if not self.limit or self.count < self.limit:
                 return
             self.stopped = (
@@ -175,17 +188,24 @@ class _Streak:
 
 
 def _watched(method: F) -> F:
-    """A model call whose outcome counts in the backend's failure streak (:class:`_Streak`)."""
+    """A model call whose outcome counts in the backend's failure streak (:class:`_Streak`),
+    made within the run's deadline (``llm.deadline``)."""
 
     @functools.wraps(method)
     def call(self: LLM, *args: Any, **kwargs: Any) -> Any:
         self._streak.check()
+        self._check_deadline()
+        set_run_deadline(self.deadline_at)  # the transport cuts a call in flight there
+        hits = self.usage.cache_hits, self.usage.calls
         try:
             out = method(self, *args, **kwargs)
         except LLMOutputError as e:
+            if e.reason == "backend_error":
+                self._check_deadline(e)
             self._streak.note(e)
             raise
-        self._streak.note(None)
+        live = self.usage.calls - hits[1] > self.usage.cache_hits - hits[0]
+        self._streak.note(None, live=live)
         return out
 
     return cast(F, call)
@@ -234,6 +254,17 @@ class LLM:
                                where or f"llm={identity.get('backend')}")
         self._family: tuple[str, str] | None = None
         self._family_resolve: Callable[[], tuple[str, str]] | None = None
+        deadline = getattr(sampling, "deadline", None)
+        self.deadline_at = time.monotonic() + deadline if deadline else None
+        """The run's deadline (a ``time.monotonic()`` instant), shared by forks; None: none."""
+
+    def _check_deadline(self, cause: BaseException | None = None) -> None:
+        """Stop the run (BackendError) once ``llm.deadline`` has passed."""
+        if self.deadline_at is not None and time.monotonic() >= self.deadline_at:
+            raise BackendError(
+                f"{self._streak.where}: the run's model calls passed llm.deadline="
+                f"{self.sampling.deadline:g} s; the run stops here (its records so far stay in the run "
+                "folder's *.partial files; a rerun into the same folder resumes from the cache)") from cause
 
     def set_family(self, resolve: Callable[[], tuple[str, str]]) -> None:
         """How to find this model's family (``(family, how it was found)``), asked on first use:
@@ -311,9 +342,10 @@ class LLM:
             raise LLMOutputError("truncated", "hit max_tokens", _text(e.last_completion)) from None
         except InstructorRetryException as e:
             last = e.last_completion
-            if last is None and not e.failed_attempts:  # the backend failed, nothing to validate
-                cause = e.__cause__ or e
-                raise LLMOutputError("backend_error", f"{type(cause).__name__}: {cause}"[:300]) from None
+            cause = e.__cause__ or e
+            if (last is None and not e.failed_attempts) or isinstance(cause, ServerError):
+                # the backend failed (on the first try, or on a re-ask): nothing to validate
+                raise _backend_error(cause) from None
             if last is not None and _finish(last) == "length":
                 raise LLMOutputError("truncated", "hit max_tokens", _text(last)) from None
             failed = e.failed_attempts[-1].exception if e.failed_attempts else e
@@ -324,7 +356,7 @@ class LLM:
         except LLMOutputError:
             raise
         except Exception as e:  # transport or backend failure on one call
-            raise LLMOutputError("backend_error", f"{type(e).__name__}: {e}"[:300]) from None
+            raise _backend_error(e) from None
 
     @_watched
     def complete(
@@ -359,7 +391,7 @@ class LLM:
         try:
             response = self._cached_create(**kwargs)
         except Exception as e:  # transport or backend failure on one call
-            raise LLMOutputError("backend_error", f"{type(e).__name__}: {e}"[:300]) from None
+            raise _backend_error(e) from None
         text = _text(response)
         if text is None:
             raise LLMOutputError("backend_error", "the reply holds no text")
@@ -388,9 +420,10 @@ class LLM:
         key = hashlib.sha256(json.dumps({"model": self.identity, "loglik": request},
                                         sort_keys=True).encode()).hexdigest()
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            scores = [LogLik(float(lp), int(n)) for lp, n in json.loads(hit)]
-            self.usage.add(hit=True, prompt=0, completion=0, seconds=0.0)
-            return scores
+            scores = _scores(hit, len(conts))
+            if scores is not None:  # else a damaged row: asked again, and replaced
+                self.usage.add(hit=True, prompt=0, completion=0, seconds=0.0)
+                return scores
         t0 = time.perf_counter()
         try:
             if self._lock is not None:
@@ -401,7 +434,7 @@ class LLM:
         except (BackendError, LLMOutputError):
             raise
         except Exception as e:  # transport or backend failure on one call
-            raise LLMOutputError("backend_error", f"{type(e).__name__}: {e}"[:300]) from None
+            raise _backend_error(e) from None
         if len(scores) != len(conts):
             raise LLMOutputError("backend_error", f"{len(scores)} scores for {len(conts)} continuations")
         self.usage.add(hit=False, prompt=evaluated, completion=0, seconds=time.perf_counter() - t0)
@@ -421,10 +454,11 @@ class LLM:
             json.dumps({"model": self.identity, "request": kwargs}, sort_keys=True, default=str).encode()
         ).hexdigest()
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            response = ChatCompletion.model_validate_json(hit)
-            self.usage.add(hit=True, prompt=_usage(response, "prompt_tokens"),
-                           completion=_usage(response, "completion_tokens"), seconds=0.0)
-            return response
+            cached = _cached_reply(hit, ChatCompletion)
+            if cached is not None:  # else a row an older version cached unchecked: asked again
+                self.usage.add(hit=True, prompt=_usage(cached, "prompt_tokens"),
+                               completion=_usage(cached, "completion_tokens"), seconds=0.0)
+                return cached
         t0 = time.perf_counter()
         if self._lock is not None:
             with self._lock:
@@ -432,12 +466,63 @@ class LLM:
         else:
             response = self._create(**kwargs)
         seconds = time.perf_counter() - t0
+        problem = _reply_problem(response)
+        if problem is not None:  # never cached: a rerun asks again
+            raise ServerError(f"the backend's reply is not a chat completion ({problem})", retry=False)
         self.usage.add(hit=False, prompt=_usage(response, "prompt_tokens"),
                        completion=_usage(response, "completion_tokens"), seconds=seconds,
                        reused=_reused(response))
         if self.cache is not None:
             self.cache.put(key, response.model_dump_json())
         return response
+
+
+def _reply_problem(response: Any) -> str | None:
+    """What makes ``response`` unfit to use or cache (None: a chat completion with a message)."""
+    from openai.types.chat import ChatCompletion
+
+    if not isinstance(response, ChatCompletion):
+        return f"a {type(response).__name__}"
+    choices = response.choices
+    if not isinstance(choices, list) or not choices:
+        return "no choices"
+    message = getattr(choices[0], "message", None)
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str):
+        return "the message content is not text"
+    if content is None and not getattr(message, "tool_calls", None):
+        return "no message"
+    return None
+
+
+def _cached_reply(hit: str, model: Any) -> Any:
+    """A cached reply, validated again (None for a row that is not a usable reply)."""
+    from pydantic import ValidationError
+
+    try:
+        reply = model.model_validate_json(hit)
+    except (ValidationError, ValueError):
+        return None
+    return reply if _reply_problem(reply) is None else None
+
+
+def _scores(hit: str, n: int) -> list[LogLik] | None:
+    """Cached log-likelihoods (None for a row that is not ``n`` pairs of numbers)."""
+    try:
+        rows = json.loads(hit)
+        scores = [LogLik(float(lp), int(k)) for lp, k in rows]
+    except (ValueError, TypeError):
+        return None
+    return scores if len(scores) == n else None
+
+
+def _backend_error(e: BaseException) -> LLMOutputError:
+    """A failed call as a ``backend_error``: a server's own words, else the exception's type and
+    text, on one line; ``timed_out`` when the call ran out of time."""
+    text = str(e) if isinstance(e, ServerError) else f"{type(e).__name__}: {e}"
+    error = LLMOutputError("backend_error", " ".join(text.split())[:300])
+    error.timed_out = bool(getattr(e, "late", False))  # type: ignore[attr-defined]
+    return error
 
 
 def _reused(response: Any) -> int | None:

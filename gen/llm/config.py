@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gen.llm.secrets import ENV_NAME, HOW, is_secret_name
 
 
 class _Sampling(BaseModel):
@@ -26,6 +29,21 @@ class _Sampling(BaseModel):
     family: str | None = None
     """The model family (openai, anthropic, google, meta, qwen, mistral, smollm…), which judges
     compare with the candidate's; null: derived from the GGUF's metadata or the served model name."""
+    deadline: float | None = Field(default=None, gt=0)
+    """Wall-clock seconds the command's model calls may take in all, counted from the model's
+    load; past it the run stops (exit 2, its records so far kept for a resume); null: no limit.
+    A call in flight on a server is cut at the deadline; an in-process call ends first."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets(cls, data: Any) -> Any:
+        # a key in a chain file's step options or a models= dict: refused by its name (the
+        # message never repeats the value, and no config, manifest or cache key ever holds one)
+        if isinstance(data, dict):
+            for name in data:
+                if isinstance(name, str) and is_secret_name(name):
+                    raise ValueError(f"{name}: a secret is never a config value; {HOW}")
+        return data
 
 
 class LlamaCppConfig(_Sampling):
@@ -55,15 +73,18 @@ class OpenAIConfig(_Sampling):
 
     backend: Literal["openai"] = "openai"
     base_url: str = "http://127.0.0.1:8000/v1"
-    """Server root including /v1."""
+    """Server root including /v1 (http or https; no user or password in it)."""
     model: str = "default"
     """Model name the server expects."""
-    api_key: str = "EMPTY"
-    """API key; local servers accept anything."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """The environment variable holding the API key, read at each call (never written anywhere);
+    unset or empty: no key is sent (local servers need none)."""
     timeout: float = Field(default=300.0, gt=0)
-    """Seconds before one HTTP request is abandoned."""
+    """Wall-clock seconds one model call may take in all (connecting, waiting, reading the reply,
+    transport retries and their waits); past it the call is a ``backend_error``."""
     max_retries: int = Field(default=3, ge=0, le=20)
-    """Transport retries (connection errors, 5xx, 429) with backoff, per request."""
+    """Transport retries per call (connection errors, 408/429/5xx, a reply that is not a chat
+    completion), after Retry-After or a backoff, within ``timeout``."""
     schema_format: Literal["json_schema", "json_object"] = "json_schema"
     """How the schema is sent: OpenAI's ``json_schema`` (vLLM, llama.cpp server) or
     ``json_object`` with a ``schema`` key (llama-cpp-python's own server)."""
@@ -74,6 +95,35 @@ class OpenAIConfig(_Sampling):
     preflight_timeout: float = Field(default=10.0, ge=0)
     """Seconds to wait for ``GET {base_url}/models`` before the first call; a server that does
     not answer stops the run there (exit 2). 0 skips the check."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_is_a_name(cls, data: Any) -> Any:
+        # checked before field validation so the message never repeats the value (a key pasted
+        # here by mistake would otherwise be echoed, and recorded as the variable's name)
+        if isinstance(data, dict) and "api_key_env" in data:
+            name = data["api_key_env"]
+            if not isinstance(name, str) or not ENV_NAME.match(name):
+                raise ValueError("api_key_env: must name an environment variable in capitals "
+                                 "(OPENAI_API_KEY, VLLM_API_KEY…), not hold the key (value not repeated)")
+        return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises on a port that is not a number in range
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http(s) URL of the server's API root, like "
+                             "http://127.0.0.1:8000/v1")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(f"must not hold a user or password; {HOW}")
+        if parts.query or parts.fragment:
+            raise ValueError("must be the server's API root, without a query or fragment (?, #)")
+        return url
 
 
 class LlamaServerConfig(_Sampling):
@@ -97,6 +147,8 @@ class LlamaServerConfig(_Sampling):
     shared prompt prefix is in that slot's cache; false: the server places every call."""
     startup_timeout: float = Field(default=180.0, gt=0)
     """Seconds to wait for the server to load the model and report healthy."""
+    timeout: float = Field(default=600.0, gt=0)
+    """Wall-clock seconds one model call may take in all (transport retries included)."""
     extra_args: list[str] = Field(default_factory=list)
     """More llama-server flags, passed as they are."""
 

@@ -158,13 +158,15 @@ def bypass_proxy_for_loopback() -> None:
 def make_server_llm(cfg: LlamaServerConfig, cache: Cache | None = None) -> LLM:
     """Start llama-server on the configured GGUF and return an LLM that talks to it with up to
     ``cfg.parallel`` calls in flight; closing the LLM stops the server."""
-    from openai import OpenAI
+    from gen.llm.http import Endpoint
+    from gen.llm.openai_compat import chat_create
 
     model = gguf_file(cfg.model_path)
     binary = find_binary(cfg.binary)
     server = LlamaServer(binary, model, cfg)
     bypass_proxy_for_loopback()
-    client = OpenAI(base_url=server.base_url, api_key="EMPTY", timeout=600, max_retries=2)
+    endpoint = Endpoint(server.base_url, timeout=cfg.timeout, max_retries=2)
+    chat = chat_create(endpoint, model.name)
     sha = cache.file_sha256(model) if cache else sha256_file(model)
     identity = {"backend": "llama_server", "model": model.name, "model_path": str(model),
                 "model_sha256": sha, "parallel": cfg.parallel, "ctx_per_slot": cfg.ctx_per_slot,
@@ -178,11 +180,11 @@ def make_server_llm(cfg: LlamaServerConfig, cache: Cache | None = None) -> LLM:
         w = worker() if cfg.slot_affinity else None
         if w is not None:
             kwargs["extra_body"] = {**kwargs.get("extra_body", {}), "id_slot": w % cfg.parallel}
-        return client.chat.completions.create(model=model.name, **kwargs)
+        return chat(**kwargs)
 
     llm = LLM(create, identity=identity, sampling=cfg, cache=cache, lock=False,
               schema_format="json_schema", where=f"llm=llama_server at {server.base_url}")
-    llm.on_close(client.close)
+    llm.on_close(endpoint.close)
     llm.on_close(server.stop)
     llm.server = server  # type: ignore[attr-defined]
     return llm

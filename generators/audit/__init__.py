@@ -18,12 +18,19 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from gen.gates import Language
-from gen.run import CommonConfig, Plan, RunContext, generator
-from generators.audit import checks as _checks  # noqa: F401  (registers every check)
-from generators.audit.data import AuditData, load_inputs
-from generators.audit.registry import REGISTRY, CheckResult, check_keys, checks_help, validate_uses
-from generators.audit.report import write_report
-from schemas.audit import FindingRecord
+from gen.generators.audit import checks as _checks  # noqa: F401  (registers every check)
+from gen.generators.audit.data import AuditData, load_inputs
+from gen.generators.audit.registry import (
+    REGISTRY,
+    CheckResult,
+    check_keys,
+    checks_help,
+    validate_uses,
+)
+from gen.generators.audit.report import write_report
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext
+from gen.schemas.audit import FindingRecord
 
 __all__ = ["AuditConfig", "AuditData", "CheckResult", "audit", "plan"]
 
@@ -78,6 +85,10 @@ class AuditConfig(CommonConfig):
     """Share of a privileged text's n-grams found in a visible field that makes a partial leak."""
     leak_min_chars: int = Field(3, ge=1)
     """Privileged terms shorter than this (normalised) are not searched for ("cup" still is)."""
+    states_containment: float = Field(0.6, gt=0, le=1)
+    """Share of an option's distinctive words (those no other option of its item has) that a visible
+    context must hold to state it (the leakage check's containment: most of what sets the option
+    apart)."""
     length_ratio: float = Field(1.4, gt=1)
     """An answer more than this many times longer than every distractor, or every distractor
     this much longer than it, is flagged (EgoToM's own filter, §3)."""
@@ -137,7 +148,7 @@ def plan(cfg: AuditConfig) -> Plan:
     return Plan(len(cfg.checks))
 
 
-@generator("audit", config=AuditConfig, plan=plan, noun="findings")
+@generator("audit", config=AuditConfig, records=FindingRecord, kind="finding", plan=plan, noun="findings")
 def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
     """Audit an MCQ/scenario bank or a digital run: leakage, tells, duplicates, integrity."""
     data = load_inputs(cfg, ctx)

@@ -18,6 +18,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from gen.errors import ConfigError, InputError, MissingInputError
+from gen.generators.audit.items import Items, Subset
+from gen.generators.audit.text import Grams
 from gen.mcq import (
     RECORD_FILES,
     Bank,
@@ -28,12 +30,11 @@ from gen.mcq import (
     iter_roles_bank,
     read_roles,
 )
-from gen.run import RunContext, iter_jsonl, load_run_records, read_json, validated
-from generators.audit.items import Items, Subset
-from generators.audit.text import Grams
+from gen.readers import iter_jsonl, load_run_records, read_json, validated
+from gen.runner import RunContext
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
+    from gen.generators.audit import AuditConfig
 
 
 @dataclass
@@ -143,7 +144,7 @@ def _read_banks(path: Path, roles: str | None, what: str, into: Items) -> list[B
 
 
 def _is_scenarios(path: Path) -> bool:
-    from generators.scenarios import is_scenario_bank
+    from gen.contextbench import is_scenario_bank
 
     return is_scenario_bank(path)
 
@@ -191,7 +192,7 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
             config = (merged.get("source_config") if isinstance(merged, dict) else None) or m.get("config")
             data.digital_config = config if isinstance(config, dict) else {}
     elif cfg.roles is None and _is_scenarios(path):
-        from generators.scenarios import read_scenarios
+        from gen.contextbench import read_rows as read_scenarios
 
         data.scenarios = read_scenarios(path)
         data.scenarios_file = path / "scenarios.jsonl" if path.is_dir() else path

@@ -20,8 +20,8 @@ from typing import Any, overload
 
 import numpy as np
 
-from generators.audit.text import visible_fields
-from schemas.mcq import MCQ
+from gen.generators.audit.text import visible_fields
+from gen.schemas.mcq import MCQ
 
 FIELDS = ("item_id", "question_type", "question", "options", "answer", "context", "group", "category",
           "origins", "visible", "privileged", "line")

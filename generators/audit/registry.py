@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from generators.audit.stats import Tell, judge
-from schemas.audit import FindingRecord, Severity
+from gen.generators.audit.stats import Tell, judge
+from gen.schemas.audit import FindingRecord, Severity
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 
 @dataclass

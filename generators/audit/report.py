@@ -7,13 +7,13 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gen.run import CommonConfig, RunContext, atomic_write
-from generators.audit.registry import REGISTRY, CheckResult
-from schemas.audit import SEVERITY_RANK, FindingRecord
+from gen.generators.audit.registry import REGISTRY, CheckResult
+from gen.runner import CommonConfig, RunContext, atomic_write
+from gen.schemas.audit import SEVERITY_RANK, FindingRecord
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 NOT_THRESHOLDS = ("roles", "against", "against_roles", "nocontext", "judge", "checks", "fail_on", "allow_empty",
                   "plots", "max_listed")

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gen.schemas.audit import Severity
 from gen.stats import rounded, wilson
-from schemas.audit import Severity
 
 __all__ = ["RULES", "Tell", "binom_critical", "binom_greater", "detectable_effect", "holm", "judge", "pvalue",
            "rounded", "wilson"]

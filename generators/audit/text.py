@@ -8,7 +8,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from schemas.mcq import LETTERS, MCQ
+from gen.schemas.mcq import LETTERS, MCQ
 
 _NON_WORD = re.compile(r"[\W_]+")
 

@@ -12,15 +12,19 @@ Layout of a bank directory (``bank=``)::
       .lock                            held (flock) by a running ``add``
 
 One module per concern: :mod:`~generators.bank.identity` (what makes two items the same:
-content ids), :mod:`~generators.bank.store` (versions, the pointer, the lock, the atomic
-commit), :mod:`~generators.bank.batch` (reading an input batch: its files, items and
-provenance), :mod:`~generators.bank.add`, :mod:`~generators.bank.verify` and
-:mod:`~generators.bank.export` (the three actions; the export formats that publish a release live
-in :mod:`~generators.bank.release` (dataset card, Croissant, Hugging Face folder) and
+content ids), :mod:`~generators.bank.store` (versions, the pointer and its check, crash
+leftovers, the lock, the atomic commit), :mod:`~generators.bank.batch` (reading an input batch:
+its files, items and provenance), :mod:`~generators.bank.add`, :mod:`~generators.bank.verify` and
+:mod:`~generators.bank.export` (the three actions; ``add`` writes a version through
+:mod:`~generators.bank.commit`, and every action checks the values a release publishes through
+:mod:`~generators.bank.values`; the export formats that publish a release live in
+:mod:`~generators.bank.release` (dataset card, Croissant, Hugging Face folder) and
 :mod:`~generators.bank.harness` (lm-eval and inspect_ai tasks)); records in :mod:`schemas.bank`.
 
 A damaged bank is never built on: ``add`` and ``export`` verify the bank first and refuse one
-that drifted with the message ``verify`` prints (exit code 1), before writing anything.
+that drifted with the message ``verify`` prints (exit code 1), before writing anything. A
+damaged or moved-back ``current`` pointer is refused by every action (exit code 2, saying how to
+repair it); released versions are never removed, and a failed ``add`` leaves the bank as it was.
 
 ``n`` is derived by the plan hook: the items in ``input=`` (add), the versions (verify), the
 items of the covered kinds (export).
@@ -35,22 +39,28 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from gen.errors import ConfigError, InputError, MissingInputError
-from gen.run import CommonConfig, Plan, RunContext, generator
-from generators.bank import add, export, verify
-from generators.bank.add import AddPlan, read_reviews
-from generators.bank.batch import batch_files, count_rows
-from generators.bank.export import EXPORT_KINDS, check_out
-from generators.bank.store import (
+from gen.banks.batch import batch_files, count_rows, source_info
+from gen.banks.store import (
     LOCK,
     SCHEMA_REVISION,
+    bank_name,
+    check_pointer,
     check_root,
     label,
     read_json,
-    read_pointer,
     version_dir,
 )
-from generators.bank.verify import require_clean
+from gen.banks.values import name_problem
+from gen.banks.verify import drift_line, require_clean, verify_bank
+from gen.errors import ConfigError, InputError, MissingInputError
+from gen.generators.bank import add, export
+from gen.generators.bank.add import AddPlan, read_reviews
+from gen.generators.bank.export import EXPORT_KINDS, check_out
+from gen.llm import sha256_file
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext
+from gen.schemas import Reject
+from gen.schemas.bank import BankItemRecord, VerifyRecord
 
 NAME = "bank"
 LICENSE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9.+-]*|https?://\S+)$")
@@ -123,13 +133,16 @@ def plan(cfg: BankConfig) -> Plan:
     root = cfg.bank_path()
     check_root(root, writing=cfg.action == "add")
     if cfg.action == "add":
+        if (why := name_problem(bank_name(root))) is not None:
+            raise ConfigError(f"bank: {root}: {why}; rename the folder")
         path = cfg.input_path()
         assert path is not None
         files = batch_files(path, cfg.kind, cfg.roles)
         n = sum(count_rows(f, fmt) for f, _, fmt in files)
         if n == 0:
             raise InputError(f"input: {path} holds no items")
-        current = read_pointer(root)
+        source = source_info(files, cfg.input or str(path))  # a bad manifest.json: one line, no run folder
+        current = check_pointer(root)
         if current is not None:
             revision = read_json(version_dir(root, current) / LOCK, "bank").get("schema_revision")
             if revision != SCHEMA_REVISION:
@@ -137,8 +150,8 @@ def plan(cfg: BankConfig) -> Plan:
                                  f"{SCHEMA_REVISION}; use the gen version that made it")
             require_clean(root, current)
         reviews = read_reviews(path) if cfg.require_review is not None else None
-        return Plan(n, AddPlan(files, current, reviews))
-    current = read_pointer(root)
+        return Plan(n, AddPlan(files, current, reviews, source))
+    current = check_pointer(root)
     if current is None:
         raise MissingInputError(f"bank: no released version at {root} "
                                 f"(python -m gen bank add bank={cfg.bank} input=<run folder> makes one)")
@@ -155,12 +168,39 @@ def plan(cfg: BankConfig) -> Plan:
     return Plan(sum(counts.get(k, {}).get("items", 0) for k in EXPORT_KINDS[cfg.format]), target)
 
 
-@generator(NAME, config=BankConfig, plan=plan)
+@generator(NAME, config=BankConfig, records=(BankItemRecord, VerifyRecord), kind="bank", plan=plan)
 def bank(cfg: BankConfig, ctx: RunContext) -> Iterator[Any]:
     """A versioned bank: add a batch (audited, deduplicated, atomic), verify hashes, export."""
     if cfg.action == "add":
         yield from add.add(cfg, ctx)
     elif cfg.action == "verify":
-        yield from verify.verify(cfg, ctx)
+        yield from verify(cfg, ctx)
     else:
         yield from export.export(cfg, ctx)
+
+
+def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Reject]]:
+    root = cfg.bank_path()
+    target, checks, left = verify_bank(root, ctx.plan.data)
+    bad = sum(len(c.problems) for c in checks)
+    ctx.exit_code = 1 if bad else 0
+    lock_path = version_dir(root, target) / LOCK
+    lock_sha = sha256_file(lock_path) if lock_path.is_file() and not lock_path.is_symlink() else None
+    ctx.extra["bank"] = {"action": "verify", "bank": str(root), "version": label(target), "problems": bad,
+                         "files_ok": sum(len(c.ok_files) for c in checks), "leftovers": left,
+                         "lock_sha256": lock_sha}
+    if cfg.progress != "off":
+        for c in checks:
+            for p in c.problems:
+                print(f"[bank] {drift_line(p)}")
+        for rel in left:
+            print(f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}")
+        state = f"{bad} problem(s)" if bad else "ok"
+        print(f"[bank] verify {root} {label(target)}: {state}; {len(checks)} versions, "
+              f"{sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}")
+    for i, c in zip(ctx.indices(), checks, strict=True):
+        out: list[VerifyRecord | Reject] = [VerifyRecord(version=label(c.version), file=f, sha256=s)
+                                            for f, s in c.ok_files]
+        out += [Reject(record_id=p.path, index=i, stage="verify", reason=p.reason, detail=p.detail)
+                for p in c.problems]
+        yield out

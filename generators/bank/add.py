@@ -16,76 +16,54 @@ audit's ``item_dup_sim``: measured with all-MiniLM-L6-v2 on EgoToM's 706 publish
 distinct items of one question type reach 0.93 (highest 0.928), while synonym-rewritten copies
 reach 0.95 in 60-79% and 0.93 in 83-94% of cases (hand-written paraphrases: 0.96-0.99); 0.95
 keeps a margin for larger banks, whose nearest distinct pairs creep up. The rest is written as
-a new version; existing rows are copied unchanged (``verify`` checks it), files of untouched
-kinds are hard links to the previous version's. Nothing new: no version.
+a new version (:mod:`~generators.bank.commit`). Nothing new: no version.
 
-Items: one parquet file per kind. A row holds the item's original record as canonical JSON
-(``record``) plus flat columns for analysis (question, options, answer, context…; for digital:
-datetime, cue, persona…), ``added_in`` (the version that added it) and ``source`` (SHA-256 of
-the input run's ``manifest.json``, detailed in the lock).
+A batch its audit refuses is never written and the bank is not touched (not even its lock); an
+add that fails while it writes leaves the bank as it was. Under the bank's lock, ``add`` checks
+the pointer again (:func:`generators.bank.store.check_pointer`: a damaged or moved-back pointer
+is a refusal, never a clean-up) and removes only what crashed adds left
+(:func:`generators.bank.store.leftovers`).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
-import os
-import shutil
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError
-
-import gen
-from gen.errors import ConfigError, GenError, InputError, MissingInputError
-from gen.llm import sha256_file
-from gen.run import git_info
-from generators.bank.batch import Item, load_batch, source_info
-from generators.bank.identity import (
-    ITEM_ID,
-    KINDS,
-    canonical,
-    embed_text,
-    family,
-    record_mcq,
-)
-from generators.bank.store import (
-    CHANGELOG,
-    FORMAT,
+from gen.banks.batch import Item, load_batch
+from gen.banks.identity import KINDS, embed_text, family
+from gen.banks.store import (
     LOCK,
     SCHEMA_REVISION,
-    columns,
+    bank_write_error,
+    check_pointer,
     fault,
-    fsync,
-    fsync_tree,
     label,
     leftovers,
-    new_stage,
-    publish,
     read_json,
     read_kind,
-    read_pointer,
     remove,
     version_dir,
-    version_files,
-    write_durable,
     writer_lock,
 )
-from generators.bank.verify import check_version, require_clean
-from schemas import Reject
-from schemas.bank import BankItemRecord
+from gen.banks.verify import require_clean
+from gen.errors import ConfigError, InputError, MissingInputError
+from gen.generators.bank.commit import SEVERITY_RANK, AuditOutcome, Verdict, commit
+from gen.llm import sha256_file
+from gen.schemas import Reject
+from gen.schemas.bank import BankItemRecord
+from gen.vectors import ip_index
 
 if TYPE_CHECKING:
-    from gen.run import RunContext
-    from generators.bank import BankConfig
+    from gen.generators.bank import BankConfig
+    from gen.runner import RunContext
 
-LISTED = 20  # refused items / findings listed in a changelog entry
+LISTED = 20  # audit findings printed
 PRINTED = 3  # refused items printed per reason (rejects.jsonl lists them all)
-PER_REASON = 5  # refused items listed per reason in a changelog entry
 
 
 @dataclass(frozen=True)
@@ -98,6 +76,8 @@ class AddPlan:
     """The bank's current version when the plan verified it (None: no release yet)."""
     reviews: dict[str, Any] | None = None
     """``require_review``: the input folder's labels, read by the plan (:func:`read_reviews`)."""
+    source: dict[str, Any] | None = None
+    """The batch's provenance (:func:`generators.bank.batch.source_info`), read by the plan."""
 
 
 # --------------------------------------------------------------------------- near-duplicates
@@ -114,24 +94,18 @@ def near_duplicates(new: Any, old: Any, threshold: float) -> list[Match | None]:
     """For each new vector in order: its nearest bank vector when the cosine is at or above
     ``threshold``; else the most similar *earlier kept* new vector at or above it; else None.
     Vectors are L2-normalised, so FAISS inner product is the cosine."""
-    import faiss
     import numpy as np
 
     new = np.ascontiguousarray(new, dtype=np.float32)
     out: list[Match | None] = [None] * len(new)
     if len(new) == 0:
         return out
-    d = new.shape[1]
     if old is not None and len(old):
-        index = faiss.IndexFlatIP(d)
-        index.add(np.ascontiguousarray(old, dtype=np.float32))
-        sims, ids = index.search(new, 1)
+        sims, ids = ip_index(old).search(new, 1)
         for i in range(len(new)):
             if sims[i, 0] >= threshold:
                 out[i] = Match("bank", int(ids[i, 0]), float(sims[i, 0]))
-    index = faiss.IndexFlatIP(d)
-    index.add(new)
-    lims, dists, labels = index.range_search(new, threshold - 1e-6)  # range_search keeps sims > radius
+    lims, dists, labels = ip_index(new).range_search(new, threshold - 1e-6)  # range_search keeps sims > radius
     kept: set[int] = set()
     for i in range(len(new)):
         if out[i] is not None:
@@ -150,53 +124,24 @@ def near_duplicates(new: Any, old: Any, threshold: float) -> list[Match | None]:
 # --------------------------------------------------------------------------- the audit
 
 
-@dataclass
-class AuditOutcome:
-    exit_code: int
-    report: dict[str, Any]
-    folder: Path
-
-    @property
-    def summary(self) -> dict[str, Any]:
-        s = self.report.get("summary") or {}
-        return {"by_severity": s.get("by_severity") or {}, "fail_on": s.get("fail_on"),
-                "exit_code": self.exit_code, "findings": s.get("findings", len(self.findings))}
-
-    @property
-    def findings(self) -> list[dict[str, Any]]:
-        return list(self.report.get("findings") or [])
-
-
-SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
-
-
 def run_audit(cfg: BankConfig, ctx: RunContext, path: Path, out: Path) -> AuditOutcome:
-    """The registered ``audit`` on the batch, with input= and fail_on= (and audit_options)."""
-    from gen.run import REGISTRY
+    """The registered ``audit`` on the batch, with input= and fail_on= (and audit_options); the
+    models, cache and seed are this run's."""
+    from gen.registry import REGISTRY
 
-    g = REGISTRY.get("audit")
-    if g is None:
+    if "audit" not in REGISTRY:
         raise ConfigError("bank add needs the audit generator, which is not registered")
-    options = {"input": str(path), "fail_on": cfg.fail_on, "seed": cfg.seed, "llm": cfg.llm,
-               **({"roles": cfg.roles} if cfg.roles is not None else {}),
-               "embedder": cfg.embedder, "cache_dir": cfg.cache_dir, "progress": "off", **(cfg.audit_options or {})}
+    options = {"input": str(path), "fail_on": cfg.fail_on, **({"roles": cfg.roles} if cfg.roles is not None else {}),
+               "progress": "off", **(cfg.audit_options or {})}
     try:
-        acfg = g.config.model_validate(options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ConfigError(f"audit_options: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
-    result = ctx.subrun("audit", acfg, out)
+        folder = ctx.subrun("audit", out, **options)
+    except ConfigError as e:
+        raise ConfigError(f"audit_options: {e}") from None
     report = read_json(out / "audit.json", "audit") if (out / "audit.json").is_file() else {}
-    return AuditOutcome(result.exit_code, report, out)
+    return AuditOutcome(folder.manifest.exit_code, report, out)
 
 
 # --------------------------------------------------------------------------- add
-
-
-@dataclass
-class Verdict:
-    item: Item
-    reject: Reject | None = None
 
 
 def _existing(root: Path, current: int | None) -> tuple[dict[str, Any], dict[str, tuple[str, int]]]:
@@ -220,7 +165,7 @@ def read_reviews(path: Path) -> dict[str, Any]:
     """The labels of ``gen review`` in the input's run folder (``reviews/<reviewer>.jsonl``):
     ``{"folder", "files": {reviewer: sha256}, "accepted_by": {item id: [reviewers]}}``, by each
     reviewer's last label of an item."""
-    from generators.review.labels import REVIEWS, label_file, latest, read_labels
+    from gen.labels import REVIEWS, label_file, latest, read_labels
 
     folder = path if path.is_dir() else path.parent
     labels = read_labels(folder)
@@ -315,7 +260,7 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
         raise InputError(f"input: {path} changed while the bank read it ({ctx.plan.n} then {len(batch)} items)")
     for f, _, _ in files:
         ctx.record_input(f)
-    source = source_info(files, cfg.input or str(path))
+    source = dict(ctx.plan.data.source)
     gated: dict[int, Reject] = {}
     if cfg.require_review is not None:
         gated, source["review"] = review_gate(batch, ctx.plan.data.reviews, cfg.require_review)
@@ -325,31 +270,15 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     audit = run_audit(cfg, ctx, path, ctx.out_dir / "audit")
     fault("audited")
     refused = audit.exit_code != 0 and not cfg.force
-    with writer_lock(root):  # one add at a time; readers need no lock
-        current = read_pointer(root)
-        if current is not None:
-            if current != ctx.plan.data.verified:  # another add released a version since the plan
-                require_clean(root, current)
-            revision = read_json(version_dir(root, current) / LOCK, "bank").get("schema_revision")
-            if revision != SCHEMA_REVISION:
-                raise InputError(f"bank: {root} has schema revision {revision}, this toolkit writes "
-                                 f"{SCHEMA_REVISION}; use the gen version that made it")
-        for p in leftovers(root, current):
-            remove(p)
-            ctx.count("leftovers_removed")
-        frames, ids = _existing(root, current)
-        if refused:
-            verdicts = [Verdict(it, Reject(record_id=it.item_id, index=i, stage="audit", reason="audit_failed",
-                                           detail=audit_detail(audit, cfg.fail_on)))
-                        for i, it in enumerate(batch)]
-        else:
-            verdicts = dedupe(cfg, ctx, batch, frames, ids, gated)
+    if refused:  # nothing to write: the bank is not touched, not even its lock
+        current = version = ctx.plan.data.verified
+        verdicts = [Verdict(it, Reject(record_id=it.item_id, index=i, stage="audit", reason="audit_failed",
+                                       detail=audit_detail(audit, cfg.fail_on)))
+                    for i, it in enumerate(batch)]
+        new: list[Item] = []
+    else:
+        current, version, verdicts = add_under_lock(cfg, ctx, root, batch, gated, source, audit)
         new = [v.item for v in verdicts if v.reject is None]
-        version = current or 0
-        if new:
-            version = (current or 0) + 1
-            commit(cfg, root, current, version, frames, new, verdicts, source, audit)
-            fault("committed")
     ctx.exit_code = 1 if refused else 0
     reasons = Counter(f"{v.reject.reason}" for v in verdicts if v.reject)
     ctx.extra["bank"] = {
@@ -363,8 +292,39 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     for v in verdicts:
         it = v.item
         yield v.reject or BankItemRecord(item_id=it.item_id, kind=it.kind, question_type=it.question_type,
-                                         status="added", version=label(version),
+                                         status="added", version=label(version or 0),
                                          source_item_id=it.source_item_id, where=it.where)
+
+
+def add_under_lock(cfg: BankConfig, ctx: RunContext, root: Path, batch: list[Item], gated: dict[int, Reject],
+                   source: dict[str, Any], audit: AuditOutcome) -> tuple[int | None, int | None, list[Verdict]]:
+    """Holding the bank's lock: check the pointer and the version built on, remove what crashed
+    adds left, deduplicate against the current version, and commit what is new. Returns the
+    version before, the version after and the verdicts."""
+    with writer_lock(root):  # one add at a time; readers need no lock
+        current = check_pointer(root)  # it may have moved since the plan: never a clean-up
+        if current is not None:
+            if current != ctx.plan.data.verified:  # another add released a version since the plan
+                require_clean(root, current)
+            revision = read_json(version_dir(root, current) / LOCK, "bank").get("schema_revision")
+            if revision != SCHEMA_REVISION:
+                raise InputError(f"bank: {root} has schema revision {revision}, this toolkit writes "
+                                 f"{SCHEMA_REVISION}; use the gen version that made it")
+        try:
+            for p in leftovers(root, current):
+                remove(p)
+                ctx.count("leftovers_removed")
+        except OSError as e:
+            raise (bank_write_error(root, e, current) or e) from None
+        frames, ids = _existing(root, current)
+        verdicts = dedupe(cfg, ctx, batch, frames, ids, gated)
+        new = [v.item for v in verdicts if v.reject is None]
+        version = current
+        if new:
+            version = (current or 0) + 1
+            commit(cfg, root, current, version, frames, new, verdicts, source, audit)
+            fault("committed")
+    return current, version, verdicts
 
 
 def audit_detail(audit: AuditOutcome, fail_on: str) -> str:
@@ -375,189 +335,7 @@ def audit_detail(audit: AuditOutcome, fail_on: str) -> str:
             f"see audit/audit.md; force=true adds it anyway")
 
 
-def commit(cfg: BankConfig, root: Path, current: int | None, version: int, frames: dict[str, Any],
-           new: list[Item], verdicts: list[Verdict], source: dict[str, Any], audit: AuditOutcome) -> None:
-    """Stage version ``version`` beside the bank, then make it current in one atomic step."""
-    import polars as pl
-
-    stage = new_stage(root, version)
-    old_dir = version_dir(root, current) if current else None
-    by_kind: dict[str, list[Item]] = {}
-    for it in new:
-        by_kind.setdefault(it.kind, []).append(it)
-    for kind in KINDS:
-        target = stage / f"{kind}.parquet"
-        if kind in by_kind:
-            rows = [row_of(it, version, source["source"]) for it in by_kind[kind]]
-            df = pl.DataFrame(rows, schema=columns(kind))
-            if kind in frames:
-                df = pl.concat([frames[kind].select(list(columns(kind))), df])
-            df.write_parquet(target)
-            fsync(target)
-            fault("staging")
-        elif kind in frames:
-            assert old_dir is not None
-            try:  # unchanged: the previous version's file, not a copy
-                os.link(old_dir / f"{kind}.parquet", target)
-            except OSError:
-                shutil.copy2(old_dir / f"{kind}.parquet", target)
-    if audit.folder.is_dir():
-        shutil.copytree(audit.folder, stage / "audit")
-    write_review_summary(stage, old_dir, new, source.get("review"))
-    old_lock = read_json(old_dir / LOCK, "bank") if old_dir else None
-    lock = make_lock(cfg, root, version, stage, old_lock, old_dir, new, verdicts, source, audit)
-    write_durable(stage / CHANGELOG, changelog(lock, old_dir, new, verdicts, audit, cfg))
-    lock["files"] = version_files(stage)
-    write_durable(stage / LOCK, json.dumps(lock, indent=1, ensure_ascii=False) + "\n")
-    fsync_tree(stage)
-    previous = {iid: (added, hashlib.sha256(rec.encode()).hexdigest()) for df in frames.values()
-                for iid, added, rec in df.select("item_id", "added_in", "record").iter_rows()}
-    problems, _ = check_version(root, version, stage, lock, previous if current else None)  # before it can become current
-    if problems:
-        raise GenError(f"bank: the staged {label(version)} does not verify: {problems[0].detail}")
-    publish(root, stage, version)
-
-
-def row_of(item: Item, version: int, source: str) -> dict[str, Any]:
-    row: dict[str, Any] = {"item_id": item.item_id, "kind": item.kind, "question_type": item.question_type,
-                           "added_in": version, "source": source, "source_format": item.fmt,
-                           "source_item_id": item.source_item_id}
-    if item.fmt == "digital_bundle":
-        b = item.record
-        cue = b.get("cue") or {}
-        stats = b.get("stats") or {}
-        row.update(current_datetime=b.get("current_datetime"), cue_id=cue.get("cue_id"), cue_app=cue.get("app"),
-                   cue=cue.get("cue"), main_persona=(b.get("main_persona") or {}).get("name"),
-                   related_personas=[(r.get("persona") or {}).get("name") for r in b.get("related_personas") or []],
-                   apps=sorted(b.get("apps") or {}), chars_total=stats.get("chars_total"))
-    elif item.fmt == "scenario_record":
-        row.update({k: item.record.get(k) for k in ("scenario_id", "subset", "pair_id", "target_context", "change_type",
-                                                     "activity_domain", "referent_complexity", "difficulty_tier",
-                                                     "turn_2_user")})
-    else:
-        q = record_mcq(item.fmt, item.record)
-        row.update(question=q.question, options=q.options, answer=q.answer, answer_text=q.answer_text,
-                   group=q.group, context=q.context,
-                   wagibench=None if item.wagibench is None else canonical(item.wagibench))
-    row["record"] = canonical(item.record)
-    return row
-
-
-def write_review_summary(stage: Path, old_dir: Path | None, new: list[Item], review: dict[str, Any] | None) -> None:
-    """The version's ``review/summary.json`` (what ``bank export`` puts in the dataset card): the
-    previous version's reviewed items plus this batch's, when it was admitted by ``require_review``
-    (each admitted item was accepted by at least k reviewers; the reviewers' names are kept so
-    later versions count them once)."""
-    from generators.bank.release import REVIEW, review_summary
-
-    old = review_summary(old_dir) if old_dir else None  # validated: a damaged one is an InputError
-    if review is None and old is None:
-        return
-    known = read_json(old_dir / REVIEW, "bank").get("reviewer_names") if old is not None and old_dir else None
-    summary: dict[str, Any] = {**(old.model_dump() if old else {"items_reviewed": 0, "by_verdict": {}}),
-                               "reviewer_names": known if isinstance(known, list) else []}
-    if review is not None:
-        admitted = [it for it in new if it.item_id in review["accepted_by"]]
-        names = {r for it in admitted for r in review["accepted_by"][it.item_id]}
-        summary["items_reviewed"] += len(admitted)
-        summary["by_verdict"]["accept"] = summary["by_verdict"].get("accept", 0) + len(admitted)
-        summary["reviewer_names"] = sorted(set(summary.get("reviewer_names") or []) | names)
-        protocol = f"gen review; an item is admitted when at least {review['required']} reviewer(s) accepted it"
-        summary["protocol"] = protocol if summary.get("protocol") in (None, protocol) else "gen review; several rules (see the lock's sources)"
-    summary["reviewers"] = len(summary["reviewer_names"]) or summary.get("reviewers")
-    (stage / REVIEW).parent.mkdir(exist_ok=True)
-    write_durable(stage / REVIEW, json.dumps(summary, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
-
-
-def make_lock(cfg: BankConfig, root: Path, version: int, stage: Path, old_lock: dict[str, Any] | None,
-              old_dir: Path | None, new: list[Item], verdicts: list[Verdict], source: dict[str, Any],
-              audit: AuditOutcome) -> dict[str, Any]:
-    import polars as pl
-
-    counts: dict[str, Any] = {}
-    for kind in KINDS:
-        p = stage / f"{kind}.parquet"
-        if p.is_file():
-            df = pl.read_parquet(p, columns=["question_type", "added_in"])
-            counts[kind] = {"items": df.height,
-                            "by_question_type": dict(sorted(Counter(df["question_type"].to_list()).items()))}
-    sources = list((old_lock or {}).get("sources") or [])
-    sources.append({**source, "version": version, "items_added": len(new)})
-    prompts: dict[str, list[str]] = {}
-    for s in sources:
-        for entry in [s, *(s.get("upstream") or [])]:
-            for name, sha in (entry.get("prompts") or {}).items():
-                prompts.setdefault(name, [])
-                if sha not in prompts[name]:
-                    prompts[name].append(sha)
-    history = [dict(h) for h in (old_lock or {}).get("history") or []]
-    if history and old_dir is not None:
-        history[-1]["lock_sha256"] = sha256_file(old_dir / LOCK)
-    refused = Counter(f"{v.reject.stage}:{v.reject.reason}" for v in verdicts if v.reject)
-    history.append({
-        "version": version, "label": label(version),
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "message": cfg.message, "source": source["source"], "input": source["input"],
-        "added": {k: sum(1 for it in new if it.kind == k) for k in KINDS if any(it.kind == k for it in new)},
-        "refused": dict(sorted(refused.items())),
-        "audit": {**audit.summary, "forced": cfg.force and audit.exit_code != 0},
-        "lock_sha256": None,
-    })
-    return {
-        "format": FORMAT, "schema_revision": SCHEMA_REVISION, "bank": root.name,
-        "version": version, "label": label(version),
-        "created_at": history[-1]["created_at"],
-        "toolkit": {"version": gen.__version__, "git": git_info()},
-        "item_id": ITEM_ID,
-        "items": sum(c["items"] for c in counts.values()),
-        "counts": counts,
-        "files": {},
-        "prompts": {k: sorted(v) for k, v in sorted(prompts.items())},
-        "sources": sources,
-        "history": history,
-    }
-
-
-def changelog(lock: dict[str, Any], old_dir: Path | None, new: list[Item], verdicts: list[Verdict],
-              audit: AuditOutcome, cfg: BankConfig) -> str:
-    h = lock["history"][-1]
-    added = Counter((it.kind, it.question_type) for it in new)
-    lines = [f"## {h['label']} — {h['created_at']}", ""]
-    if cfg.message:
-        lines += [cfg.message, ""]
-    lines.append(f"- added {len(new)}: " + ", ".join(f"{k}/{q} {n}" for (k, q), n in sorted(added.items())))
-    src = lock["sources"][-1]
-    what = (f"{src.get('generator')} run, manifest sha256 {h['source'][:16]}…" if src.get("manifest")
-            else f"no run manifest; record files sha256 {h['source'][:16]}…")
-    lines.append(f"- source: `{h['input']}` ({what})")
-    rej = [v.reject for v in verdicts if v.reject]
-    if rej:
-        lines.append(f"- refused {len(rej)}: " + ", ".join(f"{k} {n}" for k, n in sorted(h["refused"].items())))
-        groups: dict[tuple[str, str], list[Reject]] = {}
-        for r in rej:
-            groups.setdefault((r.stage, r.reason), []).append(r)
-        for rs in groups.values():
-            lines += [f"  - `{r.record_id}` {r.stage} {r.reason}: {r.detail}" for r in rs[:PER_REASON]]
-            if len(rs) > PER_REASON:
-                lines.append(f"  - … {len(rs) - PER_REASON} more {rs[0].stage} {rs[0].reason} in the add run's rejects.jsonl")
-    sev = audit.summary["by_severity"]
-    verdict = "passed" if audit.exit_code == 0 else f"FORCED (force=true) past findings at or above fail_on={cfg.fail_on}"
-    lines.append(f"- audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, "
-                 f"{sev.get('info', 0)} info — {verdict} (audit/audit.md)")
-    if audit.exit_code != 0 and cfg.force:
-        for f in sorted(audit.findings, key=lambda f: -SEVERITY_RANK.get(f.get("severity", ""), -1))[:LISTED]:
-            items = ", ".join((f.get("items") or [])[:5])
-            lines.append(f"  - {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}"
-                         + (f" (items: {items})" if items else ""))
-        if len(audit.findings) > LISTED:
-            lines.append(f"  - … {len(audit.findings) - LISTED} more in audit/audit.json")
-    previous = ""
-    if old_dir is not None and (old_dir / CHANGELOG).is_file():
-        previous = (old_dir / CHANGELOG).read_text(encoding="utf-8").split("\n", 2)[2]  # drop its title
-    return f"# Changelog of {lock['bank']}\n\n" + "\n".join(lines) + "\n\n" + previous
-
-
-def print_add(cfg: BankConfig, root: Path, current: int | None, version: int, new: list[Item],
+def print_add(cfg: BankConfig, root: Path, current: int | None, version: int | None, new: list[Item],
               verdicts: list[Verdict], audit: AuditOutcome, refused: bool) -> None:
     if cfg.progress == "off":
         return
@@ -580,7 +358,7 @@ def print_add(cfg: BankConfig, root: Path, current: int | None, version: int, ne
         for r in rs[:PRINTED]:
             print(f"[bank]   {r.record_id}: {r.detail}")
     if new:
-        print(f"[bank] {root}: {label(current) if current else 'empty'} -> {label(version)}, added {len(new)}, "
+        print(f"[bank] {root}: {label(current) if current else 'empty'} -> {label(version or 0)}, added {len(new)}, "
               f"refused {len(rej)}" + (" (the run folder's rejects.jsonl lists them)" if rej else ""))
     else:
         print(f"[bank] nothing new; {root} stays at {label(current) if current else 'no version'}")

@@ -41,12 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gen
-from gen.errors import ConfigError
-from gen.llm import sha256_file
-from gen.mcq import EGOTOM_CHOICES, EGOTOM_TYPES, LETTERS, write_egotom_csv
-from gen.paths import inside, safe_part
-from generators.bank.identity import KINDS, MCQ_KINDS
-from generators.bank.store import (
+from gen.banks.identity import KINDS, MCQ_KINDS
+from gen.banks.store import (
     LOCK,
     fsync_tree,
     is_within,
@@ -56,13 +52,17 @@ from generators.bank.store import (
     remove,
     version_dir,
 )
-from schemas import Reject
-from schemas.bank import BankItemRecord
+from gen.errors import ConfigError
+from gen.llm import sha256_file
+from gen.mcq import EGOTOM_CHOICES, EGOTOM_TYPES, LETTERS, write_egotom_csv
+from gen.paths import inside, safe_part
+from gen.schemas import Reject
+from gen.schemas.bank import BankItemRecord
 
 if TYPE_CHECKING:
-    from gen.prompts import Prompts
-    from gen.run import RunContext
-    from generators.bank import BankConfig
+    from gen.generators.bank import BankConfig
+    from gen.runner import RunContext
+    from gen.templates import Prompts
 
 EXPORT_KINDS = {"parquet": KINDS, "croissant": KINDS, "hf": KINDS, "wagibench": ("distractors", "digital"),
                 "egotom": ("tom", "mcq"), "lm_eval": MCQ_KINDS, "inspect": MCQ_KINDS, "scenarios": ("scenarios",)}
@@ -102,7 +102,7 @@ Writer = Callable[[Job, Path], list[Outcome]]
 
 
 def writers() -> dict[str, Writer]:
-    from generators.bank import harness, release
+    from gen.generators.bank import harness, release
 
     return {"parquet": release.export_parquet, "croissant": release.export_croissant, "hf": release.export_hf,
             "wagibench": export_wagibench, "egotom": export_egotom, "lm_eval": harness.export_lm_eval,
@@ -198,7 +198,7 @@ def write_text(path: Path, text: str) -> None:
 
 def export_wagibench(job: Job, out: Path) -> list[Outcome]:
     frames = job.frames
-    from generators.digital.export import wagibench_record
+    from gen.wagibench import wagibench_record
 
     outcomes: list[Outcome] = []
     if "distractors" in frames:
@@ -289,9 +289,9 @@ def export_scenarios(job: Job, out: Path) -> list[Outcome]:
     (``duplicate_scenario_id``; ``gen scenarios existing=<bank export> id_start=…`` numbers a new
     batch past a bank's ids). ``bank_ids.json`` maps each exported scenario_id to its bank item id,
     version and source id; ``MANIFEST.lock.json`` is the benchmark's lock of the file."""
-    from generators.scenarios.lock import LOCK as SCENARIO_LOCK
-    from generators.scenarios.lock import SCHEMA_REVISION
-    from schemas.scenarios import ScenarioRecord
+    from gen.contextbench import LOCK as SCENARIO_LOCK
+    from gen.contextbench import SCHEMA_REVISION
+    from gen.schemas.scenarios import ScenarioRecord
 
     outcomes: list[Outcome] = []
     lines: list[str] = []

@@ -29,10 +29,10 @@ from typing import Any
 
 import yaml
 
-from generators.bank.export import Job, Outcome, write_text
-from generators.bank.identity import MCQ_KINDS, record_mcq
-from schemas import Reject
-from schemas.mcq import LETTERS, MCQ
+from gen.banks.identity import MCQ_KINDS, record_mcq
+from gen.generators.bank.export import Job, Outcome, write_text
+from gen.schemas import Reject
+from gen.schemas.mcq import LETTERS, MCQ
 
 PROMPT = "bank/question.jinja"
 MAIN_CONTEXT = ("visible.context", "narrations_in_context")

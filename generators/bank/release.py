@@ -31,20 +31,20 @@ either, neither mentions a review.
 
 from __future__ import annotations
 
+import html
 import shutil
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gen.run import validated
-from generators.bank.export import Job, Outcome, json_text, write_text
-from generators.bank.identity import KINDS, MCQ_KINDS
-from generators.bank.store import LOCK, label, read_json, version_dir
-from schemas.bank import ReviewSummary
+from gen.banks.identity import KINDS, MCQ_KINDS
+from gen.banks.store import LOCK, label, read_json, version_dir
+from gen.banks.values import REVIEW, review_summary
+from gen.generators.bank.export import Job, Outcome, json_text, write_text
+from gen.schemas.bank import ReviewSummary
 
 CROISSANT = "croissant.json"
-REVIEW = "review/summary.json"
 LISTED_FINDINGS = 20
 """Findings listed per version in a card and in the Croissant limitations; the rest are counted."""
 SPLIT = "test"
@@ -105,15 +105,6 @@ ANSWERS = {
 # --------------------------------------------------------------------------- what the bank says
 
 
-def review_summary(folder: Path) -> ReviewSummary | None:
-    """The version's ``review/summary.json`` (None when it has none)."""
-    path = folder / REVIEW
-    if not path.is_file():
-        return None
-    data = read_json(path, "review")
-    return validated(ReviewSummary, data, str(path), what="summary", objects_only=False)
-
-
 POST_RELEASE = ("gen review after release (python -m gen review input=<bank>): each reviewer's last label of an "
                 "item; an item's verdict is the decision its reviewers share, disagreed when they differ")
 
@@ -124,8 +115,8 @@ def post_release_review(job: Job) -> tuple[ReviewSummary, dict[str, str]] | None
     exported item has one. A bad label line is an InputError naming ``file:line``."""
     from collections import Counter
 
+    from gen.labels import REVIEWS, label_file, latest, read_labels
     from gen.llm import sha256_file
-    from generators.review.labels import REVIEWS, label_file, latest, read_labels
 
     ids = {i for df in job.frames.values() for i in df["item_id"].to_list()}
     decisions: dict[str, set[str]] = {}
@@ -237,13 +228,18 @@ def filter_lines(job: Job) -> list[str]:
 # --------------------------------------------------------------------------- the card
 
 
+def md(value: Any) -> str:
+    """A value from the lock or the data as card text: one line, with HTML's ``<``, ``>`` and ``&``
+    escaped (a card is rendered as HTML, so a name or a finding never becomes markup)."""
+    return html.escape(" ".join(str(value).split()), quote=False)
+
+
 def md_table(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     cols = list(dict.fromkeys(k for r in rows for k in r))
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(str(r.get(c, "")).replace("|", "\\|").replace("\n", " ") for c in cols) + " |"
-            for r in rows]
+    out += ["| " + " | ".join(md(r.get(c, "")).replace("|", "\\|") for c in cols) + " |" for r in rows]
     return [*out, ""]
 
 
@@ -260,10 +256,10 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
     audit_path = job.folder / "audit" / "audit.json"
     audit = read_json(audit_path, "audit") if audit_path.is_file() else None
     head = yaml.safe_dump(header, sort_keys=False, allow_unicode=True, width=1000)
-    lines = ["---", head.rstrip("\n"), "---", "", f"# {job.name} {lock['label']}", "",
-             f"Released {lock['created_at']}; {lock['items']} items; bank schema revision {lock['schema_revision']}; "
-             f"`{LOCK}` SHA-256 `{job.lock_sha}`. Made with gen {lock['toolkit'].get('version')} "
-             f"(commit {(lock['toolkit'].get('git') or {}).get('commit')}).", ""]
+    lines = ["---", head.rstrip("\n"), "---", "", f"# {md(job.name)} {job.label}", "",
+             f"Released {md(lock['created_at'])}; {lock['items']} items; bank schema revision "
+             f"{lock['schema_revision']}; `{LOCK}` SHA-256 `{job.lock_sha}`. Made with gen "
+             f"{md(lock['toolkit'].get('version'))} (commit {md((lock['toolkit'].get('git') or {}).get('commit'))}).", ""]
     lines += intro or []
     lines += ["## Counts", ""]
     lines += md_table([{"kind": k, "question type": q, "items": n} for k in kinds
@@ -289,16 +285,16 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
     lines += ["How answers were made:", ""]
     lines += [f"- {ANSWERS[k]}" for k in kinds] + [""]
     lines += ["Filters every item passed:", ""]
-    lines += [f"- {f}" for f in filter_lines(job)] + [""]
+    lines += [f"- {md(f)}" for f in filter_lines(job)] + [""]
     lines += ["## Last audit", ""]
     if audit is None:
         lines += ["No audit in this version's folder.", ""]
     else:
         s = audit.get("summary") or {}
         sev = s.get("by_severity") or {}
-        lines += [f"Audit of the batch that made {lock['label']} (`audit/` in the version folder): "
-                  f"{sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info; "
-                  f"fail_on={s.get('fail_on')}, exit code {s.get('exit_code')}.", ""]
+        lines += [f"Audit of the batch that made {job.label} (`audit/` in the version folder): "
+                  f"{md(sev.get('error', 0))} errors, {md(sev.get('warning', 0))} warnings, {md(sev.get('info', 0))} "
+                  f"info; fail_on={md(s.get('fail_on'))}, exit code {md(s.get('exit_code'))}.", ""]
         lines += md_table([{"#": c.get("id"), "check": c.get("key"), "status": c.get("status"),
                             **{sv: (c.get("findings") or {}).get(sv, 0) for sv in ("error", "warning", "info")}}
                            for c in audit.get("checks") or []])
@@ -308,7 +304,7 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
         lines += ["No audit of any version up to this one has an error or warning finding.", ""]
     for v, fs in found:
         lines += [f"{label(v)} ({len(fs)}):", ""]
-        lines += [f"- {finding_line(f)}" for f in fs[:LISTED_FINDINGS]]
+        lines += [f"- {md(finding_line(f))}" for f in fs[:LISTED_FINDINGS]]
         if len(fs) > LISTED_FINDINGS:
             lines.append(f"- … {len(fs) - LISTED_FINDINGS} more in versions/{label(v)}/audit/audit.json")
         lines.append("")
@@ -317,9 +313,9 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
     if review is not None or after is not None:
         lines += ["## Review", ""]
     if review is not None:
-        lines += [f"{review_line(review)} (`{REVIEW}` in the version folder)", ""]
+        lines += [f"{md(review_line(review))} (`{REVIEW}` in the version folder)", ""]
     if after is not None:
-        lines += [after, ""]
+        lines += [md(after), ""]
     lines += ["## License and citation", "",
               f"License: {job.license} ({license_url(job.license)})." if job.license
               else "License: none given (`license=` of `bank export`).", ""]
@@ -328,7 +324,7 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
     lines += ["## Files", "", f"The bank version's files (SHA-256 as in `{LOCK}`; `EXPORT.json` lists this "
               "export's own files):", ""]
     lines += md_table([{"file": k, "sha256": v} for k, v in lock["files"].items()])
-    lines += ["## Columns", "", "`item_id`: " + lock.get("item_id", "") + ".", ""]
+    lines += ["## Columns", "", "`item_id`: " + md(lock.get("item_id", "")) + ".", ""]
     present = dict.fromkeys(c for df in job.frames.values() for c in df.columns)
     lines += md_table([{"column": c, "meaning": COLUMNS.get(c, "")} for c in present])
     lines += ["The privileged side of an item (what a candidate must never see) is only in the columns "
@@ -387,8 +383,8 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
     dist = [{"@type": "cr:FileObject", "@id": path, "name": path, "contentUrl": path,
              "encodingFormat": "application/json" if k == "lock" else "application/x-parquet",
              "sha256": job.lock_sha if k == "lock" else lock["files"][f"{k}.parquet"],
-             "description": (f"The bank's lock of {lock['label']}: SHA-256 of every file, counts, sources, history."
-                             if k == "lock" else f"The {k} items of {job.name} {lock['label']}.")}
+             "description": (f"The bank's lock of {job.label}: SHA-256 of every file, counts, sources, history."
+                             if k == "lock" else f"The {k} items of {job.name} {job.label}.")}
             for k, path in out_files.items()]
     record_sets = []
     for k, path in files.items():
@@ -422,10 +418,10 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
         "@type": "sc:Dataset",
         "conformsTo": CONFORMS_TO,
         "name": job.name,
-        "description": (f"{job.name} {lock['label']}: {lock['items']} items ("
+        "description": (f"{job.name} {job.label}: {lock['items']} items ("
                         + ", ".join(f"{k} {lock['counts'][k]['items']}" for k in kinds)
                         + ") of a benchmark bank for egocentric assistants, made and released with gen "
-                        f"(bank version {lock['label']}, lock sha256 {job.lock_sha})."),
+                        f"(bank version {job.label}, lock sha256 {job.lock_sha})."),
         "version": f"{job.version}.0.0",
         "datePublished": lock["created_at"],
         "keywords": ["benchmark", "egocentric", "multiple-choice", "synthetic", "gen"],
@@ -453,7 +449,7 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
                              "to a candidate."],
         "rai:dataReleaseMaintenancePlan": (
             f"Versioned with gen bank: every release is an immutable folder whose lock ({LOCK}) holds the SHA-256 of "
-            f"each file; `python -m gen bank verify` rechecks a bank. This file describes {lock['label']}."),
+            f"each file; `python -m gen bank verify` rechecks a bank. This file describes {job.label}."),
         "prov:wasGeneratedBy": [prov_activity(s) for s in lock.get("sources") or []],
     }
     if review is not None or after is not None:

@@ -47,24 +47,15 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from gen import ranking as rr
 from gen.errors import InputError
-from gen.run import (
-    CommonConfig,
-    Plan,
-    RunContext,
-    derive_seed,
-    first_error,
-    generator,
-    iter_jsonl,
-    validated,
-)
-from gen.timelines import Clip, InputFormat, fmt_time, input_files, read_timelines
-from gen.timelines import detect_format as timeline_format
-from generators import rerank as rr
-from generators.candidates.checks import key, narration_text
-from generators.candidates.item import STEPS, process
-from schemas import Reject
-from schemas.candidates import (
+from gen.generators.candidates.checks import key, narration_text
+from gen.generators.candidates.item import STEPS, process
+from gen.readers import first_error, iter_jsonl, validated
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext, derive_seed
+from gen.schemas import Reject
+from gen.schemas.candidates import (
     EMOTIONS,
     CandidateItem,
     CandidateRecord,
@@ -74,6 +65,8 @@ from schemas.candidates import (
     TimedLine,
     Window,
 )
+from gen.timelines import Clip, InputFormat, fmt_time, input_files, read_timelines
+from gen.timelines import detect_format as timeline_format
 
 NAME = "candidates"
 Kind = Literal["generated", "label_reason", "sampled"]
@@ -343,7 +336,7 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
                        "rerank_agreement": rr.agreement_summary(agree)}
 
 
-@generator(NAME, config=CandidatesConfig, plan=plan, merge=merge_shards)
+@generator(NAME, config=CandidatesConfig, records=CandidateRecord, kind="mcq", plan=plan, merge=merge_shards)
 def candidates(cfg: CandidatesConfig, ctx: RunContext) -> Iterator[CandidateRecord | Reject]:
     """Candidate sets around an annotated positive: generated, label+reason or sampled wrong options (input=items|timelines)."""
     data: Inputs = ctx.plan.data

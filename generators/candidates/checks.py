@@ -17,12 +17,12 @@ import numpy as np
 
 from gen.gates import Gates, content_lemmas, final_mark, with_mark
 from gen.gates import key as _key
+from gen.schemas.candidates import TimedLine
+from gen.statements import PLACEHOLDER
 from gen.timelines import speaker_of
-from generators.tom.forms import PLACEHOLDER
-from schemas.candidates import TimedLine
 
 if TYPE_CHECKING:
-    from generators.candidates import CandidatesConfig
+    from gen.generators.candidates import CandidatesConfig
 
 # --------------------------------------------------------------------------- options and checks
 

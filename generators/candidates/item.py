@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gen import ranking as rr
 from gen.errors import LLMOutputError
 from gen.gates import key as _key
-from gen.run import RunContext
-from gen.timelines import Line, fmt_line, fmt_time
-from generators import rerank as rr
-from generators.candidates.checks import (
+from gen.generators.candidates.checks import (
     Option,
     Pool,
     Setup,
@@ -33,9 +31,9 @@ from generators.candidates.checks import (
     surface,
     text_problem,
 )
-from generators.tom.forms import example_strings as _example_strings
-from schemas import Reject
-from schemas.candidates import (
+from gen.runner import RunContext
+from gen.schemas import Reject
+from gen.schemas.candidates import (
     CandidateItem,
     CandidateRecord,
     RestyleDraft,
@@ -44,9 +42,11 @@ from schemas.candidates import (
     plain_draft,
     reasons_draft,
 )
+from gen.statements import example_strings as _example_strings
+from gen.timelines import Line, fmt_line, fmt_time
 
 if TYPE_CHECKING:
-    from generators.candidates import CandidatesConfig, Kind
+    from gen.generators.candidates import CandidatesConfig, Kind
 
 STEPS = ("items in", "input checks", "distractors", "rerank", "records")
 """Funnel steps an item passes in order (``rerank`` passes through when rerank=false)."""

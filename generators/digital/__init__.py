@@ -23,11 +23,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gen.bundles import BundleRules, Checker, State, validate_items
 from gen.errors import ConfigError, InputError, LLMOutputError, MissingInputError
-from gen.gates import Gates, Language
-from gen.paths import EXAMPLES
-from gen.run import CommonConfig, Plan, RunContext, derive_id, generator
-from generators.digital.assembly import (
+from gen.gates import Gates
+from gen.generators.digital.assembly import (
     CUE_SCHEMA,
     Skeleton,
     assemble,
@@ -38,9 +37,7 @@ from generators.digital.assembly import (
     skeleton,
     slot_line,
 )
-from generators.digital.checks import Checker, validate_items
-from generators.digital.export import bundle_stats, wagibench_record
-from generators.digital.goals import (
+from gen.generators.digital.goals import (
     GOAL_APPS,
     GOAL_CUE,
     GoalIndex,
@@ -48,12 +45,16 @@ from generators.digital.goals import (
     goal_index,
     goal_problem,
 )
-from generators.digital.state import State, load_cues, pick_cue, sample_datetime
-from generators.personas import ensure_pool, load_pool, sample_related
-from schemas import Reject
-from schemas import digital as S
-from schemas.digital import App
-from schemas.personas import PersonaRecord
+from gen.generators.digital.state import load_cues, pick_cue, sample_datetime
+from gen.paths import EXAMPLES
+from gen.people import ensure_pool, load_pool, sample_related
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext, derive_id
+from gen.schemas import Reject
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.schemas.personas import PersonaRecord
+from gen.wagibench import bundle_stats, wagibench_record
 
 DEFAULT_HOUR_WEIGHTS = [0.6, 0.3, 0.2, 0.1, 0.1, 0.3, 1.2, 3, 4, 4.5, 4.5, 4.5, 5, 4.5, 4.5, 4.5,
                         4.5, 5, 5.5, 5.5, 5, 4, 3, 1.5]
@@ -94,7 +95,7 @@ class MinItemsConfig(BaseModel):
     Music: int = Field(2, ge=0)
 
 
-class DigitalConfig(CommonConfig):
+class DigitalConfig(CommonConfig, BundleRules):
     n: int | None = Field(None, ge=1, le=10_000_000)  # type: ignore[assignment]
     """Bundles to make: 5 (about 7 minutes on 2 cores), or with goals= one per goal (the first n)."""
     goals: str | None = None
@@ -103,6 +104,10 @@ class DigitalConfig(CommonConfig):
     join key) and replaces the cue bank."""
     goal_apps: dict[str, list[App]] = Field(default_factory=lambda: {k: list(v) for k, v in GOAL_APPS.items()})
     """goals=: per action type, the apps whose state may make the goal inferable ([]: uncued)."""
+    cue_action_max: float = Field(0.5, ge=0, le=1)
+    """goals=: the key-only state may hold at most this share of the goal's action words (its query,
+    reminder, message, content or place; stopwords aside), else the bundle is rejected as
+    cue_states_goal: a cue prompts its goal, it does not state it."""
     cue_rank_max: int = Field(3, ge=1)
     """goals=: the key-only state must rank its own goal among the top this many goals of the bank
     (MiniLM similarity; the goal's own group's paraphrases left out), else the bundle is rejected
@@ -111,8 +116,8 @@ class DigitalConfig(CommonConfig):
     """Persona pool size, made (or reused, by seed) with the personas generator."""
     persona_file: str | None = None
     """An existing pool (personas.jsonl or a personas run folder) instead of persona_pool."""
-    pool_dir: str = "outputs/personas/pools"
-    """Where generated pools are kept for reuse."""
+    pool_dir: str | None = None
+    """Where generated pools are kept for reuse by later runs and shards (null: inside the run folder, pools/)."""
     apps: list[App] = list(App)
     """Apps to generate."""
     cue_file: str | None = None
@@ -140,14 +145,6 @@ class DigitalConfig(CommonConfig):
     app_attempts: int = Field(3, ge=1, le=10)
     """LLM generations per call before its items are given up (then the app is topped up
     or the bundle rejected)."""
-    window_past_days: int = Field(30, ge=1)
-    """Items may lie at most this many days before the current datetime."""
-    window_future_days: int = Field(30, ge=1)
-    """Calendar events may lie at most this many days after it."""
-    cue_recent_minutes: tuple[int, int] = (1, 10)
-    """A cue item happened this many minutes before now (it is the latest item)."""
-    language: Language = "en"
-    """The language the apps' texts must be in (the text gates' language check)."""
 
     @model_validator(mode="after")
     def _check(self) -> DigitalConfig:
@@ -169,6 +166,9 @@ class DigitalConfig(CommonConfig):
             raise ValueError(f"goal_apps: unknown action type(s) {unknown}; the types are {sorted(GOAL_APPS)}")
         if self.goals is not None and self.cue is not None:
             raise ValueError("goals= sets each bundle's cue from its goal; drop cue=")
+        if self.pool_dir is not None and not self.pool_dir.strip():
+            raise ValueError("pool_dir is empty (the pool would be made in the current folder): give a folder, "
+                             "or null for the run folder's pools/")
         return self
 
 
@@ -275,7 +275,8 @@ def make_bundle(ctx: RunContext, cfg: DigitalConfig, pool: list[PersonaRecord],
     now = sample_datetime(rng, cfg)
     goal: S.GoalRef | None = None
     if goals is not None:
-        cue, goal = goal_cue(ctx, cfg, goals.bank.rows[index], related, random.Random(ctx.seed(index, "goal")))
+        cue, goal = goal_cue(ctx, cfg, goals.bank.rows[index], related, random.Random(ctx.seed(index, "goal")),
+                             goals.df, len(goals.texts))
         st = State(main, related, now, cue)
     else:
         st = State(main, related, now, pick_cue(rng, cfg, cues, related))
@@ -335,7 +336,7 @@ def plan(cfg: DigitalConfig) -> Plan:
     cue_path = pool_path = None
     goals = None
     if cfg.goals is not None:
-        from generators.distractors import load_goals
+        from gen.goals import load_goals
 
         path = Path(cfg.goals).expanduser()
         if not path.is_file():
@@ -364,7 +365,7 @@ def check_pool(pool: list[PersonaRecord], path: Path) -> None:
         raise ConfigError(f"the persona pool at {path} has {len(pool)} usable personas; at least 6 are needed")
 
 
-@generator("digital", config=DigitalConfig, merge=merge_shards, plan=plan)
+@generator("digital", config=DigitalConfig, records=S.DigitalBundle, kind="digital", merge=merge_shards, plan=plan)
 def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | Reject]:
     """Digital Context Generator: 7 phone-app states per sampled persona, moment and cue."""
     inputs: Inputs = ctx.plan.data
@@ -374,7 +375,8 @@ def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | R
     if inputs.pool is not None and inputs.pool_path is not None:
         pool, pool_path = inputs.pool, inputs.pool_path
     else:
-        pool, pool_path = ensure_pool(ctx, cfg.seed, cfg.persona_pool, cfg.pool_dir)
+        pool_dir = cfg.pool_dir if cfg.pool_dir is not None else str(ctx.out_dir / "pools")
+        pool, pool_path = ensure_pool(ctx, cfg.seed, cfg.persona_pool, pool_dir)
         check_pool(pool, pool_path)
     ctx.extra["persona_pool"] = {"path": str(pool_path), "size": len(pool)}
     goals = None

@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, create_model
 
-from generators.digital.checks import Checker, clamp, fix_duration
-from generators.digital.state import FMT_M, FMT_S, State
-from schemas import digital as S
-from schemas.digital import App
-from schemas.personas import PersonaRecord
+from gen.bundles import FMT_M, FMT_S, LIST_KEY, Checker, State, clamp, fix_duration
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.schemas.personas import PersonaRecord
 
 if TYPE_CHECKING:
-    from generators.digital import DigitalConfig
+    from gen.generators.digital import DigitalConfig
 
 
 # --------------------------------------------------------------------------- skeletons
@@ -299,8 +298,6 @@ def rng_minutes(ids: Callable[..., str], j: int) -> float:
 # --------------------------------------------------------------------------- merge
 
 
-LIST_KEY = {App.Calendar: "events", App.Messaging: "conversations", App.Notes: "notes",
-            App.Search: "searches", App.Videos: "videos", App.Maps: "maps", App.Music: "music"}
 
 
 def _time_of(app: App, item: Any) -> str:

@@ -1,34 +1,103 @@
-"""Goal-conditioned bundles: the app a goal of each action type needs (``GOAL_APPS``), the cue a
-goal sets, and the checks that the bundle's key-only state points to its goal."""
+"""Goal-conditioned bundles: the app whose state prompts a goal of each action type
+(``GOAL_APPS``), the cue a goal sets, and the checks that the bundle's key-only state points to its
+goal without stating it.
+
+A cue is what *prompts* a goal, as the paper's are ("Tahir just sent a message asking if Rosie has
+been fed"; an appointment for directions; a list for shopping): a message, an appointment, a list
+or a shared link that names the goal's most specific word (the thing, place, person or language it
+is about), never the goal's own action: not its query, its reminder's task, its message's text, nor
+the app that performs it (a Search cue was the search already done).
+"""
 
 from __future__ import annotations
 
 import json
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gen.run import RunContext
-from generators.digital.export import app_view, render_bundle
-from schemas import digital as S
-from schemas.digital import App
-from schemas.personas import RelatedPersona
+from gen.runner import RunContext
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.schemas.personas import RelatedPersona
+from gen.wagibench import app_view, render_bundle
+from gen.words import content_words
 
 if TYPE_CHECKING:
-    from generators.digital import DigitalConfig
+    from gen.generators.digital import DigitalConfig
 
 
 GOAL_APPS: dict[str, list[App]] = {
-    "communication": [App.Messaging], "translate": [App.Messaging],
-    "temporal_attention": [App.Calendar], "find_directions": [App.Maps, App.Calendar],
-    "entertain": [App.Music, App.Videos], "search": [App.Search], "store_memory": [App.Notes],
-    "shop": [App.Notes, App.Search], "guided_activity": [App.Videos, App.Search], "control_environment": [],
+    "communication": [App.Calendar], "translate": [App.Messaging],
+    "temporal_attention": [App.Messaging], "find_directions": [App.Calendar],
+    "entertain": [App.Messaging], "search": [App.Messaging], "store_memory": [App.Messaging],
+    "shop": [App.Notes], "guided_activity": [App.Calendar], "control_environment": [],
 }
-"""Which app's state makes a goal of each action type inferable. Code refines two: ``entertain``
-takes Music for audio and Videos for vision; ``search`` with ``source: timeline`` (the user's own
-history) takes Notes or Messaging instead of Search. An empty list: no digital context."""
+"""Which app's state prompts a goal of each action type: plans with the person to write to, an
+appointment at the place or for the activity (Calendar); a message asking about the thing, sharing
+a link to it, or written in the language to translate (Messaging); a list (Notes). ``search`` with
+``source: timeline`` (the user's own history) takes Notes instead. An empty list: no digital
+context."""
 
+ACTION_FIELDS: dict[str, tuple[str, ...]] = {
+    "search": ("query", "query_item"), "find_directions": ("to",), "communication": ("content",),
+    "temporal_attention": ("content",), "store_memory": ("content",), "shop": ("content",),
+    "entertain": ("content",), "guided_activity": ("content",), "translate": (),
+    "control_environment": ("target", "value"),
+}
+"""The fields that *are* a goal's action (what the user would type or say to the phone); the
+key-only state must not hold most of their words (``cue_action_max``). ``translate`` has none: its
+language is what the cue is written in."""
+
+WORD_FIELDS: dict[str, tuple[str, ...]] = {
+    "search": ("query_item",), "find_directions": ("to",), "communication": ("content",),
+    "temporal_attention": ("content",), "store_memory": ("content",), "shop": ("content",),
+    "entertain": ("content",), "guided_activity": ("content",), "translate": ("src_language",),
+    "control_environment": ("target",),
+}
+"""Where a goal's cue word is taken from: the thing a search is about, the place, the content."""
+
+def action_text(goal: Any) -> str:
+    return " ".join(str(getattr(goal, f, "") or "") for f in ACTION_FIELDS.get(goal.type, ()))
+
+
+_BOUNDARY = re.compile(r"\b(?:of|for|with|from|in|on|at|to|into|about|by|and|or|is|are|was|called)\b|[,;:?!.()]", re.I)
+COMMON_SHARE = 0.02
+"""A word used by more than this share of the bank's goals ("videos", "shop") names no one goal."""
+
+
+def cue_word(goal: Any, df: Counter[str], goals: int = 0) -> str | None:
+    """The goal's most specific word. Its word fields (its action fields when those have none:
+    "yesterday") are cut into phrases at prepositions and punctuation; each phrase's head is its
+    last content word ("a white cotton shirt" -> shirt), or its rarest when the head is common in
+    the bank (``COMMON_SHARE`` of ``goals``: "cute kitten videos" -> kitten); the word is the head
+    fewest of the bank's goals use (``df``), the first phrase's on a tie."""
+    text = " ".join(str(getattr(goal, f, "") or "") for f in WORD_FIELDS.get(goal.type, ()))
+    if not content_words(text):
+        text = action_text(goal)
+    common = max(2.0, COMMON_SHARE * goals)
+    heads: list[str] = []
+    for phrase in _BOUNDARY.split(text):
+        words = content_words(phrase)
+        if words:
+            head = words[-1]
+            heads.append(head if df[head] <= common else min(reversed(words), key=lambda w: df[w]))
+    if not heads:
+        return None
+    best = min(heads, key=lambda w: df[w])
+    found = re.search(rf"(?<![\w']){re.escape(best)}(?![\w'])", text, re.I)
+    return found.group(0) if found else best
+
+
+def action_share(goal: Any, state: str) -> float:
+    """Share of the goal's action words (its :data:`ACTION_FIELDS`) that the state's text holds."""
+    words = set(content_words(action_text(goal)))
+    if not words:
+        return 0.0
+    held = set(content_words(state))
+    return len(words & held) / len(words)
 
 
 # --------------------------------------------------------------------------- goal-conditioned bundles
@@ -42,56 +111,60 @@ class GoalIndex:
     texts: list[str]
     vectors: Any
     groups: list[str]
+    df: Counter[str]
+    """How many of the bank's goals use each content word (the cue word is the goal's rarest)."""
 
 
 def goal_index(ctx: RunContext, bank: Any) -> GoalIndex:
-    from generators.distractors import verbalise
+    from gen.goals import verbalise
 
     texts = [verbalise(r, ctx.prompts) for r in bank.rows]
-    return GoalIndex(bank, texts, ctx.embedder.encode(texts), [r.group for r in bank.rows])
+    df: Counter[str] = Counter(w for t in texts for w in set(content_words(t)))
+    return GoalIndex(bank, texts, ctx.embedder.encode(texts), [r.group for r in bank.rows], df)
 
 
 def goal_app(cfg: DigitalConfig, goal: Any, rng: random.Random) -> App | None:
-    """The app whose state must make ``goal`` inferable (the documented mapping and its two
-    refinements), among the run's apps; None when the goal needs no digital context."""
+    """The app whose state must prompt ``goal`` (the documented mapping and its refinement),
+    among the run's apps; None when the goal needs no digital context."""
     apps = list(cfg.goal_apps.get(goal.type, []))
-    if goal.type == "entertain" and len(apps) > 1:
-        apps = [a for a in apps if a is (App.Music if goal.modality == "audio" else App.Videos)] or apps
     if goal.type == "search" and goal.source == "timeline" and apps == GOAL_APPS["search"]:
-        apps = [App.Notes, App.Messaging]
+        apps = [App.Notes]
     apps = [a for a in apps if a in cfg.apps]
     return rng.choice(apps) if apps else None
 
 
 def goal_cue(ctx: RunContext, cfg: DigitalConfig, row: Any, related: list[RelatedPersona],
-             rng: random.Random) -> tuple[S.Cue | None, S.GoalRef]:
-    """The cue a goal sets (the app and the seed its cue prompt is given; a person the goal
-    names becomes a related persona), and the bundle's reference to its goal."""
+             rng: random.Random, df: Counter[str] | None = None, size: int = 0) -> tuple[S.Cue | None, S.GoalRef]:
+    """The cue a goal sets (the app, the person a message comes from, the goal's word it names, and
+    the seed its app's cue prompt is given), and the bundle's reference to its goal. ``df`` and
+    ``size``: the bank's word counts and goals (:func:`cue_word`)."""
     tag = row.client_tag or row.goal_id
     if row.goal is None:  # a free-text goal: no structure to pick an app from
         return None, S.GoalRef(goal_id=row.goal_id, client_tag=tag, group=row.group, app=None)
     app = goal_app(cfg, row.goal, rng)
-    person = rng.choice(related).persona if row.goal.type in ("communication", "translate") else None
+    person = rng.choice(related).persona if app is App.Messaging else None
+    word = cue_word(row.goal, df if df is not None else Counter(), size)
     ref = S.GoalRef(goal_id=row.goal_id, client_tag=tag, group=row.group, app=app,
-                    person=person.name if person else None)
+                    person=person.name if person else None, word=word if app is not None else None)
     if app is None:
         return None, ref
     seed = ctx.prompts.env.get_template(GOAL_CUE).render(
-        g=row.goal.model_dump(), app=app.value, person=person.first_name if person else None)
+        g=row.goal.model_dump(), app=app.value, person=person.first_name if person else None, word=word)
     return S.Cue(cue_id=row.goal_id, app=app, cue=" ".join(seed.split()),
                  person=person.name if person else None), ref
 
 
 GOAL_CUE = "digital/goal_cue.jinja"
-_WORD = re.compile(r"[a-z0-9']+")
-_COMMON = {"the", "a", "an", "of", "to", "at", "in", "on", "for", "and", "my", "me", "with", "from"}
 
 
 def goal_problem(ctx: RunContext, cfg: DigitalConfig, bundle: S.DigitalBundle, goals: GoalIndex,
                  index: int) -> tuple[str, str] | None:
     """Why a goal-conditioned bundle fails its goal (reason, detail), or None: the cue item is in
-    the app's key list; a person or place the goal names appears in it; the key-only state points
-    to this goal more than to others of the bank (``cue_rank_max``)."""
+    the app's key list; the person it comes from and the goal's word are in it
+    (``cue_misses_goal_entity``); the key-only state does not state the goal's action (at most
+    ``cue_action_max`` of its words: ``cue_states_goal``); and it points to this goal more than to
+    the bank's others (``cue_rank_max``: ``cue_not_specific``). A state that restated its goal
+    would pass the last test best: the second comes first, so restating is rejected, not rewarded."""
     assert bundle.goal is not None and bundle.goal.app is not None
     app = bundle.goal.app
     keys = app_view(bundle, app.value, key_only=True)
@@ -101,14 +174,19 @@ def goal_problem(ctx: RunContext, cfg: DigitalConfig, bundle: S.DigitalBundle, g
     goal = goals.bank.rows[index].goal
     if bundle.goal.person and bundle.goal.person.casefold() not in text \
             and bundle.goal.person.split()[0].casefold() not in text:
-        return "cue_misses_goal_entity", f"{bundle.goal.person} (the goal's person) is not in the cue item"
-    if goal.type == "find_directions":
-        words = [w for w in _WORD.findall(goal.to.casefold()) if w not in _COMMON and len(w) > 2]
-        if words and not any(re.search(rf"\b{re.escape(w)}\b", text) for w in words):
-            return "cue_misses_goal_entity", f"no word of the place {goal.to!r} is in the cue item"
+        return "cue_misses_goal_entity", f"{bundle.goal.person} (the cue's person) is not in the cue item"
+    word = bundle.goal.word
+    if word and not re.search(rf"(?<![\w']){re.escape(word.casefold())}(?![\w'])", text):
+        return "cue_misses_goal_entity", f"the goal's word {word!r} is not in the cue item"
+    key_state = render_bundle(bundle, key_only=True)
+    share = action_share(goal, key_state)
+    bundle.goal.action_share = round(share, 3)
+    if share > cfg.cue_action_max:
+        return "cue_states_goal", (f"the key-only state holds {share:.0%} of the goal's action words "
+                                   f"({action_text(goal)!r}; cue_action_max={cfg.cue_action_max})")
     import numpy as np
 
-    v = np.asarray(ctx.embedder.encode([render_bundle(bundle, key_only=True)]))[0]
+    v = np.asarray(ctx.embedder.encode([key_state]))[0]
     sims = np.asarray(goals.vectors) @ v
     own = sims[index]
     group = goals.groups[index]

@@ -1,51 +1,21 @@
-"""The global state of one bundle: the main persona and five related ones, the moment, the cue
-(sampled by code, as the prompts see it)."""
+"""Sampling one bundle's global state (the moment, the cue); the state itself
+(:class:`gen.bundles.State`) is the bundle format's."""
 
 from __future__ import annotations
 
 import datetime as dt
 import random
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gen.errors import InputError
-from gen.run import iter_jsonl
-from schemas import digital as S
-from schemas.digital import App
-from schemas.personas import PersonaRecord, RelatedPersona
+from gen.readers import iter_jsonl
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.schemas.personas import RelatedPersona
 
 if TYPE_CHECKING:
-    from generators.digital import DigitalConfig
-
-
-FMT_M = "%Y-%m-%d %H:%M"
-FMT_S = "%Y-%m-%d %H:%M:%S"
-
-
-# --------------------------------------------------------------------------- global state
-
-
-@dataclass
-class State:
-    """The global state of one bundle, as the prompts see it."""
-
-    main: PersonaRecord
-    related: list[RelatedPersona]
-    now: dt.datetime
-    cue: S.Cue | None
-
-    @property
-    def names(self) -> set[str]:
-        return {self.main.name, *(r.persona.name for r in self.related)}
-
-    @property
-    def now_text(self) -> str:
-        return self.now.strftime(FMT_M)
-
-    @property
-    def weekday(self) -> str:
-        return self.now.strftime("%A")
+    from gen.generators.digital import DigitalConfig
 
 
 def sample_datetime(rng: random.Random, cfg: DigitalConfig) -> dt.datetime:

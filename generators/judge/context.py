@@ -21,67 +21,50 @@ also carries the deterministic word-boundary hits of the four lists (recorded, n
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gen.contextbench import JUDGE_PROMPT_VERSION, scenario_file
+from gen.contextbench import JUDGE_TEMPLATE as TEMPLATE
+from gen.contextbench import load as load_scenarios
+from gen.contextbench.scoring import metrics, repair_text, signals
 from gen.errors import InputError, LLMOutputError, MissingInputError
 from gen.gates import Gates
-from gen.run import Plan, RunContext, iter_jsonl, validated
-from gen.stats import balanced_accuracy, bootstrap_ci, proportion, rounded
-from generators.judge.panel import (
+from gen.generators.judge.summary import finish, prompt_sha256
+from gen.panel import (
     JudgeModel,
     Panel,
     build_panel,
     candidate_families,
     pairwise_agreement,
 )
-from generators.judge.scores import signals
-from generators.judge.summary import finish, prompt_sha256
-from schemas import Reject
-from schemas.judge import LABELS, ContextJudgeRecord, ContextJudgment, ContextVerdict, ResponseRow
-from schemas.scenarios import RECORD_FIELDS, ScenarioRecord
+from gen.readers import iter_jsonl, validated
+from gen.runner import Plan, RunContext
+from gen.schemas import Reject
+from gen.schemas.judge import (
+    LABELS,
+    ContextJudgeRecord,
+    ContextJudgment,
+    ContextVerdict,
+    ResponseRow,
+)
+from gen.schemas.scenarios import RECORD_FIELDS, ScenarioRecord
+from gen.stats import proportion
 
 if TYPE_CHECKING:
-    from generators.judge import JudgeConfig
+    from gen.generators.judge import JudgeConfig
 
-JUDGE_PROMPT_VERSION = "context-judge-1"
-"""Bumped whenever ``judge/context.jinja`` changes meaning; hashed with the template into the run
-manifest and the scenario bank's lockfile."""
-TEMPLATE = "judge/context.jinja"
 JUDGE_SEES = ("turn_1_user", "turn_2_user", "context_image", "turn_1_image", "turn_2_image", "gold")
 """The scenario fields the judge's prompt is made from (plus, on turn 3, the repair prompt sent)."""
 WITHHELD = tuple(f for f in RECORD_FIELDS if f not in JUDGE_SEES)
 """Every other field: never in the judge's prompt (the repair prompts only as sent, on turn 3)."""
-SCORED = ("current", "prior")
-"""The classes of the primary score (balanced accuracy)."""
 FRAMES = (("context_image", "before the conversation started"),
           ("turn_1_image", "when the user spoke the first turn"),
           ("turn_2_image", "when the user spoke the second turn (now)"))
 
 
 # --------------------------------------------------------------------------- input
-
-
-def scenario_file(path: Path) -> Path:
-    file = path / "scenarios.jsonl" if path.is_dir() else path
-    if not file.is_file():
-        raise MissingInputError(f"input: {path}: no scenarios.jsonl there (expected a scenario bank file or run folder)")
-    return file
-
-
-def load_scenarios(path: Path) -> dict[str, ScenarioRecord]:
-    """A scenario bank (``scenarios.jsonl`` or a scenarios run folder), each row validated as the
-    released format; a bad row is ``file:line: field: reason``."""
-    file = scenario_file(path)
-    out: dict[str, ScenarioRecord] = {}
-    for lineno, row in iter_jsonl(file):
-        s = validated(ScenarioRecord, row, f"{file}:{lineno}", objects_only=False)
-        if s.scenario_id in out:
-            raise InputError(f"{file}:{lineno}: scenario_id: {s.scenario_id!r} appears twice")
-        out[s.scenario_id] = s
-    return out
 
 
 def read_responses(path: Path, scenarios: dict[str, ScenarioRecord]) -> list[ResponseRow]:
@@ -116,12 +99,6 @@ def plan(cfg: JudgeConfig) -> Plan:
 
 
 # --------------------------------------------------------------------------- the judge's view
-
-
-def repair_text(s: ScenarioRecord, style: str) -> str:
-    """The repair prompt a candidate is sent: the deictic one when asked for and present, else
-    the named one (the spec's fallback)."""
-    return (s.turn_3_repair_prompt_deictic if style == "deictic" else None) or s.turn_3_repair_prompt
 
 
 def judge_view(s: ScenarioRecord, turn: int, repair_style: str = "named") -> dict[str, Any]:
@@ -176,53 +153,6 @@ def judge_response(cfg: JudgeConfig, ctx: RunContext, panel: Panel, s: ScenarioR
 
 
 # --------------------------------------------------------------------------- metrics
-
-
-Key = tuple[Any, ...]
-
-
-def metrics(records: Sequence[ContextJudgeRecord], label_of: Callable[[ContextJudgeRecord], str | None], *,
-            seed: int, resamples: int = 2000) -> dict[str, Any]:
-    """The benchmark's numbers for one candidate and condition, under one judge's labels.
-
-    - ``balanced_accuracy``: turn 2, the mean of the accuracies on the ``current`` and on the
-      ``prior`` scenarios (None when either class is absent or unjudged); its ``ci95`` from a
-      bootstrap over scenarios (a scenario's trials move together);
-    - ``per_label``: per target label, turn-2 accuracy with a Wilson interval (rows, not
-      scenarios: trials of one scenario are not independent, so it is narrower than it should be);
-    - ``repair``: of the judged turn-2 misses with a judged turn-3 reply, the share labelled right.
-    Replies the judge gave no label (``not_followed``) are left out of every rate and counted.
-    """
-    t2 = [r for r in records if r.turn == 2]
-    judged = [r for r in t2 if label_of(r) is not None]
-    by_scenario: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for r in judged:
-        by_scenario[r.scenario_id].append((r.target_context, str(label_of(r))))
-
-    def balanced(units: list[list[tuple[str, str]]]) -> float | None:
-        return balanced_accuracy([p for u in units for p in u], SCORED)
-
-    units = list(by_scenario.values())
-    ba = balanced(units)
-    per_label = {}
-    for lab in LABELS:
-        rows = [r for r in judged if r.target_context == lab]
-        per_label[lab] = proportion(sum(label_of(r) == lab for r in rows), len(rows))
-    turn3 = {(r.candidate, r.condition, r.scenario_id, r.trial): r for r in records if r.turn == 3}
-    misses = [r for r in judged if label_of(r) != r.target_context]
-    answered = [turn3[k] for r in misses if (k := (r.candidate, r.condition, r.scenario_id, r.trial)) in turn3]
-    repaired = [r for r in answered if label_of(r) is not None]
-    return {
-        "turn_2": {"replies": len(t2), "judged": len(judged), "not_followed": len(t2) - len(judged),
-                   "scenarios": len(by_scenario)},
-        "balanced_accuracy": None if ba is None else rounded(ba),
-        "balanced_accuracy_ci95": bootstrap_ci(units, balanced, seed=seed, resamples=resamples),
-        "per_label": per_label,
-        "predicted": dict(sorted(Counter(str(label_of(r)) for r in judged).items())),
-        "repair": {"turn_2_misses": len(misses), "with_turn_3": len(answered),
-                   "turn_3_not_followed": len(answered) - len(repaired),
-                   **proportion(sum(label_of(r) == r.target_context for r in repaired), len(repaired))},
-    }
 
 
 def summarise(cfg: JudgeConfig, records: list[ContextJudgeRecord], panel: Panel, rejected: int,

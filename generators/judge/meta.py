@@ -13,25 +13,36 @@ through ``judge_run=``). Numbers (scores) or labels, not mixed.
   each other, and per label the share of a rater's uses of it the judge matches.
 
 Both: a confusion matrix of the judge against each of raters 1 and 2 (``confusion.png``).
+
+Baselines (scores; appendix H), beside the judge's pairwise accuracy when the rows' predictions and
+references are known (the row's ``prediction``/``reference``/``options``, or the judge run's
+prediction and ``references=``' WAGIBench layout by id): **Snap-MCQ** maps the prediction onto the
+MCQ's options by sentence-embedding similarity and scores 1 when the nearest is the reference, else
+0; **SBERT similarity** scores the cosine of prediction and reference, a pair tied when the two
+differ by at most ``sbert_tie`` (0.1). Goals are embedded as text (``type: field, field``) with the
+run's embedder (all-MiniLM-L6-v2; the paper used paraphrase-mpnet-base-v2). The paper: judge 76.8 %,
+Snap-MCQ 67.8 %, SBERT 59.5 %, human-human 75.2 %.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gen.errors import InputError, MissingInputError
+from gen.generators.judge.summary import finish
 from gen.paths import inside
-from gen.run import Plan, RunContext, iter_jsonl, read_json, validated
+from gen.readers import iter_jsonl, validated
+from gen.runfolder import RunFolder
+from gen.runner import Plan, RunContext
+from gen.schemas.judge import MetaRecord, RatingRow
 from gen.stats import agreement, cohen_kappa, confusion, proportion, rounded
-from generators.judge.summary import finish
-from schemas.judge import MetaRecord, RatingRow
 
 if TYPE_CHECKING:
-    from generators.judge import JudgeConfig
+    from gen.generators.judge import JudgeConfig
 
 
 def plan(cfg: JudgeConfig) -> Plan:
@@ -46,7 +57,69 @@ def plan(cfg: JudgeConfig) -> Plan:
         value = values.get(row.id, row.judge) if cfg.judge_run else row.judge
         out.append((where, row.model_copy(update={"judge": value})))
     kind = rating_kind(out)
+    if cfg.baselines and kind == "scores":
+        out = with_goals(out, cfg)
     return Plan(len(out), (out, kind, source))
+
+
+def with_goals(rows: list[tuple[str, RatingRow]], cfg: JudgeConfig) -> list[tuple[str, RatingRow]]:
+    """Rows with their prediction, reference and options filled in, where the row lacks them, from
+    the judge run's records (prediction) and ``references=`` (reference, options) by id."""
+    preds: dict[str, Any] = {}
+    if cfg.judge_run:
+        for _, rec in iter_jsonl(inside(Path(cfg.judge_run).expanduser(), "judge.jsonl", what="judge_run records")):
+            if isinstance(rec, dict) and "prediction" in rec:
+                preds[str(rec.get("id"))] = rec["prediction"]
+    layouts: dict[str, tuple[Any, Any]] = {}
+    if cfg.references:
+        from gen.generators.judge.wagibench import layout_options
+
+        layouts = layout_options(Path(cfg.references).expanduser())
+    out = []
+    for where, row in rows:
+        ref, options = layouts.get(row.id, (None, None))
+        update = {"prediction": row.prediction if row.prediction is not None else preds.get(row.id),
+                  "reference": row.reference if row.reference is not None else ref,
+                  "options": row.options if row.options is not None else options}
+        out.append((where, row.model_copy(update=update)))
+    return out
+
+
+def goal_text(goal: Any) -> str:
+    """A goal as text for the sentence embedder: free text as it is, a structured goal as
+    ``type: value, value`` (its fields in order)."""
+    if isinstance(goal, dict):
+        kind = str(goal.get("type", "")).replace("_", " ")
+        values = ", ".join(str(v) for k, v in goal.items() if k != "type" and v not in (None, ""))
+        return f"{kind}: {values}" if kind else values
+    return str(goal)
+
+
+def baseline_values(rows: list[RatingRow], embed: Callable[[list[str]], Any]) -> list[tuple[float | None, float | None]]:
+    """(Snap-MCQ, SBERT similarity) of each row; None where its prediction, reference or options
+    are unknown."""
+    import numpy as np
+
+    texts = sorted({goal_text(g) for r in rows for g in [r.prediction, r.reference, *(r.options or [])]
+                    if g is not None})
+    if not texts:
+        return [(None, None)] * len(rows)
+    vecs = np.asarray(embed(texts), dtype=np.float32)
+    vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    at = {t: vecs[i] for i, t in enumerate(texts)}
+    out: list[tuple[float | None, float | None]] = []
+    for r in rows:
+        if r.prediction is None or r.reference is None:
+            out.append((None, None))
+            continue
+        p, ref = at[goal_text(r.prediction)], goal_text(r.reference)
+        sbert = round(float(p @ at[ref]), 6)
+        snap = None
+        if r.options:
+            sims = [float(p @ at[goal_text(o)]) for o in r.options]
+            snap = float(goal_text(r.options[int(np.argmax(sims))]) == ref)
+        out.append((snap, sbert))
+    return out
 
 
 def read_ratings(path: Path) -> list[tuple[str, RatingRow]]:
@@ -84,13 +157,13 @@ def judge_values(folder: Path, cfg: JudgeConfig) -> tuple[dict[str, Any], dict[s
     ``variant=`` (wagibench) or the label (context, id ``scenario/condition/trial/tTURN``)."""
     if not folder.is_dir():
         raise MissingInputError(f"judge_run: no such run folder: {folder}")
-    manifest = read_json(inside(folder, "manifest.json", what="judge_run manifest"))
-    info = manifest.get("judge") if isinstance(manifest, dict) else None
-    if not isinstance(info, dict) or info.get("kind") not in ("wagibench", "context"):
+    run = RunFolder.open(folder)
+    info = run.manifest.extras.get("judge")
+    if run.generator != "judge" or not isinstance(info, dict) or info.get("kind") not in ("wagibench", "context"):
         raise InputError(f"{folder}/manifest.json: not a judge run of kind wagibench or context")
     label = info.get("judge_label")
     out: dict[str, Any] = {}
-    for lineno, rec in iter_jsonl(inside(folder, "judge.jsonl", what="judge_run records")):
+    for lineno, rec in run.rows():
         where = f"{folder}/judge.jsonl:{lineno}"
         if not isinstance(rec, dict):
             raise InputError(f"{where}: expected a JSON object")
@@ -111,8 +184,9 @@ def judge_values(folder: Path, cfg: JudgeConfig) -> tuple[dict[str, Any], dict[s
 # --------------------------------------------------------------------------- the statistics
 
 
-def _sign(a: float, b: float) -> int:
-    return (a > b) - (a < b)
+def _sign(a: float, b: float, tie: float = 0.0) -> int:
+    """The order of a pair: 0 when the two differ by at most ``tie``."""
+    return 0 if abs(a - b) <= tie else (a > b) - (a < b)
 
 
 def aligned(judge: int, r1: int, r2: int) -> bool:
@@ -124,8 +198,10 @@ def aligned(judge: int, r1: int, r2: int) -> bool:
     return judge == (r1 or r2)
 
 
-def pairwise(rows: Sequence[MetaRecord]) -> dict[str, Any]:
-    """Pairwise accuracy of the judge (and of rater 3) against raters 1 and 2 (module docstring)."""
+def pairwise(rows: Sequence[MetaRecord], value: Callable[[MetaRecord], Any] = lambda r: r.judge,
+             tie: float = 0.0) -> dict[str, Any]:
+    """Pairwise accuracy of the judge (or of another scorer: ``value``, its ties within ``tie``) and
+    of rater 3 against raters 1 and 2 (module docstring)."""
     by_group: dict[str, list[MetaRecord]] = defaultdict(list)
     for r in rows:
         by_group[r.group].append(r)
@@ -139,10 +215,11 @@ def pairwise(rows: Sequence[MetaRecord]) -> dict[str, Any]:
             if r1 * r2 == -1:
                 dropped += 1
                 continue
-            if a.judge is None or b.judge is None:
+            va, vb = value(a), value(b)
+            if va is None or vb is None:
                 judge_missing += 1
             else:
-                judge_ok.append(aligned(_sign(float(a.judge), float(b.judge)), r1, r2))
+                judge_ok.append(aligned(_sign(float(va), float(vb), tie), r1, r2))
             if len(a.raters) > 2 and len(b.raters) > 2:
                 human_ok.append(aligned(_sign(float(a.raters[2]), float(b.raters[2])), r1, r2))
     return {"pairs": total, "dropped_raters_disagree": dropped, "kept": total - dropped,
@@ -211,15 +288,26 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[MetaRecord]:
     assert cfg.input is not None
     ctx.record_input(Path(cfg.input).expanduser())
     records = []
+    plain = [row for _, row in rows]
+    base = baseline_values(plain, ctx.embedder.encode) if cfg.baselines and kind == "scores" and any(
+        r.prediction is not None and r.reference is not None for r in plain) else [(None, None)] * len(rows)
     for index in ctx.indices():
         _, row = rows[index]
-        rec = MetaRecord(id=row.id, group=row.group, raters=row.raters, judge=row.judge)
+        snap, sbert = base[index]
+        rec = MetaRecord(id=row.id, group=row.group, raters=row.raters, judge=row.judge, snap_mcq=snap, sbert=sbert)
         records.append(rec)
         yield rec
     summary: dict[str, Any] = {"kind": "meta", "values": kind, "rows": len(records),
                                "judge_missing": sum(r.judge is None for r in records), "source": source}
     if kind == "scores":
         summary["pairwise"] = pairwise(records)
+        summary["baselines"] = {
+            "snap_mcq": pairwise(records, lambda r: r.snap_mcq),
+            "sbert_similarity": {**pairwise(records, lambda r: r.sbert, cfg.sbert_tie), "tie_within": cfg.sbert_tie},
+            "rows_with_prediction_and_reference": sum(r.sbert is not None for r in records),
+            "rows_with_options": sum(r.snap_mcq is not None for r in records),
+            "embedder": ctx.embedder.describe() if hasattr(ctx.embedder, "describe") else None,
+        } if any(r.sbert is not None for r in records) else None
     else:
         summary["labels"] = label_agreement(records)
     if cfg.plots and any(r.judge is not None for r in records):
@@ -231,6 +319,10 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[MetaRecord]:
         lines.append(f"  pairs {p['pairs']}, dropped {p['dropped_raters_disagree']}; judge pairwise accuracy "
                      f"{acc['rate']} {acc['ci95']}" + (f"; human {p['human_pairwise_accuracy']['rate']}"
                                                        if p["human_pairwise_accuracy"] else ""))
+        if summary["baselines"]:
+            b = summary["baselines"]
+            lines.append(f"  baselines: Snap-MCQ {b['snap_mcq']['judge_pairwise_accuracy']['rate']}, SBERT similarity "
+                         f"{b['sbert_similarity']['judge_pairwise_accuracy']['rate']} (pairwise accuracy)")
     else:
         for name, v in summary["labels"]["pairs"].items():
             lines.append(f"  {name}: agreement {v['agreement']}, kappa {v['kappa']} ({v['rows']} rows)")

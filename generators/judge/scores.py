@@ -1,5 +1,5 @@
-"""Reading a judge's answer strictly: the ``<score>`` tag, the reformatted action, the code
-signals. Pure functions, tested case by case."""
+"""Reading a judge's answer: the ``<score>`` tag (WAGIBench's lenient reading after a reasoning
+block, or strictly), the reformatted action, the code signals. Pure functions, tested case by case."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from schemas.distractors import GOAL_TYPES, Goal
-from schemas.judge import Judgment
+from gen.schemas.distractors import GOAL_TYPES, Goal
+from gen.schemas.judge import Judgment
 
 SCORES = {0: 0.0, 1: 0.5, 2: 1.0}
 """The judge's 0 / 1 / 2 (one token each) on the paper's 0 / 0.5 / 1 scale."""
@@ -39,9 +39,57 @@ def parse_score(text: str) -> tuple[int | None, str | None]:
     return int(value), None
 
 
-def judgment(raw: str) -> Judgment:
-    """A judge reply as a :class:`Judgment` (score, normalised score, followed, problem)."""
-    score, problem = parse_score(raw)
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+_LOOSE_SCORE = re.compile(r"(?:<score>|</score>)([^<>]+)(?:</score>|<score>)", re.S)
+
+
+def split_think(text: str) -> tuple[str | None, str | None]:
+    """(reasoning, answer) of a reply: a reasoning judge's ``<think>…</think>`` block is set apart
+    (DeepSeek-R1's distills often omit the opening tag, their chat template writes it); a reply whose
+    thinking never closed has no answer (None: the token budget ran out, as WAGIBench's
+    ``split_think_and_response`` says); a reply without the tags is all answer."""
+    if THINK_CLOSE in text:
+        before, _, after = text.partition(THINK_CLOSE)
+        return before.split(THINK_OPEN, 1)[-1].strip(), after.strip()
+    if THINK_OPEN in text:
+        return text.split(THINK_OPEN, 1)[1].strip(), None
+    return None, text
+
+
+def parse_score_lenient(text: str) -> tuple[int | None, str | None]:
+    """The score of a judge's reply as WAGIBench's code reads it (``post_process_llm_outputs`` with
+    ``think`` then ``score``, and ``float``): the reasoning set apart; then the first value between
+    score tags (an unclosed or a stray tag too: the text before a lone ``</score>``, after a lone
+    ``<score>``), or the whole answer; a number that is 0, 1 or 2 (``2.0`` too). Problems:
+    ``unfinished_think`` (no answer after the reasoning), ``no_score_tag`` (no tag and not a
+    number), ``not_a_score`` (a tag without 0, 1 or 2). Their code, given a reply without think
+    tags, reads an empty answer; here the whole reply is the answer."""
+    _, answer = split_think(text)
+    if answer is None:
+        return None, "unfinished_think"
+    tagged = "<score>" in answer or "</score>" in answer
+    if m := _LOOSE_SCORE.search(answer):
+        value = m.group(1)
+    elif "</score>" in answer:
+        value = answer.split("</score>")[0]
+    elif "<score>" in answer:
+        value = answer.split("<score>")[-1]
+    else:
+        value = answer
+    value = value.replace("<score>", "").replace("</score>", "").strip()
+    try:
+        number = float(value)
+    except ValueError:
+        return None, "not_a_score" if tagged else "no_score_tag"
+    if number not in SCORES:
+        return None, "not_a_score"
+    return int(number), None
+
+
+def judgment(raw: str, lenient: bool = True) -> Judgment:
+    """A judge reply as a :class:`Judgment` (score, normalised score, followed, problem), read by
+    :func:`parse_score_lenient` (WAGIBench's reading) or, ``lenient=False``, :func:`parse_score`."""
+    score, problem = parse_score_lenient(raw) if lenient else parse_score(raw)
     return Judgment(score=score, normalised=None if score is None else SCORES[score],
                     followed=score is not None, problem=problem, raw=raw)
 
@@ -58,8 +106,12 @@ def parse_reformat(text: str) -> tuple[dict[str, Any] | None, str | None, str | 
     """(action, problem, detail) of a reformat reply: exactly one ``<answer>`` tag holding one
     JSON object (a code fence inside is allowed) that is a valid action of the 10 types.
     Problems: ``no_answer_tag``, ``several_answer_tags``, ``not_json``, ``not_an_object``,
-    ``unknown_type``, ``invalid_fields``."""
-    found = _ANSWER.findall(text)
+    ``unknown_type``, ``invalid_fields``; a reasoning block is set apart first
+    (:func:`split_think`; ``unfinished_think`` when it never closed)."""
+    _, answer = split_think(text)
+    if answer is None:
+        return None, "unfinished_think", None
+    found = _ANSWER.findall(answer)
     if not found:
         return None, "no_answer_tag", None
     if len(found) > 1:
@@ -85,13 +137,3 @@ def parse_reformat(text: str) -> tuple[dict[str, Any] | None, str | None, str | 
 
 def _refuse(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
-
-
-def signals(response: str, lists: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Per answer list, its terms found in ``response`` at word boundaries, case-insensitive
-    (the benchmark's ``\\b<token>\\b`` match): code signals recorded beside the verdict."""
-    from generators.scenarios.rules import word_match
-
-    short = {"current_answers": "current", "prior_answers": "prior", "clarify_indicators": "clarify",
-             "abstain_indicators": "abstain"}
-    return {short[k]: [t for t in lists.get(k, []) if t.strip() and word_match(t, response)] for k in short}

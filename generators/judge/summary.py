@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2.meta
 
-from gen.run import RunContext
-from generators.judge.panel import Panel
+from gen.panel import Panel
+from gen.runner import RunContext
 
 if TYPE_CHECKING:
-    from generators.judge import JudgeConfig
+    from gen.generators.judge import JudgeConfig
 
 
 def prompt_sha256(ctx: RunContext, name: str) -> str:

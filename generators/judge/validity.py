@@ -16,24 +16,24 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from gen.errors import InputError, LLMOutputError
+from gen.generators.judge.scores import judgment
+from gen.generators.judge.summary import finish, prompt_sha256
 from gen.mcq import load_banks
-from gen.run import Plan, RunContext
-from gen.stats import mean_interval, proportion
-from generators.judge.panel import (
+from gen.panel import (
     JudgeModel,
     Panel,
     build_panel,
     candidate_families,
     pairwise_agreement,
 )
-from generators.judge.scores import judgment
-from generators.judge.summary import finish, prompt_sha256
-from schemas import Reject
-from schemas.judge import Judgment, ValidityRecord
-from schemas.mcq import MCQ
+from gen.runner import Plan, RunContext
+from gen.schemas import Reject
+from gen.schemas.judge import Judgment, ValidityRecord
+from gen.schemas.mcq import MCQ
+from gen.stats import mean_interval, proportion
 
 if TYPE_CHECKING:
-    from generators.judge import JudgeConfig
+    from gen.generators.judge import JudgeConfig
 
 JUDGE_PROMPT_VERSION = "distractor-validity-1"
 """Bumped whenever ``judge/distractor_validity.jinja`` changes meaning."""
@@ -70,7 +70,7 @@ def judge_item(cfg: JudgeConfig, ctx: RunContext, panel: Panel, item: MCQ, sourc
         j, k = job
         messages = ctx.prompts.render(TEMPLATE, context=item.context, question=item.question, option=item.options[k])
         return judgment(j.llm.complete(messages, seed=ctx.seed(index, "option", k), max_tokens=cfg.judge_tokens,
-                                       temperature=cfg.judge_temperature))
+                                       temperature=cfg.judge_temperature), lenient=cfg.judge_parse == "lenient")
 
     try:
         results = ctx.map(one, jobs, workers=min(j.llm.concurrency for j in panel.judges))

@@ -4,10 +4,12 @@ Steps per prediction: (1) a structured prediction that is a valid action of the 
 used as it is; anything else (free text, or a dict that is not a valid action) is reformatted by
 an LLM into one, and a reformat that is not a valid action is its own outcome
 (``reformat_invalid``, with the problem); (2) every judge scores the action against the
-reference (``variant=reference``) and/or against the observation's contexts and the reference
-(``contexts_reference``) on 0 / 1 / 2; (3) the score is read strictly from one ``<score>`` tag
-(:func:`~generators.judge.scores.parse_score`): a reply without one is a judge that did not
-follow instructions, counted as such, never guessed.
+inputs of each ``variant`` (§4.3: the script's cues and the reference, ``cues_reference``, the
+paper's best and the default; the reference alone; cues or captions alone or with the reference;
+every context with it), shown as text, on 0 / 1 / 2; (3) the score is read as WAGIBench's code
+reads it (:func:`~generators.judge.scores.parse_score_lenient`: a ``<think>`` block set apart, then
+the score tag's number; ``judge_parse=strict`` wants exactly one tag): a reply without a score
+is a judge that did not follow instructions, counted as such, never guessed.
 
 Input rows (JSONL, or a JSON list): ``id``, ``prediction`` (an action dict or free text),
 ``reference`` (a structured goal), optional ``contexts`` (``cues``, ``captions``,
@@ -28,25 +30,32 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import ValidationError
 
 from gen.errors import InputError, LLMOutputError, MissingInputError
+from gen.generators.judge.scores import as_action, judgment, parse_reformat
+from gen.generators.judge.summary import finish, prompt_sha256
 from gen.mcq import as_text
-from gen.run import Plan, RunContext, iter_jsonl, read_json
-from gen.stats import mean_interval, proportion
-from generators.judge.panel import (
+from gen.panel import (
     JudgeModel,
     Panel,
     build_panel,
     candidate_families,
     pairwise_agreement,
 )
-from generators.judge.scores import as_action, judgment, parse_reformat
-from generators.judge.summary import finish, prompt_sha256
-from schemas import Reject
-from schemas.judge import Judgment, PredictionRow, Reformat, WagibenchJudgeRecord
+from gen.readers import iter_jsonl, read_json
+from gen.runner import Plan, RunContext
+from gen.schemas import Reject
+from gen.schemas.judge import (
+    VARIANT_CONTEXTS,
+    Judgment,
+    PredictionRow,
+    Reformat,
+    WagibenchJudgeRecord,
+)
+from gen.stats import mean_interval, proportion
 
 if TYPE_CHECKING:
-    from generators.judge import JudgeConfig
+    from gen.generators.judge import JudgeConfig
 
-JUDGE_PROMPT_VERSION = "wagibench-judge-1"
+JUDGE_PROMPT_VERSION = "wagibench-judge-2"
 """Bumped whenever ``judge/wagibench.jinja`` or ``judge/reformat.jinja`` changes meaning."""
 TEMPLATE = "judge/wagibench.jinja"
 REFORMAT = "judge/reformat.jinja"
@@ -64,11 +73,13 @@ def plan(cfg: JudgeConfig) -> Plan:
     rows = read_predictions(path, cfg.references, cfg.digital_state)
     if not rows:
         raise InputError(f"input: {path} holds no predictions")
-    if "contexts_reference" in cfg.variant:
+    for variant in cfg.variant:
+        kinds = VARIANT_CONTEXTS[variant]
         for where, row in rows:
-            if row.contexts is None or row.contexts.empty():
-                raise InputError(f"{where}: contexts: variant contexts_reference needs cues, captions or a "
-                                 "digital state for every row (variant=[reference] judges against the reference only)")
+            if kinds and not contexts_text(row, kinds):
+                need = " or ".join(k.replace("_", " ") for k in kinds)
+                raise InputError(f"{where}: contexts: variant {variant} needs {need} for every row "
+                                 "(variant=[reference] judges against the reference only)")
     return Plan(len(rows), rows)
 
 
@@ -193,6 +204,29 @@ def read_layouts(path: Path) -> dict[str, tuple[Any, Any, str | None]]:
     return out
 
 
+def layout_options(path: Path) -> dict[str, tuple[Any, Any]]:
+    """id -> (structured goal, mcq_set) of a WAGIBench MCQ layout file or folder (``judge meta``'s
+    baselines), by ``meta.item_id`` and by observation key."""
+    files = sorted(path.glob("wagibench_mcq_*.json")) if path.is_dir() else [path]
+    if not path.exists() or not files:
+        raise MissingInputError(f"references: no WAGIBench MCQ layout at {path}")
+    out: dict[str, tuple[Any, Any]] = {}
+    for file in files:
+        data = read_json(file)
+        if not isinstance(data, list):
+            raise InputError(f"{file}: expected a JSON list of WAGIBench MCQ rows, got a {type(data).__name__}")
+        for i, row in enumerate(data):
+            where = f"{file}:row {i + 1}"
+            if not isinstance(row, dict):
+                raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            x, meta, key = layout_key(row, where)
+            entry = (meta.get("structured_goal"), x.get("mcq_set"))
+            for k in (meta.get("item_id"), key):
+                if isinstance(k, str):
+                    out.setdefault(k, entry)
+    return out
+
+
 def read_digital_state(path: Path) -> dict[str, Any]:
     """observation key -> app states, from a ``digital_state.json`` (WAGIBench's layout)."""
     if not path.is_file():
@@ -207,6 +241,9 @@ def read_digital_state(path: Path) -> dict[str, Any]:
             raise InputError(f"{where}: expected an object, got {type(bundle).__name__}")
         x, _, key = layout_key(bundle, where)
         if key is not None and x.get("app_states") is not None:
+            if not isinstance(x["app_states"], dict):  # else a prediction row's error named the wrong file
+                raise InputError(f"{where}: x.app_states: expected an object of app states, "
+                                 f"got {type(x['app_states']).__name__}")
             out[key] = x["app_states"]
     return out
 
@@ -214,16 +251,53 @@ def read_digital_state(path: Path) -> dict[str, Any]:
 # --------------------------------------------------------------------------- one row
 
 
-def contexts_view(row: PredictionRow) -> dict[str, Any]:
-    """The contexts as the judge prompt shows them (cues and captions one per line)."""
+def cue_lines(cues: Any) -> list[str]:
+    """The cues as WAGIBench's judge shows them: each cue's description (a cue object's
+    ``description`` lines), one per line."""
+    out: list[str] = []
+    for c in [cues] if isinstance(cues, str | dict) else cues or []:
+        if isinstance(c, dict):
+            d = c.get("description", "")
+            out += [as_text(x) for x in d] if isinstance(d, list) else [as_text(d)]
+        else:
+            out.append(as_text(c))
+    return [x for x in out if x.strip()]
+
+
+def digital_text(state: Any) -> str:
+    """A digital state as WAGIBench's prompt shows it: per app, ``Current state of the user's <app>
+    app:`` and its state (a ``digital_state.json``'s ``app_states``); a text as it is."""
+    if isinstance(state, str):
+        return state
+    parts = [f"The current datetime is: {state['datetimings'].get('current_datetime')}"] \
+        if isinstance(state.get("datetimings"), dict) else []
+    for app, v in state.items():
+        if app == "datetimings" or app == "digital_key_only":
+            continue
+        body = v.get("state", v) if isinstance(v, dict) else v
+        parts.append(f"Current state of the user's {app} app:\n{json.dumps(body, ensure_ascii=False)}")
+    return "\n".join(parts)
+
+
+def contexts_text(row: PredictionRow, kinds: tuple[str, ...]) -> str | None:
+    """The contexts a variant shows (``kinds``: cues, captions, digital_state) as the judge prompt's
+    text, never a Python dict: cue descriptions and captions one per line, the digital state as the
+    benchmark renders it; several kinds under a heading each. None when the variant shows none."""
+    if not kinds:
+        return None
     c = row.contexts
-    assert c is not None
-
-    def lines(v: Any) -> list[str]:
-        return [] if not v else [as_text(v)] if isinstance(v, str) else [as_text(x) for x in v]
-
-    return {"cues": lines(c.cues), "captions": lines(c.captions),
-            "digital_state": as_text(c.digital_state) if c.digital_state else None}
+    parts: list[tuple[str, str]] = []
+    if c is not None:
+        if "cues" in kinds and (lines := cue_lines(c.cues)):
+            parts.append(("Cues", "\n".join(lines)))
+        if "captions" in kinds and c.captions:
+            caps = [c.captions] if isinstance(c.captions, str) else c.captions
+            parts.append(("What the video shows", "\n".join(as_text(x) for x in caps)))
+        if "digital_state" in kinds and c.digital_state:
+            parts.append(("The phone's state", digital_text(c.digital_state)))
+    if len(kinds) == 1:
+        return parts[0][1] if parts else ""
+    return "\n\n".join(f"{title}:\n{text}" for title, text in parts)
 
 
 def dumps(action: Any) -> str:
@@ -261,11 +335,10 @@ def judge_row(cfg: JudgeConfig, ctx: RunContext, panel: Panel, reformatter: Any,
 
     def one(job: tuple[str, JudgeModel]) -> Judgment:
         variant, j = job
-        messages = ctx.prompts.render(TEMPLATE, reference=dumps(reference.model_dump()),
-                                      prediction=dumps(action),
-                                      contexts=contexts_view(row) if variant == "contexts_reference" else None)
+        messages = ctx.prompts.render(TEMPLATE, reference=dumps(reference.model_dump()) if "reference" in variant else None,
+                                      prediction=dumps(action), contexts=contexts_text(row, VARIANT_CONTEXTS[variant]))
         return judgment(j.llm.complete(messages, seed=ctx.seed(index, "judge", variant), max_tokens=cfg.judge_tokens,
-                                       temperature=cfg.judge_temperature))
+                                       temperature=cfg.judge_temperature), lenient=cfg.judge_parse == "lenient")
 
     try:
         results = ctx.map(one, jobs, workers=min(j.llm.concurrency for j in panel.judges))

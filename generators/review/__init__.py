@@ -27,11 +27,9 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from gen.agreement import field_agreement
 from gen.errors import InputError, MissingInputError
-from gen.paths import inside
-from gen.run import CommonConfig, Plan, RunContext, atomic_write, generator
-from generators.review.agreement import field_agreement
-from generators.review.items import (
+from gen.generators.review.items import (
     ReviewItem,
     attach_findings,
     find_findings,
@@ -39,7 +37,8 @@ from generators.review.items import (
     read_findings,
     rubrics_for,
 )
-from generators.review.labels import (
+from gen.generators.review.results import Results, attach_results, find_results
+from gen.labels import (
     REVIEWS,
     SUMMARY_JSON,
     SUMMARY_MD,
@@ -47,8 +46,10 @@ from generators.review.labels import (
     latest,
     read_labels,
 )
-from generators.review.results import Results, attach_results, find_results
-from schemas.review import (
+from gen.paths import inside
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext, atomic_write
+from gen.schemas.review import (
     DECISIONS,
     REVIEWER,
     AgreementRecord,
@@ -141,7 +142,7 @@ def plan(cfg: ReviewConfig) -> Plan:
     return Plan(len(items), data)
 
 
-@generator(NAME, config=ReviewConfig, plan=plan)
+@generator(NAME, config=ReviewConfig, records=(ReviewStatusRecord, AgreementRecord), kind="review", plan=plan)
 def review(cfg: ReviewConfig, ctx: RunContext) -> Iterator[Any]:
     """Review items in a local web page (labels to reviews/<reviewer>.jsonl); summary: agreement."""
     data: ReviewPlan = ctx.plan.data
@@ -156,7 +157,7 @@ def review(cfg: ReviewConfig, ctx: RunContext) -> Iterator[Any]:
 def serve(cfg: ReviewConfig, data: ReviewPlan, ctx: RunContext) -> Iterator[ReviewStatusRecord]:
     import signal
 
-    from generators.review.server import Server, Session
+    from gen.generators.review.server import Server, Session
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started as a background job of a script:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C (SIGINT) must still stop it

@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from gen.errors import ConfigError, InputError, MissingInputError
+from gen.labels import REVIEWS
 from gen.paths import PROMPTS, UnsafePathError, inside
-from gen.run import iter_jsonl, read_yaml_model, validated
-from generators.review.labels import REVIEWS
-from schemas.audit import FindingRecord
-from schemas.judge import ValidityRecord
-from schemas.mcq import LETTERS, MCQ
-from schemas.nocontext import NocontextRecord
-from schemas.review import Rubric
+from gen.readers import iter_jsonl, read_yaml_model, validated
+from gen.schemas.audit import FindingRecord
+from gen.schemas.judge import ValidityRecord
+from gen.schemas.mcq import LETTERS, MCQ
+from gen.schemas.nocontext import NocontextRecord
+from gen.schemas.review import Rubric
 
 TEMPLATES = PROMPTS / "review"
 AUDIT_FILES = ("audit.jsonl", "audit/audit.jsonl")
@@ -74,7 +74,7 @@ def make_item(index: int, fmt: str, record: dict[str, Any], item_id: str, source
               question_type: str | None) -> ReviewItem:
     """A reviewed item from a record as ``bank add`` reads it (``fmt``: ``mcq_record``,
     ``egotom_csv``, ``digital_bundle`` or ``scenario_record``)."""
-    from generators.bank.identity import record_mcq
+    from gen.banks.identity import record_mcq
 
     if fmt == "digital_bundle":
         return ReviewItem(index, item_id, source_item_id, "digital", question_type, bundle=record)
@@ -88,8 +88,8 @@ def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewIte
     """The items of a run folder and the files they came from, read as ``bank add`` reads a
     batch (:func:`generators.bank.batch.load_batch`), so an item's id here is its id in a bank; or
     the items of a bank's version (:func:`load_bank_items`)."""
-    from generators.bank.batch import batch_files, load_batch
-    from generators.bank.store import LOCK, VERSIONS
+    from gen.banks.batch import batch_files, load_batch
+    from gen.banks.store import LOCK, VERSIONS
 
     if not folder.is_dir():
         raise ConfigError(f"input: {folder} is not a folder; review reads a run folder or a bank (labels go to its reviews/)")
@@ -114,7 +114,7 @@ def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewIte
 
 def is_bank(folder: Path) -> bool:
     """Whether ``folder`` is a bank (``bank add`` made it: a ``current`` pointer or ``versions/``)."""
-    from generators.bank.store import CURRENT, VERSIONS
+    from gen.banks.store import CURRENT, VERSIONS
 
     return (folder / CURRENT).is_symlink() or (folder / CURRENT).exists() or (folder / VERSIONS).is_dir()
 
@@ -125,9 +125,9 @@ def load_bank_items(root: Path, version: int | None) -> tuple[list[ReviewItem], 
     version's lock first). The bank is verified first, as ``bank export`` does: labels are given
     to content ids, and a bank that does not verify may hold rows whose id is not their content's
     (:class:`~generators.bank.verify.DriftError`, exit code 1, naming the first problem's file)."""
-    from generators.bank.identity import KINDS
-    from generators.bank.store import LOCK, label, read_kind, read_pointer, version_dir
-    from generators.bank.verify import DriftError, verify_bank
+    from gen.banks.identity import KINDS
+    from gen.banks.store import LOCK, label, read_kind, read_pointer, version_dir
+    from gen.banks.verify import DriftError, verify_bank
 
     current = read_pointer(root)
     if current is None:
@@ -169,7 +169,7 @@ def find_findings(folder: Path, given: str | None, version: int | None = None) -
             raise InputError(f"findings: {path} not found (an audit run folder or its audit.jsonl)")
         return [path]
     if is_bank(folder):
-        from generators.bank.store import read_pointer, version_dir
+        from gen.banks.store import read_pointer, version_dir
 
         target = version or read_pointer(folder) or 0
         return [p for v in range(1, target + 1) if (p := version_dir(folder, v) / "audit" / "audit.jsonl").is_file()]
@@ -252,7 +252,7 @@ def render(item: ReviewItem) -> str:
     if _ENV is None:
         _ENV = _environment()
     view = {"mcq": mcq_view, "digital": digital_view, "scenario": scenario_view}[item.kind](item)
-    from generators.review.results import blind_view, validity_view
+    from gen.generators.review.results import blind_view, validity_view
 
     findings = [{"severity": f.severity, "check": f.check, "what": f.what, "fields": ", ".join(f.fields)}
                 for f in item.findings]
@@ -381,7 +381,7 @@ def digital_view(item: ReviewItem) -> dict[str, Any]:
 def scenario_view(item: ReviewItem) -> dict[str, Any]:
     """A scenario as the candidate gets it (the runner's injection: a ``[Camera: …]`` block, then
     the user's words; the context image alone before turn 1), and the judge's side apart."""
-    from schemas.scenarios import GOLD_FIELDS
+    from gen.schemas.scenarios import GOLD_FIELDS
 
     s = item.scenario
     assert s is not None

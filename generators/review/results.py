@@ -18,12 +18,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from gen.errors import InputError, MissingInputError
+from gen.generators.review.items import ReviewItem, by_name
 from gen.paths import UnsafePathError, inside
-from gen.run import iter_jsonl, validated
-from generators.review.items import ReviewItem, by_name
-from schemas.judge import ValidityRecord
-from schemas.mcq import LETTERS
-from schemas.nocontext import NocontextRecord
+from gen.readers import iter_jsonl, validated
+from gen.runfolder import RunFolder
+from gen.schemas.judge import ValidityRecord
+from gen.schemas.mcq import LETTERS
+from gen.schemas.nocontext import NocontextRecord
 
 NOCONTEXT_FILE = "nocontext.jsonl"
 JUDGE_FILE = "judge.jsonl"
@@ -114,12 +115,10 @@ def check_validity(r: ValidityRecord) -> str | None:
 
 def judge_kind(path: Path) -> tuple[str | None, str | None] | None:
     """``(kind, primary judge)`` from the manifest beside a judge.jsonl; None without a manifest."""
-    from generators.audit.data import read_manifest
-
-    folder = path.parent
-    if not (folder / "manifest.json").is_file():
+    run = RunFolder.find(path)
+    if run is None:
         return None
-    info = read_manifest(folder).get("judge")
+    info = run.manifest.extras.get("judge")
     if not isinstance(info, dict):
         return (None, None)
     kind, primary = info.get("kind"), info.get("judge_label")

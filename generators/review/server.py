@@ -27,10 +27,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gen.run import first_error
-from generators.review.items import TEMPLATES, ReviewItem, render
-from generators.review.labels import append_label, latest, read_labels
-from schemas.review import DECISIONS, ReviewLabel, Rubric
+from gen.generators.review.items import TEMPLATES, ReviewItem, render
+from gen.labels import append_label, latest, read_labels
+from gen.readers import first_error
+from gen.schemas.review import DECISIONS, ReviewLabel, Rubric
 
 HOST = "127.0.0.1"
 TOKEN_HEADER = "X-Review-Token"
@@ -171,11 +171,11 @@ def make_app(session: Session) -> Any:
             return refused("missing or wrong token")
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             return refused("expected Content-Type: application/json", 415)
-        raw = await request.body()
-        if len(raw) > MAX_BODY:
+        raw = await bounded_body(request, MAX_BODY)
+        if raw is None:
             return refused("request too large", 413)
         from gen.errors import InputError
-        from gen.run import parse_json
+        from gen.readers import parse_json
 
         try:
             new = session.check_label(parse_json(raw.decode("utf-8", errors="replace"), "request"))
@@ -193,6 +193,22 @@ def make_app(session: Session) -> Any:
     ]
     return Starlette(routes=routes, middleware=[
         Middleware(TrustedHostMiddleware, allowed_hosts=[HOST, "localhost"])])
+
+
+async def bounded_body(request: Any, limit: int) -> bytes | None:
+    """A request's body, or None when it is larger than ``limit`` bytes: a ``Content-Length`` over
+    the limit is refused before a byte is read, and a streamed (chunked) body is read only up to
+    the limit, so a 200 MB request costs at most ``limit`` bytes of memory."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.strip().isdigit() or int(declared) > limit):
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _static_bytes(name: str) -> bytes:

@@ -48,24 +48,28 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from gen.errors import ConfigError, GenError, InputError
-from gen.llm import LLMConfig, sha256_file
-from gen.run import CommonConfig, Plan, RunContext, atomic_write, generator, iter_jsonl
-from generators.scenarios.lock import (
+from gen.config import ModelChoice
+from gen.contextbench import (
     CHECKS_FILE,
+    JUDGE_TEMPLATE,
     LOCK,
-    LOCK_KEYS,
     PROMPT_CONDITIONS,
-    make_lock,
-    read_lock,
-    verify,
+    read_rows,
+    scenario_file,
 )
-from generators.scenarios.rules import NAME, RULES
-from generators.scenarios.skeleton import DEFAULT_SIZE, build_units, check_distribution
-from generators.scenarios.stages import BankView, Outcome, Writer, draft_unit, resolve
-from schemas.scenarios import ScenarioRecord, Target
+from gen.contextbench.rules import RULES
+from gen.errors import ConfigError, InputError
+from gen.generators.scenarios.lock import LOCK_KEYS, make_lock, read_lock, verify
+from gen.generators.scenarios.skeleton import DEFAULT_SIZE, NAME, build_units, check_distribution
+from gen.generators.scenarios.stages import BankView, Outcome, Writer, draft_unit, resolve
+from gen.llm import sha256_file
+from gen.paths import input_file
+from gen.readers import read_json
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext, atomic_write
+from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord, Target
 
 # --------------------------------------------------------------------------- config
 
@@ -89,7 +93,7 @@ class ScenariosConfig(CommonConfig):
     """Generations per stage (fresh seed) when its output breaks a rule."""
     model_checks: Literal["reject", "record", "off"] = "reject"
     """Identification and semantic-leak checks: reject (regenerate, then reject), record only, or off."""
-    models: list[LLMConfig] = Field(default_factory=list)
+    models: list[ModelChoice] = Field(default_factory=list)
     """Models of the model checks: llm presets ([smollm2]) or dicts ([{backend: openai, model: x}]); [] = llm=."""
     labels: list[str] = Field(default_factory=list)
     """Model names in scenario_checks.jsonl, one per model ([] = GGUF stem or served model name)."""
@@ -113,12 +117,6 @@ class ScenariosConfig(CommonConfig):
     prompt_conditions: str | None = None
     """The benchmark's prompt_conditions.json: copied into the run folder and hashed into the lock (null: none)."""
 
-    @field_validator("models", mode="before")
-    @classmethod
-    def _named_models(cls, value: Any) -> Any:
-        from gen.config import llm_preset
-
-        return [llm_preset(v) if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _check(self) -> ScenariosConfig:
@@ -155,39 +153,16 @@ class ScenariosConfig(CommonConfig):
 # --------------------------------------------------------------------------- input
 
 
-def read_scenarios(path: Path) -> list[dict[str, Any]]:
-    """Scenarios of a ``scenarios.jsonl`` or a run folder holding one; a row that is not a
-    scenario object is an InputError naming file and line."""
-    file = path / f"{NAME}.jsonl" if path.is_dir() else path
-    if not file.is_file():
-        raise InputError(f"{path}: no {NAME}.jsonl there (expected a scenarios run folder or file)")
-    rows = []
-    for lineno, row in iter_jsonl(file):
-        if not isinstance(row, dict) or not isinstance(row.get("scenario_id"), str):
-            raise InputError(f"{file}:{lineno}: scenario_id: a scenario object with a string scenario_id is required")
-        rows.append(row)
-    return rows
-
-
-SCENARIO_KEYS = ("scenario_id", "change_type", "target_context", "turn_2_user")
-"""The fields by which a JSONL file is known as a scenario bank in the released schema (no
-roles file needed): ``audit`` and ``bank add`` read such a file as scenarios."""
-
-
-def is_scenario_bank(path: Path) -> bool:
-    """Whether ``path`` is a scenarios run folder (it holds ``scenarios.jsonl``) or a JSONL file
-    whose first record carries :data:`SCENARIO_KEYS`. A file whose first line does not parse is
-    not one: its usual reader names the fault."""
-    if path.is_dir():
-        return (path / f"{NAME}.jsonl").is_file()
-    if path.suffix != ".jsonl" or not path.is_file():
-        return False
-    try:
-        for _, row in iter_jsonl(path):
-            return isinstance(row, dict) and all(k in row for k in SCENARIO_KEYS)
-    except GenError:
-        return False
-    return False
+def conditions_file(cfg: ScenariosConfig) -> Path | None:
+    """``prompt_conditions=``, checked to be a JSON file (read as every input: a file that is not
+    UTF-8, not JSON, a device or a FIFO is one line naming it)."""
+    if cfg.prompt_conditions is None:
+        return None
+    src = Path(cfg.prompt_conditions).expanduser()
+    if not src.exists():
+        raise InputError(f"prompt_conditions: no such file: {src}")
+    read_json(input_file(src, "prompt_conditions"))
+    return src
 
 
 def plan(cfg: ScenariosConfig) -> Plan:
@@ -199,12 +174,13 @@ def plan(cfg: ScenariosConfig) -> Plan:
         if not folder.is_dir():
             raise InputError(f"input: {folder} is not a scenarios run folder")
         return Plan(len(LOCK_KEYS), (folder, read_lock(folder)))
+    conditions_file(cfg)  # a bad prompt_conditions= fails here, before any run folder exists
     existing: list[dict[str, Any]] = []
     if cfg.existing is not None:
         path = Path(cfg.existing).expanduser()
         if not path.exists():
             raise InputError(f"existing: no such file or folder: {path}")
-        existing = read_scenarios(path)
+        existing = read_rows(path)
     units = build_units(cfg, existing)
     taken = {s["scenario_id"] for s in existing}
     clash = [sk.scenario_id for u in units for sk in u if sk.scenario_id in taken]
@@ -267,7 +243,7 @@ def write_jsonl(path: Path, rows: Sequence[BaseModel]) -> str:
     return sha256_file(path)
 
 
-@generator(NAME, config=ScenariosConfig, plan=plan)
+@generator(NAME, config=ScenariosConfig, records=(ScenarioRecord, LockCheckRecord), kind="scenario", plan=plan)
 def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
     """Context-tracking scenarios in the benchmark's released format, checked rule by rule (or verify a run's lock)."""
     if cfg.action == "verify":
@@ -277,16 +253,10 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
     contrast = cfg.subset == "contrast"
     if cfg.existing is not None:
         path = Path(cfg.existing).expanduser()
-        ctx.record_input(path / f"{NAME}.jsonl" if path.is_dir() else path)
+        ctx.record_input(scenario_file(path))
     conditions_sha = None
-    if cfg.prompt_conditions is not None:
-        src = Path(cfg.prompt_conditions).expanduser()
-        if not src.is_file():
-            raise InputError(f"prompt_conditions: no such file: {src}")
-        try:
-            json.loads(src.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise InputError(f"{src}:{e.lineno}: not valid JSON ({e.msg})") from None
+    src = conditions_file(cfg)
+    if src is not None:
         ctx.record_input(src)
         shutil.copyfile(src, ctx.out_dir / PROMPT_CONDITIONS)
         conditions_sha = sha256_file(ctx.out_dir / PROMPT_CONDITIONS)
@@ -303,7 +273,6 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
             yield out.items if contrast else out.items[0]
     accepted = [it for o in outcomes for it in o.items if isinstance(it, ScenarioRecord)]
     checks_sha = write_jsonl(ctx.out_dir / CHECKS_FILE, [c for o in outcomes for c in o.checks])
-    from generators.judge.context import TEMPLATE as JUDGE_TEMPLATE
 
     ctx.prompts.hash(JUDGE_TEMPLATE)  # the lock names the judge prompt; the manifest lists it too
     lock = make_lock(cfg, accepted, checks_sha, conditions_sha)

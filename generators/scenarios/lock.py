@@ -4,30 +4,31 @@ revision, the judge prompt) and ``verify``, which recomputes it against the file
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 import gen
+from gen.contextbench import (
+    CHECKS_FILE,
+    JUDGE_PROMPT_VERSION,
+    JUDGE_TEMPLATE,
+    LOCK,
+    PROMPT_CONDITIONS,
+    SCHEMA_REVISION,
+)
 from gen.errors import InputError
+from gen.generators.scenarios.skeleton import NAME
 from gen.llm import sha256_file
 from gen.paths import PROMPTS
-from gen.run import RunContext
-from generators.scenarios.rules import NAME
-from schemas import Reject
-from schemas.scenarios import ScenarioRecord
+from gen.readers import read_json
+from gen.runner import RunContext
+from gen.schemas import Reject
+from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord
 
 if TYPE_CHECKING:
-    from generators.scenarios import ScenariosConfig
+    from gen.generators.scenarios import ScenariosConfig
 
-SCHEMA_REVISION = 1
-"""The released scenario format's ``SCHEMA_REVISION`` (the one gen writes)."""
-LOCK = "MANIFEST.lock.json"
-CHECKS_FILE = "scenario_checks.jsonl"
-PROMPT_CONDITIONS = "prompt_conditions.json"
 
 # --------------------------------------------------------------------------- lock and verify
 
@@ -40,9 +41,7 @@ and that entry is not checked)."""
 def judge_prompt() -> tuple[str, str]:
     """(version, SHA-256) of the context-tracking judge's prompt (``gen judge kind=context``), as the
     benchmark's lock records them: a bank is judged comparably only under the same judge prompt."""
-    from generators.judge.context import JUDGE_PROMPT_VERSION, TEMPLATE
-
-    return JUDGE_PROMPT_VERSION, sha256_file(PROMPTS / TEMPLATE)
+    return JUDGE_PROMPT_VERSION, sha256_file(PROMPTS / JUDGE_TEMPLATE)
 
 
 def scenarios_bytes(records: Sequence[ScenarioRecord]) -> bytes:
@@ -71,10 +70,7 @@ def read_lock(folder: Path) -> dict[str, Any]:
     path = folder / LOCK
     if not path.is_file():
         raise InputError(f"input: {folder} holds no {LOCK} (not a scenarios run folder)")
-    try:
-        lock = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+    lock = read_json(path)  # not UTF-8, not JSON, NaN, a FIFO: one line naming the file
     if not isinstance(lock, dict):
         raise InputError(f"{path}:1: expected a JSON object")
     return lock
@@ -92,14 +88,6 @@ def lock_check(folder: Path, lock: dict[str, Any], k: str) -> tuple[Any, Any]:
     if lock.get(k) is None and k == "prompt_conditions_sha256" and not path.exists():
         return None, None
     return lock.get(k), sha256_file(path) if path.is_file() else f"missing {name}"
-
-
-class LockCheckRecord(BaseModel):
-    """One lock entry that matches (a line of ``verify.jsonl``)."""
-
-    key: str
-    value: Any
-    status: Literal["ok"] = "ok"
 
 
 def verify(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[LockCheckRecord | Reject]:

@@ -10,12 +10,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gen.contextbench.rules import deictic_allowed, field_key, signature
 from gen.errors import ConfigError
-from generators.scenarios.rules import NAME, deictic_allowed, signature
-from schemas.scenarios import CHANGE_TYPES, DIFFICULTIES, TARGETS
+from gen.schemas.scenarios import CHANGE_TYPES, DIFFICULTIES, TARGETS
+
+NAME = "scenarios"
+"""The generator's name (its records are ``scenarios.jsonl``)."""
 
 if TYPE_CHECKING:
-    from generators.scenarios import ScenariosConfig
+    from gen.generators.scenarios import ScenariosConfig
 
 # --------------------------------------------------------------------------- the skeleton's tables
 
@@ -210,7 +213,7 @@ def build_units(cfg: ScenariosConfig, existing: Sequence[dict[str, Any]] = ()) -
     sigs: Counter[tuple[Any, ...]] = Counter(signature(s) for s in existing)
     # existing rows are data: a missing field counts under None and matches no cell
     per_domain: Counter[tuple[str | None, str | None]] = Counter(
-        (s.get("change_type"), s.get("activity_domain")) for s in existing)
+        (field_key(s, "change_type"), field_key(s, "activity_domain")) for s in existing)
     contrast = cfg.subset == "contrast"
     units: list[list[Skeleton]] = []
     number = cfg.id_start

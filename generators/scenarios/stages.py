@@ -17,11 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from gen.errors import LLMOutputError
-from gen.gates import Gates
-from gen.paths import PROMPTS
-from gen.run import RunContext
-from generators.scenarios.rules import (
+from gen.contextbench.rules import (
     VOCABULARY,
     Problem,
     bank_problems,
@@ -40,9 +36,13 @@ from generators.scenarios.rules import (
     text_problem,
     word_match,
 )
-from generators.scenarios.skeleton import Skeleton, complexity_of
-from schemas import Reject
-from schemas.scenarios import (
+from gen.errors import LLMOutputError
+from gen.gates import Gates
+from gen.generators.scenarios.skeleton import Skeleton, complexity_of
+from gen.paths import PROMPTS
+from gen.runner import RunContext
+from gen.schemas import Reject
+from gen.schemas.scenarios import (
     GOLD_FIELDS,
     RECORD_FIELDS,
     AbstainSituationsDraft,
@@ -61,7 +61,7 @@ from schemas.scenarios import (
 )
 
 if TYPE_CHECKING:
-    from generators.scenarios import ScenariosConfig
+    from gen.generators.scenarios import ScenariosConfig
 
 EXAMPLES = "scenarios/examples.json"
 
@@ -274,7 +274,7 @@ class Writer:
         """The model-check models with their labels (loaded on first use)."""
         with self._lock:
             if self._panel is None:
-                from generators.nocontext import model_label, unique_labels
+                from gen.llm.labels import model_label, unique_labels
 
                 configs = self.cfg.models or [self.cfg.llm]
                 labels = self.cfg.labels or unique_labels([model_label(c) for c in configs])

@@ -31,16 +31,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gen.gates import Language
-from gen.mcq import (
-    EGOTOM_CHOICES,
-    EGOTOM_QUESTION,
-    EGOTOM_TYPES,
-    egotom_columns,
-    write_egotom_csv,
-)
-from gen.run import CommonConfig, Plan, RunContext, generator
-from gen.timelines import Clip, fmt_line, fmt_time, input_files, parse_time, read_timelines
-from generators.tom.stages import (
+from gen.generators.tom.stages import (
     StageFailure,
     Truth,
     analysis,
@@ -53,8 +44,18 @@ from generators.tom.stages import (
     similarity_problem,
     simplify,
 )
-from schemas import Reject
-from schemas.tom import QuestionType, TomQuestion
+from gen.mcq import (
+    EGOTOM_CHOICES,
+    EGOTOM_QUESTION,
+    EGOTOM_TYPES,
+    egotom_columns,
+    write_egotom_csv,
+)
+from gen.registry import generator
+from gen.runner import CommonConfig, Plan, RunContext
+from gen.schemas import Reject
+from gen.schemas.tom import QuestionType, TomQuestion
+from gen.timelines import Clip, fmt_line, fmt_time, input_files, parse_time, read_timelines
 
 DEFAULT_KEYWORDS = ["demonstrate", "demonstration", "tutorial", "class", "train for", "compete",
                     "competition", "technique"]
@@ -457,7 +458,7 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
     }
 
 
-@generator("tom", config=TomConfig, merge=merge_shards, plan=plan)
+@generator("tom", config=TomConfig, records=TomQuestion, kind="mcq", merge=merge_shards, plan=plan)
 def tom(cfg: TomConfig, ctx: RunContext) -> Iterator[list[TomQuestion | Reject]]:
     """EgoToM causal goal/belief/action questions with counterfactual wrong answers (input=narrations)."""
     clips: list[Clip] = ctx.plan.data

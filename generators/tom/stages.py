@@ -17,20 +17,8 @@ from pydantic import BaseModel
 from gen.errors import LLMOutputError
 from gen.gates import Gates, Kind, count_key, key
 from gen.mcq import EGOTOM_CHOICES
-from gen.run import RunContext
-from gen.timelines import Clip, fmt_time
-from generators.tom.forms import (
-    action_count,
-    actions_problem,
-    join_actions,
-    norm_belief,
-    norm_goal,
-    norm_phrase,
-    norm_sentence,
-    stage_gates,
-    text_problem,
-)
-from schemas.tom import (
+from gen.runner import RunContext
+from gen.schemas.tom import (
     BELIEF_CHARS,
     GOAL_CHARS,
     SENTENCE_CHARS,
@@ -40,9 +28,21 @@ from schemas.tom import (
     WrongGoalsDraft,
     analysis_draft,
 )
+from gen.statements import (
+    action_count,
+    actions_problem,
+    example_strings,
+    join_actions,
+    norm_belief,
+    norm_goal,
+    norm_phrase,
+    norm_sentence,
+    text_problem,
+)
+from gen.timelines import Clip, fmt_time
 
 if TYPE_CHECKING:
-    from generators.tom import TomConfig
+    from gen.generators.tom import TomConfig
 
 # --------------------------------------------------------------------------- stages 2-5
 
@@ -111,6 +111,17 @@ class Pool:
 
     def detail(self) -> str:
         return f"{len(self.items)} usable of {self.need}; turned away: {'; '.join(self.rejected[-4:]) or 'none'}"
+
+
+def stage_gates(cfg: TomConfig, messages: list[dict[str, str]], schema: type[BaseModel],
+                keep_out: list[str]) -> Gates:
+    """The shared gates of one stage's prompt. Outputs may copy what the prompt gives them to
+    work from (``keep_out``: the clip's narrations and summary, the true statements, the
+    sentences to shorten), but no other six words of the prompt (its instructions, the one-shot
+    conversation) and no one-shot answer."""
+    prompt = "\n".join(m["content"] for m in messages if m["role"] != "assistant")
+    return Gates(messages, schema, language=cfg.language, prompt_text=prompt, keep_out=keep_out,
+                 examples=example_strings(messages))
 
 
 def run_stage(ctx: RunContext, cfg: TomConfig, index: int, stage: str, messages: list[dict[str, str]],

@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-import generators  # noqa: F401
 from gen.embed import Embedder, EmbedderConfig
-from gen.run import RunContext, run
-from generators.audit import AuditConfig
+from gen.generators.audit import AuditConfig
+from gen.runner import RunContext, run
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())

@@ -12,8 +12,8 @@ import pytest
 
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
-from schemas.candidates import CandidateRecord
-from schemas.rerank import RerankRecord
+from gen.schemas.candidates import CandidateRecord
+from gen.schemas.rerank import RerankRecord
 
 EGOTOM = Path(__file__).resolve().parents[3] / "shared" / "data" / "egotom_paper"
 # The tom fixtures repeat their narrations (a positive's text must occur once in its clip): the

@@ -17,9 +17,9 @@ import pytest
 from conftest import read_jsonl
 from digital_checks import ORDER, check_bundle, check_cue
 
-from gen.run import derive_id
-from generators.digital.export import wagibench_record
-from schemas import Reject
+from gen.runner import derive_id
+from gen.schemas import Reject
+from gen.wagibench import wagibench_record
 
 pytestmark = pytest.mark.integration
 

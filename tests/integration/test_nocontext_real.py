@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gen.mcq import load_banks
-from schemas.mcq import LETTERS
+from gen.schemas.mcq import LETTERS
 
 pytestmark = pytest.mark.integration
 EGOTOM = Path("/work/shared/data/egotom_paper")

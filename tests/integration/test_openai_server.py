@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas.personas import PersonaRecord
+from gen.schemas.personas import PersonaRecord
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from gen.gates import GATES, Gates
-from generators.personas import bio_problems, sample_facts
-from schemas import Reject
-from schemas.personas import PersonaRecord
+from gen.generators.personas import bio_problems, sample_facts
+from gen.schemas import Reject
+from gen.schemas.personas import PersonaRecord
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from conftest import check_run_folder, context_bench_failures, context_bench_validator, read_jsonl
 
-from generators.scenarios.rules import RULES, rule_problems
-from schemas.scenarios import RECORD_FIELDS, ScenarioRecord
+from gen.contextbench.rules import RULES, rule_problems
+from gen.schemas.scenarios import RECORD_FIELDS, ScenarioRecord
 
 # One generation per stage and one try inside it keep this to a few minutes on a loaded 2-core
 # machine; the model checks run (and reject) as by default.

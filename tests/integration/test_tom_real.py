@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from gen.mcq import EGOTOM_QUESTION, egotom_columns, load_banks
-from schemas.tom import TomQuestion
+from gen.schemas.tom import TomQuestion
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tom" / "narration.json"
 EGOTOM = Path(__file__).resolve().parents[3] / "shared" / "data" / "egotom_paper"

@@ -25,13 +25,12 @@ import pytest
 from audit_runs import FIX, PLANTED, expected, run_audit, triples, write_jsonl
 from conftest import CONTEXT_BENCH
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError, MissingInputError
+from gen.generators.audit import AuditConfig, plan
+from gen.generators.audit.data import AuditData
+from gen.generators.audit.registry import REGISTRY, check_keys
 from gen.mcq import Roles, load_roles_bank, read_roles
-from generators.audit import AuditConfig, plan
-from generators.audit.data import AuditData
-from generators.audit.registry import REGISTRY, check_keys
-from schemas.audit import FindingRecord
+from gen.schemas.audit import FindingRecord
 
 CHECKS = check_keys()
 
@@ -90,17 +89,17 @@ EXAMPLES_JSONL = CONTEXT_BENCH / "examples.jsonl"
 
 
 def scenario_expectation(rows: list[dict[str, Any]]) -> Counter:
-    """(rule, scenario id or None) -> count, from generators.scenarios.rules' functions themselves:
+    """(rule, scenario id or None) -> count, from gen.generators.scenarios.rules' functions themselves:
     what the scenarios check must report, whatever the examples hold."""
     from pydantic import ValidationError
 
-    from generators.scenarios.rules import (
+    from gen.contextbench.rules import (
         bank_problems,
         presence_problems,
         rule_problems,
         schema_problems,
     )
-    from schemas.scenarios import ScenarioRecord
+    from gen.schemas.scenarios import ScenarioRecord
 
     want: Counter = Counter()
     valid = []
@@ -177,7 +176,7 @@ def test_a_planted_scenario_violation_is_found(tmp_path: Path) -> None:
 def test_scenario_records_without_the_released_fields_still_need_roles(tmp_path: Path) -> None:
     """A JSONL of other scenario records (the roles fixture's) is not taken for the released
     schema: without roles= it is read as before, with it through the roles file."""
-    from generators.scenarios import is_scenario_bank
+    from gen.contextbench import is_scenario_bank
 
     assert not is_scenario_bank(FIX / "scenarios.jsonl")
     bad = tmp_path / "scenarios.jsonl"
@@ -336,7 +335,7 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
     assert built == committed
     for rel in built:
         if rel.startswith("digital"):
-            continue  # personas come from Faker and bundles from generators.digital: may move with them
+            continue  # personas come from Faker and bundles from gen.generators.digital: may move with them
         assert (tmp_path / rel).read_bytes() == (FIX / rel).read_bytes(), rel
 
 
@@ -344,11 +343,11 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
 
 
 def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None:
-    assert [c.order for c in REGISTRY.values()] == list(range(1, 17))
+    assert [c.order for c in REGISTRY.values()] == list(range(1, 18))
     assert AuditConfig(input="x").checks == CHECKS == ["structure", "leakage", "position", "length",
                                                        "similar_options", "duplicates", "shortcut", "blind",
                                                        "digital", "history", "judge", "chronology", "text", "review",
-                                                       "integrity", "scenarios"]
+                                                       "integrity", "scenarios", "context_states"]
     help_text = AuditConfig.model_fields["checks"].description
     for c in REGISTRY.values():
         assert f"{c.key}: {c.finds}" in help_text
@@ -396,10 +395,10 @@ def test_checks_read_only_the_options_they_declare(tmp_path: Path, monkeypatch: 
 
 PROBE_CHECK = """\"\"\"A check added as one file.\"\"\"
 
-from generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.registry import CheckResult, check, finding
 
 
-@check("probe", order=17, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
+@check("probe", order=18, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
 def probe(data, cfg):
     \"\"\"Counts the items, to show that a new check is one new file.\"\"\"
     res = CheckResult("probe", stats={"items": len(data.items)})
@@ -409,21 +408,22 @@ def probe(data, cfg):
 
 
 def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir: Path) -> None:
-    root = Path(generators.__file__).resolve().parent.parent
-    for d in ("gen", "generators", "schemas", "conf", "prompts"):
-        shutil.copytree(root / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    root = Path(__file__).resolve().parents[2]
+    for d in ("gen", "generators", "schemas", "conf", "prompts", "examples", "personas"):
+        # gen/ links to the card's folders beside it: copied as links, they point at the copies
+        shutil.copytree(root / d, tmp_path / d, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "generators" / "audit" / "checks" / "probe.py").write_text(PROBE_CHECK)
     run_gen = runner_for(tmp_path, cache_dir)
     shown = run_gen("audit", "--help")
-    assert "probe: nothing, it counts items" in shown.stdout and '"integrity","scenarios","probe"]' in shown.stdout, shown.stdout
+    assert "probe: nothing, it counts items" in shown.stdout and '"integrity","scenarios","context_states","probe"]' in shown.stdout, shown.stdout
     p = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "embeddings=false", "checks=[structure,probe]",
                 f"hydra.run.dir={tmp_path / 'out'}")
     assert p.returncode == 0, p.stderr
     report = json.loads((tmp_path / "out" / "audit.json").read_text())
-    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (17, "probe", {"items": 80})
-    assert report["findings"][0]["check_id"] == 17
+    assert [(c["id"], c["key"], c["stats"]) for c in report["checks"]][1] == (18, "probe", {"items": 80})
+    assert report["findings"][0]["check_id"] == 18
     md = (tmp_path / "out" / "audit.md").read_text()
-    assert "## 17. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
+    assert "## 18. Probe: items counted\n\nCounts the items" in md and "| alpha | 0.01 |" in md
     bad = run_gen("audit", f"input={FIX / 'clean.jsonl'}", "checks=[probe,nope]")
     assert bad.returncode == 2 and "nope" in bad.stderr and "'probe'" in bad.stderr
 
@@ -609,7 +609,7 @@ def test_a_manifest_that_is_not_one_is_an_input_error(tmp_path: Path, content: b
 
 def test_a_manifest_with_a_byte_order_mark_reads(tmp_path: Path) -> None:
     """It was refused ("Unexpected UTF-8 BOM"), unlike every other input."""
-    from generators.audit.data import read_manifest
+    from gen.generators.audit.data import read_manifest
 
     folder = tmp_path / "run"
     folder.mkdir()

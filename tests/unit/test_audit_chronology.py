@@ -10,12 +10,11 @@ from pathlib import Path
 
 from conftest import read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
-from gen.run import RunContext, run
-from generators.audit import AuditConfig
-from generators.audit.checks.chronology import chronology, kendall, option_times
-from generators.audit.data import AuditData
-from schemas.mcq import MCQ
+from gen.generators.audit import AuditConfig
+from gen.generators.audit.checks.chronology import chronology, kendall, option_times
+from gen.generators.audit.data import AuditData
+from gen.runner import RunContext, run
+from gen.schemas.mcq import MCQ
 
 
 def item(i: int, times: list[float | None], answer: int, qtype: str = "memory_recall") -> MCQ:

@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 from audit_scale_bank import audit_both
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError
+from gen.generators.audit.checks.duplicates import knn
+from gen.generators.audit.items import Items
+from gen.generators.audit.text import visible_fields
 from gen.mcq import iter_mcq_jsonl, read_mcq_jsonl
-from gen.run import iter_jsonl
-from generators.audit.checks.duplicates import knn
-from generators.audit.items import Items
-from generators.audit.text import visible_fields
+from gen.readers import iter_jsonl
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "audit_scale" / "golden.json"
 

@@ -17,18 +17,17 @@ import numpy as np
 import pytest
 from audit_runs import FIX, expected, run_audit, triples, write_jsonl
 
-import generators  # noqa: F401  (fills the registry)
-from gen.run import run
-from generators.audit import AuditConfig
-from generators.audit.checks.duplicates import knn
-from generators.audit.checks.leakage import leakage as check_leakage
-from generators.audit.checks.length import length as check_length
-from generators.audit.checks.position import position as check_position
-from generators.audit.checks.shortcut import central_credit, shortcut, shortcut_cv
-from generators.audit.data import AuditData
-from generators.audit.registry import check_keys
-from generators.audit.report import cell
-from schemas.mcq import MCQ
+from gen.generators.audit import AuditConfig
+from gen.generators.audit.checks.duplicates import knn
+from gen.generators.audit.checks.leakage import leakage as check_leakage
+from gen.generators.audit.checks.length import length as check_length
+from gen.generators.audit.checks.position import position as check_position
+from gen.generators.audit.checks.shortcut import central_credit, shortcut, shortcut_cv
+from gen.generators.audit.data import AuditData
+from gen.generators.audit.registry import check_keys
+from gen.generators.audit.report import cell
+from gen.runner import run
+from gen.schemas.mcq import MCQ
 
 CHECKS = check_keys()
 
@@ -76,7 +75,7 @@ def test_length_binomial_by_hand() -> None:
 
 
 def test_wilson_interval_by_hand_and_holm_by_hand() -> None:
-    from generators.audit.stats import holm, wilson
+    from gen.generators.audit.stats import holm, wilson
 
     z = 1.959963984540054  # the 97.5 % normal quantile
     for k, n in ((43, 90), (0, 20), (20, 20), (26_000, 100_000)):
@@ -96,7 +95,7 @@ def _binom_sf(k: int, n: int, p: float) -> float:
 
 def test_power_line_by_hand() -> None:
     """40 items, chance 25 %, level 0.005 (alpha 0.01 over 2 tests), max_effect 5 points, power 80 %."""
-    from generators.audit.stats import binom_critical, detectable_effect
+    from gen.generators.audit.stats import binom_critical, detectable_effect
 
     k_sig = next(k for k in range(41) if _binom_sf(k, 40, 0.25) <= 0.005)
     assert (k_sig, binom_critical(40, 0.25, 0.005)) == (18, 18)  # 18/40 right is the fewest significant
@@ -170,12 +169,12 @@ def test_no_tell_on_1000_items_gives_nothing_above_info(tmp_path: Path) -> None:
     result, findings, report = run_audit(tmp_path / "out", bank, embeddings=False, checks=checks)
     assert [f for f in findings if f["severity"] != "info"] == [] and result.exit_code == 0
     tells = [t for c in report["checks"] for t in c["stats"].get("tells", [])]
-    assert len(tells) == 6  # overlap, position, longest, shortest, classifier, most central
+    assert len(tells) == 7  # overlap, position, longest, shortest, classifier, most central, context states
     assert all(t["effect"] < 5 and t["severity"] is None for t in tells)
 
 
 def test_severity_rules_in_order() -> None:
-    from generators.audit.stats import Tell, judge
+    from gen.generators.audit.stats import Tell, judge
 
     def verdict(k: int, n: int, chance: float, p: float, family: int = 1) -> tuple[str | None, str | None]:
         tells = judge([Tell({}, k, n, chance, p)] + [Tell({}, 0, 10, 0.5, 1.0)] * (family - 1),
@@ -230,7 +229,7 @@ def test_bank_add_gates_on_the_tell_severities(tmp_path: Path) -> None:
     bank_file = write_jsonl(tmp_path / "batch.jsonl", rows)
 
     def add(name: str, fail_on: str) -> int:
-        from generators.bank import BankConfig
+        from gen.generators.bank import BankConfig
 
         settings = BankConfig(action="add", bank=str(tmp_path / name), input=str(bank_file), roles=str(roles),
                               near_dup_sim=None, fail_on=fail_on, cache_dir=None, progress="off",

@@ -30,13 +30,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shards import personas_shards
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import GenError, InputError
+from gen.generators.personas import sample_facts
 from gen.mcq import load_banks, load_roles_bank, read_roles, write_egotom_csv
 from gen.paths import EXAMPLES, PROMPTS
-from gen.run import REGISTRY, RunContext, iter_jsonl, parse_json, read_json, run
-from generators.personas import sample_facts
-from schemas.personas import PersonaRecord
+from gen.readers import iter_jsonl, parse_json, read_json
+from gen.registry import REGISTRY
+from gen.runner import RunContext, run
+from gen.schemas.personas import PersonaRecord
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 JUDGE = FIXTURES / "judge"
@@ -85,7 +86,7 @@ def test_read_json_names_the_line_of_a_syntax_error_and_reads_a_bom(tmp_path: Pa
 def test_the_runner_never_writes_nan(tmp_path: Path) -> None:
     """What gen writes is JSON other tools read: a NaN reaching a manifest or an extra output is
     a bug (exit 1), never a file with a bare NaN in it."""
-    from generators.personas import PersonasConfig
+    from gen.generators.personas import PersonasConfig
 
     ctx = RunContext("personas", PersonasConfig(cache_dir=None), tmp_path)
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
@@ -175,7 +176,7 @@ def merge_plan(folder: Path) -> Any:
 
 def merge_run(folder: Path) -> Any:
     """The merge itself, into ``folder/run`` (the generator's merge hook reads the summaries)."""
-    from generators.merge import MergeConfig
+    from gen.generators.merge import MergeConfig
 
     cfg = MergeConfig(input=[str(folder / "s0"), str(folder / "s1")], cache_dir=None, progress="off")
     return run("merge", cfg, folder / "run", quiet=True)
@@ -231,10 +232,13 @@ RECALL_TIMELINE = json.dumps({"clip_id": "kitchen-001", "start_sec": 0.0, "durat
 repeat their lines, and a positive's text must occur once in its clip)."""
 
 
-BUNDLE_GOALS = "".join(json.dumps({"goal": {"goal_id": json.loads(x)["goal_id"]},
-                                   "cue": {"app": "Notes", "cue": f"cue {k}"}}) + "\n"
-                       for k, x in enumerate(_lines(EXAMPLES / "goals.jsonl", 2).splitlines()))
-"""The part of goal-conditioned bundles that distractors' digital= reads."""
+BUNDLE_GOALS = "".join(
+    json.dumps({**b, "goal": {"goal_id": json.loads(x)["goal_id"], "client_tag": json.loads(x)["goal_id"], "group": "g",
+                              "app": b["cue"]["app"] if b["cue"] else None}}) + "\n"
+    for x, b in zip(_lines(EXAMPLES / "goals.jsonl", 2).splitlines(),
+                    map(json.loads, (FIXTURES / "audit" / "digital" / "digital.jsonl").read_text().splitlines()[:2]),
+                    strict=True))
+"""Goal-conditioned bundles as distractors' digital= reads them (its cue, and the key-only state it shows)."""
 CHAIN = ("steps:\n  - {name: rec, generator: history, options: {synthesize: true}}\n"
          "  - {name: mcqs, generator: distractors, options: {n: 2}, inputs: {input: rec/goals.jsonl}}\n")
 """A small valid chain for the pipeline."""
@@ -269,9 +273,9 @@ SCENARIO_CHECKS = "".join(json.dumps({
 
 def audit_scenarios(folder: Path, input: str = "scenarios.jsonl") -> Any:
     """What ``audit`` reads of a scenario bank, and its scenarios check on what it read."""
-    from generators.audit import AuditConfig
-    from generators.audit.checks.scenarios import scenarios as scenarios_check
-    from generators.audit.data import load_inputs
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.checks.scenarios import scenarios as scenarios_check
+    from gen.generators.audit.data import load_inputs
 
     cfg = AuditConfig(input=str(folder / input), cache_dir=None, progress="off", embeddings=False)
     return scenarios_check(load_inputs(cfg, RunContext("audit", cfg, folder / "run")), cfg)
@@ -279,10 +283,59 @@ def audit_scenarios(folder: Path, input: str = "scenarios.jsonl") -> Any:
 
 def bank_scenarios(folder: Path) -> Any:
     """What ``bank add`` reads of a scenarios run: its plan (kind, count), then the batch."""
-    from generators.bank.batch import load_batch
+    from gen.banks.batch import load_batch
 
     p = plan_of("bank", action="add", bank=str(folder / "run" / "bank"), input=str(folder / "scenarios.jsonl"))
     return load_batch(p.data.files)
+
+
+LAYOUT = json.dumps([{
+    "x": {"client_tag": f"rec{i}", "context_window": {"start_s": 0.0, "end_s": 10.0}, "cues": [f"Notes: buy soap {i}"],
+          "mcq_set": [{"type": "shop", "content": "hand soap"}, {"type": "call", "content": "mom"},
+                      {"type": "note", "content": "call the plumber"}]},
+    "y": i % 3, "meta": {"client_tag": f"rec{i}", "scenario": {"shortname": "soap"}, "item_id": f"soap_rec{i}",
+                         "structured_goal": {"type": "shop", "content": "hand soap"}}} for i in range(1, 3)], indent=1)
+"""A WAGIBench MCQ layout file (as distractors writes wagibench_mcq_*.json) of two rows."""
+DIGITAL_STATE = json.dumps({f"soap_rec{i}": {"x": {"client_tag": f"rec{i}", "app_states": {"Notes": [f"buy soap {i}"]}},
+                                             "meta": {"client_tag": f"rec{i}", "scenario": {"shortname": "soap"}}}
+                            for i in range(1, 3)}, indent=1)
+"""A digital_state.json (WAGIBench's layout) of two observations."""
+
+
+GOAL_BUNDLES = "".join(json.dumps({**json.loads(line), "goal": {
+    "goal_id": f"g{k}", "client_tag": f"rec{k}", "group": "s1", "app": "Notes"}})
+    + "\n" for k, line in enumerate((FIXTURES / "audit" / "digital" / "digital.jsonl").read_text(encoding="utf-8").splitlines()))
+"""A digital goals= run's bundles for three of OBSERVATIONS' recordings (what history's digital= reads)."""
+
+
+def audit_read(folder: Path, input: str) -> Any:
+    """What ``audit`` reads of its input (every check then reads that)."""
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import load_inputs
+
+    cfg = AuditConfig(input=str(folder / input), cache_dir=None, progress="off", embeddings=False)
+    return load_inputs(cfg, RunContext("audit", cfg, folder / "run"))
+
+
+def scenario_lock(folder: Path) -> Path:
+    """A scenarios run folder's lock (what ``scenarios action=verify`` reads before it starts)."""
+    from gen.generators.scenarios.lock import LOCK, LOCK_KEYS
+
+    return _text(folder / LOCK, json.dumps({"benchmark_version": "v1", **{k: "0" * 64 for k in LOCK_KEYS},
+                                            "schema_revision": 1, "counts": {"bank": 2}}, indent=1))
+
+
+def judge_run(folder: Path) -> tuple[Path, Path]:
+    """A wagibench judge run folder (``jr/``: its manifest and records) for the ratings of
+    ``ratings.jsonl`` (``judge action=meta judge_run=``)."""
+    ratings = _copy(JUDGE / "ratings.jsonl", folder / "ratings.jsonl")
+    ids = [json.loads(x)["id"] for x in ratings.read_text(encoding="utf-8").splitlines() if x.strip()]
+    manifest = _text(_folder(folder / "jr") / "manifest.json", json.dumps(
+        {"generator": "judge", "judge": {"kind": "wagibench", "judge_label": "big"}}))
+    records = _text(folder / "jr" / "judge.jsonl", "".join(json.dumps(
+        {"id": i, "judgments": {"contexts_reference": {"big": {"normalised": k % 3 / 2}}}}) + "\n"
+        for k, i in enumerate(ids)))
+    return manifest, records
 
 
 MANIFEST_FIELDS = ("generator", "config", "seed", "shard", "indices", "num_shards", "counts", "requested", "accepted",
@@ -393,6 +446,10 @@ READERS = [
            lambda d, a: (_text(d / "scenarios.jsonl", SCENARIO_LINES), _text(d / "scenario_checks.jsonl", SCENARIO_CHECKS))[1],
            lambda d: audit_scenarios(d, ".")),
     Reader("bank add scenarios", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES), bank_scenarios),
+    Reader("bank add: the input run's manifest.json", "json",
+           lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+                         _copy(FIXTURES / "audit" / "run_clean" / "manifest.json", d / "manifest.json"))[1],
+           lambda d: plan_of("bank", action="add", bank=str(d / "bank"), input=str(d)), folder_named=True),
     Reader("judge wagibench predictions", "jsonl", lambda d, a: _copy(JUDGE / "predictions.jsonl", d / "p.jsonl"),
            lambda d: plan_of("judge", kind="wagibench", input=str(d / "p.jsonl"), variant=["contexts_reference"])),
     Reader("judge context responses", "jsonl", lambda d, a: _copy(JUDGE / "responses.jsonl", d / "r.jsonl"),
@@ -409,6 +466,40 @@ READERS = [
            merge_plan, folder_named=True, then=merge_run, fields=MANIFEST_FIELDS),
     Reader("merge: a shard's records", "jsonl", lambda d, a: (_shards(d, a.shards), d / "s1" / "personas.jsonl")[1],
            merge_plan, folder_named=True, then=merge_run),
+    Reader("scenarios verify: the run's MANIFEST.lock.json", "json", lambda d, a: scenario_lock(d),
+           lambda d: plan_of("scenarios", action="verify", input=str(d)), folder_named=True),
+    Reader("scenarios prompt_conditions", "json", lambda d, a: _copy(JUDGE / "prompt_conditions.json", d / "pc.json"),
+           lambda d: plan_of("scenarios", n=2, prompt_conditions=str(d / "pc.json"))),
+    Reader("scenarios existing= bank", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
+           lambda d: plan_of("scenarios", n=2, id_start=50, existing=str(d / "scenarios.jsonl"))),
+    Reader("digital goals= goal bank", "jsonl", lambda d, a: (_text(d / "pool.jsonl", persona_lines()),
+                                                              _text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)))[1],
+           lambda d: plan_of("digital", goals=str(d / "goals.jsonl"), persona_file=str(d / "pool.jsonl"))),
+    Reader("judge meta judge_run records", "jsonl", lambda d, a: judge_run(d)[1],
+           lambda d: plan_of("judge", action="meta", input=str(d / "ratings.jsonl"), judge_run=str(d / "jr"))),
+    Reader("judge meta judge_run manifest", "json", lambda d, a: judge_run(d)[0],
+           lambda d: plan_of("judge", action="meta", input=str(d / "ratings.jsonl"), judge_run=str(d / "jr")),
+           folder_named=True),
+    Reader("audit digital run folder", "jsonl",
+           lambda d, a: (_copy(FIXTURES / "audit" / "digital" / "manifest.json", d / "manifest.json"),
+                         _copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"))[1],
+           lambda d: audit_read(d, "."), folder_named=True),
+    Reader("audit run folder's manifest", "json",
+           lambda d, a: (_copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"),
+                         _copy(FIXTURES / "audit" / "digital" / "manifest.json", d / "manifest.json"))[1],
+           lambda d: audit_read(d, "."), fields=("generator", "config", "merged", "source_config")),
+    Reader("nocontext WAGIBench MCQ layout", "json", lambda d, a: _text(d / "wagibench_mcq_similar.json", LAYOUT),
+           lambda d: plan_of("nocontext", input=str(d / "wagibench_mcq_similar.json"))),
+    Reader("judge references= (WAGIBench MCQ layout)", "json",
+           lambda d, a: _text(d / "wagibench_mcq_similar.json", LAYOUT),
+           lambda d: plan_of("judge", kind="wagibench", input=str(JUDGE / "predictions.jsonl"), variant=["contexts_reference"],
+                             references=str(d / "wagibench_mcq_similar.json"))),
+    Reader("judge digital_state.json", "json", lambda d, a: _text(d / "digital_state.json", DIGITAL_STATE),
+           lambda d: plan_of("judge", kind="wagibench", input=str(JUDGE / "predictions.jsonl"), variant=["contexts_reference"],
+                             digital_state=str(d / "digital_state.json"))),
+    Reader("history digital= run (goal-conditioned bundles)", "jsonl",
+           lambda d, a: (_text(d / "obs.jsonl", OBSERVATIONS), _text(d / "digital.jsonl", GOAL_BUNDLES))[1],
+           lambda d: plan_of("history", input=str(d / "obs.jsonl"), digital=str(d / "digital.jsonl"))),
 ]
 """Every input reader; adding one is one line."""
 
@@ -435,7 +526,7 @@ JUDGED = "".join(json.dumps({
 def review_rendered(**options: Any) -> list[str]:
     """What ``review`` reads of its input, and every item rendered as the page shows it (a value
     that passes the reader must not break the page)."""
-    from generators.review.items import render
+    from gen.generators.review.items import render
 
     return [render(it) for it in plan_of("review", **options).data.items]
 
@@ -444,7 +535,7 @@ def bank_copy(folder: Path, assets: SimpleNamespace) -> Path:
     """A one-version bank of two run_clean MCQs (added once per module, with the real audit's
     structure check) copied into ``folder/bank``; its data file. Any change to it is drift (the
     lock holds its SHA-256): review refuses the bank naming the file, as bank export does."""
-    from generators.bank import BankConfig
+    from gen.generators.bank import BankConfig
 
     if not hasattr(assets, "bank"):
         src = assets.root / "bank_src"
@@ -461,7 +552,7 @@ def bank_copy(folder: Path, assets: SimpleNamespace) -> Path:
 
 def review_labels(folder: Path) -> Path:
     """A run folder of three MCQs and a reviewer's label file of them (``reviews/alice.jsonl``)."""
-    from generators.review.items import load_items
+    from gen.generators.review.items import load_items
 
     _text(folder / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 3))
     (folder / "reviews").mkdir()
@@ -795,3 +886,123 @@ def test_a_real_run_on_bad_input_is_one_line_exit_2_and_writes_nothing(run_gen, 
     assert str(path) in lines[0] and needle in lines[0], lines[0]
     after = tree(tmp_path)
     assert {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == set()
+
+
+# --------------------------------------------------------------------------- hostile files and texts
+
+
+def test_an_input_that_is_not_a_regular_file_or_too_large_is_refused_before_a_byte_is_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``/dev/zero`` was read whole into memory and a FIFO blocked the reader forever."""
+    import os
+
+    import gen.paths
+    from gen.paths import input_file, read_input
+    from gen.readers import read_text
+
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=rf"^{fifo}: is a FIFO, not a regular file"):
+        read_text(fifo)  # would block without a writer
+    with pytest.raises(InputError, match=r"^input: /dev/zero: is a device, not a regular file"):
+        read_input(Path("/dev/zero"), "input")
+    with pytest.raises(InputError, match="is a folder"):
+        input_file(tmp_path)
+    big = _text(tmp_path / "big.jsonl", "{}\n" * 100)
+    monkeypatch.setattr(gen.paths, "MAX_INPUT_BYTES", 50)
+    with pytest.raises(InputError, match=rf"^{big}: 0 MiB is larger than an input may be \(0 MiB; GEN_MAX_INPUT_BYTES"):
+        list(iter_jsonl(big))
+    monkeypatch.setattr(gen.paths, "MAX_INPUT_BYTES", 300)
+    assert len(list(iter_jsonl(big))) == 100
+
+
+def test_a_lone_surrogate_escape_is_refused_where_it_is_read(tmp_path: Path) -> None:
+    """``"\\ud800"`` parsed into a string no UTF-8 file can hold: the run failed when it wrote its
+    records or manifest, ``unexpected UnicodeEncodeError`` (exit 1). A surrogate pair is text."""
+    from gen.readers import read_yaml_model
+    from gen.schemas.review import Rubric
+
+    assert parse_json('"\\ud83d\\ude00"', "f:1") == "\U0001F600"
+    assert parse_json('"\\\\ud800"', "f:1") == "\\ud800"  # an escaped backslash: no surrogate
+    with pytest.raises(InputError, match=r"^f:1: a\[1\]: holds a lone UTF-16 surrogate escape"):
+        parse_json('{"a": ["x", "\\ud800"]}', "f:1")
+    with pytest.raises(InputError, match=r"^f:1: b: holds a lone UTF-16 surrogate"):
+        parse_json('{"b": "\\udfff tail"}', "f:1")
+    path = _text(tmp_path / "r.yaml", (PROMPTS / "review" / "mcq.yaml").read_text(encoding="utf-8")
+                 .replace("name: ", 'name: "\\ud800" # ', 1))
+    with pytest.raises(InputError, match=rf"^{path}: name: holds a lone UTF-16 surrogate"):
+        read_yaml_model(path, Rubric, "rubric")
+
+
+def test_the_tagger_reads_a_text_longer_than_spacys_limit() -> None:
+    """A 5 MB question stopped ``audit`` and ``bank add`` with spaCy's E088 (exit 1)."""
+    from gen.gates import TAG_MAX_CHARS, GateContext, run_gates, tags, warm
+
+    text = "To open the door " + "and walk " * 600_000 + "to the car."
+    assert len(text) > 5_000_000 > TAG_MAX_CHARS
+    toks = tags(text)
+    assert toks[0][0] == "To" and toks[-1][0] == "." and len(toks) < TAG_MAX_CHARS
+    warm([text + " Again.", "Short."])
+    failure = run_gates(text, GateContext(kind="goal"))
+    assert failure is not None and failure.gate == "repetition"
+
+
+FIXTURE_MCQ = FIXTURES / "audit" / "clean.jsonl"
+
+
+def _hostile_setup(tmp: Path, case: str) -> list[str]:
+    """The files of one hostile case in ``tmp``; the command's arguments."""
+    import os
+
+    if case == "dev_zero":
+        return ["tom", "input=/dev/zero", "input_format=jsonl"]
+    if case == "fifo":
+        os.mkfifo(tmp / "rows.jsonl")
+        return ["audit", "input=rows.jsonl", "embeddings=false"]
+    if case == "fifo_in_a_folder":
+        (tmp / "bank").mkdir()
+        os.mkfifo(tmp / "bank" / "mcq.jsonl")
+        return ["nocontext", "input=bank"]
+    if case == "chain_input_climbs":
+        _text(tmp / "chain.yaml", CHAIN.replace("rec/goals.jsonl", "rec/../../../etc/passwd"))
+        return ["pipeline", "chain=chain.yaml"]
+    if case == "lock_not_utf8":
+        (tmp / "sc").mkdir()
+        (tmp / "sc" / "MANIFEST.lock.json").write_bytes(b'{"schema_revision": "\xff"}\n')
+        return ["scenarios", "action=verify", "input=sc"]
+    if case == "lone_surrogate":
+        _text(tmp / "mcq.jsonl", FIXTURE_MCQ.read_text(encoding="utf-8").replace("What is", "What\\ud800 is", 1))
+        return ["audit", "input=mcq.jsonl", "embeddings=false"]
+    if case == "binary_prompt_conditions":
+        (tmp / "pc.json").write_bytes(b"\xff\xfe\x00\x01binary")
+        return ["scenarios", "n=1", "prompt_conditions=pc.json"]
+    raise AssertionError(case)
+
+
+HOSTILE_CASES = {
+    "dev_zero": "input: /dev/zero: is a device, not a regular file",
+    "fifo": "input: rows.jsonl: is a FIFO, not a regular file",
+    "fifo_in_a_folder": "input: bank holds no MCQ file",  # a FIFO is no file: never opened
+    "chain_input_climbs": "chain.yaml: step mcqs (distractors): inputs.input 'rec/../../../etc/passwd' leaves its folder",
+    "lock_not_utf8": "MANIFEST.lock.json:1: not UTF-8 text (byte 0xff at column 22",
+    "lone_surrogate": "mcq.jsonl:1: question: holds a lone UTF-16 surrogate escape",
+    "binary_prompt_conditions": "pc.json:1: not UTF-8 text (byte 0xff at column 1",
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_CASES))
+def test_a_hostile_input_is_one_line_exit_2_within_seconds_and_writes_nothing_outside_the_run(run_gen, tmp_path: Path, case: str) -> None:
+    """Each was a traceback (the chain's ``..``, a non-UTF-8 lock), ``unexpected`` (exit 1: a lone
+    surrogate, binary prompt_conditions, after the run folder was made), a read of /dev/zero into
+    memory, or a hang (a FIFO)."""
+    argv = _hostile_setup(tmp_path, case)
+    before = tree(tmp_path)
+    proc = run_gen(*argv, "progress=off", f"hydra.run.dir={tmp_path / 'run'}", timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
+    assert HOSTILE_CASES[case] in lines[0], lines[0]
+    after = tree(tmp_path)
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k) and not k.startswith("cache/")}
+    assert all(k.startswith("run/") for k in changed), changed  # audit reads its input in the run

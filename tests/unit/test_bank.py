@@ -13,6 +13,7 @@ exactly; ``test_real_audit_*`` run the real one when it is registered."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -39,20 +40,13 @@ from bank_runs import (
     mcq,
     paraphrase,
     run_folder,
+    tree,
 )
 from conftest import bank_state, check_run_folder, read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
-from gen.cli import action_word, validate
-from gen.errors import ConfigError, InputError, MissingInputError
-from gen.mcq import egotom_columns, load_bank
-from gen.run import output_hashes
-from generators.audit.registry import check_keys
-from generators.bank import add as bank_add
-from generators.bank import plan
-from generators.bank.add import near_duplicates
-from generators.bank.batch import read_csv_rows
-from generators.bank.identity import (
+from gen.banks import store as bank_store
+from gen.banks.batch import read_csv_rows
+from gen.banks.identity import (
     content_id,
     egotom_row_mcq,
     item_id_of,
@@ -60,8 +54,16 @@ from generators.bank.identity import (
     record_mcq,
     strip_ids,
 )
-from generators.bank.store import FAULT_ENV, LOCK, leftovers, version_dir
-from generators.bank.verify import verify_bank
+from gen.banks.store import FAULT_ENV, LOCK, leftovers, version_dir
+from gen.banks.verify import verify_bank
+from gen.cli import action_word, validate
+from gen.errors import ConfigError, InputError, MissingInputError
+from gen.generators.audit.registry import check_keys
+from gen.generators.bank import commit as bank_commit
+from gen.generators.bank import plan
+from gen.generators.bank.add import near_duplicates
+from gen.mcq import egotom_columns, load_bank
+from gen.runner import output_hashes
 
 # --------------------------------------------------------------------------- ids
 
@@ -275,7 +277,6 @@ def test_audit_findings_refuse_the_batch(tmp_path: Path) -> None:
     assert bank.lock()["history"][-1]["audit"]["by_severity"] == {"error": 0, "warning": 1, "info": 0}
 
 
-@pytest.mark.skipif(not hasattr(generators, "audit"), reason="the audit generator is not registered")
 def test_real_audit_gates_the_batch(tmp_path: Path) -> None:
     """The registered audit (not the stand-in): a clean batch passes, a copied answer refuses."""
     bank = Bank(tmp_path)
@@ -453,34 +454,86 @@ def test_a_nocontext_run_gives_its_kept_items_and_both_prompt_sets(tmp_path: Pat
 # --------------------------------------------------------------------------- atomicity (in process)
 
 
+def crash_leftovers(root: Path, version: int, pid: int = 999_999) -> None:
+    """What a SIGKILL between rename and pointer switch leaves, from a process ``pid`` that is gone:
+    a staging folder, the next version renamed into place (a copy of the current one, relabelled)
+    with its publishing note, and a temporary pointer."""
+    stage = root / "versions" / f".staging-v{version:04d}-{pid}"
+    stage.mkdir()
+    (stage / "tom.parquet").write_bytes(b"half")
+    shutil.copytree(version_dir(root, version - 1), version_dir(root, version))
+    sha = hashlib.sha256((version_dir(root, version) / LOCK).read_bytes()).hexdigest()
+    (root / f".publishing-v{version:04d}-{pid}").write_text(json.dumps({"version": version, "lock_sha256": sha}))
+    os.symlink(f"versions/v{version:04d}", root / f".current.tmp-{pid}")
+
+
 def test_leftovers_are_ignored_by_readers_and_removed_by_the_next_add(tmp_path: Path) -> None:
     bank = Bank(tmp_path)
     bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]))
-    (bank.root / "versions" / ".staging-v0002-999").mkdir()
-    (bank.root / "versions" / ".staging-v0002-999" / "tom.parquet").write_bytes(b"half")
-    shutil.copytree(version_dir(bank.root, 1), bank.root / "versions" / "v0002")  # renamed, never made current
-    os.symlink("versions/v0002", bank.root / ".current.tmp-999")
+    crash_leftovers(bank.root, 2)
     result, _ = bank.verify()
     assert result.exit_code == 0
-    assert result.manifest["bank"]["leftovers"] == [".current.tmp-999", "versions/.staging-v0002-999", "versions/v0002"]
+    assert result.manifest["bank"]["leftovers"] == [".current.tmp-999999", ".publishing-v0002-999999",
+                                                     "versions/.staging-v0002-999999", "versions/v0002"]
     result, ctx = bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))
-    assert bank.current == 2 and ctx.stats["leftovers_removed"] == 3
+    assert bank.current == 2 and ctx.stats["leftovers_removed"] == 4
     assert sorted(p.name for p in (bank.root / "versions").iterdir()) == ["v0001", "v0002"]
-    assert not list(bank.root.glob(".current.tmp-*"))
+    assert not list(bank.root.glob(".current.tmp-*")) and not list(bank.root.glob(".publishing-*"))
     assert bank.verify()[0].exit_code == 0 and len(bank.ids()) == 4
 
 
-def test_a_failure_while_staging_leaves_the_old_version(tmp_path: Path, monkeypatch) -> None:
+def test_only_what_a_gone_process_left_is_removed(tmp_path: Path) -> None:
+    """A staging folder of a process that still runs stays; a version above current whose note
+    names another lock is a released version (a refusal, below), not a leftover."""
     bank = Bank(tmp_path)
     bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]))
+    alive = os.getppid()  # runs, and is not this process
+    (bank.root / "versions" / f".staging-v0002-{alive}").mkdir()
+    bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))
+    assert (bank.root / "versions" / f".staging-v0002-{alive}").is_dir() and bank.current == 2
+    assert leftovers(bank.root, 2) == []
+    crash_leftovers(bank.root, 3)
+    note = next(bank.root.glob(".publishing-v0003-*"))
+    note.write_text(json.dumps({"version": 3, "lock_sha256": "0" * 64}))  # not the lock of versions/v0003
+    assert version_dir(bank.root, 3) not in leftovers(bank.root, 2)
+    with pytest.raises(InputError, match="v0003 is released too"):
+        bank.add(run_folder(tmp_path / "tom_c", [mcq(10)]))
+    assert version_dir(bank.root, 3).is_dir()
+
+
+def test_a_failure_while_staging_leaves_the_bank_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    """A failure anywhere before the pointer switch (an unexpected one, exit 1; a disk the owner
+    must fix, one line exit 2; the pointer's symlink failing after the rename) leaves every file
+    of the bank as it was: no staging folder, no version, no note."""
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]))
+    before = tree(bank.root)
 
     def boom(*a: Any, **k: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(bank_add, "make_lock", boom)
+    monkeypatch.setattr(bank_commit, "make_lock", boom)
     with pytest.raises(OSError, match="disk full"):
         bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))
+    assert tree(bank.root) == before
+
+    def full(*a: Any, **k: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(bank.root / "versions"))
+
+    monkeypatch.setattr(bank_commit, "make_lock", full)
+    with pytest.raises(InputError, match=r"cannot write to .*: No space left on device .*stays at v0001") as e:
+        bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))
+    assert e.value.exit_code == 2 and tree(bank.root) == before
     monkeypatch.undo()
+
+    def no_symlink(*a: Any, **k: Any) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(bank_store.os, "symlink", no_symlink)  # after the rename, before the switch
+    with pytest.raises(InputError, match="Permission denied"):
+        bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))
+    monkeypatch.undo()
+    assert tree(bank.root) == before
     assert bank.current == 1 and bank.verify()[0].exit_code == 0
     assert bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))[0].accepted == 1 and bank.current == 2
 

@@ -34,11 +34,10 @@ from bank_runs import (
 )
 from conftest import read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
+from gen.banks.identity import item_id_of
+from gen.banks.store import LOCK, version_dir
 from gen.errors import ConfigError, GenError, InputError, MissingInputError
 from gen.mcq import egotom_columns, load_bank
-from generators.bank.identity import item_id_of
-from generators.bank.store import LOCK, version_dir
 
 # --------------------------------------------------------------------------- export
 
@@ -87,7 +86,7 @@ def test_export_wagibench_layouts(tmp_path: Path, digital_run: Path) -> None:
     assert built["x"]["mcq_set"][dis[2]["answer"]] == {"type": "shop", "content": "milk 2"}
     state = json.loads((out / "digital_state.json").read_text())
     bundles = read_jsonl(digital / "digital.jsonl")
-    from generators.digital.export import wagibench_record
+    from gen.wagibench import wagibench_record
 
     for b in bundles:
         bid = item_id_of("digital_bundle", b)
@@ -156,7 +155,7 @@ def scenario(i: int, *, sid: str | None = None, target: str = "current") -> dict
 
 
 def test_scenario_id_hashes_the_visible_channels_only() -> None:
-    from schemas.scenarios import VISIBLE_FIELDS
+    from gen.schemas.scenarios import VISIBLE_FIELDS
 
     s = scenario(1)
     relabelled = {**s, "scenario_id": "sc-99", "target_context": "prior", "change_type": "location",
@@ -170,8 +169,8 @@ def test_scenario_id_hashes_the_visible_channels_only() -> None:
 
 
 def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) -> None:
-    from generators.scenarios import LOCK as SCENARIO_LOCK
-    from schemas.scenarios import RECORD_FIELDS
+    from gen.contextbench import LOCK as SCENARIO_LOCK
+    from gen.schemas.scenarios import RECORD_FIELDS
 
     bank = Bank(tmp_path)
     first = [scenario(i) for i in range(4)]
@@ -269,9 +268,9 @@ def test_the_benchmarks_examples_round_trip_and_pass_its_validator(tmp_path: Pat
 
 
 def test_require_review_admits_items_accepted_by_k_reviewers_and_records_who(tmp_path: Path) -> None:
-    from generators.review.items import load_items
-    from generators.review.labels import append_label
-    from schemas.review import ReviewLabel
+    from gen.generators.review.items import load_items
+    from gen.labels import append_label
+    from gen.schemas.review import ReviewLabel
 
     records = [mcq(i) for i in range(6)]
     folder = run_folder(tmp_path / "tom_a", records)

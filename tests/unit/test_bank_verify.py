@@ -30,12 +30,12 @@ from bank_runs import (
     mcq,
     problems,
     run_folder,
+    tree,
 )
 from conftest import check_run_folder, read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
-from gen.errors import ConfigError, GenError
-from generators.bank.store import LOCK, label, read_pointer, version_dir
+from gen.banks.store import LOCK, label, read_pointer, version_dir
+from gen.errors import ConfigError, GenError, InputError
 
 # --------------------------------------------------------------------------- verify
 
@@ -131,11 +131,12 @@ def test_verify_catches_a_removed_or_rewritten_old_item(grown: Bank) -> None:
     assert ("versions/v0002", "removed_item") in problems(grown)
 
 
-def test_verify_catches_a_moved_pointer(grown: Bank) -> None:
+def test_verify_refuses_a_moved_pointer(grown: Bank) -> None:
+    """A pointer to no version is a refusal naming the repair (more in test_bank_pointer.py)."""
     os.remove(grown.root / "current")
     os.symlink("versions/v0009", grown.root / "current")
-    found = problems(grown)
-    assert ("current", "bad_pointer") in found
+    with pytest.raises(InputError, match="points to versions/v0009, which does not exist.*ln -sfn versions/v0002"):
+        grown.verify()
 
 
 def test_verify_reads_a_pointer_file(grown: Bank) -> None:
@@ -149,6 +150,113 @@ def test_verify_an_older_version(grown: Bank) -> None:
     flip_byte(grown.root / "current" / "tom.parquet")
     result, _ = grown.verify(version=1)
     assert (result.exit_code, result.requested) == (0, 1)
+
+
+# --------------------------------------------------------------------------- every value a release publishes
+
+
+def _edit_lock(bank: Bank, version: int, edit) -> str:
+    """Edit one value of a version's lock in place (nothing else); returns the original text."""
+    path = version_dir(bank.root, version) / LOCK
+    original = path.read_text()
+    lock = json.loads(original)
+    edit(lock)
+    path.write_text(json.dumps(lock, indent=1, ensure_ascii=False) + "\n")
+    return original
+
+
+EDITS = {
+    "items": (lambda lock: lock.update(items=999), "count_mismatch"),
+    "per-type counts": (lambda lock: lock["counts"]["tom"]["by_question_type"].update(goal=999), "count_mismatch"),
+    "a new question type": (lambda lock: lock["counts"]["tom"]["by_question_type"].update(belief=0), "count_mismatch"),
+    "label": (lambda lock: lock.update(label="v0009"), "lock_mismatch"),
+    "bank name": (lambda lock: lock.update(bank="<script>alert(1)</script>"), "bad_name"),
+    "bank name, plain": (lambda lock: lock.update(bank="another"), "lock_mismatch"),
+    "date": (lambda lock: lock.update(created_at="2020-01-01T00:00:00+00:00"), "lock_mismatch"),
+    "toolkit": (lambda lock: lock["toolkit"].update(version="9.9.9"), "lock_mismatch"),
+    "message": (lambda lock: lock["history"][-1].update(message="<b>edited</b>"), "lock_mismatch"),
+    "refused": (lambda lock: lock["history"][-1].update(refused={"bank:duplicate": 50}), "lock_mismatch"),
+    "added": (lambda lock: lock["history"][-1].update(added={"tom": 30}), "count_mismatch"),
+    "audit": (lambda lock: lock["history"][-1]["audit"]["by_severity"].update(error=3), "lock_mismatch"),
+    "forced": (lambda lock: lock["history"][-1]["audit"].update(forced=True), "lock_mismatch"),
+    "an earlier release": (lambda lock: lock["history"][0].update(label="v0007"), "lock_mismatch"),
+    "an earlier release's note": (lambda lock: lock["history"][0].update(message="rewritten"), "lock_mismatch"),
+    "model": (lambda lock: lock["sources"][-1]["llm"].update(model="gpt-9"), "lock_mismatch"),
+    "source size": (lambda lock: lock["sources"][-1].update(items_added=40), "count_mismatch"),
+    "prompts": (lambda lock: lock["prompts"].update({"tom/goals.jinja": ["f" * 64]}), "lock_mismatch"),
+}
+
+
+@pytest.mark.parametrize("what", list(EDITS))
+def test_verify_catches_an_edit_of_any_value_export_publishes(grown: Bank, tmp_path: Path, what: str) -> None:
+    """Before: an edit of the newest lock alone (items 118 -> 999, counts per type, the label, a
+    ``<script>`` bank name…) verified clean and export published it in the dataset card. Now verify
+    names it (exit 1) and export refuses with verify's line; restored, both pass."""
+    edit, reason = EDITS[what]
+    original = _edit_lock(grown, 2, edit)
+    found = problems(grown)
+    assert ("versions/v0002/MANIFEST.lock.json", reason) in found, found
+    with pytest.raises(GenError, match="DRIFT versions/v0002/MANIFEST.lock.json") as e:
+        grown.export("parquet", out=str(tmp_path / "out"))
+    assert e.value.exit_code == 1 and not (tmp_path / "out").exists()
+    (version_dir(grown.root, 2) / LOCK).write_text(original)
+    assert problems(grown) == [] and grown.export("parquet", out=str(tmp_path / "out"))[0].exit_code == 0
+
+
+def test_the_changelog_anchors_the_lock(grown: Bank) -> None:
+    """The digest line the changelog keeps for its version is the lock without its file list."""
+    from gen.banks.values import lock_digest, recorded_digest
+
+    changelog = (grown.root / "current" / "CHANGELOG.md").read_text()
+    lock = grown.lock()
+    assert recorded_digest(changelog, 2) == lock_digest(lock) and recorded_digest(changelog, 1) == lock_digest(grown.lock(1))
+    assert lock_digest({**lock, "files": {}}) == lock_digest(lock) != lock_digest({**lock, "items": 8})
+
+
+def _plant_review(bank: Bank, summary: Any) -> None:
+    """A review summary in the current version with the lock's file list updated (as a release
+    of a review would), so only its content can be wrong."""
+    folder = version_dir(bank.root, bank.current)
+    (folder / "review").mkdir(exist_ok=True)
+    (folder / "review" / "summary.json").write_text(json.dumps(summary))
+    lock = json.loads((folder / LOCK).read_text())
+    lock["files"]["review/summary.json"] = hashlib.sha256((folder / "review" / "summary.json").read_bytes()).hexdigest()
+    lock["files"] = dict(sorted(lock["files"].items()))
+    (folder / LOCK).write_text(json.dumps(lock, indent=1, ensure_ascii=False) + "\n")
+
+
+@pytest.mark.parametrize("summary", [{"items_reviewed": -5, "by_verdict": {}},
+                                     {"items_reviewed": 2, "by_verdict": {"accept": 5}},
+                                     {"items_reviewed": 99, "by_verdict": {"accept": 99}},
+                                     {"items_reviewed": 1, "by_verdict": {"<script>": 1}},
+                                     [1, 2]])
+def test_verify_add_and_export_agree_on_a_review_summary(grown: Bank, tmp_path: Path, summary: Any) -> None:
+    """Before, ``items_reviewed: -5``: verify found 0 problems, export 2 (exit 2), and the failed add
+    left ``versions/.staging-v0003-<pid>``. Now all three say verify's line, exit 1, and the add
+    writes nothing."""
+    _plant_review(grown, summary)
+    found = problems(grown)
+    assert found == [("versions/v0002/review/summary.json", "bad_review_summary")], found
+    before = tree(grown.root)
+    for action in (lambda: grown.export("hf", out=str(tmp_path / "out")),
+                   lambda: grown.add(run_folder(tmp_path / "tom_c", [mcq(9)]), near_dup_sim=None)):
+        with pytest.raises(GenError, match="DRIFT versions/v0002/review/summary.json: bad_review_summary") as e:
+            action()
+        assert e.value.exit_code == 1
+    assert tree(grown.root) == before and not (tmp_path / "out").exists()
+
+
+def test_a_card_escapes_what_comes_from_data(tmp_path: Path) -> None:
+    """Question types come from the items: the card shows them as text, never as markup."""
+    bank = Bank(tmp_path)
+    bank.add(run_folder(tmp_path / "tom_a", [mcq(i, "<img src=x onerror=alert(1)>") for i in range(2)]),
+             near_dup_sim=None, message="first <b>release</b> & more")
+    assert problems(bank) == []
+    assert bank.export("parquet", out=str(tmp_path / "out"))[0].exit_code == 0
+    card = (tmp_path / "out" / "README.md").read_text()
+    body = card.split("---", 2)[2]
+    assert "<img" not in body and "<b>" not in body
+    assert "&lt;img src=x onerror=alert(1)&gt;" in body and "first &lt;b&gt;release&lt;/b&gt; &amp; more" in body
 
 
 # --------------------------------------------------------------------------- hardening (issue 14)
@@ -207,7 +315,7 @@ def test_export_never_writes_through_an_existing_folder(tmp_path: Path) -> None:
 def test_a_failed_export_leaves_no_folder(tmp_path: Path, monkeypatch) -> None:
     """An export that fails halfway (here: on the second MCQ layout) leaves neither out= nor its
     staging folder: an export appears whole or not at all."""
-    from generators.bank import export as bank_export
+    from gen.generators.bank import export as bank_export
 
     bank = _wagibench_bank(tmp_path)
     real = bank_export.wagibench_mcq
@@ -293,7 +401,7 @@ def test_a_damaged_bank_stops_every_writer(tmp_path: Path) -> None:
 def test_add_under_the_lock_checks_a_version_released_since_its_plan(tmp_path: Path, monkeypatch) -> None:
     """Another add may release a version while this one audits; that version is verified too
     before it is built on."""
-    from generators.bank import add as bank_add_module
+    from gen.generators.bank import add as bank_add_module
 
     bank = Bank(tmp_path)
     bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]), near_dup_sim=None)

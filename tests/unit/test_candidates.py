@@ -15,17 +15,23 @@ import pytest
 from conftest import read_jsonl
 from fakes import FakeEmbedder
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError
+from gen.generators.candidates import (
+    CandidatesConfig,
+    key,
+    narration_text,
+    read_items,
+    timeline_items,
+)
+from gen.generators.candidates.checks import Option, Pool, Vectors, clean
+from gen.generators.candidates.item import input_problem, setup
 from gen.llm import scripted_llm
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
-from gen.run import REGISTRY, RunContext, run
+from gen.registry import REGISTRY
+from gen.runner import RunContext, run
+from gen.schemas.candidates import EMOTIONS, CandidateItem, CandidateRecord
 from gen.timelines import Clip, Line
-from generators.candidates import CandidatesConfig, key, narration_text, read_items, timeline_items
-from generators.candidates.checks import Option, Pool, Vectors, clean
-from generators.candidates.item import input_problem, setup
-from schemas.candidates import EMOTIONS, CandidateItem, CandidateRecord
 
 NAME = "candidates"
 EGOTOM = Path(__file__).resolve().parents[3] / "shared" / "data" / "egotom_paper"
@@ -511,14 +517,14 @@ def test_nocontext_audit_and_bank_read_the_records(tmp_path: Path) -> None:
     assert json.loads(item.privileged["privileged.option_times"]) == recs[0]["privileged"]["option_times"]
     nc = REGISTRY["nocontext"]
     assert nc.make_plan(nc.config(input=str(tmp_path / "run"), cache_dir=None)).n == 3
-    from generators.bank.batch import batch_files
+    from gen.banks.batch import batch_files
 
     assert [(f.name, k) for f, k, _ in batch_files(tmp_path / "run")] == [("candidates.jsonl", "mcq")]
 
 
 @pytest.mark.skipif(not EGOTOM.is_dir(), reason="the shared EgoToM data is not here")
 def test_the_real_egotom_timelines_cut_into_items() -> None:
-    from generators.candidates import plan
+    from gen.generators.candidates import plan
 
     p = plan(CandidatesConfig(input=str(EGOTOM), n=20, cache_dir=None))
     assert p.n == 20 and p.data.fmt == "egotom_csv" and p.data.timeline["clips"] == 579
@@ -533,7 +539,7 @@ def test_items_of_one_clip_share_no_window_line_by_default() -> None:
     (its answer, a wrong option's source) is shown in the other's context: on the first full run,
     with positives 15 s apart, 18 of the audit's 29 leakage warnings were such lines. It costs 3 of
     EgoToM's 532 action items."""
-    from generators.candidates import plan
+    from gen.generators.candidates import plan
 
     def shared_lines(**kw: Any) -> tuple[int, int]:
         cfg = CandidatesConfig(input=str(EGOTOM / "egotom_actions_shuffled.csv"), cache_dir=None, **kw)
@@ -559,12 +565,12 @@ def test_on_the_real_timelines_the_shown_order_says_nothing_about_time(tmp_path:
     options run forward in time about as often as backward. The writer ends each rewrite with a
     period, as SmolLM2 does, where most narrations end bare: the one surface per item leaves the
     choice-only classifier nothing to read (without it, it is right on 82 %: ends_bare, end_odd)."""
-    from generators.audit import AuditConfig
-    from generators.audit.checks.chronology import chronology
-    from generators.audit.checks.chronology import kendall as tau_of
-    from generators.audit.checks.position import position
-    from generators.audit.checks.shortcut import shortcut
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.checks.chronology import chronology
+    from gen.generators.audit.checks.chronology import kendall as tau_of
+    from gen.generators.audit.checks.position import position
+    from gen.generators.audit.checks.shortcut import shortcut
+    from gen.generators.audit.data import AuditData
 
     def with_period(messages: list[dict[str, str]], seed: int) -> str:
         out = json.loads(good_reply(messages, seed))

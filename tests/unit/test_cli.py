@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-import generators  # noqa: F401  (fills the registry, as the CLI does)
 from gen.cli import normalize_overrides, validate, validate_jobs
 from gen.errors import ConfigError, MissingInputError
 
@@ -201,3 +200,96 @@ def test_a_run_folder_that_cannot_be_made_is_one_line(run_gen, tmp_path: Path, k
     sweep = _one_line_error(run_gen("personas", "-m", "n=1,2", f"hydra.sweep.dir={where}"), "hydra.sweep.dir")
     assert "cannot make a run folder" in sweep
     assert (tmp_path / "blocker").read_text() == "a file, not a folder"
+
+
+# --------------------------------------------------------------------------- sweeps
+
+
+def test_a_sweep_runs_every_job_and_ends_with_one_line_per_job(run_gen, tmp_path: Path) -> None:
+    """A job's non-zero exit (an audit's 1 on findings) stopped the sweep without a word: jobs 2
+    and 3 never ran and the command exited 1. Now every job runs, each is reported, and the exit
+    code is the largest of the jobs'."""
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
+    (tmp_path / "leak.jsonl").write_bytes((fixtures / "planted_leak.jsonl").read_bytes())
+    (tmp_path / "clean.jsonl").write_bytes((fixtures / "clean.jsonl").read_bytes())
+    sweep = tmp_path / "sweep"
+    proc = run_gen("audit", "-m", "input=leak.jsonl,clean.jsonl,clean.jsonl", "embeddings=false", "progress=off",
+                   "checks=[structure,leakage]", f"hydra.sweep.dir={sweep}")
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    assert [(sweep / str(k) / "manifest.json").is_file() for k in range(3)] == [True, True, True]
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("job ", "sweep:"))]
+    assert lines == [f"job 0 (input=leak.jsonl): exit 1 [{sweep / '0'}]",
+                     f"job 1 (input=clean.jsonl): ok [{sweep / '1'}]",
+                     f"job 2 (input=clean.jsonl): ok [{sweep / '2'}]",
+                     "sweep: 3 jobs, 2 ok, 1 with a non-zero exit; exit 1 (the largest)"]
+
+
+def test_the_sweep_summary_takes_the_largest_exit_and_names_jobs_that_did_not_report() -> None:
+    from gen.sweep import JobOutcome, summary
+
+    jobs = [JobOutcome(0, ["generator=audit", "++input=a", "++n=3"], 1, None, "/s/0"),
+            JobOutcome(1, ["generator=audit", "++input=b", "++n=3"], 2, "b: not valid JSON", "/s/1"),
+            JobOutcome(2, ["generator=audit", "++input=c", "++n=3"], 0, None, "/s/2")]
+    lines, code = summary(jobs, 3, ["input"])
+    assert code == 2
+    assert lines[:3] == ["job 0 (input=a): exit 1 [/s/0]", "job 1 (input=b): exit 2: b: not valid JSON [/s/1]",
+                         "job 2 (input=c): ok [/s/2]"]
+    one = [JobOutcome(0, ["generator=audit", "++input=c"], 0, None, "/s/0")]
+    assert summary(one, 1, ["input"]) == (["job 0 (input=c): ok [/s/0]",
+                                           "sweep: 1 job, 1 ok, 0 with a non-zero exit; exit 0 (the largest)"], 0)
+    lines, code = summary(jobs[2:], 3, ["input"])
+    assert code == 1 and "did not report" in lines[1] and "0, 1" in lines[1]
+    lines, code = summary(jobs[:1], 3, ["input"], interrupted=True)
+    assert code == 130 and lines[1] == "jobs not run (interrupted): 1, 2"
+
+
+# --------------------------------------------------------------------------- output options
+
+
+OUTPUT_SLIPS = [
+    (["hydra.run.dir="], "hydra.run.dir is empty"),
+    (["hydra.run.dir=."], "into the current folder"),
+    (["hydra.run.dir=.."], "a folder above this one"),
+    (["-m", "hydra.sweep.dir="], "hydra.sweep.dir is empty"),
+    (["-m", "hydra.sweep.dir=run", "hydra.sweep.subdir=../x"], "hydra.sweep.subdir=../x: must stay inside"),
+    (["hydra.output_subdir=../.."], "hydra.output_subdir=../..: must stay inside"),
+    (["hydra.output_subdir=/tmp/x"], "hydra.output_subdir=/tmp/x: must stay inside"),
+    (["hydra.output_subdir="], "hydra.output_subdir is empty"),
+    (["hydra.job.chdir=true"], "hydra.job.chdir"),
+    (["hydra.job.name=../../x"], "hydra.job.name=../../x: must stay inside"),
+    (["hydra.job_logging.handlers.file.filename=x.log"], "a log file goes inside the run folder"),
+    (["hydra.job_logging.handlers.file.filename=${hydra.runtime.output_dir}/../x.log"], "must stay inside"),
+    (["cache_dir="], "cache_dir: empty (the cache would be made in the current folder)"),
+    (["pool_dir="], "pool_dir is empty"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), OUTPUT_SLIPS, ids=[" ".join(a) for a, _ in OUTPUT_SLIPS])
+def test_an_output_option_that_leaves_the_run_folder_is_refused_before_anything_is_written(
+        run_gen, tmp_path: Path, args: list[str], needle: str) -> None:
+    """``hydra.run.dir=`` wrote the run into the current folder, ``cache_dir=`` made
+    embeddings.sqlite there, ``hydra.output_subdir=../..`` wrote .hydra above the run folder and
+    ``hydra.job.chdir=true`` read relative inputs from the run folder."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "goals.jsonl").write_bytes((Path(__file__).resolve().parents[2] / "examples" / "goals.jsonl").read_bytes())
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if "cache" not in p.parts)
+    extra = [] if any(a.startswith(("hydra.run.dir", "-m")) for a in args) else [f"hydra.run.dir={work / 'run'}"]
+    name = "digital" if args == ["pool_dir="] else "distractors"
+    proc = subprocess_in(run_gen, work, name, "input=goals.jsonl", "n=2", *args, *extra)
+    _one_line_error(proc, needle)
+    after = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if "cache" not in p.parts)
+    assert after == before
+
+
+def subprocess_in(run_gen, cwd: Path, *args: str):
+    """``run_gen`` with ``cwd`` as the current folder (its own runs in tmp_path)."""
+    import subprocess
+    import sys
+
+    from conftest import gen_env
+
+    env = gen_env(cwd.parent / "cache")
+    return subprocess.run([sys.executable, "-m", "gen", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)

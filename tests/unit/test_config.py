@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-import generators  # noqa: F401  (fills the registry)
 from gen.cli import composed, normalize_overrides, settings_from, validate
 from gen.config import EMBEDDER_PRESETS, LLM_PRESETS, MISSING, field_default, node
 from gen.embed import EmbedderConfig
 from gen.errors import ConfigError
 from gen.llm import LlamaCppConfig, LlamaServerConfig, OpenAIConfig
 from gen.paths import CONF
-from gen.run import REGISTRY, CommonConfig
+from gen.registry import REGISTRY
+from gen.runner import CommonConfig
 
 # What a generator needs before its config validates (its required options).
 REQUIRED: dict[str, list[str]] = {

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from digital_runs import persona_pool
 
+from gen.bundles import FMT_M, FMT_S, Checker, State, text_problem, validate_items
 from gen.gates import Gates
-from gen.prompts import Prompts
-from generators.digital import DigitalConfig
-from generators.digital.assembly import assemble_cue, merge
-from generators.digital.checks import Checker, text_problem, validate_items
-from generators.digital.state import FMT_M, FMT_S, State, sample_datetime
-from generators.personas import sample_related
-from schemas import digital as S
-from schemas.digital import App
+from gen.generators.digital import DigitalConfig
+from gen.generators.digital.assembly import assemble_cue, merge
+from gen.generators.digital.state import sample_datetime
+from gen.people import sample_related
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.templates import Prompts
 
 PAST_APPS = [App.Messaging, App.Notes, App.Search, App.Videos, App.Maps, App.Music]
 NOW = dt.datetime(2025, 6, 11, 15, 30)
@@ -530,3 +530,63 @@ def test_texts_at_their_cap_and_the_album_go_through_the_gates() -> None:
     track.album = "Songs of the"
     chk = checker(App.Music, st)
     assert validate_items(App.Music, [track], chk) == [] and chk.counts == {"Music.gate.truncated_text.dropped": 1}
+
+
+# --------------------------------------------------------------------------- goal cues
+
+
+def test_cue_word_and_action_share() -> None:
+    from collections import Counter
+
+    from gen.generators.digital.goals import action_share, cue_word
+    from gen.schemas.distractors import GoalRow
+
+    def goal(g: dict[str, Any]) -> Any:
+        return GoalRow.model_validate({"goal_id": "x", "group": "g", "goal": g}).goal
+
+    post = goal({"type": "search", "source": "world", "query": "opening hours of", "query_item": "the post office on Main Street"})
+    df = Counter({"post": 3, "office": 2, "main": 5, "street": 5})
+    assert cue_word(post, df) == "office"  # the rarest phrase head of the item, never the query's
+    assert cue_word(goal({"type": "shop", "content": "paper towels"}), Counter()) == "towels"  # the head: last
+    kitten = goal({"type": "entertain", "modality": "vision", "content": "cute kitten videos"})
+    assert cue_word(kitten, Counter({"videos": 9, "cute": 2, "kitten": 1}), 100) == "kitten"  # a common head: the rarest
+    assert cue_word(kitten, Counter({"videos": 2}), 100) == "videos"
+    assert cue_word(goal({"type": "translate", "modality": "audio", "src_language": "Italian"}), Counter()) == "Italian"
+    # the action's words (query and item), stopwords aside: opening hours post office main street
+    assert action_share(post, "Opening hours of the post office on Main Street") == 1.0
+    assert action_share(post, "Tom asks a question about the post office") == pytest.approx(2 / 6)
+    assert action_share(goal({"type": "translate", "modality": "text", "src_language": "French"}), "French") == 0.0
+
+
+def test_goal_cues_prompt_the_goal_without_stating_it() -> None:
+    """Every goal of the example bank: the cue seed comes from an app that prompts the goal
+    (Messaging, Calendar, Notes; never the app that performs it), names the goal's word, and holds at
+    most half of the goal's action words (a one-word action cannot be hinted at without it: those
+    bundles are cue_states_goal rejects). The old seeds were the action itself."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from gen.generators.digital.goals import ACTION_FIELDS, action_share, content_words, goal_cue
+    from gen.goals import load_goals, verbalise
+    from gen.paths import EXAMPLES
+
+    prompts = Prompts()
+    bank = load_goals(EXAMPLES / "goals.jsonl")
+    df = Counter(w for r in bank.rows for w in set(content_words(verbalise(r, prompts))))
+    _, related = sample_related(persona_pool(n=8), random.Random(0))
+    ctx: Any = SimpleNamespace(prompts=prompts)
+    one_word = cued = 0
+    for i, row in enumerate(bank.rows):
+        cue, ref = goal_cue(ctx, DigitalConfig(), row, related, random.Random(i), df, len(bank.rows))
+        if cue is None:
+            assert row.goal.type == "control_environment"
+            continue
+        cued += 1
+        assert cue.app in (App.Messaging, App.Calendar, App.Notes)
+        assert ref.word and ref.word.casefold() in cue.cue.casefold(), (row.goal, cue.cue)
+        action = " ".join(str(getattr(row.goal, f) or "") for f in ACTION_FIELDS[row.goal.type])
+        if len(set(content_words(action))) == 1:
+            one_word += 1
+            continue
+        assert action_share(row.goal, cue.cue) <= 0.5, (row.goal, cue.cue)
+    assert cued > 350 and one_word < 40

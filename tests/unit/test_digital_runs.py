@@ -26,18 +26,17 @@ from digital_runs import (
     write_pool,
 )
 
-import generators  # noqa: F401  (fills the registry)
 from gen.cli import normalize_overrides, validate
 from gen.errors import ConfigError, InputError
+from gen.generators.digital import DigitalConfig
+from gen.generators.digital.state import load_cues
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import EXAMPLES
-from gen.run import RunContext, run
-from generators.digital import DigitalConfig
-from generators.digital.export import render_bundle, wagibench_record
-from generators.digital.state import load_cues
-from schemas import Reject
-from schemas import digital as S
-from schemas.digital import App
+from gen.runner import RunContext, run
+from gen.schemas import Reject
+from gen.schemas import digital as S
+from gen.schemas.digital import App
+from gen.wagibench import render_bundle, wagibench_record
 
 # --------------------------------------------------------------------------- 5. end to end
 
@@ -404,7 +403,7 @@ def test_cli_bad_cue_file_is_one_line_exit_2_before_any_model(run_gen, tmp_path:
 def test_inputs_are_read_by_the_plan_hook_before_any_folder(tmp_path: Path, pool_file: Path) -> None:
     """cue_file and persona_file are read when the run is sized: a persona file that is not
     UTF-8 was an "unexpected UnicodeDecodeError" (exit 1) from inside the run."""
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     plan = REGISTRY[NAME].make_plan(DigitalConfig(persona_file=str(pool_file), cache_dir=None))
     assert plan.n == 5 and len(plan.data.pool) == 8 and plan.data.cue_path == EXAMPLES / "cues.jsonl"
@@ -424,7 +423,7 @@ def test_a_persona_run_folder_is_read_by_its_records_not_its_manifest(tmp_path: 
     folder.mkdir()
     (folder / "personas.jsonl").write_bytes(pool_file.read_bytes())
     (folder / "manifest.json").write_text("[]", encoding="utf-8")  # not trusted, not needed
-    from gen.run import REGISTRY
+    from gen.registry import REGISTRY
 
     assert len(REGISTRY[NAME].make_plan(DigitalConfig(persona_file=str(folder), cache_dir=None)).data.pool) == 8
 
@@ -433,7 +432,7 @@ def test_a_persona_run_folder_is_read_by_its_records_not_its_manifest(tmp_path: 
 def test_a_reused_pool_whose_manifest_is_no_manifest_is_one_line(tmp_path: Path, pool_file: Path, manifest: str) -> None:
     """pool_dir's pool is reused when its manifest's config matches: a manifest that is a list
     was a TypeError (exit 1); now an InputError naming it, and no pool is made over it."""
-    from generators.personas import ensure_pool
+    from gen.people import ensure_pool
 
     folder = tmp_path / "pools" / "seed0-n6"
     folder.mkdir(parents=True)
@@ -445,6 +444,27 @@ def test_a_reused_pool_whose_manifest_is_no_manifest_is_one_line(tmp_path: Path,
     with pytest.raises(InputError, match=rf"^{re.escape(str(folder / 'manifest.json'))}"):
         ensure_pool(ctx, 0, 6, str(tmp_path / "pools"))
     assert (folder / "personas.jsonl").read_bytes() == pool_file.read_bytes()
+
+
+def test_the_default_pool_is_made_inside_the_run_folder_and_a_failed_one_leaves_nothing_outside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pool_dir`` was ``outputs/personas/pools`` under the current folder: a run whose model
+    wrote nothing usable still left a pool folder there. Now the pool is the run's own."""
+    from gen.errors import GenError
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    cfg = DigitalConfig(n=1, persona_pool=6, cache_dir=None, progress="off")
+    assert cfg.pool_dir is None
+    ctx = RunContext(NAME, cfg, tmp_path / "run")
+    ctx.use(llm=scripted_llm(lambda m, s: "not a persona", sampling=cfg.llm))
+    with pytest.raises(GenError, match="pool"):
+        run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+    assert list(work.iterdir()) == []
+    assert (tmp_path / "run" / "pools" / "seed0-n6" / "manifest.json").is_file()
+    with pytest.raises(ValueError, match="pool_dir is empty"):
+        DigitalConfig(pool_dir=" ")
 
 
 def test_missing_cue_file(tmp_path: Path, pool_file: Path) -> None:
@@ -509,7 +529,7 @@ def test_cli_errors_exit_2(run_gen, tmp_path: Path, args: list[str], needles: li
 
 GOALS = [
     {"goal_id": "g-msg", "group": "dinner_plans", "client_tag": "rec-0001",
-     "goal": {"type": "communication", "action": "message", "target": "Alex", "content": "dinner tonight"}},
+     "goal": {"type": "communication", "action": "message", "target": "Alex", "content": "dinner at the Thai place"}},
     {"goal_id": "g-dir", "group": "airport_trip",
      "goal": {"type": "find_directions", "to": "SeaTac airport departures"}},
     {"goal_id": "g-lamp", "group": "lights", "goal": {"type": "control_environment", "target": "lamp", "value": "off"}},
@@ -535,8 +555,8 @@ def run_goals(out: Path, pool: Path, goals: Path, script=None, **cfg: Any):
 
 
 def test_goal_app_mapping() -> None:
-    from generators.digital.goals import goal_app
-    from schemas.distractors import GoalRow
+    from gen.generators.digital.goals import goal_app
+    from gen.schemas.distractors import GoalRow
 
     cfg = DigitalConfig()
     rng = random.Random(0)
@@ -544,13 +564,14 @@ def test_goal_app_mapping() -> None:
     def app_of(goal: dict[str, Any]) -> App | None:
         return goal_app(cfg, GoalRow.model_validate({"goal_id": "x", "group": "g", "goal": goal}).goal, rng)
 
-    assert app_of({"type": "communication", "action": "message", "target": "A", "content": "c"}) is App.Messaging
-    assert app_of({"type": "temporal_attention", "action": "set", "time": "5 min", "content": "tea"}) is App.Calendar
-    assert app_of({"type": "entertain", "modality": "audio", "content": "x"}) is App.Music
-    assert app_of({"type": "entertain", "modality": "vision", "content": "x"}) is App.Videos
-    assert app_of({"type": "search", "source": "world", "query": "q", "query_item": "i"}) is App.Search
-    assert {app_of({"type": "search", "source": "timeline", "query": "q", "query_item": "i"})
-            for _ in range(20)} == {App.Notes, App.Messaging}
+    # the app that prompts the goal, never the one that performs it (Search, Music, Videos, Maps)
+    assert app_of({"type": "communication", "action": "message", "target": "A", "content": "c"}) is App.Calendar
+    assert app_of({"type": "temporal_attention", "action": "set", "time": "5 min", "content": "tea"}) is App.Messaging
+    assert app_of({"type": "entertain", "modality": "audio", "content": "x"}) is App.Messaging
+    assert app_of({"type": "search", "source": "world", "query": "q", "query_item": "i"}) is App.Messaging
+    assert app_of({"type": "search", "source": "timeline", "query": "q", "query_item": "i"}) is App.Notes
+    assert app_of({"type": "shop", "content": "x"}) is App.Notes
+    assert app_of({"type": "find_directions", "to": "x"}) is App.Calendar
     assert app_of({"type": "control_environment", "target": "lamp", "value": "off"}) is None
     assert goal_app(DigitalConfig(apps=[App.Calendar]), GoalRow.model_validate(
         {"goal_id": "x", "group": "g", "goal": {"type": "find_directions", "to": "x"}}).goal, rng) is App.Calendar
@@ -563,23 +584,30 @@ def test_goal_conditioned_bundles(tmp_path: Path, pool_file: Path) -> None:
     persona and appears in the cue item; the goal row's keys are the bundle's WAGIBench keys; a
     goal that needs no digital context gives an uncued bundle, marked as such."""
     goals = goal_bank(tmp_path)
-    result, _ = run_goals(tmp_path / "run", pool_file, goals)
+    # the bag-of-words fake cannot tell a one-word hint from the words every state shares, so the
+    # rank test is off here (cue_rank_max = the bank's size); the next test keeps it
+    result, _ = run_goals(tmp_path / "run", pool_file, goals, cue_rank_max=len(GOALS))
     assert result.requested == len(GOALS) and result.accepted == len(GOALS), read_jsonl(tmp_path / "run" / "rejects.jsonl")
     bundles = {b["goal"]["goal_id"]: b for b in read_jsonl(tmp_path / "run" / "digital.jsonl")}
-    msg = bundles["g-msg"]
-    assert msg["cue"]["app"] == "Messaging" and msg["goal"]["person"] in {r["persona"]["name"] for r in msg["related_personas"]}
-    assert msg["goal"]["person"] in msg["apps"]["Messaging"]["key_conversations"][0]["participants"]
-    assert bundles["g-dir"]["cue"]["app"] in ("Maps", "Calendar")
-    assert bundles["g-music"]["cue"]["app"] == "Music" and bundles["g-notes"]["cue"]["app"] == "Notes"
+    msg = bundles["g-msg"]  # plans with the person to write to, about the goal's word
+    assert msg["cue"]["app"] == "Calendar" and msg["cue"]["cue"] == "plans with Alex about the dinner"
+    assert "dinner" in msg["apps"]["Calendar"]["key_events"][0]["title"]
+    music = bundles["g-music"]  # a message from a related persona sharing a link
+    assert music["cue"]["app"] == "Messaging" and music["cue"]["cue"].endswith("shares a link about piano")
+    assert music["goal"]["person"] in {r["persona"]["name"] for r in music["related_personas"]}
+    assert music["goal"]["person"] in music["apps"]["Messaging"]["key_conversations"][0]["participants"]
+    assert bundles["g-dir"]["cue"] | {"person": None} == {"cue_id": "g-dir", "app": "Calendar", "person": None,
+                                                          "cue": "an appointment at the departures"}
+    assert bundles["g-notes"]["cue"]["app"] == "Messaging" and bundles["g-notes"]["goal"]["word"] == "milk"
+    assert all(b["goal"]["action_share"] <= 0.5 for b in bundles.values() if b["goal"]["app"])
     lamp = bundles["g-lamp"]
     assert lamp["cue"] is None and lamp["goal"]["app"] is None
-    assert all(b["goal"]["rank"] <= 3 for b in bundles.values() if b["goal"]["app"])
     state = json.loads((tmp_path / "run" / "digital_state.json").read_text())
     metas = {(v["meta"]["client_tag"], v["meta"]["scenario"]["shortname"]) for v in state.values()}
     assert ("rec-0001", "dinner_plans") in metas and ("g-dir", "airport_trip") in metas
     assert result.manifest["validators"]["goal.cued"] == 4 and result.manifest["validators"]["goal.uncued"] == 1
     # the same seed gives the same bundles
-    run_goals(tmp_path / "again", pool_file, goals)
+    run_goals(tmp_path / "again", pool_file, goals, cue_rank_max=len(GOALS))
     assert (tmp_path / "run" / "digital.jsonl").read_bytes() == (tmp_path / "again" / "digital.jsonl").read_bytes()
 
 

@@ -15,22 +15,14 @@ import polars as pl
 import pytest
 from conftest import read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError
+from gen.generators.distractors import Band, DistractorsConfig, Sampler, matches, plan
+from gen.goals import load_goals, verbalise
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
-from gen.prompts import Prompts
-from gen.run import RunContext, run
-from generators.distractors import (
-    Band,
-    DistractorsConfig,
-    Sampler,
-    load_goals,
-    matches,
-    plan,
-    verbalise,
-)
-from schemas.distractors import GOAL_TYPES, DistractorMCQ, GoalRow
+from gen.runner import RunContext, run
+from gen.schemas.distractors import GOAL_TYPES, DistractorMCQ, GoalRow
+from gen.templates import Prompts
 
 NAME = "distractors"
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -118,6 +110,20 @@ def test_bands_on_a_hand_built_structure() -> None:
     assert not sim.estimated and not dis.estimated
 
 
+def test_a_tie_across_the_band_edge_is_written_inside_the_band() -> None:
+    """Two goals the embedder cannot tell apart (a case variant) share ranks 94 and 95 of a pool of
+    101; the 95th percentile falls on them, so both are in the similar band. Each holds every
+    percentile from 94 to 95, and the one written is the band's edge, not 94 (which put a
+    "95–99" distractor at 94.77 on the shipped bank)."""
+    E, groups, texts, sims = ladder([(-0.5 + 94 / 100, 500, 500)])
+    sim = choices_of(Sampler(E, groups, texts, [SIMILAR], seed=0, distractors=6))["similar"]
+    assert sim.pool == 101 and sim.candidates == 6  # ranks 94..99: the tied pair and 96..99
+    assert {95, 101} <= set(sim.picks)
+    assert all(95 <= p <= 99 for p in sim.percentile)
+    at = dict(zip(sim.picks, sim.percentile, strict=True))
+    assert at[95] == at[101] == pytest.approx(95) and at[99] == pytest.approx(99)
+
+
 def test_greedy_rule_on_the_hand_built_structure() -> None:
     E, groups, texts, sims = ladder()
     for seed in range(12):
@@ -145,12 +151,13 @@ def test_first_pick_is_uniform_over_the_band() -> None:
 def test_exclusions_group_and_duplicate_text() -> None:
     # two paraphrases in the reference's group and one duplicate of its text, all very similar
     E, groups, texts, _ = ladder([(0.97, 0, 1000), (0.96, 0, 1001), (0.98, 555, 0)])
-    got = choices_of(Sampler(E, groups, texts, [SIMILAR, DISSIMILAR]))
+    got = choices_of(Sampler(E, groups, texts, [SIMILAR, DISSIMILAR], exclude_same_group=True))
     assert got["similar"].pool == 100 and got["dissimilar"].pool == 100
     assert not {101, 102, 103} & set(got["similar"].picks)
     assert set(got["similar"].picks) <= {96, 97, 98, 99}
-    # without the group rule the paraphrases join the pool (and top it); the duplicate never does
-    loose = choices_of(Sampler(E, groups, texts, [SIMILAR, DISSIMILAR], exclude_same_group=False))
+    # by default (the paper's pool) the same-script goals join the pool (and top it); the
+    # duplicate never does
+    loose = choices_of(Sampler(E, groups, texts, [SIMILAR, DISSIMILAR]))
     assert loose["similar"].pool == 102
     assert 103 not in loose["similar"].picks + loose["dissimilar"].picks
 
@@ -210,20 +217,26 @@ def clustered(n: int, d: int = 24, seed: int = 0, group_size: int = 3) -> tuple[
     return (E / np.linalg.norm(E, axis=1, keepdims=True)).astype(np.float32), groups
 
 
-def exact_percentile(E: np.ndarray, groups: np.ndarray, ref: int, goal: int) -> float:
+def pool_mask(groups: np.ndarray, ref: int, exclude_same_group: bool = True) -> np.ndarray:
+    """The reference's pool: every other goal, or every goal of another group."""
+    return groups != groups[ref] if exclude_same_group else np.arange(len(groups)) != ref
+
+
+def exact_percentile(E: np.ndarray, groups: np.ndarray, ref: int, goal: int, exclude_same_group: bool = True) -> float:
     row = E @ E[ref]
-    pool = np.sort(row[(groups != groups[ref])])
+    pool = np.sort(row[pool_mask(groups, ref, exclude_same_group)])
     return 100 * np.searchsorted(pool, row[goal], "left") / (len(pool) - 1)
 
 
-def test_greedy_rule_holds_on_a_random_bank() -> None:
+@pytest.mark.parametrize("exclude", [False, True])
+def test_greedy_rule_holds_on_a_random_bank(exclude: bool) -> None:
     E, groups = clustered(600)
-    sampler = Sampler(E, groups, np.arange(600), [SIMILAR, DISSIMILAR], seed=3)
+    sampler = Sampler(E, groups, np.arange(600), [SIMILAR, DISSIMILAR], seed=3, exclude_same_group=exclude)
     for choices in list(sampler.run(range(0, 600)))[::37]:
         for c in choices:
             ref = c.ref
             row = E @ E[ref]
-            valid = groups != groups[ref]
+            valid = pool_mask(groups, ref, exclude)
             lo, hi = np.percentile(row[valid], [c.band.lo, c.band.hi])
             cand = [k for k in np.flatnonzero(valid) if lo - 1e-6 <= row[k] <= hi + 1e-6]
             assert len(cand) == c.candidates
@@ -233,15 +246,15 @@ def test_greedy_rule_holds_on_a_random_bank() -> None:
                 worst = {k: max(float(E[k] @ E[j]) for j in chosen) for k in cand if k not in chosen}
                 assert worst[c.picks[i]] <= min(worst.values()) + 1e-5
             for p, pct in zip(c.picks, c.percentile, strict=True):
-                assert pct == pytest.approx(exact_percentile(E, groups, ref, p), abs=1e-6)
+                assert pct == pytest.approx(exact_percentile(E, groups, ref, p, exclude), abs=1e-6)
 
 
 def test_scalable_mode_against_exact() -> None:
     n = 4000
     E, groups = clustered(n, seed=1)
-    exact = Sampler(E, groups, np.arange(n), [SIMILAR, DISSIMILAR])
+    exact = Sampler(E, groups, np.arange(n), [SIMILAR, DISSIMILAR], exclude_same_group=True)
     approx = Sampler(E, groups, np.arange(n), [SIMILAR, DISSIMILAR], scalable=True, sample_size=1024,
-                     block_size=512)
+                     block_size=512, exclude_same_group=True)
     refs = range(1000, 1400)
     inside, total, errors = 0, 0, []
     for choices in approx.run(refs):
@@ -316,7 +329,7 @@ def test_generator_end_to_end(tmp_path: Path) -> None:
         assert rec.privileged["structured_goal"] == ref.goal.model_dump()
         assert len(set(rec.options)) == 4
         for d in rec.distractors:
-            assert by_id[d.goal_id].group != ref.group
+            assert d.goal_id != ref.goal_id and d.text != texts[ref.goal_id]  # same-script goals may be distractors
             assert rec.options[d.option] == d.text == texts[d.goal_id]
             assert rec.band[0] <= d.percentile <= rec.band[1]
             assert len(d.similarity_to_others) == 2
@@ -327,6 +340,23 @@ def test_generator_end_to_end(tmp_path: Path) -> None:
     assert {"wagibench_mcq_similar.json", "wagibench_mcq_dissimilar.json"} <= set(manifest["outputs"])
     # answers are spread over the four positions
     assert min(np.bincount([r.answer for r in records], minlength=4)) > len(records) / 8
+
+
+def test_options_never_differ_only_in_case_or_spacing(tmp_path: Path) -> None:
+    """"Buy oat milk" and "buy  OAT milk" are one option to a reader: the variant is never a
+    distractor of the other, nor both options of one MCQ. B, C and D are one vector, so the
+    greedy rule would pick the variant (least like them) whenever it is a candidate; it failed so
+    before texts were compared casefolded with spaces collapsed."""
+    same = np.eye(16)[1]
+    table = {"B goal": same, "C goal": same, "D goal": same}
+    goals = ["Buy oat milk", "buy  OAT milk", "B goal", "C goal", "D goal"]
+    bank = write_bank(tmp_path / "bank.jsonl", [{"goal_id": f"g{k}", "group": f"grp{k}", "text": t}
+                                                for k, t in enumerate(goals)])
+    run_distractors(tmp_path / "run", FakeEmbedder(table), input=str(bank), bands={"all": (0.0, 100.0)})
+    records = [DistractorMCQ.model_validate(r) for r in read_jsonl(tmp_path / "run" / "distractors.jsonl")]
+    assert len(records) == 5
+    for rec in records:
+        assert len({" ".join(o.casefold().split()) for o in rec.options}) == 4, rec.options
 
 
 def test_wagibench_layout(tmp_path: Path) -> None:

@@ -11,15 +11,14 @@ from typing import Any
 import pytest
 from conftest import check_run_folder, read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
+from gen.contextbench import load as load_scenarios
 from gen.errors import ConfigError, InputError
+from gen.generators import evaluate as evaluate_module
+from gen.generators.evaluate import EvaluateConfig, cell, conversation, is_scenarios
+from gen.generators.evaluate import plan as evaluate_plan
 from gen.llm import scripted_llm
-from gen.prompts import Prompts
-from gen.run import RunContext, run
-from generators import evaluate as evaluate_module
-from generators.evaluate import EvaluateConfig, cell, conversation, is_scenarios
-from generators.evaluate import plan as evaluate_plan
-from generators.judge.context import load_scenarios
+from gen.runner import RunContext, run
+from gen.templates import Prompts
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "judge"
 BANK = FIX / "scenarios.jsonl"

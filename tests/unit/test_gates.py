@@ -25,8 +25,8 @@ from gen.gates import (
     schema_fields,
     with_mark,
 )
-from gen.prompts import Prompts
-from schemas.tom import AnalysisDraft, WrongGoalsDraft
+from gen.schemas.tom import AnalysisDraft, WrongGoalsDraft
+from gen.templates import Prompts
 
 EGOTOM = Path(__file__).resolve().parents[3] / "shared" / "data" / "egotom_paper"
 ROOT = Path(__file__).resolve().parents[2]
@@ -243,9 +243,9 @@ def test_language() -> None:
                  Gates(language="fr")) is None
     with pytest.raises(ValueError, match="language"):
         Gates(language="tlh")
-    from generators.digital import DigitalConfig
-    from generators.personas import PersonasConfig
-    from generators.tom import TomConfig
+    from gen.generators.digital import DigitalConfig
+    from gen.generators.personas import PersonasConfig
+    from gen.generators.tom import TomConfig
 
     for config in (TomConfig, DigitalConfig, PersonasConfig):  # a bad language fails at config time
         with pytest.raises(ValueError, match="language 'tlh' is not one"):
@@ -305,7 +305,7 @@ def test_audit_texts_counts_per_gate_with_examples() -> None:
 
 
 def test_bank_texts_reads_forms_from_question_types() -> None:
-    from schemas.mcq import MCQ
+    from gen.schemas.mcq import MCQ
 
     items = [MCQ(item_id="a", question_type="goal", question="What is C's future goal?",
                  options=["To cook.", "To the pot."], answer=0, line=0),

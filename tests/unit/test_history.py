@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from conftest import WAGIBENCH_LOADER as LOADER
-from conftest import read_jsonl, wagibench_loader
+from conftest import WAGIBENCH_MIXIN, read_jsonl, wagibench_loader, wagibench_prompt
 
-from gen.run import run
-from generators.history import HistoryConfig, plan, read_table
-from schemas.history import Observation
+from gen.generators.history import HistoryConfig, plan, read_table
+from gen.runner import run
+from gen.schemas.history import Observation
 
 NAME = "history"
 GOAL = {"type": "shop", "content": "hand soap"}
@@ -170,15 +170,51 @@ def test_wagibench_loader_joins_every_row(tmp_path: Path) -> None:
             shown = row["x"]["longitudinal_history"]
             expect = [s for s in rec["supports"] if positive_only == "0" or s["history_type"] == "setup"]
             assert [h["client_tag"] for h in shown] == [s["client_tag"] for s in expect]
-            assert row["x"]["world_state_ctx"].startswith("caption")
+            assert row["x"]["world_state_ctx"][0].startswith("caption")
         setups = sum(any(s["history_type"] == "setup" for s in r["supports"]) for r in records.values())
         assert f"Setup counter (Longitudinal) = {setups}/{len(rows)}" in out.getvalue()
+
+
+@pytest.mark.skipif(not (LOADER.is_file() and WAGIBENCH_MIXIN.is_file()),
+                    reason="WAGIBench's loader and prompt builder (../shared/data/wagibench) are absent")
+def test_wagibench_prompt_shows_each_support_as_a_dict(tmp_path: Path) -> None:
+    """Their build_prompt prints ``json.dumps(hist["world_state"])`` of each support: a dict with
+    the context, the past action (appendix I.1's form) and the transcription; a support with a
+    transcription no longer reaches their utterance filter (a text there was a TypeError)."""
+    rows = table(60)
+    for i, r in enumerate(rows):
+        r["structured_goal"] = {"type": "search", "source": "world", "query": f"how to fix {i}", "query_item": "a bike"}
+        if i % 2:
+            r["transcription"] = f"Speaker 0: words of recording {i}"
+    run_history(tmp_path, rows)
+    mcq = [{"meta": {"client_tag": r["client_tag"], "scenario": {"shortname": r["scenario"]}},
+            "x": {"client_tag": r["client_tag"], "context_window": {"start_s": 0.0, "end_s": 10.0},
+                  "mcq_set": ["a", "b", "c", "d"]}, "y": 0} for r in rows]
+    (tmp_path / "mcq.json").write_text(json.dumps(mcq))
+    with redirect_stdout(io.StringIO()):
+        data = wagibench_loader()(str(tmp_path / "mcq.json"), str(tmp_path), longitudinal_history_path=str(
+            tmp_path / "run" / "longitudinal_history.json"))
+    build = wagibench_prompt()
+    by_tag = {r["client_tag"]: i for i, r in enumerate(rows)}
+    seen = 0
+    for row in data:
+        prompt = build(row, "mcq")
+        for h in row["x"]["longitudinal_history"]:
+            i = by_tag[h["client_tag"]]
+            state = h["world_state"]
+            assert state["context"] == [f"caption {i}"]
+            assert state["action"] == [f"{{ 'type': 'search', 'source': 'world', 'query_item': 'a bike', 'query': 'how to fix {i}' }}"]
+            assert state["transcription"] == rows[i].get("transcription", "")
+            assert state["action"][0] in prompt and f"caption {i}" in prompt
+            assert rows[i].get("transcription", "caption") in prompt
+            seen += 1
+    assert seen > 50
 
 
 def test_audit_checks_a_history_bank(tmp_path: Path) -> None:
     """audit input=<history run> runs the history check: a bank made here is clean; planted
     breaks (self-support, another participant, a later support, a second positive) are errors."""
-    from generators.audit import AuditConfig
+    from gen.generators.audit import AuditConfig
 
     rows = table(200)
     run_history(tmp_path, rows)

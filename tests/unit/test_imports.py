@@ -1,14 +1,15 @@
-"""The project's own modules import each other without cycles, and ``gen/`` never imports
-``generators`` at module level (the toolkit's machinery does not depend on its generators).
+"""The project's import structure: one top-level package, no cycles, and rooms that share
+only through the floor below them.
 
-Only module-level imports count: an import inside a function runs when called, after every
-module has loaded, so a lazy import is how a module may reach "up" when it must; an import
-under ``if TYPE_CHECKING:`` never runs (``gen/audit_checks.py`` names ``generators.audit``'s
-config type that way). ``from
-pkg.mod import x`` is an edge to ``pkg.mod``; ``from pkg import x`` is an edge to ``pkg``'s
-``__init__``, or to ``pkg.x`` when that is a module. A package's parents, which Python imports
-first, are not edges: ``gen/llm/boundary.py`` importing ``gen.llm.cache`` does not need
-``gen/llm/__init__.py``'s names.
+- ``gen``'s runtime (everything but ``gen.generators`` and ``gen.schemas``) never imports a
+  generator, at any level: the registry finds them through entry points.
+- No generator room (``gen.generators.<room>``) imports another room, at any level (a lazy
+  import inside a function counts: it is a dependency all the same); a piece two rooms need
+  lives in ``gen``.
+- Module-level imports have no cycle. An import under ``if TYPE_CHECKING:`` never runs and is
+  not counted. ``from pkg.mod import x`` is an edge to ``pkg.mod``; ``from pkg import x`` is an
+  edge to ``pkg``'s ``__init__``, or to ``pkg.x`` when that is a module. A package's parents,
+  which Python imports first, are not edges.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from typing import cast
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("gen", "generators", "schemas")
+PACKAGES = ("gen",)
+ROOMS = "gen.generators"
 
 
 def project_modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
@@ -48,14 +50,14 @@ def _type_checking(node: ast.AST) -> bool:
         or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
 
 
-def _module_level(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """Import statements that run when the module is imported (not inside a function, not
-    under ``if TYPE_CHECKING:``, which never runs)."""
+def _module_level(tree: ast.Module, *, functions: bool = False) -> list[ast.Import | ast.ImportFrom]:
+    """Import statements that run when the module is imported (not inside a function, unless
+    ``functions``; never under ``if TYPE_CHECKING:``, which never runs)."""
     found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and not functions:
                 continue
             if _type_checking(child):
                 for other in cast(ast.If, child).orelse:  # an else branch does run
@@ -69,14 +71,16 @@ def _module_level(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the project modules it imports at module level."""
+def import_graph(modules: dict[str, Path], *, functions: bool = False) -> dict[str, set[str]]:
+    """Module -> the project modules it imports at module level (and inside functions too, with
+    ``functions``)."""
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         is_pkg = path.name == "__init__.py"
         package = name if is_pkg else name.rpartition(".")[0]
         edges: set[str] = set()
-        for node in _module_level(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in _module_level(tree, functions=functions):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             else:
@@ -124,9 +128,27 @@ def graph() -> dict[str, set[str]]:
     return import_graph(project_modules(ROOT, PACKAGES))
 
 
+def room(module: str) -> str | None:
+    """The generator room a module belongs to (``gen.generators.bank.add`` -> ``bank``)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and module.startswith(ROOMS + ".") else None
+
+
+def room_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
+    """(room, other room) -> the modules of the first that import the second."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for m, targets in graph.items():
+        for t in targets:
+            a, b = room(m), room(t)
+            if a and b and a != b:
+                out.setdefault((a, b), []).append(f"{m} -> {t}")
+    return out
+
+
 def test_every_module_imports() -> None:
     modules = project_modules(ROOT, PACKAGES)
-    assert {"gen.llm", "gen.llm.boundary", "gen.llm.llama_server", "gen.run"} <= set(modules)
+    assert {"gen.llm", "gen.llm.boundary", "gen.llm.llama_server", "gen.runner", "gen.registry",
+            "gen.generators.digital", "gen.schemas.mcq"} <= set(modules)
     for name in modules:
         importlib.import_module(name)
 
@@ -135,10 +157,43 @@ def test_the_project_has_no_import_cycle(graph: dict[str, set[str]]) -> None:
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
-def test_gen_does_not_import_generators(graph: dict[str, set[str]]) -> None:
-    bad = {m: sorted(t for t in targets if t.split(".")[0] == "generators")
-           for m, targets in graph.items() if m.split(".")[0] == "gen"}
+@pytest.fixture(scope="module")
+def every_import() -> dict[str, set[str]]:
+    """The graph with the imports inside functions too."""
+    return import_graph(project_modules(ROOT, PACKAGES), functions=True)
+
+
+def test_gen_does_not_import_generators(every_import: dict[str, set[str]]) -> None:
+    """The runtime finds generators through entry points; no import of it, at any level, names
+    one. The schemas are the floor: they import only schemas."""
+    bad = {m: sorted(t for t in targets if t.startswith(ROOMS))
+           for m, targets in every_import.items() if not m.startswith((ROOMS, "gen.schemas"))}
     assert not {m: t for m, t in bad.items() if t}
+    floor = {m: sorted(t for t in targets if not t.startswith("gen.schemas"))
+             for m, targets in every_import.items() if m.startswith("gen.schemas")}
+    assert not {m: t for m, t in floor.items() if t}
+
+
+def test_no_room_imports_another(every_import: dict[str, set[str]]) -> None:
+    """Rooms share through ``gen``: an import of another room, even inside a function, is a
+    dependency the module graph would otherwise hide."""
+    edges = room_edges(every_import)
+    assert not edges, "\n".join(f"{a} -> {b}: {', '.join(sites)}" for (a, b), sites in sorted(edges.items()))
+
+
+def test_one_top_level_package() -> None:
+    """Nothing imports the card's folders by their own names: they are gen.generators and
+    gen.schemas (a second name would load every module twice)."""
+    offenders = []
+    for path in [*ROOT.glob("gen/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("bench/*.py")]:
+        if "gen/generators/" in path.as_posix() or "gen/schemas/" in path.as_posix():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n.split(".")[0] in ("generators", "schemas") for n in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, offenders
 
 
 def test_the_llm_package_is_split_as_documented(graph: dict[str, set[str]]) -> None:
@@ -146,9 +201,12 @@ def test_the_llm_package_is_split_as_documented(graph: dict[str, set[str]]) -> N
     the package's ``__init__`` (which imports them all)."""
     inside = {m: t for m, t in graph.items() if m.startswith("gen.llm.")}
     assert all("gen.llm" not in targets for targets in inside.values()), inside
-    assert graph["gen.llm.config"] <= {"gen.errors"}
-    assert graph["gen.llm.cache"] <= {"gen.errors"}
-    for backend in ("gen.llm.boundary", "gen.llm.config", "gen.llm.cache"):
+    assert graph["gen.llm.config"] <= {"gen.errors", "gen.llm.secrets"}
+    assert graph["gen.llm.secrets"] <= {"gen.errors"}
+    assert graph["gen.llm.http"] <= {"gen.llm.secrets"}  # the transport knows no config
+    assert graph["gen.llm.cache"] <= {"gen.errors", "gen.netfs"}
+    assert graph["gen.netfs"] == set()
+    for backend in ("gen.llm.boundary", "gen.llm.config", "gen.llm.cache", "gen.llm.http"):
         assert not graph[backend] & {"gen.llm.llama_cpp", "gen.llm.openai_compat",
                                      "gen.llm.llama_server", "gen.llm.fake"}
     assert not (ROOT / "gen" / "server.py").exists() and not (ROOT / "gen" / "llm.py").exists()
@@ -169,6 +227,9 @@ def test_the_checker_finds_cycles_and_ignores_lazy_imports(tmp_path: Path) -> No
     assert find_cycle(graph) is None  # toy.c's imports are lazy or for the type checker only
     (pkg / "c.py").write_text("import toy.a\n")
     assert find_cycle(import_graph(modules)) == ["toy.a", "toy.sub.b", "toy.c", "toy.a"]
+    (pkg / "c.py").write_text("def f():\n    import toy.a\n")
+    assert "toy.a" not in import_graph(modules)["toy.c"]
+    assert "toy.a" in import_graph(modules, functions=True)["toy.c"]
 
 
 def test_every_package_is_installed() -> None:

@@ -12,15 +12,33 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import check_run_folder, read_jsonl
+from conftest import SHARED, check_run_folder, read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
+from gen.contextbench import JUDGE_TEMPLATE as TEMPLATE
+from gen.contextbench import load as load_scenarios
+from gen.contextbench.scoring import metrics, signals
 from gen.errors import ConfigError, InputError
+from gen.generators.audit import AuditConfig
+from gen.generators.judge import JudgeConfig
+from gen.generators.judge import plan as judge_plan
+from gen.generators.judge.context import JUDGE_SEES, WITHHELD, judge_view
+from gen.generators.judge.meta import aligned, pairwise
+from gen.generators.judge.scores import (
+    as_action,
+    judgment,
+    parse_reformat,
+    parse_score,
+    parse_score_lenient,
+)
+from gen.generators.judge.validity import flags
+from gen.generators.judge.wagibench import read_predictions
 from gen.llm import LlamaCppConfig, OpenAIConfig, scripted_llm
 from gen.llm.family import family_from_gguf, family_from_served, family_of_name
+from gen.panel import candidate_families, pairwise_agreement
 from gen.paths import PROMPTS
-from gen.prompts import Prompts
-from gen.run import RunContext, run
+from gen.runner import RunContext, run
+from gen.schemas.judge import ContextJudgeRecord, ContextJudgment, Judgment, MetaRecord
+from gen.schemas.scenarios import RECORD_FIELDS, Gold, ScenarioRecord
 from gen.stats import (
     agreement,
     balanced_accuracy,
@@ -29,24 +47,7 @@ from gen.stats import (
     confusion,
     mean_interval,
 )
-from generators.audit import AuditConfig
-from generators.judge import JudgeConfig
-from generators.judge import plan as judge_plan
-from generators.judge.context import (
-    JUDGE_SEES,
-    TEMPLATE,
-    WITHHELD,
-    judge_view,
-    load_scenarios,
-    metrics,
-)
-from generators.judge.meta import aligned, pairwise
-from generators.judge.panel import candidate_families, pairwise_agreement
-from generators.judge.scores import as_action, judgment, parse_reformat, parse_score, signals
-from generators.judge.validity import flags
-from generators.judge.wagibench import read_predictions
-from schemas.judge import ContextJudgeRecord, ContextJudgment, Judgment, MetaRecord
-from schemas.scenarios import RECORD_FIELDS, Gold, ScenarioRecord
+from gen.templates import Prompts
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "judge"
 NAME = "judge"
@@ -84,9 +85,59 @@ def judge_run(tmp_path: Path, script: Any, *, family: str | None = "smollm", out
         "capitals", "decimal", "out_of_scale", "markdown", "empty_tag", "two_values"])
 def test_parse_score_is_strict(reply: str, score: int | None, problem: str | None) -> None:
     assert parse_score(reply) == (score, problem)
-    j = judgment(reply)
+    j = judgment(reply, lenient=False)
     assert j.followed is (score is not None) and j.problem == problem and j.raw == reply
     assert j.normalised == {None: None, 0: 0.0, 1: 0.5, 2: 1.0}[score]
+
+
+@pytest.mark.parametrize(("reply", "score", "problem"), [
+    ("<score>2</score>", 2, None),
+    ("<think>The reference is a search; the prediction is too.</think>\n<score>2</score>", 2, None),
+    ("The user wants soap, and so does the reference.\n</think>\n\n<score>1</score>", 1, None),  # R1: no opening tag
+    ("<think>Let me weigh the options. First, the reference", None, "unfinished_think"),
+    ("<think>a</think>2", 2, None),  # a bare number: float("2")
+    ("<score>2.0</score>", 2, None),
+    ("<score>1</score><score>2</score>", 1, None),  # the first
+    ("<score>2", 2, None),  # an unclosed tag: the text after it
+    ("2</score>", 2, None),
+    ("<score>3</score>", None, "not_a_score"),
+    ("<score>**2**</score>", None, "not_a_score"),
+    ("Very relevant.", None, "no_score_tag"),
+    ("", None, "no_score_tag"),
+    ("I think it helps. <score>2</score>", 2, None),
+], ids=["plain", "think", "think_unopened", "unfinished", "bare_after_think", "decimal", "first_of_two", "unclosed",
+        "unopened", "out_of_scale", "markdown", "words", "empty", "text_around"])
+def test_parse_score_lenient_reads_as_wagibench_does(reply: str, score: int | None, problem: str | None) -> None:
+    assert parse_score_lenient(reply) == (score, problem)
+    j = judgment(reply)
+    assert j.followed is (score is not None) and j.problem == problem and j.raw == reply
+
+
+@pytest.mark.skipif(not (SHARED / "data" / "wagibench" / "maestro_ob2.py").is_file(),
+                    reason="WAGIBench's maestro_ob2.py (../shared/data/wagibench) is absent")
+def test_the_lenient_parse_agrees_with_wagibench_on_reasoning_replies() -> None:
+    """Their post_process_llm_outputs (think, then score) and float(), taken out of their file with
+    ast and run, on every reasoning-style reply of the fixture set: the same score, or both none."""
+    import ast
+    import re as re_module
+
+    path = SHARED / "data" / "wagibench" / "maestro_ob2.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    fn = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "post_process_llm_outputs"]
+    scope: dict[str, Any] = {"re": re_module}
+    exec(compile(ast.Module(body=fn, type_ignores=[]), str(path), "exec"), scope)
+    post = scope["post_process_llm_outputs"]
+    replies = read_jsonl(FIX / "reasoning_replies.jsonl")
+    for r in replies:
+        _, answer = post(r["reply"], "think")  # their judge: (cot, response)
+        try:
+            theirs = float(post(answer, "score")[0])
+            theirs_score = int(theirs) if theirs in (0.0, 1.0, 2.0) else None
+        except ValueError:
+            theirs_score = None
+        ours, _ = parse_score_lenient(r["reply"])
+        if "</think>" in r["reply"]:  # their reading needs the closing tag; without one they read nothing
+            assert ours == theirs_score, r
 
 
 # --------------------------------------------------------------------------- the reformat
@@ -388,7 +439,7 @@ def test_wagibench_rows_are_scored_reformatted_or_counted(tmp_path: Path) -> Non
     assert set(ref["by_action_type"]) == {"shop"} and ref["by_model"]["gpt-4o"]["n"] == 1
     assert s["rows"] == {"total": 3, "structured": 1, "reformatted": 2, "reformat_invalid": 1, "judged": 2, "rejected": 0}
     info = result.manifest["judge"]
-    assert info["judge_prompt_version"] == "wagibench-judge-1" and len(info["judge_prompt_sha256"]) == 64
+    assert info["judge_prompt_version"] == "wagibench-judge-2" and len(info["judge_prompt_sha256"]) == 64
     assert {"judge/wagibench.jinja", "judge/reformat.jinja", "judge/_actions.jinja"} <= set(result.manifest["prompts"])
     # the contexts variant shows the cues; the reference-only variant does not
     prompts = [c["messages"][-1]["content"] for c in ctx.llm.calls if "<score>" in c["messages"][-1]["content"]]
@@ -431,6 +482,35 @@ def test_a_bad_prediction_row_is_named_by_file_line_and_field(tmp_path: Path, ro
     path.write_text(json.dumps(row) + "\n")
     with pytest.raises(InputError, match=rf"^{path}{message}"):
         read_predictions(path)
+
+
+def test_variants_show_their_inputs_as_text(tmp_path: Path) -> None:
+    """§4.3's variants: the default is the paper's best (cues + reference); each shows its contexts
+    as text (a cue object by its description, never a Python dict) and the reference only when it
+    has it."""
+    assert JudgeConfig(kind="wagibench", input="x").variant == ["cues_reference"]
+    variants = ["cues_reference", "reference", "cues", "socratic", "socratic_reference", "contexts_reference"]
+    row = {"id": "a", "prediction": {"type": "shop", "content": "hand soap"}, "reference": {"type": "shop", "content": "soap"},
+           "contexts": {"cues": [{"modality": ["vision"], "description": ["the dispenser is empty"]}, "it is late"],
+                        "captions": ["a person presses a soap pump"],
+                        "digital_state": {"datetimings": {"current_datetime": "2025-01-01 10:00"},
+                                          "Notes": {"state": {"notes": [{"title": "buy soap"}]}, "context": True}}}}
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    _, ctx, _ = judge_run(tmp_path, lambda m, s: "<think>ok</think><score>2</score>", kind="wagibench", input=str(path),
+                          variant=variants)
+    prompts = {}
+    for c in ctx.llm.calls:
+        text = c["messages"][-1]["content"]
+        prompts[(("cues" if "the dispenser is empty" in text else "") + ("captions" if "soap pump" in text else "")
+                 + ("state" if "Current state of the user's Notes app" in text else "")
+                 + ("ref" if "A reference action" in text else ""))] = text
+    assert set(prompts) == {"cuesref", "ref", "cues", "captions", "captionsref", "cuescaptionsstateref"}
+    for text in prompts.values():
+        assert "{'" not in text and "'description'" not in text  # no Python dict reprs
+    assert "the dispenser is empty\nit is late" in prompts["cues"]
+    assert "Cues:\nthe dispenser is empty" in prompts["cuescaptionsstateref"]
+    assert "The current datetime is: 2025-01-01 10:00" in prompts["cuescaptionsstateref"]
 
 
 def test_contexts_reference_needs_contexts(tmp_path: Path) -> None:
@@ -607,7 +687,7 @@ class WordsEmbedder:
 
 
 def test_bank_add_gates_on_the_judge_check(tmp_path: Path) -> None:
-    from generators.bank import BankConfig
+    from gen.generators.bank import BankConfig
 
     bank = mcq_bank(tmp_path, 6)
     _, _, folder = judge_run(tmp_path, validity_script, kind="distractor_validity", input=str(bank), out="v")
@@ -654,6 +734,39 @@ def test_meta_on_labels_kappa_and_per_label_agreement(tmp_path: Path) -> None:
     assert (lab["per_label"]["current"]["rater_1"]["k"], lab["per_label"]["current"]["rater_1"]["n"]) == (2, 3)
 
 
+def test_meta_reports_the_snap_mcq_and_sbert_baselines(tmp_path: Path) -> None:
+    """Appendix H's baselines beside the judge: Snap-MCQ (1 when the option nearest the prediction is
+    the reference) and SBERT similarity (the cosine, ties within 0.1), scored pairwise like it."""
+    from fakes import FakeEmbedder
+
+    soap, kettle, lamp = ({"type": "shop", "content": c} for c in ("hand soap", "a kettle", "a desk lamp"))
+    rows = [  # obs1: the raters rank a > b > c; obs2: d > e
+        {"id": "a", "group": "obs1", "raters": [1.0, 1.0], "judge": 1.0, "prediction": soap},
+        {"id": "b", "group": "obs1", "raters": [0.5, 0.5], "judge": 1.0, "prediction": {"type": "shop", "content": "hand soap refill"}},
+        {"id": "c", "group": "obs1", "raters": [0.0, 0.0], "judge": 0.0, "prediction": kettle},
+        {"id": "d", "group": "obs2", "raters": [1.0, 1.0], "judge": 0.0, "prediction": soap},
+        {"id": "e", "group": "obs2", "raters": [0.0, 0.0], "judge": 1.0, "prediction": lamp}]
+    for r in rows:
+        r |= {"reference": soap, "options": [kettle, soap, lamp]}
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = JudgeConfig(action="meta", input=str(path), plots=False, cache_dir=None, progress="off")
+    result = run(NAME, cfg, tmp_path / "m", ctx=RunContext(NAME, cfg, tmp_path / "m").use(embedder=FakeEmbedder()),
+                 quiet=True)
+    recs = {r["id"]: r for r in read_jsonl(tmp_path / "m" / "judge.jsonl")}
+    assert [recs[i]["snap_mcq"] for i in "abcde"] == [1.0, 1.0, 0.0, 1.0, 0.0]  # a refill is nearest the soap
+    assert recs["a"]["sbert"] == pytest.approx(1.0) and recs["c"]["sbert"] < recs["b"]["sbert"] < 1.0
+    s = result.manifest["judge"]["summary"]
+    assert s["pairwise"]["judge_pairwise_accuracy"]["rate"] == round(2 / 4, 4)  # a~b tie wrong, d<e wrong
+    b = s["baselines"]
+    assert b["snap_mcq"]["judge_pairwise_accuracy"]["rate"] == round(3 / 4, 4)  # a~b tied: wrong
+    assert b["sbert_similarity"]["tie_within"] == 0.1 and b["rows_with_options"] == 5
+    sims = [recs[i]["sbert"] for i in "abcde"]
+    expect = sum(abs(x - y) > 0.1 and x > y for x, y in ((sims[0], sims[1]), (sims[0], sims[2]), (sims[1], sims[2]),
+                                                           (sims[3], sims[4])))
+    assert b["sbert_similarity"]["judge_pairwise_accuracy"]["rate"] == round(expect / 4, 4)
+
+
 def test_meta_takes_judge_values_from_a_judge_run(tmp_path: Path) -> None:
     _, _, folder = judge_run(tmp_path, wagibench_script, kind="wagibench", input=str(FIX / "predictions.jsonl"), out="j")
     path = tmp_path / "r.jsonl"
@@ -661,7 +774,7 @@ def test_meta_takes_judge_values_from_a_judge_run(tmp_path: Path) -> None:
                             for i, r in (("p1", 1.0), ("p2", 0.5), ("p3", 0.0))))
     result, _, out = judge_run(tmp_path, [], action="meta", input=str(path), judge_run=str(folder), out="m")
     assert [r["judge"] for r in read_jsonl(out / "judge.jsonl")] == [1.0, None, None]
-    assert result.manifest["judge"]["judge_prompt_version"] == "wagibench-judge-1"
+    assert result.manifest["judge"]["judge_prompt_version"] == "wagibench-judge-2"
     path.write_text(json.dumps({"id": "p1", "group": "g", "raters": [1.0, 0.5]}) + "\n")
     with pytest.raises(InputError, match=r":1: judge: missing"):
         judge_run(tmp_path, [], action="meta", input=str(path), out="m2")

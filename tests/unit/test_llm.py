@@ -230,8 +230,11 @@ def test_cache_persists_across_connections(tmp_path: Path) -> None:
     assert Cache(path).get("missing") is None
 
 
-def test_cache_is_thread_safe(tmp_path: Path) -> None:
+@pytest.mark.parametrize("network", ["0", "1"], ids=["local", "network_fs"])
+def test_cache_is_thread_safe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, network: str) -> None:
+    monkeypatch.setenv("GEN_NETWORK_FS", network)
     cache = Cache(tmp_path / "c.sqlite")
+    assert cache.layout == ("parts" if network == "1" else "wal")
 
     def work(t: int) -> None:
         for i in range(50):
@@ -243,8 +246,7 @@ def test_cache_is_thread_safe(tmp_path: Path) -> None:
         th.start()
     for th in threads:
         th.join()
-    rows = cache._db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-    assert rows == 400
+    assert all(cache.get(f"{t}-{i}") == str(i) for t in range(8) for i in range(50))
 
 
 def _unusable_caches(tmp_path: Path) -> list[tuple[Path, str]]:
@@ -279,6 +281,24 @@ def test_the_cli_names_an_unusable_cache_dir(run_gen, tmp_path: Path, case: int)
     proc = run_gen("personas", "n=1", f"cache_dir={folder}", "progress=off",
                    f"hydra.run.dir={tmp_path / 'run'}")
     assert _one_line_exit_2(proc) == f"error: cache_dir: cannot use {folder}: {reason}"
+
+
+@pytest.mark.parametrize("where", ["/etc/passwd", "empty_folder"])
+def test_an_embedder_model_path_that_is_no_model_is_one_line(run_gen, tmp_path: Path, where: str) -> None:
+    """Before: ``unexpected NotADirectoryError`` (exit 1) from sentence-transformers."""
+    from gen.embed import Embedder, EmbedderConfig
+    from gen.paths import EXAMPLES
+
+    path = Path(where)
+    if where == "empty_folder":
+        path = tmp_path / where
+        path.mkdir()
+    with pytest.raises(BackendError, match=f"embedder.model_path: {path} is not a sentence-transformers model"):
+        Embedder(EmbedderConfig(model_path=str(path)), None)
+    proc = run_gen("rerank", f"input={EXAMPLES / 'rerank' / 'pools.jsonl'}", f"embedder.model_path={path}",
+                   "progress=off", f"hydra.run.dir={tmp_path / 'run'}")
+    assert _one_line_exit_2(proc) == (f"error: embedder.model_path: {path} is not a sentence-transformers model "
+                                      "folder (no modules.json or config.json in it)")
 
 
 def _read_only_mounts_work() -> bool:
@@ -373,7 +393,7 @@ def test_prompt_reuse_is_counted_only_where_the_backend_reports_it() -> None:
 
 def test_map_numbers_its_worker_threads(tmp_path: Path) -> None:
     from gen.llm import worker
-    from gen.run import CommonConfig, RunContext
+    from gen.runner import CommonConfig, RunContext
 
     ctx = RunContext("t", CommonConfig(), tmp_path)
     seen: dict[int, set[int | None]] = {}
@@ -477,8 +497,8 @@ def test_openai_backend_sends_model_and_schema(fake_server: str, schema_format: 
 def test_openai_backend_keeps_its_concurrency_in_flight(fake_server: str, tmp_path: Path) -> None:
     """llm=openai (vLLM): ctx.map keeps llm.concurrency requests open at the server at once,
     and the answers come back in input order."""
-    from gen.run import RunContext
-    from generators.personas import PersonasConfig
+    from gen.generators.personas import PersonasConfig
+    from gen.runner import RunContext
 
     _FakeServer.delay = 0.3
     llm = make_llm(OpenAIConfig(base_url=fake_server, concurrency=4, max_retries=0), None)
@@ -594,9 +614,12 @@ def test_preflight_gives_up_on_a_server_that_never_answers() -> None:
         assert time.monotonic() - t0 < 10  # not the 300 s call timeout, not retried
 
 
-@pytest.mark.parametrize(("code", "hint"), [(503, "HTTP 503"), (404, "HTTP 404; does llm.base_url end in /v1?"),
-                                            (401, "HTTP 401; check llm.api_key")])
-def test_preflight_reports_the_http_status(code: int, hint: str) -> None:
+@pytest.mark.parametrize(("code", "hint"), [
+    (503, "HTTP 503 (nope)"), (404, "HTTP 404 (nope); does llm.base_url end in /v1?"),
+    (401, "HTTP 401 (nope); $OPENAI_API_KEY is not set (the API key is read from the variable "
+          "llm.api_key_env names)")])
+def test_preflight_reports_the_http_status(code: int, hint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     _Status.code = code
     with loopback_server(_Status) as url, pytest.raises(BackendError) as info:
         make_llm(OpenAIConfig(base_url=url, max_retries=3), None)
@@ -777,7 +800,7 @@ def test_a_server_failing_every_call_stops_the_run_after_the_streak(run_gen, tmp
                        f"hydra.run.dir={run_dir}", timeout=120)
     line = _one_line_exit_2(proc)
     assert f"llm=openai at {url} failed 5 calls in a row (llm.max_consecutive_errors=5)" in line
-    assert "InternalServerError" in line and "the model crashed" in line
+    assert "the last with HTTP 500 (the model crashed);" in line
     assert _Failing.chats == 5
     rejects = read_jsonl(run_dir / "rejects.jsonl.partial")
     assert [(r["index"], r["reason"]) for r in rejects] == [(i, "backend_error") for i in range(4)]
@@ -799,8 +822,8 @@ def test_the_streak_limit_is_an_option(run_gen, tmp_path: Path) -> None:
 def test_concurrent_calls_stop_together(tmp_path: Path) -> None:
     """llm.concurrency=4 through ctx.map: the run stops with BackendError, and calls not yet
     started when it stopped never reach the server."""
-    from gen.run import RunContext
-    from generators.personas import PersonasConfig
+    from gen.generators.personas import PersonasConfig
+    from gen.runner import RunContext
 
     def one(seed: int) -> str:  # as a generator does: a failed call is that record's reject
         try:

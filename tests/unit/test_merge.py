@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from shards import personas_shards
 
-import generators  # noqa: F401  (fills the registry)
 from gen.cli import validate_jobs
 from gen.errors import InputError
-from gen.run import REGISTRY, run
-from generators.merge import MergeConfig
+from gen.generators.merge import MergeConfig
+from gen.registry import REGISTRY
+from gen.runner import run
 
 
 @pytest.fixture(scope="module")

@@ -18,22 +18,21 @@ from concurrency import Jittered
 from conftest import loopback_server, merge_and_compare, read_jsonl
 
 from gen.errors import BackendError, GenError, LLMOutputError
-from gen.llm import Cache, LogLik, OpenAIConfig, make_llm, scripted_llm
-from gen.mcq import load_banks, write_egotom_csv
-from gen.run import RunContext, run
-from generators.nocontext import (
+from gen.generators.nocontext import (
     NocontextConfig,
     Screener,
     binomial,
     normalise,
-    parse_letter,
     pick,
     plain_prompt,
     plan,
     removal,
     shuffles,
 )
-from schemas.mcq import LETTERS
+from gen.llm import Cache, LogLik, OpenAIConfig, make_llm, scripted_llm
+from gen.mcq import load_banks, parse_letter, write_egotom_csv
+from gen.runner import RunContext, run
+from gen.schemas.mcq import LETTERS
 
 NAME = "nocontext"
 OPTION_LINE = re.compile(r"^([a-z])\) (.*)$", re.M)
@@ -605,7 +604,7 @@ def test_config_validation(tmp_path: Path) -> None:
 
 
 def test_labels_default_and_dedupe(tmp_path: Path) -> None:
-    from generators.nocontext import model_label, unique_labels
+    from gen.llm.labels import model_label, unique_labels
 
     cfg = NocontextConfig(input=str(leaky_bank(tmp_path / "items.jsonl")),
                           models=[{"backend": "openai", "model": "llama-405b"},
@@ -807,7 +806,7 @@ def test_loglik_refuses_backends_without_prompt_logprobs(tmp_path: Path) -> None
     bank = str(leaky_bank(tmp_path / "items.jsonl"))
     with pytest.raises(ValueError, match="llama-server does not"):
         NocontextConfig(input=bank, mode="loglik", models=[{"backend": "llama_server"}])
-    from generators.nocontext import model_label
+    from gen.llm.labels import model_label
 
     cfg = NocontextConfig(input=bank, models=[{"backend": "llama_server"},
                                               {"backend": "llama_server", "model_path": "/m/x.gguf"}])

@@ -38,17 +38,30 @@ PATHY = re.compile(r"(?:^|[._(\s])(?:folder|dir|out|out_dir|path|root|vroot|stag
 
 ALLOWED = {
     ("gen/cli", "Path('outputs') / name"): "registry",  # a registered generator's name
+    ("gen/api", "Path('outputs') / generator"): "registry",  # a registered generator's name
+    ("gen/api", "Path('outputs') / generator / dt.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')"): "registry",
     ("gen/mcq", "path / name"): "constant",  # RECORD_FILES
-    ("gen/prompts", "self.root / name"): "template",  # prompt names written in code
-    ("gen/run", "self.out_dir / name"): "code",  # write_json's names come from generator code
-    ("gen/run", "path / f'{name}.jsonl'"): "code",  # load_run_records(path, "personas")
-    ("gen/run", "out_dir / rel"): "listing",  # the run folder's own files (output_hashes)
+    ("gen/templates", "self.root / name"): "template",  # prompt names written in code
+    ("gen/runner", "self.out_dir / name"): "code",  # write_json's names come from generator code
+    ("gen/runfolder", "path / f'{name}.jsonl'"): "code",  # records_file(path, "personas")
+    ("gen/runner", "out_dir / rel"): "listing",  # the run folder's own files (output_hashes)
     ("gen/paths", "folder.joinpath(*parts)"): "door",  # inside() itself
+    ("gen/embed", "self.path / f"): "constant",  # modules.json, config.json
+    ("gen/llm", "self.folder / f'{name}.live'"): "pid",  # a cache part: host, pid, random
+    ("gen/llm", "self.folder / f'{name}.sqlite'"): "pid",
+    ("gen/llm", "self.folder / f'{HOST}-{self.pid}-{uuid.uuid4().hex[:8]}.sqlite'"): "pid",
+    ("gen/llm", "self.folder / f'.merge-{HOST}-{self.pid}-{uuid.uuid4().hex[:8]}.tmp'"): "pid",
+    ("gen/people", "Path(pool_dir).expanduser() / f'seed{seed}-n{size}'"): "integers",
+    ("gen/banks", "folder / name"): "listing",  # verify reads only names found in the folder
+    ("gen/banks", "path / n"): "constant",  # RECORD_FILES
+    ("gen/banks", "root / VERSIONS / label(version)"): "integer",  # v0001…
+    ("gen/banks", "root / f'.current.tmp-{os.getpid()}'"): "pid",
+    ("gen/banks", "root / f'.publishing-{label(version)}-{os.getpid()}'"): "pid",
+    ("gen/banks", "vroot / f'.staging-{label(version)}-{os.getpid()}'"): "pid",
     ("generators/audit", "folder / n"): "constant",  # RECORD_FILES
     ("generators/distractors", "path / name"): "constant",  # BANK_FILES
     ("generators/distractors", "ctx.out_dir / f'wagibench_mcq_{b}.json'"): "identifier",  # band names are checked
     ("generators/nocontext", "ctx.out_dir / 'kept' / bank.path.name"): "basename",  # an input file's own name
-    ("generators/personas", "Path(pool_dir).expanduser() / f'seed{seed}-n{size}'"): "integers",
     ("generators/tom", "ctx.out_dir / f'egotom_{q}_shuffled.csv'"): "constant",  # EGOTOM_TYPES
     ("generators/bank", "ctx.out_dir / cfg.format"): "enum",  # a Literal option
     ("generators/bank", "folder / f'{kind}.parquet'"): "constant",  # KINDS
@@ -56,12 +69,7 @@ ALLOWED = {
     ("generators/bank", "old_dir / f'{kind}.parquet'"): "constant",  # KINDS
     ("generators/bank", "stage / f'{kind}.parquet'"): "constant",  # KINDS
     ("generators/bank", "out / f'egotom_{q}_shuffled.csv'"): "constant",  # EGOTOM_TYPES
-    ("generators/bank", "folder / name"): "listing",  # verify reads only names found in the folder
-    ("generators/bank", "path / n"): "constant",  # RECORD_FILES
     ("generators/bank", "out.parent / f'.{out.name}.export-{os.getpid()}'"): "staging",  # beside out=
-    ("generators/bank", "root / VERSIONS / label(version)"): "integer",  # v0001…
-    ("generators/bank", "root / f'.current.tmp-{os.getpid()}'"): "pid",
-    ("generators/bank", "vroot / f'.staging-{label(version)}-{os.getpid()}'"): "pid",
     ("generators/bank", "job.folder / f'{kind}.parquet'"): "constant",  # KINDS
     ("generators/bank", "job.folder / f'{k}.parquet'"): "constant",  # KINDS
     ("generators/bank", "out / data"): "constant",  # f"{kind}.jsonl", KINDS
@@ -70,7 +78,6 @@ ALLOWED = {
     ("generators/scenarios", "folder / name"): "constant",  # the lock's own file names
     ("generators/evaluate", "ctx.out_dir / name"): "constant",  # responses_turn{2,3}.jsonl
     ("generators/evaluate", "ctx.out_dir / folder"): "constant",  # judge_turn{2,3}
-    ("generators/scenarios", "path / f'{NAME}.jsonl'"): "constant",
     ("generators/review", "folder / f'{kind}.parquet'"): "constant",  # KINDS (a bank's version)
     ("generators/review", "path / name"): "constant",  # NOCONTEXT_FILE, JUDGE_FILE
 }

@@ -12,16 +12,10 @@ from typing import Any
 import pytest
 from conftest import persona_facts
 
-from gen.run import derive_id
-from generators.personas import (
-    AGE_BANDS,
-    NATIONALITIES,
-    bio_problems,
-    feasible_relations,
-    sample_facts,
-    sample_related,
-)
-from schemas.personas import PersonaFacts, PersonaRecord
+from gen.generators.personas import AGE_BANDS, NATIONALITIES, bio_problems, sample_facts
+from gen.people import feasible_relations, sample_related
+from gen.runner import derive_id
+from gen.schemas.personas import PersonaFacts, PersonaRecord
 
 FAMILY = {"parent", "child", "sibling"}
 
@@ -307,9 +301,9 @@ def pool_script(fails: Callable[[str, int], bool]):
 
 
 def run_pool(out: Path, fails: Callable[[str, int], bool], **cfg: Any):
+    from gen.generators.personas import PersonasConfig
     from gen.llm import scripted_llm
-    from gen.run import RunContext, run
-    from generators.personas import PersonasConfig
+    from gen.runner import RunContext, run
 
     settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "bio_attempts": 2, **cfg})
     ctx = RunContext("personas", settings, out).use(llm=scripted_llm(pool_script(fails)))
@@ -360,9 +354,9 @@ def test_a_pool_that_cannot_be_filled_says_how_many_were_made(tmp_path: Path) ->
 
 def test_a_digital_run_stops_when_its_pool_is_short(tmp_path: Path) -> None:
     from gen.errors import GenError
+    from gen.generators.digital import DigitalConfig
     from gen.llm import scripted_llm
-    from gen.run import RunContext, run
-    from generators.digital import DigitalConfig
+    from gen.runner import RunContext, run
 
     settings = DigitalConfig(n=1, persona_pool=6, cache_dir=None, progress="off",
                              pool_dir=str(tmp_path / "pools"))
@@ -379,9 +373,9 @@ def test_bios_pass_the_shared_text_gates_first(tmp_path: Path) -> None:
     gate); when every attempt fails the reject's reason is the gate's name."""
     import json
 
+    from gen.generators.personas import PersonasConfig, write_bio
     from gen.llm import scripted_llm
-    from gen.run import RunContext
-    from generators.personas import PersonasConfig, write_bio
+    from gen.runner import RunContext
 
     facts = sample_facts(0, 1)[0]
     first = facts.first_name

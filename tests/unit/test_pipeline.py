@@ -11,26 +11,36 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import WAGIBENCH_LOADER, read_jsonl, wagibench_loader
+from conftest import (
+    WAGIBENCH_LOADER,
+    WAGIBENCH_MIXIN,
+    read_jsonl,
+    wagibench_loader,
+    wagibench_prompt,
+)
 from digital_runs import goal_script, write_pool
 from fakes import FakeEmbedder
 
 from gen.errors import ConfigError, InputError
+from gen.generators.pipeline import PipelineConfig, plan
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.run import RunContext, run
-from generators.pipeline import PipelineConfig, plan
+from gen.runner import RunContext, run
 
 NAME = "pipeline"
 
 
 def small_chain(path: Path, pool: Path) -> Path:
-    """The shipped wagibench chain, made small: 128 recordings, 4 bundles and 4 MCQs per band."""
+    """The shipped wagibench chain, made small: 128 recordings, 4 bundles and 48 MCQs per band."""
     steps = yaml.safe_load((EXAMPLES / "chains" / "wagibench.yaml").read_text())["steps"]
     by = {s["name"]: s for s in steps}
     by["recordings"]["options"].update(participants=8, scripts_per_participant=8, repeats=2, longitudinal_share=0.5)
-    by["digital"]["options"] = {"n": 4, "persona_file": str(pool)}
-    by["mcqs"]["options"] = {"n": 4}
+    # the bag-of-words fake cannot rank a one-word hint: the rank test is off (cue_rank_max)
+    by["digital"]["options"] = {"n": 4, "persona_file": str(pool), "cue_rank_max": 10_000}
+    by["mcqs"]["options"] = {"n": 48}  # the later ones have earlier recordings: history to show
+    # 48 MCQs of a synthesized bank (repeated goals) have findings; reported, not failed, so that
+    # a rerun finds the step finished
+    by["audit_mcqs"]["options"] = {"fail_on": "never"}
     path.write_text(yaml.safe_dump({"steps": steps}))
     return path
 
@@ -79,7 +89,8 @@ def test_wagibench_loader_joins_the_export(chain_run) -> None:
         rows = json.loads(mcq.read_text())
         joined = [r for r in rows if r["meta"]["client_tag"] in bundles]
         # a goal's MCQ carries its bundle's cue; an uncued or rejected goal's carries none
-        assert all(bool(r["x"]["cues"]) == bool(bundles.get(r["meta"]["client_tag"], {}).get("cue")) for r in rows)
+        assert all(any("digital" in c["modality"] for c in r["x"]["cues"])
+                   == bool(bundles.get(r["meta"]["client_tag"], {}).get("cue")) for r in rows)
         for key_only in ("0", "1"):
             out = io.StringIO()
             with redirect_stdout(out):
@@ -90,6 +101,71 @@ def test_wagibench_loader_joins_the_export(chain_run) -> None:
             assert f"Success counter (Longitudinal) = {len(rows)}/{len(rows)}" in text, text
             assert all(d["x"]["digital_state"]["digital_key_only"] is (key_only == "1")
                        for d in data if d["x"]["digital_state"])
+
+
+@pytest.mark.skipif(not (WAGIBENCH_LOADER.is_file() and WAGIBENCH_MIXIN.is_file()),
+                    reason="WAGIBench's loader and prompt builder (../shared/data/wagibench) are absent")
+def test_the_prompt_wagibench_builds_shows_every_past_action_and_no_script(chain_run) -> None:
+    """WAGIBench's own load_ob2_data and build_prompt on the chain's export: every support's past
+    action (its structured goal, each field) is in the text the model reads; no scenario id and no
+    recording id is (the synthesized world states name no script)."""
+    tmp, _, _ = chain_run
+    export = tmp / "run" / "export" / "wagibench"
+    history = tmp / "run" / "history" / "longitudinal_history.json"
+    load, build = wagibench_loader(), wagibench_prompt()
+    observations = read_jsonl(tmp / "run" / "recordings" / "observations.jsonl")
+    # ids that cannot occur in prose by chance: multi-word scenario ids (one-word ones, "umbrella",
+    # may be a goal's own word) and recording ids
+    scenarios = {o["scenario"] for o in observations if "_" in o["scenario"]}
+    tags = {o["client_tag"] for o in observations}
+    assert len(scenarios) > 10
+    shown = 0
+    for mcq in sorted(export.glob("wagibench_mcq_*.json")):
+        for key_only in ("0", "1"):
+            with redirect_stdout(io.StringIO()):
+                data = load(str(mcq), str(export), digital_state_path=str(export / "digital_state.json"),
+                            longitudinal_history_path=str(history), digital_key_only=key_only)
+            for row in data:
+                prompt = build(row, "mcq")
+                supports = row["x"]["longitudinal_history"]
+                for h in supports:
+                    goal = h["structured_goal"]
+                    assert all(str(v) in prompt for v in goal.values() if v), (goal, prompt)
+                    assert f"'type': '{goal['type']}'" in prompt
+                    shown += 1
+                leaked = [s for s in scenarios | tags if s in prompt]
+                assert not leaked, leaked
+                assert ("Here are a list of the user's past actions" in prompt) == bool(supports)
+                if key_only == "0" and row["x"]["digital_state"]:
+                    assert "Current state of the user's Calendar app" in prompt
+    assert shown > 0
+
+
+@pytest.mark.skipif(not WAGIBENCH_LOADER.is_file(), reason="WAGIBench's maestro_ob2.py (../shared/data/wagibench) is absent")
+def test_wagibench_buckets_the_export_by_every_cue_modality(chain_run) -> None:
+    """Their evaluate_ob2 (taken out of maestro_ob2.py with ast) on the exported rows: a longitudinal
+    recording's row lands in the longitudinal bucket, a cued bundle's in the digital one."""
+    import ast
+    import logging
+    import typing
+
+    tmp, _, _ = chain_run
+    tree = ast.parse(WAGIBENCH_LOADER.read_text(encoding="utf-8"))
+    keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name == "evaluate_ob2") or (
+        isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id in ("OPTIONS", "CONTEXT_WINDOW_LEN_BUCKET"))]
+    scope: dict[str, typing.Any] = {"logger": logging.getLogger("wagibench"), "Final": typing.Final,
+                                    **{k: getattr(typing, k) for k in ("Dict", "List", "Any", "Optional")}}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), str(WAGIBENCH_LOADER), "exec"), scope)
+    longitudinal = {o["client_tag"] for o in read_jsonl(tmp / "run" / "recordings" / "observations.jsonl") if o["longitudinal"]}
+    buckets: dict[str, int] = {}
+    for mcq in sorted((tmp / "run" / "export" / "wagibench").glob("wagibench_mcq_*.json")):
+        for row in json.loads(mcq.read_text()):
+            out = scope["evaluate_ob2"]("ABCD"[row["y"]], row["y"], row["x"], row["meta"])
+            assert out["correct"] is True
+            assert ("correct_cueModality_longitudinal" in out) == (row["meta"]["client_tag"] in longitudinal)
+            for k in out:
+                buckets[k] = buckets.get(k, 0) + 1
+    assert buckets.get("correct_cueModality_longitudinal") and buckets.get("correct_cueModality_digital")
 
 
 def test_a_rerun_skips_finished_steps_and_resumes_the_interrupted_one(chain_run) -> None:
@@ -112,7 +188,7 @@ def test_every_step_is_validated_before_the_first_runs(tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump({"steps": [
         {"name": "a", "generator": "history", "options": {"synthesize": True}},
         {"name": "b", "generator": "distractors", "options": {"bands": {"x": [9, 1]}}, "inputs": {"input": "a/goals.jsonl"}}]}))
-    with pytest.raises(ConfigError, match=r"bad.yaml: step b \(distractors\): bands"):
+    with pytest.raises(ConfigError, match=r"bad.yaml: step b \(distractors\): invalid value for bands"):
         plan(PipelineConfig(chain=str(bad)))
     bad.write_text(yaml.safe_dump({"steps": [{"name": "a", "generator": "history", "inputs": {"input": "z"}}]}))
     with pytest.raises(InputError, match=r"steps.0 \(a\): inputs.input: 'z' names no earlier step"):

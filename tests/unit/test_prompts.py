@@ -11,7 +11,7 @@ from conftest import persona_facts
 
 from gen.errors import ConfigError
 from gen.paths import PROMPTS
-from gen.prompts import Prompts, split_messages
+from gen.templates import Prompts, split_messages
 
 BIO = "personas/bio.jinja"
 

@@ -26,12 +26,12 @@ import yaml
 from bank_runs import LEAK, Bank, mcq, run_folder, standin_audit
 from conftest import read_jsonl
 
-from gen.errors import InputError
-from gen.run import REGISTRY
-from generators.bank import BankConfig
-from generators.bank.export import EXPORT_KINDS
-from generators.bank.identity import MCQ_KINDS
-from generators.bank.store import LOCK, version_dir
+from gen.banks.identity import MCQ_KINDS
+from gen.banks.store import LOCK, version_dir
+from gen.errors import GenError
+from gen.generators.bank import BankConfig
+from gen.generators.bank.export import EXPORT_KINDS
+from gen.registry import REGISTRY
 
 SENT = "PRIVSENTINEL"
 """Planted in every privileged field of every item: it must reach no harness file."""
@@ -296,9 +296,11 @@ def test_review_summary_goes_into_card_and_croissant(tmp_path: Path) -> None:
         assert bank.current == 2 and bank.verify()[0].exit_code == 0
         card = (export(bank, "parquet", tmp_path / "p2") / "README.md").read_text()
         assert f"## Review\n\n{line}" in card
-        plant_review(bank, {"items_reviewed": "seven", "by_verdict": {}})
-        with pytest.raises(InputError, match=r"review/summary.json: items_reviewed: Input should be a valid integer"):
+        plant_review(bank, {"items_reviewed": "seven", "by_verdict": {}})  # verify's problem, so export's refusal
+        with pytest.raises(GenError, match=r"review/summary.json: bad_review_summary: .*items_reviewed: Input should "
+                                           "be a valid integer") as e:
             bank.export("hf", out=str(tmp_path / "h"))
+        assert e.value.exit_code == 1
     finally:
         if real is not None:
             REGISTRY["audit"] = real
@@ -484,9 +486,9 @@ def test_the_network_guard_refuses_outside_addresses() -> None:
 
 def test_filters_name_the_blind_filter_and_the_chain() -> None:
     """A batch that went tom -> nocontext says it was blind-filtered; an imported file says so."""
-    from gen.prompts import Prompts
-    from generators.bank.export import Job
-    from generators.bank.release import filter_lines
+    from gen.generators.bank.export import Job
+    from gen.generators.bank.release import filter_lines
+    from gen.templates import Prompts
 
     lock = {"sources": [{"version": 1, "items_added": 5, "generator": "nocontext", "source": "f" * 64,
                          "upstream": [{"generator": "tom"}]},

@@ -13,14 +13,11 @@ import pytest
 from conftest import read_jsonl
 from fakes import FakeEmbedder
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import InputError
+from gen.generators.rerank import RerankConfig, read_pools
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.prompts import Prompts
-from gen.run import RunContext, run
-from generators.rerank import (
-    RerankConfig,
+from gen.ranking import (
     RerankFailure,
     agreement,
     agreement_summary,
@@ -28,10 +25,11 @@ from generators.rerank import (
     components,
     embedding_pairs,
     permutation_problems,
-    read_pools,
     resolve,
 )
-from schemas.rerank import RerankDraft, rerank_draft
+from gen.runner import RunContext, run
+from gen.schemas.rerank import RerankDraft, rerank_draft
+from gen.templates import Prompts
 
 POOLS = EXAMPLES / "rerank" / "pools.jsonl"
 TEXTS = ["Set a timer for the pasta.", "Start a ten minute pasta timer.", "Suggest a sauce.", "Book a taxi."]

@@ -21,16 +21,15 @@ from typing import Any
 
 import pytest
 
-import generators  # noqa: F401  (fills the registry)
+from gen.agreement import cohen_kappa, field_agreement, fleiss_kappa
 from gen.errors import InputError, MissingInputError
+from gen.generators.review import ReviewConfig, plan
+from gen.generators.review.items import ReviewItem, load_items, render
+from gen.generators.review.server import TOKEN_HEADER, Session, make_app
+from gen.labels import append_label, label_file, read_label_file, read_labels
 from gen.paths import ROOT
-from gen.run import run
-from generators.review import ReviewConfig, plan
-from generators.review.agreement import cohen_kappa, field_agreement, fleiss_kappa
-from generators.review.items import ReviewItem, load_items, render
-from generators.review.labels import append_label, label_file, read_label_file, read_labels
-from generators.review.server import TOKEN_HEADER, Session, make_app
-from schemas.review import ReviewLabel
+from gen.runner import run
+from gen.schemas.review import ReviewLabel
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 ITEM = "0123456789abcdef0123456789abcdef"
@@ -161,6 +160,57 @@ def app(tmp_path: Path) -> Any:
     client = TestClient(make_app(session), base_url="http://127.0.0.1")
     client.session = session  # type: ignore[attr-defined]
     return client
+
+
+def _post_chunks(app: Any, token: str, chunks: Any, length: int | None) -> tuple[int, int]:
+    """POST /api/label straight through the ASGI app, its body streamed in ``chunks``; the status
+    and how many chunks the app pulled (the test client reads a whole body before sending it)."""
+    import asyncio
+
+    pulled = 0
+    status = 0
+    it = iter(chunks)
+    pending = next(it, None)
+
+    async def receive() -> dict[str, Any]:
+        nonlocal pulled, pending
+        if pending is None:
+            return {"type": "http.disconnect"}
+        chunk, pending = pending, next(it, None)
+        pulled += 1
+        return {"type": "http.request", "body": chunk, "more_body": pending is not None}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+               (TOKEN_HEADER.lower().encode(), token.encode())]
+    if length is not None:
+        headers.append((b"content-length", str(length).encode()))
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/api/label", "raw_path": b"/api/label", "query_string": b"", "root_path": "",
+             "headers": headers, "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80)}
+    asyncio.run(app.app(scope, receive, send))
+    return status, pulled
+
+
+def test_a_large_label_request_is_refused_while_it_is_read(app: Any) -> None:
+    """The whole body (200 MB) was read into memory before the 64 kB check: now a Content-Length
+    over the limit is refused before a byte is read, and a streamed body after the limit."""
+    from gen.generators.review.server import MAX_BODY
+
+    chunk = b" " * 65_536
+    many = (chunk for _ in range(3_200))  # 200 MiB if read whole
+    status, pulled = _post_chunks(app, app.session.token, many, None)
+    assert status == 413 and pulled <= 2
+    assert _post_chunks(app, app.session.token, (chunk for _ in range(3_200)), 3_200 * 65_536) == (413, 0)
+    assert _post_chunks(app, app.session.token, [b"{}"], 10**30) == (413, 0)
+    assert _post_chunks(app, app.session.token, [b"{}"], -5)[0] == 413
+    body = json.dumps({"item_id": app.session.items[0].item_id, "decision": "accept"}).encode()
+    assert len(body) < MAX_BODY
+    assert _post_chunks(app, app.session.token, [body[:10], body[10:]], None) == (200, 2)
 
 
 def test_every_request_without_the_token_is_refused(app: Any) -> None:
@@ -415,7 +465,7 @@ def candidate_and_privileged(html: str) -> tuple[str, str]:
 
 
 def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart(tmp_path: Path) -> None:
-    from generators.bank.identity import item_id_of, scenario_question_type
+    from gen.banks.identity import item_id_of, scenario_question_type
 
     cross = {**SCENARIO, "scenario_id": "sc-02", "change_type": "cross_session_reference", "target_context": "prior",
              "context_image": "A wall shelf with three glass jars of pale grains, lids screwed on."}
@@ -473,7 +523,7 @@ def test_scenarios_are_rated_with_the_scenario_rubric_and_their_type_is_privileg
 def blind_record(item_id: str, correct: dict[str, list[int]], *, n_options: int = 3, answer: int = 0,
                  kept: bool = True) -> dict[str, Any]:
     """A nocontext record: per model, the option it chose on each shuffle."""
-    from schemas.nocontext import NocontextRecord
+    from gen.schemas.nocontext import NocontextRecord
 
     answers = {m: [{"shuffle": k, "order": list(range(n_options)), "raw": f"Answer: {'abc'[c]}", "letter": "abc"[c],
                     "choice": c, "correct": c == answer} for k, c in enumerate(cs)] for m, cs in correct.items()}
@@ -484,8 +534,8 @@ def blind_record(item_id: str, correct: dict[str, list[int]], *, n_options: int 
 
 
 def judged_record(item_id: str, scores: dict[str, list[int | None]], *, answer: int = 0) -> dict[str, Any]:
-    from generators.judge.validity import flags
-    from schemas.judge import Judgment, ValidityRecord
+    from gen.generators.judge.validity import flags
+    from gen.schemas.judge import Judgment, ValidityRecord
 
     js = {j: [Judgment(score=s, normalised=None if s is None else s / 2, followed=s is not None,
                        problem=None if s is not None else "no_score_tag", raw=f"<score>{s}</score>") for s in ss]
@@ -612,7 +662,7 @@ def bank(tmp_path: Path) -> Any:
     from bank_runs import REGISTRY, Bank, Generator, StandInAuditConfig, _standin, mcq, run_folder
 
     def standin(cfg: StandInAuditConfig, ctx: Any) -> Any:
-        from schemas.audit import FindingRecord
+        from gen.schemas.audit import FindingRecord
 
         for _ in _standin(cfg, ctx):  # audit.json; the findings are the records (audit.jsonl)
             yield [FindingRecord.model_validate(f) for f in cfg.findings]
@@ -637,8 +687,8 @@ def bank(tmp_path: Path) -> Any:
 
 
 def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(bank: Any, tmp_path: Path) -> None:
-    from generators.bank.store import LOCK, version_dir
-    from generators.bank.verify import verify_bank
+    from gen.banks.store import LOCK, version_dir
+    from gen.banks.verify import verify_bank
 
     data = plan(ReviewConfig(input=str(bank.root), reviewer="alice", cache_dir=None)).data
     assert data.folder == bank.root and bank.current == 3
@@ -676,9 +726,9 @@ def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(bank
 
 
 def test_what_review_refuses_of_a_bank(bank: Any, tmp_path: Path) -> None:
+    from gen.banks.store import version_dir
+    from gen.banks.verify import DriftError
     from gen.errors import ConfigError
-    from generators.bank.store import version_dir
-    from generators.bank.verify import DriftError
 
     with pytest.raises(ConfigError, match=r"version=4, but the bank .* is at v0003"):
         plan(ReviewConfig(input=str(bank.root), version=4, cache_dir=None))

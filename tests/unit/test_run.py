@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from conftest import merge_and_compare, read_jsonl
 
-import generators  # noqa: F401  (fills the registry)
+from gen.generators.personas import PersonasConfig, bio_problems, sample_facts
 from gen.llm import Cache, LlamaCppConfig, scripted_llm
 from gen.paths import PROMPTS
-from gen.run import REGISTRY, RunContext, derive_id, derive_seed, run, shard_range
-from generators.personas import PersonasConfig, bio_problems, sample_facts
-from schemas import Reject
-from schemas.personas import PersonaFacts, PersonaRecord
+from gen.registry import REGISTRY
+from gen.runner import RunContext, derive_id, derive_seed, run, shard_range
+from gen.schemas import Reject
+from gen.schemas.personas import PersonaFacts, PersonaRecord
 
 NAME = "personas"
 
@@ -290,7 +290,7 @@ def test_an_index_may_give_several_records_and_rejects(tmp_path: Path, monkeypat
     """A list outcome counts as one index; its records and rejects are all written and counted."""
     import dataclasses
 
-    from schemas import Reject
+    from gen.schemas import Reject
 
     original = REGISTRY[NAME]
 
@@ -333,7 +333,7 @@ def test_merge_gives_the_unsharded_run(tmp_path: Path) -> None:
 
 def test_manifest_keys_are_the_standard_ones_plus_the_generators_summaries(tmp_path: Path) -> None:
     """merge tells a generator's summaries from the runner's keys by MANIFEST_KEYS."""
-    from gen.run import MANIFEST_KEYS
+    from gen.runner import MANIFEST_KEYS
 
     facts = sample_facts(0, 2)
     result, ctx = run_scripted(tmp_path, bio_script(facts, lambda f, s: clean_bio(f)), n=2)
@@ -365,7 +365,7 @@ def test_merge_lists_what_it_cannot_merge(tmp_path: Path) -> None:
     rebuilds is named in merged.not_merged, not silently dropped or overwritten."""
     import hashlib
 
-    from generators.merge import MergeConfig
+    from gen.generators.merge import MergeConfig
 
     shards = _shards(tmp_path, 4, 2)
     for i, folder in enumerate(shards):

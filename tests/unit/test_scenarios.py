@@ -15,9 +15,7 @@ from typing import Any
 import pytest
 from scenario_runs import GOOD_CAMERA, GOOD_SPEECH, SIT, SK, settings
 
-from gen.errors import ConfigError
-from gen.prompts import Prompts
-from generators.scenarios.rules import (
+from gen.contextbench.rules import (
     bank_problems,
     camera_refers_back,
     gold_in_speech,
@@ -29,8 +27,14 @@ from generators.scenarios.rules import (
     shift_announced,
     text_problem,
 )
-from generators.scenarios.skeleton import RELEASED_JOINT, Skeleton, build_units, largest_remainder
-from generators.scenarios.stages import (
+from gen.errors import ConfigError
+from gen.generators.scenarios.skeleton import (
+    RELEASED_JOINT,
+    Skeleton,
+    build_units,
+    largest_remainder,
+)
+from gen.generators.scenarios.stages import (
     Unit,
     assemble,
     check_camera,
@@ -43,7 +47,8 @@ from generators.scenarios.stages import (
     situations_of,
     spec,
 )
-from schemas.scenarios import CHANGE_TYPES
+from gen.schemas.scenarios import CHANGE_TYPES
+from gen.templates import Prompts
 
 # --------------------------------------------------------------------------- skeleton
 

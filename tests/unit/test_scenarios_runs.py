@@ -26,22 +26,21 @@ from conftest import (
 from fakes import FakeEmbedder
 from scenario_runs import SK, settings
 
-import generators  # noqa: F401  (fills the registry)
-from gen.errors import ConfigError, InputError
-from gen.llm import OpenAIConfig, scripted_llm
-from gen.paths import PROMPTS
-from gen.run import RunContext, run
-from generators.scenarios import LOCK, plan
-from generators.scenarios.rules import (
+from gen.contextbench.rules import (
     RULES,
     bank_problems,
     load_vocabulary,
     object_names_in_camera,
     rule_problems,
 )
-from generators.scenarios.skeleton import cell_counts
-from generators.scenarios.stages import check_situations, examples, tidy_situations
-from schemas.scenarios import RECORD_FIELDS, VISIBLE_FIELDS, ScenarioRecord
+from gen.errors import ConfigError, InputError
+from gen.generators.scenarios import LOCK, plan
+from gen.generators.scenarios.skeleton import cell_counts
+from gen.generators.scenarios.stages import check_situations, examples, tidy_situations
+from gen.llm import OpenAIConfig, scripted_llm
+from gen.paths import PROMPTS
+from gen.runner import RunContext, run
+from gen.schemas.scenarios import RECORD_FIELDS, VISIBLE_FIELDS, ScenarioRecord
 
 NAME = "scenarios"
 EXAMPLES_JSONL = CONTEXT_BENCH / "examples.jsonl"
@@ -532,7 +531,7 @@ def test_a_scenarios_run_is_audited_as_a_scenario_bank(tmp_path: Path) -> None:
     integrity run; what the generator accepted breaks none of the rules (the same rule functions
     with the run's gold categories from scenario_checks.jsonl); a scenario's own gold object name,
     which no vocabulary lists, planted in its camera text is found through those categories."""
-    from generators.audit import AuditConfig
+    from gen.generators.audit import AuditConfig
 
     out = tmp_path / "run"
     run_scenarios(out, n=8)

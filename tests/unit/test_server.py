@@ -14,7 +14,7 @@ from processes import FAKE, wait_file, wait_gone
 from gen.errors import BackendError
 from gen.llm import LlamaServerConfig, make_llm
 from gen.llm.llama_server import LlamaServer, find_binary
-from schemas.personas import Bio
+from gen.schemas.personas import Bio
 
 
 def cfg(**kw) -> LlamaServerConfig:
@@ -27,7 +27,6 @@ def test_slots_are_the_concurrency() -> None:
 
 
 def test_cli_accepts_llama_server_options() -> None:
-    import generators  # noqa: F401
     from gen.cli import validate
 
     settings = validate("personas", ["n=2", "llm=llama_server", "llm.parallel=2"])

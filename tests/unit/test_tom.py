@@ -18,13 +18,12 @@ import pytest
 from conftest import read_jsonl
 from tom_runs import EGOTOM, NARRATION, TIMELINES, FakeEmbedder, cfg_for, clip_of
 
-import generators  # noqa: F401  (fills the registry)
 from gen.errors import ConfigError, InputError, MissingInputError
+from gen.generators.tom import TomConfig, plan, read_input, selection
+from gen.generators.tom.stages import in_window, keyword_hits, length_problem, similarity_problem
 from gen.mcq import egotom_columns
+from gen.statements import join_actions, norm_belief, norm_goal, norm_sentence
 from gen.timelines import Clip, Line, fmt_line, fmt_time, parse_time, speaker_of
-from generators.tom import TomConfig, plan, read_input, selection
-from generators.tom.forms import join_actions, norm_belief, norm_goal, norm_sentence
-from generators.tom.stages import in_window, keyword_hits, length_problem, similarity_problem
 
 # --------------------------------------------------------------------------- 1. parsing
 
@@ -367,7 +366,7 @@ def test_action_surface_forms() -> None:
     assert join_actions(["Picks a cup", "fills it"]) == "C picks a cup and fills it."
     assert norm_sentence("picks the salt, adds salt, and stirs the pot") == "C picks the salt, adds salt, and stirs the pot."
     assert norm_sentence("#C C picks x..") == "C picks x."
-    from generators.tom.forms import action_count
+    from gen.statements import action_count
 
     assert action_count("C picks a cup, fills it, and drinks.") == 3 and action_count("C to the toilet.") == 1
     assert action_count("C picks a cup and fills it.") == 2 and action_count("C a, b and c then d.") == 4

@@ -32,13 +32,8 @@ from tom_runs import (
     stage_of,
 )
 
-import generators  # noqa: F401  (fills the registry)
-from gen.llm import OpenAIConfig, scripted_llm
-from gen.mcq import EGOTOM_QUESTION, egotom_columns, load_banks
-from gen.run import run
-from gen.timelines import Clip, fmt_line, fmt_time
-from generators.tom import candidates, read_input
-from generators.tom.stages import (
+from gen.generators.tom import candidates, read_input
+from gen.generators.tom.stages import (
     StageFailure,
     analysis,
     check_transition,
@@ -47,7 +42,11 @@ from generators.tom.stages import (
     numbered,
     simplify,
 )
-from schemas.tom import TomQuestion
+from gen.llm import OpenAIConfig, scripted_llm
+from gen.mcq import EGOTOM_QUESTION, egotom_columns, load_banks
+from gen.runner import run
+from gen.schemas.tom import TomQuestion
+from gen.timelines import Clip, fmt_line, fmt_time
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 TYPES = ("goal", "belief", "actions")
@@ -145,7 +144,7 @@ def past_of(clip: Clip, upto: int) -> list[str]:
 
 
 def truth_for(clip: Clip, index: int = 60):
-    from generators.tom.stages import Truth
+    from gen.generators.tom.stages import Truth
 
     return Truth(index, "To wash the dishes.", "C believes that the soup is ready.",
                  "C turns off the stove, carries the board to the sink, and scrubs the board.", [])

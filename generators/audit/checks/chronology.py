@@ -7,14 +7,14 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
-from generators.audit.report import table, tells_table
-from generators.audit.stats import Tell, binom_greater, pvalue, rounded
-from schemas.mcq import MCQ
+from gen.generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
+from gen.generators.audit.report import table, tells_table
+from gen.generators.audit.stats import Tell, binom_greater, pvalue, rounded
+from gen.schemas.mcq import MCQ
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 FIELD = "privileged.option_times"
 """Where an item keeps its options' source times: ``{"<option index>": seconds}`` for each option

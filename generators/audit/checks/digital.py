@@ -9,17 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import cell
-from generators.digital import DigitalConfig
-from generators.digital.checks import Checker, validate_items
-from generators.digital.state import FMT_M, FMT_S, State
-from schemas import digital as S
-from schemas.audit import FindingRecord
+from gen.bundles import FMT_M, FMT_S, BundleRules, Checker, State, validate_items
+from gen.generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.report import cell
+from gen.schemas import digital as S
+from gen.schemas.audit import FindingRecord
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 
 def _markdown(r: CheckResult) -> list[str]:
@@ -40,7 +38,7 @@ def digital(data: AuditData, cfg: AuditConfig) -> CheckResult:
     if data.bundles is None:
         return CheckResult(key, "skipped", "not a digital run")
     known = {"window_past_days", "window_future_days", "cue_recent_minutes"}
-    dcfg = DigitalConfig(**{k: v for k, v in data.digital_config.items() if k in known})
+    dcfg = BundleRules(**{k: v for k, v in data.digital_config.items() if k in known})
     rules: Counter[str] = Counter()
     cued: Counter[str] = Counter()
     for b in data.bundles:
@@ -96,7 +94,7 @@ TIME_FIELD = {"Calendar": "start_datetime", "Notes": "last_updated", "Search": "
               "Videos": "watch_timestamp", "Maps": "last_viewed", "Music": "played_at"}
 
 
-def _bundle_findings(bundle: S.DigitalBundle, raw: dict[str, Any], dcfg: DigitalConfig) -> list[FindingRecord]:
+def _bundle_findings(bundle: S.DigitalBundle, raw: dict[str, Any], dcfg: BundleRules) -> list[FindingRecord]:
     key = "digital"
     bid = bundle.bundle_id
     out: list[FindingRecord] = []
@@ -189,7 +187,7 @@ def _validator_fields(app: str, path: str, before: Any, after: Any) -> list[str]
     return [path]
 
 
-def _cue_findings(bundle: S.DigitalBundle, raw: dict[str, Any], now: dt.datetime, dcfg: DigitalConfig) -> list[FindingRecord]:
+def _cue_findings(bundle: S.DigitalBundle, raw: dict[str, Any], now: dt.datetime, dcfg: BundleRules) -> list[FindingRecord]:
     key = "digital"
     bid = bundle.bundle_id
     out: list[FindingRecord] = []

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from generators.audit.items import Items
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import PNG_METADATA, cell
-from generators.audit.stats import rounded
-from generators.audit.text import Grams, norm, visible_fields
-from generators.audit.vectors import Vectors, knn
-from schemas.mcq import MCQ
+from gen.generators.audit.items import Items
+from gen.generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.report import PNG_METADATA, cell
+from gen.generators.audit.stats import rounded
+from gen.generators.audit.text import Grams, norm, visible_fields
+from gen.generators.audit.vectors import Vectors, knn
+from gen.schemas.mcq import MCQ
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 
 def _markdown(r: CheckResult) -> list[str]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import cell
-from schemas.audit import Severity
+from gen.generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.report import cell
+from gen.schemas.audit import Severity
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 RULES = {
     "self_support": "an observation is its own support",

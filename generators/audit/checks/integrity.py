@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gen.generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.report import table
+from gen.labels import REVIEWS
 from gen.llm import sha256_file
 from gen.paths import UnsafePathError, inside
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import table
-from generators.review.labels import REVIEWS
-from schemas.audit import Severity
+from gen.schemas.audit import Severity
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 
 def _object(manifest: dict[str, Any], key: str) -> dict[str, Any]:

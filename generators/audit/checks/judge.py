@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from gen.generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.report import table
 from gen.stats import proportion
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import table
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 
 def _markdown(r: CheckResult) -> list[str]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from generators.audit.registry import (
+from gen.generators.audit.registry import (
     TELL_OPTIONS,
     CheckResult,
     check,
@@ -15,12 +15,12 @@ from generators.audit.registry import (
     judged,
     tell_finding,
 )
-from generators.audit.report import PNG_METADATA, per_type_table, tells_table
-from generators.audit.stats import Tell, binom_greater, rounded
+from gen.generators.audit.report import PNG_METADATA, per_type_table, tells_table
+from gen.generators.audit.stats import Tell, binom_greater, rounded
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 
 def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
-from generators.audit.report import PNG_METADATA, table, tells_table
-from generators.audit.stats import Tell, rounded
-from schemas.mcq import LETTERS
+from gen.generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
+from gen.generators.audit.report import PNG_METADATA, table, tells_table
+from gen.generators.audit.stats import Tell, rounded
+from gen.schemas.mcq import LETTERS
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 
 def _markdown(r: CheckResult) -> list[str]:

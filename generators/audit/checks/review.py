@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import cell
-from generators.review.agreement import field_agreement
-from generators.review.labels import REVIEWS, latest, read_labels
+from gen.agreement import field_agreement
+from gen.generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.report import cell
+from gen.labels import REVIEWS, latest, read_labels
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 
 def _markdown(r: CheckResult) -> list[str]:

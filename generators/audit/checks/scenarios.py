@@ -7,13 +7,13 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import cell, table
-from schemas.audit import Severity
+from gen.generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.report import cell, table
+from gen.schemas.audit import Severity
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 SIGNATURE_LIMIT = 2
 """Scenarios per (change_type, target, difficulty, domain) signature: the benchmark validator's
@@ -68,14 +68,14 @@ def scenarios(data: AuditData, cfg: AuditConfig) -> CheckResult:
         return CheckResult(key, "skipped", "not a scenario bank")
     from pydantic import ValidationError
 
-    from generators.scenarios.rules import (
+    from gen.contextbench.rules import (
         RULES,
         bank_problems,
         presence_problems,
         rule_problems,
         schema_problems,
     )
-    from schemas.scenarios import GOLD_FIELDS, RECORD_FIELDS, ScenarioRecord
+    from gen.schemas.scenarios import GOLD_FIELDS, RECORD_FIELDS, ScenarioRecord
 
     says: dict[str, str] = {}
     for _, rule, text in RULES:

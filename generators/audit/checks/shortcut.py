@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gen.gates import final_mark
-from generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
-from generators.audit.report import per_type_table, tells_table
-from generators.audit.stats import Tell, binom_greater, rounded
-from generators.audit.text import norm
-from schemas.mcq import MCQ
+from gen.generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
+from gen.generators.audit.report import per_type_table, tells_table
+from gen.generators.audit.stats import Tell, binom_greater, rounded
+from gen.generators.audit.text import norm
+from gen.schemas.mcq import MCQ
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 NEGATION = {"not", "no", "never", "nothing", "none", "nobody", "cannot", "without", "nor", "t"}
 ABSOLUTE = {"always", "never", "all", "every", "only", "completely", "entirely", "none", "must"}
 HEDGE = {"may", "might", "could", "probably", "likely", "possibly", "perhaps", "some", "maybe", "usually"}

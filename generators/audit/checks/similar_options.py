@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import PNG_METADATA, per_type_table
-from generators.audit.stats import rounded
-from generators.audit.text import letter, norm
-from schemas.audit import FindingRecord, Severity
-from schemas.mcq import MCQ
+from gen.generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.report import PNG_METADATA, per_type_table
+from gen.generators.audit.stats import rounded
+from gen.generators.audit.text import letter, norm
+from gen.schemas.audit import FindingRecord, Severity
+from gen.schemas.mcq import MCQ
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 
 def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:

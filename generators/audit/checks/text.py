@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from generators.audit.registry import CheckResult, check, finding
-from generators.audit.report import cell, table
+from gen.generators.audit.registry import CheckResult, check, finding
+from gen.generators.audit.report import cell, table
 
 if TYPE_CHECKING:
-    from generators.audit import AuditConfig
-    from generators.audit.data import AuditData
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
 
 WARN_ONLY = frozenset({"language"})
 """Gates whose failures are warnings: a language guess on a short option can be wrong; the other

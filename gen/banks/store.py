@@ -8,12 +8,19 @@ Layout of a bank directory (``bank=``)::
       versions/v0001/ … v0003/         immutable snapshots, one per release
       .lock                            held (flock) by a running ``add``
 
-**Atomicity.** A new version is staged in ``versions/.staging-vNNNN-<pid>``, fsynced, renamed
-to ``versions/vNNNN``, and only then does ``current`` switch (``os.replace`` of a new symlink:
-the one commit point). A crash or SIGKILL before the switch leaves the old version current,
-after it the new one; staging folders and uncommitted versions are ignored by readers and
-deleted by the next ``add``. ``GEN_BANK_FAULT=<phase>`` (one of :data:`FAULT_PHASES`) makes
-``add`` SIGKILL itself at that phase, for tests.
+**Atomicity.** A new version is staged in ``versions/.staging-vNNNN-<pid>``, fsynced, and
+announced in a publishing note (``.publishing-vNNNN-<pid>``: the version and its lock's
+SHA-256), then renamed to ``versions/vNNNN``; only then does ``current`` switch (``os.replace``
+of a new symlink: the one commit point), and the note goes. A crash or SIGKILL before the
+switch leaves the old version current, after it the new one. ``GEN_BANK_FAULT=<phase>`` (one of
+:data:`FAULT_PHASES`) makes ``add`` SIGKILL itself at that phase, for tests.
+
+**Released versions are never removed.** What a crash leaves (:func:`leftovers`: staging
+folders, temporary pointers and notes of processes that are gone, and a version folder above
+``current`` that such a note names with its lock's hash) is ignored by readers and removed by
+the next ``add``. Any other version folder above ``current``, a missing ``current`` beside
+released versions, or one pointing at no version is a damaged pointer: every command refuses
+the bank, saying how to repair it (:func:`check_pointer`), and nothing is cleaned up.
 
 A version holds its own files: a symlink in it, or a version folder that is a symlink or
 resolves outside the bank, is drift (:func:`version_files` lists such entries apart).
@@ -21,6 +28,7 @@ resolves outside the bank, is drift (:func:`version_files` lists such entries ap
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -50,6 +58,13 @@ FAULT_PHASES = ("audited", "staging", "staged", "renamed", "linked", "committed"
 ``linked``: the new ``current`` symlink made under a temporary name; ``committed``: after the
 switch, before the run folder is finished."""
 VERSION_DIR = re.compile(r"^v(\d{4,})$")
+PUBLISHING = re.compile(r"^\.publishing-v(\d{4,})-(\d+)$")
+"""The note an ``add`` writes before it renames a staged version into place."""
+LEFTOVER = re.compile(r"^(?:\.staging-v\d{4,}|\.current\.tmp)-(\d+)$")
+USER_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
+                         errno.EISDIR, errno.ENAMETOOLONG, errno.EMLINK, errno.ETXTBSY})
+"""OSErrors writing to the bank that its owner fixes (permissions, a read-only or full disk): one
+line, exit code 2, not an unexpected failure."""
 
 
 def label(version: int) -> str:
@@ -58,6 +73,11 @@ def label(version: int) -> str:
 
 def version_dir(root: Path, version: int) -> Path:
     return root / VERSIONS / label(version)
+
+
+def bank_name(root: Path) -> str:
+    """The name a new version records (``bank`` in its lock): the bank folder's own name."""
+    return Path(os.path.abspath(root)).name
 
 
 def is_within(folder: Path, path: Path) -> bool:
@@ -83,6 +103,11 @@ def check_root(root: Path, *, writing: bool) -> None:
     lock = root / WRITER_LOCK
     if lock.is_symlink() or (lock.exists() and not lock.is_file()):
         raise InputError(f"bank: {lock} is not a plain file (it is the lock a running add holds); remove it")
+    vroot = root / VERSIONS
+    if vroot.exists() and not vroot.is_dir():
+        raise InputError(f"bank: {vroot} is not a folder (it holds the bank's versions)")
+    if vroot.is_dir() and not os.access(vroot, os.W_OK | os.X_OK):
+        raise ConfigError(f"bank: cannot write to {vroot}: it is not writable (its permissions, or a read-only disk)")
 
 
 def read_pointer(root: Path) -> int | None:
@@ -178,16 +203,104 @@ def version_links(root: Path, folder: Path) -> list[tuple[str, str]]:
     return sorted(out)
 
 
-def leftovers(root: Path, current: int | None) -> list[Path]:
-    """What a crashed add left: staging folders, versions newer than current, temporary pointers."""
-    out = sorted(root.glob(".current.tmp-*"))
-    vdir = root / VERSIONS
-    if vdir.is_dir():
-        for p in sorted(vdir.iterdir()):
-            m = VERSION_DIR.match(p.name)
-            if p.name.startswith(".staging-") or (m and int(m.group(1)) > (current or 0)):
-                out.append(p)
+def version_numbers(root: Path) -> list[int]:
+    """The numbers of every entry of ``versions/`` named ``vNNNN`` (folder or not), sorted."""
+    vroot = root / VERSIONS
+    if not vroot.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in vroot.iterdir() if (m := VERSION_DIR.match(p.name)))
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` no longer runs (this process counts as gone: it is not writing)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: it runs, as another user
+        return False
+    return False
+
+
+def publishing(root: Path) -> dict[int, tuple[Path, int]]:
+    """``version -> (note, pid)`` of the publishing notes whose version folder exists with the
+    lock the note names: versions an ``add`` renamed into place and may not have made current."""
+    out: dict[int, tuple[Path, int]] = {}
+    for note in sorted(root.glob(".publishing-v*")) if root.is_dir() else []:
+        m = PUBLISHING.match(note.name)
+        if not m or note.is_symlink() or not note.is_file():
+            continue
+        version = int(m.group(1))
+        lock = version_dir(root, version) / LOCK
+        try:
+            said = json.loads(note.read_text(encoding="utf-8"))
+            ok = (isinstance(said, dict) and said.get("version") == version and lock.is_file()
+                  and not lock.is_symlink() and said.get("lock_sha256") == sha256_file(lock))
+        except (OSError, ValueError):
+            ok = False
+        if ok:
+            out[version] = (note, int(m.group(2)))
     return out
+
+
+def leftovers(root: Path, current: int | None) -> list[Path]:
+    """What a crashed add left, and nothing else: staging folders, temporary pointers and
+    publishing notes of processes that are gone, and a version above ``current`` that such a
+    note names (with its lock's SHA-256): renamed into place, never made current."""
+    out: list[Path] = []
+    if not root.is_dir():
+        return out
+    for p in sorted([*root.glob(".current.tmp-*"), *root.glob(".publishing-v*")]):
+        m = LEFTOVER.match(p.name) or PUBLISHING.match(p.name)
+        if m and _gone(int(m.group(m.lastindex or 1))):
+            out.append(p)
+    for version, (_, pid) in publishing(root).items():
+        if version > (current or 0) and _gone(pid):
+            out.append(version_dir(root, version))
+    vroot = root / VERSIONS
+    for p in sorted(vroot.glob(".staging-*")) if vroot.is_dir() else []:
+        m = LEFTOVER.match(p.name)
+        if m and _gone(int(m.group(1))):
+            out.append(p)
+    return sorted(out)
+
+
+def check_pointer(root: Path) -> int | None:
+    """The current version (None: no release yet), once the pointer and the version folders
+    agree. A released version is never cleaned up, so a pointer that is missing beside released
+    versions, names no version, or names one older than a released version (moved back, restored
+    from an old copy) refuses the bank (InputError, exit code 2) saying how to repair it. Versions
+    an unfinished add renamed into place but never made current (:func:`publishing`) are not
+    released."""
+    p = root / CURRENT
+    pending = publishing(root)
+
+    def fix(current: int | None) -> tuple[int | None, str]:
+        released = [v for v in version_numbers(root) if v <= (current or 0) or v not in pending]
+        newest = released[-1] if released else None
+        return newest, (f"ln -sfn {VERSIONS}/{label(newest)} {p} restores it (then python -m gen bank verify "
+                        f"bank={root})" if newest else f"remove {p} to start the bank anew")
+
+    try:
+        current = read_pointer(root)
+    except InputError as e:
+        raise InputError(f"{e}; nothing was changed: {fix(None)[1]}") from None
+    newest, how = fix(current)
+    if current is None:
+        if newest is not None:
+            raise InputError(f"bank: {p} is missing but {root / VERSIONS} holds released versions up to "
+                             f"{label(newest)}; nothing was changed: {how}")
+        return None
+    if current not in version_numbers(root):
+        raise InputError(f"bank: {p} points to {VERSIONS}/{label(current)}, which does not exist; nothing was "
+                         f"changed: {fix(None)[1]}")
+    if newest is not None and newest > current:
+        raise InputError(f"bank: {p} points to {label(current)} but {label(newest)} is released too (the pointer "
+                         f"was moved back or restored from an older copy); released versions are never removed, "
+                         f"nothing was changed: {how}")
+    return current
 
 
 def remove(p: Path) -> None:
@@ -253,15 +366,48 @@ def new_stage(root: Path, version: int) -> Path:
 
 
 def publish(root: Path, stage: Path, version: int) -> None:
-    """Make a fully staged (and fsynced) version current in one atomic step: rename it to
-    ``versions/vNNNN``, then replace ``current`` with a new symlink (the commit point)."""
-    fault("staged")
-    vroot = root / VERSIONS
-    os.rename(stage, version_dir(root, version))
-    fsync(vroot)
-    fault("renamed")
+    """Make a fully staged (and fsynced) version current in one atomic step: note it, rename it to
+    ``versions/vNNNN``, then replace ``current`` with a new symlink (the commit point) and drop
+    the note. A failure before the switch undoes every step (the bank is as it was); SIGKILL
+    leaves what :func:`leftovers` names."""
+    target = version_dir(root, version)
+    if target.exists() or target.is_symlink():
+        raise InputError(f"bank: {target} exists but is not current; nothing was changed (bank verify says why)")
+    note = root / f".publishing-{label(version)}-{os.getpid()}"
     tmp = root / f".current.tmp-{os.getpid()}"
-    os.symlink(f"{VERSIONS}/{label(version)}", tmp)
-    fault("linked")
-    os.replace(tmp, root / CURRENT)  # the commit point
-    fsync(root)
+    renamed = False
+    try:
+        write_durable(note, json.dumps({"version": version, "lock_sha256": sha256_file(stage / LOCK),
+                                        "pid": os.getpid()}) + "\n")
+        fsync(root)
+        fault("staged")
+        os.rename(stage, target)
+        renamed = True
+        fsync(root / VERSIONS)
+        fault("renamed")
+        os.symlink(f"{VERSIONS}/{label(version)}", tmp)
+        fault("linked")
+        os.replace(tmp, root / CURRENT)  # the commit point
+    except BaseException:
+        for p in (tmp, note):
+            if p.is_symlink() or p.exists():
+                p.unlink()
+        if renamed:
+            os.rename(target, stage)  # the caller removes its stage
+        raise
+    try:
+        fsync(root)
+        note.unlink()
+        fsync(root)
+    except OSError:
+        pass  # committed: a note left behind is a leftover the next add removes
+
+
+def bank_write_error(root: Path, e: OSError, current: int | None) -> InputError | None:
+    """The one-line error for an OSError writing the bank that its owner fixes (None: another
+    kind, an unexpected failure)."""
+    if e.errno not in USER_ERRNOS:
+        return None
+    where = f" ({e.filename})" if e.filename else ""
+    return InputError(f"bank: cannot write to {root}: {e.strerror or e}{where}; nothing was changed, it stays at "
+                      f"{label(current) if current else 'no version'}")

@@ -30,7 +30,7 @@ from typing import Any
 
 from gen.errors import InputError
 from gen.mcq import EGOTOM_QUESTION, EGOTOM_TYPES, egotom_columns, from_record
-from schemas.mcq import MCQ, MCQRecord
+from gen.schemas.mcq import MCQ, MCQRecord
 
 KINDS = ("tom", "distractors", "digital", "mcq", "scenarios")
 """Item kinds, one parquet file each: ``mcq`` is for external MCQ banks (EgoToM CSVs, MCQ
@@ -74,7 +74,7 @@ def mcq_identity(q: MCQ) -> dict[str, Any]:
 
 def scenario_identity(record: dict[str, Any]) -> dict[str, Any]:
     """What a scenario's id hashes: its visible channels, normalised (absent ones as null)."""
-    from schemas.scenarios import VISIBLE_FIELDS
+    from gen.schemas.scenarios import VISIBLE_FIELDS
 
     def text(v: Any) -> Any:
         return norm(v) if isinstance(v, str) else v

@@ -5,6 +5,7 @@ ones): the generator, ``audit``'s scenarios check and ``judge`` use the same fun
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -15,9 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from gen.paths import PROMPTS
-from schemas.scenarios import ScenarioRecord
+from gen.schemas.scenarios import ScenarioRecord
 
-NAME = "scenarios"
 VOCABULARY = "scenarios/object_names.txt"
 
 VISIBLE_TYPES = ("object_in_hand", "object_in_view", "object_state", "screen_content",
@@ -346,9 +346,16 @@ def rule_problems(scenario: dict[str, Any], *, categories: dict[str, dict[str, A
     return out
 
 
+def field_key(s: dict[str, Any], key: str) -> str | None:
+    """A scenario's field as a key to count by: a string or None as it is, any other value (a list
+    in a hand-edited bank) as its JSON text, so it counts apart and matches no cell."""
+    v = s.get(key)
+    return v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+
+
 def signature(s: dict[str, Any]) -> tuple[Any, ...]:
     """The validator's duplication signature."""
-    return (s.get("change_type"), s.get("target_context"), s.get("difficulty_tier"), s.get("activity_domain"))
+    return tuple(field_key(s, k) for k in ("change_type", "target_context", "difficulty_tier", "activity_domain"))
 
 
 def bank_problems(scenarios: Sequence[dict[str, Any]], *, signature_limit: int | None = 2) -> list[tuple[str, str, str]]:

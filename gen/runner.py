@@ -1,4 +1,4 @@
-"""Generators, their registry, and the runner that turns one into a run folder.
+"""The runner: turns a generator into a run folder, and what a generator may use (RunContext).
 
 A generator is a function ``(cfg, ctx) -> Iterator[Record | Reject | list[Record | Reject]]``
 that yields exactly one outcome per index of ``ctx.indices()``, in order: a record, a reject,
@@ -9,20 +9,17 @@ writes ``manifest.json``.
 
 from __future__ import annotations
 
-import codecs
 import datetime as dt
 import hashlib
 import itertools
 import json
-import math
 import os
-import stat
 import subprocess
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,18 +27,21 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import gen
 from gen.embed import EmbedderConfig
-from gen.errors import ConfigError, InputError, MissingInputError
+from gen.errors import ConfigError, MissingInputError
 from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, set_worker, sha256_file, worker
-from gen.paths import ROOT, inside
-from gen.prompts import Prompts
-from schemas import Reject
+from gen.paths import CHECKOUT, input_file, inside
+from gen.registry import REGISTRY
+from gen.runfolder import RunFolder
+from gen.schemas import Reject
+from gen.templates import Prompts
 
 R = TypeVar("R")
-M = TypeVar("M", bound=BaseModel)
+SHARED_OPTIONS = ("seed", "llm", "embedder", "cache_dir", "progress", "progress_every")
+"""What a run inside a run inherits from its parent unless given (:meth:`RunContext.config_for`)."""
 PACKAGES = [
     "llama-cpp-python", "instructor", "openai", "pydantic", "hydra-core", "omegaconf", "jinja2",
     "faker", "rich", "sentence-transformers", "torch", "faiss-cpu", "polars", "numpy",
@@ -77,6 +77,14 @@ class CommonConfig(BaseModel):
     progress_every: float = Field(default=10.0, gt=0)
     """Seconds between plain progress lines."""
 
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir_named(cls, v: str | None) -> str | None:
+        if v is not None and not v.strip():
+            raise ValueError("empty (the cache would be made in the current folder): give a folder, or null to "
+                             "disable caching (is GEN_CACHE_DIR set but empty?)")
+        return v
+
     @model_validator(mode="after")
     def _shard_in_range(self) -> CommonConfig:
         if self.shard >= self.num_shards:
@@ -92,7 +100,7 @@ class CommonConfig(BaseModel):
         path = Path(self.input).expanduser()
         if not path.exists():
             raise MissingInputError(f"input: no such file or folder: {path}")
-        return path
+        return path if path.is_dir() else input_file(path, "input")
 
 
 MergeHook = Callable[["RunContext", list[dict[str, Any]], list[dict[str, Any]]], None]
@@ -114,39 +122,6 @@ class Plan:
 PlanHook = Callable[[Any], Plan]
 """``(cfg) -> Plan``: a generator's sizing hook. It reads the input (once) and says how many
 record indices the run has; config validation itself reads no files and sets nothing."""
-
-
-@dataclass(frozen=True)
-class Generator:
-    name: str
-    fn: Callable[[Any, RunContext], Iterator[BaseModel]]
-    config: type[CommonConfig]
-    help: str
-    merge: MergeHook | None = None
-    plan: PlanHook | None = None
-    noun: str = "accepted"
-    """What progress lines call the records (``findings`` for an audit)."""
-
-    def make_plan(self, cfg: CommonConfig) -> Plan:
-        """The run's size: the plan hook's, else ``n``."""
-        return self.plan(cfg) if self.plan is not None else Plan(cfg.n)
-
-
-REGISTRY: dict[str, Generator] = {}
-
-
-def generator(name: str, *, config: type[CommonConfig], merge: MergeHook | None = None,
-              plan: PlanHook | None = None, noun: str = "accepted") -> Callable[[Callable], Callable]:
-    """Register a generator under ``name``; its docstring's first line is its help. ``merge``
-    combines the summaries of its shards (without it, ``merge`` keeps each shard's); ``plan``
-    sizes a run from its input (without it, a run has ``n`` indices)."""
-
-    def register(fn: Callable) -> Callable:
-        doc = (fn.__doc__ or "").strip().splitlines()
-        REGISTRY[name] = Generator(name, fn, config, doc[0] if doc else "", merge, plan, noun)
-        return fn
-
-    return register
 
 
 def derive_seed(seed: int, *parts: object) -> int:
@@ -225,6 +200,10 @@ class RunContext:
         self.inputs: dict[str, str] = {}
         self.records_name = name
         """Base name of the records file (``merge`` writes the shards' generator name)."""
+        self.records_kind: str | None = None
+        """What the records are, when not the generator's declared kind (``merge``: the shards')."""
+        self.records_models: list[str] = []
+        """Names of the records' models the runner cannot see (``merge`` copies lines as they are)."""
         self.exit_code = 0
         """Process exit code after a complete run (``audit`` sets 1 on findings)."""
         self.error: str | None = None
@@ -301,22 +280,44 @@ class RunContext:
         if self._owns_backends:
             self._backends.close()
 
-    def subrun(self, name: str, cfg: CommonConfig, out_dir: Path, *,
-               resolved: dict[str, Any] | None = None, quiet: bool = True) -> RunResult:
-        """Run generator ``name`` inside this run: its own folder and manifest (linked from this
-        run's manifest under ``subruns``), this run's loaded backends."""
+    def config_for(self, name: str, **options: Any) -> CommonConfig:
+        """The validated config of generator ``name`` run inside this run: ``options``, and for
+        every option of :data:`SHARED_OPTIONS` not given, this run's value (the same models,
+        cache, seed and progress display). A bad value is a ConfigError naming the option."""
+        from gen.api import configure
+
+        spec = REGISTRY[name]
+        inherited = {k: getattr(self.cfg, k) for k in SHARED_OPTIONS
+                     if k not in options and k in spec.config.model_fields and hasattr(self.cfg, k)}
+        return configure(name, {**inherited, **options}, check_input=False)
+
+    def subrun(self, name: str, out_dir: Path, *, reuse: bool = False, quiet: bool = True,
+               **options: Any) -> RunFolder:
+        """Run generator ``name`` inside this run, with :meth:`config_for`'s config: its own folder
+        and manifest (linked from this run's manifest under ``subruns``), this run's loaded
+        backends. ``reuse``: a folder that already holds a run of this config that ended well is
+        opened, not run again (a persona pool, a pipeline's finished step)."""
+        cfg = self.config_for(name, **options)
+        if reuse and (done := RunFolder.find(out_dir)) is not None and done.finished_with(cfg):
+            self._link(name, out_dir, done, reused=True)
+            done.reused = True
+            return done
         child = RunContext(name, cfg, out_dir, backends=self._backends, parent=self)
-        result = run(name, cfg, out_dir, resolved=resolved, ctx=child, quiet=quiet)
+        run(name, cfg, out_dir, ctx=child, quiet=quiet)
+        folder = RunFolder.open(out_dir)
+        self._link(name, out_dir, folder, reused=False)
+        return folder
+
+    def _link(self, name: str, out_dir: Path, folder: RunFolder, *, reused: bool) -> None:
         try:
             where = out_dir.resolve().relative_to(self.out_dir.resolve()).as_posix()
         except ValueError:
             where = str(out_dir)
+        counts = folder.raw.get("counts") or {}
         self.subruns.append({"generator": name, "path": where,
                              "manifest_sha256": sha256_file(out_dir / "manifest.json"),
-                             "counts": {k: result.manifest["counts"][k]
-                                        for k in ("requested", "accepted", "rejected")},
-                             "exit_code": result.exit_code})
-        return result
+                             "counts": {k: counts.get(k) for k in ("requested", "accepted", "rejected")},
+                             "exit_code": folder.manifest.exit_code, **({"reused": True} if reused else {})})
 
     def indices(self, n: int | None = None) -> range:
         return shard_range(n or self.plan.n, self.cfg.shard, self.cfg.num_shards)
@@ -432,6 +433,7 @@ def run(
     by_stage: Counter[str] = Counter()
     accepted = rejected = done = 0
     many = False
+    models: set[str] = set()
     progress = Progress(name, requested, cfg.progress if not quiet else "off", cfg.progress_every,
                         usage=lambda: ctx.llm.usage if ctx.llm_loaded else None, noun=gen_.noun)
     rec_tmp = out_dir / "records.jsonl.partial"
@@ -449,6 +451,8 @@ def run(
                         rej_f.write(item.model_dump_json() + "\n")
                     else:
                         accepted += 1
+                        if isinstance(item, BaseModel):
+                            models.add(type(item).__name__)
                         rec_f.write(item.model_dump_json() + "\n")
                 progress.update(done, accepted, rejected)
     finally:
@@ -464,6 +468,8 @@ def run(
         "git": git_info(),
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "config": resolved if resolved is not None else cfg.model_dump(mode="json"),
+        "records": {"file": f"{ctx.records_name}.jsonl", "kind": ctx.records_kind or gen_.kind,
+                    "models": sorted(models | set(ctx.records_models))},
         "seed": cfg.seed,
         "shard": {"shard": cfg.shard, "num_shards": cfg.num_shards,
                   "indices": [indices.start, indices.stop]},
@@ -499,7 +505,7 @@ def run(
 
 
 MANIFEST_KEYS = frozenset({
-    "generator", "toolkit_version", "git", "command", "config", "seed", "shard", "llm", "embedder",
+    "generator", "toolkit_version", "git", "command", "config", "records", "seed", "shard", "llm", "embedder",
     "prompts", "inputs", "packages", "counts", "validators", "llm_usage", "started_at",
     "wall_seconds", "outputs", "parent", "subruns", "exit_code", "error"})
 """The keys every manifest has; the others are a generator's own summaries (``ctx.extra``)."""
@@ -527,10 +533,13 @@ def count_lines(path: Path) -> int:
 
 
 def git_info() -> dict[str, Any]:
+    """The source checkout's commit and whether it has changes (None outside a checkout)."""
+    if CHECKOUT is None:
+        return {"commit": None, "dirty": None}
     try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+        commit = subprocess.run(["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True,
                                 text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(CHECKOUT), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
@@ -545,156 +554,3 @@ def package_versions() -> dict[str, str | None]:
         except PackageNotFoundError:
             out[pkg] = None
     return out
-
-
-class _NotJSONNumber(ValueError):
-    """NaN, Infinity or a number too large for a float: Python's json reads them, JSON has none."""
-
-
-def _no_constant(name: str) -> Any:
-    raise _NotJSONNumber(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _NotJSONNumber(f"{text[:20]}{'…' if len(text) > 20 else ''} is too large for a number")
-    return value
-
-
-def _non_finite_at(value: Any, where: str = "") -> str | None:
-    """The field path (``a.b[2]``) of the first NaN or infinity in a parsed value."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return where or "value"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for k, v in items:
-        found = _non_finite_at(v, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else str(k))
-        if found is not None:
-            return found
-    return None
-
-
-def parse_json(text: str, where: str, *, whole_file: bool = False) -> Any:
-    """``text`` as strict JSON (RFC 8259): NaN, Infinity and numbers beyond a float's range are
-    refused, as other tools refuse them. Any problem is an InputError starting with ``where``
-    (``file:line``); ``whole_file``: ``where`` is a file, and a syntax error adds its line."""
-    try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
-    except json.JSONDecodeError as e:
-        at = f"{where}:{e.lineno}" if whole_file else where
-        raise InputError(f"{at}: not valid JSON ({e.msg})") from None
-    except _NotJSONNumber as e:
-        try:
-            field = _non_finite_at(json.loads(text))
-        except (ValueError, RecursionError):
-            field = None
-        raise InputError(f"{where}: {field or 'value'}: {e} (JSON has no NaN or Infinity)") from None
-    except RecursionError:
-        raise InputError(f"{where}: not valid JSON (nested too deeply)") from None
-    except ValueError as e:  # an integer of more than 4300 digits (sys.int_info.str_digits_check_threshold)
-        raise InputError(f"{where}: not valid JSON ({str(e).split(';')[0]})") from None
-
-
-def _utf8(data: bytes, where: str) -> str:
-    data = data.removeprefix(codecs.BOM_UTF8)  # as utf-8-sig, but the error's offset is into data
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise InputError(f"{where}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at column {column}; "
-                         "save the file as UTF-8)") from None
-
-
-def read_text(path: Path) -> str:
-    """A text input file as UTF-8 (a leading byte-order mark, as spreadsheet exports write,
-    is dropped); an unreadable or non-UTF-8 file is an InputError naming it (and the line)."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
-    return _utf8(data, str(path))
-
-
-def read_yaml_model(path: Path, model: type[M], what: str) -> M:
-    """A YAML (or JSON) file validated as ``model`` (a roles file, a rubric): a syntax error is an
-    InputError naming the file and its line, a wrong value names the file and the field
-    (``what`` when the whole file is wrong)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(read_text(path))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}{line}: not valid YAML/JSON ({getattr(e, 'problem', None) or 'syntax error'})") from None
-    except RecursionError:
-        raise InputError(f"{path}: not valid YAML/JSON (nested too deeply)") from None
-    return validated(model, data, str(path), what=what, objects_only=False)
-
-
-def first_error(e: Any, default: str = "row") -> tuple[str, str]:
-    """A pydantic ``ValidationError``'s first error as (field path, message on one line)."""
-    err = e.errors()[0]
-    return ".".join(str(x) for x in err["loc"]) or default, " ".join(str(err["msg"]).split())
-
-
-def validated(model: type[M], data: Any, where: str, *, what: str = "row", objects_only: bool = True) -> M:
-    """``model.model_validate(data)`` for one input row or file; every failure is one InputError
-    line ``where: field: reason`` (``what`` when the whole row is wrong). ``objects_only``: a row
-    that is not a JSON object is refused before validation, by its type."""
-    from pydantic import ValidationError
-
-    if objects_only and not isinstance(data, dict):
-        raise InputError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        field, msg = first_error(e, what)
-        raise InputError(f"{where}: {field}: {msg}"[:500]) from None
-    except RecursionError:
-        raise InputError(f"{where}: nested too deeply") from None
-
-
-def read_json(path: Path) -> Any:
-    """A JSON file (a manifest, Ego4D's narration.json), read as :func:`read_text` and parsed
-    as :func:`parse_json`: every problem is an InputError naming the file."""
-    return parse_json(read_text(path), str(path), whole_file=True)
-
-
-def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line number, value)`` of every non-blank line of a JSONL file, read as
-    :func:`read_text` (lines end as in Python's text files) and parsed as :func:`parse_json`:
-    a file that is not UTF-8 or a line that is not strict JSON is an InputError naming the
-    file and line. The file is streamed: memory holds one line, whatever its size; only a regular
-    file is read (a FIFO would block the reader, a device never ends)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: a FIFO put here does not block the open
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        if stat.S_ISDIR(mode):
-            raise InputError(f"{path}: is a folder, not a file")
-        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
-        raise InputError(f"{path}: is {kind}, not a regular file (give a file or a folder)")
-    with open(fd, encoding="utf-8-sig", newline=None) as f:  # universal newlines, as read_text + StringIO did
-        try:
-            for lineno, line in enumerate(f, 1):
-                if line.strip():
-                    yield lineno, parse_json(line, f"{path}:{lineno}")
-        except UnicodeDecodeError:
-            read_text(path)  # raises the InputError that names the line and column of the bad byte
-            raise
-        except OSError as e:
-            raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
-
-
-def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]:
-    """Records of a run folder (``<folder>/<name>.jsonl``) or of a JSONL file."""
-    file = path / f"{name}.jsonl" if path.is_dir() else path
-    if not file.is_file():
-        raise MissingInputError(f"input: {file} not found (expected a {name} run folder or file)")
-    return [record for _, record in iter_jsonl(file)], file

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from gen.errors import InputError, not_utf8
 from gen.paths import UnsafePathError, inside
-from gen.run import parse_json, validated
-from schemas.review import REVIEWER, ReviewLabel
+from gen.readers import parse_json, validated
+from gen.schemas.review import REVIEWER, ReviewLabel
 
 REVIEWS = "reviews"
 """The folder of label files inside a reviewed run folder."""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from generators.digital.assembly import LIST_KEY
-from schemas import digital as S
-from schemas.digital import App
+from gen.bundles import LIST_KEY
+from gen.schemas import digital as S
+from gen.schemas.digital import App
 
 # --------------------------------------------------------------------------- rendering and export
 

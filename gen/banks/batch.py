@@ -8,18 +8,13 @@ run folder's items through the same functions, so an item's id there is its id i
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from gen.errors import ConfigError, InputError
-from gen.llm import sha256_file
-from gen.mcq import egotom_type, from_record
-from gen.run import iter_jsonl
-from generators.bank.identity import (
+from gen.banks.identity import (
     MCQ_KINDS,
     canonical,
     content_id,
@@ -28,7 +23,13 @@ from generators.bank.identity import (
     mcq_identity,
     scenario_question_type,
 )
-from schemas.mcq import MCQRecord
+from gen.errors import ConfigError, GenError, InputError
+from gen.llm import sha256_file
+from gen.mcq import egotom_type, from_record
+from gen.readers import iter_jsonl
+from gen.runfolder import RunFolder
+from gen.schemas.bank import SourceManifest
+from gen.schemas.mcq import MCQRecord
 
 # --------------------------------------------------------------------------- the batch
 
@@ -59,7 +60,7 @@ def kind_of(path: Path) -> tuple[str, str]:
         return "digital", "digital_bundle"
     if stem in MCQ_KINDS:
         return stem, "mcq_record"
-    from generators.scenarios import is_scenario_bank
+    from gen.contextbench import is_scenario_bank
 
     if stem == "scenarios" or is_scenario_bank(path):  # the context benchmark's released schema
         return "scenarios", "scenario_record"
@@ -79,9 +80,12 @@ def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> lis
             raise ConfigError(f"kind={kind} does not fit roles= (a roles file describes MCQs)")
         return [(path, "mcq" if kind == "auto" else kind, "roles_jsonl")]
     files: list[Path]
+    run = RunFolder.find(path) if path.is_dir() else None
     if path.is_file():
         files = [path]
-    elif (path / "digital.jsonl").is_file():
+    elif run is not None:
+        files = run_files(run)
+    elif (path / "digital.jsonl").is_file():  # a folder of record files without a manifest
         files = [path / "digital.jsonl"]
     elif (path / "scenarios.jsonl").is_file():
         files = [path / "scenarios.jsonl"]
@@ -105,6 +109,18 @@ def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> lis
             k = kind
         out.append((f, k, fmt))
     return out
+
+
+def run_files(run: RunFolder) -> list[Path]:
+    """The item files of a run folder, by what its manifest says it holds: its records (MCQs,
+    digital bundles, scenarios), or the items a nocontext screening kept (``kept/``)."""
+    if run.kind == "screening":
+        kept = run.path / "kept"
+        return sorted(p for p in kept.iterdir() if p.suffix in (".jsonl", ".csv")) if kept.is_dir() else []
+    if run.kind in ("mcq", "digital", "scenario") and run.records_path.is_file():
+        return [run.records_path]
+    raise InputError(f"input: {run.path} is a {run.generator} run; its records ({run.kind}) are not items a bank "
+                     "holds (MCQs, digital bundles or scenarios)")
 
 
 def count_rows(path: Path, fmt: str) -> int:
@@ -132,18 +148,21 @@ def run_folder(path: Path) -> Path | None:
 
 
 def wagibench_rows(folder: Path | None) -> dict[str, dict[str, Any]]:
-    """The WAGIBench MCQ layout rows a distractors run wrote, by the MCQ's item_id."""
+    """The WAGIBench MCQ layout rows a distractors run wrote, by the MCQ's item_id (a file that
+    is not a JSON list of objects with a ``meta`` object is an InputError naming it)."""
+    from gen.readers import read_json
+
     rows: dict[str, dict[str, Any]] = {}
     if folder is None:
         return rows
     for f in sorted(folder.glob("wagibench_mcq_*.json")):
-        try:
-            data = json.loads(f.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise InputError(f"{f}: not valid JSON ({e.msg})") from None
-        for row in data if isinstance(data, list) else []:
+        data = read_json(f)
+        if not isinstance(data, list) or not all(isinstance(r, dict) and isinstance(r.get("meta", {}), dict)
+                                                  for r in data):
+            raise InputError(f"{f}: not WAGIBench's MCQ layout (a JSON list of rows with a meta object)")
+        for row in data:
             rid = (row.get("meta") or {}).get("item_id")
-            if rid:
+            if isinstance(rid, str) and rid:
                 rows[rid] = row
     return rows
 
@@ -183,8 +202,8 @@ def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
 
 def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> list[Item]:
     """Every input item, validated (a bad line is an InputError naming file:line), with its id."""
-    from schemas.digital import DigitalBundle
-    from schemas.scenarios import ScenarioRecord
+    from gen.schemas.digital import DigitalBundle
+    from gen.schemas.scenarios import ScenarioRecord
 
     items: list[Item] = []
     for path, kind, fmt in files:
@@ -237,20 +256,17 @@ def source_info(files: list[tuple[Path, str, str]], input_arg: str) -> dict[str,
         info["prompts"] = {}
         return info
     manifest_path = folder / "manifest.json"
-    try:
-        m = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{manifest_path}: not valid JSON ({e.msg})") from None
+    m = read_manifest(manifest_path)
     info["source"] = sha256_file(manifest_path)
     info["manifest"] = "manifest.json"
     info.update(_manifest_summary(m))
     upstream = []
-    for p in sorted(m.get("inputs") or {}):
+    for p in sorted(m.inputs):
         up = run_folder(Path(p))
         if up is not None and up != folder and (up / "manifest.json").is_file():
             try:
-                um = json.loads((up / "manifest.json").read_text(encoding="utf-8"))
-            except json.JSONDecodeError:
+                um = read_manifest(up / "manifest.json")
+            except GenError:  # a run it read, not the batch: its provenance is left out
                 continue
             upstream.append({"path": str(up), "manifest_sha256": sha256_file(up / "manifest.json"),
                              **_manifest_summary(um)})
@@ -258,16 +274,23 @@ def source_info(files: list[tuple[Path, str, str]], input_arg: str) -> dict[str,
     return info
 
 
-def _manifest_summary(m: dict[str, Any]) -> dict[str, Any]:
-    llm = m.get("llm") or {}
-    emb = m.get("embedder") or {}
+def read_manifest(path: Path) -> SourceManifest:
+    """A run's manifest, the fields the bank records (an InputError naming the file otherwise)."""
+    from gen.readers import read_json, validated
+
+    return validated(SourceManifest, read_json(path), str(path))
+
+
+def _manifest_summary(m: SourceManifest) -> dict[str, Any]:
+    llm, emb = m.llm, m.embedder
     return {
-        "generator": m.get("generator"), "toolkit_version": m.get("toolkit_version"), "git": m.get("git"),
-        "seed": m.get("seed"), "started_at": m.get("started_at"),
-        "llm": {k: llm.get(k) for k in ("backend", "model", "model_sha256") if k in llm} or None,
-        "embedder": {"backend": emb.get("backend"),
+        "generator": m.generator, "toolkit_version": m.toolkit_version, "git": m.git,
+        "seed": m.seed, "started_at": m.started_at,
+        "llm": {k: v for k, v in llm.model_dump(exclude_unset=True).items()
+                if k in ("backend", "model", "model_sha256")} or None if llm is not None else None,
+        "embedder": {"backend": emb.backend,
                      # the embedded model's folder is called "model": name it by its package
-                     "model": Path(emb["model_path"]).parent.name if emb.get("model") == "model" and emb.get("model_path")
-                     else emb.get("model")} if emb else None,
-        "prompts": dict(sorted((m.get("prompts") or {}).items())),
+                     "model": Path(emb.model_path).parent.name if emb.model == "model" and emb.model_path
+                     else emb.model} if emb is not None and emb.model_fields_set else None,
+        "prompts": dict(sorted(m.prompts.items())),
     }

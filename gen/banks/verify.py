@@ -4,10 +4,14 @@ One outcome per version: a record per file that checks, a reject per problem; ex
 any problem. Every file of every version against its lock, no file missing or added, no
 symlink and nothing resolving outside the bank, every lock against the SHA-256 the next
 version recorded for it, every item id recomputed from its record, ids unique, counts and
-``added_in`` consistent, and every item of a version present unchanged in the next one. It
-prints the SHA-256 of the checked version's lock: publish it with a release, since a
-consistent rewrite of the newest version's files *and* its lock can only be caught against a
-hash kept elsewhere (older versions are anchored by the newer locks).
+``added_in`` consistent, every item of a version present unchanged in the next one, and every
+value a release publishes from the lock recomputed or anchored (:mod:`~generators.bank.values`:
+counts, label, history, sources, prompts, the audit summary, the changelog's lock digest, the
+bank's name, ``review/summary.json``). It prints the SHA-256 of the checked version's lock:
+publish it with a release, since a consistent rewrite of the newest version's files *and* its
+lock can only be caught against a hash kept elsewhere (older versions are anchored by the newer
+locks). A damaged or moved-back ``current`` pointer is a refusal (exit code 2) saying how to
+repair it (:func:`generators.bank.store.check_pointer`), before any check.
 
 ``add`` and ``export`` run the same checks first (:func:`require_clean`): a damaged bank is
 never built on or exported from.
@@ -18,39 +22,32 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gen.errors import GenError, MissingInputError
-from gen.llm import sha256_file
-from gen.run import validated
-from generators.bank.identity import KINDS, item_id_of
-from generators.bank.store import (
-    CURRENT,
+from gen.banks.identity import KINDS, item_id_of
+from gen.banks.store import (
     FORMAT,
     LOCK,
     SCHEMA_REVISION,
     VERSION_DIR,
     VERSIONS,
+    check_pointer,
     is_within,
     label,
     leftovers,
     read_json,
     read_kind,
-    read_pointer,
     version_dir,
     version_files,
     version_links,
 )
-from schemas import Reject
-from schemas.bank import Lock, VerifyRecord
-
-if TYPE_CHECKING:
-    from gen.run import RunContext
-    from generators.bank import BankConfig
+from gen.banks.values import KindData, kind_data, review_problems, value_problems
+from gen.errors import GenError, MissingInputError
+from gen.llm import sha256_file
+from gen.readers import validated
+from gen.schemas.bank import Lock
 
 
 class DriftError(GenError):
@@ -92,11 +89,13 @@ def drift_line(p: Problem) -> str:
 
 
 def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], previous: Rows | None,
-                  ok: list[tuple[str, str]] | None = None,
-                  checked: dict[str, Rows] | None = None) -> tuple[list[Problem], Rows]:
-    """Problems of one version folder against its lock (files, hashes, counts, ids, append-only),
-    and its rows. ``previous``: the rows of the version before, when known; ``checked``: rows of
-    data files already checked, by SHA-256 (hard-linked files are read once)."""
+                  ok: list[tuple[str, str]] | None = None, checked: dict[str, tuple[Rows, KindData]] | None = None,
+                  previous_lock: dict[str, Any] | None = None) -> tuple[list[Problem], Rows]:
+    """Problems of one version folder against its lock (files, hashes, counts, ids, append-only,
+    and every value a release publishes: :func:`generators.bank.values.value_problems`), and its
+    rows. ``previous``: the rows of the version before, when known; ``previous_lock``: its lock,
+    when known; ``checked``: rows of data files already checked, by
+    SHA-256 (hard-linked files are read once)."""
     rel = f"{VERSIONS}/{label(version)}"
     problems: list[Problem] = []
 
@@ -130,6 +129,7 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
         elif ok is not None:
             ok.append((name, found[name]))
     current_rows: Rows = {}
+    data: dict[str, KindData] = {}
     counts = lock.get("counts") or {}
     for kind in KINDS:
         name = f"{kind}.parquet"
@@ -140,13 +140,12 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
             continue
         sha = found[name]
         if checked is not None and sha in checked:
-            rows = checked[sha]
+            rows, data[kind] = checked[sha]
         else:
             rows = {}
             try:
                 df = read_kind(folder / name)
-                data = df.select("item_id", "added_in", "source_format", "record").iter_rows()
-                for iid, added, fmt, rec in data:
+                for iid, added, fmt, rec in df.select("item_id", "added_in", "source_format", "record").iter_rows():
                     if iid in rows:
                         problem(name, "duplicate_id", f"{rel}/{name}: item {iid} appears twice")
                     try:
@@ -156,11 +155,12 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
                     if recomputed != iid:
                         problem(name, "item_id_mismatch", f"{rel}/{name}: item {iid}: its record hashes to {recomputed}")
                     rows[iid] = (added, hashlib.sha256(rec.encode()).hexdigest())
+                data[kind] = kind_data(df)
             except Exception as e:  # noqa: BLE001 - a damaged parquet file raises several types
                 problem(name, "unreadable", f"{rel}/{name}: cannot read ({str(e).splitlines()[0][:120]})")
                 continue
             if checked is not None and not any(p.path.endswith(name) for p in problems):
-                checked[sha] = rows
+                checked[sha] = (rows, data[kind])
         if counts.get(kind, {}).get("items") != len(rows):
             problem(name, "count_mismatch", f"{rel}/{name}: {len(rows)} items, the lock counts "
                                             f"{counts.get(kind, {}).get('items')}")
@@ -175,11 +175,6 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
     mine = history[-1] if history else {}
     if mine.get("version") != version:
         problem(LOCK, "bad_history", f"{rel}/{LOCK}: its history does not end with {label(version)}")
-    else:
-        added = Counter(a for a, _ in current_rows.values())
-        if added.get(version, 0) != sum((mine.get("added") or {}).values()):
-            problem(LOCK, "count_mismatch", f"{rel}/{LOCK}: history says {sum((mine.get('added') or {}).values())} "
-                                            f"items added in {label(version)}, the data has {added.get(version, 0)}")
     if previous is not None:
         gone = [i for i in previous if i not in current_rows]
         changed = [i for i, v in previous.items() if i in current_rows and current_rows[i] != v]
@@ -194,20 +189,34 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
         if wrong:
             problem("", "bad_added_in", f"{rel}: {len(wrong)} items new in {label(version)} say another added_in, "
                                         f"e.g. {wrong[0]}")
+    if current_format(lock):
+        try:
+            validated(Lock, lock, f"{rel}/{LOCK}")  # every field the checks below and export read
+        except GenError as e:
+            problem(LOCK, "bad_lock", str(e))
+            return problems, current_rows
+    if current_format(lock) and not any(p.reason == "unreadable" for p in problems):
+        audit_path = folder / "audit" / "audit.json"
+        try:
+            audit = read_json(audit_path, "audit") if audit_path.is_file() and not audit_path.is_symlink() else None
+        except GenError as e:
+            audit = None
+            problem("audit/audit.json", "unreadable", str(e))
+        for path, reason, detail in value_problems(version, folder, lock, data, previous_lock, audit):
+            problem(path, reason, detail)
+        for path, reason, detail in review_problems(folder, len(current_rows)):
+            problem(path, reason, detail)
     return problems, current_rows
 
 
 def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[VersionCheck], list[str]]:
     """Check versions 1..target (default: current); returns (target, per-version checks, leftovers)."""
-    current = read_pointer(root)
+    current = check_pointer(root)  # a damaged or moved-back pointer: a refusal saying how to repair it
     if current is None:
         raise MissingInputError(f"bank: no released version at {root}")
     target = target or current
     checks = [VersionCheck(v) for v in range(1, target + 1)]
     top = checks[-1]
-    if not version_dir(root, current).is_dir():
-        top.problems.append(Problem(target, CURRENT, "bad_pointer",
-                                    f"{CURRENT} points to {VERSIONS}/{label(current)}, which does not exist"))
     vroot = root / VERSIONS
     if vroot.is_symlink():
         top.problems.append(Problem(target, VERSIONS, "symlink",
@@ -252,14 +261,16 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
                         f"{str(r)[:16]}… (changed without a version bump)"))
                     break
     previous: Rows | None = None
-    checked: dict[str, Rows] = {}
+    checked: dict[str, tuple[Rows, KindData]] = {}
     for c in checks:
         lock = locks[c.version]
         if lock is None:
             previous = None
             continue
+        before = locks.get(c.version - 1)
+        prev_lock = before if before is not None and current_format(before) else None
         found, previous = check_version(root, c.version, version_dir(root, c.version), lock, previous,
-                                        c.ok_files, checked)
+                                        c.ok_files, checked, prev_lock)
         c.problems += found
     left = [p.relative_to(root).as_posix() for p in leftovers(root, current)]
     for p in sorted(vroot.iterdir()) if vroot.is_dir() else []:
@@ -278,30 +289,3 @@ def require_clean(root: Path, target: int) -> None:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise DriftError(f"bank {root} {label(target)} does not verify, nothing written: {drift_line(found[0])}"
                          f"{more}; python -m gen bank verify bank={root} lists every problem")
-
-
-def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Reject]]:
-    root = cfg.bank_path()
-    target, checks, left = verify_bank(root, ctx.plan.data)
-    bad = sum(len(c.problems) for c in checks)
-    ctx.exit_code = 1 if bad else 0
-    lock_path = version_dir(root, target) / LOCK
-    lock_sha = sha256_file(lock_path) if lock_path.is_file() and not lock_path.is_symlink() else None
-    ctx.extra["bank"] = {"action": "verify", "bank": str(root), "version": label(target), "problems": bad,
-                         "files_ok": sum(len(c.ok_files) for c in checks), "leftovers": left,
-                         "lock_sha256": lock_sha}
-    if cfg.progress != "off":
-        for c in checks:
-            for p in c.problems:
-                print(f"[bank] {drift_line(p)}")
-        for rel in left:
-            print(f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}")
-        state = f"{bad} problem(s)" if bad else "ok"
-        print(f"[bank] verify {root} {label(target)}: {state}; {len(checks)} versions, "
-              f"{sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}")
-    for i, c in zip(ctx.indices(), checks, strict=True):
-        out: list[VerifyRecord | Reject] = [VerifyRecord(version=label(c.version), file=f, sha256=s)
-                                            for f, s in c.ok_files]
-        out += [Reject(record_id=p.path, index=i, stage="verify", reason=p.reason, detail=p.detail)
-                for p in c.problems]
-        yield out

@@ -1,21 +1,17 @@
-"""The statements' surface forms and the text checks, pure (no model): EgoToM's forms of a goal
-(``To ….``), a belief (``C believes that ….``) and an action statement (``C a, b, and c.``),
-the checks every statement a stage wrote passes (:func:`text_problem`, :func:`actions_problem`),
-and the shared gates of one stage's prompt (:func:`stage_gates`, :func:`example_strings`)."""
+"""Statements in EgoToM's surface forms, pure (no model): a goal (``To ….``), a belief
+(``C believes that ….``) and an action statement (``C a, b, and c.``); the checks every such
+statement passes (:func:`text_problem`, :func:`actions_problem`), and the one-shot answers of a
+prompt a model must not copy (:func:`example_strings`). ``tom`` writes such statements,
+``candidates`` writes and checks options in the same forms."""
 
 from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
-
-from pydantic import BaseModel
+from typing import Any
 
 from gen.gates import Gates, Kind, infinitive, key
-from schemas.tom import ACTION_CHARS
-
-if TYPE_CHECKING:
-    from generators.tom import TomConfig
+from gen.schemas.tom import ACTION_CHARS
 
 # --------------------------------------------------------------------------- surface forms
 
@@ -139,17 +135,6 @@ def actions_problem(phrases: list[str], gates: Gates) -> tuple[str, str] | None:
     if len({key(norm_phrase(p)) for p in phrases}) < 3:
         return "repeated_actions", f"next actions repeat: {phrases}"
     return None
-
-
-def stage_gates(cfg: TomConfig, messages: list[dict[str, str]], schema: type[BaseModel],
-                keep_out: list[str]) -> Gates:
-    """The shared gates of one stage's prompt. Outputs may copy what the prompt gives them to
-    work from (``keep_out``: the clip's narrations and summary, the true statements, the
-    sentences to shorten), but no other six words of the prompt (its instructions, the one-shot
-    conversation) and no one-shot answer."""
-    prompt = "\n".join(m["content"] for m in messages if m["role"] != "assistant")
-    return Gates(messages, schema, language=cfg.language, prompt_text=prompt, keep_out=keep_out,
-                 examples=example_strings(messages))
 
 
 def example_strings(messages: list[dict[str, str]]) -> set[str]:

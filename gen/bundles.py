@@ -1,5 +1,9 @@
-"""Validators: what code checks and corrects in every generated item before it is kept (texts,
-times against the bundle's moment, durations, counts), each fix or drop counted by rule."""
+"""A digital bundle's state and the checks every app item passes: what ``digital`` applies to
+each generated item before it is kept (texts, times against the bundle's moment, durations,
+counts, each fix or drop counted by rule) and what ``audit`` re-runs on a finished bundle.
+
+:class:`BundleRules` are the checks' settings (``digital``'s config holds them, an audit reads them
+from the run's manifest); :class:`State` is the moment and the people a bundle is about."""
 
 from __future__ import annotations
 
@@ -7,17 +11,65 @@ import datetime as dt
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gen.gates import Gates, Kind, count_key, key
-from generators.digital.state import FMT_M, FMT_S, State
-from schemas.digital import LONG_CHARS as LONG
-from schemas.digital import SHORT_CHARS as SHORT
-from schemas.digital import TAG_CHARS, App
-from schemas.digital import TEXT_CHARS as TEXT
+from pydantic import BaseModel, ConfigDict, Field
 
-if TYPE_CHECKING:
-    from generators.digital import DigitalConfig
+from gen.gates import Gates, Kind, Language, count_key, key
+from gen.schemas import digital as S
+from gen.schemas.digital import LONG_CHARS as LONG
+from gen.schemas.digital import SHORT_CHARS as SHORT
+from gen.schemas.digital import TAG_CHARS, App
+from gen.schemas.digital import TEXT_CHARS as TEXT
+from gen.schemas.personas import PersonaRecord, RelatedPersona
+
+
+class BundleRules(BaseModel):
+    """The settings of a bundle's item checks."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    window_past_days: int = Field(30, ge=1)
+    """Items may lie at most this many days before the current datetime."""
+    window_future_days: int = Field(30, ge=1)
+    """Calendar events may lie at most this many days after it."""
+    cue_recent_minutes: tuple[int, int] = (1, 10)
+    """A cue item happened this many minutes before now (it is the latest item)."""
+    language: Language = "en"
+    """The language the apps' texts must be in (the text gates' language check)."""
+
+
+FMT_M = "%Y-%m-%d %H:%M"
+FMT_S = "%Y-%m-%d %H:%M:%S"
+
+
+# --------------------------------------------------------------------------- global state
+
+
+@dataclass
+class State:
+    """The global state of one bundle, as the prompts see it."""
+
+    main: PersonaRecord
+    related: list[RelatedPersona]
+    now: dt.datetime
+    cue: S.Cue | None
+
+    @property
+    def names(self) -> set[str]:
+        return {self.main.name, *(r.persona.name for r in self.related)}
+
+    @property
+    def now_text(self) -> str:
+        return self.now.strftime(FMT_M)
+
+    @property
+    def weekday(self) -> str:
+        return self.now.strftime("%A")
+
+
+LIST_KEY = {App.Calendar: "events", App.Messaging: "conversations", App.Notes: "notes",
+            App.Search: "searches", App.Videos: "videos", App.Maps: "maps", App.Music: "music"}
 
 
 # --------------------------------------------------------------------------- validators
@@ -67,7 +119,7 @@ class Checker:
 
     app: App
     state: State
-    cfg: DigitalConfig
+    cfg: BundleRules
     counts: dict[str, int] = field(default_factory=dict)
     gates: Gates | None = None
 

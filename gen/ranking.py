@@ -1,0 +1,216 @@
+"""Reranking a pool of candidates with one checked structured call, and semantic dedup
+(EgoIntrospect appendix B.2, stage 7): what the ``rerank`` generator does to pools from a file and
+``candidates rerank=true`` does to its own pools, with the same model.
+
+One structured call orders a whole pool from most to least appropriate, marks semantic
+duplicates and ungrounded candidates, and gives a reason. Code accepts the answer only when it
+holds exactly the input candidates — every id once, none added, texts unchanged — and otherwise
+asks again naming the difference (:func:`call`). :func:`resolve` removes the duplicates (of each
+group marked as meaning the same, the highest-ranked stays) and puts ungrounded candidates last.
+An embedding dedup runs beside the LLM's (:func:`embedding_pairs`); :func:`agreement` counts how
+often the two agree.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gen.errors import LLMOutputError
+from gen.schemas.candidates import TimedLine
+from gen.schemas.rerank import RerankDraft, rerank_draft
+from gen.templates import Prompts
+
+TEMPLATE = "rerank/rerank.jinja"
+
+
+def render_context(context: list[TimedLine] | str) -> str:
+    """Timed lines as ``MMm:SSs | text``, one per line; free text as it is."""
+    from gen.timelines import fmt_time
+
+    if isinstance(context, str):
+        return context
+    return "\n".join(f"{fmt_time(x.t)} | {x.text}" for x in context) or "(none)"
+
+
+def messages(prompts: Prompts, context: str, texts: Sequence[str],
+             categories: Sequence[str | None] | None = None) -> list[dict[str, str]]:
+    """The rerank prompt: the situation and the numbered candidates."""
+    cats = list(categories) if categories is not None else [None] * len(texts)
+    return prompts.render(TEMPLATE, context=context,
+                          candidates=[(i + 1, c, t) for i, (c, t) in enumerate(zip(cats, texts, strict=True))])
+
+
+def permutation_problems(texts: Sequence[str], draft: RerankDraft) -> list[str]:
+    """Why an answer is not exactly the input pool: ids dropped, added or given twice, texts
+    rewritten. Empty when every candidate 1..n appears once with its text unchanged."""
+    n = len(texts)
+    ids = [r.id for r in draft.ranking]
+    counts = Counter(ids)
+    problems = []
+    dropped = [i for i in range(1, n + 1) if i not in counts]
+    added = sorted({i for i in ids if not 1 <= i <= n})
+    twice = sorted(i for i, c in counts.items() if c > 1 and 1 <= i <= n)
+    if dropped:
+        problems.append(f"dropped {dropped}")
+    if added:
+        problems.append(f"added {added} (there are candidates 1 to {n})")
+    if twice:
+        problems.append(f"listed {twice} more than once")
+    rewritten = [f"{r.id}: {texts[r.id - 1]!r} -> {r.text!r}" for r in draft.ranking
+                 if 1 <= r.id <= n and r.text.strip() != texts[r.id - 1].strip()]
+    if rewritten:
+        problems.append("rewrote " + "; ".join(rewritten))
+    return problems
+
+
+PROBLEM_COUNTERS = {"dropped": "dropped_ids", "added": "added_ids", "listed": "repeated_ids",
+                    "rewrote": "rewritten_texts"}
+"""The manifest counter of each kind of difference :func:`permutation_problems` names."""
+
+
+@dataclass
+class RerankFailure(Exception):
+    """The pool could not be reranked: ``reason`` (``not_a_permutation`` or the LLM's own
+    ``invalid_output``/``truncated``/``backend_error``), the difference or error, the raw answer."""
+
+    reason: str
+    detail: str
+    raw: str | None = None
+    attempts: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
+def call(llm: Any, prompts: Prompts, context: str, texts: Sequence[str], *, seed: Callable[[int], int],
+         attempts: int, max_tokens: int, count: Callable[[str], None],
+         categories: Sequence[str | None] | None = None) -> tuple[RerankDraft, int]:
+    """The rerank call, re-asked with the difference named until the answer is an exact
+    permutation of the pool (``attempts`` calls at most). Returns the answer and the calls it
+    took; raises :class:`RerankFailure`."""
+    msgs = messages(prompts, context, texts, categories)
+    schema = rerank_draft(tuple(texts))
+    last = RerankFailure("invalid_output", "no attempt")
+    for a in range(attempts):
+        try:
+            draft = llm.structured(msgs, schema, seed=seed(a), max_tokens=max_tokens)
+        except LLMOutputError as e:
+            count(f"rerank.llm_{e.reason}")
+            last = RerankFailure(e.reason, e.detail, e.raw, a + 1)
+            continue
+        problems = permutation_problems(texts, draft)
+        if not problems:
+            return draft, a + 1
+        for p in problems:
+            count(f"rerank.{PROBLEM_COUNTERS[p.split()[0]]}")
+        raw = draft.model_dump_json()
+        last = RerankFailure("not_a_permutation", "; ".join(problems), raw, a + 1)
+        msgs = [*msgs, {"role": "assistant", "content": raw},
+                {"role": "user", "content": prompts.render("rerank/reask.jinja", problems=problems, n=len(texts))[0]["content"]}]
+    raise last
+
+
+# --------------------------------------------------------------------------- what the answer means
+
+
+@dataclass
+class Resolved:
+    """A valid answer applied: 0-based candidate indices."""
+
+    order: list[int]
+    """The reranker's order of every candidate."""
+    kept: list[int]
+    """Candidates kept, in the final order (grounded first, each part in the reranker's order)."""
+    removed: list[tuple[int, int]] = field(default_factory=list)
+    """(duplicate removed, the candidate kept in its place)."""
+    grounded: list[bool] = field(default_factory=list)
+    groups: list[list[int]] = field(default_factory=list)
+    """Groups of two or more candidates the reranker marked as meaning the same."""
+
+
+def components(n: int, pairs: Sequence[tuple[int, int]]) -> list[int]:
+    """Union-find: the group (a representative index) of each of n items joined by ``pairs``."""
+    parent = list(range(n))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for a, b in pairs:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return [find(i) for i in range(n)]
+
+
+def resolve(draft: RerankDraft, n: int, *, protect: int | None = None,
+            count: Callable[[str], None] = lambda _: None) -> Resolved:
+    """Apply a valid answer: each group of duplicates keeps its highest-ranked member (``protect``,
+    the positive of a candidate set, always stays and stands for its group), ungrounded
+    candidates go last. A ``duplicate_of`` naming the candidate itself or no candidate is
+    ignored (counted)."""
+    order = [r.id - 1 for r in draft.ranking]
+    grounded = [True] * n
+    pairs: list[tuple[int, int]] = []
+    for r in draft.ranking:
+        grounded[r.id - 1] = r.grounded
+        if r.duplicate_of is not None:
+            if 1 <= r.duplicate_of <= n and r.duplicate_of != r.id:
+                pairs.append((r.id - 1, r.duplicate_of - 1))
+            else:
+                count("rerank.bad_duplicate_of")
+    group = components(n, pairs)
+    rank = {i: pos for pos, i in enumerate(order)}
+    keeper: dict[int, int] = {}
+    for i in sorted(range(n), key=lambda i: (i != protect, rank[i])):
+        keeper.setdefault(group[i], i)
+    removed = [(i, keeper[group[i]]) for i in order if keeper[group[i]] != i]
+    gone = {i for i, _ in removed}
+    kept = [i for i in order if i not in gone and grounded[i]] + [i for i in order if i not in gone and not grounded[i]]
+    members: dict[int, list[int]] = {}
+    for i in range(n):
+        members.setdefault(group[i], []).append(i)
+    return Resolved(order, kept, removed, grounded, [m for m in members.values() if len(m) > 1])
+
+
+_EMBED_LOCK = threading.Lock()
+
+
+def embedding_pairs(embedder: Any, texts: Sequence[str], threshold: float) -> list[tuple[int, int]]:
+    """Pairs (i < j) of texts at or above ``threshold`` cosine (the embedder gives unit vectors)."""
+    if len(texts) < 2:
+        return []
+    with _EMBED_LOCK:
+        vecs = embedder.encode(list(texts))
+    sims = vecs @ vecs.T
+    return [(i, j) for i in range(len(texts)) for j in range(i + 1, len(texts)) if float(sims[i, j]) >= threshold - 1e-9]
+
+
+def agreement(n: int, llm_groups: Sequence[Sequence[int]], emb_pairs: Sequence[tuple[int, int]]) -> dict[str, int]:
+    """Every pair of candidates by verdict: both call it a duplicate pair (the LLM: same group),
+    only the LLM, only the embedding, neither."""
+    same = {(min(a, b), max(a, b)) for g in llm_groups for a in g for b in g if a != b}
+    emb = {(min(a, b), max(a, b)) for a, b in emb_pairs}
+    total = n * (n - 1) // 2
+    both = len(same & emb)
+    return {"both": both, "llm_only": len(same - emb), "embedding_only": len(emb - same),
+            "neither": total - len(same | emb)}
+
+
+def agreement_summary(counts: Counter[str]) -> dict[str, Any]:
+    """Pair verdicts summed over pools, with the share of pairs on which the two agree and the
+    share of flagged pairs both flagged (Jaccard)."""
+    total = sum(counts[k] for k in ("both", "llm_only", "embedding_only", "neither"))
+    flagged = counts["both"] + counts["llm_only"] + counts["embedding_only"]
+    return {"pairs": total, **{k: counts[k] for k in ("both", "llm_only", "embedding_only", "neither")},
+            "agree_share": round((counts["both"] + counts["neither"]) / total, 4) if total else None,
+            "flagged_jaccard": round(counts["both"] / flagged, 4) if flagged else None}
+
+
+# --------------------------------------------------------------------------- the generator

@@ -1,0 +1,156 @@
+"""The generators gen knows: found through the ``gen.generators`` entry-point group.
+
+A generator is a function decorated with :func:`generator`; a distribution makes it known by
+naming it in its entry points::
+
+    [project.entry-points."gen.generators"]
+    echo = "my_lab.echo:echo"
+
+gen's own generators are listed the same way in its ``pyproject.toml``, so the runtime (this
+package's modules) never imports the generator rooms: a generator is imported when it is first
+asked for by name, and ``gen --help`` imports each one to print its line of help.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, MutableMapping
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from gen.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gen.runner import CommonConfig, MergeHook, PlanHook, RunContext
+
+GROUP = "gen.generators"
+"""The entry-point group generators are registered under (name = the generator's name)."""
+
+
+@dataclass(frozen=True)
+class Generator:
+    """A registered generator: its function, config, help line, records and hooks."""
+
+    name: str
+    fn: Callable[[Any, RunContext], Iterator[BaseModel]]
+    config: type[CommonConfig]
+    help: str
+    merge: MergeHook | None = None
+    plan: PlanHook | None = None
+    noun: str = "accepted"
+    """What progress lines call the records (``findings`` for an audit)."""
+    records: tuple[type[BaseModel], ...] = ()
+    """The models of the records it writes (the first is the usual one; an action may write
+    another, and the manifest names the one written)."""
+    kind: str = "records"
+    """What its records are, for the readers of run folders (``mcq``, ``digital``, ``scenario``…)."""
+
+    def make_plan(self, cfg: CommonConfig) -> Any:
+        """The run's size: the plan hook's, else ``n``."""
+        from gen.runner import Plan
+
+        return self.plan(cfg) if self.plan is not None else Plan(cfg.n)
+
+    def record_model(self, name: str | None = None) -> type[BaseModel] | None:
+        """The declared record model called ``name`` (the first without a name)."""
+        if name is None:
+            return self.records[0] if self.records else None
+        return next((m for m in self.records if m.__name__ == name), None)
+
+
+def generator(name: str, *, config: type[CommonConfig], records: type[BaseModel] | tuple[type[BaseModel], ...] = (),
+              kind: str = "records", merge: MergeHook | None = None, plan: PlanHook | None = None,
+              noun: str = "accepted") -> Callable[[Callable], Callable]:
+    """Declare a generator called ``name``; its docstring's first line is its help.
+
+    Args:
+        config: its options (a :class:`~gen.runner.CommonConfig` subclass).
+        records: the pydantic model(s) of its records.
+        kind: what its records are, for readers of its run folders.
+        merge: combines the summaries of its shards (without it, ``merge`` keeps each shard's).
+        plan: sizes a run from its input (without it, a run has ``n`` indices).
+        noun: what progress lines call its records.
+
+    The decorated function carries its :class:`Generator` as ``.generator`` (what an entry point
+    loads) and is registered in :data:`REGISTRY` as soon as its module is imported.
+    """
+
+    def register(fn: Callable) -> Callable:
+        doc = (fn.__doc__ or "").strip().splitlines()
+        models = records if isinstance(records, tuple) else (records,)
+        spec = Generator(name, fn, config, doc[0] if doc else "", merge, plan, noun, models, kind)
+        fn.generator = spec  # type: ignore[attr-defined]
+        REGISTRY[name] = spec
+        return fn
+
+    return register
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+class Registry(MutableMapping[str, Generator]):
+    """Generators by name, loaded from their entry points on first use (a test may put a
+    stand-in under a name)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Generator] = {}
+        self._lock = threading.RLock()
+
+    def __getitem__(self, name: str) -> Generator:
+        with self._lock:
+            if name in self._loaded:
+                return self._loaded[name]
+            ep = _entry_points().get(name)
+            if ep is None:
+                raise KeyError(name)
+            self._loaded[name] = load(ep)
+            return self._loaded[name]
+
+    def __setitem__(self, name: str, spec: Generator) -> None:
+        with self._lock:
+            self._loaded[name] = spec
+
+    def __delitem__(self, name: str) -> None:
+        with self._lock:
+            del self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (name in self._loaded or name in _entry_points())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(set(self._loaded) | set(_entry_points())))
+
+    def __len__(self) -> int:
+        return len(set(self._loaded) | set(_entry_points()))
+
+    def get_or_fail(self, name: str) -> Generator:
+        """The generator ``name``, or a ConfigError listing the ones there are."""
+        if name not in self:
+            raise ConfigError(f"unknown generator {name!r}; choose one of: {', '.join(self)}")
+        return self[name]
+
+
+def load(ep: EntryPoint) -> Generator:
+    """The generator an entry point names: a function decorated with :func:`generator` (or the
+    :class:`Generator` itself), registered under the same name."""
+    where = f"entry point {ep.name} = {ep.value!r} ({GROUP}"
+    where += f", distribution {ep.dist.name})" if ep.dist is not None else ")"
+    try:
+        obj = ep.load()
+    except Exception as e:  # noqa: BLE001 - a plugin's import can fail in any way
+        raise ConfigError(f"{where}: cannot be imported: {type(e).__name__}: {e}") from None
+    spec = obj if isinstance(obj, Generator) else getattr(obj, "generator", None)
+    if not isinstance(spec, Generator):
+        raise ConfigError(f"{where}: is not a generator (decorate it with gen.generator)")
+    if spec.name != ep.name:
+        raise ConfigError(f"{where}: registers the generator {spec.name!r}, not {ep.name!r}")
+    return spec
+
+
+REGISTRY = Registry()
+"""Every generator by name (loaded from the ``gen.generators`` entry points on first use)."""

@@ -1,0 +1,284 @@
+"""A run folder, opened once: its manifest checked, its generator and records known.
+
+Every reader of a run folder (audit, bank, review, judge, evaluate, merge, pipeline, the Python
+API) opens it here, so none of them guesses from file names what a folder holds::
+
+    run = RunFolder.open("outputs/digital/2026-11-26_10-00-00")
+    run.generator, run.kind, len(run)        # 'digital', 'digital', 5
+    for bundle in run.records():              # DigitalBundle objects, validated
+        ...
+    run.to_polars()                           # one row per record
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gen.errors import InputError, MissingInputError
+from gen.paths import UnsafePathError, inside
+
+MANIFEST = "manifest.json"
+REJECTS = "rejects.jsonl"
+RUNTIME_OPTIONS = frozenset({"progress", "progress_every", "cache_dir"})
+"""Options that change how a run shows progress or where it caches, never what it writes: a run
+made with other values of these is the same run."""
+
+
+class Counts(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    requested: int = Field(ge=0)
+    accepted: int = Field(ge=0)
+    rejected: int = Field(ge=0)
+    indices_done: int | None = Field(None, ge=0)
+    rejects_by_reason: dict[str, int] = Field(default_factory=dict)
+
+
+class RecordsInfo(BaseModel):
+    """Where a run's records are and what they are (manifests written since gen 0.2)."""
+
+    file: str
+    kind: str
+    models: list[str] = Field(default_factory=list)
+
+
+class Manifest(BaseModel):
+    """The keys of ``manifest.json`` that readers rely on; a generator's own summaries are
+    kept as extra keys (:attr:`extras`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    generator: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    config: dict[str, Any] = Field(default_factory=dict)
+    counts: Counts | None = None
+    """None in a manifest written by hand (a test's, an outside tool's)."""
+    outputs: dict[str, str] = Field(default_factory=dict)
+    records: RecordsInfo | None = None
+    seed: int | None = None
+    toolkit_version: str | None = None
+    exit_code: int = 0
+    error: str | None = None
+    llm: dict[str, Any] | None = None
+    llm_usage: dict[str, Any] | None = None
+    inputs: dict[str, str] = Field(default_factory=dict)
+    subruns: list[dict[str, Any]] = Field(default_factory=list)
+
+    @property
+    def extras(self) -> dict[str, Any]:
+        """The generator's own summaries (``ctx.extra``)."""
+        return dict(self.model_extra or {})
+
+
+def read_manifest(folder: Path) -> tuple[Manifest, dict[str, Any]]:
+    """A folder's ``manifest.json``, checked, and as read. Anything else (not UTF-8, not JSON, a
+    list, no generator) is an InputError naming the file and the field."""
+    from gen.readers import read_json, validated
+
+    file = folder / MANIFEST
+    raw = read_json(file)
+    if not isinstance(raw, dict):
+        raise InputError(f"{file}: not a run manifest (a JSON object naming its generator), "
+                         f"got a JSON {type(raw).__name__}")
+    return validated(Manifest, raw, str(file), what="manifest"), raw
+
+
+_ABSENT = object()
+
+
+class RunFolder:
+    """A finished run folder of any generator."""
+
+    reused = False
+    """Set by :meth:`gen.runner.RunContext.subrun` when it opened this folder instead of running."""
+
+    def __init__(self, path: Path, manifest: Manifest, raw: dict[str, Any]):
+        self.path = path
+        self.manifest = manifest
+        self.raw = raw
+        """The manifest as read (a generator's summaries, for its own readers)."""
+
+    # ----------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, path: str | Path) -> RunFolder:
+        """The run folder at ``path``, or the one a file (its records file) lies in."""
+        p = Path(path).expanduser()
+        if not p.exists():
+            raise MissingInputError(f"no such run folder: {p}")
+        folder = p if p.is_dir() else p.parent
+        if not (folder / MANIFEST).is_file():
+            raise MissingInputError(f"{folder} is not a run folder (no {MANIFEST}; a run that did not "
+                                    "finish has none)")
+        manifest, raw = read_manifest(folder)
+        return cls(folder, manifest, raw)
+
+    @classmethod
+    def find(cls, path: str | Path) -> RunFolder | None:
+        """The run folder ``path`` is or lies in, if it is one (a bare JSONL file is not)."""
+        p = Path(path).expanduser()
+        folder = p if p.is_dir() else p.parent
+        return cls.open(folder) if (folder / MANIFEST).is_file() else None
+
+    # ----------------------------------------------------------------- what it is
+
+    @property
+    def made_by(self) -> str:
+        """The generator that wrote this folder (``merge`` for merged shards)."""
+        return self.manifest.generator
+
+    @property
+    def generator(self) -> str:
+        """The generator whose records this folder holds (for merged shards, theirs)."""
+        merged = self.manifest.extras.get("merged")
+        if self.made_by == "merge" and isinstance(merged, dict) and isinstance(merged.get("generator"), str):
+            return str(merged["generator"])
+        return self.made_by
+
+    @property
+    def spec(self) -> Any:
+        """The registered :class:`~gen.registry.Generator` of :attr:`generator`, if installed."""
+        from gen.registry import REGISTRY
+
+        return REGISTRY.get(self.generator)
+
+    @property
+    def kind(self) -> str:
+        """What the records are (``mcq``, ``digital``, ``scenario``…), as the manifest says or
+        as the generator declares."""
+        if self.manifest.records is not None:
+            return self.manifest.records.kind
+        spec = self.spec
+        return spec.kind if spec is not None else "records"
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The config the records were made with (for merged shards, the shards' shared one)."""
+        merged = self.manifest.extras.get("merged")
+        if self.made_by == "merge" and isinstance(merged, dict) and isinstance(merged.get("source_config"), dict):
+            return dict(merged["source_config"])
+        return self.manifest.config
+
+    @property
+    def ok(self) -> bool:
+        """The run ended with exit code 0."""
+        return self.manifest.exit_code == 0
+
+    def finished_with(self, config: dict[str, Any] | BaseModel) -> bool:
+        """This folder holds a run that ended well with this config: every option of ``config``
+        (its :data:`RUNTIME_OPTIONS` aside) has the same value in the manifest. What reuse of a
+        sub-run's folder (a persona pool, a pipeline's finished step) asks."""
+        wanted = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
+        mine = self.manifest.config
+        return (self.ok and self.records_path.is_file()
+                and all(mine.get(k, _ABSENT) == v for k, v in wanted.items() if k not in RUNTIME_OPTIONS))
+
+    # ----------------------------------------------------------------- files
+
+    @property
+    def records_path(self) -> Path:
+        name = self.manifest.records.file if self.manifest.records is not None else f"{self.generator}.jsonl"
+        return self.file(name, must_exist=False)
+
+    @property
+    def rejects_path(self) -> Path:
+        return self.path / REJECTS
+
+    def file(self, rel: str, *, must_exist: bool = True) -> Path:
+        """An output file of the run by its name in the manifest (inside the folder)."""
+        try:
+            path = inside(self.path, rel, what="output")
+        except UnsafePathError as e:
+            raise InputError(f"{self.path / MANIFEST}: {e}") from None
+        if must_exist and not path.is_file():
+            raise MissingInputError(f"{self.path}: no {rel} in this run folder")
+        return path
+
+    def has(self, rel: str) -> bool:
+        """The run has an output file ``rel``."""
+        try:
+            return inside(self.path, rel, what="output").is_file()
+        except UnsafePathError:
+            return False
+
+    # ----------------------------------------------------------------- records
+
+    def record_model(self) -> type[BaseModel] | None:
+        """The model the records validate against (the one the manifest names, if declared)."""
+        spec = self.spec
+        if spec is None:
+            return None
+        names = self.manifest.records.models if self.manifest.records is not None else []
+        return spec.record_model(names[0] if len(names) == 1 else None)
+
+    def rows(self) -> Iterator[tuple[int, Any]]:
+        """``(line, value)`` of every record, as JSON."""
+        from gen.readers import iter_jsonl
+
+        if not self.records_path.is_file():
+            raise MissingInputError(f"{self.path}: its records file {self.records_path.name} is missing")
+        yield from iter_jsonl(self.records_path)
+
+    def records(self, *, typed: bool = True) -> Iterator[Any]:
+        """Every record: a validated model object (``typed``, when the generator is installed
+        and declares its records), else a dict."""
+        from gen.readers import validated
+
+        model = self.record_model() if typed else None
+        for line, row in self.rows():
+            yield row if model is None else validated(model, row, f"{self.records_path}:{line}", what="record")
+
+    def rejects(self) -> Iterator[Any]:
+        """Every reject row (:class:`schemas.Reject`)."""
+        from gen.readers import iter_jsonl, validated
+        from gen.schemas import Reject
+
+        if not self.rejects_path.is_file():
+            return
+        for line, row in iter_jsonl(self.rejects_path):
+            yield validated(Reject, row, f"{self.rejects_path}:{line}", what="reject")
+
+    def __len__(self) -> int:
+        if self.manifest.counts is not None:
+            return self.manifest.counts.accepted
+        return sum(1 for _ in self.rows())
+
+    def __repr__(self) -> str:
+        counts = self.manifest.counts
+        return (f"RunFolder({str(self.path)!r}, generator={self.generator!r}, kind={self.kind!r}"
+                + (f", records={counts.accepted}, rejected={counts.rejected})" if counts is not None else ")"))
+
+    # ----------------------------------------------------------------- tables
+
+    def to_polars(self) -> Any:
+        """The records as a polars DataFrame (nested fields as structs and lists)."""
+        import polars as pl
+
+        rows = [r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in self.records()]
+        return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+
+    def to_hf(self) -> Any:
+        """The records as a Hugging Face ``datasets.Dataset`` (needs the ``datasets`` package)."""
+        try:
+            import datasets
+        except ImportError:
+            raise MissingInputError("to_hf needs the datasets package: pip install 'egogen[release]'") from None
+        rows = [r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in self.records()]
+        return datasets.Dataset.from_list(rows)
+
+
+def records_file(path: Path, name: str) -> Path:
+    """The records file a user gave as ``path``: a JSONL file itself, or a folder's ``<name>.jsonl``
+    (read by its records: a folder whose manifest is damaged still gives them), else the records
+    file its manifest names."""
+    file = path
+    if path.is_dir():
+        file = path / f"{name}.jsonl"
+        if not file.is_file() and (run := RunFolder.find(path)) is not None:
+            file = run.records_path
+    if not file.is_file():
+        raise MissingInputError(f"input: {file} not found (expected a {name} run folder or file)")
+    return file

@@ -1,0 +1,147 @@
+"""Generators are plugins: a separate distribution adds one through the ``gen.generators`` entry
+points, and the CLI and the Python API run it like gen's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, gen_env
+
+PLUGIN = '''
+"""A lab's own generator, outside gen: numbered greetings."""
+
+from collections.abc import Iterator
+
+from pydantic import BaseModel, Field
+
+import gen
+
+
+class EchoConfig(gen.CommonConfig):
+    word: str = "hello"
+    """The word each record repeats."""
+    n: int = Field(3, ge=1)
+    """Records to produce."""
+
+
+class EchoRecord(BaseModel):
+    index: int
+    text: str
+
+
+@gen.generator("echo", config=EchoConfig, records=EchoRecord, kind="greeting")
+def echo(cfg: EchoConfig, ctx: "gen.RunContext") -> Iterator[EchoRecord]:
+    """Echo: numbered greetings (a plugin's generator)."""
+    for i in ctx.indices():
+        yield EchoRecord(index=i, text=f"{cfg.word} {i}")
+'''
+
+PYPROJECT = '''
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "gen-echo-plugin"
+version = "0.1.0"
+
+[project.entry-points."gen.generators"]
+echo = "gen_echo_plugin:echo"
+'''
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The plugin distribution, built and installed into a folder of its own (pip --target)."""
+    src = tmp_path_factory.mktemp("plugin-src")
+    (src / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
+    (src / "gen_echo_plugin.py").write_text(textwrap.dedent(PLUGIN))
+    site = tmp_path_factory.mktemp("plugin-site")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                           "--no-build-isolation", "--target", str(site), str(src)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert list(site.glob("gen_echo_plugin-*.dist-info/entry_points.txt"))
+    return site
+
+
+def plugin_env(site: Path, cache: Path) -> dict[str, str]:
+    env = gen_env(cache)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    return env
+
+
+def test_the_cli_lists_and_runs_a_plugin(plugin_site: Path, tmp_path: Path, cache_dir: Path) -> None:
+    env = plugin_env(plugin_site, cache_dir)
+    helps = subprocess.run([sys.executable, "-m", "gen", "--help"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert helps.returncode == 0 and "echo" in helps.stdout and "a plugin's generator" in helps.stdout
+    own = subprocess.run([sys.executable, "-m", "gen", "echo", "--help"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert "word=hello" in own.stdout and "The word each record repeats." in own.stdout
+    proc = subprocess.run([sys.executable, "-m", "gen", "echo", "n=4", "word=hi", "hydra.run.dir=run"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(x) for x in (tmp_path / "run" / "echo.jsonl").read_text().splitlines()]
+    assert rows == [{"index": i, "text": f"hi {i}"} for i in range(4)]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["generator"] == "echo"
+    assert manifest["records"] == {"file": "echo.jsonl", "kind": "greeting", "models": ["EchoRecord"]}
+    bad = subprocess.run([sys.executable, "-m", "gen", "echo", "words=hi"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown option 'words' for echo" in bad.stderr
+
+
+def test_the_api_runs_and_opens_a_plugin(plugin_site: Path, tmp_path: Path, cache_dir: Path) -> None:
+    script = textwrap.dedent('''
+        import json, gen
+        folder = gen.run("echo", n=2, word="hey", out="api-run")
+        again = gen.open("api-run")
+        records = list(again.records())
+        print(json.dumps({"kind": again.kind, "type": type(records[0]).__name__,
+                          "texts": [r.text for r in records], "ok": folder.ok,
+                          "rows": again.to_polars().height}))
+    ''')
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=plugin_env(plugin_site, cache_dir),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"kind": "greeting", "type": "EchoRecord", "texts": ["hey 0", "hey 1"], "ok": True, "rows": 2}
+    assert (tmp_path / "api-run" / "gen.log").is_file()
+
+
+def test_a_broken_plugin_is_one_line(tmp_path: Path, cache_dir: Path) -> None:
+    """An entry point that does not import, or names no generator, is a ConfigError naming it."""
+    site = tmp_path / "site"
+    dist = site / "broken_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[gen.generators]\nbroken = no_such_module:thing\n"
+                                           "notgen = json:dumps\n")
+    env = plugin_env(site, cache_dir)
+    for name, words in (("broken", "cannot be imported"), ("notgen", "is not a generator")):
+        proc = subprocess.run([sys.executable, "-m", "gen", name, "n=1"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and words in proc.stderr and "broken-plugin" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_every_room_is_an_entry_point() -> None:
+    """gen's own generators are registered as a plugin's are: one entry point per room, named as
+    the room, loading the generator of that name."""
+    from gen.registry import REGISTRY
+
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["gen.generators"]
+    rooms = sorted(p.stem if p.is_file() else p.name for p in (ROOT / "generators").iterdir()
+                   if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file())
+    assert sorted(eps) == rooms
+    for name, value in eps.items():
+        assert value == f"gen.generators.{name}:{name}"
+        assert REGISTRY[name].name == name
