@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from gen import paths
 from gen.errors import InputError
-from gen.paths import MAX_INPUT_BYTES, input_file, read_input
+from gen.paths import input_file, read_input
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -184,12 +185,13 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise InputError(f"{path}: is not a regular file")
+    limit = paths.MAX_INPUT_BYTES
     with open(fd, encoding="utf-8-sig", newline=None) as f:  # universal newlines, as read_text
         try:
-            for lineno, line in enumerate(iter(lambda: f.readline(MAX_INPUT_BYTES + 1), ""), 1):
-                if len(line) > MAX_INPUT_BYTES:
+            for lineno, line in enumerate(iter(lambda: f.readline(limit + 1), ""), 1):
+                if len(line) > limit:
                     raise InputError(f"{path}:{lineno}: a line longer than an input may be "
-                                     f"({MAX_INPUT_BYTES >> 20:,} MiB; GEN_MAX_INPUT_BYTES raises it)")
+                                     f"({limit >> 20:,} MiB; GEN_MAX_INPUT_BYTES raises it)")
                 if line.strip():
                     yield lineno, parse_json(line, f"{path}:{lineno}")
         except UnicodeDecodeError:

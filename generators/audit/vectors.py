@@ -9,6 +9,8 @@ import tempfile
 
 import numpy as np
 
+from gen.vectors import ip_index
+
 
 class Vectors:
     """float32 rows of one width, appended in blocks, kept in a temporary file (deleted with the
@@ -70,8 +72,6 @@ def knn(a: np.ndarray | Vectors, b: np.ndarray | Vectors | None, k: int, block: 
     other rows of ``a``): exact FAISS search, ``block`` queries at a time against ``base_block``
     base rows at a time, the best ``k`` kept per query (ties: the lower row). Returns
     (similarities, indices), each row best first."""
-    import faiss
-
     base = a if b is None else b
     n, m = len(a), len(base)
     k = min(k, m - (b is None))
@@ -81,8 +81,7 @@ def knn(a: np.ndarray | Vectors, b: np.ndarray | Vectors | None, k: int, block: 
     best_i = np.full((n, k), -1, dtype=np.int64)
     for bs in range(0, m, base_block):
         rows = _rows(base, bs, bs + base_block)
-        index = faiss.IndexFlatIP(rows.shape[1])
-        index.add(rows)
+        index = ip_index(rows)
         kk = min(k + (b is None), len(rows))
         for s in range(0, n, block):
             d, i = index.search(_rows(a, s, s + block), kk)
