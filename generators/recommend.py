@@ -38,7 +38,7 @@ from pydantic import Field
 
 from gen import ranking as rr
 from gen.errors import InputError, LLMOutputError
-from gen.gates import Gates, key, tags
+from gen.gates import Gates, key
 from gen.intervals import Interval, complement, merge, split
 from gen.readers import iter_jsonl, validated
 from gen.registry import generator
@@ -54,6 +54,7 @@ from gen.schemas.recommend import (
 )
 from gen.schemas.rerank import RankedCandidate
 from gen.statements import example_strings
+from gen.tagging import tags
 from gen.timelines import fmt_time
 
 NAME = "recommend"
