@@ -146,6 +146,13 @@ def _key(cfg: Any) -> str:
     return json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
 
 
+def _cost(llm: Any) -> float | None:
+    """What a model's calls in this run cost at its ``llm.price`` (None without a price)."""
+    price = getattr(llm, "price", None)
+    cost = getattr(llm.usage, "cost", None)
+    return cost(price) if price is not None and cost is not None else None
+
+
 def shard_range(n: int, shard: int, num_shards: int) -> range:
     """Contiguous slice ``shard`` of ``range(n)``; concatenating the slices in order gives range(n)."""
     return range(n * shard // num_shards, n * (shard + 1) // num_shards)
@@ -288,7 +295,7 @@ class RunContext:
         its stages'; a loaded model's own concurrency)."""
         stages = getattr(self.cfg, "stages", None)
         configs = [self.cfg.llm, *(stages.models().values() if stages is not None else ())]
-        width = max(c.concurrency for c in configs)
+        width = max(1 if c.backend == "llama_cpp" else c.concurrency for c in configs)  # in process: one
         return max(width, self._llm.concurrency) if self._llm is not None else width
 
     def models_manifest(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -304,13 +311,13 @@ class RunContext:
             by_key[_key(cfg)] = label
             desc = llm.describe()
             usage = llm.usage
-            price = getattr(llm, "price", None)
+            cost = _cost(llm)
             admission = getattr(llm, "admission", None)
             models[label] = {
                 "llm": desc,
                 "sha256": hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest(),
                 "usage": usage.as_dict(),
-                "cost": round(usage.cost(price), 6) if price is not None and hasattr(usage, "cost") else None,
+                "cost": round(cost, 6) if cost is not None else None,
                 "admission": admission.stats() if admission is not None else None,
             }
         out_stages = {}
@@ -330,9 +337,9 @@ class RunContext:
         cost: float | None = None
         for llm in used:
             tokens += llm.usage.completion_tokens
-            price = getattr(llm, "price", None)
-            if price is not None and hasattr(llm.usage, "cost"):
-                cost = (cost or 0.0) + llm.usage.cost(price)
+            spent = _cost(llm)
+            if spent is not None:
+                cost = (cost or 0.0) + spent
             admission = getattr(llm, "admission", None)
             if admission is not None and id(admission) not in seen:
                 seen.add(id(admission))

@@ -33,27 +33,39 @@ MAX_HELPERS = 512
 
 
 class Helpers:
-    """Daemon threads that run the items of maps (grown on demand up to ``cap``)."""
+    """Daemon threads that run the items of maps: one more is started whenever a job would
+    otherwise wait for an idle one (up to ``cap``), so every map gets the runners it asked for."""
 
     def __init__(self, cap: int = MAX_HELPERS):
         self.cap = cap
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
+        self._idle = 0
+        """Threads waiting for a job."""
+        self._queued = 0
+        """Jobs submitted and not yet taken."""
 
-    def ensure(self, n: int) -> None:
-        """At least ``n`` helper threads (up to the cap)."""
+    def submit(self, job: Callable[[], None]) -> None:
         with self._lock:
-            while len(self._threads) < min(n, self.cap):
+            self._queued += 1
+            if self._idle < self._queued and len(self._threads) < self.cap:
                 t = threading.Thread(target=self._loop, daemon=True, name=f"gen-helper-{len(self._threads)}")
                 t.start()
                 self._threads.append(t)
-
-    def submit(self, job: Callable[[], None]) -> None:
         self._jobs.put(job)
 
     def _loop(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._idle -= 1
+                if job is not None:
+                    self._queued -= 1
+            if job is None:
+                return
             job()  # a job catches its own errors
 
     def close(self) -> None:
@@ -106,7 +118,6 @@ def fan_out(fn: Callable[[T], R], items: Iterable[T], width: int, helpers: Helpe
             set_worker(own)
 
     runners = min(width, n)
-    helpers.ensure(runners - 1)
     for k in range(1, runners):
         helpers.submit(lambda k=k: run(k))  # type: ignore[misc]
     run(0)
