@@ -306,3 +306,21 @@ def test_stage_models_are_presets_or_fields_over_llm() -> None:
     assert s.stages.counterfactuals.llm is None
     with pytest.raises(Exception, match="stages"):
         validate("tom", ["stages.nosuch.llm=openai"])
+
+
+def test_the_manifest_prices_each_models_calls_and_the_progress_line_shows_them(tmp_path: Path) -> None:
+    from gen.runner import RunContext
+
+    bank = _bank(tmp_path / "items.jsonl", 4)
+    with Loopback(_guess, delay=0.0) as srv:
+        llm = OpenAIConfig(**{**served(srv.url, 4).model_dump(), "price": {"input": 2.0, "output": 10.0}})
+        cfg = NocontextConfig(input=str(bank), cache_dir=None, progress="off", llm=llm)
+        ctx = RunContext("nocontext", cfg, tmp_path / "run")
+        result = run("nocontext", cfg, tmp_path / "run", ctx=ctx, quiet=True)
+        status = ctx.status()
+    (label, model), = result.manifest["models"].items()
+    usage = model["usage"]
+    assert usage["calls"] == srv.calls == 12
+    assert model["cost"] == pytest.approx((usage["prompt_tokens"] * 2.0 + usage["completion_tokens"] * 10.0) / 1e6)
+    assert model["admission"]["max"] == 4 and model["admission"]["calls"] == 12
+    assert status.startswith("in flight 0/4") and "tok/s" in status and "cost 0.0" in status
