@@ -33,12 +33,12 @@ def text(data: AuditData, cfg: AuditConfig) -> CheckResult:
     every other text is judged as prose. No prompt is known here, so the gates that compare with a
     prompt compare with nothing. One finding per gate, naming the items; language is a warning,
     the rest errors."""
-    from gen.gates import audit_texts, bank_texts
+    from gen.textaudit import audit_texts, bank_texts
 
     key = "text"
     if not data.items:
         return CheckResult(key, "skipped", "no items with a question or options")
-    report = audit_texts(bank_texts(data.items), language=cfg.language)
+    report = audit_texts((t for it in data.items for t in bank_texts([it])), language=cfg.language)
     res = CheckResult(key, stats=report.as_dict())
     for gate, n in report.by_gate.items():
         ex = report.examples[gate][0]
