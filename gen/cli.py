@@ -507,6 +507,7 @@ def _shown(model: Any, key: str) -> Any:
 def print_generator_help(name: str) -> None:
     from gen.registry import REGISTRY
     from gen.runner import CommonConfig
+    from gen.stages import StagesConfig
 
     g = REGISTRY[name]
     print(f"gen {name} [key=value ...]\n\n{g.help}\n")
@@ -516,4 +517,11 @@ def print_generator_help(name: str) -> None:
         for key in keys:
             field = g.config.model_fields[key]
             print(f"  {f'{key}={_shown(g.config, key)}':<28} {' '.join((field.description or '').split())}")
+        print()
+    stages = g.config.model_fields.get("stages")
+    if stages is not None and isinstance(stages.annotation, type) and issubclass(stages.annotation, StagesConfig):
+        print("stages (a model per stage: stages.<stage>.llm=<preset> or stages.<stage>.llm.<field>=…; "
+              "unset: the run's llm):")
+        for stage, info in stages.annotation.model_fields.items():
+            print(f"  {stage:<28} {' '.join((info.description or '').split())}")
         print()
