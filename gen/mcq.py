@@ -1,6 +1,7 @@
 """Read and write multiple-choice banks: our MCQ records (JSONL) and EgoToM's CSVs.
 
-``load_banks(path)`` accepts a file or a folder (a ``tom`` / ``distractors`` run folder, a
+``load_banks(path)`` accepts a file or a folder (a run folder whose manifest says its records
+are MCQs, a ``tom`` / ``distractors`` run folder, a
 ``nocontext`` run folder — its ``kept/`` items —, or a folder of
 ``egotom_{goal,belief,actions}_shuffled.csv``) and gives one :class:`Bank` per file,
 its items normalised to :class:`schemas.mcq.MCQ`. ``write_subset`` writes chosen items back in
@@ -65,6 +66,9 @@ def bank_files(path: Path) -> list[Path]:
     for name in RECORD_FILES:
         if (path / name).is_file():
             return [path / name]
+    declared = mcq_records_file(path)
+    if declared is not None:
+        return [declared]
     run = path.parent if path.name == "kept" else path
     if (run / "nocontext.jsonl").is_file() and (run / "kept").is_dir():
         # a nocontext run (or its kept/): the items it kept, one file per input file, as they were
@@ -81,6 +85,20 @@ def bank_files(path: Path) -> list[Path]:
 
 BANK_FORMATS = {".csv": "egotom_csv", ".jsonl": "jsonl", ".json": "wagibench_json"}
 """A bank file's format by its suffix (see :class:`Bank`)."""
+
+
+def mcq_records_file(folder: Path) -> Path | None:
+    """The records file of a run folder whose manifest says its records are MCQs (any
+    generator's, ``introspect``'s included), when it is there."""
+    from gen.runfolder import RunFolder
+
+    try:
+        run = RunFolder.find(folder) if folder.is_dir() else None
+    except InputError:  # a broken manifest: the readers that need it say what is wrong
+        return None
+    if run is None or run.kind != "mcq" or not run.records_path.is_file():
+        return None
+    return run.records_path
 
 
 def load_bank(path: Path) -> Bank:

@@ -37,6 +37,8 @@ class JudgeOptions(CommonConfig):
     """Let a judge of the candidate's model family judge it (refused by default: a model judging its own family can score it too high or too low)."""
     candidate_family: str | None = None
     """The candidate's model family when the input does not say (null: from the rows, or the candidate model)."""
+    judge_family: str = "auto"
+    """Which judge scores: auto (the benchmark's mapping, anthropic->google, google->openai, openai->google, among the judges given; else the first judge of another family) or a family (claude|gemini|openai|google|…: the judge of that family)."""
     judge_temperature: float = Field(0.0, ge=0, le=2)
     """Sampling temperature of every judge call (0: greedy, the same verdict on a rerun)."""
     verdict_tokens: int = Field(200, ge=32, le=4096)
@@ -127,7 +129,7 @@ def build_panel(opts: JudgeOptions, ctx: RunContext, candidate_families: dict[st
                 f"{known[family]}): a model judging its own family can score it too high or too low; choose a "
                 "judge of another family (judge= or judges=[…]), or allow_same_family=true")
     cross = [j for j in judges if j.family is None or j.family not in known]
-    primary = cross[0] if cross else judges[0]
+    primary, how = choose_primary(opts.judge_family, judges, cross, known)
     family, source = primary.llm.family_info
     if not known:
         why = ("candidate family unknown (no candidate_family=, no family in the rows): the first judge, "
@@ -138,7 +140,42 @@ def build_panel(opts: JudgeOptions, ctx: RunContext, candidate_families: dict[st
     else:
         why = (f"same family allowed (allow_same_family=true): {primary.label} and the candidate are both "
                f"{family} ({source})")
+    if how:
+        why = f"{how}; {why}"
     return Panel(judges, primary, known, why)
+
+
+def choose_primary(option: str, judges: list[JudgeModel], cross: list[JudgeModel],
+                   known: dict[str, str]) -> tuple[JudgeModel, str]:
+    """The judge whose labels score, and how it was chosen (``""``: the default, the first judge
+    of another family than the candidate's, else the first judge).
+
+    ``judge_family=auto``: when every candidate family maps to one judge family
+    (:data:`gen.llm.family.JUDGE_FAMILY_FOR`) and a judge of it is given, that judge; otherwise
+    the default. ``judge_family=<family>``: the first judge of that family, a ConfigError when
+    none is.
+    """
+    from gen.llm.family import JUDGE_FAMILY_FOR, canonical_family
+
+    if option.strip().lower() != "auto":
+        want = canonical_family(option)
+        match = [j for j in judges if j.family == want]
+        if not match:
+            raise ConfigError(f"judge_family={option}: no judge of family {want!r} among "
+                              f"{', '.join(f'{j.label} ({j.family})' for j in judges)}; add one with judges=[…] "
+                              "or choose judge_family=auto")
+        return match[0], f"judge_family={option} (config)"
+    mapped = {JUDGE_FAMILY_FOR.get(f) for f in known}
+    target = next(iter(mapped)) if len(mapped) == 1 else None
+    if target is not None:
+        want = target
+        match = [j for j in cross if j.family == want]
+        if match:
+            return match[0], (f"judge_family=auto: the benchmark maps {'/'.join(sorted(known))} to {want}")
+        fallback = cross[0] if cross else judges[0]
+        return fallback, (f"judge_family=auto: the benchmark maps {'/'.join(sorted(known))} to {want}, and no judge "
+                          f"of it is given: the first judge of another family")
+    return (cross[0] if cross else judges[0]), ""
 
 
 def pairwise_agreement(values: dict[str, Sequence[Hashable | None]]) -> list[dict[str, Any]]:

@@ -14,6 +14,10 @@ them with any judge. Records: one :class:`~schemas.evaluate.TrialRecord` per tri
 holds the spec's run-manifest fields and the scores (balanced turn-2 accuracy, per-label rows,
 repair rate, with intervals).
 
+``no_camera=true`` is the benchmark's camera ablation (the user's words without any
+``[Camera: …]`` block; the manifest's ``camera_injection`` says false); ``judge_family=auto`` picks
+the judge the benchmark would (another family than the candidate's, by its mapping).
+
 **MCQ banks** (ours, EgoToM's CSVs, WAGIBench's MCQ layout): each item is asked once with its
 visible context; accuracy with Wilson intervals, overall and per question type, against chance.
 """
@@ -68,6 +72,8 @@ class EvaluateConfig(JudgeOptions):
     """Scenarios: seeded trials per scenario and condition (the spec's 5)."""
     repair_style: Literal["named", "deictic"] = "named"
     """Scenarios: the repair prompt after a turn-2 miss (deictic falls back to named where the scenario has none)."""
+    no_camera: bool = False
+    """Scenarios: the camera ablation (the benchmark's --no-camera): the candidate gets no [Camera: …] block, the pre-conversation frame included; the judge still sees the frames."""
     max_tokens: int = Field(256, ge=8, le=32768)
     """Scenarios: reply cap of each candidate turn."""
     mcq_temperature: float = Field(0.0, ge=0, le=2)
@@ -173,14 +179,16 @@ def user_turn(ctx: RunContext, image: str | None, words: str | None) -> Message:
 
 
 def conversation(ctx: RunContext, system: str, s: ScenarioRecord, replies: list[str],
-                 repair: str | None = None) -> list[Message]:
+                 repair: str | None = None, camera: bool = True) -> list[Message]:
     """The candidate's messages up to the next reply: the condition's system prompt, the
     pre-conversation frame as its own block, then each turn with its camera block and the replies
-    so far (turn 1, turn 2, then the repair prompt)."""
+    so far (turn 1, turn 2, then the repair prompt). ``camera=False`` (the ablation): the user's
+    words only, no frame at all."""
     msgs: list[Message] = [{"role": "system", "content": system}]
-    if s.context_image:
+    if s.context_image and camera:
         msgs.append(user_turn(ctx, s.context_image, None))
-    turns: list[tuple[str | None, str]] = [(s.turn_1_image, s.turn_1_user), (s.turn_2_image, s.turn_2_user)]
+    turns: list[tuple[str | None, str]] = [(s.turn_1_image if camera else None, s.turn_1_user),
+                                           (s.turn_2_image if camera else None, s.turn_2_user)]
     if repair is not None:
         turns.append((None, repair))
     for k, (image, words) in enumerate(turns[:len(replies) + 1]):
@@ -203,7 +211,8 @@ def judge_step(cfg: EvaluateConfig, ctx: RunContext, bank_file: Path, rows: list
     judged = ctx.subrun(
         "judge", out, kind="context", input=str(bank_file), responses=str(responses), judge=cfg.judge,
         judges=cfg.judges, judge_labels=cfg.judge_labels, allow_same_family=cfg.allow_same_family,
-        candidate_family=family, judge_temperature=cfg.judge_temperature, verdict_tokens=cfg.verdict_tokens,
+        candidate_family=family, judge_family=cfg.judge_family,
+        judge_temperature=cfg.judge_temperature, verdict_tokens=cfg.verdict_tokens,
         ranking_condition=cfg.ranking_condition, bootstrap=cfg.bootstrap, progress="off")
     records = {}
     for _, rec in iter_jsonl(out / "judge.jsonl"):
@@ -233,7 +242,8 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
         replies: list[str] = []
         try:
             for turn in (1, 2):
-                replies.append(candidate.complete(conversation(ctx, system, s, replies), max_tokens=cfg.max_tokens,
+                replies.append(candidate.complete(conversation(ctx, system, s, replies, camera=not cfg.no_camera),
+                                                  max_tokens=cfg.max_tokens,
                                                   seed=ctx.seed(index, "turn", turn)))
         except LLMOutputError as e:
             return Reject(record_id=f"{s.scenario_id}/{cfg.condition[ci]}/{trial}", index=index,
@@ -265,7 +275,8 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
         replies = first[index]
         assert isinstance(replies, list)
         try:
-            return candidate.complete(conversation(ctx, system, s, replies, misses[index]), max_tokens=cfg.max_tokens,
+            return candidate.complete(conversation(ctx, system, s, replies, misses[index], camera=not cfg.no_camera),
+                                      max_tokens=cfg.max_tokens,
                                       seed=ctx.seed(index, "turn", 3))
         except LLMOutputError as e:
             return Reject(record_id=f"{s.scenario_id}/{cfg.condition[ci]}/{trial}", index=index,
@@ -313,7 +324,7 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
     lock = read_lock(bank_file.parent)
     manifest = {
         "benchmark_version": lock.get("benchmark_version"), "schema_revision": lock.get("schema_revision"),
-        "camera_injection": True, "scenarios_sha256": sha256_file(bank_file),
+        "camera_injection": not cfg.no_camera, "scenarios_sha256": sha256_file(bank_file),
         "expected_answers_sha256": None, "prompt_conditions_sha256": sha256_file(cpath),
         "judge_prompt_version": JUDGE_PROMPT_VERSION, "judge_prompt_sha256": judge_info.get("judge_prompt_sha256"),
         "judge_prompt_matches_lock": None if not lock.get("judge_prompt_sha256") or not judge_info

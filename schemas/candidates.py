@@ -103,7 +103,7 @@ class CandidateItem(_In):
 
     item_id: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
     task: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
-    """The task (``memory_recall``, ``request_prediction``, ``ei_label_reason``, ``vii``…): the
+    """The task (``memory_recall``, ``temporal_grounding``, ``request_prediction``, ``ei_label_reason``, ``vii``…): the
     records' ``question_type``."""
     question: Text
     positive: Positive
@@ -119,6 +119,9 @@ class CandidateItem(_In):
     occurs once in the context)."""
     withhold: list[Text] = Field(default_factory=list)
     """Texts the candidate's prompt must never hold (Request Prediction: the original spoken request)."""
+    hide: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    """0-based context lines the candidate never sees and no option is based on (Memory Recall
+    Prediction: the moments of the recalled details, the answer's among them)."""
     group: str | None = None
     """The unit items share (a clip, a segment), for cross-item leakage checks."""
 
@@ -136,6 +139,48 @@ class CandidateItem(_In):
     def lines(self) -> list[TimedLine]:
         """The context's timed lines (none for a free-text context)."""
         return self.context if isinstance(self.context, list) else []
+
+
+# --------------------------------------------------------------------------- recall annotations
+
+
+class RecallEvent(_In):
+    """A high-level event setting of the participant's recall account, with its time span."""
+
+    event_id: Text
+    setting: Text | None = None
+    """The event setting (restaurant, commute, gym)."""
+    location: Text | None = None
+    participants: list[Text] = Field(default_factory=list)
+    activity: Text | None = None
+    """The primary activity."""
+    start: Seconds
+    end: Seconds
+
+
+class RecallDetail(_In):
+    """One atomic vivid detail the participant recalled, located in the recording by the
+    experimenters (its timestamp)."""
+
+    detail_id: Text
+    text: Text
+    """The detail as recalled (refined into a concise statement)."""
+    time: Seconds
+    """Seconds from the session start where the detail happens."""
+    event_id: Text | None = None
+
+
+class RecallSession(_In):
+    """One line of a recall-annotation JSONL (EgoIntrospect Task 3.1, appendices A.5 and C.5):
+    a recording session, its timed text (what the clip shows, as narration, scene notes or a
+    transcript: gen has no video model), the recall account's events and vivid details."""
+
+    session_id: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+    participant: Text | None = None
+    timeline: list[TimedLine] = Field(min_length=1)
+    """The session's timed lines, seconds from the session start."""
+    events: list[RecallEvent] = Field(default_factory=list)
+    details: list[RecallDetail] = Field(min_length=1)
 
 
 # --------------------------------------------------------------------------- drafts

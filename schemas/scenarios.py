@@ -131,11 +131,42 @@ class ClarifySituationsDraft(BaseModel):
     clarify_indicators: list[Phrase] = Field(min_length=3, max_length=5)
 
 
-class AbstainSituationsDraft(BaseModel):
-    """abstain: the turn 1 referent, the detail of it the camera never showed, and phrases of a
-    reply that declines."""
+class CrossClarifySituationsDraft(BaseModel):
+    """clarify on a cross-session reference: the context-image referent, the scene of turn 1, and
+    the half-hidden turn 2 object's possibilities with clarifying phrases."""
 
     earlier: Situation
+    meanwhile: Phrase
+    candidates: list[Name] = Field(min_length=2, max_length=3)
+    clarify_indicators: list[Phrase] = Field(min_length=3, max_length=5)
+
+
+class AbstainSituationsDraft(BaseModel):
+    """abstain on an absent referent: the turn 1 referent, the detail of it the camera never
+    showed, and phrases of a reply that declines."""
+
+    earlier: Situation
+    hidden_detail: Phrase
+    abstain_indicators: list[Phrase] = Field(min_length=3, max_length=5)
+
+
+class ShiftAbstainSituationsDraft(BaseModel):
+    """abstain on a shift that keeps a referent in view: both referents, the detail of the turn 2
+    referent the camera does not show, and phrases of a reply that declines."""
+
+    earlier: Situation
+    now: Situation
+    hidden_detail: Phrase
+    abstain_indicators: list[Phrase] = Field(min_length=3, max_length=5)
+
+
+class CrossAbstainSituationsDraft(BaseModel):
+    """abstain on a cross-session reference: the context-image referent (whose detail the camera
+    never showed), the scene of turn 1, the turn 2 referent, and phrases of a reply that declines."""
+
+    earlier: Situation
+    meanwhile: Phrase
+    now: Situation
     hidden_detail: Phrase
     abstain_indicators: list[Phrase] = Field(min_length=3, max_length=5)
 

@@ -41,6 +41,7 @@ RULES: list[tuple[str, str, str]] = [
     ("camera", "repetitive_text", "a description repeats a 4-word run"),
     ("camera", "example_echo", "a description shares an 8-word run with the one-shot examples"),
     ("camera", "object_name_in_camera", "an object name (the vocabulary or the scenario's own gold names) in a camera text"),
+    ("camera", "camera_functional_label", "a camera text calls a thing by what it is for (the cutting tool, a device for…)"),
     ("camera", "camera_evaluates_technique", "a camera text judges technique (correctly, good grip, should…)"),
     ("camera", "camera_refers_to_turn_1", "a turn-2 camera text refers to the earlier frame or announces the shift"),
     ("camera", "no_visible_shift", "turn_1_image and turn_2_image are the same text"),
@@ -51,6 +52,8 @@ RULES: list[tuple[str, str, str]] = [
     ("speech", "repetitive_text", "a user turn repeats a 4-word run"),
     ("speech", "example_echo", "a user turn shares an 8-word run with the one-shot examples"),
     ("speech", "gold_in_speech", "a current/prior gold item in turn_1_user, turn_2_user or the deictic repair (word boundary)"),
+    ("speech", "object_name_in_speech", "an object name (the vocabulary or the scenario's own names) in a user turn or the deictic repair"),
+    ("speech", "speech_describes_properties", "a user turn describes how something looks: a color, shape, material or size word"),
     ("speech", "shift_announced", "turn_2_user announces the change (I switched…, now I'm…, instead)"),
     ("speech", "speech_not_deictic", "a user turn without a deictic or temporal reference (this, it, here, before…)"),
     ("speech", "repair_not_named", "the named repair does not name the intended (and the wrong) referent"),
@@ -61,13 +64,15 @@ RULES: list[tuple[str, str, str]] = [
     ("follow_up", "repetitive_text", "a user turn repeats a 4-word run"),
     ("follow_up", "example_echo", "a user turn shares an 8-word run with the one-shot examples"),
     ("follow_up", "gold_in_speech", "a gold item in member B's turn_2_user"),
+    ("follow_up", "object_name_in_speech", "an object name in member B's turn_2_user"),
+    ("follow_up", "speech_describes_properties", "member B's turn_2_user describes how something looks"),
     ("follow_up", "shift_announced", "member B's turn_2_user announces the change"),
     ("follow_up", "speech_not_deictic", "member B's turn_2_user without a deictic or temporal reference"),
     ("follow_up", "repair_not_named", "member B's named repair does not name both referents"),
     ("follow_up", "duplicate_turn_2", "member B's turn_2_user identical to member A's or another scenario's"),
     ("follow_up", "semantic_leak", "member B leaks through its words"),
     ("record", "schema", "required fields, enum values, id format, gold lists (the validator's check 3)"),
-    ("record", "field_presence", "context_image, the deictic repair and pair_id exactly where the rules put them"),
+    ("record", "field_presence", "context_image and the deictic repair exactly where the rules put them; pair_id only on contrast"),
     ("record", "duplicate_id", "a scenario_id already in the bank"),
     ("record", "signature_limit", "more than signature_limit scenarios share (change_type, target, difficulty, domain)"),
 ]
@@ -90,6 +95,35 @@ _EVALUATES = re.compile(
     r"well[- ](?:aligned|positioned|placed|done|held|executed)|perfect(?:ly)?|"
     r"too (?:fast|slow|hard|much|little|tight|loose)|should|needs? to|mistake|nicely|expertly|"
     r"skil(?:l)?ful(?:ly)?|careless(?:ly)?)\b", re.I)
+_PROPERTIES = re.compile(
+    r"\b(?:(?:red|blue|green|yellow|black|white|gr[ae]y|brown|orange|purple|pink)(?:dish)?|beige|turquoise|navy|"
+    r"maroon|crimson|violet|golden|silvery|"
+    r"round|rounded|square|rectangular|circular|cylindrical|triangular|oval|spherical|conical|hexagonal|"
+    r"curved|pointy|tubular|dome-shaped|cone-shaped|[a-z]-shaped|"
+    r"wooden|metal|metallic|steel|stainless|plastic|ceramic|rubber|rubbery|leather|cardboard|brass|copper|"
+    r"alumini?um|porcelain|silicone|wicker|woolen|woollen|denim|velvet|marble|granite|concrete|bamboo|chrome|"
+    r"big|bigger|biggest|large|larger|largest|small|smaller|smallest|tiny|huge|giant|enormous|massive|"
+    r"miniature|oversized)\b", re.I)
+"""Words that say how something looks (color, shape, material, size), which user turns must not
+use. Left out: words a person says about a state or an amount ("long" in "how long", "thick
+enough", "smooth", "flat", "little", "light")."""
+_FUNCTIONAL = re.compile(
+    r"\b(?:[a-z]+ing|kitchen|garden|power|hand|hair|eating|sewing|writing|cleaning) "
+    r"(?:tool|device|implement|utensil|instrument|appliance|gadget|apparatus|contraption|aid|accessory)s?\b"
+    r"|\b(?:tool|device|implement|utensil|instrument|appliance|gadget|apparatus)s? "
+    r"(?:for|used (?:for|to)|meant (?:for|to)|designed (?:for|to)|that (?:is )?used)\b"
+    r"|\b(?:used|meant|designed|made) for (?:[a-z]+ing)\b", re.I)
+"""Functional labels in camera text: a thing called by what it is for ("the cutting tool", "a
+fastening device", "a kitchen utensil", "a tool for…", "designed for cutting")."""
+SPEECH_HOMOGRAPHS = frozenset({
+    "saw", "level", "plane", "club", "bat", "jack", "mouse", "monitor", "speaker", "drill", "hammer", "mop",
+    "vacuum", "rake", "hoe", "shovel", "spade", "whisk", "clamp", "hose", "comb", "wheel", "tire", "phone",
+    "ruler", "drum", "roller", "router", "feeder", "mixer", "sponge", "timer", "marker", "bolt", "vice", "vise",
+    "cable", "battery", "spoon", "pen", "pot", "pan", "bottle", "jar", "fork", "bowl", "bucket", "scraper"})
+"""Vocabulary words with an everyday sense that is no object ("the thing I saw", "is this level",
+"phone them", "whisk it in"): in user speech they count as object names only after an article or
+a possessive ("the saw", "my phone"). Every other vocabulary word counts anywhere."""
+_NAMED = r"\b(?:the|a|an|my|your|our|their|his|her)\s+"
 _PLACEHOLDER = re.compile(r"^(?:n/?a|none|null|unknown|string|text|name|tbd|\.\.\.|…|-|x|"
                           r"(?:turn_\d_(?:image|user)|context_image|turn_3_repair_prompt(?:_deictic)?|"
                           r"turn_2_image_b|earlier|now|meanwhile|candidates|hidden_detail))$", re.I)
@@ -168,6 +202,44 @@ def object_names_in_camera(images: dict[str, str | None], names: Sequence[str],
         hits = [h for h in hits if not any(h != o and name_match(h, o) for o in hits)]
         out += [("object_name_in_camera", f"object name {h!r} in {fname}") for h in hits]
     return out
+
+
+def object_names_in_speech(speech: dict[str, str | None], names: Sequence[str],
+                           vocabulary: Sequence[str] | None = None) -> list[Problem]:
+    """An object name in a user turn or the deictic repair: the scenario's own names anywhere,
+    the vocabulary (default: the project's list) anywhere too except :data:`SPEECH_HOMOGRAPHS`,
+    which count after an article or a possessive; word boundary, plural allowed."""
+    vocab = load_vocabulary() if vocabulary is None else vocabulary
+    own = list(dict.fromkeys(n.lower().strip() for n in names if n and n.strip()))
+    out = []
+    for fname, text in speech.items():
+        if not text:
+            continue
+        hits = [n for n in own if name_match(n, text)]
+        for n in vocab:
+            if n in own:
+                continue
+            if n in SPEECH_HOMOGRAPHS:
+                plural = "(?:es)?" if re.search(r"(?:s|x|z|ch|sh)$", n) else "s?"
+                if re.search(_NAMED + re.escape(n) + plural + r"\b", text, re.I):
+                    hits.append(n)
+            elif name_match(n, text):
+                hits.append(n)
+        hits = [h for h in hits if not any(h != o and name_match(h, o) for o in hits)]
+        out += [("object_name_in_speech", f"object name {h!r} in {fname}") for h in hits]
+    return out
+
+
+def speech_properties(speech: dict[str, str | None]) -> list[Problem]:
+    """A user turn that says how something looks (a color, shape, material or size word)."""
+    return [("speech_describes_properties", f"{fname}: {m.group(0)!r}")
+            for fname, text in speech.items() if text for m in [_PROPERTIES.search(text)] if m]
+
+
+def camera_functional(images: dict[str, str | None]) -> list[Problem]:
+    """A camera text that calls a thing by what it is for."""
+    return [("camera_functional_label", f"{fname}: {m.group(0)!r}")
+            for fname, text in images.items() if text for m in [_FUNCTIONAL.search(text)] if m]
 
 
 def camera_evaluates(images: dict[str, str | None]) -> list[Problem]:
@@ -280,8 +352,7 @@ def presence_problems(scenario: dict[str, Any]) -> list[Problem]:
     for f in ("turn_1_image", "turn_2_image"):
         if not scenario.get(f):
             out.append(("field_presence", f"{f} must be non-null"))
-    if scenario.get("subset") == "contrast" and not scenario.get("pair_id"):
-        out.append(("field_presence", "a contrast scenario without pair_id"))
+    # pair_id is optional on a contrast scenario (schema.md); only contrast pairs have one
     if scenario.get("subset") == "bank" and scenario.get("pair_id"):
         out.append(("field_presence", "a bank scenario with a pair_id"))
     return out
@@ -296,7 +367,8 @@ def rule_problems(scenario: dict[str, Any], *, categories: dict[str, dict[str, A
         categories: the gold vocabulary by category (``scenario_checks.jsonl``'s
             ``categories``); without it the three-category rule falls back to the validator's
             ``>= 3 items`` and the repair and camera rules take every gold item as a possible name.
-        vocabulary: object names never allowed in a camera text (default: the project's list).
+        vocabulary: object names never allowed in a camera text or in user speech (default: the
+            project's list; in speech its everyday homographs only after an article).
 
     Returns:
         ``(rule, detail)`` per problem, rules named as in :data:`RULES`.
@@ -319,10 +391,13 @@ def rule_problems(scenario: dict[str, Any], *, categories: dict[str, dict[str, A
     images = {f: s.get(f) for f in ("context_image", "turn_1_image", "turn_2_image")}
     own = [n for lst in names.values() for n in lst] if categories else []
     out += object_names_in_camera(images, own, vocabulary)
+    out += camera_functional(images)
     out += camera_evaluates(images)
     out += camera_refers_back({"turn_2_image": s.get("turn_2_image")})
     if s.get("turn_1_image") and key(s.get("turn_1_image") or "") == key(s.get("turn_2_image") or ""):
         out.append(("no_visible_shift", "turn_1_image and turn_2_image are the same text"))
+    out += object_names_in_speech(speech, own, vocabulary)
+    out += speech_properties(speech)
     out += shift_announced(s.get("turn_2_user"))
     out += not_deictic({"turn_1_user": s.get("turn_1_user"), "turn_2_user": s.get("turn_2_user")})
     if target in ("current", "prior"):

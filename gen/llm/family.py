@@ -28,6 +28,17 @@ PREFIXES: tuple[tuple[str, str], ...] = (
     ("olmo", "allenai"),
 )
 """Name prefix -> family, tried in order (the first match wins)."""
+JUDGE_FAMILY_FOR: dict[str, str] = {"anthropic": "google", "google": "openai", "openai": "google"}
+"""The context benchmark's ``--judge-family auto`` (``resolve_judge_family``): the judge's family
+for a candidate of each family (Claude -> Gemini, Gemini -> OpenAI, OpenAI -> Gemini)."""
+ALIASES: dict[str, str] = {"claude": "anthropic", "gemini": "google", "gpt": "openai"}
+"""The benchmark's family names (claude, gemini, openai) as gen's families."""
+
+
+def canonical_family(name: str) -> str:
+    """A family as gen names it (``claude`` -> anthropic, ``gemini`` -> google), lower case."""
+    n = name.strip().lower()
+    return ALIASES.get(n, n)
 
 
 def family_of_name(name: str) -> str | None:

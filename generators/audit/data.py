@@ -28,6 +28,7 @@ from gen.mcq import (
     egotom_type,
     iter_bank,
     iter_roles_bank,
+    mcq_records_file,
     read_roles,
 )
 from gen.readers import iter_jsonl, load_run_records, read_json, validated
@@ -117,7 +118,8 @@ class AuditData:
 
 def _has_bank(folder: Path) -> bool:
     run = folder.parent if folder.name == "kept" else folder  # a nocontext run, or its kept/
-    return (any((folder / n).is_file() for n in RECORD_FILES) or (run / "nocontext.jsonl").is_file()
+    return (any((folder / n).is_file() for n in RECORD_FILES) or mcq_records_file(folder) is not None
+            or (run / "nocontext.jsonl").is_file()
             or any(egotom_type(p) for p in folder.glob("*.csv")))
 
 

@@ -25,8 +25,11 @@ sees. ``rerank=true`` orders a generated pool with :mod:`generators.rerank`'s pu
 and the same model, drops semantic duplicates and takes the top wrong options. Options are
 shuffled by a seeded RNG per item; the key, each option's origin and source time are recorded.
 
-Input: an items JSONL (:class:`schemas.candidates.CandidateItem`), or narration timelines in the
-formats of :mod:`gen.timelines` (the ones ``tom`` reads), cut into memory-recall items (:func:`timeline_items`).
+Input: an items JSONL (:class:`schemas.candidates.CandidateItem`), recall annotations
+(:class:`schemas.candidates.RecallSession`: Memory Recall Prediction items, one per vivid detail
+in its 3-minute clip, :mod:`.recall`), or narration timelines in the formats of
+:mod:`gen.timelines` (the ones ``tom`` reads), cut into temporal-grounding items
+(:func:`timeline_items`).
 
 The package: :mod:`.checks` (the options and their checks, pure: no model; also how a narration
 reads as an option, :func:`narration_text`, and the comparison :func:`key`), :mod:`.item` (one
@@ -51,6 +54,7 @@ from gen import ranking as rr
 from gen.errors import InputError
 from gen.generators.candidates.checks import key, narration_text
 from gen.generators.candidates.item import STEPS, process
+from gen.generators.candidates.recall import RECALL_KEYS, read_recall, recall_items
 from gen.readers import first_error, iter_jsonl, validated
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext, derive_seed
@@ -77,8 +81,8 @@ class CandidatesConfig(CommonConfig):
     """Items to build from the start of the input; null = every item."""
     kind: Kind = "generated"
     """generated (LLM-written distractors) | label_reason (one reason per other taxonomy label) | sampled (from the item's negatives)."""
-    input_format: Literal["auto", "items", "ego4d", "egotom_csv", "timelines"] = "auto"
-    """items: a candidate-items JSONL; ego4d / egotom_csv / timelines: narration timelines (gen.timelines, as tom reads them), cut into memory-recall items (auto: by name and first row)."""
+    input_format: Literal["auto", "items", "recall", "ego4d", "egotom_csv", "timelines"] = "auto"
+    """items: a candidate-items JSONL; recall: recall annotations (Memory Recall Prediction items, one per vivid detail); ego4d / egotom_csv / timelines: narration timelines (gen.timelines, as tom reads them), cut into temporal-grounding items (auto: by name and first row)."""
     k: int | None = Field(None, ge=2, le=26)
     """Options per item (null: 4; for label_reason the taxonomy's size, 9)."""
     taxonomy: list[str] = Field(default_factory=lambda: list(EMOTIONS))
@@ -119,6 +123,12 @@ class CandidatesConfig(CommonConfig):
     """Timelines: at least this many seconds between two positives of a clip; null: far enough apart that their windows share no line, so no line one item hides (its answer, its wrong options' sources) is shown in another's context."""
     min_side_lines: int = Field(2, ge=0)
     """Timelines: a positive needs this many window lines before it and after it."""
+    clip: float = Field(180.0, gt=0)
+    """Recall annotations: seconds of the clip centred on each vivid detail (EgoIntrospect J.1: 3 minutes)."""
+    recall_gap: float = Field(8.0, ge=0)
+    """Recall annotations: timeline lines this close (seconds) to a recalled detail are its moment: hidden, never a wrong option's source."""
+    recall_question: str = "Which detail of this moment is the user most likely to recall vividly afterwards?"
+    """Recall annotations: the question of every Memory Recall Prediction item."""
     question_template: str = "What did C do at {time}?"
     """Timelines: the question; {time} is the positive's time (MMm:SSs from the clip start)."""
     passes: list[str] = Field(default_factory=lambda: ["narration_pass_1", "narration_pass_2"], min_length=1)
@@ -167,7 +177,8 @@ class Inputs:
     fmt: str
     timeline: dict[str, Any] | None = None
     """Timelines: clips read, items cut, and what was skipped by reason (clips: malformed,
-    no_eligible_positive; positives: unusable_positive)."""
+    no_eligible_positive; positives: unusable_positive). Recall annotations: sessions, details,
+    items, and details skipped by reason (no_clip_lines, unusable_detail)."""
 
 
 def plan(cfg: CandidatesConfig) -> Plan:
@@ -176,13 +187,16 @@ def plan(cfg: CandidatesConfig) -> Plan:
     return Plan(len(data.items) if cfg.n is None else min(cfg.n, len(data.items)), data)
 
 
-Format = Literal["items", "timelines", "ego4d", "egotom_csv"]
+Format = Literal["items", "recall", "timelines", "ego4d", "egotom_csv"]
 
 
 def detect_format(path: Path) -> Format:
-    """``items`` for a JSONL whose first row has ``item_id``; else a timeline format (:mod:`gen.timelines`)."""
+    """``items`` for a JSONL whose first row has ``item_id``, ``recall`` for one whose first row
+    has ``session_id`` and ``details``; else a timeline format (:mod:`gen.timelines`)."""
     if path.is_file() and path.suffix.lower() == ".jsonl":
         for _, row in iter_jsonl(path):
+            if isinstance(row, dict) and all(k in row for k in RECALL_KEYS) and "item_id" not in row:
+                return "recall"
             return "timelines" if isinstance(row, dict) and "clip_id" in row and "item_id" not in row else "items"
         raise InputError(f"{path}: empty file (expected candidate items or timelines, one JSON object per line)")
     fmt = timeline_format(path)
@@ -197,12 +211,19 @@ def read_input(cfg: CandidatesConfig) -> Inputs:
         if path.is_dir():
             raise InputError(f"input: {path} is a folder; input_format=items reads one JSONL file")
         return Inputs(read_items(path), [path], fmt)
+    if fmt == "recall":
+        if path.is_dir():
+            raise InputError(f"input: {path} is a folder; input_format=recall reads one JSONL file")
+        items, summary = recall_items(read_recall(path), cfg)
+        if not items:
+            raise InputError(f"input: {path}: no vivid detail has a timeline line in its clip")
+        return Inputs(items, [path], fmt, summary)
     tfmt: InputFormat = "jsonl" if fmt == "timelines" else fmt
     clips = read_timelines(path, tfmt, tuple(cfg.passes))
     items, summary = timeline_items(clips, cfg)
     if not items:
         skipped = ", ".join(f"{k}={v}" for k, v in sorted(summary["skipped"].items())) or "none"
-        raise InputError(f"input: {path}: no memory-recall item could be cut from its {len(clips)} clips "
+        raise InputError(f"input: {path}: no temporal-grounding item could be cut from its {len(clips)} clips "
                          f"(skipped: {skipped})")
     return Inputs(items, input_files(path, tfmt), fmt, summary)
 
@@ -228,7 +249,9 @@ def read_items(path: Path) -> list[CandidateItem]:
 
 
 def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[CandidateItem], dict[str, Any]]:
-    """Memory-recall items from narration timelines. Per clip, up to ``per_clip`` positives are
+    """Temporal-grounding items from narration timelines ("what did C do at T", over a window:
+    not EgoIntrospect's Memory Recall Prediction, which asks which detail the user recalls and
+    needs recall annotations, ``input_format=recall``). Per clip, up to ``per_clip`` positives are
     picked (seeded; their windows share no line, or ``spacing`` seconds apart) among the lines
     about C whose text occurs once in the clip
     (so the question has one answer, and no other item of the clip shows it in its context) and
@@ -287,7 +310,7 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
             t = lines[i].t
             try:
                 items.append(CandidateItem(
-                    item_id=f"{clip.clip_id}#L{i + 1}", task="memory_recall",
+                    item_id=f"{clip.clip_id}#L{i + 1}", task="temporal_grounding",
                     question=cfg.question_template.format(time=fmt_time(t)),
                     positive=Positive(text=narration_text(lines[i].text), time=t, id=f"L{i + 1}"),
                     context=[TimedLine(t=lines[j].t, text=lines[j].text) for j in w],
@@ -350,6 +373,7 @@ def candidates(cfg: CandidatesConfig, ctx: RunContext) -> Iterator[CandidateReco
         yield res.out
     rows = funnel_rows(reached, cfg.rerank)
     ctx.extra[NAME] = {"funnel": rows, "input_format": data.fmt, "options": cfg.options,
-                       "rerank_agreement": rr.agreement_summary(agree), "timeline": data.timeline}
+                       "rerank_agreement": rr.agreement_summary(agree),
+                       "recall" if data.fmt == "recall" else "timeline": data.timeline}
     if cfg.progress != "off":
         print_funnel(rows)

@@ -184,18 +184,19 @@ def label_reasons(ctx: RunContext, cfg: CandidatesConfig, index: int, item: Cand
 
 
 def sample(ctx: RunContext, item: CandidateItem, s: Setup, room: int, rng: random.Random) -> Pool:
-    """Negatives drawn without replacement in the seeded order, each checked; those sharing an
-    id with the positive or an annotated item never enter the draw."""
+    """``room`` negatives drawn without replacement with the item's seeded generator from the
+    pool left once every annotated id (the positive's, the other accepted items') is taken out
+    (VII: the segment's recommendations the participant did not accept), passed through as the
+    participant saw them: no check turns one away and no surface is changed, since each rule or
+    rewrite would change what was sampled or edit participant-approved text. The pool is short
+    when fewer than ``room`` are left (``too_few_negatives``)."""
     pool = Pool(s, room, ctx.count)
     banned = {x for x in [item.positive.id, *(o.id for o in item.others)] if x is not None}
     draw = [n for n in item.negatives if n.id not in banned]
     if len(draw) < len(item.negatives):
         ctx.count("sampled.annotated_id_excluded", len(item.negatives) - len(draw))
-    for j in rng.sample(range(len(draw)), len(draw)):
-        if pool.full:
-            break
-        n = draw[j]
-        pool.offer(Option(n.text, n.text, f"sampled:{n.id}", n.time))
+    if len(draw) >= room:
+        pool.items = [Option(n.text, n.text, f"sampled:{n.id}", n.time) for n in rng.sample(draw, room)]
     pool.llm_errors = []  # type: ignore[attr-defined]
     return pool
 
@@ -243,12 +244,13 @@ def hidden_lines(s: Setup, item: CandidateItem, options: list[Option]) -> set[in
         k = key(ln.text)
         if k in s.named or k in keys or any(has_phrase(_key(w), _key(ln.text)) for w in item.withhold):
             out.add(j)
-    return out | {o.line for o in options if o.line is not None}
+    return out | {o.line for o in options if o.line is not None} | set(item.hide)
 
 
 def setup(ctx: RunContext, cfg: CandidatesConfig, item: CandidateItem, vectors: Vectors) -> Setup:
     annotated = positive_option(item, cfg.kind)
-    pos = replace(annotated, text=surface(annotated.text, annotated.text))
+    # sampled: the participant-approved text as it is (no surface of ours)
+    pos = annotated if cfg.kind == "sampled" else replace(annotated, text=surface(annotated.text, annotated.text))
     lines = item.lines
     pk = _key(pos.core)
     named: set[str] = set()
@@ -263,7 +265,7 @@ def setup(ctx: RunContext, cfg: CandidatesConfig, item: CandidateItem, vectors: 
     allowed = [j for j, x in enumerate(lines) if key(x.text) not in named and key(x.text) not in other_keys
                and counts[key(x.text)] == 1 and j not in repeated
                and not any(has_phrase(_key(w), _key(x.text)) for w in item.withhold)
-               and (item.sources is None or j in item.sources)]
+               and (item.sources is None or j in item.sources) and j not in item.hide]
     return Setup(cfg, pos, others, named, list(item.withhold), vectors, set(), lines, allowed,
                  annotated=annotated.text)
 
@@ -313,6 +315,11 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
         fallback = errors[-1].reason if errors else ("too_few_negatives" if cfg.kind == "sampled" else "too_few_distractors")
         return reject("distractors", cfg.kind, pool.reason(fallback), pool.detail(need), errors[-1].raw if errors else None)
     chosen = pool.items[:need]
+    if cfg.kind == "sampled":
+        texts = [key(o.text) for o in (s.positive, *chosen)]
+        if len(set(texts)) < len(texts):  # refused, never rewritten: two options would read the same
+            return reject("distractors", cfg.kind, "duplicate_options",
+                          f"two of the drawn options read the same: {[o.text for o in (s.positive, *chosen)]}")
     rerank_info: dict[str, Any] | None = None
     agreement: dict[str, int] = {}
     if cfg.rerank:

@@ -76,13 +76,13 @@ from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord, Target
 
 class ScenariosConfig(CommonConfig):
     n: int | None = Field(None, ge=1)  # type: ignore[assignment]
-    """Scenarios to generate (contrast: an even number, two per pair); null: 50 (bank) / 20 (contrast), or the sum of distribution=."""
+    """Scenarios to generate; null: 50 (bank) / 20 (contrast), or the sum of distribution=."""
     action: Literal["generate", "verify"] = "generate"
     """generate | verify (python -m gen scenarios verify input=<run folder>: the lock's hashes against the files)."""
     subset: Literal["bank", "contrast"] = "bank"
-    """bank: sc-NN scenarios; contrast: adv-NN A/B pairs sharing turn 1, one targeting current and one prior."""
+    """bank: sc-NN scenarios; contrast: adv-NN scenarios with the earlier referent still in view (a prior one paired with a current one of its shift type: an A/B pair sharing turn 1)."""
     distribution: dict[str, dict[str, int]] | None = None
-    """Counts per shift type and target ({object_in_hand: {current: 3, clarify: 1}, …}); null: the released proportions scaled to n."""
+    """Counts per shift type and target ({object_in_hand: {current: 3, clarify: 1}, …}; any cell); null: the subset's released joint split scaled to n."""
     id_start: int = Field(1, ge=1)
     """Number of the first id (sc-NN/adv-NN): banks made in several runs stay unique."""
     existing: str | None = None
@@ -133,14 +133,12 @@ class ScenariosConfig(CommonConfig):
         if self.labels and len(set(self.labels)) != len(self.labels):
             raise ValueError("labels must be distinct")
         if self.distribution is not None:
-            check_distribution(self.distribution, self.subset)
+            check_distribution(self.distribution)
             total = sum(c for row in self.distribution.values() for c in row.values())
             if total == 0:
                 raise ValueError("distribution: every count is 0")
             if self.n is not None and self.n != total:
                 raise ValueError(f"n={self.n} but distribution= sums to {total}; give one of them")
-        if self.subset == "contrast" and self.n is not None and self.n % 2:
-            raise ValueError(f"subset=contrast makes A/B pairs: n must be even, got {self.n}")
         return self
 
     @property
@@ -194,9 +192,12 @@ def plan(cfg: ScenariosConfig) -> Plan:
 # --------------------------------------------------------------------------- funnel
 
 
-def funnel(outcomes: list[Outcome], contrast: bool) -> dict[str, Any]:
+def funnel(outcomes: list[Outcome]) -> dict[str, Any]:
     """Per rule: units that reached it, passed it on its first evaluation, and passed it in the
-    end; per stage: units, generations, first-try passes; outcomes by reason."""
+    end; per stage: units, generations, first-try passes; outcomes by reason. A unit is a
+    scenario or a contrast pair (``unit`` says which, ``unit`` when a run has both)."""
+    sizes = {len(o.unit.members) for o in outcomes}
+    contrast = 2 in sizes
     rows = []
     for stage, rule, what in RULES:
         k = f"{stage}.{rule}"
@@ -217,7 +218,8 @@ def funnel(outcomes: list[Outcome], contrast: bool) -> dict[str, Any]:
         stages[stage] = {"units": len(made), "generations": sum(made), "passed_on_first_generation": first,
                          "llm_errors": sum(o.unit.trace.llm_errors[stage] for o in outcomes)}
     reasons = Counter(f"{o.unit.failure.stage}.{o.unit.failure.reason}" for o in outcomes if o.unit.failure)
-    return {"unit": "pair" if contrast else "scenario", "units": len(outcomes),
+    unit = "unit" if sizes == {1, 2} else "pair" if contrast else "scenario"
+    return {"unit": unit, "units": len(outcomes),
             "accepted_units": sum(o.unit.failure is None for o in outcomes),
             "rules": rows, "stages": stages, "rejected_by": dict(sorted(reasons.items()))}
 
@@ -250,7 +252,6 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
         yield from verify(cfg, ctx)
         return
     units, existing = ctx.plan.data
-    contrast = cfg.subset == "contrast"
     if cfg.existing is not None:
         path = Path(cfg.existing).expanduser()
         ctx.record_input(scenario_file(path))
@@ -267,14 +268,14 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
     for u in ctx.imap(lambda i: draft_unit(w, i, units[i]), ctx.indices()):
         out = resolve(w, u, bank)
         outcomes.append(out)
-        yield out.items if contrast else out.items[0]
+        yield out.items if len(out.items) > 1 else out.items[0]
     accepted = [it for o in outcomes for it in o.items if isinstance(it, ScenarioRecord)]
     checks_sha = write_jsonl(ctx.out_dir / CHECKS_FILE, [c for o in outcomes for c in o.checks])
 
     ctx.prompts.hash(JUDGE_TEMPLATE)  # the lock names the judge prompt; the manifest lists it too
     lock = make_lock(cfg, accepted, checks_sha, conditions_sha)
     atomic_write(ctx.out_dir / LOCK, json.dumps(lock, indent=2, ensure_ascii=False) + "\n")
-    f = funnel(outcomes, contrast)
+    f = funnel(outcomes)
     skel = [sk for u in units for sk in u]
     ctx.extra[NAME] = {
         "subset": cfg.subset,

@@ -22,17 +22,20 @@ from gen.contextbench.rules import (
     Problem,
     bank_problems,
     camera_evaluates,
+    camera_functional,
     camera_refers_back,
     category_problems,
     gold_in_speech,
     key,
     not_deictic,
     object_names_in_camera,
+    object_names_in_speech,
     repair_names,
     rule_problems,
     shift_announced,
     shingles,
     signature,
+    speech_properties,
     text_problem,
     word_match,
 )
@@ -49,6 +52,8 @@ from gen.schemas.scenarios import (
     CameraDraft,
     ClarifySituationsDraft,
     ContrastCameraDraft,
+    CrossAbstainSituationsDraft,
+    CrossClarifySituationsDraft,
     CrossSessionCameraDraft,
     CrossSessionSituationsDraft,
     DeicticSpeechDraft,
@@ -56,6 +61,7 @@ from gen.schemas.scenarios import (
     IdentifyDraft,
     ScenarioChecks,
     ScenarioRecord,
+    ShiftAbstainSituationsDraft,
     SituationsDraft,
     SpeechDraft,
 )
@@ -79,10 +85,10 @@ def examples() -> tuple[dict[str, Any], ...]:
 
 
 def example_for(sk: Skeleton) -> dict[str, Any]:
-    """The one-shot example a scenario's prompts show: the contrast pair for contrast, the
+    """The one-shot example a scenario's prompts show: the contrast pair for a pair, the
     clarify / abstain example for those targets, else the example of its shift type."""
     exs = examples()
-    if sk.subset == "contrast":
+    if sk.pair_id is not None:
         return next(e for e in exs if e.get("subset") == "contrast")
     if sk.target_context in ("clarify", "abstain"):
         return next(e for e in exs if e["target_context"] == sk.target_context)
@@ -133,7 +139,8 @@ def spec(sk: Skeleton, sit: dict[str, Any] | None = None, **extra: Any) -> dict[
         "activity_domain": sk.activity_domain, "time_gap_bucket": sk.time_gap_bucket,
         "cross": sk.change_type == "cross_session_reference", "clarify": sk.target_context == "clarify",
         "abstain": sk.target_context == "abstain", "absent": sk.change_type == "absent_referent",
-        "contrast": sk.subset == "contrast", "deictic": sk.deictic,
+        "contrast": sk.subset == "contrast", "pair": sk.pair_id is not None, "distractor": sk.distractor,
+        "in_hand": sk.change_type == "object_in_hand", "deictic": sk.deictic,
         "name_both": sk.subset == "contrast" or sk.change_type not in ("absent_referent", "cross_session_reference"),
     }
     if sit is not None:
@@ -408,7 +415,7 @@ def check_situations(sk: Skeleton, sit: dict[str, Any]) -> tuple[list[str], list
 
 
 def camera_fields(sk: Skeleton) -> tuple[str, ...]:
-    if sk.subset == "contrast":
+    if sk.pair_id is not None:
         return ("turn_1_image", "turn_2_image", "turn_2_image_b")
     if sk.change_type == "cross_session_reference":
         return ("context_image", "turn_1_image", "turn_2_image")
@@ -416,7 +423,7 @@ def camera_fields(sk: Skeleton) -> tuple[str, ...]:
 
 
 def camera_schema(sk: Skeleton) -> type[BaseModel]:
-    if sk.subset == "contrast":
+    if sk.pair_id is not None:
         return ContrastCameraDraft
     return CrossSessionCameraDraft if sk.change_type == "cross_session_reference" else CameraDraft
 
@@ -428,6 +435,7 @@ def check_camera(sk: Skeleton, sit: dict[str, Any], cam: dict[str, Any],
     turn2 = {f: t for f, t in images.items() if f.startswith("turn_2")}
     problems = _hygiene(images) + echo_problems("camera", images)
     problems += object_names_in_camera(images, referent_names(sit))
+    problems += camera_functional(images)
     problems += camera_evaluates(images)
     problems += camera_refers_back(turn2)
     for f, t in turn2.items():
@@ -438,8 +446,8 @@ def check_camera(sk: Skeleton, sit: dict[str, Any], cam: dict[str, Any],
     for f, t in turn2.items():
         if (t or "").strip().lower() in avoid:
             problems.append(("duplicate_turn_2", f"{f} is identical to another scenario's turn_2_image"))
-    evaluated = [*HYGIENE, "object_name_in_camera", "camera_evaluates_technique", "camera_refers_to_turn_1",
-                 "no_visible_shift"]
+    evaluated = [*HYGIENE, "object_name_in_camera", "camera_functional_label", "camera_evaluates_technique",
+                 "camera_refers_to_turn_1", "no_visible_shift"]
     if avoid or "turn_2_image_b" in images:  # within the pair now; against the bank in resolve()
         evaluated.append("duplicate_turn_2")
     return evaluated, problems
@@ -469,7 +477,10 @@ def check_speech(sk: Skeleton, sit: dict[str, Any], sp: dict[str, Any], avoid: f
     spoken: dict[str, str | None] = {f: sp[f] for f in ("turn_1_user", "turn_2_user", "turn_3_repair_prompt_deictic")
                                      if f in sp}
     problems += gold_in_speech(spoken, [*gold["current_answers"], *gold["prior_answers"]])
-    evaluated = [*HYGIENE, "gold_in_speech", "shift_announced", "speech_not_deictic"]
+    problems += object_names_in_speech(spoken, referent_names(sit))
+    problems += speech_properties(spoken)
+    evaluated = [*HYGIENE, "gold_in_speech", "object_name_in_speech", "speech_describes_properties",
+                 "shift_announced", "speech_not_deictic"]
     problems += shift_announced(sp.get("turn_2_user"))
     problems += not_deictic({f: sp[f] for f in ("turn_1_user", "turn_2_user") if f in sp})
     names = repair_targets(sk, sit)
@@ -490,17 +501,17 @@ def check_speech(sk: Skeleton, sit: dict[str, Any], sp: dict[str, Any], avoid: f
 
 
 def identify_frames(sk: Skeleton, sit: dict[str, Any]) -> list[tuple[str, str]]:
-    """(camera field, gold name) the identification check applies to: every frame that shows its
-    referent. Not: a clarify turn 2 (hidden on purpose), an absent or abstain turn 2 (the
-    referent is gone)."""
+    """(camera field, gold name) the identification check applies to: every frame that shows a
+    named referent. Not: a clarify turn 2 (hidden on purpose), a turn 2 without a referent of its
+    own (an absent referent's abstain scenario: the place without it)."""
     frames = []
     if sk.change_type == "cross_session_reference":
         frames += [("context_image", sit["earlier"]["name"]), ("turn_1_image", sit["meanwhile"])]
     else:
         frames.append(("turn_1_image", sit["earlier"]["name"]))
-    if sk.target_context in ("current", "prior") and sk.change_type != "absent_referent":
+    if sk.target_context != "clarify" and "now" in sit:
         frames.append(("turn_2_image", sit["now"]["name"]))
-        if sk.subset == "contrast":
+        if sk.pair_id is not None:
             frames.append(("turn_2_image_b", sit["now"]["name"]))
     return frames
 
@@ -587,12 +598,22 @@ def semantic_leak(w: Writer, u: Unit, member: Skeleton, turn_1_user: str, turn_2
 # --------------------------------------------------------------------------- the stages of one unit
 
 
+def situations_schema(sk: Skeleton) -> type[BaseModel]:
+    """The situations a scenario needs, by its target and whether its shift type has a
+    pre-conversation frame (cross-session) or loses its referent (absent)."""
+    cross = sk.change_type == "cross_session_reference"
+    if sk.target_context == "clarify":
+        return CrossClarifySituationsDraft if cross else ClarifySituationsDraft
+    if sk.target_context == "abstain":
+        return (CrossAbstainSituationsDraft if cross else AbstainSituationsDraft
+                if sk.change_type == "absent_referent" else ShiftAbstainSituationsDraft)
+    return CrossSessionSituationsDraft if cross else SituationsDraft
+
+
 def stage_situations(w: Writer, u: Unit) -> None:
     sk = u.lead
     ex = example_for(sk)
-    schema = (ClarifySituationsDraft if sk.target_context == "clarify" else
-              AbstainSituationsDraft if sk.target_context == "abstain" else
-              CrossSessionSituationsDraft if sk.change_type == "cross_session_reference" else SituationsDraft)
+    schema = situations_schema(sk)
     def tidy(d: dict[str, Any]) -> dict[str, Any]:
         out, dropped = tidy_situations(d)
         if dropped:
@@ -664,7 +685,7 @@ def _catch(fn: Callable[[], None]) -> StageFailure | None:
 def assemble(u: Unit, sk: Skeleton) -> dict[str, Any]:
     """The record of one member, fields in the released order."""
     sit, cam = u.sit or {}, u.camera or {}
-    member_b = sk.subset == "contrast" and sk is u.members[1]
+    member_b = len(u.members) == 2 and sk is u.members[1]
     speech = {**(u.speech or {}), **(u.follow or {})} if member_b else (u.speech or {})
     made = situations_of(sk, sit)
     gold = made["gold"]

@@ -18,6 +18,7 @@ from fakes import FakeEmbedder
 from gen.errors import InputError
 from gen.generators.candidates import (
     CandidatesConfig,
+    detect_format,
     key,
     narration_text,
     read_items,
@@ -25,6 +26,7 @@ from gen.generators.candidates import (
 )
 from gen.generators.candidates.checks import Option, Pool, Vectors, clean
 from gen.generators.candidates.item import input_problem, setup
+from gen.generators.candidates.recall import read_recall, recall_items
 from gen.llm import scripted_llm
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
@@ -112,7 +114,7 @@ def run_candidates(out: Path, rows: list[dict[str, Any]] | Path, reply: Any = go
 
 def test_items_reader_reads_the_examples_and_names_bad_lines(tmp_path: Path) -> None:
     items = read_items(ITEMS)
-    assert [i.task for i in items] == ["memory_recall", "request_prediction", "ei_label_reason", "vii"]
+    assert [i.task for i in items] == ["temporal_grounding", "request_prediction", "ei_label_reason", "vii"]
     assert items[1].positive.text.startswith("Tell me") and items[2].positive.label == "Achievement"
     for row, needle in [
         ({**mrp(), "positive": {"time": 3}}, ":1: positive: Value error, a positive needs text, or label and reason"),
@@ -398,6 +400,66 @@ def test_request_prediction_never_shows_the_original_request(tmp_path: Path) -> 
     assert "hmm, where did I put the milk" in rec["visible"]["context"]
 
 
+# --------------------------------------------------------------------------- Memory Recall Prediction
+
+RECALL = EXAMPLES / "candidates" / "recall.jsonl"
+
+
+def test_recall_annotations_make_one_item_per_vivid_detail_in_its_3_minute_clip() -> None:
+    cfg = CandidatesConfig(input=str(RECALL), cache_dir=None)
+    sessions = read_recall(RECALL)
+    items, summary = recall_items(sessions, cfg)
+    assert summary["items"] == summary["details"] == 5 and summary["skipped"] == {}
+    first = items[0]
+    assert first.task == "memory_recall" and first.question == cfg.recall_question
+    assert first.positive.text == "My name was spelled Jon on the coffee cup." and first.positive.time == 196
+    assert first.window is not None and (first.window.start, first.window.end) == (106, 286)  # 180 s centred
+    assert all(106 <= x.t <= 286 for x in first.lines)
+    # the clip's other recalled details: never an option; every detail's moment hidden
+    assert {o.id for o in first.others} == {"d2", "d3"}
+    assert sorted(first.lines[j].t for j in first.hide) == [196, 214, 266]
+    # a detail near the session's end: the clip moves inside the session, still 180 s
+    last = next(i for i in items if i.item_id == "P05-hardware#d2")
+    assert last.window is not None and (last.window.start, last.window.end) == (84, 264)
+    assert cfg.model_copy(update={"clip": 60}).clip == 60
+    assert recall_items(sessions, cfg.model_copy(update={"clip": 60}))[0][0].window.end - 166 == 60
+
+
+def test_recall_reader_names_bad_lines(tmp_path: Path) -> None:
+    good = json.loads(RECALL.read_text().splitlines()[0])
+    for row, needle in [
+        ({**good, "details": []}, ":1: details: List should have at least 1 item"),
+        ({**good, "details": [{**good["details"][0], "time": -3}]}, ":1: details.0.time"),
+        ({**good, "details": [good["details"][0], good["details"][0]]}, "detail_id 'd1' is given twice"),
+        ({**good, "details": [{**good["details"][0], "event_id": "e9"}]}, "names event_id 'e9'"),
+    ]:
+        path = tmp_path / "bad.jsonl"
+        path.write_text(json.dumps(row) + "\n")
+        with pytest.raises(InputError, match=re.escape(needle)):
+            read_recall(path)
+    assert detect_format(RECALL) == "recall"
+
+
+def test_memory_recall_prediction_end_to_end(tmp_path: Path) -> None:
+    """The recalled detail is the answer; the wrong options are written from other moments of its
+    clip (never a recalled detail's moment); no option's moment is shown."""
+    result, recs, rejects, _ = run_candidates(tmp_path / "a", RECALL, length_ratio=None, reword_positive=False)
+    assert result.accepted + result.rejected == 5 and result.accepted >= 4, rejects
+    items = {i.item_id: i for i in recall_items(read_recall(RECALL), CandidatesConfig(input="x"))[0]}
+    for rec in recs:
+        item = items[rec["source_item"]]
+        assert rec["question_type"] == "memory_recall" and rec["options"][rec["answer"]] == item.positive.text
+        moments = [item.positive.time, *(o.time for o in item.others)]
+        for src in rec["privileged"]["sources"].values():
+            t = int(src.split("m:")[0]) * 60 + int(src.split("m:")[1][:2])
+            assert all(abs(t - m) > 8 for m in moments)
+        shown = rec["visible"]["context"]
+        for j in item.hide:
+            assert item.lines[j].text not in shown
+        assert all(s.split("| ", 1)[1] not in shown for s in rec["privileged"]["sources"].values())
+    assert result.manifest["candidates"]["recall"]["items"] == 5
+
+
 # --------------------------------------------------------------------------- label_reason and sampled
 
 
@@ -440,7 +502,7 @@ def test_sampled_draws_three_without_replacement_with_a_seed_and_records_the_key
         # replay: the seeded generator draws the negatives, then shuffles the four
         rng = random.Random(rec["shuffle_seed"])
         pool = [n for n in vii["negatives"] if n["id"] not in ("r2", "r5")]
-        picks = [pool[j]["id"] for j in rng.sample(range(len(pool)), len(pool))][:3]
+        picks = [pool[j]["id"] for j in rng.sample(range(len(pool)), 3)]
         order = list(range(4))
         rng.shuffle(order)
         assert origins == [(["positive", *[f"sampled:{p}" for p in picks]])[i] for i in order]
@@ -450,6 +512,26 @@ def test_sampled_draws_three_without_replacement_with_a_seed_and_records_the_key
     few = {**vii, "negatives": [*vii["negatives"][:2], vii["negatives"][3]]}  # r5 is annotated: two left
     _, _, rejects, _ = run_candidates(tmp_path / "b", [few], kind="sampled", length_ratio=None)
     assert [r["reason"] for r in rejects] == ["too_few_negatives"]
+
+
+def test_sampled_negatives_and_the_positive_pass_through_unchanged(tmp_path: Path) -> None:
+    """VII: what the participant saw is what the candidate sees. A negative far longer than the
+    others, one close to the positive and one without a final period are drawn and kept as
+    written, the positive keeps its own surface; only two options that read the same refuse the
+    item (a refusal, not a rewrite)."""
+    vii = json.loads(ITEMS.read_text().splitlines()[3])
+    negatives = [{"id": "n1", "text": "remind me about the pasta timer"},  # no capital, no period
+                 {"id": "n2", "text": "Set a timer for the pasta, it needs about ten minutes."},  # near the positive
+                 {"id": "n3", "text": "Look up three different sauces that would go with this pasta tonight, "
+                                      "with their cooking times and what I would need to buy for each of them."}]
+    row = {**vii, "positive": {"text": "set a timer for the pasta", "id": "r2"}, "others": [], "negatives": negatives}
+    result, recs, rejects, _ = run_candidates(tmp_path / "a", [row], kind="sampled")  # default length_ratio 1.4
+    assert result.accepted == 1, rejects
+    assert sorted(recs[0]["options"]) == sorted(["set a timer for the pasta", *(n["text"] for n in negatives)])
+    assert "surface.changed" not in result.manifest["validators"]
+    twin = {**row, "negatives": [*negatives[:2], {"id": "n4", "text": "Set a timer for the pasta"}]}
+    _, _, rejects, _ = run_candidates(tmp_path / "b", [twin], kind="sampled")
+    assert [r["reason"] for r in rejects] == ["duplicate_options"]
 
 
 def test_sampled_runs_on_timeline_items_with_times(tmp_path: Path) -> None:
@@ -529,7 +611,7 @@ def test_the_real_egotom_timelines_cut_into_items() -> None:
     p = plan(CandidatesConfig(input=str(EGOTOM), n=20, cache_dir=None))
     assert p.n == 20 and p.data.fmt == "egotom_csv" and p.data.timeline["clips"] == 579
     for it in p.data.items[:20]:
-        assert it.task == "memory_recall" and len(it.negatives) >= 0
+        assert it.task == "temporal_grounding" and len(it.negatives) >= 0
         assert sum(key(x.text) == key(it.positive.text) for x in it.lines) == 1
 
 

@@ -48,6 +48,27 @@ def test_turns_are_built_as_the_spec_says() -> None:
     assert [m["role"] for m in plain] == ["system", "user"]  # no pre-conversation frame, no empty block
 
 
+def test_the_camera_ablation_sends_the_words_only() -> None:
+    s = load_scenarios(BANK)["sc-02"]
+    blind = conversation(Ctx(), "SYSTEM", s, ["R1", "R2"], "I mean the starter.", camera=False)  # type: ignore[arg-type]
+    assert blind == [{"role": "system", "content": "SYSTEM"}, {"role": "user", "content": s.turn_1_user},
+                     {"role": "assistant", "content": "R1"}, {"role": "user", "content": s.turn_2_user},
+                     {"role": "assistant", "content": "R2"}, {"role": "user", "content": "I mean the starter."}]
+
+
+def test_a_no_camera_run_never_shows_a_frame_and_says_so(tmp_path: Path) -> None:
+    result, ctx, out = evaluate(tmp_path, trials=1, no_camera=True)
+    bank = load_scenarios(BANK)
+    frames = [t for s in bank.values() for t in (s.context_image, s.turn_1_image, s.turn_2_image) if t]
+    candidate = [c["messages"] for c in ctx.llm.calls if not is_judge(c["messages"])]
+    assert candidate and not any("[Camera:" in m["content"] for msgs in candidate for m in msgs)
+    assert not any(f in m["content"] for msgs in candidate for m in msgs for f in frames)
+    # the judge still sees the frames (its ground truth)
+    judged = [c["messages"] for c in ctx.llm.calls if is_judge(c["messages"])]
+    assert any(f in m["content"] for msgs in judged for m in msgs for f in frames)
+    assert result.manifest["evaluate"]["manifest"]["camera_injection"] is False
+
+
 def test_cells_run_scenario_major_then_condition_then_trial() -> None:
     cfg = EvaluateConfig(input="x", judge="smollm2", condition=["baseline", "careful"], trials=3, cache_dir=None)
     assert [cell(cfg, i) for i in range(7)] == [(0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 1, 2),

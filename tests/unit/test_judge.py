@@ -315,6 +315,62 @@ def test_several_judges_the_first_cross_family_one_scores_and_kappa_is_reported(
     assert all(set(r["verdicts"]) == set(labels) for r in read_jsonl(folder / "judge.jsonl"))
 
 
+@pytest.mark.parametrize(("candidate", "option", "scorer", "how"), [
+    ("anthropic", "auto", "gemini-pro", "the benchmark maps anthropic to google"),
+    ("google", "auto", "gpt-4o", "the benchmark maps google to openai"),
+    ("openai", "auto", "gemini-pro", "the benchmark maps openai to google"),
+    ("smollm", "auto", "gemini-pro", None),  # no mapping: the first judge of another family
+    ("anthropic", "openai", "gpt-4o", "judge_family=openai (config)"),
+    ("anthropic", "gemini", "gemini-pro", "judge_family=gemini (config)"),  # the benchmark's family names
+])
+def test_judge_family_auto_maps_as_the_benchmark_and_a_family_can_be_forced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, candidate: str, option: str, scorer: str,
+        how: str | None) -> None:
+    import gen.llm
+
+    def fake_make_llm(cfg: Any, cache: Any = None) -> Any:
+        llm = scripted_llm(verdict_script("current"))
+        llm.set_family(lambda: gen.llm.family.family_from_served(cfg.model))
+        return llm
+
+    monkeypatch.setattr(gen.llm, "make_llm", fake_make_llm)
+    # a pool without the candidate's family, ordered so that the first judge of another family is
+    # never the mapped one (the mapping has to do the choosing)
+    pools = {"anthropic": ("gpt-4o", "gemini-pro"), "google": ("claude-3-5-sonnet", "gpt-4o"),
+             "openai": ("claude-3-5-sonnet", "gemini-pro"), "smollm": ("gemini-pro", "gpt-4o")}
+    judges = [{"backend": "openai", "model": m} for m in pools[candidate]]
+    result, _, _ = judge_run(tmp_path, [], kind="context", input=str(FIX / "scenarios.jsonl"),
+                             responses=str(FIX / "responses.jsonl"), judges=judges, candidate_family=candidate,
+                             judge_family=option, out=f"{candidate}-{option}")
+    info = result.manifest["judge"]
+    assert info["judge_label"] == scorer
+    if how:
+        assert info["judge_family_resolution"].startswith(f"{'judge_family=auto: ' if option == 'auto' else ''}{how}")
+    else:
+        assert info["judge_family_resolution"].startswith("cross-family: ")
+
+
+def test_a_forced_judge_family_without_such_a_judge_is_a_config_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gen.llm
+
+    def fake_make_llm(cfg: Any, cache: Any = None) -> Any:
+        llm = scripted_llm(verdict_script("current"))
+        llm.set_family(lambda: gen.llm.family.family_from_served(cfg.model))
+        return llm
+
+    monkeypatch.setattr(gen.llm, "make_llm", fake_make_llm)
+    with pytest.raises(ConfigError, match="judge_family=claude: no judge of family 'anthropic'"):
+        judge_run(tmp_path, [], kind="context", input=str(FIX / "scenarios.jsonl"),
+                  responses=str(FIX / "responses.jsonl"), judges=[{"backend": "openai", "model": "gpt-4o"}],
+                  candidate_family="google", judge_family="claude")
+    # auto with the mapped family missing: the first judge of another family, and it says why
+    result, _, _ = judge_run(tmp_path, [], kind="context", input=str(FIX / "scenarios.jsonl"),
+                             responses=str(FIX / "responses.jsonl"), judges=[{"backend": "openai", "model": "qwen-72b"}],
+                             candidate_family="openai", out="fallback")
+    assert "maps openai to google, and no judge of it is given" in result.manifest["judge"]["judge_family_resolution"]
+
+
 # --------------------------------------------------------------------------- statistics by hand
 
 

@@ -17,19 +17,21 @@ from scenario_runs import GOOD_CAMERA, GOOD_SPEECH, SIT, SK, settings
 
 from gen.contextbench.rules import (
     bank_problems,
+    camera_functional,
     camera_refers_back,
     gold_in_speech,
     load_vocabulary,
     name_match,
     not_deictic,
     object_names_in_camera,
+    object_names_in_speech,
     rule_problems,
     shift_announced,
+    speech_properties,
     text_problem,
 )
 from gen.errors import ConfigError
 from gen.generators.scenarios.skeleton import (
-    RELEASED_JOINT,
     Skeleton,
     build_units,
     largest_remainder,
@@ -37,6 +39,7 @@ from gen.generators.scenarios.skeleton import (
 from gen.generators.scenarios.stages import (
     Unit,
     assemble,
+    camera_fields,
     check_camera,
     check_situations,
     check_speech,
@@ -45,6 +48,7 @@ from gen.generators.scenarios.stages import (
     example_skeleton,
     examples,
     situations_of,
+    situations_schema,
     spec,
 )
 from gen.schemas.scenarios import CHANGE_TYPES
@@ -65,41 +69,88 @@ def skeletons(**kw: Any) -> list[Skeleton]:
     return [sk for u in build_units(settings(**kw)) for sk in u]
 
 
-def test_default_bank_has_the_released_marginals_and_our_joint_split() -> None:
+# The public release's joint split of shift type x target, from its rows (written out here, not
+# read from the code, so the test pins the numbers).
+RELEASED_BANK = {
+    ("object_in_hand", "current"): 9, ("object_in_hand", "prior"): 2, ("object_in_hand", "clarify"): 1,
+    ("object_state", "current"): 6, ("object_state", "prior"): 2,
+    ("sequential_task", "current"): 5, ("sequential_task", "prior"): 1,
+    ("location", "current"): 4, ("location", "prior"): 1, ("location", "clarify"): 1,
+    ("object_in_view", "current"): 4, ("object_in_view", "prior"): 1,
+    ("absent_referent", "current"): 1, ("absent_referent", "prior"): 1, ("absent_referent", "clarify"): 1,
+    ("absent_referent", "abstain"): 2,
+    ("screen_content", "current"): 3, ("screen_content", "prior"): 1,
+    ("cross_session_reference", "current"): 1, ("cross_session_reference", "prior"): 3,
+}
+RELEASED_CONTRAST = {
+    ("object_in_hand", "current"): 4, ("object_in_hand", "prior"): 1, ("object_in_hand", "clarify"): 1,
+    ("object_in_view", "current"): 3, ("object_in_view", "clarify"): 1,
+    ("object_state", "current"): 2, ("object_state", "prior"): 1,
+    ("sequential_task", "current"): 2, ("sequential_task", "prior"): 1,
+    ("location", "current"): 1, ("location", "prior"): 1,
+    ("screen_content", "current"): 1,
+    ("absent_referent", "abstain"): 1,
+}
+
+
+def test_default_bank_is_the_released_joint_split() -> None:
     sks = skeletons()
     assert len(sks) == 50
+    assert Counter((s.change_type, s.target_context) for s in sks) == RELEASED_BANK
     assert Counter(s.change_type for s in sks) == {"object_in_hand": 12, "object_state": 8, "sequential_task": 6,
                                                    "location": 6, "object_in_view": 5, "absent_referent": 5,
                                                    "screen_content": 4, "cross_session_reference": 4}
     assert Counter(s.target_context for s in sks) == {"current": 33, "prior": 12, "clarify": 3, "abstain": 2}
-    joint = Counter((s.change_type, s.target_context) for s in sks)
-    assert joint == {(ct, t): c for ct, row in RELEASED_JOINT.items() for t, c in row.items()}
     assert Counter(s.difficulty_tier for s in sks) == {"easy": 15, "medium": 20, "hard": 15}
     sigs = Counter((s.change_type, s.target_context, s.difficulty_tier, s.activity_domain) for s in sks)
     assert max(sigs.values()) <= 2
     assert [s.scenario_id for s in sks] == [f"sc-{i:02d}" for i in range(1, 51)]
+    assert all(s.pair_id is None for s in sks)
     # ids run through the shift types in the released order
     assert [s.change_type for s in sks] == sorted((s.change_type for s in sks), key=CHANGE_TYPES.index)
 
 
+def test_default_contrast_is_the_released_joint_split() -> None:
+    units = build_units(settings(subset="contrast"))
+    sks = [sk for u in units for sk in u]
+    assert len(sks) == 20
+    assert Counter((s.change_type, s.target_context) for s in sks) == RELEASED_CONTRAST
+    assert [s.scenario_id for s in sks] == [f"adv-{i:02d}" for i in range(1, 21)]
+    # each prior scenario is paired with a current one of its shift type; the rest stand alone
+    pairs = [u for u in units if len(u) == 2]
+    assert sorted(a.change_type for a, _ in pairs) == ["location", "object_in_hand", "object_state", "sequential_task"]
+    assert [p[0].pair_id for p in pairs] == ["pair-01", "pair-02", "pair-03", "pair-04"]
+    assert all(s.pair_id is None for u in units if len(u) == 1 for s in u)
+    for s in sks:
+        visible = s.change_type not in ("absent_referent", "cross_session_reference")
+        assert s.distractor == visible
+        assert s.referent_complexity == ("distractor_present" if visible else "absent_referent")
+    sigs = Counter((s.change_type, s.target_context, s.difficulty_tier, s.activity_domain) for s in sks)
+    assert max(sigs.values()) <= 2
+
+
 def test_other_sizes_scale_by_largest_remainder() -> None:
-    eight = skeletons(n=8)
-    assert Counter(s.change_type for s in eight) == dict.fromkeys(CHANGE_TYPES, 1)  # one per shift type
+    eight = skeletons(n=8)  # shift types by their totals, then targets within each
+    assert Counter(s.change_type for s in eight) == dict(zip(CHANGE_TYPES, [2, 1, 1, 1, 1, 1, 1], strict=False))
+    assert Counter(s.target_context for s in eight) == {"current": 7, "abstain": 1}
     for n in (1, 13, 120):
         sks = skeletons(n=n)
         assert len(sks) == n
         assert {s.scenario_id for s in sks} == {f"sc-{i:02d}" for i in range(1, n + 1)}
+    assert len(skeletons(subset="contrast", n=7)) == 7  # odd sizes are fine: not every unit is a pair
 
 
-def test_distribution_sets_counts_and_is_checked() -> None:
+def test_distribution_takes_every_cell_and_is_checked() -> None:
     sks = skeletons(distribution={"location": {"current": 2, "prior": 1}, "absent_referent": {"abstain": 1}})
     assert Counter((s.change_type, s.target_context) for s in sks) == {
         ("location", "current"): 2, ("location", "prior"): 1, ("absent_referent", "abstain"): 1}
     assert settings(distribution={"location": {"current": 2}}).size == 2
-    bad = [({"cross_session_reference": {"current": 1}}, "cannot target current"),
-           ({"screen_content": {"abstain": 1}}, "cannot target abstain"),
-           ({"location": {"clarify": 1}}, "cannot target clarify"),
-           ({"teleport": {"current": 1}}, "unknown shift type"),
+    # the authoring rules forbid no cell: every shift type takes every target
+    every = {ct: {t: 1 for t in ("current", "prior", "clarify", "abstain")} for ct in CHANGE_TYPES}
+    for subset in ("bank", "contrast"):
+        got = Counter((s.change_type, s.target_context) for s in skeletons(distribution=every, subset=subset))
+        assert got == {(ct, t): 1 for ct in CHANGE_TYPES for t in ("current", "prior", "clarify", "abstain")}
+    bad = [({"teleport": {"current": 1}}, "unknown shift type"),
            ({"location": {"later": 1}}, "unknown target"),
            ({"location": {"current": -1}}, "count >= 0"),
            ({"location": {"current": 0}}, "every count is 0")]
@@ -110,15 +161,13 @@ def test_distribution_sets_counts_and_is_checked() -> None:
         settings(n=3, distribution={"location": {"current": 2}})
 
 
-def test_compatibility_rules_hold_in_every_default_scenario() -> None:
-    for sk in skeletons(n=200, signature_limit=None):
-        if sk.change_type == "cross_session_reference":
-            assert sk.target_context == "prior"
-        if sk.target_context == "abstain":
-            assert sk.change_type == "absent_referent"
-        if sk.target_context == "clarify":
-            assert sk.change_type in ("object_in_hand", "object_in_view")
-            assert sk.referent_complexity == "multi_referent" and sk.difficulty_tier == "hard"
+def test_skeleton_rules_hold_in_every_scenario() -> None:
+    every = {ct: {t: 3 for t in ("current", "prior", "clarify", "abstain")} for ct in CHANGE_TYPES}
+    for sk in skeletons(distribution=every, signature_limit=None):
+        if sk.target_context in ("clarify", "abstain"):
+            assert sk.difficulty_tier == "hard"
+        if sk.target_context == "clarify" and sk.change_type not in ("absent_referent", "cross_session_reference"):
+            assert sk.referent_complexity == "multi_referent"
         assert sk.deictic == (sk.target_context == "current" and sk.change_type not in
                               ("absent_referent", "cross_session_reference"))
 
@@ -135,24 +184,22 @@ def test_skeleton_is_seeded() -> None:
     assert [s.activity_domain for s in skeletons(seed=3)] != [s.activity_domain for s in skeletons(seed=4)]
 
 
-def test_contrast_units_are_pairs() -> None:
-    units = build_units(settings(subset="contrast"))
-    assert len(units) == 10
-    for a, b in units:
+def test_contrast_pairs() -> None:
+    units = build_units(settings(subset="contrast", distribution={"location": {"current": 2, "prior": 2},
+                                                                  "object_in_view": {"current": 1}}))
+    assert [len(u) for u in units] == [2, 2, 1]
+    for a, b in units[:2]:
         assert (a.target_context, b.target_context) == ("current", "prior")
         assert a.pair_id == b.pair_id and a.change_type == b.change_type and a.activity_domain == b.activity_domain
         assert a.scenario_id.startswith("adv-") and b.referent_complexity == "distractor_present"
-        assert a.change_type not in ("absent_referent", "cross_session_reference")
-    assert len({a.pair_id for a, _ in units}) == 10
-    shifted = build_units(settings(subset="contrast", n=4, id_start=2))
+    shifted = build_units(settings(subset="contrast", n=4, id_start=2,
+                                   distribution={"location": {"current": 2, "prior": 2}}),
+                          existing=[{"scenario_id": "adv-01", "pair_id": "pair-07"}])
     assert [(a.scenario_id, b.scenario_id, a.pair_id) for a, b in shifted] == [
-        ("adv-02", "adv-03", "pair-01"), ("adv-04", "adv-05", "pair-02")]
-    with pytest.raises(ValueError, match="n must be even"):
-        settings(subset="contrast", n=3)
-    with pytest.raises(ValueError, match="one current and one prior"):
-        settings(subset="contrast", distribution={"location": {"current": 2, "prior": 1}})
-    with pytest.raises(ValueError, match="need a visible earlier referent"):
-        settings(subset="contrast", distribution={"absent_referent": {"current": 1, "prior": 1}})
+        ("adv-02", "adv-03", "pair-08"), ("adv-04", "adv-05", "pair-09")]
+    # an absent or pre-conversation referent is not in view at turn 2: no pair
+    alone = build_units(settings(subset="contrast", distribution={"absent_referent": {"current": 1, "prior": 1}}))
+    assert [len(u) for u in alone] == [1, 1] and alone[0][0].pair_id is None
 
 
 def test_config_refuses_shards_and_a_verify_without_input() -> None:
@@ -199,6 +246,44 @@ def test_speech_rules() -> None:
     assert shift_announced("Is the one from before still good?") == []
     assert not_deictic({"turn_2_user": "Can I add the noodles yet?"}) != []
     assert not_deictic({"turn_2_user": "Is it ready?"}) == []
+
+
+@pytest.mark.parametrize(("fields", "rule"), [
+    ({"turn_2_image": GOOD_CAMERA["turn_2_image"] + " The cutting tool rests beside the board."}, "camera_functional_label"),
+    ({"turn_1_image": GOOD_CAMERA["turn_1_image"] + " A fastening device lies by the edge."}, "camera_functional_label"),
+    ({"turn_1_image": GOOD_CAMERA["turn_1_image"] + " A kitchen utensil hangs above."}, "camera_functional_label"),
+    ({"turn_2_image": GOOD_CAMERA["turn_2_image"] + " A slim tool used for smoothing."}, "camera_functional_label"),
+    ({"turn_2_user": "Is the red one ready?"}, "speech_describes_properties"),
+    ({"turn_1_user": "How hard do I swing this wooden thing?"}, "speech_describes_properties"),
+    ({"turn_2_user": "Is this big enough to push?"}, "speech_describes_properties"),
+    ({"turn_2_user": "Am I pushing this round part right?"}, "speech_describes_properties"),
+    ({"turn_1_user": "How hard should I swing the screwdriver here?"}, "object_name_in_speech"),
+    ({"turn_1_user": "Should I put the saw down for this?"}, "object_name_in_speech"),
+    ({"turn_3_repair_prompt_deictic": "I mean this chisel right now."}, "object_name_in_speech"),
+])
+def test_the_authoring_rules_on_look_and_names_refuse_planted_violations(fields: dict[str, str], rule: str) -> None:
+    """User turns must not describe how things look or name objects (the vocabulary, not only the
+    gold words); camera text must not use functional labels. Each planted break is refused by
+    exactly its rule, at its stage and on the record."""
+    camera = {**GOOD_CAMERA, **{k: v for k, v in fields.items() if k.endswith("image")}}
+    speech = {**GOOD_SPEECH, **{k: v for k, v in fields.items() if not k.endswith("image")}}
+    stage = check_camera(SK, SIT, camera)[1] + check_speech(SK, SIT, speech)[1]
+    assert {r for r, _ in stage} == {rule}, stage
+    rec = assemble(Unit(0, [SK], sit=SIT, camera=camera, speech=speech), SK)
+    assert {r for r, _ in rule_problems(rec, categories=situations_of(SK, SIT)["categories"])} == {rule}
+
+
+def test_look_and_name_rules_leave_everyday_words_alone() -> None:
+    fine = ["How long should this take?", "Is this level?", "What was that thing I saw before?",
+            "Is this layer thick enough?", "Is this smooth enough to paint over?", "Should I phone them about it?",
+            "What size was the one sitting here a second ago?", "Am I doing this right?"]
+    for t in fine:
+        assert object_names_in_speech({"turn_2_user": t}, []) == [] and speech_properties({"turn_2_user": t}) == [], t
+    assert object_names_in_speech({"turn_2_user": "Is my phone charged?"}, []) == [
+        ("object_name_in_speech", "object name 'phone' in turn_2_user")]
+    assert object_names_in_speech({"turn_2_user": "Are these zibbers done?"}, ["zibber"]) != []  # own names, plural
+    assert camera_functional({"turn_1_image": "A slim metal tool with a crosshead tip, seated in a fastener."}) == []
+    assert camera_functional({"turn_1_image": "A sliding drawer beside a cutting board."}) == []
 
 
 def test_text_problems() -> None:
@@ -299,18 +384,46 @@ def test_our_own_examples_pass_our_rules() -> None:
 
 
 def test_every_shift_type_and_target_renders_every_stage() -> None:
+    """Every cell of both subsets (the rules forbid none): each stage renders, and the request
+    asks for exactly the fields the stage's schema makes the model write."""
     prompts = Prompts()
-    for sk in [*skeletons(), *[s for u in build_units(settings(subset="contrast")) for s in u]]:
-        sit = examples()[0]["situations"] if sk.target_context not in ("clarify", "abstain") else example_for(sk)["situations"]
-        if sk.change_type == "cross_session_reference":
-            sit = {**sit, "meanwhile": "a hall"}
-        stages = ["situations", "camera", "speech"] + (["follow_up"] if sk.target_context == "prior" and sk.subset == "contrast" else [])
+    every = {ct: {t: 1 for t in ("current", "prior", "clarify", "abstain")} for ct in CHANGE_TYPES}
+    units = [*build_units(settings(distribution=every)), *build_units(settings(distribution=every, subset="contrast"))]
+    assert sum(len(u) == 2 for u in units) == 6  # the contrast pairs of the visible shift types
+    base = examples()[0]["situations"]
+    sit = {**base, "meanwhile": "a hall", "candidates": ["a ladle", "a whisk"], "hidden_detail": "the date stamp",
+           "clarify_indicators": ["which one"], "abstain_indicators": ["I could not see"]}
+    for u in units:
+        sk = u[0]
+        asked = set(situations_schema(sk).model_fields)
+        want = {"earlier"} | {f for f, cond in (("meanwhile", sk.change_type == "cross_session_reference"),
+                                                ("candidates", sk.target_context == "clarify"),
+                                                ("clarify_indicators", sk.target_context == "clarify"),
+                                                ("hidden_detail", sk.target_context == "abstain"),
+                                                ("abstain_indicators", sk.target_context == "abstain")) if cond}
+        if sk.target_context != "clarify" and not (sk.target_context == "abstain" and sk.change_type == "absent_referent"):
+            want.add("now")
+        assert asked == want, (sk.change_type, sk.target_context)
+        stages = ["situations", "camera", "speech"] + (["follow_up"] if len(u) == 2 else [])
         for stage in stages:
             s = spec(sk, sit if stage != "situations" else None, turn_1_user="Is this all right?")
             messages = prompts.render(f"scenarios/{stage}.jinja", example=example_prompt(stage, example_for(sk)), s=s)
             assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
             json.loads(messages[2]["content"])
             assert messages[1]["content"][:30] == messages[3]["content"][:30]
+            request = messages[3]["content"]
+            if stage == "situations":
+                for f in asked:
+                    assert f"{f} (" in request, (sk.change_type, sk.target_context, f)
+                assert ("now (" in request) == ("now" in asked)
+            if stage == "camera":
+                for f in camera_fields(sk):
+                    assert f"\n{f}: " in request, (sk.change_type, sk.target_context, f)
+                assert ("turn_2_image_b:" in request) == (len(u) == 2)
+                assert ("still visible" in request) == sk.distractor
+            if stage == "speech":
+                assert "turn_3_repair_prompt:" in request
+                assert ("turn_3_repair_prompt_deictic:" in request) == sk.deictic
     assert {"scenarios/_requests.jinja", "scenarios/_system.jinja"} <= set(prompts.used)
 
 

@@ -40,7 +40,7 @@ from gen.generators.scenarios.stages import check_situations, examples, tidy_sit
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import PROMPTS
 from gen.runner import RunContext, run
-from gen.schemas.scenarios import RECORD_FIELDS, VISIBLE_FIELDS, ScenarioRecord
+from gen.schemas.scenarios import CHANGE_TYPES, RECORD_FIELDS, VISIBLE_FIELDS, ScenarioRecord
 
 NAME = "scenarios"
 EXAMPLES_JSONL = CONTEXT_BENCH / "examples.jsonl"
@@ -102,20 +102,20 @@ class Fake:
         out: dict[str, Any] = {"earlier": sit(w1, "gadget")}
         if "blank_category" in self.faults:
             out["earlier"]["technique"] = ["   ", "   "]
-        if "candidates (2 or 3 things" in req:
-            out["candidates"] = [f"{word(req, seed, 3)} gizmo", f"{word(req, seed, 4)} gizmo"]
-            out["clarify_indicators"] = ["which one do you mean", "can you show me", "hard to tell from here"]
-        elif "hidden_detail (that detail" in req:
-            out["hidden_detail"] = f"the {w1} code on the base"
-            out["abstain_indicators"] = ["I could not see that", "it was turned away", "not visible to me"]
-        else:
-            if "meanwhile (the scene" in req:
-                out["meanwhile"] = f"{word(req, seed, 5)} hall"
+        if "meanwhile (the scene" in req:
+            out["meanwhile"] = f"{word(req, seed, 5)} hall"
+        if "now (what it shows later)" in req or "now (the scene later)" in req:
             out["now"] = sit(w2, "widget")
             if "overlap" in self.faults:  # the same referent twice
                 out["now"]["name"] = out["earlier"]["name"]
             if "shared_phrase" in self.faults:
                 out["now"]["state"][0] = out["earlier"]["state"][0]
+        if "candidates (2 or 3 things" in req:
+            out["candidates"] = [f"{word(req, seed, 3)} gizmo", f"{word(req, seed, 4)} gizmo"]
+            out["clarify_indicators"] = ["which one do you mean", "can you show me", "hard to tell from here"]
+        if "hidden_detail (that detail" in req:
+            out["hidden_detail"] = f"the {w1} code on the base"
+            out["abstain_indicators"] = ["I could not see that", "it was turned away", "not visible to me"]
         return json.dumps(out)
 
     def camera(self, req: str, seed: int) -> str:
@@ -134,6 +134,8 @@ class Fake:
                 text += f" It is a {name}."
             if f == "turn_2_image" and self.on("camera_refers", req):
                 text += " The shape is larger than before."
+            if f == "turn_2_image" and self.on("camera_functional", req):
+                text += " The cutting tool lies beside it."
             if f == "turn_2_image" and self.on("camera_eval", req):
                 text += " The hand grips it correctly."
             if f == "turn_1_image" and self.on("echo", req):
@@ -158,6 +160,10 @@ class Fake:
             out["turn_2_user"] = f"Is this {now.group(1)} ready?"
         if self.on("announce", req):
             out["turn_2_user"] = f"I switched to this one, what now, {pw}?"
+        if self.on("speech_property", req):
+            out["turn_2_user"] = f"Is the red one ready now, {pw}?"
+        if self.on("speech_name", req):
+            out["turn_1_user"] = f"Should I use the screwdriver on this, {word(req, seed, 't1')}?"
         if self.on("not_deictic", req):
             out["turn_2_user"] = f"What should I do next, {pw}?"
         if self.on("empty", req):
@@ -213,9 +219,14 @@ def funnel_row(manifest: dict[str, Any], stage: str, rule: str) -> dict[str, Any
 # --------------------------------------------------------------------------- end to end
 
 
+ONE_PER_SHIFT_TYPE = {"object_in_hand": {"current": 1}, "object_state": {"current": 1}, "sequential_task": {"current": 1},
+                      "location": {"current": 1}, "object_in_view": {"current": 1}, "absent_referent": {"prior": 1},
+                      "screen_content": {"current": 1}, "cross_session_reference": {"prior": 1}}
+
+
 def test_end_to_end_one_per_shift_type(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    result, _, fake = run_scenarios(out, n=8)
+    result, _, fake = run_scenarios(out, distribution=ONE_PER_SHIFT_TYPE)
     manifest = check_run_folder(out, NAME, 8, hydra=False)
     rows = read_jsonl(out / "scenarios.jsonl")
     assert len(rows) == 8 and result.rejected == 0
@@ -244,6 +255,28 @@ def test_end_to_end_one_per_shift_type(tmp_path: Path) -> None:
     assert {"scenarios/object_names.txt", "scenarios/examples.json", "scenarios/identify.jinja",
             "scenarios/leak.jinja"} <= set(manifest["prompts"])
     assert fake.calls["identify"] == sum(len(c["identification"]) for c in checks)
+
+
+@pytest.mark.parametrize("subset", ["bank", "contrast"])
+def test_every_cell_is_written_and_passes_every_rule(tmp_path: Path, subset: str) -> None:
+    """All 32 shift type x target cells (the rules forbid none), through the stages and rules."""
+    every = {ct: {t: 1 for t in ("current", "prior", "clarify", "abstain")} for ct in CHANGE_TYPES}
+    out = tmp_path / subset
+    result, _, _ = run_scenarios(out, distribution=every, subset=subset)
+    rows = read_jsonl(out / "scenarios.jsonl")
+    assert result.rejected == 0 and len(rows) == 32
+    assert Counter((r["change_type"], r["target_context"]) for r in rows) == {
+        (ct, t): 1 for ct in CHANGE_TYPES for t in ("current", "prior", "clarify", "abstain")}
+    checks = {c["scenario_id"]: c for c in read_jsonl(out / "scenario_checks.jsonl")}
+    for r in rows:
+        assert rule_problems(r, categories=checks[r["scenario_id"]]["categories"]) == []
+        frames = {x["field"] for x in checks[r["scenario_id"]]["identification"]}
+        assert ("turn_2_image" in frames) == (r["target_context"] != "clarify" and not (
+            r["target_context"] == "abstain" and r["change_type"] == "absent_referent"))
+        if r["target_context"] == "abstain" and r["change_type"] not in ("absent_referent", "cross_session_reference"):
+            assert r["gold"]["current_answers"] and r["gold"]["abstain_indicators"]
+    assert sum(r["pair_id"] is not None for r in rows) == (12 if subset == "contrast" else 0)
+    assert context_bench_failures(context_bench_validator(), rows) == []
 
 
 def test_the_lock_matches_the_files_and_verify_finds_drift(tmp_path: Path, run_gen) -> None:
@@ -288,15 +321,15 @@ def test_the_lock_matches_the_files_and_verify_finds_drift(tmp_path: Path, run_g
 
 def test_validator_passes_on_output(tmp_path: Path) -> None:
     """The benchmark's own validate_scenarios.py (checks 1, 2, 3, 6) on a full default bank of
-    50, with its frozen change_type distribution enforced, and on a contrast pack."""
+    50, with its frozen change_type distribution enforced, and on a default contrast subset of 20."""
     validator = context_bench_validator()
     run_scenarios(tmp_path / "bank")
     rows = read_jsonl(tmp_path / "bank" / "scenarios.jsonl")
     assert len(rows) == 50
     assert context_bench_failures(validator, rows, enforce_distribution=True) == []
-    run_scenarios(tmp_path / "contrast", subset="contrast", n=6)
-    pairs = read_jsonl(tmp_path / "contrast" / "scenarios.jsonl")
-    assert len(pairs) == 6 and context_bench_failures(validator, pairs) == []
+    run_scenarios(tmp_path / "contrast", subset="contrast")
+    contrast = read_jsonl(tmp_path / "contrast" / "scenarios.jsonl")
+    assert len(contrast) == 20 and context_bench_failures(validator, contrast) == []
     # the validator does fail on a planted break, so passing means something
     broken = [{**rows[0], "turn_2_user": f"Is this {rows[0]['gold']['current_answers'][0]} ok?"}, *rows[1:]]
     assert [f["check"] for f in context_bench_failures(validator, broken)] == ["token_leakage"]
@@ -340,6 +373,9 @@ def test_a_broken_first_draft_is_regenerated(tmp_path: Path, fault: str, stage: 
 
 @pytest.mark.parametrize(("fault", "stage", "rule", "also"), [
     ("speech_gold", "speech", "gold_in_speech", None),
+    ("speech_property", "speech", "speech_describes_properties", None),
+    ("speech_name", "speech", "object_name_in_speech", None),
+    ("camera_functional", "camera", "camera_functional_label", None),
     ("camera_name", "camera", "object_name_in_camera", None),
     ("overlap", "situations", "gold_lists_overlap", None),
     ("blank_category", "situations", "empty_text", "three_categories"),
@@ -446,7 +482,7 @@ def test_existing_bank_counts_for_ids_and_turn_2(tmp_path: Path) -> None:
 
 def test_contrast_pairs_share_turn_1_and_split_current_prior(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    result, _, _ = run_scenarios(out, subset="contrast", n=4)
+    result, _, _ = run_scenarios(out, subset="contrast", distribution={"object_in_hand": {"current": 2, "prior": 2}})
     check_run_folder(out, NAME, 2, hydra=False, one_per_index=False)
     rows = read_jsonl(out / "scenarios.jsonl")
     assert [r["scenario_id"] for r in rows] == ["adv-01", "adv-02", "adv-03", "adv-04"]
@@ -467,12 +503,14 @@ def test_contrast_pairs_share_turn_1_and_split_current_prior(tmp_path: Path) -> 
 
 
 def test_a_contrast_member_b_repeating_member_a_is_regenerated(tmp_path: Path) -> None:
-    result, _, _ = run_scenarios(tmp_path / "run", Fake({"follow_same": "first"}), subset="contrast", n=2)
+    pair = {"object_in_hand": {"current": 1, "prior": 1}}
+    result, _, _ = run_scenarios(tmp_path / "run", Fake({"follow_same": "first"}), subset="contrast", distribution=pair)
     assert result.accepted == 2
     checks = read_jsonl(tmp_path / "run" / "scenario_checks.jsonl")
     # failed within the pair, passed on the regeneration, passed again against the bank
     assert checks[0]["rules"]["follow_up.duplicate_turn_2"] == {"first": False, "final": True, "evaluations": 3}
-    result, _, _ = run_scenarios(tmp_path / "always", Fake({"follow_same": "always"}), subset="contrast", n=2)
+    result, _, _ = run_scenarios(tmp_path / "always", Fake({"follow_same": "always"}), subset="contrast",
+                                 distribution=pair)
     assert result.rejected == 2
     assert {r["reason"] for r in read_jsonl(tmp_path / "always" / "rejects.jsonl")} == {"duplicate_turn_2"}
 
@@ -509,6 +547,8 @@ def test_released_examples_through_the_rules() -> None:
     assert found["sc-13"] == ["repair_not_named", "speech_not_deictic"]  # "Can I add the noodles yet?"
     assert found["sc-01"] == ["object_name_in_camera"]  # "Bowl-shaped wooden head": 'bowl' is in our vocabulary
     assert found["sc-43"] == [] and found["sc-09"] == []
+    # "the same long flat broad-bladed cutting tool": the release's own functional label
+    assert "camera_functional_label" in found["sc-33"]
     assert bank_problems(rows) == []
 
 
@@ -519,8 +559,8 @@ def test_vocabulary_covers_the_benchmarks_blocklist() -> None:
 
 def test_config_round_trip_and_plan(tmp_path: Path) -> None:
     assert plan(settings(n=8)).n == 8
-    assert plan(settings(subset="contrast")).n == 10  # pairs
-    assert cell_counts(settings(n=8))[0] == ("object_in_hand", "current", 1)
+    assert plan(settings(subset="contrast")).n == 16  # 4 pairs and 12 scenarios alone
+    assert cell_counts(settings(n=8))[0] == ("object_in_hand", "current", 2)
     with pytest.raises(InputError, match="holds no MANIFEST.lock.json"):
         plan(settings(action="verify", input=str(tmp_path)))
     assert (PROMPTS / "scenarios" / "object_names.txt").is_file()

@@ -18,13 +18,14 @@ if TYPE_CHECKING:
 SIGNATURE_LIMIT = 2
 """Scenarios per (change_type, target, difficulty, domain) signature: the benchmark validator's
 limit (``validate_scenarios.py``, check 3), as ``gen scenarios`` applies it by default."""
-WARNING_RULES = frozenset({"camera_evaluates_technique", "camera_refers_to_turn_1", "shift_announced",
-                           "speech_not_deictic", "repair_not_named", "repetitive_text"})
+WARNING_RULES = frozenset({"camera_evaluates_technique", "camera_refers_to_turn_1", "camera_functional_label",
+                           "shift_announced", "speech_not_deictic", "speech_describes_properties",
+                           "repair_not_named", "repetitive_text"})
 """Rules that are gen's word patterns for an authoring rule (a list of phrases, not the rule
 itself): a hit is for a person to read, so a warning. Every other rule (schema, field presence,
 gold tokens in user speech, object names in camera text, duplicate turn-2 texts, the signature
-limit, the gold lists' size and overlap, empty texts) is an error, as the benchmark's validator
-or its authoring rules state it."""
+limit, the gold lists' size and overlap, empty texts, object names in user speech) is an error,
+as the benchmark's validator or its authoring rules state it."""
 SIGNATURE_FIELDS = ["change_type", "target_context", "difficulty_tier", "activity_domain"]
 
 

@@ -1,0 +1,106 @@
+"""The proactive recommendation generator's global path (EgoIntrospect appendix B.2): the
+sessions ``gen recommend`` reads (:class:`RecommendSession`), what the global generator writes for
+one segment (:class:`GlobalDraft`: a factual summary and first-person requests in the nine intent
+categories), and the record per segment (:class:`RecommendationRecord`: the candidates that passed
+the checks, and their rerank).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gen.schemas import plain_text
+from gen.schemas.introspect import Forbidden, Id, Line, Seconds, Session, Span, Text
+from gen.schemas.rerank import RankedCandidate
+
+CATEGORIES: dict[str, str] = {
+    "object_identification": "object identification and recognition",
+    "text_and_audio": "translation, text and audio recognition",
+    "procedural_guidance": "procedural guidance",
+    "decision_support": "decision support",
+    "contextual_memory": "contextual memory",
+    "computation": "computation and estimation",
+    "task_assistance": "task assistance",
+    "recommendation": "context-aware recommendation",
+    "engaging_interaction": "engaging interaction",
+}
+"""The nine intent categories of B.2 stage 5, in its order: field name -> what it covers."""
+
+
+class Scene(Span):
+    """A scene-context annotation (where the participant is, with whom, doing what) over a span."""
+
+    context: Text
+
+
+class RecommendSession(Session):
+    """One line of ``gen recommend``'s input: a recording session, its timed lines (the clip's
+    text: gen has no video model), the participant's profile and do-not-disturb intervals, and
+    the scene-context annotations."""
+
+    profile: Text | None = None
+    forbidden: list[Forbidden] = Field(default_factory=list)
+    scenes: list[Scene] = Field(default_factory=list)
+
+
+Request = Annotated[str, Field(pattern=plain_text(160, 3))]
+Summary = Annotated[str, Field(pattern=plain_text(400, 10))]
+
+
+class GlobalDraft(BaseModel):
+    """The global generator's answer for one segment: a short factual summary of the clip and
+    one or two requests per intent category, each as the participant would say it."""
+
+    summary: Summary
+    object_identification: list[Request] = Field(min_length=1, max_length=2)
+    text_and_audio: list[Request] = Field(min_length=1, max_length=2)
+    procedural_guidance: list[Request] = Field(min_length=1, max_length=2)
+    decision_support: list[Request] = Field(min_length=1, max_length=2)
+    contextual_memory: list[Request] = Field(min_length=1, max_length=2)
+    computation: list[Request] = Field(min_length=1, max_length=2)
+    task_assistance: list[Request] = Field(min_length=1, max_length=2)
+    recommendation: list[Request] = Field(min_length=1, max_length=2)
+    engaging_interaction: list[Request] = Field(min_length=1, max_length=2)
+
+
+class Candidate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: int
+    text: str
+    category: str
+    source: str = "global"
+
+
+class RecommendationRecord(BaseModel):
+    """One interruptible segment's recommendations: what the generator was given, its summary,
+    the candidate pool that passed the checks and the reranked list (duplicates removed,
+    ungrounded last, ids 1, 2, … in the final order)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    item_id: str
+    session_id: Id
+    participant: Id | None
+    segment: Span
+    scene_context: str | None
+    profile: str | None
+    previous_summary: str | None
+    summary: str
+    candidates: list[Candidate]
+    turned_away: list[dict[str, str]]
+    """Requests the checks refused: ``text``, ``category``, ``reason``."""
+    ranked: list[RankedCandidate]
+    removed: list[dict[str, Any]] = Field(default_factory=list)
+    rerank_reason: str | None = None
+    dedup_agreement: dict[str, int] = Field(default_factory=dict)
+    """Request pairs by verdict, the reranker's duplicates against the embedding's (``both``,
+    ``llm_only``, ``embedding_only``, ``neither``)."""
+    attempts: dict[str, int]
+    """Calls per stage (global, rerank)."""
+
+
+__all__ = ["CATEGORIES", "Candidate", "GlobalDraft", "Line", "RecommendSession", "RecommendationRecord", "Scene",
+           "Seconds"]
