@@ -341,12 +341,11 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
     ctx.prompts.hash(TEMPLATE)
     ctx.write_json("summary.json", {"manifest": manifest, **summary})
     ctx.extra[NAME] = {"mode": "scenarios", "manifest": manifest, **summary}
-    if cfg.progress != "off":
-        for cellname, m in summary["judges"][primary].items():
-            ba, ci95 = m["balanced_accuracy"], m["balanced_accuracy_ci95"]
-            print(f"[evaluate] {cellname}: balanced turn-2 accuracy {ba if ba is not None else '-'}"
-                  f"{f' {ci95}' if ci95 else ''}, judge not followed {m['turn_2']['not_followed']}/"
-                  f"{m['turn_2']['replies']}, repair {m['repair']['k']}/{m['repair']['n']} (judge {primary})", flush=True)
+    for cellname, m in summary["judges"][primary].items():
+        ba, ci95 = m["balanced_accuracy"], m["balanced_accuracy_ci95"]
+        ctx.say(f"[evaluate] {cellname}: balanced turn-2 accuracy {ba if ba is not None else '-'}"
+                f"{f' {ci95}' if ci95 else ''}, judge not followed {m['turn_2']['not_followed']}/"
+                f"{m['turn_2']['replies']}, repair {m['repair']['k']}/{m['repair']['n']} (judge {primary})")
 
 
 def read_lock(folder: Path) -> dict[str, Any]:
@@ -432,12 +431,11 @@ def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | 
     summary["candidate"] = {"model": llm.describe().get("model"), "family": llm.family}
     ctx.write_json("summary.json", summary)
     ctx.extra[NAME] = {"mode": "mcq", **summary}
-    if cfg.progress != "off":
-        a = summary["accuracy"]
-        print(f"[evaluate] {a['k']}/{a['n']} correct ({a['rate']}, 95% CI {a['ci95']}; chance {a['chance']}); "
-              f"{a['unparseable']} unparseable", flush=True)
-        for q, b in summary["by_question_type"].items():
-            print(f"[evaluate]   {q}: {b['k']}/{b['n']} ({b['rate']}, {b['ci95']}; chance {b['chance']})", flush=True)
+    a = summary["accuracy"]
+    ctx.say(f"[evaluate] {a['k']}/{a['n']} correct ({a['rate']}, 95% CI {a['ci95']}; chance {a['chance']}); "
+            f"{a['unparseable']} unparseable",
+            *(f"[evaluate]   {q}: {b['k']}/{b['n']} ({b['rate']}, {b['ci95']}; chance {b['chance']})"
+              for q, b in summary["by_question_type"].items()))
 
 
 @generator(NAME, config=EvaluateConfig, records=(TrialRecord, MCQAnswerRecord), kind="evaluation", plan=plan)

@@ -27,7 +27,6 @@ logs, object detections) needs video and is not built.
 from __future__ import annotations
 
 import re
-import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -331,19 +330,19 @@ def funnel(outcomes: list[RecommendationRecord | Reject]) -> dict[str, Any]:
             "categories_kept": dict(sorted(Counter(c.category for r in recs for c in r.candidates).items()))}
 
 
-def print_funnel(f: dict[str, Any], file: Any = None) -> None:
-    out = file or sys.stdout
-    print(f"[{NAME}] {f['segments']} segments, {f['records']} records; {f['requests_kept']} requests kept, "
-          f"{f['after_rerank']} after the rerank ({f['duplicates_removed']} duplicates removed)", file=out)
+def funnel_lines(f: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    out.append(f"[{NAME}] {f['segments']} segments, {f['records']} records; {f['requests_kept']} requests kept, "
+               f"{f['after_rerank']} after the rerank ({f['duplicates_removed']} duplicates removed)")
     a = f["dedup_agreement"]
     if a["pairs"]:
-        print(f"  request pairs called duplicates: reranker and embedding {a['both']}, reranker only {a['llm_only']}, "
-              f"embedding only {a['embedding_only']} (of {a['pairs']})", file=out)
+        out.append(f"  request pairs called duplicates: reranker and embedding {a['both']}, reranker only {a['llm_only']}, "
+                   f"embedding only {a['embedding_only']} (of {a['pairs']})")
     for k, v in f["requests_turned_away_in_kept_drafts"].items():
-        print(f"  turned away {k:<20}{v:>6}", file=out)
+        out.append(f"  turned away {k:<20}{v:>6}")
     for k, v in f["rejected_by"].items():
-        print(f"  refused {k:<30}{v:>6}", file=out)
-    out.flush()
+        out.append(f"  refused {k:<30}{v:>6}")
+    return out
 
 
 @generator(NAME, config=RecommendConfig, records=RecommendationRecord, kind="recommendations", plan=plan)
@@ -367,5 +366,4 @@ def recommend(cfg: RecommendConfig, ctx: RunContext) -> Iterator[RecommendationR
     yield from outcomes
     f = funnel(outcomes)
     ctx.extra[NAME] = {"funnel": f, "segments": {"max": cfg.max_segment, "min": cfg.min_segment}}
-    if cfg.progress != "off":
-        print_funnel(f)
+    ctx.say(*funnel_lines(f))

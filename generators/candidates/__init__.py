@@ -41,7 +41,6 @@ the input, the funnel and the generator.
 from __future__ import annotations
 
 import random
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -337,12 +336,12 @@ def funnel_rows(reached: list[int], rerank: bool) -> list[dict[str, Any]]:
             if rerank or step != "rerank"]
 
 
-def print_funnel(rows: list[dict[str, Any]], file: Any = None) -> None:
-    out = file or sys.stdout
-    print("[candidates] funnel (items that passed each step)", file=out)
+def funnel_lines(rows: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    out.append("[candidates] funnel (items that passed each step)")
     for r in rows:
-        print(f"  {r['step']:<16}{r['items']:>6}", file=out)
-    out.flush()
+        out.append(f"  {r['step']:<16}{r['items']:>6}")
+    return out
 
 
 def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
@@ -375,5 +374,4 @@ def candidates(cfg: CandidatesConfig, ctx: RunContext) -> Iterator[CandidateReco
     ctx.extra[NAME] = {"funnel": rows, "input_format": data.fmt, "options": cfg.options,
                        "rerank_agreement": rr.agreement_summary(agree),
                        "recall" if data.fmt == "recall" else "timeline": data.timeline}
-    if cfg.progress != "off":
-        print_funnel(rows)
+    ctx.say(*funnel_lines(rows))

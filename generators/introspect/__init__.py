@@ -22,7 +22,6 @@ typed reason; the manifest holds the funnel (annotations read, questions built, 
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,15 +224,15 @@ def funnel(built: list[Built | EventItem], outcomes: list[IntrospectRecord | Rej
                                               if isinstance(o, Reject)).items()))}
 
 
-def print_funnel(f: dict[str, Any], task: str, file: Any = None) -> None:
-    out = file or sys.stdout
-    print(f"[{NAME}] task={task}: {f['annotations_read']} annotation lines, {f['built']} questions or refusals, "
-          f"{f['records']} records", file=out)
+def funnel_lines(f: dict[str, Any], task: str) -> list[str]:
+    out: list[str] = []
+    out.append(f"[{NAME}] task={task}: {f['annotations_read']} annotation lines, {f['built']} questions or refusals, "
+               f"{f['records']} records")
     for q, c in f["records_by_question_type"].items():
-        print(f"  {q:<32}{c:>6}  answers {f['answers_by_question_type'][q]}", file=out)
+        out.append(f"  {q:<32}{c:>6}  answers {f['answers_by_question_type'][q]}")
     for r, c in f["refused_by"].items():
-        print(f"  refused {r:<40}{c:>6}", file=out)
-    out.flush()
+        out.append(f"  refused {r:<40}{c:>6}")
+    return out
 
 
 @generator(NAME, config=IntrospectConfig, records=IntrospectRecord, kind="mcq", plan=plan)
@@ -263,5 +262,4 @@ def introspect(cfg: IntrospectConfig, ctx: RunContext) -> Iterator[IntrospectRec
         yield out
     f = funnel([built[i] for i in indices], outcomes, data["rows"])
     ctx.extra[NAME] = {"task": cfg.task, "funnel": f}
-    if cfg.progress != "off":
-        print_funnel(f, cfg.task)
+    ctx.say(*funnel_lines(f, cfg.task))

@@ -42,7 +42,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -224,17 +223,17 @@ def funnel(outcomes: list[Outcome]) -> dict[str, Any]:
             "rules": rows, "stages": stages, "rejected_by": dict(sorted(reasons.items()))}
 
 
-def print_funnel(f: dict[str, Any], file: Any = None) -> None:
-    out = file or sys.stdout
-    print(f"[{NAME}] funnel ({f['units']} {f['unit']}s, {f['accepted_units']} accepted): "
-          "reached / passed on first try / passed in the end", file=out)
+def funnel_lines(f: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    out.append(f"[{NAME}] funnel ({f['units']} {f['unit']}s, {f['accepted_units']} accepted): "
+               "reached / passed on first try / passed in the end")
     for r in f["rules"]:
         if r["reached"]:
-            print(f"  {r['stage'] + '.' + r['rule']:<38}{r['reached']:>5}{r['first_try']:>6}{r['final']:>6}", file=out)
+            out.append(f"  {r['stage'] + '.' + r['rule']:<38}{r['reached']:>5}{r['first_try']:>6}{r['final']:>6}")
     for stage, s in f["stages"].items():
-        print(f"  {stage}: {s['generations']} generations for {s['units']} {f['unit']}s, "
-              f"{s['passed_on_first_generation']} passed on the first", file=out)
-    out.flush()
+        out.append(f"  {stage}: {s['generations']} generations for {s['units']} {f['unit']}s, "
+                   f"{s['passed_on_first_generation']} passed on the first")
+    return out
 
 
 # --------------------------------------------------------------------------- the generator
@@ -291,6 +290,5 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
                          "identify_min_cosine": cfg.identify_min_cosine, "identify_quorum": cfg.identify_quorum,
                          "leak_targets": cfg.leak_targets},
     }
-    if cfg.progress != "off":
-        print_funnel(f)
+    ctx.say(*funnel_lines(f))
 
