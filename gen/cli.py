@@ -71,8 +71,8 @@ def _main(argv: list[str]) -> int:
     _VALIDATED.update({job.key: job for job in jobs})
     sys.argv = [sys.argv[0], *flags, f"generator={name}", *overrides]
     if multirun:
-        return run_sweep(len(jobs), swept_keys(overrides))
-    _hydra_main()
+        return run_sweep(name, len(jobs), swept_keys(overrides))
+    _hydra_main(name)
     return 0
 
 
@@ -82,7 +82,7 @@ def swept_keys(overrides: list[str]) -> list[str]:
             if o.is_sweep_override()]
 
 
-def run_sweep(expected: int, swept: list[str]) -> int:
+def run_sweep(name: str, expected: int, swept: list[str]) -> int:
     """Hydra runs every job of the sweep (a job's non-zero exit does not stop the others); then
     one line per job, and the largest exit code of the jobs (see :mod:`gen.sweep`)."""
     from gen.sweep import Sweep, summary
@@ -90,7 +90,7 @@ def run_sweep(expected: int, swept: list[str]) -> int:
     sweep = Sweep()
     interrupted = False
     try:
-        _hydra_main()
+        _hydra_main(name)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -245,7 +245,7 @@ def _compose(name: str, overrides: list[str]):
 
     from gen.config import register
 
-    register()
+    register(name)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None, job_name="gen"):
@@ -464,12 +464,12 @@ def _job(name: str, cfg: Any, out_dir: Path) -> tuple[int, str | None]:
     return result.exit_code, result.error
 
 
-def _hydra_main() -> None:
+def _hydra_main(name: str) -> None:
     import hydra
 
     from gen.config import register
 
-    register()
+    register(name)
     hydra.main(version_base=None, config_path=str(CONF), config_name="config")(_task)()
 
 

@@ -57,21 +57,21 @@ def node(model: type[BaseModel], overrides: dict[str, Any] | None = None,
     return out
 
 
-def register() -> None:
-    """Fill Hydra's ConfigStore from the registry and the backend configs (each compose: the
-    registry is the truth at that moment)."""
+def register(name: str) -> None:
+    """Fill Hydra's ConfigStore with generator ``name``'s config and the backend configs (each
+    compose: the registry is the truth at that moment). Only that generator is loaded, so a
+    broken plugin stops only its own runs."""
     from hydra.core.config_store import ConfigStore
 
     from gen.registry import REGISTRY
 
     cs = ConfigStore.instance()
-    for name, g in REGISTRY.items():
-        cs.store(group="generator", name=name, node=node(g.config, skip=GROUP_FIELDS),
-                 package="_global_")
-    for name, (model, over, _) in LLM_PRESETS.items():
-        cs.store(group="llm", name=name, node=node(model, over))
-    for name, (model, over, _) in EMBEDDER_PRESETS.items():
-        cs.store(group="embedder", name=name, node=node(model, over))
+    cs.store(group="generator", name=name, node=node(REGISTRY[name].config, skip=GROUP_FIELDS),
+             package="_global_")
+    for preset, (model, over, _) in LLM_PRESETS.items():
+        cs.store(group="llm", name=preset, node=node(model, over))
+    for preset, (model, over, _) in EMBEDDER_PRESETS.items():
+        cs.store(group="embedder", name=preset, node=node(model, over))
 
 
 def preset_of(group: str, value: dict[str, Any]) -> str | None:

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, gen_env
 
+from gen.paths import EXAMPLES
+
 PLUGIN = '''
 """A lab's own generator, outside gen: numbered greetings."""
 
@@ -131,6 +133,12 @@ def test_a_broken_plugin_is_one_line(tmp_path: Path, cache_dir: Path) -> None:
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and words in proc.stderr and "broken-plugin" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
+    # the other generators still run: only the generator asked for is loaded (every one was)
+    proc = subprocess.run([sys.executable, "-m", "gen", "introspect", "task=tool_selection", "progress=off",
+                           f"input={EXAMPLES / 'introspect' / 'requests.jsonl'}", f"tools={EXAMPLES / 'introspect' / 'tools.yaml'}",
+                           f"hydra.run.dir={tmp_path / 'ok'}"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_every_room_is_an_entry_point() -> None:
