@@ -13,13 +13,13 @@ a new generator's options reach Hydra by registering it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator
 from pydantic_core import to_jsonable_python
 
 from gen.embed import EmbedderConfig
-from gen.llm import LlamaCppConfig, LlamaServerConfig, OpenAIConfig
+from gen.llm import LlamaCppConfig, LlamaServerConfig, LLMConfig, OpenAIConfig
 
 MISSING = "???"
 GROUP_FIELDS = ("llm", "embedder")
@@ -35,8 +35,6 @@ LLM_PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any], str]] = {
 EMBEDDER_PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any], str]] = {
     "minilm": (EmbedderConfig, {}, "the embedded all-MiniLM-L6-v2 (offline)"),
 }
-DEFAULT_LLM = "smollm2"
-DEFAULT_EMBEDDER = "minilm"
 
 
 def field_default(model: type[BaseModel], name: str) -> Any:
@@ -97,3 +95,12 @@ def llm_preset(name: str) -> dict[str, Any]:
         raise ValueError(f"models: the {name} preset needs {missing[0]}; give the model as a "
                          f"dict instead ({{backend: {conf['backend']}, {missing[0]}: ...}})")
     return conf
+
+
+def _preset_or_fields(value: Any) -> Any:
+    return llm_preset(value) if isinstance(value, str) else value
+
+
+ModelChoice = Annotated[LLMConfig, BeforeValidator(_preset_or_fields)]
+"""An option naming another model (a judge, a panel member): an ``llm=`` preset's name
+(``smollm2``) or the backend's fields (``{backend: openai, base_url: …, model: …}``)."""

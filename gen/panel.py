@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from gen.config import llm_preset
+from gen.config import ModelChoice
 from gen.errors import ConfigError
 from gen.llm import LanguageModel, LLMConfig
 from gen.llm.labels import model_label, unique_labels
@@ -27,9 +27,9 @@ from gen.stats import agreement, cohen_kappa, rounded
 class JudgeOptions(CommonConfig):
     """The judge options ``judge`` and ``evaluate`` share."""
 
-    judge: LLMConfig | None = None
+    judge: ModelChoice | None = None
     """The judge model: an llm preset (smollm2) or a dict ({backend: openai, model: …}); null: judges=[…], else (gen judge) llm=."""
-    judges: list[LLMConfig] = Field(default_factory=list)
+    judges: list[ModelChoice] = Field(default_factory=list)
     """Several judges on every row (presets or dicts): the first of another family than the candidate's scores, all give agreement."""
     judge_labels: list[str] = Field(default_factory=list)
     """Judge names in the outputs, one per judge ([] = GGUF file stem or served model name)."""
@@ -46,15 +46,7 @@ class JudgeOptions(CommonConfig):
     bootstrap: int = Field(2000, ge=100, le=100_000)
     """Bootstrap resamples of the 95 % intervals of means and balanced accuracy."""
 
-    @field_validator("judge", mode="before")
-    @classmethod
-    def _named_judge(cls, value: Any) -> Any:
-        return llm_preset(value) if isinstance(value, str) else value
 
-    @field_validator("judges", mode="before")
-    @classmethod
-    def _named_judges(cls, value: Any) -> Any:
-        return [llm_preset(v) if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _panel(self) -> JudgeOptions:

@@ -52,6 +52,7 @@ from gen.runner import CommonConfig, JsonListWriter, Plan, RunContext, derive_se
 from gen.schemas import Reject
 from gen.schemas.digital import DigitalBundle
 from gen.schemas.distractors import Distractor, DistractorMCQ, GoalRow
+from gen.vectors import ip_index, swig_ptr
 
 NAME = "distractors"
 BANK_FILES = ("goals.jsonl", "goals.parquet")
@@ -248,15 +249,12 @@ class Sampler:
         whole, so a reference's result does not depend on ``refs`` (shards, ``n``): the same
         matrix products run on the same rows.
         """
-        import faiss  # here, not at the top: gen --help lists generators without loading FAISS
-
         if not len(refs):
             return
         if not self.scalable:
             rows = max(1, self.row_budget // self.N)
             every = np.arange(self.N)
-            index = faiss.IndexFlatIP(self.E.shape[1])
-            index.add(self.E)
+            index = ip_index(self.E)
             for c0 in range(refs.start // rows * rows, refs.stop, rows):
                 yield from self._block(np.arange(c0, min(c0 + rows, self.N)), refs, self.E, every, None, index)
             return
@@ -391,8 +389,6 @@ class Sampler:
                        tu: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
         """The same rule over each row's candidate list only (a narrow band in exact mode):
         FAISS computes the similarities of the last pick to just those goals."""
-        import faiss  # here, not at the top: gen --help lists generators without loading FAISS
-
         B = len(first)
         r = np.arange(B)
         rows, cols = np.nonzero(~blocked)
@@ -405,7 +401,7 @@ class Sampler:
         picks, ok = [first], np.ones(B, dtype=bool)
         for step in range(1, self.distractors):
             q = np.ascontiguousarray(self.E[picks[-1]])
-            index.compute_distance_subset(B, faiss.swig_ptr(q), k, faiss.swig_ptr(sims), faiss.swig_ptr(C))
+            index.compute_distance_subset(B, swig_ptr(q), k, swig_ptr(sims), swig_ptr(C))
             if step == 1:
                 score[:] = sims
                 score[pad] = BIG

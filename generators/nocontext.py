@@ -33,11 +33,11 @@ from itertools import permutations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from gen.config import llm_preset
+from gen.config import ModelChoice
 from gen.errors import InputError, LLMOutputError
-from gen.llm import LanguageModel, LLMConfig, Message, Usage
+from gen.llm import LanguageModel, Message, Usage
 from gen.llm.labels import model_label, unique_labels
 from gen.mcq import Bank, load_banks, parse_letter, write_subset
 from gen.registry import generator
@@ -50,7 +50,7 @@ RULES = ("max_correct", "panel")
 
 
 class NocontextConfig(CommonConfig):
-    models: list[LLMConfig] = Field(default_factory=list)
+    models: list[ModelChoice] = Field(default_factory=list)
     """Screening models: conf/llm names ([smollm2]) or llm dicts ([{backend: openai, model: x}]); [] = llm=."""
     labels: list[str] = Field(default_factory=list)
     """Model names in the outputs, one per model ([] = GGUF file stem or served model name)."""
@@ -75,12 +75,6 @@ class NocontextConfig(CommonConfig):
     sample: int | None = Field(None, ge=1)
     """Screen a seeded random subset of this many items (null: all; n is set from the input)."""
 
-    @field_validator("models", mode="before")
-    @classmethod
-    def _named_models(cls, value: Any) -> Any:
-        if not isinstance(value, list):
-            return value
-        return [llm_preset(v) if isinstance(v, str) else v for v in value]
 
     @model_validator(mode="after")
     def _check(self) -> NocontextConfig:

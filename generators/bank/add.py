@@ -56,6 +56,7 @@ from gen.generators.bank.commit import SEVERITY_RANK, AuditOutcome, Verdict, com
 from gen.llm import sha256_file
 from gen.schemas import Reject
 from gen.schemas.bank import BankItemRecord
+from gen.vectors import ip_index
 
 if TYPE_CHECKING:
     from gen.generators.bank import BankConfig
@@ -93,24 +94,18 @@ def near_duplicates(new: Any, old: Any, threshold: float) -> list[Match | None]:
     """For each new vector in order: its nearest bank vector when the cosine is at or above
     ``threshold``; else the most similar *earlier kept* new vector at or above it; else None.
     Vectors are L2-normalised, so FAISS inner product is the cosine."""
-    import faiss
     import numpy as np
 
     new = np.ascontiguousarray(new, dtype=np.float32)
     out: list[Match | None] = [None] * len(new)
     if len(new) == 0:
         return out
-    d = new.shape[1]
     if old is not None and len(old):
-        index = faiss.IndexFlatIP(d)
-        index.add(np.ascontiguousarray(old, dtype=np.float32))
-        sims, ids = index.search(new, 1)
+        sims, ids = ip_index(old).search(new, 1)
         for i in range(len(new)):
             if sims[i, 0] >= threshold:
                 out[i] = Match("bank", int(ids[i, 0]), float(sims[i, 0]))
-    index = faiss.IndexFlatIP(d)
-    index.add(new)
-    lims, dists, labels = index.range_search(new, threshold - 1e-6)  # range_search keeps sims > radius
+    lims, dists, labels = ip_index(new).range_search(new, threshold - 1e-6)  # range_search keeps sims > radius
     kept: set[int] = set()
     for i in range(len(new)):
         if out[i] is not None:

@@ -26,10 +26,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gen.config import llm_preset
+from gen.config import ModelChoice
 from gen.errors import ConfigError
 from gen.generators.judge import context, meta, validity, wagibench
-from gen.llm import LLMConfig
 from gen.panel import JudgeOptions
 from gen.registry import generator
 from gen.runner import Plan, RunContext
@@ -59,7 +58,7 @@ class JudgeConfig(JudgeOptions):
     # list[Variant](…): a bare list literal in a lambda is typed list[str] by mypy
     variant: list[Variant] = Field(default_factory=lambda: list[Variant](["cues_reference"]))
     """kind=wagibench: the judge's inputs (§4.3): cues_reference (the script's cues + the reference: the paper's best), reference, cues, socratic (captions), socratic_reference, contexts_reference (cues, captions, digital state + reference); several run side by side."""
-    reformatter: LLMConfig | None = None
+    reformatter: ModelChoice | None = None
     """kind=wagibench: the model that turns free-text predictions into structured actions (null: the primary judge)."""
     judge_tokens: int = Field(default=1024, ge=4, le=16384)
     """wagibench, distractor_validity: reply cap of a score call (WAGIBench's code: 1,024, room for a reasoning judge's <think> block)."""
@@ -75,11 +74,6 @@ class JudgeConfig(JudgeOptions):
     """meta: the Snap-MCQ and SBERT-similarity baselines beside the judge (appendix H), for rows whose prediction and reference are known."""
     sbert_tie: float = Field(default=0.1, ge=0, le=2)
     """meta: the SBERT baseline ties two predictions whose similarities to the reference differ by at most this (appendix H: 0.1)."""
-
-    @field_validator("reformatter", mode="before")
-    @classmethod
-    def _named_reformatter(cls, value: Any) -> Any:
-        return llm_preset(value) if isinstance(value, str) else value
 
     @field_validator("variant", mode="before")
     @classmethod

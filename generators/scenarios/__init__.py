@@ -48,8 +48,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
+from gen.config import ModelChoice
 from gen.contextbench import (
     CHECKS_FILE,
     JUDGE_TEMPLATE,
@@ -63,7 +64,7 @@ from gen.errors import ConfigError, InputError
 from gen.generators.scenarios.lock import LOCK_KEYS, make_lock, read_lock, verify
 from gen.generators.scenarios.skeleton import DEFAULT_SIZE, NAME, build_units, check_distribution
 from gen.generators.scenarios.stages import BankView, Outcome, Writer, draft_unit, resolve
-from gen.llm import LLMConfig, sha256_file
+from gen.llm import sha256_file
 from gen.paths import input_file
 from gen.readers import read_json
 from gen.registry import generator
@@ -92,7 +93,7 @@ class ScenariosConfig(CommonConfig):
     """Generations per stage (fresh seed) when its output breaks a rule."""
     model_checks: Literal["reject", "record", "off"] = "reject"
     """Identification and semantic-leak checks: reject (regenerate, then reject), record only, or off."""
-    models: list[LLMConfig] = Field(default_factory=list)
+    models: list[ModelChoice] = Field(default_factory=list)
     """Models of the model checks: llm presets ([smollm2]) or dicts ([{backend: openai, model: x}]); [] = llm=."""
     labels: list[str] = Field(default_factory=list)
     """Model names in scenario_checks.jsonl, one per model ([] = GGUF stem or served model name)."""
@@ -116,12 +117,6 @@ class ScenariosConfig(CommonConfig):
     prompt_conditions: str | None = None
     """The benchmark's prompt_conditions.json: copied into the run folder and hashed into the lock (null: none)."""
 
-    @field_validator("models", mode="before")
-    @classmethod
-    def _named_models(cls, value: Any) -> Any:
-        from gen.config import llm_preset
-
-        return [llm_preset(v) if isinstance(v, str) else v for v in value] if isinstance(value, list) else value
 
     @model_validator(mode="after")
     def _check(self) -> ScenariosConfig:
