@@ -74,15 +74,16 @@ def shown_default(model: type[BaseModel], key: str, environment: bool = True) ->
 
 
 def cell(text: str) -> str:
-    """Text for a Markdown table cell: RST's ````x```` as Markdown code, pipes escaped."""
+    """Text for a Markdown table cell: RST's ````x```` as Markdown code, pipes escaped outside
+    code (a table keeps a code span's pipes as they are, and would show an escape there)."""
     text = re.sub(r"``([^`]+)``", r"`\1`", text)
-    return text.replace("|", "\\|").replace("\n", " ")
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(p if p.startswith("`") else p.replace("|", "\\|") for p in parts).replace("\n", " ")
 
 
 def code(value: Any) -> str:
     """A value as inline code (a backtick inside it is doubled around)."""
     text = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
-    text = text.replace("|", "\\|")
     return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
