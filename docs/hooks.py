@@ -6,7 +6,8 @@ A page holds a marker where generated Markdown goes:
   generator is the page's file name, ``reference/<name>.md``, or named: ``<!-- gen:options tom -->``);
 - ``<!-- gen:records -->`` the schema of the records it declares (``records=``);
 - ``<!-- gen:generators -->`` every generator and its help line;
-- ``<!-- gen:backend <preset> -->`` an ``llm=`` / ``embedder=`` preset's options.
+- ``<!-- gen:backend <preset> -->`` an ``llm=`` / ``embedder=`` preset's options;
+- ``<!-- gen:bench-results -->`` every file of ``bench/results/`` with the machine and date it records.
 
 Every one of gen's generators needs its reference page, with its options and records: a
 missing one is a warning, which ``mkdocs build --strict`` turns into a failed build.
@@ -14,9 +15,10 @@ missing one is a warning, which ``mkdocs build --strict`` turns into a failed bu
 
 from __future__ import annotations
 
+import json
 import logging
 import re
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gen.config import EMBEDDER_PRESETS, LLM_PRESETS
@@ -24,7 +26,8 @@ from gen.docs import backend_markdown, generators_markdown, options_markdown, re
 from gen.registry import REGISTRY
 
 log = logging.getLogger("mkdocs.hooks.gen")
-MARKER = re.compile(r"<!-- gen:(\w+)(?: ([\w.-]+))? -->")
+MARKER = re.compile(r"<!-- gen:([\w-]+)(?: ([\w.-]+))? -->")
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
 
 def own_generators() -> list[str]:
@@ -56,6 +59,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
             return options_markdown(name) if what == "options" else records_markdown(name)
         if what == "generators":
             return generators_markdown()
+        if what == "bench-results":
+            return bench_results_markdown()
         if what == "backend" and arg in LLM_PRESETS:
             model = LLM_PRESETS[arg][0]
             return backend_markdown(model, skip=("backend",))
@@ -70,3 +75,25 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
             if f"<!-- gen:{what}" not in markdown:
                 log.warning(f"{src}: the reference page of {stem} has no <!-- gen:{what} --> marker")
     return out
+
+
+def bench_results_markdown() -> str:
+    """One row per ``bench/results/*.json``: the machine and the date the file records (a
+    result without them says so, rather than pass for a current figure)."""
+    rows = ["| result | date | machine |", "|---|---|---|"]
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data = data if isinstance(data, dict) else {}
+        machine = data.get("machine")
+        info = machine if isinstance(machine, dict) else {}
+        date = str(data.get("date") or info.get("date") or "")[:10] or "not recorded"
+        if isinstance(machine, str):
+            where = machine
+        elif info:
+            cores = info.get("cores") or info.get("cpus") or info.get("nproc")
+            cpu = info.get("cpu") or ("x86_64" if "x86_64" in str(info.get("platform", "")) else "")
+            where = ", ".join(x for x in (cpu, f"{cores} cores" if cores else "", f"Python {info['python']}" if "python" in info else "") if x)
+        else:
+            where = f"{data['cores']} cores" if "cores" in data else "not recorded"
+        rows.append(f"| `{path.name}` | {date} | {where or 'not recorded'} |")
+    return "\n".join(rows) + "\n"
