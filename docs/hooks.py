@@ -26,7 +26,8 @@ from gen.docs import backend_markdown, generators_markdown, options_markdown, re
 from gen.registry import REGISTRY
 
 log = logging.getLogger("mkdocs.hooks.gen")
-MARKER = re.compile(r"<!-- gen:([\w-]+)(?: ([\w.-]+))? -->")
+# a marker, not one quoted in inline code (`<!-- gen:options -->` in prose about the markers)
+MARKER = re.compile(r"(?<!`)<!-- gen:([\w-]+)(?: ([\w.-]+))? -->(?!`)")
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
 
@@ -72,7 +73,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     out = MARKER.sub(generated, markdown)
     if src.startswith("reference/") and stem in REGISTRY:
         for what in ("options", "records"):
-            if f"<!-- gen:{what}" not in markdown:
+            if not any(m.group(1) == what for m in MARKER.finditer(markdown)):
                 log.warning(f"{src}: the reference page of {stem} has no <!-- gen:{what} --> marker")
     return out
 
