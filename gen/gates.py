@@ -16,6 +16,7 @@ py3langid's model (also inside its wheel). Both load once per process, on first 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import threading
@@ -662,12 +663,19 @@ def warm(texts: Iterable[str]) -> None:
     nlp = tagger()
     short = [t for t in todo if len(t) <= TAG_MAX_CHARS]
     with _NLP_LOCK:
-        docs = list(nlp.pipe(short, batch_size=256))
-    for text, doc in zip(short, docs, strict=True):
-        _remember(text, [doc])
+        for text, doc in zip(short, nlp.pipe(short, batch_size=256), strict=True):  # one Doc at a time
+            _remember(text, [doc])
     for text in todo:
         if len(text) > TAG_MAX_CHARS:
             tags(text)
+
+
+def _forget_since(mark: int) -> None:
+    """Drop the tags remembered after the cache held ``mark`` texts (a bank's texts are seen once:
+    an audit keeps only its current chunk's)."""
+    newer = len(_TAGS) - mark if len(_TAGS) >= mark else len(_TAGS)  # fewer: the cache was cleared since
+    for text in list(itertools.islice(reversed(_TAGS), newer)):
+        del _TAGS[text]
 
 
 def _first_frames(text: str, kind: Kind) -> list[str]:
@@ -747,24 +755,31 @@ class TextAudit:
                 "examples": {k: list(v) for k, v in self.examples.items()}}
 
 
+AUDIT_CHUNK = 2048
+"""Texts :func:`audit_texts` tags at once."""
+
+
 def audit_texts(texts: Iterable[AuditText], *, language: str = "en", examples_per_gate: int = 5) -> TextAudit:
     """Run the shared gates over a bank's visible texts (no prompt is known, so the prompt-echo
     gates that need one compare against nothing): counts per gate (the first gate a text fails)
     and up to ``examples_per_gate`` examples each (item, field, text, detail)."""
     report = TextAudit()
     ctx = Gates(language=language).context
-    texts = list(texts)
-    warm(x for t in texts for x in _first_frames(t.text, t.kind))
-    for t in texts:
-        report.checked += 1
-        failure = run_gates(t.text, replace(ctx, kind=t.kind))
-        if failure is None:
-            continue
-        report.failed += 1
-        report.by_gate[failure.gate] = report.by_gate.get(failure.gate, 0) + 1
-        report.failures.append((failure.gate, t.item_id, t.field))
-        shown = report.examples.setdefault(failure.gate, [])
-        if len(shown) < examples_per_gate:
-            shown.append({"item_id": t.item_id, "field": t.field, "text": t.text, "detail": failure.detail})
+    stream = iter(texts)
+    while chunk := list(itertools.islice(stream, AUDIT_CHUNK)):  # a bank of any size: one chunk's tags in memory
+        mark = len(_TAGS)
+        warm(x for t in chunk for x in _first_frames(t.text, t.kind))
+        for t in chunk:
+            report.checked += 1
+            failure = run_gates(t.text, replace(ctx, kind=t.kind))
+            if failure is None:
+                continue
+            report.failed += 1
+            report.by_gate[failure.gate] = report.by_gate.get(failure.gate, 0) + 1
+            report.failures.append((failure.gate, t.item_id, t.field))
+            shown = report.examples.setdefault(failure.gate, [])
+            if len(shown) < examples_per_gate:
+                shown.append({"item_id": t.item_id, "field": t.field, "text": t.text, "detail": failure.detail})
+        _forget_since(mark)
     report.by_gate = dict(sorted(report.by_gate.items()))
     return report

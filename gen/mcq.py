@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -44,7 +44,7 @@ class Bank:
     path: Path
     format: str
     """``jsonl`` (MCQ records), ``egotom_csv`` or ``roles_jsonl`` (any JSONL read with a roles file)."""
-    items: list[MCQ]
+    items: Sequence[MCQ]
     problems: list[dict[str, Any]] = field(default_factory=list)
     """Rows that loaded with a defect (``line``, ``item_id``, ``field``, ``problem``): a missing
     field, an answer that is not among the options. Only :func:`load_roles_bank` fills it."""
@@ -52,36 +52,57 @@ class Bank:
 
 def load_banks(path: Path) -> list[Bank]:
     """Every MCQ bank at ``path`` (a file, a run folder, or a folder of EgoToM CSVs)."""
+    return [load_bank(p) for p in bank_files(path)]
+
+
+def bank_files(path: Path) -> list[Path]:
+    """The MCQ files :func:`load_banks` reads at ``path``, in its order (nothing is read but
+    EgoToM headers)."""
     if not path.exists():
         raise MissingInputError(f"input: no such file or folder: {path}")
     if path.is_file():
-        return [load_bank(path)]
+        return [path]
     for name in RECORD_FILES:
         if (path / name).is_file():
-            return [load_bank(path / name)]
+            return [path / name]
     run = path.parent if path.name == "kept" else path
     if (run / "nocontext.jsonl").is_file() and (run / "kept").is_dir():
         # a nocontext run (or its kept/): the items it kept, one file per input file, as they were
-        return [load_bank(p) for p in sorted((run / "kept").iterdir())
-                if p.suffix in (".jsonl", ".csv")]
+        return [p for p in sorted((run / "kept").iterdir()) if p.suffix in (".jsonl", ".csv")]
     csvs = sorted(p for p in path.glob("*.csv") if egotom_type(p) is not None)
     if not csvs:
         layouts = sorted(path.glob("wagibench_mcq_*.json"))
         if layouts:  # a bank export in WAGIBench's MCQ layout
-            return [load_bank(p) for p in layouts]
+            return layouts
         raise InputError(f"input: {path} holds no MCQ file ({', '.join(RECORD_FILES)}, EgoToM CSVs or "
                          "wagibench_mcq_*.json)")
-    return [load_bank(p) for p in csvs]
+    return csvs
+
+
+BANK_FORMATS = {".csv": "egotom_csv", ".jsonl": "jsonl", ".json": "wagibench_json"}
+"""A bank file's format by its suffix (see :class:`Bank`)."""
 
 
 def load_bank(path: Path) -> Bank:
-    if path.suffix == ".csv":
-        return Bank(path, "egotom_csv", read_egotom_csv(path))
-    if path.suffix == ".jsonl":
-        return Bank(path, "jsonl", read_mcq_jsonl(path))
-    if path.suffix == ".json":
-        return Bank(path, "wagibench_json", read_wagibench_mcq(path))
-    raise InputError(f"input: {path}: expected a .jsonl of MCQ records, an EgoToM .csv or a WAGIBench MCQ .json")
+    return Bank(path, bank_format(path), list(iter_bank(path)))
+
+
+def bank_format(path: Path) -> str:
+    """The format of an MCQ file, by its suffix; another suffix is an InputError."""
+    if path.suffix not in BANK_FORMATS:
+        raise InputError(f"input: {path}: expected a .jsonl of MCQ records, an EgoToM .csv or a WAGIBench MCQ .json")
+    return BANK_FORMATS[path.suffix]
+
+
+def iter_bank(path: Path) -> Iterator[MCQ]:
+    """The items of one MCQ file, read as they are needed (a CSV in batches, a JSONL line by
+    line; a WAGIBench JSON list is one document, read whole)."""
+    fmt = bank_format(path)
+    if fmt == "egotom_csv":
+        return iter_egotom_csv(path)
+    if fmt == "jsonl":
+        return iter_mcq_jsonl(path)
+    return iter(read_wagibench_mcq(path))
 
 
 WAGIBENCH_QUESTION = "Which digital action does the user most likely want to take now?"
@@ -141,42 +162,73 @@ def egotom_type(path: Path) -> str | None:
 
 
 def read_egotom_csv(path: Path) -> list[MCQ]:
+    return list(iter_egotom_csv(path))
+
+
+CSV_BATCH = 2048
+"""Rows per batch of a CSV read in batches (polars' streaming engine holds a few batches)."""
+
+
+def iter_egotom_csv(path: Path) -> Iterator[MCQ]:
+    """An EgoToM CSV's rows as items, read in batches (all columns as strings: nothing is
+    reinterpreted). A missing column is an InputError before the first item; a bad byte or
+    row when the reader reaches it."""
     import polars as pl
 
     q = egotom_type(path)
     if q is None:
         raise InputError(f"{path}: not an EgoToM CSV (no gt_goal/gt_belief/gt_actions column)")
-    try:
-        df = pl.read_csv(path, infer_schema_length=0)  # all strings: nothing is reinterpreted
-    except Exception as e:  # noqa: BLE001 - polars raises several types
-        if "utf-8" in str(e).lower():
-            raise not_utf8(path) from None  # with the line polars does not give
-        raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
     choice_cols = [c for c in egotom_columns(q) if c.startswith(f"{q}_choice_")]
-    missing = [c for c in ("cuid", "narrations_in_context", f"gt_{q}", *choice_cols) if c not in df.columns]
+    needed = ["cuid", "narrations_in_context", f"gt_{q}", *choice_cols]
+    try:
+        frame = pl.scan_csv(path, infer_schema=False, glob=False)
+        columns = frame.collect_schema().names()
+    except Exception as e:  # noqa: BLE001 - polars raises several types
+        raise _csv_error(path, e) from None
+    missing = [c for c in needed if c not in columns]
     if missing:
         raise InputError(f"{path}: missing EgoToM column(s) {', '.join(missing)} "
                          f"(an EgoToM {q} CSV has {', '.join(egotom_columns(q))})")
-    items = []
-    for i, row in enumerate(df.iter_rows(named=True)):
-        options = [(row[c] or "").strip() for c in choice_cols]
-        truth = (row[f"gt_{q}"] or "").strip()
-        context = row.get("narrations_in_context") or ""
-        items.append(MCQ(
-            item_id=f"{q}:{row['cuid']}", question_type=q, question=EGOTOM_QUESTION[q],
-            options=options, answer=options.index(truth) if truth in options else None,
-            context=context, group=row["cuid"],
-            origins=["truth" if o == truth else "counterfactual" for o in options],
-            visible={"narrations_in_context": context},
-            privileged={f"gt_{q}": truth}, line=i,
-        ))
-    return items
+    return _egotom_rows(path, q, frame.select(needed), choice_cols)
+
+
+def _csv_error(path: Path, e: Exception) -> InputError:
+    if "utf-8" in str(e).lower():
+        return not_utf8(path)  # with the line polars does not give
+    return InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})")
+
+
+def _egotom_rows(path: Path, q: str, frame: Any, choice_cols: list[str]) -> Iterator[MCQ]:
+    # collect_batches (polars >= 1.3x) streams; an older polars reads the file whole
+    batches = frame.collect_batches(chunk_size=CSV_BATCH) if hasattr(frame, "collect_batches") else [frame.collect()]
+    i = 0
+    try:
+        for df in batches:
+            for row in df.iter_rows(named=True):
+                options = [(row[c] or "").strip() for c in choice_cols]
+                truth = (row[f"gt_{q}"] or "").strip()
+                context = row.get("narrations_in_context") or ""
+                yield MCQ(
+                    item_id=f"{q}:{row['cuid']}", question_type=q, question=EGOTOM_QUESTION[q],
+                    options=options, answer=options.index(truth) if truth in options else None,
+                    context=context, group=row["cuid"],
+                    origins=["truth" if o == truth else "counterfactual" for o in options],
+                    visible={"narrations_in_context": context},
+                    privileged={f"gt_{q}": truth}, line=i,
+                )
+                i += 1
+    except Exception as e:  # noqa: BLE001 - polars raises several types
+        raise _csv_error(path, e) from None
 
 
 def read_mcq_jsonl(path: Path) -> list[MCQ]:
+    return list(iter_mcq_jsonl(path))
+
+
+def iter_mcq_jsonl(path: Path) -> Iterator[MCQ]:
+    """A JSONL of MCQ records, line by line; a line that is not one is an InputError naming it."""
     from gen.readers import iter_jsonl
 
-    items = []
     for lineno, row in iter_jsonl(path):
         try:
             rec = MCQRecord.model_validate(row)
@@ -184,8 +236,7 @@ def read_mcq_jsonl(path: Path) -> list[MCQ]:
             err = e.errors()[0]
             where = ".".join(str(x) for x in err["loc"])
             raise InputError(f"{path}:{lineno}: not an MCQ record ({where}: {err['msg']})") from None
-        items.append(from_record(rec, lineno - 1))
-    return items
+        yield from_record(rec, lineno - 1)
 
 
 def from_record(rec: MCQRecord, line: int) -> MCQ:
@@ -342,17 +393,27 @@ def load_roles_bank(path: Path, roles: Roles) -> Bank:
     """Any JSONL bank read through a roles file into :class:`MCQ` items (options may be empty,
     then ``answer`` is None). Rows that parse but miss a field or name no option become
     ``Bank.problems``; a line that is not a JSON object is an InputError."""
+    problems: list[dict[str, Any]] = []
+    items = list(iter_roles_bank(path, roles, problems))
+    return Bank(path, "roles_jsonl", items, problems)
+
+
+def iter_roles_bank(path: Path, roles: Roles, problems: list[dict[str, Any]]) -> Iterator[MCQ]:
+    """:func:`load_roles_bank`'s items, line by line; each row's problems are appended to
+    ``problems`` as its item is made."""
     if not path.is_file():
         raise MissingInputError(f"input: no such file: {path}")
-    items: list[MCQ] = []
-    problems: list[dict[str, Any]] = []
     from gen.readers import iter_jsonl
 
-    for lineno, row in iter_jsonl(path):
+    return _roles_items(path, roles, problems, iter_jsonl(path))
+
+
+def _roles_items(path: Path, roles: Roles, problems: list[dict[str, Any]],
+                 rows: Iterator[tuple[int, Any]]) -> Iterator[MCQ]:
+    for lineno, row in rows:
         if not isinstance(row, dict):
             raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-        items.append(_roles_item(row, roles, lineno - 1, problems))  # 0-based, as write_subset
-    return Bank(path, "roles_jsonl", items, problems)
+        yield _roles_item(row, roles, lineno - 1, problems)  # 0-based, as write_subset
 
 
 def _roles_item(row: dict[str, Any], roles: Roles, line: int, problems: list[dict[str, Any]]) -> MCQ:

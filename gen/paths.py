@@ -74,8 +74,9 @@ MAX_INPUT_BYTES = int(os.environ.get("GEN_MAX_INPUT_BYTES") or 2 << 30)
 """Largest input file a reader takes whole into memory (``GEN_MAX_INPUT_BYTES``, default 2 GiB)."""
 
 
-def input_file(path: Path, what: str | None = None) -> Path:
-    """``path`` if it is a regular file (or a symlink to one) of at most :data:`MAX_INPUT_BYTES`.
+def input_file(path: Path, what: str | None = None, *, bounded: bool = True) -> Path:
+    """``path`` if it is a regular file (or a symlink to one) of at most :data:`MAX_INPUT_BYTES`
+    (any size when not ``bounded``: a reader that streams it).
 
     A device (``/dev/zero``), a FIFO (which blocks a reader forever), a socket or a folder where
     a file is read is an InputError naming it; so is a file larger than the bound. A missing
@@ -96,7 +97,7 @@ def input_file(path: Path, what: str | None = None) -> Path:
         kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
                 else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
         raise InputError(f"{shown}: is {kind}, not a regular file (give a file or a folder)")
-    if st.st_size > MAX_INPUT_BYTES:
+    if bounded and st.st_size > MAX_INPUT_BYTES:
         raise InputError(f"{shown}: {st.st_size >> 20:,} MiB is larger than an input may be "
                          f"({MAX_INPUT_BYTES >> 20:,} MiB; GEN_MAX_INPUT_BYTES raises it)")
     return path

@@ -7,18 +7,20 @@ field): the CLI prints it and exits 2.
 from __future__ import annotations
 
 import codecs
-import io
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from gen import paths
 from gen.errors import InputError
-from gen.paths import read_input
+from gen.paths import input_file, read_input
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -173,10 +175,30 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` of every non-blank line of a JSONL file, read as
     :func:`read_text` (lines end as in Python's text files) and parsed as :func:`parse_json`:
     a file that is not UTF-8 or a line that is not strict JSON is an InputError naming the
-    file and line."""
-    for lineno, line in enumerate(io.StringIO(read_text(path), newline=None), 1):
-        if line.strip():
-            yield lineno, parse_json(line, f"{path}:{lineno}")
+    file and line. The file is streamed: memory holds one line (at most MAX_INPUT_BYTES), whatever
+    the file's size; only a regular file is read (a FIFO would block the reader, a device never ends)."""
+    input_file(path, bounded=False)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put here since the check does not block
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"{path}: is not a regular file")
+    limit = paths.MAX_INPUT_BYTES
+    with open(fd, encoding="utf-8-sig", newline=None) as f:  # universal newlines, as read_text
+        try:
+            for lineno, line in enumerate(iter(lambda: f.readline(limit + 1), ""), 1):
+                if len(line) > limit:
+                    raise InputError(f"{path}:{lineno}: a line longer than an input may be "
+                                     f"({limit >> 20:,} MiB; GEN_MAX_INPUT_BYTES raises it)")
+                if line.strip():
+                    yield lineno, parse_json(line, f"{path}:{lineno}")
+        except UnicodeDecodeError:
+            read_text(path)  # raises the InputError that names the line and column of the bad byte
+            raise
+        except OSError as e:
+            raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
 def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]:

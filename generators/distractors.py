@@ -351,10 +351,15 @@ class Sampler:
                 if j + 1 < self.mcqs_per_kind:                       # later MCQs avoid these
                     blocked[r[ok, None], P[ok]] = True
                 sim = S[r[:, None], P]
-                less = np.empty_like(P)
+                less, most = np.empty_like(P), np.empty_like(P)
                 for k in range(P.shape[1]):
                     less[:, k] = np.count_nonzero(np.less(Ss, sim[:, k:k + 1], out=tmp), axis=1)
-                pct = 100 * less / np.maximum(top, 1)[:, None]
+                    most[:, k] = np.count_nonzero(np.less_equal(Ss, sim[:, k:k + 1], out=tmp), axis=1) - 1
+                # A similarity shared by several goals (texts the embedder cannot tell apart, such
+                # as a case variant) holds every percentile from its first rank to its last; the
+                # one written is the point of that range nearest the band it was drawn from.
+                scale = 100 / np.maximum(top, 1)[:, None]
+                pct = np.clip(band.lo, less * scale, np.maximum(most, less) * scale)
                 if gram is not None:
                     pair = gram[P[:, :, None], P[:, None, :]]
                 else:
@@ -533,10 +538,14 @@ def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[Distra
     t1 = time.perf_counter()
     E, text_codes = embed_bank(ctx, texts)
     t2 = time.perf_counter()
+    # One option to a reader: texts equal up to case and spacing are excluded and kept apart as one.
+    alike: dict[str, int] = {}
+    same_text = np.array([alike.setdefault(" ".join(t.casefold().split()), len(alike)) for t in texts],
+                         dtype=np.int64)
     group_codes: dict[str, int] = {}
     groups = np.array([group_codes.setdefault(row.group, len(group_codes)) for row in rows], dtype=np.int64)
     scalable = cfg.mode == "scalable" or (cfg.mode == "auto" and len(rows) > cfg.exact_max)
-    sampler = Sampler(E, groups, text_codes, [Band(k, lo, hi) for k, (lo, hi) in cfg.bands.items()],
+    sampler = Sampler(E, groups, same_text, [Band(k, lo, hi) for k, (lo, hi) in cfg.bands.items()],
                       distractors=cfg.distractors, mcqs_per_kind=cfg.mcqs_per_kind,
                       exclude_same_group=cfg.exclude_same_group, scalable=scalable,
                       sample_size=cfg.sample_size, block_size=cfg.block_size, seed=cfg.seed)

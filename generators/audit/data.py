@@ -9,7 +9,6 @@ nocontext run. Bad input raises a GenError (exit 2).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +18,20 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.generators.audit.text import Grams, visible_fields
-from gen.mcq import RECORD_FILES, Bank, egotom_type, load_banks, load_roles_bank, read_roles
+from gen.generators.audit.items import Items, Subset
+from gen.generators.audit.text import Grams
+from gen.mcq import (
+    RECORD_FILES,
+    Bank,
+    bank_files,
+    bank_format,
+    egotom_type,
+    iter_bank,
+    iter_roles_bank,
+    read_roles,
+)
 from gen.readers import iter_jsonl, load_run_records, read_json, validated
 from gen.runner import RunContext
-from gen.schemas.mcq import MCQ
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig
@@ -31,13 +39,15 @@ if TYPE_CHECKING:
 
 @dataclass
 class AuditData:
-    """Everything the checks read, loaded once."""
+    """Everything the checks read, loaded once. The items are streamed into :class:`Items` (a
+    spill file and a few columns), never held as objects: checks walk them (``for i, it in
+    enumerate(data.items)``, :attr:`mcq`, :meth:`by_type`) and index the columns."""
 
-    items: list[MCQ] = field(default_factory=list)
+    items: Items = field(default_factory=Items)
+    """The items (a list given here becomes :class:`Items`)."""
     banks: list[Bank] = field(default_factory=list)
-    bank_of: list[str] = field(default_factory=list)
-    """Per item, the name of the file it came from."""
-    against: list[MCQ] = field(default_factory=list)
+    """The bank files read; each one's ``items`` is a view of :attr:`items`."""
+    against: Items = field(default_factory=Items)
     against_name: str | None = None
     bundles: list[dict[str, Any]] | None = None
     """``digital`` bundles when the input is a digital run (then ``items`` is empty)."""
@@ -66,31 +76,43 @@ class AuditData:
     """Each run folder's manifest.json, read and checked once (:func:`read_manifest`)."""
     embed: Callable[[list[str]], np.ndarray] | None = None
     seed: int = 0
-    _visible: list[list[tuple[str, str]]] | None = field(default=None, repr=False)
     grams: Grams = field(default_factory=Grams, repr=False)
     """Word ids of normalised texts, shared by the leakage and duplicate checks."""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.items, Items):
+            self.items = Items(self.items)
+        if not isinstance(self.against, Items):
+            self.against = Items(self.against)
+
     def visible(self, i: int) -> list[tuple[str, str]]:
-        """Item i's visible fields, normalised (computed once for all checks)."""
-        if self._visible is None:
-            self._visible = [visible_fields(it) for it in self.items]
-        return self._visible[i]
+        """Item i's visible fields, normalised (computed once, when the item was read)."""
+        return self.items.visible(i)
 
     @property
-    def mcq(self) -> list[tuple[int, MCQ]]:
-        """Items with at least two options and a known answer (what the statistics use)."""
-        return [(i, it) for i, it in enumerate(self.items) if len(it.options) >= 2 and it.answer is not None]
+    def bank_of(self) -> list[str]:
+        """Per item, the name of the file it came from."""
+        names = [b.path.name for b in self.banks]
+        return [names[b] for b in self.items.bank.tolist()] if names else []
 
-    def by_type(self) -> dict[str, list[tuple[int, MCQ]]]:
+    @property
+    def mcq(self) -> Subset:
+        """Items with at least two options and a known answer (what the statistics use), as
+        ``(index, item)`` read when iterated."""
+        items = self.items
+        return items.subset(np.nonzero((items.n_options >= 2) & (items.answer >= 0))[0])
+
+    def by_type(self) -> dict[str, Subset]:
         """:attr:`mcq` grouped by question type, types sorted."""
-        groups: dict[str, list[tuple[int, MCQ]]] = defaultdict(list)
-        for i, it in self.mcq:
-            groups[it.question_type].append((i, it))
-        return dict(sorted(groups.items()))
+        items = self.items
+        idx = self.mcq.indices
+        codes = items.qtype[idx]
+        return {items.types[c]: items.subset(idx[codes == c])
+                for c in sorted(set(codes.tolist()), key=lambda c: items.types[c])}
 
     def bank_name(self, i: int) -> str | None:
         """The file item i came from, when the audit read several (else None)."""
-        return self.bank_of[i] if len(self.banks) > 1 and i < len(self.bank_of) else None
+        return self.banks[self.items.bank[i]].path.name if len(self.banks) > 1 and i < len(self.items) else None
 
 
 def _has_bank(folder: Path) -> bool:
@@ -99,12 +121,26 @@ def _has_bank(folder: Path) -> bool:
             or any(egotom_type(p) for p in folder.glob("*.csv")))
 
 
-def _read_bank(path: Path, roles: str | None, what: str) -> list[Bank]:
+def _read_banks(path: Path, roles: str | None, what: str, into: Items) -> list[Bank]:
+    """Stream the bank files at ``path`` into ``into`` (one Bank each, its items a view)."""
     if roles is not None:
         if not path.is_file():
             raise InputError(f"{what}: with roles= the bank must be a JSONL file, got the folder {path}")
-        return [load_roles_bank(path, read_roles(Path(roles).expanduser()))]
-    return load_banks(path)
+        spec = read_roles(Path(roles).expanduser())
+        problems: list[dict[str, Any]] = []
+        sources = [(path, "roles_jsonl", lambda p: iter_roles_bank(p, spec, problems))]
+    else:
+        problems = []
+        sources = [(p, bank_format(p), iter_bank) for p in bank_files(path)]
+    spans = []
+    for b, (file, _, read) in enumerate(sources):  # each file read when its turn comes, as load_banks does
+        start = len(into.ids)
+        for it in read(file):
+            into.append(it, b)
+        spans.append(range(start, len(into.ids)))
+    into.seal()
+    return [Bank(file, fmt, into.view(span), problems if fmt == "roles_jsonl" else [])
+            for (file, fmt, _), span in zip(sources, spans, strict=True)]
 
 
 def _is_scenarios(path: Path) -> bool:
@@ -166,13 +202,11 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
             data.scenario_categories = read_scenario_categories(checks)
             ctx.record_input(checks)
     elif cfg.roles is not None or path.is_file() or _has_bank(path):
-        data.banks = _read_bank(path, cfg.roles, "input")
+        data.banks = _read_banks(path, cfg.roles, "input", data.items)
         if cfg.roles is not None:
             ctx.record_input(Path(cfg.roles).expanduser())
         for bank in data.banks:
             ctx.record_input(bank.path)
-            data.items += bank.items
-            data.bank_of += [bank.path.name] * len(bank.items)
     elif not (path / "manifest.json").is_file():
         raise InputError(f"input: {path} holds no bank ({', '.join(RECORD_FILES)}, EgoToM CSVs), "
                          "no digital.jsonl, no history.jsonl, no scenarios.jsonl and no manifest.json")
@@ -182,9 +216,8 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
         apath = Path(cfg.against).expanduser()
         if not apath.exists():
             raise MissingInputError(f"against: no such file or folder: {apath}")
-        for bank in _read_bank(apath, cfg.against_roles or cfg.roles, "against"):
+        for bank in _read_banks(apath, cfg.against_roles or cfg.roles, "against", data.against):
             ctx.record_input(bank.path)
-            data.against += bank.items
         data.against_name = apath.name
     nocontext = cfg.nocontext
     if nocontext is None and path.is_dir() and (path / "nocontext.jsonl").is_file():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from operator import itemgetter
 
 import numpy as np
 
@@ -41,6 +42,10 @@ class Grams:
     check's whole cost on long contexts."""
 
     P = np.uint64(0x9E3779B97F4A7C15)
+    CACHED = 8192
+    """Texts whose word ids are kept (the most recent; a bank's texts are read in order and a
+    context repeats among the items of its clip). The vocabulary itself is kept whole: a word's
+    id is its first appearance, so the keys do not depend on what was evicted."""
 
     def __init__(self) -> None:
         self.vocab: dict[str, int] = {}
@@ -49,8 +54,14 @@ class Grams:
     def ids(self, text: str) -> np.ndarray:
         got = self._ids.get(text)
         if got is None:
-            vocab = self.vocab
-            got = np.array([vocab.setdefault(w, len(vocab)) for w in text.split()], dtype=np.uint64)
+            vocab, words = self.vocab, text.split()
+            try:  # every word known (a text seen before, evicted): one C-level lookup
+                got = np.array(itemgetter(*words)(vocab) if len(words) > 1 else [vocab[w] for w in words],
+                               dtype=np.uint64)
+            except KeyError:  # new words get the next ids, in the order they appear
+                got = np.array([vocab.setdefault(w, len(vocab)) for w in words], dtype=np.uint64)
+            if len(self._ids) >= self.CACHED:
+                self._ids.clear()
             self._ids[text] = got
         return got
 

@@ -64,10 +64,11 @@ def test_bands_with_real_embeddings(runs: dict[str, Path]) -> None:
                 for r in recs if r.question_type == kind for d in r.distractors]
         return float(np.mean(hits))
     assert same_type("similar") > 2 * same_type("dissimilar")
-    for r in recs:  # paraphrases (same group) never come back as distractors
-        assert all(d.group != r.group for d in r.distractors)
-        # greedy diversity: distractors are less alike each other than the band's top
-        assert len(set(r.options)) == len(r.options)
+    # the paper's pool: a script's other goals may come back as fine-grained distractors, but no
+    # option is the answer again in other case or spacing (the bank has such variants)
+    assert any(d.group == r.group for r in recs for d in r.distractors)
+    for r in recs:
+        assert len({" ".join(o.casefold().split()) for o in r.options}) == len(r.options)
 
 
 def test_embedding_cache_on_rerun_and_grown_bank(runs: dict[str, Path]) -> None:

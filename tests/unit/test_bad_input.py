@@ -911,9 +911,12 @@ def test_an_input_that_is_not_a_regular_file_or_too_large_is_refused_before_a_by
     big = _text(tmp_path / "big.jsonl", "{}\n" * 100)
     monkeypatch.setattr(gen.paths, "MAX_INPUT_BYTES", 50)
     with pytest.raises(InputError, match=rf"^{big}: 0 MiB is larger than an input may be \(0 MiB; GEN_MAX_INPUT_BYTES"):
-        list(iter_jsonl(big))
-    monkeypatch.setattr(gen.paths, "MAX_INPUT_BYTES", 300)
+        read_text(big)
+    # a JSONL file is streamed: any size, one line in memory, a line beyond the bound refused
     assert len(list(iter_jsonl(big))) == 100
+    long = _text(tmp_path / "long.jsonl", "{}\n" + '"' + "x" * 60 + '"\n')
+    with pytest.raises(InputError, match=rf"^{long}:2: a line longer than an input may be"):
+        list(iter_jsonl(long))
 
 
 def test_a_lone_surrogate_escape_is_refused_where_it_is_read(tmp_path: Path) -> None:

@@ -110,6 +110,20 @@ def test_bands_on_a_hand_built_structure() -> None:
     assert not sim.estimated and not dis.estimated
 
 
+def test_a_tie_across_the_band_edge_is_written_inside_the_band() -> None:
+    """Two goals the embedder cannot tell apart (a case variant) share ranks 94 and 95 of a pool of
+    101; the 95th percentile falls on them, so both are in the similar band. Each holds every
+    percentile from 94 to 95, and the one written is the band's edge, not 94 (which put a
+    "95–99" distractor at 94.77 on the shipped bank)."""
+    E, groups, texts, sims = ladder([(-0.5 + 94 / 100, 500, 500)])
+    sim = choices_of(Sampler(E, groups, texts, [SIMILAR], seed=0, distractors=6))["similar"]
+    assert sim.pool == 101 and sim.candidates == 6  # ranks 94..99: the tied pair and 96..99
+    assert {95, 101} <= set(sim.picks)
+    assert all(95 <= p <= 99 for p in sim.percentile)
+    at = dict(zip(sim.picks, sim.percentile, strict=True))
+    assert at[95] == at[101] == pytest.approx(95) and at[99] == pytest.approx(99)
+
+
 def test_greedy_rule_on_the_hand_built_structure() -> None:
     E, groups, texts, sims = ladder()
     for seed in range(12):
@@ -326,6 +340,23 @@ def test_generator_end_to_end(tmp_path: Path) -> None:
     assert {"wagibench_mcq_similar.json", "wagibench_mcq_dissimilar.json"} <= set(manifest["outputs"])
     # answers are spread over the four positions
     assert min(np.bincount([r.answer for r in records], minlength=4)) > len(records) / 8
+
+
+def test_options_never_differ_only_in_case_or_spacing(tmp_path: Path) -> None:
+    """"Buy oat milk" and "buy  OAT milk" are one option to a reader: the variant is never a
+    distractor of the other, nor both options of one MCQ. B, C and D are one vector, so the
+    greedy rule would pick the variant (least like them) whenever it is a candidate; it failed so
+    before texts were compared casefolded with spaces collapsed."""
+    same = np.eye(16)[1]
+    table = {"B goal": same, "C goal": same, "D goal": same}
+    goals = ["Buy oat milk", "buy  OAT milk", "B goal", "C goal", "D goal"]
+    bank = write_bank(tmp_path / "bank.jsonl", [{"goal_id": f"g{k}", "group": f"grp{k}", "text": t}
+                                                for k, t in enumerate(goals)])
+    run_distractors(tmp_path / "run", FakeEmbedder(table), input=str(bank), bands={"all": (0.0, 100.0)})
+    records = [DistractorMCQ.model_validate(r) for r in read_jsonl(tmp_path / "run" / "distractors.jsonl")]
+    assert len(records) == 5
+    for rec in records:
+        assert len({" ".join(o.casefold().split()) for o in rec.options}) == 4, rec.options
 
 
 def test_wagibench_layout(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ from gen.generators.audit.registry import (
 )
 from gen.generators.audit.report import table, tells_table
 from gen.generators.audit.stats import Tell, binom_greater, rounded
-from gen.schemas.mcq import MCQ
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig
@@ -47,7 +46,7 @@ def blind(data: AuditData, cfg: AuditConfig) -> CheckResult:
         return CheckResult(key, "skipped", "no nocontext= results given")
     if data.scenarios is not None:
         return CheckResult(key, "skipped", "a scenario bank: nocontext runs answer multiple-choice items")
-    by_id = {it.item_id: it for it in data.items}
+    by_id = {item_id: int(k) for item_id, k in zip(data.items.ids, data.items.n_options.tolist(), strict=True)}
     rows = [r for r in data.nocontext if not by_id or r["item_id"] in by_id]
     missing = len(by_id.keys() - {r["item_id"] for r in data.nocontext}) if by_id else 0
     models = sorted({m for r in rows for m in r.get("correct", {})})
@@ -106,10 +105,10 @@ def blind(data: AuditData, cfg: AuditConfig) -> CheckResult:
     return res
 
 
-def _chance(row: dict[str, Any], model: str, by_id: dict[str, MCQ]) -> float:
+def _chance(row: dict[str, Any], model: str, by_id: dict[str, int]) -> float:
     """1 / options of an item: ``n_options``, else the shuffle's order, else the bank's item."""
     answers = row.get("answers", {}).get(model) or [{}]
     k = int(row.get("n_options") or len(answers[0].get("order") or []))
     if not k and row["item_id"] in by_id:
-        k = len(by_id[row["item_id"]].options)
+        k = by_id[row["item_id"]]  # the number of options
     return 1 / k if k >= 2 else 0.25

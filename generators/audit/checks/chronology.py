@@ -72,7 +72,7 @@ def chronology(data: AuditData, cfg: AuditConfig) -> CheckResult:
     key = "chronology"
     if not data.mcq:
         return CheckResult(key, "skipped", "no multiple-choice items with a known answer")
-    groups: dict[str, list[tuple[MCQ, dict[int, float]]]] = defaultdict(list)
+    groups: dict[str, list[tuple[str, int, dict[int, float]]]] = defaultdict(list)  # id, answer, times
     unreadable = 0
     for _, it in data.mcq:
         if FIELD not in it.privileged:
@@ -81,7 +81,8 @@ def chronology(data: AuditData, cfg: AuditConfig) -> CheckResult:
         if times is None:
             unreadable += 1
         elif len(times) >= 2:
-            groups[it.question_type].append((it, times))
+            assert it.answer is not None
+            groups[it.question_type].append((it.item_id, it.answer, times))
     if not groups:
         return CheckResult(key, "skipped", f"no item has two or more options with source times ({FIELD})")
     res = CheckResult(key)
@@ -92,20 +93,19 @@ def chronology(data: AuditData, cfg: AuditConfig) -> CheckResult:
         asc: list[str] = []
         desc: list[str] = []
         taus, var = [], 0.0
-        for it, times in xs:
-            assert it.answer is not None
+        for item_id, answer, times in xs:
             tau, pairs = kendall(times)
             if pairs:
                 taus.append(tau)
                 m = len(times)
                 var += 2 * (2 * m + 5) / (9 * m * (m - 1))
-                (asc if tau > 0 else desc if tau < 0 else []).append(it.item_id)
-            if it.answer in times and sum(t == times[it.answer] for t in times.values()) == 1:
+                (asc if tau > 0 else desc if tau < 0 else []).append(item_id)
+            if answer in times and sum(t == times[answer] for t in times.values()) == 1:
                 positions = sorted(times)
                 by_time = sorted(times, key=lambda j: times[j])
                 rank_chance.append(1 / len(times))
-                if positions.index(it.answer) == by_time.index(it.answer):
-                    rank_hits.append(it.item_id)
+                if positions.index(answer) == by_time.index(answer):
+                    rank_hits.append(item_id)
         n_sign = len(asc) + len(desc)
         z = sum(taus) / math.sqrt(var) if var else 0.0
         row: dict[str, Any] = {

@@ -6,15 +6,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gen.generators.audit.items import Items
 from gen.generators.audit.registry import CheckResult, check, finding
 from gen.generators.audit.report import PNG_METADATA, cell
 from gen.generators.audit.stats import rounded
 from gen.generators.audit.text import Grams, norm, visible_fields
+from gen.generators.audit.vectors import Vectors, knn
 from gen.schemas.mcq import MCQ
 
 if TYPE_CHECKING:
@@ -37,12 +40,12 @@ def _markdown(r: CheckResult) -> list[str]:
 
 def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:
     s = r.series
-    if not s.get("nearest"):
+    if not len(s.get("nearest", ())):
         return None
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     bins = [x / 50 for x in range(-10, 51)]
     ax.hist(s["nearest"], bins=bins, alpha=0.6, label="nearest other item")
-    if s.get("nearest_against"):
+    if len(s.get("nearest_against", ())):
         ax.hist(s["nearest_against"], bins=bins, alpha=0.6, label="nearest item of against=")
     ax.set_xlabel("nearest item: (question+options cosine + context overlap) / 2")
     ax.set_ylabel("items")
@@ -111,58 +114,89 @@ def row_dots(X: Any, Y: Any, pairs: list[tuple[int, int]]) -> np.ndarray:
     return np.asarray(X[ii].multiply(Y[jj]).sum(axis=1)).ravel()
 
 
-def combined(sem: np.ndarray, lex: Any, seed: int, dims: int = 128) -> np.ndarray:
-    """One vector per item whose inner products approximate (semantic + lexical) / 2: the
-    semantic part as is, the lexical part by a seeded Gaussian random projection."""
+def projection(seed: int, dims: int = 128) -> np.ndarray:
+    """The seeded Gaussian random projection of the lexical part (:func:`combined`)."""
     rng = np.random.default_rng(seed)
-    R = rng.standard_normal((BUCKETS, dims), dtype=np.float32) / np.sqrt(dims)
+    return rng.standard_normal((BUCKETS, dims), dtype=np.float32) / np.sqrt(dims)
+
+
+def combined(sem: np.ndarray, lex: Any, R: np.ndarray) -> np.ndarray:
+    """One vector per item whose inner products approximate (semantic + lexical) / 2: the
+    semantic part as is, the lexical part by the random projection ``R`` (:func:`projection`)."""
     proj = np.asarray(lex @ R, dtype=np.float32)
     proj /= np.maximum(np.linalg.norm(proj, axis=1, keepdims=True), 1e-9)
     return np.hstack([sem, proj]).astype(np.float32) / np.sqrt(2)
 
 
-def knn(a: np.ndarray, b: np.ndarray | None, k: int, block: int = 4096) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` highest inner products of each row of ``a`` with the rows of ``b`` (or with the
-    other rows of ``a``): exact FAISS search in blocks. Returns (similarities, indices), -1 padded."""
-    import faiss
-
-    base = a if b is None else b
-    k = min(k, len(base) - (b is None))
-    if k < 1 or not len(a):
-        return np.zeros((len(a), 0), dtype=np.float32), np.zeros((len(a), 0), dtype=np.int64)
-    index = faiss.IndexFlatIP(base.shape[1])
-    index.add(np.ascontiguousarray(base, dtype=np.float32))
-    sims, ids = [], []
-    for s in range(0, len(a), block):
-        d, i = index.search(np.ascontiguousarray(a[s:s + block], dtype=np.float32), k + (b is None))
-        if b is None:  # drop the row itself
-            own = i == np.arange(s, s + len(i))[:, None]
-            keep = np.argsort(own, axis=1, kind="stable")[:, :k]
-            d, i = np.take_along_axis(d, keep, 1), np.take_along_axis(i, keep, 1)
-        sims.append(d)
-        ids.append(i)
-    return np.concatenate(sims), np.concatenate(ids)
+EMBED_BLOCK = 2048
+"""Items embedded (and their contexts vectorised) at once."""
 
 
-def _near_pairs(sem_a: np.ndarray, lex_a: Any, sem_b: np.ndarray | None, lex_b: Any, cfg: AuditConfig,
-                seed: int) -> tuple[list[tuple[int, int, float, float]], np.ndarray]:
+@dataclass
+class _Side:
+    """One bank's item vectors, on disk: the embedding of question and options, and the
+    :func:`combined` vector the neighbour search runs on."""
+
+    items: Items
+    sem: Vectors
+    comb: Vectors
+
+
+def _side(data: AuditData, items: Items, R: np.ndarray) -> _Side:
+    """Embed ``items`` block by block (the lexical part from their contexts)."""
+    embed = data.embed
+    assert embed is not None
+    side = _Side(items, Vectors(), Vectors())
+
+    def flush(texts: list[str], contexts: list[str]) -> None:
+        sem = np.asarray(embed(texts), dtype=np.float32)
+        side.sem.append(sem)
+        side.comb.append(combined(sem, context_vectors(contexts, data.grams), R))
+
+    texts: list[str] = []
+    contexts: list[str] = []
+    for i, it in enumerate(items):
+        texts.append(item_text(it))
+        contexts.append(context_text(it, items.visible(i)))
+        if len(texts) == EMBED_BLOCK:
+            flush(texts, contexts)
+            texts, contexts = [], []
+    if texts:
+        flush(texts, contexts)
+    return side
+
+
+def _lexical(side: _Side, rows: list[int], grams: Grams) -> tuple[Any, dict[int, int]]:
+    """The context vectors of some items (read again) and each item's row among them."""
+    at = {i: r for r, i in enumerate(rows)}
+    texts = [context_text(it, side.items.visible(i)) for i, it in side.items.iter_at(rows)]
+    return context_vectors(texts, grams), at
+
+
+def _near_pairs(a: _Side, b: _Side | None, cfg: AuditConfig,
+                grams: Grams) -> tuple[list[tuple[int, int, float, float]], np.ndarray]:
     """Pairs whose question+options cosine >= item_dup_sim and context overlap >= context_dup_sim:
     candidates are each item's ``DUP_NEIGHBOURS`` nearest by :func:`combined` vectors above a cut
-    (with a margin for the projection's error), then both similarities are computed exactly.
-    Also each item's nearest combined similarity (for the histogram)."""
-    ca = combined(sem_a, lex_a, seed)
-    cb = None if sem_b is None else combined(sem_b, lex_b, seed)
-    sims, ids = knn(ca, cb, DUP_NEIGHBOURS)
+    (with a margin for the projection's error), then both similarities are computed exactly
+    (the candidates' vectors read back, their contexts vectorised again). Also each item's
+    nearest combined similarity (for the histogram)."""
+    sims, ids = knn(a.comb, None if b is None else b.comb, DUP_NEIGHBOURS)
     cut = (cfg.item_dup_sim + cfg.context_dup_sim) / 2 - 0.08
-    cand = sorted({(i, int(j)) if cb is not None or i < j else (int(j), i)
+    cand = sorted({(i, int(j)) if b is not None or i < j else (int(j), i)
                    for i, row in enumerate(ids) for j, d in zip(row, sims[i], strict=True) if j >= 0 and d >= cut})
     nn = sims[:, 0] if sims.shape[1] else np.zeros(0, dtype=np.float32)
     if not cand:
         return [], nn
-    other_sem = sem_a if sem_b is None else sem_b
-    other_lex = lex_a if lex_b is None else lex_b
-    sem = np.einsum("nd,nd->n", sem_a[[i for i, _ in cand]], other_sem[[j for _, j in cand]])
-    lex = row_dots(lex_a, other_lex, cand)
+    other = a if b is None else b
+    ii, jj = [i for i, _ in cand], [j for _, j in cand]
+    sem = np.einsum("nd,nd->n", a.sem.take(ii), other.sem.take(jj))
+    if b is None:
+        X, at = _lexical(a, sorted(set(ii) | set(jj)), grams)
+        Y, bt = X, at
+    else:
+        X, at = _lexical(a, sorted(set(ii)), grams)
+        Y, bt = _lexical(b, sorted(set(jj)), grams)
+    lex = row_dots(X, Y, [(at[i], bt[j]) for i, j in cand])
     keep = [(i, j, float(s), float(x)) for (i, j), s, x in zip(cand, sem, lex, strict=True)
             if s >= cfg.item_dup_sim - 1e-6 and x >= cfg.context_dup_sim - 1e-6]
     return keep, nn
@@ -187,69 +221,77 @@ def duplicates(data: AuditData, cfg: AuditConfig) -> CheckResult:
                                            "scenarios check's rules")
     if data.bundles is not None or not data.items:
         return CheckResult(key, "skipped", "no items")
-    sig = [item_signature(it, data.visible(i)) for i, it in enumerate(data.items)]
-    by_sig: dict[str, list[int]] = defaultdict(list)
-    for i, s in enumerate(sig):
-        by_sig[s].append(i)
+    items, ids = data.items, data.items.ids
+    sig = _signatures(items)
+    _, first, group, counts = np.unique(sig, return_index=True, return_inverse=True, return_counts=True)
+    members = np.argsort(group.ravel(), kind="stable")
+    starts = np.concatenate(([0], np.cumsum(counts)))
     exact_pairs: set[tuple[int, int]] = set()
-    for idxs in by_sig.values():
-        if len(idxs) > 1:
-            ids = [data.items[i].item_id for i in idxs]
+    for g in np.argsort(first, kind="stable").tolist():  # in order of first appearance
+        if counts[g] > 1:
+            idxs = members[starts[g]:starts[g + 1]].tolist()
             res.findings.append(finding(key, "duplicate_items", "error",
                                         f"{len(idxs)} items show the same question, options and visible fields",
-                                        items=ids, fields=["question", "options", "visible"],
+                                        items=[ids[i] for i in idxs], fields=["question", "options", "visible"],
                                         numbers={"count": len(idxs)}))
             exact_pairs |= {(a, b) for a in idxs for b in idxs if a < b}
-    against_sig: dict[str, list[str]] = defaultdict(list)
-    for it in data.against:
-        against_sig[item_signature(it)].append(it.item_id)
-    for i, s in enumerate(sig):
-        if s in against_sig:
-            res.findings.append(finding(key, "duplicate_in_against", "error",
-                                        f"the same item is in {data.against_name} as {', '.join(against_sig[s][:5])}",
-                                        items=[data.items[i].item_id], fields=["question", "options", "visible"],
-                                        numbers={"against_items": against_sig[s]}, bank=data.bank_name(i)))
-    stats: dict[str, Any] = {"items": len(data.items), "exact_duplicate_groups": sum(len(v) > 1 for v in by_sig.values()),
+    asig = _signatures(data.against)
+    in_against = np.isin(sig, asig)
+    found = set(sig[in_against].tolist())
+    against_sig: dict[bytes, list[str]] = defaultdict(list)
+    for j, s in enumerate(asig.tolist()):
+        if s in found:
+            against_sig[s].append(data.against.ids[j])
+    for i in np.nonzero(in_against)[0].tolist():
+        s = sig[i].tolist()
+        res.findings.append(finding(key, "duplicate_in_against", "error",
+                                    f"the same item is in {data.against_name} as {', '.join(against_sig[s][:5])}",
+                                    items=[ids[i]], fields=["question", "options", "visible"],
+                                    numbers={"against_items": against_sig[s]}, bank=data.bank_name(i)))
+    stats: dict[str, Any] = {"items": len(items), "exact_duplicate_groups": int((counts > 1).sum()),
                              "item_dup_sim": cfg.item_dup_sim, "context_dup_sim": cfg.context_dup_sim}
     if data.against:
-        stats["against"] = {"name": data.against_name, "items": len(data.against),
-                            "exact": sum(s in against_sig for s in sig)}
+        stats["against"] = {"name": data.against_name, "items": len(data.against), "exact": int(in_against.sum())}
     if data.embed is not None:
-        both = data.items + data.against
-        sem_all = np.asarray(data.embed([item_text(it) for it in both]), dtype=np.float32)
-        lex_all = context_vectors([context_text(it, data.visible(i) if i < len(data.items) else None)
-                                   for i, it in enumerate(both)], data.grams)
-        n = len(data.items)
-        sem, lex = sem_all[:n], lex_all[:n]
-        pairs, nn = _near_pairs(sem, lex, None, None, cfg, data.seed)
+        R = projection(data.seed)
+        a = _side(data, items, R)
+        b = _side(data, data.against, R) if data.against else None
+        del R
+        pairs, nn = _near_pairs(a, None, cfg, data.grams)
         for i, j, cos, overlap in pairs:
             if (i, j) in exact_pairs:
                 continue
-            a, b = data.items[i], data.items[j]
             res.findings.append(finding(key, "near_duplicate_items", "warning",
-                                        f"{a.item_id} and {b.item_id} ask nearly the same (cosine {cos:.3f}) on "
+                                        f"{ids[i]} and {ids[j]} ask nearly the same (cosine {cos:.3f}) on "
                                         f"nearly the same context (overlap {overlap:.2f})",
-                                        items=[a.item_id, b.item_id], fields=["question", "options", "visible"],
+                                        items=[ids[i], ids[j]], fields=["question", "options", "visible"],
                                         numbers={"cosine": rounded(cos), "context_overlap": rounded(overlap, 3)}))
-        res.series["nearest"] = nn.tolist()
+        res.series["nearest"] = nn
         if len(nn):
             stats["nearest_neighbour"] = {"median": rounded(np.median(nn), 3), "p99": rounded(np.percentile(nn, 99), 3),
                                           "max": rounded(nn.max(), 3)}
-        if data.against:
-            exact_against = {i for i, s in enumerate(sig) if s in against_sig}
-            pairs, ann = _near_pairs(sem, lex, sem_all[n:], lex_all[n:], cfg, data.seed)
+        if b is not None:
+            pairs, ann = _near_pairs(a, b, cfg, data.grams)
             for i, j, cos, overlap in pairs:
-                if i in exact_against and item_signature(data.against[j]) == sig[i]:
+                if in_against[i] and asig[j] == sig[i]:
                     continue
                 res.findings.append(finding(key, "near_duplicate_in_against", "warning",
-                                            f"{data.items[i].item_id} asks nearly the same as "
-                                            f"{data.against[j].item_id} of {data.against_name} (cosine {cos:.3f}, "
+                                            f"{ids[i]} asks nearly the same as "
+                                            f"{data.against.ids[j]} of {data.against_name} (cosine {cos:.3f}, "
                                             f"context overlap {overlap:.2f})",
-                                            items=[data.items[i].item_id], fields=["question", "options", "visible"],
+                                            items=[ids[i]], fields=["question", "options", "visible"],
                                             numbers={"cosine": rounded(cos), "context_overlap": rounded(overlap, 3),
-                                                     "against_item": data.against[j].item_id},
+                                                     "against_item": data.against.ids[j]},
                                             bank=data.bank_name(i)))
-            res.series["nearest_against"] = ann.tolist()
+            res.series["nearest_against"] = ann
             stats["against"]["nearest_neighbour"] = {"median": rounded(np.median(ann), 3), "max": rounded(ann.max(), 3)}
     res.stats = stats
     return res
+
+
+def _signatures(items: Items) -> np.ndarray:
+    """Each item's :func:`item_signature` as 32 bytes (``V32``), in one pass."""
+    buf = bytearray()
+    for i, it in enumerate(items):
+        buf += bytes.fromhex(item_signature(it, items.visible(i)))
+    return np.frombuffer(bytes(buf), dtype="V32")

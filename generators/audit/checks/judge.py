@@ -35,7 +35,7 @@ def judge(data: AuditData, cfg: AuditConfig) -> CheckResult:
     if data.judge is None:
         return CheckResult(key, "skipped", "no judge= run given")
     label = data.judge_primary
-    by_id = {it.item_id: it for it in data.items}
+    by_id = set(data.items.ids)
     rows = [r for r in data.judge if not by_id or r["item_id"] in by_id]
     res = CheckResult(key)
     per_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -63,7 +63,7 @@ def judge(data: AuditData, cfg: AuditConfig) -> CheckResult:
             items=unscored, fields=["answer"], numbers={"items": len(unscored), "of": len(rows), "judge": label}))
     res.stats = {
         "judge": label, "items_with_results": len(rows),
-        "bank_items_without_results": len(by_id.keys() - {r["item_id"] for r in data.judge}) if by_id else 0,
+        "bank_items_without_results": len(by_id - {r["item_id"] for r in data.judge}) if by_id else 0,
         "results_not_in_bank": len(data.judge) - len(rows),
         "answer_not_scored": sum(r["flagged"].get(label) is None for r in rows),
         "per_question_type": {q: {"items": len(rs), **{f"flagged_{k}": v for k, v in proportion(

@@ -3,9 +3,11 @@ and the context-overlap tell."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
-from collections import Counter, defaultdict
+from array import array
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -93,11 +95,11 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     n = cfg.leak_ngram
     grams = data.grams
     per_kind: Counter[str] = Counter()
-    terms_of: list[list[tuple[str, str]]] = []
-    for i, it in enumerate(data.items):
+    index = _TermIndex()
+    fields = _VisibleTexts()
+    for i, it in enumerate(data.items):  # the same-item leaks; the other items' index is built on the way
         bank = data.bank_name(i)
         terms = _terms(it, cfg.leak_min_chars)
-        terms_of.append(terms)
         visible = data.visible(i)
         raw = dict(it.visible)
         vis_grams: dict[str, np.ndarray] = {}
@@ -143,12 +145,14 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                                             f"the item id marks the answer ({letter(it.answer)})",
                                             items=[it.item_id], fields=["item_id", "answer"], bank=bank))
                 per_kind["answer_in_id"] += 1
-    cross = _cross_item_leaks(data, terms_of, cfg, grams)
+        index.add(i, terms, grams, n)  # after the item's own search: word ids keep their first-seen order
+        fields.add(visible)
+    cross = _cross_item_leaks(data, index, fields, cfg, grams)
     res.findings += cross
     per_kind["privileged_in_other_item"] += len(cross)
     overlap, tells, found = _overlap_tell(data, cfg, grams)
     res.findings += found
-    res.stats = {"items": len(data.items), "terms": sum(len(t) for t in terms_of),
+    res.stats = {"items": len(data.items), "terms": index.terms,
                  "ngram": n, "containment": cfg.leak_containment,
                  "findings_by_kind": {k: v for k, v in sorted(per_kind.items()) if v},
                  "context_overlap": overlap, "tells": [t.row() for t in tells]}
@@ -206,61 +210,175 @@ def _overlap_tell(data: AuditData, cfg: AuditConfig,
     return table, [t for t, _, _ in tells], out
 
 
-def _cross_item_leaks(data: AuditData, terms_of: list[list[tuple[str, str]]], cfg: AuditConfig,
-                      grams: Grams) -> list[FindingRecord]:
-    """A privileged text of one item (at least n words) inside the visible text of another:
-    an inverted index of the privileged n-grams, probed once per distinct visible text."""
-    n = cfg.leak_ngram
-    sizes: list[int] = []
-    term_owner: list[tuple[int, str]] = []
-    index: dict[int, list[int]] = defaultdict(list)
-    for i, terms in enumerate(terms_of):
+PARTS = 16
+"""The term index is kept in this many parts by the keys' top bits: each part is sorted on its
+own, so sorting needs memory for one part, not for all."""
+_SHIFT = np.uint64(64 - 4)
+
+
+class _TermIndex:
+    """Every privileged text's word n-gram keys with its owner (item, source field, key count),
+    held as typed buffers (a million tom items have ~60M keys; one small array per text would
+    cost more in headers than in keys), then sorted part by part."""
+
+    def __init__(self) -> None:
+        self.terms = 0
+        self.keys = [array("Q") for _ in range(PARTS)]
+        self.tids = [array("i") for _ in range(PARTS)]
+        self.item = array("i")
+        self.src = array("i")
+        self.size = array("i")
+        self.paths: dict[str, int] = {}
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.sizes = np.zeros(0, dtype=np.int64)
+        self._staged: list[np.ndarray] = []
+        self._staged_tids: list[np.ndarray] = []
+        self._staged_n = 0
+
+    def add(self, i: int, terms: list[tuple[str, str]], grams: Grams, n: int) -> None:
+        self.terms += len(terms)
         for src, t in terms:
             keys = grams.keys(t, n)
             if not len(keys):
                 continue
-            tid = len(term_owner)
-            term_owner.append((i, src))
-            sizes.append(len(keys))
-            for g in keys.tolist():
-                index[g].append(tid)
-    if not term_owner:
-        return []
-    # phrases shared by many privileged texts are the bank's template ("c believes that the"),
-    # not content: they neither count for nor against containment
-    common = max(20, len(term_owner) // 100)
-    for g in [g for g, tids in index.items() if len(tids) > common]:
-        for tid in index.pop(g):
-            sizes[tid] -= 1
-    all_keys = np.array(sorted(index), dtype=np.uint64)
-    texts: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    own_texts: list[set[str]] = []
-    for i in range(len(data.items)):
-        vis = data.visible(i)
-        own_texts.append({v for _, v in vis})
-        for path, v in vis:
-            texts[v].append((i, path))
-    out: list[FindingRecord] = []
-    for text, owners in texts.items():
-        keys = grams.keys(text, n)
-        hits: Counter[int] = Counter()
-        for g in keys[member(keys, all_keys)].tolist():
-            for tid in index[g]:
-                hits[tid] += 1
-        for tid, k in hits.items():
-            if not sizes[tid] or k / sizes[tid] < cfg.leak_containment:
+            tid = len(self.item)
+            self.item.append(i)
+            self.src.append(self.paths.setdefault(src, len(self.paths)))
+            self.size.append(len(keys))
+            self._staged.append(keys)
+            self._staged_tids.append(np.full(len(keys), tid, dtype=np.int32))
+            self._staged_n += len(keys)
+        if self._staged_n >= 1 << 16:
+            self._flush()
+
+    def _flush(self) -> None:
+        """The staged keys into their parts (in order: a key's owners stay in tid order)."""
+        if not self._staged:
+            return
+        keys, tids = np.concatenate(self._staged), np.concatenate(self._staged_tids)
+        self._staged, self._staged_tids, self._staged_n = [], [], 0
+        part = (keys >> _SHIFT).astype(np.int64)
+        order = np.argsort(part, kind="stable")
+        cut = np.searchsorted(part[order], np.arange(PARTS + 1))
+        keys, tids = keys[order], tids[order]
+        for p in range(PARTS):
+            self.keys[p].frombytes(keys[cut[p]:cut[p + 1]].tobytes())
+            self.tids[p].frombytes(tids[cut[p]:cut[p + 1]].tobytes())
+
+    def build(self) -> None:
+        """Sort each part by key (a key's owners stay in their order) and drop the bank's template
+        phrases: keys shared by many privileged texts ("c believes that the") are not content,
+        they neither count for nor against containment."""
+        self._flush()
+        sizes = np.array(self.size, dtype=np.int64)
+        common = max(20, len(sizes) // 100)
+        for p in range(PARTS):
+            keys = np.frombuffer(self.keys[p], dtype=np.uint64)
+            order = np.argsort(keys, kind="stable")
+            tids = np.frombuffer(self.tids[p], dtype=np.int32)[order]
+            keys = keys[order]
+            del order
+            self.keys[p], self.tids[p] = array("Q"), array("i")
+            ukeys, counts = np.unique(keys, return_counts=True)
+            del keys
+            drop = counts > common
+            if drop.any():
+                gone = np.repeat(drop, counts)
+                sizes -= np.bincount(tids[gone], minlength=len(sizes))
+                tids = tids[~gone]
+                ukeys, counts = ukeys[~drop], counts[~drop]
+            self.parts.append((ukeys, np.concatenate(([0], np.cumsum(counts))), tids))
+        self.sizes = sizes
+
+    def contained(self, keys: np.ndarray, containment: float) -> list[tuple[int, int, int]]:
+        """(owner, keys of ``keys`` (sorted, distinct) it has, its key count) for every owner with
+        at least ``containment`` of its keys among ``keys``, in the order a walk over the sorted
+        keys meets them."""
+        cut = np.searchsorted(keys >> _SHIFT, np.arange(PARTS + 1))  # keys sorted: parts in order
+        hits = []
+        for p in range(PARTS):
+            if cut[p] == cut[p + 1]:
                 continue
-            src_item, src = term_owner[tid]
-            if text in own_texts[src_item]:
-                continue  # the item's own visible text: reported as a same-item leak
-            for j, path in owners:
-                if j == src_item:
-                    continue
-                a, b = data.items[src_item], data.items[j]
-                out.append(finding(
-                    "leakage", "privileged_in_other_item", "warning",
-                    f"{k / sizes[tid]:.0%} of {src} of {a.item_id} appears in {path} of {b.item_id}",
-                    items=[a.item_id, b.item_id], fields=[src, path],
-                    numbers={"containment": rounded(k / sizes[tid], 3), "n": n}))
+            ukeys, starts, tids = self.parts[p]
+            mine = keys[cut[p]:cut[p + 1]]
+            at = np.searchsorted(ukeys, mine[member(mine, ukeys)])
+            if len(at):
+                lo, runs = starts[at], starts[at + 1] - starts[at]
+                hits.append(tids[np.repeat(lo - np.concatenate(([0], np.cumsum(runs)[:-1])), runs) + np.arange(runs.sum())])
+        if not hits:
+            return []
+        hit = np.concatenate(hits)
+        owner, first, count = np.unique(hit, return_index=True, return_counts=True)
+        size = self.sizes[owner]
+        ok = size > 0
+        ok[ok] = count[ok] / size[ok] >= containment
+        owner, first, count, size = owner[ok], first[ok], count[ok], size[ok]
+        by_meeting = np.argsort(first, kind="stable")
+        return list(zip(owner[by_meeting].tolist(), count[by_meeting].tolist(), size[by_meeting].tolist(), strict=True))
+
+
+class _VisibleTexts:
+    """Every (item, visible field) as a 16-byte digest of its normalised text: which items share a
+    text, and which texts an item shows, without keeping the texts."""
+
+    def __init__(self) -> None:
+        self.digests = bytearray()
+        self.start = array("q", [0])
+        self.path = array("i")
+        self.names: dict[str, int] = {}
+
+    def add(self, visible: list[tuple[str, str]]) -> None:
+        for path, v in visible:
+            self.digests += hashlib.blake2b(v.encode(), digest_size=16).digest()
+            self.path.append(self.names.setdefault(path, len(self.names)))
+        self.start.append(len(self.path))
+
+    def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per field, the id of its text; the fields in order of text id; where each id's fields start."""
+        d = np.frombuffer(bytes(self.digests), dtype="V16")
+        _, first, text_of = np.unique(d, return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first, kind="stable"))  # text ids in order of first appearance
+        text_of = rank[text_of.ravel()]
+        order = np.argsort(text_of, kind="stable")
+        return text_of, order, np.concatenate(([0], np.cumsum(np.bincount(text_of))))
+
+
+def _cross_item_leaks(data: AuditData, index: _TermIndex, fields: _VisibleTexts, cfg: AuditConfig,
+                      grams: Grams) -> list[FindingRecord]:
+    """A privileged text of one item (at least n words) inside the visible text of another:
+    an index of the privileged n-grams, probed once per distinct visible text, as the items are
+    read again in order."""
+    n = cfg.leak_ngram
+    if not len(index.item):
+        return []
+    index.build()
+    src_paths = list(index.paths)
+    text_of, by_text, text_start = fields.groups()
+    item_of = np.repeat(np.arange(len(fields.start) - 1), np.diff(np.asarray(fields.start)))
+    path_names = list(fields.names)
+    ids = data.items.ids
+    out: list[FindingRecord] = []
+    done = np.zeros(len(text_start) - 1, dtype=bool)
+    for i in range(len(data.items)):
+        for r, (_, text) in zip(range(fields.start[i], fields.start[i + 1]), data.visible(i), strict=True):
+            t = int(text_of[r])
+            if done[t]:
+                continue
+            done[t] = True
+            owners = by_text[text_start[t]:text_start[t + 1]].tolist()  # (item, field) rows showing it
+            for tid, k, size in index.contained(grams.keys(text, n), cfg.leak_containment):
+                src_item, src = index.item[tid], src_paths[index.src[tid]]
+                if t in text_of[fields.start[src_item]:fields.start[src_item + 1]]:
+                    continue  # the item's own visible text: reported as a same-item leak
+                for row in owners:
+                    j = int(item_of[row])
+                    if j == src_item:
+                        continue
+                    path = path_names[fields.path[row]]
+                    out.append(finding(
+                        "leakage", "privileged_in_other_item", "warning",
+                        f"{k / size:.0%} of {src} of {ids[src_item]} appears in {path} of {ids[j]}",
+                        items=[ids[src_item], ids[j]], fields=[src, path],
+                        numbers={"containment": rounded(k / size, 3), "n": n}))
     out.sort(key=lambda f: (f.items, f.fields))
     return out

@@ -12,7 +12,7 @@ import numpy as np
 from gen.generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
 from gen.generators.audit.report import PNG_METADATA, table, tells_table
 from gen.generators.audit.stats import Tell, rounded
-from gen.schemas.mcq import LETTERS, MCQ
+from gen.schemas.mcq import LETTERS
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig
@@ -57,16 +57,15 @@ def position(data: AuditData, cfg: AuditConfig) -> CheckResult:
     res = CheckResult(key)
     if not data.mcq:
         return CheckResult(key, "skipped", "no multiple-choice items with a known answer")
-    groups: dict[tuple[str, int], list[tuple[int, MCQ]]] = defaultdict(list)
-    for i, it in data.mcq:
-        groups[(it.question_type, len(it.options))].append((i, it))
+    items = data.items  # the columns: no item is read
+    mcq = data.mcq.indices
+    groups: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for i, t, k in zip(mcq.tolist(), items.qtype[mcq].tolist(), items.n_options[mcq].tolist(), strict=True):
+        groups[(items.types[t], k)].append(i)
     table = {}
-    tells: list[tuple[Tell, list[tuple[int, MCQ]], np.ndarray]] = []
+    tells: list[tuple[Tell, list[int], np.ndarray]] = []
     for (qtype, k), xs in sorted(groups.items()):
-        answers: list[int] = []
-        for _, it in xs:
-            assert it.answer is not None  # data.mcq keeps only items with a known answer
-            answers.append(it.answer)
+        answers = items.answer[xs].tolist()  # data.mcq keeps only items with a known answer
         counts = np.bincount(answers, minlength=k)
         row: dict[str, Any] = {"question_type": qtype, "options": k, "items": len(xs),
                                "counts": {LETTERS[j]: int(c) for j, c in enumerate(counts)}}
@@ -93,7 +92,7 @@ def position(data: AuditData, cfg: AuditConfig) -> CheckResult:
             key, "position_bias", t,
             f"{qtype}: answers pile up at {shares} (expected {1 / k:.0%} each, chi-square test); "
             f"always answering {t.labels['tell'].split()[-1]} is right in",
-            items=[it.item_id for _, it in xs if it.answer in over], fields=["answer"],
+            items=[items.ids[i] for i in xs if int(items.answer[i]) in over], fields=["answer"],
             numbers={"question_type": qtype, "counts": table[f"{qtype}/{k}"]["counts"],
                      "chi2": table[f"{qtype}/{k}"]["chi2"], "positions": [LETTERS[j] for j in over]}))
     res.stats = {"groups": table, "tells": [t.row() for t, _, _ in tells]}

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+from array import array
 from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,15 +53,37 @@ def central_credit(it: MCQ) -> float:
     return 1 / len(top) if it.answer in top else 0.0
 
 
-def option_features(items: list[MCQ], vocab: list[str]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+class Features:
+    """Per item and option, the classifier's features in bounded memory: the dense ones as a
+    float32 array (rows ``r * k + j``: option j of item r), the word ones as a sparse 0/1 matrix
+    (a million options by 300 words would be 1.2 GB dense). :func:`_standardised` gives what the
+    fit reads: the values ``(F - mean) / std`` over the training options, in float32, as one
+    dense array of every feature held them."""
+
+    def __init__(self, dense: np.ndarray, words: Any, n: int, k: int) -> None:
+        self.dense, self.words, self.n, self.k = dense, words, n, k
+
+    def rows(self, items: np.ndarray) -> np.ndarray:
+        """The option rows of some items (all k of each, padding included)."""
+        return (items[:, None] * self.k + np.arange(self.k)).ravel()
+
+
+def option_features(items: Sequence[MCQ], vocab: list[str],
+                    kmax: int | None = None) -> tuple[Features, np.ndarray, list[str]]:
     """Per item and option, features of the options alone (and the question): length and its
     rank in the item, overlap with the question and with the other options, word patterns, and
-    presence of the bank's frequent words. Returns (F[n, k, d], mask[n, k], names)."""
-    kmax = max(len(it.options) for it in items)
+    presence of the bank's frequent words. Returns (features, mask[n, k], names). ``kmax``: the
+    most options of an item, when known (else the items are read once more for it)."""
+    from scipy.sparse import csr_matrix
+
+    if kmax is None:
+        kmax = max(len(it.options) for it in items)
+    n = len(items)
     names = [*DENSE, *(f"word:{w}" for w in vocab)]
-    col = {w: len(DENSE) + j for j, w in enumerate(vocab)}
-    F = np.zeros((len(items), kmax, len(names)), dtype=np.float32)
-    mask = np.zeros((len(items), kmax), dtype=bool)
+    col = {w: j for j, w in enumerate(vocab)}
+    dense = np.zeros((n * kmax, len(DENSE)), dtype=np.float32)
+    mask = np.zeros((n, kmax), dtype=bool)
+    word_rows, word_cols = array("q"), array("q")
     for r, it in enumerate(items):
         k = len(it.options)
         mask[r, :k] = True
@@ -75,7 +100,7 @@ def option_features(items: list[MCQ], vocab: list[str]) -> tuple[np.ndarray, np.
         mark_count = Counter(marks)
         for j in range(k):
             t, s = toks[j], sets[j]
-            F[r, j, :len(DENSE)] = [
+            dense[r * kmax + j] = [
                 math.log1p(chars[j]), len(t), z[j], chars[j] == chars.max() and (chars == chars.max()).sum() == 1,
                 chars[j] == chars.min() and (chars == chars.min()).sum() == 1, rank[j], qov[j], qov[j] - qov.mean(),
                 cen[j], cen[j] - cen.mean(), it.options[j].count(","), t.count("and"), bool(s & NEGATION),
@@ -85,11 +110,14 @@ def option_features(items: list[MCQ], vocab: list[str]) -> tuple[np.ndarray, np.
             ]
             for w in s:
                 if w in col:
-                    F[r, j, col[w]] = 1.0
-    return F, mask, names
+                    word_rows.append(r * kmax + j)
+                    word_cols.append(col[w])
+    words = csr_matrix((np.ones(len(word_rows), dtype=np.float32), (np.asarray(word_rows), np.asarray(word_cols))),
+                       shape=(n * kmax, len(vocab)))
+    return Features(dense, words, n, kmax), mask, names
 
 
-def option_vocab(items: list[MCQ], limit: int = 300, min_items: int = 3) -> list[str]:
+def option_vocab(items: Sequence[MCQ], limit: int = 300, min_items: int = 3) -> list[str]:
     """Words that occur in the options of at least ``min_items`` items but not in every option
     of most items (those cancel out within an item)."""
     df: Counter[str] = Counter()
@@ -102,51 +130,91 @@ def option_vocab(items: list[MCQ], limit: int = 300, min_items: int = 3) -> list
     return sorted(words, key=lambda w: (-df[w], w))[:limit]
 
 
-def _fit_logit(F: np.ndarray, mask: np.ndarray, y: np.ndarray, l2: float) -> np.ndarray:
-    """Conditional logit (softmax over an item's options), L2-penalised, by L-BFGS."""
+WORD_BLOCK = 32
+"""Word features standardised at once (a dense block of the training options by this many words)."""
+
+
+@dataclass
+class Standardised:
+    """The features standardised over some training items: the dense ones as float64 rows; each
+    word feature by its two values, absent (``absent``) and present minus absent (``delta``)."""
+
+    dense: np.ndarray
+    absent: np.ndarray
+    delta: np.ndarray
+
+
+def _standardised(F: Features, mask: np.ndarray, train: np.ndarray) -> Standardised:
+    """``(F - mean) / std`` over the training items' options, computed as numpy computes it on one
+    float32 array of every feature (a column's mean and std do not depend on the other columns),
+    std 0 taken as 1."""
+    rows = F.rows(np.nonzero(train)[0])[mask[train].ravel()]
+    at = F.dense[rows]
+    mu, sd = at.mean(axis=0), at.std(axis=0)
+    sd[sd < 1e-9] = 1.0
+    dense = ((F.dense - mu) / sd).astype(np.float64)
+    del at
+    words = F.words[rows]
+    v = words.shape[1]
+    absent, present = np.zeros(v, dtype=np.float32), np.zeros(v, dtype=np.float32)
+    for c in range(0, v, WORD_BLOCK):
+        block = words[:, c:c + WORD_BLOCK].toarray()
+        mu, sd = block.mean(axis=0), block.std(axis=0)
+        sd[sd < 1e-9] = 1.0
+        absent[c:c + WORD_BLOCK] = (np.float32(0) - mu) / sd
+        present[c:c + WORD_BLOCK] = (np.float32(1) - mu) / sd
+    a64 = absent.astype(np.float64)
+    return Standardised(dense, a64, present.astype(np.float64) - a64)
+
+
+def _scores(F: Features, S: Standardised, w: np.ndarray) -> np.ndarray:
+    d = S.dense.shape[1]
+    return (S.dense @ w[:d] + (S.absent @ w[d:] + F.words @ (S.delta * w[d:]))).reshape(F.n, F.k)
+
+
+def _fit_logit(F: Features, S: Standardised, mask: np.ndarray, y: np.ndarray, l2: float,
+               train: np.ndarray) -> np.ndarray:
+    """Conditional logit (softmax over an item's options) on the ``train`` items, L2-penalised, on
+    the standardised features ``S``, by L-BFGS."""
     from scipy.optimize import minimize
 
-    n, k, d = F.shape
-    Fm = F.reshape(n * k, d).astype(np.float64)
+    d = S.dense.shape[1]
+    rows = np.arange(F.n)
+    yy = np.where(train, y, 0)
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
-        s = (Fm @ w).reshape(n, k)
-        s = np.where(mask, s, -np.inf)
+        s = np.where(mask, _scores(F, S, w), -np.inf)
         mx = s.max(axis=1, keepdims=True)
         e = np.exp(s - mx)
         z = e.sum(axis=1, keepdims=True)
-        p = e / z
-        nll = -(s[np.arange(n), y] - mx[:, 0] - np.log(z[:, 0])).sum()
-        g = p.copy()
-        g[np.arange(n), y] -= 1
-        grad = Fm.T @ g.reshape(n * k)
+        nll = -(s[rows, yy] - mx[:, 0] - np.log(z[:, 0]))[train].sum()
+        g = e / z
+        g[rows, yy] -= 1
+        g[~train] = 0.0
+        gr = g.reshape(F.n * F.k)
+        grad = np.concatenate([S.dense.T @ gr, S.absent * gr.sum() + S.delta * (F.words.T @ gr)])
         return nll + 0.5 * l2 * w @ w, grad + l2 * w
 
-    w0 = np.zeros(d)
+    w0 = np.zeros(d + len(S.absent))
     return minimize(loss, w0, jac=True, method="L-BFGS-B", options={"maxiter": 300}).x
 
 
-def _predict(F: np.ndarray, mask: np.ndarray, w: np.ndarray) -> np.ndarray:
-    s = np.where(mask, F.astype(np.float64) @ w, -np.inf)
+def _predict(F: Features, S: Standardised, mask: np.ndarray, w: np.ndarray) -> np.ndarray:
+    s = np.where(mask, _scores(F, S, w), -np.inf)
     s -= s.max(axis=1, keepdims=True)
     e = np.exp(s)
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _standardise(F: np.ndarray, mask: np.ndarray, train: np.ndarray) -> np.ndarray:
-    rows = F[train][mask[train]]
-    mu, sd = rows.mean(axis=0), rows.std(axis=0)
-    sd[sd < 1e-9] = 1.0
-    return (F - mu) / sd
-
-
-def folds_for(items: list[MCQ], k: int, seed: int | tuple[int, int]) -> np.ndarray:
-    """Fold of each item; items sharing a group (clip, video) share a fold."""
-    groups = sorted({it.group or it.item_id for it in items})
+def folds_for(items: Sequence[MCQ] | list[str], k: int, seed: int | tuple[int, int]) -> np.ndarray:
+    """Fold of each item; items sharing a group (clip, video) share a fold. ``items``: the items,
+    or each one's group (its id when it has none)."""
+    keys = [x if isinstance(x, str) else x.group or x.item_id for x in items]
+    groups = sorted(set(keys))
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(groups))
     fold_of = {groups[g]: r % k for r, g in enumerate(order)}
-    return np.array([fold_of[it.group or it.item_id] for it in items])
+    return np.array([fold_of[g] for g in keys])
 
 
 def one_blas_thread() -> Any:
@@ -159,15 +227,29 @@ def one_blas_thread() -> Any:
     return threadpool_limits(1)
 
 
-def shortcut_cv(items: list[MCQ], cfg: AuditConfig, seed: int) -> dict[str, Any]:
+def shortcut_cv(items: Sequence[MCQ], cfg: AuditConfig, seed: int, *, kmax: int | None = None,
+                groups: list[str] | None = None, answers: np.ndarray | None = None) -> dict[str, Any]:
     """Per item, the out-of-fold probability of the answer and the share of fold draws in which the
     classifier picks it (``correct``, averaged over ``shortcut_repeats`` draws of the folds), and the
-    features the classifier fitted on every item leans on most."""
+    features the classifier fitted on every item leans on most. ``items`` is read twice (the word
+    vocabulary, the features); ``kmax``, ``groups`` (group or id per item) and ``answers``, when
+    the caller has them, save reading it more."""
     with one_blas_thread():
-        return _shortcut_cv(items, cfg, seed)
+        vocab = option_vocab(items)
+        F, mask, names = option_features(items, vocab, kmax)
+        if groups is None:
+            groups = [it.group or it.item_id for it in items]
+        y = np.array([it.answer for it in items]) if answers is None else answers
+        folds_list = [folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)]
+        p_answer, right = cv_hits(F, mask, y, folds_list, cfg.shortcut_folds, cfg.shortcut_l2)
+        everyone = np.ones(len(y), dtype=bool)
+        w = _fit_logit(F, _standardised(F, mask, everyone), mask, y, cfg.shortcut_l2, everyone)
+        top = np.argsort(-np.abs(w))[:8]
+        return {"p_answer": p_answer / cfg.shortcut_repeats, "correct": right / cfg.shortcut_repeats,
+                "weights": [(names[j], rounded(w[j], 3)) for j in top if abs(w[j]) > 1e-6]}
 
 
-def cv_hits(F: np.ndarray, mask: np.ndarray, y: np.ndarray, folds_list: list[np.ndarray], n_folds: int,
+def cv_hits(F: Features, mask: np.ndarray, y: np.ndarray, folds_list: list[np.ndarray], n_folds: int,
             l2: float) -> tuple[np.ndarray, np.ndarray]:
     """Summed over the fold draws: each item's out-of-fold probability of its answer ``y``, and how
     often the classifier picks it."""
@@ -179,25 +261,13 @@ def cv_hits(F: np.ndarray, mask: np.ndarray, y: np.ndarray, folds_list: list[np.
             train = ~test
             if not test.any() or not train.any():
                 continue
-            Fs = _standardise(F, mask, train)
-            w = _fit_logit(Fs[train], mask[train], y[train], l2)
-            P = _predict(Fs[test], mask[test], w)
+            S = _standardised(F, mask, train)
+            w = _fit_logit(F, S, mask, y, l2, train)
+            P = _predict(F, S, mask, w)[test]
+            del S
             p_answer[test] += P[np.arange(test.sum()), y[test]]
             right[test] += P.argmax(axis=1) == y[test]
     return p_answer, right
-
-
-def _shortcut_cv(items: list[MCQ], cfg: AuditConfig, seed: int) -> dict[str, Any]:
-    vocab = option_vocab(items)
-    F, mask, names = option_features(items, vocab)
-    y = np.array([it.answer for it in items])
-    folds_list = [folds_for(items, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)]
-    p_answer, right = cv_hits(F, mask, y, folds_list, cfg.shortcut_folds, cfg.shortcut_l2)
-    Fs = _standardise(F, mask, np.ones(len(items), dtype=bool))
-    w = _fit_logit(Fs, mask, y, cfg.shortcut_l2)
-    top = np.argsort(-np.abs(w))[:8]
-    return {"p_answer": p_answer / cfg.shortcut_repeats, "correct": right / cfg.shortcut_repeats,
-            "weights": [(names[j], rounded(w[j], 3)) for j in top if abs(w[j]) > 1e-6]}
 
 
 def _markdown(r: CheckResult) -> list[str]:
@@ -219,13 +289,15 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
     if not groups:
         return CheckResult(key, "skipped", "no multiple-choice items with a known answer")
     table = {}
-    tells: list[tuple[Tell, list[MCQ], dict[str, Any], np.ndarray]] = []
+    tells: list[tuple[Tell, list[str], dict[str, Any], np.ndarray]] = []
     central: list[tuple[Tell, list[str]]] = []
     for qtype, xs in groups.items():
-        items = [it for _, it in xs]
-        p0 = float(np.mean([1 / len(it.options) for it in items]))
+        idx = xs.indices
+        items = data.items.view(idx)  # read when iterated: never all in memory
+        ids = xs.ids
+        p0 = float(np.mean(1 / data.items.n_options[idx]))
         credit = [central_credit(it) for it in items]
-        hub = [it.item_id for it, c in zip(items, credit, strict=True) if c == 1]  # the answer alone on top
+        hub = [i for i, c in zip(ids, credit, strict=True) if c == 1]  # the answer alone on top
         hits = int(round(sum(credit)))  # an expected count: the binomial test on it errs on the safe side
         if len(items) >= cfg.min_items_per_test:
             central.append((Tell({"question_type": qtype, "tell": "pick the most central"}, hits, len(items), p0,
@@ -234,7 +306,9 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
             table[qtype] = {"items": len(items), "note": f"classifier not run: fewer than {cfg.shortcut_min_items} items",
                             "pick_most_central_accuracy": rounded(hits / len(items), 3)}
             continue
-        out = shortcut_cv(items, cfg, data.seed)
+        out = shortcut_cv(items, cfg, data.seed, kmax=int(data.items.n_options[idx].max()),
+                          groups=[g or i for g, i in zip((data.items.groups[j] for j in idx.tolist()), ids, strict=True)],
+                          answers=data.items.answer[idx].astype(np.int64))
         n = len(items)
         # Expected hits over the fold draws. Cross-validated hits are dependent, so the binomial test
         # on their sum is valid only as measured: under the null on EgoToM's option sets
@@ -243,18 +317,18 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
         # 1.26-1.49 times and gives 7.2 % (hence shortcut_repeats >= 3: 0.91-1.01 times, 3.3 %)
         k = int(round(float(out["correct"].sum())))
         order = np.argsort(-out["p_answer"], kind="stable")
-        easiest = [{"item": items[r].item_id, "p_answer": rounded(out["p_answer"][r], 3)} for r in order[:10]]
+        easiest = [{"item": ids[r], "p_answer": rounded(out["p_answer"][r], 3)} for r in order[:10]]
         table[qtype] = {"items": n, "folds": cfg.shortcut_folds, "repeats": cfg.shortcut_repeats,
                         "accuracy": rounded(k / n, 3), "pick_most_central_accuracy": rounded(hits / n, 3),
                         "chance": rounded(p0, 3), "top_features": out["weights"], "easiest": easiest}
         res.series[qtype] = out["p_answer"].tolist()
         tells.append((Tell({"question_type": qtype, "tell": "choice-only classifier"}, k, n, p0,
-                           binom_greater(k, n, p0)), items, out, order))
+                           binom_greater(k, n, p0)), ids, out, order))
     judged([t for t, *_ in tells] + [t for t, _ in central], cfg)
-    for t, items, out, order in tells:
+    for t, ids, out, order in tells:
         if t.severity is None:
             continue
-        easy = [items[r].item_id for r in order if out["correct"][r] > 0.5 and out["p_answer"][r] >= cfg.shortcut_confidence]
+        easy = [ids[r] for r in order if out["correct"][r] > 0.5 and out["p_answer"][r] >= cfg.shortcut_confidence]
         res.findings.append(tell_finding(
             key, "choice_only_shortcut", t,
             f"{t.labels['question_type']} (listed: the items it solves with p >= {cfg.shortcut_confidence}): "

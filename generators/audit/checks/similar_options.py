@@ -15,6 +15,7 @@ from gen.generators.audit.report import PNG_METADATA, per_type_table
 from gen.generators.audit.stats import rounded
 from gen.generators.audit.text import letter, norm
 from gen.schemas.audit import FindingRecord, Severity
+from gen.schemas.mcq import MCQ
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig
@@ -45,27 +46,21 @@ def _embed_unique(embed: Callable[[list[str]], np.ndarray], texts: list[str]) ->
     return np.asarray(vecs, dtype=np.float32), {t: j for j, t in enumerate(uniq)}
 
 
-@check("similar_options", order=5, title="Near-duplicate options and distractors close to the answer",
-       finds="near-identical options, and distractors so close to the answer that they may also be right",
-       uses=("embeddings", "option_dup_sim", "answer_close_sim"), markdown=per_type_table, plot=_plot)
-def similar_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
-    """Embedding cosine between the options of each item: near-duplicate options, and distractors
-    so close to the answer that they may also be correct."""
+OPTION_BLOCK = 4096
+"""Items whose options are embedded at once."""
+
+
+def _block(data: AuditData, cfg: AuditConfig, xs: list[tuple[int, MCQ]], ans_dis: dict[str, list[np.ndarray]],
+           dis_dis: dict[str, list[np.ndarray]], counts: Counter[str]) -> list[tuple[int, int, int, FindingRecord]]:
+    """One block of items: every pair of options of an item, its cosine added to the type's
+    answer-distractor or distractor-distractor values; the pairs found, keyed for item order."""
     key = "similar_options"
-    res = CheckResult(key)
-    if data.embed is None:
-        return CheckResult(key, "skipped", "embeddings=false")
-    xs = [(i, it) for i, it in enumerate(data.items) if len(it.options) >= 2]
-    if not xs:
-        return CheckResult(key, "skipped", "no items with options")
+    assert data.embed is not None
     vecs, at = _embed_unique(data.embed, [o.strip() for _, it in xs for o in it.options])
     kmax = max(len(it.options) for _, it in xs)
     idx = np.full((len(xs), kmax), -1, dtype=np.int64)
     for r, (_, it) in enumerate(xs):
         idx[r, :len(it.options)] = [at[o.strip()] for o in it.options]
-    ans_dis: dict[str, list[float]] = defaultdict(list)
-    dis_dis: dict[str, list[float]] = defaultdict(list)
-    counts: Counter[str] = Counter()
     found: list[tuple[int, int, int, FindingRecord]] = []
     for a in range(kmax):
         for b in range(a + 1, kmax):
@@ -73,12 +68,19 @@ def similar_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
             if not len(rows):
                 continue
             sims = np.einsum("nd,nd->n", vecs[idx[rows, a]], vecs[idx[rows, b]])
+            qtypes = [xs[r][1].question_type for r in rows.tolist()]
+            answer = np.array([xs[r][1].answer in (a, b) for r in rows.tolist()], dtype=bool)
+            for qtype in dict.fromkeys(qtypes):
+                of_type = np.array([q == qtype for q in qtypes], dtype=bool)
+                if (of_type & answer).any():
+                    ans_dis[qtype].append(sims[of_type & answer])
+                if (of_type & ~answer).any():
+                    dis_dis[qtype].append(sims[of_type & ~answer])
             for r, s in zip(rows.tolist(), sims.tolist(), strict=True):
                 i, it = xs[r]
                 is_ans = it.answer in (a, b)
-                (ans_dis if is_ans else dis_dis)[it.question_type].append(s)
-                if norm(it.options[a]) == norm(it.options[b]):
-                    continue  # the same text: a structure finding
+                if s < min(cfg.option_dup_sim, cfg.answer_close_sim) or norm(it.options[a]) == norm(it.options[b]):
+                    continue  # not close (or the same text: a structure finding)
                 sev: Severity
                 if s >= cfg.option_dup_sim:
                     kind, sev, what = "near_duplicate_options", "warning", \
@@ -93,20 +95,43 @@ def similar_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 fields = [f"options[{a}]", f"options[{b}]"]
                 if kind == "distractor_close_to_answer" and it.answer == b:
                     fields.reverse()  # the answer first
-                found.append((r, a, b, finding(key, kind, sev, what, items=[it.item_id], fields=fields,
+                found.append((i, a, b, finding(key, kind, sev, what, items=[it.item_id], fields=fields,
                                                numbers={"cosine": rounded(s)}, bank=data.bank_name(i))))
-    res.findings = [f for *_, f in sorted(found, key=lambda x: x[:3])]  # in item order
+    return found
+
+
+@check("similar_options", order=5, title="Near-duplicate options and distractors close to the answer",
+       finds="near-identical options, and distractors so close to the answer that they may also be right",
+       uses=("embeddings", "option_dup_sim", "answer_close_sim"), markdown=per_type_table, plot=_plot)
+def similar_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
+    """Embedding cosine between the options of each item: near-duplicate options, and distractors
+    so close to the answer that they may also be correct."""
+    key = "similar_options"
+    res = CheckResult(key)
+    if data.embed is None:
+        return CheckResult(key, "skipped", "embeddings=false")
+    xs = np.nonzero(data.items.n_options >= 2)[0]
+    if not len(xs):
+        return CheckResult(key, "skipped", "no items with options")
+    ans_dis: dict[str, list[np.ndarray]] = defaultdict(list)
+    dis_dis: dict[str, list[np.ndarray]] = defaultdict(list)
+    counts: Counter[str] = Counter()
+    for start in range(0, len(xs), OPTION_BLOCK):  # the options of a block of items embedded at once
+        block = list(data.items.iter_at(xs[start:start + OPTION_BLOCK]))
+        found = _block(data, cfg, block, ans_dis, dis_dis, counts)
+        res.findings += [f for *_, f in sorted(found, key=lambda x: x[:3])]  # in item order
     table = {}
     for qtype in sorted(set(ans_dis) | set(dis_dis)):
         row = {}
-        for name, vals in (("answer_distractor", ans_dis[qtype]), ("distractor_distractor", dis_dis[qtype])):
-            if vals:
+        for name, chunks in (("answer_distractor", ans_dis[qtype]), ("distractor_distractor", dis_dis[qtype])):
+            vals = np.concatenate(chunks).astype(np.float64) if chunks else np.zeros(0)
+            if len(vals):
                 q = np.percentile(vals, [50, 90, 99])
                 row[name] = {"pairs": len(vals), "median": rounded(q[0], 3), "p90": rounded(q[1], 3),
-                             "p99": rounded(q[2], 3), "max": rounded(max(vals), 3)}
+                             "p99": rounded(q[2], 3), "max": rounded(float(vals.max()), 3)}
         table[qtype] = row
-    res.series = {"answer_distractor": [s for v in ans_dis.values() for s in v],
-                  "distractor_distractor": [s for v in dis_dis.values() for s in v],
+    res.series = {"answer_distractor": np.concatenate([c for v in ans_dis.values() for c in v] or [np.zeros(0)]),
+                  "distractor_distractor": np.concatenate([c for v in dis_dis.values() for c in v] or [np.zeros(0)]),
                   "thresholds": {"option_dup_sim": cfg.option_dup_sim, "answer_close_sim": cfg.answer_close_sim}}
     res.stats = {"per_question_type": table, "option_dup_sim": cfg.option_dup_sim,
                  "answer_close_sim": cfg.answer_close_sim, "findings_by_kind": dict(sorted(counts.items()))}

@@ -45,11 +45,14 @@ def structure(data: AuditData, cfg: AuditConfig) -> CheckResult:
             res.findings.append(finding(key, "row_problem", sev, f"line {p['line'] + 1}: {p['field']} {p['problem']}",
                                         items=[p["item_id"]], fields=[p["field"]],
                                         numbers={"line": p["line"] + 1}, bank=b.path.name))
-    fmt_of = {b.path.name: b.format for b in data.banks}
-    for i, it in enumerate(data.items):
+    roles_bank = [b.format == "roles_jsonl" for b in data.banks]
+    per_type: dict[str, dict[str, Any]] = {}
+    categories: Counter[str] = Counter()
+    groups: set[str] = set()
+    for i, it in enumerate(data.items):  # one pass over the items
         bank = data.bank_name(i)
         # a roles bank reports its answer and required fields as row problems (above)
-        roles = fmt_of.get(data.bank_of[i] if i < len(data.bank_of) else "", "") == "roles_jsonl"
+        roles = bool(roles_bank) and roles_bank[int(data.items.bank[i])]
         if it.options:
             if len(it.options) < 2:
                 res.findings.append(finding(key, "too_few_options", "error", "an item with options needs at least two",
@@ -79,24 +82,27 @@ def structure(data: AuditData, cfg: AuditConfig) -> CheckResult:
             if not text.strip():
                 res.findings.append(finding(key, "empty_visible", "warning", f"visible field {path} is empty",
                                             items=[it.item_id], fields=[path], bank=bank))
-    ids = Counter(it.item_id for it in data.items)
-    for item_id, count in sorted(ids.items()):
-        if count > 1:
-            res.findings.append(finding(key, "duplicate_id", "error", f"item id used by {count} items",
-                                        items=[item_id], fields=["item_id"], numbers={"count": count}))
-    per_type: dict[str, dict[str, Any]] = {}
-    for it in data.items:
         row = per_type.setdefault(it.question_type, {"items": 0, "options": Counter(), "no_answer": 0})
         row["items"] += 1
         row["options"][len(it.options)] += 1
         row["no_answer"] += bool(it.options) and it.answer is None
+        if it.category is not None:
+            categories[it.category] += 1
+        if it.group is not None:
+            groups.add(it.group)
+    ids = Counter(data.items.ids)
+    for item_id, count in sorted(ids.items()):
+        if count > 1:
+            res.findings.append(finding(key, "duplicate_id", "error", f"item id used by {count} items",
+                                        items=[item_id], fields=["item_id"], numbers={"count": count}))
+    del ids
     res.stats = {
         "items": len(data.items),
         "banks": {b.path.name: {"format": b.format, "items": len(b.items), "row_problems": len(b.problems)}
                   for b in data.banks},
         "per_question_type": {t: {"items": r["items"], "options": dict(sorted(r["options"].items())),
                                   "no_answer": r["no_answer"]} for t, r in sorted(per_type.items())},
-        "per_category": dict(sorted(Counter(it.category for it in data.items if it.category is not None).items())),
-        "groups": len({it.group for it in data.items if it.group is not None}),
+        "per_category": dict(sorted(categories.items())),
+        "groups": len(groups),
     }
     return res

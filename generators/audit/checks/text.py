@@ -38,7 +38,7 @@ def text(data: AuditData, cfg: AuditConfig) -> CheckResult:
     key = "text"
     if not data.items:
         return CheckResult(key, "skipped", "no items with a question or options")
-    report = audit_texts(bank_texts(data.items), language=cfg.language)
+    report = audit_texts((t for it in data.items for t in bank_texts([it])), language=cfg.language)
     res = CheckResult(key, stats=report.as_dict())
     for gate, n in report.by_gate.items():
         ex = report.examples[gate][0]

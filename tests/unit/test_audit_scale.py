@@ -1,0 +1,92 @@
+"""``audit`` streams its input into a spill file and reads it back per check, in bounded memory
+(bench/audit_scale.py measures it). What it finds must not change: a generated bank of 1,200 items
+(``tests/audit_scale_bank.py``: every MCQ check has work) in both formats is audited with every
+check and compared with what the in-memory audit found on it (``golden.json``: findings,
+statistics, power lines). And the pieces that replaced in-memory ones: the spill store, the
+streamed JSONL reader, the blocked nearest-neighbour search."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from audit_scale_bank import audit_both
+
+from gen.errors import InputError
+from gen.generators.audit.checks.duplicates import knn
+from gen.generators.audit.items import Items
+from gen.generators.audit.text import visible_fields
+from gen.mcq import iter_mcq_jsonl, read_mcq_jsonl
+from gen.readers import iter_jsonl
+
+GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "audit_scale" / "golden.json"
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory) -> dict:
+    return audit_both(tmp_path_factory.mktemp("scale"))
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_the_streamed_audit_finds_what_the_in_memory_audit_found(audited, fmt: str) -> None:
+    want, got = json.loads(GOLDEN.read_text())[fmt], audited[fmt]
+    assert len(got["findings"]) == len(want["findings"])
+    assert got["findings"] == want["findings"]  # the same findings, in the same order
+    assert {c["key"]: c for c in got["checks"]} == {c["key"]: c for c in want["checks"]}
+    assert (got["summary"], got["power"]) == (want["summary"], want["power"])
+
+
+def test_the_golden_bank_gives_every_mcq_check_work() -> None:
+    """A comparison of nothing proves nothing: the golden run found something in each check."""
+    found = {f["check"] for f in json.loads(GOLDEN.read_text())["jsonl"]["findings"]}
+    assert {"structure", "leakage", "length", "similar_options", "duplicates", "shortcut", "chronology",
+            "text"} <= found
+
+
+def test_items_spill_and_read_back(tmp_path: Path) -> None:
+    items = read_mcq_jsonl(Path(__file__).resolve().parent.parent / "fixtures" / "audit" / "clean.jsonl")
+    store = Items(items)
+    assert len(store) == len(items) and list(store) == items
+    assert store[3] == items[3] and store[-1] == items[-1] and store[2:4] == items[2:4]
+    assert [store.visible(i) for i in (5, 0, 5)] == [visible_fields(items[i]) for i in (5, 0, 5)]
+    assert store.ids == [it.item_id for it in items]
+    assert store.types == list(dict.fromkeys(it.question_type for it in items))
+    assert store.answer.tolist() == [it.answer for it in items]
+    sub = store.subset([7, 2, 9])
+    assert [(i, it.item_id) for i, it in sub] == [(7, items[7].item_id), (2, items[2].item_id), (9, items[9].item_id)]
+    with pytest.raises(RuntimeError):
+        store.append(items[0])
+
+
+def test_jsonl_is_read_line_by_line_and_a_bad_byte_is_still_named(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"a": 1}\r\n\r\n{"a": 2}\r{"a": 3}\n')
+    assert list(iter_jsonl(path)) == [(1, {"a": 1}), (3, {"a": 2}), (4, {"a": 3})]
+    path.write_bytes(b'{"a": 1}\n' * 5000 + b'{"a": "\xff"}\n')  # the bad byte beyond the first read
+    with pytest.raises(InputError, match=r"a.jsonl:5001: not UTF-8 text \(byte 0xff at column 8"):
+        list(iter_jsonl(path))
+    with pytest.raises(InputError, match=r"a.jsonl:1: not an MCQ record \(item_id"):
+        next(iter_mcq_jsonl(path))
+    fifo = tmp_path / "fifo.jsonl"  # streamed, a FIFO would block the reader forever: refused at open
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match=rf"^{fifo}: is a FIFO, not a regular file"):
+        next(iter_jsonl(fifo))
+    with pytest.raises(InputError, match=rf"^{tmp_path}: is a folder"):
+        next(iter_jsonl(tmp_path))
+
+
+def test_blocked_knn_matches_one_block() -> None:
+    """The base split into blocks (and the queries): the same neighbours as one search."""
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(500, 24)).astype(np.float32)
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    b = rng.normal(size=(130, 24)).astype(np.float32)
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    for base in (None, b):
+        whole = knn(a, base, 5, block=10_000, base_block=10_000)
+        parts = knn(a, base, 5, block=64, base_block=37)
+        np.testing.assert_allclose(parts[0], whole[0], atol=1e-6)
+        np.testing.assert_array_equal(parts[1], whole[1])
