@@ -93,6 +93,10 @@ class Page:
     """Overrides appended to every command of a generator (``{"digital": ["n=1"]}``)."""
     replace: dict[str, str] = field(default_factory=dict)
     """Words (command words, or text in python blocks) replaced before running."""
+    numbered: bool = False
+    """A command that names no ``hydra.run.dir=`` runs into ``outputs/<generator>/<NN>`` (NN the
+    command's place on the page) instead of a timestamped folder: two quick runs in one second
+    would otherwise share one folder."""
     instead: dict[str, Callable[[list[str], Path], int]] = field(default_factory=dict)
     """Generator (``review``) -> what runs instead of a command that would wait for a person:
     ``f(argv, cwd) -> exit code``."""
@@ -150,6 +154,8 @@ def run_page(path: Path, cwd: Path, monkeypatch: pytest.MonkeyPatch, page: Page)
                 for cmd in commands(block.body):
                     argv = [page.replace.get(w, w) for w in cmd.argv]
                     argv += page.extra.get(argv[0], []) if argv else []
+                    if page.numbered and argv and not any(a.startswith("hydra.run.dir=") for a in argv):
+                        argv.append(f"hydra.run.dir=outputs/{argv[0]}/{len(ran):02d}")
                     runner = page.instead.get(argv[0]) if argv else None
                     if runner is not None and not set(argv) & {"summary", "--help"}:
                         code = runner(argv, cwd)

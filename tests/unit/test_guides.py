@@ -33,7 +33,7 @@ def main_job_script() -> Any:
 
 
 SMALL_MAIN_JOB = Page(script=main_job_script(), extra={"digital": ["n=1", "persona_pool=6"]},
-                      replace={"persona_pool=50, n=5": "persona_pool=6, n=1"})
+                      replace={"persona_pool=50, n=5": "persona_pool=6, n=1"}, numbered=True)
 
 
 def test_the_readme_runs_and_lists_what_the_main_job_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
