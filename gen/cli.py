@@ -495,10 +495,19 @@ def print_generator_help(name: str) -> None:
     (:mod:`gen.docs`)."""
     from gen.docs import options
     from gen.registry import REGISTRY
+    from gen.stages import StagesConfig
 
-    print(f"gen {name} [key=value ...]\n\n{REGISTRY[name].help}\n")
+    g = REGISTRY[name]
+    print(f"gen {name} [key=value ...]\n\n{g.help}\n")
     for title, rows in options(name):
         print(f"{title}:")
         for o in rows:
             print(f"  {f'{o.key}={o.default}':<28} {o.description}")
+        print()
+    stages = g.config.model_fields.get("stages")
+    if stages is not None and isinstance(stages.annotation, type) and issubclass(stages.annotation, StagesConfig):
+        print("stages (a model per stage: stages.<stage>.llm=<preset> or stages.<stage>.llm.<field>=…; "
+              "unset: the run's llm):")
+        for stage, info in stages.annotation.model_fields.items():
+            print(f"  {stage:<28} {' '.join((info.description or '').split())}")
         print()

@@ -11,12 +11,15 @@ from typing import Any
 
 class Progress:
     def __init__(self, name: str, total: int, mode: str, every: float,
-                 usage: Callable[[], Any] | None = None, noun: str = "accepted"):
+                 usage: Callable[[], Any] | None = None, noun: str = "accepted",
+                 status: Callable[[], str] | None = None):
         if mode == "auto":
             mode = "rich" if sys.stdout.isatty() else "plain"
         self.name, self.total, self.mode, self.every, self._usage = name, total, mode, every, usage
         self.noun = noun
         """What the records are called (``accepted``; ``findings`` for an audit)."""
+        self._status = status
+        """The models' state (calls in flight, tokens/s, cost so far: ``RunContext.status``)."""
         self._t0 = time.perf_counter()
         self._last = self._t0
         self._bar: Any = None
@@ -39,7 +42,11 @@ class Progress:
             self._bar.stop()
 
     def _rate(self, done: int) -> str:
-        """Tokens per second while an LLM works; items per second otherwise."""
+        """The models' state while an LLM works (calls in flight, tokens per second, cost);
+        items per second otherwise."""
+        status = self._status() if self._status else ""
+        if status:
+            return status
         usage = self._usage() if self._usage else None
         if usage is not None and usage.generation_seconds:
             return f"{usage.tokens_per_second:.1f} tok/s"

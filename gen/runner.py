@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import itertools
 import json
 import os
 import subprocess
@@ -19,8 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from importlib.metadata import PackageNotFoundError, version
@@ -32,11 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 import gen
 from gen.embed import EmbedderConfig
 from gen.errors import ConfigError, MissingInputError
-from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, set_worker, sha256_file, worker
+from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, sha256_file
+from gen.llm.labels import model_label, unique_labels
 from gen.paths import CHECKOUT, input_file, inside
 from gen.registry import REGISTRY
 from gen.runfolder import RunFolder
+from gen.schedule import Helpers, fan_out, ordered
 from gen.schemas import Reject
+from gen.stages import stage_models
 from gen.templates import Prompts
 
 R = TypeVar("R")
@@ -76,6 +77,11 @@ class CommonConfig(BaseModel):
     """Progress display: rich on a terminal, periodic lines otherwise."""
     progress_every: float = Field(default=10.0, gt=0)
     """Seconds between plain progress lines."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_models(cls, data: Any) -> Any:
+        return stage_models(data)  # stages.<stage>.llm: a preset name or fields over llm
 
     @field_validator("cache_dir")
     @classmethod
@@ -136,6 +142,17 @@ def derive_id(seed: int, *parts: object) -> str:
     return hashlib.sha256(key).hexdigest()[:32]
 
 
+def _key(cfg: Any) -> str:
+    return json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+
+
+def _cost(llm: Any) -> float | None:
+    """What a model's calls in this run cost at its ``llm.price`` (None without a price)."""
+    price = getattr(llm, "price", None)
+    cost = getattr(llm.usage, "cost", None)
+    return cost(price) if price is not None and cost is not None else None
+
+
 def shard_range(n: int, shard: int, num_shards: int) -> range:
     """Contiguous slice ``shard`` of ``range(n)``; concatenating the slices in order gives range(n)."""
     return range(n * shard // num_shards, n * (shard + 1) // num_shards)
@@ -150,6 +167,8 @@ class Backends:
         self._lock = threading.Lock()
         self._llms: dict[str, LanguageModel] = {}
         self._embedders: dict[str, Any] = {}
+        self.helpers = Helpers()
+        """The threads that run nested maps' items (:mod:`gen.schedule`), one set per command."""
 
     def llm(self, cfg: LLMConfig, cache: Cache | None) -> LanguageModel:
         from gen.llm import make_llm
@@ -179,6 +198,7 @@ class Backends:
     def close(self) -> None:
         with self._lock:
             llms, self._llms = list(self._llms.values()), {}
+        self.helpers.close()
         for llm in llms:
             close = getattr(llm, "close", None)
             if close is not None:
@@ -217,6 +237,11 @@ class RunContext:
         self._llm: LanguageModel | None = None
         self._embedder: Any = None
         self._lock = threading.Lock()
+        self._t0 = time.perf_counter()
+        self._models: dict[str, tuple[Any, LanguageModel]] = {}
+        """Every model this run used, by its config's JSON: (config, this run's fork)."""
+        self._stages: dict[str, Any] = {}
+        """Stage name -> the config of the model it used (:meth:`stage_llm`)."""
 
     def count(self, key: str, n: int = 1) -> None:
         """Add to a manifest counter (validators' drops and corrections); thread-safe."""
@@ -236,6 +261,7 @@ class RunContext:
         with self._lock:
             if self._llm is None:
                 self._llm = self._backends.llm(self.cfg.llm, self.cache).fork()
+            self._models.setdefault(_key(self.cfg.llm), (self.cfg.llm, self._llm))
             return self._llm
 
     @property
@@ -243,10 +269,90 @@ class RunContext:
         return self._llm is not None
 
     def llm_for(self, cfg: LLMConfig) -> LanguageModel:
-        """Another configured model (a screening panel's), loaded once per command."""
+        """Another configured model (a screening panel's, a stage's), loaded once per command;
+        its calls count in this run's manifest under ``models``."""
         if cfg == self.cfg.llm:
             return self.llm
-        return self._backends.llm(cfg, self.cache).fork()
+        key = _key(cfg)
+        with self._lock:
+            if key in self._models:
+                return self._models[key][1]
+        llm = self._backends.llm(cfg, self.cache).fork()
+        with self._lock:
+            return self._models.setdefault(key, (cfg, llm))[1]
+
+    def stage_llm(self, stage: str) -> LanguageModel:
+        """The model of stage ``stage``: its ``stages.<stage>.llm``, else the run's."""
+        stages = getattr(self.cfg, "stages", None)
+        cfg = stages.models().get(stage) if stages is not None else None
+        with self._lock:
+            self._stages[stage] = cfg if cfg is not None else self.cfg.llm
+        return self.llm if cfg is None else self.llm_for(cfg)
+
+    @property
+    def width(self) -> int:
+        """How many calls this run's models take at once, the widest of them (the run's llm,
+        its stages'; a loaded model's own concurrency)."""
+        stages = getattr(self.cfg, "stages", None)
+        configs = [self.cfg.llm, *(stages.models().values() if stages is not None else ())]
+        width = max(1 if c.backend == "llama_cpp" else c.concurrency for c in configs)  # in process: one
+        return max(width, self._llm.concurrency) if self._llm is not None else width
+
+    def models_manifest(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The manifest's ``models`` (each model used: identity, its hash, usage, cost, calls in
+        flight) and ``stages`` (each stage's model, by its label there)."""
+        with self._lock:
+            used = list(self._models.values())
+            stages = dict(self._stages)
+        labels = unique_labels([model_label(c) for c, _ in used])
+        models: dict[str, Any] = {}
+        by_key: dict[str, str] = {}
+        for label, (cfg, llm) in zip(labels, used, strict=True):
+            by_key[_key(cfg)] = label
+            desc = llm.describe()
+            usage = llm.usage
+            cost = _cost(llm)
+            admission = getattr(llm, "admission", None)
+            models[label] = {
+                "llm": desc,
+                "sha256": hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest(),
+                "usage": usage.as_dict(),
+                "cost": round(cost, 6) if cost is not None else None,
+                "admission": admission.stats() if admission is not None else None,
+            }
+        out_stages = {}
+        for stage, cfg in sorted(stages.items()):
+            label = by_key.get(_key(cfg), model_label(cfg))
+            out_stages[stage] = {"model": label, "sha256": models[label]["sha256"] if label in models else None}
+        return models, out_stages
+
+    def status(self) -> str:
+        """The progress line's view of the models: calls in flight (of the limit), completion
+        tokens a second since the run started, and the cost so far where a price is set."""
+        with self._lock:
+            used = [llm for _, llm in self._models.values()]
+        seen: set[int] = set()
+        flight = limit = 0
+        tokens = 0
+        cost: float | None = None
+        for llm in used:
+            tokens += llm.usage.completion_tokens
+            spent = _cost(llm)
+            if spent is not None:
+                cost = (cost or 0.0) + spent
+            admission = getattr(llm, "admission", None)
+            if admission is not None and id(admission) not in seen:
+                seen.add(id(admission))
+                stats = admission.stats()
+                flight += stats["in_flight"]
+                limit += stats["limit"]
+        if not used:
+            return ""
+        elapsed = time.perf_counter() - self._t0
+        parts = [f"in flight {flight}/{limit}", f"{tokens / elapsed:.1f} tok/s" if elapsed > 0 else ""]
+        if cost is not None:
+            parts.append(f"cost {cost:.4f}")
+        return " ".join(p for p in parts if p)
 
     @property
     def embedder(self) -> Any:
@@ -269,6 +375,7 @@ class RunContext:
         """Give this run backends made elsewhere (a test's scripted LLM, a fake embedder)."""
         if llm is not None:
             self._llm = llm
+            self._models[_key(self.cfg.llm)] = (self.cfg.llm, llm)
             self._backends.put(self.cfg.llm, str(self.cache.path) if self.cache else None, llm)
         if embedder is not None:
             self._embedder = embedder
@@ -329,24 +436,26 @@ class RunContext:
         return derive_id(self.cfg.seed, self.name, index, *parts)
 
     def map(self, fn: Callable[[Any], R], items: Iterable[Any], workers: int | None = None) -> list[R]:
-        """Apply ``fn`` to independent items, concurrently up to ``workers`` (default: the run's
-        LLM's concurrency); results come back in input order, so records do not depend on
-        scheduling. Each worker thread is numbered (:func:`gen.llm.set_worker`): a server backend
-        sends one worker's calls, i.e. all calls of the items it works on, to one slot, where
-        their shared prompt prefix stays cached. The threads of a map inside a worker (a clip's
-        two counterfactual stages) keep that worker's number: their prompts share its prefix."""
-        items = list(items)
+        """Apply ``fn`` to independent items (a bundle's apps, an item's shuffles), up to
+        ``workers`` at once (default: :attr:`width`); results come back in input order, so records
+        do not depend on scheduling. The calls pass the backend's one budget of calls in flight
+        (:mod:`gen.llm.admission`), whatever map or record they come from. A map inside a record
+        of :meth:`imap` keeps that record's worker number (:func:`gen.llm.worker`): a server
+        backend sends its calls to one slot, where their shared prompt prefix stays cached."""
         if workers is None:
-            workers = self.llm.concurrency if self.llm_loaded else 1
-        if workers <= 1 or len(items) <= 1:
-            return [fn(x) for x in items]
-        parent, numbers = worker(), itertools.count()  # a nested map's threads keep their parent's number
-        pool = ThreadPoolExecutor(max_workers=min(workers, len(items)),
-                                  initializer=lambda: set_worker(parent if parent is not None else next(numbers)))
-        try:
-            return list(pool.map(fn, items))
-        finally:  # an error (a backend that stopped the run) leaves nothing queued behind it
-            pool.shutdown(wait=True, cancel_futures=True)
+            workers = self.width
+        return fan_out(fn, items, workers, self._backends.helpers)
+
+    def imap(self, fn: Callable[[Any], R], items: Iterable[Any], *, width: int | None = None,
+             window: int | None = None) -> Iterator[R]:
+        """``fn`` over the run's records (``ctx.indices()``), many at once, yielded in input order
+        as each one's predecessors are done: enough records under way to keep ``width`` calls in
+        flight (default: :attr:`width`), with no batch barrier, and at most ``window`` records
+        (default four times the width) under way or waiting to be yielded. A width of 1 (an
+        in-process model, one server slot) works one record after another, as a plain loop."""
+        width = self.width if width is None else width
+        workers = 1 if width <= 1 else 2 * width
+        return ordered(fn, items, workers=workers, window=window or 4 * width)
 
     def record_input(self, path: Path) -> None:
         """Note an input file's SHA-256 in the manifest."""
@@ -435,7 +544,8 @@ def run(
     many = False
     models: set[str] = set()
     progress = Progress(name, requested, cfg.progress if not quiet else "off", cfg.progress_every,
-                        usage=lambda: ctx.llm.usage if ctx.llm_loaded else None, noun=gen_.noun)
+                        usage=lambda: ctx.llm.usage if ctx.llm_loaded else None, noun=gen_.noun,
+                        status=ctx.status)
     rec_tmp = out_dir / "records.jsonl.partial"
     rej_tmp = rejects_path.with_name(rejects_path.name + ".partial")
     try:
@@ -462,6 +572,7 @@ def run(
     os.replace(rec_tmp, inside(out_dir, f"{ctx.records_name}.jsonl", what="records file"))
     os.replace(rej_tmp, rejects_path)
     wall = time.perf_counter() - t0
+    used_models, stages = ctx.models_manifest()
     manifest = {
         "generator": name,
         "toolkit_version": gen.__version__,
@@ -488,6 +599,8 @@ def run(
         },
         "validators": dict(sorted(ctx.stats.items())),
         "llm_usage": ctx.llm.usage.as_dict() if ctx.llm_loaded else None,
+        "models": used_models,
+        "stages": stages,
         "parent": str(ctx.parent.out_dir) if ctx.parent is not None else None,
         "subruns": ctx.subruns,
         "exit_code": ctx.exit_code,
@@ -506,7 +619,7 @@ def run(
 
 MANIFEST_KEYS = frozenset({
     "generator", "toolkit_version", "git", "command", "config", "records", "seed", "shard", "llm", "embedder",
-    "prompts", "inputs", "packages", "counts", "validators", "llm_usage", "started_at",
+    "prompts", "inputs", "packages", "counts", "validators", "llm_usage", "models", "stages", "started_at",
     "wall_seconds", "outputs", "parent", "subruns", "exit_code", "error"})
 """The keys every manifest has; the others are a generator's own summaries (``ctx.extra``)."""
 

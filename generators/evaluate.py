@@ -411,8 +411,7 @@ def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | 
     llm = ctx.llm
     records: list[MCQAnswerRecord] = []
     rejected = 0
-    indices = list(ctx.indices())
-    for out in ctx.map(lambda i: ask(cfg, ctx, llm, items[i][1], items[i][0], i), indices):
+    for out in ctx.imap(lambda i: ask(cfg, ctx, llm, items[i][1], items[i][0], i), ctx.indices()):  # streamed, in order
         if isinstance(out, Reject):
             rejected += 1
         else:

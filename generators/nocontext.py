@@ -378,16 +378,25 @@ class Screener:
                           detail="the correct option is not among the options")
         orders = shuffles(len(item.options), item.answer, self.cfg.shuffles,
                           self.ctx.seed(index, "shuffle"))
-        answers: dict[str, list[Answer]] = {}
-        for label, llm in self.panel:
-            def one(job: tuple[int, list[int]], llm: LanguageModel = llm) -> Answer:
-                return self.ask(llm, item, index, *job)
 
+        def model(entry: tuple[str, LanguageModel]) -> list[Answer] | LLMOutputError:
+            llm = entry[1]
             try:
-                answers[label] = self.ctx.map(one, enumerate(orders), workers=llm.concurrency)
+                return self.ctx.map(lambda job: self.ask(llm, item, index, *job), enumerate(orders),
+                                    workers=llm.concurrency)
             except LLMOutputError as e:
+                return e
+
+        # the panel's models at once when they all take several calls (a server's); the first
+        # model (in the panel's order) that fails makes the reject, as one after another would
+        together = min(llm.concurrency for _, llm in self.panel) > 1
+        answers: dict[str, list[Answer]] = {}
+        for (label, _), got in zip(self.panel, self.ctx.map(model, self.panel, workers=len(self.panel) if together else 1),
+                                   strict=True):
+            if isinstance(got, LLMOutputError):
                 return Reject(record_id=item.item_id, index=index, stage=f"answer.{label}",
-                              reason=e.reason, detail=e.detail, raw=e.raw)
+                              reason=got.reason, detail=got.detail, raw=got.raw)
+            answers[label] = got
         correct = {label: sum(a.correct for a in ans) for label, ans in answers.items()}
         removed_by = removal(correct, self.cfg.shuffles, self.cfg.max_correct, self.cfg.panel_k)
         return NocontextRecord(
@@ -446,9 +455,11 @@ def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord
     removed_tmp = ctx.out_dir / "removed.jsonl.partial"
     t0 = time.perf_counter()
     with open(removed_tmp, "w", encoding="utf-8") as removed_f:
-        for index in ctx.indices():
+        # items many at once (their shuffles and panel models too), one budget of calls in flight
+        outcomes = ctx.imap(lambda i: screener.screen(items[i][1], i, banks[items[i][0]].path), ctx.indices(),
+                            width=max(llm.concurrency for _, llm in panel))
+        for index, outcome in zip(ctx.indices(), outcomes, strict=True):
             b, item = items[index]
-            outcome = screener.screen(item, index, banks[b].path)
             if isinstance(outcome, Reject):
                 n_rejected += 1
                 yield outcome

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -358,9 +358,12 @@ def bio_gates(messages: list[dict[str, str]], language: str) -> Gates:
 
 
 def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
-              max_tokens: int, draw: int = 0, language: str = "en") -> PersonaRecord | Reject:
+              max_tokens: int, draw: int = 0, language: str = "en",
+              count: Callable[[str], None] | None = None) -> PersonaRecord | Reject:
     """Ask for a bio until one passes the shared text gates (as complete sentences) and agrees
-    with the facts, within ``attempts`` fresh seeds."""
+    with the facts, within ``attempts`` fresh seeds (``count``: where the manifest's counters
+    go, ``ctx.count`` unless given)."""
+    count = count or ctx.count
     last: Reject | None = None
     messages = bio_messages(ctx, facts)
     gates = bio_gates(messages, language)
@@ -369,21 +372,21 @@ def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
         try:
             bio = ctx.llm.structured(messages, Bio, seed=seed, max_tokens=max_tokens)
         except LLMOutputError as e:
-            ctx.count(f"bio.{e.reason}")
+            count(f"bio.{e.reason}")
             last = Reject(record_id=facts.persona_id, index=index, stage="bio", reason=e.reason,
                           detail=e.detail, raw=e.raw)
             continue
         text = " ".join(bio.bio.split())
         failure = gates.check(text, "sentence", raw=bio.bio, max_chars=BIO_CHARS)
         if failure is not None:
-            ctx.count(failure.key("bio"))
+            count(failure.key("bio"))
             last = Reject(record_id=facts.persona_id, index=index, stage="bio", reason=failure.gate,
                           detail=failure.detail, raw=bio.bio)
             continue
         problems = bio_problems(facts, text)
         if not problems:
             return PersonaRecord(**facts.model_dump(), bio=text)
-        ctx.count("bio.contradiction")
+        count("bio.contradiction")
         last = Reject(record_id=facts.persona_id, index=index, stage="bio", reason="contradiction",
                       detail="; ".join(problems), raw=bio.bio)
     assert last is not None
@@ -391,16 +394,17 @@ def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
 
 
 def fill_slot(ctx: RunContext, cfg: PersonasConfig, index: int, base: PersonaFacts,
-              names: set[str]) -> list[PersonaRecord | Reject]:
+              names: set[str], count: Callable[[str], None] | None = None) -> list[PersonaRecord | Reject]:
     """Pool slot ``index``: its facts' bios, then fresh draws of facts until one is accepted or
     ``max_attempts`` draws are spent; every failed draw is a reject row."""
+    count = count or ctx.count
     out: list[PersonaRecord | Reject] = []
     facts = base
     for draw in range(cfg.max_attempts):
         if draw:
             facts = redraw_facts(cfg.seed, index, draw, base, names)
-            ctx.count("pool.redrawn")
-        outcome = write_bio(ctx, facts, index, cfg.bio_attempts, cfg.bio_max_tokens, draw, cfg.language)
+            count("pool.redrawn")
+        outcome = write_bio(ctx, facts, index, cfg.bio_attempts, cfg.bio_max_tokens, draw, cfg.language, count)
         out.append(outcome)
         if isinstance(outcome, PersonaRecord):
             break
@@ -438,13 +442,31 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
 def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecord | Reject]]:
     """Persona pool: seeded facts via Faker locales plus an LLM bio checked against them."""
     base = sample_facts(cfg.seed, ctx.plan.n)
-    names = {f.name for f in base}  # fresh draws never take a name of the pool's first draws
+    first = frozenset(f.name for f in base)
+    names = set(first)  # fresh draws never take a name of the pool's first draws, nor an earlier slot's
     ctx.prompts.hash(BIO_PROMPT)
     accepted: list[dict[str, Any]] = []
     rejected = attempted = 0
     short: list[int] = []
-    for i in ctx.indices():
-        outcomes = fill_slot(ctx, cfg, i, base[i], names)
+
+    def ahead(i: int) -> tuple[list[PersonaRecord | Reject], set[str], Counter[str]]:
+        # Slots are filled many at once, each as if no earlier slot had redrawn facts; a redraw
+        # whose name an earlier slot's redraw took is filled again, in order (below), so the pool
+        # is the one a slot-by-slot run makes.
+        own, counts = set(first), Counter[str]()
+
+        def tally(key: str) -> None:
+            counts[key] += 1
+
+        return fill_slot(ctx, cfg, i, base[i], own, tally), own - first, counts
+
+    for i, (outcomes, drawn, counts) in zip(ctx.indices(), ctx.imap(ahead, ctx.indices()), strict=True):
+        if drawn & names:
+            outcomes = fill_slot(ctx, cfg, i, base[i], names)
+        else:
+            names |= drawn
+            for key, n in counts.items():
+                ctx.count(key, n)
         attempted += len(outcomes)
         rejected += sum(isinstance(o, Reject) for o in outcomes)
         accepted += [o.model_dump(mode="json") for o in outcomes if isinstance(o, PersonaRecord)]

@@ -134,14 +134,11 @@ def rerank(cfg: RerankConfig, ctx: RunContext) -> Iterator[RerankRecord | Reject
             return Reject(record_id=ctx.record_id(i), index=i, stage="rerank", reason=e.reason,
                           detail=f"pool {pools[i].pool_id}: {e.detail} (after {e.attempts} calls)", raw=e.raw)
 
-    indices = list(ctx.indices())
-    step = max(1, cfg.llm.concurrency)
-    for start in range(0, len(indices), step):
-        for out in ctx.map(one, indices[start:start + step]):
-            if isinstance(out, RerankRecord):
-                totals.update(out.agreement)
-                calls[out.attempts] += 1
-            yield out
+    for out in ctx.imap(one, ctx.indices()):  # pools many at once, yielded in order
+        if isinstance(out, RerankRecord):
+            totals.update(out.agreement)
+            calls[out.attempts] += 1
+        yield out
     ctx.extra[NAME] = {"agreement": agreement_summary(totals),
                        "calls_per_accepted_pool": {str(k): v for k, v in sorted(calls.items())},
                        "dedup_similarity": cfg.dedup_similarity}

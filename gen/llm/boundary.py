@@ -9,17 +9,19 @@ the toolkit (:mod:`gen.llm.llama_server`), or the scripted fake of unit tests
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
 
 from gen.errors import BackendError, LLMOutputError
+from gen.llm.admission import Admission
 from gen.llm.cache import Cache
 from gen.llm.config import _Sampling
 from gen.llm.http import ServerError, set_run_deadline
@@ -37,7 +39,7 @@ answer: the reply is scored as its continuation)."""
 _WORKER = threading.local()
 
 
-def set_worker(index: int) -> None:
+def set_worker(index: int | None) -> None:
     """Number the calling thread (a :meth:`gen.runner.RunContext.map` worker)."""
     _WORKER.index = index
 
@@ -84,6 +86,13 @@ class Usage:
     @property
     def tokens_per_second(self) -> float:
         return self.completion_tokens / self.generation_seconds if self.generation_seconds else 0.0
+
+    def cost(self, price: Any) -> float | None:
+        """What the calls made (not the cache's replays) cost at ``price`` (a :class:`gen.llm.config.
+        Price`, per million input and output tokens); None without a price."""
+        if price is None:
+            return None
+        return (self.prompt_tokens * price.input + self.completion_tokens * price.output) / 1e6
 
     @classmethod
     def total(cls, dicts: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
@@ -223,6 +232,10 @@ class LLM:
         lock: serialise calls (an in-process model is not re-entrant).
         score: the backend's log-likelihood scorer (:meth:`loglik`), or None.
         where: how messages name the backend (``llm=openai at http://…/v1``).
+        admission: the calls-in-flight budget (:class:`Admission`); None: a fixed one of the
+            backend's concurrency.
+        gated: ``create`` and ``score`` pass the admission themselves (a server's transport,
+            which frees the call's place while it waits to retry).
     """
 
     def __init__(
@@ -236,6 +249,8 @@ class LLM:
         schema_format: str = "json_object",
         score: Scorer | None = None,
         where: str | None = None,
+        admission: Admission | None = None,
+        gated: bool = False,
     ):
         import instructor  # heavy; only when a model is really used
 
@@ -244,6 +259,9 @@ class LLM:
         self.cache = cache
         self.usage = Usage()
         self.concurrency = 1 if lock else sampling.concurrency
+        self.admission = admission or Admission(self.concurrency)
+        """Shared by every fork: the whole command's calls to this backend pass it."""
+        self._gated = gated
         self._create = create
         self._lock = threading.Lock() if lock else None
         self._schema_format = schema_format
@@ -426,10 +444,7 @@ class LLM:
                 return scores
         t0 = time.perf_counter()
         try:
-            if self._lock is not None:
-                with self._lock:
-                    scores, evaluated = self._score(prompt, conts)
-            else:
+            with self._slot():
                 scores, evaluated = self._score(prompt, conts)
         except (BackendError, LLMOutputError):
             raise
@@ -441,6 +456,22 @@ class LLM:
         if self.cache is not None:
             self.cache.put(key, json.dumps([[s.logprob, s.tokens] for s in scores]))
         return scores
+
+    @contextlib.contextmanager
+    def _slot(self) -> Iterator[None]:
+        """One live call's place in the admission (unless the transport takes it), and the
+        in-process model's lock."""
+        with contextlib.ExitStack() as stack:
+            if not self._gated:
+                stack.enter_context(self.admission.slot())
+            if self._lock is not None:
+                stack.enter_context(self._lock)
+            yield
+
+    @property
+    def price(self) -> Any:
+        """``llm.price`` (per million input and output tokens), or None."""
+        return getattr(self.sampling, "price", None)
 
     # The cache sits under instructor, so re-asks are cached too and a rerun replays
     # exactly the same conversation.
@@ -460,10 +491,7 @@ class LLM:
                                completion=_usage(cached, "completion_tokens"), seconds=0.0)
                 return cached
         t0 = time.perf_counter()
-        if self._lock is not None:
-            with self._lock:
-                response = self._create(**kwargs)
-        else:
+        with self._slot():
             response = self._create(**kwargs)
         seconds = time.perf_counter() - t0
         problem = _reply_problem(response)

@@ -68,6 +68,17 @@ class LlamaCppConfig(_Sampling):
     """Memory the saved prefix states may take together (the oldest go first)."""
 
 
+class Price(BaseModel):
+    """What a hosted model costs, in any currency, per million tokens."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    input: float = Field(ge=0)
+    """Per million prompt (input) tokens."""
+    output: float = Field(ge=0)
+    """Per million completion (output) tokens."""
+
+
 class OpenAIConfig(_Sampling):
     """Any OpenAI-compatible chat-completions server (vLLM, llama.cpp server)."""
 
@@ -90,8 +101,18 @@ class OpenAIConfig(_Sampling):
     ``json_object`` with a ``schema`` key (llama-cpp-python's own server)."""
     model_sha256: str | None = None
     """Optional hash of the served weights, recorded in manifests and cache keys."""
-    concurrency: int = Field(default=4, ge=1, le=256)
-    """Calls in flight at once (a server's slot count)."""
+    concurrency: int = Field(default=4, ge=1, le=1024)
+    """Calls in flight at most (a server's slot count); the run adapts below it when the server
+    says it is overloaded (429/503) or calls queue there (``adaptive``)."""
+    adaptive: bool = True
+    """Adapt the calls in flight (AIMD) between 1 and ``concurrency``; false: always ``concurrency``."""
+    rpm: float | None = Field(default=None, gt=0)
+    """Requests a minute at most (a hosted endpoint's rate limit); null: none."""
+    tpm: float | None = Field(default=None, gt=0)
+    """Tokens (prompt and completion) a minute at most; null: none."""
+    price: Price | None = None
+    """Price per million input and output tokens (``llm.price={input: 0.15, output: 0.6}``): the
+    progress line and the manifest show the run's cost; null: not shown."""
     preflight_timeout: float = Field(default=10.0, ge=0)
     """Seconds to wait for ``GET {base_url}/models`` before the first call; a server that does
     not answer stops the run there (exit 2). 0 skips the check."""

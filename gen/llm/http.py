@@ -12,6 +12,9 @@ look at its size. Here one call is one :meth:`Endpoint.post`:
 - **bounded retries**: connection failures, 408/425/429/5xx and replies that are not what was asked
   for are retried up to ``max_retries`` times, after the server's ``Retry-After`` (when it fits in
   the deadline) or a short backoff; other statuses are not retried;
+- **one budget**: with an :class:`~gen.llm.admission.Admission`, each try holds a place in it
+  (not the waits between tries); a 429/503 tells it the server is overloaded, and its
+  ``Retry-After`` pauses every call, not only this one;
 - **secrets**: the API key is read from its environment variable at each request and sent as a
   header; no error text holds it (a server's error body is redacted).
 
@@ -20,19 +23,23 @@ Every failure is a :class:`ServerError` whose message is one line meant for a re
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import random
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from gen.llm.admission import Admission
 from gen.llm.secrets import env_secret, redact
 
 T = TypeVar("T")
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+OVERLOADED = frozenset({429, 503})
+"""Statuses that say the server has too much to do (the admission backs off)."""
 MAX_WAIT = 60.0
 """The longest a Retry-After is honoured (longer: the call fails at once, naming it)."""
 CHUNK = 1 << 16
@@ -76,10 +83,11 @@ class Endpoint:
         max_retries: retries of one call after a retryable failure.
         key_env: the environment variable holding the API key (None: never send one).
         where: how messages name the backend's option that sets the deadline (``llm.timeout``).
+        admission: the calls-in-flight budget each try passes (None: none).
     """
 
     def __init__(self, base_url: str, *, timeout: float, max_retries: int, key_env: str | None = None,
-                 where: str = "llm.timeout"):
+                 where: str = "llm.timeout", admission: Admission | None = None):
         import httpx
 
         self.base_url = base_url.rstrip("/")
@@ -87,6 +95,7 @@ class Endpoint:
         self.max_retries = max_retries
         self.key_env = key_env
         self.where = where
+        self.admission = admission
         # no keep-alive: every request has its own connection, so the watchdog always knows the
         # socket to shut down; an LLM call takes seconds, a new connection milliseconds
         self._client = httpx.Client(trust_env=True, follow_redirects=False,
@@ -125,14 +134,21 @@ class Endpoint:
         if by_run:
             deadline = run_end  # type: ignore[assignment]
         data = json.dumps(body).encode()
+        estimate = len(data) // 4 + int(body.get("max_tokens") or 0)  # tokens, for llm.tpm
         tries = 0
         while True:
             tries += 1
             try:
-                status, headers, raw = self.request("POST", path, data, deadline=deadline, cap=cap)
-                return parse(self._json(status, headers, raw))
+                with self.admission.slot(estimate) if self.admission else _nothing():
+                    status, headers, raw = self.request("POST", path, data, deadline=deadline, cap=cap)
+                out = parse(self._json(status, headers, raw))
+                if self.admission is not None:
+                    self.admission.used(estimate, _tokens(out))
+                return out
             except ServerError as e:
                 failure = e
+                if self.admission is not None and e.status in OVERLOADED:
+                    self.admission.throttled(e.wait)
             if failure.late:
                 failure = ServerError(f"no complete answer within {self._limit(by_run)}", retry=False, late=True)
             left = deadline - time.monotonic()
@@ -269,6 +285,18 @@ class Endpoint:
                                             cap=1 << 22)
         if not 200 <= status < 300:
             raise self._status_error(status, headers, raw)
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _tokens(reply: Any) -> int:
+    """Prompt and completion tokens a reply says it used (-1: it does not say)."""
+    usage = getattr(reply, "usage", None)
+    total = getattr(usage, "total_tokens", None) if usage is not None else None
+    return int(total) if isinstance(total, int) else -1
 
 
 def _no_constant(name: str) -> Any:

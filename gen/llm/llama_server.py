@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gen.errors import BackendError
+from gen.llm.admission import Admission
 from gen.llm.boundary import LLM, worker
 from gen.llm.cache import Cache, sha256_file
 from gen.llm.config import LlamaServerConfig
@@ -165,7 +166,8 @@ def make_server_llm(cfg: LlamaServerConfig, cache: Cache | None = None) -> LLM:
     binary = find_binary(cfg.binary)
     server = LlamaServer(binary, model, cfg)
     bypass_proxy_for_loopback()
-    endpoint = Endpoint(server.base_url, timeout=cfg.timeout, max_retries=2)
+    admission = Admission(cfg.parallel)
+    endpoint = Endpoint(server.base_url, timeout=cfg.timeout, max_retries=2, admission=admission)
     chat = chat_create(endpoint, model.name)
     sha = cache.file_sha256(model) if cache else sha256_file(model)
     identity = {"backend": "llama_server", "model": model.name, "model_path": str(model),
@@ -183,7 +185,8 @@ def make_server_llm(cfg: LlamaServerConfig, cache: Cache | None = None) -> LLM:
         return chat(**kwargs)
 
     llm = LLM(create, identity=identity, sampling=cfg, cache=cache, lock=False,
-              schema_format="json_schema", where=f"llm=llama_server at {server.base_url}")
+              schema_format="json_schema", where=f"llm=llama_server at {server.base_url}",
+              admission=admission, gated=True)
     llm.on_close(endpoint.close)
     llm.on_close(server.stop)
     llm.server = server  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gen.errors import BackendError
+from gen.llm.admission import Admission
 from gen.llm.boundary import LLM, LogLik, Prompt, Scorer
 from gen.llm.cache import Cache
 from gen.llm.config import OpenAIConfig
@@ -27,15 +28,17 @@ def reply_cap(max_tokens: int, echo_chars: int = 0) -> int:
 
 def make_openai_llm(cfg: OpenAIConfig, cache: Cache | None = None) -> LLM:
     """An LLM that talks to the server at ``cfg.base_url`` with up to ``cfg.concurrency``
-    calls in flight, once the server has answered :func:`preflight`."""
+    calls in flight (adapting below it, :mod:`gen.llm.admission`), once the server has answered
+    :func:`preflight`."""
+    admission = Admission(cfg.concurrency, adaptive=cfg.adaptive, rpm=cfg.rpm, tpm=cfg.tpm)
     endpoint = Endpoint(cfg.base_url, timeout=cfg.timeout, max_retries=cfg.max_retries,
-                        key_env=cfg.api_key_env)
+                        key_env=cfg.api_key_env, admission=admission)
     if cfg.preflight_timeout:
         preflight(cfg, endpoint)
     identity = {"backend": "openai", "model": cfg.model, "model_sha256": cfg.model_sha256}
     llm = LLM(chat_create(endpoint, cfg.model), identity=identity, sampling=cfg, cache=cache,
               lock=False, schema_format=cfg.schema_format, score=_openai_scorer(endpoint, cfg),
-              where=f"llm=openai at {cfg.base_url}")
+              where=f"llm=openai at {cfg.base_url}", admission=admission, gated=True)
     llm.on_close(endpoint.close)
     return llm
 

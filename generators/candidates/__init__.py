@@ -344,13 +344,10 @@ def candidates(cfg: CandidatesConfig, ctx: RunContext) -> Iterator[CandidateReco
         ctx.record_input(f)
     reached: list[int] = []
     agree: Counter[str] = Counter()
-    indices = list(ctx.indices())
-    step = max(1, cfg.llm.concurrency)
-    for start in range(0, len(indices), step):
-        for res in ctx.map(lambda i: process(ctx, cfg, i, data.items[i]), indices[start:start + step]):
-            reached.append(res.reached)
-            agree.update(res.agreement)
-            yield res.out
+    for res in ctx.imap(lambda i: process(ctx, cfg, i, data.items[i]), ctx.indices()):  # many at once, in order
+        reached.append(res.reached)
+        agree.update(res.agreement)
+        yield res.out
     rows = funnel_rows(reached, cfg.rerank)
     ctx.extra[NAME] = {"funnel": rows, "input_format": data.fmt, "options": cfg.options,
                        "rerank_agreement": rr.agreement_summary(agree), "timeline": data.timeline}

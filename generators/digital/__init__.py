@@ -54,6 +54,7 @@ from gen.schemas import Reject
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.schemas.personas import PersonaRecord
+from gen.stages import StageConfig, StagesConfig
 from gen.wagibench import bundle_stats, wagibench_record
 
 DEFAULT_HOUR_WEIGHTS = [0.6, 0.3, 0.2, 0.1, 0.1, 0.3, 1.2, 3, 4, 4.5, 4.5, 4.5, 5, 4.5, 4.5, 4.5,
@@ -95,6 +96,13 @@ class MinItemsConfig(BaseModel):
     Music: int = Field(2, ge=0)
 
 
+class DigitalStages(StagesConfig):
+    apps: StageConfig = Field(default_factory=StageConfig)
+    """The apps' items (``stages.apps.llm=…``)."""
+    cue: StageConfig = Field(default_factory=StageConfig)
+    """The cue's items in its app."""
+
+
 class DigitalConfig(CommonConfig, BundleRules):
     n: int | None = Field(None, ge=1, le=10_000_000)  # type: ignore[assignment]
     """Bundles to make: 5 (about 7 minutes on 2 cores), or with goals= one per goal (the first n)."""
@@ -120,6 +128,8 @@ class DigitalConfig(CommonConfig, BundleRules):
     """Where generated pools are kept for reuse by later runs and shards (null: inside the run folder, pools/)."""
     apps: list[App] = list(App)
     """Apps to generate."""
+    stages: DigitalStages = Field(default_factory=DigitalStages)
+    """A model per stage: ``stages.<apps|cue>.llm=<preset or fields>``."""
     cue_file: str | None = None
     """Cue bank JSONL (cue_id, app, cue); null means the shipped examples/cues.jsonl."""
     cue_rate: float = Field(0.3, ge=0, le=1)
@@ -198,14 +208,15 @@ def build_app(ctx: RunContext, cfg: DigitalConfig, st: State, app: App,
     def attempt(what: str, messages_for: Callable[[], list[dict[str, str]]], schema: type[BaseModel],
                 build: Callable[[Any, Checker], list[Any]], max_tokens: int) -> list[Any]:
         nonlocal last
+        llm = ctx.stage_llm("cue" if what == "cue" else "apps")  # stages.<apps|cue>.llm
         for a in range(cfg.app_attempts):
             messages = messages_for()
             # a cue item should carry the cue's own words
             keep_out = [st.cue.cue] if what == "cue" and st.cue else []
             chk = Checker(app, st, cfg, gates=Gates(messages, schema, language=cfg.language, keep_out=keep_out))
             try:
-                draft = ctx.llm.structured(messages, schema, seed=ctx.seed(index, app.value, what, a),
-                                           max_tokens=max_tokens)
+                draft = llm.structured(messages, schema, seed=ctx.seed(index, app.value, what, a),
+                                       max_tokens=max_tokens)
             except LLMOutputError as e:
                 _add(counts, {f"{app.value}.llm_{e.reason}.regenerated": 1})
                 last = Reject(record_id=bundle_id, index=index, stage=f"app.{app.value}", reason=e.reason,
@@ -389,8 +400,8 @@ def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | R
         if cues or cfg.cue or goals is not None:
             ctx.prompts.hash(f"digital/{app.value.lower()}_cue.jinja")
     records: list[dict[str, Any]] = []
-    for i in ctx.indices():
-        item = make_bundle(ctx, cfg, pool, cues, i, goals)
+    # bundles many at once (their apps too), one budget of calls in flight; written in order
+    for item in ctx.imap(lambda i: make_bundle(ctx, cfg, pool, cues, i, goals), ctx.indices()):
         if isinstance(item, S.DigitalBundle):
             records.append(item.model_dump(mode="json"))
         yield item

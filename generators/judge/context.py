@@ -216,9 +216,9 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[ContextJudgeRecord | Reje
     sha = prompt_sha256(ctx, TEMPLATE)
     records: list[ContextJudgeRecord] = []
     rejected = 0
-    for index in ctx.indices():
-        row = rows[index]
-        out = judge_response(cfg, ctx, panel, scenarios[row.scenario_id], row, index)
+    width = max(j.llm.concurrency for j in panel.judges)  # responses many at once, in order
+    for out in ctx.imap(lambda i: judge_response(cfg, ctx, panel, scenarios[rows[i].scenario_id], rows[i], i),
+                        ctx.indices(), width=width):
         if isinstance(out, Reject):
             rejected += 1
         else:

@@ -131,9 +131,9 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[ValidityRecord | Reject]:
     sha = prompt_sha256(ctx, TEMPLATE)
     records: list[ValidityRecord] = []
     rejected = 0
-    for index in ctx.indices():
-        path, item = items[index]
-        out = judge_item(cfg, ctx, panel, item, str(path), index)
+    width = max(j.llm.concurrency for j in panel.judges)  # items many at once, in order
+    for out in ctx.imap(lambda i: judge_item(cfg, ctx, panel, items[i][1], str(items[i][0]), i), ctx.indices(),
+                        width=width):
         if isinstance(out, Reject):
             rejected += 1
         else:

@@ -418,8 +418,8 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[WagibenchJudgeRecord | Re
     sha = prompt_sha256(ctx, TEMPLATE)
     records: list[WagibenchJudgeRecord] = []
     rejected = 0
-    for index in ctx.indices():
-        out = judge_row(cfg, ctx, panel, reformatter, index, rows[index][1])
+    width = max(j.llm.concurrency for j in panel.judges)  # rows many at once, in order
+    for out in ctx.imap(lambda i: judge_row(cfg, ctx, panel, reformatter, i, rows[i][1]), ctx.indices(), width=width):
         if isinstance(out, Reject):
             rejected += 1
         else:

@@ -263,14 +263,11 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
     w = Writer(ctx, cfg)
     bank = BankView(list(existing))
     outcomes: list[Outcome] = []
-    indices = list(ctx.indices())
-    step = max(1, cfg.llm.concurrency)
-    for start in range(0, len(indices), step):
-        batch = indices[start:start + step]
-        for u in ctx.map(lambda i: draft_unit(w, i, units[i]), batch):
-            out = resolve(w, u, bank)
-            outcomes.append(out)
-            yield out.items if contrast else out.items[0]
+    # units drafted many at once (their stages too); resolved against the bank in order
+    for u in ctx.imap(lambda i: draft_unit(w, i, units[i]), ctx.indices()):
+        out = resolve(w, u, bank)
+        outcomes.append(out)
+        yield out.items if contrast else out.items[0]
     accepted = [it for o in outcomes for it in o.items if isinstance(it, ScenarioRecord)]
     checks_sha = write_jsonl(ctx.out_dir / CHECKS_FILE, [c for o in outcomes for c in o.checks])
 

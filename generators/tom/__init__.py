@@ -55,11 +55,21 @@ from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.tom import QuestionType, TomQuestion
+from gen.stages import StageConfig, StagesConfig
 from gen.timelines import Clip, fmt_line, fmt_time, input_files, parse_time, read_timelines
 
 DEFAULT_KEYWORDS = ["demonstrate", "demonstration", "tutorial", "class", "train for", "compete",
                     "competition", "technique"]
 """EgoToM appendix 7: wrong goals the generator collapsed to (…for a tutorial/class/competition)."""
+
+
+class TomStages(StagesConfig):
+    analysis: StageConfig = Field(default_factory=StageConfig)
+    """The clip's analysis: its goal, beliefs and actions (``stages.analysis.llm=…``)."""
+    counterfactuals: StageConfig = Field(default_factory=StageConfig)
+    """The wrong goals, beliefs and actions."""
+    simplification: StageConfig = Field(default_factory=StageConfig)
+    """Shortening the statements to EgoToM's length."""
 
 
 class TomConfig(CommonConfig):
@@ -95,6 +105,8 @@ class TomConfig(CommonConfig):
     """Filter: drop when two choices exceed this cosine under the embedder; null disables."""
     simplify: bool = True
     """Run stage 5 (rewrite alternative action statements in narration style)."""
+    stages: TomStages = Field(default_factory=TomStages)
+    """A model per stage: ``stages.<analysis|counterfactuals|simplification>.llm=<preset or fields>``."""
     stage_attempts: int = Field(3, ge=1, le=10)
     """Generations per stage (fresh seed) when the output fails code's checks (the shared text
     gates of gen.gates, then tom's own)."""
@@ -467,13 +479,10 @@ def tom(cfg: TomConfig, ctx: RunContext) -> Iterator[list[TomQuestion | Reject]]
     for f in input_files(path, clips[0].fmt):
         ctx.record_input(f)
     results: list[ClipResult] = []
-    indices = list(ctx.indices())
-    step = max(1, cfg.llm.concurrency)
-    for start in range(0, len(indices), step):
-        batch = indices[start:start + step]
-        for res in ctx.map(lambda i: process_clip(ctx, cfg, i, clips[i]), batch):
-            results.append(res)
-            yield res.items
+    # clips many at once (their stages too), one budget of calls in flight; yielded in order
+    for res in ctx.imap(lambda i: process_clip(ctx, cfg, i, clips[i]), ctx.indices()):
+        results.append(res)
+        yield res.items
     rows = funnel_rows(results, steps(cfg))
     excluded = Counter(r.selection_fail for r in results if r.selection_fail)
     not_applicable = Counter(rule for r in results for rule in r.skipped_rules)

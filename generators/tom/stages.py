@@ -124,15 +124,21 @@ def stage_gates(cfg: TomConfig, messages: list[dict[str, str]], schema: type[Bas
                  examples=example_strings(messages))
 
 
+MODEL_STAGE = {"analysis": "analysis", "counterfactual_goals": "counterfactuals",
+               "counterfactual_beliefs_actions": "counterfactuals", "simplify": "simplification"}
+"""Each call's stage -> the stage whose model it uses (``stages.<stage>.llm``)."""
+
+
 def run_stage(ctx: RunContext, cfg: TomConfig, index: int, stage: str, messages: list[dict[str, str]],
               schema: type[BaseModel], check: Callable[[Any], tuple[Any, tuple[str, str] | None]],
               max_tokens: int) -> Any:
     """One structured call, checked by code; a failed check regenerates with a fresh seed up to
     ``stage_attempts`` times. Raises :class:`StageFailure` with the last reason."""
     last = StageFailure(stage, "invalid_output", "no attempt")
+    llm = ctx.stage_llm(MODEL_STAGE[stage])
     for a in range(cfg.stage_attempts):
         try:
-            draft = ctx.llm.structured(messages, schema, seed=ctx.seed(index, stage, a), max_tokens=max_tokens)
+            draft = llm.structured(messages, schema, seed=ctx.seed(index, stage, a), max_tokens=max_tokens)
         except LLMOutputError as e:
             ctx.count(f"{stage}.llm_{e.reason}")
             last = StageFailure(stage, e.reason, e.detail, e.raw)

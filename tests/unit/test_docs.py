@@ -55,10 +55,14 @@ def help_options(name: str) -> list[tuple[str, list[str]]]:
     with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
         main([name, "--help"])
     sections: list[tuple[str, list[str]]] = []
+    inside = False  # in an options section (not another block, such as a generator's stages)
     for line in out.getvalue().splitlines():
         if re.match(r"^[\w ]+ options:$", line):
             sections.append((line[:-1], []))
-        elif sections and line.startswith("  ") and "=" in line:
+            inside = True
+        elif line and not line.startswith(" "):
+            inside = False
+        elif inside and line.startswith("  ") and "=" in line:
             sections[-1][1].append(line.strip().split("=", 1)[0])
     return sections
 

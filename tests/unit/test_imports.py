@@ -203,7 +203,8 @@ def test_the_llm_package_is_split_as_documented(graph: dict[str, set[str]]) -> N
     assert all("gen.llm" not in targets for targets in inside.values()), inside
     assert graph["gen.llm.config"] <= {"gen.errors", "gen.llm.secrets"}
     assert graph["gen.llm.secrets"] <= {"gen.errors"}
-    assert graph["gen.llm.http"] <= {"gen.llm.secrets"}  # the transport knows no config
+    assert graph["gen.llm.http"] <= {"gen.llm.secrets", "gen.llm.admission"}  # the transport knows no config
+    assert graph["gen.llm.admission"] == set()  # the calls-in-flight budget knows nothing else
     assert graph["gen.llm.cache"] <= {"gen.errors", "gen.netfs"}
     assert graph["gen.netfs"] == set()
     for backend in ("gen.llm.boundary", "gen.llm.config", "gen.llm.cache", "gen.llm.http"):

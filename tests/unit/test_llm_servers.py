@@ -265,8 +265,10 @@ def test_a_trickling_server_stops_the_run_in_bounded_time(run_gen, tmp_path: Pat
     one good answer, the streak stops the run (5 calls of 3 s, retries not taken: time is up)."""
     with stand_in(tmp_path, "--misbehave", "trickle", "--good-first", "1") as (url, log):
         t0 = time.monotonic()
+        # one call at a time, so the count of requests is exact (at llm.concurrency=k, up to k-1
+        # more calls are under way when the streak stops the run)
         proc = run_gen("personas", "n=20", "bio_attempts=1", "max_attempts=1", "llm=openai", f"llm.base_url={url}",
-                       "llm.timeout=3", "llm.max_retries=2", "progress=off",
+                       "llm.timeout=3", "llm.max_retries=2", "llm.concurrency=1", "progress=off",
                        f"hydra.run.dir={tmp_path / 'run'}", timeout=300)
         seconds = time.monotonic() - t0
     line = _one_line(proc, 2)

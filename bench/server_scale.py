@@ -1,0 +1,247 @@
+"""How busy gen keeps a many-slot model server: calls in flight per generator, before and after.
+
+A stand-in OpenAI-compatible server on 127.0.0.1 answers each chat call from a recording of the
+embedded model's real answers to the same request (record once, replay many), after a fixed
+latency and with N slots (a call beyond N waits for a slot, as on a real server). For each
+generator it
+
+1. records, once: the generator run with ``llm=openai llm.concurrency=1`` against the server in
+   recording mode, which asks the embedded SmolLM2 (in this process) and keeps its answer under
+   the request's hash; that run's records are the reference;
+2. replays at N slots with today's code (``--before``: a checkout of the code to compare with,
+   put first on PYTHONPATH) and with this checkout, ``llm.concurrency=N``: the time-weighted mean
+   of calls in flight (seen by the server, from its first request to its last reply), calls/s
+   against N/latency, records/hour, and whether the records are byte-identical to the reference.
+
+    python bench/server_scale.py --generators personas nocontext [--slots 64] [--latency 2] \
+        [--before /tmp/gen-main] [--json bench/results/server_scale.json]
+
+A replayed request that is not in the recording is answered with HTTP 500 and counted
+(``misses``): a run that asks what the recording run did not ask is not scheduling-independent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+GENERATORS: dict[str, list[str]] = {
+    "personas": ["n=96"],
+    "nocontext": [f"input={SHARED / 'data' / 'egotom_paper'}", "sample=128"],
+    "digital": ["n=12", "persona_pool=24"],
+    "tom": [f"input={ROOT / 'examples' / 'tom' / 'timelines.jsonl'}"],
+    "rerank": [f"input={ROOT / 'examples' / 'rerank' / 'pools.jsonl'}"],
+    "candidates": [f"input={ROOT / 'examples' / 'candidates' / 'items.jsonl'}"],
+}
+"""Each generator's options (beside llm=…): enough records to fill 64 slots several times over."""
+RECORDS = {"personas": "personas.jsonl", "nocontext": "nocontext.jsonl", "digital": "digital.jsonl",
+           "tom": "tom.jsonl", "rerank": "rerank.jsonl", "candidates": "candidates.jsonl"}
+
+
+def request_key(body: dict[str, Any]) -> str:
+    """A chat request's identity: everything but the model's name."""
+    return hashlib.sha256(json.dumps({k: v for k, v in body.items() if k != "model"},
+                                     sort_keys=True).encode()).hexdigest()
+
+
+class Server:
+    """The stand-in server: ``record`` (answers from the embedded model, one at a time, kept) or
+    ``replay`` (answers from the recording after ``latency`` seconds, ``slots`` at once)."""
+
+    def __init__(self, recording: dict[str, dict[str, Any]], mode: str, slots: int = 1, latency: float = 0.0,
+                 keep: Path | None = None):
+        """``keep``: the recording's JSONL file, each new answer appended as it comes (a killed
+        recording run resumes where it stopped)."""
+        self.recording, self.mode, self.latency, self.keep = recording, mode, latency, keep
+        self.slots = threading.BoundedSemaphore(slots)
+        self.lock = threading.Lock()
+        self.in_flight = self.calls = self.misses = 0
+        self.area = 0.0
+        self.first: float | None = None
+        self.last = self.at = 0.0
+        self.model: Any = None
+        self.model_lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def send(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's interface
+                self.send(200, {"object": "list", "data": [{"id": "smollm2-replay", "object": "model"}]})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                status, reply = owner.answer(body)
+                self.send(status, reply)
+
+        class Threading(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 1024
+
+        self.httpd = Threading(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def _tick(self, delta: int) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if self.first is None:
+                self.first = self.at = now
+            self.area += self.in_flight * (now - self.at)
+            self.at = now
+            self.in_flight += delta
+            if delta < 0:
+                self.last = now
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        key = request_key(body)
+        with self.slots:
+            self._tick(+1)
+            try:
+                with self.lock:
+                    self.calls += 1
+                if self.mode == "record":
+                    if key not in self.recording:
+                        self.recording[key] = self.ask_model(body)
+                        if self.keep is not None:
+                            with self.keep.open("a", encoding="utf-8") as f:
+                                f.write(json.dumps({"key": key, "reply": self.recording[key]}) + "\n")
+                    return 200, self.recording[key]
+                time.sleep(self.latency)
+                if key not in self.recording:
+                    with self.lock:
+                        self.misses += 1
+                    return 500, {"error": "not in the recording"}
+                return 200, self.recording[key]
+            finally:
+                self._tick(-1)
+
+    def ask_model(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The embedded model's answer to a request, through gen's own in-process backend (which
+        turns a json_schema response format into llama.cpp's schema-constrained json_object)."""
+        from gen.llm import LlamaCppConfig, make_llm
+
+        with self.model_lock:
+            if self.model is None:
+                self.model = make_llm(LlamaCppConfig(n_threads_batch=1))
+            kwargs = {k: v for k, v in body.items() if k not in ("model", "stream")}
+            reply = self.model._create(**_llama_kwargs(kwargs))
+        return reply.model_dump(mode="json") if hasattr(reply, "model_dump") else dict(reply)
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            span = (self.last - self.first) if self.first is not None else 0.0
+            return {"calls": self.calls, "misses": self.misses, "seconds": round(span, 2),
+                    "mean_in_flight": round(self.area / span, 2) if span > 0 else 0.0}
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _llama_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    rf = kwargs.get("response_format")
+    if isinstance(rf, dict) and rf.get("type") == "json_schema":
+        kwargs["response_format"] = {"type": "json_object", "schema": rf["json_schema"]["schema"]}
+    return kwargs
+
+
+def run_gen(name: str, url: str, concurrency: int, out: Path, code: Path | None) -> tuple[int, float, str]:
+    """``python -m gen <name>`` against ``url``; ``code``: a checkout first on PYTHONPATH."""
+    env = {**os.environ, "NO_PROXY": "127.0.0.1", "GEN_CACHE_DIR": str(out.parent / "cache-unused")}
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        env.pop(var, None)
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    args = [sys.executable, "-m", "gen", name, *GENERATORS[name], "llm=openai", f"llm.base_url={url}",
+            "llm.model=smollm2-replay", f"llm.concurrency={concurrency}", "llm.timeout=600",
+            "cache_dir=null", "progress=off", f"hydra.run.dir={out}"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(args, cwd=out.parent, env=env, capture_output=True, text=True)
+    return proc.returncode, time.perf_counter() - t0, (proc.stderr.strip().splitlines() or [""])[-1]
+
+
+def count_records(path: Path) -> int:
+    return sum(1 for _ in path.open(encoding="utf-8")) if path.is_file() else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--generators", nargs="+", default=list(GENERATORS), choices=list(GENERATORS))
+    ap.add_argument("--slots", type=int, default=64)
+    ap.add_argument("--latency", type=float, default=2.0)
+    ap.add_argument("--before", type=Path, default=None, help="a checkout of the code to compare with")
+    ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench" / "server_scale")
+    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "server_scale.json")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    results = json.loads(args.json.read_text()) if args.json.is_file() else {}
+    results.update({"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+                    "date": dt.date.today().isoformat(), "slots": args.slots, "latency_s": args.latency,
+                    "limit_calls_per_s": round(args.slots / args.latency, 2)})
+    results.setdefault("generators", {})
+    for name in args.generators:
+        work = args.work / name
+        work.mkdir(parents=True, exist_ok=True)
+        rec_file = work / "recording.jsonl"
+        recording: dict[str, Any] = {}
+        if rec_file.is_file():
+            for line in rec_file.read_text(encoding="utf-8").splitlines():
+                row = json.loads(line)
+                recording[row["key"]] = row["reply"]
+        reference = work / "record" / RECORDS[name]
+        if not reference.is_file():
+            srv = Server(recording, "record", keep=rec_file)
+            code, secs, last = run_gen(name, srv.url, 1, work / "record", None)
+            srv.close()
+            print(f"{name}: recorded {len(recording)} answers in {secs:.0f} s (exit {code}) {last}", flush=True)
+        row: dict[str, Any] = {"recorded_calls": len(recording), "records": count_records(reference)}
+        for label, code_dir in (("before", args.before), ("after", None)):
+            if label == "before" and code_dir is None:
+                continue
+            srv = Server(recording, "replay", args.slots, args.latency)
+            out = work / label
+            code, secs, last = run_gen(name, srv.url, args.slots, out, code_dir)
+            srv.close()
+            s = srv.stats()
+            got = out / RECORDS[name]
+            row[label] = {**s, "exit": code, "wall_s": round(secs, 1),
+                          "busy": round(s["mean_in_flight"] / args.slots, 3),
+                          "calls_per_s": round(s["calls"] / s["seconds"], 2) if s["seconds"] else 0.0,
+                          "records_per_hour": round(count_records(got) / secs * 3600) if secs else 0,
+                          "identical_to_one_slot": got.is_file() and got.read_bytes() == reference.read_bytes(),
+                          **({"error": last} if code else {})}
+            print(f"{name} {label}: {json.dumps(row[label])}", flush=True)
+        results["generators"][name] = row
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Many records and calls under way at once, their results in input order.
+
+A run keeps its model busy by working on several records at once (:func:`ordered`, behind
+``ctx.imap``) and, inside a record, on its independent calls at once (:func:`fan_out`, behind
+``ctx.map``: a bundle's apps, an item's shuffles and panel models). Neither decides how many calls
+reach the model: every call passes its backend's :class:`gen.llm.admission.Admission`, one budget
+for the whole command, so a finished call frees its place for any waiting one, whichever record
+or map it belongs to, and there is no batch barrier.
+
+Results come back in input order and every record draws from its own seeds, so records do not
+depend on scheduling; with a width of 1 both run in the caller's thread, one after another.
+
+The items of nested maps run on one shared set of helper threads (:class:`Helpers`, one per
+command). A map's caller runs items too, so a map never waits for a helper that is busy elsewhere:
+nested maps cannot deadlock, and the threads stay bounded however deep they nest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from gen.llm import set_worker, worker
+
+T = TypeVar("T")
+R = TypeVar("R")
+MAX_HELPERS = 512
+
+
+class Helpers:
+    """Daemon threads that run the items of maps: one more is started whenever a job would
+    otherwise wait for an idle one (up to ``cap``), so every map gets the runners it asked for."""
+
+    def __init__(self, cap: int = MAX_HELPERS):
+        self.cap = cap
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._idle = 0
+        """Threads waiting for a job."""
+        self._queued = 0
+        """Jobs submitted and not yet taken."""
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            self._queued += 1
+            if self._idle < self._queued and len(self._threads) < self.cap:
+                t = threading.Thread(target=self._loop, daemon=True, name=f"gen-helper-{len(self._threads)}")
+                t.start()
+                self._threads.append(t)
+        self._jobs.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._idle -= 1
+                if job is not None:
+                    self._queued -= 1
+            if job is None:
+                return
+            job()  # a job catches its own errors
+
+    def close(self) -> None:
+        with self._lock:
+            threads, self._threads = self._threads, []
+        for _ in threads:
+            self._jobs.put(None)
+
+
+def fan_out(fn: Callable[[T], R], items: Iterable[T], width: int, helpers: Helpers) -> list[R]:
+    """``[fn(x) for x in items]`` with up to ``width`` items at once (the caller and helpers).
+
+    The first failure stops new items from starting; once the started ones end, the failure of
+    the earliest item is raised (as a sequential loop would have raised it, had it got there).
+    Each runner keeps the caller's worker number (:func:`gen.llm.worker`), or numbers itself
+    when the caller has none, so a server backend sends related calls to one slot.
+    """
+    items = list(items)
+    n = len(items)
+    if width <= 1 or n <= 1:
+        return [fn(x) for x in items]
+    results: list[Any] = [None] * n
+    errors: dict[int, BaseException] = {}
+    lock = threading.Condition()
+    state = {"next": 0, "running": 0, "stop": False}
+    parent = worker()
+
+    def run(number: int) -> None:
+        own = worker()
+        set_worker(parent if parent is not None else number)
+        try:
+            while True:
+                with lock:
+                    i = state["next"]
+                    if i >= n or state["stop"]:
+                        return
+                    state["next"] += 1
+                    state["running"] += 1
+                try:
+                    results[i] = fn(items[i])
+                except BaseException as e:  # noqa: BLE001 - raised in the caller, in input order
+                    with lock:
+                        errors[i] = e
+                        state["stop"] = True
+                finally:
+                    with lock:
+                        state["running"] -= 1
+                        lock.notify_all()
+        finally:
+            set_worker(own)
+
+    runners = min(width, n)
+    for k in range(1, runners):
+        helpers.submit(lambda k=k: run(k))  # type: ignore[misc]
+    run(0)
+    with lock:
+        while state["running"]:
+            lock.wait()
+    if errors:
+        raise errors[min(errors)]
+    return results
+
+
+def ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, window: int) -> Iterator[R]:
+    """``fn`` over ``items`` with up to ``workers`` at once, results yielded in input order as soon
+    as each one's predecessors are; at most ``window`` results are under way or waiting to be
+    yielded (a run's records stream, a bounded number in memory). ``workers <= 1``: one after
+    another in the caller's thread. A failure is raised when its item's turn comes."""
+    if workers <= 1:
+        for x in items:
+            yield fn(x)
+        return
+    numbers = itertools.count()
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gen-record",
+                              initializer=lambda: set_worker(next(numbers)))
+    pending: deque[Future[R]] = deque()
+    it = iter(items)
+    try:
+        for x in itertools.islice(it, max(window, workers)):
+            pending.append(pool.submit(fn, x))
+        while pending:
+            result = pending.popleft().result()
+            for x in itertools.islice(it, 1):
+                pending.append(pool.submit(fn, x))
+            yield result
+    finally:  # an error (a backend that stopped the run) leaves nothing queued behind it
+        pool.shutdown(wait=True, cancel_futures=True)
