@@ -1,4 +1,7 @@
-"""Progress while a run goes: rich bars on a terminal, periodic plain lines elsewhere (CI)."""
+"""What a run shows on the terminal, written here alone: progress while it goes (rich bars on a
+terminal, periodic plain lines elsewhere, as in CI), what a generator says (its funnel, a verdict:
+:meth:`Progress.say`, reached through ``RunContext.say``), the summary and the files it wrote.
+``progress=off`` (or a quiet sub-run) silences all of it."""
 
 from __future__ import annotations
 
@@ -70,6 +73,22 @@ class Progress:
                 elapsed = now - self._t0
                 eta = elapsed / done * (self.total - done) if done else 0.0
                 print(f"[{self.name}] {done}/{self.total} {info} eta {eta:.0f}s", flush=True)
+
+    def say(self, *items: Any, always: bool = False) -> None:
+        """Lines of text or rich renderables (a table) from the generator: above the live bar on a
+        terminal, as plain lines elsewhere; nothing when progress is off unless ``always`` (what
+        the user must read to go on: the review server's address)."""
+        if self.mode == "off" and not always:
+            return
+        for item in items:
+            if self._bar is not None:
+                self._bar.console.print(item, markup=False, highlight=False)
+            elif isinstance(item, str):
+                print(item, flush=True)
+            else:
+                from rich.console import Console
+
+                Console(width=120).print(item)
 
     def summary(self, accepted: int, rejected: int, by_reason: Counter[str], wall: float) -> None:
         if self.mode == "off":

@@ -33,6 +33,7 @@ from gen.errors import ConfigError, MissingInputError
 from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, sha256_file
 from gen.llm.labels import model_label, unique_labels
 from gen.paths import CHECKOUT, input_file, inside
+from gen.progress import Progress
 from gen.registry import REGISTRY
 from gen.runfolder import RunFolder
 from gen.schedule import Helpers, fan_out, ordered
@@ -231,6 +232,8 @@ class RunContext:
         self.plan = Plan(cfg.n)
         """The run's size and what its plan hook read (the runner sets it)."""
         self.parent = parent
+        self.progress: Progress | None = None
+        """The run's terminal display (set by :func:`run`); :meth:`say` writes through it."""
         self.subruns: list[dict[str, Any]] = []
         self._backends = backends or Backends()
         self._owns_backends = backends is None
@@ -364,6 +367,14 @@ class RunContext:
     @property
     def embedder_loaded(self) -> bool:
         return self._embedder is not None
+
+    def say(self, *items: Any, always: bool = False) -> None:
+        """Show lines of text or rich renderables (a funnel, a verdict) on the terminal, through the
+        run's progress display (:meth:`gen.progress.Progress.say`): nothing when progress is off
+        or the run is a quiet sub-run, unless ``always``. Generators never print."""
+        if self.progress is None:  # a generator called outside :func:`run` (a test)
+            self.progress = Progress(self.name, 0, self.cfg.progress, self.cfg.progress_every)
+        self.progress.say(*items, always=always)
 
     def fail(self, message: str, code: int = 1) -> None:
         """End the run with exit code ``code`` and this one-line message, after its files are
@@ -527,8 +538,6 @@ def run(
     complete, so a killed run leaves no half-written output; rerunning it replays finished
     LLM calls from the cache and produces the same records.
     """
-    from gen.progress import Progress
-
     gen_ = REGISTRY[name]
     ctx = ctx or RunContext(name, cfg, out_dir)
     ctx.plan = plan if plan is not None else gen_.make_plan(cfg)  # input errors: before any write
@@ -546,6 +555,7 @@ def run(
     progress = Progress(name, requested, cfg.progress if not quiet else "off", cfg.progress_every,
                         usage=lambda: ctx.llm.usage if ctx.llm_loaded else None, noun=gen_.noun,
                         status=ctx.status)
+    ctx.progress = progress
     rec_tmp = out_dir / "records.jsonl.partial"
     rej_tmp = rejects_path.with_name(rejects_path.name + ".partial")
     try:

@@ -492,5 +492,4 @@ def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord
         summary["models"][label]["usage"] = llm.usage.as_dict()
     ctx.write_json("summary.json", summary)
     ctx.extra["nocontext"] = summary
-    if cfg.progress != "off":
-        print(table(summary), flush=True)
+    ctx.say(table(summary))

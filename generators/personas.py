@@ -480,12 +480,10 @@ def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecor
         ctx.fail(f"the persona pool has {len(accepted)} of {len(ctx.indices())} personas: slot(s) "
                  f"{', '.join(map(str, short[:10]))} failed all {cfg.max_attempts} draws of facts "
                  f"(rejects.jsonl says why; raise max_attempts or use a larger model)")
-    if cfg.progress != "off":
-        print_distribution(ctx.extra["distribution"])
+    ctx.say(distribution_table(ctx.extra["distribution"]))
 
 
-def print_distribution(dist: dict[str, dict[str, int]]) -> None:
-    from rich.console import Console
+def distribution_table(dist: dict[str, dict[str, int]]) -> Any:
     from rich.table import Table
 
     table = Table(title="persona pool", show_header=True)
@@ -493,4 +491,4 @@ def print_distribution(dist: dict[str, dict[str, int]]) -> None:
     table.add_column("counts")
     for field, counts in dist.items():
         table.add_row(field, ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
-    Console(width=120).print(table)
+    return table

@@ -142,8 +142,7 @@ def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
     for i in ctx.indices():
         step = steps[i]
         folder = inside(ctx.out_dir, safe_part(step.name), what="step name")
-        if cfg.progress != "off":
-            print(f"[pipeline] step {i + 1}/{len(steps)}: {step.name} ({step.generator})", flush=True)
+        ctx.say(f"[pipeline] step {i + 1}/{len(steps)}: {step.name} ({step.generator})")
         run = ctx.subrun(step.generator, folder, reuse=True, quiet=cfg.progress == "off",
                          **step_options(step, ctx.out_dir, str(chain_path(cfg))))
         ctx.count("steps.skipped" if run.reused else "steps.ran")

@@ -189,15 +189,10 @@ def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Rej
     ctx.extra["bank"] = {"action": "verify", "bank": str(root), "version": label(target), "problems": bad,
                          "files_ok": sum(len(c.ok_files) for c in checks), "leftovers": left,
                          "lock_sha256": lock_sha}
-    if cfg.progress != "off":
-        for c in checks:
-            for p in c.problems:
-                print(f"[bank] {drift_line(p)}")
-        for rel in left:
-            print(f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}")
-        state = f"{bad} problem(s)" if bad else "ok"
-        print(f"[bank] verify {root} {label(target)}: {state}; {len(checks)} versions, "
-              f"{sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}")
+    ctx.say(*(f"[bank] {drift_line(p)}" for c in checks for p in c.problems),
+            *(f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}" for rel in left),
+            f"[bank] verify {root} {label(target)}: {f'{bad} problem(s)' if bad else 'ok'}; {len(checks)} "
+            f"versions, {sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}")
     for i, c in zip(ctx.indices(), checks, strict=True):
         out: list[VerifyRecord | Reject] = [VerifyRecord(version=label(c.version), file=f, sha256=s)
                                             for f, s in c.ok_files]

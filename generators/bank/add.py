@@ -288,7 +288,7 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
         "audit": {**audit.summary, "forced": cfg.force and audit.exit_code != 0, "folder": "audit"},
         "source": source["source"],
     }
-    print_add(cfg, root, current, version, new, verdicts, audit, refused)
+    ctx.say(*add_lines(cfg, root, current, version, new, verdicts, audit, refused))
     for v in verdicts:
         it = v.item
         yield v.reject or BankItemRecord(item_id=it.item_id, kind=it.kind, question_type=it.question_type,
@@ -335,32 +335,32 @@ def audit_detail(audit: AuditOutcome, fail_on: str) -> str:
             f"see audit/audit.md; force=true adds it anyway")
 
 
-def print_add(cfg: BankConfig, root: Path, current: int | None, version: int | None, new: list[Item],
-              verdicts: list[Verdict], audit: AuditOutcome, refused: bool) -> None:
-    if cfg.progress == "off":
-        return
+def add_lines(cfg: BankConfig, root: Path, current: int | None, version: int | None, new: list[Item],
+              verdicts: list[Verdict], audit: AuditOutcome, refused: bool) -> list[str]:
+    out: list[str] = []
     sev = audit.summary["by_severity"]
-    print(f"[bank] audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info"
-          f" (fail_on={cfg.fail_on}{', forced' if cfg.force and audit.exit_code else ''})")
+    out.append(f"[bank] audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info"
+               f" (fail_on={cfg.fail_on}{', forced' if cfg.force and audit.exit_code else ''})")
     rej = [v.reject for v in verdicts if v.reject]
     worst = [f for f in audit.findings if SEVERITY_RANK.get(f.get("severity", ""), -1) >= SEVERITY_RANK.get(cfg.fail_on, 9)]
     for f in worst[:LISTED] if audit.exit_code else []:
-        print(f"[bank] audit {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}")
+        out.append(f"[bank] audit {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}")
     if refused:
-        print(f"[bank] batch refused by its audit ({len(rej)} items, {audit.folder}/audit.md); {root} stays at "
-              f"{label(current) if current else 'no version'}; force=true adds it anyway")
-        return
+        out.append(f"[bank] batch refused by its audit ({len(rej)} items, {audit.folder}/audit.md); {root} stays at "
+                   f"{label(current) if current else 'no version'}; force=true adds it anyway")
+        return out
     groups: dict[tuple[str, str], list[Reject]] = {}
     for r in rej:
         groups.setdefault((r.stage, r.reason), []).append(r)
     for (stage, reason), rs in sorted(groups.items()):
-        print(f"[bank] refused {len(rs)} ({stage} {reason}), for example:")
+        out.append(f"[bank] refused {len(rs)} ({stage} {reason}), for example:")
         for r in rs[:PRINTED]:
-            print(f"[bank]   {r.record_id}: {r.detail}")
+            out.append(f"[bank]   {r.record_id}: {r.detail}")
     if new:
-        print(f"[bank] {root}: {label(current) if current else 'empty'} -> {label(version or 0)}, added {len(new)}, "
-              f"refused {len(rej)}" + (" (the run folder's rejects.jsonl lists them)" if rej else ""))
+        out.append(f"[bank] {root}: {label(current) if current else 'empty'} -> {label(version or 0)}, added {len(new)}, "
+                   f"refused {len(rej)}" + (" (the run folder's rejects.jsonl lists them)" if rej else ""))
     else:
-        print(f"[bank] nothing new; {root} stays at {label(current) if current else 'no version'}")
+        out.append(f"[bank] nothing new; {root} stays at {label(current) if current else 'no version'}")
+    return out
 
 

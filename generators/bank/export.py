@@ -153,8 +153,7 @@ def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject
         remove(stage)
     ctx.extra["bank"] = {"action": "export", "bank": str(root), "version": label(version), "format": cfg.format,
                          "out": str(out), "files": written}
-    if cfg.progress != "off":
-        print(f"[bank] exported {label(version)} of {root} as {cfg.format} to {out}: {', '.join(written)}")
+    ctx.say(f"[bank] exported {label(version)} of {root} as {cfg.format} to {out}: {', '.join(written)}")
     for i, (row, where) in zip(ctx.indices(), outcomes, strict=True):
         if isinstance(where, Reject):
             yield where.model_copy(update={"index": i})

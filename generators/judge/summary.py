@@ -39,6 +39,4 @@ def finish(cfg: JudgeConfig, ctx: RunContext, panel: Panel | None, summary: dict
     ctx.write_json("summary.json", summary)
     ctx.extra["judge"] = {"kind": cfg.kind or "meta", **prompt, **(panel.manifest() if panel else {}),
                           "summary": summary}
-    if cfg.progress != "off":
-        for line in lines or []:
-            print(line, flush=True)
+    ctx.say(*(lines or []))

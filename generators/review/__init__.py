@@ -168,9 +168,8 @@ def serve(cfg: ReviewConfig, data: ReviewPlan, ctx: RunContext) -> Iterator[Revi
              for k, what, path in (("findings", "audit findings", ", ".join(map(str, data.findings)) or None),
                                    ("blind", "nocontext answers", data.results.nocontext),
                                    ("judged", "judge scores", data.results.judge)) if path is not None]
-    print(f"review: {len(data.items)} items of {data.folder} as {cfg.reviewer}; labels go to {where}\n"
-          + "".join(f"review: {line}\n" for line in shown)
-          + f"open {server.url}\n(Ctrl-C stops the server)", flush=True)
+    ctx.say(f"review: {len(data.items)} items of {data.folder} as {cfg.reviewer}; labels go to {where}",
+            *(f"review: {line}" for line in shown), f"open {server.url}", "(Ctrl-C stops the server)", always=True)
     server.wait()
     last, changes = latest(read_labels(data.folder).get(cfg.reviewer, []))
     decisions: Counter[str] = Counter()

@@ -106,8 +106,5 @@ def verify(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[LockCheckRecord | 
                        "lock_sha256": sha256_file(folder / LOCK)}
     if drift:
         ctx.fail(f"{len(drift)} lock entr{'y' if len(drift) == 1 else 'ies'} drifted: " + "; ".join(drift))
-    if cfg.progress != "off":
-        for d in drift.values():
-            print(f"[{NAME}] DRIFT {d}")
-        print(f"[{NAME}] verify {folder}: {'ok' if not drift else f'{len(drift)} drifted'}; "
-              f"{len(LOCK_KEYS)} entries checked")
+    ctx.say(*(f"[{NAME}] DRIFT {d}" for d in drift.values()),
+            f"[{NAME}] verify {folder}: {'ok' if not drift else f'{len(drift)} drifted'}; {len(LOCK_KEYS)} entries checked")

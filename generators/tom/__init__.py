@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -248,15 +247,12 @@ def funnel_rows(results: list[ClipResult], names: tuple[str, ...]) -> list[dict[
     return rows
 
 
-def print_funnel(rows: list[dict[str, Any]], excluded: Counter[str], file: Any = None) -> None:
-    out = file or sys.stdout
-    print("[tom] funnel (clips, then questions per type)", file=out)
-    print(f"  {'step':<20}{'goal':>8}{'belief':>8}{'actions':>9}", file=out)
-    for r in rows:
-        print(f"  {r['step']:<20}{r['goal']:>8}{r['belief']:>8}{r['actions']:>9}", file=out)
+def funnel_lines(rows: list[dict[str, Any]], excluded: Counter[str]) -> list[str]:
+    out = ["[tom] funnel (clips, then questions per type)", f"  {'step':<20}{'goal':>8}{'belief':>8}{'actions':>9}"]
+    out += [f"  {r['step']:<20}{r['goal']:>8}{r['belief']:>8}{r['actions']:>9}" for r in rows]
     if excluded:
-        print("  excluded at selection: " + ", ".join(f"{k}={v}" for k, v in sorted(excluded.items())), file=out)
-    out.flush()
+        out.append("  excluded at selection: " + ", ".join(f"{k}={v}" for k, v in sorted(excluded.items())))
+    return out
 
 
 # --------------------------------------------------------------------------- stage 7: assembly + one clip
@@ -501,5 +497,4 @@ def tom(cfg: TomConfig, ctx: RunContext) -> Iterator[list[TomQuestion | Reject]]
             tmp = out.with_name(out.name + ".tmp")
             write_egotom_csv([r.csv_rows[q] for r in results if q in r.csv_rows], q, tmp)
             os.replace(tmp, out)
-    if cfg.progress != "off":
-        print_funnel(rows, excluded)
+    ctx.say(*funnel_lines(rows, excluded))
