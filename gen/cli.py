@@ -490,33 +490,19 @@ def print_help() -> None:
     print("example: gen digital +persona_pool=50")
 
 
-def _shown(model: Any, key: str) -> Any:
-    """A default as ``--help`` prints it: a backend by its preset, other dicts inline."""
-    from gen.config import field_default, preset_of
-
-    value = field_default(model, key)
-    if isinstance(value, str) and "${" in value:  # an environment variable: today's value
-        value = model.model_fields[key].get_default(call_default_factory=True)
-    if key in ("llm", "embedder"):
-        return preset_of(key, value) or json.dumps(value, separators=(",", ":"))
-    if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"))
-    return value
-
-
 def print_generator_help(name: str) -> None:
+    """A generator's help line and its options; the docs' reference pages show the same rows
+    (:mod:`gen.docs`)."""
+    from gen.docs import options
     from gen.registry import REGISTRY
-    from gen.runner import CommonConfig
     from gen.stages import StagesConfig
 
     g = REGISTRY[name]
     print(f"gen {name} [key=value ...]\n\n{g.help}\n")
-    own = [k for k in g.config.model_fields if k not in CommonConfig.model_fields]
-    for title, keys in ((f"{name} options", own), ("common options", list(CommonConfig.model_fields))):
+    for title, rows in options(name):
         print(f"{title}:")
-        for key in keys:
-            field = g.config.model_fields[key]
-            print(f"  {f'{key}={_shown(g.config, key)}':<28} {' '.join((field.description or '').split())}")
+        for o in rows:
+            print(f"  {f'{o.key}={o.default}':<28} {o.description}")
         print()
     stages = g.config.model_fields.get("stages")
     if stages is not None and isinstance(stages.annotation, type) and issubclass(stages.annotation, StagesConfig):

@@ -1,5 +1,6 @@
 """Generators are plugins: a separate distribution adds one through the ``gen.generators`` entry
-points, and the CLI and the Python API run it like gen's own."""
+points, and the CLI and the Python API run it like gen's own. The plugin is the one the guide
+(``docs/guides/plugin.md``) shows, file for file."""
 
 from __future__ import annotations
 
@@ -13,50 +14,20 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, gen_env
+from guides import blocks
 
 from gen.paths import EXAMPLES
 
-PLUGIN = '''
-"""A lab's own generator, outside gen: numbered greetings."""
 
-from collections.abc import Iterator
-
-from pydantic import BaseModel, Field
-
-import gen
+def guide_file(title: str) -> str:
+    """A file the plugin guide shows (``docs/guides/plugin.md``): the test builds exactly what
+    the guide tells a lab to write."""
+    (block,) = [b for b in blocks(ROOT / "docs" / "guides" / "plugin.md") if b.title == title]
+    return block.body + "\n"
 
 
-class EchoConfig(gen.CommonConfig):
-    word: str = "hello"
-    """The word each record repeats."""
-    n: int = Field(3, ge=1)
-    """Records to produce."""
-
-
-class EchoRecord(BaseModel):
-    index: int
-    text: str
-
-
-@gen.generator("echo", config=EchoConfig, records=EchoRecord, kind="greeting")
-def echo(cfg: EchoConfig, ctx: "gen.RunContext") -> Iterator[EchoRecord]:
-    """Echo: numbered greetings (a plugin's generator)."""
-    for i in ctx.indices():
-        yield EchoRecord(index=i, text=f"{cfg.word} {i}")
-'''
-
-PYPROJECT = '''
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "gen-echo-plugin"
-version = "0.1.0"
-
-[project.entry-points."gen.generators"]
-echo = "gen_echo_plugin:echo"
-'''
+PLUGIN = guide_file("gen_echo_plugin.py")
+PYPROJECT = guide_file("pyproject.toml")
 
 
 @pytest.fixture(scope="module")
