@@ -30,14 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> int:
     from gen.generators.scenarios import ScenariosConfig
-    from gen.generators.scenarios.stages import (
-        Unit,
-        Writer,
-        example_skeleton,
-        examples,
-        identification,
-        semantic_leak,
-    )
+    from gen.generators.scenarios.examples import example_skeleton, examples
+    from gen.generators.scenarios.model_checks import identification, semantic_leak
+    from gen.generators.scenarios.stages import Unit, Writer
     from gen.llm import LlamaCppConfig
     from gen.runner import RunContext
 

@@ -60,9 +60,10 @@ from gen.contextbench import (
 )
 from gen.contextbench.rules import RULES
 from gen.errors import ConfigError, InputError
+from gen.generators.scenarios.bank import BankView, Outcome, resolve
 from gen.generators.scenarios.lock import LOCK_KEYS, make_lock, read_lock, verify
 from gen.generators.scenarios.skeleton import DEFAULT_SIZE, NAME, build_units, check_distribution
-from gen.generators.scenarios.stages import BankView, Outcome, Writer, draft_unit, resolve
+from gen.generators.scenarios.stages import Writer, draft_unit
 from gen.llm import sha256_file
 from gen.paths import input_file
 from gen.readers import read_json

@@ -1,8 +1,7 @@
-"""Writing one unit (a scenario, or a contrast pair) and resolving it against the bank: the
-one-shot examples and the specs the prompts read, the :class:`Writer` and the stages (situations,
-camera, speech, a contrast pair's follow-up) with every code rule on every attempt, the model
-checks (identification, semantic leak), assembly into the released layout, and :func:`resolve`
-(the bank-level rules, in index order)."""
+"""Writing one unit (a scenario, or a contrast pair): the :class:`Writer` and the stages
+(situations, camera, speech, a contrast pair's follow-up) with every code rule on every attempt.
+The one-shot examples and specs are :mod:`.examples`, the model checks :mod:`.model_checks`,
+assembly and the bank-level :func:`~.bank.resolve` :mod:`.bank`."""
 
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -20,7 +17,6 @@ from pydantic import BaseModel
 from gen.contextbench.rules import (
     VOCABULARY,
     Problem,
-    bank_problems,
     camera_evaluates,
     camera_functional,
     camera_refers_back,
@@ -31,23 +27,26 @@ from gen.contextbench.rules import (
     object_names_in_camera,
     object_names_in_speech,
     repair_names,
-    rule_problems,
     shift_announced,
-    shingles,
-    signature,
     speech_properties,
     text_problem,
-    word_match,
 )
 from gen.errors import LLMOutputError
 from gen.gates import Gates
-from gen.generators.scenarios.skeleton import Skeleton, complexity_of
-from gen.paths import PROMPTS
+from gen.generators.scenarios.examples import (
+    EXAMPLES,
+    echo_problems,
+    example_for,
+    example_prompt,
+    referent_names,
+    situation_echo,
+    situations_of,
+    spec,
+)
+from gen.generators.scenarios.model_checks import identification, semantic_leak
+from gen.generators.scenarios.skeleton import Skeleton
 from gen.runner import RunContext
-from gen.schemas import Reject
 from gen.schemas.scenarios import (
-    GOLD_FIELDS,
-    RECORD_FIELDS,
     AbstainSituationsDraft,
     CameraDraft,
     ClarifySituationsDraft,
@@ -58,9 +57,6 @@ from gen.schemas.scenarios import (
     CrossSessionSituationsDraft,
     DeicticSpeechDraft,
     FollowUpDraft,
-    IdentifyDraft,
-    ScenarioChecks,
-    ScenarioRecord,
     ShiftAbstainSituationsDraft,
     SituationsDraft,
     SpeechDraft,
@@ -68,146 +64,6 @@ from gen.schemas.scenarios import (
 
 if TYPE_CHECKING:
     from gen.generators.scenarios import ScenariosConfig
-
-EXAMPLES = "scenarios/examples.json"
-
-# --------------------------------------------------------------------------- one-shot examples and specs
-
-
-@lru_cache(maxsize=4)
-def _examples(path: str) -> tuple[dict[str, Any], ...]:
-    return tuple(json.loads(Path(path).read_text(encoding="utf-8"))["examples"])
-
-
-def examples() -> tuple[dict[str, Any], ...]:
-    """The project's worked scenarios (``prompts/scenarios/examples.json``)."""
-    return _examples(str(PROMPTS / EXAMPLES))
-
-
-def example_for(sk: Skeleton) -> dict[str, Any]:
-    """The one-shot example a scenario's prompts show: the contrast pair for a pair, the
-    clarify / abstain example for those targets, else the example of its shift type."""
-    exs = examples()
-    if sk.pair_id is not None:
-        return next(e for e in exs if e.get("subset") == "contrast")
-    if sk.target_context in ("clarify", "abstain"):
-        return next(e for e in exs if e["target_context"] == sk.target_context)
-    return next(e for e in exs if e["change_type"] == sk.change_type and not e.get("subset")
-                and e["target_context"] in ("current", "prior"))
-
-
-def example_skeleton(ex: dict[str, Any]) -> Skeleton:
-    subset = ex.get("subset", "bank")
-    return Skeleton("sc-00" if subset == "bank" else "adv-00", subset, "pair-00" if subset == "contrast" else None,
-                    ex["change_type"], ex["target_context"], ex["activity_domain"],
-                    complexity_of(ex["change_type"], ex["target_context"], "easy", subset), "easy",
-                    ex["time_gap_bucket"])
-
-
-def situations_of(sk: Skeleton, sit: dict[str, Any]) -> dict[str, Any]:
-    """Gold lists and their categories from a situations draft (code decides which list is which)."""
-    def items(x: dict[str, Any]) -> list[str]:
-        return list(dict.fromkeys(t.strip() for t in [x["name"], *x["technique"], *x["state"]] if t.strip()))
-
-    def cats(x: dict[str, Any]) -> dict[str, Any]:
-        return {"name": x["name"].strip(), "technique": [t.strip() for t in x["technique"]],
-                "state": [t.strip() for t in x["state"]]}
-
-    gold: dict[str, list[str]] = {k: [] for k in GOLD_FIELDS}
-    categories: dict[str, dict[str, Any]] = {}
-    gold["prior_answers"] = items(sit["earlier"])
-    categories["prior_answers"] = cats(sit["earlier"])
-    if "now" in sit:
-        gold["current_answers"] = items(sit["now"])
-        categories["current_answers"] = cats(sit["now"])
-    if "clarify_indicators" in sit:
-        gold["clarify_indicators"] = list(dict.fromkeys(t.strip() for t in sit["clarify_indicators"] if t.strip()))
-    if "abstain_indicators" in sit:
-        gold["abstain_indicators"] = list(dict.fromkeys(t.strip() for t in sit["abstain_indicators"] if t.strip()))
-    return {"gold": gold, "categories": categories}
-
-
-def referent_names(sit: dict[str, Any]) -> list[str]:
-    """The scenario's own object names (never in a camera text)."""
-    return [n for n in [sit["earlier"]["name"], sit.get("now", {}).get("name"), *sit.get("candidates", [])] if n]
-
-
-def spec(sk: Skeleton, sit: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    """What the request macros read about a scenario (``prompts/scenarios/_requests.jinja``)."""
-    s: dict[str, Any] = {
-        "change_type": sk.change_type, "target_context": sk.target_context,
-        "activity_domain": sk.activity_domain, "time_gap_bucket": sk.time_gap_bucket,
-        "cross": sk.change_type == "cross_session_reference", "clarify": sk.target_context == "clarify",
-        "abstain": sk.target_context == "abstain", "absent": sk.change_type == "absent_referent",
-        "contrast": sk.subset == "contrast", "pair": sk.pair_id is not None, "distractor": sk.distractor,
-        "in_hand": sk.change_type == "object_in_hand", "deictic": sk.deictic,
-        "name_both": sk.subset == "contrast" or sk.change_type not in ("absent_referent", "cross_session_reference"),
-    }
-    if sit is not None:
-        gold = situations_of(sk, sit)["gold"]
-        s.update(sit=sit, names=referent_names(sit),
-                 forbidden=[*gold["current_answers"], *gold["prior_answers"]])
-    s.update(extra)
-    return s
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)
-
-
-def example_prompt(stage: str, ex: dict[str, Any]) -> dict[str, Any]:
-    """A stage's one-shot: the example's own spec and its JSON answer."""
-    sk = example_skeleton(ex)
-    sit = ex["situations"]
-    if stage == "situations":
-        return {"s": spec(sk), "answer": dumps(sit)}
-    if stage == "camera":
-        return {"s": spec(sk, sit), "answer": dumps(ex["camera"])}
-    if stage == "speech":
-        return {"s": spec(sk, sit), "answer": dumps(ex["speech"])}
-    return {"s": spec(sk, sit, turn_1_user=ex["speech"]["turn_1_user"]), "answer": dumps(ex["follow_up"])}
-
-
-@lru_cache(maxsize=1)
-def example_shingles() -> dict[str, frozenset[tuple[str, ...]]]:
-    """8-word runs of every example text, per stage (echo check)."""
-    out: dict[str, set[tuple[str, ...]]] = {"camera": set(), "speech": set()}
-    for ex in examples():
-        for t in ex["camera"].values():
-            out["camera"] |= shingles(t)
-        for part in ("speech", "follow_up"):
-            for t in ex.get(part, {}).values():
-                out["speech"] |= shingles(t)
-    return {k: frozenset(v) for k, v in out.items()}
-
-
-def echo_problems(stage: str, texts: dict[str, str | None]) -> list[Problem]:
-    pool = example_shingles()["camera" if stage == "camera" else "speech"]
-    out = []
-    for f, t in texts.items():
-        if not t:
-            continue
-        if shingles(t) & pool or any(key(t) == key(x) for ex in examples() for part in ("camera", "speech", "follow_up")
-                                     for x in ex.get(part, {}).values()):
-            out.append(("example_echo", f"{f} copies the one-shot example: {t[:60]!r}"))
-    return out
-
-
-def situation_echo(sit: dict[str, Any]) -> list[Problem]:
-    """A situation copied whole (name and every phrase) from an example."""
-    known = set()
-    for ex in examples():
-        for role in ("earlier", "now"):
-            x = ex["situations"].get(role)
-            if x:
-                known.add((key(x["name"]), tuple(sorted(key(t) for t in x["technique"] + x["state"]))))
-    out = []
-    for role in ("earlier", "now"):
-        x = sit.get(role)
-        if x and (key(x["name"]), tuple(sorted(key(t) for t in x["technique"] + x["state"]))) in known:
-            out.append(("example_echo", f"{role} situation {x['name']!r} is the example's"))
-    return out
-
 
 # --------------------------------------------------------------------------- traces and stages
 
@@ -497,104 +353,6 @@ def check_speech(sk: Skeleton, sit: dict[str, Any], sp: dict[str, Any], avoid: f
     return evaluated, problems
 
 
-# --------------------------------------------------------------------------- model checks
-
-
-def identify_frames(sk: Skeleton, sit: dict[str, Any]) -> list[tuple[str, str]]:
-    """(camera field, gold name) the identification check applies to: every frame that shows a
-    named referent. Not: a clarify turn 2 (hidden on purpose), a turn 2 without a referent of its
-    own (an absent referent's abstain scenario: the place without it)."""
-    frames = []
-    if sk.change_type == "cross_session_reference":
-        frames += [("context_image", sit["earlier"]["name"]), ("turn_1_image", sit["meanwhile"])]
-    else:
-        frames.append(("turn_1_image", sit["earlier"]["name"]))
-    if sk.target_context != "clarify" and "now" in sit:
-        frames.append(("turn_2_image", sit["now"]["name"]))
-        if sk.pair_id is not None:
-            frames.append(("turn_2_image_b", sit["now"]["name"]))
-    return frames
-
-
-def identification(w: Writer, u: Unit, cam: dict[str, Any], attempt: int) -> list[Problem]:
-    """Each model names the thing from each camera text alone; a frame passes when
-    ``identify_quorum`` of the models answer within ``identify_min_cosine`` of the gold name.
-    Every answer is recorded on the unit."""
-    cfg, ctx = w.cfg, w.ctx
-    ex = examples()[0]
-    shown = {"description": ex["camera"]["turn_2_image"], "answer": dumps({"name": ex["situations"]["now"]["name"]})}
-    jobs = [(f, gold, label, llm) for f, gold in identify_frames(u.lead, u.sit or {}) for label, llm in w.panel]
-
-    def ask(job: tuple[str, str, str, Any]) -> str | None:
-        f, _, label, llm = job
-        messages = ctx.prompts.render("scenarios/identify.jinja", example=shown, description=cam[f])
-        try:
-            return llm.structured(messages, IdentifyDraft, seed=ctx.seed(u.index, "identify", f, label, attempt),
-                                  max_tokens=48).name
-        except LLMOutputError as e:
-            ctx.count(f"identify.llm_{e.reason}")
-            return None
-
-    answers = ctx.map(ask, jobs)
-    texts = [t for (_, gold, _, _), a in zip(jobs, answers, strict=True) for t in (a or "", gold)]
-    with w.embed_lock:
-        vecs = ctx.embedder.encode(texts) if texts else None
-    rows: list[dict[str, Any]] = []
-    by_frame: dict[str, list[bool]] = {}
-    for j, ((f, gold, label, _), a) in enumerate(zip(jobs, answers, strict=True)):
-        cos = float(vecs[2 * j] @ vecs[2 * j + 1]) if a and vecs is not None else None
-        ok = cos is not None and cos >= cfg.identify_min_cosine
-        rows.append({"field": f, "gold": gold, "model": label, "answer": a, "cosine": None if cos is None else round(cos, 4),
-                     "pass": ok, "attempt": attempt})
-        by_frame.setdefault(f, []).append(ok)
-    u.identification += rows
-    failed = [f for f, oks in by_frame.items() if not (any(oks) if cfg.identify_quorum == "any" else all(oks))]
-    problems = [("not_identifiable", f"{f}: " + "; ".join(f"{r['model']} said {r['answer']!r} (cosine {r['cosine']})"
-                                                          for r in rows if r["field"] == f and r["attempt"] == attempt))
-                for f in failed]
-    u.trace.record("camera", ["not_identifiable"], problems)
-    return problems
-
-
-def gold_list_of(target: str) -> str:
-    return {"current": "current_answers", "prior": "prior_answers", "clarify": "clarify_indicators",
-            "abstain": "abstain_indicators"}[target]
-
-
-def semantic_leak(w: Writer, u: Unit, member: Skeleton, turn_1_user: str, turn_2_user: str, stage: str,
-                  attempt: int) -> list[Problem]:
-    """MMStar-style: the candidate's conversation without its camera blocks, to each model
-    (greedy); a turn-2 reply that hits the target's gold list (word boundary) leaks."""
-    cfg, ctx = w.cfg, w.ctx
-    if member.target_context not in cfg.leak_targets:
-        return []
-    tokens = situations_of(member, u.sit or {})["gold"][gold_list_of(member.target_context)]
-
-    def ask(job: tuple[str, Any]) -> dict[str, Any]:
-        label, llm = job
-        row: dict[str, Any] = {"member": member.scenario_id, "model": label, "attempt": attempt}
-        try:
-            first = ctx.prompts.render("scenarios/leak.jinja", turns=[{"user": turn_1_user, "assistant": None}])
-            reply_1 = llm.complete(first, seed=ctx.seed(u.index, stage, "leak", label, attempt, 1),
-                                   max_tokens=cfg.leak_tokens, temperature=0.0)
-            second = ctx.prompts.render("scenarios/leak.jinja", turns=[{"user": turn_1_user, "assistant": reply_1},
-                                                                       {"user": turn_2_user, "assistant": None}])
-            reply_2 = llm.complete(second, seed=ctx.seed(u.index, stage, "leak", label, attempt, 2),
-                                   max_tokens=cfg.leak_tokens, temperature=0.0)
-        except LLMOutputError as e:
-            ctx.count(f"leak.llm_{e.reason}")
-            return {**row, "error": e.detail, "hits": [], "leak": False}
-        hits = [t for t in tokens if t.strip() and word_match(t, reply_2)]
-        return {**row, "reply_1": reply_1, "reply_2": reply_2, "hits": hits, "leak": bool(hits)}
-
-    rows = ctx.map(ask, w.panel)
-    u.leak += rows
-    problems = [("semantic_leak", f"{r['model']} answered without the camera and hit {r['hits'][:3]}")
-                for r in rows if r["leak"]]
-    u.trace.record(stage, ["semantic_leak"], problems)
-    return problems
-
-
 # --------------------------------------------------------------------------- the stages of one unit
 
 
@@ -677,130 +435,3 @@ def _catch(fn: Callable[[], None]) -> StageFailure | None:
     except StageFailure as e:
         return e
     return None
-
-
-# --------------------------------------------------------------------------- assembly
-
-
-def assemble(u: Unit, sk: Skeleton) -> dict[str, Any]:
-    """The record of one member, fields in the released order."""
-    sit, cam = u.sit or {}, u.camera or {}
-    member_b = len(u.members) == 2 and sk is u.members[1]
-    speech = {**(u.speech or {}), **(u.follow or {})} if member_b else (u.speech or {})
-    made = situations_of(sk, sit)
-    gold = made["gold"]
-    if sk.target_context == "clarify":
-        more = f"hidden: {' / '.join(sit['candidates'])}"
-    elif sk.target_context == "abstain":
-        more = f"never shown: {sit['hidden_detail']}"
-    elif sk.change_type == "cross_session_reference":
-        more = f"turn 1: {sit['meanwhile']}; turn 2: {sit['now']['name']}"
-    else:
-        more = f"turn 2: {sit['now']['name']}"
-    record = {
-        "scenario_id": sk.scenario_id, "subset": sk.subset, "pair_id": sk.pair_id,
-        "target_context": sk.target_context, "change_type": sk.change_type,
-        "activity_domain": sk.activity_domain, "referent_complexity": sk.referent_complexity,
-        "difficulty_tier": sk.difficulty_tier, "time_gap_bucket": sk.time_gap_bucket,
-        "context_image": cam.get("context_image") if sk.change_type == "cross_session_reference" else None,
-        "turn_1_image": cam["turn_1_image"],
-        "turn_1_user": speech["turn_1_user"],
-        "turn_2_image": cam["turn_2_image_b"] if member_b else cam["turn_2_image"],
-        "turn_2_user": speech["turn_2_user"],
-        "turn_3_repair_prompt": speech["turn_3_repair_prompt"],
-        "turn_3_repair_prompt_deictic": speech.get("turn_3_repair_prompt_deictic") if sk.deictic else None,
-        "notes": f"gen scenarios: {sk.change_type} in {sk.activity_domain}, target {sk.target_context}; "
-                 f"{'context image' if sk.change_type == 'cross_session_reference' else 'turn 1'}: "
-                 f"{sit['earlier']['name']}; {more}.",
-        "gold": gold,
-    }
-    assert tuple(record) == RECORD_FIELDS
-    return record
-
-
-def categories_of(u: Unit, sk: Skeleton) -> dict[str, dict[str, Any]]:
-    return situations_of(sk, u.sit or {})["categories"] if u.sit else {}
-
-
-# --------------------------------------------------------------------------- the bank, in index order
-
-
-@dataclass
-class BankView:
-    """The accepted scenarios so far (``existing=`` first): what the bank-level rules see."""
-
-    rows: list[dict[str, Any]]
-
-    def texts(self, f: str) -> frozenset[str]:
-        return frozenset((r.get(f) or "").strip().lower() for r in self.rows if r.get(f))
-
-
-@dataclass
-class Outcome:
-    unit: Unit
-    items: list[ScenarioRecord | Reject]
-    checks: list[ScenarioChecks]
-
-
-def resolve(w: Writer, u: Unit, bank: BankView) -> Outcome:
-    """Bank-level rules for one drafted unit against the scenarios accepted before it (a
-    duplicate turn-2 text regenerates its stage with the bank known, up to ``stage_attempts``
-    more), then the final check of every record (:func:`rule_problems`, :func:`bank_problems`):
-    anything that breaks a rule is rejected, never written."""
-    if u.failure is None:
-        users, images = bank.texts("turn_2_user"), bank.texts("turn_2_image")
-
-        def dup(stage: str, texts: list[str | None], seen: frozenset[str]) -> bool:
-            hit = any((t or "").strip().lower() in seen for t in texts)
-            u.trace.record(stage, ["duplicate_turn_2"],
-                           [("duplicate_turn_2", "identical to an earlier scenario's")] if hit else [])
-            return hit
-
-        try:
-            cam = u.camera or {}
-            if dup("camera", [cam.get("turn_2_image"), cam.get("turn_2_image_b")], images):
-                stage_camera(w, u, images)
-            if dup("speech", [(u.speech or {}).get("turn_2_user")], users):
-                stage_speech(w, u, users)
-                if len(u.members) == 2:
-                    stage_follow_up(w, u, users)
-            elif len(u.members) == 2 and dup("follow_up", [(u.follow or {}).get("turn_2_user")], users):
-                stage_follow_up(w, u, users)
-        except StageFailure as e:
-            u.failure = e
-    records: list[dict[str, Any]] = []
-    if u.failure is None:
-        records = [assemble(u, sk) for sk in u.members]
-        final: list[Problem] = []
-        for rec, sk in zip(records, u.members, strict=True):
-            final += rule_problems(rec, categories=categories_of(u, sk))
-        rec_problems = [(r, d) for r, d in final if r in ("schema", "field_presence")]
-        u.trace.record("record", ["schema", "field_presence"], rec_problems)
-        trial = bank_problems([*bank.rows, *records], signature_limit=w.cfg.signature_limit)
-        mine = {r["scenario_id"] for r in records}
-        bank_level = [(rule, d) for sid, rule, d in trial if sid in mine or (rule == "signature_limit" and any(
-            str(signature(r)) in d for r in records))]
-        u.trace.record("record", ["duplicate_id", "signature_limit"],
-                       [(r, d) for r, d in bank_level if r in ("duplicate_id", "signature_limit")])
-        problems = final + bank_level
-        if problems:
-            rule, detail = problems[0]
-            u.failure = StageFailure("record", rule, "; ".join(d for _, d in problems[:4]))
-            w.ctx.count(f"record.{rule}")
-    items: list[ScenarioRecord | Reject] = []
-    checks = []
-    f = u.failure
-    for j, sk in enumerate(u.members):
-        if f is None:
-            items.append(ScenarioRecord.model_validate(records[j]))
-        else:
-            items.append(Reject(record_id=sk.scenario_id, index=u.index, stage=f.stage, reason=f.reason,
-                                detail=f"{sk.scenario_id} ({sk.change_type}/{sk.target_context}): {f.detail}", raw=f.raw))
-        checks.append(ScenarioChecks(
-            scenario_id=sk.scenario_id, index=u.index, status="accepted" if f is None else "rejected",
-            stage=None if f is None else f.stage, reason=None if f is None else f.reason, skeleton=sk.as_dict(),
-            categories=categories_of(u, sk), rules=u.trace.summary(), attempts=dict(sorted(u.trace.attempts.items())),
-            identification=u.identification, leak=[r for r in u.leak if r["member"] == sk.scenario_id]))
-    if u.failure is None:
-        bank.rows += records
-    return Outcome(u, items, checks)

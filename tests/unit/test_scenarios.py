@@ -31,6 +31,15 @@ from gen.contextbench.rules import (
     text_problem,
 )
 from gen.errors import ConfigError
+from gen.generators.scenarios.bank import assemble
+from gen.generators.scenarios.examples import (
+    example_for,
+    example_prompt,
+    example_skeleton,
+    examples,
+    situations_of,
+    spec,
+)
 from gen.generators.scenarios.skeleton import (
     Skeleton,
     build_units,
@@ -38,18 +47,11 @@ from gen.generators.scenarios.skeleton import (
 )
 from gen.generators.scenarios.stages import (
     Unit,
-    assemble,
     camera_fields,
     check_camera,
     check_situations,
     check_speech,
-    example_for,
-    example_prompt,
-    example_skeleton,
-    examples,
-    situations_of,
     situations_schema,
-    spec,
 )
 from gen.schemas.scenarios import CHANGE_TYPES
 from gen.templates import Prompts

@@ -35,8 +35,9 @@ from gen.contextbench.rules import (
 )
 from gen.errors import ConfigError, InputError
 from gen.generators.scenarios import LOCK, plan
+from gen.generators.scenarios.examples import examples
 from gen.generators.scenarios.skeleton import cell_counts
-from gen.generators.scenarios.stages import check_situations, examples, tidy_situations
+from gen.generators.scenarios.stages import check_situations, tidy_situations
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import PROMPTS
 from gen.runner import RunContext, run
