@@ -16,13 +16,14 @@ happen only when a model is really made.
 
 from __future__ import annotations
 
-from gen.llm.boundary import LLM, LanguageModel, LogLik, Message, Prompt, Usage, set_worker, worker
+from gen.llm.boundary import LLM, LanguageModel, LogLik, Message, Prompt, set_worker, worker
 from gen.llm.cache import Cache, sha256_file
 from gen.llm.config import LlamaCppConfig, LlamaServerConfig, LLMConfig, OpenAIConfig
 from gen.llm.fake import scripted_llm
 from gen.llm.llama_cpp import EMBEDDED_GGUF, embedded_gguf, make_llama_cpp_llm
 from gen.llm.llama_server import make_server_llm
 from gen.llm.openai_compat import make_openai_llm
+from gen.llm.usage import Usage
 
 __all__ = [
     "EMBEDDED_GGUF", "LLM", "Cache", "LLMConfig", "LanguageModel", "LlamaCppConfig",

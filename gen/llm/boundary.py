@@ -25,6 +25,7 @@ from gen.llm.admission import Admission
 from gen.llm.cache import Cache
 from gen.llm.config import _Sampling
 from gen.llm.http import ServerError, set_run_deadline
+from gen.llm.usage import Usage
 
 T = TypeVar("T", bound=BaseModel)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -47,83 +48,6 @@ def set_worker(index: int | None) -> None:
 def worker() -> int | None:
     """The calling thread's worker number; None outside a worker pool."""
     return getattr(_WORKER, "index", None)
-
-
-# --------------------------------------------------------------------------- usage
-
-
-class Usage:
-    """Thread-safe counters of one run's LLM use."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.calls = 0
-        self.cache_hits = 0
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.cached_completion_tokens = 0
-        self.generation_seconds = 0.0
-        self.prompt_tokens_reported = 0
-        self.prompt_tokens_reused = 0
-
-    def add(self, *, hit: bool, prompt: int, completion: int, seconds: float,
-            reused: int | None = None) -> None:
-        """One call; ``reused``: the prompt tokens the backend did not evaluate (a prefix it had
-        cached), when it says so."""
-        with self._lock:
-            self.calls += 1
-            if hit:
-                self.cache_hits += 1
-                self.cached_completion_tokens += completion
-            else:
-                self.prompt_tokens += prompt
-                self.completion_tokens += completion
-                self.generation_seconds += seconds
-                if reused is not None:
-                    self.prompt_tokens_reported += prompt
-                    self.prompt_tokens_reused += min(reused, prompt)
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.completion_tokens / self.generation_seconds if self.generation_seconds else 0.0
-
-    def cost(self, price: Any) -> float | None:
-        """What the calls made (not the cache's replays) cost at ``price`` (a :class:`gen.llm.config.
-        Price`, per million input and output tokens); None without a price."""
-        if price is None:
-            return None
-        return (self.prompt_tokens * price.input + self.completion_tokens * price.output) / 1e6
-
-    @classmethod
-    def total(cls, dicts: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
-        """The sum of several runs' :meth:`as_dict` (shards of one run)."""
-        u = cls()
-        for d in dicts:
-            if d:
-                for key in ("calls", "cache_hits", "prompt_tokens", "completion_tokens",
-                            "cached_completion_tokens", "generation_seconds",
-                            "prompt_tokens_reported", "prompt_tokens_reused"):
-                    setattr(u, key, getattr(u, key) + d.get(key, 0))
-        return u.as_dict()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "calls": self.calls,
-            "cache_hits": self.cache_hits,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "cached_completion_tokens": self.cached_completion_tokens,
-            "generation_seconds": round(self.generation_seconds, 3),
-            "completion_tokens_per_second": round(self.tokens_per_second, 2),
-            # prompt reuse, over the calls whose backend reports it (in process, llama-server,
-            # vLLM with --enable-prompt-tokens-details): tokens sent, not evaluated, evaluated
-            "prompt_tokens_reported": self.prompt_tokens_reported,
-            "prompt_tokens_reused": self.prompt_tokens_reused,
-            "prompt_tokens_evaluated": (self.prompt_tokens_reported - self.prompt_tokens_reused
-                                        if self.prompt_tokens_reported else None),
-            "prompt_reuse_ratio": (round(self.prompt_tokens_reused / self.prompt_tokens_reported, 4)
-                                   if self.prompt_tokens_reported else None),
-        }
 
 
 class LogLik(NamedTuple):

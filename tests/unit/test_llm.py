@@ -373,7 +373,8 @@ def _reply(usage: dict[str, Any], **extra: Any) -> Any:
 
 
 def test_prompt_reuse_is_counted_only_where_the_backend_reports_it() -> None:
-    from gen.llm.boundary import Usage, _reused
+    from gen.llm.boundary import _reused
+    from gen.llm.usage import Usage
 
     openai_style = _reply({"prompt_tokens": 100, "prompt_tokens_details": {"cached_tokens": 60}})
     server_style = _reply({"prompt_tokens": 50}, timings={"cache_n": 20, "prompt_n": 30})
