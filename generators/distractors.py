@@ -45,10 +45,11 @@ from pydantic import Field, field_validator
 
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.goals import GoalBank, goal_dict, load_goals, verbalise
+from gen.manifest import JsonListWriter
 from gen.paths import EXAMPLES
 from gen.readers import load_run_records, validated
 from gen.registry import generator
-from gen.runner import CommonConfig, JsonListWriter, Plan, RunContext, derive_seed
+from gen.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.digital import DigitalBundle
 from gen.schemas.distractors import Distractor, DistractorMCQ, GoalRow

@@ -40,12 +40,13 @@ from gen.errors import ConfigError, InputError, LLMOutputError
 from gen.llm import LanguageModel, Message
 from gen.llm.cache import sha256_file
 from gen.llm.labels import model_label
+from gen.manifest import git_info
 from gen.mcq import load_banks, parse_letter
 from gen.panel import JudgeOptions, build_panel, pairwise_agreement
 from gen.paths import ROOT
 from gen.readers import iter_jsonl, read_json
 from gen.registry import generator
-from gen.runner import Plan, RunContext, git_info
+from gen.runner import Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.evaluate import MCQAnswerRecord, TrialRecord
 from gen.schemas.judge import ContextJudgeRecord, ResponseRow

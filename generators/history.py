@@ -39,10 +39,11 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from gen.errors import InputError, MissingInputError
+from gen.manifest import JsonListWriter
 from gen.paths import EXAMPLES
 from gen.readers import iter_jsonl, load_run_records, validated
 from gen.registry import generator
-from gen.runner import CommonConfig, JsonListWriter, Plan, RunContext, derive_seed
+from gen.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.distractors import ContextWindow, CueEntry, Goal
 from gen.schemas.history import HistoryRecord, HistoryType, Observation, Support

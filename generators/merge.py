@@ -32,10 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.errors import InputError, MissingInputError
 from gen.llm import Usage
+from gen.manifest import atomic_write, extras_of
 from gen.paths import UnsafePathError, inside
 from gen.readers import parse_json, read_json, read_text, validated
 from gen.registry import REGISTRY, generator
-from gen.runner import CommonConfig, Plan, RunContext, atomic_write, extras_of
+from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 
 # Keys that may differ between shards of one run.

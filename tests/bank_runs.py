@@ -35,8 +35,9 @@ from pydantic import model_validator
 from gen.banks.identity import KINDS, item_id_of
 from gen.banks.store import LOCK, read_pointer, version_dir
 from gen.generators.bank import BankConfig
+from gen.manifest import output_hashes
 from gen.registry import REGISTRY, Generator
-from gen.runner import CommonConfig, RunContext, output_hashes, run
+from gen.runner import CommonConfig, RunContext, run
 
 HERE = Path(__file__).resolve().parent
 WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze")

@@ -240,7 +240,8 @@ def merge_and_compare(whole: Path, shards: list[Path], out: Path, *, ignore: tup
     every output byte for byte (but ``ignore``, which hold timings), the same counts, and the
     same summaries in the manifest (timings aside). Returns the merged manifest."""
     from gen.generators.merge import MergeConfig
-    from gen.runner import extras_of, run
+    from gen.manifest import extras_of
+    from gen.runner import run
 
     result = run("merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"), out,
                  quiet=True)

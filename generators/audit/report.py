@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gen.generators.audit.registry import REGISTRY, CheckResult
-from gen.runner import CommonConfig, RunContext, atomic_write
+from gen.manifest import atomic_write
+from gen.runner import CommonConfig, RunContext
 from gen.schemas.audit import SEVERITY_RANK, FindingRecord
 
 if TYPE_CHECKING:

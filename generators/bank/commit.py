@@ -48,7 +48,7 @@ from gen.banks.values import digest_line, prompts_of
 from gen.banks.verify import check_version
 from gen.errors import GenError
 from gen.llm import sha256_file
-from gen.runner import git_info
+from gen.manifest import git_info
 from gen.schemas import Reject
 
 if TYPE_CHECKING:

@@ -46,9 +46,10 @@ from gen.labels import (
     latest,
     read_labels,
 )
+from gen.manifest import atomic_write
 from gen.paths import inside
 from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext, atomic_write
+from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas.review import (
     DECISIONS,
     REVIEWER,

@@ -65,10 +65,11 @@ from gen.generators.scenarios.lock import LOCK_KEYS, make_lock, read_lock, verif
 from gen.generators.scenarios.skeleton import DEFAULT_SIZE, NAME, build_units, check_distribution
 from gen.generators.scenarios.stages import Writer, draft_unit
 from gen.llm import sha256_file
+from gen.manifest import atomic_write
 from gen.paths import input_file
 from gen.readers import read_json
 from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext, atomic_write
+from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord, Target
 
 # --------------------------------------------------------------------------- config

@@ -20,7 +20,7 @@ from conftest import bank_state, check_run_folder, read_jsonl
 from gen.banks.batch import read_csv_rows
 from gen.banks.identity import content_id, egotom_row_mcq, item_id_of, mcq_identity
 from gen.banks.store import FAULT_ENV, FAULT_PHASES, leftovers, read_pointer
-from gen.runner import output_hashes
+from gen.manifest import output_hashes
 
 EGOTOM = Path("/work/shared/data/egotom_paper")
 

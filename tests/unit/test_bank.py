@@ -62,8 +62,8 @@ from gen.generators.audit.registry import check_keys
 from gen.generators.bank import commit as bank_commit
 from gen.generators.bank import plan
 from gen.generators.bank.add import near_duplicates
+from gen.manifest import output_hashes
 from gen.mcq import egotom_columns, load_bank
-from gen.runner import output_hashes
 
 # --------------------------------------------------------------------------- ids
 

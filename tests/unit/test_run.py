@@ -333,7 +333,7 @@ def test_merge_gives_the_unsharded_run(tmp_path: Path) -> None:
 
 def test_manifest_keys_are_the_standard_ones_plus_the_generators_summaries(tmp_path: Path) -> None:
     """merge tells a generator's summaries from the runner's keys by MANIFEST_KEYS."""
-    from gen.runner import MANIFEST_KEYS
+    from gen.manifest import MANIFEST_KEYS
 
     facts = sample_facts(0, 2)
     result, ctx = run_scripted(tmp_path, bio_script(facts, lambda f, s: clean_bio(f)), n=2)
