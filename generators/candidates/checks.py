@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gen.errors import LLMOutputError
 from gen.gates import Gates, content_lemmas, final_mark, with_mark
 from gen.gates import key as _key
 from gen.schemas.candidates import TimedLine
@@ -186,6 +187,8 @@ class Pool:
         self.items: list[Option] = []
         self.turned: Counter[str] = Counter()
         self.rejected: list[str] = []
+        self.llm_errors: list[LLMOutputError] = []
+        """The model's failed calls while the pool was filled (the last one names a reject)."""
 
     @property
     def full(self) -> bool:

@@ -125,8 +125,7 @@ def generate(ctx: RunContext, cfg: CandidatesConfig, index: int, item: Candidate
     tried); otherwise one call writes the missing options from the whole context, ``attempts``
     times at most."""
     pool = Pool(s, room, ctx.count)
-    errors: list[LLMOutputError] = []
-    pool.llm_errors = errors  # type: ignore[attr-defined]
+    errors = pool.llm_errors
     if cfg.cite_sources and s.lines:
         for j in source_order(s, ctx.seed(index, "sources"))[:cfg.attempts * room]:
             if pool.full:
@@ -162,7 +161,7 @@ def label_reasons(ctx: RunContext, cfg: CandidatesConfig, index: int, item: Cand
     if cfg.options - 1 < len(others):  # a smaller set: the other labels sampled with the item's seed
         others = sorted(random.Random(ctx.seed(index, "labels")).sample(others, cfg.options - 1), key=cfg.taxonomy.index)
     pool = Pool(s, len(others), ctx.count)
-    errors: list[LLMOutputError] = []
+    errors = pool.llm_errors
     for a in range(cfg.attempts):
         missing = [x for x in others if x not in {o.label for o in pool.items}]
         if not missing:
@@ -179,7 +178,6 @@ def label_reasons(ctx: RunContext, cfg: CandidatesConfig, index: int, item: Cand
             reason = clean(getattr(draft, f"l{j}"))
             pool.offer(Option(option_text(label, reason), reason, "generated", label=label))
     pool.items.sort(key=lambda o: cfg.taxonomy.index(o.label or ""))
-    pool.llm_errors = errors  # type: ignore[attr-defined]
     return pool
 
 
@@ -197,7 +195,6 @@ def sample(ctx: RunContext, item: CandidateItem, s: Setup, room: int, rng: rando
         ctx.count("sampled.annotated_id_excluded", len(item.negatives) - len(draw))
     if len(draw) >= room:
         pool.items = [Option(n.text, n.text, f"sampled:{n.id}", n.time) for n in rng.sample(draw, room)]
-    pool.llm_errors = []  # type: ignore[attr-defined]
     return pool
 
 
@@ -311,7 +308,7 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
         pool = sample(ctx, item, s, room, rng)
     need = k - 1
     if len(pool.items) < need:
-        errors = pool.llm_errors  # type: ignore[attr-defined]
+        errors = pool.llm_errors
         fallback = errors[-1].reason if errors else ("too_few_negatives" if cfg.kind == "sampled" else "too_few_distractors")
         return reject("distractors", cfg.kind, pool.reason(fallback), pool.detail(need), errors[-1].raw if errors else None)
     chosen = pool.items[:need]
