@@ -1,7 +1,7 @@
 """What a run shows on the terminal, written here alone: progress while it goes (rich bars on a
 terminal, periodic plain lines elsewhere, as in CI), what a generator says (its funnel, a verdict:
 :meth:`Progress.say`, reached through ``RunContext.say``), the summary and the files it wrote.
-``progress=off`` (or a quiet sub-run) silences all of it."""
+``progress=off`` silences all of it; a quiet run (a sub-run) shows no bar and no summary."""
 
 from __future__ import annotations
 

@@ -371,8 +371,8 @@ class RunContext:
 
     def say(self, *items: Any, always: bool = False) -> None:
         """Show lines of text or rich renderables (a funnel, a verdict) on the terminal, through the
-        run's progress display (:meth:`gen.progress.Progress.say`): nothing when progress is off
-        or the run is a quiet sub-run, unless ``always``. Generators never print."""
+        run's progress display (:meth:`gen.progress.Progress.say`): nothing when progress is off,
+        unless ``always``. Generators never print."""
         if self.progress is None:  # a generator called outside :func:`run` (a test)
             self.progress = Progress(self.name, 0, self.cfg.progress, self.cfg.progress_every)
         self.progress.say(*items, always=always)
@@ -528,7 +528,9 @@ def run(
     progress = Progress(name, requested, cfg.progress if not quiet else "off", cfg.progress_every,
                         usage=lambda: ctx.llm.usage if ctx.llm_loaded else None, noun=gen_.noun,
                         status=ctx.status)
-    ctx.progress = progress
+    # a quiet run (a sub-run, a test) shows no bar and no summary; what its generator says still
+    # follows its progress option
+    ctx.progress = progress if not quiet else Progress(name, requested, cfg.progress, cfg.progress_every)
     rec_tmp = out_dir / "records.jsonl.partial"
     rej_tmp = rejects_path.with_name(rejects_path.name + ".partial")
     try:

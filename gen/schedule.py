@@ -22,7 +22,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from gen.llm import set_worker, worker
@@ -133,23 +133,57 @@ def ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, window: i
     """``fn`` over ``items`` with up to ``workers`` at once, results yielded in input order as soon
     as each one's predecessors are; at most ``window`` results are under way or waiting to be
     yielded (a run's records stream, a bounded number in memory). ``workers <= 1``: one after
-    another in the caller's thread. A failure is raised when its item's turn comes."""
+    another in the caller's thread. A failure is raised when its item's turn comes; the items
+    under way then end before this returns, and none queued starts. Ctrl-C does not wait for them:
+    the workers are daemon threads, so the run stops (and its server with it) at once."""
     if workers <= 1:
         for x in items:
             yield fn(x)
         return
     numbers = itertools.count()
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gen-record",
-                              initializer=lambda: set_worker(next(numbers)))
+    jobs: queue.SimpleQueue[tuple[Future[R], T] | None] = queue.SimpleQueue()
+    stop = threading.Event()
+
+    def loop() -> None:
+        set_worker(next(numbers))
+        while (job := jobs.get()) is not None:
+            future, x = job
+            if stop.is_set() or not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(x))
+            except BaseException as e:  # noqa: BLE001 - raised in the caller, in input order
+                future.set_exception(e)
+
+    threads = [threading.Thread(target=loop, daemon=True, name=f"gen-record-{k}") for k in range(workers)]
+    for t in threads:
+        t.start()
+
+    def submit(x: T) -> Future[R]:
+        future: Future[R] = Future()
+        jobs.put((future, x))
+        return future
+
     pending: deque[Future[R]] = deque()
     it = iter(items)
+    interrupted = False
     try:
         for x in itertools.islice(it, max(window, workers)):
-            pending.append(pool.submit(fn, x))
+            pending.append(submit(x))
         while pending:
             result = pending.popleft().result()
             for x in itertools.islice(it, 1):
-                pending.append(pool.submit(fn, x))
+                pending.append(submit(x))
             yield result
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:  # an error (a backend that stopped the run) leaves nothing queued behind it
-        pool.shutdown(wait=True, cancel_futures=True)
+        stop.set()
+        for future in pending:
+            future.cancel()
+        for _ in threads:
+            jobs.put(None)
+        if not interrupted:
+            for t in threads:
+                t.join()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -24,6 +25,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,43 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
+_SPAWN_JOBS: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event]] = queue.SimpleQueue()
+_SPAWNER: list[threading.Thread] = []
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawner_loop() -> None:
+    while True:
+        start, box, done = _SPAWN_JOBS.get()
+        try:
+            box.append(start())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box.append(e)
+        done.set()
+
+
+def spawn(start: Callable[[], Any]) -> Any:
+    """``start()`` (a Popen) on a thread that lives as long as the process: PR_SET_PDEATHSIG
+    follows the thread that forks, and a run's records load its model on worker threads that
+    end with the run, so a server forked there would be orphaned by a SIGKILL (or killed when the
+    thread ends). The main thread forks directly; any other hands the fork to one daemon
+    thread, made on first use, that never ends before the process does."""
+    if threading.current_thread() is threading.main_thread():
+        return start()
+    with _SPAWNER_LOCK:
+        if not _SPAWNER:
+            t = threading.Thread(target=_spawner_loop, daemon=True, name="gen-server-spawner")
+            t.start()
+            _SPAWNER.append(t)
+    box: list[Any] = []
+    done = threading.Event()
+    _SPAWN_JOBS.put((start, box, done))
+    done.wait()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
 class LlamaServer:
     """One running llama-server process; :meth:`stop` is idempotent and runs at exit too."""
 
@@ -93,14 +132,14 @@ class LlamaServer:
             *cfg.extra_args,
         ]
         self._log = open(log, "ab") if log else None  # noqa: SIM115 - closed in stop()
-        # PDEATHSIG follows the thread that forks: only tie the server to a thread that lives
-        # as long as the process (the main thread).
-        tie = threading.current_thread() is threading.main_thread() and os.name == "posix"
+        # PDEATHSIG follows the thread that forks: :func:`spawn` forks on one that lives as long
+        # as the process, so the server ends with it, even on SIGKILL.
+        tie = os.name == "posix"
         try:
             out = self._log if self._log is not None else subprocess.DEVNULL
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent if tie else None)
+            self.proc = spawn(lambda: subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
+                                                       stderr=subprocess.STDOUT,
+                                                       preexec_fn=_die_with_parent if tie else None))
         except OSError as e:
             raise BackendError(f"cannot start {binary}: {e}") from None
         atexit.register(self.stop)
