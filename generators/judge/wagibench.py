@@ -188,19 +188,11 @@ def read_layouts(path: Path) -> dict[str, tuple[Any, Any, str | None]]:
     if not files:
         raise InputError(f"references: {path} holds no wagibench_mcq_*.json")
     out: dict[str, tuple[Any, Any, str | None]] = {}
-    for file in files:
-        data = read_json(file)
-        if not isinstance(data, list):
-            raise InputError(f"{file}: expected a JSON list of WAGIBench MCQ rows, got a {type(data).__name__}")
-        for i, row in enumerate(data):
-            where = f"{file}:row {i + 1}"
-            if not isinstance(row, dict):
-                raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            x, meta, key = layout_key(row, where)
-            entry = (meta.get("structured_goal"), x.get("cues") or None, key)
-            for k in (meta.get("item_id"), key):
-                if isinstance(k, str):
-                    out.setdefault(k, entry)
+    for x, meta, key in _layout_rows(files):
+        entry = (meta.get("structured_goal"), x.get("cues") or None, key)
+        for k in (meta.get("item_id"), key):
+            if isinstance(k, str):
+                out.setdefault(k, entry)
     return out
 
 
@@ -211,6 +203,16 @@ def layout_options(path: Path) -> dict[str, tuple[Any, Any]]:
     if not path.exists() or not files:
         raise MissingInputError(f"references: no WAGIBench MCQ layout at {path}")
     out: dict[str, tuple[Any, Any]] = {}
+    for x, meta, key in _layout_rows(files):
+        entry = (meta.get("structured_goal"), x.get("mcq_set"))
+        for k in (meta.get("item_id"), key):
+            if isinstance(k, str):
+                out.setdefault(k, entry)
+    return out
+
+
+def _layout_rows(files: list[Path]) -> Iterator[tuple[Any, Any, str | None]]:
+    """(input, meta, observation key) of every row of WAGIBench MCQ layout files, each checked."""
     for file in files:
         data = read_json(file)
         if not isinstance(data, list):
@@ -220,11 +222,7 @@ def layout_options(path: Path) -> dict[str, tuple[Any, Any]]:
             if not isinstance(row, dict):
                 raise InputError(f"{where}: expected a JSON object, got {type(row).__name__}")
             x, meta, key = layout_key(row, where)
-            entry = (meta.get("structured_goal"), x.get("mcq_set"))
-            for k in (meta.get("item_id"), key):
-                if isinstance(k, str):
-                    out.setdefault(k, entry)
-    return out
+            yield x, meta, key
 
 
 def read_digital_state(path: Path) -> dict[str, Any]:
