@@ -46,47 +46,224 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "audit_scale.json"
 
-VERBS = ("picks", "puts", "holds", "moves", "opens", "closes", "cleans", "cuts", "pours", "stirs", "washes", "dries",
-         "folds", "places", "lifts", "drops", "wipes", "turns", "pushes", "pulls", "adjusts", "checks", "carries",
-         "rinses", "scrubs", "paints", "sands", "measures", "marks", "ties", "unties", "arranges", "sorts", "plugs",
-         "presses", "scans", "touches", "looks at", "walks to", "reaches for")
-OBJECTS = ("cup", "plate", "knife", "spoon", "bowl", "pan", "pot", "lid", "towel", "sponge", "bottle", "jar", "box",
-           "bag", "brush", "paint container", "pottery wheel", "sculpting tool", "vacuum cleaner", "dustpan",
-           "trolley", "carrier bag", "meat packet", "juice can", "phone", "receipt", "drawer", "cupboard door",
-           "chopping board", "onion", "tomato", "carrot", "dough", "flour bag", "measuring tape", "wooden plank",
-           "saw", "hammer", "nail", "screwdriver", "drill", "bicycle wheel", "tyre", "pump", "hose", "watering can",
-           "plant pot", "shovel", "rake", "bucket", "mop", "window", "curtain", "laptop", "notebook", "pen", "book",
-           "shirt", "sock", "basket", "lamp", "kettle", "mug", "fridge door", "egg carton", "cheese grater")
-PLACES = ("on the table", "on the counter", "in the sink", "on the floor", "in the cupboard", "on the shelf",
-          "in the drawer", "on the stove", "in the bag", "on the chair", "by the window", "in the garden",
-          "on the workbench", "in the trolley")
+VERBS = (
+    "picks",
+    "puts",
+    "holds",
+    "moves",
+    "opens",
+    "closes",
+    "cleans",
+    "cuts",
+    "pours",
+    "stirs",
+    "washes",
+    "dries",
+    "folds",
+    "places",
+    "lifts",
+    "drops",
+    "wipes",
+    "turns",
+    "pushes",
+    "pulls",
+    "adjusts",
+    "checks",
+    "carries",
+    "rinses",
+    "scrubs",
+    "paints",
+    "sands",
+    "measures",
+    "marks",
+    "ties",
+    "unties",
+    "arranges",
+    "sorts",
+    "plugs",
+    "presses",
+    "scans",
+    "touches",
+    "looks at",
+    "walks to",
+    "reaches for",
+)
+OBJECTS = (
+    "cup",
+    "plate",
+    "knife",
+    "spoon",
+    "bowl",
+    "pan",
+    "pot",
+    "lid",
+    "towel",
+    "sponge",
+    "bottle",
+    "jar",
+    "box",
+    "bag",
+    "brush",
+    "paint container",
+    "pottery wheel",
+    "sculpting tool",
+    "vacuum cleaner",
+    "dustpan",
+    "trolley",
+    "carrier bag",
+    "meat packet",
+    "juice can",
+    "phone",
+    "receipt",
+    "drawer",
+    "cupboard door",
+    "chopping board",
+    "onion",
+    "tomato",
+    "carrot",
+    "dough",
+    "flour bag",
+    "measuring tape",
+    "wooden plank",
+    "saw",
+    "hammer",
+    "nail",
+    "screwdriver",
+    "drill",
+    "bicycle wheel",
+    "tyre",
+    "pump",
+    "hose",
+    "watering can",
+    "plant pot",
+    "shovel",
+    "rake",
+    "bucket",
+    "mop",
+    "window",
+    "curtain",
+    "laptop",
+    "notebook",
+    "pen",
+    "book",
+    "shirt",
+    "sock",
+    "basket",
+    "lamp",
+    "kettle",
+    "mug",
+    "fridge door",
+    "egg carton",
+    "cheese grater",
+)
+PLACES = (
+    "on the table",
+    "on the counter",
+    "in the sink",
+    "on the floor",
+    "in the cupboard",
+    "on the shelf",
+    "in the drawer",
+    "on the stove",
+    "in the bag",
+    "on the chair",
+    "by the window",
+    "in the garden",
+    "on the workbench",
+    "in the trolley",
+)
 HANDS = ("with his right hand", "with his left hand", "with both hands", "", "", "")
-GOALS = ("finish", "prepare", "clean up", "repair", "organise", "cook", "assemble", "pack", "paint", "water",
-         "sort", "store", "check", "wash", "decorate", "measure", "replace", "tidy", "set up", "put away")
-BELIEFS = ("is ready", "needs more cleaning", "is almost done", "is in the wrong place", "is still dirty",
-           "has been put away", "is not working", "needs to be measured again", "is full", "is empty",
-           "will be needed later", "is safe to leave", "is too heavy to carry alone", "has dried")
-QUESTION = {"goal": "What is C's future goal?",
-            "belief": "At the end of these actions, what does C most likely believe?",
-            "actions": "What will C most likely do next?"}
+GOALS = (
+    "finish",
+    "prepare",
+    "clean up",
+    "repair",
+    "organise",
+    "cook",
+    "assemble",
+    "pack",
+    "paint",
+    "water",
+    "sort",
+    "store",
+    "check",
+    "wash",
+    "decorate",
+    "measure",
+    "replace",
+    "tidy",
+    "set up",
+    "put away",
+)
+BELIEFS = (
+    "is ready",
+    "needs more cleaning",
+    "is almost done",
+    "is in the wrong place",
+    "is still dirty",
+    "has been put away",
+    "is not working",
+    "needs to be measured again",
+    "is full",
+    "is empty",
+    "will be needed later",
+    "is safe to leave",
+    "is too heavy to carry alone",
+    "has dried",
+)
+QUESTION = {
+    "goal": "What is C's future goal?",
+    "belief": "At the end of these actions, what does C most likely believe?",
+    "actions": "What will C most likely do next?",
+}
 CHOICES = {"goal": 3, "belief": 4, "actions": 4}
 LETTERS = "abcd"
 
 
 def narration(rng: random.Random) -> str:
     hand = rng.choice(HANDS)
-    return " ".join(x for x in ("C", rng.choice(VERBS), "the", rng.choice(OBJECTS), rng.choice(PLACES), hand) if x)
+    return " ".join(
+        x
+        for x in ("C", rng.choice(VERBS), "the", rng.choice(OBJECTS), rng.choice(PLACES), hand)
+        if x
+    )
 
 
-ADJECTIVES = ("red", "blue", "green", "small", "large", "wooden", "metal", "plastic", "glass", "old", "new", "striped",
-              "heavy", "empty", "folded", "wet", "dry", "broken", "clean", "dusty", "round", "square", "tall", "short")
+ADJECTIVES = (
+    "red",
+    "blue",
+    "green",
+    "small",
+    "large",
+    "wooden",
+    "metal",
+    "plastic",
+    "glass",
+    "old",
+    "new",
+    "striped",
+    "heavy",
+    "empty",
+    "folded",
+    "wet",
+    "dry",
+    "broken",
+    "clean",
+    "dusty",
+    "round",
+    "square",
+    "tall",
+    "short",
+)
 
 
 def future(rng: random.Random) -> str:
     """A narration of what comes next (privileged): more specific than a context line, as real
     ones are; the same words in another clip's context would be a leak, not the domain's phrasing."""
-    return (f"C {rng.choice(VERBS)} the {rng.choice(ADJECTIVES)} {rng.choice(OBJECTS)} {rng.choice(PLACES)} next to "
-            f"the {rng.choice(ADJECTIVES)} {rng.choice(OBJECTS)}")
+    return (
+        f"C {rng.choice(VERBS)} the {rng.choice(ADJECTIVES)} {rng.choice(OBJECTS)} {rng.choice(PLACES)} next to "
+        f"the {rng.choice(ADJECTIVES)} {rng.choice(OBJECTS)}"
+    )
 
 
 def option(rng: random.Random, q: str) -> str:
@@ -94,7 +271,9 @@ def option(rng: random.Random, q: str) -> str:
     if q == "goal":
         return f"To {rng.choice(GOALS)} the {obj} and the {obj2} {rng.choice(PLACES)}."
     if q == "belief":
-        return f"C believes that the {obj} {rng.choice(BELIEFS)} and the {obj2} {rng.choice(BELIEFS)}."
+        return (
+            f"C believes that the {obj} {rng.choice(BELIEFS)} and the {obj2} {rng.choice(BELIEFS)}."
+        )
     v1, v2, v3 = rng.sample(VERBS, 3)
     return f"C {v1} the {obj} {rng.choice(PLACES)}, {v2} the {obj2}, and {v3} the {rng.choice(OBJECTS)}."
 
@@ -140,7 +319,9 @@ def generate(n: int, seed: int) -> Iterator[tuple[Clip, dict[str, Any]]]:
             if made == n:
                 break
             r = rng.random()
-            if r < 0.001 and recent:  # an exact duplicate of an earlier item (same clip, context, options)
+            if (
+                r < 0.001 and recent
+            ):  # an exact duplicate of an earlier item (same clip, context, options)
                 made += 1
                 yield recent[rng.randrange(len(recent))]
                 continue
@@ -150,7 +331,9 @@ def generate(n: int, seed: int) -> Iterator[tuple[Clip, dict[str, Any]]]:
             made += 1
             recent.append((clip, it))
             yield clip, it
-            if 0.002 <= r < 0.003 and made < n:  # a near duplicate: one option reworded, one line changed
+            if (
+                0.002 <= r < 0.003 and made < n
+            ):  # a near duplicate: one option reworded, one line changed
                 twin = Clip.__new__(Clip)
                 twin.__dict__.update(clip.__dict__)
                 twin.cuid = clip.cuid + "b"
@@ -166,19 +349,38 @@ def generate(n: int, seed: int) -> Iterator[tuple[Clip, dict[str, Any]]]:
 
 def write_csv(items: Iterable[tuple[Clip, dict[str, Any]]], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    files = {q: open(folder / f"egotom_{q}_shuffled.csv", "w", newline="", encoding="utf-8") for q in CHOICES}
+    files = {
+        q: open(folder / f"egotom_{q}_shuffled.csv", "w", newline="", encoding="utf-8")
+        for q in CHOICES
+    }
     writers = {}
     for q, f in files.items():
-        cols = ["vuid", "cuid", "narrations_in_context", f"gt_{q}",
-                *(f"{q}_choice_{LETTERS[j]}" for j in range(CHOICES[q])), "clip_start_time", "clip_end_time"]
+        cols = [
+            "vuid",
+            "cuid",
+            "narrations_in_context",
+            f"gt_{q}",
+            *(f"{q}_choice_{LETTERS[j]}" for j in range(CHOICES[q])),
+            "clip_start_time",
+            "clip_end_time",
+        ]
         writers[q] = csv.writer(f)
         writers[q].writerow(cols)
     for clip, it in items:
         q = it["q"]
         context = clip.context + (f"\n    09m:59s | #C {it['truth']}" if it.get("leak") else "")
         end = clip.start + clip.lines[-1][0]
-        writers[q].writerow([clip.vuid, clip.cuid, context, it["truth"], *it["options"], f"{clip.start:.6f}",
-                             f"{end:.6f}"])
+        writers[q].writerow(
+            [
+                clip.vuid,
+                clip.cuid,
+                context,
+                it["truth"],
+                *it["options"],
+                f"{clip.start:.6f}",
+                f"{end:.6f}",
+            ]
+        )
     for f in files.values():
         f.close()
 
@@ -190,14 +392,25 @@ def write_jsonl(items: Iterable[tuple[Clip, dict[str, Any]]], path: Path) -> Non
             q = it["q"]
             context = clip.context + (f"\n    09m:59s | #C {it['truth']}" if it.get("leak") else "")
             t = clip.lines[-1][0]
-            rec = {"item_id": f"item-{k:07d}-{q}", "question_type": q, "question": QUESTION[q],
-                   "options": it["options"], "answer": it["answer"],
-                   "origins": ["truth" if o == it["truth"] else "counterfactual" for o in it["options"]],
-                   "group": clip.cuid,
-                   "visible": {"context": context, "query_time": f"{t // 60:02d}m:{t % 60:02d}s"},
-                   "privileged": {"transition": clip.future[0], "future": "\n".join(clip.future),
-                                  "truth": {q: it["truth"]}, "summary": f"C works with the {clip.future[0][-30:]}",
-                                  "source": "synthetic"}}
+            rec = {
+                "item_id": f"item-{k:07d}-{q}",
+                "question_type": q,
+                "question": QUESTION[q],
+                "options": it["options"],
+                "answer": it["answer"],
+                "origins": [
+                    "truth" if o == it["truth"] else "counterfactual" for o in it["options"]
+                ],
+                "group": clip.cuid,
+                "visible": {"context": context, "query_time": f"{t // 60:02d}m:{t % 60:02d}s"},
+                "privileged": {
+                    "transition": clip.future[0],
+                    "future": "\n".join(clip.future),
+                    "truth": {q: it["truth"]},
+                    "summary": f"C works with the {clip.future[0][-30:]}",
+                    "source": "synthetic",
+                },
+            }
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
 
 
@@ -222,28 +435,55 @@ def _time_v(stderr: str) -> dict[str, float]:
 
     wall = grab("Elapsed (wall clock) time (h:mm:ss or m:ss)")
     parts = [float(x) for x in wall.split(":")] if wall else [0.0]
-    seconds = sum(p * 60 ** k for k, p in enumerate(reversed(parts)))
-    return {"wall_seconds": round(seconds, 1), "peak_rss_mb": round(float(grab("Maximum resident set size (kbytes)") or 0) / 1024, 1),
-            "user_seconds": float(grab("User time (seconds)") or 0), "system_seconds": float(grab("System time (seconds)") or 0)}
+    seconds = sum(p * 60**k for k, p in enumerate(reversed(parts)))
+    return {
+        "wall_seconds": round(seconds, 1),
+        "peak_rss_mb": round(float(grab("Maximum resident set size (kbytes)") or 0) / 1024, 1),
+        "user_seconds": float(grab("User time (seconds)") or 0),
+        "system_seconds": float(grab("System time (seconds)") or 0),
+    }
 
 
-def run_audit(path: Path, embeddings: bool, out: Path, cache: Path, code: Path, extra: list[str],
-              cold: bool) -> dict[str, Any]:
+def run_audit(
+    path: Path, embeddings: bool, out: Path, cache: Path, code: Path, extra: list[str], cold: bool
+) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     if cold:
         shutil.rmtree(cache, ignore_errors=True)
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "gen", "audit", f"input={path}",
-           f"embeddings={str(embeddings).lower()}", f"hydra.run.dir={out}", f"cache_dir={cache}", "progress=off", *extra]
+    cmd = [
+        "/usr/bin/time",
+        "-v",
+        sys.executable,
+        "-m",
+        "gen",
+        "audit",
+        f"input={path}",
+        f"embeddings={str(embeddings).lower()}",
+        f"hydra.run.dir={out}",
+        f"cache_dir={cache}",
+        "progress=off",
+        *extra,
+    ]
     load = os.getloadavg()[0]
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=code, env={**os.environ, "PYTHONPATH": str(code)})
-    row: dict[str, Any] = {"exit_code": p.returncode, "load_before": round(load, 2),
-                           "load_after": round(os.getloadavg()[0], 2), **_time_v(p.stderr)}
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}
+    )
+    row: dict[str, Any] = {
+        "exit_code": p.returncode,
+        "load_before": round(load, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        **_time_v(p.stderr),
+    }
     report = out / "audit.json"
     if report.is_file():
         rep = json.loads(report.read_text())
         row["findings"] = rep["summary"]["by_severity"]
-        row["check_seconds"] = {c["key"]: c["seconds"] for c in rep["checks"] if c["status"] == "ran"}
-        row["findings_by_check"] = {c["key"]: sum(c["findings"].values()) for c in rep["checks"] if c["findings"]}
+        row["check_seconds"] = {
+            c["key"]: c["seconds"] for c in rep["checks"] if c["status"] == "ran"
+        }
+        row["findings_by_check"] = {
+            c["key"]: sum(c["findings"].values()) for c in rep["checks"] if c["findings"]
+        }
     else:
         row["stderr"] = p.stderr[-2000:]
     return row
@@ -253,41 +493,89 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[30_000, 100_000, 1_000_000])
     ap.add_argument("--formats", nargs="+", default=["csv", "jsonl"], choices=["csv", "jsonl"])
-    ap.add_argument("--embeddings-sizes", type=int, nargs="*", default=[30_000, 100_000],
-                    help="sizes also run with embeddings=true (cold embedding cache)")
+    ap.add_argument(
+        "--embeddings-sizes",
+        type=int,
+        nargs="*",
+        default=[30_000, 100_000],
+        help="sizes also run with embeddings=true (cold embedding cache)",
+    )
     ap.add_argument("--no-plain", action="store_true", help="skip the embeddings=false runs")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/audit_scale"))
     ap.add_argument("--generate-only", action="store_true")
     ap.add_argument("--label", default="", help="a note stored with each row (e.g. the commit)")
-    ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose audit runs (another commit: before/after)")
-    ap.add_argument("--warm", action="store_true", help="keep the embedding cache of the previous run")
-    ap.add_argument("--embedder-threads", type=int, default=1,
-                    help="torch threads of the embedder (1: on a shared 2-core machine more threads only contend)")
+    ap.add_argument(
+        "--code",
+        type=Path,
+        default=ROOT,
+        help="the checkout whose audit runs (another commit: before/after)",
+    )
+    ap.add_argument(
+        "--warm", action="store_true", help="keep the embedding cache of the previous run"
+    )
+    ap.add_argument(
+        "--embedder-threads",
+        type=int,
+        default=1,
+        help="torch threads of the embedder (1: on a shared 2-core machine more threads only contend)",
+    )
     args = ap.parse_args()
     results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"runs": []}
-    results.update({"machine": f"{platform.node() or 'vm'}: {os.cpu_count()} cores, "
-                               f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GB",
-                    "python": platform.python_version()})
+    results.update(
+        {
+            "machine": f"{platform.node() or 'vm'}: {os.cpu_count()} cores, "
+            f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GB",
+            "python": platform.python_version(),
+        }
+    )
     for n in sorted(args.sizes):
         for fmt in args.formats:
             path = bank(fmt, n, args.seed, args.workdir)
             if args.generate_only:
                 continue
-            for emb in ([] if args.no_plain else [False]) + ([True] if n in args.embeddings_sizes else []):
+            for emb in ([] if args.no_plain else [False]) + (
+                [True] if n in args.embeddings_sizes else []
+            ):
                 out = args.workdir / "runs" / f"{fmt}_{n}_{'emb' if emb else 'noemb'}"
-                row = {"format": "egotom_csv" if fmt == "csv" else "mcq_jsonl", "items": n, "embeddings": emb,
-                       "input_mb": round(sum(p.stat().st_size for p in (path.rglob("*") if path.is_dir() else [path]))
-                                         / 2**20, 1),
-                       "date": dt.date.today().isoformat(), "label": args.label,
-                       "code": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                              cwd=args.code).stdout.strip() or str(args.code),
-                       "embedding_cache": ("warm" if args.warm else "cold") if emb else None,
-                       **run_audit(path, emb, out, args.workdir / "cache", args.code,
-                                   [f"embedder.threads={args.embedder_threads}"] if emb else [], cold=not args.warm)}
+                row = {
+                    "format": "egotom_csv" if fmt == "csv" else "mcq_jsonl",
+                    "items": n,
+                    "embeddings": emb,
+                    "input_mb": round(
+                        sum(
+                            p.stat().st_size for p in (path.rglob("*") if path.is_dir() else [path])
+                        )
+                        / 2**20,
+                        1,
+                    ),
+                    "date": dt.date.today().isoformat(),
+                    "label": args.label,
+                    "code": subprocess.run(
+                        ["git", "rev-parse", "--short", "HEAD"],
+                        capture_output=True,
+                        text=True,
+                        cwd=args.code,
+                    ).stdout.strip()
+                    or str(args.code),
+                    "embedding_cache": ("warm" if args.warm else "cold") if emb else None,
+                    **run_audit(
+                        path,
+                        emb,
+                        out,
+                        args.workdir / "cache",
+                        args.code,
+                        [f"embedder.threads={args.embedder_threads}"] if emb else [],
+                        cold=not args.warm,
+                    ),
+                }
                 print(json.dumps(row), flush=True)
-                results["runs"] = [r for r in results["runs"] if (r["format"], r["items"], r["embeddings"], r.get("label", ""))
-                                   != (row["format"], n, emb, args.label)] + [row]
+                results["runs"] = [
+                    r
+                    for r in results["runs"]
+                    if (r["format"], r["items"], r["embeddings"], r.get("label", ""))
+                    != (row["format"], n, emb, args.label)
+                ] + [row]
                 RESULTS.parent.mkdir(parents=True, exist_ok=True)
                 RESULTS.write_text(json.dumps(results, indent=1) + "\n")
 

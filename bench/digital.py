@@ -39,8 +39,14 @@ def write_pool(path: Path, n: int = 12, seed: int = 0) -> Path:
     from gen.generators.personas import sample_facts
     from gen.schemas.personas import PersonaRecord
 
-    rows = [PersonaRecord(**f.model_dump(), bio=f"{f.first_name} works as {f.occupation.lower()} in "
-                          f"{f.home_city} and enjoys {f.interests[0]}.") for f in sample_facts(seed, n)]
+    rows = [
+        PersonaRecord(
+            **f.model_dump(),
+            bio=f"{f.first_name} works as {f.occupation.lower()} in "
+            f"{f.home_city} and enjoys {f.interests[0]}.",
+        )
+        for f in sample_facts(seed, n)
+    ]
     path.write_text("".join(r.model_dump_json() + "\n" for r in rows), encoding="utf-8")
     return path
 
@@ -50,7 +56,9 @@ def run_digital(out: Path, pool: Path, cache: Path, n: int, seed: int):
     from gen.generators.digital import DigitalConfig
     from gen.runner import RunContext, run
 
-    cfg = DigitalConfig(n=n, seed=seed, persona_file=str(pool), cache_dir=str(cache), progress="off")
+    cfg = DigitalConfig(
+        n=n, seed=seed, persona_file=str(pool), cache_dir=str(cache), progress="off"
+    )
     ctx = RunContext("digital", cfg, out)
     ctx.llm  # noqa: B018 - load the GGUF outside the timed region
     t0 = time.perf_counter()
@@ -59,7 +67,9 @@ def run_digital(out: Path, pool: Path, cache: Path, n: int, seed: int):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench/results/digital.json")
@@ -94,8 +104,10 @@ def main() -> None:
         direct_wall = time.perf_counter() - t0
 
         cached, cached_wall = run_digital(tmp / "second", pool, tmp / "cache", args.n, args.seed)
-        identical = all((tmp / "first" / f).read_bytes() == (tmp / "second" / f).read_bytes()
-                        for f in ("digital.jsonl", "rejects.jsonl", "digital_state.json"))
+        identical = all(
+            (tmp / "first" / f).read_bytes() == (tmp / "second" / f).read_bytes()
+            for f in ("digital.jsonl", "rejects.jsonl", "digital_state.json")
+        )
         chars = first.manifest["characters"]
     load1 = os.getloadavg()
 
@@ -104,25 +116,50 @@ def main() -> None:
     overhead = 1 - toolkit_tps / direct_tps
     result = {
         "date": dt.date.today().isoformat(),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                    "loadavg_before": load0, "loadavg_after": load1},
-        "n": args.n, "accepted": first.accepted, "rejected": first.rejected,
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": load0,
+            "loadavg_after": load1,
+        },
+        "n": args.n,
+        "accepted": first.accepted,
+        "rejected": first.rejected,
         "calls": len(recorded),
-        "toolkit": {"wall_seconds": round(wall, 2), "seconds_per_bundle": round(wall / args.n, 1),
-                    # the toolkit's own time: the run's wall time minus the time inside the model
-                    "outside_model_seconds": round(wall - usage["generation_seconds"], 2),
-                    "completion_tokens": usage["completion_tokens"], "tokens_per_second": round(toolkit_tps, 2)},
-        "direct": {"wall_seconds": round(direct_wall, 2), "completion_tokens": direct_tokens,
-                   "tokens_per_second": round(direct_tps, 2)},
-        "overhead": round(overhead, 4), "overhead_target": OVERHEAD_TARGET,
-        "cached": {"wall_seconds": round(cached_wall, 3), "speedup": round(wall / cached_wall, 1),
-                   "byte_identical": identical},
-        "characters": chars, "paper_chars_per_bundle": PAPER_CHARS,
+        "toolkit": {
+            "wall_seconds": round(wall, 2),
+            "seconds_per_bundle": round(wall / args.n, 1),
+            # the toolkit's own time: the run's wall time minus the time inside the model
+            "outside_model_seconds": round(wall - usage["generation_seconds"], 2),
+            "completion_tokens": usage["completion_tokens"],
+            "tokens_per_second": round(toolkit_tps, 2),
+        },
+        "direct": {
+            "wall_seconds": round(direct_wall, 2),
+            "completion_tokens": direct_tokens,
+            "tokens_per_second": round(direct_tps, 2),
+        },
+        "overhead": round(overhead, 4),
+        "overhead_target": OVERHEAD_TARGET,
+        "cached": {
+            "wall_seconds": round(cached_wall, 3),
+            "speedup": round(wall / cached_wall, 1),
+            "byte_identical": identical,
+        },
+        "characters": chars,
+        "paper_chars_per_bundle": PAPER_CHARS,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps({k: result[k] for k in ("n", "accepted", "calls", "toolkit", "direct", "overhead",
-                                             "cached")}, indent=2))
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in ("n", "accepted", "calls", "toolkit", "direct", "overhead", "cached")
+            },
+            indent=2,
+        )
+    )
     print(f"mean characters per bundle: {chars.get('mean_chars_per_bundle')} (paper {PAPER_CHARS})")
 
 

@@ -72,9 +72,12 @@ def synthetic_bank(n: int, d: int = 384, seed: int = 0) -> tuple[np.ndarray, np.
         ug, inv = np.unique(g, return_inverse=True)
         r = np.random.default_rng([seed, s])
         t = group_topic[g]
-        v = (0.9 * domains[topic_domain[t]] + 0.8 * topics[t]
-             + 0.7 * r.standard_normal((len(ug), d), dtype=np.float32)[inv]
-             + 0.35 * r.standard_normal((e - s, d), dtype=np.float32))
+        v = (
+            0.9 * domains[topic_domain[t]]
+            + 0.8 * topics[t]
+            + 0.7 * r.standard_normal((len(ug), d), dtype=np.float32)[inv]
+            + 0.35 * r.standard_normal((e - s, d), dtype=np.float32)
+        )
         E[s:e] = v / np.linalg.norm(v, axis=1, keepdims=True)
     return E, groups
 
@@ -84,9 +87,17 @@ def sampler_for(E: np.ndarray, groups: np.ndarray, scalable: bool, seed: int = 0
 
     cfg = DistractorsConfig.model_fields  # the generator's defaults, not copies of them
     bands = [Band(k, lo, hi) for k, (lo, hi) in cfg["bands"].default.items()]
-    return Sampler(E, groups, np.arange(len(E)), bands, distractors=cfg["distractors"].default,
-                   scalable=scalable, sample_size=cfg["sample_size"].default,
-                   block_size=cfg["block_size"].default, seed=seed)
+    return Sampler(
+        E,
+        groups,
+        np.arange(len(E)),
+        bands,
+        distractors=cfg["distractors"].default,
+        scalable=scalable,
+        sample_size=cfg["sample_size"].default,
+        block_size=cfg["block_size"].default,
+        seed=seed,
+    )
 
 
 def run_all(sampler, n: int, keep: set[int] | frozenset[int] = frozenset()) -> dict[str, Any]:
@@ -106,9 +117,15 @@ def run_all(sampler, n: int, keep: set[int] | frozenset[int] = frozenset()) -> d
             if c.ref in keep:
                 results[(c.ref, c.band.name)] = c
     wall = time.perf_counter() - t0
-    return {"seconds": round(wall, 2), "ms_per_reference": round(1000 * wall / n, 4), "mcqs": mcqs,
-            "rejects": rejects, "goals_used_as_distractor": round(float((uses > 0).mean()), 4),
-            "max_uses_of_one_goal": int(uses.max()), "_results": results}
+    return {
+        "seconds": round(wall, 2),
+        "ms_per_reference": round(1000 * wall / n, 4),
+        "mcqs": mcqs,
+        "rejects": rejects,
+        "goals_used_as_distractor": round(float((uses > 0).mean()), 4),
+        "max_uses_of_one_goal": int(uses.max()),
+        "_results": results,
+    }
 
 
 def peak_rss_gb() -> float:
@@ -127,8 +144,14 @@ def child_synthetic(n: int) -> dict[str, Any]:
     scalable = n > DistractorsConfig.model_fields["exact_max"].default
     out = run_all(sampler_for(E, groups, scalable), n)
     out.pop("_results")
-    return {"goals": n, "dim": E.shape[1], "mode": "scalable" if scalable else "exact",
-            "synthesis_seconds_excluded": round(made, 2), **out, "peak_rss_gb": peak_rss_gb()}
+    return {
+        "goals": n,
+        "dim": E.shape[1],
+        "mode": "scalable" if scalable else "exact",
+        "synthesis_seconds_excluded": round(made, 2),
+        **out,
+        "peak_rss_gb": peak_rss_gb(),
+    }
 
 
 def child_accuracy(n: int, check: int) -> dict[str, Any]:
@@ -142,7 +165,7 @@ def child_accuracy(n: int, check: int) -> dict[str, Any]:
     errors: dict[str, list[float]] = {b.name: [] for b in sampler.bands}
     worst = []
     for s in range(0, check, 250):
-        rr = refs[s:s + 250]
+        rr = refs[s : s + 250]
         rows = E[rr] @ E.T
         for k, ref in enumerate(rr):
             row = rows[k]
@@ -161,16 +184,26 @@ def child_accuracy(n: int, check: int) -> dict[str, Any]:
     total_in = sum(a for a, _ in inside.values())
     total = sum(b for _, b in inside.values())
     return {
-        "goals": n, "references_checked": check, "sample_size": sampler.sample_size,
-        "block_size": sampler.block_size, **out,
-        "within_1_point": round(total_in / total, 5), "target": ACCURACY_TARGET,
+        "goals": n,
+        "references_checked": check,
+        "sample_size": sampler.sample_size,
+        "block_size": sampler.block_size,
+        **out,
+        "within_1_point": round(total_in / total, 5),
+        "target": ACCURACY_TARGET,
         "met": total_in / total >= ACCURACY_TARGET,
-        "by_band": {b: {"within_1_point": round(a / t, 5), "distractors": t,
-                        "mean_abs_percentile_error": round(float(np.mean(errors[b])), 3),
-                        "p99_abs_percentile_error": round(float(np.percentile(errors[b], 99)), 3)}
-                    for b, (a, t) in inside.items()},
+        "by_band": {
+            b: {
+                "within_1_point": round(a / t, 5),
+                "distractors": t,
+                "mean_abs_percentile_error": round(float(np.mean(errors[b])), 3),
+                "p99_abs_percentile_error": round(float(np.percentile(errors[b], 99)), 3),
+            }
+            for b, (a, t) in inside.items()
+        },
         "max_points_outside_band": round(float(max(worst)), 3),
-        "check_seconds": round(time.perf_counter() - t0, 2), "peak_rss_gb": peak_rss_gb(),
+        "check_seconds": round(time.perf_counter() - t0, 2),
+        "peak_rss_gb": peak_rss_gb(),
     }
 
 
@@ -221,14 +254,21 @@ def child_real(n: int) -> dict[str, Any]:
         sizes = {f: (out / f).stat().st_size for f in m["outputs"]}
         recs = [json.loads(x) for x in (out / "distractors.jsonl").read_text().splitlines()[:2000]]
     texts = sorted({o for r in recs for o in r["options"]})
-    return {"goals": n, "composition": "compose_bank(): example goals with 1-2 fields swapped per paraphrase",
-            "mode": m["distractors"]["mode"], "distinct_texts": m["distractors"]["bank"]["distinct_texts"],
-            "wall_seconds": round(wall, 2), "split_seconds": m["distractors"]["seconds"],
-            "embedder": m["embedder"], "counts": m["counts"],
-            "band_candidates": m["distractors"]["band_candidates"],
-            "distractor_uses": m["distractors"]["distractor_uses"],
-            "output_mb": {f: round(s / 1e6, 2) for f, s in sizes.items()},
-            "example_texts": texts[:: max(1, len(texts) // 8)][:8], "peak_rss_gb": peak_rss_gb()}
+    return {
+        "goals": n,
+        "composition": "compose_bank(): example goals with 1-2 fields swapped per paraphrase",
+        "mode": m["distractors"]["mode"],
+        "distinct_texts": m["distractors"]["bank"]["distinct_texts"],
+        "wall_seconds": round(wall, 2),
+        "split_seconds": m["distractors"]["seconds"],
+        "embedder": m["embedder"],
+        "counts": m["counts"],
+        "band_candidates": m["distractors"]["band_candidates"],
+        "distractor_uses": m["distractors"]["distractor_uses"],
+        "output_mb": {f: round(s / 1e6, 2) for f, s in sizes.items()},
+        "example_texts": texts[:: max(1, len(texts) // 8)][:8],
+        "peak_rss_gb": peak_rss_gb(),
+    }
 
 
 # --------------------------------------------------------------------------- parent
@@ -251,9 +291,14 @@ def in_child(*args: str) -> dict[str, Any]:
     if THREADS:
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(THREADS)
-    proc = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, env=env
+    )
     if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1:] or ["failed"], "uptime_before": before}
+        return {
+            "error": proc.stderr.strip().splitlines()[-1:] or ["failed"],
+            "uptime_before": before,
+        }
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["uptime_before"], result["uptime_after"] = before, uptime()
     print(json.dumps(result), flush=True)
@@ -266,48 +311,77 @@ def machine() -> dict[str, Any]:
 
     cpu = ""
     try:
-        cpu = next(x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
-                   if x.startswith("model name"))
+        cpu = next(
+            x.split(":", 1)[1].strip()
+            for x in Path("/proc/cpuinfo").read_text().splitlines()
+            if x.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem, 1), "python": platform.python_version(),
-            "numpy": np.__version__, "faiss": faiss.__version__, "polars": polars.__version__,
-            "date": dt.datetime.now().isoformat(timespec="seconds")}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem, 1),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "faiss": faiss.__version__,
+        "polars": polars.__version__,
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--accuracy", type=int, default=200_000, help="bank size of the accuracy run (0: skip)")
+    parser.add_argument(
+        "--accuracy", type=int, default=200_000, help="bank size of the accuracy run (0: skip)"
+    )
     parser.add_argument("--check", type=int, default=2_000, help="references checked exactly")
-    parser.add_argument("--real", type=int, default=20_000, help="goals of the real-text run (0: skip)")
+    parser.add_argument(
+        "--real", type=int, default=20_000, help="goals of the real-text run (0: skip)"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "distractors.json")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="BLAS/OpenMP threads in the runs (default: the libraries' own)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="BLAS/OpenMP threads in the runs (default: the libraries' own)",
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     global THREADS
     THREADS = args.threads
     if args.child:
         kind, *rest = args.child
-        fn = {"synthetic": lambda: child_synthetic(int(rest[0])),
-              "accuracy": lambda: child_accuracy(int(rest[0]), int(rest[1])),
-              "real": lambda: child_real(int(rest[0]))}[kind]
+        fn = {
+            "synthetic": lambda: child_synthetic(int(rest[0])),
+            "accuracy": lambda: child_accuracy(int(rest[0]), int(rest[1])),
+            "real": lambda: child_real(int(rest[0])),
+        }[kind]
         print(json.dumps(fn()))
         return
-    report: dict[str, Any] = {"machine": machine(), "threads": args.threads or "library default", "targets": {
-        "one_million_seconds": TIME_TARGET_S, "one_million_peak_rss_gb": RSS_TARGET_GB,
-        "accuracy_within_1_point": ACCURACY_TARGET}}
+    report: dict[str, Any] = {
+        "machine": machine(),
+        "threads": args.threads or "library default",
+        "targets": {
+            "one_million_seconds": TIME_TARGET_S,
+            "one_million_peak_rss_gb": RSS_TARGET_GB,
+            "accuracy_within_1_point": ACCURACY_TARGET,
+        },
+    }
     report["synthetic"] = [in_child("synthetic", str(n)) for n in args.sizes]
     if args.accuracy:
         report["accuracy"] = in_child("accuracy", str(args.accuracy), str(args.check))
     if args.real:
         report["real_text"] = in_child("real", str(args.real))
-    big = next((r for r in report["synthetic"] if r.get("goals") == 1_000_000 and "seconds" in r), None)
+    big = next(
+        (r for r in report["synthetic"] if r.get("goals") == 1_000_000 and "seconds" in r), None
+    )
     if big:
-        report["targets"]["one_million_met"] = (big["seconds"] <= TIME_TARGET_S
-                                                and big["peak_rss_gb"] <= RSS_TARGET_GB)
+        report["targets"]["one_million_met"] = (
+            big["seconds"] <= TIME_TARGET_S and big["peak_rss_gb"] <= RSS_TARGET_GB
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"-> {args.out}")

@@ -66,10 +66,22 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 def _chat_reply(content: str) -> bytes:
-    return json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                       "choices": [{"index": 0, "finish_reason": "stop",
-                                    "message": {"role": "assistant", "content": content}}],
-                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+    return json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": content},
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+    ).encode()
 
 
 MODELS = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
@@ -145,7 +157,9 @@ def make_handler(mode: str) -> type[http.server.BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(b'{"choices": [')
                 self.wfile.flush()
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                )
                 self.connection.close()
             else:
                 raise AssertionError(mode)
@@ -176,7 +190,10 @@ def _mcq(tmp: Path, name: str = "mcq.jsonl", src: str = "clean.jsonl") -> Path:
 
 
 def _big_question(tmp: Path) -> Path:
-    rows = [json.loads(x) for x in (FIXTURES / "audit" / "clean.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [
+        json.loads(x)
+        for x in (FIXTURES / "audit" / "clean.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     rows[0]["question"] = "What is C's goal? " + "word " * 1_000_000  # 5 MB
     path = tmp / "work" / "run_big" / "tom.jsonl"
     path.parent.mkdir()
@@ -193,8 +210,10 @@ def _text(path: Path, text: str | bytes) -> Path:
     return path
 
 
-CHAIN = ("steps:\n  - {name: rec, generator: history, options: {synthesize: true}}\n"
-         "  - {name: mcqs, generator: distractors, options: {n: 2}, inputs: {input: rec/../../../etc/passwd}}\n")
+CHAIN = (
+    "steps:\n  - {name: rec, generator: history, options: {synthesize: true}}\n"
+    "  - {name: mcqs, generator: distractors, options: {n: 2}, inputs: {input: rec/../../../etc/passwd}}\n"
+)
 
 
 def make_bank(tmp: Path) -> Path:
@@ -204,12 +223,24 @@ def make_bank(tmp: Path) -> Path:
     from gen.generators.bank import BankConfig
     from gen.runner import run
 
-    lines = (FIXTURES / "audit" / "run_clean" / "tom.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = (
+        (FIXTURES / "audit" / "run_clean" / "tom.jsonl")
+        .read_text(encoding="utf-8")
+        .splitlines(keepends=True)
+    )
     bank = tmp / "work" / "bank"
     for k, part in enumerate((lines[:2], lines[2:4])):
         src = _text(tmp / "src" / f"r{k}" / "tom.jsonl", "".join(part)).parent
-        cfg = BankConfig(action="add", bank=str(bank), input=str(src), near_dup_sim=None, fail_on="never",
-                         audit_options={"checks": ["structure"], "embeddings": False}, cache_dir=None, progress="off")
+        cfg = BankConfig(
+            action="add",
+            bank=str(bank),
+            input=str(src),
+            near_dup_sim=None,
+            fail_on="never",
+            audit_options={"checks": ["structure"], "embeddings": False},
+            cache_dir=None,
+            progress="off",
+        )
         run("bank", cfg, tmp / "src" / f"out{k}", quiet=True)
     return bank
 
@@ -270,12 +301,26 @@ def _bank_setup(how: str) -> Callable[[Path, dict[str, Any]], list[str]]:
             current.unlink()
             current.symlink_to(Path("versions") / "v0001")
         ctx["digest"] = versions_digest(bank)
-        batch = _mcq(tmp, "leak/tom.jsonl", "planted_leak.jsonl").parent if how != "rolled_back_accepted" \
-            else _text(tmp / "work" / "ok" / "tom.jsonl",
-                       "".join((FIXTURES / "audit" / "run_clean" / "tom.jsonl").read_text(encoding="utf-8")
-                               .splitlines(keepends=True)[4:6])).parent
-        return ["bank", "add", f"bank={bank}", f"input={batch}", "near_dup_sim=null",
-                "audit_options={checks:[structure,leakage],embeddings:false}"]
+        batch = (
+            _mcq(tmp, "leak/tom.jsonl", "planted_leak.jsonl").parent
+            if how != "rolled_back_accepted"
+            else _text(
+                tmp / "work" / "ok" / "tom.jsonl",
+                "".join(
+                    (FIXTURES / "audit" / "run_clean" / "tom.jsonl")
+                    .read_text(encoding="utf-8")
+                    .splitlines(keepends=True)[4:6]
+                ),
+            ).parent
+        )
+        return [
+            "bank",
+            "add",
+            f"bank={bank}",
+            f"input={batch}",
+            "near_dup_sim=null",
+            "audit_options={checks:[structure,leakage],embeddings:false}",
+        ]
 
     return setup
 
@@ -287,8 +332,17 @@ def _bank_check(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProces
 
 
 def _persona(tmp: Path, ctx: dict[str, Any], *extra: str) -> list[str]:
-    return ["personas", "n=1", "llm=openai", f"llm.base_url={ctx['url']}", "llm.model=m", "llm.timeout=5",
-            "llm.max_retries=0", "llm.preflight_timeout=5", *extra]
+    return [
+        "personas",
+        "n=1",
+        "llm=openai",
+        f"llm.base_url={ctx['url']}",
+        "llm.model=m",
+        "llm.timeout=5",
+        "llm.max_retries=0",
+        "llm.preflight_timeout=5",
+        *extra,
+    ]
 
 
 def _poisoned(tmp: Path, ctx: dict[str, Any]) -> list[str]:
@@ -296,17 +350,31 @@ def _poisoned(tmp: Path, ctx: dict[str, Any]) -> list[str]:
     points the same command at a healthy server, which must see the calls again."""
     bad = Stand("malformed")
     try:
-        argv = _persona(tmp, {"url": bad.url}, "progress=off", f"hydra.run.dir={tmp / 'work' / 'run0'}")
-        subprocess.run([sys.executable, "-m", "gen", *argv], cwd=tmp / "work", env=env_for(tmp, {}),
-                       capture_output=True, timeout=120, check=False)
+        argv = _persona(
+            tmp, {"url": bad.url}, "progress=off", f"hydra.run.dir={tmp / 'work' / 'run0'}"
+        )
+        subprocess.run(
+            [sys.executable, "-m", "gen", *argv],
+            cwd=tmp / "work",
+            env=env_for(tmp, {}),
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
     finally:
         bad.close()
     return _persona(tmp, ctx)
 
 
-def _replayed_check(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProcess) -> str | None:
+def _replayed_check(
+    tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProcess
+) -> str | None:
     posts = ctx["stand"].server.posts
-    return None if posts else "the healthy server got no call: the bad replies were replayed from the cache"
+    return (
+        None
+        if posts
+        else "the healthy server got no call: the bad replies were replayed from the cache"
+    )
 
 
 def _pool_check(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProcess) -> str | None:
@@ -315,70 +383,230 @@ def _pool_check(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProces
 
 CASES: list[Case] = [
     # a sweep runs every job and reports each
-    Case("sweep: a job's exit 1 does not stop the others",
-         lambda t, c: ["audit", "-m", f"input={_mcq(t, 'leak.jsonl', 'planted_leak.jsonl').name},"
-                       f"{_mcq(t).name},{_mcq(t).name}", "embeddings=false", "checks=[structure,leakage]",
-                       f"hydra.sweep.dir={t / 'work' / 'sweep'}"],
-         expect=(1,), run_dir=False, check=_sweep_check, allowed=("work/sweep",)),
+    Case(
+        "sweep: a job's exit 1 does not stop the others",
+        lambda t, c: [
+            "audit",
+            "-m",
+            f"input={_mcq(t, 'leak.jsonl', 'planted_leak.jsonl').name},"
+            f"{_mcq(t).name},{_mcq(t).name}",
+            "embeddings=false",
+            "checks=[structure,leakage]",
+            f"hydra.sweep.dir={t / 'work' / 'sweep'}",
+        ],
+        expect=(1,),
+        run_dir=False,
+        check=_sweep_check,
+        allowed=("work/sweep",),
+    ),
     # bad input: one line, exit 2
-    Case("chain step input with ..", lambda t, c: (_text(t / "work" / "chain.yaml", CHAIN), ["pipeline", "chain=chain.yaml"])[1]),
-    Case("scenarios verify: non-UTF-8 lock",
-         lambda t, c: (_text(t / "work" / "sc" / "MANIFEST.lock.json", b'{"schema_revision": "\xff"}'),
-                       ["scenarios", "action=verify", "input=sc"])[1]),
-    Case("input=/dev/zero (tom, as JSONL)", lambda t, c: ["tom", "input=/dev/zero", "input_format=jsonl"]),
+    Case(
+        "chain step input with ..",
+        lambda t, c: (_text(t / "work" / "chain.yaml", CHAIN), ["pipeline", "chain=chain.yaml"])[1],
+    ),
+    Case(
+        "scenarios verify: non-UTF-8 lock",
+        lambda t, c: (
+            _text(t / "work" / "sc" / "MANIFEST.lock.json", b'{"schema_revision": "\xff"}'),
+            ["scenarios", "action=verify", "input=sc"],
+        )[1],
+    ),
+    Case(
+        "input=/dev/zero (tom, as JSONL)",
+        lambda t, c: ["tom", "input=/dev/zero", "input_format=jsonl"],
+    ),
     Case("input=/dev/zero (rerank)", lambda t, c: ["rerank", "input=/dev/zero"]),
     Case("input=/dev/zero (history)", lambda t, c: ["history", "input=/dev/zero"]),
     Case("input=/dev/zero (audit)", lambda t, c: ["audit", "input=/dev/zero", "embeddings=false"]),
     Case("input is a FIFO (audit)", _fifo, timeout=60),
-    Case("a 5 MB question (audit: a finding)",
-         lambda t, c: ["audit", f"input={_big_question(t)}", "embeddings=false"], expect=(1,), timeout=300),
-    Case("a lone surrogate escape in a JSONL input",
-         lambda t, c: (_text(t / "work" / "mcq.jsonl", (FIXTURES / "audit" / "clean.jsonl").read_text(encoding="utf-8")
-                             .replace("What is", "What\\ud800 is", 1)), ["audit", "input=mcq.jsonl", "embeddings=false"])[1]),
-    Case("binary prompt_conditions (scenarios)",
-         lambda t, c: (_text(t / "work" / "pc.json", b"\xff\xfe\x00\x01"), ["scenarios", "n=1", "prompt_conditions=pc.json"])[1]),
-    Case("binary prompt_conditions (evaluate)",
-         lambda t, c: (_text(t / "work" / "pc.json", b"\xff\xfe\x00\x01"),
-                       ["evaluate", f"input={FIXTURES / 'judge' / 'scenarios.jsonl'}", "judge=smollm2", "mode=scenarios",
-                        "prompt_conditions=pc.json"])[1]),
-    Case("hydra.job.chdir=true with a relative input",
-         lambda t, c: ["audit", f"input={_mcq(t).name}", "embeddings=false", "hydra.job.chdir=true"]),
-    Case("llm.base_url=notaurl", lambda t, c: ["personas", "n=1", "llm=openai", "llm.base_url=notaurl"]),
-    Case("embedder.model_path=/etc/passwd",
-         lambda t, c: ["distractors", f"input={EXAMPLES / 'goals.jsonl'}", "n=1", "embedder.model_path=/etc/passwd"]),
+    Case(
+        "a 5 MB question (audit: a finding)",
+        lambda t, c: ["audit", f"input={_big_question(t)}", "embeddings=false"],
+        expect=(1,),
+        timeout=300,
+    ),
+    Case(
+        "a lone surrogate escape in a JSONL input",
+        lambda t, c: (
+            _text(
+                t / "work" / "mcq.jsonl",
+                (FIXTURES / "audit" / "clean.jsonl")
+                .read_text(encoding="utf-8")
+                .replace("What is", "What\\ud800 is", 1),
+            ),
+            ["audit", "input=mcq.jsonl", "embeddings=false"],
+        )[1],
+    ),
+    Case(
+        "binary prompt_conditions (scenarios)",
+        lambda t, c: (
+            _text(t / "work" / "pc.json", b"\xff\xfe\x00\x01"),
+            ["scenarios", "n=1", "prompt_conditions=pc.json"],
+        )[1],
+    ),
+    Case(
+        "binary prompt_conditions (evaluate)",
+        lambda t, c: (
+            _text(t / "work" / "pc.json", b"\xff\xfe\x00\x01"),
+            [
+                "evaluate",
+                f"input={FIXTURES / 'judge' / 'scenarios.jsonl'}",
+                "judge=smollm2",
+                "mode=scenarios",
+                "prompt_conditions=pc.json",
+            ],
+        )[1],
+    ),
+    Case(
+        "hydra.job.chdir=true with a relative input",
+        lambda t, c: ["audit", f"input={_mcq(t).name}", "embeddings=false", "hydra.job.chdir=true"],
+    ),
+    Case(
+        "llm.base_url=notaurl",
+        lambda t, c: ["personas", "n=1", "llm=openai", "llm.base_url=notaurl"],
+    ),
+    Case(
+        "embedder.model_path=/etc/passwd",
+        lambda t, c: [
+            "distractors",
+            f"input={EXAMPLES / 'goals.jsonl'}",
+            "n=1",
+            "embedder.model_path=/etc/passwd",
+        ],
+    ),
     # easy slips that wrote outside the run folder
-    Case("hydra.run.dir= (empty)", lambda t, c: ["audit", f"input={_mcq(t).name}", "embeddings=false", "hydra.run.dir="],
-         run_dir=False),
+    Case(
+        "hydra.run.dir= (empty)",
+        lambda t, c: ["audit", f"input={_mcq(t).name}", "embeddings=false", "hydra.run.dir="],
+        run_dir=False,
+    ),
     Case("cache_dir= (empty)", lambda t, c: ["audit", f"input={_mcq(t).name}", "cache_dir="]),
-    Case("hydra.output_subdir=../..", lambda t, c: ["audit", f"input={_mcq(t).name}", "embeddings=false",
-                                                    "hydra.output_subdir=../.."]),
-    Case("hydra.job.name=../../x", lambda t, c: ["audit", f"input={_mcq(t).name}", "embeddings=false",
-                                                 "hydra.job.name=../../x"]),
-    Case("digital's default pool_dir with a server that fails", lambda t, c: [
-        "digital", "n=1", "persona_pool=6", "llm=openai", f"llm.base_url={c['url']}", "llm.model=m", "llm.timeout=5",
-        "llm.max_retries=0", "llm.preflight_timeout=5"], server="429", expect=(1, 2), check=_pool_check),
+    Case(
+        "hydra.output_subdir=../..",
+        lambda t, c: [
+            "audit",
+            f"input={_mcq(t).name}",
+            "embeddings=false",
+            "hydra.output_subdir=../..",
+        ],
+    ),
+    Case(
+        "hydra.job.name=../../x",
+        lambda t, c: [
+            "audit",
+            f"input={_mcq(t).name}",
+            "embeddings=false",
+            "hydra.job.name=../../x",
+        ],
+    ),
+    Case(
+        "digital's default pool_dir with a server that fails",
+        lambda t, c: [
+            "digital",
+            "n=1",
+            "persona_pool=6",
+            "llm=openai",
+            f"llm.base_url={c['url']}",
+            "llm.model=m",
+            "llm.timeout=5",
+            "llm.max_retries=0",
+            "llm.preflight_timeout=5",
+        ],
+        server="429",
+        expect=(1, 2),
+        check=_pool_check,
+    ),
     # the bank's released versions whatever its pointer says
-    Case("bank: current removed, a refused add", _bank_setup("removed"), expect=(1, 2), check=_bank_check,
-         timeout=300, allowed=("work/bank",)),
-    Case("bank: current rolled back, a refused add", _bank_setup("rolled_back"), expect=(1, 2), check=_bank_check,
-         timeout=300, allowed=("work/bank",)),
-    Case("bank: current rolled back, an accepted add", _bank_setup("rolled_back_accepted"), expect=(0, 1, 2),
-         check=_bank_check, timeout=300, allowed=("work/bank",)),
+    Case(
+        "bank: current removed, a refused add",
+        _bank_setup("removed"),
+        expect=(1, 2),
+        check=_bank_check,
+        timeout=300,
+        allowed=("work/bank",),
+    ),
+    Case(
+        "bank: current rolled back, a refused add",
+        _bank_setup("rolled_back"),
+        expect=(1, 2),
+        check=_bank_check,
+        timeout=300,
+        allowed=("work/bank",),
+    ),
+    Case(
+        "bank: current rolled back, an accepted add",
+        _bank_setup("rolled_back_accepted"),
+        expect=(0, 1, 2),
+        check=_bank_check,
+        timeout=300,
+        allowed=("work/bank",),
+    ),
     # a key on the command line, servers that misbehave: a typed reject, a bounded retry, or the
     # run's one line (exit 2: the backend stopped it), within the case's time
-    Case("llm.api_key on the command line", lambda t, c: _persona(t, c, f"llm.api_key={KEY}"), server="auth",
-         expect=(2,)),
-    Case("server demands the key; key only in the environment", lambda t, c: _persona(t, c), server="auth",
-         expect=(0, 1)),
-    Case("server answers {\"choices\": \"nope\"}", lambda t, c: _persona(t, c), server="malformed", expect=(0, 1, 2)),
-    Case("a bad reply is not cached (then a healthy server)", _poisoned, server="ok", expect=(0, 1, 2),
-         check=_replayed_check, timeout=180),
-    Case("server answers a body that is not JSON", lambda t, c: _persona(t, c), server="not_json", expect=(0, 1, 2)),
-    Case("server answers 429 with Retry-After", lambda t, c: _persona(t, c), server="429", expect=(0, 1, 2)),
-    Case("server answers an empty content", lambda t, c: _persona(t, c), server="empty", expect=(0, 1, 2)),
-    Case("server resets the connection mid-reply", lambda t, c: _persona(t, c), server="reset", expect=(0, 1, 2)),
-    Case("server goes silent after /models", lambda t, c: _persona(t, c), server="silent", expect=(0, 1, 2), timeout=60),
-    Case("server trickles one byte a second", lambda t, c: _persona(t, c), server="trickle", expect=(0, 1, 2), timeout=60),
+    Case(
+        "llm.api_key on the command line",
+        lambda t, c: _persona(t, c, f"llm.api_key={KEY}"),
+        server="auth",
+        expect=(2,),
+    ),
+    Case(
+        "server demands the key; key only in the environment",
+        lambda t, c: _persona(t, c),
+        server="auth",
+        expect=(0, 1),
+    ),
+    Case(
+        'server answers {"choices": "nope"}',
+        lambda t, c: _persona(t, c),
+        server="malformed",
+        expect=(0, 1, 2),
+    ),
+    Case(
+        "a bad reply is not cached (then a healthy server)",
+        _poisoned,
+        server="ok",
+        expect=(0, 1, 2),
+        check=_replayed_check,
+        timeout=180,
+    ),
+    Case(
+        "server answers a body that is not JSON",
+        lambda t, c: _persona(t, c),
+        server="not_json",
+        expect=(0, 1, 2),
+    ),
+    Case(
+        "server answers 429 with Retry-After",
+        lambda t, c: _persona(t, c),
+        server="429",
+        expect=(0, 1, 2),
+    ),
+    Case(
+        "server answers an empty content",
+        lambda t, c: _persona(t, c),
+        server="empty",
+        expect=(0, 1, 2),
+    ),
+    Case(
+        "server resets the connection mid-reply",
+        lambda t, c: _persona(t, c),
+        server="reset",
+        expect=(0, 1, 2),
+    ),
+    Case(
+        "server goes silent after /models",
+        lambda t, c: _persona(t, c),
+        server="silent",
+        expect=(0, 1, 2),
+        timeout=60,
+    ),
+    Case(
+        "server trickles one byte a second",
+        lambda t, c: _persona(t, c),
+        server="trickle",
+        expect=(0, 1, 2),
+        timeout=60,
+    ),
 ]
 """Every case, in the order they run; adding one is one entry."""
 
@@ -389,7 +617,6 @@ CASES: list[Case] = [
 LIBRARY_CACHES = ("home/.cache/matplotlib",)
 """Caches a library keeps under ``$XDG_CACHE_HOME`` whatever the command (matplotlib's font list,
 made on its first use by the audit's plots): not outputs, so not counted as writes outside."""
-
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -407,9 +634,16 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
 
 def env_for(tmp: Path, extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GEN_", "OPENAI_", "HYDRA_"))}
-    env.update(HOME=str(tmp / "home"), XDG_CACHE_HOME=str(tmp / "home" / ".cache"), GEN_CACHE_DIR=str(tmp / "cache"),
-               OPENAI_API_KEY=KEY, NO_COLOR="1", NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost",
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    env.update(
+        HOME=str(tmp / "home"),
+        XDG_CACHE_HOME=str(tmp / "home" / ".cache"),
+        GEN_CACHE_DIR=str(tmp / "cache"),
+        OPENAI_API_KEY=KEY,
+        NO_COLOR="1",
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    )
     env.update(extra)
     return env
 
@@ -441,12 +675,22 @@ def run_case(case: Case, base: Path) -> dict[str, Any]:
     row: dict[str, Any] = {"case": case.name}
     try:
         argv = case.setup(tmp, ctx)
-        argv += ["progress=off"] + ([f"hydra.run.dir={tmp / 'work' / 'run'}"] if case.run_dir else [])
+        argv += ["progress=off"] + (
+            [f"hydra.run.dir={tmp / 'work' / 'run'}"] if case.run_dir else []
+        )
         before = snapshot(tmp)
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "gen", *argv], cwd=tmp / "work", env=env_for(tmp, case.env),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors="replace", start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gen", *argv],
+            cwd=tmp / "work",
+            env=env_for(tmp, case.env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
         hung = False
         try:
             out, err = proc.communicate(timeout=case.timeout)
@@ -458,21 +702,44 @@ def run_case(case: Case, base: Path) -> dict[str, Any]:
         done = subprocess.CompletedProcess(argv, proc.returncode, out, err)
         after = snapshot(tmp)
         allowed = ("work/run", "cache", *LIBRARY_CACHES, *case.allowed)
-        outside = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k)
-                         and not any(k == a or k.startswith(a + "/") for a in allowed))
+        outside = sorted(
+            k
+            for k in before.keys() | after.keys()
+            if before.get(k) != after.get(k)
+            and not any(k == a or k.startswith(a + "/") for a in allowed)
+        )
         err_lines = [ln for ln in err.splitlines() if ln.strip() and "[HYDRA]" not in ln]
         traceback = "Traceback" in out or "Traceback" in err
         unexpected = "error: unexpected " in err  # exit 1 as a crash, not as findings
         problem = case.check(tmp, ctx, done) if case.check is not None and not hung else None
         secrets = secrets_in(tmp, [out, err])
         one_line = proc.returncode == 0 or len(err_lines) <= 1
-        clean = (not hung and proc.returncode in case.expect and one_line and not traceback and not unexpected
-                 and not outside and not secrets and problem is None)
-        row.update(argv=argv, exit=None if hung else proc.returncode, expect=list(case.expect),
-                   wall_s=round(wall, 1), clean=clean, hung=hung, traceback=traceback, unexpected=unexpected,
-                   stderr_lines=len(err_lines),
-                   writes_outside=outside[:5], n_writes_outside=len(outside), secrets=secrets, problem=problem,
-                   stderr_tail=err_lines[-1][:300] if err_lines else "")
+        clean = (
+            not hung
+            and proc.returncode in case.expect
+            and one_line
+            and not traceback
+            and not unexpected
+            and not outside
+            and not secrets
+            and problem is None
+        )
+        row.update(
+            argv=argv,
+            exit=None if hung else proc.returncode,
+            expect=list(case.expect),
+            wall_s=round(wall, 1),
+            clean=clean,
+            hung=hung,
+            traceback=traceback,
+            unexpected=unexpected,
+            stderr_lines=len(err_lines),
+            writes_outside=outside[:5],
+            n_writes_outside=len(outside),
+            secrets=secrets,
+            problem=problem,
+            stderr_tail=err_lines[-1][:300] if err_lines else "",
+        )
     except Exception as e:  # noqa: BLE001 - a case that cannot be set up is reported, not fatal
         row.update(clean=False, error=f"setup: {type(e).__name__}: {e}")
     finally:
@@ -487,7 +754,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="run the cases whose name contains this")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     ap.add_argument("--json", type=Path, help="write the counts and every case's row here")
-    ap.add_argument("-v", "--verbose", action="store_true", help="print each case's last stderr line")
+    ap.add_argument(
+        "-v", "--verbose", action="store_true", help="print each case's last stderr line"
+    )
     args = ap.parse_args(argv)
     cases = [c for c in CASES if not args.only or args.only in c.name]
     if args.list:
@@ -500,29 +769,51 @@ def main(argv: list[str] | None = None) -> int:
             row = run_case(c, Path(base))
             rows.append(row)
             flags = [k for k in ("hung", "traceback", "unexpected") if row.get(k)]
-            flags += [f"writes outside: {', '.join(row['writes_outside'][:3])}"] * bool(row.get("n_writes_outside"))
+            flags += [f"writes outside: {', '.join(row['writes_outside'][:3])}"] * bool(
+                row.get("n_writes_outside")
+            )
             flags += [f"secret in {', '.join(row['secrets'][:5])}"] * bool(row.get("secrets"))
-            flags += [f"{row['stderr_lines']} stderr lines"] * (row.get("stderr_lines", 0) > 1 and bool(row.get("exit")))
+            flags += [f"{row['stderr_lines']} stderr lines"] * (
+                row.get("stderr_lines", 0) > 1 and bool(row.get("exit"))
+            )
             flags += [row["problem"]] if row.get("problem") else []
             flags += [row["error"]] if row.get("error") else []
             status = "clean" if row["clean"] else "NOT CLEAN"
-            print(f"{status:9} exit={row.get('exit')} (expect {row.get('expect')}) {row.get('wall_s', '-')}s  {c.name}"
-                  + (f"  [{'; '.join(map(str, flags))}]" if flags else ""), flush=True)
+            print(
+                f"{status:9} exit={row.get('exit')} (expect {row.get('expect')}) {row.get('wall_s', '-')}s  {c.name}"
+                + (f"  [{'; '.join(map(str, flags))}]" if flags else ""),
+                flush=True,
+            )
             if args.verbose and row.get("stderr_tail"):
                 print(f"          {row['stderr_tail']}")
-    counts = {"cases": len(rows), "clean": sum(r["clean"] for r in rows),
-              "tracebacks": sum(bool(r.get("traceback")) for r in rows),
-              "unexpected": sum(bool(r.get("unexpected")) for r in rows),
-              "writes_outside": sum(bool(r.get("n_writes_outside")) for r in rows),
-              "secrets": sum(bool(r.get("secrets")) for r in rows), "hung": sum(bool(r.get("hung")) for r in rows),
-              "wrong_exit": sum(r.get("exit") is not None and r["exit"] not in r["expect"] for r in rows),
-              "setup_errors": sum("error" in r for r in rows)}
+    counts = {
+        "cases": len(rows),
+        "clean": sum(r["clean"] for r in rows),
+        "tracebacks": sum(bool(r.get("traceback")) for r in rows),
+        "unexpected": sum(bool(r.get("unexpected")) for r in rows),
+        "writes_outside": sum(bool(r.get("n_writes_outside")) for r in rows),
+        "secrets": sum(bool(r.get("secrets")) for r in rows),
+        "hung": sum(bool(r.get("hung")) for r in rows),
+        "wrong_exit": sum(r.get("exit") is not None and r["exit"] not in r["expect"] for r in rows),
+        "setup_errors": sum("error" in r for r in rows),
+    }
     print("counts: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     if args.json:
-        args.json.write_text(json.dumps({"date": dt.date.today().isoformat(), "machine": platform.platform(),
-                                         "cpus": os.cpu_count(), "python": platform.python_version(),
-                                         "counts": counts, "cases": rows}, indent=1).replace(KEY, "<KEY>") + "\n",
-                             encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "date": dt.date.today().isoformat(),
+                    "machine": platform.platform(),
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "counts": counts,
+                    "cases": rows,
+                },
+                indent=1,
+            ).replace(KEY, "<KEY>")
+            + "\n",
+            encoding="utf-8",
+        )
     return 0 if counts["clean"] == counts["cases"] else 1
 
 

@@ -33,14 +33,24 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 BEFORE = Path("tests/fixtures/digital/goal_cue_before.jinja")
-BEFORE_APPS = {"communication": ["Messaging"], "translate": ["Messaging"], "temporal_attention": ["Calendar"],
-               "find_directions": ["Maps", "Calendar"], "entertain": ["Music", "Videos"], "search": ["Search"],
-               "store_memory": ["Notes"], "shop": ["Notes", "Search"], "guided_activity": ["Videos", "Search"],
-               "control_environment": []}
+BEFORE_APPS = {
+    "communication": ["Messaging"],
+    "translate": ["Messaging"],
+    "temporal_attention": ["Calendar"],
+    "find_directions": ["Maps", "Calendar"],
+    "entertain": ["Music", "Videos"],
+    "search": ["Search"],
+    "store_memory": ["Notes"],
+    "shop": ["Notes", "Search"],
+    "guided_activity": ["Videos", "Search"],
+    "control_environment": [],
+}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--goals", default="examples/goals.jsonl")
     ap.add_argument("--per-type", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
@@ -70,7 +80,9 @@ def main() -> None:
     texts = [verbalise(r, prompts) for r in bank.rows]
     df = Counter(w for t in texts for w in set(content_words(t)))
     pool = [PersonaRecord(**f.model_dump(), bio="x") for f in sample_facts(args.seed, 8)]
-    before_env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(BEFORE.parent)), undefined=jinja2.StrictUndefined)
+    before_env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(BEFORE.parent)), undefined=jinja2.StrictUndefined
+    )
     before = before_env.get_template(BEFORE.name)
     by: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(bank.rows):
@@ -80,7 +92,9 @@ def main() -> None:
     drawn = sorted(i for t in sorted(by) for i in rng.sample(by[t], min(args.per_type, len(by[t]))))
 
     tmp = Path(tempfile.mkdtemp(prefix="cue_seeds-"))
-    dcfg = DistractorsConfig(input=str(Path(args.goals)), seed=args.seed, progress="off", wagibench=False)
+    dcfg = DistractorsConfig(
+        input=str(Path(args.goals)), seed=args.seed, progress="off", wagibench=False
+    )
     dctx = RunContext("distractors", dcfg, tmp / "mcqs")
     run("distractors", dcfg, tmp / "mcqs", ctx=dctx, quiet=True)
     mcqs: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -93,7 +107,9 @@ def main() -> None:
 
     def picks(context: str, m: dict[str, Any]) -> bool:
         opts = [(letters[k], o) for k, o in enumerate(m["options"])]
-        prompt = prompts.render("evaluate/mcq.jinja", context=context, question=m["question"], options=opts)
+        prompt = prompts.render(
+            "evaluate/mcq.jinja", context=context, question=m["question"], options=opts
+        )
         lines = [f" {a}) {o}" for a, o in opts]
         scores = llm.loglik([*prompt, {"role": "assistant", "content": "Answer:"}], lines)
         norm = [s.logprob / max(1, len(line)) for s, line in zip(scores, lines, strict=True)]
@@ -106,25 +122,44 @@ def main() -> None:
         assert goal is not None
         grng = random.Random(args.seed * 1_000_003 + i)
         _, related = sample_related(pool, grng)
-        cue, ref = goal_cue(ctx, DigitalConfig(), row, related, random.Random(i), df, len(bank.rows))
+        cue, ref = goal_cue(
+            ctx, DigitalConfig(), row, related, random.Random(i), df, len(bank.rows)
+        )
         assert cue is not None
         old_app = random.Random(i).choice(BEFORE_APPS[goal.type])
         if goal.type == "search" and goal.source == "timeline":
             old_app = random.Random(i).choice(["Notes", "Messaging"])
         person = related[0].persona.first_name
         old_seed = " ".join(before.render(g=goal.model_dump(), app=old_app, person=person).split())
-        states = {"before": f"Current state of the user's {old_app} app:\n{old_seed}",
-                  "after": f"Current state of the user's {cue.app.value} app:\n{cue.cue}"}
-        rec: dict[str, Any] = {"goal_id": row.goal_id, "type": goal.type, "goal": texts[i],
-                               "before": {"app": old_app, "seed": old_seed, "action_share": round(action_share(goal, old_seed), 3)},
-                               "after": {"app": cue.app.value, "seed": cue.cue, "word": ref.word,
-                                         "action_share": round(action_share(goal, cue.cue), 3)}}
+        states = {
+            "before": f"Current state of the user's {old_app} app:\n{old_seed}",
+            "after": f"Current state of the user's {cue.app.value} app:\n{cue.cue}",
+        }
+        rec: dict[str, Any] = {
+            "goal_id": row.goal_id,
+            "type": goal.type,
+            "goal": texts[i],
+            "before": {
+                "app": old_app,
+                "seed": old_seed,
+                "action_share": round(action_share(goal, old_seed), 3),
+            },
+            "after": {
+                "app": cue.app.value,
+                "seed": cue.cue,
+                "word": ref.word,
+                "action_share": round(action_share(goal, cue.cue), 3),
+            },
+        }
         for m in mcqs[row.goal_id]:
             band = m["question_type"]
             if args.band and band != args.band:
                 continue
-            rec.setdefault("picks", {})[band] = {"none": picks("", m), "before": picks(states["before"], m),
-                                                 "after": picks(states["after"], m)}
+            rec.setdefault("picks", {})[band] = {
+                "none": picks("", m),
+                "before": picks(states["before"], m),
+                "after": picks(states["after"], m),
+            }
         rows.append(rec)
         assert App(cue.app.value) in (App.Messaging, App.Calendar, App.Notes)
 
@@ -135,20 +170,40 @@ def main() -> None:
         for cond in ("none", "before", "after"):
             xs = [p[cond] for r in rs for p in r.get("picks", {}).values()]
             cell[f"picks_{cond}"] = f"{sum(xs)}/{len(xs)}"
-        cell["action_share_before"] = round(sum(r["before"]["action_share"] for r in rs) / len(rs), 3)
+        cell["action_share_before"] = round(
+            sum(r["before"]["action_share"] for r in rs) / len(rs), 3
+        )
         cell["action_share_after"] = round(sum(r["after"]["action_share"] for r in rs) / len(rs), 3)
         table[t] = cell
-    total = {cond: [p[cond] for r in rows for p in r.get("picks", {}).values()] for cond in ("none", "before", "after")}
-    out = {"machine": {"platform": platform.platform(), "cores": os.cpu_count(), "python": platform.python_version(),
-                       "load_before": [round(x, 2) for x in load0], "load_after": [round(x, 2) for x in os.getloadavg()],
-                       "date": dt.datetime.now().isoformat(timespec="seconds"), "seconds": round(time.time() - t0, 1)},
-           "llm": llm.describe(), "bank": args.goals, "per_type": args.per_type, "chance": 0.25, "by_type": table,
-           "total": {c: {"picks": sum(v), "mcqs": len(v)} for c, v in total.items()}, "goals": rows}
+    total = {
+        cond: [p[cond] for r in rows for p in r.get("picks", {}).values()]
+        for cond in ("none", "before", "after")
+    }
+    out = {
+        "machine": {
+            "platform": platform.platform(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_before": [round(x, 2) for x in load0],
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+            "date": dt.datetime.now().isoformat(timespec="seconds"),
+            "seconds": round(time.time() - t0, 1),
+        },
+        "llm": llm.describe(),
+        "bank": args.goals,
+        "per_type": args.per_type,
+        "chance": 0.25,
+        "by_type": table,
+        "total": {c: {"picks": sum(v), "mcqs": len(v)} for c, v in total.items()},
+        "goals": rows,
+    }
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"{'type':20} goals  none    before  after   action words before -> after")
     for t, v in table.items():
-        print(f"{t:20} {v['goals']:5}  {v['picks_none']:7} {v['picks_before']:7} {v['picks_after']:7} "
-              f"{v['action_share_before']} -> {v['action_share_after']}")
+        print(
+            f"{t:20} {v['goals']:5}  {v['picks_none']:7} {v['picks_before']:7} {v['picks_after']:7} "
+            f"{v['action_share_before']} -> {v['action_share_after']}"
+        )
     print("total", {c: f"{sum(v)}/{len(v)}" for c, v in total.items()})
 
 

@@ -28,8 +28,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME_TARGET_S = 60
-GOALS = [{"type": "shop", "content": "hand soap"}, {"type": "store_memory", "content": "buy bread"},
-         {"type": "entertain", "modality": "audio", "content": "calm music"}]
+GOALS = [
+    {"type": "shop", "content": "hand soap"},
+    {"type": "store_memory", "content": "buy bread"},
+    {"type": "entertain", "modality": "audio", "content": "calm music"},
+]
 
 
 def write_table(path: Path, n: int, seed: int = 0) -> None:
@@ -38,12 +41,20 @@ def write_table(path: Path, n: int, seed: int = 0) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for i in range(n):
             script = f"script{r.randrange(40)}"
-            row = {"client_tag": f"rec{i:07d}", "scenario": script, "participant": f"p{r.randrange(people)}",
-                   "environment": f"env{r.randrange(3)}", "script": script,
-                   "longitudinal": int(script[6:]) < 6,
-                   "recorded_at": (dt.datetime(2025, 1, 1) + dt.timedelta(minutes=r.randrange(60 * 24 * 365))).isoformat(),
-                   "world_state": f"A person in room {i % 7} handles object {i % 11}; caption of recording {i}.",
-                   "structured_goal": GOALS[i % 3], "context_window": {"start_s": 0.0, "end_s": 20.0}}
+            row = {
+                "client_tag": f"rec{i:07d}",
+                "scenario": script,
+                "participant": f"p{r.randrange(people)}",
+                "environment": f"env{r.randrange(3)}",
+                "script": script,
+                "longitudinal": int(script[6:]) < 6,
+                "recorded_at": (
+                    dt.datetime(2025, 1, 1) + dt.timedelta(minutes=r.randrange(60 * 24 * 365))
+                ).isoformat(),
+                "world_state": f"A person in room {i % 7} handles object {i % 11}; caption of recording {i}.",
+                "structured_goal": GOALS[i % 3],
+                "context_window": {"start_s": 0.0, "end_s": 20.0},
+            }
             f.write(json.dumps(row) + "\n")
 
 
@@ -69,8 +80,13 @@ def one(n: int, tmp: Path) -> dict[str, Any]:
     load = os.getloadavg()[0]
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"observations": n, "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
-            "table_mb": round(table.stat().st_size / 2**20, 1), **res}
+    return {
+        "observations": n,
+        "load_before": round(load, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "table_mb": round(table.stat().st_size / 2**20, 1),
+        **res,
+    }
 
 
 def main() -> None:
@@ -84,11 +100,18 @@ def main() -> None:
             t0 = time.perf_counter()
             runs.append(one(n, Path(tmp)))
             r = runs[-1]
-            print(f"{n:>8} observations: {r['seconds']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB "
-                  f"(load {r['load_before']} -> {r['load_after']}; {time.perf_counter() - t0:.0f} s with the table)",
-                  flush=True)
-    result = {"date": dt.date.today().isoformat(), "machine": f"{platform.node()} {os.cpu_count()} cores",
-              "python": platform.python_version(), "target_seconds": TIME_TARGET_S, "runs": runs}
+            print(
+                f"{n:>8} observations: {r['seconds']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB "
+                f"(load {r['load_before']} -> {r['load_after']}; {time.perf_counter() - t0:.0f} s with the table)",
+                flush=True,
+            )
+    result = {
+        "date": dt.date.today().isoformat(),
+        "machine": f"{platform.node()} {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "target_seconds": TIME_TARGET_S,
+        "runs": runs,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -41,8 +41,12 @@ SAME = ["judge=smollm2", "allow_same_family=true"]
 def gen(out: Path, *args: str, ok: tuple[int, ...] = (0,)) -> tuple[float, int]:
     """Run ``python -m gen``; stop the bench on an exit code not in ``ok`` (the audit exits 1 on findings)."""
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "gen", *args, f"hydra.run.dir={out}", "progress=off"], cwd=ROOT,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "gen", *args, f"hydra.run.dir={out}", "progress=off"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     print(f"$ gen {' '.join(args)}  -> exit {r.returncode}", flush=True)
     if r.returncode not in ok:
         print(r.stderr[-2000:], file=sys.stderr)
@@ -61,9 +65,15 @@ def wagibench_predictions(distractors: Path, path: Path) -> Path:
         band = layout.stem.removeprefix("wagibench_mcq_")
         for item in json.loads(layout.read_text(encoding="utf-8")):
             for k, goal in enumerate(item["x"]["mcq_set"]):
-                rows.append({"id": f"{item['meta']['item_id']}/{k}", "prediction": goal,
-                             "reference": item["meta"]["structured_goal"], "group": item["meta"]["item_id"],
-                             "model": "key" if k == item["y"] else f"{band} distractor"})
+                rows.append(
+                    {
+                        "id": f"{item['meta']['item_id']}/{k}",
+                        "prediction": goal,
+                        "reference": item["meta"]["structured_goal"],
+                        "group": item["meta"]["item_id"],
+                        "model": "key" if k == item["y"] else f"{band} distractor",
+                    }
+                )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
@@ -73,21 +83,41 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("/tmp/judge_bench"))
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--steps", default="scenarios,mcq,wagibench")
-    ap.add_argument("--scenarios", type=int, default=10, help="evaluate the first k example scenarios")
-    ap.add_argument("--goals", type=int, default=10, help="distractor MCQs of the first k goals (2 per goal)")
+    ap.add_argument(
+        "--scenarios", type=int, default=10, help="evaluate the first k example scenarios"
+    )
+    ap.add_argument(
+        "--goals", type=int, default=10, help="distractor MCQs of the first k goals (2 per goal)"
+    )
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "judge.json")
     args = ap.parse_args()
     steps = args.steps.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
-    res: dict[str, Any] = {"date": dt.date.today().isoformat(), "cores": os.cpu_count(), "trials": args.trials,
-                           "scenarios": args.scenarios, "goals": args.goals, "load_before": os.getloadavg()[0],
-                           "steps": {}}
+    res: dict[str, Any] = {
+        "date": dt.date.today().isoformat(),
+        "cores": os.cpu_count(),
+        "trials": args.trials,
+        "scenarios": args.scenarios,
+        "goals": args.goals,
+        "load_before": os.getloadavg()[0],
+        "steps": {},
+    }
     if "scenarios" in steps:
         out = args.out / "scenarios"
-        seconds, _ = gen(out, "evaluate", f"input={EXAMPLES}", *SAME, f"trials={args.trials}", f"limit={args.scenarios}")
+        seconds, _ = gen(
+            out,
+            "evaluate",
+            f"input={EXAMPLES}",
+            *SAME,
+            f"trials={args.trials}",
+            f"limit={args.scenarios}",
+        )
         s = summary(out)
-        res["steps"]["scenarios"] = {"seconds": round(seconds, 1), "primary_score": s["primary_score"],
-                                     "baseline": s["judges"][s["primary"]]["baseline"]}
+        res["steps"]["scenarios"] = {
+            "seconds": round(seconds, 1),
+            "primary_score": s["primary_score"],
+            "baseline": s["judges"][s["primary"]]["baseline"],
+        }
     distractors = args.out / f"distractors_{args.goals}"  # reused by a rerun with the same --goals
     if "mcq" in steps or "wagibench" in steps:
         if not (distractors / "distractors.jsonl").is_file():
@@ -95,21 +125,36 @@ def main() -> int:
     if "mcq" in steps:
         valid = args.out / "validity"
         v_seconds, _ = gen(valid, "judge", "kind=distractor_validity", f"input={distractors}")
-        _, audit_exit = gen(args.out / "audit", "audit", f"input={distractors}", f"judge={valid}",
-                            "checks=[structure,judge]", "embeddings=false", ok=(0, 1))
+        _, audit_exit = gen(
+            args.out / "audit",
+            "audit",
+            f"input={distractors}",
+            f"judge={valid}",
+            "checks=[structure,judge]",
+            "embeddings=false",
+            ok=(0, 1),
+        )
         audit = json.loads((args.out / "audit" / "audit.json").read_text(encoding="utf-8"))
         e_seconds, _ = gen(args.out / "mcq_eval", "evaluate", f"input={distractors}")
         v = summary(valid)
-        res["steps"]["mcq"] = {"validity_seconds": round(v_seconds, 1), "validity": v["judges"][v["primary"]],
-                               "audit_exit": audit_exit, "audit_judge_findings": audit["summary"]["checks"]["judge"],
-                               "evaluate_seconds": round(e_seconds, 1), "evaluate": summary(args.out / "mcq_eval")}
+        res["steps"]["mcq"] = {
+            "validity_seconds": round(v_seconds, 1),
+            "validity": v["judges"][v["primary"]],
+            "audit_exit": audit_exit,
+            "audit_judge_findings": audit["summary"]["checks"]["judge"],
+            "evaluate_seconds": round(e_seconds, 1),
+            "evaluate": summary(args.out / "mcq_eval"),
+        }
     if "wagibench" in steps:
         preds = wagibench_predictions(distractors, args.out / "wagibench_predictions.jsonl")
         out = args.out / "wagibench"
         seconds, _ = gen(out, "judge", "kind=wagibench", f"input={preds}", "variant=[reference]")
         s = summary(out)
-        res["steps"]["wagibench"] = {"seconds": round(seconds, 1), "rows": s["rows"],
-                                     "reference": s["judges"][s["primary"]]["reference"]}
+        res["steps"]["wagibench"] = {
+            "seconds": round(seconds, 1),
+            "rows": s["rows"],
+            "reference": s["judges"][s["primary"]]["reference"],
+        }
     res["load_after"] = os.getloadavg()[0]
     args.results.write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(res, indent=1))

@@ -48,7 +48,9 @@ def main() -> None:
 
     def cut(text: str, tokens: int) -> str:
         ids = vocab.tokenize(text.encode(), add_bos=False, special=False)
-        return text if len(ids) <= tokens else vocab.detokenize(ids[:tokens]).decode(errors="ignore")
+        return (
+            text if len(ids) <= tokens else vocab.detokenize(ids[:tokens]).decode(errors="ignore")
+        )
 
     rows = [json.loads(x) for x in FIXTURE.read_text().splitlines() if x.strip()]
     readings: dict[str, Any] = {
@@ -65,16 +67,33 @@ def main() -> None:
         for _, p in got:
             if p:
                 problems[p] = problems.get(p, 0) + 1
-        out[name] = {"replies": len(rows), "parsed": parsed, "parse_rate": round(parsed / len(rows), 3),
-                     "read_as_intended": right, "intended_rate": round(right / len(rows), 3),
-                     "problems": dict(sorted(problems.items()))}
+        out[name] = {
+            "replies": len(rows),
+            "parsed": parsed,
+            "parse_rate": round(parsed / len(rows), 3),
+            "read_as_intended": right,
+            "intended_rate": round(right / len(rows), 3),
+            "problems": dict(sorted(problems.items())),
+        }
         print(f"{name:30} parsed {parsed}/{len(rows)}, as intended {right}/{len(rows)}; {problems}")
     tokens = [len(vocab.tokenize(r["reply"].encode(), add_bos=False, special=False)) for r in rows]
-    result = {"machine": {"platform": platform.platform(), "cores": os.cpu_count(), "python": platform.python_version(),
-                          "date": dt.datetime.now().isoformat(timespec="seconds")},
-              "replies": str(FIXTURE), "tokenizer": Path(path).name,
-              "reply_tokens": {"min": min(tokens), "median": sorted(tokens)[len(tokens) // 2], "max": max(tokens)},
-              "intended_scores": sum(r["expected"] is not None for r in rows), "readings": out}
+    result = {
+        "machine": {
+            "platform": platform.platform(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "date": dt.datetime.now().isoformat(timespec="seconds"),
+        },
+        "replies": str(FIXTURE),
+        "tokenizer": Path(path).name,
+        "reply_tokens": {
+            "min": min(tokens),
+            "median": sorted(tokens)[len(tokens) // 2],
+            "max": max(tokens),
+        },
+        "intended_scores": sum(r["expected"] is not None for r in rows),
+        "readings": out,
+    }
     Path("bench/results/judge_parse.json").write_text(json.dumps(result, indent=2) + "\n")
 
 

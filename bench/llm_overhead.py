@@ -63,7 +63,10 @@ def run_direct(llama: Any, items, schema: dict, cfg) -> dict[str, Any]:
         r = llama.create_chat_completion(
             messages=messages,
             response_format={"type": "json_object", "schema": schema},
-            seed=seed, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=MAX_TOKENS,
+            seed=seed,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_tokens=MAX_TOKENS,
         )
         per_call.append(time.perf_counter() - t0)
         tokens += r["usage"]["completion_tokens"]
@@ -71,10 +74,16 @@ def run_direct(llama: Any, items, schema: dict, cfg) -> dict[str, Any]:
         texts.append(r["choices"][0]["message"]["content"])
         responses.append(r)
     wall, cpu = time.perf_counter() - t_loop, time.process_time() - c_loop
-    return {"wall_seconds": wall, "cpu_seconds": cpu, "completion_tokens": tokens,
-            "prompt_tokens": prompt_tokens,
-            "calls": len(items), "per_call_seconds": per_call, "texts": texts,
-            "responses": responses}
+    return {
+        "wall_seconds": wall,
+        "cpu_seconds": cpu,
+        "completion_tokens": tokens,
+        "prompt_tokens": prompt_tokens,
+        "calls": len(items),
+        "per_call_seconds": per_call,
+        "texts": texts,
+        "responses": responses,
+    }
 
 
 def run_toolkit(llm: Any, items, schema_cls: type) -> dict[str, Any]:
@@ -92,13 +101,21 @@ def run_toolkit(llm: Any, items, schema_cls: type) -> dict[str, Any]:
         per_call.append(time.perf_counter() - t0)
     wall, cpu = time.perf_counter() - t_loop, time.process_time() - c_loop
     u = llm.usage
-    return {"wall_seconds": wall, "cpu_seconds": cpu, "completion_tokens": u.completion_tokens,
-            "cached_completion_tokens": u.cached_completion_tokens,
-            "prompt_tokens": u.prompt_tokens, "calls": len(items),
-            "backend_calls": u.calls, "cache_hits": u.cache_hits,
-            "backend_seconds": u.generation_seconds,
-            "outside_backend_seconds": wall - u.generation_seconds,
-            "per_call_seconds": per_call, "failures": failures, "texts": texts}
+    return {
+        "wall_seconds": wall,
+        "cpu_seconds": cpu,
+        "completion_tokens": u.completion_tokens,
+        "cached_completion_tokens": u.cached_completion_tokens,
+        "prompt_tokens": u.prompt_tokens,
+        "calls": len(items),
+        "backend_calls": u.calls,
+        "cache_hits": u.cache_hits,
+        "backend_seconds": u.generation_seconds,
+        "outside_backend_seconds": wall - u.generation_seconds,
+        "per_call_seconds": per_call,
+        "failures": failures,
+        "texts": texts,
+    }
 
 
 class _Replay:
@@ -118,8 +135,15 @@ class _Replay:
         return Llama.create_chat_completion_openai_v1(self, **kwargs)  # type: ignore[arg-type]
 
 
-def replay_overhead(direct: dict[str, Any], items, identity: dict[str, Any], cfg, tmpdir: Path,
-                    rounds: int, profile: bool = False) -> dict[str, Any]:
+def replay_overhead(
+    direct: dict[str, Any],
+    items,
+    identity: dict[str, Any],
+    cfg,
+    tmpdir: Path,
+    rounds: int,
+    profile: bool = False,
+) -> dict[str, Any]:
     """Toolkit time per call with a zero-cost backend: instructor request/parse, cache key
     hashing, SQLite write, OpenAI-type conversion. Fresh cache each round (all misses)."""
     import gen.llm as gl
@@ -129,9 +153,14 @@ def replay_overhead(direct: dict[str, Any], items, identity: dict[str, Any], cfg
     walls = []
     prof = None
     for k in range(rounds):
-        llm = gl.LLM(fake.create_chat_completion_openai_v1, identity=identity, sampling=cfg,
-                     cache=gl.Cache(tmpdir / f"replay{k}" / "llm.sqlite"), lock=True,
-                     schema_format="json_object")
+        llm = gl.LLM(
+            fake.create_chat_completion_openai_v1,
+            identity=identity,
+            sampling=cfg,
+            cache=gl.Cache(tmpdir / f"replay{k}" / "llm.sqlite"),
+            lock=True,
+            schema_format="json_object",
+        )
         if profile and k == rounds - 1:
             import cProfile
 
@@ -194,7 +223,9 @@ def machine_info() -> dict[str, Any]:
         instructor_version = None
     return {
         "nproc": os.cpu_count(),
-        "sched_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "sched_affinity": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else None,
         "platform": platform.platform(),
         "machine": platform.machine(),
         "processor": platform.processor() or None,
@@ -209,19 +240,40 @@ def machine_info() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=12, help="prompts per loop (default 12)")
-    ap.add_argument("--reps", type=int, default=2,
-                    help="repetitions; the path order alternates between them (default 2)")
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "llm_overhead.json",
-                    help="JSON results file (default bench/results/llm_overhead.json)")
-    ap.add_argument("--replay-rounds", type=int, default=20,
-                    help="rounds of the zero-cost-backend replay that isolates toolkit time (default 20)")
-    ap.add_argument("--profile", action="store_true",
-                    help="print a cProfile of one replay round (where the toolkit's time goes)")
-    ap.add_argument("--interleave", action="store_true",
-                    help="pair the paths per prompt (direct i, toolkit i; order flipping each "
-                         "prompt and rep) instead of whole loops; robust to a busy machine")
-    ap.add_argument("--shared-model", action="store_true",
-                    help="direct calls use the toolkit's own Llama instance instead of a second one")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=2,
+        help="repetitions; the path order alternates between them (default 2)",
+    )
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).parent / "results" / "llm_overhead.json",
+        help="JSON results file (default bench/results/llm_overhead.json)",
+    )
+    ap.add_argument(
+        "--replay-rounds",
+        type=int,
+        default=20,
+        help="rounds of the zero-cost-backend replay that isolates toolkit time (default 20)",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="print a cProfile of one replay round (where the toolkit's time goes)",
+    )
+    ap.add_argument(
+        "--interleave",
+        action="store_true",
+        help="pair the paths per prompt (direct i, toolkit i; order flipping each "
+        "prompt and rep) instead of whole loops; robust to a busy machine",
+    )
+    ap.add_argument(
+        "--shared-model",
+        action="store_true",
+        help="direct calls use the toolkit's own Llama instance instead of a second one",
+    )
     args = ap.parse_args(argv)
     if args.n < 1 or args.reps < 1:
         ap.error("--n and --reps must be >= 1")
@@ -236,8 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     all_items = build_prompts(args.n)
     warm, items = all_items[-1], all_items[:-1]
 
-    print(f"model {model_path.name}, {args.n} prompts x {args.reps} reps, "
-          f"{info['nproc']} CPUs, llama-cpp-python {info['llama_cpp_python']}", flush=True)
+    print(
+        f"model {model_path.name}, {args.n} prompts x {args.reps} reps, "
+        f"{info['nproc']} CPUs, llama-cpp-python {info['llama_cpp_python']}",
+        flush=True,
+    )
 
     with tempfile.TemporaryDirectory(prefix="llm_overhead_") as tmp:
         tmpdir = Path(tmp)
@@ -258,8 +313,11 @@ def main(argv: list[str] | None = None) -> int:
             direct_load = time.perf_counter() - t0
         run_direct(llama, [warm], schema, cfg)
         run_toolkit(warm_llm, [warm], Bio)
-        print(f"loaded + warmed (toolkit make_llm {toolkit_load:.2f}s incl. model sha256, "
-              f"direct Llama() {direct_load:.2f}s)", flush=True)
+        print(
+            f"loaded + warmed (toolkit make_llm {toolkit_load:.2f}s incl. model sha256, "
+            f"direct Llama() {direct_load:.2f}s)",
+            flush=True,
+        )
 
         reps = []
         for rep in range(args.reps):
@@ -273,25 +331,37 @@ def main(argv: list[str] | None = None) -> int:
                 parts: dict[str, list[dict[str, Any]]] = {"direct": [], "toolkit": []}
                 for i, item in enumerate(items):
                     for path in order if i % 2 == 0 else order[::-1]:
-                        parts[path].append(run_direct(llama, [item], schema, cfg)
-                                           if path == "direct" else run_toolkit(llm, [item], Bio))
+                        parts[path].append(
+                            run_direct(llama, [item], schema, cfg)
+                            if path == "direct"
+                            else run_toolkit(llm, [item], Bio)
+                        )
                 res["direct"], res["toolkit"] = merge(parts["direct"]), merge(parts["toolkit"])
             else:
                 res["order"] = list(order)
                 for path in order:
-                    res[path] = (run_direct(llama, items, schema, cfg) if path == "direct"
-                                 else run_toolkit(llm, items, Bio))
+                    res[path] = (
+                        run_direct(llama, items, schema, cfg)
+                        if path == "direct"
+                        else run_toolkit(llm, items, Bio)
+                    )
             for path in order:
                 r = res[path]
-                print(f"  rep {rep} {path:8s} {r['wall_seconds']:7.2f}s  "
-                      f"{r['completion_tokens']:5d} tok  {tps(r):6.2f} tok/s  "
-                      f"(cpu {r['cpu_seconds']:.2f}s)", flush=True)
+                print(
+                    f"  rep {rep} {path:8s} {r['wall_seconds']:7.2f}s  "
+                    f"{r['completion_tokens']:5d} tok  {tps(r):6.2f} tok/s  "
+                    f"(cpu {r['cpu_seconds']:.2f}s)",
+                    flush=True,
+                )
             # Cached rerun: a new LLM on the same (now full) cache; every call should hit.
             llm = gl.make_llm(cfg, cache=cache)
             res["cached"] = run_toolkit(llm, items, Bio)
             c = res["cached"]
-            print(f"  rep {rep} cached   {c['wall_seconds']:7.4f}s  hits {c['cache_hits']}/"
-                  f"{c['backend_calls']}", flush=True)
+            print(
+                f"  rep {rep} cached   {c['wall_seconds']:7.4f}s  hits {c['cache_hits']}/"
+                f"{c['backend_calls']}",
+                flush=True,
+            )
             d, t = res["direct"], res["toolkit"]
             res["tps_direct"] = tps(d)
             res["tps_toolkit"] = tps(t)
@@ -299,13 +369,16 @@ def main(argv: list[str] | None = None) -> int:
             res["overhead"] = 1.0 - res["ratio"]
             res["cpu_ratio"] = d["cpu_seconds"] / t["cpu_seconds"]  # tokens per CPU second
             res["cached_speedup"] = t["wall_seconds"] / c["wall_seconds"]
-            res["same_outputs"] = sum(_bio(a) == b for a, b in zip(d["texts"], t["texts"], strict=True))
+            res["same_outputs"] = sum(
+                _bio(a) == b for a, b in zip(d["texts"], t["texts"], strict=True)
+            )
             res["cached_outputs_match"] = c["texts"] == t["texts"]
             reps.append(res)
 
         # Zero-cost backend replay of the last direct loop: the toolkit's own time per call.
-        replay = replay_overhead(reps[-1]["direct"], items, llm.identity, cfg, tmpdir,
-                                 args.replay_rounds, args.profile)
+        replay = replay_overhead(
+            reps[-1]["direct"], items, llm.identity, cfg, tmpdir, args.replay_rounds, args.profile
+        )
         if "profile" in replay:
             print("\ncProfile of one replay round (toolkit work only):")
             print(replay["profile"])
@@ -320,10 +393,12 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_ratio_toolkit_over_direct": med(r["cpu_ratio"] for r in reps),
         "sec_per_call_direct": med(r["direct"]["wall_seconds"] / args.n for r in reps),
         "sec_per_call_toolkit": med(r["toolkit"]["wall_seconds"] / args.n for r in reps),
-        "toolkit_outside_backend_sec_per_call":
-            med(r["toolkit"]["outside_backend_seconds"] / args.n for r in reps),
-        "toolkit_outside_backend_share":
-            med(r["toolkit"]["outside_backend_seconds"] / r["toolkit"]["wall_seconds"] for r in reps),
+        "toolkit_outside_backend_sec_per_call": med(
+            r["toolkit"]["outside_backend_seconds"] / args.n for r in reps
+        ),
+        "toolkit_outside_backend_share": med(
+            r["toolkit"]["outside_backend_seconds"] / r["toolkit"]["wall_seconds"] for r in reps
+        ),
         "toolkit_wall_seconds": med(r["toolkit"]["wall_seconds"] for r in reps),
         "cached_wall_seconds": med(r["cached"]["wall_seconds"] for r in reps),
         "cached_sec_per_call": med(r["cached"]["wall_seconds"] / args.n for r in reps),
@@ -331,8 +406,9 @@ def main(argv: list[str] | None = None) -> int:
         "identical_outputs": [f"{r['same_outputs']}/{args.n}" for r in reps],
         "replay_toolkit_sec_per_call": med(replay["sec_per_call"]),
     }
-    summary["replay_overhead_estimate"] = (summary["replay_toolkit_sec_per_call"]
-                                           / summary["sec_per_call_direct"])
+    summary["replay_overhead_estimate"] = (
+        summary["replay_toolkit_sec_per_call"] / summary["sec_per_call_direct"]
+    )
     summary["overhead_ok"] = summary["overhead"] < OVERHEAD_TARGET
     summary["cached_speedup_ok"] = summary["cached_speedup"] >= SPEEDUP_TARGET
 
@@ -340,19 +416,29 @@ def main(argv: list[str] | None = None) -> int:
         ("tokens/s direct", f"{summary['tps_direct']:.2f}"),
         ("tokens/s toolkit", f"{summary['tps_toolkit']:.2f}"),
         ("ratio toolkit/direct", f"{summary['ratio_toolkit_over_direct']:.4f}"),
-        ("overhead (target < 5%)",
-         f"{summary['overhead'] * 100:+.2f}%  {'OK' if summary['overhead_ok'] else 'MISS'}"),
+        (
+            "overhead (target < 5%)",
+            f"{summary['overhead'] * 100:+.2f}%  {'OK' if summary['overhead_ok'] else 'MISS'}",
+        ),
         ("per-rep ratios", ", ".join(f"{x:.3f}" for x in summary["ratio_per_rep"])),
         ("tokens/CPU-s ratio toolkit/direct", f"{summary['cpu_ratio_toolkit_over_direct']:.4f}"),
         ("s/call direct", f"{summary['sec_per_call_direct']:.3f}"),
         ("s/call toolkit", f"{summary['sec_per_call_toolkit']:.3f}"),
-        ("toolkit time outside backend", f"{summary['toolkit_outside_backend_sec_per_call'] * 1e3:.2f} ms/call "
-                                         f"({summary['toolkit_outside_backend_share'] * 100:.2f}%)"),
-        ("toolkit s/call, zero-cost backend", f"{summary['replay_toolkit_sec_per_call'] * 1e3:.2f} ms "
-                                              f"(= {summary['replay_overhead_estimate'] * 100:.3f}% of a direct call)"),
+        (
+            "toolkit time outside backend",
+            f"{summary['toolkit_outside_backend_sec_per_call'] * 1e3:.2f} ms/call "
+            f"({summary['toolkit_outside_backend_share'] * 100:.2f}%)",
+        ),
+        (
+            "toolkit s/call, zero-cost backend",
+            f"{summary['replay_toolkit_sec_per_call'] * 1e3:.2f} ms "
+            f"(= {summary['replay_overhead_estimate'] * 100:.3f}% of a direct call)",
+        ),
         ("s/call cached rerun", f"{summary['cached_sec_per_call'] * 1e3:.2f} ms"),
-        ("cached speedup (target >= 100x)",
-         f"{summary['cached_speedup']:.0f}x  {'OK' if summary['cached_speedup_ok'] else 'MISS'}"),
+        (
+            "cached speedup (target >= 100x)",
+            f"{summary['cached_speedup']:.0f}x  {'OK' if summary['cached_speedup_ok'] else 'MISS'}",
+        ),
         ("identical outputs per rep", ", ".join(summary["identical_outputs"])),
     ]
     width = max(len(k) for k, _ in rows)
@@ -368,11 +454,22 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "llm_overhead",
         "machine": info,
-        "config": {"n": args.n, "reps": args.reps, "interleave": args.interleave, "shared_model": args.shared_model,
-                   "model": model_path.name, "n_ctx": cfg.n_ctx, "n_threads": cfg.n_threads,
-                   "temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": MAX_TOKENS,
-                   "attempts": cfg.attempts, "facts_seed": SEED, "prompt": "personas/bio.jinja",
-                   "schema": "schemas.personas.Bio"},
+        "config": {
+            "n": args.n,
+            "reps": args.reps,
+            "interleave": args.interleave,
+            "shared_model": args.shared_model,
+            "model": model_path.name,
+            "n_ctx": cfg.n_ctx,
+            "n_threads": cfg.n_threads,
+            "temperature": cfg.temperature,
+            "top_p": cfg.top_p,
+            "max_tokens": MAX_TOKENS,
+            "attempts": cfg.attempts,
+            "facts_seed": SEED,
+            "prompt": "personas/bio.jinja",
+            "schema": "schemas.personas.Bio",
+        },
         "replay": {k: v for k, v in replay.items() if k != "profile"},
         "load_seconds": {"toolkit_make_llm": toolkit_load, "direct_llama": direct_load},
         "targets": {"overhead_lt": OVERHEAD_TARGET, "cached_speedup_ge": SPEEDUP_TARGET},

@@ -31,18 +31,32 @@ def uptime() -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--input", default=str(ROOT.parent / "shared" / "data" / "egotom_paper"))
-    ap.add_argument("--modes", nargs="+", default=["generate", "loglik"], choices=["generate", "loglik"])
-    ap.add_argument("--sample", type=int, default=None, help="seeded random subset of items (default: all)")
+    ap.add_argument(
+        "--modes", nargs="+", default=["generate", "loglik"], choices=["generate", "loglik"]
+    )
+    ap.add_argument(
+        "--sample", type=int, default=None, help="seeded random subset of items (default: all)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads-batch", type=int, default=None)
     ap.add_argument("--prompt", default="full", choices=["full", "choices_only"])
-    ap.add_argument("--out", default=str(ROOT / "outputs" / "bench" / "nocontext"),
-                    help="run folders, one per mode")
-    ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "nocontext.json"),
-                    help="the summaries and machine load, for the README")
-    ap.add_argument("--cache-dir", default=None, help="LLM cache (default: none, so every call is timed)")
+    ap.add_argument(
+        "--out",
+        default=str(ROOT / "outputs" / "bench" / "nocontext"),
+        help="run folders, one per mode",
+    )
+    ap.add_argument(
+        "--json",
+        default=str(ROOT / "bench" / "results" / "nocontext.json"),
+        help="the summaries and machine load, for the README",
+    )
+    ap.add_argument(
+        "--cache-dir", default=None, help="LLM cache (default: none, so every call is timed)"
+    )
     args = ap.parse_args()
 
     from gen.generators.nocontext import NocontextConfig
@@ -53,17 +67,31 @@ def main() -> int:
     for mode in args.modes:
         before = uptime()
         out = Path(args.out) / mode
-        cfg = NocontextConfig(input=args.input, mode=mode, sample=args.sample, seed=args.seed,
-                              prompt=args.prompt, cache_dir=args.cache_dir, progress="plain",
-                              progress_every=60,
-                              llm=LlamaCppConfig(n_threads_batch=args.threads_batch))
+        cfg = NocontextConfig(
+            input=args.input,
+            mode=mode,
+            sample=args.sample,
+            seed=args.seed,
+            prompt=args.prompt,
+            cache_dir=args.cache_dir,
+            progress="plain",
+            progress_every=60,
+            llm=LlamaCppConfig(n_threads_batch=args.threads_batch),
+        )
         result = run("nocontext", cfg, out)
         summary = result.manifest["nocontext"]
-        results[mode] = {"uptime_before": before, "uptime_after": uptime(), "out": str(out),
-                         "threads_batch": args.threads_batch, "sample": args.sample,
-                         "summary": summary}
-        print(f"[{mode}] before: {before}\n[{mode}] after:  {results[mode]['uptime_after']}",
-              flush=True)
+        results[mode] = {
+            "uptime_before": before,
+            "uptime_after": uptime(),
+            "out": str(out),
+            "threads_batch": args.threads_batch,
+            "sample": args.sample,
+            "summary": summary,
+        }
+        print(
+            f"[{mode}] before: {before}\n[{mode}] after:  {results[mode]['uptime_after']}",
+            flush=True,
+        )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nwrote {args.json} (cpu count {os.cpu_count()})")

@@ -49,33 +49,63 @@ def main() -> int:
     rows, t0 = [], time.perf_counter()
     for i, ex in enumerate(examples()):
         sk = example_skeleton(ex)
-        members = [sk] if sk.subset == "bank" else [sk, replace(sk, scenario_id="adv-01", target_context="prior")]
-        u = Unit(i, members, sit=ex["situations"], camera=ex["camera"], speech=ex["speech"],
-                 follow=ex.get("follow_up"))
+        members = (
+            [sk]
+            if sk.subset == "bank"
+            else [sk, replace(sk, scenario_id="adv-01", target_context="prior")]
+        )
+        u = Unit(
+            i,
+            members,
+            sit=ex["situations"],
+            camera=ex["camera"],
+            speech=ex["speech"],
+            follow=ex.get("follow_up"),
+        )
         ident = identification(w, u, ex["camera"], 0)
         leaks = []
         for m in members:
-            turn_2 = (ex.get("follow_up") or ex["speech"])["turn_2_user"] if m is not members[0] else ex["speech"]["turn_2_user"]
+            turn_2 = (
+                (ex.get("follow_up") or ex["speech"])["turn_2_user"]
+                if m is not members[0]
+                else ex["speech"]["turn_2_user"]
+            )
             leaks += semantic_leak(w, u, m, ex["speech"]["turn_1_user"], turn_2, "speech", 0)
-        rows.append({"example": f"{sk.change_type}/{sk.target_context}/{sk.subset}",
-                     "identification": u.identification, "leak": u.leak,
-                     "not_identifiable": [d for _, d in ident], "semantic_leak": [d for _, d in leaks]})
-        print(f"{rows[-1]['example']:<44} identified {sum(r['pass'] for r in u.identification)}/"
-              f"{len(u.identification)}  leak {'yes' if leaks else 'no'}", flush=True)
+        rows.append(
+            {
+                "example": f"{sk.change_type}/{sk.target_context}/{sk.subset}",
+                "identification": u.identification,
+                "leak": u.leak,
+                "not_identifiable": [d for _, d in ident],
+                "semantic_leak": [d for _, d in leaks],
+            }
+        )
+        print(
+            f"{rows[-1]['example']:<44} identified {sum(r['pass'] for r in u.identification)}/"
+            f"{len(u.identification)}  leak {'yes' if leaks else 'no'}",
+            flush=True,
+        )
     frames = [r for row in rows for r in row["identification"]]
     summary = {
         "examples": len(rows),
-        "frames": len(frames), "frames_identified": sum(r["pass"] for r in frames),
+        "frames": len(frames),
+        "frames_identified": sum(r["pass"] for r in frames),
         "examples_passing_identification": sum(not r["not_identifiable"] for r in rows),
         "members_checked_for_leak": sum(len(r["leak"]) for r in rows),
         "members_leaking": sum(bool(x["leak"]) for r in rows for x in r["leak"]),
         "seconds": round(time.perf_counter() - t0, 1),
-        "llm": ctx.llm.describe()["model"], "llm_usage": ctx.llm.usage.as_dict(),
-        "config": {"identify_min_cosine": cfg.identify_min_cosine, "leak_targets": cfg.leak_targets},
+        "llm": ctx.llm.describe()["model"],
+        "llm_usage": ctx.llm.usage.as_dict(),
+        "config": {
+            "identify_min_cosine": cfg.identify_min_cosine,
+            "leak_targets": cfg.leak_targets,
+        },
         "date": dt.date.today().isoformat(),
     }
     print(json.dumps({k: v for k, v in summary.items() if k != "llm_usage"}))
-    Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1, ensure_ascii=False) + "\n")
+    Path(args.out).write_text(
+        json.dumps({"summary": summary, "rows": rows}, indent=1, ensure_ascii=False) + "\n"
+    )
     ctx.close()
     return 0
 

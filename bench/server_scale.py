@@ -48,22 +48,35 @@ GENERATORS: dict[str, list[str]] = {
     "candidates": [f"input={ROOT / 'examples' / 'candidates' / 'items.jsonl'}"],
 }
 """Each generator's options (beside llm=…): enough records to fill 64 slots several times over."""
-RECORDS = {"personas": "personas.jsonl", "nocontext": "nocontext.jsonl", "digital": "digital.jsonl",
-           "tom": "tom.jsonl", "rerank": "rerank.jsonl", "candidates": "candidates.jsonl"}
+RECORDS = {
+    "personas": "personas.jsonl",
+    "nocontext": "nocontext.jsonl",
+    "digital": "digital.jsonl",
+    "tom": "tom.jsonl",
+    "rerank": "rerank.jsonl",
+    "candidates": "candidates.jsonl",
+}
 
 
 def request_key(body: dict[str, Any]) -> str:
     """A chat request's identity: everything but the model's name."""
-    return hashlib.sha256(json.dumps({k: v for k, v in body.items() if k != "model"},
-                                     sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps({k: v for k, v in body.items() if k != "model"}, sort_keys=True).encode()
+    ).hexdigest()
 
 
 class Server:
     """The stand-in server: ``record`` (answers from the embedded model, one at a time, kept) or
     ``replay`` (answers from the recording after ``latency`` seconds, ``slots`` at once)."""
 
-    def __init__(self, recording: dict[str, dict[str, Any]], mode: str, slots: int = 1, latency: float = 0.0,
-                 keep: Path | None = None):
+    def __init__(
+        self,
+        recording: dict[str, dict[str, Any]],
+        mode: str,
+        slots: int = 1,
+        latency: float = 0.0,
+        keep: Path | None = None,
+    ):
         """``keep``: the recording's JSONL file, each new answer appended as it comes (a killed
         recording run resumes where it stopped)."""
         self.recording, self.mode, self.latency, self.keep = recording, mode, latency, keep
@@ -92,7 +105,9 @@ class Server:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's interface
-                self.send(200, {"object": "list", "data": [{"id": "smollm2-replay", "object": "model"}]})
+                self.send(
+                    200, {"object": "list", "data": [{"id": "smollm2-replay", "object": "model"}]}
+                )
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
@@ -130,7 +145,9 @@ class Server:
                         self.recording[key] = self.ask_model(body)
                         if self.keep is not None:
                             with self.keep.open("a", encoding="utf-8") as f:
-                                f.write(json.dumps({"key": key, "reply": self.recording[key]}) + "\n")
+                                f.write(
+                                    json.dumps({"key": key, "reply": self.recording[key]}) + "\n"
+                                )
                     return 200, self.recording[key]
                 time.sleep(self.latency)
                 if key not in self.recording:
@@ -156,8 +173,12 @@ class Server:
     def stats(self) -> dict[str, Any]:
         with self.lock:
             span = (self.last - self.first) if self.first is not None else 0.0
-            return {"calls": self.calls, "misses": self.misses, "seconds": round(span, 2),
-                    "mean_in_flight": round(self.area / span, 2) if span > 0 else 0.0}
+            return {
+                "calls": self.calls,
+                "misses": self.misses,
+                "seconds": round(span, 2),
+                "mean_in_flight": round(self.area / span, 2) if span > 0 else 0.0,
+            }
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -171,16 +192,30 @@ def _llama_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def run_gen(name: str, url: str, concurrency: int, out: Path, code: Path | None) -> tuple[int, float, str]:
+def run_gen(
+    name: str, url: str, concurrency: int, out: Path, code: Path | None
+) -> tuple[int, float, str]:
     """``python -m gen <name>`` against ``url``; ``code``: a checkout first on PYTHONPATH."""
     env = {**os.environ, "NO_PROXY": "127.0.0.1", "GEN_CACHE_DIR": str(out.parent / "cache-unused")}
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
         env.pop(var, None)
     if code is not None:
         env["PYTHONPATH"] = str(code)
-    args = [sys.executable, "-m", "gen", name, *GENERATORS[name], "llm=openai", f"llm.base_url={url}",
-            "llm.model=smollm2-replay", f"llm.concurrency={concurrency}", "llm.timeout=600",
-            "cache_dir=null", "progress=off", f"hydra.run.dir={out}"]
+    args = [
+        sys.executable,
+        "-m",
+        "gen",
+        name,
+        *GENERATORS[name],
+        "llm=openai",
+        f"llm.base_url={url}",
+        "llm.model=smollm2-replay",
+        f"llm.concurrency={concurrency}",
+        "llm.timeout=600",
+        "cache_dir=null",
+        "progress=off",
+        f"hydra.run.dir={out}",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(args, cwd=out.parent, env=env, capture_output=True, text=True)
     return proc.returncode, time.perf_counter() - t0, (proc.stderr.strip().splitlines() or [""])[-1]
@@ -191,19 +226,29 @@ def count_records(path: Path) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--generators", nargs="+", default=list(GENERATORS), choices=list(GENERATORS))
     ap.add_argument("--slots", type=int, default=64)
     ap.add_argument("--latency", type=float, default=2.0)
-    ap.add_argument("--before", type=Path, default=None, help="a checkout of the code to compare with")
+    ap.add_argument(
+        "--before", type=Path, default=None, help="a checkout of the code to compare with"
+    )
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench" / "server_scale")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "server_scale.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     results = json.loads(args.json.read_text()) if args.json.is_file() else {}
-    results.update({"machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
-                    "date": dt.date.today().isoformat(), "slots": args.slots, "latency_s": args.latency,
-                    "limit_calls_per_s": round(args.slots / args.latency, 2)})
+    results.update(
+        {
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+            "date": dt.date.today().isoformat(),
+            "slots": args.slots,
+            "latency_s": args.latency,
+            "limit_calls_per_s": round(args.slots / args.latency, 2),
+        }
+    )
     results.setdefault("generators", {})
     for name in args.generators:
         work = args.work / name
@@ -219,8 +264,14 @@ def main() -> int:
             srv = Server(recording, "record", keep=rec_file)
             code, secs, last = run_gen(name, srv.url, 1, work / "record", None)
             srv.close()
-            print(f"{name}: recorded {len(recording)} answers in {secs:.0f} s (exit {code}) {last}", flush=True)
-        row: dict[str, Any] = {"recorded_calls": len(recording), "records": count_records(reference)}
+            print(
+                f"{name}: recorded {len(recording)} answers in {secs:.0f} s (exit {code}) {last}",
+                flush=True,
+            )
+        row: dict[str, Any] = {
+            "recorded_calls": len(recording),
+            "records": count_records(reference),
+        }
         for label, code_dir in (("before", args.before), ("after", None)):
             if label == "before" and code_dir is None:
                 continue
@@ -230,12 +281,17 @@ def main() -> int:
             srv.close()
             s = srv.stats()
             got = out / RECORDS[name]
-            row[label] = {**s, "exit": code, "wall_s": round(secs, 1),
-                          "busy": round(s["mean_in_flight"] / args.slots, 3),
-                          "calls_per_s": round(s["calls"] / s["seconds"], 2) if s["seconds"] else 0.0,
-                          "records_per_hour": round(count_records(got) / secs * 3600) if secs else 0,
-                          "identical_to_one_slot": got.is_file() and got.read_bytes() == reference.read_bytes(),
-                          **({"error": last} if code else {})}
+            row[label] = {
+                **s,
+                "exit": code,
+                "wall_s": round(secs, 1),
+                "busy": round(s["mean_in_flight"] / args.slots, 3),
+                "calls_per_s": round(s["calls"] / s["seconds"], 2) if s["seconds"] else 0.0,
+                "records_per_hour": round(count_records(got) / secs * 3600) if secs else 0,
+                "identical_to_one_slot": got.is_file()
+                and got.read_bytes() == reference.read_bytes(),
+                **({"error": last} if code else {}),
+            }
             print(f"{name} {label}: {json.dumps(row[label])}", flush=True)
         results["generators"][name] = row
         args.json.parent.mkdir(parents=True, exist_ok=True)

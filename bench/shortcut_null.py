@@ -88,7 +88,14 @@ def one_test(items: list[Any], cfg: Any, seed: int) -> dict[str, Any]:
     out = shortcut_cv(items, cfg, seed)
     hits = float(out["correct"].sum())
     k = int(round(hits))
-    return {"n": n, "p0": p0, "hits": hits, "k": k, "p": float(binom_greater(k, n, p0)), "midp": midp(k, n, p0)}
+    return {
+        "n": n,
+        "p0": p0,
+        "hits": hits,
+        "k": k,
+        "p": float(binom_greater(k, n, p0)),
+        "midp": midp(k, n, p0),
+    }
 
 
 def summarise(tests: list[dict[str, Any]]) -> dict[str, Any]:
@@ -107,7 +114,9 @@ def summarise(tests: list[dict[str, Any]]) -> dict[str, Any]:
     p0 = np.array([t["p0"] for t in tests])
     exp_mean, exp_var = float(np.mean(n * p0)), float(np.mean(n * p0 * (1 - p0)))
     z = (hits - n * p0) / np.sqrt(n * p0 * (1 - p0))  # the hit count in binomial sd from n·p0
-    mixed = len(set(n)) > 1 or len(set(p0)) > 1  # pooled banks: only the standardised moments mean something
+    mixed = (
+        len(set(n)) > 1 or len(set(p0)) > 1
+    )  # pooled banks: only the standardised moments mean something
 
     def rate(x: np.ndarray, level: float) -> dict[str, Any]:
         c = int((x < level).sum())
@@ -115,14 +124,20 @@ def summarise(tests: list[dict[str, Any]]) -> dict[str, Any]:
         return {"count": c, "rate": round(c / m, 4), "ci95": [round(lo, 4), round(hi, 4)]}
 
     return {
-        "tests": m, "n": sorted({int(x) for x in n}), "p0": round(float(p0.mean()), 4),
-        "fpr_05": rate(p, 0.05), "fpr_01": rate(p, 0.01),
-        "midp_fpr_05": rate(mp, 0.05), "midp_fpr_01": rate(mp, 0.01),
-        "hits_mean": None if mixed else round(float(hits.mean()), 3), "binom_mean": None if mixed else round(exp_mean, 3),
+        "tests": m,
+        "n": sorted({int(x) for x in n}),
+        "p0": round(float(p0.mean()), 4),
+        "fpr_05": rate(p, 0.05),
+        "fpr_01": rate(p, 0.01),
+        "midp_fpr_05": rate(mp, 0.05),
+        "midp_fpr_01": rate(mp, 0.01),
+        "hits_mean": None if mixed else round(float(hits.mean()), 3),
+        "binom_mean": None if mixed else round(exp_mean, 3),
         "hits_var": round(float(hits.var(ddof=1)), 3) if m > 1 and not mixed else None,
         "rounded_k_var": round(float(ks.var(ddof=1)), 3) if m > 1 and not mixed else None,
         "binom_var": None if mixed else round(exp_var, 3),
-        "z_mean": round(float(z.mean()), 3), "z_var": round(float(z.var(ddof=1)), 3) if m > 1 else None,
+        "z_mean": round(float(z.mean()), 3),
+        "z_var": round(float(z.var(ddof=1)), 3) if m > 1 else None,
         "var_ratio": round(float(z.var(ddof=1)), 3) if m > 1 else None,
         "ks_p_vs_uniform": round(float(kstest(p, "uniform").statistic), 4),
         "ks_midp_vs_uniform": round(float(kstest(mp, "uniform").statistic), 4),
@@ -137,11 +152,17 @@ def reference_binomial(n: int, p0: float, reps: int, rng: np.random.Generator) -
     k = rng.binomial(n, p0, size=reps)
     p = binom.sf(k - 1, n, p0)
     mp = binom.sf(k, n, p0) + 0.5 * binom.pmf(k, n, p0)
-    return {"n": n, "p0": round(p0, 4), "reps": reps, "fpr_05": round(float((p < 0.05).mean()), 4),
-            "fpr_01": round(float((p < 0.01).mean()), 4), "exact_size_05": round(_size(n, p0, 0.05), 4),
-            "exact_size_01": round(_size(n, p0, 0.01), 4),
-            "ks_p_vs_uniform": round(float(kstest(p, "uniform").statistic), 4),
-            "ks_midp_vs_uniform": round(float(kstest(mp, "uniform").statistic), 4)}
+    return {
+        "n": n,
+        "p0": round(p0, 4),
+        "reps": reps,
+        "fpr_05": round(float((p < 0.05).mean()), 4),
+        "fpr_01": round(float((p < 0.01).mean()), 4),
+        "exact_size_05": round(_size(n, p0, 0.05), 4),
+        "exact_size_01": round(_size(n, p0, 0.01), 4),
+        "ks_p_vs_uniform": round(float(kstest(p, "uniform").statistic), 4),
+        "ks_midp_vs_uniform": round(float(kstest(mp, "uniform").statistic), 4),
+    }
 
 
 def _size(n: int, p0: float, level: float) -> float:
@@ -154,6 +175,7 @@ def _size(n: int, p0: float, level: float) -> float:
 
 
 # ---- permutation prototype (bench only) ----
+
 
 def perm_pvalue(items: list[Any], cfg: Any, seed: int, B: int, naive: bool) -> dict[str, Any]:
     """Permutation p-value of the check's statistic: answers re-drawn B times, same CV, same folds."""
@@ -170,29 +192,45 @@ def perm_pvalue(items: list[Any], cfg: Any, seed: int, B: int, naive: bool) -> d
     t0 = time.perf_counter()
     if naive:
         observed = float(shortcut_cv(items, cfg, seed)["correct"].sum())
-        perms = [float(shortcut_cv(redraw(items, rng), cfg, seed)["correct"].sum()) for _ in range(B)]
+        perms = [
+            float(shortcut_cv(redraw(items, rng), cfg, seed)["correct"].sum()) for _ in range(B)
+        ]
     else:
         with one_blas_thread():
             F, mask, _ = option_features(items, option_vocab(items))
-            folds_list = [folds_for(items, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)]
+            folds_list = [
+                folds_for(items, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)
+            ]
             kopt = np.array([len(it.options) for it in items])
+
             def hits(y: np.ndarray) -> float:
-                return float(cv_hits(F, mask, y, folds_list, cfg.shortcut_folds, cfg.shortcut_l2)[1].sum()
-                             / len(folds_list))
+                return float(
+                    cv_hits(F, mask, y, folds_list, cfg.shortcut_folds, cfg.shortcut_l2)[1].sum()
+                    / len(folds_list)
+                )
 
             observed = hits(np.array([it.answer for it in items]))
             perms = [hits(rng.integers(kopt)) for _ in range(B)]
     secs = time.perf_counter() - t0
     p = (1 + sum(h >= observed - 1e-9 for h in perms)) / (B + 1)
-    return {"n": len(items), "B": B, "naive": naive, "observed_hits": round(observed, 2), "p": round(p, 4),
-            "seconds": round(secs, 2), "seconds_per_cv": round(secs / (B + 1), 3)}
+    return {
+        "n": len(items),
+        "B": B,
+        "naive": naive,
+        "observed_hits": round(observed, 2),
+        "p": round(p, 4),
+        "seconds": round(secs, 2),
+        "seconds_per_cv": round(secs / (B + 1), 3),
+    }
 
 
 def perm_costs(types: dict[str, list[Any]], cfg: Any, B: int, seed: int) -> dict[str, Any]:
     pooled = [it for xs in types.values() for it in xs]
     rng = np.random.default_rng([seed, 99])
     null_pooled = redraw(pooled, rng)
-    small = redraw([types["actions"][i] for i in rng.choice(len(types["actions"]), 100, replace=False)], rng)
+    small = redraw(
+        [types["actions"][i] for i in rng.choice(len(types["actions"]), 100, replace=False)], rng
+    )
     out: dict[str, Any] = {}
     for name, items in (("pooled_706", null_pooled), ("actions_100", small)):
         for naive in (False, True):
@@ -205,42 +243,63 @@ def perm_costs(types: dict[str, list[Any]], cfg: Any, B: int, seed: int) -> dict
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--input", default=str(ROOT.parent / "shared" / "data" / "egotom_paper"))
     ap.add_argument("--draws", type=int, default=400)
-    ap.add_argument("--minutes", type=float, default=30.0, help="stop starting draws after this long")
+    ap.add_argument(
+        "--minutes", type=float, default=30.0, help="stop starting draws after this long"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--small-type", default="actions")
     ap.add_argument("--small-sizes", type=int, nargs="*", default=[40, 100])
-    ap.add_argument("--repeats", type=int, nargs="+", default=[5, 1], help="shortcut_repeats values compared")
+    ap.add_argument(
+        "--repeats", type=int, nargs="+", default=[5, 1], help="shortcut_repeats values compared"
+    )
     ap.add_argument("--save-every", type=int, default=20)
     ap.add_argument("--perm", action="store_true", help="also time the permutation-test prototype")
     ap.add_argument("--perm-b", type=int, default=99)
-    ap.add_argument("--resume", action="store_true",
-                    help="start from the tests already in --json (same banks and seed) and add draws up to --draws "
-                         "(--draws equal to its draws: only re-summarise, and with --perm time the prototype)")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="start from the tests already in --json (same banks and seed) and add draws up to --draws "
+        "(--draws equal to its draws: only re-summarise, and with --perm time the prototype)",
+    )
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "shortcut_null.json"))
     args = ap.parse_args()
 
     from gen.generators.audit import AuditConfig
 
     base = AuditConfig()
-    cfgs = {r: AuditConfig().model_copy(update={"shortcut_repeats": r}) for r in args.repeats}  # also below the bound
+    cfgs = {
+        r: AuditConfig().model_copy(update={"shortcut_repeats": r}) for r in args.repeats
+    }  # also below the bound
     types = load_types(Path(args.input))
     banks: list[tuple[str, str, int | None]] = [
-        (f"{q}_all", q, None) for q, xs in types.items() if len(xs) >= base.shortcut_min_items]
-    banks += [(f"{args.small_type}_{s}", args.small_type, s) for s in args.small_sizes
-              if s >= base.shortcut_min_items and s <= len(types[args.small_type])]
-    tests: dict[str, list[dict[str, Any]]] = {f"{b}/repeats{r}": [] for b, *_ in banks for r in args.repeats}
+        (f"{q}_all", q, None) for q, xs in types.items() if len(xs) >= base.shortcut_min_items
+    ]
+    banks += [
+        (f"{args.small_type}_{s}", args.small_type, s)
+        for s in args.small_sizes
+        if s >= base.shortcut_min_items and s <= len(types[args.small_type])
+    ]
+    tests: dict[str, list[dict[str, Any]]] = {
+        f"{b}/repeats{r}": [] for b, *_ in banks for r in args.repeats
+    }
     prior_wall = prior_cpu = 0.0
     if args.resume:
         old = json.loads(Path(args.json).read_text())
         sizes = {b: s or len(types[q]) for b, q, s in banks}
         for c, rows in old["raw"].items():
             b = c.split("/")[0]
-            p0 = float(np.mean([1 / len(it.options) for it in types[old["config"]["banks"][b]["type"]]]))
-            tests[c] = [{"n": sizes[b], "p0": p0, "hits": h, "k": k, "p": pv, "midp": midp(k, sizes[b], p0)}
-                        for h, k, pv in rows]
+            p0 = float(
+                np.mean([1 / len(it.options) for it in types[old["config"]["banks"][b]["type"]]])
+            )
+            tests[c] = [
+                {"n": sizes[b], "p0": p0, "hits": h, "k": k, "p": pv, "midp": midp(k, sizes[b], p0)}
+                for h, k, pv in rows
+            ]
         prior_wall, prior_cpu = old["wall_seconds"], old["cpu_seconds"]
         if "permutation_prototype" in old and not args.perm:
             args.perm_kept = old["permutation_prototype"]
@@ -254,24 +313,41 @@ def main() -> int:
         ref = {}
         for b, q, s in banks:
             n = s or len(types[q])
-            ref[b] = reference_binomial(n, float(np.mean([1 / len(it.options) for it in types[q]])), 20000, rng)
+            ref[b] = reference_binomial(
+                n, float(np.mean([1 / len(it.options) for it in types[q]])), 20000, rng
+            )
         res = {
             "what": "false-positive rate of the choice-only shortcut test on null banks (EgoToM options, answers "
-                    "re-drawn uniformly)",
-            "config": {"shortcut_folds": base.shortcut_folds, "shortcut_repeats_default": base.shortcut_repeats,
-                       "shortcut_l2": base.shortcut_l2, "shortcut_min_items": base.shortcut_min_items,
-                       "repeats_compared": args.repeats, "seed": args.seed, "input": args.input,
-                       "banks": {b: {"type": q, "items": s or len(types[q])} for b, q, s in banks}},
-            "draws": draws, "finished": final,
+            "re-drawn uniformly)",
+            "config": {
+                "shortcut_folds": base.shortcut_folds,
+                "shortcut_repeats_default": base.shortcut_repeats,
+                "shortcut_l2": base.shortcut_l2,
+                "shortcut_min_items": base.shortcut_min_items,
+                "repeats_compared": args.repeats,
+                "seed": args.seed,
+                "input": args.input,
+                "banks": {b: {"type": q, "items": s or len(types[q])} for b, q, s in banks},
+            },
+            "draws": draws,
+            "finished": final,
             "wall_seconds": round(time.perf_counter() - started, 1),
             "cpu_seconds": round(time.process_time() - cpu0, 1),
-            "uptime_before": before, "uptime_after": uptime(), "cpu_count": os.cpu_count(),
+            "uptime_before": before,
+            "uptime_after": uptime(),
+            "cpu_count": os.cpu_count(),
             "summary": {c: summarise(ts) for c, ts in tests.items()},
             "summary_all_types_pooled": {
-                f"all_types/repeats{r}": summarise([t for b, *_ in banks if b.endswith("_all")
-                                                    for t in tests[f"{b}/repeats{r}"]]) for r in args.repeats},
+                f"all_types/repeats{r}": summarise(
+                    [t for b, *_ in banks if b.endswith("_all") for t in tests[f"{b}/repeats{r}"]]
+                )
+                for r in args.repeats
+            },
             "binomial_reference": ref,
-            "raw": {c: [[round(t["hits"], 2), t["k"], float(f"{t['p']:.4g}")] for t in ts] for c, ts in tests.items()},
+            "raw": {
+                c: [[round(t["hits"], 2), t["k"], float(f"{t['p']:.4g}")] for t in ts]
+                for c, ts in tests.items()
+            },
         }
         if perm is not None:
             res["permutation_prototype"] = perm
@@ -280,39 +356,59 @@ def main() -> int:
 
     for d in range(first, args.draws):
         if time.perf_counter() - started > args.minutes * 60:
-            print(f"time budget reached after {d} draws", flush=True)  # (of this run, with --resume)
+            print(
+                f"time budget reached after {d} draws", flush=True
+            )  # (of this run, with --resume)
             break
         t0 = time.perf_counter()
         for bi, (b, q, s) in enumerate(banks):
             rng = np.random.default_rng([args.seed, d, bi])
             pool = types[q]
-            items = pool if s is None else [pool[i] for i in sorted(rng.choice(len(pool), s, replace=False))]
+            items = (
+                pool
+                if s is None
+                else [pool[i] for i in sorted(rng.choice(len(pool), s, replace=False))]
+            )
             null = redraw(items, rng)
             for r, cfg in cfgs.items():
                 tests[f"{b}/repeats{r}"].append(one_test(null, cfg, args.seed + d))
         if d < 3 or (d + 1) % 10 == 0:
-            print(f"draw {d + 1}: {time.perf_counter() - t0:.2f} s "
-                  f"(total {time.perf_counter() - started:.0f} s)", flush=True)
+            print(
+                f"draw {d + 1}: {time.perf_counter() - t0:.2f} s "
+                f"(total {time.perf_counter() - started:.0f} s)",
+                flush=True,
+            )
         if (d + 1) % args.save_every == 0:
             save(d + 1)
     draws = len(next(iter(tests.values())))
-    perm = perm_costs(types, base, args.perm_b, args.seed) if args.perm else getattr(args, "perm_kept", None)
+    perm = (
+        perm_costs(types, base, args.perm_b, args.seed)
+        if args.perm
+        else getattr(args, "perm_kept", None)
+    )
     save(draws, final=True, perm=perm)
     res = json.loads(Path(args.json).read_text())
-    print(f"\n{'config':<26}{'tests':>6}{'p<.05':>8}{'95% CI':>16}{'p<.01':>8}{'95% CI':>16}"
-          f"{'mean':>9}{'n·p0':>9}{'var':>9}{'binvar':>8}{'ratio':>7}{'KS':>7}{'KSmid':>7}")
+    print(
+        f"\n{'config':<26}{'tests':>6}{'p<.05':>8}{'95% CI':>16}{'p<.01':>8}{'95% CI':>16}"
+        f"{'mean':>9}{'n·p0':>9}{'var':>9}{'binvar':>8}{'ratio':>7}{'KS':>7}{'KSmid':>7}"
+    )
     for c, s in {**res["summary"], **res["summary_all_types_pooled"]}.items():
         if not s["tests"]:
             continue
         f5, f1 = s["fpr_05"], s["fpr_01"]
+
         def num(x: Any) -> float:  # a moment of fewer than two tests is None
             return float("nan") if x is None else float(x)
 
-        print(f"{c:<26}{s['tests']:>6}{f5['rate']:>8.3f}{str(f5['ci95']):>16}{f1['rate']:>8.3f}{str(f1['ci95']):>16}"
-              f"{num(s['hits_mean']):>9.2f}{num(s['binom_mean']):>9.2f}"
-              f"{num(s['hits_var']):>9.2f}{num(s['binom_var']):>8.2f}{num(s['var_ratio']):>7.2f}"
-              f"{num(s['ks_p_vs_uniform']):>7.3f}{num(s['ks_midp_vs_uniform']):>7.3f}")
-    print(f"\n{draws} draws, {res['wall_seconds']} s wall, {res['cpu_seconds']} s cpu; wrote {args.json}")
+        print(
+            f"{c:<26}{s['tests']:>6}{f5['rate']:>8.3f}{str(f5['ci95']):>16}{f1['rate']:>8.3f}{str(f1['ci95']):>16}"
+            f"{num(s['hits_mean']):>9.2f}{num(s['binom_mean']):>9.2f}"
+            f"{num(s['hits_var']):>9.2f}{num(s['binom_var']):>8.2f}{num(s['var_ratio']):>7.2f}"
+            f"{num(s['ks_p_vs_uniform']):>7.3f}{num(s['ks_midp_vs_uniform']):>7.3f}"
+        )
+    print(
+        f"\n{draws} draws, {res['wall_seconds']} s wall, {res['cpu_seconds']} s cpu; wrote {args.json}"
+    )
     return 0
 
 

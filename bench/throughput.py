@@ -76,10 +76,21 @@ class TreeRSS(threading.Thread):
         self.join()
 
 
-def one(workload: str, llm_args: list[str], n: int, out: Path, cache: Path, pool: Path | None) -> dict[str, Any]:
+def one(
+    workload: str, llm_args: list[str], n: int, out: Path, cache: Path, pool: Path | None
+) -> dict[str, Any]:
     """One configuration in a child process (its own peak RSS), timed from outside."""
-    args = [sys.executable, "-m", "gen", workload, f"n={n}", "seed=0", "progress=off",
-            f"hydra.run.dir={out}", *llm_args]
+    args = [
+        sys.executable,
+        "-m",
+        "gen",
+        workload,
+        f"n={n}",
+        "seed=0",
+        "progress=off",
+        f"hydra.run.dir={out}",
+        *llm_args,
+    ]
     if workload == "digital":
         args.append(f"persona_file={pool}")
     else:
@@ -105,18 +116,27 @@ def one(workload: str, llm_args: list[str], n: int, out: Path, cache: Path, pool
     records = (out / f"{workload}.jsonl").read_bytes()
     questions = records.count(b"\n")  # tom: one record per question
     return {
-        "wall_seconds": round(wall, 1), "run_seconds": manifest["wall_seconds"],
-        "accepted": manifest["counts"]["accepted"], "rejected": manifest["counts"]["rejected"],
-        "units": n, "seconds_per_unit": round(manifest["wall_seconds"] / n, 1),
+        "wall_seconds": round(wall, 1),
+        "run_seconds": manifest["wall_seconds"],
+        "accepted": manifest["counts"]["accepted"],
+        "rejected": manifest["counts"]["rejected"],
+        "units": n,
+        "seconds_per_unit": round(manifest["wall_seconds"] / n, 1),
         "units_per_hour": round(3600 * n / manifest["wall_seconds"], 2),
-        "completion_tokens": usage["completion_tokens"], "prompt_tokens": usage["prompt_tokens"],
-        "calls": usage["calls"], "seconds_per_call": round(manifest["wall_seconds"] / max(1, usage["calls"]), 2),
+        "completion_tokens": usage["completion_tokens"],
+        "prompt_tokens": usage["prompt_tokens"],
+        "calls": usage["calls"],
+        "seconds_per_call": round(manifest["wall_seconds"] / max(1, usage["calls"]), 2),
         "tokens_per_second": round(usage["completion_tokens"] / manifest["wall_seconds"], 2),
-        "questions": questions, "questions_per_hour": round(3600 * questions / manifest["wall_seconds"], 1),
+        "questions": questions,
+        "questions_per_hour": round(3600 * questions / manifest["wall_seconds"], 1),
         "prompt_tokens_evaluated": usage.get("prompt_tokens_evaluated"),
         "prompt_reuse_ratio": usage.get("prompt_reuse_ratio"),
-        "prompt_tokens_evaluated_per_question": (round(usage["prompt_tokens_evaluated"] / questions)
-                                                 if questions and usage.get("prompt_tokens_evaluated") is not None else None),
+        "prompt_tokens_evaluated_per_question": (
+            round(usage["prompt_tokens_evaluated"] / questions)
+            if questions and usage.get("prompt_tokens_evaluated") is not None
+            else None
+        ),
         "peak_rss_mb": round(usage_.ru_maxrss / 1024, 1),
         "peak_tree_rss_mb": round(tree.peak_kb / 1024, 1),
         "records_sha256": hashlib.sha256(records).hexdigest(),
@@ -137,12 +157,17 @@ def prompt_limit(tokens: int = 2900) -> dict[str, Any]:
     llama.eval(ids)
     seconds = time.perf_counter() - t0
     llama.close()
-    return {"prompt_tokens": len(ids), "seconds": round(seconds, 2),
-            "prompt_tokens_per_second": round(len(ids) / seconds, 1)}
+    return {
+        "prompt_tokens": len(ids),
+        "seconds": round(seconds, 2),
+        "prompt_tokens_per_second": round(len(ids) / seconds, 1),
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=4, help="DCG bundles per configuration")
     ap.add_argument("--clips", type=int, default=4, help="tom clips per configuration")
     ap.add_argument("--slots", type=int, nargs="+", default=[1, 2, 4])
@@ -153,15 +178,23 @@ def main() -> None:
     from bench.digital import write_pool
 
     configs = [("in_process", ["llm=smollm2"])] + [
-        (f"llama_server_{k}", ["llm=llama_server", f"llm.parallel={k}"]) for k in args.slots]
+        (f"llama_server_{k}", ["llm=llama_server", f"llm.parallel={k}"]) for k in args.slots
+    ]
     # issue 21: prompt-prefix reuse against the same runs without it, side by side
-    before = [("in_process_before", ["llm=smollm2", "llm.prefix_states=0"]),
-              (f"llama_server_{max(args.slots)}_before",
-               ["llm=llama_server", f"llm.parallel={max(args.slots)}", "llm.slot_affinity=false"])]
+    before = [
+        ("in_process_before", ["llm=smollm2", "llm.prefix_states=0"]),
+        (
+            f"llama_server_{max(args.slots)}_before",
+            ["llm=llama_server", f"llm.parallel={max(args.slots)}", "llm.slot_affinity=false"],
+        ),
+    ]
     results: dict[str, Any] = {
         "date": dt.date.today().isoformat(),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                    "loadavg_before": os.getloadavg()},
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "loadavg_before": os.getloadavg(),
+        },
         "workloads": {},
     }
     with tempfile.TemporaryDirectory() as tmp_:
@@ -172,10 +205,20 @@ def main() -> None:
                 continue
             n = args.n if workload == "digital" else args.clips
             rows = {}
-            for name, llm_args in (before + configs if workload == "tom" else configs):
+            for name, llm_args in before + configs if workload == "tom" else configs:
                 print(f"[{workload}] {name} ...", flush=True)
-                rows[name] = one(workload, llm_args, n, tmp / workload / name, tmp / workload / name / "cache", pool)
-                print(f"  {json.dumps({k: rows[name].get(k) for k in ('wall_seconds', 'units_per_hour', 'calls', 'seconds_per_call', 'tokens_per_second', 'peak_rss_mb', 'peak_tree_rss_mb', 'error')})}", flush=True)
+                rows[name] = one(
+                    workload,
+                    llm_args,
+                    n,
+                    tmp / workload / name,
+                    tmp / workload / name / "cache",
+                    pool,
+                )
+                print(
+                    f"  {json.dumps({k: rows[name].get(k) for k in ('wall_seconds', 'units_per_hour', 'calls', 'seconds_per_call', 'tokens_per_second', 'peak_rss_mb', 'peak_tree_rss_mb', 'error')})}",
+                    flush=True,
+                )
             base = rows["in_process"].get("units_per_hour")
             for name, r in rows.items():  # the gain of prefix reuse (tom)
                 was = rows.get(name + "_before", {}).get("questions_per_hour")
@@ -185,7 +228,10 @@ def main() -> None:
                 for r in rows.values():
                     if r.get("questions_per_hour"):
                         r["questions_per_hour_vs_in_process_before"] = round(
-                            r["questions_per_hour"] / rows["in_process_before"]["questions_per_hour"], 2)
+                            r["questions_per_hour"]
+                            / rows["in_process_before"]["questions_per_hour"],
+                            2,
+                        )
             one_slot = rows.get("llama_server_1", {}).get("records_sha256")
             for r in rows.values():
                 if base and r.get("units_per_hour"):

@@ -37,12 +37,17 @@ def own_generators() -> list[str]:
 
 
 def on_files(files: Any, config: Any) -> Any:
-    pages = {PurePosixPath(f.src_uri).stem for f in files.documentation_pages()
-             if f.src_uri.startswith("reference/")}
+    pages = {
+        PurePosixPath(f.src_uri).stem
+        for f in files.documentation_pages()
+        if f.src_uri.startswith("reference/")
+    }
     for name in own_generators():
         if name not in pages:
-            log.warning(f"the generator {name} has no reference page: write docs/reference/{name}.md "
-                        "(with <!-- gen:options --> and <!-- gen:records -->) and add it to mkdocs.yml's nav")
+            log.warning(
+                f"the generator {name} has no reference page: write docs/reference/{name}.md "
+                "(with <!-- gen:options --> and <!-- gen:records -->) and add it to mkdocs.yml's nav"
+            )
     return files
 
 
@@ -74,7 +79,9 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if src.startswith("reference/") and stem in REGISTRY:
         for what in ("options", "records"):
             if not any(m.group(1) == what for m in MARKER.finditer(markdown)):
-                log.warning(f"{src}: the reference page of {stem} has no <!-- gen:{what} --> marker")
+                log.warning(
+                    f"{src}: the reference page of {stem} has no <!-- gen:{what} --> marker"
+                )
     return out
 
 
@@ -93,7 +100,15 @@ def bench_results_markdown() -> str:
         elif info:
             cores = info.get("cores") or info.get("cpus") or info.get("nproc")
             cpu = info.get("cpu") or ("x86_64" if "x86_64" in str(info.get("platform", "")) else "")
-            where = ", ".join(x for x in (cpu, f"{cores} cores" if cores else "", f"Python {info['python']}" if "python" in info else "") if x)
+            where = ", ".join(
+                x
+                for x in (
+                    cpu,
+                    f"{cores} cores" if cores else "",
+                    f"Python {info['python']}" if "python" in info else "",
+                )
+                if x
+            )
         else:
             where = f"{data['cores']} cores" if "cores" in data else "not recorded"
         rows.append(f"| `{path.name}` | {date} | {where or 'not recorded'} |")

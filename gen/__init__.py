@@ -24,8 +24,12 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-_LAZY = {"CommonConfig": "gen.runner", "RunContext": "gen.runner", "Plan": "gen.runner",
-         "Reject": "gen.schemas"}
+_LAZY = {
+    "CommonConfig": "gen.runner",
+    "RunContext": "gen.runner",
+    "Plan": "gen.runner",
+    "Reject": "gen.schemas",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -48,11 +48,16 @@ def fleiss_kappa(ratings: Sequence[Sequence[Hashable]]) -> float | None:
     return (p_bar - pe) / (1 - pe)
 
 
-def field_agreement(by_item: dict[str, dict[str, Hashable]], reviewers: list[str]) -> dict[str, Any]:
+def field_agreement(
+    by_item: dict[str, dict[str, Hashable]], reviewers: list[str]
+) -> dict[str, Any]:
     """Agreement on one field. ``by_item``: item id -> reviewer -> value (only given values)."""
     multi = {i: v for i, v in by_item.items() if len(v) >= 2}
     agree = sum(len(set(v.values())) == 1 for v in multi.values())
-    out: dict[str, Any] = {"items": len(multi), "observed": round(agree / len(multi), 4) if multi else None}
+    out: dict[str, Any] = {
+        "items": len(multi),
+        "observed": round(agree / len(multi), 4) if multi else None,
+    }
     if len(reviewers) == 2:
         a, b = reviewers
         pairs = [(v[a], v[b]) for v in multi.values() if a in v and b in v]

@@ -63,20 +63,32 @@ def explain(e: ValidationError, name: str) -> str:
     """A config's validation errors as one line that names each option."""
     parts = []
     for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"]
-                       if not str(x).startswith(("function-", "llama_cpp", "openai", "llama_server")))
+        loc = ".".join(
+            str(x)
+            for x in err["loc"]
+            if not str(x).startswith(("function-", "llama_cpp", "openai", "llama_server"))
+        )
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             parts.append(f"unknown option {loc!r} for {name} (gen {name} --help lists its options)")
             continue
         where = f"invalid value for {loc}: " if loc else "invalid config: "
         got = err.get("input")
-        parts.append(f"{where}{msg} (got {got!r})" if not isinstance(got, dict) else f"{where}{msg}")
+        parts.append(
+            f"{where}{msg} (got {got!r})" if not isinstance(got, dict) else f"{where}{msg}"
+        )
     return "; ".join(parts)
 
 
-def execute(generator: str, cfg: Any, out: Path, *, plan: Any = None, resolved: dict[str, Any] | None = None,
-            quiet: bool = False) -> Any:
+def execute(
+    generator: str,
+    cfg: Any,
+    out: Path,
+    *,
+    plan: Any = None,
+    resolved: dict[str, Any] | None = None,
+    quiet: bool = False,
+) -> Any:
     """Run a validated config into ``out`` (the runner's :class:`~gen.runner.RunResult`)."""
     from gen.runner import run as run_generator
 
@@ -103,7 +115,9 @@ def run(generator: str, *, out: str | Path | None = None, **options: Any) -> Run
     says why.
     """
     cfg = configure(generator, options)
-    plan = REGISTRY[generator].make_plan(cfg)  # reads the input once; its errors come before any write
+    plan = REGISTRY[generator].make_plan(
+        cfg
+    )  # reads the input once; its errors come before any write
     folder = Path(out) if out is not None else default_folder(generator)
     folder.mkdir(parents=True, exist_ok=True)
     with run_log(folder):

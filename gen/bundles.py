@@ -68,8 +68,15 @@ class State:
         return self.now.strftime("%A")
 
 
-LIST_KEY = {App.Calendar: "events", App.Messaging: "conversations", App.Notes: "notes",
-            App.Search: "searches", App.Videos: "videos", App.Maps: "maps", App.Music: "music"}
+LIST_KEY = {
+    App.Calendar: "events",
+    App.Messaging: "conversations",
+    App.Notes: "notes",
+    App.Search: "searches",
+    App.Videos: "videos",
+    App.Maps: "maps",
+    App.Music: "music",
+}
 
 
 # --------------------------------------------------------------------------- validators
@@ -82,7 +89,9 @@ PLACEHOLDER = re.compile(
     r"|[{}<>\[\]]|lorem ipsum|placeholder|your (?:title|text|message|query)|insert \w+ here",
     re.I,
 )
-DATETIME_TEXT = re.compile(r"^\s*(\d{4}-\d{2}-\d{2}([ T]\d{1,2}:\d{2}(:\d{2})?)?|\d{1,2}:\d{2}(\s?[ap]\.?m\.?)?)\s*$", re.I)
+DATETIME_TEXT = re.compile(
+    r"^\s*(\d{4}-\d{2}-\d{2}([ T]\d{1,2}:\d{2}(:\d{2})?)?|\d{1,2}:\d{2}(\s?[ap]\.?m\.?)?)\s*$", re.I
+)
 
 
 def text_problem(text: str) -> str | None:
@@ -97,8 +106,9 @@ def text_problem(text: str) -> str | None:
     return None
 
 
-def time_problem(value: str, fmt: str, now: dt.datetime, *, past: bool,
-                 past_days: int, future_days: int) -> str | None:
+def time_problem(
+    value: str, fmt: str, now: dt.datetime, *, past: bool, past_days: int, future_days: int
+) -> str | None:
     """Why an item time is invalid: unparseable, outside the window, or (past items) after now."""
     try:
         t = dt.datetime.strptime(value, fmt)
@@ -132,8 +142,14 @@ class Checker:
         self.counts[k] = self.counts.get(k, 0) + n
 
     def time_ok(self, value: str, fmt: str, past: bool) -> bool:
-        problem = time_problem(value, fmt, self.state.now, past=past,
-                               past_days=self.cfg.window_past_days, future_days=self.cfg.window_future_days)
+        problem = time_problem(
+            value,
+            fmt,
+            self.state.now,
+            past=past,
+            past_days=self.cfg.window_past_days,
+            future_days=self.cfg.window_future_days,
+        )
         if problem:
             self.note(problem)
         return problem is None
@@ -196,7 +212,10 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
         for e in items:
             if not chk.texts_ok(e.title, (e.location, "name", SHORT)):
                 continue
-            if not (chk.time_ok(e.start_datetime, FMT_M, past=False) and chk.time_ok(e.end_datetime, FMT_M, past=False)):
+            if not (
+                chk.time_ok(e.start_datetime, FMT_M, past=False)
+                and chk.time_ok(e.end_datetime, FMT_M, past=False)
+            ):
                 continue
             if e.end_datetime <= e.start_datetime:
                 chk.note("end_before_start")
@@ -213,22 +232,34 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
                 if m.sender not in chk.state.names or m.sender not in c.participants:
                     chk.note("unknown_sender")
                     continue
-                if chk.texts_ok((m.content, "prose", TEXT)) and chk.time_ok(m.timestamp, FMT_S, past=True):
+                if chk.texts_ok((m.content, "prose", TEXT)) and chk.time_ok(
+                    m.timestamp, FMT_S, past=True
+                ):
                     msgs.append(m)
             c.messages = chk.dedupe(msgs, lambda m: m.sender + "|" + m.content)
             # a group's title is the model's topic; a two-person chat's is the other's name (code's)
-            title: tuple[str, Kind, int | None] = (c.title, "title" if len(c.participants) > 2 else "name", SHORT)
+            title: tuple[str, Kind, int | None] = (
+                c.title,
+                "title" if len(c.participants) > 2 else "name",
+                SHORT,
+            )
             if len(c.participants) < 2 or not c.messages or not chk.texts_ok(title):
                 chk.note("empty_conversation")
                 continue
             kept.append(c)
         return kept
     if app is App.Notes:
-        kept = [n for n in items if chk.texts_ok(n.title, (n.content, "prose", LONG))
-                and chk.time_ok(n.last_updated, FMT_M, past=True)]
+        kept = [
+            n
+            for n in items
+            if chk.texts_ok(n.title, (n.content, "prose", LONG))
+            and chk.time_ok(n.last_updated, FMT_M, past=True)
+        ]
         return chk.dedupe(kept, lambda n: n.title)
     if app is App.Search:
-        kept = [s for s in items if chk.texts_ok(s.query) and chk.time_ok(s.timestamp, FMT_S, past=True)]
+        kept = [
+            s for s in items if chk.texts_ok(s.query) and chk.time_ok(s.timestamp, FMT_S, past=True)
+        ]
         return chk.dedupe(kept, lambda s: s.query)
     if app is App.Videos:
         kept = []
@@ -242,9 +273,17 @@ def validate_items(app: App, items: list[Any], chk: Checker) -> list[Any]:
                 kept.append(v)
         return chk.dedupe(kept, lambda v: v.title)
     if app is App.Maps:
-        kept = [p for p in items if chk.texts_ok((p.name, "name", SHORT), (p.address, "name", SHORT))
-                and chk.time_ok(p.last_viewed, FMT_S, past=True)]
+        kept = [
+            p
+            for p in items
+            if chk.texts_ok((p.name, "name", SHORT), (p.address, "name", SHORT))
+            and chk.time_ok(p.last_viewed, FMT_S, past=True)
+        ]
         return chk.dedupe(kept, lambda p: p.name)
-    kept = [t for t in items if chk.texts_ok(*((x, "name", SHORT) for x in (t.title, t.artist, t.album)))
-            and chk.time_ok(t.played_at, FMT_S, past=True)]
+    kept = [
+        t
+        for t in items
+        if chk.texts_ok(*((x, "name", SHORT) for x in (t.title, t.artist, t.album)))
+        and chk.time_ok(t.played_at, FMT_S, past=True)
+    ]
     return chk.dedupe(kept, lambda t: t.title + "|" + t.artist)

@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         return fail("interrupted", 130)
     except BrokenPipeError:  # the reader went away (gen --help | head): nothing more to say
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        os.dup2(
+            devnull, sys.stdout.fileno()
+        )  # so the interpreter's final flush does not fail again
         return 141  # 128 + SIGPIPE, as a shell reports it
 
 
@@ -78,8 +80,11 @@ def _main(argv: list[str]) -> int:
 
 def swept_keys(overrides: list[str]) -> list[str]:
     """The keys a sweep varies (``input`` of ``input=a,b``)."""
-    return [raw.split("=", 1)[0].lstrip("+") for raw, o in zip(overrides, _parse(overrides), strict=True)
-            if o.is_sweep_override()]
+    return [
+        raw.split("=", 1)[0].lstrip("+")
+        for raw, o in zip(overrides, _parse(overrides), strict=True)
+        if o.is_sweep_override()
+    ]
 
 
 def run_sweep(name: str, expected: int, swept: list[str]) -> int:
@@ -107,8 +112,12 @@ def action_word(name: str, rest: list[str]) -> list[str]:
     ``action=<word>`` when the generator's config has an ``action`` field."""
     from gen.registry import REGISTRY
 
-    if (rest and "=" not in rest[0] and not rest[0].startswith(("-", "+", "~"))
-            and "action" in REGISTRY[name].config.model_fields):
+    if (
+        rest
+        and "=" not in rest[0]
+        and not rest[0].startswith(("-", "+", "~"))
+        and "action" in REGISTRY[name].config.model_fields
+    ):
         return [f"action={rest[0]}", *rest[1:]]
     return rest
 
@@ -122,14 +131,20 @@ def split_flags(name: str, rest: list[str]) -> tuple[list[str], list[str]]:
     flags, overrides = [], []
     for a in rest:
         if a.startswith("-") and not a.startswith("--") and a not in FLAGS:
-            raise ConfigError(f"unknown flag {a!r} for {name} (flags: -m for sweeps, -v for library logs; "
-                              f"gen {name} --help lists the options)")
+            raise ConfigError(
+                f"unknown flag {a!r} for {name} (flags: -m for sweeps, -v for library logs; "
+                f"gen {name} --help lists the options)"
+            )
         if a.startswith("--") and a not in FLAGS:
-            raise ConfigError(f"unknown flag {a!r} for {name} (flags: -m for sweeps, -v for library logs; "
-                              f"gen {name} --help lists the options)")
+            raise ConfigError(
+                f"unknown flag {a!r} for {name} (flags: -m for sweeps, -v for library logs; "
+                f"gen {name} --help lists the options)"
+            )
         if a in ("-v", "--verbose"):
-            overrides += ["hydra.job_logging.handlers.console.level=INFO",
-                          "hydra.job_logging.handlers.console.filters=[]"]
+            overrides += [
+                "hydra.job_logging.handlers.console.level=INFO",
+                "hydra.job_logging.handlers.console.filters=[]",
+            ]
         elif a in FLAGS:
             flags.append(a)
         else:
@@ -153,7 +168,9 @@ def fail(message: str, code: int) -> int:
     from rich.markup import escape
 
     # escape: a message's own brackets ("must be [low, high]") are text, not markup
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(message)}"
+    )
     return code
 
 
@@ -198,7 +215,9 @@ def _check_choices(overrides: list[Any]) -> None:
             values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.value()]
             for v in values:
                 if v not in presets[key]:
-                    raise ConfigError(f"unknown choice {key}={v}; available {key}: {', '.join(presets[key])}")
+                    raise ConfigError(
+                        f"unknown choice {key}={v}; available {key}: {', '.join(presets[key])}"
+                    )
 
 
 def sweep_jobs(overrides: list[str]) -> list[list[str]]:
@@ -288,7 +307,9 @@ def composed(name: str, overrides: list[str]) -> dict[str, Any]:
     try:
         cfg = _compose(name, overrides)
     except Exception as e:  # noqa: BLE001 - Hydra raises several types here
-        raise ConfigError(_first_line(e) + (f" {_first_line(e.__cause__)}" if e.__cause__ else "")) from None
+        raise ConfigError(
+            _first_line(e) + (f" {_first_line(e.__cause__)}" if e.__cause__ else "")
+        ) from None
     try:
         data = _plain(cfg, throw_on_missing=True)
     except MissingMandatoryValue as e:
@@ -345,32 +366,45 @@ def check_output_options(overrides: list[str]) -> None:
         elif key in ("hydra.output_subdir", "hydra.sweep.subdir"):
             if value is None and key == "hydra.output_subdir":
                 continue  # null: no .hydra folder
-            _check_relative(key, text, "null keeps no .hydra folder" if key == "hydra.output_subdir"
-                            else "the default is the job number")
+            _check_relative(
+                key,
+                text,
+                "null keeps no .hydra folder"
+                if key == "hydra.output_subdir"
+                else "the default is the job number",
+            )
         elif key == "hydra.job.chdir" and value not in (False, "false", "False"):
-            raise ConfigError("hydra.job.chdir: gen runs in the folder the command was given in (relative inputs "
-                              "are read from there); leave hydra.job.chdir out")
+            raise ConfigError(
+                "hydra.job.chdir: gen runs in the folder the command was given in (relative inputs "
+                "are read from there); leave hydra.job.chdir out"
+            )
         elif key == "hydra.job.name":
             _check_relative(key, text, "it names the run's log file", single=True)
         elif key.startswith(LOG_FILES) and key.endswith(".filename"):
             base = "${hydra.runtime.output_dir}/"
             if not text.startswith(base):
-                raise ConfigError(f"{key}: a log file goes inside the run folder ({base}<name>.log), got {text!r}")
+                raise ConfigError(
+                    f"{key}: a log file goes inside the run folder ({base}<name>.log), got {text!r}"
+                )
             _check_relative(key, text.removeprefix(base), "a file name inside the run folder")
 
 
 def _check_run_folder(key: str, text: str, value: Any) -> None:
     if value is None or not text.strip():
-        raise ConfigError(f"{key} is empty: give the run its own folder ({key}=<folder>), or leave it out "
-                          "(outputs/<generator>/<time>)")
+        raise ConfigError(
+            f"{key} is empty: give the run its own folder ({key}=<folder>), or leave it out "
+            "(outputs/<generator>/<time>)"
+        )
     if "${" in text:
         return
     where = Path(text).expanduser().resolve()
     here = Path.cwd().resolve()
     if where == here or where in here.parents:
-        raise ConfigError(f"{key}={text}: the run would be written into "
-                          f"{'the current folder' if where == here else f'{where}, a folder above this one'}; "
-                          "give the run its own folder")
+        raise ConfigError(
+            f"{key}={text}: the run would be written into "
+            f"{'the current folder' if where == here else f'{where}, a folder above this one'}; "
+            "give the run its own folder"
+        )
 
 
 def _check_relative(key: str, text: str, hint: str, *, single: bool = False) -> None:
@@ -379,9 +413,16 @@ def _check_relative(key: str, text: str, hint: str, *, single: bool = False) -> 
     parts = PurePosixPath(text).parts
     if not text.strip():
         raise ConfigError(f"{key} is empty ({hint})")
-    if text.startswith(("/", "~")) or any(p in ("..", ".") for p in parts) or (single and len(parts) > 1) \
-            or "\\" in text or "\x00" in text:
-        raise ConfigError(f"{key}={text}: must stay inside the run folder (a plain relative name; {hint})")
+    if (
+        text.startswith(("/", "~"))
+        or any(p in ("..", ".") for p in parts)
+        or (single and len(parts) > 1)
+        or "\\" in text
+        or "\x00" in text
+    ):
+        raise ConfigError(
+            f"{key}={text}: must stay inside the run folder (a plain relative name; {hint})"
+        )
 
 
 def check_run_dir(name: str, overrides: list[str], *, multirun: bool) -> None:
@@ -404,7 +445,9 @@ def check_run_dir(name: str, overrides: list[str], *, multirun: bool) -> None:
     try:  # what access() cannot tell (root in /proc, a read-only mount): make a folder there
         os.rmdir(tempfile.mkdtemp(prefix=".gen-probe-", dir=probe))
     except OSError as e:
-        raise ConfigError(f"{key}: cannot make a run folder at {shown}: {probe}: {e.strerror or e}") from None
+        raise ConfigError(
+            f"{key}: cannot make a run folder at {shown}: {probe}: {e.strerror or e}"
+        ) from None
 
 
 def _first_line(e: BaseException) -> str:
@@ -425,7 +468,9 @@ def _task(cfg: Any) -> int:
     name = hc.runtime.choices["generator"]
     out_dir = Path(hc.runtime.output_dir)
     code, error = _job(name, cfg, out_dir)
-    if hc.mode == RunMode.MULTIRUN:  # a sweep's job: report and return, so the sweep runs its other jobs
+    if (
+        hc.mode == RunMode.MULTIRUN
+    ):  # a sweep's job: report and return, so the sweep runs its other jobs
         report(int(hc.job.num), list(hc.overrides.task), code, error, out_dir)
         if code == 130:
             raise KeyboardInterrupt
@@ -485,8 +530,12 @@ def print_help() -> None:
     width = max(len(n) for n in REGISTRY)
     for name in sorted(REGISTRY):
         print(f"  {name:<{width}}  {REGISTRY[name].help}")
-    print(f"\ncommon overrides: seed= n= llm={'|'.join(LLM_PRESETS)} embedder= input= shard= num_shards=")
-    print("                  hydra.run.dir=<folder>   -m ... hydra/launcher=joblib (sweeps)   -v (library logs)")
+    print(
+        f"\ncommon overrides: seed= n= llm={'|'.join(LLM_PRESETS)} embedder= input= shard= num_shards="
+    )
+    print(
+        "                  hydra.run.dir=<folder>   -m ... hydra/launcher=joblib (sweeps)   -v (library logs)"
+    )
     print("example: gen digital +persona_pool=50")
 
 
@@ -505,9 +554,15 @@ def print_generator_help(name: str) -> None:
             print(f"  {f'{o.key}={o.default}':<28} {o.description}")
         print()
     stages = g.config.model_fields.get("stages")
-    if stages is not None and isinstance(stages.annotation, type) and issubclass(stages.annotation, StagesConfig):
-        print("stages (a model per stage: stages.<stage>.llm=<preset> or stages.<stage>.llm.<field>=…; "
-              "unset: the run's llm):")
+    if (
+        stages is not None
+        and isinstance(stages.annotation, type)
+        and issubclass(stages.annotation, StagesConfig)
+    ):
+        print(
+            "stages (a model per stage: stages.<stage>.llm=<preset> or stages.<stage>.llm.<field>=…; "
+            "unset: the run's llm):"
+        )
         for stage, info in stages.annotation.model_fields.items():
             print(f"  {stage:<28} {' '.join((info.description or '').split())}")
         print()

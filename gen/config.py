@@ -27,10 +27,17 @@ GROUP_FIELDS = ("llm", "embedder")
 
 LLM_PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any], str]] = {
     "smollm2": (LlamaCppConfig, {}, "the embedded SmolLM2-135M-Instruct (Q4_1) in process"),
-    "llama_cpp": (LlamaCppConfig, {"model_path": MISSING},
-                  "any local GGUF in process: llm=llama_cpp llm.model_path=/path/model.gguf"),
+    "llama_cpp": (
+        LlamaCppConfig,
+        {"model_path": MISSING},
+        "any local GGUF in process: llm=llama_cpp llm.model_path=/path/model.gguf",
+    ),
     "openai": (OpenAIConfig, {}, "any OpenAI-compatible server: llm.base_url=… llm.model=…"),
-    "llama_server": (LlamaServerConfig, {}, "llama.cpp's llama-server, started by gen ([server] extra)"),
+    "llama_server": (
+        LlamaServerConfig,
+        {},
+        "llama.cpp's llama-server, started by gen ([server] extra)",
+    ),
 }
 EMBEDDER_PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any], str]] = {
     "minilm": (EmbedderConfig, {}, "the embedded all-MiniLM-L6-v2 (offline)"),
@@ -49,8 +56,9 @@ def field_default(model: type[BaseModel], name: str) -> Any:
     return to_jsonable_python(field.get_default(call_default_factory=True))
 
 
-def node(model: type[BaseModel], overrides: dict[str, Any] | None = None,
-         skip: tuple[str, ...] = ()) -> dict[str, Any]:
+def node(
+    model: type[BaseModel], overrides: dict[str, Any] | None = None, skip: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The defaults of ``model`` as a plain dict node (``overrides`` replace some)."""
     out = {name: field_default(model, name) for name in model.model_fields if name not in skip}
     out.update(overrides or {})
@@ -66,8 +74,12 @@ def register(name: str) -> None:
     from gen.registry import REGISTRY
 
     cs = ConfigStore.instance()
-    cs.store(group="generator", name=name, node=node(REGISTRY[name].config, skip=GROUP_FIELDS),
-             package="_global_")
+    cs.store(
+        group="generator",
+        name=name,
+        node=node(REGISTRY[name].config, skip=GROUP_FIELDS),
+        package="_global_",
+    )
     for preset, (model, over, _) in LLM_PRESETS.items():
         cs.store(group="llm", name=preset, node=node(model, over))
     for preset, (model, over, _) in EMBEDDER_PRESETS.items():
@@ -87,13 +99,17 @@ def llm_preset(name: str) -> dict[str, Any]:
     """An ``llm=`` preset by name as a config dict, for options that list models
     (``models=[smollm2, {backend: openai, …}]`` in nocontext and scenarios)."""
     if name not in LLM_PRESETS:
-        raise ValueError(f"models: no llm preset {name!r} (choose from {', '.join(LLM_PRESETS)}, or give a dict)")
+        raise ValueError(
+            f"models: no llm preset {name!r} (choose from {', '.join(LLM_PRESETS)}, or give a dict)"
+        )
     model, over, _ = LLM_PRESETS[name]
     conf = node(model, over)
     missing = [k for k, v in conf.items() if v == MISSING]
     if missing:
-        raise ValueError(f"models: the {name} preset needs {missing[0]}; give the model as a "
-                         f"dict instead ({{backend: {conf['backend']}, {missing[0]}: ...}})")
+        raise ValueError(
+            f"models: the {name} preset needs {missing[0]}; give the model as a "
+            f"dict instead ({{backend: {conf['backend']}, {missing[0]}: ...}})"
+        )
     return conf
 
 

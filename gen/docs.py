@@ -43,14 +43,21 @@ def options(name: str, *, environment: bool = True) -> list[tuple[str, list[Opti
 
     spec = REGISTRY[name]
     own = [k for k in spec.config.model_fields if k not in CommonConfig.model_fields]
-    return [(f"{name} options", [option(spec.config, k, environment) for k in own]),
-            ("common options", [option(spec.config, k, environment) for k in CommonConfig.model_fields])]
+    return [
+        (f"{name} options", [option(spec.config, k, environment) for k in own]),
+        (
+            "common options",
+            [option(spec.config, k, environment) for k in CommonConfig.model_fields],
+        ),
+    ]
 
 
 def option(model: type[BaseModel], key: str, environment: bool = True) -> Option:
     """One field of a config as an :class:`Option`."""
     field = model.model_fields[key]
-    return Option(key, shown_default(model, key, environment), " ".join((field.description or "").split()))
+    return Option(
+        key, shown_default(model, key, environment), " ".join((field.description or "").split())
+    )
 
 
 def shown_default(model: type[BaseModel], key: str, environment: bool = True) -> Any:
@@ -78,12 +85,16 @@ def cell(text: str) -> str:
     code (a table keeps a code span's pipes as they are, and would show an escape there)."""
     text = re.sub(r"``([^`]+)``", r"`\1`", text)
     parts = re.split(r"(`[^`]*`)", text)
-    return "".join(p if p.startswith("`") else p.replace("|", "\\|") for p in parts).replace("\n", " ")
+    return "".join(p if p.startswith("`") else p.replace("|", "\\|") for p in parts).replace(
+        "\n", " "
+    )
 
 
 def code(value: Any) -> str:
     """A value as inline code (a backtick inside it is doubled around)."""
-    text = "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    text = (
+        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    )
     return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
@@ -121,10 +132,16 @@ def records_markdown(name: str) -> str:
     """A generator's record models (``records=``) and the models they hold, as Markdown."""
     spec: Generator = REGISTRY[name]
     if not spec.records:
-        return (f"`{name}` declares no record model: its records file holds what its input "
-                "held (see above).\n")
-    out = [f"Records file: `{name}.jsonl` (kind `{spec.kind}`); one line is "
-           + ", or ".join(f"a `{m.__name__}`" for m in spec.records) + ".", ""]
+        return (
+            f"`{name}` declares no record model: its records file holds what its input "
+            "held (see above).\n"
+        )
+    out = [
+        f"Records file: `{name}.jsonl` (kind `{spec.kind}`); one line is "
+        + ", or ".join(f"a `{m.__name__}`" for m in spec.records)
+        + ".",
+        "",
+    ]
     for model in nested_models(spec.records):
         out += [f"#### `{model.__name__}`", ""]
         doc = first_paragraph(model)
@@ -135,7 +152,9 @@ def records_markdown(name: str) -> str:
         for key, field in model.model_fields.items():
             shown = field.alias or key
             need = "" if field.is_required() else f" (default {code(default_of(field))})"
-            out.append(f"| `{shown}` | {code(type_name(field.annotation))}{need} | {cell(docs.get(key, ''))} |")
+            out.append(
+                f"| `{shown}` | {code(type_name(field.annotation))}{need} | {cell(docs.get(key, ''))} |"
+            )
         if model.model_config.get("extra") == "allow":
             out.append("| … | | further fields are kept as they are |")
         out.append("")
@@ -215,9 +234,13 @@ def field_docs(model: type[BaseModel]) -> dict[str, str]:
         if not isinstance(body, ast.ClassDef):
             continue
         for stmt, after in zip(body.body, [*body.body[1:], None], strict=True):
-            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
-                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                    and isinstance(after.value.value, str)):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
                 out[stmt.target.id] = " ".join(after.value.value.split())
     for key, field in model.model_fields.items():
         if field.description:
@@ -225,5 +248,11 @@ def field_docs(model: type[BaseModel]) -> dict[str, str]:
     return out
 
 
-__all__ = ["Option", "backend_markdown", "generators_markdown", "options", "options_markdown",
-           "records_markdown"]
+__all__ = [
+    "Option",
+    "backend_markdown",
+    "generators_markdown",
+    "options",
+    "options_markdown",
+    "records_markdown",
+]

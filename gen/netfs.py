@@ -30,10 +30,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 NETWORK_MAGIC = {
-    0x6969: "nfs", 0x0BD00BD0: "lustre", 0xFF534D42: "cifs", 0xFE534D42: "smb2", 0x517B: "smb",
-    0x47504653: "gpfs", 0x19830326: "beegfs", 0x00C36400: "ceph", 0x01021997: "9p",
-    0x65735546: "fuse", 0x5346414F: "afs", 0x6B414653: "afs", 0x7461636F: "ocfs2", 0x01161970: "gfs2",
-    0xAAD7AAEA: "panfs", 0x73757245: "coda", 0x564C: "ncp", 0x786F4256: "vboxsf",
+    0x6969: "nfs",
+    0x0BD00BD0: "lustre",
+    0xFF534D42: "cifs",
+    0xFE534D42: "smb2",
+    0x517B: "smb",
+    0x47504653: "gpfs",
+    0x19830326: "beegfs",
+    0x00C36400: "ceph",
+    0x01021997: "9p",
+    0x65735546: "fuse",
+    0x5346414F: "afs",
+    0x6B414653: "afs",
+    0x7461636F: "ocfs2",
+    0x01161970: "gfs2",
+    0xAAD7AAEA: "panfs",
+    0x73757245: "coda",
+    0x564C: "ncp",
+    0x786F4256: "vboxsf",
 }
 """``statfs`` magic numbers (``f_type``, linux/magic.h and the vendors') of filesystems shared
 between hosts. FUSE counts: sshfs, s3fs, gcsfuse and JuiceFS are FUSE."""

@@ -48,8 +48,6 @@ class JudgeOptions(CommonConfig):
     bootstrap: int = Field(2000, ge=100, le=100_000)
     """Bootstrap resamples of the 95 % intervals of means and balanced accuracy."""
 
-
-
     @model_validator(mode="after")
     def _panel(self) -> JudgeOptions:
         if self.judge is not None and self.judges:
@@ -68,9 +66,11 @@ class JudgeOptions(CommonConfig):
         if self.judge is not None:
             return [self.judge]
         if default is None:
-            raise ConfigError("judge= is required (a model of another family than the candidate's: an llm "
-                              "preset or a dict; with judge=smollm2 add allow_same_family=true if the candidate "
-                              "is SmolLM2 too)")
+            raise ConfigError(
+                "judge= is required (a model of another family than the candidate's: an llm "
+                "preset or a dict; with judge=smollm2 add allow_same_family=true if the candidate "
+                "is SmolLM2 too)"
+            )
         return [default]
 
 
@@ -87,8 +87,13 @@ class JudgeModel:
     def describe(self) -> dict[str, Any]:
         family, source = self.llm.family_info
         d = self.llm.describe()
-        return {"label": self.label, "model": d.get("model"), "backend": d.get("backend"),
-                "family": family, "family_source": source}
+        return {
+            "label": self.label,
+            "model": d.get("model"),
+            "backend": d.get("backend"),
+            "family": family,
+            "family_source": source,
+        }
 
 
 @dataclass
@@ -103,14 +108,23 @@ class Panel:
     def manifest(self) -> dict[str, Any]:
         """The judge fields of a run manifest (the benchmark's names)."""
         p = self.primary.describe()
-        return {"judge_model": p["model"], "judge_label": self.primary.label, "judge_family": p["family"],
-                "judge_family_source": p["family_source"], "judge_family_resolution": self.resolution,
-                "candidate_family": sorted(self.candidate_families) or None,
-                "judges": [j.describe() for j in self.judges]}
+        return {
+            "judge_model": p["model"],
+            "judge_label": self.primary.label,
+            "judge_family": p["family"],
+            "judge_family_source": p["family_source"],
+            "judge_family_resolution": self.resolution,
+            "candidate_family": sorted(self.candidate_families) or None,
+            "judges": [j.describe() for j in self.judges],
+        }
 
 
-def build_panel(opts: JudgeOptions, ctx: RunContext, candidate_families: dict[str, str],
-                default: LLMConfig | None) -> Panel:
+def build_panel(
+    opts: JudgeOptions,
+    ctx: RunContext,
+    candidate_families: dict[str, str],
+    default: LLMConfig | None,
+) -> Panel:
     """Load the judges (each with its own usage counters; a judge with the same config as the
     run's model shares its loaded weights), resolve their families and apply the cross-family rule.
 
@@ -119,7 +133,10 @@ def build_panel(opts: JudgeOptions, ctx: RunContext, candidate_families: dict[st
     """
     configs = opts.judge_configs(default)
     labels = opts.judge_labels or unique_labels([model_label(c) for c in configs])
-    judges = [JudgeModel(label, c, ctx.llm_for(c).fork()) for label, c in zip(labels, configs, strict=True)]
+    judges = [
+        JudgeModel(label, c, ctx.llm_for(c).fork())
+        for label, c in zip(labels, configs, strict=True)
+    ]
     known = {f: how for f, how in candidate_families.items() if f}
     for j in judges:
         family, source = j.llm.family_info
@@ -127,26 +144,34 @@ def build_panel(opts: JudgeOptions, ctx: RunContext, candidate_families: dict[st
             raise ConfigError(
                 f"judge {j.label} is of the candidate's model family {family!r} (judge: {source}; candidate: "
                 f"{known[family]}): a model judging its own family can score it too high or too low; choose a "
-                "judge of another family (judge= or judges=[…]), or allow_same_family=true")
+                "judge of another family (judge= or judges=[…]), or allow_same_family=true"
+            )
     cross = [j for j in judges if j.family is None or j.family not in known]
     primary, how = choose_primary(opts.judge_family, judges, cross, known)
     family, source = primary.llm.family_info
     if not known:
-        why = ("candidate family unknown (no candidate_family=, no family in the rows): the first judge, "
-               f"{primary.label} ({family}, {source}), was not compared")
+        why = (
+            "candidate family unknown (no candidate_family=, no family in the rows): the first judge, "
+            f"{primary.label} ({family}, {source}), was not compared"
+        )
     elif primary in cross:
-        why = (f"cross-family: {primary.label} is {family} ({source}); the candidate is "
-               f"{', '.join(f'{f} ({h})' for f, h in sorted(known.items()))}")
+        why = (
+            f"cross-family: {primary.label} is {family} ({source}); the candidate is "
+            f"{', '.join(f'{f} ({h})' for f, h in sorted(known.items()))}"
+        )
     else:
-        why = (f"same family allowed (allow_same_family=true): {primary.label} and the candidate are both "
-               f"{family} ({source})")
+        why = (
+            f"same family allowed (allow_same_family=true): {primary.label} and the candidate are both "
+            f"{family} ({source})"
+        )
     if how:
         why = f"{how}; {why}"
     return Panel(judges, primary, known, why)
 
 
-def choose_primary(option: str, judges: list[JudgeModel], cross: list[JudgeModel],
-                   known: dict[str, str]) -> tuple[JudgeModel, str]:
+def choose_primary(
+    option: str, judges: list[JudgeModel], cross: list[JudgeModel], known: dict[str, str]
+) -> tuple[JudgeModel, str]:
     """The judge whose labels score, and how it was chosen (``""``: the default, the first judge
     of another family than the candidate's, else the first judge).
 
@@ -161,9 +186,11 @@ def choose_primary(option: str, judges: list[JudgeModel], cross: list[JudgeModel
         want = canonical_family(option)
         match = [j for j in judges if j.family == want]
         if not match:
-            raise ConfigError(f"judge_family={option}: no judge of family {want!r} among "
-                              f"{', '.join(f'{j.label} ({j.family})' for j in judges)}; add one with judges=[…] "
-                              "or choose judge_family=auto")
+            raise ConfigError(
+                f"judge_family={option}: no judge of family {want!r} among "
+                f"{', '.join(f'{j.label} ({j.family})' for j in judges)}; add one with judges=[…] "
+                "or choose judge_family=auto"
+            )
         return match[0], f"judge_family={option} (config)"
     mapped = {JUDGE_FAMILY_FOR.get(f) for f in known}
     target = next(iter(mapped)) if len(mapped) == 1 else None
@@ -171,10 +198,14 @@ def choose_primary(option: str, judges: list[JudgeModel], cross: list[JudgeModel
         want = target
         match = [j for j in cross if j.family == want]
         if match:
-            return match[0], (f"judge_family=auto: the benchmark maps {'/'.join(sorted(known))} to {want}")
+            return match[0], (
+                f"judge_family=auto: the benchmark maps {'/'.join(sorted(known))} to {want}"
+            )
         fallback = cross[0] if cross else judges[0]
-        return fallback, (f"judge_family=auto: the benchmark maps {'/'.join(sorted(known))} to {want}, and no judge "
-                          f"of it is given: the first judge of another family")
+        return fallback, (
+            f"judge_family=auto: the benchmark maps {'/'.join(sorted(known))} to {want}, and no judge "
+            f"of it is given: the first judge of another family"
+        )
     return (cross[0] if cross else judges[0]), ""
 
 
@@ -182,17 +213,27 @@ def pairwise_agreement(values: dict[str, Sequence[Hashable | None]]) -> list[dic
     """Cohen's kappa and raw agreement of every two judges, over the rows both gave a value."""
     out = []
     for a, b in combinations(values, 2):
-        pairs = [(x, y) for x, y in zip(values[a], values[b], strict=True) if x is not None and y is not None]
+        pairs = [
+            (x, y)
+            for x, y in zip(values[a], values[b], strict=True)
+            if x is not None and y is not None
+        ]
         xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
         kappa, raw = cohen_kappa(xs, ys), agreement(xs, ys)
-        out.append({"judges": [a, b], "rows": len(pairs),
-                    "agreement": None if raw is None else rounded(raw),
-                    "kappa": None if kappa is None else rounded(kappa)})
+        out.append(
+            {
+                "judges": [a, b],
+                "rows": len(pairs),
+                "agreement": None if raw is None else rounded(raw),
+                "kappa": None if kappa is None else rounded(kappa),
+            }
+        )
     return out
 
 
-
-def candidate_families(option: str | None, named: Sequence[tuple[str | None, str | None]]) -> dict[str, str]:
+def candidate_families(
+    option: str | None, named: Sequence[tuple[str | None, str | None]]
+) -> dict[str, str]:
     """The candidates' families and how each was found: ``candidate_family=``, else the families
     the rows give, else the families their model names start with (``gpt-4o`` -> openai)."""
     from gen.llm.family import family_of_name

@@ -52,8 +52,12 @@ def inside(folder: Path, name: str, *, what: str = "name") -> Path:
     if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
         raise UnsafePathError(f"{what} {name!r} is an absolute path")
     parts = PurePosixPath(name).parts
-    if not parts or name.endswith("/") or any(p in ("..", ".") or not _NAME_PART.match(p) for p in parts) \
-            or "//" in name:
+    if (
+        not parts
+        or name.endswith("/")
+        or any(p in ("..", ".") or not _NAME_PART.match(p) for p in parts)
+        or "//" in name
+    ):
         raise UnsafePathError(f"{what} {name!r} leaves its folder or is not a plain relative path")
     path = folder.joinpath(*parts)
     base = os.path.realpath(folder)
@@ -94,12 +98,21 @@ def input_file(path: Path, what: str | None = None, *, bounded: bool = True) -> 
     if stat.S_ISDIR(st.st_mode):
         raise InputError(f"{shown}: is a folder, not a file")
     if not stat.S_ISREG(st.st_mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(st.st_mode)
+            else "a device"
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "not a regular file"
+        )
         raise InputError(f"{shown}: is {kind}, not a regular file (give a file or a folder)")
     if bounded and st.st_size > MAX_INPUT_BYTES:
-        raise InputError(f"{shown}: {st.st_size >> 20:,} MiB is larger than an input may be "
-                         f"({MAX_INPUT_BYTES >> 20:,} MiB; GEN_MAX_INPUT_BYTES raises it)")
+        raise InputError(
+            f"{shown}: {st.st_size >> 20:,} MiB is larger than an input may be "
+            f"({MAX_INPUT_BYTES >> 20:,} MiB; GEN_MAX_INPUT_BYTES raises it)"
+        )
     return path
 
 
@@ -124,6 +137,8 @@ def read_input(path: Path, what: str | None = None) -> bytes:
     finally:
         os.close(fd)
     if len(data) > MAX_INPUT_BYTES:
-        raise InputError(f"{shown}: larger than an input may be ({MAX_INPUT_BYTES >> 20:,} MiB; "
-                         "GEN_MAX_INPUT_BYTES raises it)")
+        raise InputError(
+            f"{shown}: larger than an input may be ({MAX_INPUT_BYTES >> 20:,} MiB; "
+            "GEN_MAX_INPUT_BYTES raises it)"
+        )
     return data

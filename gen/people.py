@@ -31,6 +31,7 @@ def persona_id(seed: int, slot: int | str) -> str:
 
 # --------------------------------------------------------------------------- relations
 
+
 def feasible_relations(main: PersonaFacts, other: PersonaFacts) -> list[Relation]:
     """Relations consistent with both ages (and nationality, for family)."""
     diff = other.age - main.age  # positive: other is older
@@ -53,22 +54,36 @@ def feasible_relations(main: PersonaFacts, other: PersonaFacts) -> list[Relation
     return rel
 
 
-_WEIGHTS: dict[str, float] = {"partner": 3, "parent": 3, "child": 3, "sibling": 3, "co-worker": 2.5,
-                              "classmate": 2.5, "friend": 2, "roommate": 1.5, "neighbour": 1}
+_WEIGHTS: dict[str, float] = {
+    "partner": 3,
+    "parent": 3,
+    "child": 3,
+    "sibling": 3,
+    "co-worker": 2.5,
+    "classmate": 2.5,
+    "friend": 2,
+    "roommate": 1.5,
+    "neighbour": 1,
+}
 _AT_MOST = {"partner": 1, "parent": 2, "roommate": 2}
 
 
-def sample_related(pool: Sequence[PersonaRecord], rng: random.Random, k: int = 5,
-                   main: PersonaRecord | None = None) -> tuple[PersonaRecord, list[RelatedPersona]]:
+def sample_related(
+    pool: Sequence[PersonaRecord], rng: random.Random, k: int = 5, main: PersonaRecord | None = None
+) -> tuple[PersonaRecord, list[RelatedPersona]]:
     """A main persona and ``k`` others from ``pool``, each with an age-consistent relation."""
     if len(pool) < k + 1:
-        raise ValueError(f"a persona pool of {len(pool)} cannot give a main persona and {k} related ones")
+        raise ValueError(
+            f"a persona pool of {len(pool)} cannot give a main persona and {k} related ones"
+        )
     main = main or rng.choice(list(pool))
     others = rng.sample([p for p in pool if p.persona_id != main.persona_id], k)
     taken: dict[str, int] = {}
     related = []
     for other in others:
-        options = [r for r in feasible_relations(main, other) if taken.get(r, 0) < _AT_MOST.get(r, 99)]
+        options = [
+            r for r in feasible_relations(main, other) if taken.get(r, 0) < _AT_MOST.get(r, 99)
+        ]
         relation = rng.choices(options, weights=[_WEIGHTS[r] for r in options])[0]
         taken[relation] = taken.get(relation, 0) + 1
         related.append(RelatedPersona(relation=relation, persona=other))
@@ -83,18 +98,30 @@ def load_pool(path: Path) -> list[PersonaRecord]:
         try:
             pool.append(PersonaRecord.model_validate(row))
         except ValidationError as e:
-            raise InputError(f"{file}:{lineno}: not a persona record ({e.errors()[0]['msg']})") from None
+            raise InputError(
+                f"{file}:{lineno}: not a persona record ({e.errors()[0]['msg']})"
+            ) from None
     return pool
 
 
-def ensure_pool(ctx: RunContext, seed: int, size: int, pool_dir: str) -> tuple[list[PersonaRecord], Path]:
+def ensure_pool(
+    ctx: RunContext, seed: int, size: int, pool_dir: str
+) -> tuple[list[PersonaRecord], Path]:
     """A pool of ``size`` personas made once per (seed, size, LLM) by a ``personas`` sub-run of
     ``ctx`` in ``pool_dir`` and reused after (a given ``persona_file`` is read by :func:`load_pool`)."""
     folder = Path(pool_dir).expanduser() / f"seed{seed}-n{size}"
     folder.mkdir(parents=True, exist_ok=True)
     with exclusive(folder / ".lock"):  # shards started together make the pool once (NFS too)
-        pool = ctx.subrun("personas", folder, reuse=True, quiet=False, seed=seed, n=size, persona_pool=size,
-                          language=getattr(ctx.cfg, "language", "en"))
+        pool = ctx.subrun(
+            "personas",
+            folder,
+            reuse=True,
+            quiet=False,
+            seed=seed,
+            n=size,
+            persona_pool=size,
+            language=getattr(ctx.cfg, "language", "en"),
+        )
         if not pool.ok:
             raise PoolError(pool.manifest.error or f"the persona pool at {folder} is incomplete")
     return load_pool(folder), folder

@@ -13,9 +13,16 @@ from typing import Any
 
 
 class Progress:
-    def __init__(self, name: str, total: int, mode: str, every: float,
-                 usage: Callable[[], Any] | None = None, noun: str = "accepted",
-                 status: Callable[[], str] | None = None):
+    def __init__(
+        self,
+        name: str,
+        total: int,
+        mode: str,
+        every: float,
+        usage: Callable[[], Any] | None = None,
+        noun: str = "accepted",
+        status: Callable[[], str] | None = None,
+    ):
         if mode == "auto":
             mode = "rich" if sys.stdout.isatty() else "plain"
         self.name, self.total, self.mode, self.every, self._usage = name, total, mode, every, usage
@@ -33,8 +40,12 @@ class Progress:
             from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[info]}"), TimeRemainingColumn(), transient=False,
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeRemainingColumn(),
+                transient=False,
             )
             self._bar.start()
             self._task = self._bar.add_task(self.name, total=self.total, info="")

@@ -36,12 +36,19 @@ def render_context(context: list[TimedLine] | str) -> str:
     return "\n".join(f"{fmt_time(x.t)} | {x.text}" for x in context) or "(none)"
 
 
-def messages(prompts: Prompts, context: str, texts: Sequence[str],
-             categories: Sequence[str | None] | None = None) -> list[dict[str, str]]:
+def messages(
+    prompts: Prompts,
+    context: str,
+    texts: Sequence[str],
+    categories: Sequence[str | None] | None = None,
+) -> list[dict[str, str]]:
     """The rerank prompt: the situation and the numbered candidates."""
     cats = list(categories) if categories is not None else [None] * len(texts)
-    return prompts.render(TEMPLATE, context=context,
-                          candidates=[(i + 1, c, t) for i, (c, t) in enumerate(zip(cats, texts, strict=True))])
+    return prompts.render(
+        TEMPLATE,
+        context=context,
+        candidates=[(i + 1, c, t) for i, (c, t) in enumerate(zip(cats, texts, strict=True))],
+    )
 
 
 def permutation_problems(texts: Sequence[str], draft: RerankDraft) -> list[str]:
@@ -60,15 +67,22 @@ def permutation_problems(texts: Sequence[str], draft: RerankDraft) -> list[str]:
         problems.append(f"added {added} (there are candidates 1 to {n})")
     if twice:
         problems.append(f"listed {twice} more than once")
-    rewritten = [f"{r.id}: {texts[r.id - 1]!r} -> {r.text!r}" for r in draft.ranking
-                 if 1 <= r.id <= n and r.text.strip() != texts[r.id - 1].strip()]
+    rewritten = [
+        f"{r.id}: {texts[r.id - 1]!r} -> {r.text!r}"
+        for r in draft.ranking
+        if 1 <= r.id <= n and r.text.strip() != texts[r.id - 1].strip()
+    ]
     if rewritten:
         problems.append("rewrote " + "; ".join(rewritten))
     return problems
 
 
-PROBLEM_COUNTERS = {"dropped": "dropped_ids", "added": "added_ids", "listed": "repeated_ids",
-                    "rewrote": "rewritten_texts"}
+PROBLEM_COUNTERS = {
+    "dropped": "dropped_ids",
+    "added": "added_ids",
+    "listed": "repeated_ids",
+    "rewrote": "rewritten_texts",
+}
 """The manifest counter of each kind of difference :func:`permutation_problems` names."""
 
 
@@ -86,9 +100,18 @@ class RerankFailure(Exception):
         return f"{self.reason}: {self.detail}"
 
 
-def call(llm: Any, prompts: Prompts, context: str, texts: Sequence[str], *, seed: Callable[[int], int],
-         attempts: int, max_tokens: int, count: Callable[[str], None],
-         categories: Sequence[str | None] | None = None) -> tuple[RerankDraft, int]:
+def call(
+    llm: Any,
+    prompts: Prompts,
+    context: str,
+    texts: Sequence[str],
+    *,
+    seed: Callable[[int], int],
+    attempts: int,
+    max_tokens: int,
+    count: Callable[[str], None],
+    categories: Sequence[str | None] | None = None,
+) -> tuple[RerankDraft, int]:
     """The rerank call, re-asked with the difference named until the answer is an exact
     permutation of the pool (``attempts`` calls at most). Returns the answer and the calls it
     took; raises :class:`RerankFailure`."""
@@ -109,8 +132,16 @@ def call(llm: Any, prompts: Prompts, context: str, texts: Sequence[str], *, seed
             count(f"rerank.{PROBLEM_COUNTERS[p.split()[0]]}")
         raw = draft.model_dump_json()
         last = RerankFailure("not_a_permutation", "; ".join(problems), raw, a + 1)
-        msgs = [*msgs, {"role": "assistant", "content": raw},
-                {"role": "user", "content": prompts.render("rerank/reask.jinja", problems=problems, n=len(texts))[0]["content"]}]
+        msgs = [
+            *msgs,
+            {"role": "assistant", "content": raw},
+            {
+                "role": "user",
+                "content": prompts.render("rerank/reask.jinja", problems=problems, n=len(texts))[0][
+                    "content"
+                ],
+            },
+        ]
     raise last
 
 
@@ -149,8 +180,13 @@ def components(n: int, pairs: Sequence[tuple[int, int]]) -> list[int]:
     return [find(i) for i in range(n)]
 
 
-def resolve(draft: RerankDraft, n: int, *, protect: int | None = None,
-            count: Callable[[str], None] = lambda _: None) -> Resolved:
+def resolve(
+    draft: RerankDraft,
+    n: int,
+    *,
+    protect: int | None = None,
+    count: Callable[[str], None] = lambda _: None,
+) -> Resolved:
     """Apply a valid answer: each group of duplicates keeps its highest-ranked member (``protect``,
     the positive of a candidate set, always stays and stands for its group), ungrounded
     candidates go last. A ``duplicate_of`` naming the candidate itself or no candidate is
@@ -172,7 +208,9 @@ def resolve(draft: RerankDraft, n: int, *, protect: int | None = None,
         keeper.setdefault(group[i], i)
     removed = [(i, keeper[group[i]]) for i in order if keeper[group[i]] != i]
     gone = {i for i, _ in removed}
-    kept = [i for i in order if i not in gone and grounded[i]] + [i for i in order if i not in gone and not grounded[i]]
+    kept = [i for i in order if i not in gone and grounded[i]] + [
+        i for i in order if i not in gone and not grounded[i]
+    ]
     members: dict[int, list[int]] = {}
     for i in range(n):
         members.setdefault(group[i], []).append(i)
@@ -189,18 +227,29 @@ def embedding_pairs(embedder: Any, texts: Sequence[str], threshold: float) -> li
     with _EMBED_LOCK:
         vecs = embedder.encode(list(texts))
     sims = vecs @ vecs.T
-    return [(i, j) for i in range(len(texts)) for j in range(i + 1, len(texts)) if float(sims[i, j]) >= threshold - 1e-9]
+    return [
+        (i, j)
+        for i in range(len(texts))
+        for j in range(i + 1, len(texts))
+        if float(sims[i, j]) >= threshold - 1e-9
+    ]
 
 
-def agreement(n: int, llm_groups: Sequence[Sequence[int]], emb_pairs: Sequence[tuple[int, int]]) -> dict[str, int]:
+def agreement(
+    n: int, llm_groups: Sequence[Sequence[int]], emb_pairs: Sequence[tuple[int, int]]
+) -> dict[str, int]:
     """Every pair of candidates by verdict: both call it a duplicate pair (the LLM: same group),
     only the LLM, only the embedding, neither."""
     same = {(min(a, b), max(a, b)) for g in llm_groups for a in g for b in g if a != b}
     emb = {(min(a, b), max(a, b)) for a, b in emb_pairs}
     total = n * (n - 1) // 2
     both = len(same & emb)
-    return {"both": both, "llm_only": len(same - emb), "embedding_only": len(emb - same),
-            "neither": total - len(same | emb)}
+    return {
+        "both": both,
+        "llm_only": len(same - emb),
+        "embedding_only": len(emb - same),
+        "neither": total - len(same | emb),
+    }
 
 
 def agreement_summary(counts: Counter[str]) -> dict[str, Any]:
@@ -208,9 +257,12 @@ def agreement_summary(counts: Counter[str]) -> dict[str, Any]:
     share of flagged pairs both flagged (Jaccard)."""
     total = sum(counts[k] for k in ("both", "llm_only", "embedding_only", "neither"))
     flagged = counts["both"] + counts["llm_only"] + counts["embedding_only"]
-    return {"pairs": total, **{k: counts[k] for k in ("both", "llm_only", "embedding_only", "neither")},
-            "agree_share": round((counts["both"] + counts["neither"]) / total, 4) if total else None,
-            "flagged_jaccard": round(counts["both"] / flagged, 4) if flagged else None}
+    return {
+        "pairs": total,
+        **{k: counts[k] for k in ("both", "llm_only", "embedding_only", "neither")},
+        "agree_share": round((counts["both"] + counts["neither"]) / total, 4) if total else None,
+        "flagged_jaccard": round(counts["both"] / flagged, 4) if flagged else None,
+    }
 
 
 # --------------------------------------------------------------------------- the generator

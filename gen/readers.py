@@ -36,7 +36,9 @@ def _no_constant(name: str) -> Any:
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _NotJSONNumber(f"{text[:20]}{'…' if len(text) > 20 else ''} is too large for a number")
+        raise _NotJSONNumber(
+            f"{text[:20]}{'…' if len(text) > 20 else ''} is too large for a number"
+        )
     return value
 
 
@@ -44,9 +46,17 @@ def _non_finite_at(value: Any, where: str = "") -> str | None:
     """The field path (``a.b[2]``) of the first NaN or infinity in a parsed value."""
     if isinstance(value, float) and not math.isfinite(value):
         return where or "value"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for k, v in items:
-        found = _non_finite_at(v, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else str(k))
+        found = _non_finite_at(
+            v, f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else str(k)
+        )
         if found is not None:
             return found
     return None
@@ -64,7 +74,13 @@ def _surrogate_at(value: Any, where: str = "") -> str | None:
         except UnicodeEncodeError:
             return where or "value"
         return None
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
     for k, v in items:
         at = f"{where}[{k}]" if isinstance(k, int) else f"{where}.{k}" if where else str(k)
         found = _surrogate_at(k, at) if isinstance(k, str) else None
@@ -80,8 +96,10 @@ def no_lone_surrogates(value: Any, text: str, where: str) -> Any:
     if "\\u" in text and _SURROGATE_ESCAPE.search(text):
         field = _surrogate_at(value)
         if field is not None:
-            raise InputError(f"{where}: {field}: holds a lone UTF-16 surrogate escape (\\ud800 without its "
-                             "pair), which is not text")
+            raise InputError(
+                f"{where}: {field}: holds a lone UTF-16 surrogate escape (\\ud800 without its "
+                "pair), which is not text"
+            )
     return value
 
 
@@ -99,10 +117,14 @@ def parse_json(text: str, where: str, *, whole_file: bool = False) -> Any:
             field = _non_finite_at(json.loads(text))
         except (ValueError, RecursionError):
             field = None
-        raise InputError(f"{where}: {field or 'value'}: {e} (JSON has no NaN or Infinity)") from None
+        raise InputError(
+            f"{where}: {field or 'value'}: {e} (JSON has no NaN or Infinity)"
+        ) from None
     except RecursionError:
         raise InputError(f"{where}: not valid JSON (nested too deeply)") from None
-    except ValueError as e:  # an integer of more than 4300 digits (sys.int_info.str_digits_check_threshold)
+    except (
+        ValueError
+    ) as e:  # an integer of more than 4300 digits (sys.int_info.str_digits_check_threshold)
         raise InputError(f"{where}: not valid JSON ({str(e).split(';')[0]})") from None
     return no_lone_surrogates(value, text, where)
 
@@ -114,8 +136,10 @@ def _utf8(data: bytes, where: str) -> str:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise InputError(f"{where}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at column {column}; "
-                         "save the file as UTF-8)") from None
+        raise InputError(
+            f"{where}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at column {column}; "
+            "save the file as UTF-8)"
+        ) from None
 
 
 def read_text(path: Path) -> str:
@@ -136,7 +160,9 @@ def read_yaml_model(path: Path, model: type[M], what: str) -> M:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}{line}: not valid YAML/JSON ({getattr(e, 'problem', None) or 'syntax error'})") from None
+        raise InputError(
+            f"{path}{line}: not valid YAML/JSON ({getattr(e, 'problem', None) or 'syntax error'})"
+        ) from None
     except RecursionError:
         raise InputError(f"{path}: not valid YAML/JSON (nested too deeply)") from None
     return validated(model, data, str(path), what=what, objects_only=False)
@@ -148,7 +174,9 @@ def first_error(e: Any, default: str = "row") -> tuple[str, str]:
     return ".".join(str(x) for x in err["loc"]) or default, " ".join(str(err["msg"]).split())
 
 
-def validated(model: type[M], data: Any, where: str, *, what: str = "row", objects_only: bool = True) -> M:
+def validated(
+    model: type[M], data: Any, where: str, *, what: str = "row", objects_only: bool = True
+) -> M:
     """``model.model_validate(data)`` for one input row or file; every failure is one InputError
     line ``where: field: reason`` (``what`` when the whole row is wrong). ``objects_only``: a row
     that is not a JSON object is refused before validation, by its type."""
@@ -179,7 +207,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     the file's size; only a regular file is read (a FIFO would block the reader, a device never ends)."""
     input_file(path, bounded=False)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put here since the check does not block
+        fd = os.open(
+            path, os.O_RDONLY | os.O_NONBLOCK
+        )  # a FIFO put here since the check does not block
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -190,8 +220,10 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
         try:
             for lineno, line in enumerate(iter(lambda: f.readline(limit + 1), ""), 1):
                 if len(line) > limit:
-                    raise InputError(f"{path}:{lineno}: a line longer than an input may be "
-                                     f"({limit >> 20:,} MiB; GEN_MAX_INPUT_BYTES raises it)")
+                    raise InputError(
+                        f"{path}:{lineno}: a line longer than an input may be "
+                        f"({limit >> 20:,} MiB; GEN_MAX_INPUT_BYTES raises it)"
+                    )
                 if line.strip():
                     yield lineno, parse_json(line, f"{path}:{lineno}")
         except UnicodeDecodeError:

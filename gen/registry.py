@@ -61,9 +61,16 @@ class Generator:
         return next((m for m in self.records if m.__name__ == name), None)
 
 
-def generator(name: str, *, config: type[CommonConfig], records: type[BaseModel] | tuple[type[BaseModel], ...] = (),
-              kind: str = "records", merge: MergeHook | None = None, plan: PlanHook | None = None,
-              noun: str = "accepted") -> Callable[[Callable], Callable]:
+def generator(
+    name: str,
+    *,
+    config: type[CommonConfig],
+    records: type[BaseModel] | tuple[type[BaseModel], ...] = (),
+    kind: str = "records",
+    merge: MergeHook | None = None,
+    plan: PlanHook | None = None,
+    noun: str = "accepted",
+) -> Callable[[Callable], Callable]:
     """Declare a generator called ``name``; its docstring's first line is its help.
 
     Args:

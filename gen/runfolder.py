@@ -81,8 +81,10 @@ def read_manifest(folder: Path) -> tuple[Manifest, dict[str, Any]]:
     file = folder / MANIFEST
     raw = read_json(file)
     if not isinstance(raw, dict):
-        raise InputError(f"{file}: not a run manifest (a JSON object naming its generator), "
-                         f"got a JSON {type(raw).__name__}")
+        raise InputError(
+            f"{file}: not a run manifest (a JSON object naming its generator), "
+            f"got a JSON {type(raw).__name__}"
+        )
     return validated(Manifest, raw, str(file), what="manifest"), raw
 
 
@@ -111,8 +113,9 @@ class RunFolder:
             raise MissingInputError(f"no such run folder: {p}")
         folder = p if p.is_dir() else p.parent
         if not (folder / MANIFEST).is_file():
-            raise MissingInputError(f"{folder} is not a run folder (no {MANIFEST}; a run that did not "
-                                    "finish has none)")
+            raise MissingInputError(
+                f"{folder} is not a run folder (no {MANIFEST}; a run that did not finish has none)"
+            )
         manifest, raw = read_manifest(folder)
         return cls(folder, manifest, raw)
 
@@ -134,7 +137,11 @@ class RunFolder:
     def generator(self) -> str:
         """The generator whose records this folder holds (for merged shards, theirs)."""
         merged = self.manifest.extras.get("merged")
-        if self.made_by == "merge" and isinstance(merged, dict) and isinstance(merged.get("generator"), str):
+        if (
+            self.made_by == "merge"
+            and isinstance(merged, dict)
+            and isinstance(merged.get("generator"), str)
+        ):
             return str(merged["generator"])
         return self.made_by
 
@@ -158,7 +165,11 @@ class RunFolder:
     def config(self) -> dict[str, Any]:
         """The config the records were made with (for merged shards, the shards' shared one)."""
         merged = self.manifest.extras.get("merged")
-        if self.made_by == "merge" and isinstance(merged, dict) and isinstance(merged.get("source_config"), dict):
+        if (
+            self.made_by == "merge"
+            and isinstance(merged, dict)
+            and isinstance(merged.get("source_config"), dict)
+        ):
             return dict(merged["source_config"])
         return self.manifest.config
 
@@ -173,14 +184,23 @@ class RunFolder:
         sub-run's folder (a persona pool, a pipeline's finished step) asks."""
         wanted = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
         mine = self.manifest.config
-        return (self.ok and self.records_path.is_file()
-                and all(mine.get(k, _ABSENT) == v for k, v in wanted.items() if k not in RUNTIME_OPTIONS))
+        return (
+            self.ok
+            and self.records_path.is_file()
+            and all(
+                mine.get(k, _ABSENT) == v for k, v in wanted.items() if k not in RUNTIME_OPTIONS
+            )
+        )
 
     # ----------------------------------------------------------------- files
 
     @property
     def records_path(self) -> Path:
-        name = self.manifest.records.file if self.manifest.records is not None else f"{self.generator}.jsonl"
+        name = (
+            self.manifest.records.file
+            if self.manifest.records is not None
+            else f"{self.generator}.jsonl"
+        )
         return self.file(name, must_exist=False)
 
     @property
@@ -219,7 +239,9 @@ class RunFolder:
         from gen.readers import iter_jsonl
 
         if not self.records_path.is_file():
-            raise MissingInputError(f"{self.path}: its records file {self.records_path.name} is missing")
+            raise MissingInputError(
+                f"{self.path}: its records file {self.records_path.name} is missing"
+            )
         yield from iter_jsonl(self.records_path)
 
     def records(self, *, typed: bool = True) -> Iterator[Any]:
@@ -229,7 +251,11 @@ class RunFolder:
 
         model = self.record_model() if typed else None
         for line, row in self.rows():
-            yield row if model is None else validated(model, row, f"{self.records_path}:{line}", what="record")
+            yield (
+                row
+                if model is None
+                else validated(model, row, f"{self.records_path}:{line}", what="record")
+            )
 
     def rejects(self) -> Iterator[Any]:
         """Every reject row (:class:`schemas.Reject`)."""
@@ -248,8 +274,11 @@ class RunFolder:
 
     def __repr__(self) -> str:
         counts = self.manifest.counts
-        return (f"RunFolder({str(self.path)!r}, generator={self.generator!r}, kind={self.kind!r}"
-                + (f", records={counts.accepted}, rejected={counts.rejected})" if counts is not None else ")"))
+        return f"RunFolder({str(self.path)!r}, generator={self.generator!r}, kind={self.kind!r}" + (
+            f", records={counts.accepted}, rejected={counts.rejected})"
+            if counts is not None
+            else ")"
+        )
 
     # ----------------------------------------------------------------- tables
 
@@ -257,7 +286,9 @@ class RunFolder:
         """The records as a polars DataFrame (nested fields as structs and lists)."""
         import polars as pl
 
-        rows = [r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in self.records()]
+        rows = [
+            r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in self.records()
+        ]
         return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
 
     def to_hf(self) -> Any:
@@ -265,8 +296,12 @@ class RunFolder:
         try:
             import datasets
         except ImportError:
-            raise MissingInputError("to_hf needs the datasets package: pip install 'egogen[release]'") from None
-        rows = [r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in self.records()]
+            raise MissingInputError(
+                "to_hf needs the datasets package: pip install 'egogen[release]'"
+            ) from None
+        rows = [
+            r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in self.records()
+        ]
         return datasets.Dataset.from_list(rows)
 
 

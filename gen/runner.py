@@ -51,7 +51,6 @@ SHARED_OPTIONS = ("seed", "llm", "embedder", "cache_dir", "progress", "progress_
 """What a run inside a run inherits from its parent unless given (:meth:`RunContext.config_for`)."""
 
 
-
 class CommonConfig(BaseModel):
     """Options every generator takes (``seed=``, ``n=``, ``llm=``, ``embedder=``, ``input=``…)."""
 
@@ -73,7 +72,8 @@ class CommonConfig(BaseModel):
     """The sentence-embedding backend."""
     cache_dir: str | None = Field(
         default_factory=lambda: os.environ.get("GEN_CACHE_DIR", "~/.cache/gen"),
-        json_schema_extra={"hydra": "${oc.env:GEN_CACHE_DIR,'~/.cache/gen'}"})
+        json_schema_extra={"hydra": "${oc.env:GEN_CACHE_DIR,'~/.cache/gen'}"},
+    )
     """Per-call LLM and embedding cache folder ($GEN_CACHE_DIR, else ~/.cache/gen; null disables caching)."""
     progress: Literal["auto", "rich", "plain", "off"] = "auto"
     """Progress display: rich on a terminal, periodic lines otherwise."""
@@ -89,8 +89,10 @@ class CommonConfig(BaseModel):
     @classmethod
     def _cache_dir_named(cls, v: str | None) -> str | None:
         if v is not None and not v.strip():
-            raise ValueError("empty (the cache would be made in the current folder): give a folder, or null to "
-                             "disable caching (is GEN_CACHE_DIR set but empty?)")
+            raise ValueError(
+                "empty (the cache would be made in the current folder): give a folder, or null to "
+                "disable caching (is GEN_CACHE_DIR set but empty?)"
+            )
         return v
 
     @model_validator(mode="after")
@@ -175,7 +177,9 @@ class Backends:
     def llm(self, cfg: LLMConfig, cache: Cache | None) -> LanguageModel:
         from gen.llm import make_llm
 
-        key = json.dumps([cfg.model_dump(mode="json"), str(cache.path) if cache else None], sort_keys=True)
+        key = json.dumps(
+            [cfg.model_dump(mode="json"), str(cache.path) if cache else None], sort_keys=True
+        )
         with self._lock:
             if key not in self._llms:
                 self._llms[key] = make_llm(cfg, cache)
@@ -211,8 +215,15 @@ class RunContext:
     """What a generator may use: seeds, indices, the LLM and embedder (lazy), prompts,
     counters for the manifest, a way to write extra output files, and sub-runs."""
 
-    def __init__(self, name: str, cfg: CommonConfig, out_dir: Path, *,
-                 backends: Backends | None = None, parent: RunContext | None = None):
+    def __init__(
+        self,
+        name: str,
+        cfg: CommonConfig,
+        out_dir: Path,
+        *,
+        backends: Backends | None = None,
+        parent: RunContext | None = None,
+    ):
         self.name = name
         self.cfg = cfg
         self.out_dir = out_dir
@@ -299,7 +310,9 @@ class RunContext:
         its stages'; a loaded model's own concurrency)."""
         stages = getattr(self.cfg, "stages", None)
         configs = [self.cfg.llm, *(stages.models().values() if stages is not None else ())]
-        width = max(1 if c.backend == "llama_cpp" else c.concurrency for c in configs)  # in process: one
+        width = max(
+            1 if c.backend == "llama_cpp" else c.concurrency for c in configs
+        )  # in process: one
         return max(width, self._llm.concurrency) if self._llm is not None else width
 
     def models_manifest(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -319,7 +332,9 @@ class RunContext:
             admission = getattr(llm, "admission", None)
             models[label] = {
                 "llm": desc,
-                "sha256": hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest(),
+                "sha256": hashlib.sha256(
+                    json.dumps(desc, sort_keys=True, default=str).encode()
+                ).hexdigest(),
                 "usage": usage.as_dict(),
                 "cost": round(cost, 6) if cost is not None else None,
                 "admission": admission.stats() if admission is not None else None,
@@ -327,7 +342,10 @@ class RunContext:
         out_stages = {}
         for stage, cfg in sorted(stages.items()):
             label = by_key.get(_key(cfg), model_label(cfg))
-            out_stages[stage] = {"model": label, "sha256": models[label]["sha256"] if label in models else None}
+            out_stages[stage] = {
+                "model": label,
+                "sha256": models[label]["sha256"] if label in models else None,
+            }
         return models, out_stages
 
     def status(self) -> str:
@@ -353,7 +371,10 @@ class RunContext:
         if not used:
             return ""
         elapsed = time.perf_counter() - self._t0
-        parts = [f"in flight {flight}/{limit}", f"{tokens / elapsed:.1f} tok/s" if elapsed > 0 else ""]
+        parts = [
+            f"in flight {flight}/{limit}",
+            f"{tokens / elapsed:.1f} tok/s" if elapsed > 0 else "",
+        ]
         if cost is not None:
             parts.append(f"cost {cost:.4f}")
         return " ".join(p for p in parts if p)
@@ -406,12 +427,16 @@ class RunContext:
         from gen.api import configure
 
         spec = REGISTRY[name]
-        inherited = {k: getattr(self.cfg, k) for k in SHARED_OPTIONS
-                     if k not in options and k in spec.config.model_fields and hasattr(self.cfg, k)}
+        inherited = {
+            k: getattr(self.cfg, k)
+            for k in SHARED_OPTIONS
+            if k not in options and k in spec.config.model_fields and hasattr(self.cfg, k)
+        }
         return configure(name, {**inherited, **options}, check_input=False)
 
-    def subrun(self, name: str, out_dir: Path, *, reuse: bool = False, quiet: bool = True,
-               **options: Any) -> RunFolder:
+    def subrun(
+        self, name: str, out_dir: Path, *, reuse: bool = False, quiet: bool = True, **options: Any
+    ) -> RunFolder:
         """Run generator ``name`` inside this run, with :meth:`config_for`'s config: its own folder
         and manifest (linked from this run's manifest under ``subruns``), this run's loaded
         backends. ``reuse``: a folder that already holds a run of this config that ended well is
@@ -433,10 +458,16 @@ class RunContext:
         except ValueError:
             where = str(out_dir)
         counts = folder.raw.get("counts") or {}
-        self.subruns.append({"generator": name, "path": where,
-                             "manifest_sha256": sha256_file(out_dir / "manifest.json"),
-                             "counts": {k: counts.get(k) for k in ("requested", "accepted", "rejected")},
-                             "exit_code": folder.manifest.exit_code, **({"reused": True} if reused else {})})
+        self.subruns.append(
+            {
+                "generator": name,
+                "path": where,
+                "manifest_sha256": sha256_file(out_dir / "manifest.json"),
+                "counts": {k: counts.get(k) for k in ("requested", "accepted", "rejected")},
+                "exit_code": folder.manifest.exit_code,
+                **({"reused": True} if reused else {}),
+            }
+        )
 
     def indices(self, n: int | None = None) -> range:
         return shard_range(n or self.plan.n, self.cfg.shard, self.cfg.num_shards)
@@ -447,7 +478,9 @@ class RunContext:
     def record_id(self, index: int, *parts: object) -> str:
         return derive_id(self.cfg.seed, self.name, index, *parts)
 
-    def map(self, fn: Callable[[Any], R], items: Iterable[Any], workers: int | None = None) -> list[R]:
+    def map(
+        self, fn: Callable[[Any], R], items: Iterable[Any], workers: int | None = None
+    ) -> list[R]:
         """Apply ``fn`` to independent items (a bundle's apps, an item's shuffles), up to
         ``workers`` at once (default: :attr:`width`); results come back in input order, so records
         do not depend on scheduling. The calls pass the backend's one budget of calls in flight
@@ -458,8 +491,14 @@ class RunContext:
             workers = self.width
         return fan_out(fn, items, workers, self._backends.helpers)
 
-    def imap(self, fn: Callable[[Any], R], items: Iterable[Any], *, width: int | None = None,
-             window: int | None = None) -> Iterator[R]:
+    def imap(
+        self,
+        fn: Callable[[Any], R],
+        items: Iterable[Any],
+        *,
+        width: int | None = None,
+        window: int | None = None,
+    ) -> Iterator[R]:
         """``fn`` over the run's records (``ctx.indices()``), many at once, yielded in input order
         as each one's predecessors are done: enough records under way to keep ``width`` calls in
         flight (default: :attr:`width`), with no batch barrier, and at most ``window`` records
@@ -525,16 +564,28 @@ def run(
     accepted = rejected = done = 0
     many = False
     models: set[str] = set()
-    progress = Progress(name, requested, cfg.progress if not quiet else "off", cfg.progress_every,
-                        usage=lambda: ctx.llm.usage if ctx.llm_loaded else None, noun=gen_.noun,
-                        status=ctx.status)
+    progress = Progress(
+        name,
+        requested,
+        cfg.progress if not quiet else "off",
+        cfg.progress_every,
+        usage=lambda: ctx.llm.usage if ctx.llm_loaded else None,
+        noun=gen_.noun,
+        status=ctx.status,
+    )
     # a quiet run (a sub-run, a test) shows no bar and no summary; what its generator says still
     # follows its progress option
-    ctx.progress = progress if not quiet else Progress(name, requested, cfg.progress, cfg.progress_every)
+    ctx.progress = (
+        progress if not quiet else Progress(name, requested, cfg.progress, cfg.progress_every)
+    )
     rec_tmp = out_dir / "records.jsonl.partial"
     rej_tmp = rejects_path.with_name(rejects_path.name + ".partial")
     try:
-        with open(rec_tmp, "w", encoding="utf-8") as rec_f, open(rej_tmp, "w", encoding="utf-8") as rej_f, progress:
+        with (
+            open(rec_tmp, "w", encoding="utf-8") as rec_f,
+            open(rej_tmp, "w", encoding="utf-8") as rej_f,
+            progress,
+        ):
             for outcome in gen_.fn(cfg, ctx):
                 done += 1
                 many = many or isinstance(outcome, list)
@@ -564,11 +615,17 @@ def run(
         "git": git_info(),
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "config": resolved if resolved is not None else cfg.model_dump(mode="json"),
-        "records": {"file": f"{ctx.records_name}.jsonl", "kind": ctx.records_kind or gen_.kind,
-                    "models": sorted(models | set(ctx.records_models))},
+        "records": {
+            "file": f"{ctx.records_name}.jsonl",
+            "kind": ctx.records_kind or gen_.kind,
+            "models": sorted(models | set(ctx.records_models)),
+        },
         "seed": cfg.seed,
-        "shard": {"shard": cfg.shard, "num_shards": cfg.num_shards,
-                  "indices": [indices.start, indices.stop]},
+        "shard": {
+            "shard": cfg.shard,
+            "num_shards": cfg.num_shards,
+            "indices": [indices.start, indices.stop],
+        },
         "llm": ctx.llm.describe() if ctx.llm_loaded else None,
         "embedder": ctx.embedder.describe() if ctx.embedder_loaded else None,
         "prompts": dict(sorted(ctx.prompts.used.items())),
@@ -595,8 +652,17 @@ def run(
         **ctx.extra,
     }
     manifest["outputs"] = output_hashes(out_dir)
-    atomic_write(out_dir / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+    atomic_write(
+        out_dir / "manifest.json",
+        json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
+    )
     progress.summary(accepted, rejected, by_reason, wall)
-    progress.outputs(out_dir, {rel: count_lines(out_dir / rel) if rel.endswith(".jsonl") else None
-                               for rel in manifest["outputs"] if not rel.startswith(".hydra/")})
+    progress.outputs(
+        out_dir,
+        {
+            rel: count_lines(out_dir / rel) if rel.endswith(".jsonl") else None
+            for rel in manifest["outputs"]
+            if not rel.startswith(".hydra/")
+        },
+    )
     return RunResult(out_dir, requested, accepted, rejected, manifest, ctx.exit_code, ctx.error)

@@ -50,7 +50,9 @@ class Helpers:
         with self._lock:
             self._queued += 1
             if self._idle < self._queued and len(self._threads) < self.cap:
-                t = threading.Thread(target=self._loop, daemon=True, name=f"gen-helper-{len(self._threads)}")
+                t = threading.Thread(
+                    target=self._loop, daemon=True, name=f"gen-helper-{len(self._threads)}"
+                )
                 t.start()
                 self._threads.append(t)
         self._jobs.put(job)
@@ -155,7 +157,9 @@ def ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, window: i
             except BaseException as e:  # noqa: BLE001 - raised in the caller, in input order
                 future.set_exception(e)
 
-    threads = [threading.Thread(target=loop, daemon=True, name=f"gen-record-{k}") for k in range(workers)]
+    threads = [
+        threading.Thread(target=loop, daemon=True, name=f"gen-record-{k}") for k in range(workers)
+    ]
     for t in threads:
         t.start()
 

@@ -38,7 +38,11 @@ class StagesConfig(BaseModel):
 
     def models(self) -> dict[str, Any]:
         """The stages that name a model of their own, with its config."""
-        return {name: stage.llm for name, stage in self if isinstance(stage, StageConfig) and stage.llm is not None}
+        return {
+            name: stage.llm
+            for name, stage in self
+            if isinstance(stage, StageConfig) and stage.llm is not None
+        }
 
 
 def stage_models(data: Any) -> Any:

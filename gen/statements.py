@@ -30,7 +30,9 @@ _BELIEF_PREFIX = re.compile(
     r"|that\s+)",
     re.I,
 )
-PLACEHOLDER = re.compile(r"^(?:n/?a|none|null|unknown|string|text|goal|belief|action|actions|tbd|\.\.\.|…)$", re.I)
+PLACEHOLDER = re.compile(
+    r"^(?:n/?a|none|null|unknown|string|text|goal|belief|action|actions|tbd|\.\.\.|…)$", re.I
+)
 
 
 def _clean(text: str) -> str:
@@ -67,8 +69,12 @@ def norm_goal(text: str) -> str:
         rest = _TAGGED_C.sub("", t)
         verb, _, tail = rest.partition(" ")
         t = f"{_base_verb(verb)} {tail}".strip()
-    if re.match(r"^[A-Za-z]+ing\b", t) and not re.match(r"^(?:bring|sing|ring|string|swing)\b", t, re.I):
-        t = infinitive(t) or t  # "Washing the dishes" -> "To wash the dishes."; else the form gate refuses it
+    if re.match(r"^[A-Za-z]+ing\b", t) and not re.match(
+        r"^(?:bring|sing|ring|string|swing)\b", t, re.I
+    ):
+        t = (
+            infinitive(t) or t
+        )  # "Washing the dishes" -> "To wash the dishes."; else the form gate refuses it
     t = _lower_first(t)
     return f"To {t}." if t else ""
 
@@ -94,13 +100,21 @@ def join_actions(phrases: list[str]) -> str:
     ps = [p for p in (norm_phrase(x) for x in phrases) if p]
     if not ps:
         return ""
-    body = ps[0] if len(ps) == 1 else f"{ps[0]} and {ps[1]}" if len(ps) == 2 else ", ".join(ps[:-1]) + f", and {ps[-1]}"
+    body = (
+        ps[0]
+        if len(ps) == 1
+        else f"{ps[0]} and {ps[1]}"
+        if len(ps) == 2
+        else ", ".join(ps[:-1]) + f", and {ps[-1]}"
+    )
     return f"C {body}."
 
 
 def action_count(sentence: str) -> int:
     """How many actions an action statement lists ("C a, b, and c." has three)."""
-    return len([p for p in re.split(r",\s*(?:and\s+)?|\s+and\s+|\s+then\s+", sentence) if p.strip(" .")])
+    return len(
+        [p for p in re.split(r",\s*(?:and\s+)?|\s+and\s+|\s+then\s+", sentence) if p.strip(" .")]
+    )
 
 
 def norm_sentence(text: str) -> str:
@@ -110,8 +124,9 @@ def norm_sentence(text: str) -> str:
     return f"C {_lower_first(t)}." if t else ""
 
 
-def text_problem(text: str, gates: Gates, kind: Kind, raw: str | None = None,
-                 cap: int | None = None) -> tuple[str, str] | None:
+def text_problem(
+    text: str, gates: Gates, kind: Kind, raw: str | None = None, cap: int | None = None
+) -> tuple[str, str] | None:
     """Why a normalised statement is unusable, as (reason, detail): first the shared text gates
     (echoes of the prompt or its one-shot answers, truncation, the statement's form, repetition,
     language; the reason is the gate's name), then tom's own: empty or a placeholder. ``raw`` is

@@ -38,8 +38,14 @@ def proportion(k: int, n: int) -> dict[str, Any]:
     return {"k": k, "n": n, "rate": rounded(k / n), "ci95": [rounded(lo), rounded(hi)]}
 
 
-def bootstrap_ci(units: Sequence[T], statistic: Callable[[list[T]], float | None], *, seed: int,
-                 resamples: int = 2000, level: float = 0.95) -> list[float] | None:
+def bootstrap_ci(
+    units: Sequence[T],
+    statistic: Callable[[list[T]], float | None],
+    *,
+    seed: int,
+    resamples: int = 2000,
+    level: float = 0.95,
+) -> list[float] | None:
     """Percentile bootstrap interval of ``statistic`` over ``units`` resampled with replacement
     (a unit is what is independent: a row, or all trials of one scenario). Resamples where the
     statistic is undefined (None: a class missing) are skipped; None when fewer than half are
@@ -65,7 +71,9 @@ def mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def balanced_accuracy(pairs: Sequence[tuple[Hashable, Hashable]], classes: Sequence[Hashable]) -> float | None:
+def balanced_accuracy(
+    pairs: Sequence[tuple[Hashable, Hashable]], classes: Sequence[Hashable]
+) -> float | None:
     """Mean over ``classes`` of the accuracy on the rows whose truth is that class; ``pairs`` are
     (truth, prediction). Rows of other classes are ignored; None when a class has no row (the
     mean would silently become a one-class accuracy)."""
@@ -100,8 +108,9 @@ def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable]) -> float | None:
     return (p_o - p_e) / (1 - p_e)
 
 
-def confusion(truth: Sequence[Hashable], predicted: Sequence[Hashable],
-              categories: Sequence[Hashable]) -> list[list[int]]:
+def confusion(
+    truth: Sequence[Hashable], predicted: Sequence[Hashable], categories: Sequence[Hashable]
+) -> list[list[int]]:
     """Counts ``[i][j]``: rows where the truth is ``categories[i]`` and the prediction
     ``categories[j]``."""
     index = {c: i for i, c in enumerate(categories)}
@@ -114,5 +123,8 @@ def confusion(truth: Sequence[Hashable], predicted: Sequence[Hashable],
 def mean_interval(values: Sequence[float], *, seed: int, resamples: int = 2000) -> dict[str, Any]:
     """``n``, ``mean`` and its percentile-bootstrap 95 % interval (``ci95``) over ``values``."""
     m = mean(values)
-    return {"n": len(values), "mean": None if m is None else rounded(m),
-            "ci95": bootstrap_ci(list(values), mean, seed=seed, resamples=resamples)}
+    return {
+        "n": len(values),
+        "mean": None if m is None else rounded(m),
+        "ci95": bootstrap_ci(list(values), mean, seed=seed, resamples=resamples),
+    }

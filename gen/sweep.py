@@ -41,8 +41,19 @@ def report(num: int, overrides: list[str], code: int, error: str | None, folder:
     path = os.environ.get(ENV)
     if not path:
         return
-    line = json.dumps({"num": num, "overrides": overrides, "code": code, "error": error,
-                       "folder": str(folder)}, ensure_ascii=True) + "\n"
+    line = (
+        json.dumps(
+            {
+                "num": num,
+                "overrides": overrides,
+                "code": code,
+                "error": error,
+                "folder": str(folder),
+            },
+            ensure_ascii=True,
+        )
+        + "\n"
+    )
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line.encode("ascii"))
@@ -67,8 +78,13 @@ class Sweep:
                 for line in f:
                     try:
                         row: dict[str, Any] = json.loads(line)
-                        out[int(row["num"])] = JobOutcome(int(row["num"]), list(row["overrides"]), int(row["code"]),
-                                                          row.get("error"), str(row["folder"]))
+                        out[int(row["num"])] = JobOutcome(
+                            int(row["num"]),
+                            list(row["overrides"]),
+                            int(row["code"]),
+                            row.get("error"),
+                            str(row["folder"]),
+                        )
                     except (ValueError, KeyError, TypeError):
                         continue  # a line cut short by a killed worker
         except FileNotFoundError:
@@ -83,7 +99,9 @@ class Sweep:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def summary(outcomes: list[JobOutcome], expected: int, swept: list[str], *, interrupted: bool = False) -> tuple[list[str], int]:
+def summary(
+    outcomes: list[JobOutcome], expected: int, swept: list[str], *, interrupted: bool = False
+) -> tuple[list[str], int]:
     """(the lines to print, the command's exit code): one line per job, then the total.
 
     Args:
@@ -96,7 +114,9 @@ def summary(outcomes: list[JobOutcome], expected: int, swept: list[str], *, inte
     worst = 0
     seen = {o.num for o in outcomes}
     for o in outcomes:
-        shown = [x.lstrip("+") for x in o.overrides if x.lstrip("+").split("=", 1)[0] in swept] or o.overrides
+        shown = [
+            x.lstrip("+") for x in o.overrides if x.lstrip("+").split("=", 1)[0] in swept
+        ] or o.overrides
         what = "ok" if o.code == 0 else f"exit {o.code}" + (f": {o.error}" if o.error else "")
         lines.append(f"job {o.num} ({' '.join(shown)}): {what} [{o.folder}]")
         worst = max(worst, o.code)
@@ -106,10 +126,14 @@ def summary(outcomes: list[JobOutcome], expected: int, swept: list[str], *, inte
             lines.append(f"jobs not run (interrupted): {', '.join(map(str, missing))}")
             worst = max(worst, 130)
         else:
-            lines.append(f"jobs that did not report (run elsewhere by the launcher? see their folders' "
-                         f"manifest.json): {', '.join(map(str, missing))}; counted as exit {NOT_REPORTED}")
+            lines.append(
+                f"jobs that did not report (run elsewhere by the launcher? see their folders' "
+                f"manifest.json): {', '.join(map(str, missing))}; counted as exit {NOT_REPORTED}"
+            )
             worst = max(worst, NOT_REPORTED)
     failed = sum(o.code != 0 for o in outcomes)
-    lines.append(f"sweep: {expected} job{'s' if expected != 1 else ''}, {len(outcomes) - failed} ok, {failed} with a "
-                 f"non-zero exit{f', {len(missing)} not reported' if missing else ''}; exit {worst} (the largest)")
+    lines.append(
+        f"sweep: {expected} job{'s' if expected != 1 else ''}, {len(outcomes) - failed} ok, {failed} with a "
+        f"non-zero exit{f', {len(missing)} not reported' if missing else ''}; exit {worst} (the largest)"
+    )
     return lines, worst

@@ -10,8 +10,38 @@ from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
-LANGUAGES = ("en", "es", "fr", "de", "it", "pt", "nl", "sv", "da", "no", "fi", "pl", "cs", "ro", "tr",
-             "id", "vi", "ja", "zh", "ko", "ru", "ar", "hi", "sw", "zu", "yo", "ca", "hu", "el", "uk")
+LANGUAGES = (
+    "en",
+    "es",
+    "fr",
+    "de",
+    "it",
+    "pt",
+    "nl",
+    "sv",
+    "da",
+    "no",
+    "fi",
+    "pl",
+    "cs",
+    "ro",
+    "tr",
+    "id",
+    "vi",
+    "ja",
+    "zh",
+    "ko",
+    "ru",
+    "ar",
+    "hi",
+    "sw",
+    "zu",
+    "yo",
+    "ca",
+    "hu",
+    "el",
+    "uk",
+)
 """Languages the identifier chooses among: the run's language must be one; the rest are those
 a model drifts into (the persona nationalities' languages and other large ones)."""
 
@@ -34,8 +64,14 @@ def tagger() -> Any:
 
     spec = importlib.util.find_spec(TAGGER_PACKAGE)
     if spec is None or spec.origin is None:
-        raise RuntimeError(f"the POS tagger's model package {TAGGER_PACKAGE} is not installed (pip install -e .)")
-    data = next(p for p in Path(spec.origin).parent.iterdir() if p.is_dir() and p.name.startswith(TAGGER_PACKAGE))
+        raise RuntimeError(
+            f"the POS tagger's model package {TAGGER_PACKAGE} is not installed (pip install -e .)"
+        )
+    data = next(
+        p
+        for p in Path(spec.origin).parent.iterdir()
+        if p.is_dir() and p.name.startswith(TAGGER_PACKAGE)
+    )
     return spacy.load(data, exclude=["parser", "ner", "senter"])
 
 
@@ -61,7 +97,7 @@ def _parts(text: str) -> list[str]:
     cut = head.rfind(" ")
     head = head[:cut] if cut > 0 else head
     cut = tail.find(" ")
-    tail = tail[cut + 1:] if 0 <= cut < len(tail) - 1 else tail
+    tail = tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else tail
     return [head, tail]
 
 
@@ -91,7 +127,9 @@ def warm(texts: Iterable[str]) -> None:
     nlp = tagger()
     short = [t for t in todo if len(t) <= TAG_MAX_CHARS]
     with _NLP_LOCK:
-        for text, doc in zip(short, nlp.pipe(short, batch_size=256), strict=True):  # one Doc at a time
+        for text, doc in zip(
+            short, nlp.pipe(short, batch_size=256), strict=True
+        ):  # one Doc at a time
             _remember(text, [doc])
     for text in todo:
         if len(text) > TAG_MAX_CHARS:
@@ -106,7 +144,9 @@ def tagged_count() -> int:
 def forget_since(mark: int) -> None:
     """Drop the tags remembered after the cache held ``mark`` texts (a bank's texts are seen once:
     an audit keeps only its current chunk's)."""
-    newer = len(_TAGS) - mark if len(_TAGS) >= mark else len(_TAGS)  # fewer: the cache was cleared since
+    newer = (
+        len(_TAGS) - mark if len(_TAGS) >= mark else len(_TAGS)
+    )  # fewer: the cache was cleared since
     for text in list(itertools.islice(reversed(_TAGS), newer)):
         del _TAGS[text]
 
@@ -128,5 +168,3 @@ def identify(text: str) -> tuple[str, float]:
     with _ID_LOCK:
         lang, prob = _identifier().classify(text)
     return str(lang), float(prob)
-
-

@@ -16,13 +16,16 @@ from gen.tagging import forget_since, tagged_count, warm
 def _first_frames(text: str, kind: Kind) -> list[str]:
     """The texts the gates of ``kind`` will tag first for ``text``."""
     body = text.strip().rstrip(".!").strip()
-    frame = {"goal": _GOAL_FRAMES[0], "action": _ACTION_FRAMES[0], "phrase": _ACTION_FRAMES[0],
-             "belief": _BELIEF_FRAMES[0]}.get(kind)
+    frame = {
+        "goal": _GOAL_FRAMES[0],
+        "action": _ACTION_FRAMES[0],
+        "phrase": _ACTION_FRAMES[0],
+        "belief": _BELIEF_FRAMES[0],
+    }.get(kind)
     if frame is None:
         return [text]
     rest = re.sub(r"^(?:To|C believes(?:\s+that)?|C)\s+", "", body)
     return [text, frame.format(rest), frame.split("{}")[0].strip()]
-
 
 
 @dataclass
@@ -65,22 +68,30 @@ class TextAudit:
     """(gate, item id, field) of every text that failed, in the bank's order."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"checked": self.checked, "failed": self.failed, "by_gate": dict(self.by_gate),
-                "examples": {k: list(v) for k, v in self.examples.items()}}
+        return {
+            "checked": self.checked,
+            "failed": self.failed,
+            "by_gate": dict(self.by_gate),
+            "examples": {k: list(v) for k, v in self.examples.items()},
+        }
 
 
 AUDIT_CHUNK = 2048
 """Texts :func:`audit_texts` tags at once."""
 
 
-def audit_texts(texts: Iterable[AuditText], *, language: str = "en", examples_per_gate: int = 5) -> TextAudit:
+def audit_texts(
+    texts: Iterable[AuditText], *, language: str = "en", examples_per_gate: int = 5
+) -> TextAudit:
     """Run the shared gates over a bank's visible texts (no prompt is known, so the prompt-echo
     gates that need one compare against nothing): counts per gate (the first gate a text fails)
     and up to ``examples_per_gate`` examples each (item, field, text, detail)."""
     report = TextAudit()
     ctx = Gates(language=language).context
     stream = iter(texts)
-    while chunk := list(itertools.islice(stream, AUDIT_CHUNK)):  # a bank of any size: one chunk's tags in memory
+    while chunk := list(
+        itertools.islice(stream, AUDIT_CHUNK)
+    ):  # a bank of any size: one chunk's tags in memory
         mark = tagged_count()
         warm(x for t in chunk for x in _first_frames(t.text, t.kind))
         for t in chunk:
@@ -93,7 +104,14 @@ def audit_texts(texts: Iterable[AuditText], *, language: str = "en", examples_pe
             report.failures.append((failure.gate, t.item_id, t.field))
             shown = report.examples.setdefault(failure.gate, [])
             if len(shown) < examples_per_gate:
-                shown.append({"item_id": t.item_id, "field": t.field, "text": t.text, "detail": failure.detail})
+                shown.append(
+                    {
+                        "item_id": t.item_id,
+                        "field": t.field,
+                        "text": t.text,
+                        "detail": failure.detail,
+                    }
+                )
         forget_since(mark)
     report.by_gate = dict(sorted(report.by_gate.items()))
     return report

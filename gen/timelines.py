@@ -65,8 +65,6 @@ _TIME = re.compile(
 )
 
 
-
-
 @dataclass(frozen=True)
 class Line:
     t: float
@@ -132,7 +130,9 @@ def detect_format(path: Path) -> InputFormat:
     suffix = path.suffix.lower()
     if suffix in by_suffix:
         return by_suffix[suffix]
-    raise InputError(f"input: cannot tell the format of {path} from its name (set input_format=ego4d|egotom_csv|jsonl)")
+    raise InputError(
+        f"input: cannot tell the format of {path} from its name (set input_format=ego4d|egotom_csv|jsonl)"
+    )
 
 
 def input_files(path: Path, fmt: InputFormat) -> list[Path]:
@@ -143,7 +143,11 @@ def input_files(path: Path, fmt: InputFormat) -> list[Path]:
     if fmt == "egotom_csv":
         files = sorted(p for p in path.glob("*.csv") if egotom_type(p))
     elif fmt == "ego4d":
-        files = [path / "narration.json"] if (path / "narration.json").is_file() else sorted(path.glob("*.json"))
+        files = (
+            [path / "narration.json"]
+            if (path / "narration.json").is_file()
+            else sorted(path.glob("*.json"))
+        )
     else:
         files = sorted(path.glob("*.jsonl"))
     if not files:
@@ -185,11 +189,21 @@ def read_ego4d(path: Path, passes: tuple[str, ...]) -> list[Clip]:
     if isinstance(data, dict) and isinstance(data.get("videos"), dict):
         data = data["videos"]
     if not isinstance(data, dict):
-        raise InputError(f"{path}: expected Ego4D's layout, an object of video uid -> narration passes")
+        raise InputError(
+            f"{path}: expected Ego4D's layout, an object of video uid -> narration passes"
+        )
     clips: list[Clip] = []
     for vuid, video in data.items():
         if not isinstance(video, dict):
-            clips.append(Clip(vuid, vuid, "ego4d", f"{path}: {vuid}", problems=[f"{path}: {vuid}: not an object"]))
+            clips.append(
+                Clip(
+                    vuid,
+                    vuid,
+                    "ego4d",
+                    f"{path}: {vuid}",
+                    problems=[f"{path}: {vuid}: not an object"],
+                )
+            )
             continue
         for pname in passes:
             p = video.get(pname)
@@ -197,12 +211,26 @@ def read_ego4d(path: Path, passes: tuple[str, ...]) -> list[Clip]:
                 continue
             short = pname.removeprefix("narration_")
             where = f"{path}: {vuid}.{pname}"
-            bad = ["narrations", "summaries"] if not isinstance(p, dict) else \
-                [k for k in ("narrations", "summaries") if not isinstance(p.get(k) or [], list)]
+            bad = (
+                ["narrations", "summaries"]
+                if not isinstance(p, dict)
+                else [
+                    k for k in ("narrations", "summaries") if not isinstance(p.get(k) or [], list)
+                ]
+            )
             if bad:
-                clips.append(Clip(f"{vuid}~{short}", vuid, "ego4d", where,
-                                  problems=[f"{where}: not a narration pass ({' and '.join(bad)} must be "
-                                            f"{'lists' if len(bad) > 1 else 'a list'})"]))
+                clips.append(
+                    Clip(
+                        f"{vuid}~{short}",
+                        vuid,
+                        "ego4d",
+                        where,
+                        problems=[
+                            f"{where}: not a narration pass ({' and '.join(bad)} must be "
+                            f"{'lists' if len(bad) > 1 else 'a list'})"
+                        ],
+                    )
+                )
                 continue
             clips += _pass_clips(vuid, short, where, p)
     return clips
@@ -231,19 +259,34 @@ def _pass_clips(vuid: str, short: str, where: str, p: dict[str, Any]) -> list[Cl
         start = parse_time(s.get("start_sec")) if isinstance(s, dict) else None
         end = parse_time(s.get("end_sec")) if isinstance(s, dict) else None
         if start is None or end is None or end <= start:
-            clips.append(Clip(f"{vuid}~{short}~summary{j}", vuid, "ego4d", loc,
-                              problems=[f"{loc}: summary without a valid start_sec < end_sec"]))
+            clips.append(
+                Clip(
+                    f"{vuid}~{short}~summary{j}",
+                    vuid,
+                    "ego4d",
+                    loc,
+                    problems=[f"{loc}: summary without a valid start_sec < end_sec"],
+                )
+            )
             continue
         idx = [i for i, (t, _, _) in enumerate(good) if start <= t < end]
         first, last = (idx[0], idx[-1] + 1) if idx else (0, 0)
         text = s.get("summary_text") if isinstance(s.get("summary_text"), str) else ""
-        clip = Clip(f"{vuid}~{short}~{first}-{last}", vuid, "ego4d", loc,
-                    lines=[Line(good[i][0] - start, good[i][2].text, good[i][2].speaker) for i in idx],
-                    summary=re.sub(r"^#\s*summary\s*", "", text, flags=re.I).strip(),
-                    start_sec=start, duration=end - start)
+        clip = Clip(
+            f"{vuid}~{short}~{first}-{last}",
+            vuid,
+            "ego4d",
+            loc,
+            lines=[Line(good[i][0] - start, good[i][2].text, good[i][2].speaker) for i in idx],
+            summary=re.sub(r"^#\s*summary\s*", "", text, flags=re.I).strip(),
+            start_sec=start,
+            duration=end - start,
+        )
         # a malformed narration belongs to the clip its neighbours (in list order) fall in
         for k, problem in bad:
-            near = [t for t, pos, _ in good if pos < k][-1:] or [t for t, pos, _ in good if pos > k][:1]
+            near = [t for t, pos, _ in good if pos < k][-1:] or [
+                t for t, pos, _ in good if pos > k
+            ][:1]
             if near and start <= near[0] < end:
                 clip.problems.append(problem)
         clips.append(clip)
@@ -265,7 +308,9 @@ def read_egotom_csvs(files: list[Path]) -> list[Clip]:
             df = pl.read_csv(path, infer_schema_length=0)
         except Exception as e:  # noqa: BLE001 - polars raises several types
             raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
-        missing = [c for c in ("cuid", "narrations_in_context", "clip_start_time") if c not in df.columns]
+        missing = [
+            c for c in ("cuid", "narrations_in_context", "clip_start_time") if c not in df.columns
+        ]
         if missing:
             raise InputError(f"{path}: missing EgoToM column(s) {', '.join(missing)}")
         for r, row in enumerate(df.iter_rows(named=True)):
@@ -276,7 +321,9 @@ def read_egotom_csvs(files: list[Path]) -> list[Clip]:
             clip = Clip(cuid, (row.get("vuid") or cuid.split("~")[0]).strip(), "egotom_csv", where)
             start = parse_time(_float_text(row.get("clip_start_time")))
             if start is None:
-                clip.problems.append(f"{where}: bad clip_start_time {_short(row.get('clip_start_time'))}")
+                clip.problems.append(
+                    f"{where}: bad clip_start_time {_short(row.get('clip_start_time'))}"
+                )
             clip.start_sec = start or 0.0
             for k, raw in enumerate((row.get("narrations_in_context") or "").split("\n")):
                 if not raw.strip():
@@ -284,7 +331,9 @@ def read_egotom_csvs(files: list[Path]) -> list[Clip]:
                 m = _CSV_LINE.match(raw)
                 loc = f"{where} (cuid {cuid}), narration line {k + 1}"
                 if not m:
-                    clip.problems.append(f"{loc}: expected 'MMm:SSs | text', got {raw.strip()[:60]!r}")
+                    clip.problems.append(
+                        f"{loc}: expected 'MMm:SSs | text', got {raw.strip()[:60]!r}"
+                    )
                     continue
                 _add_narration(clip, m.group("text"), m.group("time"), loc)
             clip.lines.sort(key=lambda x: x.t)
@@ -312,19 +361,45 @@ def read_jsonl(path: Path) -> list[Clip]:
             try:
                 row = parse_json(raw, where)
             except InputError as e:
-                clips.append(Clip(f"{path.stem}:{lineno}", f"{path.stem}:{lineno}", "jsonl", where,
-                                  problems=[str(e)]))
+                clips.append(
+                    Clip(
+                        f"{path.stem}:{lineno}",
+                        f"{path.stem}:{lineno}",
+                        "jsonl",
+                        where,
+                        problems=[str(e)],
+                    )
+                )
                 continue
-            if not isinstance(row, dict) or not isinstance(row.get("clip_id"), str | int) \
-                    or not isinstance(row.get("narrations"), list):
-                cid = str(row.get("clip_id")) if isinstance(row, dict) and row.get("clip_id") else f"{path.stem}:{lineno}"
-                clips.append(Clip(cid, cid, "jsonl", where,
-                                  problems=[f"{where}: a timeline needs clip_id and a narrations list"]))
+            if (
+                not isinstance(row, dict)
+                or not isinstance(row.get("clip_id"), str | int)
+                or not isinstance(row.get("narrations"), list)
+            ):
+                cid = (
+                    str(row.get("clip_id"))
+                    if isinstance(row, dict) and row.get("clip_id")
+                    else f"{path.stem}:{lineno}"
+                )
+                clips.append(
+                    Clip(
+                        cid,
+                        cid,
+                        "jsonl",
+                        where,
+                        problems=[f"{where}: a timeline needs clip_id and a narrations list"],
+                    )
+                )
                 continue
             cid = str(row["clip_id"])
             summary = row.get("summary")
-            clip = Clip(cid, str(row.get("vuid") or cid), "jsonl", where,
-                        summary=summary if isinstance(summary, str) else "")
+            clip = Clip(
+                cid,
+                str(row.get("vuid") or cid),
+                "jsonl",
+                where,
+                summary=summary if isinstance(summary, str) else "",
+            )
             start = parse_time(row.get("start_sec", 0.0))
             if start is None:
                 clip.problems.append(f"{where}: bad start_sec {_short(row.get('start_sec'))}")
@@ -346,8 +421,11 @@ def read_jsonl(path: Path) -> list[Clip]:
     return clips
 
 
-def read_timelines(path: Path, fmt: InputFormat | Literal["auto"] = "auto",
-                   passes: tuple[str, ...] = ("narration_pass_1", "narration_pass_2")) -> list[Clip]:
+def read_timelines(
+    path: Path,
+    fmt: InputFormat | Literal["auto"] = "auto",
+    passes: tuple[str, ...] = ("narration_pass_1", "narration_pass_2"),
+) -> list[Clip]:
     """Every clip of a file or folder, in input order (``passes``: the passes of Ego4D's
     ``narration.json`` to read); an InputError when it holds none."""
     fmt = detect_format(path) if fmt == "auto" else fmt

@@ -31,7 +31,9 @@ def render_bundle(bundle: S.DigitalBundle | dict[str, Any], key_only: bool = Fal
         view = app_view(b, app.value, key_only)
         if key_only and not view:
             continue
-        parts.append(f"Current state of the user's {app.value} app:\n{json.dumps(view, ensure_ascii=False, indent=1)}")
+        parts.append(
+            f"Current state of the user's {app.value} app:\n{json.dumps(view, ensure_ascii=False, indent=1)}"
+        )
     return "\n\n".join(parts)
 
 
@@ -57,11 +59,16 @@ def wagibench_record(b: dict[str, Any]) -> dict[str, Any]:
     if goal:  # goal-conditioned: joined to the goal's MCQs and history by the goal row's keys
         meta = {"client_tag": goal["client_tag"], "scenario": {"shortname": goal["group"]}}
     else:
-        meta = {"client_tag": b["bundle_id"], "scenario": {"shortname": cue["cue_id"] if cue else "uncued"}}
+        meta = {
+            "client_tag": b["bundle_id"],
+            "scenario": {"shortname": cue["cue_id"] if cue else "uncued"},
+        }
     return {"meta": meta, "x": {"cues": wagibench_cues(b), "app_states": app_states}}
 
 
 def wagibench_cues(b: dict[str, Any]) -> list[dict[str, Any]]:
     """The bundle's cue as WAGIBench's ``x.cues`` list (an uncued bundle: ``[]``)."""
     cue = b.get("cue")
-    return [{"modality": ["digital"], "app": cue["app"], "description": [cue["cue"]]}] if cue else []
+    return (
+        [{"modality": ["digital"], "app": cue["app"], "description": [cue["cue"]]}] if cue else []
+    )

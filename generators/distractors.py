@@ -98,7 +98,9 @@ class DistractorsConfig(CommonConfig):
             if not name.isidentifier():
                 raise ValueError(f"band name {name!r} must be a plain word (it names files)")
             if not 0 <= lo < hi <= 100:
-                raise ValueError(f"bands.{name} must be a pair low, high with 0 <= low < high <= 100, got {lo:g}, {hi:g}")
+                raise ValueError(
+                    f"bands.{name} must be a pair low, high with 0 <= low < high <= 100, got {lo:g}, {hi:g}"
+                )
         return v
 
     def bank_path(self) -> Path:
@@ -126,11 +128,15 @@ def plan(cfg: DistractorsConfig) -> Plan:
     if cfg.n is not None and cfg.n > total:
         raise ConfigError(f"n={cfg.n} references but the bank has {total} goals")
     if cfg.digital is not None:
-        bank.cues, bank.states = bundle_cues(Path(cfg.digital).expanduser(), {r.goal_id for r in bank.rows})
+        bank.cues, bank.states = bundle_cues(
+            Path(cfg.digital).expanduser(), {r.goal_id for r in bank.rows}
+        )
     return Plan(total if cfg.n is None else cfg.n, bank)
 
 
-def bundle_cues(path: Path, goal_ids: set[str]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+def bundle_cues(
+    path: Path, goal_ids: set[str]
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
     """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``),
     and goal_id -> its key-only rendering; a bundle of a goal this bank does not hold means the run
     was made from another bank."""
@@ -142,17 +148,28 @@ def bundle_cues(path: Path, goal_ids: set[str]) -> tuple[dict[str, list[dict[str
     for lineno, r in enumerate(records, 1):
         goal = r.get("goal") if isinstance(r, dict) else None
         if not isinstance(goal, dict) or not isinstance(goal.get("goal_id"), str):
-            raise InputError(f"{file}:{lineno}: goal: not a goal-conditioned bundle (make them with digital goals=…)")
+            raise InputError(
+                f"{file}:{lineno}: goal: not a goal-conditioned bundle (make them with digital goals=…)"
+            )
         if goal["goal_id"] not in goal_ids:
-            raise InputError(f"{file}:{lineno}: goal.goal_id: {goal['goal_id']!r} is not in the goal bank "
-                             "(the digital run was made from another bank)")
+            raise InputError(
+                f"{file}:{lineno}: goal.goal_id: {goal['goal_id']!r} is not in the goal bank "
+                "(the digital run was made from another bank)"
+            )
         cue = r.get("cue")
-        if cue is not None and not (isinstance(cue, dict) and isinstance(cue.get("app"), str)
-                                    and isinstance(cue.get("cue"), str)):
-            raise InputError(f"{file}:{lineno}: cue: expected null or an object with app and cue texts")
+        if cue is not None and not (
+            isinstance(cue, dict)
+            and isinstance(cue.get("app"), str)
+            and isinstance(cue.get("cue"), str)
+        ):
+            raise InputError(
+                f"{file}:{lineno}: cue: expected null or an object with app and cue texts"
+            )
         cues[goal["goal_id"]] = wagibench_cues(r)
         if cue is not None:  # the state a model is shown: the bundle must be one, field by field
-            states[goal["goal_id"]] = render_bundle(validated(DigitalBundle, r, f"{file}:{lineno}"), key_only=True)
+            states[goal["goal_id"]] = render_bundle(
+                validated(DigitalBundle, r, f"{file}:{lineno}"), key_only=True
+            )
     return cues, states
 
 
@@ -257,7 +274,9 @@ class Sampler:
             every = np.arange(self.N)
             index = ip_index(self.E)
             for c0 in range(refs.start // rows * rows, refs.stop, rows):
-                yield from self._block(np.arange(c0, min(c0 + rows, self.N)), refs, self.E, every, None, index)
+                yield from self._block(
+                    np.arange(c0, min(c0 + rows, self.N)), refs, self.E, every, None, index
+                )
             return
         b = self.block_size
         rows = max(1, min(b, self.row_budget // self.sample_size))
@@ -276,7 +295,9 @@ class Sampler:
         see different goals (with block_size = sample_size every goal is in one sample, so any
         goal can become a distractor)."""
         if self._perm is None:
-            self._perm = np.random.default_rng(derive_seed(self.seed, NAME, "sample")).permutation(self.N)
+            self._perm = np.random.default_rng(derive_seed(self.seed, NAME, "sample")).permutation(
+                self.N
+            )
         at = (block * self.sample_size + np.arange(self.sample_size)) % self.N
         return np.sort(self._perm[at])
 
@@ -288,8 +309,15 @@ class Sampler:
             buf = self._buf[name] = np.empty(size, dtype=dtype)
         return buf[:size].reshape(shape)
 
-    def _block(self, refs: np.ndarray, keep: range, U: np.ndarray, uid: np.ndarray,
-               gram: np.ndarray | None, index: Any = None) -> list[list[Choice]]:
+    def _block(
+        self,
+        refs: np.ndarray,
+        keep: range,
+        U: np.ndarray,
+        uid: np.ndarray,
+        gram: np.ndarray | None,
+        index: Any = None,
+    ) -> list[list[Choice]]:
         """The choices of the chunk ``refs`` against universe ``U`` (goals ``uid``), returned for
         the references in ``keep``. Scalable mode: ``gram`` is U's Gram matrix. Exact mode:
         ``index`` is a FAISS inner-product index of the bank, for narrow bands' similarities."""
@@ -303,11 +331,11 @@ class Sampler:
             pairs.append(matches(self.groups[refs], self.groups[uid]))
         key = np.unique(np.concatenate([p[0] * n + p[1] for p in pairs]))
         xr, xc = key // n, key % n
-        M = n - np.bincount(xr, minlength=B)                        # pool per row
+        M = n - np.bincount(xr, minlength=B)  # pool per row
         Ss = self._buffer("Ss", (B, n), np.float32)
         np.copyto(Ss, S)
         Ss[xr, xc] = np.inf
-        Ss.sort(axis=1)                                             # excluded sort last
+        Ss.sort(axis=1)  # excluded sort last
         top = np.maximum(M - 1, 0)
 
         def quantile(q: float) -> np.ndarray:  # numpy's "linear" percentile of the valid part
@@ -319,15 +347,23 @@ class Sampler:
                 return np.where(hi > lo, a + (pos - lo) * (b - a), a).astype(np.float32)
 
         def sims_to(d: np.ndarray, out: np.ndarray) -> np.ndarray:  # similarities of U[d] to U
-            return np.take(gram, d, axis=0, out=out) if gram is not None else np.matmul(U[d], U.T, out=out)
+            return (
+                np.take(gram, d, axis=0, out=out)
+                if gram is not None
+                else np.matmul(U[d], U.T, out=out)
+            )
 
         blocked = self._buffer("blocked", (B, n), np.bool_)
         tmp = self._buffer("tmp", (B, n), np.bool_)
         score = self._buffer("score", (B, n), np.float32)
         row = self._buffer("row", (B, n), np.float32)
-        seeds = {(band.name, j): np.array([derive_seed(self.seed, NAME, int(i), band.name, j) for i in refs],
-                                          dtype=np.uint64)
-                 for band in self.bands for j in range(self.mcqs_per_kind)}
+        seeds = {
+            (band.name, j): np.array(
+                [derive_seed(self.seed, NAME, int(i), band.name, j) for i in refs], dtype=np.uint64
+            )
+            for band in self.bands
+            for j in range(self.mcqs_per_kind)
+        }
         out: list[list[Choice]] = [[] for _ in range(B)]
         wanted = (refs >= keep.start) & (refs < keep.stop)
         for band in self.bands:
@@ -344,18 +380,23 @@ class Sampler:
                     picks += [picks[0]] * (self.distractors - 1)  # every row is a reject
                 elif self.distractors > 1:
                     sparse = index is not None and count.max() * 4 <= n
-                    rest = (self._greedy_sparse(picks[0], blocked, count, index, tu) if sparse else
-                            self._greedy_dense(picks[0], blocked, sims_to, score, row, tu))
+                    rest = (
+                        self._greedy_sparse(picks[0], blocked, count, index, tu)
+                        if sparse
+                        else self._greedy_dense(picks[0], blocked, sims_to, score, row, tu)
+                    )
                     ok &= rest[1]
                     picks += rest[0]
-                P = np.stack(picks, axis=1)                          # B×N positions in U
-                if j + 1 < self.mcqs_per_kind:                       # later MCQs avoid these
+                P = np.stack(picks, axis=1)  # B×N positions in U
+                if j + 1 < self.mcqs_per_kind:  # later MCQs avoid these
                     blocked[r[ok, None], P[ok]] = True
                 sim = S[r[:, None], P]
                 less, most = np.empty_like(P), np.empty_like(P)
                 for k in range(P.shape[1]):
-                    less[:, k] = np.count_nonzero(np.less(Ss, sim[:, k:k + 1], out=tmp), axis=1)
-                    most[:, k] = np.count_nonzero(np.less_equal(Ss, sim[:, k:k + 1], out=tmp), axis=1) - 1
+                    less[:, k] = np.count_nonzero(np.less(Ss, sim[:, k : k + 1], out=tmp), axis=1)
+                    most[:, k] = (
+                        np.count_nonzero(np.less_equal(Ss, sim[:, k : k + 1], out=tmp), axis=1) - 1
+                    )
                 # A similarity shared by several goals (texts the embedder cannot tell apart, such
                 # as a case variant) holds every percentile from its first rank to its last; the
                 # one written is the point of that range nearest the band it was drawn from.
@@ -367,12 +408,33 @@ class Sampler:
                     V = U[P]
                     pair = np.einsum("bnd,bmd->bnm", V, V)
                 w = wanted
-                self._collect(out, refs[w], band, j, ok[w], count[w], M[w], t_lo[w], t_hi[w], uid[P[w]],
-                              sim[w], pct[w], pair[w], estimated=gram is not None)
-        return out[:int(wanted.sum())]
+                self._collect(
+                    out,
+                    refs[w],
+                    band,
+                    j,
+                    ok[w],
+                    count[w],
+                    M[w],
+                    t_lo[w],
+                    t_hi[w],
+                    uid[P[w]],
+                    sim[w],
+                    pct[w],
+                    pair[w],
+                    estimated=gram is not None,
+                )
+        return out[: int(wanted.sum())]
 
-    def _greedy_dense(self, first: np.ndarray, blocked: np.ndarray, sims_to: Any, score: np.ndarray,
-                      row: np.ndarray, tu: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    def _greedy_dense(
+        self,
+        first: np.ndarray,
+        blocked: np.ndarray,
+        sims_to: Any,
+        score: np.ndarray,
+        row: np.ndarray,
+        tu: np.ndarray,
+    ) -> tuple[list[np.ndarray], np.ndarray]:
         """D2..DN over all of U: each next is the candidate whose largest similarity to the
         chosen is smallest (a running max over B×n; non-candidates score BIG)."""
         B = len(first)
@@ -391,15 +453,16 @@ class Sampler:
             picks.append(nxt)
         return picks[1:], ok
 
-    def _greedy_sparse(self, first: np.ndarray, blocked: np.ndarray, count: np.ndarray, index: Any,
-                       tu: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    def _greedy_sparse(
+        self, first: np.ndarray, blocked: np.ndarray, count: np.ndarray, index: Any, tu: np.ndarray
+    ) -> tuple[list[np.ndarray], np.ndarray]:
         """The same rule over each row's candidate list only (a narrow band in exact mode):
         FAISS computes the similarities of the last pick to just those goals."""
         B = len(first)
         r = np.arange(B)
         rows, cols = np.nonzero(~blocked)
         k = int(count.max())
-        C = np.full((B, k), -1, dtype=np.int64)                  # candidates, -1 padded
+        C = np.full((B, k), -1, dtype=np.int64)  # candidates, -1 padded
         C[rows, np.arange(len(rows)) - np.repeat(np.cumsum(count) - count, count)] = cols
         pad = C < 0
         score = np.empty((B, k), dtype=np.float32)
@@ -413,7 +476,7 @@ class Sampler:
                 score[pad] = BIG
             else:
                 np.maximum(score, sims, out=score)
-            score[tu[C] == tu[picks[-1]][:, None]] = BIG          # the last pick and its text
+            score[tu[C] == tu[picks[-1]][:, None]] = BIG  # the last pick and its text
             at = score.argmin(1)
             ok &= score[r, at] < BIG / 2
             picks.append(C[r, at])
@@ -424,85 +487,168 @@ class Sampler:
         that is a candidate (rejection sampling), else the k-th candidate by a scan."""
         B, n = blocked.shape
         r = np.arange(B)
-        draws = (mix64(seeds[:, None] * np.uint64(DRAWS) + np.arange(DRAWS, dtype=np.uint64))
-                 % np.uint64(n)).astype(np.int64)
+        draws = (
+            mix64(seeds[:, None] * np.uint64(DRAWS) + np.arange(DRAWS, dtype=np.uint64))
+            % np.uint64(n)
+        ).astype(np.int64)
         hit = ~blocked[r[:, None], draws]
         first = hit.argmax(1)
         pick = draws[r, first]
         miss = np.flatnonzero(~hit[r, first] & (count > 0))
         for b in miss:  # a thin band: pick its k-th candidate, k uniform from the seed
             cand = np.flatnonzero(~blocked[b])
-            pick[b] = cand[int(mix64(seeds[b:b + 1] ^ np.uint64(0x5EED))[0] % np.uint64(len(cand)))]
+            pick[b] = cand[
+                int(mix64(seeds[b : b + 1] ^ np.uint64(0x5EED))[0] % np.uint64(len(cand)))
+            ]
         return pick
 
-    def _collect(self, out: list[list[Choice]], refs: np.ndarray, band: Band, j: int, ok: np.ndarray,
-                 count: np.ndarray, M: np.ndarray, t_lo: np.ndarray, t_hi: np.ndarray, picks: np.ndarray,
-                 sim: np.ndarray, pct: np.ndarray, pair: np.ndarray, estimated: bool) -> None:
+    def _collect(
+        self,
+        out: list[list[Choice]],
+        refs: np.ndarray,
+        band: Band,
+        j: int,
+        ok: np.ndarray,
+        count: np.ndarray,
+        M: np.ndarray,
+        t_lo: np.ndarray,
+        t_hi: np.ndarray,
+        picks: np.ndarray,
+        sim: np.ndarray,
+        pct: np.ndarray,
+        pair: np.ndarray,
+        estimated: bool,
+    ) -> None:
         where = " in the block's sample" if estimated else ""
-        lists = (picks.tolist(), sim.tolist(), pct.tolist(), pair.tolist(), t_lo.tolist(), t_hi.tolist(),
-                 count.tolist(), M.tolist(), ok.tolist())
+        lists = (
+            picks.tolist(),
+            sim.tolist(),
+            pct.tolist(),
+            pair.tolist(),
+            t_lo.tolist(),
+            t_hi.tolist(),
+            count.tolist(),
+            M.tolist(),
+            ok.tolist(),
+        )
         for b, (pk, sm, pc, pr, lo, hi, c, m, good) in enumerate(zip(*lists, strict=True)):
             if good:
-                out[b].append(Choice(int(refs[b]), band, j, pk, sm, pc, pr, (lo, hi), c, m, estimated))
+                out[b].append(
+                    Choice(int(refs[b]), band, j, pk, sm, pc, pr, (lo, hi), c, m, estimated)
+                )
                 continue
-            why = (f"pool of {m} goals after exclusions" if m < 2 else
-                   f"band [{band.lo:g}, {band.hi:g}] has {c} candidates{where}" if c < self.distractors else
-                   f"band [{band.lo:g}, {band.hi:g}] has {c} candidates{where} but fewer than "
-                   f"{self.distractors} distinct texts")
-            out[b].append(Choice(int(refs[b]), band, j, None, [], [], [], (lo, hi), c, m, estimated,
-                                 detail=f"{why}; {self.distractors} needed"))
+            why = (
+                f"pool of {m} goals after exclusions"
+                if m < 2
+                else f"band [{band.lo:g}, {band.hi:g}] has {c} candidates{where}"
+                if c < self.distractors
+                else f"band [{band.lo:g}, {band.hi:g}] has {c} candidates{where} but fewer than "
+                f"{self.distractors} distinct texts"
+            )
+            out[b].append(
+                Choice(
+                    int(refs[b]),
+                    band,
+                    j,
+                    None,
+                    [],
+                    [],
+                    [],
+                    (lo, hi),
+                    c,
+                    m,
+                    estimated,
+                    detail=f"{why}; {self.distractors} needed",
+                )
+            )
 
 
 # --------------------------------------------------------------------------- records
 
 
-def build_mcq(ctx: RunContext, cfg: DistractorsConfig, rows: list[GoalRow], texts: list[str],
-              c: Choice) -> DistractorMCQ | Reject:
+def build_mcq(
+    ctx: RunContext, cfg: DistractorsConfig, rows: list[GoalRow], texts: list[str], c: Choice
+) -> DistractorMCQ | Reject:
     i, kind = c.ref, c.band.name
     rid = ctx.record_id(i, kind, c.j)
     if c.picks is None:
-        return Reject(record_id=rid, index=i, stage=kind, reason="too_few_candidates", detail=c.detail)
+        return Reject(
+            record_id=rid, index=i, stage=kind, reason="too_few_candidates", detail=c.detail
+        )
     ref = rows[i]
     members = [i, *c.picks]
     order = list(range(len(members)))
     random.Random(ctx.seed(i, kind, c.j, "shuffle")).shuffle(order)
-    position = {m: p for p, m in enumerate(order)}               # member -> option index
+    position = {m: p for p, m in enumerate(order)}  # member -> option index
     n = len(c.picks)
     distractors = [
-        Distractor(goal_id=rows[g].goal_id, group=rows[g].group, text=texts[g], option=position[k + 1],
-                   similarity=round(c.similarity[k], 6), percentile=round(c.percentile[k], 4),
-                   similarity_to_others=[round(c.pairwise[k][m], 6) for m in range(n) if m != k])
+        Distractor(
+            goal_id=rows[g].goal_id,
+            group=rows[g].group,
+            text=texts[g],
+            option=position[k + 1],
+            similarity=round(c.similarity[k], 6),
+            percentile=round(c.percentile[k], 4),
+            similarity_to_others=[round(c.pairwise[k][m], 6) for m in range(n) if m != k],
+        )
         for k, g in enumerate(c.picks)
     ]
     return DistractorMCQ(
-        item_id=rid, question_type=kind, question=cfg.question,
-        options=[texts[members[m]] for m in order], answer=position[0],
-        origins=["reference" if m == 0 else "distractor" for m in order], group=ref.group,
-        visible={}, privileged={"reference_goal_id": ref.goal_id,
-                                "structured_goal": ref.goal.model_dump() if ref.goal else None},
-        reference_id=ref.goal_id, mcq_index=c.j, band=(c.band.lo, c.band.hi),
+        item_id=rid,
+        question_type=kind,
+        question=cfg.question,
+        options=[texts[members[m]] for m in order],
+        answer=position[0],
+        origins=["reference" if m == 0 else "distractor" for m in order],
+        group=ref.group,
+        visible={},
+        privileged={
+            "reference_goal_id": ref.goal_id,
+            "structured_goal": ref.goal.model_dump() if ref.goal else None,
+        },
+        reference_id=ref.goal_id,
+        mcq_index=c.j,
+        band=(c.band.lo, c.band.hi),
         band_similarity=(round(c.thresholds[0], 6), round(c.thresholds[1], 6)),
-        band_candidates=c.candidates, pool_size=c.pool,
-        percentile_mode="estimated" if c.estimated else "exact", distractors=distractors,
+        band_candidates=c.candidates,
+        pool_size=c.pool,
+        percentile_mode="estimated" if c.estimated else "exact",
+        distractors=distractors,
     )
 
 
-def wagibench_row(mcq: DistractorMCQ, rows: list[GoalRow], index: dict[str, int],
-                  cues: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
+def wagibench_row(
+    mcq: DistractorMCQ,
+    rows: list[GoalRow],
+    index: dict[str, int],
+    cues: dict[str, list[dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
     """One MCQ in the layout WAGIBench's MCQ evaluation reads; ``x.cues`` holds every cue the
     inputs have: the goal row's own (any modality) and its digital bundle's."""
     ref = rows[index[mcq.reference_id]]
     by_option = {d.option: rows[index[d.goal_id]] for d in mcq.distractors} | {mcq.answer: ref}
-    window = ref.context_window.model_dump() if ref.context_window else {"start_s": None, "end_s": None}
+    window = (
+        ref.context_window.model_dump() if ref.context_window else {"start_s": None, "end_s": None}
+    )
     tag = ref.client_tag or ref.goal_id
     own = [c.model_dump() for c in ref.cues or []]
     bundle = [c for c in (cues or {}).get(ref.goal_id, []) if c not in own]
-    return {"x": {"client_tag": tag, "context_window": window, "cues": own + bundle,
-                  "mcq_set": [goal_dict(by_option[k]) for k in range(len(mcq.options))]},
-            "y": mcq.answer,
-            "meta": {"client_tag": tag, "scenario": {"shortname": ref.group},
-                     "structured_goal": goal_dict(ref), "item_id": mcq.item_id,
-                     "question_type": mcq.question_type}}
+    return {
+        "x": {
+            "client_tag": tag,
+            "context_window": window,
+            "cues": own + bundle,
+            "mcq_set": [goal_dict(by_option[k]) for k in range(len(mcq.options))],
+        },
+        "y": mcq.answer,
+        "meta": {
+            "client_tag": tag,
+            "scenario": {"shortname": ref.group},
+            "structured_goal": goal_dict(ref),
+            "item_id": mcq.item_id,
+            "question_type": mcq.question_type,
+        },
+    }
 
 
 # --------------------------------------------------------------------------- the generator
@@ -523,8 +669,12 @@ def summary(values: list[int]) -> dict[str, float]:
     if not values:
         return {}
     a = np.asarray(values)
-    return {"min": int(a.min()), "median": float(np.median(a)), "mean": round(float(a.mean()), 2),
-            "max": int(a.max())}
+    return {
+        "min": int(a.min()),
+        "median": float(np.median(a)),
+        "mean": round(float(a.mean()), 2),
+        "max": int(a.max()),
+    }
 
 
 @generator(NAME, config=DistractorsConfig, records=DistractorMCQ, kind="mcq", plan=plan)
@@ -541,24 +691,45 @@ def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[Distra
     t2 = time.perf_counter()
     # One option to a reader: texts equal up to case and spacing are excluded and kept apart as one.
     alike: dict[str, int] = {}
-    same_text = np.array([alike.setdefault(" ".join(t.casefold().split()), len(alike)) for t in texts],
-                         dtype=np.int64)
+    same_text = np.array(
+        [alike.setdefault(" ".join(t.casefold().split()), len(alike)) for t in texts],
+        dtype=np.int64,
+    )
     group_codes: dict[str, int] = {}
-    groups = np.array([group_codes.setdefault(row.group, len(group_codes)) for row in rows], dtype=np.int64)
+    groups = np.array(
+        [group_codes.setdefault(row.group, len(group_codes)) for row in rows], dtype=np.int64
+    )
     scalable = cfg.mode == "scalable" or (cfg.mode == "auto" and len(rows) > cfg.exact_max)
-    sampler = Sampler(E, groups, same_text, [Band(k, lo, hi) for k, (lo, hi) in cfg.bands.items()],
-                      distractors=cfg.distractors, mcqs_per_kind=cfg.mcqs_per_kind,
-                      exclude_same_group=cfg.exclude_same_group, scalable=scalable,
-                      sample_size=cfg.sample_size, block_size=cfg.block_size, seed=cfg.seed)
+    sampler = Sampler(
+        E,
+        groups,
+        same_text,
+        [Band(k, lo, hi) for k, (lo, hi) in cfg.bands.items()],
+        distractors=cfg.distractors,
+        mcqs_per_kind=cfg.mcqs_per_kind,
+        exclude_same_group=cfg.exclude_same_group,
+        scalable=scalable,
+        sample_size=cfg.sample_size,
+        block_size=cfg.block_size,
+        seed=cfg.seed,
+    )
     index = {row.goal_id: k for k, row in enumerate(rows)}
-    writers = {b: JsonListWriter(ctx.out_dir / f"wagibench_mcq_{b}.json") for b in cfg.bands} if cfg.wagibench else {}
+    writers = (
+        {b: JsonListWriter(ctx.out_dir / f"wagibench_mcq_{b}.json") for b in cfg.bands}
+        if cfg.wagibench
+        else {}
+    )
     candidates: dict[str, list[int]] = {b: [] for b in cfg.bands}
     uses = np.zeros(len(rows), dtype=np.int64)
     for choices in sampler.run(ctx.indices()):
         outcome: list[DistractorMCQ | Reject] = []
         for c in choices:
             item = build_mcq(ctx, cfg, rows, texts, c)
-            if isinstance(item, DistractorMCQ) and bank.states and rows[c.ref].goal_id in bank.states:
+            if (
+                isinstance(item, DistractorMCQ)
+                and bank.states
+                and rows[c.ref].goal_id in bank.states
+            ):
                 item.visible = {"digital_state": bank.states[rows[c.ref].goal_id]}
             candidates[c.band.name].append(c.candidates)
             if isinstance(item, DistractorMCQ):
@@ -570,17 +741,39 @@ def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[Distra
     for w in writers.values():
         w.close()
     ctx.extra[NAME] = {
-        "bank": {"path": str(path), "goals": len(rows), "groups": len(group_codes),
-                 "distinct_texts": int(text_codes.max()) + 1, "dim": int(E.shape[1])},
+        "bank": {
+            "path": str(path),
+            "goals": len(rows),
+            "groups": len(group_codes),
+            "distinct_texts": int(text_codes.max()) + 1,
+            "dim": int(E.shape[1]),
+        },
         "mode": "scalable" if sampler.scalable else "exact",
         "percentiles": "estimated" if sampler.scalable else "exact",
         "sample_size": cfg.sample_size if sampler.scalable else None,
         "band_candidates": {b: summary(v) for b, v in candidates.items()},
-        "distractor_uses": {"goals_used": int((uses > 0).sum()), "max_uses": int(uses.max(initial=0))},
-        **({"digital": {"run": cfg.digital, "references_with_bundle": sum(rows[i].goal_id in bank.cues for i in ctx.indices()),
-                        "references_without_bundle": sum(rows[i].goal_id not in bank.cues for i in ctx.indices())}}
-           if bank.cues is not None else {}),
-        "seconds": {"load_and_verbalise": round(t1 - t0, 3), "embed": round(t2 - t1, 3),
-                    "sample_and_write": round(time.perf_counter() - t2, 3)},
+        "distractor_uses": {
+            "goals_used": int((uses > 0).sum()),
+            "max_uses": int(uses.max(initial=0)),
+        },
+        **(
+            {
+                "digital": {
+                    "run": cfg.digital,
+                    "references_with_bundle": sum(
+                        rows[i].goal_id in bank.cues for i in ctx.indices()
+                    ),
+                    "references_without_bundle": sum(
+                        rows[i].goal_id not in bank.cues for i in ctx.indices()
+                    ),
+                }
+            }
+            if bank.cues is not None
+            else {}
+        ),
+        "seconds": {
+            "load_and_verbalise": round(t1 - t0, 3),
+            "embed": round(t2 - t1, 3),
+            "sample_and_write": round(time.perf_counter() - t2, 3),
+        },
     }
-

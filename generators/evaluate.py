@@ -92,7 +92,9 @@ class EvaluateConfig(JudgeOptions):
     @model_validator(mode="after")
     def _check(self) -> EvaluateConfig:
         if self.num_shards != 1:
-            raise ValueError("evaluate runs in one process (num_shards=1): the judge sub-runs need every reply")
+            raise ValueError(
+                "evaluate runs in one process (num_shards=1): the judge sub-runs need every reply"
+            )
         if not self.condition or len(set(self.condition)) != len(self.condition):
             raise ValueError("condition must name at least one prompt condition, each once")
         return self
@@ -117,11 +119,19 @@ def read_conditions(path: Path) -> dict[str, str]:
     """name -> system prompt of a prompt_conditions.json (a list of {name, system_prompt, …})."""
     data = read_json(path)
     if not isinstance(data, list):
-        raise InputError(f"{path}: expected a JSON list of prompt conditions, got a {type(data).__name__}")
+        raise InputError(
+            f"{path}: expected a JSON list of prompt conditions, got a {type(data).__name__}"
+        )
     out = {}
     for i, c in enumerate(data):
-        if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not isinstance(c.get("system_prompt"), str):
-            raise InputError(f"{path}: [{i}]: a prompt condition needs a string name and system_prompt")
+        if (
+            not isinstance(c, dict)
+            or not isinstance(c.get("name"), str)
+            or not isinstance(c.get("system_prompt"), str)
+        ):
+            raise InputError(
+                f"{path}: [{i}]: a prompt condition needs a string name and system_prompt"
+            )
         out[c["name"]] = c["system_prompt"]
     return out
 
@@ -134,7 +144,9 @@ def conditions_path(cfg: EvaluateConfig) -> Path:
         return path
     if SHARED_CONDITIONS.is_file():
         return SHARED_CONDITIONS
-    raise ConfigError("prompt_conditions= is required for a scenario bank (the benchmark's prompt_conditions.json)")
+    raise ConfigError(
+        "prompt_conditions= is required for a scenario bank (the benchmark's prompt_conditions.json)"
+    )
 
 
 def plan(cfg: EvaluateConfig) -> Plan:
@@ -144,26 +156,39 @@ def plan(cfg: EvaluateConfig) -> Plan:
     scenarios = cfg.mode == "scenarios" or (cfg.mode == "auto" and is_scenarios(path))
     if not scenarios:
         banks = load_banks(path)
-        items = [(b.path, it) for b in banks for it in b.items if len(it.options) >= 2 and it.answer is not None]
-        items = items[:cfg.limit] if cfg.limit else items
+        items = [
+            (b.path, it)
+            for b in banks
+            for it in b.items
+            if len(it.options) >= 2 and it.answer is not None
+        ]
+        items = items[: cfg.limit] if cfg.limit else items
         if not items:
             raise InputError(f"input: {path} holds no MCQ item with options and an answer")
         return Plan(len(items), ("mcq", banks, items))
     if not cfg.judges and cfg.judge is None:
-        raise ConfigError("judge= is required for a scenario bank (the model that labels the replies; by default "
-                          "of another family than llm=, e.g. judge={backend: openai, model: …}, or judge=smollm2 "
-                          "allow_same_family=true)")
-    bank = list(load_scenarios(path).values())[:cfg.limit or None]
+        raise ConfigError(
+            "judge= is required for a scenario bank (the model that labels the replies; by default "
+            "of another family than llm=, e.g. judge={backend: openai, model: …}, or judge=smollm2 "
+            "allow_same_family=true)"
+        )
+    bank = list(load_scenarios(path).values())[: cfg.limit or None]
     cpath = conditions_path(cfg)
     conditions = read_conditions(cpath)
     unknown = [c for c in cfg.condition if c not in conditions]
     if unknown:
-        raise ConfigError(f"condition: {unknown[0]!r} is not in {cpath} (it has {', '.join(conditions)})")
+        raise ConfigError(
+            f"condition: {unknown[0]!r} is not in {cpath} (it has {', '.join(conditions)})"
+        )
     if cfg.ranking_condition not in cfg.condition:
-        raise ConfigError(f"ranking_condition={cfg.ranking_condition!r} is not among condition={cfg.condition}")
+        raise ConfigError(
+            f"ranking_condition={cfg.ranking_condition!r} is not among condition={cfg.condition}"
+        )
     if not bank:
         raise InputError(f"input: {path} holds no scenarios")
-    return Plan(len(bank) * len(cfg.condition) * cfg.trials, ("scenarios", bank, (cpath, conditions)))
+    return Plan(
+        len(bank) * len(cfg.condition) * cfg.trials, ("scenarios", bank, (cpath, conditions))
+    )
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -179,8 +204,14 @@ def user_turn(ctx: RunContext, image: str | None, words: str | None) -> Message:
     return ctx.prompts.render(TURN, image=image, user=words)[0]
 
 
-def conversation(ctx: RunContext, system: str, s: ScenarioRecord, replies: list[str],
-                 repair: str | None = None, camera: bool = True) -> list[Message]:
+def conversation(
+    ctx: RunContext,
+    system: str,
+    s: ScenarioRecord,
+    replies: list[str],
+    repair: str | None = None,
+    camera: bool = True,
+) -> list[Message]:
     """The candidate's messages up to the next reply: the condition's system prompt, the
     pre-conversation frame as its own block, then each turn with its camera block and the replies
     so far (turn 1, turn 2, then the repair prompt). ``camera=False`` (the ablation): the user's
@@ -188,19 +219,27 @@ def conversation(ctx: RunContext, system: str, s: ScenarioRecord, replies: list[
     msgs: list[Message] = [{"role": "system", "content": system}]
     if s.context_image and camera:
         msgs.append(user_turn(ctx, s.context_image, None))
-    turns: list[tuple[str | None, str]] = [(s.turn_1_image if camera else None, s.turn_1_user),
-                                           (s.turn_2_image if camera else None, s.turn_2_user)]
+    turns: list[tuple[str | None, str]] = [
+        (s.turn_1_image if camera else None, s.turn_1_user),
+        (s.turn_2_image if camera else None, s.turn_2_user),
+    ]
     if repair is not None:
         turns.append((None, repair))
-    for k, (image, words) in enumerate(turns[:len(replies) + 1]):
+    for k, (image, words) in enumerate(turns[: len(replies) + 1]):
         msgs.append(user_turn(ctx, image, words))
         if k < len(replies):
             msgs.append({"role": "assistant", "content": replies[k]})
     return msgs
 
 
-def judge_step(cfg: EvaluateConfig, ctx: RunContext, bank_file: Path, rows: list[ResponseRow], turn: int,
-               family: str | None) -> tuple[dict[tuple[str, str, int], ContextJudgeRecord], dict[str, Any]]:
+def judge_step(
+    cfg: EvaluateConfig,
+    ctx: RunContext,
+    bank_file: Path,
+    rows: list[ResponseRow],
+    turn: int,
+    family: str | None,
+) -> tuple[dict[tuple[str, str, int], ContextJudgeRecord], dict[str, Any]]:
     """Write the replies of one turn and judge them in a ``judge kind=context`` sub-run; returns
     its records by (scenario, condition, trial) and its manifest's ``judge`` section."""
     name, folder = f"responses_turn{turn}.jsonl", f"judge_turn{turn}"
@@ -210,11 +249,23 @@ def judge_step(cfg: EvaluateConfig, ctx: RunContext, bank_file: Path, rows: list
         return {}, {}
     out = ctx.out_dir / folder
     judged = ctx.subrun(
-        "judge", out, kind="context", input=str(bank_file), responses=str(responses), judge=cfg.judge,
-        judges=cfg.judges, judge_labels=cfg.judge_labels, allow_same_family=cfg.allow_same_family,
-        candidate_family=family, judge_family=cfg.judge_family,
-        judge_temperature=cfg.judge_temperature, verdict_tokens=cfg.verdict_tokens,
-        ranking_condition=cfg.ranking_condition, bootstrap=cfg.bootstrap, progress="off")
+        "judge",
+        out,
+        kind="context",
+        input=str(bank_file),
+        responses=str(responses),
+        judge=cfg.judge,
+        judges=cfg.judges,
+        judge_labels=cfg.judge_labels,
+        allow_same_family=cfg.allow_same_family,
+        candidate_family=family,
+        judge_family=cfg.judge_family,
+        judge_temperature=cfg.judge_temperature,
+        verdict_tokens=cfg.verdict_tokens,
+        ranking_condition=cfg.ranking_condition,
+        bootstrap=cfg.bootstrap,
+        progress="off",
+    )
     records = {}
     for _, rec in iter_jsonl(out / "judge.jsonl"):
         r = ContextJudgeRecord.model_validate(rec)
@@ -233,7 +284,9 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
     family, family_source = candidate.family_info
     label = model_label(cfg.llm)
     # the cross-family rule before any candidate call (the judge sub-runs apply it again)
-    panel = build_panel(cfg, ctx, {family: f"llm= ({family_source})"} if family else {}, default=None)
+    panel = build_panel(
+        cfg, ctx, {family: f"llm= ({family_source})"} if family else {}, default=None
+    )
     t2_rows: list[ResponseRow] = []
     first: dict[int, list[str] | Reject] = {}
 
@@ -243,12 +296,22 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
         replies: list[str] = []
         try:
             for turn in (1, 2):
-                replies.append(candidate.complete(conversation(ctx, system, s, replies, camera=not cfg.no_camera),
-                                                  max_tokens=cfg.max_tokens,
-                                                  seed=ctx.seed(index, "turn", turn)))
+                replies.append(
+                    candidate.complete(
+                        conversation(ctx, system, s, replies, camera=not cfg.no_camera),
+                        max_tokens=cfg.max_tokens,
+                        seed=ctx.seed(index, "turn", turn),
+                    )
+                )
         except LLMOutputError as e:
-            return Reject(record_id=f"{s.scenario_id}/{cfg.condition[ci]}/{trial}", index=index,
-                          stage=f"candidate.turn_{len(replies) + 1}", reason=e.reason, detail=e.detail, raw=e.raw)
+            return Reject(
+                record_id=f"{s.scenario_id}/{cfg.condition[ci]}/{trial}",
+                index=index,
+                stage=f"candidate.turn_{len(replies) + 1}",
+                reason=e.reason,
+                detail=e.detail,
+                raw=e.raw,
+            )
         return replies
 
     indices = list(ctx.indices())
@@ -256,9 +319,18 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
         first[index] = out
         if not isinstance(out, Reject):
             si, ci, trial = cell(cfg, index)
-            t2_rows.append(ResponseRow(scenario_id=bank[si].scenario_id, turn=2, response=out[1], trial=trial,
-                                       condition=cfg.condition[ci], candidate=label, candidate_family=family,
-                                       repair_style=cfg.repair_style))
+            t2_rows.append(
+                ResponseRow(
+                    scenario_id=bank[si].scenario_id,
+                    turn=2,
+                    response=out[1],
+                    trial=trial,
+                    condition=cfg.condition[ci],
+                    candidate=label,
+                    candidate_family=family,
+                    repair_style=cfg.repair_style,
+                )
+            )
     t2, judge_info = judge_step(cfg, ctx, bank_file, t2_rows, 2, family)
     primary = judge_info.get("judge_label", panel.primary.label)
     misses = {}
@@ -276,18 +348,36 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
         replies = first[index]
         assert isinstance(replies, list)
         try:
-            return candidate.complete(conversation(ctx, system, s, replies, misses[index], camera=not cfg.no_camera),
-                                      max_tokens=cfg.max_tokens,
-                                      seed=ctx.seed(index, "turn", 3))
+            return candidate.complete(
+                conversation(ctx, system, s, replies, misses[index], camera=not cfg.no_camera),
+                max_tokens=cfg.max_tokens,
+                seed=ctx.seed(index, "turn", 3),
+            )
         except LLMOutputError as e:
-            return Reject(record_id=f"{s.scenario_id}/{cfg.condition[ci]}/{trial}", index=index,
-                          stage="candidate.turn_3", reason=e.reason, detail=e.detail, raw=e.raw)
+            return Reject(
+                record_id=f"{s.scenario_id}/{cfg.condition[ci]}/{trial}",
+                index=index,
+                stage="candidate.turn_3",
+                reason=e.reason,
+                detail=e.detail,
+                raw=e.raw,
+            )
 
     third = dict(zip(misses, ctx.map(turn_3, list(misses)), strict=True))
-    t3_rows = [ResponseRow(scenario_id=bank[cell(cfg, i)[0]].scenario_id, turn=3, response=out, trial=cell(cfg, i)[2],
-                           condition=cfg.condition[cell(cfg, i)[1]], candidate=label, candidate_family=family,
-                           repair_style=cfg.repair_style)
-               for i, out in third.items() if not isinstance(out, Reject)]
+    t3_rows = [
+        ResponseRow(
+            scenario_id=bank[cell(cfg, i)[0]].scenario_id,
+            turn=3,
+            response=out,
+            trial=cell(cfg, i)[2],
+            condition=cfg.condition[cell(cfg, i)[1]],
+            candidate=label,
+            candidate_family=family,
+            repair_style=cfg.repair_style,
+        )
+        for i, out in third.items()
+        if not isinstance(out, Reject)
+    ]
     t3, _ = judge_step(cfg, ctx, bank_file, t3_rows, 3, family)
     trials: list[TrialRecord] = []
     for index in indices:
@@ -304,38 +394,60 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
         key = (s.scenario_id, cfg.condition[ci], trial)
         r2, r3 = t2.get(key), t3.get(key)
         if r2 is None:
-            yield Reject(record_id="/".join(map(str, key)), index=index, stage="judge.turn_2", reason="not_judged",
-                         detail="the judge sub-run rejected this reply (judge_turn2/rejects.jsonl)")
+            yield Reject(
+                record_id="/".join(map(str, key)),
+                index=index,
+                stage="judge.turn_2",
+                reason="not_judged",
+                detail="the judge sub-run rejected this reply (judge_turn2/rejects.jsonl)",
+            )
             continue
         l2 = r2.verdicts[primary].label
         rec = TrialRecord(
-            scenario_id=s.scenario_id, condition=cfg.condition[ci], trial=trial, target_context=s.target_context,
+            scenario_id=s.scenario_id,
+            condition=cfg.condition[ci],
+            trial=trial,
+            target_context=s.target_context,
             change_type=s.change_type,
             replies={"turn_1": out[0], "turn_2": out[1], "turn_3": reply_3},
-            repair_prompt=misses.get(index), turn_2={k: v.label for k, v in r2.verdicts.items()},
+            repair_prompt=misses.get(index),
+            turn_2={k: v.label for k, v in r2.verdicts.items()},
             turn_3={k: v.label for k, v in r3.verdicts.items()} if r3 else None,
             correct_turn_2=None if l2 is None else l2 == s.target_context,
-            repaired=None if r3 is None or r3.verdicts[primary].label is None
+            repaired=None
+            if r3 is None or r3.verdicts[primary].label is None
             else r3.verdicts[primary].label == s.target_context,
-            signals_turn_2=signals(out[1], s.gold.model_dump()))
+            signals_turn_2=signals(out[1], s.gold.model_dump()),
+        )
         trials.append(rec)
         yield rec
     judged = list(t2.values()) + list(t3.values())
-    summary = scenario_summary(cfg, judged, [j.label for j in panel.judges], primary, ctx.seed(0, "bootstrap"))
+    summary = scenario_summary(
+        cfg, judged, [j.label for j in panel.judges], primary, ctx.seed(0, "bootstrap")
+    )
     lock = read_lock(bank_file.parent)
     manifest = {
-        "benchmark_version": lock.get("benchmark_version"), "schema_revision": lock.get("schema_revision"),
-        "camera_injection": not cfg.no_camera, "scenarios_sha256": sha256_file(bank_file),
-        "expected_answers_sha256": None, "prompt_conditions_sha256": sha256_file(cpath),
-        "judge_prompt_version": JUDGE_PROMPT_VERSION, "judge_prompt_sha256": judge_info.get("judge_prompt_sha256"),
-        "judge_prompt_matches_lock": None if not lock.get("judge_prompt_sha256") or not judge_info
+        "benchmark_version": lock.get("benchmark_version"),
+        "schema_revision": lock.get("schema_revision"),
+        "camera_injection": not cfg.no_camera,
+        "scenarios_sha256": sha256_file(bank_file),
+        "expected_answers_sha256": None,
+        "prompt_conditions_sha256": sha256_file(cpath),
+        "judge_prompt_version": JUDGE_PROMPT_VERSION,
+        "judge_prompt_sha256": judge_info.get("judge_prompt_sha256"),
+        "judge_prompt_matches_lock": None
+        if not lock.get("judge_prompt_sha256") or not judge_info
         else lock["judge_prompt_sha256"] == judge_info.get("judge_prompt_sha256"),
-        "candidate_model": candidate.describe().get("model"), "candidate_family": family,
+        "candidate_model": candidate.describe().get("model"),
+        "candidate_family": family,
         "candidate_family_source": family_source,
         **{k: judge_info.get(k, v) for k, v in panel.manifest().items() if k.startswith("judge_")},
         "judges": judge_info.get("judges", panel.manifest()["judges"]),
-        "trials": cfg.trials, "temperature": candidate.describe()["sampling"]["temperature"],
-        "conditions": cfg.condition, "ranking_condition": cfg.ranking_condition, "repair_style": cfg.repair_style,
+        "trials": cfg.trials,
+        "temperature": candidate.describe()["sampling"]["temperature"],
+        "conditions": cfg.condition,
+        "ranking_condition": cfg.ranking_condition,
+        "repair_style": cfg.repair_style,
         "timestamp_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "runner_git_commit": git_info()["commit"],
     }
@@ -344,9 +456,11 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
     ctx.extra[NAME] = {"mode": "scenarios", "manifest": manifest, **summary}
     for cellname, m in summary["judges"][primary].items():
         ba, ci95 = m["balanced_accuracy"], m["balanced_accuracy_ci95"]
-        ctx.say(f"[evaluate] {cellname}: balanced turn-2 accuracy {ba if ba is not None else '-'}"
-                f"{f' {ci95}' if ci95 else ''}, judge not followed {m['turn_2']['not_followed']}/"
-                f"{m['turn_2']['replies']}, repair {m['repair']['k']}/{m['repair']['n']} (judge {primary})")
+        ctx.say(
+            f"[evaluate] {cellname}: balanced turn-2 accuracy {ba if ba is not None else '-'}"
+            f"{f' {ci95}' if ci95 else ''}, judge not followed {m['turn_2']['not_followed']}/"
+            f"{m['turn_2']['replies']}, repair {m['repair']['k']}/{m['repair']['n']} (judge {primary})"
+        )
 
 
 def read_lock(folder: Path) -> dict[str, Any]:
@@ -358,61 +472,111 @@ def read_lock(folder: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def scenario_summary(cfg: EvaluateConfig, records: list[ContextJudgeRecord], judges: list[str], primary: str,
-                     seed: int) -> dict[str, Any]:
+def scenario_summary(
+    cfg: EvaluateConfig,
+    records: list[ContextJudgeRecord],
+    judges: list[str],
+    primary: str,
+    seed: int,
+) -> dict[str, Any]:
     """Per judge and condition: balanced turn-2 accuracy, per-label rows, repair rate (with
     intervals); the primary score; the judges' agreement on turn 2."""
     out: dict[str, Any] = {}
     for j in judges:
+
         def label(r: ContextJudgeRecord, j: str = j) -> str | None:
             return r.verdicts[j].label
 
-        out[j] = {cond: metrics([r for r in records if r.condition == cond], label, seed=seed, resamples=cfg.bootstrap)
-                  for cond in cfg.condition}
+        out[j] = {
+            cond: metrics(
+                [r for r in records if r.condition == cond],
+                label,
+                seed=seed,
+                resamples=cfg.bootstrap,
+            )
+            for cond in cfg.condition
+        }
     p = out[primary][cfg.ranking_condition]
     t2 = [r for r in records if r.turn == 2]
-    return {"primary": primary,
-            "primary_score": {"balanced_turn_2_accuracy": p["balanced_accuracy"], "ci95": p["balanced_accuracy_ci95"],
-                              "condition": cfg.ranking_condition, "repair_rate": p["repair"]["rate"],
-                              "repair_ci95": p["repair"]["ci95"]},
-            "judges": out,
-            "agreement_turn_2": pairwise_agreement({j: [r.verdicts[j].label for r in t2] for j in judges})}
+    return {
+        "primary": primary,
+        "primary_score": {
+            "balanced_turn_2_accuracy": p["balanced_accuracy"],
+            "ci95": p["balanced_accuracy_ci95"],
+            "condition": cfg.ranking_condition,
+            "repair_rate": p["repair"]["rate"],
+            "repair_ci95": p["repair"]["ci95"],
+        },
+        "judges": out,
+        "agreement_turn_2": pairwise_agreement(
+            {j: [r.verdicts[j].label for r in t2] for j in judges}
+        ),
+    }
 
 
 # --------------------------------------------------------------------------- MCQ banks
 
 
-def ask(cfg: EvaluateConfig, ctx: RunContext, llm: LanguageModel, item: MCQ, source: Path,
-        index: int) -> MCQAnswerRecord | Reject:
+def ask(
+    cfg: EvaluateConfig, ctx: RunContext, llm: LanguageModel, item: MCQ, source: Path, index: int
+) -> MCQAnswerRecord | Reject:
     assert item.answer is not None
     shown = [[LETTERS[k], o] for k, o in enumerate(item.options)]
-    messages = ctx.prompts.render(MCQ_PROMPT, context=item.context, question=item.question, options=shown)
+    messages = ctx.prompts.render(
+        MCQ_PROMPT, context=item.context, question=item.question, options=shown
+    )
     try:
-        raw = llm.complete(messages, seed=ctx.seed(index, "answer"), max_tokens=cfg.mcq_tokens,
-                           temperature=cfg.mcq_temperature)
+        raw = llm.complete(
+            messages,
+            seed=ctx.seed(index, "answer"),
+            max_tokens=cfg.mcq_tokens,
+            temperature=cfg.mcq_temperature,
+        )
     except LLMOutputError as e:
-        return Reject(record_id=item.item_id, index=index, stage="candidate", reason=e.reason, detail=e.detail, raw=e.raw)
+        return Reject(
+            record_id=item.item_id,
+            index=index,
+            stage="candidate",
+            reason=e.reason,
+            detail=e.detail,
+            raw=e.raw,
+        )
     letter = parse_letter(raw, item.options)
     choice = None if letter is None else LETTERS.index(letter)
-    return MCQAnswerRecord(item_id=item.item_id, question_type=item.question_type, source=str(source),
-                           n_options=len(item.options), answer=item.answer, raw=raw, letter=letter, choice=choice,
-                           correct=choice == item.answer)
+    return MCQAnswerRecord(
+        item_id=item.item_id,
+        question_type=item.question_type,
+        source=str(source),
+        n_options=len(item.options),
+        answer=item.answer,
+        raw=raw,
+        letter=letter,
+        choice=choice,
+        correct=choice == item.answer,
+    )
 
 
 def mcq_summary(records: list[MCQAnswerRecord], rejected: int) -> dict[str, Any]:
     """Accuracy with Wilson intervals, overall and per question type, against chance (the mean of
     1 / options); unparseable answers count as wrong and are counted."""
+
     def block(rs: list[MCQAnswerRecord]) -> dict[str, Any]:
-        return {**proportion(sum(r.correct for r in rs), len(rs)),
-                "chance": rounded(sum(1 / r.n_options for r in rs) / len(rs)) if rs else None,
-                "unparseable": sum(r.letter is None for r in rs)}
+        return {
+            **proportion(sum(r.correct for r in rs), len(rs)),
+            "chance": rounded(sum(1 / r.n_options for r in rs) / len(rs)) if rs else None,
+            "unparseable": sum(r.letter is None for r in rs),
+        }
 
     types = sorted({r.question_type for r in records})
-    return {"items": len(records) + rejected, "answered": len(records), "rejected": rejected,
-            "accuracy": block(records),
-            "by_question_type": {q: block([r for r in records if r.question_type == q]) for q in types},
-            "letters": dict(sorted(Counter(r.letter or "unparseable" for r in records).items())),
-            "note": "accuracy: correct / answered items with a 95 % Wilson interval; an unparseable answer is wrong."}
+    return {
+        "items": len(records) + rejected,
+        "answered": len(records),
+        "rejected": rejected,
+        "accuracy": block(records),
+        "by_question_type": {q: block([r for r in records if r.question_type == q]) for q in types},
+        "letters": dict(sorted(Counter(r.letter or "unparseable" for r in records).items())),
+        "note": "accuracy: correct / answered items with a 95 % Wilson interval; an unparseable answer is wrong.",
+    }
 
 
 def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | Reject]:
@@ -422,7 +586,9 @@ def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | 
     llm = ctx.llm
     records: list[MCQAnswerRecord] = []
     rejected = 0
-    for out in ctx.imap(lambda i: ask(cfg, ctx, llm, items[i][1], items[i][0], i), ctx.indices()):  # streamed, in order
+    for out in ctx.imap(
+        lambda i: ask(cfg, ctx, llm, items[i][1], items[i][0], i), ctx.indices()
+    ):  # streamed, in order
         if isinstance(out, Reject):
             rejected += 1
         else:
@@ -433,17 +599,26 @@ def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | 
     ctx.write_json("summary.json", summary)
     ctx.extra[NAME] = {"mode": "mcq", **summary}
     a = summary["accuracy"]
-    ctx.say(f"[evaluate] {a['k']}/{a['n']} correct ({a['rate']}, 95% CI {a['ci95']}; chance {a['chance']}); "
-            f"{a['unparseable']} unparseable",
-            *(f"[evaluate]   {q}: {b['k']}/{b['n']} ({b['rate']}, {b['ci95']}; chance {b['chance']})"
-              for q, b in summary["by_question_type"].items()))
+    ctx.say(
+        f"[evaluate] {a['k']}/{a['n']} correct ({a['rate']}, 95% CI {a['ci95']}; chance {a['chance']}); "
+        f"{a['unparseable']} unparseable",
+        *(
+            f"[evaluate]   {q}: {b['k']}/{b['n']} ({b['rate']}, {b['ci95']}; chance {b['chance']})"
+            for q, b in summary["by_question_type"].items()
+        ),
+    )
 
 
-@generator(NAME, config=EvaluateConfig, records=(TrialRecord, MCQAnswerRecord), kind="evaluation", plan=plan)
+@generator(
+    NAME,
+    config=EvaluateConfig,
+    records=(TrialRecord, MCQAnswerRecord),
+    kind="evaluation",
+    plan=plan,
+)
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[Any]:
     """Run a candidate model on a scenario bank (turns, judge, repair) or an MCQ bank, with intervals."""
     if ctx.plan.data[0] == "mcq":
         yield from run_mcq(cfg, ctx)
     else:
         yield from run_scenarios(cfg, ctx)
-

@@ -117,8 +117,10 @@ def read_table(path: Path) -> list[Observation]:
     for lineno, raw in iter_jsonl(path):
         obs = validated(Observation, raw, f"{path}:{lineno}")
         if obs.key in seen:
-            raise InputError(f"{path}:{lineno}: client_tag: {obs.client_tag!r} with scenario "
-                             f"{obs.scenario!r} repeats line {seen[obs.key]}")
+            raise InputError(
+                f"{path}:{lineno}: client_tag: {obs.client_tag!r} with scenario "
+                f"{obs.scenario!r} repeats line {seen[obs.key]}"
+            )
         seen[obs.key] = lineno
         rows.append(obs)
     if not rows:
@@ -142,10 +144,15 @@ def plan(cfg: HistoryConfig) -> Plan:
         source = str(path)
     if cfg.digital is not None:
         states = digital_states(Path(cfg.digital).expanduser())
-        rows = [r.model_copy(update={"world_state": states[r.key]}) if r.key in states else r for r in rows]
+        rows = [
+            r.model_copy(update={"world_state": states[r.key]}) if r.key in states else r
+            for r in rows
+        ]
     tests = [i for i, r in enumerate(rows) if cfg.test == "all" or r.longitudinal]
     if not tests:
-        raise InputError(f"input: {source} has no {'longitudinal ' if cfg.test != 'all' else ''}observation")
+        raise InputError(
+            f"input: {source} has no {'longitudinal ' if cfg.test != 'all' else ''}observation"
+        )
     n = len(tests) if cfg.n is None else min(cfg.n, len(tests))
     return Plan(n, Table(rows, source, tests[:n]))
 
@@ -157,8 +164,9 @@ Shortfall = Literal["fewer_supports", "no_positive"]
 """Why a bank has fewer supports than asked (the values of ``HistoryRecord.shortfalls``)."""
 
 
-def bank_of(obs: Observation, past: list[Observation], cfg: HistoryConfig,
-            seed: int) -> tuple[list[tuple[Observation, HistoryType]], dict[str, int], list[Shortfall]]:
+def bank_of(
+    obs: Observation, past: list[Observation], cfg: HistoryConfig, seed: int
+) -> tuple[list[tuple[Observation, HistoryType]], dict[str, int], list[Shortfall]]:
     """The supports of ``obs`` among ``past`` (the participant's earlier recordings in the same
     environment), in shown order, with the eligible counts and the shortfalls."""
     rng = random.Random(seed)
@@ -187,7 +195,10 @@ def when(obs: Observation) -> str:
 def reasons(obs: Observation) -> dict[str, str]:
     """Why a support was chosen, per history type (the rules that admitted it)."""
     base = f"participant {obs.participant}, {obs.environment}, recorded before {obs.recorded_at:%Y-%m-%d %H:%M}"
-    return {"setup": f"{base}; same script {obs.script!r} (positive)", "negative": f"{base}; another script"}
+    return {
+        "setup": f"{base}; same script {obs.script!r} (positive)",
+        "negative": f"{base}; another script",
+    }
 
 
 def action_text(goal: Goal) -> str:
@@ -199,7 +210,11 @@ def action_text(goal: Goal) -> str:
 
 def context_text(obs: Observation) -> str:
     """The recording's context as one text (a caption, or a context dict as JSON)."""
-    return obs.world_state if isinstance(obs.world_state, str) else json.dumps(obs.world_state, ensure_ascii=False)
+    return (
+        obs.world_state
+        if isinstance(obs.world_state, str)
+        else json.dumps(obs.world_state, ensure_ascii=False)
+    )
 
 
 def history_state(obs: Observation) -> dict[str, Any]:
@@ -207,7 +222,11 @@ def history_state(obs: Observation) -> dict[str, Any]:
     G.3: "history context and structured goal annotation are packaged into a JSON dictionary"):
     its context, its past action and its transcription, as appendix I.1's example. A given context
     dict keeps its own keys; the action and transcription are added when it lacks them."""
-    base: dict[str, Any] = dict(obs.world_state) if isinstance(obs.world_state, dict) else {"context": [obs.world_state]}
+    base: dict[str, Any] = (
+        dict(obs.world_state)
+        if isinstance(obs.world_state, dict)
+        else {"context": [obs.world_state]}
+    )
     base.setdefault("action", [action_text(obs.structured_goal)])
     base.setdefault("transcription", obs.transcription or "")
     return base
@@ -217,17 +236,31 @@ def shown(obs: Observation) -> dict[str, Any]:
     """What WAGIBench's history entry holds of a recording (besides its id and type). The
     transcription lives inside ``world_state`` as text: a top-level ``transcription`` is, to their
     prompt builder, a list of timed utterances to filter by the context window."""
-    return {"world_state": history_state(obs), "context_window": obs.context_window.model_dump(),
-            "structured_goal": obs.structured_goal.model_dump()}
+    return {
+        "world_state": history_state(obs),
+        "context_window": obs.context_window.model_dump(),
+        "structured_goal": obs.structured_goal.model_dump(),
+    }
 
 
-def wagibench_entry(rec: HistoryRecord, obs: Observation, views: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+def wagibench_entry(
+    rec: HistoryRecord, obs: Observation, views: dict[tuple[str, str], dict[str, Any]]
+) -> dict[str, Any]:
     """One test observation in the layout WAGIBench's loader reads as longitudinal history; the
     observation's own context is ``x.world_state_ctx`` (a one-caption list, as their example)."""
-    history = [{"client_tag": s.client_tag, "history_type": s.history_type, **views[(s.client_tag, s.scenario)]}
-               for s in rec.supports]
-    return {"meta": {"client_tag": rec.client_tag, "scenario": {"shortname": rec.scenario}},
-            "x": {"world_state_ctx": [context_text(obs)]}, "longitudinal_history": history}
+    history = [
+        {
+            "client_tag": s.client_tag,
+            "history_type": s.history_type,
+            **views[(s.client_tag, s.scenario)],
+        }
+        for s in rec.supports
+    ]
+    return {
+        "meta": {"client_tag": rec.client_tag, "scenario": {"shortname": rec.scenario}},
+        "x": {"world_state_ctx": [context_text(obs)]},
+        "longitudinal_history": history,
+    }
 
 
 # --------------------------------------------------------------------------- synthesis
@@ -246,12 +279,16 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
         if row.goal is not None:
             scripts[row.group].append(row)
     if not scripts:
-        raise InputError(f"goals: {bank.path} has no structured goal (the history needs structured actions)")
+        raise InputError(
+            f"goals: {bank.path} has no structured goal (the history needs structured actions)"
+        )
     names = sorted(scripts)
     rng = random.Random(derive_seed(cfg.seed, NAME, "scripts"))
     longitudinal = set(rng.sample(names, round(cfg.longitudinal_share * len(names))))
     if cfg.persona_file:
-        people = [p.persona_id for p in load_pool(Path(cfg.persona_file).expanduser())][:cfg.participants]
+        people = [p.persona_id for p in load_pool(Path(cfg.persona_file).expanduser())][
+            : cfg.participants
+        ]
     else:
         people = [persona_id(cfg.seed, i) for i in range(cfg.participants)]
     rows = []
@@ -262,20 +299,36 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
             for r in range(cfg.repeats):
                 goal = scripts[script][r % len(scripts[script])]
                 when = dt.datetime.combine(cfg.start_date, dt.time()) + dt.timedelta(
-                    days=prng.randrange(cfg.days), minutes=prng.randrange(7 * 60, 22 * 60))
+                    days=prng.randrange(cfg.days), minutes=prng.randrange(7 * 60, 22 * 60)
+                )
                 tag = f"{person[:8]}-{script}-{r}"
                 world = f"In the {env}, {when:%A} {part_of_day(when)} (no video)."  # names no script or goal
-                rows.append(Observation(
-                    client_tag=tag, scenario=script, participant=person, environment=env, script=script,
-                    longitudinal=script in longitudinal, recorded_at=when, world_state=world,
-                    structured_goal=goal.goal, context_window=ContextWindow(start_s=0.0, end_s=30.0),
-                    cues=[LONGITUDINAL_CUE] if script in longitudinal else None))
+                rows.append(
+                    Observation(
+                        client_tag=tag,
+                        scenario=script,
+                        participant=person,
+                        environment=env,
+                        script=script,
+                        longitudinal=script in longitudinal,
+                        recorded_at=when,
+                        world_state=world,
+                        structured_goal=goal.goal,
+                        context_window=ContextWindow(start_s=0.0, end_s=30.0),
+                        cues=[LONGITUDINAL_CUE] if script in longitudinal else None,
+                    )
+                )
     rows.sort(key=lambda o: (o.recorded_at, o.client_tag))
     return rows
 
 
-LONGITUDINAL_CUE = CueEntry(modality=["longitudinal"], description=["The user has done this before: an earlier "
-                                                                    "recording of the same routine is in their history."])
+LONGITUDINAL_CUE = CueEntry(
+    modality=["longitudinal"],
+    description=[
+        "The user has done this before: an earlier "
+        "recording of the same routine is in their history."
+    ],
+)
 """The cue of a synthesized longitudinal recording (its script is one the user repeats, §2.4)."""
 
 
@@ -294,19 +347,28 @@ def digital_states(folder: Path) -> dict[tuple[str, str], str]:
     for lineno, r in enumerate(records, 1):
         goal = r.get("goal") if isinstance(r, dict) else None
         if isinstance(goal, dict) and goal.get("client_tag") and goal.get("group"):
-            bundle = validated(DigitalBundle, r, f"{file}:{lineno}", what="bundle")  # else a hand-edited one crashed
+            bundle = validated(
+                DigitalBundle, r, f"{file}:{lineno}", what="bundle"
+            )  # else a hand-edited one crashed
             out[(goal["client_tag"], goal["group"])] = render_bundle(bundle, key_only=True)
     if not out:
-        raise InputError(f"digital: {file} holds no goal-conditioned bundle (make them with digital goals=…)")
+        raise InputError(
+            f"digital: {file} holds no goal-conditioned bundle (make them with digital goals=…)"
+        )
     return out
 
 
 def goal_row(o: Observation) -> dict[str, Any]:
     """A recording as a goal bank row (distractors and ``digital goals=`` read these): its goal,
     its scenario as the group, its client_tag as the id WAGIBench joins on."""
-    return {"goal_id": o.client_tag, "group": o.scenario, "goal": o.structured_goal.model_dump(),
-            "client_tag": o.client_tag, "context_window": o.context_window.model_dump(),
-            **({"cues": [c.model_dump() for c in o.cues]} if o.cues else {})}
+    return {
+        "goal_id": o.client_tag,
+        "group": o.scenario,
+        "goal": o.structured_goal.model_dump(),
+        "client_tag": o.client_tag,
+        "context_window": o.context_window.model_dump(),
+        **({"cues": [c.model_dump() for c in o.cues]} if o.cues else {}),
+    }
 
 
 # --------------------------------------------------------------------------- the generator
@@ -316,10 +378,14 @@ def observation_row(o: Observation) -> dict[str, Any]:
     return o.model_dump(mode="json")
 
 
-def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+def merge_shards(
+    ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]
+) -> None:
     """``merge``: the bank summary over every shard's records."""
-    ctx.extra["history"] = summary([HistoryRecord.model_validate(r) for r in records],
-                                   sum(m["history"]["rejected"] for m in manifests))
+    ctx.extra["history"] = summary(
+        [HistoryRecord.model_validate(r) for r in records],
+        sum(m["history"]["rejected"] for m in manifests),
+    )
 
 
 class Tally:
@@ -347,20 +413,27 @@ def summary(records: list[HistoryRecord], rejected: int) -> dict[str, Any]:
 
 def tally_summary(t: Tally, rejected: int) -> dict[str, Any]:
     counts, sizes = t.shortfalls, t.sizes
-    return {"banks": t.banks, "rejected": rejected,
-            "longitudinal": t.longitudinal,
-            "with_positive": t.with_positive,
-            "shortfalls": dict(sorted(counts.items())),
-            "supports_per_bank": {str(k): v for k, v in sorted(sizes.items())}}
+    return {
+        "banks": t.banks,
+        "rejected": rejected,
+        "longitudinal": t.longitudinal,
+        "with_positive": t.with_positive,
+        "shortfalls": dict(sorted(counts.items())),
+        "supports_per_bank": {str(k): v for k, v in sorted(sizes.items())},
+    }
 
 
-@generator(NAME, config=HistoryConfig, records=HistoryRecord, kind="history", plan=plan, merge=merge_shards)
+@generator(
+    NAME, config=HistoryConfig, records=HistoryRecord, kind="history", plan=plan, merge=merge_shards
+)
 def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Reject]:
     """Longitudinal history banks: earlier recordings of the same participant and environment."""
     table: Table = ctx.plan.data
     if cfg.synthesize:
-        with open(ctx.out_dir / "observations.jsonl", "w", encoding="utf-8") as f, \
-                open(ctx.out_dir / "goals.jsonl", "w", encoding="utf-8") as g:
+        with (
+            open(ctx.out_dir / "observations.jsonl", "w", encoding="utf-8") as f,
+            open(ctx.out_dir / "goals.jsonl", "w", encoding="utf-8") as g,
+        ):
             for o in table.rows:
                 f.write(json.dumps(observation_row(o), ensure_ascii=False, allow_nan=False) + "\n")
                 g.write(json.dumps(goal_row(o), ensure_ascii=False, allow_nan=False) + "\n")
@@ -371,7 +444,9 @@ def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Rej
         groups[(o.participant, o.environment)].append(o)
     times: dict[tuple[str, str], list[dt.datetime]] = {}
     for k, obs_list in groups.items():
-        obs_list.sort(key=lambda o: (o.recorded_at, o.key))  # ties broken by key: any table order gives the same banks
+        obs_list.sort(
+            key=lambda o: (o.recorded_at, o.key)
+        )  # ties broken by key: any table order gives the same banks
         times[k] = [o.recorded_at for o in obs_list]
     views: dict[tuple[str, str], dict[str, Any]] = {}
     tally = Tally()
@@ -380,27 +455,50 @@ def history(cfg: HistoryConfig, ctx: RunContext) -> Iterator[HistoryRecord | Rej
     for i in ctx.indices():
         obs = table.rows[table.tests[i]]
         group = (obs.participant, obs.environment)
-        past = groups[group][:bisect.bisect_left(times[group], obs.recorded_at)]  # strictly earlier
-        chosen, eligible, shortfalls = bank_of(obs, past, cfg, derive_seed(cfg.seed, NAME, *obs.key))
+        past = groups[group][
+            : bisect.bisect_left(times[group], obs.recorded_at)
+        ]  # strictly earlier
+        chosen, eligible, shortfalls = bank_of(
+            obs, past, cfg, derive_seed(cfg.seed, NAME, *obs.key)
+        )
         why = reasons(obs)
         for s in shortfalls:
             ctx.count(f"shortfall.{s}")
         # built without re-validation: every field comes from validated observations
         rec = HistoryRecord.model_construct(
-            client_tag=obs.client_tag, scenario=obs.scenario, participant=obs.participant,
-            environment=obs.environment, script=obs.script, longitudinal=obs.longitudinal,
+            client_tag=obs.client_tag,
+            scenario=obs.scenario,
+            participant=obs.participant,
+            environment=obs.environment,
+            script=obs.script,
+            longitudinal=obs.longitudinal,
             recorded_at=when(obs),
-            supports=[Support.model_construct(client_tag=p.client_tag, scenario=p.scenario,
-                                              participant=p.participant, environment=p.environment,
-                                              script=p.script, history_type=kind, recorded_at=when(p),
-                                              why=why[kind])
-                      for p, kind in chosen],
-            eligible=eligible, shortfalls=shortfalls)
+            supports=[
+                Support.model_construct(
+                    client_tag=p.client_tag,
+                    scenario=p.scenario,
+                    participant=p.participant,
+                    environment=p.environment,
+                    script=p.script,
+                    history_type=kind,
+                    recorded_at=when(p),
+                    why=why[kind],
+                )
+                for p, kind in chosen
+            ],
+            eligible=eligible,
+            shortfalls=shortfalls,
+        )
         if shortfalls and cfg.require_full:
             rejected += 1
-            yield Reject(record_id=f"{obs.client_tag}_{obs.scenario}", index=i, stage="bank",
-                         reason=shortfalls[0], detail=f"{len(chosen)} supports of {cfg.supports}; "
-                         f"eligible: {eligible}", raw=rec.model_dump_json())
+            yield Reject(
+                record_id=f"{obs.client_tag}_{obs.scenario}",
+                index=i,
+                stage="bank",
+                reason=shortfalls[0],
+                detail=f"{len(chosen)} supports of {cfg.supports}; eligible: {eligible}",
+                raw=rec.model_dump_json(),
+            )
             continue
         tally.add(rec)
         for p, _ in chosen:

@@ -64,7 +64,9 @@ class _ShardPart(BaseModel):
     @model_validator(mode="after")
     def _ordered(self) -> _ShardPart:
         if not 0 <= self.indices[0] <= self.indices[1]:
-            raise ValueError(f"indices must be [start, stop] with 0 <= start <= stop, got {list(self.indices)}")
+            raise ValueError(
+                f"indices must be [start, stop] with 0 <= start <= stop, got {list(self.indices)}"
+            )
         return self
 
 
@@ -123,7 +125,9 @@ def read_shard(folder: Path) -> Shard:
         raise MissingInputError(f"input: {folder} is not a finished run folder (no manifest.json)")
     raw = read_json(manifest)
     if not isinstance(raw, dict):
-        raise InputError(f"{manifest}: expected a run manifest (a JSON object), got {type(raw).__name__}")
+        raise InputError(
+            f"{manifest}: expected a run manifest (a JSON object), got {type(raw).__name__}"
+        )
     m = validated(ShardManifest, raw, str(manifest), what="manifest")
 
     def path(name: str, what: str) -> Path:
@@ -151,8 +155,10 @@ def read_shard(folder: Path) -> Shard:
     rows = len(lines) + len(rejected)
     fits = (rows == b - a) if m.counts.indices_done is None else (b > a or rows == 0)
     if not fits:
-        raise InputError(f"input: {folder} holds {rows} records and rejects for its {b - a} indices "
-                         f"[{a}, {b}) (manifest.json: shard.indices)")
+        raise InputError(
+            f"input: {folder} holds {rows} records and rejects for its {b - a} indices "
+            f"[{a}, {b}) (manifest.json: shard.indices)"
+        )
     return Shard(folder, raw, m, (a, b), records, rejects, outputs)
 
 
@@ -164,16 +170,22 @@ def read_shards(paths: list[str]) -> list[Shard]:
     base = {k: v for k, v in first.manifest["config"].items() if k not in SHARD_KEYS}
     for s in shards[1:]:
         if s.manifest["generator"] != first.manifest["generator"]:
-            raise InputError(f"input: {s.folder} is a {s.manifest['generator']} run, "
-                             f"{first.folder} a {first.manifest['generator']} run")
+            raise InputError(
+                f"input: {s.folder} is a {s.manifest['generator']} run, "
+                f"{first.folder} a {first.manifest['generator']} run"
+            )
         other = {k: v for k, v in s.manifest["config"].items() if k not in SHARD_KEYS}
         if other != base:
             diff = sorted(k for k in base.keys() | other.keys() if base.get(k) != other.get(k))
-            raise InputError(f"input: {s.folder} was run with a different config ({', '.join(diff)})")
+            raise InputError(
+                f"input: {s.folder} was run with a different config ({', '.join(diff)})"
+            )
     for a, b in zip(shards, shards[1:], strict=False):
         if b.indices[0] < a.indices[1]:
-            raise InputError(f"input: shards overlap: {a.folder} has indices [{a.indices[0]}, {a.indices[1]}), "
-                             f"{b.folder} has [{b.indices[0]}, {b.indices[1]})")
+            raise InputError(
+                f"input: shards overlap: {a.folder} has indices [{a.indices[0]}, {a.indices[1]}), "
+                f"{b.folder} has [{b.indices[0]}, {b.indices[1]})"
+            )
     return shards
 
 
@@ -185,7 +197,10 @@ def _rows(path: Path) -> list[tuple[int, str]]:
 def _lines(path: Path) -> list[str]:
     """A text file's lines, each ending in a newline (read as the runner wrote them: only
     ``\\n``, ``\\r\\n`` and ``\\r`` end a line; a U+2028 inside a JSON string does not)."""
-    return [line if line.endswith("\n") else line + "\n" for line in io.StringIO(read_text(path), newline=None)]
+    return [
+        line if line.endswith("\n") else line + "\n"
+        for line in io.StringIO(read_text(path), newline=None)
+    ]
 
 
 def merge_file(parts: list[Path]) -> str | None:
@@ -212,7 +227,9 @@ def merge_file(parts: list[Path]) -> str | None:
                 joined.update(d)
         else:
             return None
-        return json.dumps(joined, ensure_ascii=False, indent=1, allow_nan=False) + "\n"  # as ctx.write_json
+        return (
+            json.dumps(joined, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
+        )  # as ctx.write_json
     return None
 
 
@@ -237,7 +254,9 @@ def merge_outputs(shards: list[Shard], out: Path) -> list[str]:
     return not_merged
 
 
-def _records(records: Path, rejects: Path) -> tuple[list[RawRecord], list[Reject], list[dict[str, Any]]]:
+def _records(
+    records: Path, rejects: Path
+) -> tuple[list[RawRecord], list[Reject], list[dict[str, Any]]]:
     """A shard's record lines (as they are, and parsed) and its rejects; a line that is not
     one is an InputError naming the file and line."""
     lines, parsed = [], []
@@ -246,18 +265,28 @@ def _records(records: Path, rejects: Path) -> tuple[list[RawRecord], list[Reject
         lines.append(RawRecord(line.rstrip("\n")))
     rejected = []
     for k, line in _rows(rejects):
-        rejected.append(validated(Reject, parse_json(line, f"{rejects}:{k}"), f"{rejects}:{k}", objects_only=False))
+        rejected.append(
+            validated(
+                Reject, parse_json(line, f"{rejects}:{k}"), f"{rejects}:{k}", objects_only=False
+            )
+        )
     return lines, rejected, parsed
 
 
 @generator("merge", config=MergeConfig, kind="merged", plan=plan)
-def merge(cfg: MergeConfig, ctx: RunContext) -> Iterator[RawRecord | Reject | list[RawRecord | Reject]]:
+def merge(
+    cfg: MergeConfig, ctx: RunContext
+) -> Iterator[RawRecord | Reject | list[RawRecord | Reject]]:
     """Merge shard folders (input=[...]) of one run into one folder and one manifest."""
     shards: list[Shard] = ctx.plan.data
     name = shards[0].manifest["generator"]
     ctx.records_name = name
     source = shards[0].manifest.get("records")
-    ctx.records_kind = source.get("kind") if isinstance(source, dict) and isinstance(source.get("kind"), str) else None
+    ctx.records_kind = (
+        source.get("kind")
+        if isinstance(source, dict) and isinstance(source.get("kind"), str)
+        else None
+    )
     if ctx.records_kind is None and name in REGISTRY:
         ctx.records_kind = REGISTRY[name].kind
     if isinstance(source, dict) and isinstance(source.get("models"), list):
@@ -287,21 +316,39 @@ def merge(cfg: MergeConfig, ctx: RunContext) -> Iterator[RawRecord | Reject | li
     if hook is not None:
         try:
             hook(ctx, records, [s.manifest for s in shards])
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as e:
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            IndexError,
+            ZeroDivisionError,
+        ) as e:
             # the hook reads only the shards' summaries and records: a shape it cannot read is
             # theirs (written by another version, or edited), named with what the hook missed
             folders = ", ".join(str(s.folder / "manifest.json") for s in shards)
-            raise InputError(f"input: {name}'s merge cannot read the shards' summaries or records "
-                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}) in {folders}") from None
+            raise InputError(
+                f"input: {name}'s merge cannot read the shards' summaries or records "
+                f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}) in {folders}"
+            ) from None
     a, b = shards[0].indices[0], shards[-1].indices[1]
     covered = sum(s.indices[1] - s.indices[0] for s in shards)
     ctx.extra["merged"] = {
         "generator": name,
-        "source_config": {k: v for k, v in shards[0].manifest["config"].items() if k not in SHARD_KEYS},
+        "source_config": {
+            k: v for k, v in shards[0].manifest["config"].items() if k not in SHARD_KEYS
+        },
         "complete": covered == b - a and a == 0 and shards[0].meta.shard.num_shards == len(shards),
         "not_merged": [rel for rel in not_merged if not inside(ctx.out_dir, rel).is_file()],
         "llm_usage": Usage.total([s.meta.llm_usage for s in shards]),
-        "shards": [{"path": str(s.folder), "indices": list(s.indices), "counts": s.manifest["counts"],
-                    "llm_usage": s.manifest.get("llm_usage"),
-                    **({} if hook else {"summaries": extras_of(s.manifest)})} for s in shards],
+        "shards": [
+            {
+                "path": str(s.folder),
+                "indices": list(s.indices),
+                "counts": s.manifest["counts"],
+                "llm_usage": s.manifest.get("llm_usage"),
+                **({} if hook else {"summaries": extras_of(s.manifest)}),
+            }
+            for s in shards
+        ],
     }

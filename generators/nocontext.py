@@ -75,7 +75,6 @@ class NocontextConfig(CommonConfig):
     sample: int | None = Field(None, ge=1)
     """Screen a seeded random subset of this many items (null: all; n is set from the input)."""
 
-
     @model_validator(mode="after")
     def _check(self) -> NocontextConfig:
         panel = self.models or [self.llm]
@@ -84,19 +83,27 @@ class NocontextConfig(CommonConfig):
         if self.labels and len(set(self.labels)) != len(self.labels):
             raise ValueError("labels must be distinct")
         if self.max_correct is not None and self.max_correct >= self.shuffles:
-            raise ValueError(f"max_correct={self.max_correct} can never be exceeded with "
-                             f"shuffles={self.shuffles}; use a smaller value or null")
+            raise ValueError(
+                f"max_correct={self.max_correct} can never be exceeded with "
+                f"shuffles={self.shuffles}; use a smaller value or null"
+            )
         if self.panel_k is not None and self.panel_k >= len(panel):
-            raise ValueError(f"panel_k={self.panel_k} can never be exceeded by {len(panel)} "
-                             "model(s); use a smaller value or null")
+            raise ValueError(
+                f"panel_k={self.panel_k} can never be exceeded by {len(panel)} "
+                "model(s); use a smaller value or null"
+            )
         if self.mode == "loglik":
             if any(m.backend not in ("llama_cpp", "openai") for m in panel):
-                raise ValueError("loglik needs prompt log-probabilities: an in-process GGUF "
-                                 "(llm=smollm2 / llama_cpp) or a server that echoes them "
-                                 "(llm=openai, e.g. vLLM); llama-server does not")
+                raise ValueError(
+                    "loglik needs prompt log-probabilities: an in-process GGUF "
+                    "(llm=smollm2 / llama_cpp) or a server that echoes them "
+                    "(llm=openai, e.g. vLLM); llama-server does not"
+                )
             if self.chat_template and any(m.backend == "openai" for m in panel):
-                raise ValueError("loglik on an OpenAI-compatible server scores plain text: "
-                                 "add chat_template=false")
+                raise ValueError(
+                    "loglik on an OpenAI-compatible server scores plain text: "
+                    "add chat_template=false"
+                )
         return self
 
 
@@ -111,7 +118,6 @@ def plan(cfg: NocontextConfig) -> Plan:
     return Plan(len(items), (banks, items))
 
 
-
 # --------------------------------------------------------------------------- pure pieces
 
 
@@ -120,7 +126,9 @@ def screen_list(cfg: NocontextConfig, banks: list[Bank]) -> list[tuple[int, MCQ]
     ``sample``)."""
     items = [(b, item) for b, bank in enumerate(banks) for item in bank.items]
     if cfg.sample is not None and cfg.sample < len(items):
-        chosen = sorted(random.Random(f"{cfg.seed}/nocontext/sample").sample(range(len(items)), cfg.sample))
+        chosen = sorted(
+            random.Random(f"{cfg.seed}/nocontext/sample").sample(range(len(items)), cfg.sample)
+        )
         items = [items[i] for i in chosen]
     return items
 
@@ -143,8 +151,11 @@ def shuffles(n_options: int, answer: int, count: int, seed: int) -> list[list[in
     orders = []
     for pos in positions[:count]:
         if math.factorial(len(others)) <= 720:  # few enough to enumerate: exact "distinct"
-            free = [list(r) for r in permutations(others)
-                    if tuple([*r[:pos], answer, *r[pos:]]) not in used]
+            free = [
+                list(r)
+                for r in permutations(others)
+                if tuple([*r[:pos], answer, *r[pos:]]) not in used
+            ]
             rest = rng.choice(free) if free else rng.sample(others, len(others))
         else:
             for _ in range(100):
@@ -157,8 +168,9 @@ def shuffles(n_options: int, answer: int, count: int, seed: int) -> list[list[in
     return orders
 
 
-def removal(correct: dict[str, int], shuffles_: int, max_correct: int | None,
-            panel_k: int | None) -> list[str]:
+def removal(
+    correct: dict[str, int], shuffles_: int, max_correct: int | None, panel_k: int | None
+) -> list[str]:
     """The rules that remove an item, given each model's correct-shuffle count."""
     rules = []
     if max_correct is not None and any(c > max_correct for c in correct.values()):
@@ -192,15 +204,26 @@ def plain_prompt(messages: Sequence[Message]) -> str:
 def binomial(correct: int, total: int, chance: float) -> dict[str, Any]:
     """Accuracy with a Wilson 95% interval and a one-sided exact test against chance."""
     if total == 0:
-        return {"correct": 0, "answers": 0, "accuracy": None, "chance": None, "ci95": None,
-                "p_above_chance": None}
+        return {
+            "correct": 0,
+            "answers": 0,
+            "accuracy": None,
+            "chance": None,
+            "ci95": None,
+            "p_above_chance": None,
+        }
     from scipy.stats import binomtest
 
     ci = binomtest(correct, total, chance).proportion_ci(confidence_level=0.95, method="wilson")
     above = binomtest(correct, total, chance, alternative="greater").pvalue
-    return {"correct": correct, "answers": total, "accuracy": round(correct / total, 4),
-            "chance": round(chance, 4), "ci95": [round(ci.low, 4), round(ci.high, 4)],
-            "p_above_chance": float(f"{above:.3g}")}
+    return {
+        "correct": correct,
+        "answers": total,
+        "accuracy": round(correct / total, 4),
+        "chance": round(chance, 4),
+        "ci95": [round(ci.low, 4), round(ci.high, 4)],
+        "p_above_chance": float(f"{above:.3g}"),
+    }
 
 
 def letter_bias(counts: Counter[str], expected: dict[str, float]) -> dict[str, Any]:
@@ -256,8 +279,14 @@ class Tally:
             self.guess_removals += float(binom.sf(max_correct, rec.shuffles, 1 / m))
 
 
-def summarise(cfg: NocontextConfig, records: list[NocontextRecord], tallies: dict[str, Tally],
-              n_rejected: int, seconds: float, describe: dict[str, Any]) -> dict[str, Any]:
+def summarise(
+    cfg: NocontextConfig,
+    records: list[NocontextRecord],
+    tallies: dict[str, Tally],
+    n_rejected: int,
+    seconds: float,
+    describe: dict[str, Any],
+) -> dict[str, Any]:
     by_type: dict[str, Counter[str]] = defaultdict(Counter)
     removed_by: Counter[str] = Counter()
     for r in records:
@@ -271,42 +300,61 @@ def summarise(cfg: NocontextConfig, records: list[NocontextRecord], tallies: dic
         answers = t.answers["all"]
         models[label] = {
             "llm": describe[label],
-            "accuracy": binomial(t.correct["all"], answers, t.chance["all"] / answers if answers else 0),
+            "accuracy": binomial(
+                t.correct["all"], answers, t.chance["all"] / answers if answers else 0
+            ),
             "accuracy_by_question_type": {
-                q: binomial(t.correct[q], t.answers[q], t.chance[q] / t.answers[q]) for q in types},
-            "accuracy_by_shuffle": [round(t.by_shuffle[k] / n, 4) if n else None
-                                    for k in range(cfg.shuffles)],
+                q: binomial(t.correct[q], t.answers[q], t.chance[q] / t.answers[q]) for q in types
+            },
+            "accuracy_by_shuffle": [
+                round(t.by_shuffle[k] / n, 4) if n else None for k in range(cfg.shuffles)
+            ],
             "items_by_correct_shuffles": {str(k): t.histogram[k] for k in range(cfg.shuffles + 1)},
             "removed_by_a_blind_guesser_expected": round(t.guess_removals, 2),
             "unparseable": t.unparseable,
             "unparseable_rate": round(t.unparseable / answers, 4) if answers else None,
             "letter_bias": letter_bias(t.letters, dict(t.expected_letters)),
         }
-    answering = ({"temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
-                 if cfg.mode == "generate" else {"norm": cfg.norm, "chat_template": cfg.chat_template})
+    answering = (
+        {"temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
+        if cfg.mode == "generate"
+        else {"norm": cfg.norm, "chat_template": cfg.chat_template}
+    )
     return {
-        "mode": cfg.mode, "prompt": cfg.prompt, "shuffles": cfg.shuffles, "answering": answering,
+        "mode": cfg.mode,
+        "prompt": cfg.prompt,
+        "shuffles": cfg.shuffles,
+        "answering": answering,
         "rules": {"max_correct": cfg.max_correct, "panel_k": cfg.panel_k},
-        "items": {"screened": n + n_rejected, "kept": sum(r.kept for r in records),
-                  "removed": sum(not r.kept for r in records), "rejected": n_rejected,
-                  "removed_by": {k: removed_by[k] for k in RULES}},
+        "items": {
+            "screened": n + n_rejected,
+            "kept": sum(r.kept for r in records),
+            "removed": sum(not r.kept for r in records),
+            "rejected": n_rejected,
+            "removed_by": {k: removed_by[k] for k in RULES},
+        },
         "by_question_type": {q: dict(c) for q, c in sorted(by_type.items())},
         "models": models,
-        "throughput": {"seconds": round(seconds, 2),
-                       "items_per_second": round(n / seconds, 3) if seconds else None,
-                       "answers_per_second": round(n * cfg.shuffles * len(tallies) / seconds, 3)
-                       if seconds else None},
+        "throughput": {
+            "seconds": round(seconds, 2),
+            "items_per_second": round(n / seconds, 3) if seconds else None,
+            "answers_per_second": round(n * cfg.shuffles * len(tallies) / seconds, 3)
+            if seconds
+            else None,
+        },
         "note": "ci95 is a Wilson interval over all answers; the shuffles of one item are not "
-                "independent, so it is narrower than an interval over items.",
+        "independent, so it is narrower than an interval over items.",
     }
 
 
 def table(summary: dict[str, Any]) -> str:
     """A short plain-text table of the summary, printed at the end of a run."""
     it = summary["items"]
-    lines = [f"nocontext: {it['screened']} items x {summary['shuffles']} shuffles, "
-             f"mode={summary['mode']}, prompt={summary['prompt']}: kept {it['kept']}, "
-             f"removed {it['removed']}, rejected {it['rejected']}"]
+    lines = [
+        f"nocontext: {it['screened']} items x {summary['shuffles']} shuffles, "
+        f"mode={summary['mode']}, prompt={summary['prompt']}: kept {it['kept']}, "
+        f"removed {it['removed']}, rejected {it['rejected']}"
+    ]
     head = f"  {'model':<28} {'type':<10} {'answers':>7} {'acc':>6} {'95% CI':>15} {'chance':>6}"
     lines.append(head + f" {'unparsed':>8} {'top letter':>10}")
     for label, m in summary["models"].items():
@@ -319,8 +367,10 @@ def table(summary: dict[str, Any]) -> str:
                 continue
             ci = f"[{acc['ci95'][0]:.2f}, {acc['ci95'][1]:.2f}]"
             extra = f" {m['unparseable']:>8} {top_s:>10}" if i == 0 else ""
-            lines.append(f"  {label[:28]:<28} {q[:10]:<10} {acc['answers']:>7} "
-                         f"{acc['accuracy']:>6.3f} {ci:>15} {acc['chance']:>6.3f}{extra}")
+            lines.append(
+                f"  {label[:28]:<28} {q[:10]:<10} {acc['answers']:>7} "
+                f"{acc['accuracy']:>6.3f} {ci:>15} {acc['chance']:>6.3f}{extra}"
+            )
     tp = summary["throughput"]
     lines.append(f"  {tp['items_per_second']} items/s ({tp['seconds']} s)")
     return "\n".join(lines)
@@ -343,8 +393,9 @@ class Screener:
 
     def messages(self, item: MCQ, order: list[int], prefill: bool) -> list[Message]:
         shown = [[LETTERS[p], item.options[i]] for p, i in enumerate(order)]
-        return self.ctx.prompts.render(self.template, question=item.question, options=shown,
-                                       prefill=prefill)
+        return self.ctx.prompts.render(
+            self.template, question=item.question, options=shown, prefill=prefill
+        )
 
     def answer_line(self, letter: str, text: str) -> str:
         module: Any = self.ctx.prompts.env.get_template("nocontext/_option.jinja").module
@@ -353,9 +404,12 @@ class Screener:
     def ask(self, llm: LanguageModel, item: MCQ, index: int, k: int, order: list[int]) -> Answer:
         shown = [item.options[i] for i in order]
         if self.cfg.mode == "generate":
-            raw = llm.complete(self.messages(item, order, prefill=False),
-                               seed=self.ctx.seed(index, "answer", k),
-                               max_tokens=self.cfg.max_tokens, temperature=self.cfg.temperature)
+            raw = llm.complete(
+                self.messages(item, order, prefill=False),
+                seed=self.ctx.seed(index, "answer", k),
+                max_tokens=self.cfg.max_tokens,
+                temperature=self.cfg.temperature,
+            )
             letter = parse_letter(raw, shown)
             pos = None if letter is None else LETTERS.index(letter)
             scores = None
@@ -364,26 +418,44 @@ class Screener:
             lines = [" " + self.answer_line(LETTERS[p], t) for p, t in enumerate(shown)]
             prompt = msgs if self.cfg.chat_template else plain_prompt(msgs)
             results = llm.loglik(prompt, lines)
-            scores = [round(normalise(r.logprob, r.tokens, line.strip(), self.cfg.norm), 6)
-                      for r, line in zip(results, lines, strict=True)]
+            scores = [
+                round(normalise(r.logprob, r.tokens, line.strip(), self.cfg.norm), 6)
+                for r, line in zip(results, lines, strict=True)
+            ]
             pos = pick(scores)
             raw, letter = None, LETTERS[pos]
         choice = None if pos is None else order[pos]
-        return Answer(shuffle=k, order=order, raw=raw, letter=letter, choice=choice,
-                      correct=choice is not None and choice == item.answer, scores=scores)
+        return Answer(
+            shuffle=k,
+            order=order,
+            raw=raw,
+            letter=letter,
+            choice=choice,
+            correct=choice is not None and choice == item.answer,
+            scores=scores,
+        )
 
     def screen(self, item: MCQ, index: int, source: Path) -> NocontextRecord | Reject:
         if item.answer is None:
-            return Reject(record_id=item.item_id, index=index, stage="input", reason="no_answer",
-                          detail="the correct option is not among the options")
-        orders = shuffles(len(item.options), item.answer, self.cfg.shuffles,
-                          self.ctx.seed(index, "shuffle"))
+            return Reject(
+                record_id=item.item_id,
+                index=index,
+                stage="input",
+                reason="no_answer",
+                detail="the correct option is not among the options",
+            )
+        orders = shuffles(
+            len(item.options), item.answer, self.cfg.shuffles, self.ctx.seed(index, "shuffle")
+        )
 
         def model(entry: tuple[str, LanguageModel]) -> list[Answer] | LLMOutputError:
             llm = entry[1]
             try:
-                return self.ctx.map(lambda job: self.ask(llm, item, index, *job), enumerate(orders),
-                                    workers=llm.concurrency)
+                return self.ctx.map(
+                    lambda job: self.ask(llm, item, index, *job),
+                    enumerate(orders),
+                    workers=llm.concurrency,
+                )
             except LLMOutputError as e:
                 return e
 
@@ -391,20 +463,37 @@ class Screener:
         # model (in the panel's order) that fails makes the reject, as one after another would
         together = min(llm.concurrency for _, llm in self.panel) > 1
         answers: dict[str, list[Answer]] = {}
-        for (label, _), got in zip(self.panel, self.ctx.map(model, self.panel, workers=len(self.panel) if together else 1),
-                                   strict=True):
+        for (label, _), got in zip(
+            self.panel,
+            self.ctx.map(model, self.panel, workers=len(self.panel) if together else 1),
+            strict=True,
+        ):
             if isinstance(got, LLMOutputError):
-                return Reject(record_id=item.item_id, index=index, stage=f"answer.{label}",
-                              reason=got.reason, detail=got.detail, raw=got.raw)
+                return Reject(
+                    record_id=item.item_id,
+                    index=index,
+                    stage=f"answer.{label}",
+                    reason=got.reason,
+                    detail=got.detail,
+                    raw=got.raw,
+                )
             answers[label] = got
         correct = {label: sum(a.correct for a in ans) for label, ans in answers.items()}
         removed_by = removal(correct, self.cfg.shuffles, self.cfg.max_correct, self.cfg.panel_k)
         return NocontextRecord(
-            item_id=item.item_id, question_type=item.question_type, source=str(source),
-            line=item.line, n_options=len(item.options), answer=item.answer,
-            kept=not removed_by, removed_by=removed_by, shuffles=self.cfg.shuffles,
+            item_id=item.item_id,
+            question_type=item.question_type,
+            source=str(source),
+            line=item.line,
+            n_options=len(item.options),
+            answer=item.answer,
+            kept=not removed_by,
+            removed_by=removed_by,
+            shuffles=self.cfg.shuffles,
             correct=correct,
-            unparseable={label: sum(a.letter is None for a in ans) for label, ans in answers.items()},
+            unparseable={
+                label: sum(a.letter is None for a in ans) for label, ans in answers.items()
+            },
             answers=answers,
         )
 
@@ -417,10 +506,14 @@ def build_panel(cfg: NocontextConfig, ctx: RunContext) -> list[tuple[str, Langua
     return list(zip(labels, llms, strict=True))
 
 
-def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+def merge_shards(
+    ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]
+) -> None:
     """``merge``: the summary recomputed from every shard's records (accuracies, intervals,
     letter bias and removals over the whole bank), with summed time and usage."""
-    cfg = NocontextConfig.model_construct(**manifests[0]["config"])  # as run; inputs need not exist now
+    cfg = NocontextConfig.model_construct(
+        **manifests[0]["config"]
+    )  # as run; inputs need not exist now
     parts = [m["nocontext"] for m in manifests]
     labels = list(parts[0]["models"])
     recs = [NocontextRecord.model_validate(r) for r in records]
@@ -428,17 +521,30 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
     for rec in recs:
         for label in labels:
             tallies[label].add(rec, label, cfg.max_correct)
-    summary = summarise(cfg, recs, tallies, sum(p["items"]["rejected"] for p in parts),
-                        sum(p["throughput"]["seconds"] for p in parts),
-                        {label: parts[0]["models"][label]["llm"] for label in labels})
+    summary = summarise(
+        cfg,
+        recs,
+        tallies,
+        sum(p["items"]["rejected"] for p in parts),
+        sum(p["throughput"]["seconds"] for p in parts),
+        {label: parts[0]["models"][label]["llm"] for label in labels},
+    )
     for label in labels:
-        summary["models"][label]["usage"] = Usage.total([p["models"][label].get("usage") for p in parts])
+        summary["models"][label]["usage"] = Usage.total(
+            [p["models"][label].get("usage") for p in parts]
+        )
     ctx.write_json("summary.json", summary)
     ctx.extra["nocontext"] = summary
 
 
-@generator("nocontext", config=NocontextConfig, records=NocontextRecord, kind="screening", merge=merge_shards,
-           plan=plan)
+@generator(
+    "nocontext",
+    config=NocontextConfig,
+    records=NocontextRecord,
+    kind="screening",
+    merge=merge_shards,
+    plan=plan,
+)
 def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord | Reject]:
     """Blind screening: remove MCQ items that LLMs answer correctly without their context."""
     banks: list[Bank]
@@ -456,8 +562,11 @@ def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord
     t0 = time.perf_counter()
     with open(removed_tmp, "w", encoding="utf-8") as removed_f:
         # items many at once (their shuffles and panel models too), one budget of calls in flight
-        outcomes = ctx.imap(lambda i: screener.screen(items[i][1], i, banks[items[i][0]].path), ctx.indices(),
-                            width=max(llm.concurrency for _, llm in panel))
+        outcomes = ctx.imap(
+            lambda i: screener.screen(items[i][1], i, banks[items[i][0]].path),
+            ctx.indices(),
+            width=max(llm.concurrency for _, llm in panel),
+        )
         for index, outcome in zip(ctx.indices(), outcomes, strict=True):
             b, item = items[index]
             if isinstance(outcome, Reject):
@@ -474,8 +583,10 @@ def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord
                 ctx.count("removed")
                 for rule in outcome.removed_by:
                     ctx.count(f"removed.{rule}")
-                row = {**outcome.model_dump(mode="json"),
-                       "item": {"question": item.question, "options": item.options}}
+                row = {
+                    **outcome.model_dump(mode="json"),
+                    "item": {"question": item.question, "options": item.options},
+                }
                 removed_f.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
             for label, n in outcome.unparseable.items():
                 if n:

@@ -64,7 +64,9 @@ class _Data(BaseModel):
 def _read_data() -> tuple[tuple[Nationality, ...], _Data]:
     """The persona material that is data, not code: ``personas/`` (package data)."""
     nats = read_yaml_model(PERSONAS / "nationalities.yaml", _Nationalities, "nationalities").root
-    return tuple(Nationality(**n.model_dump()) for n in nats), read_yaml_model(PERSONAS / "facts.yaml", _Data, "facts")
+    return tuple(Nationality(**n.model_dump()) for n in nats), read_yaml_model(
+        PERSONAS / "facts.yaml", _Data, "facts"
+    )
 
 
 class _NationalityRow(BaseModel):
@@ -144,14 +146,24 @@ def sample_facts(seed: int, n: int) -> list[PersonaFacts]:
         nat_perm = list(range(nat_cycle))
         random.Random(derive_seed(seed, "personas", "nat-block", i // nat_cycle)).shuffle(nat_perm)
         band_perm = list(range(len(AGE_BANDS)))
-        random.Random(derive_seed(seed, "personas", "age-block", i // len(AGE_BANDS))).shuffle(band_perm)
-        out.append(person_facts(seed, i, NATIONALITIES[nat_perm[i % nat_cycle]],
-                                AGE_BANDS[band_perm[i % len(AGE_BANDS)]], used_names))
+        random.Random(derive_seed(seed, "personas", "age-block", i // len(AGE_BANDS))).shuffle(
+            band_perm
+        )
+        out.append(
+            person_facts(
+                seed,
+                i,
+                NATIONALITIES[nat_perm[i % nat_cycle]],
+                AGE_BANDS[band_perm[i % len(AGE_BANDS)]],
+                used_names,
+            )
+        )
     return out
 
 
-def redraw_facts(seed: int, slot: int, attempt: int, base: PersonaFacts,
-                 names: set[str]) -> PersonaFacts:
+def redraw_facts(
+    seed: int, slot: int, attempt: int, base: PersonaFacts, names: set[str]
+) -> PersonaFacts:
     """Fresh facts for pool ``slot`` after its earlier draws' bios all failed: the slot's
     nationality and age band (the pool keeps its spread), everything else drawn anew from
     (seed, slot, attempt); the name differs from every name in ``names`` (grown in place)."""
@@ -160,8 +172,9 @@ def redraw_facts(seed: int, slot: int, attempt: int, base: PersonaFacts,
     return person_facts(seed, f"{slot}~{attempt}", nat, band, names)
 
 
-def person_facts(seed: int, key: int | str, nat: Nationality, band: tuple[int, int],
-                 used_names: set[str]) -> PersonaFacts:
+def person_facts(
+    seed: int, key: int | str, nat: Nationality, band: tuple[int, int], used_names: set[str]
+) -> PersonaFacts:
     """One persona's facts from (seed, key); ``used_names`` keeps names unique (grown in place)."""
     rng = random.Random(derive_seed(seed, "personas", key, "facts"))
     lo, hi = band
@@ -176,7 +189,9 @@ def person_facts(seed: int, key: int | str, nat: Nationality, band: tuple[int, i
     if age <= 23 and rng.random() < 0.7:
         status, field = "student", rng.choice(STUDY_FIELDS)
         occupation = f"{field} student"
-        school = f"University of {city}" if rng.random() < 0.6 else f"{city} Institute of Technology"
+        school = (
+            f"University of {city}" if rng.random() < 0.6 else f"{city} Institute of Technology"
+        )
     elif age >= 67 and rng.random() < 0.75:
         status = "retired"
         occupation = f"retired {_job(job_fake).lower()}"
@@ -192,11 +207,21 @@ def person_facts(seed: int, key: int | str, nat: Nationality, band: tuple[int, i
         languages.append(extra)
     return PersonaFacts(
         persona_id=persona_id(seed, key),
-        name=f"{first} {last}", first_name=first, last_name=last, gender=gender, age=age,
-        nationality=nat.demonym, country=nat.country, home_city=city,
+        name=f"{first} {last}",
+        first_name=first,
+        last_name=last,
+        gender=gender,
+        age=age,
+        nationality=nat.demonym,
+        country=nat.country,
+        home_city=city,
         home_address=f"{_street(nat, city, rng, street_seed)}, {city}, {nat.country}",
-        status=status, occupation=occupation, employer=employer, school=school,
-        interests=rng.sample(INTERESTS, 3), languages=languages,
+        status=status,
+        occupation=occupation,
+        employer=employer,
+        school=school,
+        interests=rng.sample(INTERESTS, 3),
+        languages=languages,
     )
 
 
@@ -207,13 +232,19 @@ def _company(nat: Nationality, seed: int) -> str:
     return _seeded(nat.locale, seed).company()
 
 
-def _unique_name(nat: Nationality, gender: str, rng: random.Random, used: set[str]) -> tuple[str, str]:
+def _unique_name(
+    nat: Nationality, gender: str, rng: random.Random, used: set[str]
+) -> tuple[str, str]:
     for attempt in range(50):
         fake = _seeded(nat.locale, rng.randrange(2**31))
         pick = gender if gender != "non-binary" else rng.choice(("female", "male"))
         if nat.romanized:
             if nat.locale == "ja_JP":
-                first = fake.first_romanized_name_female() if pick == "female" else fake.first_romanized_name_male()
+                first = (
+                    fake.first_romanized_name_female()
+                    if pick == "female"
+                    else fake.first_romanized_name_male()
+                )
             else:
                 first = fake.first_romanized_name()
             last = fake.last_romanized_name()
@@ -237,7 +268,9 @@ _PRONOUNS = {
     "female": {"he", "him", "his", "himself"},
     "non-binary": set(),
 }
-_AGE = re.compile(r"\b(\d{1,3})[- ](?:year|yr)s?[- ]old\b|\baged? (\d{1,3})\b|\bage of (\d{1,3})\b", re.I)
+_AGE = re.compile(
+    r"\b(\d{1,3})[- ](?:year|yr)s?[- ]old\b|\baged? (\d{1,3})\b|\bage of (\d{1,3})\b", re.I
+)
 _WORD = re.compile(r"[A-Za-z']+")
 # Only an upper-case NAME is a placeholder; "her name is ..." is ordinary prose.
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\[name\]|<name>|lorem ipsum|(?-i:\bNAME\b)|\bbio\s*:", re.I)
@@ -264,25 +297,80 @@ def bio_problems(facts: PersonaFacts, bio: str) -> list[str]:
     for nat in NATIONALITIES:
         if nat.country == facts.country:
             continue
-        if re.search(rf"\b(?:lives|living|based|resides|residing|born|grew up)\s+in\s+(?:the\s+)?{re.escape(nat.country.lower())}\b", lowered):
+        if re.search(
+            rf"\b(?:lives|living|based|resides|residing|born|grew up)\s+in\s+(?:the\s+)?{re.escape(nat.country.lower())}\b",
+            lowered,
+        ):
             problems.append(f"places the persona in {nat.country}")
         for city in nat.cities:
-            if city != facts.home_city and re.search(rf"\b(?:lives|living|based|resides|residing)\s+in\s+{re.escape(city.lower())}\b", lowered):
+            if city != facts.home_city and re.search(
+                rf"\b(?:lives|living|based|resides|residing)\s+in\s+{re.escape(city.lower())}\b",
+                lowered,
+            ):
                 problems.append(f"places the persona in {city}")
-        if re.search(rf"\b(?:is|a|an)\s+(?:\w+\s+)?{re.escape(nat.demonym.lower())}\s+(?:man|woman|person|citizen|national)\b", lowered):
+        if re.search(
+            rf"\b(?:is|a|an)\s+(?:\w+\s+)?{re.escape(nat.demonym.lower())}\s+(?:man|woman|person|citizen|national)\b",
+            lowered,
+        ):
             problems.append(f"calls the persona {nat.demonym}")
     return problems
 
 
 # Someone a wrong-gender pronoun may refer to ("His wife Maria loves her garden").
 _OTHERS = {
-    "she": {"wife", "mother", "mom", "mum", "daughter", "sister", "girlfriend", "grandmother",
-            "grandma", "aunt", "niece", "fiancée", "fiancee", "woman", "girl", "lady"},
-    "he": {"husband", "father", "dad", "son", "brother", "boyfriend", "grandfather", "grandpa",
-           "uncle", "nephew", "fiancé", "fiance", "man", "boy"},
+    "she": {
+        "wife",
+        "mother",
+        "mom",
+        "mum",
+        "daughter",
+        "sister",
+        "girlfriend",
+        "grandmother",
+        "grandma",
+        "aunt",
+        "niece",
+        "fiancée",
+        "fiancee",
+        "woman",
+        "girl",
+        "lady",
+    },
+    "he": {
+        "husband",
+        "father",
+        "dad",
+        "son",
+        "brother",
+        "boyfriend",
+        "grandfather",
+        "grandpa",
+        "uncle",
+        "nephew",
+        "fiancé",
+        "fiance",
+        "man",
+        "boy",
+    },
 }
-_OTHERS_ANY = {"partner", "friend", "colleague", "boss", "neighbour", "neighbor", "child", "kid",
-               "spouse", "parent", "cousin", "roommate", "flatmate", "mentor", "client", "patient"}
+_OTHERS_ANY = {
+    "partner",
+    "friend",
+    "colleague",
+    "boss",
+    "neighbour",
+    "neighbor",
+    "child",
+    "kid",
+    "spouse",
+    "parent",
+    "cousin",
+    "roommate",
+    "flatmate",
+    "mentor",
+    "client",
+    "patient",
+}
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -292,22 +380,25 @@ def _unanchored_pronouns(bio: str, wrong: set[str]) -> list[str]:
     if not wrong:
         return []
     feminine = "she" in wrong
-    anchors = (_OTHERS["she" if feminine else "he"] | _OTHERS_ANY)
+    anchors = _OTHERS["she" if feminine else "he"] | _OTHERS_ANY
     found: set[str] = set()
     previous: list[str] = []
     for sentence in _SENTENCE.split(bio):
         words = [w.lower() for w in _WORD.findall(sentence)]
         for i, w in enumerate(words):
-            if w in wrong and not any(x.rstrip("s") in anchors or x in anchors
-                                      for x in previous + words[:i]):
+            if w in wrong and not any(
+                x.rstrip("s") in anchors or x in anchors for x in previous + words[:i]
+            ):
                 found.add(w)
         previous = words
     return sorted(found)
 
 
 _STOP = {"services", "other", "general", "chief", "senior", "retired", "student"}
-_STATUS_WORDS = {"student": {"student", "studies", "studying", "university", "school"},
-                 "retired": {"retired", "retiree", "retirement"}}
+_STATUS_WORDS = {
+    "student": {"student", "studies", "studying", "university", "school"},
+    "retired": {"retired", "retiree", "retirement"},
+}
 
 
 def _mentions_occupation(facts: PersonaFacts, words: set[str]) -> bool:
@@ -352,14 +443,26 @@ def bio_messages(ctx: RunContext, facts: PersonaFacts) -> list[dict[str, str]]:
 def bio_gates(messages: list[dict[str, str]], language: str) -> Gates:
     """The shared gates of a bio prompt: a bio states the facts, so only the prompt's other lines
     (its instructions) are text it must not copy."""
-    prompt = "\n".join(line for m in messages if m["role"] != "assistant"
-                       for line in m["content"].splitlines() if not line.startswith("- "))
+    prompt = "\n".join(
+        line
+        for m in messages
+        if m["role"] != "assistant"
+        for line in m["content"].splitlines()
+        if not line.startswith("- ")
+    )
     return Gates(messages, Bio, language=language, prompt_text=prompt)
 
 
-def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
-              max_tokens: int, draw: int = 0, language: str = "en",
-              count: Callable[[str], None] | None = None) -> PersonaRecord | Reject:
+def write_bio(
+    ctx: RunContext,
+    facts: PersonaFacts,
+    index: int,
+    attempts: int,
+    max_tokens: int,
+    draw: int = 0,
+    language: str = "en",
+    count: Callable[[str], None] | None = None,
+) -> PersonaRecord | Reject:
     """Ask for a bio until one passes the shared text gates (as complete sentences) and agrees
     with the facts, within ``attempts`` fresh seeds (``count``: where the manifest's counters
     go, ``ctx.count`` unless given)."""
@@ -368,33 +471,61 @@ def write_bio(ctx: RunContext, facts: PersonaFacts, index: int, attempts: int,
     messages = bio_messages(ctx, facts)
     gates = bio_gates(messages, language)
     for attempt in range(attempts):
-        seed = ctx.seed(index, "bio", attempt) if draw == 0 else ctx.seed(index, "draw", draw, "bio", attempt)
+        seed = (
+            ctx.seed(index, "bio", attempt)
+            if draw == 0
+            else ctx.seed(index, "draw", draw, "bio", attempt)
+        )
         try:
             bio = ctx.llm.structured(messages, Bio, seed=seed, max_tokens=max_tokens)
         except LLMOutputError as e:
             count(f"bio.{e.reason}")
-            last = Reject(record_id=facts.persona_id, index=index, stage="bio", reason=e.reason,
-                          detail=e.detail, raw=e.raw)
+            last = Reject(
+                record_id=facts.persona_id,
+                index=index,
+                stage="bio",
+                reason=e.reason,
+                detail=e.detail,
+                raw=e.raw,
+            )
             continue
         text = " ".join(bio.bio.split())
         failure = gates.check(text, "sentence", raw=bio.bio, max_chars=BIO_CHARS)
         if failure is not None:
             count(failure.key("bio"))
-            last = Reject(record_id=facts.persona_id, index=index, stage="bio", reason=failure.gate,
-                          detail=failure.detail, raw=bio.bio)
+            last = Reject(
+                record_id=facts.persona_id,
+                index=index,
+                stage="bio",
+                reason=failure.gate,
+                detail=failure.detail,
+                raw=bio.bio,
+            )
             continue
         problems = bio_problems(facts, text)
         if not problems:
             return PersonaRecord(**facts.model_dump(), bio=text)
         count("bio.contradiction")
-        last = Reject(record_id=facts.persona_id, index=index, stage="bio", reason="contradiction",
-                      detail="; ".join(problems), raw=bio.bio)
+        last = Reject(
+            record_id=facts.persona_id,
+            index=index,
+            stage="bio",
+            reason="contradiction",
+            detail="; ".join(problems),
+            raw=bio.bio,
+        )
     assert last is not None
     return last
 
 
-def fill_slot(ctx: RunContext, cfg: PersonasConfig, index: int, base: PersonaFacts,
-              names: set[str], count: Callable[[str], None] | None = None) -> list[PersonaRecord | Reject]:
+def fill_slot(
+    ctx: RunContext,
+    cfg: PersonasConfig,
+    index: int,
+    base: PersonaFacts,
+    names: set[str],
+    count: Callable[[str], None] | None = None,
+) -> list[PersonaRecord | Reject]:
     """Pool slot ``index``: its facts' bios, then fresh draws of facts until one is accepted or
     ``max_attempts`` draws are spent; every failed draw is a reject row."""
     count = count or ctx.count
@@ -404,46 +535,72 @@ def fill_slot(ctx: RunContext, cfg: PersonasConfig, index: int, base: PersonaFac
         if draw:
             facts = redraw_facts(cfg.seed, index, draw, base, names)
             count("pool.redrawn")
-        outcome = write_bio(ctx, facts, index, cfg.bio_attempts, cfg.bio_max_tokens, draw, cfg.language, count)
+        outcome = write_bio(
+            ctx, facts, index, cfg.bio_attempts, cfg.bio_max_tokens, draw, cfg.language, count
+        )
         out.append(outcome)
         if isinstance(outcome, PersonaRecord):
             break
     return out
 
 
-def pool_summary(seed: int, indices: range, records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def pool_summary(
+    seed: int, indices: range, records: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The manifest's picture of the pool: the accepted personas' facts (when given), else the
     first draw of every slot at ``indices``."""
-    people: list[Any] = records if records is not None else [
-        f.model_dump() for f in sample_facts(seed, indices.stop)[indices.start:]]
-    dist: dict[str, Counter[str]] = {"nationality": Counter(), "age_band": Counter(),
-                                     "gender": Counter(), "status": Counter()}
+    people: list[Any] = (
+        records
+        if records is not None
+        else [f.model_dump() for f in sample_facts(seed, indices.stop)[indices.start :]]
+    )
+    dist: dict[str, Counter[str]] = {
+        "nationality": Counter(),
+        "age_band": Counter(),
+        "gender": Counter(),
+        "status": Counter(),
+    }
     for f in people:
         dist["nationality"][f["nationality"]] += 1
         dist["age_band"][f"{f['age'] // 10 * 10}s"] += 1
         dist["gender"][f["gender"]] += 1
         dist["status"][f["status"]] += 1
-    return {"distribution": {k: dict(sorted(v.items())) for k, v in dist.items()},
-            "distinct_occupations": len({f["occupation"] for f in people})}
+    return {
+        "distribution": {k: dict(sorted(v.items())) for k, v in dist.items()},
+        "distinct_occupations": len({f["occupation"] for f in people}),
+    }
 
 
-def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+def merge_shards(
+    ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]
+) -> None:
     """``merge``: the pool's distribution and sizes over every shard."""
     ctx.extra.update(pool_summary(manifests[0]["seed"], range(0), records))
     pools = [m["pool"] for m in manifests]
-    ctx.extra["pool"] = {"requested": sum(p["requested"] for p in pools),
-                         "accepted": sum(p["accepted"] for p in pools),
-                         "rejected": sum(p["rejected"] for p in pools),
-                         "attempted": sum(p["attempted"] for p in pools),
-                         "short_slots": [i for p in pools for i in p["short_slots"]]}
+    ctx.extra["pool"] = {
+        "requested": sum(p["requested"] for p in pools),
+        "accepted": sum(p["accepted"] for p in pools),
+        "rejected": sum(p["rejected"] for p in pools),
+        "attempted": sum(p["attempted"] for p in pools),
+        "short_slots": [i for p in pools for i in p["short_slots"]],
+    }
 
 
-@generator("personas", config=PersonasConfig, records=PersonaRecord, kind="persona", merge=merge_shards, plan=plan)
+@generator(
+    "personas",
+    config=PersonasConfig,
+    records=PersonaRecord,
+    kind="persona",
+    merge=merge_shards,
+    plan=plan,
+)
 def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecord | Reject]]:
     """Persona pool: seeded facts via Faker locales plus an LLM bio checked against them."""
     base = sample_facts(cfg.seed, ctx.plan.n)
     first = frozenset(f.name for f in base)
-    names = set(first)  # fresh draws never take a name of the pool's first draws, nor an earlier slot's
+    names = set(
+        first
+    )  # fresh draws never take a name of the pool's first draws, nor an earlier slot's
     ctx.prompts.hash(BIO_PROMPT)
     accepted: list[dict[str, Any]] = []
     rejected = attempted = 0
@@ -460,7 +617,9 @@ def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecor
 
         return fill_slot(ctx, cfg, i, base[i], own, tally), own - first, counts
 
-    for i, (outcomes, drawn, counts) in zip(ctx.indices(), ctx.imap(ahead, ctx.indices()), strict=True):
+    for i, (outcomes, drawn, counts) in zip(
+        ctx.indices(), ctx.imap(ahead, ctx.indices()), strict=True
+    ):
         if drawn & names:
             outcomes = fill_slot(ctx, cfg, i, base[i], names)
         else:
@@ -474,12 +633,19 @@ def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecor
             short.append(i)
         yield outcomes
     ctx.extra.update(pool_summary(cfg.seed, ctx.indices(), accepted))
-    ctx.extra["pool"] = {"requested": len(ctx.indices()), "accepted": len(accepted), "rejected": rejected,
-                         "attempted": attempted, "short_slots": short}
+    ctx.extra["pool"] = {
+        "requested": len(ctx.indices()),
+        "accepted": len(accepted),
+        "rejected": rejected,
+        "attempted": attempted,
+        "short_slots": short,
+    }
     if short:
-        ctx.fail(f"the persona pool has {len(accepted)} of {len(ctx.indices())} personas: slot(s) "
-                 f"{', '.join(map(str, short[:10]))} failed all {cfg.max_attempts} draws of facts "
-                 f"(rejects.jsonl says why; raise max_attempts or use a larger model)")
+        ctx.fail(
+            f"the persona pool has {len(accepted)} of {len(ctx.indices())} personas: slot(s) "
+            f"{', '.join(map(str, short[:10]))} failed all {cfg.max_attempts} draws of facts "
+            f"(rejects.jsonl says why; raise max_attempts or use a larger model)"
+        )
     ctx.say(distribution_table(ctx.extra["distribution"]))
 
 
@@ -490,5 +656,7 @@ def distribution_table(dist: dict[str, dict[str, int]]) -> Any:
     table.add_column("field")
     table.add_column("counts")
     for field, counts in dist.items():
-        table.add_row(field, ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])))
+        table.add_row(
+            field, ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+        )
     return table

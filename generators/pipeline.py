@@ -65,7 +65,9 @@ def chain_path(cfg: PipelineConfig) -> Path:
             raise ConfigError(f"chain: {e}") from None
         if not path.is_file():
             shipped = ", ".join(sorted(p.stem for p in CHAINS.glob("*.yaml")))
-            raise ConfigError(f"chain: no chain {cfg.chain!r} (shipped: {shipped}; or give a YAML file's path)")
+            raise ConfigError(
+                f"chain: no chain {cfg.chain!r} (shipped: {shipped}; or give a YAML file's path)"
+            )
         return path
     path = Path(cfg.chain).expanduser()
     if not path.is_file():
@@ -107,12 +109,16 @@ def step_options(step: Step, run_dir: Path, where: str = "chain") -> dict[str, A
     for option, ref in step.inputs.items():
         try:
             options[option] = str(inside(run_dir, ref, what=f"inputs.{option}"))
-        except UnsafePathError as e:  # "rec/../../x": a step reads only inside the pipeline's run folder
+        except (
+            UnsafePathError
+        ) as e:  # "rec/../../x": a step reads only inside the pipeline's run folder
             raise InputError(f"{where}: step {step.name} ({step.generator}): {e}") from None
     return options
 
 
-def step_config(step: Step, cfg: PipelineConfig, run_dir: Path, where: str = "chain") -> CommonConfig:
+def step_config(
+    step: Step, cfg: PipelineConfig, run_dir: Path, where: str = "chain"
+) -> CommonConfig:
     """A step's validated config, as its sub-run will have it: the pipeline's shared options and
     the step's own."""
     from gen.api import configure
@@ -128,9 +134,11 @@ def plan(cfg: PipelineConfig) -> Plan:
     """One index per step; every step's config is validated here, before the first runs."""
     path = chain_path(cfg)
     steps = read_chain(path)
-    steps = steps[:cfg.n] if cfg.n is not None else steps
+    steps = steps[: cfg.n] if cfg.n is not None else steps
     for s in steps:
-        step_config(s, cfg, Path("/nonexistent-run-folder"), str(path))  # names, values; paths at run time
+        step_config(
+            s, cfg, Path("/nonexistent-run-folder"), str(path)
+        )  # names, values; paths at run time
     return Plan(len(steps), steps)
 
 
@@ -143,16 +151,40 @@ def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
         step = steps[i]
         folder = inside(ctx.out_dir, safe_part(step.name), what="step name")
         ctx.say(f"[pipeline] step {i + 1}/{len(steps)}: {step.name} ({step.generator})")
-        run = ctx.subrun(step.generator, folder, reuse=True, quiet=cfg.progress == "off",
-                         **step_options(step, ctx.out_dir, str(chain_path(cfg))))
+        run = ctx.subrun(
+            step.generator,
+            folder,
+            reuse=True,
+            quiet=cfg.progress == "off",
+            **step_options(step, ctx.out_dir, str(chain_path(cfg))),
+        )
         ctx.count("steps.skipped" if run.reused else "steps.ran")
         code = run.manifest.exit_code
-        yield StepRecord(step=step.name, generator=step.generator, folder=step.name,
-                         status="skipped" if run.reused else "ran", exit_code=code, counts=run.raw.get("counts", {}))
+        yield StepRecord(
+            step=step.name,
+            generator=step.generator,
+            folder=step.name,
+            status="skipped" if run.reused else "ran",
+            exit_code=code,
+            counts=run.raw.get("counts", {}),
+        )
         if code and code not in step.allow_exit:
-            ctx.fail(f"chain step {step.name} ({step.generator}) ended with exit code {code}"
-                     + (f": {run.manifest.error}" if run.manifest.error else f" (its run folder: {folder})"), code)
+            ctx.fail(
+                f"chain step {step.name} ({step.generator}) ended with exit code {code}"
+                + (
+                    f": {run.manifest.error}"
+                    if run.manifest.error
+                    else f" (its run folder: {folder})"
+                ),
+                code,
+            )
             for j in range(i + 1, ctx.indices().stop):
-                yield StepRecord(step=steps[j].name, generator=steps[j].generator, folder=steps[j].name,
-                                 status="not_run", exit_code=None, counts={})
+                yield StepRecord(
+                    step=steps[j].name,
+                    generator=steps[j].generator,
+                    folder=steps[j].name,
+                    status="not_run",
+                    exit_code=None,
+                    counts={},
+                )
             return

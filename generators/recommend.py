@@ -61,10 +61,15 @@ PROMPT = "recommend/global.jinja"
 CHECKS = ("text_gates", "too_long", "not_first_person", "ungrounded", "duplicate")
 """The checks a request passes, in order (the funnel's rows)."""
 
-_THIRD = re.compile(r"\b(?:the (?:user|wearer|participant|person|camera wearer)|he|she|his|him|hers)\b", re.I)
-_ASSISTANT = re.compile(r"\b(?:would you like|do you want(?: me)?|shall i|i can help|i could help|let me help|"
-                        r"i will help|you should|you could|you might want|you may want|i recommend|i suggest|"
-                        r"you can|you will|you'll|you need|you have|your)\b", re.I)
+_THIRD = re.compile(
+    r"\b(?:the (?:user|wearer|participant|person|camera wearer)|he|she|his|him|hers)\b", re.I
+)
+_ASSISTANT = re.compile(
+    r"\b(?:would you like|do you want(?: me)?|shall i|i can help|i could help|let me help|"
+    r"i will help|you should|you could|you might want|you may want|i recommend|i suggest|"
+    r"you can|you will|you'll|you need|you have|your)\b",
+    re.I,
+)
 _FIRST = re.compile(r"\b(?:i|me|my|mine|we|us|our|i'm|i've|i'd|i'll)\b", re.I)
 
 
@@ -127,11 +132,15 @@ def read_sessions(path: Path) -> list[RecommendSession]:
     for lineno, row in iter_jsonl(path):
         s = validated(RecommendSession, row, f"{path}:{lineno}")
         if s.session_id in seen:
-            raise InputError(f"{path}:{lineno}: session_id: {s.session_id!r} repeats line {seen[s.session_id]}")
+            raise InputError(
+                f"{path}:{lineno}: session_id: {s.session_id!r} repeats line {seen[s.session_id]}"
+            )
         seen[s.session_id] = lineno
         out.append(s)
     if not out:
-        raise InputError(f"{path}: no sessions (one JSON object per line: session_id, duration, timeline…)")
+        raise InputError(
+            f"{path}: no sessions (one JSON object per line: session_id, duration, timeline…)"
+        )
     return out
 
 
@@ -160,8 +169,10 @@ def plan(cfg: RecommendConfig) -> Plan:
     sessions = read_sessions(path)
     segs = [Segment(i, span) for i, s in enumerate(sessions) for span in segments(s, cfg)]
     if not segs:
-        raise InputError(f"input: {path}: no interruptible segment of at least {cfg.min_segment:g} s")
-    segs = segs[:cfg.n] if cfg.n is not None else segs
+        raise InputError(
+            f"input: {path}: no interruptible segment of at least {cfg.min_segment:g} s"
+        )
+    segs = segs[: cfg.n] if cfg.n is not None else segs
     return Plan(len(segs), (sessions, segs))
 
 
@@ -170,11 +181,18 @@ def plan(cfg: RecommendConfig) -> Plan:
 
 def nouns(text: str) -> set[str]:
     """Lower-case lemmas of the nouns and proper nouns of ``text``."""
-    return {lemma.lower() for w, _, pos, lemma in tags(text) if pos in ("NOUN", "PROPN") and w.isalpha()}
+    return {
+        lemma.lower() for w, _, pos, lemma in tags(text) if pos in ("NOUN", "PROPN") and w.isalpha()
+    }
 
 
-def request_problem(text: str, grounding: set[str], seen: set[str], cfg: RecommendConfig,
-                    examples: frozenset[str] | set[str] = frozenset()) -> str | None:
+def request_problem(
+    text: str,
+    grounding: set[str],
+    seen: set[str],
+    cfg: RecommendConfig,
+    examples: frozenset[str] | set[str] = frozenset(),
+) -> str | None:
     """The first check (:data:`CHECKS`) a request fails, or None."""
     if Gates(examples=set(examples)).check(text, "prose") is not None:
         return "text_gates"
@@ -203,8 +221,13 @@ class Checked:
     turned: list[dict[str, str]] = field(default_factory=list)
 
 
-def check_draft(draft: GlobalDraft, grounding: set[str], cfg: RecommendConfig, examples: set[str],
-                count: Any = lambda *_: None) -> Checked:
+def check_draft(
+    draft: GlobalDraft,
+    grounding: set[str],
+    cfg: RecommendConfig,
+    examples: set[str],
+    count: Any = lambda *_: None,
+) -> Checked:
     """Every request of a draft through the checks, in category order."""
     seen: set[str] = set()
     out = Checked(draft.summary.strip(), [])
@@ -225,33 +248,63 @@ def check_draft(draft: GlobalDraft, grounding: set[str], cfg: RecommendConfig, e
 
 
 def clip_lines(s: RecommendSession, span: Interval) -> list[str]:
-    return [f"{fmt_time(x.t - span[0])} | {x.text}" for x in s.timeline if span[0] <= x.t <= span[1]]
+    return [
+        f"{fmt_time(x.t - span[0])} | {x.text}" for x in s.timeline if span[0] <= x.t <= span[1]
+    ]
 
 
-def one_segment(ctx: RunContext, cfg: RecommendConfig, index: int, s: RecommendSession, span: Interval,
-                previous: str | None) -> tuple[RecommendationRecord | Reject, str | None]:
+def one_segment(
+    ctx: RunContext,
+    cfg: RecommendConfig,
+    index: int,
+    s: RecommendSession,
+    span: Interval,
+    previous: str | None,
+) -> tuple[RecommendationRecord | Reject, str | None]:
     """A segment's record (or reject) and the summary the next segment inherits."""
     rid = ctx.record_id(index)
     src = f"{s.session_id} {fmt_time(span[0])}-{fmt_time(span[1])}"
 
     def reject(stage: str, reason: str, detail: str, raw: str | None = None) -> Reject:
-        return Reject(record_id=rid, index=index, stage=stage, reason=reason, detail=f"{src}: {detail}", raw=raw)
+        return Reject(
+            record_id=rid,
+            index=index,
+            stage=stage,
+            reason=reason,
+            detail=f"{src}: {detail}",
+            raw=raw,
+        )
 
     lines = clip_lines(s, span)
     if not lines:
         return reject("segment", "empty_clip", "no timeline line in the segment"), previous
     scene = scene_of(s, span)
-    messages = ctx.prompts.render(PROMPT, clip=lines, scene=scene or "", profile=s.profile or "",
-                                  previous=previous or "", categories=CATEGORIES)
+    messages = ctx.prompts.render(
+        PROMPT,
+        clip=lines,
+        scene=scene or "",
+        profile=s.profile or "",
+        previous=previous or "",
+        categories=CATEGORIES,
+    )
     examples = example_strings(messages)
-    grounding = nouns(" ".join([*(x.split(" | ", 1)[1] for x in lines), scene or "", s.profile or "", previous or ""]))
+    grounding = nouns(
+        " ".join(
+            [*(x.split(" | ", 1)[1] for x in lines), scene or "", s.profile or "", previous or ""]
+        )
+    )
     best: Checked | None = None
     errors: list[LLMOutputError] = []
     calls = 0
     for a in range(cfg.attempts):
         calls += 1
         try:
-            draft = ctx.llm.structured(messages, GlobalDraft, seed=ctx.seed(index, "global", a), max_tokens=cfg.draft_tokens)
+            draft = ctx.llm.structured(
+                messages,
+                GlobalDraft,
+                seed=ctx.seed(index, "global", a),
+                max_tokens=cfg.draft_tokens,
+            )
         except LLMOutputError as e:
             ctx.count(f"global.llm_{e.reason}")
             errors.append(e)
@@ -271,38 +324,91 @@ def one_segment(ctx: RunContext, cfg: RecommendConfig, index: int, s: RecommendS
     if best is None:
         if errors:
             return reject("global", errors[-1].reason, errors[-1].detail, errors[-1].raw), previous
-        return reject("global", "summary_gates", f"the summary failed a text gate in {calls} drafts"), previous
+        return reject(
+            "global", "summary_gates", f"the summary failed a text gate in {calls} drafts"
+        ), previous
     if len(best.kept) < cfg.min_candidates:
         reasons = Counter(t["reason"] for t in best.turned)
         reason = reasons.most_common(1)[0][0] if reasons else "too_few_candidates"
-        return reject("checks", reason, f"{len(best.kept)} requests passed, need {cfg.min_candidates}; turned away: "
-                      + ", ".join(f"{k}={v}" for k, v in reasons.most_common())), best.summary
+        return reject(
+            "checks",
+            reason,
+            f"{len(best.kept)} requests passed, need {cfg.min_candidates}; turned away: "
+            + ", ".join(f"{k}={v}" for k, v in reasons.most_common()),
+        ), best.summary
     texts = [c.text for c in best.kept]
-    context = "\n".join(x for x in (f"Scene: {scene}" if scene else "", f"Wearer: {s.profile}" if s.profile else "",
-                                    f"Before this: {previous}" if previous else "", f"Now: {best.summary}") if x)
+    context = "\n".join(
+        x
+        for x in (
+            f"Scene: {scene}" if scene else "",
+            f"Wearer: {s.profile}" if s.profile else "",
+            f"Before this: {previous}" if previous else "",
+            f"Now: {best.summary}",
+        )
+        if x
+    )
     try:
-        rdraft, rcalls = rr.call(ctx.llm, ctx.prompts, context, texts, seed=lambda a: ctx.seed(index, "rerank", a),
-                                 attempts=cfg.rerank_attempts, max_tokens=cfg.rerank_tokens, count=ctx.count,
-                                 categories=[c.category for c in best.kept])
+        rdraft, rcalls = rr.call(
+            ctx.llm,
+            ctx.prompts,
+            context,
+            texts,
+            seed=lambda a: ctx.seed(index, "rerank", a),
+            attempts=cfg.rerank_attempts,
+            max_tokens=cfg.rerank_tokens,
+            count=ctx.count,
+            categories=[c.category for c in best.kept],
+        )
     except rr.RerankFailure as e:
-        return reject("rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw), best.summary
+        return reject(
+            "rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw
+        ), best.summary
     res = rr.resolve(rdraft, len(texts), count=ctx.count)
     ctx.count("rerank.duplicates_removed", len(res.removed))
-    agree = rr.agreement(len(texts), res.groups, rr.embedding_pairs(ctx.embedder, texts, cfg.dedup_similarity))
-    ranked = [RankedCandidate(id=new + 1, input_id=str(best.kept[i].id), text=texts[i], category=best.kept[i].category,
-                              source="global", grounded=res.grounded[i]) for new, i in enumerate(res.kept)]
+    agree = rr.agreement(
+        len(texts), res.groups, rr.embedding_pairs(ctx.embedder, texts, cfg.dedup_similarity)
+    )
+    ranked = [
+        RankedCandidate(
+            id=new + 1,
+            input_id=str(best.kept[i].id),
+            text=texts[i],
+            category=best.kept[i].category,
+            source="global",
+            grounded=res.grounded[i],
+        )
+        for new, i in enumerate(res.kept)
+    ]
     rec = RecommendationRecord(
-        item_id=rid, session_id=s.session_id, participant=s.participant, segment=Span(start=span[0], end=span[1]),
-        scene_context=scene, profile=s.profile, previous_summary=previous, summary=best.summary,
-        candidates=best.kept, turned_away=best.turned, ranked=ranked,
-        removed=[{"input_id": str(best.kept[i].id), "text": texts[i], "duplicate_of": str(best.kept[k].id)}
-                 for i, k in res.removed],
-        rerank_reason=rdraft.reason, dedup_agreement=agree, attempts={"global": calls, "rerank": rcalls})
+        item_id=rid,
+        session_id=s.session_id,
+        participant=s.participant,
+        segment=Span(start=span[0], end=span[1]),
+        scene_context=scene,
+        profile=s.profile,
+        previous_summary=previous,
+        summary=best.summary,
+        candidates=best.kept,
+        turned_away=best.turned,
+        ranked=ranked,
+        removed=[
+            {
+                "input_id": str(best.kept[i].id),
+                "text": texts[i],
+                "duplicate_of": str(best.kept[k].id),
+            }
+            for i, k in res.removed
+        ],
+        rerank_reason=rdraft.reason,
+        dedup_agreement=agree,
+        attempts={"global": calls, "rerank": rcalls},
+    )
     return rec, best.summary
 
 
-def one_session(ctx: RunContext, cfg: RecommendConfig, s: RecommendSession,
-                todo: Sequence[tuple[int, Interval]]) -> list[RecommendationRecord | Reject]:
+def one_session(
+    ctx: RunContext, cfg: RecommendConfig, s: RecommendSession, todo: Sequence[tuple[int, Interval]]
+) -> list[RecommendationRecord | Reject]:
     """A session's segments in time order: each inherits the summary written for the one before."""
     previous: str | None = None
     out = []
@@ -318,26 +424,40 @@ def one_session(ctx: RunContext, cfg: RecommendConfig, s: RecommendSession,
 def funnel(outcomes: list[RecommendationRecord | Reject]) -> dict[str, Any]:
     recs = [o for o in outcomes if isinstance(o, RecommendationRecord)]
     turned = Counter(t["reason"] for r in recs for t in r.turned_away)
-    return {"segments": len(outcomes), "records": len(recs),
-            "rejected_by": dict(sorted(Counter(f"{o.stage}.{o.reason}" for o in outcomes
-                                               if isinstance(o, Reject)).items())),
-            "requests_kept": sum(len(r.candidates) for r in recs),
-            "requests_turned_away_in_kept_drafts": {c: turned.get(c, 0) for c in CHECKS},
-            "after_rerank": sum(len(r.ranked) for r in recs),
-            "duplicates_removed": sum(len(r.removed) for r in recs),
-            "ungrounded_by_reranker": sum(not c.grounded for r in recs for c in r.ranked),
-            "dedup_agreement": rr.agreement_summary(sum((Counter(r.dedup_agreement) for r in recs), Counter())),
-            "categories_kept": dict(sorted(Counter(c.category for r in recs for c in r.candidates).items()))}
+    return {
+        "segments": len(outcomes),
+        "records": len(recs),
+        "rejected_by": dict(
+            sorted(
+                Counter(f"{o.stage}.{o.reason}" for o in outcomes if isinstance(o, Reject)).items()
+            )
+        ),
+        "requests_kept": sum(len(r.candidates) for r in recs),
+        "requests_turned_away_in_kept_drafts": {c: turned.get(c, 0) for c in CHECKS},
+        "after_rerank": sum(len(r.ranked) for r in recs),
+        "duplicates_removed": sum(len(r.removed) for r in recs),
+        "ungrounded_by_reranker": sum(not c.grounded for r in recs for c in r.ranked),
+        "dedup_agreement": rr.agreement_summary(
+            sum((Counter(r.dedup_agreement) for r in recs), Counter())
+        ),
+        "categories_kept": dict(
+            sorted(Counter(c.category for r in recs for c in r.candidates).items())
+        ),
+    }
 
 
 def funnel_lines(f: dict[str, Any]) -> list[str]:
     out: list[str] = []
-    out.append(f"[{NAME}] {f['segments']} segments, {f['records']} records; {f['requests_kept']} requests kept, "
-               f"{f['after_rerank']} after the rerank ({f['duplicates_removed']} duplicates removed)")
+    out.append(
+        f"[{NAME}] {f['segments']} segments, {f['records']} records; {f['requests_kept']} requests kept, "
+        f"{f['after_rerank']} after the rerank ({f['duplicates_removed']} duplicates removed)"
+    )
     a = f["dedup_agreement"]
     if a["pairs"]:
-        out.append(f"  request pairs called duplicates: reranker and embedding {a['both']}, reranker only {a['llm_only']}, "
-                   f"embedding only {a['embedding_only']} (of {a['pairs']})")
+        out.append(
+            f"  request pairs called duplicates: reranker and embedding {a['both']}, reranker only {a['llm_only']}, "
+            f"embedding only {a['embedding_only']} (of {a['pairs']})"
+        )
     for k, v in f["requests_turned_away_in_kept_drafts"].items():
         out.append(f"  turned away {k:<20}{v:>6}")
     for k, v in f["rejected_by"].items():
@@ -345,7 +465,9 @@ def funnel_lines(f: dict[str, Any]) -> list[str]:
     return out
 
 
-@generator(NAME, config=RecommendConfig, records=RecommendationRecord, kind="recommendations", plan=plan)
+@generator(
+    NAME, config=RecommendConfig, records=RecommendationRecord, kind="recommendations", plan=plan
+)
 def recommend(cfg: RecommendConfig, ctx: RunContext) -> Iterator[RecommendationRecord | Reject]:
     """Proactive recommendations, global path (B.2): gated segments -> a summary and first-person requests in nine categories -> rerank."""
     sessions, segs = ctx.plan.data
@@ -358,8 +480,11 @@ def recommend(cfg: RecommendConfig, ctx: RunContext) -> Iterator[RecommendationR
     for i in indices:
         by_session.setdefault(segs[i].session, []).append((i, segs[i].span))
     results: dict[int, RecommendationRecord | Reject] = {}
-    for si, outs in zip(by_session, ctx.map(lambda si: one_session(ctx, cfg, sessions[si], by_session[si]),
-                                            list(by_session)), strict=True):
+    for si, outs in zip(
+        by_session,
+        ctx.map(lambda si: one_session(ctx, cfg, sessions[si], by_session[si]), list(by_session)),
+        strict=True,
+    ):
         for (i, _), o in zip(by_session[si], outs, strict=True):
             results[i] = o
     outcomes = [results[i] for i in indices]

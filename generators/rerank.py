@@ -65,14 +65,18 @@ def read_pools(path: Path) -> list[Pool]:
         pools.append(validated(Pool, row, where))
         pool = pools[-1]
         if pool.pool_id in seen:
-            raise InputError(f"{where}: pool_id: {pool.pool_id!r} repeats line {seen[pool.pool_id]}")
+            raise InputError(
+                f"{where}: pool_id: {pool.pool_id!r} repeats line {seen[pool.pool_id]}"
+            )
         seen[pool.pool_id] = lineno
         ids = input_ids(pool)
         dup = next((i for i in ids if ids.count(i) > 1), None)
         if dup is not None:
             raise InputError(f"{where}: candidates: id {dup!r} is given twice")
     if not pools:
-        raise InputError(f"{path}: no pools (one JSON object per line: pool_id, context, candidates)")
+        raise InputError(
+            f"{path}: no pools (one JSON object per line: pool_id, context, candidates)"
+        )
     return pools
 
 
@@ -97,21 +101,40 @@ def rerank_pool(ctx: RunContext, cfg: RerankConfig, index: int, pool: Pool) -> R
     """One pool: the call, the resolved order, the embedding dedup beside it. Raises RerankFailure."""
     texts = [c.text for c in pool.candidates]
     ids = input_ids(pool)
-    draft, attempts = call(ctx.llm, ctx.prompts, render_context(pool.context), texts,
-                           seed=lambda a: ctx.seed(index, "rerank", a), attempts=cfg.attempts,
-                           max_tokens=cfg.max_tokens, count=ctx.count,
-                           categories=[c.category for c in pool.candidates])
+    draft, attempts = call(
+        ctx.llm,
+        ctx.prompts,
+        render_context(pool.context),
+        texts,
+        seed=lambda a: ctx.seed(index, "rerank", a),
+        attempts=cfg.attempts,
+        max_tokens=cfg.max_tokens,
+        count=ctx.count,
+        categories=[c.category for c in pool.candidates],
+    )
     res = resolve(draft, len(texts), count=ctx.count)
     emb = embedding_pairs(ctx.embedder, texts, cfg.dedup_similarity)
     ctx.count("rerank.duplicates_removed", len(res.removed))
     ctx.count("rerank.ungrounded", sum(not g for g in res.grounded))
     return RerankRecord(
         pool_id=pool.pool_id,
-        ranked=[RankedCandidate(id=new + 1, input_id=ids[i], text=texts[i], category=pool.candidates[i].category,
-                                source=pool.candidates[i].source, grounded=res.grounded[i])
-                for new, i in enumerate(res.kept)],
-        removed=[{"input_id": ids[i], "text": texts[i], "duplicate_of": ids[k]} for i, k in res.removed],
-        reason=draft.reason, attempts=attempts, order=[ids[i] for i in res.order],
+        ranked=[
+            RankedCandidate(
+                id=new + 1,
+                input_id=ids[i],
+                text=texts[i],
+                category=pool.candidates[i].category,
+                source=pool.candidates[i].source,
+                grounded=res.grounded[i],
+            )
+            for new, i in enumerate(res.kept)
+        ],
+        removed=[
+            {"input_id": ids[i], "text": texts[i], "duplicate_of": ids[k]} for i, k in res.removed
+        ],
+        reason=draft.reason,
+        attempts=attempts,
+        order=[ids[i] for i in res.order],
         embedding_duplicates=[[ids[a], ids[b]] for a, b in emb],
         agreement=agreement(len(texts), res.groups, emb),
     )
@@ -131,14 +154,22 @@ def rerank(cfg: RerankConfig, ctx: RunContext) -> Iterator[RerankRecord | Reject
         try:
             return rerank_pool(ctx, cfg, i, pools[i])
         except RerankFailure as e:
-            return Reject(record_id=ctx.record_id(i), index=i, stage="rerank", reason=e.reason,
-                          detail=f"pool {pools[i].pool_id}: {e.detail} (after {e.attempts} calls)", raw=e.raw)
+            return Reject(
+                record_id=ctx.record_id(i),
+                index=i,
+                stage="rerank",
+                reason=e.reason,
+                detail=f"pool {pools[i].pool_id}: {e.detail} (after {e.attempts} calls)",
+                raw=e.raw,
+            )
 
     for out in ctx.imap(one, ctx.indices()):  # pools many at once, yielded in order
         if isinstance(out, RerankRecord):
             totals.update(out.agreement)
             calls[out.attempts] += 1
         yield out
-    ctx.extra[NAME] = {"agreement": agreement_summary(totals),
-                       "calls_per_accepted_pool": {str(k): v for k, v in sorted(calls.items())},
-                       "dedup_similarity": cfg.dedup_similarity}
+    ctx.extra[NAME] = {
+        "agreement": agreement_summary(totals),
+        "calls_per_accepted_pool": {str(k): v for k, v in sorted(calls.items())},
+        "dedup_similarity": cfg.dedup_similarity,
+    }

@@ -45,7 +45,9 @@ class ReviewSummary(BaseModel):
 
     items_reviewed: int = Field(ge=0)
     """How many of the version's items a reviewer judged."""
-    by_verdict: dict[Annotated[str, StringConstraints(pattern=VERDICT)], Annotated[int, Field(ge=0)]]
+    by_verdict: dict[
+        Annotated[str, StringConstraints(pattern=VERDICT)], Annotated[int, Field(ge=0)]
+    ]
     """Items per verdict (``accept``, ``fix``, ``reject``…); they add up to ``items_reviewed``."""
     reviewers: int | None = Field(default=None, ge=1)
     """How many reviewers took part."""
@@ -57,8 +59,10 @@ class ReviewSummary(BaseModel):
     @model_validator(mode="after")
     def _adds_up(self) -> ReviewSummary:
         if sum(self.by_verdict.values()) != self.items_reviewed:
-            raise ValueError(f"by_verdict adds up to {sum(self.by_verdict.values())}, "
-                             f"items_reviewed is {self.items_reviewed}")
+            raise ValueError(
+                f"by_verdict adds up to {sum(self.by_verdict.values())}, "
+                f"items_reviewed is {self.items_reviewed}"
+            )
         return self
 
 

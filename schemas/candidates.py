@@ -27,8 +27,17 @@ from pydantic import (
 from gen.schemas import Hex32, plain_text
 from gen.schemas.mcq import MCQRecord
 
-EMOTIONS = ["Joy", "Surprise", "Stress", "Social Connection", "Achievement", "Disappointment", "Awkward",
-            "Boring", "Relaxation"]
+EMOTIONS = [
+    "Joy",
+    "Surprise",
+    "Stress",
+    "Social Connection",
+    "Achievement",
+    "Disappointment",
+    "Awkward",
+    "Boring",
+    "Relaxation",
+]
 """EgoIntrospect's fixed 9-emotion taxonomy (Task 1.2, EI-label and EI-label+reason)."""
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
@@ -175,7 +184,9 @@ class RecallSession(_In):
     a recording session, its timed text (what the clip shows, as narration, scene notes or a
     transcript: gen has no video model), the recall account's events and vivid details."""
 
-    session_id: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
+    session_id: Annotated[
+        str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)
+    ]
     participant: Text | None = None
     timeline: list[TimedLine] = Field(min_length=1)
     """The session's timed lines, seconds from the session start."""
@@ -198,8 +209,14 @@ class PlainDraft(BaseModel):
 @lru_cache(maxsize=64)
 def plain_draft(need: int) -> type[PlainDraft]:
     """:class:`PlainDraft` with exactly ``need`` distractors (in the JSON schema)."""
-    return create_model("PlainDraft", __base__=PlainDraft,
-                        distractors=(list[OptionText], Field(json_schema_extra={"minItems": need, "maxItems": need})))
+    return create_model(
+        "PlainDraft",
+        __base__=PlainDraft,
+        distractors=(
+            list[OptionText],
+            Field(json_schema_extra={"minItems": need, "maxItems": need}),
+        ),
+    )
 
 
 class ReasonsDraft(BaseModel):
@@ -209,7 +226,9 @@ class ReasonsDraft(BaseModel):
 @lru_cache(maxsize=64)
 def reasons_draft(labels: tuple[str, ...]) -> type[ReasonsDraft]:
     """A model with one required reason per label, the label as its JSON key, in this order."""
-    fields: dict[str, Any] = {f"l{i}": (OptionText, Field(alias=label)) for i, label in enumerate(labels)}
+    fields: dict[str, Any] = {
+        f"l{i}": (OptionText, Field(alias=label)) for i, label in enumerate(labels)
+    }
     return create_model("ReasonsDraft", __base__=ReasonsDraft, **fields)
 
 

@@ -27,9 +27,21 @@ RENDER_ORDER = (App.Calendar, App.Messaging, App.Search, App.Videos, App.Notes, 
 
 QueryType = Literal["web", "news", "images", "videos", "shopping", "local", "recipes", "travel"]
 VideoCategory = Literal[
-    "Music", "Education", "Entertainment", "Gaming", "Sports", "News", "Howto & Style",
-    "Science & Technology", "Travel & Events", "Comedy", "Film & Animation", "People & Blogs",
-    "Food & Cooking", "Pets & Animals", "Autos & Vehicles",
+    "Music",
+    "Education",
+    "Entertainment",
+    "Gaming",
+    "Sports",
+    "News",
+    "Howto & Style",
+    "Science & Technology",
+    "Travel & Events",
+    "Comedy",
+    "Film & Animation",
+    "People & Blogs",
+    "Food & Cooking",
+    "Pets & Animals",
+    "Autos & Vehicles",
 ]
 
 SHORT_CHARS, TEXT_CHARS, LONG_CHARS, TAG_CHARS = 80, 160, 500, 30
@@ -108,7 +120,9 @@ class SearchCueDraft(BaseModel):
 class VideoDraft(BaseModel):
     title: Short
     duration_secs: int  # unbounded: code corrects, see CalendarCueDraft
-    tags: list[Annotated[str, Field(min_length=1, max_length=TAG_CHARS)]] = Field(min_length=1, max_length=5)
+    tags: list[Annotated[str, Field(min_length=1, max_length=TAG_CHARS)]] = Field(
+        min_length=1, max_length=5
+    )
     category: VideoCategory
 
 
@@ -299,8 +313,14 @@ class MusicApp(BaseModel):
 
 
 APP_STATE: dict[App, type[BaseModel]] = {
-    App.Calendar: CalendarApp, App.Messaging: MessagingApp, App.Notes: NotesApp, App.Search: SearchApp,
-    App.Videos: VideosApp, App.Maps: MapsApp, App.Music: MusicApp}
+    App.Calendar: CalendarApp,
+    App.Messaging: MessagingApp,
+    App.Notes: NotesApp,
+    App.Search: SearchApp,
+    App.Videos: VideosApp,
+    App.Maps: MapsApp,
+    App.Music: MusicApp,
+}
 """The model of each app's state in ``DigitalBundle.apps``."""
 
 

@@ -88,14 +88,30 @@ class Entertain(_Goal):
 
 
 Goal = Annotated[
-    Search | StoreMemory | TemporalAttention | GuidedActivity | ControlEnvironment
-    | Communication | Translate | FindDirections | Shop | Entertain,
+    Search
+    | StoreMemory
+    | TemporalAttention
+    | GuidedActivity
+    | ControlEnvironment
+    | Communication
+    | Translate
+    | FindDirections
+    | Shop
+    | Entertain,
     Field(discriminator="type"),
 ]
 """One structured goal; ``type`` selects the action."""
 GOAL_TYPES: tuple[str, ...] = (
-    "search", "store_memory", "temporal_attention", "guided_activity", "control_environment",
-    "communication", "translate", "find_directions", "shop", "entertain",
+    "search",
+    "store_memory",
+    "temporal_attention",
+    "guided_activity",
+    "control_environment",
+    "communication",
+    "translate",
+    "find_directions",
+    "shop",
+    "entertain",
 )
 
 

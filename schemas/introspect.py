@@ -22,10 +22,22 @@ Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max
 Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 Seconds = Annotated[float, Field(ge=0, le=10_000_000, allow_inf_nan=False)]
 
-TASKS = ("recording", "emotion_intensity", "tool_selection", "proactive_timing", "memory_assistance",
-         "memory_lifespan")
-Task = Literal["recording", "emotion_intensity", "tool_selection", "proactive_timing", "memory_assistance",
-               "memory_lifespan"]
+TASKS = (
+    "recording",
+    "emotion_intensity",
+    "tool_selection",
+    "proactive_timing",
+    "memory_assistance",
+    "memory_lifespan",
+)
+Task = Literal[
+    "recording",
+    "emotion_intensity",
+    "tool_selection",
+    "proactive_timing",
+    "memory_assistance",
+    "memory_lifespan",
+]
 
 
 class _In(BaseModel):
@@ -72,7 +84,9 @@ class Session(_In):
     def _inside(self) -> Session:
         late = next((x for x in self.timeline if x.t > self.duration), None)
         if late is not None:
-            raise ValueError(f"a timeline line at {late.t} s is after the duration {self.duration} s")
+            raise ValueError(
+                f"a timeline line at {late.t} s is after the duration {self.duration} s"
+            )
         return self
 
 
@@ -100,8 +114,16 @@ class RecordingCommand(_In):
     """video: its end."""
     explanation: Text | None = None
     """Why the participant recorded the moment."""
-    moment_type: Literal["Information Moment", "Visual Aesthetic Curiosity", "Emotional Reaction",
-                         "Social Interaction", "Task/Goal Oriented"] | None = None
+    moment_type: (
+        Literal[
+            "Information Moment",
+            "Visual Aesthetic Curiosity",
+            "Emotional Reaction",
+            "Social Interaction",
+            "Task/Goal Oriented",
+        ]
+        | None
+    ) = None
     attention: Literal["High", "Normal", "Low"] | None = None
     planning: Literal["Pre Planned", "On-the-spot Plan", "Spontaneous"] | None = None
     target: PhotoTarget | None = None

@@ -17,13 +17,20 @@ from gen.schemas.distractors import Goal
 
 Label = Literal["current", "prior", "clarify", "abstain"]
 LABELS: tuple[str, ...] = get_args(Label)
-Variant = Literal["cues_reference", "reference", "cues", "socratic", "socratic_reference", "contexts_reference"]
+Variant = Literal[
+    "cues_reference", "reference", "cues", "socratic", "socratic_reference", "contexts_reference"
+]
 """The judge's inputs (WAGIBench §4.3): the reference goal, the script's cues, a description of the
 video (socratic: the captions), alone or with the reference; ``contexts_reference``: cues, captions
 and the digital state with the reference. The paper's best: ``cues_reference`` (76.8 %)."""
 VARIANT_CONTEXTS: dict[str, tuple[str, ...]] = {
-    "reference": (), "cues": ("cues",), "socratic": ("captions",), "cues_reference": ("cues",),
-    "socratic_reference": ("captions",), "contexts_reference": ("cues", "captions", "digital_state")}
+    "reference": (),
+    "cues": ("cues",),
+    "socratic": ("captions",),
+    "cues_reference": ("cues",),
+    "socratic_reference": ("captions",),
+    "contexts_reference": ("cues", "captions", "digital_state"),
+}
 """The contexts each variant shows."""
 Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=500)]
 
@@ -96,9 +103,13 @@ class RatingRow(BaseModel):
     numbers (0 / 0.5 / 1 or 0 / 1 / 2) or labels (current / prior / …)."""
     judge: float | Id | None = None
     """The judge's value; null: taken from ``judge_run=`` by id."""
-    prediction: dict[str, Any] | Annotated[str, StringConstraints(min_length=1, max_length=20_000)] | None = None
+    prediction: (
+        dict[str, Any] | Annotated[str, StringConstraints(min_length=1, max_length=20_000)] | None
+    ) = None
     """The predicted goal (for the baselines); null: the judge run's prediction of this id."""
-    reference: dict[str, Any] | Annotated[str, StringConstraints(min_length=1, max_length=20_000)] | None = None
+    reference: (
+        dict[str, Any] | Annotated[str, StringConstraints(min_length=1, max_length=20_000)] | None
+    ) = None
     """The reference goal (for the baselines); null: ``references=``' structured goal of this id."""
     options: list[dict[str, Any] | str] | None = None
     """The MCQ's options, the reference among them (Snap-MCQ); null: ``references=``' mcq_set of this id."""

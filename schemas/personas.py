@@ -9,7 +9,14 @@ from gen.schemas import Hex32
 Gender = Literal["female", "male", "non-binary"]
 Status = Literal["working", "student", "retired"]
 Relation = Literal[
-    "partner", "parent", "child", "sibling", "friend", "co-worker", "roommate", "neighbour",
+    "partner",
+    "parent",
+    "child",
+    "sibling",
+    "friend",
+    "co-worker",
+    "roommate",
+    "neighbour",
     "classmate",
 ]
 

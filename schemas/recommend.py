@@ -102,5 +102,13 @@ class RecommendationRecord(BaseModel):
     """Calls per stage (global, rerank)."""
 
 
-__all__ = ["CATEGORIES", "Candidate", "GlobalDraft", "Line", "RecommendSession", "RecommendationRecord", "Scene",
-           "Seconds"]
+__all__ = [
+    "CATEGORIES",
+    "Candidate",
+    "GlobalDraft",
+    "Line",
+    "RecommendSession",
+    "RecommendationRecord",
+    "Scene",
+    "Seconds",
+]

@@ -84,11 +84,32 @@ def rerank_draft(texts: tuple[str, ...]) -> type[RerankDraft]:
         return {"anyOf": [{"enum": others}, {"type": "null"}]} if others else {"type": "null"}
 
     entries: list[JsonValue] = [
-        {"type": "object", "properties": {"id": {"const": i}, "text": {"const": t}, "duplicate_of": dup(i),
-                                          "grounded": {"type": "boolean"}},
-         "required": ["id", "text", "duplicate_of", "grounded"]} for i, t in zip(ids, texts, strict=True)]
-    return create_model("RerankDraft", __base__=RerankDraft, ranking=(list[RankedDraft], Field(json_schema_extra={
-        "items": {"anyOf": entries}, "minItems": len(texts), "maxItems": len(texts)})))
+        {
+            "type": "object",
+            "properties": {
+                "id": {"const": i},
+                "text": {"const": t},
+                "duplicate_of": dup(i),
+                "grounded": {"type": "boolean"},
+            },
+            "required": ["id", "text", "duplicate_of", "grounded"],
+        }
+        for i, t in zip(ids, texts, strict=True)
+    ]
+    return create_model(
+        "RerankDraft",
+        __base__=RerankDraft,
+        ranking=(
+            list[RankedDraft],
+            Field(
+                json_schema_extra={
+                    "items": {"anyOf": entries},
+                    "minItems": len(texts),
+                    "maxItems": len(texts),
+                }
+            ),
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- records

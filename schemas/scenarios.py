@@ -18,11 +18,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gen.schemas import plain_text
 
-ChangeType = Literal["object_in_hand", "object_state", "sequential_task", "location", "object_in_view",
-                     "absent_referent", "screen_content", "cross_session_reference"]
+ChangeType = Literal[
+    "object_in_hand",
+    "object_state",
+    "sequential_task",
+    "location",
+    "object_in_view",
+    "absent_referent",
+    "screen_content",
+    "cross_session_reference",
+]
 Target = Literal["current", "prior", "clarify", "abstain"]
-Complexity = Literal["single_referent", "multi_referent", "distractor_present", "absent_referent",
-                     "compound_shift"]
+Complexity = Literal[
+    "single_referent", "multi_referent", "distractor_present", "absent_referent", "compound_shift"
+]
 Difficulty = Literal["easy", "medium", "hard"]
 TimeGap = Literal["seconds", "minutes", "hours", "next_day"]
 Subset = Literal["bank", "contrast"]
@@ -89,8 +98,15 @@ class ScenarioRecord(BaseModel):
 
 RECORD_FIELDS: tuple[str, ...] = tuple(ScenarioRecord.model_fields)
 GOLD_FIELDS: tuple[str, ...] = tuple(Gold.model_fields)
-VISIBLE_FIELDS: tuple[str, ...] = ("context_image", "turn_1_image", "turn_1_user", "turn_2_image", "turn_2_user",
-                                   "turn_3_repair_prompt", "turn_3_repair_prompt_deictic")
+VISIBLE_FIELDS: tuple[str, ...] = (
+    "context_image",
+    "turn_1_image",
+    "turn_1_user",
+    "turn_2_image",
+    "turn_2_user",
+    "turn_3_repair_prompt",
+    "turn_3_repair_prompt_deictic",
+)
 """What the candidate sees (the audio and camera channels); the gold lists are the judge's, and
 target_context, change_type and notes are seen by neither."""
 

@@ -34,7 +34,7 @@ class TrigramEmbedder:
         for i, t in enumerate(texts):
             s = f"  {norm(t)}  "
             for j in range(len(s) - 2):
-                h = int.from_bytes(hashlib.md5(s[j:j + 3].encode()).digest()[:4], "little")
+                h = int.from_bytes(hashlib.md5(s[j : j + 3].encode()).digest()[:4], "little")
                 out[i, h % 512] += 1.0
         out /= np.linalg.norm(out, axis=1, keepdims=True) + 1e-9
         return out
@@ -47,11 +47,21 @@ class TrigramEmbedder:
 FAKE_SIM = {"option_dup_sim": 0.94, "answer_close_sim": 0.75, "item_dup_sim": 0.95}
 
 
-def run_audit(out: Path, input: Path | str, **cfg: Any) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+def run_audit(
+    out: Path, input: Path | str, **cfg: Any
+) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
     """Run the audit in process with the trigram embedder (no plots unless asked); (RunResult,
     findings, audit.json)."""
-    settings = AuditConfig(**{"input": str(input), "cache_dir": None, "progress": "off", "plots": False,
-                              **FAKE_SIM, **cfg})
+    settings = AuditConfig(
+        **{
+            "input": str(input),
+            "cache_dir": None,
+            "progress": "off",
+            "plots": False,
+            **FAKE_SIM,
+            **cfg,
+        }
+    )
     ctx = RunContext("audit", settings, out)
     ctx.use(embedder=TrigramEmbedder())
     result = run("audit", settings, out, ctx=ctx, quiet=True)
@@ -59,15 +69,29 @@ def run_audit(out: Path, input: Path | str, **cfg: Any) -> tuple[Any, list[dict[
     return result, findings, json.loads((out / "audit.json").read_text())
 
 
-def triples(findings: list[dict[str, Any]], kinds: set[str] | None = None, sort_fields: bool = False) -> list[tuple]:
-    return sorted((f["kind"] if kinds is None else "*", tuple(f["items"]),
-                   tuple(sorted(f["fields"]) if sort_fields else f["fields"]))
-                  for f in findings if kinds is None or f["kind"] in kinds)
+def triples(
+    findings: list[dict[str, Any]], kinds: set[str] | None = None, sort_fields: bool = False
+) -> list[tuple]:
+    return sorted(
+        (
+            f["kind"] if kinds is None else "*",
+            tuple(f["items"]),
+            tuple(sorted(f["fields"]) if sort_fields else f["fields"]),
+        )
+        for f in findings
+        if kinds is None or f["kind"] in kinds
+    )
 
 
 def expected(name: str, kind: str | None = None, sort_fields: bool = False) -> list[tuple]:
-    return sorted((kind or p["kind"], tuple(p["items"]), tuple(sorted(p["fields"]) if sort_fields else p["fields"]))
-                  for p in PLANTED[name])
+    return sorted(
+        (
+            kind or p["kind"],
+            tuple(p["items"]),
+            tuple(sorted(p["fields"]) if sort_fields else p["fields"]),
+        )
+        for p in PLANTED[name]
+    )
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:

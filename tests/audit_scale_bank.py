@@ -19,21 +19,133 @@ from typing import Any
 
 import numpy as np
 
-VERBS = ["picks", "puts", "holds", "moves", "opens", "closes", "cleans", "cuts", "pours", "stirs", "washes", "dries",
-         "folds", "places", "lifts", "drops", "wipes", "turns", "pushes", "pulls", "checks", "carries", "rinses"]
-OBJECTS = ["cup", "plate", "knife", "spoon", "bowl", "pan", "pot", "lid", "towel", "sponge", "bottle", "jar", "box",
-           "bag", "brush", "trolley", "phone", "drawer", "onion", "tomato", "carrot", "dough", "saw", "hammer",
-           "bucket", "mop", "window", "laptop", "book", "shirt", "basket", "lamp", "kettle", "mug"]
-PLACES = ["on the table", "on the counter", "in the sink", "on the floor", "in the cupboard", "on the shelf",
-          "in the drawer", "on the stove", "in the bag", "by the window"]
-GOALS = ["finish", "prepare", "clean up", "repair", "organise", "cook", "pack", "paint", "sort", "store", "wash"]
-BELIEFS = ["is ready", "needs more cleaning", "is almost done", "is in the wrong place", "is still dirty",
-           "has been put away", "is not working", "is full", "is empty", "will be needed later"]
-ADJECTIVES = ["red", "blue", "green", "small", "large", "wooden", "metal", "plastic", "glass", "old", "new",
-              "striped", "heavy", "empty", "folded", "wet", "dry", "broken", "clean", "dusty", "round", "square"]
-QUESTION = {"goal": "What is C's future goal?",
-            "belief": "At the end of these actions, what does C most likely believe?",
-            "actions": "What will C most likely do next?"}
+VERBS = [
+    "picks",
+    "puts",
+    "holds",
+    "moves",
+    "opens",
+    "closes",
+    "cleans",
+    "cuts",
+    "pours",
+    "stirs",
+    "washes",
+    "dries",
+    "folds",
+    "places",
+    "lifts",
+    "drops",
+    "wipes",
+    "turns",
+    "pushes",
+    "pulls",
+    "checks",
+    "carries",
+    "rinses",
+]
+OBJECTS = [
+    "cup",
+    "plate",
+    "knife",
+    "spoon",
+    "bowl",
+    "pan",
+    "pot",
+    "lid",
+    "towel",
+    "sponge",
+    "bottle",
+    "jar",
+    "box",
+    "bag",
+    "brush",
+    "trolley",
+    "phone",
+    "drawer",
+    "onion",
+    "tomato",
+    "carrot",
+    "dough",
+    "saw",
+    "hammer",
+    "bucket",
+    "mop",
+    "window",
+    "laptop",
+    "book",
+    "shirt",
+    "basket",
+    "lamp",
+    "kettle",
+    "mug",
+]
+PLACES = [
+    "on the table",
+    "on the counter",
+    "in the sink",
+    "on the floor",
+    "in the cupboard",
+    "on the shelf",
+    "in the drawer",
+    "on the stove",
+    "in the bag",
+    "by the window",
+]
+GOALS = [
+    "finish",
+    "prepare",
+    "clean up",
+    "repair",
+    "organise",
+    "cook",
+    "pack",
+    "paint",
+    "sort",
+    "store",
+    "wash",
+]
+BELIEFS = [
+    "is ready",
+    "needs more cleaning",
+    "is almost done",
+    "is in the wrong place",
+    "is still dirty",
+    "has been put away",
+    "is not working",
+    "is full",
+    "is empty",
+    "will be needed later",
+]
+ADJECTIVES = [
+    "red",
+    "blue",
+    "green",
+    "small",
+    "large",
+    "wooden",
+    "metal",
+    "plastic",
+    "glass",
+    "old",
+    "new",
+    "striped",
+    "heavy",
+    "empty",
+    "folded",
+    "wet",
+    "dry",
+    "broken",
+    "clean",
+    "dusty",
+    "round",
+    "square",
+]
+QUESTION = {
+    "goal": "What is C's future goal?",
+    "belief": "At the end of these actions, what does C most likely believe?",
+    "actions": "What will C most likely do next?",
+}
 CHOICES = {"goal": 3, "belief": 4, "actions": 4}
 
 
@@ -50,8 +162,10 @@ class Draw:
     def future(self) -> str:
         """A narration of what comes next: more specific than the context's lines, as Ego4D's are
         (a later clip repeating it word for word is a leak, not the domain's phrasing)."""
-        return (f"C {self.pick(VERBS)} the {self.pick(ADJECTIVES)} {self.pick(OBJECTS)} {self.pick(PLACES)} "
-                f"next to the {self.pick(ADJECTIVES)} {self.pick(OBJECTS)}")
+        return (
+            f"C {self.pick(VERBS)} the {self.pick(ADJECTIVES)} {self.pick(OBJECTS)} {self.pick(PLACES)} "
+            f"next to the {self.pick(ADJECTIVES)} {self.pick(OBJECTS)}"
+        )
 
     def option(self, q: str) -> str:
         a, b = self.pick(OBJECTS), self.pick(OBJECTS)
@@ -68,7 +182,11 @@ def _clip(d: Draw, c: int) -> dict[str, Any]:
     for _ in range(int(d.rng.integers(12, 30))):
         t += int(d.rng.integers(1, 12))
         lines.append(f"{t // 60:02d}m:{t % 60:02d}s | {d.narration()}")
-    return {"id": f"clip-{c:04d}", "lines": lines, "future": [d.future() for _ in range(int(d.rng.integers(2, 5)))]}
+    return {
+        "id": f"clip-{c:04d}",
+        "lines": lines,
+        "future": [d.future() for _ in range(int(d.rng.integers(2, 5)))],
+    }
 
 
 def records(n: int = 1200, seed: int = 5) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -81,7 +199,9 @@ def records(n: int = 1200, seed: int = 5) -> tuple[list[dict[str, Any]], list[di
         if clips and d.rng.random() < 0.05:  # another clip's future narration in this context
             clip["lines"][-1] = f"{clip['lines'][-1][:9]}{clips[-1]['future'][0]}"
         clips.append(clip)
-        for q in [list(CHOICES)[int(j)] for j in d.rng.choice(3, int(d.rng.integers(1, 4)), replace=False)]:
+        for q in [
+            list(CHOICES)[int(j)] for j in d.rng.choice(3, int(d.rng.integers(1, 4)), replace=False)
+        ]:
             k = CHOICES[q]
             options: list[str] = []
             while len(options) < k:
@@ -90,7 +210,9 @@ def records(n: int = 1200, seed: int = 5) -> tuple[list[dict[str, Any]], list[di
                     options.append(o)
             truth = options[0]
             if q == "goal" and d.rng.random() < 0.3:  # the length tell
-                truth = options[0] = truth[:-1] + f" before they {d.pick(GOALS)} the {d.pick(OBJECTS)}."
+                truth = options[0] = (
+                    truth[:-1] + f" before they {d.pick(GOALS)} the {d.pick(OBJECTS)}."
+                )
             order = [int(j) for j in d.rng.permutation(k)]
             options = [options[j] for j in order]
             answer = options.index(truth)
@@ -99,29 +221,49 @@ def records(n: int = 1200, seed: int = 5) -> tuple[list[dict[str, Any]], list[di
             if r < 0.01:  # the answer copied into the context
                 lines.append(f"09m:59s | {truth}")
             rec: dict[str, Any] = {
-                "item_id": f"{clip['id']}-{q}" + ("-ans-b" if 0.01 <= r < 0.012 and answer == 1 else ""),
-                "question_type": q, "question": QUESTION[q], "options": options, "answer": answer,
-                "origins": ["truth" if o == truth else "counterfactual" for o in options], "group": clip["id"],
+                "item_id": f"{clip['id']}-{q}"
+                + ("-ans-b" if 0.01 <= r < 0.012 and answer == 1 else ""),
+                "question_type": q,
+                "question": QUESTION[q],
+                "options": options,
+                "answer": answer,
+                "origins": ["truth" if o == truth else "counterfactual" for o in options],
+                "group": clip["id"],
                 "visible": {"context": lines, "query_time": lines[-1][:6]},
-                "privileged": {"transition": clip["future"][0], "future": "\n".join(clip["future"]),
-                               "truth": {q: truth}, "source": "generated"}}
+                "privileged": {
+                    "transition": clip["future"][0],
+                    "future": "\n".join(clip["future"]),
+                    "truth": {q: truth},
+                    "source": "generated",
+                },
+            }
             if q == "actions":  # source times, shown in time order
-                rec["privileged"]["option_times"] = {str(j): 10.0 * j + float(d.rng.integers(5)) for j in range(k)}
+                rec["privileged"]["option_times"] = {
+                    str(j): 10.0 * j + float(d.rng.integers(5)) for j in range(k)
+                }
             if 0.012 <= r < 0.016:
                 rec["options"][(answer + 1) % k] = ""  # an empty option
             elif 0.016 <= r < 0.02:
-                rec["options"][(answer + 1) % k] = rec["options"][(answer + 2) % k]  # the same option twice
+                rec["options"][(answer + 1) % k] = rec["options"][
+                    (answer + 2) % k
+                ]  # the same option twice
             elif 0.02 <= r < 0.024:
-                rec["options"][(answer + 1) % k] = "C lava los platos en la cocina con agua caliente."
+                rec["options"][(answer + 1) % k] = (
+                    "C lava los platos en la cocina con agua caliente."
+                )
             out.append(rec)
-            if 0.024 <= r < 0.034 and len(out) < n:  # an exact duplicate (its own id or the same id)
+            if (
+                0.024 <= r < 0.034 and len(out) < n
+            ):  # an exact duplicate (its own id or the same id)
                 out.append({**rec, "item_id": rec["item_id"] + ("" if r < 0.029 else "-copy")})
             elif 0.034 <= r < 0.05 and len(out) < n:  # a near duplicate
                 twin = json.loads(json.dumps(rec))
                 twin["item_id"] += "-near"
                 j = (answer + 1) % k
                 twin["options"][j] = twin["options"][j].replace(" the ", " a ", 1)
-                twin["visible"]["context"][0] = twin["visible"]["context"][0].replace(" the ", " a ", 1)
+                twin["visible"]["context"][0] = twin["visible"]["context"][0].replace(
+                    " the ", " a ", 1
+                )
                 out.append(twin)
     out = out[:n]
     against = []
@@ -140,9 +282,14 @@ def egotom_rows(recs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     for r in recs:
         q = r["question_type"]
         truth = r["options"][r["answer"]]
-        row = {"vuid": r["group"], "cuid": r["item_id"], "narrations_in_context": "\n".join(r["visible"]["context"]),
-               f"gt_{q}": truth if "ans" not in r["item_id"] else truth + " (edited)",
-               "clip_start_time": "0", "clip_end_time": "60"}
+        row = {
+            "vuid": r["group"],
+            "cuid": r["item_id"],
+            "narrations_in_context": "\n".join(r["visible"]["context"]),
+            f"gt_{q}": truth if "ans" not in r["item_id"] else truth + " (edited)",
+            "clip_start_time": "0",
+            "clip_end_time": "60",
+        }
         row.update({f"{q}_choice_{'abcd'[j]}": o for j, o in enumerate(r["options"])})
         rows[q].append(row)
     return rows
@@ -154,9 +301,15 @@ def write(folder: Path, n: int = 1200, seed: int = 5) -> dict[str, Path]:
 
     recs, against = records(n, seed)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {"jsonl": folder / "bank.jsonl", "against": folder / "against.jsonl", "csv": folder / "egotom"}
+    paths = {
+        "jsonl": folder / "bank.jsonl",
+        "against": folder / "against.jsonl",
+        "csv": folder / "egotom",
+    }
     for key, rows in (("jsonl", recs), ("against", against)):
-        paths[key].write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        paths[key].write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8"
+        )
     paths["csv"].mkdir(exist_ok=True)
     for q, rows in egotom_rows(recs).items():
         write_egotom_csv(rows, q, paths["csv"] / f"egotom_{q}_shuffled.csv")
@@ -170,8 +323,14 @@ def outcome(out: Path) -> dict[str, Any]:
     """What an audit run found, without what varies between runs (timings, folders)."""
     report = json.loads((out / "audit.json").read_text())
     checks = [{k: v for k, v in c.items() if k not in VOLATILE} for c in report["checks"]]
-    return {"findings": [json.loads(x) for x in (out / "audit.jsonl").read_text().splitlines() if x.strip()],
-            "checks": checks, "summary": report["summary"], "power": report["power"]}
+    return {
+        "findings": [
+            json.loads(x) for x in (out / "audit.jsonl").read_text().splitlines() if x.strip()
+        ],
+        "checks": checks,
+        "summary": report["summary"],
+        "power": report["power"],
+    }
 
 
 def audit_both(folder: Path) -> dict[str, Any]:

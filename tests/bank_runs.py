@@ -40,8 +40,11 @@ from gen.registry import REGISTRY, Generator
 from gen.runner import CommonConfig, RunContext, run
 
 HERE = Path(__file__).resolve().parent
-WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze")
-         for b in ("bar", "cen", "dol", "fin", "gat", "hum", "jor", "kel", "lin", "mop")]
+WORDS = [
+    f"{a}{b}"
+    for a in ("ka", "lo", "mi", "nu", "pe", "ri", "so", "tu", "va", "ze")
+    for b in ("bar", "cen", "dol", "fin", "gat", "hum", "jor", "kel", "lin", "mop")
+]
 
 
 # --------------------------------------------------------------------------- fixtures: inputs
@@ -53,11 +56,21 @@ def mcq(i: int, qtype: str = "goal", *, seed: int = 0, n_options: int = 3) -> di
     ctx = "\n".join(f"    0{k}m:1{k}s | #C C {' '.join(r.sample(WORDS, 5))}" for k in range(4))
     opts = [f"To {' '.join(r.sample(WORDS, 3))}" for _ in range(n_options)]
     answer = i % n_options
-    return {"item_id": hashlib.sha256(f"{seed}/{qtype}/{i}".encode()).hexdigest()[:32], "question_type": qtype,
-            "question": "What is C's future goal?", "options": opts, "answer": answer, "group": f"clip{i}",
-            "origins": ["truth" if k == answer else "counterfactual" for k in range(n_options)],
-            "visible": {"context": ctx}, "privileged": {"truth": "hidden state " + str(i)},
-            "vuid": f"video{i}", "clip_id": f"video{i}~pass_1~0-{i}", "clip_start_time": 1.5, "clip_end_time": 9.0 + i}
+    return {
+        "item_id": hashlib.sha256(f"{seed}/{qtype}/{i}".encode()).hexdigest()[:32],
+        "question_type": qtype,
+        "question": "What is C's future goal?",
+        "options": opts,
+        "answer": answer,
+        "group": f"clip{i}",
+        "origins": ["truth" if k == answer else "counterfactual" for k in range(n_options)],
+        "visible": {"context": ctx},
+        "privileged": {"truth": "hidden state " + str(i)},
+        "vuid": f"video{i}",
+        "clip_id": f"video{i}~pass_1~0-{i}",
+        "clip_start_time": 1.5,
+        "clip_end_time": 9.0 + i,
+    }
 
 
 def paraphrase(rec: dict[str, Any]) -> dict[str, Any]:
@@ -69,19 +82,31 @@ def paraphrase(rec: dict[str, Any]) -> dict[str, Any]:
     return p
 
 
-def run_folder(out: Path, records: list[dict[str, Any]], generator: str = "tom",
-               extra: dict[str, Any] | None = None) -> Path:
+def run_folder(
+    out: Path,
+    records: list[dict[str, Any]],
+    generator: str = "tom",
+    extra: dict[str, Any] | None = None,
+) -> Path:
     """A finished run folder: records, rejects, extra JSON files and a manifest with prompt
     hashes and output hashes (so the audit's integrity check applies)."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{generator}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    (out / f"{generator}.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in records), encoding="utf-8"
+    )
     (out / "rejects.jsonl").write_text("", encoding="utf-8")
     for name, obj in (extra or {}).items():
         (out / name).write_text(json.dumps(obj, indent=1) + "\n", encoding="utf-8")
-    manifest = {"generator": generator, "toolkit_version": "0.1.0", "seed": 0, "config": {},
-                "llm": {"backend": "llama_cpp", "model": "smollm2.gguf", "model_sha256": "b" * 64},
-                "prompts": {f"{generator}/goals.jinja": "a" * 64, f"{generator}/_system.jinja": "c" * 64},
-                "inputs": {}, "counts": {"requested": len(records), "accepted": len(records), "rejected": 0}}
+    manifest = {
+        "generator": generator,
+        "toolkit_version": "0.1.0",
+        "seed": 0,
+        "config": {},
+        "llm": {"backend": "llama_cpp", "model": "smollm2.gguf", "model_sha256": "b" * 64},
+        "prompts": {f"{generator}/goals.jinja": "a" * 64, f"{generator}/_system.jinja": "c" * 64},
+        "inputs": {},
+        "counts": {"requested": len(records), "accepted": len(records), "rejected": 0},
+    }
     manifest["outputs"] = output_hashes(out)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return out
@@ -111,15 +136,26 @@ def _standin(cfg: StandInAuditConfig, ctx: RunContext) -> Iterator[list[Any]]:
     """Audit stand-in: reports the planted findings; exit code 1 at or above fail_on."""
     cfg.input_path()
     seen = [str(p) for p in Path(cfg.input).iterdir()] if Path(cfg.input).is_dir() else [cfg.input]
-    fails = cfg.fail_on != "never" and any(RANK[f["severity"]] >= RANK[cfg.fail_on] for f in cfg.findings)
+    fails = cfg.fail_on != "never" and any(
+        RANK[f["severity"]] >= RANK[cfg.fail_on] for f in cfg.findings
+    )
     ctx.exit_code = int(fails)
     sev = {s: sum(f["severity"] == s for f in cfg.findings) for s in ("error", "warning", "info")}
-    ctx.write_json("audit.json", {"input": cfg.input, "seen": seen,
-                                  "summary": {"findings": len(cfg.findings), "by_severity": sev,
-                                              "fail_on": cfg.fail_on, "exit_code": ctx.exit_code},
-                                  "checks": [{"id": 1, "key": "structure", "status": "ran",
-                                              "findings": sev}],
-                                  "findings": cfg.findings})
+    ctx.write_json(
+        "audit.json",
+        {
+            "input": cfg.input,
+            "seen": seen,
+            "summary": {
+                "findings": len(cfg.findings),
+                "by_severity": sev,
+                "fail_on": cfg.fail_on,
+                "exit_code": ctx.exit_code,
+            },
+            "checks": [{"id": 1, "key": "structure", "status": "ran", "findings": sev}],
+            "findings": cfg.findings,
+        },
+    )
     yield []
 
 
@@ -140,8 +176,15 @@ def audit_standin(request) -> Iterator[None]:
         REGISTRY["audit"] = real
 
 
-LEAK = {"check": "leakage", "check_id": 2, "kind": "answer_in_visible", "severity": "error",
-        "what": "The answer appears in the visible context.", "items": ["x1"], "fields": ["visible.context"]}
+LEAK = {
+    "check": "leakage",
+    "check_id": 2,
+    "kind": "answer_in_visible",
+    "severity": "error",
+    "what": "The answer appears in the visible context.",
+    "items": ["x1"],
+    "fields": ["visible.context"],
+}
 
 
 # --------------------------------------------------------------------------- running the bank
@@ -209,7 +252,9 @@ def digital_run_fixture(tmp_path_factory) -> Path:
 
     tmp = tmp_path_factory.mktemp("digital")
     out = tmp / "run"
-    result, _ = run_digital(out, write_pool(tmp / "pool.jsonl"), digital_script(), n=1, cue_rate=1.0)
+    result, _ = run_digital(
+        out, write_pool(tmp / "pool.jsonl"), digital_script(), n=1, cue_rate=1.0
+    )
     assert result.accepted == 1
     return out
 
@@ -258,10 +303,14 @@ def flip_byte(path: Path, at: int | None = None) -> None:
 # --------------------------------------------------------------------------- the CLI in a child process
 
 
-def _cli_command(tmp: Path, *args: str, env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+def _cli_command(
+    tmp: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """``python -m gen`` in a child process, with the audit stand-in of this module registered."""
-    code = ("import sys, bank_runs; bank_runs.standin_audit(); from gen.cli import main; "
-            "sys.exit(main(sys.argv[1:]))")
+    code = (
+        "import sys, bank_runs; bank_runs.standin_audit(); from gen.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
     base = gen_env(tmp / "cache")
     base["PYTHONPATH"] = os.pathsep.join([str(HERE), base["PYTHONPATH"]])
     return [sys.executable, "-c", code, *args], {**base, **(env or {})}

@@ -69,10 +69,16 @@ GenRunner = Callable[..., subprocess.CompletedProcess]
 
 
 def make_runner(cwd: Path, cache: Path) -> GenRunner:
-    def run_gen(*args: str, timeout: float = 300, cache: Path = cache) -> subprocess.CompletedProcess:
+    def run_gen(
+        *args: str, timeout: float = 300, cache: Path = cache
+    ) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "gen", *args], cwd=cwd, env=gen_env(cache),
-            capture_output=True, text=True, timeout=timeout,
+            [sys.executable, "-m", "gen", *args],
+            cwd=cwd,
+            env=gen_env(cache),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     return run_gen
@@ -106,7 +112,9 @@ def gguf_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory, gguf_path: Path) -> Iterator[str]:
+def llama_cpp_python_server(
+    tmp_path_factory: pytest.TempPathFactory, gguf_path: Path
+) -> Iterator[str]:
     """llama-cpp-python's own OpenAI-compatible server on 127.0.0.1 (a free port) serving the
     embedded GGUF, the stand-in for vLLM; yields its /v1 base URL and stops it at the end."""
     import time
@@ -120,17 +128,34 @@ def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory, gguf_path:
     logdir = tmp_path_factory.mktemp("llama_cpp_server")
     log = open(logdir / "server.log", "w")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf_path), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "4096"],
-        cwd=logdir, env=gen_env(logdir / "cache"), stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(gguf_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "4096",
+        ],
+        cwd=logdir,
+        env=gen_env(logdir / "cache"),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}/v1"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
     try:
         deadline = time.monotonic() + 120
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited ({proc.returncode}): "
-                            + (logdir / "server.log").read_text()[-2000:])
+                pytest.fail(
+                    f"llama_cpp.server exited ({proc.returncode}): "
+                    + (logdir / "server.log").read_text()[-2000:]
+                )
             try:
                 with opener.open(f"{base}/models", timeout=5) as r:
                     assert json.loads(r.read())["data"]
@@ -154,11 +179,14 @@ def llama_cpp_python_server(tmp_path_factory: pytest.TempPathFactory, gguf_path:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
-def check_run_folder(folder: Path, name: str, requested: int, *, hydra: bool = True,
-                     one_per_index: bool = True) -> dict[str, Any]:
+def check_run_folder(
+    folder: Path, name: str, requested: int, *, hydra: bool = True, one_per_index: bool = True
+) -> dict[str, Any]:
     """Assert a finished run folder reconciles (files, counts, hashes); return its manifest.
     ``one_per_index=False`` for generators whose index may give several records/rejects (a
     persona pool: a slot's failed draws are extra rejects)."""
@@ -191,11 +219,22 @@ def persona_facts(**over: Any) -> Any:
     from gen.schemas.personas import PersonaFacts
 
     base = dict(
-        persona_id="0" * 32, name="Jonas Becker", first_name="Jonas", last_name="Becker",
-        gender="male", age=34, nationality="German", country="Germany", home_city="Berlin",
-        home_address="Hauptstr. 1, Berlin, Germany", status="working",
-        occupation="Software engineer", employer="Müller GmbH", school=None,
-        interests=["hiking", "chess", "jazz"], languages=["German", "English"],
+        persona_id="0" * 32,
+        name="Jonas Becker",
+        first_name="Jonas",
+        last_name="Becker",
+        gender="male",
+        age=34,
+        nationality="German",
+        country="Germany",
+        home_city="Berlin",
+        home_address="Hauptstr. 1, Berlin, Germany",
+        status="working",
+        occupation="Software engineer",
+        employer="Müller GmbH",
+        school=None,
+        interests=["hiking", "chess", "jazz"],
+        languages=["German", "English"],
     )
     return PersonaFacts(**{**base, **over})
 
@@ -235,7 +274,9 @@ def bank_state(root: Path) -> tuple[int | None, set[str], dict[str, str]]:
     return current, ids, hashes
 
 
-def merge_and_compare(whole: Path, shards: list[Path], out: Path, *, ignore: tuple[str, ...] = ()) -> dict[str, Any]:
+def merge_and_compare(
+    whole: Path, shards: list[Path], out: Path, *, ignore: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """``merge`` the shard folders into ``out`` and assert it equals the unsharded run ``whole``:
     every output byte for byte (but ``ignore``, which hold timings), the same counts, and the
     same summaries in the manifest (timings aside). Returns the merged manifest."""
@@ -243,8 +284,12 @@ def merge_and_compare(whole: Path, shards: list[Path], out: Path, *, ignore: tup
     from gen.manifest import extras_of
     from gen.runner import run
 
-    result = run("merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"), out,
-                 quiet=True)
+    result = run(
+        "merge",
+        MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"),
+        out,
+        quiet=True,
+    )
     merged = result.manifest
     expected = json.loads((whole / "manifest.json").read_text(encoding="utf-8"))
     names = {k for k in expected["outputs"] if not k.startswith(".hydra/")}
@@ -261,7 +306,9 @@ def merge_and_compare(whole: Path, shards: list[Path], out: Path, *, ignore: tup
             return {k: untimed(v) for k, v in obj.items() if "second" not in k}
         return [untimed(x) for x in obj] if isinstance(obj, list) else obj
 
-    assert untimed({k: v for k, v in extras_of(merged).items() if k != "merged"}) == untimed(extras_of(expected))
+    assert untimed({k: v for k, v in extras_of(merged).items() if k != "merged"}) == untimed(
+        extras_of(expected)
+    )
     return merged
 
 
@@ -289,8 +336,11 @@ def wagibench_loader() -> Callable[..., list[dict[str, Any]]]:
 
     tree = ast.parse(WAGIBENCH_LOADER.read_text(encoding="utf-8"))
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "load_ob2_data")
-    scope: dict[str, Any] = {"json": json, "os": os,
-                             **{name: getattr(typing, name) for name in ("Optional", "List", "Dict", "Any")}}
+    scope: dict[str, Any] = {
+        "json": json,
+        "os": os,
+        **{name: getattr(typing, name) for name in ("Optional", "List", "Dict", "Any")},
+    }
     exec(compile(ast.Module(body=[fn], type_ignores=[]), str(WAGIBENCH_LOADER), "exec"), scope)
     return scope["load_ob2_data"]
 
@@ -313,14 +363,39 @@ def wagibench_prompt() -> Callable[[dict[str, Any], str], str]:
     import numpy as np
 
     tree = ast.parse(WAGIBENCH_MIXIN.read_text(encoding="utf-8"))
-    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MaestroOB2HuggingFacePredictorMixin")
-    methods = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name in ("build_prompt", "preprocess_transcription")]
-    tables = [n for n in tree.body if isinstance(n, ast.Assign)  # the app tables the method reads
-              and any(isinstance(t, ast.Name) and t.id.startswith("SUPPORTED_APPS") for t in n.targets)]
-    scope: dict[str, Any] = {"json": json, "np": np, "itertools": itertools,
-                             **{name: getattr(typing, name) for name in ("Optional", "List", "Dict", "Any", "Union")}}
-    exec(compile(ast.Module(body=[*tables, *methods], type_ignores=[]), str(WAGIBENCH_MIXIN), "exec"), scope)
-    me = SimpleNamespace(mcq_prompt="[MCQ PROMPT]\n", mcq_note_prompt="[MCQ NOTE]", generative_prompt="[GENERATIVE PROMPT]\n")
+    cls = next(
+        n
+        for n in tree.body
+        if isinstance(n, ast.ClassDef) and n.name == "MaestroOB2HuggingFacePredictorMixin"
+    )
+    methods = [
+        n
+        for n in cls.body
+        if isinstance(n, ast.FunctionDef) and n.name in ("build_prompt", "preprocess_transcription")
+    ]
+    tables = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.Assign)  # the app tables the method reads
+        and any(isinstance(t, ast.Name) and t.id.startswith("SUPPORTED_APPS") for t in n.targets)
+    ]
+    scope: dict[str, Any] = {
+        "json": json,
+        "np": np,
+        "itertools": itertools,
+        **{name: getattr(typing, name) for name in ("Optional", "List", "Dict", "Any", "Union")},
+    }
+    exec(
+        compile(
+            ast.Module(body=[*tables, *methods], type_ignores=[]), str(WAGIBENCH_MIXIN), "exec"
+        ),
+        scope,
+    )
+    me = SimpleNamespace(
+        mcq_prompt="[MCQ PROMPT]\n",
+        mcq_note_prompt="[MCQ NOTE]",
+        generative_prompt="[GENERATIVE PROMPT]\n",
+    )
     me.preprocess_transcription = lambda *a: scope["preprocess_transcription"](me, *a)
 
     def scalars(x: dict[str, Any]) -> None:
@@ -359,8 +434,9 @@ def context_bench_validator() -> Any:
     return module
 
 
-def context_bench_failures(validator: Any, records: list[dict[str, Any]], *,
-                           enforce_distribution: bool = False) -> list[dict[str, Any]]:
+def context_bench_failures(
+    validator: Any, records: list[dict[str, Any]], *, enforce_distribution: bool = False
+) -> list[dict[str, Any]]:
     """The validator's checks 1, 2, 3 and 6 on ``records``, bank and contrast as its ``main``
     splits them (check 7, the lockfile, needs the benchmark's own package)."""
     fails = []
@@ -370,6 +446,8 @@ def context_bench_failures(validator: Any, records: list[dict[str, Any]], *,
             continue
         fails += validator.check_1_token_leakage(rows)
         fails += validator.check_2_object_name_in_images(rows)
-        fails += validator.check_3_schema_validation(rows, enforce_distribution=enforce_distribution and subset == "bank")
+        fails += validator.check_3_schema_validation(
+            rows, enforce_distribution=enforce_distribution and subset == "bank"
+        )
         fails += validator.check_6_duplication(rows)
     return fails

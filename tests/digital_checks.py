@@ -33,7 +33,9 @@ def past_times(app: str, state: dict[str, Any]) -> list[dt.datetime]:
     if app == "Maps":
         return [_t(p["last_viewed"], FMT_S) for p in state["maps"]["recent_places"]]
     music = state["music"]
-    return [_t(x["played_at"], FMT_S) for x in [*music["recent_tracks"], music["currently_playing"]]]
+    return [
+        _t(x["played_at"], FMT_S) for x in [*music["recent_tracks"], music["currently_playing"]]
+    ]
 
 
 def ids(obj: Any, out: list[str] | None = None) -> list[str]:
@@ -56,7 +58,9 @@ def key_list(b: dict[str, Any], app: str) -> Any:
     return state[next(k for k in state if k.startswith("key_"))]
 
 
-def check_bundle(b: dict[str, Any], window_past_days: int = 30, window_future_days: int = 30) -> None:
+def check_bundle(
+    b: dict[str, Any], window_past_days: int = 30, window_future_days: int = 30
+) -> None:
     """Structure and invariants (no judgement of prose), then the cue's placement."""
     S.DigitalBundle.model_validate(b)
     assert HEX32.match(b["bundle_id"])
@@ -67,7 +71,9 @@ def check_bundle(b: dict[str, Any], window_past_days: int = 30, window_future_da
     names = {main, *(r["persona"]["name"] for r in b["related_personas"])}
     assert len(b["related_personas"]) == 5 and len(names) == 6
     apps = b["apps"]
-    full = ids({a: {k: v for k, v in s.items() if not k.startswith("key_")} for a, s in apps.items()})
+    full = ids(
+        {a: {k: v for k, v in s.items() if not k.startswith("key_")} for a, s in apps.items()}
+    )
     keys = ids({a: {k: v for k, v in s.items() if k.startswith("key_")} for a, s in apps.items()})
     assert full and all(HEX32.match(x) for x in full + keys)
     assert len(full) == len(set(full))
@@ -78,7 +84,10 @@ def check_bundle(b: dict[str, Any], window_past_days: int = 30, window_future_da
         if app != "Calendar":
             times = past_times(app, apps[app])
             assert times, app
-            assert all(lo <= t <= now for t in times), (app, b["current_datetime"])  # none future-dated
+            assert all(lo <= t <= now for t in times), (
+                app,
+                b["current_datetime"],
+            )  # none future-dated
     cal = apps["Calendar"]["events"]
     for e in cal:
         start, end = _t(e["start_datetime"], FMT_M), _t(e["end_datetime"], FMT_M)
@@ -92,14 +101,20 @@ def check_bundle(b: dict[str, Any], window_past_days: int = 30, window_future_da
         stamps = [m["timestamp"] for m in c["messages"]]
         assert stamps == sorted(stamps)
         assert all(m["content"].strip() for m in c["messages"])
-    for app, key in (("Notes", "last_updated"), ("Search", "timestamp"), ("Videos", "watch_timestamp")):
+    for app, key in (
+        ("Notes", "last_updated"),
+        ("Search", "timestamp"),
+        ("Videos", "watch_timestamp"),
+    ):
         stamps = [x[key] for x in apps[app][app.lower() if app != "Search" else "searches"]]
         assert stamps == sorted(stamps), app
     maps, music = apps["Maps"]["maps"], apps["Music"]["music"]
     assert set(maps) == {"home_location", "current_location", "recent_places"}
     assert maps["home_location"]["address"] == b["main_persona"]["home_address"]
     assert set(music) == {"currently_playing", "recent_tracks"}
-    assert all(x["played_at"] <= music["currently_playing"]["played_at"] for x in music["recent_tracks"])
+    assert all(
+        x["played_at"] <= music["currently_playing"]["played_at"] for x in music["recent_tracks"]
+    )
     assert b["stats"]["chars_total"] == len(render_bundle(b))
     check_cue(b)
 
@@ -121,7 +136,7 @@ def check_cue(b: dict[str, Any]) -> None:
     if app == "Messaging":
         (conv,) = keys
         last = state["conversations"][-1]
-        assert last["messages"][-len(conv["messages"]):] == conv["messages"]
+        assert last["messages"][-len(conv["messages"]) :] == conv["messages"]
         assert sorted(last["participants"]) == sorted(conv["participants"])
         assert conv["messages"][-1]["sender"] != b["main_persona"]["name"]
         if cue["person"]:
@@ -135,6 +150,6 @@ def check_cue(b: dict[str, Any]) -> None:
             full = [*state["music"]["recent_tracks"], state["music"]["currently_playing"]]
         else:
             full = state[{"Notes": "notes", "Search": "searches", "Videos": "videos"}[app]]
-        assert keys and full[-len(keys):] == keys  # the cue items are the latest
+        assert keys and full[-len(keys) :] == keys  # the cue items are the latest
         newest = max(past_times(app, state))
     assert now - dt.timedelta(minutes=11) <= newest <= now - dt.timedelta(minutes=1)

@@ -26,7 +26,9 @@ import pytest
 from conftest import ROOT
 
 DOCS = ROOT / "docs"
-FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
+FENCE = re.compile(
+    r"^(?P<indent> *)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S
+)
 
 
 @dataclass
@@ -47,7 +49,7 @@ def blocks_of(text: str) -> list[Block]:
         info = m.group("info").strip()
         lang = info.split()[0] if info else ""
         title = re.search(r'title="([^"]+)"', info)
-        body = "\n".join(line[len(m.group("indent")):] for line in m.group("body").splitlines())
+        body = "\n".join(line[len(m.group("indent")) :] for line in m.group("body").splitlines())
         out.append(Block(lang, body, title.group(1) if title else None))
     return out
 
@@ -141,7 +143,9 @@ def backends(monkeypatch: pytest.MonkeyPatch, page: Page) -> Iterator[None]:
     yield
 
 
-def run_page(path: Path, cwd: Path, monkeypatch: pytest.MonkeyPatch, page: Page) -> list[tuple[str, int]]:
+def run_page(
+    path: Path, cwd: Path, monkeypatch: pytest.MonkeyPatch, page: Page
+) -> list[tuple[str, int]]:
     """Run a page's blocks in order in ``cwd``; the commands run and their exit codes. A
     command whose exit code is not the one the page says fails the test."""
     monkeypatch.chdir(cwd)
@@ -154,14 +158,20 @@ def run_page(path: Path, cwd: Path, monkeypatch: pytest.MonkeyPatch, page: Page)
                 for cmd in commands(block.body):
                     argv = [page.replace.get(w, w) for w in cmd.argv]
                     argv += page.extra.get(argv[0], []) if argv else []
-                    if page.numbered and argv and not any(a.startswith("hydra.run.dir=") for a in argv):
+                    if (
+                        page.numbered
+                        and argv
+                        and not any(a.startswith("hydra.run.dir=") for a in argv)
+                    ):
                         argv.append(f"hydra.run.dir=outputs/{argv[0]}/{len(ran):02d}")
                     runner = page.instead.get(argv[0]) if argv else None
                     if runner is not None and not set(argv) & {"summary", "--help"}:
                         code = runner(argv, cwd)
                     else:
                         code = run_cli(argv)
-                    assert code == cmd.expect, f"{path.name}: `{cmd.line}` exited {code}, the page says {cmd.expect}"
+                    assert code == cmd.expect, (
+                        f"{path.name}: `{cmd.line}` exited {code}, the page says {cmd.expect}"
+                    )
                     ran.append((cmd.line, code))
             elif block.lang == "python":
                 source = block.body
@@ -179,6 +189,9 @@ def listing(path: Path, heading: str) -> list[str]:
     start = text.index(heading)
     for block in blocks_of(text[start:]):
         if block.lang == "text" and "├──" in block.body:
-            return [re.split(r"\s{2,}", line.split("── ", 1)[1])[0].rstrip("/")
-                    for line in block.body.splitlines() if "── " in line]
+            return [
+                re.split(r"\s{2,}", line.split("── ", 1)[1])[0].rstrip("/")
+                for line in block.body.splitlines()
+                if "── " in line
+            ]
     raise AssertionError(f"no folder listing after {heading!r} in {path.name}")

@@ -16,8 +16,12 @@ from typing import Any
 class Loopback:
     """``with Loopback(script, delay=0.3) as srv: ... srv.url, srv.max_in_flight, srv.calls``."""
 
-    def __init__(self, script: Callable[[list[dict[str, str]], int], str], delay: float = 0.3,
-                 throttle_every: int = 0):
+    def __init__(
+        self,
+        script: Callable[[list[dict[str, str]], int], str],
+        delay: float = 0.3,
+        throttle_every: int = 0,
+    ):
         """``throttle_every``: every that-many-th chat call is refused with 429 and Retry-After: 0.1."""
         self.script, self.delay, self.throttle_every = script, delay, throttle_every
         self.throttled = 0
@@ -69,10 +73,27 @@ class Loopback:
                     with owner._lock:
                         owner.in_flight -= 1
                 n = max(1, len(text) // 4)
-                self._send(200, {"id": "x", "object": "chat.completion", "created": 0, "model": "loopback",
-                                 "choices": [{"index": 0, "finish_reason": "stop",
-                                              "message": {"role": "assistant", "content": text}}],
-                                 "usage": {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n}})
+                self._send(
+                    200,
+                    {
+                        "id": "x",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": "loopback",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": text},
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": 10,
+                            "completion_tokens": n,
+                            "total_tokens": 10 + n,
+                        },
+                    },
+                )
 
         class Server(ThreadingHTTPServer):
             request_queue_size = 256  # many connections open at once

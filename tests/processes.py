@@ -54,9 +54,24 @@ def stand_in(tmp_path: Path, *flags: str, lifetime: float = 120) -> Iterator[tup
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tmp_path / f"stand-in-{port}.jsonl"
-    proc = subprocess.Popen([sys.executable, str(FAKE), "--port", str(port), "--load-seconds", "0",
-                             "--log", str(log), "--lifetime", str(lifetime), *flags],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(FAKE),
+            "--port",
+            str(port),
+            "--load-seconds",
+            "0",
+            "--log",
+            str(log),
+            "--lifetime",
+            str(lifetime),
+            *flags,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -65,7 +80,9 @@ def stand_in(tmp_path: Path, *flags: str, lifetime: float = 120) -> Iterator[tup
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"the stand-in server did not start ({' '.join(flags)})") from None
+                    raise AssertionError(
+                        f"the stand-in server did not start ({' '.join(flags)})"
+                    ) from None
                 time.sleep(0.05)
         yield f"http://127.0.0.1:{port}/v1", log
     finally:

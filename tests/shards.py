@@ -17,14 +17,19 @@ def personas_shards(folder: Path, n: int = 4, k: int = 2, seed: int = 0) -> list
     def script(messages, _seed):
         user = messages[-1]["content"] if messages[-1]["role"] == "user" else messages[1]["content"]
         (f,) = [f for f in facts if f"- Name: {f.name}\n" in user]
-        return json.dumps({"bio": f"{f.first_name} works as {f.occupation.lower()} and lives in "
-                                  f"{f.home_city}. Free time goes to {', '.join(f.interests)}."})
+        return json.dumps(
+            {
+                "bio": f"{f.first_name} works as {f.occupation.lower()} and lives in "
+                f"{f.home_city}. Free time goes to {', '.join(f.interests)}."
+            }
+        )
 
     shards = []
     for s in range(k):
         out = folder / f"s{s}"
-        cfg = PersonasConfig(seed=seed, n=n, shard=s, num_shards=k, cache_dir=None, progress="off",
-                             max_attempts=1)
+        cfg = PersonasConfig(
+            seed=seed, n=n, shard=s, num_shards=k, cache_dir=None, progress="off", max_attempts=1
+        )
         ctx = RunContext("personas", cfg, out)
         ctx.use(llm=scripted_llm(script))
         run("personas", cfg, out, ctx=ctx, quiet=True)

@@ -42,7 +42,7 @@ class FakeEmbedder:
         for t in texts:
             v = np.zeros(256, dtype=np.float32)
             if t in self.fixed:
-                v[:len(self.fixed[t])] = self.fixed[t]
+                v[: len(self.fixed[t])] = self.fixed[t]
             else:
                 for w in re.findall(r"\w+", t.lower()):
                     v[int(hashlib.md5(w.encode()).hexdigest(), 16) % 256] += 1
@@ -79,19 +79,42 @@ def allowed_range(request: str) -> tuple[int, int]:
 
 
 GOOD = {
-    "analysis": lambda req: {"transition_line": sum(allowed_range(req)) // 2, "future_goal": "wash the dishes",
-                             "next_actions": ["turns off the stove", "carries the board to the sink",
-                                              "scrubs the board"],
-                             "belief": "the soup is ready"},
-    "goals": lambda req: {"wrong_goals": ["To bake a cake.", "To set the table.", "To sweep the floor."]},
-    "beliefs_actions": lambda req: {"alternatives": [
-        {"belief": "the soup needs more salt", "next_actions": ["picks the salt", "adds salt to the pot", "stirs the pot"]},
-        {"belief": "the carrots are still hard", "next_actions": ["lifts the lid", "pokes a carrot", "puts the lid back"]},
-        {"belief": "the pot is about to boil over", "next_actions": ["lowers the heat", "moves the pot", "wipes the stove"]},
-    ]},
-    "simplify": lambda req: {"simplified": ["C picks the salt, adds salt, and stirs the pot.",
-                                            "C lifts the lid, pokes a carrot, and puts the lid back.",
-                                            "C lowers the heat, moves the pot, and wipes the stove."]},
+    "analysis": lambda req: {
+        "transition_line": sum(allowed_range(req)) // 2,
+        "future_goal": "wash the dishes",
+        "next_actions": [
+            "turns off the stove",
+            "carries the board to the sink",
+            "scrubs the board",
+        ],
+        "belief": "the soup is ready",
+    },
+    "goals": lambda req: {
+        "wrong_goals": ["To bake a cake.", "To set the table.", "To sweep the floor."]
+    },
+    "beliefs_actions": lambda req: {
+        "alternatives": [
+            {
+                "belief": "the soup needs more salt",
+                "next_actions": ["picks the salt", "adds salt to the pot", "stirs the pot"],
+            },
+            {
+                "belief": "the carrots are still hard",
+                "next_actions": ["lifts the lid", "pokes a carrot", "puts the lid back"],
+            },
+            {
+                "belief": "the pot is about to boil over",
+                "next_actions": ["lowers the heat", "moves the pot", "wipes the stove"],
+            },
+        ]
+    },
+    "simplify": lambda req: {
+        "simplified": [
+            "C picks the salt, adds salt, and stirs the pot.",
+            "C lifts the lid, pokes a carrot, and puts the lid back.",
+            "C lowers the heat, moves the pot, and wipes the stove.",
+        ]
+    },
 }
 
 
@@ -100,15 +123,22 @@ class Script:
     dict, a raw text, a ``(text, finish_reason)`` tuple, or ``f(request) -> dict``) served first,
     optionally per clip via ``when(request) -> bool``. Every call is logged."""
 
-    def __init__(self, plan: dict[str, list[Any]] | None = None,
-                 when: Callable[[str, str], bool] | None = None):
+    def __init__(
+        self,
+        plan: dict[str, list[Any]] | None = None,
+        when: Callable[[str, str], bool] | None = None,
+    ):
         self.plan = {k: list(v) for k, v in (plan or {}).items()}
         self.when = when or (lambda stage, req: True)
         self.log: list[SimpleNamespace] = []
 
     def __call__(self, messages: list[dict[str, str]], seed: int) -> Any:
         stage, req = stage_of(messages)
-        self.log.append(SimpleNamespace(stage=stage, request=req, messages=[dict(m) for m in messages], seed=seed))
+        self.log.append(
+            SimpleNamespace(
+                stage=stage, request=req, messages=[dict(m) for m in messages], seed=seed
+            )
+        )
         queue = self.plan.get(stage)
         out: Any = GOOD[stage]
         if queue and self.when(stage, req):
@@ -121,7 +151,9 @@ class Script:
         return [c for c in self.log if c.stage == stage]
 
 
-def make_ctx(tmp_path: Path, script: Script | None = None, embedder: Any = None, **cfg: Any) -> RunContext:
+def make_ctx(
+    tmp_path: Path, script: Script | None = None, embedder: Any = None, **cfg: Any
+) -> RunContext:
     settings = TomConfig(**{"input": str(NARRATION), "cache_dir": None, "progress": "off", **cfg})
     ctx = RunContext("tom", settings, tmp_path)
     ctx.use(llm=scripted_llm(script or Script(), sampling=settings.llm))
@@ -135,15 +167,23 @@ def run_tom(out: Path, script: Script | None = None, embedder: Any = None, **cfg
     return result, ctx
 
 
-def clip_of(n: int = 80, duration: float = 300.0, *, fmt: str = "jsonl", speaker: str = "C",
-            texts: Callable[[int], str] | None = None) -> Clip:
+def clip_of(
+    n: int = 80,
+    duration: float = 300.0,
+    *,
+    fmt: str = "jsonl",
+    speaker: str = "C",
+    texts: Callable[[int], str] | None = None,
+) -> Clip:
     """A synthetic clip: ``n`` lines evenly over ``[1, duration - 2]``, unique texts."""
     lines = []
     for i in range(n):
         t = 1 + i * (duration - 3) / max(1, n - 1)
         text = texts(i) if texts else f"#{speaker} {speaker} does step {i}."
         lines.append(Line(t, text, speaker_of(text)))
-    return Clip(f"clip{n}", "video", fmt, "test", lines=lines, summary="C works.", duration=duration)  # type: ignore[arg-type]
+    return Clip(
+        f"clip{n}", "video", fmt, "test", lines=lines, summary="C works.", duration=duration
+    )  # type: ignore[arg-type]
 
 
 def cfg_for(**kw: Any) -> TomConfig:

@@ -51,7 +51,9 @@ def kind_of(path: Path) -> tuple[str, str]:
     """(kind, format) of a records file from its name."""
     if path.suffix == ".csv":
         if egotom_type(path) is None:
-            raise InputError(f"input: {path} is not an EgoToM CSV (no gt_goal/gt_belief/gt_actions column)")
+            raise InputError(
+                f"input: {path} is not an EgoToM CSV (no gt_goal/gt_belief/gt_actions column)"
+            )
         return "mcq", "egotom_csv"
     if path.suffix != ".jsonl":
         raise InputError(f"input: {path}: expected a .jsonl of records or an EgoToM .csv")
@@ -67,7 +69,9 @@ def kind_of(path: Path) -> tuple[str, str]:
     return "mcq", "mcq_record"
 
 
-def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> list[tuple[Path, str, str]]:
+def batch_files(
+    path: Path, kind: str = "auto", roles: str | None = None
+) -> list[tuple[Path, str, str]]:
     """The record files of input= with their kind and format: a run folder (tom, distractors,
     digital, scenarios, mcq, a nocontext run's kept/), a folder of EgoToM CSVs, one file, or
     (with a roles file) any JSONL bank."""
@@ -98,13 +102,17 @@ def batch_files(path: Path, kind: str = "auto", roles: str | None = None) -> lis
     else:
         files = sorted(p for p in path.glob("*.csv") if egotom_type(p) is not None)
     if not files:
-        raise InputError(f"input: {path} holds no records (tom.jsonl, distractors.jsonl, digital.jsonl, "
-                         "scenarios.jsonl, mcq.jsonl or EgoToM CSVs)")
+        raise InputError(
+            f"input: {path} holds no records (tom.jsonl, distractors.jsonl, digital.jsonl, "
+            "scenarios.jsonl, mcq.jsonl or EgoToM CSVs)"
+        )
     out = []
     for f in files:
         k, fmt = kind_of(f)
         if kind != "auto":
-            if (kind == "digital") != (fmt == "digital_bundle") or (kind == "scenarios") != (fmt == "scenario_record"):
+            if (kind == "digital") != (fmt == "digital_bundle") or (kind == "scenarios") != (
+                fmt == "scenario_record"
+            ):
                 raise ConfigError(f"kind={kind} does not fit {f} ({fmt})")
             k = kind
         out.append((f, k, fmt))
@@ -116,11 +124,17 @@ def run_files(run: RunFolder) -> list[Path]:
     digital bundles, scenarios), or the items a nocontext screening kept (``kept/``)."""
     if run.kind == "screening":
         kept = run.path / "kept"
-        return sorted(p for p in kept.iterdir() if p.suffix in (".jsonl", ".csv")) if kept.is_dir() else []
+        return (
+            sorted(p for p in kept.iterdir() if p.suffix in (".jsonl", ".csv"))
+            if kept.is_dir()
+            else []
+        )
     if run.kind in ("mcq", "digital", "scenario") and run.records_path.is_file():
         return [run.records_path]
-    raise InputError(f"input: {run.path} is a {run.generator} run; its records ({run.kind}) are not items a bank "
-                     "holds (MCQs, digital bundles or scenarios)")
+    raise InputError(
+        f"input: {run.path} is a {run.generator} run; its records ({run.kind}) are not items a bank "
+        "holds (MCQs, digital bundles or scenarios)"
+    )
 
 
 def count_rows(path: Path, fmt: str) -> int:
@@ -157,9 +171,12 @@ def wagibench_rows(folder: Path | None) -> dict[str, dict[str, Any]]:
         return rows
     for f in sorted(folder.glob("wagibench_mcq_*.json")):
         data = read_json(f)
-        if not isinstance(data, list) or not all(isinstance(r, dict) and isinstance(r.get("meta", {}), dict)
-                                                  for r in data):
-            raise InputError(f"{f}: not WAGIBench's MCQ layout (a JSON list of rows with a meta object)")
+        if not isinstance(data, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("meta", {}), dict) for r in data
+        ):
+            raise InputError(
+                f"{f}: not WAGIBench's MCQ layout (a JSON list of rows with a meta object)"
+            )
         for row in data:
             rid = (row.get("meta") or {}).get("item_id")
             if isinstance(rid, str) and rid:
@@ -176,27 +193,47 @@ def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
     bank = load_roles_bank(path, roles)
     if bank.problems:
         p = bank.problems[0]
-        raise InputError(f"{path}:{p['line'] + 1}: {p['field']}: {p['problem']} "
-                         f"({len(bank.problems)} problem(s) in the file; the bank takes clean rows only)")
+        raise InputError(
+            f"{path}:{p['line'] + 1}: {p['field']}: {p['problem']} "
+            f"({len(bank.problems)} problem(s) in the file; the bank takes clean rows only)"
+        )
     rows = dict(iter_jsonl(path))
     items = []
     for q in bank.items:
         where = f"{path}:{q.line + 1}"
         if q.answer is None or len(q.options) < 2:
-            raise InputError(f"{where}: the bank takes MCQs; the roles file gives this row "
-                             f"{len(q.options)} option(s) and {'no' if q.answer is None else 'an'} answer")
+            raise InputError(
+                f"{where}: the bank takes MCQs; the roles file gives this row "
+                f"{len(q.options)} option(s) and {'no' if q.answer is None else 'an'} answer"
+            )
 
         def strip(fields: dict[str, str], prefix: str) -> dict[str, str]:
             return {k.removeprefix(prefix): v for k, v in fields.items() if k != roles.question}
 
-        record = {"item_id": q.item_id, "question_type": q.question_type, "question": q.question,
-                  "options": q.options, "answer": q.answer, "group": q.group,
-                  "visible": strip(q.visible, "visible."), "privileged": strip(q.privileged, "privileged."),
-                  **({"category": q.category} if q.category is not None else {}),
-                  "source_row": rows[q.line + 1]}
+        record = {
+            "item_id": q.item_id,
+            "question_type": q.question_type,
+            "question": q.question,
+            "options": q.options,
+            "answer": q.answer,
+            "group": q.group,
+            "visible": strip(q.visible, "visible."),
+            "privileged": strip(q.privileged, "privileged."),
+            **({"category": q.category} if q.category is not None else {}),
+            "source_row": rows[q.line + 1],
+        }
         mcq = from_record(MCQRecord.model_validate(record), 0)
-        items.append(Item(kind, "mcq_record", record, content_id(mcq_identity(mcq)), q.item_id, where,
-                          q.question_type))
+        items.append(
+            Item(
+                kind,
+                "mcq_record",
+                record,
+                content_id(mcq_identity(mcq)),
+                q.item_id,
+                where,
+                q.question_type,
+            )
+        )
     return items
 
 
@@ -214,8 +251,17 @@ def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> 
         if fmt == "egotom_csv":
             for i, row in enumerate(read_csv_rows(path)):
                 q = egotom_row_mcq(row)
-                items.append(Item(kind, fmt, row, content_id(mcq_identity(q)), str(row.get("cuid") or ""),
-                                  f"{path}:row {i + 1}", q.question_type))
+                items.append(
+                    Item(
+                        kind,
+                        fmt,
+                        row,
+                        content_id(mcq_identity(q)),
+                        str(row.get("cuid") or ""),
+                        f"{path}:row {i + 1}",
+                        q.question_type,
+                    )
+                )
             continue
         wb = wagibench_rows(run_folder(path)) if kind == "distractors" else {}
         for lineno, record in iter_jsonl(path):
@@ -223,23 +269,46 @@ def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> 
             try:
                 if fmt == "scenario_record":
                     ScenarioRecord.model_validate(record)
-                    items.append(Item(kind, fmt, record, item_id_of(fmt, record), record["scenario_id"], where,
-                                      scenario_question_type(record)))
+                    items.append(
+                        Item(
+                            kind,
+                            fmt,
+                            record,
+                            item_id_of(fmt, record),
+                            record["scenario_id"],
+                            where,
+                            scenario_question_type(record),
+                        )
+                    )
                 elif fmt == "digital_bundle":
                     DigitalBundle.model_validate(record)
                     sid = record["bundle_id"]
                     cue = record.get("cue")
                     qtype = f"cue:{cue['app']}" if cue else "uncued"
-                    items.append(Item(kind, fmt, record, item_id_of(fmt, record), sid, where, qtype))
+                    items.append(
+                        Item(kind, fmt, record, item_id_of(fmt, record), sid, where, qtype)
+                    )
                 else:
                     q = from_record(MCQRecord.model_validate(record), 0)
-                    items.append(Item(kind, fmt, record, content_id(mcq_identity(q)), q.item_id, where,
-                                      q.question_type, wb.get(q.item_id)))
+                    items.append(
+                        Item(
+                            kind,
+                            fmt,
+                            record,
+                            content_id(mcq_identity(q)),
+                            q.item_id,
+                            where,
+                            q.question_type,
+                            wb.get(q.item_id),
+                        )
+                    )
             except ValidationError as e:
                 err = e.errors()[0]
                 loc = ".".join(str(x) for x in err["loc"])
-                what = {"digital_bundle": "a digital bundle", "scenario_record": "a scenario in the released schema"
-                        }.get(fmt, "an MCQ record")
+                what = {
+                    "digital_bundle": "a digital bundle",
+                    "scenario_record": "a scenario in the released schema",
+                }.get(fmt, "an MCQ record")
                 raise InputError(f"{where}: not {what} ({loc}: {err['msg']})") from None
     return items
 
@@ -248,7 +317,10 @@ def source_info(files: list[tuple[Path, str, str]], input_arg: str) -> dict[str,
     """Provenance of a batch: its run's manifest (generator, models, prompt and judge/answer
     template hashes) and, one level up, the manifests of the runs it read."""
     folder = run_folder(files[0][0])
-    records = {f.name if folder is None else f.relative_to(folder).as_posix(): sha256_file(f) for f, _, _ in files}
+    records = {
+        f.name if folder is None else f.relative_to(folder).as_posix(): sha256_file(f)
+        for f, _, _ in files
+    }
     info: dict[str, Any] = {"input": input_arg, "records": records}
     if folder is None:
         info["source"] = hashlib.sha256(canonical(records).encode()).hexdigest()
@@ -268,8 +340,13 @@ def source_info(files: list[tuple[Path, str, str]], input_arg: str) -> dict[str,
                 um = read_manifest(up / "manifest.json")
             except GenError:  # a run it read, not the batch: its provenance is left out
                 continue
-            upstream.append({"path": str(up), "manifest_sha256": sha256_file(up / "manifest.json"),
-                             **_manifest_summary(um)})
+            upstream.append(
+                {
+                    "path": str(up),
+                    "manifest_sha256": sha256_file(up / "manifest.json"),
+                    **_manifest_summary(um),
+                }
+            )
     info["upstream"] = upstream
     return info
 
@@ -284,13 +361,27 @@ def read_manifest(path: Path) -> SourceManifest:
 def _manifest_summary(m: SourceManifest) -> dict[str, Any]:
     llm, emb = m.llm, m.embedder
     return {
-        "generator": m.generator, "toolkit_version": m.toolkit_version, "git": m.git,
-        "seed": m.seed, "started_at": m.started_at,
-        "llm": {k: v for k, v in llm.model_dump(exclude_unset=True).items()
-                if k in ("backend", "model", "model_sha256")} or None if llm is not None else None,
-        "embedder": {"backend": emb.backend,
-                     # the embedded model's folder is called "model": name it by its package
-                     "model": Path(emb.model_path).parent.name if emb.model == "model" and emb.model_path
-                     else emb.model} if emb is not None and emb.model_fields_set else None,
+        "generator": m.generator,
+        "toolkit_version": m.toolkit_version,
+        "git": m.git,
+        "seed": m.seed,
+        "started_at": m.started_at,
+        "llm": {
+            k: v
+            for k, v in llm.model_dump(exclude_unset=True).items()
+            if k in ("backend", "model", "model_sha256")
+        }
+        or None
+        if llm is not None
+        else None,
+        "embedder": {
+            "backend": emb.backend,
+            # the embedded model's folder is called "model": name it by its package
+            "model": Path(emb.model_path).parent.name
+            if emb.model == "model" and emb.model_path
+            else emb.model,
+        }
+        if emb is not None and emb.model_fields_set
+        else None,
         "prompts": dict(sorted(m.prompts.items())),
     }

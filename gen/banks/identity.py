@@ -36,10 +36,12 @@ KINDS = ("tom", "distractors", "digital", "mcq", "scenarios")
 """Item kinds, one parquet file each: ``mcq`` is for external MCQ banks (EgoToM CSVs, MCQ
 records of other origin)."""
 MCQ_KINDS = ("tom", "distractors", "mcq")
-ITEM_ID = ("first 32 hex of SHA-256 of the canonical JSON of the item's identity (see "
-           "generators/bank/identity.py): MCQ: question_type, question, visible fields, sorted options, "
-           "answer text; digital: the bundle without seed-derived ids and stats; scenarios: the visible "
-           "channels (context image, camera frames, user turns, repair prompts), not the gold or the target")
+ITEM_ID = (
+    "first 32 hex of SHA-256 of the canonical JSON of the item's identity (see "
+    "generators/bank/identity.py): MCQ: question_type, question, visible fields, sorted options, "
+    "answer text; digital: the bundle without seed-derived ids and stats; scenarios: the visible "
+    "channels (context image, camera frames, user turns, repair prompts), not the gold or the target"
+)
 """How ids are made, in words, for every lock."""
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _WS = re.compile(r"\s+")
@@ -82,7 +84,13 @@ def scenario_identity(record: dict[str, Any]) -> dict[str, Any]:
     return {"scenario": {f: text(record.get(f)) for f in VISIBLE_FIELDS}}
 
 
-SCENARIO_EMBED_ORDER = ("turn_2_user", "turn_2_image", "turn_1_user", "turn_1_image", "context_image")
+SCENARIO_EMBED_ORDER = (
+    "turn_2_user",
+    "turn_2_image",
+    "turn_1_user",
+    "turn_1_image",
+    "context_image",
+)
 """A scenario's text for near-duplicates: turn 2 first (where scenarios of one setting differ;
 the embedder truncates long inputs)."""
 
@@ -90,8 +98,14 @@ the embedder truncates long inputs)."""
 def strip_ids(obj: Any) -> Any:
     """A digital bundle without its seed-derived parts (32-hex ``*_id`` values, ``bundle_id``, ``stats``)."""
     if isinstance(obj, dict):
-        return {k: strip_ids(v) for k, v in obj.items()
-                if not (k in ("bundle_id", "stats") or (k.endswith("_id") and isinstance(v, str) and _HEX32.match(v)))}
+        return {
+            k: strip_ids(v)
+            for k, v in obj.items()
+            if not (
+                k in ("bundle_id", "stats")
+                or (k.endswith("_id") and isinstance(v, str) and _HEX32.match(v))
+            )
+        }
     if isinstance(obj, list):
         return [strip_ids(v) for v in obj]
     return obj
@@ -106,10 +120,19 @@ def egotom_row_mcq(row: dict[str, Any]) -> MCQ:
     options = [(row.get(c) or "").strip() for c in cols]
     truth = (row.get(f"gt_{q}") or "").strip()
     context = row.get("narrations_in_context") or ""
-    return MCQ(item_id=f"{q}:{row.get('cuid')}", question_type=q, question=EGOTOM_QUESTION[q],
-               options=options, answer=options.index(truth) if truth in options else None, context=context,
-               group=row.get("cuid"), origins=["truth" if o == truth else "counterfactual" for o in options],
-               visible={"narrations_in_context": context}, privileged={f"gt_{q}": truth}, line=0)
+    return MCQ(
+        item_id=f"{q}:{row.get('cuid')}",
+        question_type=q,
+        question=EGOTOM_QUESTION[q],
+        options=options,
+        answer=options.index(truth) if truth in options else None,
+        context=context,
+        group=row.get("cuid"),
+        origins=["truth" if o == truth else "counterfactual" for o in options],
+        visible={"narrations_in_context": context},
+        privileged={f"gt_{q}": truth},
+        line=0,
+    )
 
 
 def record_mcq(fmt: str, record: dict[str, Any]) -> MCQ:
@@ -147,7 +170,9 @@ def embed_text(fmt: str, record: dict[str, Any]) -> str:
         return "\n".join(record[f] for f in SCENARIO_EMBED_ORDER if isinstance(record.get(f), str))
     q = record_mcq(fmt, record)
     ident = mcq_identity(q)
-    return "\n".join([ident["question"] or "", *ident["options"], *(v or "" for v in ident["visible"].values())])
+    return "\n".join(
+        [ident["question"] or "", *ident["options"], *(v or "" for v in ident["visible"].values())]
+    )
 
 
 _TEXT_KEYS = ("title", "content", "query", "name", "topic")

@@ -61,8 +61,20 @@ VERSION_DIR = re.compile(r"^v(\d{4,})$")
 PUBLISHING = re.compile(r"^\.publishing-v(\d{4,})-(\d+)$")
 """The note an ``add`` writes before it renames a staged version into place."""
 LEFTOVER = re.compile(r"^(?:\.staging-v\d{4,}|\.current\.tmp)-(\d+)$")
-USER_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR,
-                         errno.EISDIR, errno.ENAMETOOLONG, errno.EMLINK, errno.ETXTBSY})
+USER_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.ENAMETOOLONG,
+        errno.EMLINK,
+        errno.ETXTBSY,
+    }
+)
 """OSErrors writing to the bank that its owner fixes (permissions, a read-only or full disk): one
 line, exit code 2, not an unexpected failure."""
 
@@ -102,12 +114,16 @@ def check_root(root: Path, *, writing: bool) -> None:
         raise ConfigError(f"bank: cannot write to {root}: {probe} is not writable")
     lock = root / WRITER_LOCK
     if lock.is_symlink() or (lock.exists() and not lock.is_file()):
-        raise InputError(f"bank: {lock} is not a plain file (it is the lock a running add holds); remove it")
+        raise InputError(
+            f"bank: {lock} is not a plain file (it is the lock a running add holds); remove it"
+        )
     vroot = root / VERSIONS
     if vroot.exists() and not vroot.is_dir():
         raise InputError(f"bank: {vroot} is not a folder (it holds the bank's versions)")
     if vroot.is_dir() and not os.access(vroot, os.W_OK | os.X_OK):
-        raise ConfigError(f"bank: cannot write to {vroot}: it is not writable (its permissions, or a read-only disk)")
+        raise ConfigError(
+            f"bank: cannot write to {vroot}: it is not writable (its permissions, or a read-only disk)"
+        )
 
 
 def read_pointer(root: Path) -> int | None:
@@ -120,7 +136,9 @@ def read_pointer(root: Path) -> int | None:
         try:
             target = p.read_text(encoding="utf-8").strip()
         except UnicodeDecodeError:
-            raise InputError(f"bank: {p} is not UTF-8 text (it names the current version: {VERSIONS}/vNNNN)") from None
+            raise InputError(
+                f"bank: {p} is not UTF-8 text (it names the current version: {VERSIONS}/vNNNN)"
+            ) from None
         except OSError as e:
             raise InputError(f"bank: cannot read {p} ({e.strerror})") from None
     elif p.exists():
@@ -157,20 +175,51 @@ def columns(kind: str) -> dict[str, Any]:
     """The columns of a kind's parquet file, in order."""
     import polars as pl
 
-    common = {"item_id": pl.String, "kind": pl.String, "question_type": pl.String, "added_in": pl.Int64,
-              "source": pl.String, "source_format": pl.String, "source_item_id": pl.String}
-    flat: dict[str, pl.DataType | type[pl.DataType]]  # a class (pl.String) or an instance (pl.List(...))
+    common = {
+        "item_id": pl.String,
+        "kind": pl.String,
+        "question_type": pl.String,
+        "added_in": pl.Int64,
+        "source": pl.String,
+        "source_format": pl.String,
+        "source_item_id": pl.String,
+    }
+    flat: dict[
+        str, pl.DataType | type[pl.DataType]
+    ]  # a class (pl.String) or an instance (pl.List(...))
     if kind == "scenarios":
-        flat = {"scenario_id": pl.String, "subset": pl.String, "pair_id": pl.String, "target_context": pl.String,
-                "change_type": pl.String, "activity_domain": pl.String, "referent_complexity": pl.String,
-                "difficulty_tier": pl.String, "turn_2_user": pl.String}
+        flat = {
+            "scenario_id": pl.String,
+            "subset": pl.String,
+            "pair_id": pl.String,
+            "target_context": pl.String,
+            "change_type": pl.String,
+            "activity_domain": pl.String,
+            "referent_complexity": pl.String,
+            "difficulty_tier": pl.String,
+            "turn_2_user": pl.String,
+        }
     elif kind == "digital":
-        flat = {"current_datetime": pl.String, "cue_id": pl.String, "cue_app": pl.String, "cue": pl.String,
-                "main_persona": pl.String, "related_personas": pl.List(pl.String), "apps": pl.List(pl.String),
-                "chars_total": pl.Int64}
+        flat = {
+            "current_datetime": pl.String,
+            "cue_id": pl.String,
+            "cue_app": pl.String,
+            "cue": pl.String,
+            "main_persona": pl.String,
+            "related_personas": pl.List(pl.String),
+            "apps": pl.List(pl.String),
+            "chars_total": pl.Int64,
+        }
     else:
-        flat = {"question": pl.String, "options": pl.List(pl.String), "answer": pl.Int64,
-                "answer_text": pl.String, "group": pl.String, "context": pl.String, "wagibench": pl.String}
+        flat = {
+            "question": pl.String,
+            "options": pl.List(pl.String),
+            "answer": pl.Int64,
+            "answer_text": pl.String,
+            "group": pl.String,
+            "context": pl.String,
+            "wagibench": pl.String,
+        }
     return {**common, **flat, "record": pl.String}
 
 
@@ -236,8 +285,13 @@ def publishing(root: Path) -> dict[int, tuple[Path, int]]:
         lock = version_dir(root, version) / LOCK
         try:
             said = json.loads(note.read_text(encoding="utf-8"))
-            ok = (isinstance(said, dict) and said.get("version") == version and lock.is_file()
-                  and not lock.is_symlink() and said.get("lock_sha256") == sha256_file(lock))
+            ok = (
+                isinstance(said, dict)
+                and said.get("version") == version
+                and lock.is_file()
+                and not lock.is_symlink()
+                and said.get("lock_sha256") == sha256_file(lock)
+            )
         except (OSError, ValueError):
             ok = False
         if ok:
@@ -280,8 +334,12 @@ def check_pointer(root: Path) -> int | None:
     def fix(current: int | None) -> tuple[int | None, str]:
         released = [v for v in version_numbers(root) if v <= (current or 0) or v not in pending]
         newest = released[-1] if released else None
-        return newest, (f"ln -sfn {VERSIONS}/{label(newest)} {p} restores it (then python -m gen bank verify "
-                        f"bank={root})" if newest else f"remove {p} to start the bank anew")
+        return newest, (
+            f"ln -sfn {VERSIONS}/{label(newest)} {p} restores it (then python -m gen bank verify "
+            f"bank={root})"
+            if newest
+            else f"remove {p} to start the bank anew"
+        )
 
     try:
         current = read_pointer(root)
@@ -290,16 +348,22 @@ def check_pointer(root: Path) -> int | None:
     newest, how = fix(current)
     if current is None:
         if newest is not None:
-            raise InputError(f"bank: {p} is missing but {root / VERSIONS} holds released versions up to "
-                             f"{label(newest)}; nothing was changed: {how}")
+            raise InputError(
+                f"bank: {p} is missing but {root / VERSIONS} holds released versions up to "
+                f"{label(newest)}; nothing was changed: {how}"
+            )
         return None
     if current not in version_numbers(root):
-        raise InputError(f"bank: {p} points to {VERSIONS}/{label(current)}, which does not exist; nothing was "
-                         f"changed: {fix(None)[1]}")
+        raise InputError(
+            f"bank: {p} points to {VERSIONS}/{label(current)}, which does not exist; nothing was "
+            f"changed: {fix(None)[1]}"
+        )
     if newest is not None and newest > current:
-        raise InputError(f"bank: {p} points to {label(current)} but {label(newest)} is released too (the pointer "
-                         f"was moved back or restored from an older copy); released versions are never removed, "
-                         f"nothing was changed: {how}")
+        raise InputError(
+            f"bank: {p} points to {label(current)} but {label(newest)} is released too (the pointer "
+            f"was moved back or restored from an older copy); released versions are never removed, "
+            f"nothing was changed: {how}"
+        )
     return current
 
 
@@ -372,13 +436,20 @@ def publish(root: Path, stage: Path, version: int) -> None:
     leaves what :func:`leftovers` names."""
     target = version_dir(root, version)
     if target.exists() or target.is_symlink():
-        raise InputError(f"bank: {target} exists but is not current; nothing was changed (bank verify says why)")
+        raise InputError(
+            f"bank: {target} exists but is not current; nothing was changed (bank verify says why)"
+        )
     note = root / f".publishing-{label(version)}-{os.getpid()}"
     tmp = root / f".current.tmp-{os.getpid()}"
     renamed = False
     try:
-        write_durable(note, json.dumps({"version": version, "lock_sha256": sha256_file(stage / LOCK),
-                                        "pid": os.getpid()}) + "\n")
+        write_durable(
+            note,
+            json.dumps(
+                {"version": version, "lock_sha256": sha256_file(stage / LOCK), "pid": os.getpid()}
+            )
+            + "\n",
+        )
         fsync(root)
         fault("staged")
         os.rename(stage, target)
@@ -409,5 +480,7 @@ def bank_write_error(root: Path, e: OSError, current: int | None) -> InputError 
     if e.errno not in USER_ERRNOS:
         return None
     where = f" ({e.filename})" if e.filename else ""
-    return InputError(f"bank: cannot write to {root}: {e.strerror or e}{where}; nothing was changed, it stays at "
-                      f"{label(current) if current else 'no version'}")
+    return InputError(
+        f"bank: cannot write to {root}: {e.strerror or e}{where}; nothing was changed, it stays at "
+        f"{label(current) if current else 'no version'}"
+    )

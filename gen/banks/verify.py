@@ -88,9 +88,16 @@ def drift_line(p: Problem) -> str:
     return f"DRIFT {p.path}: {p.reason}: {p.detail}"
 
 
-def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], previous: Rows | None,
-                  ok: list[tuple[str, str]] | None = None, checked: dict[str, tuple[Rows, KindData]] | None = None,
-                  previous_lock: dict[str, Any] | None = None) -> tuple[list[Problem], Rows]:
+def check_version(
+    root: Path,
+    version: int,
+    folder: Path,
+    lock: dict[str, Any],
+    previous: Rows | None,
+    ok: list[tuple[str, str]] | None = None,
+    checked: dict[str, tuple[Rows, KindData]] | None = None,
+    previous_lock: dict[str, Any] | None = None,
+) -> tuple[list[Problem], Rows]:
     """Problems of one version folder against its lock (files, hashes, counts, ids, append-only,
     and every value a release publishes: :func:`generators.bank.values.value_problems`), and its
     rows. ``previous``: the rows of the version before, when known; ``previous_lock``: its lock,
@@ -106,15 +113,27 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
         problem(LOCK, "bad_lock", f"{rel}/{LOCK} is not a {FORMAT} lock")
         return problems, {}
     if lock["schema_revision"] > SCHEMA_REVISION:
-        problem(LOCK, "newer_schema", f"{rel}/{LOCK}: schema revision {lock['schema_revision']} is newer than "
-                                      f"this toolkit's {SCHEMA_REVISION}; upgrade gen")
+        problem(
+            LOCK,
+            "newer_schema",
+            f"{rel}/{LOCK}: schema revision {lock['schema_revision']} is newer than "
+            f"this toolkit's {SCHEMA_REVISION}; upgrade gen",
+        )
         return problems, {}
     if lock.get("version") != version:
-        problem(LOCK, "version_mismatch", f"{rel}/{LOCK} says version {lock.get('version')}, its folder {label(version)}")
+        problem(
+            LOCK,
+            "version_mismatch",
+            f"{rel}/{LOCK} says version {lock.get('version')}, its folder {label(version)}",
+        )
     links = dict(version_links(root, folder))
     for name, target in links.items():
-        problem(name, "symlink", f"{rel}/{name} is a symlink or leaves the bank (to {target}); "
-                                 "a version holds its own files")
+        problem(
+            name,
+            "symlink",
+            f"{rel}/{name} is a symlink or leaves the bank (to {target}); "
+            "a version holds its own files",
+        )
     expected: dict[str, str] = lock.get("files") or {}
     found = version_files(folder)
     for name in sorted(expected.keys() | found.keys()):
@@ -122,10 +141,18 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
             if name not in links:
                 problem(name, "missing_file", f"{rel}/{name} is listed in the lock but missing")
         elif name not in expected:
-            problem(name, "unexpected_file", f"{rel}/{name} is not in the lock (added without a version bump)")
+            problem(
+                name,
+                "unexpected_file",
+                f"{rel}/{name} is not in the lock (added without a version bump)",
+            )
         elif expected[name] != found[name]:
-            problem(name, "hash_mismatch", f"{rel}/{name}: SHA-256 {found[name][:16]}… but the lock has "
-                                           f"{expected[name][:16]}… (changed without a version bump)")
+            problem(
+                name,
+                "hash_mismatch",
+                f"{rel}/{name}: SHA-256 {found[name][:16]}… but the lock has "
+                f"{expected[name][:16]}… (changed without a version bump)",
+            )
         elif ok is not None:
             ok.append((name, found[name]))
     current_rows: Rows = {}
@@ -135,8 +162,12 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
         name = f"{kind}.parquet"
         if name not in found:
             if kind in counts and name not in links:
-                problem(name, "missing_file", f"{rel}/{name}: the lock counts {counts[kind].get('items')} {kind} "
-                                              "items but the file is missing")
+                problem(
+                    name,
+                    "missing_file",
+                    f"{rel}/{name}: the lock counts {counts[kind].get('items')} {kind} "
+                    "items but the file is missing",
+                )
             continue
         sha = found[name]
         if checked is not None and sha in checked:
@@ -145,7 +176,9 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
             rows = {}
             try:
                 df = read_kind(folder / name)
-                for iid, added, fmt, rec in df.select("item_id", "added_in", "source_format", "record").iter_rows():
+                for iid, added, fmt, rec in df.select(
+                    "item_id", "added_in", "source_format", "record"
+                ).iter_rows():
                     if iid in rows:
                         problem(name, "duplicate_id", f"{rel}/{name}: item {iid} appears twice")
                     try:
@@ -153,20 +186,36 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
                     except (ValueError, GenError, KeyError, TypeError) as e:
                         recomputed = f"unreadable record ({e})"
                     if recomputed != iid:
-                        problem(name, "item_id_mismatch", f"{rel}/{name}: item {iid}: its record hashes to {recomputed}")
+                        problem(
+                            name,
+                            "item_id_mismatch",
+                            f"{rel}/{name}: item {iid}: its record hashes to {recomputed}",
+                        )
                     rows[iid] = (added, hashlib.sha256(rec.encode()).hexdigest())
                 data[kind] = kind_data(df)
             except Exception as e:  # noqa: BLE001 - a damaged parquet file raises several types
-                problem(name, "unreadable", f"{rel}/{name}: cannot read ({str(e).splitlines()[0][:120]})")
+                problem(
+                    name,
+                    "unreadable",
+                    f"{rel}/{name}: cannot read ({str(e).splitlines()[0][:120]})",
+                )
                 continue
             if checked is not None and not any(p.path.endswith(name) for p in problems):
                 checked[sha] = (rows, data[kind])
         if counts.get(kind, {}).get("items") != len(rows):
-            problem(name, "count_mismatch", f"{rel}/{name}: {len(rows)} items, the lock counts "
-                                            f"{counts.get(kind, {}).get('items')}")
+            problem(
+                name,
+                "count_mismatch",
+                f"{rel}/{name}: {len(rows)} items, the lock counts "
+                f"{counts.get(kind, {}).get('items')}",
+            )
         late = [i for i, (a, _) in rows.items() if not isinstance(a, int) or a > version]
         if late:
-            problem(name, "bad_added_in", f"{rel}/{name}: {len(late)} items say added_in > {version}, e.g. {late[0]}")
+            problem(
+                name,
+                "bad_added_in",
+                f"{rel}/{name}: {len(late)} items say added_in > {version}, e.g. {late[0]}",
+            )
         current_rows.update(rows)
     for kind in counts:
         if kind not in KINDS:
@@ -174,21 +223,35 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
     history = lock.get("history") or []
     mine = history[-1] if history else {}
     if mine.get("version") != version:
-        problem(LOCK, "bad_history", f"{rel}/{LOCK}: its history does not end with {label(version)}")
+        problem(
+            LOCK, "bad_history", f"{rel}/{LOCK}: its history does not end with {label(version)}"
+        )
     if previous is not None:
         gone = [i for i in previous if i not in current_rows]
         changed = [i for i, v in previous.items() if i in current_rows and current_rows[i] != v]
         if gone:
-            problem("", "removed_item", f"{rel}: {len(gone)} items of {label(version - 1)} are missing, e.g. {gone[0]}")
+            problem(
+                "",
+                "removed_item",
+                f"{rel}: {len(gone)} items of {label(version - 1)} are missing, e.g. {gone[0]}",
+            )
         if changed:
-            problem("", "rewritten_item", f"{rel}: {len(changed)} items of {label(version - 1)} were rewritten, "
-                                          f"e.g. {changed[0]}")
+            problem(
+                "",
+                "rewritten_item",
+                f"{rel}: {len(changed)} items of {label(version - 1)} were rewritten, "
+                f"e.g. {changed[0]}",
+            )
     if previous is not None or version == 1:
         new_here = [i for i in current_rows if previous is None or i not in previous]
         wrong = [i for i in new_here if current_rows[i][0] != version]
         if wrong:
-            problem("", "bad_added_in", f"{rel}: {len(wrong)} items new in {label(version)} say another added_in, "
-                                        f"e.g. {wrong[0]}")
+            problem(
+                "",
+                "bad_added_in",
+                f"{rel}: {len(wrong)} items new in {label(version)} say another added_in, "
+                f"e.g. {wrong[0]}",
+            )
     if current_format(lock):
         try:
             validated(Lock, lock, f"{rel}/{LOCK}")  # every field the checks below and export read
@@ -198,11 +261,17 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
     if current_format(lock) and not any(p.reason == "unreadable" for p in problems):
         audit_path = folder / "audit" / "audit.json"
         try:
-            audit = read_json(audit_path, "audit") if audit_path.is_file() and not audit_path.is_symlink() else None
+            audit = (
+                read_json(audit_path, "audit")
+                if audit_path.is_file() and not audit_path.is_symlink()
+                else None
+            )
         except GenError as e:
             audit = None
             problem("audit/audit.json", "unreadable", str(e))
-        for path, reason, detail in value_problems(version, folder, lock, data, previous_lock, audit):
+        for path, reason, detail in value_problems(
+            version, folder, lock, data, previous_lock, audit
+        ):
             problem(path, reason, detail)
         for path, reason, detail in review_problems(folder, len(current_rows)):
             problem(path, reason, detail)
@@ -211,7 +280,9 @@ def check_version(root: Path, version: int, folder: Path, lock: dict[str, Any], 
 
 def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[VersionCheck], list[str]]:
     """Check versions 1..target (default: current); returns (target, per-version checks, leftovers)."""
-    current = check_pointer(root)  # a damaged or moved-back pointer: a refusal saying how to repair it
+    current = check_pointer(
+        root
+    )  # a damaged or moved-back pointer: a refusal saying how to repair it
     if current is None:
         raise MissingInputError(f"bank: no released version at {root}")
     target = target or current
@@ -219,46 +290,80 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
     top = checks[-1]
     vroot = root / VERSIONS
     if vroot.is_symlink():
-        top.problems.append(Problem(target, VERSIONS, "symlink",
-                                    f"{VERSIONS} is a symlink (to {os.path.realpath(vroot)}); the bank holds its own files"))
+        top.problems.append(
+            Problem(
+                target,
+                VERSIONS,
+                "symlink",
+                f"{VERSIONS} is a symlink (to {os.path.realpath(vroot)}); the bank holds its own files",
+            )
+        )
     locks: dict[int, dict[str, Any] | None] = {}
     for c in checks:
         folder = version_dir(root, c.version)
         rel = f"{VERSIONS}/{label(c.version)}"
         if folder.is_symlink() or (folder.exists() and not is_within(root, folder)):
             locks[c.version] = None
-            c.problems.append(Problem(c.version, rel, "symlink",
-                                      f"{rel} is a symlink or leaves the bank (to {os.path.realpath(folder)}); "
-                                      "a version holds its own files"))
+            c.problems.append(
+                Problem(
+                    c.version,
+                    rel,
+                    "symlink",
+                    f"{rel} is a symlink or leaves the bank (to {os.path.realpath(folder)}); "
+                    "a version holds its own files",
+                )
+            )
             continue
         try:
             raw = read_json(folder / LOCK, "bank")
             if not isinstance(raw, dict) or current_format(raw):  # others: check_version names them
-                validated(Lock, raw, f"{rel}/{LOCK}")  # every field verify and export read, in its shape
+                validated(
+                    Lock, raw, f"{rel}/{LOCK}"
+                )  # every field verify and export read, in its shape
             locks[c.version] = raw
         except GenError as e:
             locks[c.version] = None
-            reason = "missing_version" if not folder.is_dir() else "missing_file" if not (folder / LOCK).exists() else "bad_lock"
+            reason = (
+                "missing_version"
+                if not folder.is_dir()
+                else "missing_file"
+                if not (folder / LOCK).exists()
+                else "bad_lock"
+            )
             c.problems.append(Problem(c.version, f"{rel}/{LOCK}", reason, str(e)))
     top_lock = locks[target]
     history = (top_lock or {}).get("history") or []
     if top_lock is not None and [h.get("version") for h in history] != list(range(1, target + 1)):
-        top.problems.append(Problem(target, f"{VERSIONS}/{label(target)}/{LOCK}", "bad_history",
-                                    f"the history of {label(target)} lists versions {[h.get('version') for h in history]}"))
+        top.problems.append(
+            Problem(
+                target,
+                f"{VERSIONS}/{label(target)}/{LOCK}",
+                "bad_history",
+                f"the history of {label(target)} lists versions {[h.get('version') for h in history]}",
+            )
+        )
     for h in history[:-1]:
         v = h.get("version")
         if isinstance(v, int) and 1 <= v < target and locks.get(v) is not None:
             sha = sha256_file(version_dir(root, v) / LOCK)
             # each lock is recorded by the next one; the newest is checked against every later history
             later = [x for x in (locks.get(w) for w in range(v + 1, target + 1)) if x]
-            recorded = {(x.get("history") or [{}] * v)[v - 1].get("lock_sha256") for x in later
-                        if len(x.get("history") or []) >= v}
+            recorded = {
+                (x.get("history") or [{}] * v)[v - 1].get("lock_sha256")
+                for x in later
+                if len(x.get("history") or []) >= v
+            }
             for r in sorted(recorded, key=str):
                 if r != sha:
-                    checks[v - 1].problems.append(Problem(
-                        v, f"{VERSIONS}/{label(v)}/{LOCK}", "hash_mismatch",
-                        f"{VERSIONS}/{label(v)}/{LOCK}: SHA-256 {sha[:16]}… but a later release recorded "
-                        f"{str(r)[:16]}… (changed without a version bump)"))
+                    checks[v - 1].problems.append(
+                        Problem(
+                            v,
+                            f"{VERSIONS}/{label(v)}/{LOCK}",
+                            "hash_mismatch",
+                            f"{VERSIONS}/{label(v)}/{LOCK}: SHA-256 {sha[:16]}… but a later release recorded "
+                            f"{str(r)[:16]}… (changed without a version bump)",
+                        )
+                    )
                     break
     previous: Rows | None = None
     checked: dict[str, tuple[Rows, KindData]] = {}
@@ -269,14 +374,28 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
             continue
         before = locks.get(c.version - 1)
         prev_lock = before if before is not None and current_format(before) else None
-        found, previous = check_version(root, c.version, version_dir(root, c.version), lock, previous,
-                                        c.ok_files, checked, prev_lock)
+        found, previous = check_version(
+            root,
+            c.version,
+            version_dir(root, c.version),
+            lock,
+            previous,
+            c.ok_files,
+            checked,
+            prev_lock,
+        )
         c.problems += found
     left = [p.relative_to(root).as_posix() for p in leftovers(root, current)]
     for p in sorted(vroot.iterdir()) if vroot.is_dir() else []:
         if not (VERSION_DIR.match(p.name) or p.name.startswith(".staging-")):
-            top.problems.append(Problem(target, f"{VERSIONS}/{p.name}", "unexpected_file",
-                                        f"{VERSIONS}/{p.name} is not a version folder"))
+            top.problems.append(
+                Problem(
+                    target,
+                    f"{VERSIONS}/{p.name}",
+                    "unexpected_file",
+                    f"{VERSIONS}/{p.name} is not a version folder",
+                )
+            )
     return target, checks, left
 
 
@@ -287,5 +406,7 @@ def require_clean(root: Path, target: int) -> None:
     found = [p for c in checks for p in c.problems]
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise DriftError(f"bank {root} {label(target)} does not verify, nothing written: {drift_line(found[0])}"
-                         f"{more}; python -m gen bank verify bank={root} lists every problem")
+        raise DriftError(
+            f"bank {root} {label(target)} does not verify, nothing written: {drift_line(found[0])}"
+            f"{more}; python -m gen bank verify bank={root} lists every problem"
+        )

@@ -36,7 +36,9 @@ def scenario_file(path: Path) -> Path:
     """The bank's file: ``path`` itself, or the ``scenarios.jsonl`` of a run folder."""
     file = path / RECORDS if path.is_dir() else path
     if not file.is_file():
-        raise MissingInputError(f"input: {path}: no {RECORDS} there (expected a scenario bank file or run folder)")
+        raise MissingInputError(
+            f"input: {path}: no {RECORDS} there (expected a scenario bank file or run folder)"
+        )
     return file
 
 
@@ -47,7 +49,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     rows = []
     for lineno, row in iter_jsonl(file):
         if not isinstance(row, dict) or not isinstance(row.get("scenario_id"), str):
-            raise InputError(f"{file}:{lineno}: scenario_id: a scenario object with a string scenario_id is required")
+            raise InputError(
+                f"{file}:{lineno}: scenario_id: a scenario object with a string scenario_id is required"
+            )
         rows.append(row)
     return rows
 

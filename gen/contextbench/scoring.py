@@ -21,22 +21,36 @@ SCORED = ("current", "prior")
 def repair_text(s: ScenarioRecord, style: str) -> str:
     """The repair prompt a candidate is sent: the deictic one when asked for and present, else
     the named one (the spec's fallback)."""
-    return (s.turn_3_repair_prompt_deictic if style == "deictic" else None) or s.turn_3_repair_prompt
+    return (
+        s.turn_3_repair_prompt_deictic if style == "deictic" else None
+    ) or s.turn_3_repair_prompt
 
 
 def signals(response: str, lists: dict[str, list[str]]) -> dict[str, list[str]]:
     """Per answer list, its terms found in ``response`` at word boundaries, case-insensitive
     (the benchmark's ``\\b<token>\\b`` match): code signals recorded beside the verdict."""
-    short = {"current_answers": "current", "prior_answers": "prior", "clarify_indicators": "clarify",
-             "abstain_indicators": "abstain"}
-    return {short[k]: [t for t in lists.get(k, []) if t.strip() and word_match(t, response)] for k in short}
+    short = {
+        "current_answers": "current",
+        "prior_answers": "prior",
+        "clarify_indicators": "clarify",
+        "abstain_indicators": "abstain",
+    }
+    return {
+        short[k]: [t for t in lists.get(k, []) if t.strip() and word_match(t, response)]
+        for k in short
+    }
 
 
 Key = tuple[Any, ...]
 
 
-def metrics(records: Sequence[ContextJudgeRecord], label_of: Callable[[ContextJudgeRecord], str | None], *,
-            seed: int, resamples: int = 2000) -> dict[str, Any]:
+def metrics(
+    records: Sequence[ContextJudgeRecord],
+    label_of: Callable[[ContextJudgeRecord], str | None],
+    *,
+    seed: int,
+    resamples: int = 2000,
+) -> dict[str, Any]:
     """The benchmark's numbers for one candidate and condition, under one judge's labels.
 
     - ``balanced_accuracy``: turn 2, the mean of the accuracies on the ``current`` and on the
@@ -64,16 +78,27 @@ def metrics(records: Sequence[ContextJudgeRecord], label_of: Callable[[ContextJu
         per_label[lab] = proportion(sum(label_of(r) == lab for r in rows), len(rows))
     turn3 = {(r.candidate, r.condition, r.scenario_id, r.trial): r for r in records if r.turn == 3}
     misses = [r for r in judged if label_of(r) != r.target_context]
-    answered = [turn3[k] for r in misses if (k := (r.candidate, r.condition, r.scenario_id, r.trial)) in turn3]
+    answered = [
+        turn3[k]
+        for r in misses
+        if (k := (r.candidate, r.condition, r.scenario_id, r.trial)) in turn3
+    ]
     repaired = [r for r in answered if label_of(r) is not None]
     return {
-        "turn_2": {"replies": len(t2), "judged": len(judged), "not_followed": len(t2) - len(judged),
-                   "scenarios": len(by_scenario)},
+        "turn_2": {
+            "replies": len(t2),
+            "judged": len(judged),
+            "not_followed": len(t2) - len(judged),
+            "scenarios": len(by_scenario),
+        },
         "balanced_accuracy": None if ba is None else rounded(ba),
         "balanced_accuracy_ci95": bootstrap_ci(units, balanced, seed=seed, resamples=resamples),
         "per_label": per_label,
         "predicted": dict(sorted(Counter(str(label_of(r)) for r in judged).items())),
-        "repair": {"turn_2_misses": len(misses), "with_turn_3": len(answered),
-                   "turn_3_not_followed": len(answered) - len(repaired),
-                   **proportion(sum(label_of(r) == r.target_context for r in repaired), len(repaired))},
+        "repair": {
+            "turn_2_misses": len(misses),
+            "with_turn_3": len(answered),
+            "turn_3_not_followed": len(answered) - len(repaired),
+            **proportion(sum(label_of(r) == r.target_context for r in repaired), len(repaired)),
+        },
     }

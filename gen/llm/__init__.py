@@ -26,13 +26,30 @@ from gen.llm.openai_compat import make_openai_llm
 from gen.llm.usage import Usage
 
 __all__ = [
-    "EMBEDDED_GGUF", "LLM", "Cache", "LLMConfig", "LanguageModel", "LlamaCppConfig",
-    "LlamaServerConfig", "LogLik", "Message", "OpenAIConfig", "Prompt", "Usage", "embedded_gguf",
-    "make_llm", "scripted_llm", "set_worker", "sha256_file", "worker",
+    "EMBEDDED_GGUF",
+    "LLM",
+    "Cache",
+    "LLMConfig",
+    "LanguageModel",
+    "LlamaCppConfig",
+    "LlamaServerConfig",
+    "LogLik",
+    "Message",
+    "OpenAIConfig",
+    "Prompt",
+    "Usage",
+    "embedded_gguf",
+    "make_llm",
+    "scripted_llm",
+    "set_worker",
+    "sha256_file",
+    "worker",
 ]
 
 
-def make_llm(cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, cache: Cache | None = None) -> LLM:
+def make_llm(
+    cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, cache: Cache | None = None
+) -> LLM:
     """Build the configured backend. Heavy imports and model loads happen here, once."""
     if isinstance(cfg, LlamaServerConfig):
         llm = make_server_llm(cfg, cache)
@@ -44,7 +61,9 @@ def make_llm(cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, cache: Cach
     return llm
 
 
-def resolve_family(cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, llm: LLM) -> tuple[str, str]:
+def resolve_family(
+    cfg: LlamaCppConfig | OpenAIConfig | LlamaServerConfig, llm: LLM
+) -> tuple[str, str]:
     """(family, how it was found): ``llm.family=``, else the GGUF's metadata (the loaded model's,
     or a vocab-only read for a managed server), else the served model name."""
     from gen.llm.family import family_from_gguf, family_from_served, gguf_metadata

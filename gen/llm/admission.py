@@ -69,8 +69,14 @@ class Admission:
         rpm, tpm: requests and tokens a minute (None: no limit).
     """
 
-    def __init__(self, limit: int, *, adaptive: bool = False, rpm: float | None = None,
-                 tpm: float | None = None):
+    def __init__(
+        self,
+        limit: int,
+        *,
+        adaptive: bool = False,
+        rpm: float | None = None,
+        tpm: float | None = None,
+    ):
         self.max = max(1, int(limit))
         self.limit = float(self.max)
         self.adaptive = adaptive
@@ -112,9 +118,11 @@ class Admission:
             try:
                 while True:
                     now = time.monotonic()
-                    wait = max(self.paused_until - now,
-                               self._rpm.wait(1, now) if self._rpm else 0.0,
-                               self._tpm.wait(tokens, now) if self._tpm else 0.0)
+                    wait = max(
+                        self.paused_until - now,
+                        self._rpm.wait(1, now) if self._rpm else 0.0,
+                        self._tpm.wait(tokens, now) if self._tpm else 0.0,
+                    )
                     if wait <= 0 and self.in_flight < max(1, int(self.limit)):
                         break
                     self._cond.wait(timeout=wait if wait > 0 else None)
@@ -199,7 +207,14 @@ class Admission:
             now = time.monotonic()
             self._tick(now)
             elapsed = now - self._t0
-            return {"in_flight": self.in_flight, "waiting": self.waiting, "limit": int(self.limit),
-                    "max": self.max, "peak": self.peak, "calls": self.calls,
-                    "mean_in_flight": round(self._area / elapsed, 3) if elapsed > 0 else 0.0,
-                    "throttled": self.throttles, "backoffs": self.backoffs}
+            return {
+                "in_flight": self.in_flight,
+                "waiting": self.waiting,
+                "limit": int(self.limit),
+                "max": self.max,
+                "peak": self.peak,
+                "calls": self.calls,
+                "mean_in_flight": round(self._area / elapsed, 3) if elapsed > 0 else 0.0,
+                "throttled": self.throttles,
+                "backoffs": self.backoffs,
+            }

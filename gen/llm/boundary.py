@@ -108,7 +108,8 @@ class _Streak:
                 self.stopped = (
                     f"{self.where} answered no call yet, and this one failed: {self.last}; the run stops "
                     "here (raise the timeout if the server is only slow; a rerun into the same folder "
-                    "resumes from the cache)")
+                    "resumes from the cache)"
+                )
                 raise BackendError(self.stopped) from error
             if not self.limit or self.count < self.limit:
                 return
@@ -116,7 +117,8 @@ class _Streak:
                 f"{self.where} failed {self.count} calls in a row (llm.max_consecutive_errors="
                 f"{self.limit}), the last with {self.last}; the run stops here (its records so far "
                 "stay in the run folder's *.partial files; a rerun into the same folder resumes "
-                "from the cache)")
+                "from the cache)"
+            )
             raise BackendError(self.stopped) from error
 
 
@@ -190,10 +192,13 @@ class LLM:
         self._lock = threading.Lock() if lock else None
         self._schema_format = schema_format
         self._score = score
-        self._client = instructor.patch(create=self._cached_create, mode=instructor.Mode.JSON_SCHEMA)
+        self._client = instructor.patch(
+            create=self._cached_create, mode=instructor.Mode.JSON_SCHEMA
+        )
         self._closers: list[Callable[[], None]] = []
-        self._streak = _Streak(sampling.max_consecutive_errors,
-                               where or f"llm={identity.get('backend')}")
+        self._streak = _Streak(
+            sampling.max_consecutive_errors, where or f"llm={identity.get('backend')}"
+        )
         self._family: tuple[str, str] | None = None
         self._family_resolve: Callable[[], tuple[str, str]] | None = None
         deadline = getattr(sampling, "deadline", None)
@@ -206,7 +211,8 @@ class LLM:
             raise BackendError(
                 f"{self._streak.where}: the run's model calls passed llm.deadline="
                 f"{self.sampling.deadline:g} s; the run stops here (its records so far stay in the run "
-                "folder's *.partial files; a rerun into the same folder resumes from the cache)") from cause
+                "folder's *.partial files; a rerun into the same folder resumes from the cache)"
+            ) from cause
 
     def set_family(self, resolve: Callable[[], tuple[str, str]]) -> None:
         """How to find this model's family (``(family, how it was found)``), asked on first use:
@@ -235,7 +241,9 @@ class LLM:
         twin = copy.copy(self)
         twin.usage = Usage()
         twin._closers = []
-        twin._client = instructor.patch(create=twin._cached_create, mode=instructor.Mode.JSON_SCHEMA)
+        twin._client = instructor.patch(
+            create=twin._cached_create, mode=instructor.Mode.JSON_SCHEMA
+        )
         return twin
 
     def on_close(self, fn: Callable[[], None]) -> None:
@@ -256,7 +264,12 @@ class LLM:
 
     @_watched
     def structured(
-        self, messages: Sequence[Message], schema: type[T], *, seed: int, max_tokens: int | None = None,
+        self,
+        messages: Sequence[Message],
+        schema: type[T],
+        *,
+        seed: int,
+        max_tokens: int | None = None,
         temperature: float | None = None,
     ) -> T:
         """One structured call: the schema constrains decoding where the backend can
@@ -324,9 +337,11 @@ class LLM:
             BackendError: the backend failed ``llm.max_consecutive_errors`` calls in a row.
         """
         kwargs: dict[str, Any] = {
-            "messages": list(messages), "seed": seed,
+            "messages": list(messages),
+            "seed": seed,
             "temperature": self.sampling.temperature if temperature is None else temperature,
-            "top_p": self.sampling.top_p, "max_tokens": max_tokens or self.sampling.max_tokens,
+            "top_p": self.sampling.top_p,
+            "max_tokens": max_tokens or self.sampling.max_tokens,
         }
         if stop:
             kwargs["stop"] = list(stop)
@@ -353,14 +368,19 @@ class LLM:
             LLMOutputError: ``backend_error`` when one call fails.
         """
         if self._score is None:
-            raise BackendError(f"the {self.identity.get('backend')} backend cannot score log-likelihoods")
+            raise BackendError(
+                f"the {self.identity.get('backend')} backend cannot score log-likelihoods"
+            )
         conts = list(continuations)
         if not conts:
             return []
-        request = {"prompt": prompt if isinstance(prompt, str) else [dict(m) for m in prompt],
-                   "continuations": conts}
-        key = hashlib.sha256(json.dumps({"model": self.identity, "loglik": request},
-                                        sort_keys=True).encode()).hexdigest()
+        request = {
+            "prompt": prompt if isinstance(prompt, str) else [dict(m) for m in prompt],
+            "continuations": conts,
+        }
+        key = hashlib.sha256(
+            json.dumps({"model": self.identity, "loglik": request}, sort_keys=True).encode()
+        ).hexdigest()
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             scores = _scores(hit, len(conts))
             if scores is not None:  # else a damaged row: asked again, and replaced
@@ -375,7 +395,9 @@ class LLM:
         except Exception as e:  # transport or backend failure on one call
             raise _backend_error(e) from None
         if len(scores) != len(conts):
-            raise LLMOutputError("backend_error", f"{len(scores)} scores for {len(conts)} continuations")
+            raise LLMOutputError(
+                "backend_error", f"{len(scores)} scores for {len(conts)} continuations"
+            )
         self.usage.add(hit=False, prompt=evaluated, completion=0, seconds=time.perf_counter() - t0)
         if self.cache is not None:
             self.cache.put(key, json.dumps([[s.logprob, s.tokens] for s in scores]))
@@ -404,15 +426,24 @@ class LLM:
 
         rf = kwargs.get("response_format")
         if rf and rf.get("type") == "json_schema" and self._schema_format == "json_object":
-            kwargs["response_format"] = {"type": "json_object", "schema": rf["json_schema"]["schema"]}
+            kwargs["response_format"] = {
+                "type": "json_object",
+                "schema": rf["json_schema"]["schema"],
+            }
         key = hashlib.sha256(
-            json.dumps({"model": self.identity, "request": kwargs}, sort_keys=True, default=str).encode()
+            json.dumps(
+                {"model": self.identity, "request": kwargs}, sort_keys=True, default=str
+            ).encode()
         ).hexdigest()
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             cached = _cached_reply(hit, ChatCompletion)
             if cached is not None:  # else a row an older version cached unchecked: asked again
-                self.usage.add(hit=True, prompt=_usage(cached, "prompt_tokens"),
-                               completion=_usage(cached, "completion_tokens"), seconds=0.0)
+                self.usage.add(
+                    hit=True,
+                    prompt=_usage(cached, "prompt_tokens"),
+                    completion=_usage(cached, "completion_tokens"),
+                    seconds=0.0,
+                )
                 return cached
         t0 = time.perf_counter()
         with self._slot():
@@ -420,10 +451,16 @@ class LLM:
         seconds = time.perf_counter() - t0
         problem = _reply_problem(response)
         if problem is not None:  # never cached: a rerun asks again
-            raise ServerError(f"the backend's reply is not a chat completion ({problem})", retry=False)
-        self.usage.add(hit=False, prompt=_usage(response, "prompt_tokens"),
-                       completion=_usage(response, "completion_tokens"), seconds=seconds,
-                       reused=_reused(response))
+            raise ServerError(
+                f"the backend's reply is not a chat completion ({problem})", retry=False
+            )
+        self.usage.add(
+            hit=False,
+            prompt=_usage(response, "prompt_tokens"),
+            completion=_usage(response, "completion_tokens"),
+            seconds=seconds,
+            reused=_reused(response),
+        )
         if self.cache is not None:
             self.cache.put(key, response.model_dump_json())
         return response
@@ -514,7 +551,6 @@ def _finish(completion: Any) -> str | None:
         return None
 
 
-
 class LanguageModel(Protocol):
     """What generators (and the runner) may use of a model: ``ctx.llm`` is one.
 
@@ -536,7 +572,12 @@ class LanguageModel(Protocol):
         """(family, how it was found)."""
 
     def structured(
-        self, messages: Sequence[Message], schema: type[T], *, seed: int, max_tokens: int | None = None,
+        self,
+        messages: Sequence[Message],
+        schema: type[T],
+        *,
+        seed: int,
+        max_tokens: int | None = None,
         temperature: float | None = None,
     ) -> T: ...
 

@@ -37,9 +37,11 @@ from urllib.parse import quote
 from gen.errors import ConfigError
 from gen.netfs import HOST, holder, holder_gone, network_fs
 
-CALLS = ["CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT)",
-         "CREATE TABLE IF NOT EXISTS files (path TEXT, size INT, mtime INT, sha256 TEXT,"
-         " PRIMARY KEY (path, size, mtime))"]
+CALLS = [
+    "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT)",
+    "CREATE TABLE IF NOT EXISTS files (path TEXT, size INT, mtime INT, sha256 TEXT,"
+    " PRIMARY KEY (path, size, mtime))",
+]
 MERGE_AT = 8
 """Finished parts a network-filesystem cache tolerates before opening merges them."""
 READ_STALE = 600.0
@@ -76,8 +78,9 @@ class Cache:
         """SHA-256 of a (large) file, memoised by path, size and mtime."""
         st = path.stat()
         ident = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-        rows = self._store.query("SELECT sha256 FROM files WHERE path=? AND size=? AND mtime=?", ident,
-                                 first=True)
+        rows = self._store.query(
+            "SELECT sha256 FROM files WHERE path=? AND size=? AND mtime=?", ident, first=True
+        )
         if rows:
             return rows[0][0]
         digest = sha256_file(path)
@@ -141,7 +144,9 @@ class WalStore:
         self.db.execute("ROLLBACK")
         self.db.execute("PRAGMA synchronous=NORMAL")
 
-    def query(self, sql: str, params: Sequence[Any], *, first: bool = False) -> list[tuple[Any, ...]]:
+    def query(
+        self, sql: str, params: Sequence[Any], *, first: bool = False
+    ) -> list[tuple[Any, ...]]:
         with self._lock:
             return self.db.execute(sql, params).fetchall()
 
@@ -183,8 +188,11 @@ class PartsStore:
         self.path = path
         self.pid = os.getpid()
         self.schema = list(schema)
-        self.tables = [m.group(1) for s in schema
-                       if (m := re.match(r"\s*CREATE TABLE IF NOT EXISTS (\w+)", s, re.IGNORECASE))]
+        self.tables = [
+            m.group(1)
+            for s in schema
+            if (m := re.match(r"\s*CREATE TABLE IF NOT EXISTS (\w+)", s, re.IGNORECASE))
+        ]
         self.folder = path.with_name(path.stem + ".parts")
         self.folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -242,8 +250,11 @@ class PartsStore:
 
     def _reader(self, part: Path) -> sqlite3.Connection | None:
         try:
-            db = sqlite3.connect(_uri(self._readable(part), mode="ro", immutable="1"), uri=True,
-                                 check_same_thread=False)
+            db = sqlite3.connect(
+                _uri(self._readable(part), mode="ro", immutable="1"),
+                uri=True,
+                check_same_thread=False,
+            )
             names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         except FileNotFoundError:  # merged and removed by another process meanwhile
             return None
@@ -253,7 +264,9 @@ class PartsStore:
             return None  # a damaged part is only a cache miss
         return db if names & set(self.tables) else None
 
-    def query(self, sql: str, params: Sequence[Any], *, first: bool = False) -> list[tuple[Any, ...]]:
+    def query(
+        self, sql: str, params: Sequence[Any], *, first: bool = False
+    ) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = []
         with self._lock:
             for db in [*([self._own] if self._own is not None else []), *self._readers]:
@@ -288,8 +301,12 @@ class PartsStore:
         self._marker.write_text(holder() + "\n")  # before the part: never read while written
         self._beat = time.monotonic()
         self._own_path = self.folder / f"{name}.sqlite"
-        db = sqlite3.connect(_uri(self._own_path, vfs="unix-none"), uri=True, check_same_thread=False,
-                             isolation_level=None)
+        db = sqlite3.connect(
+            _uri(self._own_path, vfs="unix-none"),
+            uri=True,
+            check_same_thread=False,
+            isolation_level=None,
+        )
         db.execute("PRAGMA journal_mode=DELETE")
         db.execute("PRAGMA synchronous=NORMAL")
         for statement in self.schema:
@@ -334,14 +351,22 @@ class PartsStore:
                 db.execute(statement)
             for src in sources:
                 try:
-                    db.execute("ATTACH DATABASE ? AS src", (_uri(self._readable(src), mode="ro", immutable="1"),))
+                    db.execute(
+                        "ATTACH DATABASE ? AS src",
+                        (_uri(self._readable(src), mode="ro", immutable="1"),),
+                    )
                 except (sqlite3.DatabaseError, OSError):
                     continue
                 try:
-                    have = {r[0] for r in db.execute("SELECT name FROM src.sqlite_master WHERE type='table'")}
+                    have = {
+                        r[0]
+                        for r in db.execute("SELECT name FROM src.sqlite_master WHERE type='table'")
+                    }
                     for table in self.tables:
                         if table in have:
-                            db.execute(f"INSERT OR IGNORE INTO main.{table} SELECT * FROM src.{table}")
+                            db.execute(
+                                f"INSERT OR IGNORE INTO main.{table} SELECT * FROM src.{table}"
+                            )
                     merged.append(src)
                 except sqlite3.DatabaseError:
                     pass

@@ -125,8 +125,10 @@ class OpenAIConfig(_Sampling):
         if isinstance(data, dict) and "api_key_env" in data:
             name = data["api_key_env"]
             if not isinstance(name, str) or not ENV_NAME.match(name):
-                raise ValueError("api_key_env: must name an environment variable in capitals "
-                                 "(OPENAI_API_KEY, VLLM_API_KEY…), not hold the key (value not repeated)")
+                raise ValueError(
+                    "api_key_env: must name an environment variable in capitals "
+                    "(OPENAI_API_KEY, VLLM_API_KEY…), not hold the key (value not repeated)"
+                )
         return data
 
     @field_validator("base_url")
@@ -138,8 +140,9 @@ class OpenAIConfig(_Sampling):
         except ValueError:
             parts = None
         if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http(s) URL of the server's API root, like "
-                             "http://127.0.0.1:8000/v1")
+            raise ValueError(
+                "must be an http(s) URL of the server's API root, like http://127.0.0.1:8000/v1"
+            )
         if parts.username is not None or parts.password is not None:
             raise ValueError(f"must not hold a user or password; {HOW}")
         if parts.query or parts.fragment:
@@ -179,4 +182,6 @@ class LlamaServerConfig(_Sampling):
         return self
 
 
-LLMConfig = Annotated[LlamaCppConfig | OpenAIConfig | LlamaServerConfig, Field(discriminator="backend")]
+LLMConfig = Annotated[
+    LlamaCppConfig | OpenAIConfig | LlamaServerConfig, Field(discriminator="backend")
+]

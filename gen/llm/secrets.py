@@ -19,14 +19,18 @@ from gen.errors import ConfigError
 
 SECRET_NAME = re.compile(
     r"(?:^|[_-])(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|token|secret|password|passwd|"
-    r"authorization|auth|bearer|cookie|credentials?|headers?)$", re.IGNORECASE)
+    r"authorization|auth|bearer|cookie|credentials?|headers?)$",
+    re.IGNORECASE,
+)
 """A name that holds a secret (``api_key``, ``OPENAI_API_KEY``, ``auth_token``, ``headers``…):
 never a config field, never an override. Its ``*_env`` counterpart names a variable instead."""
 
 KEY_SHAPES = re.compile(
     r"\bsk-[A-Za-z0-9_-]{16,}|\bhf_[A-Za-z0-9]{20,}|\bgh[opsur]_[A-Za-z0-9]{20,}|\bgithub_pat_\w{20,}"
     r"|\bAKIA[0-9A-Z]{16}\b|\bAIza[0-9A-Za-z_-]{30,}|\bxox[abposr]-[A-Za-z0-9-]{10,}"
-    r"|\bBearer\s+\S+|[A-Za-z][A-Za-z0-9+.-]*://[^/\s@]+@", re.IGNORECASE)
+    r"|\bBearer\s+\S+|[A-Za-z][A-Za-z0-9+.-]*://[^/\s@]+@",
+    re.IGNORECASE,
+)
 """Values shaped like a well-known key or token, or a URL with a user or password in it."""
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
@@ -36,8 +40,10 @@ wrong option is not written either."""
 
 _NAMED = re.compile(r"([A-Za-z_][\w.-]*)\s*[:=]")
 
-HOW = ("gen reads keys and tokens only from the environment (export OPENAI_API_KEY=..., or name "
-       "another variable with llm.api_key_env=NAME), so that no run folder, log or cache holds one")
+HOW = (
+    "gen reads keys and tokens only from the environment (export OPENAI_API_KEY=..., or name "
+    "another variable with llm.api_key_env=NAME), so that no run folder, log or cache holds one"
+)
 
 
 def is_secret_name(name: str) -> bool:
@@ -62,12 +68,20 @@ def refuse_on_command_line(args: Iterable[str]) -> None:
             names += [m.group(1) for m in _NAMED.finditer(value)]
         named = next((n for n in names if is_secret_name(n.lstrip("+~"))), None)
         if named is not None:
-            raise ConfigError(f"{named.lstrip('+~')}: secrets are not taken on the command line; {HOW}")
+            raise ConfigError(
+                f"{named.lstrip('+~')}: secrets are not taken on the command line; {HOW}"
+            )
         if KEY_SHAPES.search(arg):
             option = key.strip().lstrip("+~") if eq else ""
-            what = f"the value of {option}" if re.fullmatch(r"[\w.]+", option) else f"argument {position}"
-            raise ConfigError(f"{what} looks like a key, a token or a URL with a password (not repeated "
-                              f"here); {HOW}")
+            what = (
+                f"the value of {option}"
+                if re.fullmatch(r"[\w.]+", option)
+                else f"argument {position}"
+            )
+            raise ConfigError(
+                f"{what} looks like a key, a token or a URL with a password (not repeated "
+                f"here); {HOW}"
+            )
 
 
 def env_secret(variable: str | None) -> str | None:

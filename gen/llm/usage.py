@@ -22,8 +22,9 @@ class Usage:
         self.prompt_tokens_reported = 0
         self.prompt_tokens_reused = 0
 
-    def add(self, *, hit: bool, prompt: int, completion: int, seconds: float,
-            reused: int | None = None) -> None:
+    def add(
+        self, *, hit: bool, prompt: int, completion: int, seconds: float, reused: int | None = None
+    ) -> None:
         """One call; ``reused``: the prompt tokens the backend did not evaluate (a prefix it had
         cached), when it says so."""
         with self._lock:
@@ -56,9 +57,16 @@ class Usage:
         u = cls()
         for d in dicts:
             if d:
-                for key in ("calls", "cache_hits", "prompt_tokens", "completion_tokens",
-                            "cached_completion_tokens", "generation_seconds",
-                            "prompt_tokens_reported", "prompt_tokens_reused"):
+                for key in (
+                    "calls",
+                    "cache_hits",
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "cached_completion_tokens",
+                    "generation_seconds",
+                    "prompt_tokens_reported",
+                    "prompt_tokens_reused",
+                ):
                     setattr(u, key, getattr(u, key) + d.get(key, 0))
         return u.as_dict()
 
@@ -75,8 +83,14 @@ class Usage:
             # vLLM with --enable-prompt-tokens-details): tokens sent, not evaluated, evaluated
             "prompt_tokens_reported": self.prompt_tokens_reported,
             "prompt_tokens_reused": self.prompt_tokens_reused,
-            "prompt_tokens_evaluated": (self.prompt_tokens_reported - self.prompt_tokens_reused
-                                        if self.prompt_tokens_reported else None),
-            "prompt_reuse_ratio": (round(self.prompt_tokens_reused / self.prompt_tokens_reported, 4)
-                                   if self.prompt_tokens_reported else None),
+            "prompt_tokens_evaluated": (
+                self.prompt_tokens_reported - self.prompt_tokens_reused
+                if self.prompt_tokens_reported
+                else None
+            ),
+            "prompt_reuse_ratio": (
+                round(self.prompt_tokens_reused / self.prompt_tokens_reported, 4)
+                if self.prompt_tokens_reported
+                else None
+            ),
         }

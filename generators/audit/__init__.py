@@ -148,7 +148,9 @@ def plan(cfg: AuditConfig) -> Plan:
     return Plan(len(cfg.checks))
 
 
-@generator("audit", config=AuditConfig, records=FindingRecord, kind="finding", plan=plan, noun="findings")
+@generator(
+    "audit", config=AuditConfig, records=FindingRecord, kind="finding", plan=plan, noun="findings"
+)
 def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
     """Audit an MCQ/scenario bank or a digital run: leakage, tells, duplicates, integrity."""
     data = load_inputs(cfg, ctx)

@@ -108,26 +108,37 @@ class AuditData:
         items = self.items
         idx = self.mcq.indices
         codes = items.qtype[idx]
-        return {items.types[c]: items.subset(idx[codes == c])
-                for c in sorted(set(codes.tolist()), key=lambda c: items.types[c])}
+        return {
+            items.types[c]: items.subset(idx[codes == c])
+            for c in sorted(set(codes.tolist()), key=lambda c: items.types[c])
+        }
 
     def bank_name(self, i: int) -> str | None:
         """The file item i came from, when the audit read several (else None)."""
-        return self.banks[self.items.bank[i]].path.name if len(self.banks) > 1 and i < len(self.items) else None
+        return (
+            self.banks[self.items.bank[i]].path.name
+            if len(self.banks) > 1 and i < len(self.items)
+            else None
+        )
 
 
 def _has_bank(folder: Path) -> bool:
     run = folder.parent if folder.name == "kept" else folder  # a nocontext run, or its kept/
-    return (any((folder / n).is_file() for n in RECORD_FILES) or mcq_records_file(folder) is not None
-            or (run / "nocontext.jsonl").is_file()
-            or any(egotom_type(p) for p in folder.glob("*.csv")))
+    return (
+        any((folder / n).is_file() for n in RECORD_FILES)
+        or mcq_records_file(folder) is not None
+        or (run / "nocontext.jsonl").is_file()
+        or any(egotom_type(p) for p in folder.glob("*.csv"))
+    )
 
 
 def _read_banks(path: Path, roles: str | None, what: str, into: Items) -> list[Bank]:
     """Stream the bank files at ``path`` into ``into`` (one Bank each, its items a view)."""
     if roles is not None:
         if not path.is_file():
-            raise InputError(f"{what}: with roles= the bank must be a JSONL file, got the folder {path}")
+            raise InputError(
+                f"{what}: with roles= the bank must be a JSONL file, got the folder {path}"
+            )
         spec = read_roles(Path(roles).expanduser())
         problems: list[dict[str, Any]] = []
         sources = [(path, "roles_jsonl", lambda p: iter_roles_bank(p, spec, problems))]
@@ -135,14 +146,18 @@ def _read_banks(path: Path, roles: str | None, what: str, into: Items) -> list[B
         problems = []
         sources = [(p, bank_format(p), iter_bank) for p in bank_files(path)]
     spans = []
-    for b, (file, _, read) in enumerate(sources):  # each file read when its turn comes, as load_banks does
+    for b, (file, _, read) in enumerate(
+        sources
+    ):  # each file read when its turn comes, as load_banks does
         start = len(into.ids)
         for it in read(file):
             into.append(it, b)
         spans.append(range(start, len(into.ids)))
     into.seal()
-    return [Bank(file, fmt, into.view(span), problems if fmt == "roles_jsonl" else [])
-            for (file, fmt, _), span in zip(sources, spans, strict=True)]
+    return [
+        Bank(file, fmt, into.view(span), problems if fmt == "roles_jsonl" else [])
+        for (file, fmt, _), span in zip(sources, spans, strict=True)
+    ]
 
 
 def _is_scenarios(path: Path) -> bool:
@@ -162,22 +177,35 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     file = folder / "manifest.json"
     manifest = read_json(file)  # strict JSON; a byte-order mark is read, as in every input
     if not isinstance(manifest, dict) or not isinstance(manifest.get("generator"), str):
-        got = ("an empty object" if manifest == {} else "an object without a generator"
-               if isinstance(manifest, dict) else f"a JSON {type(manifest).__name__}")
-        raise InputError(f"{file}: not a run manifest (a JSON object naming its generator), got {got}")
+        got = (
+            "an empty object"
+            if manifest == {}
+            else "an object without a generator"
+            if isinstance(manifest, dict)
+            else f"a JSON {type(manifest).__name__}"
+        )
+        raise InputError(
+            f"{file}: not a run manifest (a JSON object naming its generator), got {got}"
+        )
     return manifest
 
 
 def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
     """Read input=, against=, nocontext= once; bad input raises a GenError (exit 2)."""
     if cfg.input is None:
-        raise ConfigError("input= is required (a bank file, a run folder, or a folder of EgoToM CSVs)")
+        raise ConfigError(
+            "input= is required (a bank file, a run folder, or a folder of EgoToM CSVs)"
+        )
     path = cfg.input_path()
     assert path is not None
     data = AuditData(seed=ctx.seed(0, "folds"))
     folders: list[Path] = []
-    digital = path / "digital.jsonl" if path.is_dir() else path if path.name == "digital.jsonl" else None
-    history = path / "history.jsonl" if path.is_dir() else path if path.name == "history.jsonl" else None
+    digital = (
+        path / "digital.jsonl" if path.is_dir() else path if path.name == "digital.jsonl" else None
+    )
+    history = (
+        path / "history.jsonl" if path.is_dir() else path if path.name == "history.jsonl" else None
+    )
     if cfg.roles is None and history is not None and history.is_file():
         data.histories, file = load_run_records(history, "history")
         ctx.record_input(file)
@@ -191,7 +219,9 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
         if (run_dir := _run_folder(file)) is not None:
             m = data.manifests[run_dir] = read_manifest(run_dir)
             merged = m.get("merged")
-            config = (merged.get("source_config") if isinstance(merged, dict) else None) or m.get("config")
+            config = (merged.get("source_config") if isinstance(merged, dict) else None) or m.get(
+                "config"
+            )
             data.digital_config = config if isinstance(config, dict) else {}
     elif cfg.roles is None and _is_scenarios(path):
         from gen.contextbench import read_rows as read_scenarios
@@ -200,7 +230,9 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
         data.scenarios_file = path / "scenarios.jsonl" if path.is_dir() else path
         ctx.record_input(data.scenarios_file)
         checks = data.scenarios_file.parent / "scenario_checks.jsonl"
-        if data.scenarios_file.name == "scenarios.jsonl" and checks.is_file():  # a scenarios run's sidecar
+        if (
+            data.scenarios_file.name == "scenarios.jsonl" and checks.is_file()
+        ):  # a scenarios run's sidecar
             data.scenario_categories = read_scenario_categories(checks)
             ctx.record_input(checks)
     elif cfg.roles is not None or path.is_file() or _has_bank(path):
@@ -210,8 +242,10 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
         for bank in data.banks:
             ctx.record_input(bank.path)
     elif not (path / "manifest.json").is_file():
-        raise InputError(f"input: {path} holds no bank ({', '.join(RECORD_FILES)}, EgoToM CSVs), "
-                         "no digital.jsonl, no history.jsonl, no scenarios.jsonl and no manifest.json")
+        raise InputError(
+            f"input: {path} holds no bank ({', '.join(RECORD_FILES)}, EgoToM CSVs), "
+            "no digital.jsonl, no history.jsonl, no scenarios.jsonl and no manifest.json"
+        )
     if (f := _run_folder(path)) is not None:
         folders.append(f)
     if cfg.against is not None:
@@ -247,14 +281,27 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
 
 def _refuse_empty(data: AuditData, path: Path, roles: str | None) -> None:
     """Zero items (or bundles) is an input error: an audit of nothing passes any CI gate."""
-    empty = ((data.bundles is not None and not data.bundles) or (data.histories is not None and not data.histories)
-             or (data.scenarios is not None and not data.scenarios) or (data.banks and not data.items))
+    empty = (
+        (data.bundles is not None and not data.bundles)
+        or (data.histories is not None and not data.histories)
+        or (data.scenarios is not None and not data.scenarios)
+        or (data.banks and not data.items)
+    )
     if empty:
-        what = ("digital bundles" if data.bundles is not None else "history banks" if data.histories is not None
-                else "scenarios" if data.scenarios is not None else "items")
+        what = (
+            "digital bundles"
+            if data.bundles is not None
+            else "history banks"
+            if data.histories is not None
+            else "scenarios"
+            if data.scenarios is not None
+            else "items"
+        )
         names = ", ".join(str(b.path) for b in data.banks) or str(path)
-        raise InputError(f"input: {names} holds 0 {what}{' (read with roles=' + roles + ')' if roles else ''}; "
-                         "allow_empty=true audits an empty bank")
+        raise InputError(
+            f"input: {names} holds 0 {what}{' (read with roles=' + roles + ')' if roles else ''}; "
+            "allow_empty=true audits an empty bank"
+        )
 
 
 NOCONTEXT_KEYS = ("item_id", "question_type", "correct")
@@ -264,13 +311,17 @@ def read_nocontext(path: Path) -> list[dict[str, Any]]:
     """Per-item results of a nocontext run (``nocontext.jsonl``)."""
     file = path / "nocontext.jsonl" if path.is_dir() else path
     if not file.is_file():
-        raise MissingInputError(f"nocontext: {file} not found (expected a nocontext run folder or its nocontext.jsonl)")
+        raise MissingInputError(
+            f"nocontext: {file} not found (expected a nocontext run folder or its nocontext.jsonl)"
+        )
     rows = []
     for lineno, row in iter_jsonl(file):
         missing = [k for k in NOCONTEXT_KEYS if not isinstance(row, dict) or k not in row]
         if missing or not isinstance(row.get("correct"), dict):
-            raise InputError(f"{file}:{lineno}: a nocontext result needs {', '.join(NOCONTEXT_KEYS)} "
-                             f"(correct: {{model: shuffles right}})")
+            raise InputError(
+                f"{file}:{lineno}: a nocontext result needs {', '.join(NOCONTEXT_KEYS)} "
+                f"(correct: {{model: shuffles right}})"
+            )
         rows.append(row)
     return rows
 
@@ -283,27 +334,41 @@ def read_judge(path: Path) -> tuple[list[dict[str, Any]], str | None]:
     manifest; without one, the records' only judge)."""
     file = path / "judge.jsonl" if path.is_dir() else path
     if not file.is_file():
-        raise MissingInputError(f"judge: {file} not found (expected a judge run folder or its judge.jsonl)")
+        raise MissingInputError(
+            f"judge: {file} not found (expected a judge run folder or its judge.jsonl)"
+        )
     folder = file.parent
     primary = None
     if (folder / "manifest.json").is_file():
         info = read_manifest(folder).get("judge")
         if not isinstance(info, dict) or info.get("kind") != "distractor_validity":
-            raise InputError(f"{folder}/manifest.json: judge: not a judge run of kind distractor_validity")
+            raise InputError(
+                f"{folder}/manifest.json: judge: not a judge run of kind distractor_validity"
+            )
         primary = info.get("judge_label")
     rows = []
     for lineno, row in iter_jsonl(file):
         missing = [k for k in JUDGE_KEYS if not isinstance(row, dict) or k not in row]
-        if missing or not isinstance(row.get("flagged"), dict) or not isinstance(row.get("flagged_options"), dict):
-            raise InputError(f"{file}:{lineno}: a distractor_validity record needs {', '.join(JUDGE_KEYS)} "
-                             "(flagged: {judge: bool or null})")
+        if (
+            missing
+            or not isinstance(row.get("flagged"), dict)
+            or not isinstance(row.get("flagged_options"), dict)
+        ):
+            raise InputError(
+                f"{file}:{lineno}: a distractor_validity record needs {', '.join(JUDGE_KEYS)} "
+                "(flagged: {judge: bool or null})"
+            )
         if primary is not None and primary not in row["flagged"]:
-            raise InputError(f"{file}:{lineno}: flagged: no verdict of the run's primary judge {primary!r}")
+            raise InputError(
+                f"{file}:{lineno}: flagged: no verdict of the run's primary judge {primary!r}"
+            )
         rows.append(row)
     if primary is None:
         judges = sorted({k for r in rows for k in r["flagged"]})
         if len(judges) > 1:
-            raise InputError(f"{file}: records of several judges ({', '.join(judges)}) and no manifest naming the primary one")
+            raise InputError(
+                f"{file}: records of several judges ({', '.join(judges)}) and no manifest naming the primary one"
+            )
         primary = judges[0] if judges else None
     return rows, primary
 

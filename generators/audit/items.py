@@ -23,8 +23,20 @@ import numpy as np
 from gen.generators.audit.text import visible_fields
 from gen.schemas.mcq import MCQ
 
-FIELDS = ("item_id", "question_type", "question", "options", "answer", "context", "group", "category",
-          "origins", "visible", "privileged", "line")
+FIELDS = (
+    "item_id",
+    "question_type",
+    "question",
+    "options",
+    "answer",
+    "context",
+    "group",
+    "category",
+    "origins",
+    "visible",
+    "privileged",
+    "line",
+)
 """The MCQ fields of a spilled record, in order; the normalised visible fields follow."""
 BLOCK = 1 << 22
 """Bytes read at once when items are read in order."""
@@ -41,8 +53,12 @@ class Items(Sequence[MCQ]):
     def __init__(self, items: Iterable[MCQ] = ()) -> None:
         self._file = tempfile.TemporaryFile(prefix="gen-audit-")  # noqa: SIM115 - lives as long as the object
         self._offsets = array("q", [0])
-        self._building: dict[str, array] = {"qtype": array("i"), "answer": array("h"), "n_options": array("h"),
-                                            "bank": array("h")}
+        self._building: dict[str, array] = {
+            "qtype": array("i"),
+            "answer": array("h"),
+            "n_options": array("h"),
+            "bank": array("h"),
+        }
         self.ids: list[str] = []
         """Item ids, in order."""
         self.groups: list[str | None] = []
@@ -61,8 +77,21 @@ class Items(Sequence[MCQ]):
         if self._sealed:
             raise RuntimeError("Items: append after reading")
         vis = visible_fields(it)
-        row = (it.item_id, it.question_type, it.question, it.options, it.answer, it.context, it.group, it.category,
-               it.origins, it.visible, it.privileged, it.line, vis)
+        row = (
+            it.item_id,
+            it.question_type,
+            it.question,
+            it.options,
+            it.answer,
+            it.context,
+            it.group,
+            it.category,
+            it.origins,
+            it.visible,
+            it.privileged,
+            it.line,
+            vis,
+        )
         data = marshal.dumps(row)
         self._file.write(data)
         self._offsets.append(self._offsets[-1] + len(data))
@@ -80,8 +109,10 @@ class Items(Sequence[MCQ]):
         if not self._sealed:
             self._sealed = True
             self._file.flush()
-            self._columns = {k: np.array(v, dtype=np.int32 if k == "qtype" else np.int16)
-                             for k, v in self._building.items()}
+            self._columns = {
+                k: np.array(v, dtype=np.int32 if k == "qtype" else np.int16)
+                for k, v in self._building.items()
+            }
             self._building = {}
         return self
 
@@ -183,7 +214,7 @@ class Items(Sequence[MCQ]):
         buf = memoryview(self._read(base, off[run[-1] + 1] - base))
         recent = self._recent
         for i in run:
-            row = marshal.loads(buf[off[i] - base:off[i + 1] - base])
+            row = marshal.loads(buf[off[i] - base : off[i + 1] - base])
             if len(recent) >= RECENT:
                 recent.popitem(last=False)
             recent[i] = row[-1]

@@ -75,13 +75,24 @@ REGISTRY: dict[str, Check] = {}
 """Every registered check by key, always in ``order``."""
 
 
-def check(key: str, *, order: int, title: str, finds: str, uses: tuple[str, ...] = (),
-          markdown: Markdown | None = None, plot: Plot | None = None) -> Callable[[CheckFn], CheckFn]:
+def check(
+    key: str,
+    *,
+    order: int,
+    title: str,
+    finds: str,
+    uses: tuple[str, ...] = (),
+    markdown: Markdown | None = None,
+    plot: Plot | None = None,
+) -> Callable[[CheckFn], CheckFn]:
     """Register a check (see the module docstring). ``order`` is its number, unique."""
 
     def register(fn: CheckFn) -> CheckFn:
         old = REGISTRY.get(key)
-        if old is not None and (old.fn.__module__, old.fn.__qualname__) != (fn.__module__, fn.__qualname__):
+        if old is not None and (old.fn.__module__, old.fn.__qualname__) != (
+            fn.__module__,
+            fn.__qualname__,
+        ):
             raise ValueError(f"audit check {key!r} is registered twice")
         taken = {c.order: c.key for c in REGISTRY.values() if c.key != key}
         if order in taken:
@@ -105,8 +116,11 @@ def check_keys() -> list[str]:
 
 def checks_help() -> str:
     """The ``--help`` text of ``checks=``: every check with what it finds."""
-    return ("Checks to run, by key (default: all, in this order). "
-            + "; ".join(f"{c.key}: {c.finds}" for c in REGISTRY.values()) + ".")
+    return (
+        "Checks to run, by key (default: all, in this order). "
+        + "; ".join(f"{c.key}: {c.finds}" for c in REGISTRY.values())
+        + "."
+    )
 
 
 def validate_uses(fields: dict[str, Any]) -> None:
@@ -119,7 +133,9 @@ def validate_uses(fields: dict[str, Any]) -> None:
 
 def finding(key: str, kind: str, severity: Severity, what: str, **kw: Any) -> FindingRecord:
     """A finding of check ``key`` (its number from the registry)."""
-    return FindingRecord(check=key, check_id=REGISTRY[key].order, kind=kind, severity=severity, what=what, **kw)
+    return FindingRecord(
+        check=key, check_id=REGISTRY[key].order, kind=kind, severity=severity, what=what, **kw
+    )
 
 
 TELL_OPTIONS = ("alpha", "max_effect", "warn_p", "power")
@@ -128,12 +144,20 @@ TELL_OPTIONS = ("alpha", "max_effect", "warn_p", "power")
 
 def judged(tells: list[Tell], cfg: AuditConfig) -> list[Tell]:
     """A check's family of tell tests, judged by the audit's rules (:func:`stats.judge`)."""
-    return judge(tells, alpha=cfg.alpha, max_effect=cfg.max_effect, warn_p=cfg.warn_p, power=cfg.power)
+    return judge(
+        tells, alpha=cfg.alpha, max_effect=cfg.max_effect, warn_p=cfg.warn_p, power=cfg.power
+    )
 
 
 def tell_finding(key: str, kind: str, tell: Tell, what: str, **kw: Any) -> FindingRecord:
     """The finding of a judged tell (it has a severity): ``what``, its numbers, the rule that fired."""
     assert tell.severity is not None
     numbers = {**kw.pop("numbers", {}), **tell.numbers()}
-    return finding(key, kind, tell.severity, f"{what} {tell.summary()}; {tell.rule}: {tell.why}",
-                   numbers=numbers, **kw)
+    return finding(
+        key,
+        kind,
+        tell.severity,
+        f"{what} {tell.summary()}; {tell.rule}: {tell.why}",
+        numbers=numbers,
+        **kw,
+    )

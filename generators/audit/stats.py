@@ -18,8 +18,18 @@ from typing import Any
 from gen.schemas.audit import Severity
 from gen.stats import rounded, wilson
 
-__all__ = ["RULES", "Tell", "binom_critical", "binom_greater", "detectable_effect", "holm", "judge", "pvalue",
-           "rounded", "wilson"]
+__all__ = [
+    "RULES",
+    "Tell",
+    "binom_critical",
+    "binom_greater",
+    "detectable_effect",
+    "holm",
+    "judge",
+    "pvalue",
+    "rounded",
+    "wilson",
+]
 
 
 def pvalue(x: float) -> float:
@@ -31,7 +41,11 @@ def binom_greater(k: int, n: int, p: float) -> float:
     """One-sided exact binomial p-value of ``k`` or more successes in ``n`` trials at rate ``p``."""
     from scipy.stats import binomtest
 
-    return binomtest(int(k), int(n), min(max(p, 1e-12), 1 - 1e-12), alternative="greater").pvalue if n else 1.0
+    return (
+        binomtest(int(k), int(n), min(max(p, 1e-12), 1 - 1e-12), alternative="greater").pvalue
+        if n
+        else 1.0
+    )
 
 
 def holm(pvalues: list[float]) -> list[float]:
@@ -63,7 +77,9 @@ def binom_critical(n: int, p0: float, level: float) -> int | None:
     return k if k <= n else None
 
 
-def detectable_effect(n: int, p0: float, level: float, min_effect: float = 0.0, power: float = 0.8) -> float | None:
+def detectable_effect(
+    n: int, p0: float, level: float, min_effect: float = 0.0, power: float = 0.8
+) -> float | None:
     """The smallest true effect (accuracy minus ``p0``, as a fraction) that a bank of ``n`` items
     shows as significant at ``level`` *and* with an observed effect above ``min_effect``, with
     probability ``power``: the count needed is k = max(the critical count at ``level``, the fewest
@@ -128,26 +144,51 @@ class Tell:
     def row(self) -> dict[str, Any]:
         """The test as a table row (audit.json and audit.md carry the same numbers)."""
         lo, hi = self.ci
-        return {**self.labels, "test": self.test, "items": self.n, "hits": self.k, "accuracy": rounded(self.accuracy, 3),
-                "chance": rounded(self.chance, 3), "effect": rounded(self.effect, 1),
-                "effect_ci95": [rounded(lo, 1), rounded(hi, 1)], "p": pvalue(self.p), "p_holm": pvalue(self.p_holm),
-                "detectable_effect": None if self.detectable is None else rounded(self.detectable, 1),
-                "severity": self.severity, "rule": self.rule}
+        return {
+            **self.labels,
+            "test": self.test,
+            "items": self.n,
+            "hits": self.k,
+            "accuracy": rounded(self.accuracy, 3),
+            "chance": rounded(self.chance, 3),
+            "effect": rounded(self.effect, 1),
+            "effect_ci95": [rounded(lo, 1), rounded(hi, 1)],
+            "p": pvalue(self.p),
+            "p_holm": pvalue(self.p_holm),
+            "detectable_effect": None if self.detectable is None else rounded(self.detectable, 1),
+            "severity": self.severity,
+            "rule": self.rule,
+        }
 
     def numbers(self) -> dict[str, Any]:
         """The test's numbers for its finding."""
         row = self.row()
-        return {k: row[k] for k in ("accuracy", "chance", "effect", "effect_ci95", "p", "p_holm", "detectable_effect",
-                                    "rule")} | {"n": self.n}
+        return {
+            k: row[k]
+            for k in (
+                "accuracy",
+                "chance",
+                "effect",
+                "effect_ci95",
+                "p",
+                "p_holm",
+                "detectable_effect",
+                "rule",
+            )
+        } | {"n": self.n}
 
     def summary(self) -> str:
         """``k/n (a %, chance c %): effect +e points [lo, hi], p=…, Holm p=…``: a finding's numbers."""
         lo, hi = self.ci
-        return (f"{self.k}/{self.n} ({self.accuracy:.0%}, chance {self.chance:.0%}): effect {self.effect:+.1f} points "
-                f"[95% CI {lo:+.1f}, {hi:+.1f}], p={pvalue(self.p)}, Holm p={pvalue(self.p_holm)}")
+        return (
+            f"{self.k}/{self.n} ({self.accuracy:.0%}, chance {self.chance:.0%}): effect {self.effect:+.1f} points "
+            f"[95% CI {lo:+.1f}, {hi:+.1f}], p={pvalue(self.p)}, Holm p={pvalue(self.p_holm)}"
+        )
 
 
-def judge(tells: list[Tell], *, alpha: float, max_effect: float, warn_p: float, power: float) -> list[Tell]:
+def judge(
+    tells: list[Tell], *, alpha: float, max_effect: float, warn_p: float, power: float
+) -> list[Tell]:
     """Holm's correction over one check's family of tests, then each test's severity (None: no
     finding) by the first rule of :data:`RULES` that holds, and its power line at the strictest
     Holm level alpha/m. ``max_effect`` is in points."""
@@ -164,8 +205,10 @@ def judge(tells: list[Tell], *, alpha: float, max_effect: float, warn_p: float, 
             t.why = f"the effect's 95% interval [{lo:+.1f}, {hi:+.1f}] lies above max_effect={max_effect:g} points"
         elif t.p < warn_p and big:
             t.severity, t.rule = "warning", "uncorrected_and_large"
-            t.why = (f"p={pvalue(t.p)} < warn_p={warn_p} (uncorrected; Holm p={pvalue(q)}) and effect {e:+.1f} > "
-                     f"max_effect={max_effect:g} points")
+            t.why = (
+                f"p={pvalue(t.p)} < warn_p={warn_p} (uncorrected; Holm p={pvalue(q)}) and effect {e:+.1f} > "
+                f"max_effect={max_effect:g} points"
+            )
         elif q < alpha:
             t.severity, t.rule = "info", "significant_but_small"
             t.why = f"Holm p={pvalue(q)} < alpha={alpha} but effect {e:+.1f} <= max_effect={max_effect:g} points"

@@ -56,8 +56,10 @@ class Grams:
         if got is None:
             vocab, words = self.vocab, text.split()
             try:  # every word known (a text seen before, evicted): one C-level lookup
-                got = np.array(itemgetter(*words)(vocab) if len(words) > 1 else [vocab[w] for w in words],
-                               dtype=np.uint64)
+                got = np.array(
+                    itemgetter(*words)(vocab) if len(words) > 1 else [vocab[w] for w in words],
+                    dtype=np.uint64,
+                )
             except KeyError:  # new words get the next ids, in the order they appear
                 got = np.array([vocab.setdefault(w, len(vocab)) for w in words], dtype=np.uint64)
             if len(self._ids) >= self.CACHED:
@@ -73,7 +75,7 @@ class Grams:
             return np.zeros(0, dtype=np.uint64)
         h = ids[:m].copy()
         for j in range(1, n):
-            h = h * self.P + ids[j:j + m]  # wraps modulo 2^64, as intended
+            h = h * self.P + ids[j : j + m]  # wraps modulo 2^64, as intended
         h.sort()
         return h[np.concatenate(([True], h[1:] != h[:-1]))]
 

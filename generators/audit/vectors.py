@@ -51,23 +51,37 @@ class Vectors:
         if stop <= start:
             return np.zeros((0, self.dim), dtype=np.float32)
         row = 4 * self.dim
-        return np.frombuffer(self._read(start * row, (stop - start) * row), dtype=np.float32).reshape(-1, self.dim)
+        return np.frombuffer(
+            self._read(start * row, (stop - start) * row), dtype=np.float32
+        ).reshape(-1, self.dim)
 
     def take(self, rows: list[int] | np.ndarray) -> np.ndarray:
         """The rows at ``rows`` (any order, repeats allowed), as an array."""
         rows = np.asarray(rows, dtype=np.int64)
         uniq, back = np.unique(rows, return_inverse=True)
-        got = np.stack([self.block(int(r), int(r) + 1)[0] for r in uniq]) if len(uniq) else \
-            np.zeros((0, self.dim), dtype=np.float32)
+        got = (
+            np.stack([self.block(int(r), int(r) + 1)[0] for r in uniq])
+            if len(uniq)
+            else np.zeros((0, self.dim), dtype=np.float32)
+        )
         return got[back.ravel()]
 
 
 def _rows(x: np.ndarray | Vectors, start: int, stop: int) -> np.ndarray:
-    return x.block(start, stop) if isinstance(x, Vectors) else np.ascontiguousarray(x[start:stop], dtype=np.float32)
+    return (
+        x.block(start, stop)
+        if isinstance(x, Vectors)
+        else np.ascontiguousarray(x[start:stop], dtype=np.float32)
+    )
 
 
-def knn(a: np.ndarray | Vectors, b: np.ndarray | Vectors | None, k: int, block: int = 4096,
-        base_block: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+def knn(
+    a: np.ndarray | Vectors,
+    b: np.ndarray | Vectors | None,
+    k: int,
+    block: int = 4096,
+    base_block: int = 65536,
+) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` highest inner products of each row of ``a`` with the rows of ``b`` (or with the
     other rows of ``a``): exact FAISS search, ``block`` queries at a time against ``base_block``
     base rows at a time, the best ``k`` kept per query (ties: the lower row). Returns
@@ -89,9 +103,9 @@ def knn(a: np.ndarray | Vectors, b: np.ndarray | Vectors | None, k: int, block: 
             if b is None:  # not the row itself
                 own = i == np.arange(s, s + len(i))[:, None]
                 d, i = np.where(own, -np.inf, d), np.where(own, -1, i)
-            d = np.concatenate([best_d[s:s + len(i)], d], axis=1)
-            i = np.concatenate([best_i[s:s + len(i)], i], axis=1)
+            d = np.concatenate([best_d[s : s + len(i)], d], axis=1)
+            i = np.concatenate([best_i[s : s + len(i)], i], axis=1)
             order = np.lexsort((np.where(i < 0, np.iinfo(np.int64).max, i), -d), axis=1)[:, :k]
-            best_d[s:s + len(i)] = np.take_along_axis(d, order, 1)
-            best_i[s:s + len(i)] = np.take_along_axis(i, order, 1)
+            best_d[s : s + len(i)] = np.take_along_axis(d, order, 1)
+            best_i[s : s + len(i)] = np.take_along_axis(i, order, 1)
     return best_d, best_i

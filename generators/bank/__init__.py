@@ -95,7 +95,9 @@ class BankConfig(CommonConfig):
     """add: a line for the changelog entry of the new version."""
     audit_options: dict[str, Any] | None = None
     """add: extra options for the audit run (for example audit_options={checks: [structure, leakage]})."""
-    format: Literal["parquet", "croissant", "hf", "lm_eval", "inspect", "wagibench", "egotom", "scenarios"] = "parquet"
+    format: Literal[
+        "parquet", "croissant", "hf", "lm_eval", "inspect", "wagibench", "egotom", "scenarios"
+    ] = "parquet"
     """export: parquet (data files, dataset card, croissant.json), croissant (data files + croissant.json),
     hf (a Hugging Face datasets folder), lm_eval / inspect (harness tasks of the MCQ kinds), wagibench
     (MCQ + digital-state JSON), egotom (CSVs), scenarios (the context benchmark's scenarios.jsonl)."""
@@ -117,13 +119,14 @@ class BankConfig(CommonConfig):
         if self.num_shards != 1:
             raise ValueError("bank runs in one process (num_shards=1)")
         if self.license is not None and not LICENSE.match(self.license):
-            raise ValueError(f"license={self.license!r}: an SPDX id (CC-BY-4.0, MIT) or an http(s) URL")
+            raise ValueError(
+                f"license={self.license!r}: an SPDX id (CC-BY-4.0, MIT) or an http(s) URL"
+            )
         return self
 
     def bank_path(self) -> Path:
         assert self.bank is not None
         return Path(self.bank).expanduser()
-
 
 
 def plan(cfg: BankConfig) -> Plan:
@@ -141,20 +144,26 @@ def plan(cfg: BankConfig) -> Plan:
         n = sum(count_rows(f, fmt) for f, _, fmt in files)
         if n == 0:
             raise InputError(f"input: {path} holds no items")
-        source = source_info(files, cfg.input or str(path))  # a bad manifest.json: one line, no run folder
+        source = source_info(
+            files, cfg.input or str(path)
+        )  # a bad manifest.json: one line, no run folder
         current = check_pointer(root)
         if current is not None:
             revision = read_json(version_dir(root, current) / LOCK, "bank").get("schema_revision")
             if revision != SCHEMA_REVISION:
-                raise InputError(f"bank: {root} has schema revision {revision}, this toolkit writes "
-                                 f"{SCHEMA_REVISION}; use the gen version that made it")
+                raise InputError(
+                    f"bank: {root} has schema revision {revision}, this toolkit writes "
+                    f"{SCHEMA_REVISION}; use the gen version that made it"
+                )
             require_clean(root, current)
         reviews = read_reviews(path) if cfg.require_review is not None else None
         return Plan(n, AddPlan(files, current, reviews, source))
     current = check_pointer(root)
     if current is None:
-        raise MissingInputError(f"bank: no released version at {root} "
-                                f"(python -m gen bank add bank={cfg.bank} input=<run folder> makes one)")
+        raise MissingInputError(
+            f"bank: no released version at {root} "
+            f"(python -m gen bank add bank={cfg.bank} input=<run folder> makes one)"
+        )
     target = cfg.version or current
     if target > current:
         raise ConfigError(f"version={target}, but the bank's current version is {label(current)}")
@@ -185,17 +194,33 @@ def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Rej
     bad = sum(len(c.problems) for c in checks)
     ctx.exit_code = 1 if bad else 0
     lock_path = version_dir(root, target) / LOCK
-    lock_sha = sha256_file(lock_path) if lock_path.is_file() and not lock_path.is_symlink() else None
-    ctx.extra["bank"] = {"action": "verify", "bank": str(root), "version": label(target), "problems": bad,
-                         "files_ok": sum(len(c.ok_files) for c in checks), "leftovers": left,
-                         "lock_sha256": lock_sha}
-    ctx.say(*(f"[bank] {drift_line(p)}" for c in checks for p in c.problems),
-            *(f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}" for rel in left),
-            f"[bank] verify {root} {label(target)}: {f'{bad} problem(s)' if bad else 'ok'}; {len(checks)} "
-            f"versions, {sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}")
+    lock_sha = (
+        sha256_file(lock_path) if lock_path.is_file() and not lock_path.is_symlink() else None
+    )
+    ctx.extra["bank"] = {
+        "action": "verify",
+        "bank": str(root),
+        "version": label(target),
+        "problems": bad,
+        "files_ok": sum(len(c.ok_files) for c in checks),
+        "leftovers": left,
+        "lock_sha256": lock_sha,
+    }
+    ctx.say(
+        *(f"[bank] {drift_line(p)}" for c in checks for p in c.problems),
+        *(
+            f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}"
+            for rel in left
+        ),
+        f"[bank] verify {root} {label(target)}: {f'{bad} problem(s)' if bad else 'ok'}; {len(checks)} "
+        f"versions, {sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}",
+    )
     for i, c in zip(ctx.indices(), checks, strict=True):
-        out: list[VerifyRecord | Reject] = [VerifyRecord(version=label(c.version), file=f, sha256=s)
-                                            for f, s in c.ok_files]
-        out += [Reject(record_id=p.path, index=i, stage="verify", reason=p.reason, detail=p.detail)
-                for p in c.problems]
+        out: list[VerifyRecord | Reject] = [
+            VerifyRecord(version=label(c.version), file=f, sha256=s) for f, s in c.ok_files
+        ]
+        out += [
+            Reject(record_id=p.path, index=i, stage="verify", reason=p.reason, detail=p.detail)
+            for p in c.problems
+        ]
         yield out

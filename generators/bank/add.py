@@ -105,13 +105,15 @@ def near_duplicates(new: Any, old: Any, threshold: float) -> list[Match | None]:
         for i in range(len(new)):
             if sims[i, 0] >= threshold:
                 out[i] = Match("bank", int(ids[i, 0]), float(sims[i, 0]))
-    lims, dists, labels = ip_index(new).range_search(new, threshold - 1e-6)  # range_search keeps sims > radius
+    lims, dists, labels = ip_index(new).range_search(
+        new, threshold - 1e-6
+    )  # range_search keeps sims > radius
     kept: set[int] = set()
     for i in range(len(new)):
         if out[i] is not None:
             continue
         best: Match | None = None
-        for s, j in zip(dists[lims[i]:lims[i + 1]], labels[lims[i]:lims[i + 1]], strict=True):
+        for s, j in zip(dists[lims[i] : lims[i + 1]], labels[lims[i] : lims[i + 1]], strict=True):
             j = int(j)
             if j < i and j in kept and s >= threshold and (best is None or s > best.cosine):
                 best = Match("batch", j, float(s))
@@ -131,8 +133,13 @@ def run_audit(cfg: BankConfig, ctx: RunContext, path: Path, out: Path) -> AuditO
 
     if "audit" not in REGISTRY:
         raise ConfigError("bank add needs the audit generator, which is not registered")
-    options = {"input": str(path), "fail_on": cfg.fail_on, **({"roles": cfg.roles} if cfg.roles is not None else {}),
-               "progress": "off", **(cfg.audit_options or {})}
+    options = {
+        "input": str(path),
+        "fail_on": cfg.fail_on,
+        **({"roles": cfg.roles} if cfg.roles is not None else {}),
+        "progress": "off",
+        **(cfg.audit_options or {}),
+    }
     try:
         folder = ctx.subrun("audit", out, **options)
     except ConfigError as e:
@@ -170,18 +177,25 @@ def read_reviews(path: Path) -> dict[str, Any]:
     folder = path if path.is_dir() else path.parent
     labels = read_labels(folder)
     if not any(labels.values()):
-        raise MissingInputError(f"require_review: {folder}/{REVIEWS} holds no labels "
-                                f"(python -m gen review input={folder} makes them)")
+        raise MissingInputError(
+            f"require_review: {folder}/{REVIEWS} holds no labels "
+            f"(python -m gen review input={folder} makes them)"
+        )
     accepted: dict[str, list[str]] = {}
     for reviewer, ls in sorted(labels.items()):
         for item_id, lab in latest(ls)[0].items():
             if lab.decision == "accept":
                 accepted.setdefault(item_id, []).append(reviewer)
-    return {"folder": str(folder), "files": {r: sha256_file(label_file(folder, r)) for r in sorted(labels)},
-            "accepted_by": accepted}
+    return {
+        "folder": str(folder),
+        "files": {r: sha256_file(label_file(folder, r)) for r in sorted(labels)},
+        "accepted_by": accepted,
+    }
 
 
-def review_gate(batch: list[Item], reviews: dict[str, Any], k: int) -> tuple[dict[int, Reject], dict[str, Any]]:
+def review_gate(
+    batch: list[Item], reviews: dict[str, Any], k: int
+) -> tuple[dict[int, Reject], dict[str, Any]]:
     """``require_review=k``: the batch items fewer than k reviewers accepted (rejects, stage
     ``review``), and what the lock records: the label files' hashes and who accepted each item
     admitted."""
@@ -190,16 +204,27 @@ def review_gate(batch: list[Item], reviews: dict[str, Any], k: int) -> tuple[dic
     for i, it in enumerate(batch):
         who = reviews["accepted_by"].get(it.item_id, [])
         if len(who) < k:
-            rejects[i] = Reject(record_id=it.item_id, index=i, stage="review", reason="not_accepted",
-                                detail=f"{it.where}: accepted by {len(who)} of the {k} reviewer(s) required"
-                                       + (f" ({', '.join(who)})" if who else ""))
+            rejects[i] = Reject(
+                record_id=it.item_id,
+                index=i,
+                stage="review",
+                reason="not_accepted",
+                detail=f"{it.where}: accepted by {len(who)} of the {k} reviewer(s) required"
+                + (f" ({', '.join(who)})" if who else ""),
+            )
         else:
             admitted[it.item_id] = who
     return rejects, {"required": k, "label_files": reviews["files"], "accepted_by": admitted}
 
 
-def dedupe(cfg: BankConfig, ctx: RunContext, batch: list[Item], frames: dict[str, Any],
-           ids: dict[str, tuple[str, int]], gated: dict[int, Reject] | None = None) -> list[Verdict]:
+def dedupe(
+    cfg: BankConfig,
+    ctx: RunContext,
+    batch: list[Item],
+    frames: dict[str, Any],
+    ids: dict[str, tuple[str, int]],
+    gated: dict[int, Reject] | None = None,
+) -> list[Verdict]:
     """Exact duplicates by id, then near-duplicates by embedding, per (family, question type);
     items already refused (``gated``: not accepted by enough reviewers) are left out."""
     verdicts = [Verdict(it, (gated or {}).get(i)) for i, it in enumerate(batch)]
@@ -210,12 +235,22 @@ def dedupe(cfg: BankConfig, ctx: RunContext, batch: list[Item], frames: dict[str
             continue
         if it.item_id in ids:
             kind, added = ids[it.item_id]
-            v.reject = Reject(record_id=it.item_id, index=i, stage="bank", reason="duplicate",
-                              detail=f"{it.where}: same content as {kind} item {it.item_id} added in {label(added)}")
+            v.reject = Reject(
+                record_id=it.item_id,
+                index=i,
+                stage="bank",
+                reason="duplicate",
+                detail=f"{it.where}: same content as {kind} item {it.item_id} added in {label(added)}",
+            )
         elif it.item_id in first:
             j = first[it.item_id]
-            v.reject = Reject(record_id=it.item_id, index=i, stage="batch", reason="duplicate",
-                              detail=f"{it.where}: same content as {batch[j].where}")
+            v.reject = Reject(
+                record_id=it.item_id,
+                index=i,
+                stage="batch",
+                reason="duplicate",
+                detail=f"{it.where}: same content as {batch[j].where}",
+            )
         else:
             first[it.item_id] = i
     if cfg.near_dup_sim is None:
@@ -229,13 +264,17 @@ def dedupe(cfg: BankConfig, ctx: RunContext, batch: list[Item], frames: dict[str
         for kind, df in frames.items():
             if family(kind) != fam:
                 continue
-            sub = df.filter(df["question_type"] == qtype).select("item_id", "added_in", "source_format", "record")
+            sub = df.filter(df["question_type"] == qtype).select(
+                "item_id", "added_in", "source_format", "record"
+            )
             for iid, added, fmt, rec in sub.iter_rows():
                 old_rows.append((kind, iid, added, embed_text(fmt, json.loads(rec))))
         new_texts = [embed_text(batch[i].fmt, batch[i].record) for i in members]
         new_vecs = ctx.embedder.encode(new_texts)
         old_vecs = ctx.embedder.encode([r[3] for r in old_rows]) if old_rows else None
-        for i, m in zip(members, near_duplicates(new_vecs, old_vecs, cfg.near_dup_sim), strict=True):
+        for i, m in zip(
+            members, near_duplicates(new_vecs, old_vecs, cfg.near_dup_sim), strict=True
+        ):
             if m is None:
                 continue
             it = batch[i]
@@ -245,8 +284,9 @@ def dedupe(cfg: BankConfig, ctx: RunContext, batch: list[Item], frames: dict[str
             else:
                 other = batch[members[m.index]]
                 detail = f"{it.where}: cosine {m.cosine:.3f} to {other.item_id} ({other.where}) of this batch"
-            verdicts[i].reject = Reject(record_id=it.item_id, index=i, stage=m.where, reason="near_duplicate",
-                                        detail=detail)
+            verdicts[i].reject = Reject(
+                record_id=it.item_id, index=i, stage=m.where, reason="near_duplicate", detail=detail
+            )
     return verdicts
 
 
@@ -257,7 +297,9 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     files = ctx.plan.data.files
     batch = load_batch(files, cfg.roles)
     if len(batch) != ctx.plan.n:
-        raise InputError(f"input: {path} changed while the bank read it ({ctx.plan.n} then {len(batch)} items)")
+        raise InputError(
+            f"input: {path} changed while the bank read it ({ctx.plan.n} then {len(batch)} items)"
+        )
     for f, _, _ in files:
         ctx.record_input(f)
     source = dict(ctx.plan.data.source)
@@ -272,9 +314,19 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     refused = audit.exit_code != 0 and not cfg.force
     if refused:  # nothing to write: the bank is not touched, not even its lock
         current = version = ctx.plan.data.verified
-        verdicts = [Verdict(it, Reject(record_id=it.item_id, index=i, stage="audit", reason="audit_failed",
-                                       detail=audit_detail(audit, cfg.fail_on)))
-                    for i, it in enumerate(batch)]
+        verdicts = [
+            Verdict(
+                it,
+                Reject(
+                    record_id=it.item_id,
+                    index=i,
+                    stage="audit",
+                    reason="audit_failed",
+                    detail=audit_detail(audit, cfg.fail_on),
+                ),
+            )
+            for i, it in enumerate(batch)
+        ]
         new: list[Item] = []
     else:
         current, version, verdicts = add_under_lock(cfg, ctx, root, batch, gated, source, audit)
@@ -282,22 +334,39 @@ def add(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:
     ctx.exit_code = 1 if refused else 0
     reasons = Counter(f"{v.reject.reason}" for v in verdicts if v.reject)
     ctx.extra["bank"] = {
-        "action": "add", "bank": str(root), "version_before": label(current) if current else None,
-        "version": label(version) if version else None, "released": bool(new),
-        "added": dict(Counter(it.kind for it in new)), "refused": dict(sorted(reasons.items())),
+        "action": "add",
+        "bank": str(root),
+        "version_before": label(current) if current else None,
+        "version": label(version) if version else None,
+        "released": bool(new),
+        "added": dict(Counter(it.kind for it in new)),
+        "refused": dict(sorted(reasons.items())),
         "audit": {**audit.summary, "forced": cfg.force and audit.exit_code != 0, "folder": "audit"},
         "source": source["source"],
     }
     ctx.say(*add_lines(cfg, root, current, version, new, verdicts, audit, refused))
     for v in verdicts:
         it = v.item
-        yield v.reject or BankItemRecord(item_id=it.item_id, kind=it.kind, question_type=it.question_type,
-                                         status="added", version=label(version or 0),
-                                         source_item_id=it.source_item_id, where=it.where)
+        yield v.reject or BankItemRecord(
+            item_id=it.item_id,
+            kind=it.kind,
+            question_type=it.question_type,
+            status="added",
+            version=label(version or 0),
+            source_item_id=it.source_item_id,
+            where=it.where,
+        )
 
 
-def add_under_lock(cfg: BankConfig, ctx: RunContext, root: Path, batch: list[Item], gated: dict[int, Reject],
-                   source: dict[str, Any], audit: AuditOutcome) -> tuple[int | None, int | None, list[Verdict]]:
+def add_under_lock(
+    cfg: BankConfig,
+    ctx: RunContext,
+    root: Path,
+    batch: list[Item],
+    gated: dict[int, Reject],
+    source: dict[str, Any],
+    audit: AuditOutcome,
+) -> tuple[int | None, int | None, list[Verdict]]:
     """Holding the bank's lock: check the pointer and the version built on, remove what crashed
     adds left, deduplicate against the current version, and commit what is new. Returns the
     version before, the version after and the verdicts."""
@@ -308,8 +377,10 @@ def add_under_lock(cfg: BankConfig, ctx: RunContext, root: Path, batch: list[Ite
                 require_clean(root, current)
             revision = read_json(version_dir(root, current) / LOCK, "bank").get("schema_revision")
             if revision != SCHEMA_REVISION:
-                raise InputError(f"bank: {root} has schema revision {revision}, this toolkit writes "
-                                 f"{SCHEMA_REVISION}; use the gen version that made it")
+                raise InputError(
+                    f"bank: {root} has schema revision {revision}, this toolkit writes "
+                    f"{SCHEMA_REVISION}; use the gen version that made it"
+                )
         try:
             for p in leftovers(root, current):
                 remove(p)
@@ -328,26 +399,50 @@ def add_under_lock(cfg: BankConfig, ctx: RunContext, root: Path, batch: list[Ite
 
 
 def audit_detail(audit: AuditOutcome, fail_on: str) -> str:
-    worst = [f for f in audit.findings if SEVERITY_RANK.get(f.get("severity", ""), -1) >= SEVERITY_RANK.get(fail_on, 9)]
+    worst = [
+        f
+        for f in audit.findings
+        if SEVERITY_RANK.get(f.get("severity", ""), -1) >= SEVERITY_RANK.get(fail_on, 9)
+    ]
     shown = "; ".join(f"{f.get('severity')} {f.get('check')}/{f.get('kind')}" for f in worst[:3])
     more = f" (+{len(worst) - 3})" if len(worst) > 3 else ""
-    return (f"the batch's audit has {len(worst)} finding(s) at or above fail_on={fail_on}: {shown}{more}; "
-            f"see audit/audit.md; force=true adds it anyway")
+    return (
+        f"the batch's audit has {len(worst)} finding(s) at or above fail_on={fail_on}: {shown}{more}; "
+        f"see audit/audit.md; force=true adds it anyway"
+    )
 
 
-def add_lines(cfg: BankConfig, root: Path, current: int | None, version: int | None, new: list[Item],
-              verdicts: list[Verdict], audit: AuditOutcome, refused: bool) -> list[str]:
+def add_lines(
+    cfg: BankConfig,
+    root: Path,
+    current: int | None,
+    version: int | None,
+    new: list[Item],
+    verdicts: list[Verdict],
+    audit: AuditOutcome,
+    refused: bool,
+) -> list[str]:
     out: list[str] = []
     sev = audit.summary["by_severity"]
-    out.append(f"[bank] audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info"
-               f" (fail_on={cfg.fail_on}{', forced' if cfg.force and audit.exit_code else ''})")
+    out.append(
+        f"[bank] audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info"
+        f" (fail_on={cfg.fail_on}{', forced' if cfg.force and audit.exit_code else ''})"
+    )
     rej = [v.reject for v in verdicts if v.reject]
-    worst = [f for f in audit.findings if SEVERITY_RANK.get(f.get("severity", ""), -1) >= SEVERITY_RANK.get(cfg.fail_on, 9)]
+    worst = [
+        f
+        for f in audit.findings
+        if SEVERITY_RANK.get(f.get("severity", ""), -1) >= SEVERITY_RANK.get(cfg.fail_on, 9)
+    ]
     for f in worst[:LISTED] if audit.exit_code else []:
-        out.append(f"[bank] audit {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}")
+        out.append(
+            f"[bank] audit {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}"
+        )
     if refused:
-        out.append(f"[bank] batch refused by its audit ({len(rej)} items, {audit.folder}/audit.md); {root} stays at "
-                   f"{label(current) if current else 'no version'}; force=true adds it anyway")
+        out.append(
+            f"[bank] batch refused by its audit ({len(rej)} items, {audit.folder}/audit.md); {root} stays at "
+            f"{label(current) if current else 'no version'}; force=true adds it anyway"
+        )
         return out
     groups: dict[tuple[str, str], list[Reject]] = {}
     for r in rej:
@@ -357,10 +452,12 @@ def add_lines(cfg: BankConfig, root: Path, current: int | None, version: int | N
         for r in rs[:PRINTED]:
             out.append(f"[bank]   {r.record_id}: {r.detail}")
     if new:
-        out.append(f"[bank] {root}: {label(current) if current else 'empty'} -> {label(version or 0)}, added {len(new)}, "
-                   f"refused {len(rej)}" + (" (the run folder's rejects.jsonl lists them)" if rej else ""))
+        out.append(
+            f"[bank] {root}: {label(current) if current else 'empty'} -> {label(version or 0)}, added {len(new)}, "
+            f"refused {len(rej)}" + (" (the run folder's rejects.jsonl lists them)" if rej else "")
+        )
     else:
-        out.append(f"[bank] nothing new; {root} stays at {label(current) if current else 'no version'}")
+        out.append(
+            f"[bank] nothing new; {root} stays at {label(current) if current else 'no version'}"
+        )
     return out
-
-

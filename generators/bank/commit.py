@@ -67,8 +67,12 @@ class AuditOutcome:
     @property
     def summary(self) -> dict[str, Any]:
         s = self.report.get("summary") or {}
-        return {"by_severity": s.get("by_severity") or {}, "fail_on": s.get("fail_on"),
-                "exit_code": self.exit_code, "findings": s.get("findings", len(self.findings))}
+        return {
+            "by_severity": s.get("by_severity") or {},
+            "fail_on": s.get("fail_on"),
+            "exit_code": self.exit_code,
+            "findings": s.get("findings", len(self.findings)),
+        }
 
     @property
     def findings(self) -> list[dict[str, Any]]:
@@ -78,16 +82,23 @@ class AuditOutcome:
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
 
 
-
 @dataclass
 class Verdict:
     item: Item
     reject: Reject | None = None
 
 
-
-def commit(cfg: BankConfig, root: Path, current: int | None, version: int, frames: dict[str, Any],
-           new: list[Item], verdicts: list[Verdict], source: dict[str, Any], audit: AuditOutcome) -> None:
+def commit(
+    cfg: BankConfig,
+    root: Path,
+    current: int | None,
+    version: int,
+    frames: dict[str, Any],
+    new: list[Item],
+    verdicts: list[Verdict],
+    source: dict[str, Any],
+    audit: AuditOutcome,
+) -> None:
     """Stage version ``version`` beside the bank, check it as ``verify`` would, then make it
     current in one atomic step. Any failure before the switch leaves the bank as it was (the
     stage removed); an OSError its owner fixes (permissions, a full disk) is one line, exit 2."""
@@ -105,9 +116,18 @@ def commit(cfg: BankConfig, root: Path, current: int | None, version: int, frame
             remove(stage)
 
 
-def stage_version(cfg: BankConfig, root: Path, stage: Path, current: int | None, version: int,
-                  frames: dict[str, Any], new: list[Item], verdicts: list[Verdict], source: dict[str, Any],
-                  audit: AuditOutcome) -> None:
+def stage_version(
+    cfg: BankConfig,
+    root: Path,
+    stage: Path,
+    current: int | None,
+    version: int,
+    frames: dict[str, Any],
+    new: list[Item],
+    verdicts: list[Verdict],
+    source: dict[str, Any],
+    audit: AuditOutcome,
+) -> None:
     """Write version ``version`` into ``stage`` (fsynced) and check it before it can become current."""
     import polars as pl
 
@@ -140,40 +160,81 @@ def stage_version(cfg: BankConfig, root: Path, stage: Path, current: int | None,
     lock["files"] = version_files(stage)
     write_durable(stage / LOCK, json.dumps(lock, indent=1, ensure_ascii=False) + "\n")
     fsync_tree(stage)
-    previous = {iid: (added, hashlib.sha256(rec.encode()).hexdigest()) for df in frames.values()
-                for iid, added, rec in df.select("item_id", "added_in", "record").iter_rows()}
-    problems, _ = check_version(root, version, stage, lock, previous if current else None,
-                                previous_lock=old_lock)  # before it can become current
+    previous = {
+        iid: (added, hashlib.sha256(rec.encode()).hexdigest())
+        for df in frames.values()
+        for iid, added, rec in df.select("item_id", "added_in", "record").iter_rows()
+    }
+    problems, _ = check_version(
+        root, version, stage, lock, previous if current else None, previous_lock=old_lock
+    )  # before it can become current
     if problems:
-        raise GenError(f"bank: the staged {label(version)} does not verify, nothing written: {problems[0].detail}")
+        raise GenError(
+            f"bank: the staged {label(version)} does not verify, nothing written: {problems[0].detail}"
+        )
 
 
 def row_of(item: Item, version: int, source: str) -> dict[str, Any]:
-    row: dict[str, Any] = {"item_id": item.item_id, "kind": item.kind, "question_type": item.question_type,
-                           "added_in": version, "source": source, "source_format": item.fmt,
-                           "source_item_id": item.source_item_id}
+    row: dict[str, Any] = {
+        "item_id": item.item_id,
+        "kind": item.kind,
+        "question_type": item.question_type,
+        "added_in": version,
+        "source": source,
+        "source_format": item.fmt,
+        "source_item_id": item.source_item_id,
+    }
     if item.fmt == "digital_bundle":
         b = item.record
         cue = b.get("cue") or {}
         stats = b.get("stats") or {}
-        row.update(current_datetime=b.get("current_datetime"), cue_id=cue.get("cue_id"), cue_app=cue.get("app"),
-                   cue=cue.get("cue"), main_persona=(b.get("main_persona") or {}).get("name"),
-                   related_personas=[(r.get("persona") or {}).get("name") for r in b.get("related_personas") or []],
-                   apps=sorted(b.get("apps") or {}), chars_total=stats.get("chars_total"))
+        row.update(
+            current_datetime=b.get("current_datetime"),
+            cue_id=cue.get("cue_id"),
+            cue_app=cue.get("app"),
+            cue=cue.get("cue"),
+            main_persona=(b.get("main_persona") or {}).get("name"),
+            related_personas=[
+                (r.get("persona") or {}).get("name") for r in b.get("related_personas") or []
+            ],
+            apps=sorted(b.get("apps") or {}),
+            chars_total=stats.get("chars_total"),
+        )
     elif item.fmt == "scenario_record":
-        row.update({k: item.record.get(k) for k in ("scenario_id", "subset", "pair_id", "target_context", "change_type",
-                                                     "activity_domain", "referent_complexity", "difficulty_tier",
-                                                     "turn_2_user")})
+        row.update(
+            {
+                k: item.record.get(k)
+                for k in (
+                    "scenario_id",
+                    "subset",
+                    "pair_id",
+                    "target_context",
+                    "change_type",
+                    "activity_domain",
+                    "referent_complexity",
+                    "difficulty_tier",
+                    "turn_2_user",
+                )
+            }
+        )
     else:
         q = record_mcq(item.fmt, item.record)
-        row.update(question=q.question, options=q.options, answer=q.answer, answer_text=q.answer_text,
-                   group=q.group, context=q.context,
-                   wagibench=None if item.wagibench is None else canonical(item.wagibench))
+        row.update(
+            question=q.question,
+            options=q.options,
+            answer=q.answer,
+            answer_text=q.answer_text,
+            group=q.group,
+            context=q.context,
+            wagibench=None if item.wagibench is None else canonical(item.wagibench),
+        )
     row["record"] = canonical(item.record)
     return row
 
 
-def write_review_summary(stage: Path, old_dir: Path | None, new: list[Item], review: dict[str, Any] | None) -> None:
+def write_review_summary(
+    stage: Path, old_dir: Path | None, new: list[Item], review: dict[str, Any] | None
+) -> None:
     """The version's ``review/summary.json`` (what ``bank export`` puts in the dataset card): the
     previous version's reviewed items plus this batch's, when it was admitted by ``require_review``
     (each admitted item was accepted by at least k reviewers; the reviewers' names are kept so
@@ -183,9 +244,15 @@ def write_review_summary(stage: Path, old_dir: Path | None, new: list[Item], rev
     old = review_summary(old_dir) if old_dir else None  # validated: a damaged one is an InputError
     if review is None and old is None:
         return
-    known = read_json(old_dir / REVIEW, "bank").get("reviewer_names") if old is not None and old_dir else None
-    summary: dict[str, Any] = {**(old.model_dump() if old else {"items_reviewed": 0, "by_verdict": {}}),
-                               "reviewer_names": known if isinstance(known, list) else []}
+    known = (
+        read_json(old_dir / REVIEW, "bank").get("reviewer_names")
+        if old is not None and old_dir
+        else None
+    )
+    summary: dict[str, Any] = {
+        **(old.model_dump() if old else {"items_reviewed": 0, "by_verdict": {}}),
+        "reviewer_names": known if isinstance(known, list) else [],
+    }
     if review is not None:
         admitted = [it for it in new if it.item_id in review["accepted_by"]]
         names = {r for it in admitted for r in review["accepted_by"][it.item_id]}
@@ -193,15 +260,30 @@ def write_review_summary(stage: Path, old_dir: Path | None, new: list[Item], rev
         summary["by_verdict"]["accept"] = summary["by_verdict"].get("accept", 0) + len(admitted)
         summary["reviewer_names"] = sorted(set(summary.get("reviewer_names") or []) | names)
         protocol = f"gen review; an item is admitted when at least {review['required']} reviewer(s) accepted it"
-        summary["protocol"] = protocol if summary.get("protocol") in (None, protocol) else "gen review; several rules (see the lock's sources)"
+        summary["protocol"] = (
+            protocol
+            if summary.get("protocol") in (None, protocol)
+            else "gen review; several rules (see the lock's sources)"
+        )
     summary["reviewers"] = len(summary["reviewer_names"]) or summary.get("reviewers")
     (stage / REVIEW).parent.mkdir(exist_ok=True)
-    write_durable(stage / REVIEW, json.dumps(summary, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    write_durable(
+        stage / REVIEW, json.dumps(summary, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    )
 
 
-def make_lock(cfg: BankConfig, root: Path, version: int, stage: Path, old_lock: dict[str, Any] | None,
-              old_dir: Path | None, new: list[Item], verdicts: list[Verdict], source: dict[str, Any],
-              audit: AuditOutcome) -> dict[str, Any]:
+def make_lock(
+    cfg: BankConfig,
+    root: Path,
+    version: int,
+    stage: Path,
+    old_lock: dict[str, Any] | None,
+    old_dir: Path | None,
+    new: list[Item],
+    verdicts: list[Verdict],
+    source: dict[str, Any],
+    audit: AuditOutcome,
+) -> dict[str, Any]:
     import polars as pl
 
     counts: dict[str, Any] = {}
@@ -209,26 +291,40 @@ def make_lock(cfg: BankConfig, root: Path, version: int, stage: Path, old_lock: 
         p = stage / f"{kind}.parquet"
         if p.is_file():
             df = pl.read_parquet(p, columns=["question_type", "added_in"])
-            counts[kind] = {"items": df.height,
-                            "by_question_type": dict(sorted(Counter(df["question_type"].to_list()).items()))}
+            counts[kind] = {
+                "items": df.height,
+                "by_question_type": dict(sorted(Counter(df["question_type"].to_list()).items())),
+            }
     sources = list((old_lock or {}).get("sources") or [])
     sources.append({**source, "version": version, "items_added": len(new)})
     history = [dict(h) for h in (old_lock or {}).get("history") or []]
     if history and old_dir is not None:
         history[-1]["lock_sha256"] = sha256_file(old_dir / LOCK)
     refused = Counter(f"{v.reject.stage}:{v.reject.reason}" for v in verdicts if v.reject)
-    history.append({
-        "version": version, "label": label(version),
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "message": cfg.message, "source": source["source"], "input": source["input"],
-        "added": {k: sum(1 for it in new if it.kind == k) for k in KINDS if any(it.kind == k for it in new)},
-        "refused": dict(sorted(refused.items())),
-        "audit": {**audit.summary, "forced": cfg.force and audit.exit_code != 0},
-        "lock_sha256": None,
-    })
+    history.append(
+        {
+            "version": version,
+            "label": label(version),
+            "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "message": cfg.message,
+            "source": source["source"],
+            "input": source["input"],
+            "added": {
+                k: sum(1 for it in new if it.kind == k)
+                for k in KINDS
+                if any(it.kind == k for it in new)
+            },
+            "refused": dict(sorted(refused.items())),
+            "audit": {**audit.summary, "forced": cfg.force and audit.exit_code != 0},
+            "lock_sha256": None,
+        }
+    )
     return {
-        "format": FORMAT, "schema_revision": SCHEMA_REVISION, "bank": bank_name(root),
-        "version": version, "label": label(version),
+        "format": FORMAT,
+        "schema_revision": SCHEMA_REVISION,
+        "bank": bank_name(root),
+        "version": version,
+        "label": label(version),
         "created_at": history[-1]["created_at"],
         "toolkit": {"version": gen.__version__, "git": git_info()},
         "item_id": ITEM_ID,
@@ -241,41 +337,73 @@ def make_lock(cfg: BankConfig, root: Path, version: int, stage: Path, old_lock: 
     }
 
 
-def changelog(lock: dict[str, Any], old_dir: Path | None, new: list[Item], verdicts: list[Verdict],
-              audit: AuditOutcome, cfg: BankConfig) -> str:
+def changelog(
+    lock: dict[str, Any],
+    old_dir: Path | None,
+    new: list[Item],
+    verdicts: list[Verdict],
+    audit: AuditOutcome,
+    cfg: BankConfig,
+) -> str:
     h = lock["history"][-1]
     added = Counter((it.kind, it.question_type) for it in new)
     lines = [f"## {h['label']} — {h['created_at']}", ""]
     if cfg.message:
         lines += [cfg.message, ""]
-    lines.append(f"- added {len(new)}: " + ", ".join(f"{k}/{q} {n}" for (k, q), n in sorted(added.items())))
+    lines.append(
+        f"- added {len(new)}: " + ", ".join(f"{k}/{q} {n}" for (k, q), n in sorted(added.items()))
+    )
     src = lock["sources"][-1]
-    what = (f"{src.get('generator')} run, manifest sha256 {h['source'][:16]}…" if src.get("manifest")
-            else f"no run manifest; record files sha256 {h['source'][:16]}…")
+    what = (
+        f"{src.get('generator')} run, manifest sha256 {h['source'][:16]}…"
+        if src.get("manifest")
+        else f"no run manifest; record files sha256 {h['source'][:16]}…"
+    )
     lines.append(f"- source: `{h['input']}` ({what})")
     rej = [v.reject for v in verdicts if v.reject]
     if rej:
-        lines.append(f"- refused {len(rej)}: " + ", ".join(f"{k} {n}" for k, n in sorted(h["refused"].items())))
+        lines.append(
+            f"- refused {len(rej)}: "
+            + ", ".join(f"{k} {n}" for k, n in sorted(h["refused"].items()))
+        )
         groups: dict[tuple[str, str], list[Reject]] = {}
         for r in rej:
             groups.setdefault((r.stage, r.reason), []).append(r)
         for rs in groups.values():
-            lines += [f"  - `{r.record_id}` {r.stage} {r.reason}: {r.detail}" for r in rs[:PER_REASON]]
+            lines += [
+                f"  - `{r.record_id}` {r.stage} {r.reason}: {r.detail}" for r in rs[:PER_REASON]
+            ]
             if len(rs) > PER_REASON:
-                lines.append(f"  - … {len(rs) - PER_REASON} more {rs[0].stage} {rs[0].reason} in the add run's rejects.jsonl")
+                lines.append(
+                    f"  - … {len(rs) - PER_REASON} more {rs[0].stage} {rs[0].reason} in the add run's rejects.jsonl"
+                )
     sev = audit.summary["by_severity"]
-    verdict = "passed" if audit.exit_code == 0 else f"FORCED (force=true) past findings at or above fail_on={cfg.fail_on}"
-    lines.append(f"- audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, "
-                 f"{sev.get('info', 0)} info — {verdict} (audit/audit.md)")
+    verdict = (
+        "passed"
+        if audit.exit_code == 0
+        else f"FORCED (force=true) past findings at or above fail_on={cfg.fail_on}"
+    )
+    lines.append(
+        f"- audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, "
+        f"{sev.get('info', 0)} info — {verdict} (audit/audit.md)"
+    )
     if audit.exit_code != 0 and cfg.force:
-        for f in sorted(audit.findings, key=lambda f: -SEVERITY_RANK.get(f.get("severity", ""), -1))[:LISTED]:
+        for f in sorted(
+            audit.findings, key=lambda f: -SEVERITY_RANK.get(f.get("severity", ""), -1)
+        )[:LISTED]:
             items = ", ".join((f.get("items") or [])[:5])
-            lines.append(f"  - {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}"
-                         + (f" (items: {items})" if items else ""))
+            lines.append(
+                f"  - {f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}"
+                + (f" (items: {items})" if items else "")
+            )
         if len(audit.findings) > LISTED:
             lines.append(f"  - … {len(audit.findings) - LISTED} more in audit/audit.json")
-    lines.append(digest_line(lock))  # anchors every value of the lock but its file list (bank verify)
+    lines.append(
+        digest_line(lock)
+    )  # anchors every value of the lock but its file list (bank verify)
     previous = ""
     if old_dir is not None and (old_dir / CHANGELOG).is_file():
-        previous = (old_dir / CHANGELOG).read_text(encoding="utf-8").split("\n", 2)[2]  # drop its title
+        previous = (
+            (old_dir / CHANGELOG).read_text(encoding="utf-8").split("\n", 2)[2]
+        )  # drop its title
     return f"# Changelog of {lock['bank']}\n\n" + "\n".join(lines) + "\n\n" + previous

@@ -64,8 +64,16 @@ if TYPE_CHECKING:
     from gen.runner import RunContext
     from gen.templates import Prompts
 
-EXPORT_KINDS = {"parquet": KINDS, "croissant": KINDS, "hf": KINDS, "wagibench": ("distractors", "digital"),
-                "egotom": ("tom", "mcq"), "lm_eval": MCQ_KINDS, "inspect": MCQ_KINDS, "scenarios": ("scenarios",)}
+EXPORT_KINDS = {
+    "parquet": KINDS,
+    "croissant": KINDS,
+    "hf": KINDS,
+    "wagibench": ("distractors", "digital"),
+    "egotom": ("tom", "mcq"),
+    "lm_eval": MCQ_KINDS,
+    "inspect": MCQ_KINDS,
+    "scenarios": ("scenarios",),
+}
 """The item kinds each format covers."""
 EXPORT_FILE = "EXPORT.json"
 Outcome = tuple[dict[str, Any], "str | Reject"]
@@ -104,9 +112,16 @@ Writer = Callable[[Job, Path], list[Outcome]]
 def writers() -> dict[str, Writer]:
     from gen.generators.bank import harness, release
 
-    return {"parquet": release.export_parquet, "croissant": release.export_croissant, "hf": release.export_hf,
-            "wagibench": export_wagibench, "egotom": export_egotom, "lm_eval": harness.export_lm_eval,
-            "inspect": harness.export_inspect, "scenarios": export_scenarios}
+    return {
+        "parquet": release.export_parquet,
+        "croissant": release.export_croissant,
+        "hf": release.export_hf,
+        "wagibench": export_wagibench,
+        "egotom": export_egotom,
+        "lm_eval": harness.export_lm_eval,
+        "inspect": harness.export_inspect,
+        "scenarios": export_scenarios,
+    }
 
 
 def check_out(root: Path, out: Path) -> None:
@@ -114,9 +129,13 @@ def check_out(root: Path, out: Path) -> None:
     ``<bank>/current`` is refused too), not a file, and new or empty (it is renamed into place
     whole)."""
     if is_within(root, out) or is_within(out, root):
-        raise ConfigError(f"out: {out} is inside the bank {root} (or holds it); export to a folder outside it")
+        raise ConfigError(
+            f"out: {out} is inside the bank {root} (or holds it); export to a folder outside it"
+        )
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"out: {out} exists and is not an empty folder; an export goes to a new folder")
+        raise ConfigError(
+            f"out: {out} exists and is not an empty folder; an export goes to a new folder"
+        )
     probe = out.parent
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
@@ -131,10 +150,22 @@ def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject
     lock = read_json(folder / LOCK, "bank")
     out = Path(cfg.out).expanduser() if cfg.out else ctx.out_dir / cfg.format
     check_out(root, out)
-    frames = {k: read_kind(folder / f"{k}.parquet") for k in EXPORT_KINDS[cfg.format]
-              if (folder / f"{k}.parquet").is_file()}
-    job = Job(root, version, folder, lock, sha256_file(folder / LOCK), frames, ctx.prompts,
-              license=cfg.license, citation=cfg.citation)
+    frames = {
+        k: read_kind(folder / f"{k}.parquet")
+        for k in EXPORT_KINDS[cfg.format]
+        if (folder / f"{k}.parquet").is_file()
+    }
+    job = Job(
+        root,
+        version,
+        folder,
+        lock,
+        sha256_file(folder / LOCK),
+        frames,
+        ctx.prompts,
+        license=cfg.license,
+        citation=cfg.citation,
+    )
     writer = writers()[cfg.format]
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.parent / f".{out.name}.export-{os.getpid()}"
@@ -148,33 +179,60 @@ def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject
         try:
             os.rename(stage, out)  # onto a missing or empty folder: the export appears whole
         except OSError as e:
-            raise ConfigError(f"out: cannot put the export at {out} ({e.strerror}); choose a new folder") from None
+            raise ConfigError(
+                f"out: cannot put the export at {out} ({e.strerror}); choose a new folder"
+            ) from None
     finally:
         remove(stage)
-    ctx.extra["bank"] = {"action": "export", "bank": str(root), "version": label(version), "format": cfg.format,
-                         "out": str(out), "files": written}
-    ctx.say(f"[bank] exported {label(version)} of {root} as {cfg.format} to {out}: {', '.join(written)}")
+    ctx.extra["bank"] = {
+        "action": "export",
+        "bank": str(root),
+        "version": label(version),
+        "format": cfg.format,
+        "out": str(out),
+        "files": written,
+    }
+    ctx.say(
+        f"[bank] exported {label(version)} of {root} as {cfg.format} to {out}: {', '.join(written)}"
+    )
     for i, (row, where) in zip(ctx.indices(), outcomes, strict=True):
         if isinstance(where, Reject):
             yield where.model_copy(update={"index": i})
         else:
-            yield BankItemRecord(item_id=row["item_id"], kind=row["kind"], question_type=row["question_type"],
-                                 status="exported", version=label(version),
-                                 source_item_id=row["source_item_id"], where=where)
+            yield BankItemRecord(
+                item_id=row["item_id"],
+                kind=row["kind"],
+                question_type=row["question_type"],
+                status="exported",
+                version=label(version),
+                source_item_id=row["source_item_id"],
+                where=where,
+            )
 
 
 def tree_hashes(folder: Path) -> dict[str, str]:
     """SHA-256 of every file under ``folder``, by POSIX path relative to it, sorted."""
-    return {p.relative_to(folder).as_posix(): sha256_file(p)
-            for p in sorted(folder.rglob("*"), key=lambda p: p.relative_to(folder).as_posix()) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): sha256_file(p)
+        for p in sorted(folder.rglob("*"), key=lambda p: p.relative_to(folder).as_posix())
+        if p.is_file()
+    }
 
 
 def export_info(job: Job, fmt: str, stage: Path) -> str:
     """``EXPORT.json``: which bank version this export is, and the hash of each of its files."""
-    info = {"bank": job.name, "version": job.version, "label": job.label, "lock_sha256": job.lock_sha,
-            "format": fmt, "items": {k: df.height for k, df in job.frames.items()}, "gen": gen.__version__,
-            "license": job.license, "prompts": dict(sorted(job.prompts.used.items())),
-            "files": {k: v for k, v in tree_hashes(stage).items() if k != EXPORT_FILE}}
+    info = {
+        "bank": job.name,
+        "version": job.version,
+        "label": job.label,
+        "lock_sha256": job.lock_sha,
+        "format": fmt,
+        "items": {k: df.height for k, df in job.frames.items()},
+        "gen": gen.__version__,
+        "license": job.license,
+        "prompts": dict(sorted(job.prompts.used.items())),
+        "files": {k: v for k, v in tree_hashes(stage).items() if k != EXPORT_FILE},
+    }
     return json_text(info)
 
 
@@ -187,7 +245,9 @@ def file_part(text: str) -> str:
     """A file-name part for a value from item data: :func:`gen.paths.safe_part`, plus a short
     hash when that changed it, so two values never share a file."""
     part = safe_part(text)
-    return part if part == text else f"{part}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
+    return (
+        part if part == text else f"{part}-{hashlib.sha256(text.encode('utf-8')).hexdigest()[:8]}"
+    )
 
 
 def write_text(path: Path, text: str) -> None:
@@ -207,7 +267,10 @@ def export_wagibench(job: Job, out: Path) -> list[Outcome]:
             by_type.setdefault(name, []).append(wagibench_mcq(r))
             outcomes.append((r, name))
         for name, rows in by_type.items():
-            write_text(inside(out, name, what="export file"), json.dumps(rows, ensure_ascii=False, indent=1) + "\n")
+            write_text(
+                inside(out, name, what="export file"),
+                json.dumps(rows, ensure_ascii=False, indent=1) + "\n",
+            )
     if "digital" in frames:
         state = {}
         for r in frames["digital"].iter_rows(named=True):
@@ -215,7 +278,9 @@ def export_wagibench(job: Job, out: Path) -> list[Outcome]:
             rec["meta"]["source_item_id"] = r["source_item_id"]
             state[r["item_id"]] = rec
             outcomes.append((r, "digital_state.json"))
-        write_text(out / "digital_state.json", json.dumps(state, ensure_ascii=False, indent=1) + "\n")
+        write_text(
+            out / "digital_state.json", json.dumps(state, ensure_ascii=False, indent=1) + "\n"
+        )
     return outcomes
 
 
@@ -229,14 +294,26 @@ def wagibench_mcq(r: dict[str, Any]) -> dict[str, Any]:
         rec = json.loads(r["record"])
         priv = rec.get("privileged") or {}
         truth = priv.get("structured_goal")
-        mcq_set = [truth if k == rec["answer"] and truth else {"text": o} for k, o in enumerate(rec["options"])]
+        mcq_set = [
+            truth if k == rec["answer"] and truth else {"text": o}
+            for k, o in enumerate(rec["options"])
+        ]
         tag = priv.get("reference_goal_id") or r["item_id"]
-        row = {"x": {"client_tag": tag, "context_window": {"start_s": None, "end_s": None}, "cues": [],
-                     "mcq_set": mcq_set},
-               "y": rec["answer"],
-               "meta": {"client_tag": tag, "scenario": {"shortname": rec.get("group")},
-                        "structured_goal": truth or {"text": rec["options"][rec["answer"]]},
-                        "question_type": rec["question_type"]}}
+        row = {
+            "x": {
+                "client_tag": tag,
+                "context_window": {"start_s": None, "end_s": None},
+                "cues": [],
+                "mcq_set": mcq_set,
+            },
+            "y": rec["answer"],
+            "meta": {
+                "client_tag": tag,
+                "scenario": {"shortname": rec.get("group")},
+                "structured_goal": truth or {"text": rec["options"][rec["answer"]]},
+                "question_type": rec["question_type"],
+            },
+        }
     row.setdefault("meta", {})
     row["meta"]["item_id"] = r["item_id"]
     row["meta"]["source_item_id"] = r["source_item_id"]
@@ -255,21 +332,41 @@ def export_egotom(job: Job, out: Path) -> list[Outcome]:
             rec = json.loads(r["record"])
             reason = None
             if q not in EGOTOM_TYPES:
-                reason = ("not_egotom_type", f"question type {q!r} is not one of {', '.join(EGOTOM_TYPES)}")
+                reason = (
+                    "not_egotom_type",
+                    f"question type {q!r} is not one of {', '.join(EGOTOM_TYPES)}",
+                )
             elif len(r["options"]) != EGOTOM_CHOICES[q]:
-                reason = ("wrong_option_count", f"{len(r['options'])} options; EgoToM's {q} CSV has {EGOTOM_CHOICES[q]}")
+                reason = (
+                    "wrong_option_count",
+                    f"{len(r['options'])} options; EgoToM's {q} CSV has {EGOTOM_CHOICES[q]}",
+                )
             elif r["answer"] is None:
                 reason = ("no_answer", "the answer is not among the options")
             if reason:
-                outcomes.append((r, Reject(record_id=r["item_id"], index=0, stage="export",
-                                           reason=reason[0], detail=reason[1])))
+                outcomes.append(
+                    (
+                        r,
+                        Reject(
+                            record_id=r["item_id"],
+                            index=0,
+                            stage="export",
+                            reason=reason[0],
+                            detail=reason[1],
+                        ),
+                    )
+                )
                 continue
             if r["source_format"] == "egotom_csv":
                 row = dict(rec)
             else:
-                row = {"vuid": rec.get("vuid") or r["group"], "cuid": rec.get("clip_id") or r["group"],
-                       "narrations_in_context": r["context"], "clip_start_time": rec.get("clip_start_time"),
-                       "clip_end_time": rec.get("clip_end_time")}
+                row = {
+                    "vuid": rec.get("vuid") or r["group"],
+                    "cuid": rec.get("clip_id") or r["group"],
+                    "narrations_in_context": r["context"],
+                    "clip_start_time": rec.get("clip_start_time"),
+                    "clip_end_time": rec.get("clip_end_time"),
+                }
             row[f"gt_{q}"] = r["options"][r["answer"]]
             row.update({f"{q}_choice_{LETTERS[k]}": o for k, o in enumerate(r["options"])})
             rows[q].append(row)
@@ -301,20 +398,39 @@ def export_scenarios(job: Job, out: Path) -> list[Outcome]:
             rec = ScenarioRecord.model_validate(json.loads(r["record"]))
             if rec.scenario_id in ids:
                 first = ids[rec.scenario_id]["item_id"]
-                outcomes.append((r, Reject(record_id=r["item_id"], index=0, stage="export", reason="duplicate_scenario_id",
-                                           detail=f"scenario_id {rec.scenario_id} is already item {first}'s in this export")))
+                outcomes.append(
+                    (
+                        r,
+                        Reject(
+                            record_id=r["item_id"],
+                            index=0,
+                            stage="export",
+                            reason="duplicate_scenario_id",
+                            detail=f"scenario_id {rec.scenario_id} is already item {first}'s in this export",
+                        ),
+                    )
+                )
                 continue
-            ids[rec.scenario_id] = {"item_id": r["item_id"], "added_in": label(r["added_in"]),
-                                    "source_item_id": r["source_item_id"]}
+            ids[rec.scenario_id] = {
+                "item_id": r["item_id"],
+                "added_in": label(r["added_in"]),
+                "source_item_id": r["source_item_id"],
+            }
             subsets[rec.subset] = subsets.get(rec.subset, 0) + 1
             lines.append(rec.model_dump_json() + "\n")
             outcomes.append((r, "scenarios.jsonl"))
     write_text(out / "scenarios.jsonl", "".join(lines))
     write_text(out / "bank_ids.json", json_text(ids))
-    lock = {"benchmark_version": f"{job.name} {job.label}", "schema_revision": SCHEMA_REVISION,
-            "judge_prompt_version": None, "judge_prompt_sha256": None,
-            "scenarios_sha256": sha256_file(out / "scenarios.jsonl"), "prompt_conditions_sha256": None,
-            "generator": f"gen bank export {gen.__version__}", "bank_lock_sha256": job.lock_sha,
-            "counts": dict(sorted(subsets.items()))}
+    lock = {
+        "benchmark_version": f"{job.name} {job.label}",
+        "schema_revision": SCHEMA_REVISION,
+        "judge_prompt_version": None,
+        "judge_prompt_sha256": None,
+        "scenarios_sha256": sha256_file(out / "scenarios.jsonl"),
+        "prompt_conditions_sha256": None,
+        "generator": f"gen bank export {gen.__version__}",
+        "bank_lock_sha256": job.lock_sha,
+        "counts": dict(sorted(subsets.items())),
+    }
     write_text(out / SCENARIO_LOCK, json.dumps(lock, indent=2, ensure_ascii=False) + "\n")
     return outcomes

@@ -65,8 +65,11 @@ def base_name(job: Job) -> str:
 
 def visible_fields(q: MCQ) -> list[tuple[str, str]]:
     """The item's visible fields as ``(label, text)``, the context first and unlabelled."""
-    fields = [("" if k in MAIN_CONTEXT else k.removeprefix("visible."), v) for k, v in q.visible.items()
-              if v and v.strip()]
+    fields = [
+        ("" if k in MAIN_CONTEXT else k.removeprefix("visible."), v)
+        for k, v in q.visible.items()
+        if v and v.strip()
+    ]
     return sorted(fields, key=lambda f: f[0] != "")
 
 
@@ -75,8 +78,11 @@ def prompt(job: Job, q: MCQ, *, lettered: bool) -> str:
     ``A. …`` and ``Answer:``."""
     job.prompts.hash(PROMPT)
     options = [(LETTERS[i].upper(), o) for i, o in enumerate(q.options)] if lettered else []
-    return job.prompts.env.get_template(PROMPT).render(fields=visible_fields(q), question=q.question,
-                                                       options=options).strip("\n")
+    return (
+        job.prompts.env.get_template(PROMPT)
+        .render(fields=visible_fields(q), question=q.question, options=options)
+        .strip("\n")
+    )
 
 
 def items(job: Job, kind: str) -> list[tuple[dict[str, Any], MCQ | Reject]]:
@@ -88,9 +94,24 @@ def items(job: Job, kind: str) -> list[tuple[dict[str, Any], MCQ | Reject]]:
         if q.answer is None:
             reason = ("no_answer", "the answer is not among the options")
         elif len(q.options) > len(LETTERS):
-            reason = ("too_many_options", f"{len(q.options)} options; the letters go to {len(LETTERS)}")
-        out.append((r, Reject(record_id=r["item_id"], index=0, stage="export", reason=reason[0], detail=reason[1])
-                    if reason else q))
+            reason = (
+                "too_many_options",
+                f"{len(q.options)} options; the letters go to {len(LETTERS)}",
+            )
+        out.append(
+            (
+                r,
+                Reject(
+                    record_id=r["item_id"],
+                    index=0,
+                    stage="export",
+                    reason=reason[0],
+                    detail=reason[1],
+                )
+                if reason
+                else q,
+            )
+        )
     return out
 
 
@@ -110,33 +131,63 @@ def export_lm_eval(job: Job, out: Path) -> list[Outcome]:
                 outcomes.append((r, q))
                 continue
             assert q.answer is not None
-            rows.append({"item_id": r["item_id"], "question_type": r["question_type"], "group": r["group"],
-                         "source_item_id": r["source_item_id"], "prompt": prompt(job, q, lettered=True),
-                         "letters": [LETTERS[i].upper() for i in range(len(q.options))], "answer": q.answer})
+            rows.append(
+                {
+                    "item_id": r["item_id"],
+                    "question_type": r["question_type"],
+                    "group": r["group"],
+                    "source_item_id": r["source_item_id"],
+                    "prompt": prompt(job, q, lettered=True),
+                    "letters": [LETTERS[i].upper() for i in range(len(q.options))],
+                    "answer": q.answer,
+                }
+            )
             outcomes.append((r, data))
         task = f"{base}_{kind}"
         tasks.append((task, kind, len(rows), data))
         write_text(out / data, jsonl(rows))
         config = {
-            "task": task, "tag": [base], "dataset_kwargs": {"data_file": data}, "test_split": "test",
-            "output_type": "multiple_choice", "doc_to_text": "prompt", "doc_to_choice": "letters",
-            "doc_to_target": "answer", "target_delimiter": " ",
+            "task": task,
+            "tag": [base],
+            "dataset_kwargs": {"data_file": data},
+            "test_split": "test",
+            "output_type": "multiple_choice",
+            "doc_to_text": "prompt",
+            "doc_to_choice": "letters",
+            "doc_to_target": "answer",
+            "target_delimiter": " ",
             "metric_list": [{"metric": "acc", "aggregation": "mean", "higher_is_better": True}],
-            "metadata": {"version": float(job.version), "bank": job.name, "bank_version": job.label,
-                         "lock_sha256": job.lock_sha, "kind": kind, "items": len(rows),
-                         "prompt_sha256": job.prompts.hash(PROMPT)},
+            "metadata": {
+                "version": float(job.version),
+                "bank": job.name,
+                "bank_version": job.label,
+                "lock_sha256": job.lock_sha,
+                "kind": kind,
+                "items": len(rows),
+                "prompt_sha256": job.prompts.hash(PROMPT),
+            },
         }
-        write_text(out / f"{task}.yaml",
-                   f"# {kind} items of the bank version {job.label} (gen bank export format=lm_eval)\n"
-                   "custom_dataset: !function utils.load\n"
-                   + yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=1000))
+        write_text(
+            out / f"{task}.yaml",
+            f"# {kind} items of the bank version {job.label} (gen bank export format=lm_eval)\n"
+            "custom_dataset: !function utils.load\n"
+            + yaml.safe_dump(config, sort_keys=False, allow_unicode=True, width=1000),
+        )
     write_text(out / "utils.py", UTILS_PY)
-    lines = [f"# {base}: lm-evaluation-harness tasks", "",
-             f"The multiple-choice items of bank version {job.label} (lock SHA-256 `{job.lock_sha}`), written by "
-             "`gen bank export format=lm_eval`. The prompt shows the visible context, the question and the lettered "
-             "options and ends with `Answer:`; the choices are the letters; the metric is `acc`.", "",
-             "```bash", f"lm_eval --model hf --model_args pretrained=<model> --include_path <this folder> --tasks {base}",
-             "```", "", "| task | kind | items | data |", "|---|---|---|---|"]
+    lines = [
+        f"# {base}: lm-evaluation-harness tasks",
+        "",
+        f"The multiple-choice items of bank version {job.label} (lock SHA-256 `{job.lock_sha}`), written by "
+        "`gen bank export format=lm_eval`. The prompt shows the visible context, the question and the lettered "
+        "options and ends with `Answer:`; the choices are the letters; the metric is `acc`.",
+        "",
+        "```bash",
+        f"lm_eval --model hf --model_args pretrained=<model> --include_path <this folder> --tasks {base}",
+        "```",
+        "",
+        "| task | kind | items | data |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {t} | {k} | {n} | {d} |" for t, k, n, d in tasks]
     write_text(out / "README.md", "\n".join(lines) + "\n")
     return outcomes
@@ -186,19 +237,40 @@ def export_inspect(job: Job, out: Path) -> list[Outcome]:
                 outcomes.append((r, q))
                 continue
             assert q.answer is not None
-            samples.append({"id": r["item_id"], "input": prompt(job, q, lettered=False), "choices": q.options,
-                            "target": LETTERS[q.answer].upper(),
-                            "metadata": {**meta, "kind": kind, "question_type": r["question_type"],
-                                         "group": r["group"], "source_item_id": r["source_item_id"]}})
+            samples.append(
+                {
+                    "id": r["item_id"],
+                    "input": prompt(job, q, lettered=False),
+                    "choices": q.options,
+                    "target": LETTERS[q.answer].upper(),
+                    "metadata": {
+                        **meta,
+                        "kind": kind,
+                        "question_type": r["question_type"],
+                        "group": r["group"],
+                        "source_item_id": r["source_item_id"],
+                    },
+                }
+            )
             outcomes.append((r, data))
         write_text(out / data, jsonl(samples))
-        fns.append(TASK_FN.format(fn=f"{base}_{kind}", kind=kind, n=len(samples), data=data, version=job.version))
+        fns.append(
+            TASK_FN.format(
+                fn=f"{base}_{kind}", kind=kind, n=len(samples), data=data, version=job.version
+            )
+        )
     kinds = [k for k in MCQ_KINDS if k in job.frames]
-    source = TASK_PY.format(label=job.label, first=f"{base}_{kinds[0]}" if kinds else f"{base}_<kind>",
-                            metadata=repr(dict(sorted(meta.items()))))
+    source = TASK_PY.format(
+        label=job.label,
+        first=f"{base}_{kinds[0]}" if kinds else f"{base}_<kind>",
+        metadata=repr(dict(sorted(meta.items()))),
+    )
     write_text(out / "task.py", source + "".join(fns))
-    write_text(out / "README.md", f"# {base}: inspect_ai tasks\n\nThe multiple-choice items of bank version "
-               f"{job.label} (lock SHA-256 `{job.lock_sha}`), written by `gen bank export format=inspect`: one "
-               "`@task` per kind in `task.py`, its samples in `<kind>.jsonl`.\n\n```bash\n"
-               f"inspect eval task.py@{base}_<kind> --model <provider>/<model>\n```\n")
+    write_text(
+        out / "README.md",
+        f"# {base}: inspect_ai tasks\n\nThe multiple-choice items of bank version "
+        f"{job.label} (lock SHA-256 `{job.lock_sha}`), written by `gen bank export format=inspect`: one "
+        "`@task` per kind in `task.py`, its samples in `<kind>.jsonl`.\n\n```bash\n"
+        f"inspect eval task.py@{base}_<kind> --model <provider>/<model>\n```\n",
+    )
     return outcomes

@@ -65,9 +65,9 @@ COLUMNS = {
     "group": "The unit items share (a clip, a reference goal's group): items of one group are related.",
     "context": "The visible context as the candidate reads it (narrations, app state).",
     "wagibench": "PRIVILEGED. WAGIBench's MCQ layout row as JSON (structured goals of the options and of "
-                 "the truth); null when the run wrote none. Never show it to a candidate.",
+    "the truth); null when the run wrote none. Never show it to a candidate.",
     "record": "PRIVILEGED. The original record as canonical JSON, its privileged fields included (truth "
-              "provenance, future narrations, hidden state). Never show it to a candidate.",
+    "provenance, future narrations, hidden state). Never show it to a candidate.",
     "current_datetime": "The bundle's current date and time.",
     "cue_id": "The digital cue's id; null for an uncued bundle.",
     "cue_app": "The app the cue is in.",
@@ -89,24 +89,26 @@ COLUMNS = {
 PRIVILEGED_COLUMNS = ("wagibench", "record")
 ANSWERS = {
     "tom": "tom (EgoToM §3): the correct option is C's future goal, belief or next actions read from the "
-           "narrations after the transition; the wrong options are counterfactuals an LLM proposed from the "
-           "narrations before it, conditioned on the true goal.",
+    "narrations after the transition; the wrong options are counterfactuals an LLM proposed from the "
+    "narrations before it, conditioned on the true goal.",
     "distractors": "distractors (WAGIBench §3.1): the correct option is the reference goal; the distractors "
-                   "are other goals of the bank drawn from percentile bands of embedding similarity to it.",
+    "are other goals of the bank drawn from percentile bands of embedding similarity to it.",
     "mcq": "mcq: items imported from an existing MCQ bank, with that bank's answers.",
     "digital": "digital (WAGIBench's Digital Context Generator): phone-app states per sampled persona, moment "
-               "and cue; code draws the skeleton and an LLM writes the words. Bundles have no answer.",
+    "and cue; code draws the skeleton and an LLM writes the words. Bundles have no answer.",
     "scenarios": "scenarios (Wearable Assistant Context Bench): three-turn context-tracking scenarios; code draws "
-                 "the skeleton (shift type, target), an LLM writes the words, and the judge's gold lists "
-                 "(current/prior answers, clarify/abstain indicators) are inline in each record.",
+    "the skeleton (shift type, target), an LLM writes the words, and the judge's gold lists "
+    "(current/prior answers, clarify/abstain indicators) are inline in each record.",
 }
 
 
 # --------------------------------------------------------------------------- what the bank says
 
 
-POST_RELEASE = ("gen review after release (python -m gen review input=<bank>): each reviewer's last label of an "
-                "item; an item's verdict is the decision its reviewers share, disagreed when they differ")
+POST_RELEASE = (
+    "gen review after release (python -m gen review input=<bank>): each reviewer's last label of an "
+    "item; an item's verdict is the decision its reviewers share, disagreed when they differ"
+)
 
 
 def post_release_review(job: Job) -> tuple[ReviewSummary, dict[str, str]] | None:
@@ -129,9 +131,15 @@ def post_release_review(job: Job) -> tuple[ReviewSummary, dict[str, str]] | None
     if not decisions:
         return None
     verdicts = Counter(next(iter(d)) if len(d) == 1 else "disagreed" for d in decisions.values())
-    summary = ReviewSummary(items_reviewed=len(decisions), by_verdict=dict(sorted(verdicts.items())),
-                            reviewers=len(reviewers), protocol=POST_RELEASE)
-    return summary, {f"{REVIEWS}/{r}.jsonl": sha256_file(label_file(job.root, r)) for r in sorted(reviewers)}
+    summary = ReviewSummary(
+        items_reviewed=len(decisions),
+        by_verdict=dict(sorted(verdicts.items())),
+        reviewers=len(reviewers),
+        protocol=POST_RELEASE,
+    )
+    return summary, {
+        f"{REVIEWS}/{r}.jsonl": sha256_file(label_file(job.root, r)) for r in sorted(reviewers)
+    }
 
 
 def post_release_line(job: Job) -> str | None:
@@ -173,8 +181,9 @@ def known_findings(job: Job) -> list[tuple[int, list[dict[str, Any]]]]:
 
 def finding_line(f: dict[str, Any]) -> str:
     items = f.get("items") or []
-    return (f"{f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}"
-            + (f" ({len(items)} item(s))" if items else ""))
+    return f"{f.get('severity')} {f.get('check')}/{f.get('kind')}: {f.get('what')}" + (
+        f" ({len(items)} item(s))" if items else ""
+    )
 
 
 def model_lines(lock: dict[str, Any]) -> list[str]:
@@ -184,11 +193,15 @@ def model_lines(lock: dict[str, Any]) -> list[str]:
         for entry in [s, *(s.get("upstream") or [])]:
             llm = entry.get("llm") or {}
             if llm.get("model"):
-                seen[f"{entry.get('generator')}: LLM {llm.get('backend')} {llm['model']}"
-                     + (f" (sha256 {llm['model_sha256']})" if llm.get("model_sha256") else "")] = None
+                seen[
+                    f"{entry.get('generator')}: LLM {llm.get('backend')} {llm['model']}"
+                    + (f" (sha256 {llm['model_sha256']})" if llm.get("model_sha256") else "")
+                ] = None
             emb = entry.get("embedder") or {}
             if emb.get("model"):
-                seen[f"{entry.get('generator')}: embedder {emb.get('backend')} {emb['model']}"] = None
+                seen[f"{entry.get('generator')}: embedder {emb.get('backend')} {emb['model']}"] = (
+                    None
+                )
     return list(seen)
 
 
@@ -207,8 +220,10 @@ def filter_lines(job: Job) -> list[str]:
         gens = [u.get("generator") for u in s.get("upstream") or []] + [s.get("generator")]
         what = f"{label(s['version'])}: {s.get('items_added')} items from {chain(s)}"
         if s.get("generator"):
-            what += f" (run manifest sha256 {s['source']}); each generator's own checks dropped or regenerated " \
-                    "what failed them (counted in its manifest)"
+            what += (
+                f" (run manifest sha256 {s['source']}); each generator's own checks dropped or regenerated "
+                "what failed them (counted in its manifest)"
+            )
         else:
             what += f" (record files sha256 {s['source']})"
         if "nocontext" in gens:
@@ -218,10 +233,14 @@ def filter_lines(job: Job) -> list[str]:
         a = h.get("audit") or {}
         sev = a.get("by_severity") or {}
         verdict = "forced past its findings (force=true)" if a.get("forced") else "passed"
-        refused = ", ".join(f"{k} {n}" for k, n in sorted((h.get("refused") or {}).items())) or "none"
-        out.append(f"{h['label']}: the batch's audit {verdict} (fail_on={a.get('fail_on')}; "
-                   f"{sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info); "
-                   f"refused as exact or near duplicates of bank or batch items: {refused}.")
+        refused = (
+            ", ".join(f"{k} {n}" for k, n in sorted((h.get("refused") or {}).items())) or "none"
+        )
+        out.append(
+            f"{h['label']}: the batch's audit {verdict} (fail_on={a.get('fail_on')}; "
+            f"{sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info); "
+            f"refused as exact or near duplicates of bank or batch items: {refused}."
+        )
     return out
 
 
@@ -239,7 +258,9 @@ def md_table(rows: list[dict[str, Any]]) -> list[str]:
         return []
     cols = list(dict.fromkeys(k for r in rows for k in r))
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(md(r.get(c, "")).replace("|", "\\|") for c in cols) + " |" for r in rows]
+    out += [
+        "| " + " | ".join(md(r.get(c, "")).replace("|", "\\|") for c in cols) + " |" for r in rows
+    ]
     return [*out, ""]
 
 
@@ -256,32 +277,72 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
     audit_path = job.folder / "audit" / "audit.json"
     audit = read_json(audit_path, "audit") if audit_path.is_file() else None
     head = yaml.safe_dump(header, sort_keys=False, allow_unicode=True, width=1000)
-    lines = ["---", head.rstrip("\n"), "---", "", f"# {md(job.name)} {job.label}", "",
-             f"Released {md(lock['created_at'])}; {lock['items']} items; bank schema revision "
-             f"{lock['schema_revision']}; `{LOCK}` SHA-256 `{job.lock_sha}`. Made with gen "
-             f"{md(lock['toolkit'].get('version'))} (commit {md((lock['toolkit'].get('git') or {}).get('commit'))}).", ""]
+    lines = [
+        "---",
+        head.rstrip("\n"),
+        "---",
+        "",
+        f"# {md(job.name)} {job.label}",
+        "",
+        f"Released {md(lock['created_at'])}; {lock['items']} items; bank schema revision "
+        f"{lock['schema_revision']}; `{LOCK}` SHA-256 `{job.lock_sha}`. Made with gen "
+        f"{md(lock['toolkit'].get('version'))} (commit {md((lock['toolkit'].get('git') or {}).get('commit'))}).",
+        "",
+    ]
     lines += intro or []
     lines += ["## Counts", ""]
-    lines += md_table([{"kind": k, "question type": q, "items": n} for k in kinds
-                       for q, n in lock["counts"][k]["by_question_type"].items()])
+    lines += md_table(
+        [
+            {"kind": k, "question type": q, "items": n}
+            for k in kinds
+            for q, n in lock["counts"][k]["by_question_type"].items()
+        ]
+    )
     lines += ["## Releases", ""]
-    lines += md_table([{"version": h["label"], "date": h["created_at"], "added": sum((h.get("added") or {}).values()),
-                        "refused": sum((h.get("refused") or {}).values()),
-                        "audit errors/warnings/info": "/".join(str((h.get("audit") or {}).get("by_severity", {}).get(s, 0))
-                                                               for s in ("error", "warning", "info")),
-                        "forced": (h.get("audit") or {}).get("forced", False), "note": h.get("message") or ""}
-                       for h in lock["history"]])
-    lines += ["## Provenance", "", "Each row's `source` is the SHA-256 of the `manifest.json` of the run it came from "
-              "(of its record files for input without a run manifest); the lock has the details:", ""]
-    lines += md_table([{"source": s["source"][:16], "version": label(s["version"]),
-                        "generator": s.get("generator") or "external", "items": s.get("items_added"),
-                        "llm": (s.get("llm") or {}).get("model") or "",
-                        "model sha256": str((s.get("llm") or {}).get("model_sha256") or "")[:16],
-                        "embedder": (s.get("embedder") or {}).get("model") or "", "input": s.get("input")}
-                       for s in lock["sources"]])
+    lines += md_table(
+        [
+            {
+                "version": h["label"],
+                "date": h["created_at"],
+                "added": sum((h.get("added") or {}).values()),
+                "refused": sum((h.get("refused") or {}).values()),
+                "audit errors/warnings/info": "/".join(
+                    str((h.get("audit") or {}).get("by_severity", {}).get(s, 0))
+                    for s in ("error", "warning", "info")
+                ),
+                "forced": (h.get("audit") or {}).get("forced", False),
+                "note": h.get("message") or "",
+            }
+            for h in lock["history"]
+        ]
+    )
+    lines += [
+        "## Provenance",
+        "",
+        "Each row's `source` is the SHA-256 of the `manifest.json` of the run it came from "
+        "(of its record files for input without a run manifest); the lock has the details:",
+        "",
+    ]
+    lines += md_table(
+        [
+            {
+                "source": s["source"][:16],
+                "version": label(s["version"]),
+                "generator": s.get("generator") or "external",
+                "items": s.get("items_added"),
+                "llm": (s.get("llm") or {}).get("model") or "",
+                "model sha256": str((s.get("llm") or {}).get("model_sha256") or "")[:16],
+                "embedder": (s.get("embedder") or {}).get("model") or "",
+                "input": s.get("input"),
+            }
+            for s in lock["sources"]
+        ]
+    )
     if lock.get("prompts"):
         lines += ["Prompt, judge and answer templates the items came from:", ""]
-        lines += md_table([{"template": k, "sha256": ", ".join(v)} for k, v in lock["prompts"].items()])
+        lines += md_table(
+            [{"template": k, "sha256": ", ".join(v)} for k, v in lock["prompts"].items()]
+        )
     lines += ["How answers were made:", ""]
     lines += [f"- {ANSWERS[k]}" for k in kinds] + [""]
     lines += ["Filters every item passed:", ""]
@@ -292,12 +353,26 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
     else:
         s = audit.get("summary") or {}
         sev = s.get("by_severity") or {}
-        lines += [f"Audit of the batch that made {job.label} (`audit/` in the version folder): "
-                  f"{md(sev.get('error', 0))} errors, {md(sev.get('warning', 0))} warnings, {md(sev.get('info', 0))} "
-                  f"info; fail_on={md(s.get('fail_on'))}, exit code {md(s.get('exit_code'))}.", ""]
-        lines += md_table([{"#": c.get("id"), "check": c.get("key"), "status": c.get("status"),
-                            **{sv: (c.get("findings") or {}).get(sv, 0) for sv in ("error", "warning", "info")}}
-                           for c in audit.get("checks") or []])
+        lines += [
+            f"Audit of the batch that made {job.label} (`audit/` in the version folder): "
+            f"{md(sev.get('error', 0))} errors, {md(sev.get('warning', 0))} warnings, {md(sev.get('info', 0))} "
+            f"info; fail_on={md(s.get('fail_on'))}, exit code {md(s.get('exit_code'))}.",
+            "",
+        ]
+        lines += md_table(
+            [
+                {
+                    "#": c.get("id"),
+                    "check": c.get("key"),
+                    "status": c.get("status"),
+                    **{
+                        sv: (c.get("findings") or {}).get(sv, 0)
+                        for sv in ("error", "warning", "info")
+                    },
+                }
+                for c in audit.get("checks") or []
+            ]
+        )
     lines += ["## Known audit findings", ""]
     found = known_findings(job)
     if not found:
@@ -306,7 +381,9 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
         lines += [f"{label(v)} ({len(fs)}):", ""]
         lines += [f"- {md(finding_line(f))}" for f in fs[:LISTED_FINDINGS]]
         if len(fs) > LISTED_FINDINGS:
-            lines.append(f"- … {len(fs) - LISTED_FINDINGS} more in versions/{label(v)}/audit/audit.json")
+            lines.append(
+                f"- … {len(fs) - LISTED_FINDINGS} more in versions/{label(v)}/audit/audit.json"
+            )
         lines.append("")
     review = review_summary(job.folder)
     after = post_release_line(job)
@@ -316,21 +393,35 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
         lines += [f"{md(review_line(review))} (`{REVIEW}` in the version folder)", ""]
     if after is not None:
         lines += [md(after), ""]
-    lines += ["## License and citation", "",
-              f"License: {job.license} ({license_url(job.license)})." if job.license
-              else "License: none given (`license=` of `bank export`).", ""]
+    lines += [
+        "## License and citation",
+        "",
+        f"License: {job.license} ({license_url(job.license)})."
+        if job.license
+        else "License: none given (`license=` of `bank export`).",
+        "",
+    ]
     if job.citation:
         lines += ["```", job.citation.strip(), "```", ""]
-    lines += ["## Files", "", f"The bank version's files (SHA-256 as in `{LOCK}`; `EXPORT.json` lists this "
-              "export's own files):", ""]
+    lines += [
+        "## Files",
+        "",
+        f"The bank version's files (SHA-256 as in `{LOCK}`; `EXPORT.json` lists this "
+        "export's own files):",
+        "",
+    ]
     lines += md_table([{"file": k, "sha256": v} for k, v in lock["files"].items()])
     lines += ["## Columns", "", "`item_id`: " + md(lock.get("item_id", "")) + ".", ""]
     present = dict.fromkeys(c for df in job.frames.values() for c in df.columns)
     lines += md_table([{"column": c, "meaning": COLUMNS.get(c, "")} for c in present])
-    lines += ["The privileged side of an item (what a candidate must never see) is only in the columns "
-              f"{', '.join(f'`{c}`' for c in PRIVILEGED_COLUMNS)}; a prompt shows `question`, `options` and "
-              "`context` only.", "",
-              "`python -m gen bank verify bank=<dir>` rechecks the bank these files were exported from.", ""]
+    lines += [
+        "The privileged side of an item (what a candidate must never see) is only in the columns "
+        f"{', '.join(f'`{c}`' for c in PRIVILEGED_COLUMNS)}; a prompt shows `question`, `options` and "
+        "`context` only.",
+        "",
+        "`python -m gen bank verify bank=<dir>` rechecks the bank these files were exported from.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -341,20 +432,48 @@ def card_configs(files: dict[str, str]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- Croissant
 
 CONTEXT = {
-    "@language": "en", "@vocab": "https://schema.org/", "arrayShape": "cr:arrayShape", "citeAs": "cr:citeAs",
-    "column": "cr:column", "conformsTo": "dct:conformsTo", "containedIn": "cr:containedIn",
-    "cr": "http://mlcommons.org/croissant/", "data": {"@id": "cr:data", "@type": "@json"},
-    "dataType": {"@id": "cr:dataType", "@type": "@vocab"}, "dct": "http://purl.org/dc/terms/",
-    "description": {"@container": "@language"}, "equivalentProperty": "cr:equivalentProperty",
-    "examples": {"@id": "cr:examples", "@type": "@json"}, "extract": "cr:extract", "field": "cr:field",
-    "fileObject": "cr:fileObject", "fileProperty": "cr:fileProperty", "fileSet": "cr:fileSet", "format": "cr:format",
-    "includes": "cr:includes", "isArray": "cr:isArray", "isLiveDataset": "cr:isLiveDataset",
-    "jsonPath": "cr:jsonPath", "key": "cr:key", "md5": "cr:md5", "name": {"@container": "@language"},
-    "parentField": "cr:parentField", "path": "cr:path",
-    "prov": "http://www.w3.org/ns/prov#", "rai": "http://mlcommons.org/croissant/RAI/",
-    "recordSet": "cr:recordSet", "references": "cr:references", "regex": "cr:regex", "repeated": "cr:repeated",
-    "replace": "cr:replace", "samplingRate": "cr:samplingRate", "sc": "https://schema.org/",
-    "separator": "cr:separator", "source": "cr:source", "subField": "cr:subField", "transform": "cr:transform",
+    "@language": "en",
+    "@vocab": "https://schema.org/",
+    "arrayShape": "cr:arrayShape",
+    "citeAs": "cr:citeAs",
+    "column": "cr:column",
+    "conformsTo": "dct:conformsTo",
+    "containedIn": "cr:containedIn",
+    "cr": "http://mlcommons.org/croissant/",
+    "data": {"@id": "cr:data", "@type": "@json"},
+    "dataType": {"@id": "cr:dataType", "@type": "@vocab"},
+    "dct": "http://purl.org/dc/terms/",
+    "description": {"@container": "@language"},
+    "equivalentProperty": "cr:equivalentProperty",
+    "examples": {"@id": "cr:examples", "@type": "@json"},
+    "extract": "cr:extract",
+    "field": "cr:field",
+    "fileObject": "cr:fileObject",
+    "fileProperty": "cr:fileProperty",
+    "fileSet": "cr:fileSet",
+    "format": "cr:format",
+    "includes": "cr:includes",
+    "isArray": "cr:isArray",
+    "isLiveDataset": "cr:isLiveDataset",
+    "jsonPath": "cr:jsonPath",
+    "key": "cr:key",
+    "md5": "cr:md5",
+    "name": {"@container": "@language"},
+    "parentField": "cr:parentField",
+    "path": "cr:path",
+    "prov": "http://www.w3.org/ns/prov#",
+    "rai": "http://mlcommons.org/croissant/RAI/",
+    "recordSet": "cr:recordSet",
+    "references": "cr:references",
+    "regex": "cr:regex",
+    "repeated": "cr:repeated",
+    "replace": "cr:replace",
+    "samplingRate": "cr:samplingRate",
+    "sc": "https://schema.org/",
+    "separator": "cr:separator",
+    "source": "cr:source",
+    "subField": "cr:subField",
+    "transform": "cr:transform",
 }
 """Croissant 1.1's JSON-LD context (as mlcroissant writes it), plus PROV-O."""
 CONFORMS_TO = "http://mlcommons.org/croissant/1.1"
@@ -380,48 +499,82 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
     (relative to the export folder, which also holds the lock)."""
     lock = job.lock
     out_files = {**files, "lock": LOCK}
-    dist = [{"@type": "cr:FileObject", "@id": path, "name": path, "contentUrl": path,
-             "encodingFormat": "application/json" if k == "lock" else "application/x-parquet",
-             "sha256": job.lock_sha if k == "lock" else lock["files"][f"{k}.parquet"],
-             "description": (f"The bank's lock of {job.label}: SHA-256 of every file, counts, sources, history."
-                             if k == "lock" else f"The {k} items of {job.name} {job.label}.")}
-            for k, path in out_files.items()]
+    dist = [
+        {
+            "@type": "cr:FileObject",
+            "@id": path,
+            "name": path,
+            "contentUrl": path,
+            "encodingFormat": "application/json" if k == "lock" else "application/x-parquet",
+            "sha256": job.lock_sha if k == "lock" else lock["files"][f"{k}.parquet"],
+            "description": (
+                f"The bank's lock of {job.label}: SHA-256 of every file, counts, sources, history."
+                if k == "lock"
+                else f"The {k} items of {job.name} {job.label}."
+            ),
+        }
+        for k, path in out_files.items()
+    ]
     record_sets = []
     for k, path in files.items():
         fields = []
         for col, dtype in job.frames[k].schema.items():
             dt, is_array = field_type(dtype)
-            f: dict[str, Any] = {"@type": "cr:Field", "@id": f"{k}/{col}", "name": col,
-                                 "description": COLUMNS.get(col, col), "dataType": dt,
-                                 "source": {"fileObject": {"@id": path}, "extract": {"column": col}}}
+            f: dict[str, Any] = {
+                "@type": "cr:Field",
+                "@id": f"{k}/{col}",
+                "name": col,
+                "description": COLUMNS.get(col, col),
+                "dataType": dt,
+                "source": {"fileObject": {"@id": path}, "extract": {"column": col}},
+            }
             if is_array:
                 f["isArray"] = True
                 f["arrayShape"] = "-1"
             fields.append(f)
-        record_sets.append({"@type": "cr:RecordSet", "@id": k, "name": k,
-                            "description": f"{lock['counts'][k]['items']} {k} items, one per row. {ANSWERS[k]}",
-                            "key": {"@id": f"{k}/item_id"}, "field": fields})
+        record_sets.append(
+            {
+                "@type": "cr:RecordSet",
+                "@id": k,
+                "name": k,
+                "description": f"{lock['counts'][k]['items']} {k} items, one per row. {ANSWERS[k]}",
+                "key": {"@id": f"{k}/item_id"},
+                "field": fields,
+            }
+        )
     kinds = [k for k in KINDS if k in files]
     external = any(not s.get("generator") for s in lock.get("sources") or [])
     generated = any(s.get("generator") for s in lock.get("sources") or [])
     review = review_summary(job.folder)
     after = post_release_line(job)
     found = known_findings(job)
-    limitations = [f"{label(v)}: {finding_line(f)}" for v, fs in found for f in fs[:LISTED_FINDINGS]]
-    limitations += [f"{label(v)}: {len(fs) - LISTED_FINDINGS} more findings in versions/{label(v)}/audit/audit.json"
-                    for v, fs in found if len(fs) > LISTED_FINDINGS]
-    analysis = [f"{h['label']}: audit of the batch: " + ", ".join(
-        f"{n} {s}" for s, n in sorted(((h.get('audit') or {}).get('by_severity') or {}).items()))
-        + (" (forced)" if (h.get("audit") or {}).get("forced") else "") for h in lock["history"]]
+    limitations = [
+        f"{label(v)}: {finding_line(f)}" for v, fs in found for f in fs[:LISTED_FINDINGS]
+    ]
+    limitations += [
+        f"{label(v)}: {len(fs) - LISTED_FINDINGS} more findings in versions/{label(v)}/audit/audit.json"
+        for v, fs in found
+        if len(fs) > LISTED_FINDINGS
+    ]
+    analysis = [
+        f"{h['label']}: audit of the batch: "
+        + ", ".join(
+            f"{n} {s}" for s, n in sorted(((h.get("audit") or {}).get("by_severity") or {}).items())
+        )
+        + (" (forced)" if (h.get("audit") or {}).get("forced") else "")
+        for h in lock["history"]
+    ]
     doc: dict[str, Any] = {
         "@context": CONTEXT,
         "@type": "sc:Dataset",
         "conformsTo": CONFORMS_TO,
         "name": job.name,
-        "description": (f"{job.name} {job.label}: {lock['items']} items ("
-                        + ", ".join(f"{k} {lock['counts'][k]['items']}" for k in kinds)
-                        + ") of a benchmark bank for egocentric assistants, made and released with gen "
-                        f"(bank version {job.label}, lock sha256 {job.lock_sha})."),
+        "description": (
+            f"{job.name} {job.label}: {lock['items']} items ("
+            + ", ".join(f"{k} {lock['counts'][k]['items']}" for k in kinds)
+            + ") of a benchmark bank for egocentric assistants, made and released with gen "
+            f"(bank version {job.label}, lock sha256 {job.lock_sha})."
+        ),
         "version": f"{job.version}.0.0",
         "datePublished": lock["created_at"],
         "keywords": ["benchmark", "egocentric", "multiple-choice", "synthetic", "gen"],
@@ -429,31 +582,57 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
         "distribution": dist,
         "recordSet": record_sets,
         "rai:dataCollection": (
-            " and ".join([*(["Generated with gen (its generators and an LLM; see prov:wasGeneratedBy)"] if generated
-                            else []), *(["imported from existing MCQ banks"] if external else [])])
+            " and ".join(
+                [
+                    *(
+                        ["Generated with gen (its generators and an LLM; see prov:wasGeneratedBy)"]
+                        if generated
+                        else []
+                    ),
+                    *(["imported from existing MCQ banks"] if external else []),
+                ]
+            )
             + "; released through `gen bank add`, which audits every batch and refuses exact and near "
-            "duplicates. Sources: " + "; ".join(f"{label(s['version'])} {chain(s)} ({s.get('items_added')} items)"
-                                                for s in lock.get("sources") or []) + "."),
-        "rai:dataCollectionType": [*(["Synthetic data (LLM-generated)"] if generated else []),
-                                   *(["Existing dataset"] if external else [])],
-        "rai:machineAnnotationTools": model_lines(lock) + [f"prompt template {k} sha256 {', '.join(v)}"
-                                                           for k, v in (lock.get("prompts") or {}).items()],
+            "duplicates. Sources: "
+            + "; ".join(
+                f"{label(s['version'])} {chain(s)} ({s.get('items_added')} items)"
+                for s in lock.get("sources") or []
+            )
+            + "."
+        ),
+        "rai:dataCollectionType": [
+            *(["Synthetic data (LLM-generated)"] if generated else []),
+            *(["Existing dataset"] if external else []),
+        ],
+        "rai:machineAnnotationTools": model_lines(lock)
+        + [
+            f"prompt template {k} sha256 {', '.join(v)}"
+            for k, v in (lock.get("prompts") or {}).items()
+        ],
         "rai:dataPreprocessingProtocol": filter_lines(job),
-        "rai:dataAnnotationProtocol": [ANSWERS[k] for k in kinds] + ([f"Review: {review_line(review)}"] if review else [])
+        "rai:dataAnnotationProtocol": [ANSWERS[k] for k in kinds]
+        + ([f"Review: {review_line(review)}"] if review else [])
         + ([after] if after else []),
         "rai:dataAnnotationAnalysis": analysis,
-        "rai:dataLimitations": limitations or ["No audit of any version up to this one has an error or warning finding."],
-        "rai:dataUseCases": ["Evaluating assistants on multiple-choice questions from the visible side of each item "
-                             "(question, options, context). The columns " + ", ".join(PRIVILEGED_COLUMNS)
-                             + " hold the privileged side (truth provenance, hidden state) and must never be shown "
-                             "to a candidate."],
+        "rai:dataLimitations": limitations
+        or ["No audit of any version up to this one has an error or warning finding."],
+        "rai:dataUseCases": [
+            "Evaluating assistants on multiple-choice questions from the visible side of each item "
+            "(question, options, context). The columns "
+            + ", ".join(PRIVILEGED_COLUMNS)
+            + " hold the privileged side (truth provenance, hidden state) and must never be shown "
+            "to a candidate."
+        ],
         "rai:dataReleaseMaintenancePlan": (
             f"Versioned with gen bank: every release is an immutable folder whose lock ({LOCK}) holds the SHA-256 of "
-            f"each file; `python -m gen bank verify` rechecks a bank. This file describes {job.label}."),
+            f"each file; `python -m gen bank verify` rechecks a bank. This file describes {job.label}."
+        ),
         "prov:wasGeneratedBy": [prov_activity(s) for s in lock.get("sources") or []],
     }
     if review is not None or after is not None:
-        doc["rai:annotationsPerItem"] = " ".join(x for x in (review_line(review) if review else None, after) if x)
+        doc["rai:annotationsPerItem"] = " ".join(
+            x for x in (review_line(review) if review else None, after) if x
+        )
     if job.license:
         doc["license"] = license_url(job.license)
     if job.citation:
@@ -463,20 +642,36 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
 
 def prov_activity(s: dict[str, Any]) -> dict[str, Any]:
     """One source run as a PROV-O activity: its generator, models and prompt hashes."""
-    agents: list[dict[str, Any]] = ([{"@type": "prov:SoftwareAgent", "name": f"gen {s.get('toolkit_version')}"}]
-                                    if s.get("generator") else [])
+    agents: list[dict[str, Any]] = (
+        [{"@type": "prov:SoftwareAgent", "name": f"gen {s.get('toolkit_version')}"}]
+        if s.get("generator")
+        else []
+    )
     llm = s.get("llm") or {}
     if llm.get("model"):
-        agents.append({"@type": "prov:SoftwareAgent", "name": f"{llm.get('backend')} {llm['model']}",
-                       "sha256": llm.get("model_sha256")})
+        agents.append(
+            {
+                "@type": "prov:SoftwareAgent",
+                "name": f"{llm.get('backend')} {llm['model']}",
+                "sha256": llm.get("model_sha256"),
+            }
+        )
     emb = s.get("embedder") or {}
     if emb.get("model"):
-        agents.append({"@type": "prov:SoftwareAgent", "name": f"{emb.get('backend')} {emb['model']}"})
-    return {"@type": "prov:Activity", "@id": f"source/{s['source']}",
-            "name": f"{chain(s)} (added in {label(s['version'])}, {s.get('items_added')} items)",
-            "sha256": s["source"], "prov:wasAssociatedWith": agents,
-            "prov:used": [{"@type": "prov:Entity", "name": k, "sha256": v}
-                          for k, v in sorted((s.get("prompts") or {}).items())]}
+        agents.append(
+            {"@type": "prov:SoftwareAgent", "name": f"{emb.get('backend')} {emb['model']}"}
+        )
+    return {
+        "@type": "prov:Activity",
+        "@id": f"source/{s['source']}",
+        "name": f"{chain(s)} (added in {label(s['version'])}, {s.get('items_added')} items)",
+        "sha256": s["source"],
+        "prov:wasAssociatedWith": agents,
+        "prov:used": [
+            {"@type": "prov:Entity", "name": k, "sha256": v}
+            for k, v in sorted((s.get("prompts") or {}).items())
+        ],
+    }
 
 
 def write_croissant(job: Job, out: Path, files: dict[str, str]) -> None:
@@ -492,8 +687,12 @@ def _copy_data(job: Job, out: Path, files: dict[str, str]) -> list[Outcome]:
         target = out / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(job.folder / f"{kind}.parquet", target)
-        outcomes += [(r, name) for r in job.frames[kind].select("item_id", "kind", "question_type",
-                                                                "source_item_id").iter_rows(named=True)]
+        outcomes += [
+            (r, name)
+            for r in job.frames[kind]
+            .select("item_id", "kind", "question_type", "source_item_id")
+            .iter_rows(named=True)
+        ]
     shutil.copyfile(job.folder / LOCK, out / LOCK)
     return outcomes
 
@@ -523,7 +722,9 @@ def hf_features(job: Job, kind: str) -> list[dict[str, Any]]:
     out = []
     for col, dtype in job.frames[kind].schema.items():
         dt, is_array = field_type(dtype)
-        name = {"sc:Integer": "int64", "sc:Float": "float64", "sc:Boolean": "bool"}.get(dt, "string")
+        name = {"sc:Integer": "int64", "sc:Float": "float64", "sc:Boolean": "bool"}.get(
+            dt, "string"
+        )
         out.append({"name": col, "list": name} if is_array else {"name": col, "dtype": name})
     return out
 
@@ -544,17 +745,41 @@ def export_hf(job: Job, out: Path) -> list[Outcome]:
         header["task_categories"] = ["multiple-choice"]
     header["tags"] = ["gen", "benchmark", "egocentric", "synthetic"]
     n = job.lock["items"]
-    header["size_categories"] = ["n<1K" if n < 1000 else "1K<n<10K" if n < 10_000
-                                 else "10K<n<100K" if n < 100_000 else "100K<n<1M"]
-    header["configs"] = [{"config_name": k, "data_files": [{"split": SPLIT, "path": f}]} for k, f in files.items()]
-    header["dataset_info"] = [{"config_name": k, "features": hf_features(job, k),
-                               "splits": [{"name": SPLIT, "num_bytes": (job.folder / f"{k}.parquet").stat().st_size,
-                                           "num_examples": job.frames[k].height}]}
-                              for k in files]
+    header["size_categories"] = [
+        "n<1K"
+        if n < 1000
+        else "1K<n<10K"
+        if n < 10_000
+        else "10K<n<100K"
+        if n < 100_000
+        else "100K<n<1M"
+    ]
+    header["configs"] = [
+        {"config_name": k, "data_files": [{"split": SPLIT, "path": f}]} for k, f in files.items()
+    ]
+    header["dataset_info"] = [
+        {
+            "config_name": k,
+            "features": hf_features(job, k),
+            "splits": [
+                {
+                    "name": SPLIT,
+                    "num_bytes": (job.folder / f"{k}.parquet").stat().st_size,
+                    "num_examples": job.frames[k].height,
+                }
+            ],
+        }
+        for k in files
+    ]
     intro = ["## Load", "", "```python", "from datasets import load_dataset", ""]
     intro += [f'{k} = load_dataset("<this folder>", "{k}", split="{SPLIT}")' for k in files]
-    intro += ["```", "", "One config per item kind, one split (`test`). `answer` is the 0-based index of the "
-              "correct option in `options`, `answer_text` its text.", ""]
+    intro += [
+        "```",
+        "",
+        "One config per item kind, one split (`test`). `answer` is the 0-based index of the "
+        "correct option in `options`, `answer_text` its text.",
+        "",
+    ]
     write_text(out / "README.md", dataset_card(job, header, intro=intro))
     write_croissant(job, out, files)
     return outcomes

@@ -126,11 +126,15 @@ class CandidatesConfig(CommonConfig):
     """Recall annotations: seconds of the clip centred on each vivid detail (EgoIntrospect J.1: 3 minutes)."""
     recall_gap: float = Field(8.0, ge=0)
     """Recall annotations: timeline lines this close (seconds) to a recalled detail are its moment: hidden, never a wrong option's source."""
-    recall_question: str = "Which detail of this moment is the user most likely to recall vividly afterwards?"
+    recall_question: str = (
+        "Which detail of this moment is the user most likely to recall vividly afterwards?"
+    )
     """Recall annotations: the question of every Memory Recall Prediction item."""
     question_template: str = "What did C do at {time}?"
     """Timelines: the question; {time} is the positive's time (MMm:SSs from the clip start)."""
-    passes: list[str] = Field(default_factory=lambda: ["narration_pass_1", "narration_pass_2"], min_length=1)
+    passes: list[str] = Field(
+        default_factory=lambda: ["narration_pass_1", "narration_pass_2"], min_length=1
+    )
     """Timelines in Ego4D's narration.json: the passes to read."""
 
     @field_validator("taxonomy")
@@ -194,10 +198,20 @@ def detect_format(path: Path) -> Format:
     has ``session_id`` and ``details``; else a timeline format (:mod:`gen.timelines`)."""
     if path.is_file() and path.suffix.lower() == ".jsonl":
         for _, row in iter_jsonl(path):
-            if isinstance(row, dict) and all(k in row for k in RECALL_KEYS) and "item_id" not in row:
+            if (
+                isinstance(row, dict)
+                and all(k in row for k in RECALL_KEYS)
+                and "item_id" not in row
+            ):
                 return "recall"
-            return "timelines" if isinstance(row, dict) and "clip_id" in row and "item_id" not in row else "items"
-        raise InputError(f"{path}: empty file (expected candidate items or timelines, one JSON object per line)")
+            return (
+                "timelines"
+                if isinstance(row, dict) and "clip_id" in row and "item_id" not in row
+                else "items"
+            )
+        raise InputError(
+            f"{path}: empty file (expected candidate items or timelines, one JSON object per line)"
+        )
     fmt = timeline_format(path)
     return "timelines" if fmt == "jsonl" else fmt
 
@@ -222,8 +236,10 @@ def read_input(cfg: CandidatesConfig) -> Inputs:
     items, summary = timeline_items(clips, cfg)
     if not items:
         skipped = ", ".join(f"{k}={v}" for k, v in sorted(summary["skipped"].items())) or "none"
-        raise InputError(f"input: {path}: no temporal-grounding item could be cut from its {len(clips)} clips "
-                         f"(skipped: {skipped})")
+        raise InputError(
+            f"input: {path}: no temporal-grounding item could be cut from its {len(clips)} clips "
+            f"(skipped: {skipped})"
+        )
     return Inputs(items, input_files(path, tfmt), fmt, summary)
 
 
@@ -235,7 +251,9 @@ def read_items(path: Path) -> list[CandidateItem]:
         where = f"{path}:{lineno}"
         item = validated(CandidateItem, row, where)
         if item.item_id in seen:
-            raise InputError(f"{where}: item_id: {item.item_id!r} repeats line {seen[item.item_id]}")
+            raise InputError(
+                f"{where}: item_id: {item.item_id!r} repeats line {seen[item.item_id]}"
+            )
         seen[item.item_id] = lineno
         ids = [n.id for n in item.negatives]
         dup = next((i for i in ids if ids.count(i) > 1), None)
@@ -243,11 +261,15 @@ def read_items(path: Path) -> list[CandidateItem]:
             raise InputError(f"{where}: negatives: id {dup!r} is given twice")
         items.append(item)
     if not items:
-        raise InputError(f"{path}: no items (one JSON object per line: item_id, task, question, positive, context…)")
+        raise InputError(
+            f"{path}: no items (one JSON object per line: item_id, task, question, positive, context…)"
+        )
     return items
 
 
-def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[CandidateItem], dict[str, Any]]:
+def timeline_items(
+    clips: list[Clip], cfg: CandidatesConfig
+) -> tuple[list[CandidateItem], dict[str, Any]]:
     """Temporal-grounding items from narration timelines ("what did C do at T", over a window:
     not EgoIntrospect's Memory Recall Prediction, which asks which detail the user recalls and
     needs recall annotations, ``input_format=recall``). Per clip, up to ``per_clip`` positives are
@@ -282,7 +304,11 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
             w = wins[i] = window(ln.t)
             before = sum(lines[j].t < ln.t for j in w)
             after = sum(lines[j].t > ln.t for j in w)
-            if before >= cfg.min_side_lines and after >= cfg.min_side_lines and keys.count(keys[i]) == 1:
+            if (
+                before >= cfg.min_side_lines
+                and after >= cfg.min_side_lines
+                and keys.count(keys[i]) == 1
+            ):
                 eligible.append(i)
         if not eligible:
             skipped["no_eligible_positive"] += 1
@@ -303,37 +329,65 @@ def timeline_items(clips: list[Clip], cfg: CandidatesConfig) -> tuple[list[Candi
             w = wins[i]
             others = [p for p in picked if p != i and p in w]
             annotated = {keys[p] for p in [i, *others]}
-            negatives = [j for j in w if j != i and j not in others and keys[j] not in annotated
-                         and lines[j].speaker == "C" and sum(keys[x] == keys[j] for x in w) == 1
-                         and keys[j].removeprefix("c").strip()]
+            negatives = [
+                j
+                for j in w
+                if j != i
+                and j not in others
+                and keys[j] not in annotated
+                and lines[j].speaker == "C"
+                and sum(keys[x] == keys[j] for x in w) == 1
+                and keys[j].removeprefix("c").strip()
+            ]
             t = lines[i].t
             try:
-                items.append(CandidateItem(
-                    item_id=f"{clip.clip_id}#L{i + 1}", task="temporal_grounding",
-                    question=cfg.question_template.format(time=fmt_time(t)),
-                    positive=Positive(text=narration_text(lines[i].text), time=t, id=f"L{i + 1}"),
-                    context=[TimedLine(t=lines[j].t, text=lines[j].text) for j in w],
-                    window=Window(start=lines[w[0]].t, end=lines[w[-1]].t),
-                    others=[Other(text=narration_text(lines[p].text), time=lines[p].t, id=f"L{p + 1}") for p in others],
-                    negatives=[Negative(id=f"L{j + 1}", text=narration_text(lines[j].text), time=lines[j].t)
-                               for j in negatives],
-                    sources=[w.index(j) for j in negatives],
-                    group=clip.clip_id,
-                ))
+                items.append(
+                    CandidateItem(
+                        item_id=f"{clip.clip_id}#L{i + 1}",
+                        task="temporal_grounding",
+                        question=cfg.question_template.format(time=fmt_time(t)),
+                        positive=Positive(
+                            text=narration_text(lines[i].text), time=t, id=f"L{i + 1}"
+                        ),
+                        context=[TimedLine(t=lines[j].t, text=lines[j].text) for j in w],
+                        window=Window(start=lines[w[0]].t, end=lines[w[-1]].t),
+                        others=[
+                            Other(
+                                text=narration_text(lines[p].text), time=lines[p].t, id=f"L{p + 1}"
+                            )
+                            for p in others
+                        ],
+                        negatives=[
+                            Negative(
+                                id=f"L{j + 1}", text=narration_text(lines[j].text), time=lines[j].t
+                            )
+                            for j in negatives
+                        ],
+                        sources=[w.index(j) for j in negatives],
+                        group=clip.clip_id,
+                    )
+                )
             except ValidationError as e:  # a narration too long for an option, a time out of range
                 field, msg = first_error(e)
                 skipped["unusable_positive"] += 1
                 details.append(f"{clip.source}: line {i + 1}: {field}: {msg}")
-    return items, {"clips": len(clips), "items": len(items), "skipped": dict(sorted(skipped.items())),
-                   "skipped_examples": details[:5]}
+    return items, {
+        "clips": len(clips),
+        "items": len(items),
+        "skipped": dict(sorted(skipped.items())),
+        "skipped_examples": details[:5],
+    }
 
 
 # --------------------------------------------------------------------------- the generator
 
 
 def funnel_rows(reached: list[int], rerank: bool) -> list[dict[str, Any]]:
-    return [{"step": step, "items": sum(r > i for r in reached)} for i, step in enumerate(STEPS)
-            if rerank or step != "rerank"]
+    return [
+        {"step": step, "items": sum(r > i for r in reached)}
+        for i, step in enumerate(STEPS)
+        if rerank or step != "rerank"
+    ]
 
 
 def funnel_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -344,21 +398,39 @@ def funnel_lines(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+def merge_shards(
+    ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]
+) -> None:
     """``merge``: the funnel and the rerank agreement of all shards (counts add up)."""
     funnels = [m[NAME]["funnel"] for m in manifests]
     agree: Counter[str] = Counter()
     for m in manifests:
-        agree.update({k: v for k, v in m[NAME]["rerank_agreement"].items()
-                      if k in ("both", "llm_only", "embedding_only", "neither") and isinstance(v, int)})
+        agree.update(
+            {
+                k: v
+                for k, v in m[NAME]["rerank_agreement"].items()
+                if k in ("both", "llm_only", "embedding_only", "neither") and isinstance(v, int)
+            }
+        )
     first = manifests[0][NAME]
-    ctx.extra[NAME] = {**first,
-                       "funnel": [{"step": r["step"], "items": sum(f[i]["items"] for f in funnels)}
-                                  for i, r in enumerate(funnels[0])],
-                       "rerank_agreement": rr.agreement_summary(agree)}
+    ctx.extra[NAME] = {
+        **first,
+        "funnel": [
+            {"step": r["step"], "items": sum(f[i]["items"] for f in funnels)}
+            for i, r in enumerate(funnels[0])
+        ],
+        "rerank_agreement": rr.agreement_summary(agree),
+    }
 
 
-@generator(NAME, config=CandidatesConfig, records=CandidateRecord, kind="mcq", plan=plan, merge=merge_shards)
+@generator(
+    NAME,
+    config=CandidatesConfig,
+    records=CandidateRecord,
+    kind="mcq",
+    plan=plan,
+    merge=merge_shards,
+)
 def candidates(cfg: CandidatesConfig, ctx: RunContext) -> Iterator[CandidateRecord | Reject]:
     """Candidate sets around an annotated positive: generated, label+reason or sampled wrong options (input=items|timelines)."""
     data: Inputs = ctx.plan.data
@@ -366,12 +438,18 @@ def candidates(cfg: CandidatesConfig, ctx: RunContext) -> Iterator[CandidateReco
         ctx.record_input(f)
     reached: list[int] = []
     agree: Counter[str] = Counter()
-    for res in ctx.imap(lambda i: process(ctx, cfg, i, data.items[i]), ctx.indices()):  # many at once, in order
+    for res in ctx.imap(
+        lambda i: process(ctx, cfg, i, data.items[i]), ctx.indices()
+    ):  # many at once, in order
         reached.append(res.reached)
         agree.update(res.agreement)
         yield res.out
     rows = funnel_rows(reached, cfg.rerank)
-    ctx.extra[NAME] = {"funnel": rows, "input_format": data.fmt, "options": cfg.options,
-                       "rerank_agreement": rr.agreement_summary(agree),
-                       "recall" if data.fmt == "recall" else "timeline": data.timeline}
+    ctx.extra[NAME] = {
+        "funnel": rows,
+        "input_format": data.fmt,
+        "options": cfg.options,
+        "rerank_agreement": rr.agreement_summary(agree),
+        "recall" if data.fmt == "recall" else "timeline": data.timeline,
+    }
     ctx.say(*funnel_lines(rows))

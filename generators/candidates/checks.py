@@ -155,8 +155,11 @@ class Setup:
     def off_subject(self, text: str) -> bool:
         """The positive is a narration about the camera wearer (``C takes …``) and ``text`` is not:
         who acts is code's to keep, and an option about someone else is eliminated on its face."""
-        return self.cfg.kind != "label_reason" and bool(_SUBJECT.match(self.positive.text)) \
+        return (
+            self.cfg.kind != "label_reason"
+            and bool(_SUBJECT.match(self.positive.text))
             and not _SUBJECT.match(text)
+        )
 
 
 def borrowed_words(text: str, donors: list[str], own: str) -> list[str]:
@@ -227,7 +230,10 @@ class Pool:
         if self.items:
             c = sim(o.core, [x.core for x in self.items])
             if float(c.max()) >= cfg.max_similarity:
-                return "near_duplicate", f"cosine {float(c.max()):.3f} to {self.items[int(c.argmax())].core!r}"
+                return (
+                    "near_duplicate",
+                    f"cosine {float(c.max()):.3f} to {self.items[int(c.argmax())].core!r}",
+                )
         src = narration_text(s.lines[o.line].text) if o.line is not None else None
         if src is not None and (borrowed := borrowed_words(o.core, [s.positive.core], src)):
             return "borrowed", f"takes {', '.join(borrowed)} from the positive, not from its line"
@@ -258,9 +264,11 @@ class Pool:
         return self.turned.most_common(1)[0][0] if self.turned else fallback
 
     def detail(self, need: int) -> str:
-        return (f"{len(self.items)} usable of {need}; turned away: "
-                + (", ".join(f"{k}={v}" for k, v in self.turned.most_common()) or "none")
-                + (f"; last: {'; '.join(self.rejected[-3:])}" if self.rejected else ""))
+        return (
+            f"{len(self.items)} usable of {need}; turned away: "
+            + (", ".join(f"{k}={v}" for k, v in self.turned.most_common()) or "none")
+            + (f"; last: {'; '.join(self.rejected[-3:])}" if self.rejected else "")
+        )
 
 
 def set_problem(s: Setup, options: list[Option]) -> tuple[str, str] | None:
@@ -280,5 +288,7 @@ def set_problem(s: Setup, options: list[Option]) -> tuple[str, str] | None:
     np.fill_diagonal(sims, -1)
     if float(sims.max()) >= cfg.max_similarity:
         i, j = np.unravel_index(int(sims.argmax()), sims.shape)
-        return ("near_positive" if 0 in (i, j) else "near_duplicate"), f"cosine {float(sims.max()):.3f}"
+        return (
+            "near_positive" if 0 in (i, j) else "near_duplicate"
+        ), f"cosine {float(sims.max()):.3f}"
     return None

@@ -93,12 +93,21 @@ def input_problem(item: CandidateItem, cfg: CandidatesConfig) -> tuple[str, str]
 
 
 def prompt_lines(lines: list[TimedLine], numbered: bool) -> list[str]:
-    return [f"{i + 1}. {fmt_time(x.t)} | {x.text}" if numbered else f"{fmt_time(x.t)} | {x.text}"
-            for i, x in enumerate(lines)]
+    return [
+        f"{i + 1}. {fmt_time(x.t)} | {x.text}" if numbered else f"{fmt_time(x.t)} | {x.text}"
+        for i, x in enumerate(lines)
+    ]
 
 
-def _llm(ctx: RunContext, msgs: list[dict[str, str]], schema: Any, seed: int, max_tokens: int,
-         stage: str, errors: list[LLMOutputError]) -> Any:
+def _llm(
+    ctx: RunContext,
+    msgs: list[dict[str, str]],
+    schema: Any,
+    seed: int,
+    max_tokens: int,
+    stage: str,
+    errors: list[LLMOutputError],
+) -> Any:
     try:
         return ctx.llm.structured(msgs, schema, seed=seed, max_tokens=max_tokens)
     except LLMOutputError as e:
@@ -113,13 +122,18 @@ def source_order(s: Setup, seed: int) -> list[int]:
     order = list(s.allowed)
     random.Random(seed).shuffle(order)
     size = s.size(s.positive.text)
-    fits = [j for j in order if length_problem([size, s.size(narration_text(s.lines[j].text))],
-                                               s.cfg.length_ratio) is None]
+    fits = [
+        j
+        for j in order
+        if length_problem([size, s.size(narration_text(s.lines[j].text))], s.cfg.length_ratio)
+        is None
+    ]
     return fits + [j for j in order if j not in fits]
 
 
-def generate(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateItem, s: Setup,
-             room: int) -> Pool:
+def generate(
+    ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateItem, s: Setup, room: int
+) -> Pool:
     """Generated wrong options. On a timed context (``cite_sources``) code picks the moments and
     one call each rewrites a moment in the positive's style (at most ``attempts`` x room moments
     tried); otherwise one call writes the missing options from the whole context, ``attempts``
@@ -127,13 +141,24 @@ def generate(ctx: RunContext, cfg: CandidatesConfig, index: int, item: Candidate
     pool = Pool(s, room, ctx.count)
     errors = pool.llm_errors
     if cfg.cite_sources and s.lines:
-        for j in source_order(s, ctx.seed(index, "sources"))[:cfg.attempts * room]:
+        for j in source_order(s, ctx.seed(index, "sources"))[: cfg.attempts * room]:
             if pool.full:
                 break
-            msgs = ctx.prompts.render("candidates/restyle.jinja", positive=s.positive.text,
-                                      line=prompt_lines(s.lines, False)[j])
+            msgs = ctx.prompts.render(
+                "candidates/restyle.jinja",
+                positive=s.positive.text,
+                line=prompt_lines(s.lines, False)[j],
+            )
             s.examples |= _example_strings(msgs)
-            draft = _llm(ctx, msgs, RestyleDraft, ctx.seed(index, "distractor", j), cfg.draft_tokens, "distractors", errors)
+            draft = _llm(
+                ctx,
+                msgs,
+                RestyleDraft,
+                ctx.seed(index, "distractor", j),
+                cfg.draft_tokens,
+                "distractors",
+                errors,
+            )
             if draft is not None:
                 text = clean(draft.text)
                 pool.offer(Option(text, text, "generated", s.lines[j].t, line=j))
@@ -143,35 +168,66 @@ def generate(ctx: RunContext, cfg: CandidatesConfig, index: int, item: Candidate
             break
         need = room - len(pool.items)
         msgs = ctx.prompts.render(
-            "candidates/generated.jinja", lines=prompt_lines(s.lines, False), question=item.question,
-            text=item.context if isinstance(item.context, str) else "", positive=s.positive.text,
-            others=s.others, need=need)
+            "candidates/generated.jinja",
+            lines=prompt_lines(s.lines, False),
+            question=item.question,
+            text=item.context if isinstance(item.context, str) else "",
+            positive=s.positive.text,
+            others=s.others,
+            need=need,
+        )
         s.examples |= _example_strings(msgs)
-        draft = _llm(ctx, msgs, plain_draft(need), ctx.seed(index, "distractors", a), cfg.draft_tokens,
-                     "distractors", errors)
+        draft = _llm(
+            ctx,
+            msgs,
+            plain_draft(need),
+            ctx.seed(index, "distractors", a),
+            cfg.draft_tokens,
+            "distractors",
+            errors,
+        )
         for d in draft.distractors if draft is not None else []:
             text = clean(d)
             pool.offer(Option(text, text, "generated"))
     return pool
 
 
-def label_reasons(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateItem, s: Setup) -> Pool:
+def label_reasons(
+    ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateItem, s: Setup
+) -> Pool:
     p = item.positive
     others = [x for x in cfg.taxonomy if x != p.label]
-    if cfg.options - 1 < len(others):  # a smaller set: the other labels sampled with the item's seed
-        others = sorted(random.Random(ctx.seed(index, "labels")).sample(others, cfg.options - 1), key=cfg.taxonomy.index)
+    if cfg.options - 1 < len(
+        others
+    ):  # a smaller set: the other labels sampled with the item's seed
+        others = sorted(
+            random.Random(ctx.seed(index, "labels")).sample(others, cfg.options - 1),
+            key=cfg.taxonomy.index,
+        )
     pool = Pool(s, len(others), ctx.count)
     errors = pool.llm_errors
     for a in range(cfg.attempts):
         missing = [x for x in others if x not in {o.label for o in pool.items}]
         if not missing:
             break
-        msgs = ctx.prompts.render("candidates/label_reason.jinja", lines=prompt_lines(s.lines, False),
-                                  text=item.context if isinstance(item.context, str) else "",
-                                  label=p.label, reason=p.reason, labels=missing)
+        msgs = ctx.prompts.render(
+            "candidates/label_reason.jinja",
+            lines=prompt_lines(s.lines, False),
+            text=item.context if isinstance(item.context, str) else "",
+            label=p.label,
+            reason=p.reason,
+            labels=missing,
+        )
         s.examples |= _example_strings(msgs)
-        draft = _llm(ctx, msgs, reasons_draft(tuple(missing)), ctx.seed(index, "reasons", a), cfg.draft_tokens,
-                     "reasons", errors)
+        draft = _llm(
+            ctx,
+            msgs,
+            reasons_draft(tuple(missing)),
+            ctx.seed(index, "reasons", a),
+            cfg.draft_tokens,
+            "reasons",
+            errors,
+        )
         if draft is None:
             continue
         for j, label in enumerate(missing):
@@ -194,19 +250,33 @@ def sample(ctx: RunContext, item: CandidateItem, s: Setup, room: int, rng: rando
     if len(draw) < len(item.negatives):
         ctx.count("sampled.annotated_id_excluded", len(item.negatives) - len(draw))
     if len(draw) >= room:
-        pool.items = [Option(n.text, n.text, f"sampled:{n.id}", n.time) for n in rng.sample(draw, room)]
+        pool.items = [
+            Option(n.text, n.text, f"sampled:{n.id}", n.time) for n in rng.sample(draw, room)
+        ]
     return pool
 
 
-def reword(ctx: RunContext, cfg: CandidatesConfig, index: int, s: Setup, chosen: list[Option]) -> tuple[Option, float | None]:
+def reword(
+    ctx: RunContext, cfg: CandidatesConfig, index: int, s: Setup, chosen: list[Option]
+) -> tuple[Option, float | None]:
     """The positive reworded to the distractors' phrasing when the rewording keeps its meaning and
     the set still passes every rule; else the original (counted why)."""
     pos = s.positive
-    msgs = ctx.prompts.render("candidates/reword.jinja", positive=pos.core, others=[o.core for o in chosen])
+    msgs = ctx.prompts.render(
+        "candidates/reword.jinja", positive=pos.core, others=[o.core for o in chosen]
+    )
     s.examples |= _example_strings(msgs)
     errors: list[LLMOutputError] = []
     for a in range(cfg.attempts):
-        draft = _llm(ctx, msgs, RewordDraft, ctx.seed(index, "reword", a), cfg.reword_tokens, "reword", errors)
+        draft = _llm(
+            ctx,
+            msgs,
+            RewordDraft,
+            ctx.seed(index, "reword", a),
+            cfg.reword_tokens,
+            "reword",
+            errors,
+        )
         if draft is None:
             continue
         core = clean(draft.text)
@@ -219,7 +289,13 @@ def reword(ctx: RunContext, cfg: CandidatesConfig, index: int, s: Setup, chosen:
         sim = float(s.vectors.sim(core, [pos.core])[0]) if why is None else 0.0
         if why is None and sim < cfg.reword_min_similarity:
             why = "meaning_changed"
-        new = Option(surface(option_text(pos.label, core), pos.text), core, "positive", pos.time, label=pos.label)
+        new = Option(
+            surface(option_text(pos.label, core), pos.text),
+            core,
+            "positive",
+            pos.time,
+            label=pos.label,
+        )
         if why is None:
             p = set_problem(s, [new, *chosen])
             why = p[0] if p else None
@@ -235,11 +311,19 @@ def hidden_lines(s: Setup, item: CandidateItem, options: list[Option]) -> set[in
     """Context lines the candidate must not see: lines naming the positive or holding a withheld
     text, the lines options were based on, lines equal to an option, and the lines of the other
     annotated items (each is the answer of its own item: shown here, it would leak across items)."""
-    keys = {_key(o.core) for o in options} | {_key(o.text) for o in options} | {_key(o) for o in s.others}
+    keys = (
+        {_key(o.core) for o in options}
+        | {_key(o.text) for o in options}
+        | {_key(o) for o in s.others}
+    )
     out = set()
     for j, ln in enumerate(s.lines):
         k = key(ln.text)
-        if k in s.named or k in keys or any(has_phrase(_key(w), _key(ln.text)) for w in item.withhold):
+        if (
+            k in s.named
+            or k in keys
+            or any(has_phrase(_key(w), _key(ln.text)) for w in item.withhold)
+        ):
             out.add(j)
     return out | {o.line for o in options if o.line is not None} | set(item.hide)
 
@@ -247,24 +331,49 @@ def hidden_lines(s: Setup, item: CandidateItem, options: list[Option]) -> set[in
 def setup(ctx: RunContext, cfg: CandidatesConfig, item: CandidateItem, vectors: Vectors) -> Setup:
     annotated = positive_option(item, cfg.kind)
     # sampled: the participant-approved text as it is (no surface of ours)
-    pos = annotated if cfg.kind == "sampled" else replace(annotated, text=surface(annotated.text, annotated.text))
+    pos = (
+        annotated
+        if cfg.kind == "sampled"
+        else replace(annotated, text=surface(annotated.text, annotated.text))
+    )
     lines = item.lines
     pk = _key(pos.core)
     named: set[str] = set()
     if lines:
         lk = [key(x.text) for x in lines]
         sims = vectors.sim(pos.core, [narration_text(x.text) for x in lines])
-        named = {k for k, c in zip(lk, sims, strict=True) if k == pk or has_phrase(pk, k) or c >= cfg.max_similarity}
+        named = {
+            k
+            for k, c in zip(lk, sims, strict=True)
+            if k == pk or has_phrase(pk, k) or c >= cfg.max_similarity
+        }
     others = [o.text for o in item.others]
     other_keys = {_key(o) for o in others}
     counts = Counter(key(x.text) for x in lines)
     repeated = near_repeats([narration_text(x.text) for x in lines], vectors, cfg.max_similarity)
-    allowed = [j for j, x in enumerate(lines) if key(x.text) not in named and key(x.text) not in other_keys
-               and counts[key(x.text)] == 1 and j not in repeated
-               and not any(has_phrase(_key(w), _key(x.text)) for w in item.withhold)
-               and (item.sources is None or j in item.sources) and j not in item.hide]
-    return Setup(cfg, pos, others, named, list(item.withhold), vectors, set(), lines, allowed,
-                 annotated=annotated.text)
+    allowed = [
+        j
+        for j, x in enumerate(lines)
+        if key(x.text) not in named
+        and key(x.text) not in other_keys
+        and counts[key(x.text)] == 1
+        and j not in repeated
+        and not any(has_phrase(_key(w), _key(x.text)) for w in item.withhold)
+        and (item.sources is None or j in item.sources)
+        and j not in item.hide
+    ]
+    return Setup(
+        cfg,
+        pos,
+        others,
+        named,
+        list(item.withhold),
+        vectors,
+        set(),
+        lines,
+        allowed,
+        annotated=annotated.text,
+    )
 
 
 def near_repeats(texts: list[str], vectors: Vectors, threshold: float) -> set[int]:
@@ -283,9 +392,20 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
     k = cfg.options
     record_id = ctx.record_id(index)
 
-    def reject(step: str, stage: str, reason: str, detail: str, raw: str | None = None) -> ItemResult:
-        return ItemResult(Reject(record_id=record_id, index=index, stage=stage, reason=reason,
-                                 detail=f"item {item.item_id}: {detail}", raw=raw), STEPS.index(step))
+    def reject(
+        step: str, stage: str, reason: str, detail: str, raw: str | None = None
+    ) -> ItemResult:
+        return ItemResult(
+            Reject(
+                record_id=record_id,
+                index=index,
+                stage=stage,
+                reason=reason,
+                detail=f"item {item.item_id}: {detail}",
+                raw=raw,
+            ),
+            STEPS.index(step),
+        )
 
     problem = input_problem(item, cfg)
     if problem:
@@ -295,8 +415,12 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
     if s.positive.text != s.annotated:
         ctx.count("surface.changed")
     if cfg.kind == "generated" and cfg.cite_sources and s.lines and len(s.allowed) < k - 1:
-        return reject("input checks", "input", "too_few_sources",
-                      f"{len(s.allowed)} context lines a wrong option may be based on, need {k - 1}")
+        return reject(
+            "input checks",
+            "input",
+            "too_few_sources",
+            f"{len(s.allowed)} context lines a wrong option may be based on, need {k - 1}",
+        )
     shuffle_seed = ctx.seed(index, "sample" if cfg.kind == "sampled" else "shuffle")
     rng = random.Random(shuffle_seed)
     room = k - 1 + (cfg.rerank_spares if cfg.rerank else 0)
@@ -309,39 +433,73 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
     need = k - 1
     if len(pool.items) < need:
         errors = pool.llm_errors
-        fallback = errors[-1].reason if errors else ("too_few_negatives" if cfg.kind == "sampled" else "too_few_distractors")
-        return reject("distractors", cfg.kind, pool.reason(fallback), pool.detail(need), errors[-1].raw if errors else None)
+        fallback = (
+            errors[-1].reason
+            if errors
+            else ("too_few_negatives" if cfg.kind == "sampled" else "too_few_distractors")
+        )
+        return reject(
+            "distractors",
+            cfg.kind,
+            pool.reason(fallback),
+            pool.detail(need),
+            errors[-1].raw if errors else None,
+        )
     chosen = pool.items[:need]
     if cfg.kind == "sampled":
         texts = [key(o.text) for o in (s.positive, *chosen)]
-        if len(set(texts)) < len(texts):  # refused, never rewritten: two options would read the same
-            return reject("distractors", cfg.kind, "duplicate_options",
-                          f"two of the drawn options read the same: {[o.text for o in (s.positive, *chosen)]}")
+        if len(set(texts)) < len(
+            texts
+        ):  # refused, never rewritten: two options would read the same
+            return reject(
+                "distractors",
+                cfg.kind,
+                "duplicate_options",
+                f"two of the drawn options read the same: {[o.text for o in (s.positive, *chosen)]}",
+            )
     rerank_info: dict[str, Any] | None = None
     agreement: dict[str, int] = {}
     if cfg.rerank:
         texts = [s.positive.text, *(o.text for o in pool.items)]
         try:
-            draft, calls = rr.call(ctx.llm, ctx.prompts, rr.render_context(item.context), texts,
-                                   seed=lambda a: ctx.seed(index, "rerank", a), attempts=cfg.rerank_attempts,
-                                   max_tokens=cfg.rerank_tokens, count=ctx.count)
+            draft, calls = rr.call(
+                ctx.llm,
+                ctx.prompts,
+                rr.render_context(item.context),
+                texts,
+                seed=lambda a: ctx.seed(index, "rerank", a),
+                attempts=cfg.rerank_attempts,
+                max_tokens=cfg.rerank_tokens,
+                count=ctx.count,
+            )
         except rr.RerankFailure as e:
-            return reject("rerank", "rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw)
+            return reject(
+                "rerank", "rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw
+            )
         res = rr.resolve(draft, len(texts), protect=0, count=ctx.count)
         keep = [i for i in res.kept if i != 0]
         if len(keep) < need:
-            return reject("rerank", "rerank", "too_few_after_dedup",
-                          f"{len(keep)} wrong options left after removing {len(res.removed)} duplicates, need {need}")
+            return reject(
+                "rerank",
+                "rerank",
+                "too_few_after_dedup",
+                f"{len(keep)} wrong options left after removing {len(res.removed)} duplicates, need {need}",
+            )
         chosen = [pool.items[i - 1] for i in keep[:need]]
         ctx.count("rerank.ungrounded_used", sum(not res.grounded[i] for i in keep[:need]))
         emb = [(a, b) for a, b in rr.embedding_pairs(ctx.embedder, texts, cfg.max_similarity)]
         agreement = rr.agreement(len(texts), res.groups, emb)
         names = ["positive", *(f"d{j + 1}" for j in range(len(pool.items)))]
-        rerank_info = {"pool": names, "order": [names[i] for i in res.order],
-                       "removed": [[names[i], names[j]] for i, j in res.removed],
-                       "ungrounded": [names[i] for i, g in enumerate(res.grounded) if not g],
-                       "reason": draft.reason, "calls": calls,
-                       "embedding_duplicates": [[names[a], names[b]] for a, b in emb], "agreement": agreement}
+        rerank_info = {
+            "pool": names,
+            "order": [names[i] for i in res.order],
+            "removed": [[names[i], names[j]] for i, j in res.removed],
+            "ungrounded": [names[i] for i, g in enumerate(res.grounded) if not g],
+            "reason": draft.reason,
+            "calls": calls,
+            "embedding_duplicates": [[names[a], names[b]] for a, b in emb],
+            "agreement": agreement,
+        }
     positive, sim = s.positive, None
     if cfg.reword_positive and cfg.kind != "sampled":
         positive, sim = reword(ctx, cfg, index, s, chosen)
@@ -350,22 +508,39 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
     rng.shuffle(order)
     hide = hidden_lines(s, item, [s.positive, *options])
     shown = [options[i] for i in order]
-    visible: dict[str, Any] = {"context": "\n".join(fmt_line_of(x) for j, x in enumerate(s.lines) if j not in hide)
-                               if s.lines else (item.context if isinstance(item.context, str) else "")}
+    visible: dict[str, Any] = {
+        "context": "\n".join(fmt_line_of(x) for j, x in enumerate(s.lines) if j not in hide)
+        if s.lines
+        else (item.context if isinstance(item.context, str) else "")
+    }
     privileged: dict[str, Any] = {
         "positive": s.annotated,
         "option_times": {str(j): o.time for j, o in enumerate(shown) if o.time is not None},
-        "sources": {str(j): fmt_line_of(s.lines[o.line]) for j, o in enumerate(shown) if o.line is not None},
+        "sources": {
+            str(j): fmt_line_of(s.lines[o.line]) for j, o in enumerate(shown) if o.line is not None
+        },
     }
     if item.withhold:
         privileged["withheld"] = list(item.withhold)
     rec = CandidateRecord(
-        item_id=record_id, question_type=item.task, question=item.question, options=[o.text for o in shown],
-        answer=order.index(0), origins=[o.origin for o in shown], group=item.group or item.item_id,
-        visible=visible, privileged=privileged, source_item=item.item_id, kind=cfg.kind,
-        reworded=positive is not s.positive, reword_similarity=sim,
-        window=item.window.model_dump() if item.window else None, others=[o.text for o in item.others],
-        shuffle_seed=shuffle_seed, rerank=rerank_info)
+        item_id=record_id,
+        question_type=item.task,
+        question=item.question,
+        options=[o.text for o in shown],
+        answer=order.index(0),
+        origins=[o.origin for o in shown],
+        group=item.group or item.item_id,
+        visible=visible,
+        privileged=privileged,
+        source_item=item.item_id,
+        kind=cfg.kind,
+        reworded=positive is not s.positive,
+        reword_similarity=sim,
+        window=item.window.model_dump() if item.window else None,
+        others=[o.text for o in item.others],
+        shuffle_seed=shuffle_seed,
+        rerank=rerank_info,
+    )
     return ItemResult(rec, len(STEPS), agreement)
 
 

@@ -32,20 +32,28 @@ def read_recall(path: Path) -> list[RecallSession]:
         where = f"{path}:{lineno}"
         s = validated(RecallSession, row, where)
         if s.session_id in seen:
-            raise InputError(f"{where}: session_id: {s.session_id!r} repeats line {seen[s.session_id]}")
+            raise InputError(
+                f"{where}: session_id: {s.session_id!r} repeats line {seen[s.session_id]}"
+            )
         seen[s.session_id] = lineno
         ids = [d.detail_id for d in s.details]
         dup = next((i for i in ids if ids.count(i) > 1), None)
         if dup is not None:
             raise InputError(f"{where}: details: detail_id {dup!r} is given twice")
         events = {e.event_id for e in s.events}
-        stray = next((d for d in s.details if d.event_id is not None and d.event_id not in events), None)
+        stray = next(
+            (d for d in s.details if d.event_id is not None and d.event_id not in events), None
+        )
         if stray is not None:
-            raise InputError(f"{where}: details: {stray.detail_id!r} names event_id {stray.event_id!r}, "
-                             "which is not among events")
+            raise InputError(
+                f"{where}: details: {stray.detail_id!r} names event_id {stray.event_id!r}, "
+                "which is not among events"
+            )
         sessions.append(s)
     if not sessions:
-        raise InputError(f"{path}: no sessions (one JSON object per line: session_id, timeline, details…)")
+        raise InputError(
+            f"{path}: no sessions (one JSON object per line: session_id, timeline, details…)"
+        )
     return sessions
 
 
@@ -60,7 +68,9 @@ def clip_bounds(t: float, length: float, end: float) -> tuple[float, float]:
     return start, stop
 
 
-def recall_items(sessions: list[RecallSession], cfg: CandidatesConfig) -> tuple[list[CandidateItem], dict[str, Any]]:
+def recall_items(
+    sessions: list[RecallSession], cfg: CandidatesConfig
+) -> tuple[list[CandidateItem], dict[str, Any]]:
     """One item per vivid detail: the clip's timed lines are its context, the clip's other
     recalled details are its collision set (``others``: never an option), and the question asks
     which detail the user most likely recalls. The lines within ``recall_gap`` seconds of a
@@ -77,23 +87,42 @@ def recall_items(sessions: list[RecallSession], cfg: CandidatesConfig) -> tuple[
             lines = [x for x in s.timeline if start <= x.t <= stop]
             if not lines:
                 skipped["no_clip_lines"] += 1
-                details_seen.append(f"{s.session_id}/{d.detail_id}: no timeline line in {start:.0f}-{stop:.0f} s")
+                details_seen.append(
+                    f"{s.session_id}/{d.detail_id}: no timeline line in {start:.0f}-{stop:.0f} s"
+                )
                 continue
-            others = [o for o in s.details if o.detail_id != d.detail_id and start <= o.time <= stop]
+            others = [
+                o for o in s.details if o.detail_id != d.detail_id and start <= o.time <= stop
+            ]
             moments = [d.time, *(o.time for o in others)]
-            hide = [j for j, x in enumerate(lines) if any(abs(x.t - m) <= cfg.recall_gap for m in moments)]
+            hide = [
+                j
+                for j, x in enumerate(lines)
+                if any(abs(x.t - m) <= cfg.recall_gap for m in moments)
+            ]
             try:
-                items.append(CandidateItem(
-                    item_id=f"{s.session_id}#{d.detail_id}", task="memory_recall", question=cfg.recall_question,
-                    positive=Positive(text=d.text, time=d.time, id=d.detail_id),
-                    context=[TimedLine(t=x.t, text=x.text) for x in lines],
-                    window=Window(start=start, end=stop),
-                    others=[Other(text=o.text, time=o.time, id=o.detail_id) for o in others],
-                    hide=hide, group=s.session_id))
+                items.append(
+                    CandidateItem(
+                        item_id=f"{s.session_id}#{d.detail_id}",
+                        task="memory_recall",
+                        question=cfg.recall_question,
+                        positive=Positive(text=d.text, time=d.time, id=d.detail_id),
+                        context=[TimedLine(t=x.t, text=x.text) for x in lines],
+                        window=Window(start=start, end=stop),
+                        others=[Other(text=o.text, time=o.time, id=o.detail_id) for o in others],
+                        hide=hide,
+                        group=s.session_id,
+                    )
+                )
             except ValidationError as e:
                 field, msg = first_error(e)
                 skipped["unusable_detail"] += 1
                 details_seen.append(f"{s.session_id}/{d.detail_id}: {field}: {msg}")
-    return items, {"sessions": len(sessions), "details": sum(len(s.details) for s in sessions),
-                   "items": len(items), "clip_seconds": cfg.clip, "skipped": dict(sorted(skipped.items())),
-                   "skipped_examples": details_seen[:5]}
+    return items, {
+        "sessions": len(sessions),
+        "details": sum(len(s.details) for s in sessions),
+        "items": len(items),
+        "clip_seconds": cfg.clip,
+        "skipped": dict(sorted(skipped.items())),
+        "skipped_examples": details_seen[:5],
+    }

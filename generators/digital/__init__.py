@@ -57,8 +57,32 @@ from gen.schemas.personas import PersonaRecord
 from gen.stages import StageConfig, StagesConfig
 from gen.wagibench import bundle_stats, wagibench_record
 
-DEFAULT_HOUR_WEIGHTS = [0.6, 0.3, 0.2, 0.1, 0.1, 0.3, 1.2, 3, 4, 4.5, 4.5, 4.5, 5, 4.5, 4.5, 4.5,
-                        4.5, 5, 5.5, 5.5, 5, 4, 3, 1.5]
+DEFAULT_HOUR_WEIGHTS = [
+    0.6,
+    0.3,
+    0.2,
+    0.1,
+    0.1,
+    0.3,
+    1.2,
+    3,
+    4,
+    4.5,
+    4.5,
+    4.5,
+    5,
+    4.5,
+    4.5,
+    4.5,
+    4.5,
+    5,
+    5.5,
+    5.5,
+    5,
+    4,
+    3,
+    1.5,
+]
 """Hour-of-day weights: phone use is low at night and peaks in the evening."""
 
 
@@ -110,7 +134,9 @@ class DigitalConfig(CommonConfig, BundleRules):
     """A goal bank (JSONL or parquet, as distractors reads): one bundle per goal, whose cued app
     makes the goal inferable; the bundle carries the goal row's client_tag and group (WAGIBench's
     join key) and replaces the cue bank."""
-    goal_apps: dict[str, list[App]] = Field(default_factory=lambda: {k: list(v) for k, v in GOAL_APPS.items()})
+    goal_apps: dict[str, list[App]] = Field(
+        default_factory=lambda: {k: list(v) for k, v in GOAL_APPS.items()}
+    )
     """goals=: per action type, the apps whose state may make the goal inferable ([]: uncued)."""
     cue_action_max: float = Field(0.5, ge=0, le=1)
     """goals=: the key-only state may hold at most this share of the goal's action words (its query,
@@ -142,8 +168,9 @@ class DigitalConfig(CommonConfig, BundleRules):
     """First date the current datetime is sampled from."""
     date_end: dt.date = dt.date(2025, 12, 31)
     """Last date the current datetime is sampled from."""
-    hour_weights: list[float] = Field(default_factory=lambda: list(DEFAULT_HOUR_WEIGHTS),
-                                      min_length=24, max_length=24)
+    hour_weights: list[float] = Field(
+        default_factory=lambda: list(DEFAULT_HOUR_WEIGHTS), min_length=24, max_length=24
+    )
     """Relative weight of each hour of the day (24 values)."""
     counts: CountsConfig = Field(default_factory=CountsConfig)
     """Items requested per app."""
@@ -161,9 +188,11 @@ class DigitalConfig(CommonConfig, BundleRules):
         if self.date_end < self.date_start:
             raise ValueError("date_end must not be before date_start")
         if (self.cue is None) != (self.cue_app is None):
-            raise ValueError("cue and cue_app go together (cue=\"...\" cue_app=Messaging)")
+            raise ValueError('cue and cue_app go together (cue="..." cue_app=Messaging)')
         if self.cue_app is not None and self.cue_app not in self.apps:
-            raise ValueError(f"cue_app {self.cue_app.value} is not among apps={[a.value for a in self.apps]}")
+            raise ValueError(
+                f"cue_app {self.cue_app.value} is not among apps={[a.value for a in self.apps]}"
+            )
         if len(set(self.apps)) != len(self.apps):
             raise ValueError("apps must not repeat")
         if sum(self.hour_weights) <= 0 or min(self.hour_weights) < 0:
@@ -173,12 +202,16 @@ class DigitalConfig(CommonConfig, BundleRules):
             raise ValueError("cue_recent_minutes must be [low, high] with 0 <= low <= high < 15")
         unknown = sorted(set(self.goal_apps) - set(GOAL_APPS))
         if unknown:
-            raise ValueError(f"goal_apps: unknown action type(s) {unknown}; the types are {sorted(GOAL_APPS)}")
+            raise ValueError(
+                f"goal_apps: unknown action type(s) {unknown}; the types are {sorted(GOAL_APPS)}"
+            )
         if self.goals is not None and self.cue is not None:
             raise ValueError("goals= sets each bundle's cue from its goal; drop cue=")
         if self.pool_dir is not None and not self.pool_dir.strip():
-            raise ValueError("pool_dir is empty (the pool would be made in the current folder): give a folder, "
-                             "or null for the run folder's pools/")
+            raise ValueError(
+                "pool_dir is empty (the pool would be made in the current folder): give a folder, "
+                "or null for the run folder's pools/"
+            )
         return self
 
 
@@ -190,8 +223,9 @@ def _add(counts: dict[str, int], more: dict[str, int]) -> None:
         counts[k] = counts.get(k, 0) + v
 
 
-def build_app(ctx: RunContext, cfg: DigitalConfig, st: State, app: App,
-              index: int) -> tuple[dict[str, Any] | Reject, dict[str, int]]:
+def build_app(
+    ctx: RunContext, cfg: DigitalConfig, st: State, app: App, index: int
+) -> tuple[dict[str, Any] | Reject, dict[str, int]]:
     """Generate one app chunk by chunk (each chunk retried with fresh seeds), validate,
     merge the cue items; too few valid items rejects the bundle."""
     bundle_id = ctx.record_id(index)
@@ -205,39 +239,69 @@ def build_app(ctx: RunContext, cfg: DigitalConfig, st: State, app: App,
     def ids(*parts: object) -> str:
         return derive_id(cfg.seed, "digital", index, app.value, *parts)
 
-    def attempt(what: str, messages_for: Callable[[], list[dict[str, str]]], schema: type[BaseModel],
-                build: Callable[[Any, Checker], list[Any]], max_tokens: int) -> list[Any]:
+    def attempt(
+        what: str,
+        messages_for: Callable[[], list[dict[str, str]]],
+        schema: type[BaseModel],
+        build: Callable[[Any, Checker], list[Any]],
+        max_tokens: int,
+    ) -> list[Any]:
         nonlocal last
         llm = ctx.stage_llm("cue" if what == "cue" else "apps")  # stages.<apps|cue>.llm
         for a in range(cfg.app_attempts):
             messages = messages_for()
             # a cue item should carry the cue's own words
             keep_out = [st.cue.cue] if what == "cue" and st.cue else []
-            chk = Checker(app, st, cfg, gates=Gates(messages, schema, language=cfg.language, keep_out=keep_out))
+            chk = Checker(
+                app,
+                st,
+                cfg,
+                gates=Gates(messages, schema, language=cfg.language, keep_out=keep_out),
+            )
             try:
-                draft = llm.structured(messages, schema, seed=ctx.seed(index, app.value, what, a),
-                                       max_tokens=max_tokens)
+                draft = llm.structured(
+                    messages,
+                    schema,
+                    seed=ctx.seed(index, app.value, what, a),
+                    max_tokens=max_tokens,
+                )
             except LLMOutputError as e:
                 _add(counts, {f"{app.value}.llm_{e.reason}.regenerated": 1})
-                last = Reject(record_id=bundle_id, index=index, stage=f"app.{app.value}", reason=e.reason,
-                              detail=e.detail, raw=e.raw)
+                last = Reject(
+                    record_id=bundle_id,
+                    index=index,
+                    stage=f"app.{app.value}",
+                    reason=e.reason,
+                    detail=e.detail,
+                    raw=e.raw,
+                )
                 continue
             items = build(draft, chk)
             _add(counts, chk.counts)
             if items:
                 return items
             _add(counts, {f"{app.value}.no_valid_item.regenerated": 1})
-            last = Reject(record_id=bundle_id, index=index, stage=f"app.{app.value}", reason="no_valid_item",
-                          detail=f"every item of call {what} failed validation", raw=draft.model_dump_json())
+            last = Reject(
+                record_id=bundle_id,
+                index=index,
+                stage=f"app.{app.value}",
+                reason="no_valid_item",
+                detail=f"every item of call {what} failed validation",
+                raw=draft.model_dump_json(),
+            )
         return []
 
     items: list[Any] = []
     step = cfg.items_per_call
     for start in range(0, sk.k, step):
-        slots = sk.slots[start:start + step]
+        slots = sk.slots[start : start + step]
         chunk = Skeleton(len(slots), slots)
         if app is App.Messaging:
-            msg_range = (len(slots[0]["senders"]),) * 2 if len(slots) == 1 else tuple(cfg.counts.messages_per_conversation)
+            msg_range = (
+                (len(slots[0]["senders"]),) * 2
+                if len(slots) == 1
+                else tuple(cfg.counts.messages_per_conversation)
+            )
             max_tokens = 40 + sum(70 * len(x["senders"]) + 30 for x in slots)
         else:
             msg_range = (1, 1)
@@ -245,12 +309,20 @@ def build_app(ctx: RunContext, cfg: DigitalConfig, st: State, app: App,
 
         # named functions, not lambdas: mypy cannot type a lambda whose defaults bind the loop's values
         def messages_for(slots: list[dict[str, Any]] = slots) -> list[dict[str, str]]:
-            return ctx.prompts.render(f"digital/{name}.jinja", s=st, lines=[slot_line(app, x, st) for x in slots])
+            return ctx.prompts.render(
+                f"digital/{name}.jinja", s=st, lines=[slot_line(app, x, st) for x in slots]
+            )
 
         def build(d: Any, chk: Checker, chunk: Skeleton = chunk, start: int = start) -> list[Any]:
             return validate_items(app, assemble(app, d, chunk, st, ids, start), chk)
 
-        items += attempt(f"chunk{start}", messages_for, draft_schema(app, len(slots), msg_range), build, max_tokens)
+        items += attempt(
+            f"chunk{start}",
+            messages_for,
+            draft_schema(app, len(slots), msg_range),
+            build,
+            max_tokens,
+        )
     final = Checker(app, st, cfg)
     items = validate_items(app, items, final)  # duplicates across chunks
     _add(counts, final.counts)
@@ -262,32 +334,58 @@ def build_app(ctx: RunContext, cfg: DigitalConfig, st: State, app: App,
             lambda: ctx.prompts.render(f"digital/{name}_cue.jinja", s=st, cue=st.cue, plan=plan),
             CUE_SCHEMA[app],
             lambda d, chk: validate_items(app, assemble_cue(app, d, plan, st, ids, chk), chk),
-            60 + 4 * TOKENS_PER_ITEM[app])
+            60 + 4 * TOKENS_PER_ITEM[app],
+        )
         if not cue_items:
             assert last is not None
             return last.model_copy(update={"stage": f"app.{app.value}.cue"}), counts
     if len(items) < minimum:
-        return Reject(record_id=bundle_id, index=index, stage=f"app.{app.value}", reason="too_few_items",
-                      detail=f"{len(items)} valid items after validation and {cfg.app_attempts} attempts per call, "
-                             f"minimum {minimum}" + (f"; last failure: {last.reason}" if last else ""),
-                      raw=last.raw if last else None), counts
+        return Reject(
+            record_id=bundle_id,
+            index=index,
+            stage=f"app.{app.value}",
+            reason="too_few_items",
+            detail=f"{len(items)} valid items after validation and {cfg.app_attempts} attempts per call, "
+            f"minimum {minimum}" + (f"; last failure: {last.reason}" if last else ""),
+            raw=last.raw if last else None,
+        ), counts
     return merge(app, items, cue_items, st), counts
 
 
-TOKENS_PER_ITEM = {App.Calendar: 70, App.Messaging: 120, App.Notes: 190, App.Search: 50,
-                   App.Videos: 110, App.Maps: 70, App.Music: 70}
+TOKENS_PER_ITEM = {
+    App.Calendar: 70,
+    App.Messaging: 120,
+    App.Notes: 190,
+    App.Search: 50,
+    App.Videos: 110,
+    App.Maps: 70,
+    App.Music: 70,
+}
 """Completion budget per item (the schema's string caps bound it; this only stops runaways)."""
 
 
-def make_bundle(ctx: RunContext, cfg: DigitalConfig, pool: list[PersonaRecord],
-                cues: list[dict[str, str]], index: int, goals: GoalIndex | None = None) -> S.DigitalBundle | Reject:
+def make_bundle(
+    ctx: RunContext,
+    cfg: DigitalConfig,
+    pool: list[PersonaRecord],
+    cues: list[dict[str, str]],
+    index: int,
+    goals: GoalIndex | None = None,
+) -> S.DigitalBundle | Reject:
     rng = random.Random(ctx.seed(index, "state"))
     main, related = sample_related(pool, rng)
     now = sample_datetime(rng, cfg)
     goal: S.GoalRef | None = None
     if goals is not None:
-        cue, goal = goal_cue(ctx, cfg, goals.bank.rows[index], related, random.Random(ctx.seed(index, "goal")),
-                             goals.df, len(goals.texts))
+        cue, goal = goal_cue(
+            ctx,
+            cfg,
+            goals.bank.rows[index],
+            related,
+            random.Random(ctx.seed(index, "goal")),
+            goals.df,
+            len(goals.texts),
+        )
         st = State(main, related, now, cue)
     else:
         st = State(main, related, now, pick_cue(rng, cfg, cues, related))
@@ -300,18 +398,30 @@ def make_bundle(ctx: RunContext, cfg: DigitalConfig, pool: list[PersonaRecord],
         if isinstance(res, Reject):
             return res
         apps[app.value] = res
-    bundle = S.DigitalBundle(bundle_id=ctx.record_id(index), main_persona=main, related_personas=related,
-                             current_datetime=st.now_text, cue=st.cue, goal=goal,
-                             apps={a.value: apps[a.value] for a in S.RENDER_ORDER if a.value in apps},
-                             stats={})
+    bundle = S.DigitalBundle(
+        bundle_id=ctx.record_id(index),
+        main_persona=main,
+        related_personas=related,
+        current_datetime=st.now_text,
+        cue=st.cue,
+        goal=goal,
+        apps={a.value: apps[a.value] for a in S.RENDER_ORDER if a.value in apps},
+        stats={},
+    )
     bundle.stats = bundle_stats(bundle)
     if goals is not None and goal is not None and goal.app is not None:
         problem = goal_problem(ctx, cfg, bundle, goals, index)
         if problem is not None:
             reason, detail = problem
             ctx.count(f"goal.{reason}")
-            return Reject(record_id=bundle.bundle_id, index=index, stage="goal", reason=reason, detail=detail,
-                          raw=bundle.model_dump_json())
+            return Reject(
+                record_id=bundle.bundle_id,
+                index=index,
+                stage="goal",
+                reason=reason,
+                detail=detail,
+                raw=bundle.model_dump_json(),
+            )
         ctx.count("goal.cued")
     elif goal is not None:
         ctx.count("goal.uncued")
@@ -321,7 +431,9 @@ def make_bundle(ctx: RunContext, cfg: DigitalConfig, pool: list[PersonaRecord],
 # --------------------------------------------------------------------------- the generator
 
 
-def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+def merge_shards(
+    ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]
+) -> None:
     """``merge``: sizes over every shard's bundles; the pool is the shards' one."""
     ctx.extra["persona_pool"] = manifests[0]["persona_pool"]
     ctx.extra["characters"] = characters_summary(records)
@@ -373,10 +485,19 @@ def plan(cfg: DigitalConfig) -> Plan:
 
 def check_pool(pool: list[PersonaRecord], path: Path) -> None:
     if len(pool) < 6:
-        raise ConfigError(f"the persona pool at {path} has {len(pool)} usable personas; at least 6 are needed")
+        raise ConfigError(
+            f"the persona pool at {path} has {len(pool)} usable personas; at least 6 are needed"
+        )
 
 
-@generator("digital", config=DigitalConfig, records=S.DigitalBundle, kind="digital", merge=merge_shards, plan=plan)
+@generator(
+    "digital",
+    config=DigitalConfig,
+    records=S.DigitalBundle,
+    kind="digital",
+    merge=merge_shards,
+    plan=plan,
+)
 def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | Reject]:
     """Digital Context Generator: 7 phone-app states per sampled persona, moment and cue."""
     inputs: Inputs = ctx.plan.data
@@ -421,7 +542,10 @@ def characters_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         for app, n in r["stats"]["chars_per_app"].items():
             per_app.setdefault(app, []).append(n)
     mean_total = sum(r["stats"]["chars_total"] for r in records) / len(records)
-    return {"bundles": len(records), "mean_chars_per_bundle": round(mean_total, 1),
-            "paper_chars_per_bundle": PAPER_CHARS_PER_BUNDLE,
-            "ratio_to_paper": round(mean_total / PAPER_CHARS_PER_BUNDLE, 3),
-            "mean_chars_per_app": {a: round(sum(v) / len(v), 1) for a, v in per_app.items()}}
+    return {
+        "bundles": len(records),
+        "mean_chars_per_bundle": round(mean_total, 1),
+        "paper_chars_per_bundle": PAPER_CHARS_PER_BUNDLE,
+        "ratio_to_paper": round(mean_total / PAPER_CHARS_PER_BUNDLE, 3),
+        "mean_chars_per_app": {a: round(sum(v) / len(v), 1) for a, v in per_app.items()},
+    }

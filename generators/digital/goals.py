@@ -30,10 +30,16 @@ if TYPE_CHECKING:
 
 
 GOAL_APPS: dict[str, list[App]] = {
-    "communication": [App.Calendar], "translate": [App.Messaging],
-    "temporal_attention": [App.Messaging], "find_directions": [App.Calendar],
-    "entertain": [App.Messaging], "search": [App.Messaging], "store_memory": [App.Messaging],
-    "shop": [App.Notes], "guided_activity": [App.Calendar], "control_environment": [],
+    "communication": [App.Calendar],
+    "translate": [App.Messaging],
+    "temporal_attention": [App.Messaging],
+    "find_directions": [App.Calendar],
+    "entertain": [App.Messaging],
+    "search": [App.Messaging],
+    "store_memory": [App.Messaging],
+    "shop": [App.Notes],
+    "guided_activity": [App.Calendar],
+    "control_environment": [],
 }
 """Which app's state prompts a goal of each action type: plans with the person to write to, an
 appointment at the place or for the activity (Calendar); a message asking about the thing, sharing
@@ -42,9 +48,15 @@ a link to it, or written in the language to translate (Messaging); a list (Notes
 context."""
 
 ACTION_FIELDS: dict[str, tuple[str, ...]] = {
-    "search": ("query", "query_item"), "find_directions": ("to",), "communication": ("content",),
-    "temporal_attention": ("content",), "store_memory": ("content",), "shop": ("content",),
-    "entertain": ("content",), "guided_activity": ("content",), "translate": (),
+    "search": ("query", "query_item"),
+    "find_directions": ("to",),
+    "communication": ("content",),
+    "temporal_attention": ("content",),
+    "store_memory": ("content",),
+    "shop": ("content",),
+    "entertain": ("content",),
+    "guided_activity": ("content",),
+    "translate": (),
     "control_environment": ("target", "value"),
 }
 """The fields that *are* a goal's action (what the user would type or say to the phone); the
@@ -52,18 +64,27 @@ key-only state must not hold most of their words (``cue_action_max``). ``transla
 language is what the cue is written in."""
 
 WORD_FIELDS: dict[str, tuple[str, ...]] = {
-    "search": ("query_item",), "find_directions": ("to",), "communication": ("content",),
-    "temporal_attention": ("content",), "store_memory": ("content",), "shop": ("content",),
-    "entertain": ("content",), "guided_activity": ("content",), "translate": ("src_language",),
+    "search": ("query_item",),
+    "find_directions": ("to",),
+    "communication": ("content",),
+    "temporal_attention": ("content",),
+    "store_memory": ("content",),
+    "shop": ("content",),
+    "entertain": ("content",),
+    "guided_activity": ("content",),
+    "translate": ("src_language",),
     "control_environment": ("target",),
 }
 """Where a goal's cue word is taken from: the thing a search is about, the place, the content."""
+
 
 def action_text(goal: Any) -> str:
     return " ".join(str(getattr(goal, f, "") or "") for f in ACTION_FIELDS.get(goal.type, ()))
 
 
-_BOUNDARY = re.compile(r"\b(?:of|for|with|from|in|on|at|to|into|about|by|and|or|is|are|was|called)\b|[,;:?!.()]", re.I)
+_BOUNDARY = re.compile(
+    r"\b(?:of|for|with|from|in|on|at|to|into|about|by|and|or|is|are|was|called)\b|[,;:?!.()]", re.I
+)
 COMMON_SHARE = 0.02
 """A word used by more than this share of the bank's goals ("videos", "shop") names no one goal."""
 
@@ -133,8 +154,15 @@ def goal_app(cfg: DigitalConfig, goal: Any, rng: random.Random) -> App | None:
     return rng.choice(apps) if apps else None
 
 
-def goal_cue(ctx: RunContext, cfg: DigitalConfig, row: Any, related: list[RelatedPersona],
-             rng: random.Random, df: Counter[str] | None = None, size: int = 0) -> tuple[S.Cue | None, S.GoalRef]:
+def goal_cue(
+    ctx: RunContext,
+    cfg: DigitalConfig,
+    row: Any,
+    related: list[RelatedPersona],
+    rng: random.Random,
+    df: Counter[str] | None = None,
+    size: int = 0,
+) -> tuple[S.Cue | None, S.GoalRef]:
     """The cue a goal sets (the app, the person a message comes from, the goal's word it names, and
     the seed its app's cue prompt is given), and the bundle's reference to its goal. ``df`` and
     ``size``: the bank's word counts and goals (:func:`cue_word`)."""
@@ -144,21 +172,36 @@ def goal_cue(ctx: RunContext, cfg: DigitalConfig, row: Any, related: list[Relate
     app = goal_app(cfg, row.goal, rng)
     person = rng.choice(related).persona if app is App.Messaging else None
     word = cue_word(row.goal, df if df is not None else Counter(), size)
-    ref = S.GoalRef(goal_id=row.goal_id, client_tag=tag, group=row.group, app=app,
-                    person=person.name if person else None, word=word if app is not None else None)
+    ref = S.GoalRef(
+        goal_id=row.goal_id,
+        client_tag=tag,
+        group=row.group,
+        app=app,
+        person=person.name if person else None,
+        word=word if app is not None else None,
+    )
     if app is None:
         return None, ref
     seed = ctx.prompts.env.get_template(GOAL_CUE).render(
-        g=row.goal.model_dump(), app=app.value, person=person.first_name if person else None, word=word)
-    return S.Cue(cue_id=row.goal_id, app=app, cue=" ".join(seed.split()),
-                 person=person.name if person else None), ref
+        g=row.goal.model_dump(),
+        app=app.value,
+        person=person.first_name if person else None,
+        word=word,
+    )
+    return S.Cue(
+        cue_id=row.goal_id,
+        app=app,
+        cue=" ".join(seed.split()),
+        person=person.name if person else None,
+    ), ref
 
 
 GOAL_CUE = "digital/goal_cue.jinja"
 
 
-def goal_problem(ctx: RunContext, cfg: DigitalConfig, bundle: S.DigitalBundle, goals: GoalIndex,
-                 index: int) -> tuple[str, str] | None:
+def goal_problem(
+    ctx: RunContext, cfg: DigitalConfig, bundle: S.DigitalBundle, goals: GoalIndex, index: int
+) -> tuple[str, str] | None:
     """Why a goal-conditioned bundle fails its goal (reason, detail), or None: the cue item is in
     the app's key list; the person it comes from and the goal's word are in it
     (``cue_misses_goal_entity``); the key-only state does not state the goal's action (at most
@@ -172,9 +215,15 @@ def goal_problem(ctx: RunContext, cfg: DigitalConfig, bundle: S.DigitalBundle, g
         return "cue_not_in_key_list", f"the {app.value} app has no key item"
     text = json.dumps(keys, ensure_ascii=False).casefold()
     goal = goals.bank.rows[index].goal
-    if bundle.goal.person and bundle.goal.person.casefold() not in text \
-            and bundle.goal.person.split()[0].casefold() not in text:
-        return "cue_misses_goal_entity", f"{bundle.goal.person} (the cue's person) is not in the cue item"
+    if (
+        bundle.goal.person
+        and bundle.goal.person.casefold() not in text
+        and bundle.goal.person.split()[0].casefold() not in text
+    ):
+        return (
+            "cue_misses_goal_entity",
+            f"{bundle.goal.person} (the cue's person) is not in the cue item",
+        )
     word = bundle.goal.word
     if word and not re.search(rf"(?<![\w']){re.escape(word.casefold())}(?![\w'])", text):
         return "cue_misses_goal_entity", f"the goal's word {word!r} is not in the cue item"
@@ -182,8 +231,10 @@ def goal_problem(ctx: RunContext, cfg: DigitalConfig, bundle: S.DigitalBundle, g
     share = action_share(goal, key_state)
     bundle.goal.action_share = round(share, 3)
     if share > cfg.cue_action_max:
-        return "cue_states_goal", (f"the key-only state holds {share:.0%} of the goal's action words "
-                                   f"({action_text(goal)!r}; cue_action_max={cfg.cue_action_max})")
+        return "cue_states_goal", (
+            f"the key-only state holds {share:.0%} of the goal's action words "
+            f"({action_text(goal)!r}; cue_action_max={cfg.cue_action_max})"
+        )
     import numpy as np
 
     v = np.asarray(ctx.embedder.encode([key_state]))[0]
@@ -195,6 +246,8 @@ def goal_problem(ctx: RunContext, cfg: DigitalConfig, bundle: S.DigitalBundle, g
     bundle.goal.rank = rank
     if rank > cfg.cue_rank_max:
         best = max(others, key=lambda j: sims[j])
-        return "cue_not_specific", (f"the key-only state ranks its goal {rank} of {len(others) + 1} (cue_rank_max="
-                                    f"{cfg.cue_rank_max}); closest: {goals.texts[best]!r} ({sims[best]:.3f} vs {own:.3f})")
+        return "cue_not_specific", (
+            f"the key-only state ranks its goal {rank} of {len(others) + 1} (cue_rank_max="
+            f"{cfg.cue_rank_max}); closest: {goals.texts[best]!r} ({sims[best]:.3f} vs {own:.3f})"
+        )
     return None

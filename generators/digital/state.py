@@ -42,8 +42,12 @@ def load_cues(path: Path) -> list[dict[str, str]]:
     return cues
 
 
-def pick_cue(rng: random.Random, cfg: DigitalConfig, cues: list[dict[str, str]],
-             related: list[RelatedPersona]) -> S.Cue | None:
+def pick_cue(
+    rng: random.Random,
+    cfg: DigitalConfig,
+    cues: list[dict[str, str]],
+    related: list[RelatedPersona],
+) -> S.Cue | None:
     """Inline cue for every bundle, or a bank cue with probability cue_rate. A ``{person}``
     slot is filled with a related persona, so the cue's people are in the persona set."""
     person = rng.choice(related).persona
@@ -58,5 +62,6 @@ def pick_cue(rng: random.Random, cfg: DigitalConfig, cues: list[dict[str, str]],
         row = usable[int(pick * len(usable))]
     named = "{person}" in row["cue"]
     text = row["cue"].replace("{person}", person.first_name)
-    return S.Cue(cue_id=row["cue_id"], app=App(row["app"]), cue=text,
-                 person=person.name if named else None)
+    return S.Cue(
+        cue_id=row["cue_id"], app=App(row["app"]), cue=text, person=person.name if named else None
+    )

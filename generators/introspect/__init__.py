@@ -96,9 +96,10 @@ class IntrospectConfig(CommonConfig):
         if self.task == "tool_selection" and self.tools is None:
             raise ValueError("task=tool_selection needs tools=<the tool universe file>")
         if self.num_shards != 1 and self.task == "memory_assistance":
-            raise ValueError("memory_assistance runs in one process (num_shards=1): its event form is one sub-run")
+            raise ValueError(
+                "memory_assistance runs in one process (num_shards=1): its event form is one sub-run"
+            )
         return self
-
 
 
 # --------------------------------------------------------------------------- input
@@ -164,7 +165,7 @@ def plan(cfg: IntrospectConfig) -> Plan:
     built = build(cfg, rows)
     if not built:
         raise InputError(f"input: {cfg.input}: no annotation of task={cfg.task} in it")
-    built = built[:cfg.n] if cfg.n is not None else built
+    built = built[: cfg.n] if cfg.n is not None else built
     return Plan(len(built), {"built": built, "files": files, "rows": len(rows)})
 
 
@@ -173,12 +174,25 @@ def plan(cfg: IntrospectConfig) -> Plan:
 
 def record(ctx: RunContext, cfg: IntrospectConfig, index: int, d: Draft) -> IntrospectRecord:
     privileged = {k: v for k, v in d.privileged.items() if v is not None}
-    return IntrospectRecord(item_id=ctx.record_id(index), question_type=d.question_type, question=d.question,
-                            options=d.options, answer=d.answer, origins=d.origins, group=d.group,
-                            visible=d.visible, privileged=privileged, task=cfg.task, source=d.source, **d.extra)
+    return IntrospectRecord(
+        item_id=ctx.record_id(index),
+        question_type=d.question_type,
+        question=d.question,
+        options=d.options,
+        answer=d.answer,
+        origins=d.origins,
+        group=d.group,
+        visible=d.visible,
+        privileged=privileged,
+        task=cfg.task,
+        source=d.source,
+        **d.extra,
+    )
 
 
-def events(ctx: RunContext, cfg: IntrospectConfig, todo: dict[int, EventItem]) -> dict[int, IntrospectRecord | Reject]:
+def events(
+    ctx: RunContext, cfg: IntrospectConfig, todo: dict[int, EventItem]
+) -> dict[int, IntrospectRecord | Reject]:
     """The event-form questions through a ``candidates kind=generated`` sub-run; each comes back as
     a record (the candidates record's fields, with this family's) or the sub-run's reject."""
     if not todo:
@@ -186,10 +200,23 @@ def events(ctx: RunContext, cfg: IntrospectConfig, todo: dict[int, EventItem]) -
     folder = ctx.out_dir / "candidates"
     folder.mkdir(parents=True, exist_ok=True)
     items = folder.parent / "event_items.jsonl"
-    items.write_text("".join(e.item.model_dump_json(exclude_none=True) + "\n" for e in todo.values()), encoding="utf-8")
-    ctx.subrun("candidates", folder, input=str(items), input_format="items", kind="generated", k=cfg.k,
-               attempts=cfg.event_attempts, progress="off")
-    made: dict[str, dict[str, Any]] = {row["source_item"]: row for _, row in iter_jsonl(folder / "candidates.jsonl")}
+    items.write_text(
+        "".join(e.item.model_dump_json(exclude_none=True) + "\n" for e in todo.values()),
+        encoding="utf-8",
+    )
+    ctx.subrun(
+        "candidates",
+        folder,
+        input=str(items),
+        input_format="items",
+        kind="generated",
+        k=cfg.k,
+        attempts=cfg.event_attempts,
+        progress="off",
+    )
+    made: dict[str, dict[str, Any]] = {
+        row["source_item"]: row for _, row in iter_jsonl(folder / "candidates.jsonl")
+    }
     refused: dict[str, dict[str, Any]] = {}
     for _, row in iter_jsonl(folder / "rejects.jsonl"):
         item_id = row.get("detail", "").split(":", 1)[0].removeprefix("item ").strip()
@@ -199,35 +226,68 @@ def events(ctx: RunContext, cfg: IntrospectConfig, todo: dict[int, EventItem]) -
         got = made.get(e.source)
         if got is None:
             r = refused.get(e.source, {})
-            out[index] = Reject(record_id=ctx.record_id(index), index=index, stage=f"candidates.{r.get('stage', 'run')}",
-                                reason=r.get("reason", "not_written"), detail=r.get("detail") or e.source,
-                                raw=r.get("raw"))
+            out[index] = Reject(
+                record_id=ctx.record_id(index),
+                index=index,
+                stage=f"candidates.{r.get('stage', 'run')}",
+                reason=r.get("reason", "not_written"),
+                detail=r.get("detail") or e.source,
+                raw=r.get("raw"),
+            )
             continue
         out[index] = IntrospectRecord(
-            item_id=ctx.record_id(index), question_type="memory_assistance_event", question=got["question"],
-            options=got["options"], answer=got["answer"], origins=got["origins"], group=e.group,
-            visible=got["visible"], privileged={**got["privileged"], "subtype": e.subtype}, task=cfg.task,
-            source=e.source, shuffle_seed=got["shuffle_seed"], window=Span(start=e.window[0], end=e.window[1]))
+            item_id=ctx.record_id(index),
+            question_type="memory_assistance_event",
+            question=got["question"],
+            options=got["options"],
+            answer=got["answer"],
+            origins=got["origins"],
+            group=e.group,
+            visible=got["visible"],
+            privileged={**got["privileged"], "subtype": e.subtype},
+            task=cfg.task,
+            source=e.source,
+            shuffle_seed=got["shuffle_seed"],
+            window=Span(start=e.window[0], end=e.window[1]),
+        )
     return out
 
 
-def funnel(built: list[Built | EventItem], outcomes: list[IntrospectRecord | Reject], rows: int) -> dict[str, Any]:
+def funnel(
+    built: list[Built | EventItem], outcomes: list[IntrospectRecord | Reject], rows: int
+) -> dict[str, Any]:
     kinds = Counter(o.question_type for o in outcomes if isinstance(o, IntrospectRecord))
-    return {"annotations_read": rows, "built": len(built),
-            "records": sum(isinstance(o, IntrospectRecord) for o in outcomes),
-            "records_by_question_type": dict(sorted(kinds.items())),
-            "answers_by_question_type": {q: dict(sorted(Counter(
-                o.options[o.answer] if len(o.options) == 2 else str(o.answer)
-                for o in outcomes if isinstance(o, IntrospectRecord) and o.question_type == q).items()))
-                for q in sorted(kinds)},
-            "refused_by": dict(sorted(Counter(f"{o.stage}.{o.reason}" for o in outcomes
-                                              if isinstance(o, Reject)).items()))}
+    return {
+        "annotations_read": rows,
+        "built": len(built),
+        "records": sum(isinstance(o, IntrospectRecord) for o in outcomes),
+        "records_by_question_type": dict(sorted(kinds.items())),
+        "answers_by_question_type": {
+            q: dict(
+                sorted(
+                    Counter(
+                        o.options[o.answer] if len(o.options) == 2 else str(o.answer)
+                        for o in outcomes
+                        if isinstance(o, IntrospectRecord) and o.question_type == q
+                    ).items()
+                )
+            )
+            for q in sorted(kinds)
+        },
+        "refused_by": dict(
+            sorted(
+                Counter(f"{o.stage}.{o.reason}" for o in outcomes if isinstance(o, Reject)).items()
+            )
+        ),
+    }
 
 
 def funnel_lines(f: dict[str, Any], task: str) -> list[str]:
     out: list[str] = []
-    out.append(f"[{NAME}] task={task}: {f['annotations_read']} annotation lines, {f['built']} questions or refusals, "
-               f"{f['records']} records")
+    out.append(
+        f"[{NAME}] task={task}: {f['annotations_read']} annotation lines, {f['built']} questions or refusals, "
+        f"{f['records']} records"
+    )
     for q, c in f["records_by_question_type"].items():
         out.append(f"  {q:<32}{c:>6}  answers {f['answers_by_question_type'][q]}")
     for r, c in f["refused_by"].items():
@@ -254,8 +314,13 @@ def introspect(cfg: IntrospectConfig, ctx: RunContext) -> Iterator[IntrospectRec
         if isinstance(b, Draft):
             out: IntrospectRecord | Reject = record(ctx, cfg, i, b)
         elif isinstance(b, Refusal):
-            out = Reject(record_id=ctx.record_id(i), index=i, stage=b.stage, reason=b.reason,
-                         detail=f"{b.source}: {b.detail}")
+            out = Reject(
+                record_id=ctx.record_id(i),
+                index=i,
+                stage=b.stage,
+                reason=b.reason,
+                detail=f"{b.source}: {b.detail}",
+            )
         else:
             out = generated[i]
         outcomes.append(out)

@@ -80,8 +80,16 @@ class EventItem:
     window: Interval
 
 
-def subclips(s: MemorySession, seg: Interval, local: Interval, avoid: list[Interval], need: int,
-             has: Any, rng: random.Random, cfg: IntrospectConfig) -> list[Interval]:
+def subclips(
+    s: MemorySession,
+    seg: Interval,
+    local: Interval,
+    avoid: list[Interval],
+    need: int,
+    has: Any,
+    rng: random.Random,
+    cfg: IntrospectConfig,
+) -> list[Interval]:
     """``need`` sub-clips in ``local`` away from ``avoid`` and each other, each holding something
     (``has``); shorter ones when they do not fit."""
     length = seg[1] - seg[0]
@@ -122,7 +130,14 @@ def build(sessions: list[MemorySession], cfg: IntrospectConfig) -> list[Built | 
             src = f"{s.session_id}/{m.memory_id}"
             kind, seg = segs[m.memory_id]
             if seg is None:
-                out.append(Refusal(src, "segment", "no_event_interval", "a long-term event memory without start and end"))
+                out.append(
+                    Refusal(
+                        src,
+                        "segment",
+                        "no_event_interval",
+                        "a long-term event memory without start and end",
+                    )
+                )
                 continue
             form = "object" if m.object is not None else "event"
             if cfg.form not in ("both", form):
@@ -134,56 +149,123 @@ def build(sessions: list[MemorySession], cfg: IntrospectConfig) -> list[Built | 
     return out
 
 
-def object_question(s: MemorySession, m: MemoryItem, kind: str, seg: Interval, annotated: list[Interval],
-                    cfg: IntrospectConfig) -> Built:
+def object_question(
+    s: MemorySession,
+    m: MemoryItem,
+    kind: str,
+    seg: Interval,
+    annotated: list[Interval],
+    cfg: IntrospectConfig,
+) -> Built:
     src = f"{s.session_id}/{m.memory_id}"
     rng, seed = rng_for(cfg.seed, "assistance", s.session_id, m.memory_id)
     local = centred(m.time, cfg.local_window, s.duration)
     need = cfg.k - 1
     target = key(m.object or "")
-    subs = subclips(s, seg, local, [seg, *annotated], need, lambda w: bool(objects_in(s, w, target)), rng, cfg)
+    subs = subclips(
+        s, seg, local, [seg, *annotated], need, lambda w: bool(objects_in(s, w, target)), rng, cfg
+    )
     if not subs:
-        return Refusal(src, "subclips", "no_room_for_subclips", f"{need} sub-clips with an object do not fit around the memory")
+        return Refusal(
+            src,
+            "subclips",
+            "no_room_for_subclips",
+            f"{need} sub-clips with an object do not fit around the memory",
+        )
     picks: list[str] = []
     for w in subs:
         fresh = [x for x in objects_in(s, w, target) if key(x) not in {key(p) for p in picks}]
         if fresh:
             picks.append(rng.choice(fresh))
     if len(picks) < need:
-        return Refusal(src, "subclips", "too_few_objects", f"{len(picks)} distinct objects in the sub-clips, need {need}")
-    options, origins, answer = shuffled([m.object or "", *picks],
-                                        ["positive", *(f"subclip@{w[0]:g}-{w[1]:g}" for w in subs)], rng)
-    return Draft("memory_assistance_object", QUESTION, options, answer, src, s.session_id,
-                 origins=origins, visible={"context": hide_lines(s, local, [seg, *annotated])},
-                 privileged={"content": m.content, "object": m.object, "subtype": kind,
-                             "reason": m.reason, "subclips": [list(w) for w in subs]},
-                 extra={"window": {"start": local[0], "end": local[1]}, "shuffle_seed": seed})
+        return Refusal(
+            src,
+            "subclips",
+            "too_few_objects",
+            f"{len(picks)} distinct objects in the sub-clips, need {need}",
+        )
+    options, origins, answer = shuffled(
+        [m.object or "", *picks], ["positive", *(f"subclip@{w[0]:g}-{w[1]:g}" for w in subs)], rng
+    )
+    return Draft(
+        "memory_assistance_object",
+        QUESTION,
+        options,
+        answer,
+        src,
+        s.session_id,
+        origins=origins,
+        visible={"context": hide_lines(s, local, [seg, *annotated])},
+        privileged={
+            "content": m.content,
+            "object": m.object,
+            "subtype": kind,
+            "reason": m.reason,
+            "subclips": [list(w) for w in subs],
+        },
+        extra={"window": {"start": local[0], "end": local[1]}, "shuffle_seed": seed},
+    )
 
 
-def event_question(s: MemorySession, m: MemoryItem, kind: str, seg: Interval, annotated: list[Interval],
-                   cfg: IntrospectConfig) -> Built | EventItem:
+def event_question(
+    s: MemorySession,
+    m: MemoryItem,
+    kind: str,
+    seg: Interval,
+    annotated: list[Interval],
+    cfg: IntrospectConfig,
+) -> Built | EventItem:
     src = f"{s.session_id}/{m.memory_id}"
     rng, _ = rng_for(cfg.seed, "assistance", s.session_id, m.memory_id)
     local = centred(m.time, cfg.local_window, s.duration)
     need = cfg.k - 1
-    subs = subclips(s, seg, local, [seg, *annotated], need, lambda w: bool(lines_in(s, w)), rng, cfg)
+    subs = subclips(
+        s, seg, local, [seg, *annotated], need, lambda w: bool(lines_in(s, w)), rng, cfg
+    )
     if not subs:
-        return Refusal(src, "subclips", "no_room_for_subclips", f"{need} sub-clips with a line do not fit around the memory")
+        return Refusal(
+            src,
+            "subclips",
+            "no_room_for_subclips",
+            f"{need} sub-clips with a line do not fit around the memory",
+        )
     shown = lines_in(s, local)
     sources = sorted({shown.index(j) for w in subs for j in lines_in(s, w)})
-    hide = [i for i, j in enumerate(shown) if any(iv[0] <= s.timeline[j].t <= iv[1] for iv in [seg, *annotated])]
-    others = [o for o in s.memories if o.memory_id != m.memory_id and local[0] <= o.time <= local[1]]
-    return EventItem(CandidateItem(
-        item_id=src, task="memory_assistance_event", question=QUESTION,
-        positive=Positive(text=m.content, time=m.time, id=m.memory_id),
-        context=[TimedLine(t=s.timeline[j].t, text=s.timeline[j].text) for j in shown],
-        window=Window(start=local[0], end=local[1]),
-        others=[Other(text=o.content, time=o.time, id=o.memory_id) for o in others],
-        sources=sources, hide=hide, group=s.session_id), src, s.session_id, kind, local)
+    hide = [
+        i
+        for i, j in enumerate(shown)
+        if any(iv[0] <= s.timeline[j].t <= iv[1] for iv in [seg, *annotated])
+    ]
+    others = [
+        o for o in s.memories if o.memory_id != m.memory_id and local[0] <= o.time <= local[1]
+    ]
+    return EventItem(
+        CandidateItem(
+            item_id=src,
+            task="memory_assistance_event",
+            question=QUESTION,
+            positive=Positive(text=m.content, time=m.time, id=m.memory_id),
+            context=[TimedLine(t=s.timeline[j].t, text=s.timeline[j].text) for j in shown],
+            window=Window(start=local[0], end=local[1]),
+            others=[Other(text=o.content, time=o.time, id=o.memory_id) for o in others],
+            sources=sources,
+            hide=hide,
+            group=s.session_id,
+        ),
+        src,
+        s.session_id,
+        kind,
+        local,
+    )
 
 
 def hide_lines(s: MemorySession, local: Interval, hidden: list[Interval]) -> str:
     """The local window's lines without speech, minus those inside a hidden interval."""
-    keep = [x for x in s.timeline if local[0] <= x.t <= local[1] and not x.speech
-            and not any(h[0] <= x.t <= h[1] for h in hidden)]
+    keep = [
+        x
+        for x in s.timeline
+        if local[0] <= x.t <= local[1]
+        and not x.speech
+        and not any(h[0] <= x.t <= h[1] for h in hidden)
+    ]
     return "\n".join(f"{fmt_time(x.t - local[0])} | {x.text}" for x in keep)

@@ -67,7 +67,9 @@ def read_lines(path: Path, model: type[M], key: str) -> list[M]:
         seen[value] = lineno
         rows.append(item)
     if not rows:
-        raise InputError(f"{path}: no rows (one JSON object per line; see the task's schema in schemas/introspect.py)")
+        raise InputError(
+            f"{path}: no rows (one JSON object per line; see the task's schema in schemas/introspect.py)"
+        )
     return rows
 
 
@@ -83,15 +85,25 @@ def names(label: str, text: str) -> bool:
     return bool(k) and f" {k} " in f" {key(text)} "
 
 
-def clip_text(lines: Sequence[Line], span: Interval, *, audio: bool = True, relative: bool = True,
-              hide: Sequence[str] = ()) -> str:
+def clip_text(
+    lines: Sequence[Line],
+    span: Interval,
+    *,
+    audio: bool = True,
+    relative: bool = True,
+    hide: Sequence[str] = (),
+) -> str:
     """A clip as the candidate reads it: its lines as ``MMm:SSs | text`` (time from the clip's
     start when ``relative``), speech lines left out when the clip has no audio, and lines naming
     one of ``hide`` left out (every option alike, so no option is the one the clip mentions)."""
     start, stop = span
     out = []
     for x in lines:
-        if start <= x.t <= stop and (audio or not x.speech) and not any(names(h, x.text) for h in hide):
+        if (
+            start <= x.t <= stop
+            and (audio or not x.speech)
+            and not any(names(h, x.text) for h in hide)
+        ):
             out.append(f"{fmt_time(x.t - start if relative else x.t)} | {x.text}")
     return "\n".join(out)
 
@@ -102,7 +114,9 @@ def rng_for(seed: int, *parts: object) -> tuple[random.Random, int]:
     return random.Random(s), s
 
 
-def shuffled(options: list[str], origins: list[str], rng: random.Random) -> tuple[list[str], list[str], int]:
+def shuffled(
+    options: list[str], origins: list[str], rng: random.Random
+) -> tuple[list[str], list[str], int]:
     """The options in a seeded order (the first given is the answer): options, origins, answer."""
     order = list(range(len(options)))
     rng.shuffle(order)

@@ -23,8 +23,10 @@ from gen.timelines import fmt_time
 if TYPE_CHECKING:
     from gen.generators.introspect import IntrospectConfig
 
-QUESTIONS = {"highest": "Which of these moments did the user feel most strongly?",
-             "lowest": "Which of these moments did the user feel least strongly?"}
+QUESTIONS = {
+    "highest": "Which of these moments did the user feel most strongly?",
+    "lowest": "Which of these moments did the user feel least strongly?",
+}
 
 
 def option(s: EmotionSegment) -> str:
@@ -40,39 +42,70 @@ def build(segments: list[EmotionSegment], cfg: IntrospectConfig) -> list[Built]:
         by_participant[s.participant].append(s)
         label = taxonomy.get(key(s.labels[0]))
         if label is None:
-            out.append(Refusal(s.segment_id, "input", "label_not_in_taxonomy",
-                               f"main label {s.labels[0]!r} is not one of the {len(cfg.taxonomy)} labels"))
+            out.append(
+                Refusal(
+                    s.segment_id,
+                    "input",
+                    "label_not_in_taxonomy",
+                    f"main label {s.labels[0]!r} is not one of the {len(cfg.taxonomy)} labels",
+                )
+            )
             continue
         groups[(s.participant, label)].append(s)
     turn = 0
     for (participant, label), group in sorted(groups.items()):
         if len(group) < cfg.min_group:
-            out.append(Refusal(f"{participant}/{label}", "grouping", "group_too_small",
-                               f"{len(group)} {label} segment(s) of {participant}, need {cfg.min_group}"))
+            out.append(
+                Refusal(
+                    f"{participant}/{label}",
+                    "grouping",
+                    "group_too_small",
+                    f"{len(group)} {label} segment(s) of {participant}, need {cfg.min_group}",
+                )
+            )
             continue
         rng, _ = rng_for(cfg.seed, "intensity", participant, label)
         order = sorted(group, key=lambda s: s.segment_id)
         rng.shuffle(order)
-        sets = [order[i:i + cfg.k] for i in range(0, len(order), cfg.k)]
-        if len(sets) > 1 and len(sets[-1]) < cfg.min_group:  # too few of the emotion left for a comparison
-            out.append(Refusal(f"{participant}/{label}/" + "+".join(s.segment_id for s in sets[-1]), "grouping",
-                               "leftover_segments", f"{len(sets[-1])} {label} segment(s) left after sets of {cfg.k}"))
+        sets = [order[i : i + cfg.k] for i in range(0, len(order), cfg.k)]
+        if (
+            len(sets) > 1 and len(sets[-1]) < cfg.min_group
+        ):  # too few of the emotion left for a comparison
+            out.append(
+                Refusal(
+                    f"{participant}/{label}/" + "+".join(s.segment_id for s in sets[-1]),
+                    "grouping",
+                    "leftover_segments",
+                    f"{len(sets[-1])} {label} segment(s) left after sets of {cfg.k}",
+                )
+            )
             sets = sets[:-1]
         for members in sets:
             direction = ("highest", "lowest")[turn % 2]
             turn += 1
-            out.append(question(participant, label, members, by_participant[participant], direction, cfg))
+            out.append(
+                question(participant, label, members, by_participant[participant], direction, cfg)
+            )
     return out
 
 
-def question(participant: str, label: str, members: list[EmotionSegment], everyone: list[EmotionSegment],
-             direction: str, cfg: IntrospectConfig) -> Built:
+def question(
+    participant: str,
+    label: str,
+    members: list[EmotionSegment],
+    everyone: list[EmotionSegment],
+    direction: str,
+    cfg: IntrospectConfig,
+) -> Built:
     src = f"{participant}/{label}/" + "+".join(s.segment_id for s in members)
     rng, seed = rng_for(cfg.seed, "intensity", src)
     chosen = list(members)
     reasons = {key(s.reason) for s in chosen}
-    fill = [s for s in sorted(everyone, key=lambda s: s.segment_id)
-            if key(s.labels[0]) != key(label) and key(s.reason) not in reasons and s not in chosen]
+    fill = [
+        s
+        for s in sorted(everyone, key=lambda s: s.segment_id)
+        if key(s.labels[0]) != key(label) and key(s.reason) not in reasons and s not in chosen
+    ]
     while len(chosen) < cfg.k and fill:
         pick = fill.pop(rng.randrange(len(fill)))
         if key(pick.reason) in reasons:
@@ -80,8 +113,12 @@ def question(participant: str, label: str, members: list[EmotionSegment], everyo
         chosen.append(pick)
         reasons.add(key(pick.reason))
     if len(chosen) < cfg.k:
-        return Refusal(src, "filling", "too_few_segments",
-                       f"{len(chosen)} segments of {participant} with distinct reasons, need {cfg.k}")
+        return Refusal(
+            src,
+            "filling",
+            "too_few_segments",
+            f"{len(chosen)} segments of {participant} with distinct reasons, need {cfg.k}",
+        )
     ratings = [s.intensity for s in chosen]
     for d in (direction, "lowest" if direction == "highest" else "highest"):
         target = max(ratings) if d == "highest" else min(ratings)
@@ -89,19 +126,39 @@ def question(participant: str, label: str, members: list[EmotionSegment], everyo
             direction = d
             break
     else:
-        return Refusal(src, "answer", "tied_intensity", f"ratings {ratings}: neither the highest nor the lowest is unique")
+        return Refusal(
+            src,
+            "answer",
+            "tied_intensity",
+            f"ratings {ratings}: neither the highest nor the lowest is unique",
+        )
     best = ratings.index(max(ratings) if direction == "highest" else min(ratings))
     ordered = [chosen[best], *(s for j, s in enumerate(chosen) if j != best)]
-    options, origins, answer = shuffled([option(s) for s in ordered],
-                                        [f"segment:{s.segment_id}" for s in ordered], rng)
+    options, origins, answer = shuffled(
+        [option(s) for s in ordered], [f"segment:{s.segment_id}" for s in ordered], rng
+    )
     by_text = {option(s): s for s in ordered}
-    clips = [f"{chr(65 + i)}. " + " / ".join(x.text for x in by_text[o].context) for i, o in enumerate(options)]
-    return Draft(f"emotion_intensity_{direction}", QUESTIONS[direction], options, answer, src, participant,
-                 origins=origins,
-                 visible={"context": "\n".join(c for c in clips if not c.endswith(". "))},
-                 privileged={"intensities": {str(i): by_text[o].intensity for i, o in enumerate(options)},
-                             "segments": {str(i): f"{by_text[o].segment_id} "
-                                                  f"{fmt_time(by_text[o].start)}-{fmt_time(by_text[o].end)}"
-                                          for i, o in enumerate(options)},
-                             "target_label": label},
-                 extra={"shuffle_seed": seed})
+    clips = [
+        f"{chr(65 + i)}. " + " / ".join(x.text for x in by_text[o].context)
+        for i, o in enumerate(options)
+    ]
+    return Draft(
+        f"emotion_intensity_{direction}",
+        QUESTIONS[direction],
+        options,
+        answer,
+        src,
+        participant,
+        origins=origins,
+        visible={"context": "\n".join(c for c in clips if not c.endswith(". "))},
+        privileged={
+            "intensities": {str(i): by_text[o].intensity for i, o in enumerate(options)},
+            "segments": {
+                str(i): f"{by_text[o].segment_id} "
+                f"{fmt_time(by_text[o].start)}-{fmt_time(by_text[o].end)}"
+                for i, o in enumerate(options)
+            },
+            "target_label": label,
+        },
+        extra={"shuffle_seed": seed},
+    )

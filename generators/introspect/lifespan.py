@@ -29,14 +29,24 @@ OPTIONS = ["within 24 hours", "more than 24 hours"]
 TEMPORAL = re.compile(
     r"\b(?:today|tonight|tomorrow|yesterday|this (?:morning|afternoon|evening|week|weekend|month|year)|"
     r"later today|in an hour|in \d+ (?:minutes?|hours?|days?|weeks?|months?|years?)|next (?:week|month|year|time)|"
-    r"forever|for years|for good|always|someday|one day|every (?:day|week|month|year)|anniversary|birthday)\b", re.I)
+    r"forever|for years|for good|always|someday|one day|every (?:day|week|month|year)|anniversary|birthday)\b",
+    re.I,
+)
 """Words that state when a memory is needed."""
 
 
 def label(m: MemoryItem) -> tuple[str | None, str]:
     """(the label, or None on a conflict; how it was found)."""
-    by_use = None if m.usage_hours is None else ("within_24h" if m.usage_hours <= 24 else "more_than_24h")
-    by_note = None if m.lifespan is None else ("within_24h" if m.lifespan == "short_term" else "more_than_24h")
+    by_use = (
+        None
+        if m.usage_hours is None
+        else ("within_24h" if m.usage_hours <= 24 else "more_than_24h")
+    )
+    by_note = (
+        None
+        if m.lifespan is None
+        else ("within_24h" if m.lifespan == "short_term" else "more_than_24h")
+    )
     if by_use and by_note and by_use != by_note:
         return None, f"lifespan {m.lifespan} but expected use in {m.usage_hours:g} h"
     return (by_note or by_use), ("lifespan" if by_note else "usage_hours")
@@ -52,10 +62,18 @@ def build(sessions: list[MemorySession], cfg: IntrospectConfig) -> list[Built]:
                 out.append(Refusal(src, "label", "lifespan_conflict", how))
                 continue
             if hit := TEMPORAL.search(m.content):
-                out.append(Refusal(src, "question", "content_states_lifespan",
-                                   f"the content says {hit.group(0)!r}: the question would give the answer"))
+                out.append(
+                    Refusal(
+                        src,
+                        "question",
+                        "content_states_lifespan",
+                        f"the content says {hit.group(0)!r}: the question would give the answer",
+                    )
+                )
                 continue
-            seg = (m.start, m.end) if m.start is not None and m.end is not None else (m.time, m.time)
+            seg = (
+                (m.start, m.end) if m.start is not None and m.end is not None else (m.time, m.time)
+            )
             if seg[1] - seg[0] > cfg.mli_clip:  # around the trigger, inside the segment
                 start = min(max(seg[0], m.time - cfg.mli_clip / 2), seg[1] - cfg.mli_clip)
                 span = (start, start + cfg.mli_clip)
@@ -63,14 +81,31 @@ def build(sessions: list[MemorySession], cfg: IntrospectConfig) -> list[Built]:
                 span = centred((seg[0] + seg[1]) / 2, cfg.mli_clip, s.duration)
             text = clip_text(s.timeline, span, audio=False)
             if not text:
-                out.append(Refusal(src, "clip", "empty_clip", f"no line without speech in {fmt_span(span)}"))
+                out.append(
+                    Refusal(
+                        src, "clip", "empty_clip", f"no line without speech in {fmt_span(span)}"
+                    )
+                )
                 continue
-            out.append(Draft("memory_lifespan",
-                             f'The user asked the assistant to help them remember: "{m.content}". '
-                             "Will they need it within the next 24 hours, or for longer?",
-                             OPTIONS, LABELS.index(truth), src, s.session_id,
-                             visible={"context": text},
-                             privileged={"label": truth, "label_from": how, "lifespan": m.lifespan, "usage_hours": m.usage_hours,
-                                         "memory_type": m.memory_type, "reason": m.reason},
-                             extra={"window": {"start": span[0], "end": span[1]}}))
+            out.append(
+                Draft(
+                    "memory_lifespan",
+                    f'The user asked the assistant to help them remember: "{m.content}". '
+                    "Will they need it within the next 24 hours, or for longer?",
+                    OPTIONS,
+                    LABELS.index(truth),
+                    src,
+                    s.session_id,
+                    visible={"context": text},
+                    privileged={
+                        "label": truth,
+                        "label_from": how,
+                        "lifespan": m.lifespan,
+                        "usage_hours": m.usage_hours,
+                        "memory_type": m.memory_type,
+                        "reason": m.reason,
+                    },
+                    extra={"window": {"start": span[0], "end": span[1]}},
+                )
+            )
     return out

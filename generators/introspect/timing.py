@@ -39,12 +39,30 @@ def build(sessions: list[InterruptSession], cfg: IntrospectConfig) -> list[Built
             src = f"{s.session_id}/clip{n + 1}"
             text = clip_text(s.timeline, span)
             if not text:
-                out.append(Refusal(src, "clip", "empty_clip", f"no line in {fmt_span(span)} of {s.session_id}"))
+                out.append(
+                    Refusal(
+                        src, "clip", "empty_clip", f"no line in {fmt_span(span)} of {s.session_id}"
+                    )
+                )
                 continue
-            reasons = [f.reason for f in s.forbidden if f.reason and overlaps(span, (f.start, f.end))]
+            reasons = [
+                f.reason for f in s.forbidden if f.reason and overlaps(span, (f.start, f.end))
+            ]
             visible = {"context": text, **({"profile": s.profile} if s.profile else {})}
-            out.append(Draft("proactive_timing", QUESTION, ["True", "False"], 0 if ok else 1, src, s.session_id,
-                             visible=visible,
-                             privileged={"interruptible": ok, **({"forbidden_reasons": reasons} if reasons else {})},
-                             extra={"window": {"start": span[0], "end": span[1]}}))
+            out.append(
+                Draft(
+                    "proactive_timing",
+                    QUESTION,
+                    ["True", "False"],
+                    0 if ok else 1,
+                    src,
+                    s.session_id,
+                    visible=visible,
+                    privileged={
+                        "interruptible": ok,
+                        **({"forbidden_reasons": reasons} if reasons else {}),
+                    },
+                    extra={"window": {"start": span[0], "end": span[1]}},
+                )
+            )
     return out

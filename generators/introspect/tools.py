@@ -46,7 +46,9 @@ def normaliser(universe: ToolUniverse) -> dict[str, str]:
     return out
 
 
-def correct(required: Collection[str], helpful: Collection[str], predicted: Collection[str]) -> bool:
+def correct(
+    required: Collection[str], helpful: Collection[str], predicted: Collection[str]
+) -> bool:
     """EgoIntrospect H.1.1's strict correctness of one prediction (tool names; ``NO_TOOL`` the
     special option)."""
     r, h, p = set(required), set(helpful) - set(required), set(predicted)
@@ -64,7 +66,9 @@ def required_recall(rows: Sequence[tuple[Collection[str], Collection[str]]]) -> 
     return sum(scored) / len(scored) if scored else None
 
 
-def distractor_rate(rows: Sequence[tuple[Collection[str], Collection[str], Collection[str]]]) -> float | None:
+def distractor_rate(
+    rows: Sequence[tuple[Collection[str], Collection[str], Collection[str]]],
+) -> float | None:
     """Share of predictions holding a real tool that is neither required nor helpful ((required,
     helpful, predicted) triples; "No tool needed" is no tool)."""
     if not rows:
@@ -72,7 +76,9 @@ def distractor_rate(rows: Sequence[tuple[Collection[str], Collection[str], Colle
     return sum(bool(set(p) - {NO_TOOL} - set(r) - set(h)) for r, h, p in rows) / len(rows)
 
 
-def build(requests: list[RequestSegment], universe: ToolUniverse, cfg: IntrospectConfig) -> list[Built]:
+def build(
+    requests: list[RequestSegment], universe: ToolUniverse, cfg: IntrospectConfig
+) -> list[Built]:
     names = normaliser(universe)
     tools = [t.name for t in universe.tools] + [NO_TOOL]
     # the canonical name in words: an identifier would read as a template's field name
@@ -81,27 +87,54 @@ def build(requests: list[RequestSegment], universe: ToolUniverse, cfg: Introspec
     for r in requests:
         unknown = [x for x in (*r.required_tools, *r.helpful_tools) if tool_key(x) not in names]
         if unknown:
-            out.append(Refusal(r.request_id, "normalise", "unknown_tool",
-                               f"{unknown[0]!r} matches no tool or alias of the universe"))
+            out.append(
+                Refusal(
+                    r.request_id,
+                    "normalise",
+                    "unknown_tool",
+                    f"{unknown[0]!r} matches no tool or alias of the universe",
+                )
+            )
             continue
         required = sorted({names[tool_key(x)] for x in r.required_tools}, key=tools.index)
-        helpful = sorted({names[tool_key(x)] for x in r.helpful_tools} - set(required), key=tools.index)
+        helpful = sorted(
+            {names[tool_key(x)] for x in r.helpful_tools} - set(required), key=tools.index
+        )
         no = tools.index(NO_TOOL)
         answers = [tools.index(x) for x in required]
-        acceptable = sorted({*answers, *(tools.index(x) for x in helpful)} | (set() if answers else {no}))
+        acceptable = sorted(
+            {*answers, *(tools.index(x) for x in helpful)} | (set() if answers else {no})
+        )
         answers = answers or [no]
         answer = answers[0]
         span = (max(0.0, r.start - cfg.pad), r.end + cfg.pad)
         context = clip_text(r.context, span, relative=True)
-        out.append(Draft(
-            "tool_selection",
-            f'The user asked: "{r.request}". Which tools does the assistant need to answer it? '
-            "Choose every one that is needed.",
-            options, answer, r.request_id, r.participant or r.request_id,
-            origins=["required" if i in answers else "acceptable" if i in acceptable else "other"
-                     for i in range(len(options))],
-            visible={"context": context},
-            privileged={"required": required, "helpful": helpful, "expected_response": r.expected_response,
-                        "raw_required": list(r.required_tools), "raw_helpful": list(r.helpful_tools)},
-            extra={"answers": answers, "acceptable": acceptable, "window": {"start": span[0], "end": span[1]}}))
+        out.append(
+            Draft(
+                "tool_selection",
+                f'The user asked: "{r.request}". Which tools does the assistant need to answer it? '
+                "Choose every one that is needed.",
+                options,
+                answer,
+                r.request_id,
+                r.participant or r.request_id,
+                origins=[
+                    "required" if i in answers else "acceptable" if i in acceptable else "other"
+                    for i in range(len(options))
+                ],
+                visible={"context": context},
+                privileged={
+                    "required": required,
+                    "helpful": helpful,
+                    "expected_response": r.expected_response,
+                    "raw_required": list(r.required_tools),
+                    "raw_helpful": list(r.helpful_tools),
+                },
+                extra={
+                    "answers": answers,
+                    "acceptable": acceptable,
+                    "window": {"start": span[0], "end": span[1]},
+                },
+            )
+        )
     return out

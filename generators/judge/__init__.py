@@ -83,31 +83,48 @@ class JudgeConfig(JudgeOptions):
     @model_validator(mode="after")
     def _check(self) -> JudgeConfig:
         if self.num_shards != 1:
-            raise ValueError("judge runs in one process (num_shards=1): its summary needs every row")
+            raise ValueError(
+                "judge runs in one process (num_shards=1): its summary needs every row"
+            )
         if self.action == "score" and self.kind is None:
-            raise ValueError("kind= is required: wagibench, context or distractor_validity (or: judge meta input=<ratings>)")
+            raise ValueError(
+                "kind= is required: wagibench, context or distractor_validity (or: judge meta input=<ratings>)"
+            )
         if self.action == "meta" and self.kind is not None:
-            raise ValueError("judge meta reads its kind from the ratings (numbers or labels); drop kind=")
+            raise ValueError(
+                "judge meta reads its kind from the ratings (numbers or labels); drop kind="
+            )
         if self.kind == "context" and self.responses is None:
-            raise ValueError("kind=context needs responses=<replies JSONL> (input= is the scenario bank)")
+            raise ValueError(
+                "kind=context needs responses=<replies JSONL> (input= is the scenario bank)"
+            )
         if not self.variant or len(set(self.variant)) != len(self.variant):
-            raise ValueError("variant must name each of its variants once (cues_reference, reference, cues, socratic, "
-                             "socratic_reference, contexts_reference)")
+            raise ValueError(
+                "variant must name each of its variants once (cues_reference, reference, cues, socratic, "
+                "socratic_reference, contexts_reference)"
+            )
         return self
 
 
 def plan(cfg: JudgeConfig) -> Plan:
     """One index per input row: a prediction, a reply, an MCQ item, a rating."""
     if cfg.input is None:
-        raise ConfigError("input= is required (predictions, a scenario bank, an MCQ run, or human ratings)")
+        raise ConfigError(
+            "input= is required (predictions, a scenario bank, an MCQ run, or human ratings)"
+        )
     if cfg.action == "meta":
         return meta.plan(cfg)
     assert cfg.kind is not None
     return KINDS[cfg.kind].plan(cfg)
 
 
-@generator(NAME, config=JudgeConfig, records=(WagibenchJudgeRecord, ContextJudgeRecord, ValidityRecord, MetaRecord),
-           kind="judgment", plan=plan)
+@generator(
+    NAME,
+    config=JudgeConfig,
+    records=(WagibenchJudgeRecord, ContextJudgeRecord, ValidityRecord, MetaRecord),
+    kind="judgment",
+    plan=plan,
+)
 def judge(cfg: JudgeConfig, ctx: RunContext) -> Iterator[Any]:
     """LLM judges: WAGIBench goal scores, context-tracking labels, distractor validity; judge meta vs human raters."""
     if cfg.action == "meta":

@@ -49,11 +49,15 @@ def plan(cfg: JudgeConfig) -> Plan:
     path = cfg.input_path()
     assert path is not None
     rows = read_ratings(path)
-    values, source = judge_values(Path(cfg.judge_run).expanduser(), cfg) if cfg.judge_run else ({}, None)
+    values, source = (
+        judge_values(Path(cfg.judge_run).expanduser(), cfg) if cfg.judge_run else ({}, None)
+    )
     out = []
     for where, row in rows:
         if row.judge is None and cfg.judge_run is None:
-            raise InputError(f"{where}: judge: missing (give the judge's value in the row, or judge_run=<a judge run>)")
+            raise InputError(
+                f"{where}: judge: missing (give the judge's value in the row, or judge_run=<a judge run>)"
+            )
         value = values.get(row.id, row.judge) if cfg.judge_run else row.judge
         out.append((where, row.model_copy(update={"judge": value})))
     kind = rating_kind(out)
@@ -67,7 +71,9 @@ def with_goals(rows: list[tuple[str, RatingRow]], cfg: JudgeConfig) -> list[tupl
     the judge run's records (prediction) and ``references=`` (reference, options) by id."""
     preds: dict[str, Any] = {}
     if cfg.judge_run:
-        for _, rec in iter_jsonl(inside(Path(cfg.judge_run).expanduser(), "judge.jsonl", what="judge_run records")):
+        for _, rec in iter_jsonl(
+            inside(Path(cfg.judge_run).expanduser(), "judge.jsonl", what="judge_run records")
+        ):
             if isinstance(rec, dict) and "prediction" in rec:
                 preds[str(rec.get("id"))] = rec["prediction"]
     layouts: dict[str, tuple[Any, Any]] = {}
@@ -78,9 +84,11 @@ def with_goals(rows: list[tuple[str, RatingRow]], cfg: JudgeConfig) -> list[tupl
     out = []
     for where, row in rows:
         ref, options = layouts.get(row.id, (None, None))
-        update = {"prediction": row.prediction if row.prediction is not None else preds.get(row.id),
-                  "reference": row.reference if row.reference is not None else ref,
-                  "options": row.options if row.options is not None else options}
+        update = {
+            "prediction": row.prediction if row.prediction is not None else preds.get(row.id),
+            "reference": row.reference if row.reference is not None else ref,
+            "options": row.options if row.options is not None else options,
+        }
         out.append((where, row.model_copy(update=update)))
     return out
 
@@ -95,13 +103,21 @@ def goal_text(goal: Any) -> str:
     return str(goal)
 
 
-def baseline_values(rows: list[RatingRow], embed: Callable[[list[str]], Any]) -> list[tuple[float | None, float | None]]:
+def baseline_values(
+    rows: list[RatingRow], embed: Callable[[list[str]], Any]
+) -> list[tuple[float | None, float | None]]:
     """(Snap-MCQ, SBERT similarity) of each row; None where its prediction, reference or options
     are unknown."""
     import numpy as np
 
-    texts = sorted({goal_text(g) for r in rows for g in [r.prediction, r.reference, *(r.options or [])]
-                    if g is not None})
+    texts = sorted(
+        {
+            goal_text(g)
+            for r in rows
+            for g in [r.prediction, r.reference, *(r.options or [])]
+            if g is not None
+        }
+    )
     if not texts:
         return [(None, None)] * len(rows)
     vecs = np.asarray(embed(texts), dtype=np.float32)
@@ -147,7 +163,9 @@ def rating_kind(rows: Sequence[tuple[str, RatingRow]]) -> str:
         values = [*row.raters, *([row.judge] if row.judge is not None else [])]
         here = {"scores" if isinstance(v, float | int) else "labels" for v in values}
         if len(here) > 1 or (kinds and here != kinds):
-            raise InputError(f"{where}: raters: numbers and labels mixed (a file holds scores or labels, not both)")
+            raise InputError(
+                f"{where}: raters: numbers and labels mixed (a file holds scores or labels, not both)"
+            )
         kinds = here
     return kinds.pop()
 
@@ -159,7 +177,11 @@ def judge_values(folder: Path, cfg: JudgeConfig) -> tuple[dict[str, Any], dict[s
         raise MissingInputError(f"judge_run: no such run folder: {folder}")
     run = RunFolder.open(folder)
     info = run.manifest.extras.get("judge")
-    if run.generator != "judge" or not isinstance(info, dict) or info.get("kind") not in ("wagibench", "context"):
+    if (
+        run.generator != "judge"
+        or not isinstance(info, dict)
+        or info.get("kind") not in ("wagibench", "context")
+    ):
         raise InputError(f"{folder}/manifest.json: not a judge run of kind wagibench or context")
     label = info.get("judge_label")
     out: dict[str, Any] = {}
@@ -169,16 +191,24 @@ def judge_values(folder: Path, cfg: JudgeConfig) -> tuple[dict[str, Any], dict[s
             raise InputError(f"{where}: expected a JSON object")
         try:
             if info["kind"] == "wagibench":
-                j = rec["judgments"].get(cfg.variant[0], {}).get(label) if rec["judgments"] else None
+                j = (
+                    rec["judgments"].get(cfg.variant[0], {}).get(label)
+                    if rec["judgments"]
+                    else None
+                )
                 out[str(rec["id"])] = None if j is None else j["normalised"]
             else:
                 key = f"{rec['scenario_id']}/{rec['condition']}/{rec['trial']}/t{rec['turn']}"
                 out[key] = rec["verdicts"][label]["label"]
         except (KeyError, TypeError, AttributeError) as e:
             raise InputError(f"{where}: {e}: not a judge record of kind {info['kind']}") from None
-    return out, {"judge_run": str(folder), "kind": info["kind"], "judge_label": label,
-                 "judge_prompt_version": info.get("judge_prompt_version"),
-                 "judge_prompt_sha256": info.get("judge_prompt_sha256")}
+    return out, {
+        "judge_run": str(folder),
+        "kind": info["kind"],
+        "judge_label": label,
+        "judge_prompt_version": info.get("judge_prompt_version"),
+        "judge_prompt_sha256": info.get("judge_prompt_sha256"),
+    }
 
 
 # --------------------------------------------------------------------------- the statistics
@@ -198,8 +228,11 @@ def aligned(judge: int, r1: int, r2: int) -> bool:
     return judge == (r1 or r2)
 
 
-def pairwise(rows: Sequence[MetaRecord], value: Callable[[MetaRecord], Any] = lambda r: r.judge,
-             tie: float = 0.0) -> dict[str, Any]:
+def pairwise(
+    rows: Sequence[MetaRecord],
+    value: Callable[[MetaRecord], Any] = lambda r: r.judge,
+    tie: float = 0.0,
+) -> dict[str, Any]:
     """Pairwise accuracy of the judge (or of another scorer: ``value``, its ties within ``tie``) and
     of rater 3 against raters 1 and 2 (module docstring)."""
     by_group: dict[str, list[MetaRecord]] = defaultdict(list)
@@ -211,7 +244,10 @@ def pairwise(rows: Sequence[MetaRecord], value: Callable[[MetaRecord], Any] = la
     for group in by_group.values():
         for a, b in combinations(group, 2):
             total += 1
-            r1, r2 = _sign(float(a.raters[0]), float(b.raters[0])), _sign(float(a.raters[1]), float(b.raters[1]))
+            r1, r2 = (
+                _sign(float(a.raters[0]), float(b.raters[0])),
+                _sign(float(a.raters[1]), float(b.raters[1])),
+            )
             if r1 * r2 == -1:
                 dropped += 1
                 continue
@@ -222,11 +258,15 @@ def pairwise(rows: Sequence[MetaRecord], value: Callable[[MetaRecord], Any] = la
                 judge_ok.append(aligned(_sign(float(va), float(vb), tie), r1, r2))
             if len(a.raters) > 2 and len(b.raters) > 2:
                 human_ok.append(aligned(_sign(float(a.raters[2]), float(b.raters[2])), r1, r2))
-    return {"pairs": total, "dropped_raters_disagree": dropped, "kept": total - dropped,
-            "judge_missing": judge_missing,
-            "judge_pairwise_accuracy": proportion(sum(judge_ok), len(judge_ok)),
-            "human_pairwise_accuracy": proportion(sum(human_ok), len(human_ok)) if human_ok else None,
-            "note": "Wilson intervals over pairs; pairs sharing a prediction are not independent."}
+    return {
+        "pairs": total,
+        "dropped_raters_disagree": dropped,
+        "kept": total - dropped,
+        "judge_missing": judge_missing,
+        "judge_pairwise_accuracy": proportion(sum(judge_ok), len(judge_ok)),
+        "human_pairwise_accuracy": proportion(sum(human_ok), len(human_ok)) if human_ok else None,
+        "note": "Wilson intervals over pairs; pairs sharing a prediction are not independent.",
+    }
 
 
 def label_agreement(rows: Sequence[MetaRecord]) -> dict[str, Any]:
@@ -234,21 +274,39 @@ def label_agreement(rows: Sequence[MetaRecord]) -> dict[str, Any]:
     share of each rater's uses of it that the judge matches."""
     n_raters = min(len(r.raters) for r in rows)
     with_judge = [r for r in rows if r.judge is not None]
-    out: dict[str, Any] = {"rows": len(rows), "judge_missing": len(rows) - len(with_judge), "pairs": {}}
+    out: dict[str, Any] = {
+        "rows": len(rows),
+        "judge_missing": len(rows) - len(with_judge),
+        "pairs": {},
+    }
 
     def pair(name: str, xs: list[Any], ys: list[Any]) -> None:
         k, a = cohen_kappa(xs, ys), agreement(xs, ys)
-        out["pairs"][name] = {"rows": len(xs), "agreement": None if a is None else rounded(a),
-                              "kappa": None if k is None else rounded(k)}
+        out["pairs"][name] = {
+            "rows": len(xs),
+            "agreement": None if a is None else rounded(a),
+            "kappa": None if k is None else rounded(k),
+        }
 
     for i in range(n_raters):
-        pair(f"judge~rater_{i + 1}", [r.judge for r in with_judge], [r.raters[i] for r in with_judge])
+        pair(
+            f"judge~rater_{i + 1}", [r.judge for r in with_judge], [r.raters[i] for r in with_judge]
+        )
     for i, k in combinations(range(n_raters), 2):
-        pair(f"rater_{i + 1}~rater_{k + 1}", [r.raters[i] for r in rows], [r.raters[k] for r in rows])
+        pair(
+            f"rater_{i + 1}~rater_{k + 1}", [r.raters[i] for r in rows], [r.raters[k] for r in rows]
+        )
     labels = sorted({str(v) for r in rows for v in [*r.raters, r.judge] if v is not None})
-    out["per_label"] = {lab: {f"rater_{i + 1}": proportion(sum(r.judge == lab for r in with_judge if r.raters[i] == lab),
-                                                            sum(r.raters[i] == lab for r in with_judge))
-                              for i in range(min(n_raters, 2))} for lab in labels}
+    out["per_label"] = {
+        lab: {
+            f"rater_{i + 1}": proportion(
+                sum(r.judge == lab for r in with_judge if r.raters[i] == lab),
+                sum(r.raters[i] == lab for r in with_judge),
+            )
+            for i in range(min(n_raters, 2))
+        }
+        for lab in labels
+    }
     return out
 
 
@@ -260,10 +318,17 @@ def plot_confusion(rows: Sequence[MetaRecord], out: Path) -> dict[str, Any]:
     import matplotlib.pyplot as plt
 
     with_judge = [r for r in rows if r.judge is not None]
-    cats = sorted({v for r in with_judge for v in [*r.raters[:2], r.judge]}, key=lambda v: (isinstance(v, str), v))
+    cats = sorted(
+        {v for r in with_judge for v in [*r.raters[:2], r.judge]},
+        key=lambda v: (isinstance(v, str), v),
+    )
     names = [str(c) for c in cats]
-    matrices = {f"rater_{i + 1}": confusion([r.raters[i] for r in with_judge], [r.judge for r in with_judge], cats)
-                for i in range(2)}
+    matrices = {
+        f"rater_{i + 1}": confusion(
+            [r.raters[i] for r in with_judge], [r.judge for r in with_judge], cats
+        )
+        for i in range(2)
+    }
     fig, axes = plt.subplots(1, 2, figsize=(4 + 1.4 * len(cats), 2.5 + 0.7 * len(cats)))
     for ax, (name, m) in zip(axes, matrices.items(), strict=True):
         ax.imshow(m, cmap="Blues")
@@ -289,25 +354,49 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[MetaRecord]:
     ctx.record_input(Path(cfg.input).expanduser())
     records = []
     plain = [row for _, row in rows]
-    base = baseline_values(plain, ctx.embedder.encode) if cfg.baselines and kind == "scores" and any(
-        r.prediction is not None and r.reference is not None for r in plain) else [(None, None)] * len(rows)
+    base = (
+        baseline_values(plain, ctx.embedder.encode)
+        if cfg.baselines
+        and kind == "scores"
+        and any(r.prediction is not None and r.reference is not None for r in plain)
+        else [(None, None)] * len(rows)
+    )
     for index in ctx.indices():
         _, row = rows[index]
         snap, sbert = base[index]
-        rec = MetaRecord(id=row.id, group=row.group, raters=row.raters, judge=row.judge, snap_mcq=snap, sbert=sbert)
+        rec = MetaRecord(
+            id=row.id,
+            group=row.group,
+            raters=row.raters,
+            judge=row.judge,
+            snap_mcq=snap,
+            sbert=sbert,
+        )
         records.append(rec)
         yield rec
-    summary: dict[str, Any] = {"kind": "meta", "values": kind, "rows": len(records),
-                               "judge_missing": sum(r.judge is None for r in records), "source": source}
+    summary: dict[str, Any] = {
+        "kind": "meta",
+        "values": kind,
+        "rows": len(records),
+        "judge_missing": sum(r.judge is None for r in records),
+        "source": source,
+    }
     if kind == "scores":
         summary["pairwise"] = pairwise(records)
-        summary["baselines"] = {
-            "snap_mcq": pairwise(records, lambda r: r.snap_mcq),
-            "sbert_similarity": {**pairwise(records, lambda r: r.sbert, cfg.sbert_tie), "tie_within": cfg.sbert_tie},
-            "rows_with_prediction_and_reference": sum(r.sbert is not None for r in records),
-            "rows_with_options": sum(r.snap_mcq is not None for r in records),
-            "embedder": ctx.embedder.describe() if hasattr(ctx.embedder, "describe") else None,
-        } if any(r.sbert is not None for r in records) else None
+        summary["baselines"] = (
+            {
+                "snap_mcq": pairwise(records, lambda r: r.snap_mcq),
+                "sbert_similarity": {
+                    **pairwise(records, lambda r: r.sbert, cfg.sbert_tie),
+                    "tie_within": cfg.sbert_tie,
+                },
+                "rows_with_prediction_and_reference": sum(r.sbert is not None for r in records),
+                "rows_with_options": sum(r.snap_mcq is not None for r in records),
+                "embedder": ctx.embedder.describe() if hasattr(ctx.embedder, "describe") else None,
+            }
+            if any(r.sbert is not None for r in records)
+            else None
+        )
     else:
         summary["labels"] = label_agreement(records)
     if cfg.plots and any(r.judge is not None for r in records):
@@ -316,15 +405,25 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[MetaRecord]:
     if kind == "scores":
         p = summary["pairwise"]
         acc = p["judge_pairwise_accuracy"]
-        lines.append(f"  pairs {p['pairs']}, dropped {p['dropped_raters_disagree']}; judge pairwise accuracy "
-                     f"{acc['rate']} {acc['ci95']}" + (f"; human {p['human_pairwise_accuracy']['rate']}"
-                                                       if p["human_pairwise_accuracy"] else ""))
+        lines.append(
+            f"  pairs {p['pairs']}, dropped {p['dropped_raters_disagree']}; judge pairwise accuracy "
+            f"{acc['rate']} {acc['ci95']}"
+            + (
+                f"; human {p['human_pairwise_accuracy']['rate']}"
+                if p["human_pairwise_accuracy"]
+                else ""
+            )
+        )
         if summary["baselines"]:
             b = summary["baselines"]
-            lines.append(f"  baselines: Snap-MCQ {b['snap_mcq']['judge_pairwise_accuracy']['rate']}, SBERT similarity "
-                         f"{b['sbert_similarity']['judge_pairwise_accuracy']['rate']} (pairwise accuracy)")
+            lines.append(
+                f"  baselines: Snap-MCQ {b['snap_mcq']['judge_pairwise_accuracy']['rate']}, SBERT similarity "
+                f"{b['sbert_similarity']['judge_pairwise_accuracy']['rate']} (pairwise accuracy)"
+            )
     else:
         for name, v in summary["labels"]["pairs"].items():
-            lines.append(f"  {name}: agreement {v['agreement']}, kappa {v['kappa']} ({v['rows']} rows)")
+            lines.append(
+                f"  {name}: agreement {v['agreement']}, kappa {v['kappa']} ({v['rows']} rows)"
+            )
     prompt = {k: (source or {}).get(k) for k in ("judge_prompt_version", "judge_prompt_sha256")}
     finish(cfg, ctx, None, summary, prompt, lines)

@@ -90,8 +90,13 @@ def judgment(raw: str, lenient: bool = True) -> Judgment:
     """A judge reply as a :class:`Judgment` (score, normalised score, followed, problem), read by
     :func:`parse_score_lenient` (WAGIBench's reading) or, ``lenient=False``, :func:`parse_score`."""
     score, problem = parse_score_lenient(raw) if lenient else parse_score(raw)
-    return Judgment(score=score, normalised=None if score is None else SCORES[score],
-                    followed=score is not None, problem=problem, raw=raw)
+    return Judgment(
+        score=score,
+        normalised=None if score is None else SCORES[score],
+        followed=score is not None,
+        problem=problem,
+        raw=raw,
+    )
 
 
 def as_action(value: Any) -> dict[str, Any] | None:

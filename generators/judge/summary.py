@@ -29,14 +29,24 @@ def prompt_sha256(ctx: RunContext, name: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def finish(cfg: JudgeConfig, ctx: RunContext, panel: Panel | None, summary: dict[str, Any],
-           prompt: dict[str, Any], lines: list[str] | None = None) -> None:
+def finish(
+    cfg: JudgeConfig,
+    ctx: RunContext,
+    panel: Panel | None,
+    summary: dict[str, Any],
+    prompt: dict[str, Any],
+    lines: list[str] | None = None,
+) -> None:
     """Write ``summary.json`` and the manifest's ``judge`` section (prompt version and hash, the
     candidate and judge models and families, how the judge was chosen, the summary); print
     ``lines`` at the end of the run."""
     if panel is not None:
         summary["usage"] = {j.label: j.llm.usage.as_dict() for j in panel.judges}
     ctx.write_json("summary.json", summary)
-    ctx.extra["judge"] = {"kind": cfg.kind or "meta", **prompt, **(panel.manifest() if panel else {}),
-                          "summary": summary}
+    ctx.extra["judge"] = {
+        "kind": cfg.kind or "meta",
+        **prompt,
+        **(panel.manifest() if panel else {}),
+        "summary": summary,
+    }
     ctx.say(*(lines or []))

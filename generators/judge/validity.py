@@ -45,7 +45,12 @@ def plan(cfg: JudgeConfig) -> Plan:
     path = cfg.input_path()
     assert path is not None
     banks = load_banks(path)
-    items = [(bank.path, it) for bank in banks for it in bank.items if len(it.options) >= 2 and it.answer is not None]
+    items = [
+        (bank.path, it)
+        for bank in banks
+        for it in bank.items
+        if len(it.options) >= 2 and it.answer is not None
+    ]
     if not items:
         raise InputError(f"input: {path} holds no MCQ item with options and an answer")
     return Plan(len(items), (banks, items))
@@ -57,25 +62,44 @@ def flags(scores: list[Judgment], answer: int) -> tuple[bool | None, list[int]]:
     key = scores[answer].score
     if key is None:
         return None, []
-    hits = [i for i, s in enumerate(scores) if i != answer and s.score is not None and s.score >= key]
+    hits = [
+        i for i, s in enumerate(scores) if i != answer and s.score is not None and s.score >= key
+    ]
     return bool(hits), hits
 
 
-def judge_item(cfg: JudgeConfig, ctx: RunContext, panel: Panel, item: MCQ, source: str,
-               index: int) -> ValidityRecord | Reject:
+def judge_item(
+    cfg: JudgeConfig, ctx: RunContext, panel: Panel, item: MCQ, source: str, index: int
+) -> ValidityRecord | Reject:
     assert item.answer is not None
     jobs = [(j, k) for j in panel.judges for k in range(len(item.options))]
 
     def one(job: tuple[JudgeModel, int]) -> Judgment:
         j, k = job
-        messages = ctx.prompts.render(TEMPLATE, context=item.context, question=item.question, option=item.options[k])
-        return judgment(j.llm.complete(messages, seed=ctx.seed(index, "option", k), max_tokens=cfg.judge_tokens,
-                                       temperature=cfg.judge_temperature), lenient=cfg.judge_parse == "lenient")
+        messages = ctx.prompts.render(
+            TEMPLATE, context=item.context, question=item.question, option=item.options[k]
+        )
+        return judgment(
+            j.llm.complete(
+                messages,
+                seed=ctx.seed(index, "option", k),
+                max_tokens=cfg.judge_tokens,
+                temperature=cfg.judge_temperature,
+            ),
+            lenient=cfg.judge_parse == "lenient",
+        )
 
     try:
         results = ctx.map(one, jobs, workers=min(j.llm.concurrency for j in panel.judges))
     except LLMOutputError as e:
-        return Reject(record_id=item.item_id, index=index, stage="judge", reason=e.reason, detail=e.detail, raw=e.raw)
+        return Reject(
+            record_id=item.item_id,
+            index=index,
+            stage="judge",
+            reason=e.reason,
+            detail=e.detail,
+            raw=e.raw,
+        )
     scores: dict[str, list[Judgment]] = defaultdict(list)
     for (j, _), res in zip(jobs, results, strict=True):
         scores[j.label].append(res)
@@ -84,12 +108,21 @@ def judge_item(cfg: JudgeConfig, ctx: RunContext, panel: Panel, item: MCQ, sourc
     flagged, hits = {}, {}
     for label, js in scores.items():
         flagged[label], hits[label] = flags(js, item.answer)
-    return ValidityRecord(item_id=item.item_id, question_type=item.question_type, source=source, answer=item.answer,
-                          n_options=len(item.options), scores=dict(scores), flagged=flagged, flagged_options=hits)
+    return ValidityRecord(
+        item_id=item.item_id,
+        question_type=item.question_type,
+        source=source,
+        answer=item.answer,
+        n_options=len(item.options),
+        scores=dict(scores),
+        flagged=flagged,
+        flagged_options=hits,
+    )
 
 
-def summarise(cfg: JudgeConfig, records: list[ValidityRecord], panel: Panel, rejected: int,
-              seed: int) -> dict[str, Any]:
+def summarise(
+    cfg: JudgeConfig, records: list[ValidityRecord], panel: Panel, rejected: int, seed: int
+) -> dict[str, Any]:
     judges = {}
     for j in panel.judges:
         judged = [r for r in records if r.flagged[j.label] is not None]
@@ -98,28 +131,46 @@ def summarise(cfg: JudgeConfig, records: list[ValidityRecord], panel: Panel, rej
             by_type[r.question_type].append(r)
         options = [s for r in records for s in r.scores[j.label]]
         answer_scores = [r.scores[j.label][r.answer].normalised for r in records]
-        wrong_scores = [s.normalised for r in records for k, s in enumerate(r.scores[j.label]) if k != r.answer]
+        wrong_scores = [
+            s.normalised for r in records for k, s in enumerate(r.scores[j.label]) if k != r.answer
+        ]
         judges[j.label] = {
-            "items_judged": len(judged), "answer_not_scored": len(records) - len(judged),
+            "items_judged": len(judged),
+            "answer_not_scored": len(records) - len(judged),
             "flagged": proportion(sum(bool(r.flagged[j.label]) for r in judged), len(judged)),
-            "flagged_by_question_type": {q: proportion(sum(bool(r.flagged[j.label]) for r in rs), len(rs))
-                                         for q, rs in sorted(by_type.items())},
+            "flagged_by_question_type": {
+                q: proportion(sum(bool(r.flagged[j.label]) for r in rs), len(rs))
+                for q, rs in sorted(by_type.items())
+            },
             "not_followed": proportion(sum(not s.followed for s in options), len(options)),
-            "not_followed_by_problem": dict(sorted(Counter(s.problem for s in options if s.problem).items())),
-            "answer_score": mean_interval([x for x in answer_scores if x is not None], seed=seed, resamples=cfg.bootstrap),
-            "wrong_option_score": mean_interval([x for x in wrong_scores if x is not None], seed=seed,
-                                                resamples=cfg.bootstrap),
+            "not_followed_by_problem": dict(
+                sorted(Counter(s.problem for s in options if s.problem).items())
+            ),
+            "answer_score": mean_interval(
+                [x for x in answer_scores if x is not None], seed=seed, resamples=cfg.bootstrap
+            ),
+            "wrong_option_score": mean_interval(
+                [x for x in wrong_scores if x is not None], seed=seed, resamples=cfg.bootstrap
+            ),
         }
     return {
-        "kind": "distractor_validity", "primary": panel.primary.label,
+        "kind": "distractor_validity",
+        "primary": panel.primary.label,
         "items": {"total": len(records) + rejected, "judged": len(records), "rejected": rejected},
         "judges": judges,
-        "agreement": {"option_scores": pairwise_agreement({j.label: [s.score for r in records for s in r.scores[j.label]]
-                                                           for j in panel.judges}),
-                      "flagged": pairwise_agreement({j.label: [r.flagged[j.label] for r in records]
-                                                     for j in panel.judges})},
+        "agreement": {
+            "option_scores": pairwise_agreement(
+                {
+                    j.label: [s.score for r in records for s in r.scores[j.label]]
+                    for j in panel.judges
+                }
+            ),
+            "flagged": pairwise_agreement(
+                {j.label: [r.flagged[j.label] for r in records] for j in panel.judges}
+            ),
+        },
         "note": "flagged: a wrong option scored at least as high as the answer (0 irrelevant, 1 borderline, "
-                "2 a good answer), each option judged alone without knowing the key.",
+        "2 a good answer), each option judged alone without knowing the key.",
     }
 
 
@@ -132,8 +183,11 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[ValidityRecord | Reject]:
     records: list[ValidityRecord] = []
     rejected = 0
     width = max(j.llm.concurrency for j in panel.judges)  # items many at once, in order
-    for out in ctx.imap(lambda i: judge_item(cfg, ctx, panel, items[i][1], str(items[i][0]), i), ctx.indices(),
-                        width=width):
+    for out in ctx.imap(
+        lambda i: judge_item(cfg, ctx, panel, items[i][1], str(items[i][0]), i),
+        ctx.indices(),
+        width=width,
+    ):
         if isinstance(out, Reject):
             rejected += 1
         else:
@@ -143,7 +197,16 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[ValidityRecord | Reject]:
         yield out
     summary = summarise(cfg, records, panel, rejected, ctx.seed(0, "bootstrap"))
     p = summary["judges"][panel.primary.label]
-    lines = [f"judge distractor_validity: {summary['items']['judged']} items judged by {panel.primary.label}: "
-             f"{p['flagged']['k']}/{p['flagged']['n']} flagged; {p['not_followed']['k']}/{p['not_followed']['n']} "
-             "option judgments did not follow the format"]
-    finish(cfg, ctx, panel, summary, {"judge_prompt_version": JUDGE_PROMPT_VERSION, "judge_prompt_sha256": sha}, lines)
+    lines = [
+        f"judge distractor_validity: {summary['items']['judged']} items judged by {panel.primary.label}: "
+        f"{p['flagged']['k']}/{p['flagged']['n']} flagged; {p['not_followed']['k']}/{p['not_followed']['n']} "
+        "option judgments did not follow the format"
+    ]
+    finish(
+        cfg,
+        ctx,
+        panel,
+        summary,
+        {"judge_prompt_version": JUDGE_PROMPT_VERSION, "judge_prompt_sha256": sha},
+        lines,
+    )

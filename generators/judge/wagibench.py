@@ -78,8 +78,10 @@ def plan(cfg: JudgeConfig) -> Plan:
         for where, row in rows:
             if kinds and not contexts_text(row, kinds):
                 need = " or ".join(k.replace("_", " ") for k in kinds)
-                raise InputError(f"{where}: contexts: variant {variant} needs {need} for every row "
-                                 "(variant=[reference] judges against the reference only)")
+                raise InputError(
+                    f"{where}: contexts: variant {variant} needs {need} for every row "
+                    "(variant=[reference] judges against the reference only)"
+                )
     return Plan(len(rows), rows)
 
 
@@ -90,7 +92,9 @@ def _rows(path: Path) -> Iterator[tuple[str, Any]]:
     elif path.suffix == ".json":
         data = read_json(path)
         if not isinstance(data, list):
-            raise InputError(f"{path}: expected a JSON list of rows (WAGIBench's layout), got a {type(data).__name__}")
+            raise InputError(
+                f"{path}: expected a JSON list of rows (WAGIBench's layout), got a {type(data).__name__}"
+            )
         for i, row in enumerate(data):
             yield f"{path}:row {i + 1}", row
     else:
@@ -105,7 +109,9 @@ def _obj(value: Any, where: str, field: str) -> dict[str, Any]:
     return value
 
 
-def layout_key(row: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+def layout_key(
+    row: dict[str, Any], where: str
+) -> tuple[dict[str, Any], dict[str, Any], str | None]:
     """(x, meta, observation key ``<shortname>_<client_tag>``) of a WAGIBench-layout row."""
     x, meta = _obj(row.get("x"), where, "x"), _obj(row.get("meta"), where, "meta")
     scenario = _obj(meta.get("scenario"), where, "meta.scenario")
@@ -121,9 +127,14 @@ def from_layout(row: dict[str, Any], where: str) -> dict[str, Any]:
     """A WAGIBench-layout row (with a ``prediction``) as a :class:`PredictionRow`'s fields."""
     x, meta, key = layout_key(row, where)
     contexts = {"cues": x.get("cues") or None, "digital_state": x.get("digital_state") or None}
-    out = {"id": row.get("id", meta.get("item_id", key)), "prediction": row.get("prediction"),
-           "reference": meta.get("structured_goal"), "model": row.get("model"), "group": key,
-           "contexts": {k: v for k, v in contexts.items() if v is not None} or None}
+    out = {
+        "id": row.get("id", meta.get("item_id", key)),
+        "prediction": row.get("prediction"),
+        "reference": meta.get("structured_goal"),
+        "model": row.get("model"),
+        "group": key,
+        "contexts": {k: v for k, v in contexts.items() if v is not None} or None,
+    }
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -136,7 +147,9 @@ def field_path(loc: tuple[Any, ...]) -> str:
     out: list[str] = []
     for i, part in enumerate(loc):
         text = str(part)
-        if isinstance(part, str) and ("[" in text or text in _TYPE_NAMES or (i == 1 and loc[0] == "reference")):
+        if isinstance(part, str) and (
+            "[" in text or text in _TYPE_NAMES or (i == 1 and loc[0] == "reference")
+        ):
             continue
         out.append(text)
     return ".".join(out) or "row"
@@ -150,7 +163,9 @@ def _validated(data: dict[str, Any], where: str) -> PredictionRow:
         raise InputError(f"{where}: {field_path(err['loc'])}: {err['msg']}") from None
 
 
-def read_predictions(path: Path, references: str | None = None, digital_state: str | None = None) -> list[Row]:
+def read_predictions(
+    path: Path, references: str | None = None, digital_state: str | None = None
+) -> list[Row]:
     """The rows to judge, references and contexts joined; a bad row is ``file:line: field: reason``."""
     refs = read_layouts(Path(references).expanduser()) if references else {}
     states = read_digital_state(Path(digital_state).expanduser()) if digital_state else {}
@@ -165,16 +180,30 @@ def read_predictions(path: Path, references: str | None = None, digital_state: s
             contexts = row.contexts.model_dump() if row.contexts else {}
             if cues and not contexts.get("cues"):
                 contexts["cues"] = cues
-            row = _validated({**row.model_dump(exclude_none=True), "reference": ref,
-                              "group": row.group or group, "contexts": contexts or None}, where)
+            row = _validated(
+                {
+                    **row.model_dump(exclude_none=True),
+                    "reference": ref,
+                    "group": row.group or group,
+                    "contexts": contexts or None,
+                },
+                where,
+            )
         if row.reference is None:
-            raise InputError(f"{where}: reference: missing (give it in the row, or references=<a WAGIBench MCQ "
-                             f"layout> holding id {row.id!r})")
+            raise InputError(
+                f"{where}: reference: missing (give it in the row, or references=<a WAGIBench MCQ "
+                f"layout> holding id {row.id!r})"
+            )
         if states and row.group in states:
             contexts = row.contexts.model_dump() if row.contexts else {}
             contexts["digital_state"] = states[row.group]
-            row = row.model_copy(update={"contexts": _validated({**row.model_dump(exclude_none=True),
-                                                                 "contexts": contexts}, where).contexts})
+            row = row.model_copy(
+                update={
+                    "contexts": _validated(
+                        {**row.model_dump(exclude_none=True), "contexts": contexts}, where
+                    ).contexts
+                }
+            )
         out.append((where, row))
     return out
 
@@ -216,7 +245,9 @@ def _layout_rows(files: list[Path]) -> Iterator[tuple[Any, Any, str | None]]:
     for file in files:
         data = read_json(file)
         if not isinstance(data, list):
-            raise InputError(f"{file}: expected a JSON list of WAGIBench MCQ rows, got a {type(data).__name__}")
+            raise InputError(
+                f"{file}: expected a JSON list of WAGIBench MCQ rows, got a {type(data).__name__}"
+            )
         for i, row in enumerate(data):
             where = f"{file}:row {i + 1}"
             if not isinstance(row, dict):
@@ -231,7 +262,9 @@ def read_digital_state(path: Path) -> dict[str, Any]:
         raise MissingInputError(f"digital_state: no such file: {path}")
     data = read_json(path)
     if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object of bundles (WAGIBench's digital_state.json)")
+        raise InputError(
+            f"{path}: expected a JSON object of bundles (WAGIBench's digital_state.json)"
+        )
     out = {}
     for name, bundle in data.items():
         where = f"{path}: {name}"
@@ -239,9 +272,13 @@ def read_digital_state(path: Path) -> dict[str, Any]:
             raise InputError(f"{where}: expected an object, got {type(bundle).__name__}")
         x, _, key = layout_key(bundle, where)
         if key is not None and x.get("app_states") is not None:
-            if not isinstance(x["app_states"], dict):  # else a prediction row's error named the wrong file
-                raise InputError(f"{where}: x.app_states: expected an object of app states, "
-                                 f"got {type(x['app_states']).__name__}")
+            if not isinstance(
+                x["app_states"], dict
+            ):  # else a prediction row's error named the wrong file
+                raise InputError(
+                    f"{where}: x.app_states: expected an object of app states, "
+                    f"got {type(x['app_states']).__name__}"
+                )
             out[key] = x["app_states"]
     return out
 
@@ -267,13 +304,18 @@ def digital_text(state: Any) -> str:
     app:`` and its state (a ``digital_state.json``'s ``app_states``); a text as it is."""
     if isinstance(state, str):
         return state
-    parts = [f"The current datetime is: {state['datetimings'].get('current_datetime')}"] \
-        if isinstance(state.get("datetimings"), dict) else []
+    parts = (
+        [f"The current datetime is: {state['datetimings'].get('current_datetime')}"]
+        if isinstance(state.get("datetimings"), dict)
+        else []
+    )
     for app, v in state.items():
         if app == "datetimings" or app == "digital_key_only":
             continue
         body = v.get("state", v) if isinstance(v, dict) else v
-        parts.append(f"Current state of the user's {app} app:\n{json.dumps(body, ensure_ascii=False)}")
+        parts.append(
+            f"Current state of the user's {app} app:\n{json.dumps(body, ensure_ascii=False)}"
+        )
     return "\n".join(parts)
 
 
@@ -302,8 +344,14 @@ def dumps(action: Any) -> str:
     return json.dumps(action, ensure_ascii=False)
 
 
-def judge_row(cfg: JudgeConfig, ctx: RunContext, panel: Panel, reformatter: Any, index: int,
-              row: PredictionRow) -> WagibenchJudgeRecord | Reject:
+def judge_row(
+    cfg: JudgeConfig,
+    ctx: RunContext,
+    panel: Panel,
+    reformatter: Any,
+    index: int,
+    row: PredictionRow,
+) -> WagibenchJudgeRecord | Reject:
     """Reformat if needed, then every variant x judge; a backend failure rejects the row."""
     action = as_action(row.prediction) if isinstance(row.prediction, dict) else None
     structured = action is not None
@@ -311,19 +359,41 @@ def judge_row(cfg: JudgeConfig, ctx: RunContext, panel: Panel, reformatter: Any,
     assert row.reference is not None  # read_predictions refuses a row without one
     reference = row.reference
 
-    def record(reformat: Reformat | None, outcome: Literal["judged", "reformat_invalid"],
-               judgments: dict[str, dict[str, Judgment]]) -> WagibenchJudgeRecord:
-        return WagibenchJudgeRecord(id=row.id, group=row.group, model=row.model, action_type=reference.type,
-                                    prediction=row.prediction, structured=structured, reformat=reformat,
-                                    outcome=outcome, judgments=judgments)
+    def record(
+        reformat: Reformat | None,
+        outcome: Literal["judged", "reformat_invalid"],
+        judgments: dict[str, dict[str, Judgment]],
+    ) -> WagibenchJudgeRecord:
+        return WagibenchJudgeRecord(
+            id=row.id,
+            group=row.group,
+            model=row.model,
+            action_type=reference.type,
+            prediction=row.prediction,
+            structured=structured,
+            reformat=reformat,
+            outcome=outcome,
+            judgments=judgments,
+        )
 
     if action is None:
         text = row.prediction if isinstance(row.prediction, str) else dumps(row.prediction)
         try:
-            raw = reformatter.complete(ctx.prompts.render(REFORMAT, prediction=text), seed=ctx.seed(index, "reformat"),
-                                       max_tokens=cfg.reformat_tokens, temperature=cfg.judge_temperature)
+            raw = reformatter.complete(
+                ctx.prompts.render(REFORMAT, prediction=text),
+                seed=ctx.seed(index, "reformat"),
+                max_tokens=cfg.reformat_tokens,
+                temperature=cfg.judge_temperature,
+            )
         except LLMOutputError as e:
-            return Reject(record_id=row.id, index=index, stage="reformat", reason=e.reason, detail=e.detail, raw=e.raw)
+            return Reject(
+                record_id=row.id,
+                index=index,
+                stage="reformat",
+                reason=e.reason,
+                detail=e.detail,
+                raw=e.raw,
+            )
         action, problem, detail = parse_reformat(raw)
         reformat = Reformat(raw=raw, action=action, problem=problem, detail=detail)
         if action is None:
@@ -333,15 +403,33 @@ def judge_row(cfg: JudgeConfig, ctx: RunContext, panel: Panel, reformatter: Any,
 
     def one(job: tuple[str, JudgeModel]) -> Judgment:
         variant, j = job
-        messages = ctx.prompts.render(TEMPLATE, reference=dumps(reference.model_dump()) if "reference" in variant else None,
-                                      prediction=dumps(action), contexts=contexts_text(row, VARIANT_CONTEXTS[variant]))
-        return judgment(j.llm.complete(messages, seed=ctx.seed(index, "judge", variant), max_tokens=cfg.judge_tokens,
-                                       temperature=cfg.judge_temperature), lenient=cfg.judge_parse == "lenient")
+        messages = ctx.prompts.render(
+            TEMPLATE,
+            reference=dumps(reference.model_dump()) if "reference" in variant else None,
+            prediction=dumps(action),
+            contexts=contexts_text(row, VARIANT_CONTEXTS[variant]),
+        )
+        return judgment(
+            j.llm.complete(
+                messages,
+                seed=ctx.seed(index, "judge", variant),
+                max_tokens=cfg.judge_tokens,
+                temperature=cfg.judge_temperature,
+            ),
+            lenient=cfg.judge_parse == "lenient",
+        )
 
     try:
         results = ctx.map(one, jobs, workers=min(j.llm.concurrency for j in panel.judges))
     except LLMOutputError as e:
-        return Reject(record_id=row.id, index=index, stage="judge", reason=e.reason, detail=e.detail, raw=e.raw)
+        return Reject(
+            record_id=row.id,
+            index=index,
+            stage="judge",
+            reason=e.reason,
+            detail=e.detail,
+            raw=e.raw,
+        )
     judgments: dict[str, dict[str, Judgment]] = defaultdict(dict)
     for (variant, j), res in zip(jobs, results, strict=True):
         judgments[variant][j.label] = res
@@ -353,8 +441,9 @@ def judge_row(cfg: JudgeConfig, ctx: RunContext, panel: Panel, reformatter: Any,
 # --------------------------------------------------------------------------- summary
 
 
-def summarise(cfg: JudgeConfig, records: list[WagibenchJudgeRecord], panel: Panel, rejected: int,
-              seed: int) -> dict[str, Any]:
+def summarise(
+    cfg: JudgeConfig, records: list[WagibenchJudgeRecord], panel: Panel, rejected: int, seed: int
+) -> dict[str, Any]:
     """Per judge and variant: the mean normalised score with a bootstrap 95 % interval (over the
     scored rows, and WAGIBench's convention of counting a failure as 0 over every row), per action
     type and per candidate model, the share that did not follow instructions; the reformat
@@ -374,13 +463,18 @@ def summarise(cfg: JudgeConfig, records: list[WagibenchJudgeRecord], panel: Pane
                     g = getattr(r, key)
                     if g is not None and (x := r.judgments[v][j.label].normalised) is not None:
                         by[g].append(x)
-                return {g: mean_interval(xs, seed=seed, resamples=cfg.bootstrap) for g, xs in sorted(by.items())}
+                return {
+                    g: mean_interval(xs, seed=seed, resamples=cfg.bootstrap)
+                    for g, xs in sorted(by.items())
+                }
 
             per_variant[v] = {
                 "mean": mean_interval(scored, seed=seed, resamples=cfg.bootstrap),
                 "mean_failures_as_zero": mean_interval(as_zero, seed=seed, resamples=cfg.bootstrap),
                 "not_followed": proportion(sum(not x.followed for x in js), len(js)),
-                "not_followed_by_problem": dict(sorted(Counter(x.problem for x in js if x.problem).items())),
+                "not_followed_by_problem": dict(
+                    sorted(Counter(x.problem for x in js if x.problem).items())
+                ),
                 "scores": {str(k): sum(x.score == k for x in js) for k in (0, 1, 2)},
                 "by_action_type": groups("action_type"),
                 "by_model": groups("model"),
@@ -388,17 +482,33 @@ def summarise(cfg: JudgeConfig, records: list[WagibenchJudgeRecord], panel: Pane
         judges[j.label] = per_variant
     reformatted = [r for r in records if r.reformat is not None]
     return {
-        "kind": "wagibench", "variants": cfg.variant, "primary": panel.primary.label,
-        "rows": {"total": len(records) + rejected, "structured": sum(r.structured for r in records),
-                 "reformatted": len(reformatted), "reformat_invalid": sum(r.outcome == "reformat_invalid" for r in records),
-                 "judged": len(judged), "rejected": rejected},
-        "reformat_problems": dict(sorted(Counter(r.reformat.problem for r in reformatted
-                                                 if r.reformat and r.reformat.problem).items())),
+        "kind": "wagibench",
+        "variants": cfg.variant,
+        "primary": panel.primary.label,
+        "rows": {
+            "total": len(records) + rejected,
+            "structured": sum(r.structured for r in records),
+            "reformatted": len(reformatted),
+            "reformat_invalid": sum(r.outcome == "reformat_invalid" for r in records),
+            "judged": len(judged),
+            "rejected": rejected,
+        },
+        "reformat_problems": dict(
+            sorted(
+                Counter(
+                    r.reformat.problem for r in reformatted if r.reformat and r.reformat.problem
+                ).items()
+            )
+        ),
         "judges": judges,
-        "agreement": {v: pairwise_agreement({j.label: [r.judgments[v][j.label].score for r in judged]
-                                             for j in panel.judges}) for v in cfg.variant},
+        "agreement": {
+            v: pairwise_agreement(
+                {j.label: [r.judgments[v][j.label].score for r in judged] for j in panel.judges}
+            )
+            for v in cfg.variant
+        },
         "note": "mean: over the rows the judge scored; mean_failures_as_zero: every row, a reformat that is not "
-                "an action or a judge that did not follow the format counting 0 (WAGIBench's code's convention).",
+        "an action or a judge that did not follow the format counting 0 (WAGIBench's code's convention).",
     }
 
 
@@ -410,32 +520,49 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[WagibenchJudgeRecord | Re
     for p in (cfg.input, cfg.references, cfg.digital_state):
         if p is not None and Path(p).expanduser().is_file():
             ctx.record_input(Path(p).expanduser())
-    panel = build_panel(cfg, ctx, candidate_families(cfg.candidate_family, [(r.model, r.model_family) for _, r in rows]),
-                        default=cfg.llm)
-    reformatter = ctx.llm_for(cfg.reformatter).fork() if cfg.reformatter is not None else panel.primary.llm
+    panel = build_panel(
+        cfg,
+        ctx,
+        candidate_families(cfg.candidate_family, [(r.model, r.model_family) for _, r in rows]),
+        default=cfg.llm,
+    )
+    reformatter = (
+        ctx.llm_for(cfg.reformatter).fork() if cfg.reformatter is not None else panel.primary.llm
+    )
     sha = prompt_sha256(ctx, TEMPLATE)
     records: list[WagibenchJudgeRecord] = []
     rejected = 0
     width = max(j.llm.concurrency for j in panel.judges)  # rows many at once, in order
-    for out in ctx.imap(lambda i: judge_row(cfg, ctx, panel, reformatter, i, rows[i][1]), ctx.indices(), width=width):
+    for out in ctx.imap(
+        lambda i: judge_row(cfg, ctx, panel, reformatter, i, rows[i][1]), ctx.indices(), width=width
+    ):
         if isinstance(out, Reject):
             rejected += 1
         else:
             records.append(out)
         yield out
     summary = summarise(cfg, records, panel, rejected, ctx.seed(0, "bootstrap"))
-    prompt = {"judge_prompt_version": JUDGE_PROMPT_VERSION, "judge_prompt_sha256": sha,
-              "reformat_prompt_sha256": prompt_sha256(ctx, REFORMAT) if REFORMAT in ctx.prompts.used else None,
-              "candidate_model": sorted({r.model for _, r in rows if r.model}) or None}
+    prompt = {
+        "judge_prompt_version": JUDGE_PROMPT_VERSION,
+        "judge_prompt_sha256": sha,
+        "reformat_prompt_sha256": prompt_sha256(ctx, REFORMAT)
+        if REFORMAT in ctx.prompts.used
+        else None,
+        "candidate_model": sorted({r.model for _, r in rows if r.model}) or None,
+    }
     finish(cfg, ctx, panel, summary, prompt, headline(summary))
 
 
 def headline(summary: dict[str, Any]) -> list[str]:
     rows = summary["rows"]
-    out = [f"judge wagibench: {rows['judged']} judged, {rows['reformat_invalid']} reformats not an action, "
-           f"{rows['rejected']} rejected (of {rows['total']}); primary judge {summary['primary']}"]
+    out = [
+        f"judge wagibench: {rows['judged']} judged, {rows['reformat_invalid']} reformats not an action, "
+        f"{rows['rejected']} rejected (of {rows['total']}); primary judge {summary['primary']}"
+    ]
     for v, s in summary["judges"][summary["primary"]].items():
         m, nf = s["mean"], s["not_followed"]
-        out.append(f"  {v}: mean normalised score {m['mean']} {m['ci95']} over {m['n']} scored; "
-                   f"did not follow instructions {nf['k']}/{nf['n']}")
+        out.append(
+            f"  {v}: mean normalised score {m['mean']} {m['ci95']} over {m['n']} scored; "
+            f"did not follow instructions {nf['k']}/{nf['n']}"
+        )
     return out

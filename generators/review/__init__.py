@@ -67,8 +67,10 @@ class ReviewConfig(CommonConfig):
     """Derived, not set: the items of input= (serve), the labelled items (summary)."""
     action: Literal["serve", "summary"] = "serve"
     """serve (the web app) | summary (agreement report); also the word after ``review``."""
-    reviewer: str = Field(default_factory=lambda: os.environ.get("USER") or "reviewer",
-                          json_schema_extra={"hydra": "${oc.env:USER,reviewer}"})
+    reviewer: str = Field(
+        default_factory=lambda: os.environ.get("USER") or "reviewer",
+        json_schema_extra={"hydra": "${oc.env:USER,reviewer}"},
+    )
     """Whose labels these are ($USER by default): reviews/<reviewer>.jsonl in the run folder (or bank)."""
     rubric: str | None = None
     """A rubric file (YAML/JSON: name, kinds, fields) for the kinds it lists; null: the project's
@@ -95,7 +97,9 @@ class ReviewConfig(CommonConfig):
     @model_validator(mode="after")
     def _check(self) -> ReviewConfig:
         if not REVIEWER.match(self.reviewer):
-            raise ValueError(f"reviewer={self.reviewer!r}: letters, digits, . _ - (at most 64); set reviewer=NAME")
+            raise ValueError(
+                f"reviewer={self.reviewer!r}: letters, digits, . _ - (at most 64); set reviewer=NAME"
+            )
         if self.num_shards != 1:
             raise ValueError("review runs in one process (num_shards=1)")
         return self
@@ -132,18 +136,28 @@ def plan(cfg: ReviewConfig) -> Plan:
     attach_results(items, results)
     labels = read_labels(folder)
     order = {it.item_id: it.index for it in items}
-    labelled = sorted({lab.item_id for ls in labels.values() for lab in ls},
-                      key=lambda i: (order.get(i, len(order)), i))
+    labelled = sorted(
+        {lab.item_id for ls in labels.values() for lab in ls},
+        key=lambda i: (order.get(i, len(order)), i),
+    )
     data = ReviewPlan(folder, items, files, rubrics, findings, results, labels, labelled)
     if cfg.action == "summary":
         if not labelled:
-            raise MissingInputError(f"input: {folder}/{REVIEWS} holds no labels yet "
-                                    f"(python -m gen review input={folder} labels items)")
+            raise MissingInputError(
+                f"input: {folder}/{REVIEWS} holds no labels yet "
+                f"(python -m gen review input={folder} labels items)"
+            )
         return Plan(len(labelled), data)
     return Plan(len(items), data)
 
 
-@generator(NAME, config=ReviewConfig, records=(ReviewStatusRecord, AgreementRecord), kind="review", plan=plan)
+@generator(
+    NAME,
+    config=ReviewConfig,
+    records=(ReviewStatusRecord, AgreementRecord),
+    kind="review",
+    plan=plan,
+)
 def review(cfg: ReviewConfig, ctx: RunContext) -> Iterator[Any]:
     """Review items in a local web page (labels to reviews/<reviewer>.jsonl); summary: agreement."""
     data: ReviewPlan = ctx.plan.data
@@ -160,17 +174,31 @@ def serve(cfg: ReviewConfig, data: ReviewPlan, ctx: RunContext) -> Iterator[Revi
 
     from gen.generators.review.server import Server, Session
 
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started as a background job of a script:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C (SIGINT) must still stop it
+    if (
+        signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    ):  # started as a background job of a script:
+        signal.signal(
+            signal.SIGINT, signal.default_int_handler
+        )  # Ctrl-C (SIGINT) must still stop it
     session = Session(data.folder, data.items, cfg.reviewer, data.rubrics)
     server = Server(session, cfg.port).start()
     where = label_file(data.folder, cfg.reviewer)
-    shown = [f"{sum(bool(getattr(it, k)) for it in data.items)} items with {what} ({path})"
-             for k, what, path in (("findings", "audit findings", ", ".join(map(str, data.findings)) or None),
-                                   ("blind", "nocontext answers", data.results.nocontext),
-                                   ("judged", "judge scores", data.results.judge)) if path is not None]
-    ctx.say(f"review: {len(data.items)} items of {data.folder} as {cfg.reviewer}; labels go to {where}",
-            *(f"review: {line}" for line in shown), f"open {server.url}", "(Ctrl-C stops the server)", always=True)
+    shown = [
+        f"{sum(bool(getattr(it, k)) for it in data.items)} items with {what} ({path})"
+        for k, what, path in (
+            ("findings", "audit findings", ", ".join(map(str, data.findings)) or None),
+            ("blind", "nocontext answers", data.results.nocontext),
+            ("judged", "judge scores", data.results.judge),
+        )
+        if path is not None
+    ]
+    ctx.say(
+        f"review: {len(data.items)} items of {data.folder} as {cfg.reviewer}; labels go to {where}",
+        *(f"review: {line}" for line in shown),
+        f"open {server.url}",
+        "(Ctrl-C stops the server)",
+        always=True,
+    )
     server.wait()
     last, changes = latest(read_labels(data.folder).get(cfg.reviewer, []))
     decisions: Counter[str] = Counter()
@@ -178,13 +206,24 @@ def serve(cfg: ReviewConfig, data: ReviewPlan, ctx: RunContext) -> Iterator[Revi
         it = data.items[i]
         lab = last.get(it.item_id)
         decisions[lab.decision if lab and lab.decision else "undecided"] += 1
-        yield ReviewStatusRecord(item_id=it.item_id, record_id=it.record_id, kind=it.kind,
-                                 question_type=it.question_type, reviewer=cfg.reviewer,
-                                 decision=lab.decision if lab else None, scores=lab.scores if lab else {},
-                                 note=lab.note if lab else "", changes=changes.get(it.item_id, 0))
-    ctx.extra["review"] = {"folder": str(data.folder), "reviewer": cfg.reviewer,
-                           "labels_file": f"{REVIEWS}/{cfg.reviewer}.jsonl", "decisions": dict(sorted(decisions.items())),
-                           "port": server.port}
+        yield ReviewStatusRecord(
+            item_id=it.item_id,
+            record_id=it.record_id,
+            kind=it.kind,
+            question_type=it.question_type,
+            reviewer=cfg.reviewer,
+            decision=lab.decision if lab else None,
+            scores=lab.scores if lab else {},
+            note=lab.note if lab else "",
+            changes=changes.get(it.item_id, 0),
+        )
+    ctx.extra["review"] = {
+        "folder": str(data.folder),
+        "reviewer": cfg.reviewer,
+        "labels_file": f"{REVIEWS}/{cfg.reviewer}.jsonl",
+        "decisions": dict(sorted(decisions.items())),
+        "port": server.port,
+    }
 
 
 def summarize(data: ReviewPlan) -> tuple[dict[str, Any], list[AgreementRecord]]:
@@ -195,11 +234,18 @@ def summarize(data: ReviewPlan) -> tuple[dict[str, Any], list[AgreementRecord]]:
     per_reviewer = {}
     for r in reviewers:
         counts: Counter[str] = Counter((lab.decision or "undecided") for lab in last[r].values())
-        per_reviewer[r] = {"items": len(last[r]), "lines": len(data.labels[r]),
-                           **{d: counts.get(d, 0) for d in (*DECISIONS, "undecided")},
-                           "unknown_items": sum(i not in by_id for i in last[r])}
-    keys = list(dict.fromkeys([f.key for rb in data.rubrics.values() for f in rb.fields]
-                              + sorted({k for labs in last.values() for lab in labs.values() for k in lab.scores})))
+        per_reviewer[r] = {
+            "items": len(last[r]),
+            "lines": len(data.labels[r]),
+            **{d: counts.get(d, 0) for d in (*DECISIONS, "undecided")},
+            "unknown_items": sum(i not in by_id for i in last[r]),
+        }
+    keys = list(
+        dict.fromkeys(
+            [f.key for rb in data.rubrics.values() for f in rb.fields]
+            + sorted({k for labs in last.values() for lab in labs.values() for k in lab.scores})
+        )
+    )
     records = []
     decision_by_item: dict[str, dict[str, Any]] = {}
     score_by_item: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in keys}
@@ -217,13 +263,27 @@ def summarize(data: ReviewPlan) -> tuple[dict[str, Any], list[AgreementRecord]]:
                 score_by_item[k][item_id] = vals
             if len(set(vals.values())) > 1:
                 disagree.append(k)
-        records.append(AgreementRecord(
-            item_id=item_id, record_id=(it.record_id if it else next(
-                (last[r][item_id].record_id for r in reviewers if item_id in last[r]), None)),
-            kind=it.kind if it else "unknown", decisions=decisions, scores=scores, disagree=disagree,
-            accepted_by=sorted(r for r, d in decisions.items() if d == "accept")))
-    agreement = {"decision": field_agreement(decision_by_item, reviewers),
-                 **{k: field_agreement(score_by_item[k], reviewers) for k in keys}}
+        records.append(
+            AgreementRecord(
+                item_id=item_id,
+                record_id=(
+                    it.record_id
+                    if it
+                    else next(
+                        (last[r][item_id].record_id for r in reviewers if item_id in last[r]), None
+                    )
+                ),
+                kind=it.kind if it else "unknown",
+                decisions=decisions,
+                scores=scores,
+                disagree=disagree,
+                accepted_by=sorted(r for r, d in decisions.items() if d == "accept"),
+            )
+        )
+    agreement = {
+        "decision": field_agreement(decision_by_item, reviewers),
+        **{k: field_agreement(score_by_item[k], reviewers) for k in keys},
+    }
     report = {
         "folder": str(data.folder),
         "reviewers": reviewers,
@@ -231,8 +291,14 @@ def summarize(data: ReviewPlan) -> tuple[dict[str, Any], list[AgreementRecord]]:
         "labelled_items": len(data.labelled),
         "per_reviewer": per_reviewer,
         "agreement": agreement,
-        "method": ("Cohen's kappa" if len(reviewers) == 2 else "Fleiss' kappa" if len(reviewers) > 2
-                   else "none (one reviewer)") + "; scores and decisions as nominal categories",
+        "method": (
+            "Cohen's kappa"
+            if len(reviewers) == 2
+            else "Fleiss' kappa"
+            if len(reviewers) > 2
+            else "none (one reviewer)"
+        )
+        + "; scores and decisions as nominal categories",
         "disagreements": [r.model_dump(mode="json") for r in records if r.disagree],
     }
     return report, records
@@ -242,23 +308,41 @@ def markdown(report: dict[str, Any]) -> str:
     def cell(v: Any) -> str:
         return "–" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
 
-    lines = [f"# Review summary: {report['folder']}", "",
-             f"{report['labelled_items']} of {report['items']} items labelled by "
-             f"{len(report['reviewers'])} reviewer(s). Agreement: {report['method']}.", "",
-             "## Per reviewer", "", "| reviewer | items | accept | reject | needs_edit | undecided | lines |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Review summary: {report['folder']}",
+        "",
+        f"{report['labelled_items']} of {report['items']} items labelled by "
+        f"{len(report['reviewers'])} reviewer(s). Agreement: {report['method']}.",
+        "",
+        "## Per reviewer",
+        "",
+        "| reviewer | items | accept | reject | needs_edit | undecided | lines |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r, c in report["per_reviewer"].items():
-        lines.append(f"| {cell(r)} | {c['items']} | {c['accept']} | {c['reject']} | {c['needs_edit']} | "
-                     f"{c['undecided']} | {c['lines']} |")
-    lines += ["", "## Agreement", "", "| field | items rated by ≥2 | observed | kappa | method |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| {cell(r)} | {c['items']} | {c['accept']} | {c['reject']} | {c['needs_edit']} | "
+            f"{c['undecided']} | {c['lines']} |"
+        )
+    lines += [
+        "",
+        "## Agreement",
+        "",
+        "| field | items rated by ≥2 | observed | kappa | method |",
+        "|---|---|---|---|---|",
+    ]
     for k, a in report["agreement"].items():
-        lines.append(f"| {cell(k)} | {a['items']} | {cell(a['observed'])} | {cell(a['kappa'])} | {a['method']} |")
+        lines.append(
+            f"| {cell(k)} | {a['items']} | {cell(a['observed'])} | {cell(a['kappa'])} | {a['method']} |"
+        )
     lines += ["", f"## Disagreements ({len(report['disagreements'])})", ""]
     if report["disagreements"]:
         lines += ["| item | record | on | decisions |", "|---|---|---|---|"]
         for d in report["disagreements"]:
             decisions = ", ".join(f"{r}: {v or '—'}" for r, v in d["decisions"].items())
-            lines.append(f"| {d['item_id']} | {cell(d['record_id'])} | {', '.join(d['disagree'])} | {cell(decisions)} |")
+            lines.append(
+                f"| {d['item_id']} | {cell(d['record_id'])} | {', '.join(d['disagree'])} | {cell(decisions)} |"
+            )
     else:
         lines.append("None.")
     return "\n".join(lines) + "\n"
@@ -270,9 +354,14 @@ def summary(data: ReviewPlan, ctx: RunContext) -> Iterator[AgreementRecord]:
     report, records = summarize(data)
     yield from (records[i] for i in ctx.indices())
     reviews = inside(data.folder, REVIEWS, what="reviews folder")
-    atomic_write(inside(reviews, SUMMARY_JSON), json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+    atomic_write(
+        inside(reviews, SUMMARY_JSON), json.dumps(report, indent=1, ensure_ascii=False) + "\n"
+    )
     atomic_write(inside(reviews, SUMMARY_MD), markdown(report))
     ctx.write_json("review_summary.json", report)
-    ctx.extra["review"] = {"folder": str(data.folder), "reviewers": report["reviewers"],
-                           "agreement": {k: v["kappa"] for k, v in report["agreement"].items()},
-                           "disagreements": len(report["disagreements"])}
+    ctx.extra["review"] = {
+        "folder": str(data.folder),
+        "reviewers": report["reviewers"],
+        "agreement": {k: v["kappa"] for k, v in report["agreement"].items()},
+        "disagreements": len(report["disagreements"]),
+    }

@@ -70,8 +70,14 @@ class ReviewItem:
         return {n for n in (self.record_id, self.mcq.item_id if self.mcq else None) if n}
 
 
-def make_item(index: int, fmt: str, record: dict[str, Any], item_id: str, source_item_id: str | None,
-              question_type: str | None) -> ReviewItem:
+def make_item(
+    index: int,
+    fmt: str,
+    record: dict[str, Any],
+    item_id: str,
+    source_item_id: str | None,
+    question_type: str | None,
+) -> ReviewItem:
     """A reviewed item from a record as ``bank add`` reads it (``fmt``: ``mcq_record``,
     ``egotom_csv``, ``digital_bundle`` or ``scenario_record``)."""
     from gen.banks.identity import record_mcq
@@ -79,7 +85,9 @@ def make_item(index: int, fmt: str, record: dict[str, Any], item_id: str, source
     if fmt == "digital_bundle":
         return ReviewItem(index, item_id, source_item_id, "digital", question_type, bundle=record)
     if fmt == "scenario_record":
-        return ReviewItem(index, item_id, source_item_id, "scenario", question_type, scenario=record)
+        return ReviewItem(
+            index, item_id, source_item_id, "scenario", question_type, scenario=record
+        )
     q = record_mcq(fmt, record)
     return ReviewItem(index, item_id, source_item_id or q.item_id, "mcq", q.question_type, mcq=q)
 
@@ -92,23 +100,31 @@ def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewIte
     from gen.banks.store import LOCK, VERSIONS
 
     if not folder.is_dir():
-        raise ConfigError(f"input: {folder} is not a folder; review reads a run folder or a bank (labels go to its reviews/)")
+        raise ConfigError(
+            f"input: {folder} is not a folder; review reads a run folder or a bank (labels go to its reviews/)"
+        )
     if is_bank(folder):
         return load_bank_items(folder, version)
     if version is not None:
         raise ConfigError(f"version={version} is for input=<bank folder>; {folder} is not a bank")
     if (folder / LOCK).is_file() and folder.parent.name == VERSIONS:
-        raise ConfigError(f"input: {folder} is a version folder of the bank {folder.parent.parent}; review it as "
-                          f"input={folder.parent.parent} version=N (labels go to the bank's {REVIEWS}/)")
+        raise ConfigError(
+            f"input: {folder} is a version folder of the bank {folder.parent.parent}; review it as "
+            f"input={folder.parent.parent} version=N (labels go to the bank's {REVIEWS}/)"
+        )
     try:
         files = batch_files(folder)
     except InputError:
         if (folder / "judge.jsonl").is_file():
-            raise InputError(f"input: {folder} holds judge results, not items: review the bank the judge read, "
-                             f"with judge={folder} to show its scores") from None
+            raise InputError(
+                f"input: {folder} holds judge results, not items: review the bank the judge read, "
+                f"with judge={folder} to show its scores"
+            ) from None
         raise
-    items = [make_item(i, it.fmt, it.record, it.item_id, it.source_item_id, it.question_type)
-             for i, it in enumerate(load_batch(files))]
+    items = [
+        make_item(i, it.fmt, it.record, it.item_id, it.source_item_id, it.question_type)
+        for i, it in enumerate(load_batch(files))
+    ]
     return items, [f for f, _, _ in files]
 
 
@@ -116,7 +132,11 @@ def is_bank(folder: Path) -> bool:
     """Whether ``folder`` is a bank (``bank add`` made it: a ``current`` pointer or ``versions/``)."""
     from gen.banks.store import CURRENT, VERSIONS
 
-    return (folder / CURRENT).is_symlink() or (folder / CURRENT).exists() or (folder / VERSIONS).is_dir()
+    return (
+        (folder / CURRENT).is_symlink()
+        or (folder / CURRENT).exists()
+        or (folder / VERSIONS).is_dir()
+    )
 
 
 def load_bank_items(root: Path, version: int | None) -> tuple[list[ReviewItem], list[Path]]:
@@ -131,8 +151,10 @@ def load_bank_items(root: Path, version: int | None) -> tuple[list[ReviewItem], 
 
     current = read_pointer(root)
     if current is None:
-        raise MissingInputError(f"input: the bank {root} has no released version yet "
-                                f"(python -m gen bank add bank={root} input=<run folder> makes one)")
+        raise MissingInputError(
+            f"input: the bank {root} has no released version yet "
+            f"(python -m gen bank add bank={root} input=<run folder> makes one)"
+        )
     target = version or current
     if target > current:
         raise ConfigError(f"version={target}, but the bank {root} is at {label(current)}")
@@ -141,8 +163,10 @@ def load_bank_items(root: Path, version: int | None) -> tuple[list[ReviewItem], 
     if problems:
         p = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise DriftError(f"input: bank {root} {label(target)} does not verify, nothing to review: {root}/{p.path}: "
-                         f"{p.reason}: {p.detail}{more}; python -m gen bank verify bank={root} lists every problem")
+        raise DriftError(
+            f"input: bank {root} {label(target)} does not verify, nothing to review: {root}/{p.path}: "
+            f"{p.reason}: {p.detail}{more}; python -m gen bank verify bank={root} lists every problem"
+        )
     folder = version_dir(root, target)
     items: list[ReviewItem] = []
     files = [folder / LOCK]
@@ -151,9 +175,20 @@ def load_bank_items(root: Path, version: int | None) -> tuple[list[ReviewItem], 
         if not path.is_file():
             continue
         files.append(path)
-        rows = read_kind(path).select("item_id", "source_format", "source_item_id", "question_type", "record")
+        rows = read_kind(path).select(
+            "item_id", "source_format", "source_item_id", "question_type", "record"
+        )
         for item_id, fmt, source_item_id, question_type, record in rows.iter_rows():
-            items.append(make_item(len(items), fmt, json.loads(record), item_id, source_item_id or None, question_type))
+            items.append(
+                make_item(
+                    len(items),
+                    fmt,
+                    json.loads(record),
+                    item_id,
+                    source_item_id or None,
+                    question_type,
+                )
+            )
     return items, files
 
 
@@ -172,7 +207,11 @@ def find_findings(folder: Path, given: str | None, version: int | None = None) -
         from gen.banks.store import read_pointer, version_dir
 
         target = version or read_pointer(folder) or 0
-        return [p for v in range(1, target + 1) if (p := version_dir(folder, v) / "audit" / "audit.jsonl").is_file()]
+        return [
+            p
+            for v in range(1, target + 1)
+            if (p := version_dir(folder, v) / "audit" / "audit.jsonl").is_file()
+        ]
     for name in AUDIT_FILES:
         try:
             path = inside(folder, name, what="audit file")
@@ -186,7 +225,9 @@ def find_findings(folder: Path, given: str | None, version: int | None = None) -
 def read_findings(path: Path) -> list[FindingRecord]:
     out = []
     for lineno, row in iter_jsonl(path):
-        out.append(validated(FindingRecord, row, f"{path}:{lineno}", what="line", objects_only=False))
+        out.append(
+            validated(FindingRecord, row, f"{path}:{lineno}", what="line", objects_only=False)
+        )
     return out
 
 
@@ -229,8 +270,12 @@ def rubrics_for(items: list[ReviewItem], given: str | None) -> dict[str, Rubric]
     kinds = sorted({it.kind for it in items})
     custom = read_rubric(Path(given).expanduser()) if given is not None else None
     if custom is not None and not set(custom.kinds) & set(kinds):
-        raise ConfigError(f"rubric: {given} rates {', '.join(custom.kinds)} items; this folder holds {', '.join(kinds)}")
-    return {k: custom if custom is not None and k in custom.kinds else default_rubric(k) for k in kinds}
+        raise ConfigError(
+            f"rubric: {given} rates {', '.join(custom.kinds)} items; this folder holds {', '.join(kinds)}"
+        )
+    return {
+        k: custom if custom is not None and k in custom.kinds else default_rubric(k) for k in kinds
+    }
 
 
 # --------------------------------------------------------------------------- rendering
@@ -239,8 +284,13 @@ def rubrics_for(items: list[ReviewItem], given: str | None) -> dict[str, Rubric]
 def _environment() -> Any:
     import jinja2
 
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
 
 _ENV: Any = None
@@ -254,10 +304,13 @@ def render(item: ReviewItem) -> str:
     view = {"mcq": mcq_view, "digital": digital_view, "scenario": scenario_view}[item.kind](item)
     from gen.generators.review.results import blind_view, validity_view
 
-    findings = [{"severity": f.severity, "check": f.check, "what": f.what, "fields": ", ".join(f.fields)}
-                for f in item.findings]
-    return _ENV.get_template("item.html.jinja").render(item=view, findings=findings, blind=blind_view(item),
-                                                       validity=validity_view(item))
+    findings = [
+        {"severity": f.severity, "check": f.check, "what": f.what, "fields": ", ".join(f.fields)}
+        for f in item.findings
+    ]
+    return _ENV.get_template("item.html.jinja").render(
+        item=view, findings=findings, blind=blind_view(item), validity=validity_view(item)
+    )
 
 
 def mcq_view(item: ReviewItem) -> dict[str, Any]:
@@ -265,15 +318,23 @@ def mcq_view(item: ReviewItem) -> dict[str, Any]:
     assert q is not None
     shown = {k.removeprefix("visible."): v for k, v in q.visible.items()}
     # the timeline: a record's visible.context, an EgoToM row's narrations_in_context
-    context = shown.pop("context", None) or shown.pop("narrations_in_context", None) or (q.context if not q.visible else "")
+    context = (
+        shown.pop("context", None)
+        or shown.pop("narrations_in_context", None)
+        or (q.context if not q.visible else "")
+    )
     origins: Sequence[str | None] = q.origins or [None] * len(q.options)
     return {
-        "kind": "mcq", "record_id": q.item_id, "question_type": q.question_type,
+        "kind": "mcq",
+        "record_id": q.item_id,
+        "question_type": q.question_type,
         "context": [line for line in context.splitlines() if line.strip()],
         "visible": sorted(shown.items()),
         "question": q.question,
-        "options": [{"letter": LETTERS[i].upper(), "text": o, "answer": i == q.answer, "origin": origins[i]}
-                    for i, o in enumerate(q.options)],
+        "options": [
+            {"letter": LETTERS[i].upper(), "text": o, "answer": i == q.answer, "origin": origins[i]}
+            for i, o in enumerate(q.options)
+        ],
         "answer": None if q.answer is None else LETTERS[q.answer].upper(),
         "privileged": sorted((k.removeprefix("privileged."), v) for k, v in q.privileged.items()),
         "group": q.group,
@@ -314,28 +375,49 @@ def _entry(obj: dict[str, Any], key_ids: set[str], key_objs: list[Any]) -> dict[
         if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
             for x in v:
                 ids = {y for kk, y in x.items() if kk.endswith("_id") and isinstance(y, str)}
-                lines.append({"text": " · ".join(_scalar(y) for kk, y in x.items() if not kk.endswith("_id")),
-                              "key": bool(ids & key_ids)})
+                lines.append(
+                    {
+                        "text": " · ".join(
+                            _scalar(y) for kk, y in x.items() if not kk.endswith("_id")
+                        ),
+                        "key": bool(ids & key_ids),
+                    }
+                )
         elif v not in (None, "", [], {}):
             lines.append({"text": f"{k.replace('_', ' ')}: {_scalar(v)}", "key": False})
-    return {"lines": lines, "key": bool(own & key_ids) or obj in key_objs or any(x["key"] for x in lines)}
+    return {
+        "lines": lines,
+        "key": bool(own & key_ids) or obj in key_objs or any(x["key"] for x in lines),
+    }
 
 
-def _sections(state: dict[str, Any], key_ids: set[str], key_objs: list[Any]) -> list[dict[str, Any]]:
+def _sections(
+    state: dict[str, Any], key_ids: set[str], key_objs: list[Any]
+) -> list[dict[str, Any]]:
     out = []
     for name, value in state.items():
         if name.startswith("key_"):
             continue
         if isinstance(value, list):
-            out.append({"title": name.replace("_", " "),
-                        "entries": [_entry(v, key_ids, key_objs) if isinstance(v, dict)
-                                    else {"lines": [{"text": _scalar(v), "key": False}], "key": False} for v in value]})
+            out.append(
+                {
+                    "title": name.replace("_", " "),
+                    "entries": [
+                        _entry(v, key_ids, key_objs)
+                        if isinstance(v, dict)
+                        else {"lines": [{"text": _scalar(v), "key": False}], "key": False}
+                        for v in value
+                    ],
+                }
+            )
         elif isinstance(value, dict):
             flat = [v for v in value.values() if isinstance(v, list)]
             if flat:
                 out += _sections(value, key_ids, key_objs)
             else:
-                out.append({"title": name.replace("_", " "), "entries": [_entry(value, key_ids, key_objs)]})
+                out.append(
+                    {"title": name.replace("_", " "), "entries": [_entry(value, key_ids, key_objs)]}
+                )
     return out
 
 
@@ -361,19 +443,35 @@ def digital_view(item: ReviewItem) -> dict[str, Any]:
         key_ids = _ids([v for k, v in state.items() if k.startswith("key_")])
         apps.append({"name": app, "sections": _sections(state, key_ids, key_objs)})
         if key_objs:
-            keys.append({"app": app, "entries": [_entry(o, set(), []) if isinstance(o, dict) else
-                                                 {"lines": [{"text": _scalar(o), "key": False}], "key": True} for o in key_objs]})
+            keys.append(
+                {
+                    "app": app,
+                    "entries": [
+                        _entry(o, set(), [])
+                        if isinstance(o, dict)
+                        else {"lines": [{"text": _scalar(o), "key": False}], "key": True}
+                        for o in key_objs
+                    ],
+                }
+            )
     p = b.get("main_persona") or {}
     cue = b.get("cue")
     return {
-        "kind": "digital", "record_id": b.get("bundle_id"), "question_type": None,
+        "kind": "digital",
+        "record_id": b.get("bundle_id"),
+        "question_type": None,
         "now": b.get("current_datetime"),
         "persona": f"{p.get('name', '')}, {p.get('age', '')}, {p.get('occupation') or p.get('status', '')}, "
-                   f"{p.get('home_city', '')}",
-        "cue": None if cue is None else {"text": cue.get("cue"), "app": cue.get("app"), "person": cue.get("person")},
+        f"{p.get('home_city', '')}",
+        "cue": None
+        if cue is None
+        else {"text": cue.get("cue"), "app": cue.get("app"), "person": cue.get("person")},
         "apps": apps,
         "cue_items": keys,
-        "related": [f"{r.get('relation')}: {(r.get('persona') or {}).get('name')}" for r in b.get("related_personas") or []],
+        "related": [
+            f"{r.get('relation')}: {(r.get('persona') or {}).get('name')}"
+            for r in b.get("related_personas") or []
+        ],
         "bio": p.get("bio"),
     }
 
@@ -387,20 +485,42 @@ def scenario_view(item: ReviewItem) -> dict[str, Any]:
     assert s is not None
     turns = []
     if s.get("context_image"):
-        turns.append({"title": "Before the conversation", "camera": s["context_image"], "user": None})
+        turns.append(
+            {"title": "Before the conversation", "camera": s["context_image"], "user": None}
+        )
     for k in (1, 2):
-        turns.append({"title": f"Turn {k}", "camera": s.get(f"turn_{k}_image"), "user": s.get(f"turn_{k}_user")})
+        turns.append(
+            {
+                "title": f"Turn {k}",
+                "camera": s.get(f"turn_{k}_image"),
+                "user": s.get(f"turn_{k}_user"),
+            }
+        )
     gold = s.get("gold") or {}
-    facts = [("subset", s.get("subset")), ("pair", s.get("pair_id")), ("activity domain", s.get("activity_domain")),
-             ("referent complexity", s.get("referent_complexity")), ("difficulty", s.get("difficulty_tier")),
-             ("time gap", s.get("time_gap_bucket"))]
+    facts = [
+        ("subset", s.get("subset")),
+        ("pair", s.get("pair_id")),
+        ("activity domain", s.get("activity_domain")),
+        ("referent complexity", s.get("referent_complexity")),
+        ("difficulty", s.get("difficulty_tier")),
+        ("time gap", s.get("time_gap_bucket")),
+    ]
     return {
-        "kind": "scenario", "record_id": s.get("scenario_id"), "question_type": None,
+        "kind": "scenario",
+        "record_id": s.get("scenario_id"),
+        "question_type": None,
         "turns": turns,
-        "target_context": s.get("target_context"), "change_type": s.get("change_type"),
+        "target_context": s.get("target_context"),
+        "change_type": s.get("change_type"),
         "gold": [(name.replace("_", " "), list(gold.get(name) or [])) for name in GOLD_FIELDS],
         "notes": s.get("notes"),
-        "repair": [(name, text) for name, text in (("named", s.get("turn_3_repair_prompt")),
-                                                   ("deictic", s.get("turn_3_repair_prompt_deictic"))) if text],
+        "repair": [
+            (name, text)
+            for name, text in (
+                ("named", s.get("turn_3_repair_prompt")),
+                ("deictic", s.get("turn_3_repair_prompt_deictic")),
+            )
+            if text
+        ],
         "facts": [(k, v) for k, v in facts if v not in (None, "")],
     }

@@ -67,7 +67,9 @@ def _own(folder: Path, name: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def read_records(path: Path, model: type[R], check: Callable[[R], str | None] | None = None) -> list[R]:
+def read_records(
+    path: Path, model: type[R], check: Callable[[R], str | None] | None = None
+) -> list[R]:
     """Every line of ``path`` validated as ``model`` (and by ``check``, which names a field and
     what is wrong with it); a bad one is ``file:line: field: reason``."""
     out = []
@@ -130,14 +132,18 @@ def read_validity(path: Path) -> tuple[list[ValidityRecord], str | None]:
     one, the records' only judge)."""
     info = judge_kind(path)
     if info is not None and info[0] != VALIDITY:
-        raise InputError(f"{path.parent}/manifest.json: judge: not a judge run of kind {VALIDITY} "
-                         f"(kind {info[0]!r}); review shows distractor_validity scores")
+        raise InputError(
+            f"{path.parent}/manifest.json: judge: not a judge run of kind {VALIDITY} "
+            f"(kind {info[0]!r}); review shows distractor_validity scores"
+        )
     records = read_records(path, ValidityRecord, check_validity)
     primary = info[1] if info is not None else None
     if primary is None:
         judges = sorted({j for r in records for j in r.scores})
         if len(judges) > 1:
-            raise InputError(f"{path}: records of several judges ({', '.join(judges)}) and no manifest naming the primary one")
+            raise InputError(
+                f"{path}: records of several judges ({', '.join(judges)}) and no manifest naming the primary one"
+            )
         primary = judges[0] if judges else None
     return records, primary
 
@@ -146,12 +152,18 @@ def find_results(folder: Path, nocontext: str | None, judge: str | None) -> Resu
     """The nocontext and judge results to show: the options' runs, else the reviewed folder's own
     (a nocontext run's ``nocontext.jsonl``; a ``judge.jsonl`` of kind distractor_validity)."""
     out = Results()
-    out.nocontext = _file(nocontext, NOCONTEXT_FILE, "nocontext") if nocontext is not None else _own(folder, NOCONTEXT_FILE)
+    out.nocontext = (
+        _file(nocontext, NOCONTEXT_FILE, "nocontext")
+        if nocontext is not None
+        else _own(folder, NOCONTEXT_FILE)
+    )
     if out.nocontext is not None:
         out.blind = read_records(out.nocontext, NocontextRecord, check_blind)
     if judge is not None:
         out.judge = _file(judge, JUDGE_FILE, "judge")
-    elif (own := _own(folder, JUDGE_FILE)) is not None and (judge_kind(own) or (VALIDITY,))[0] == VALIDITY:
+    elif (own := _own(folder, JUDGE_FILE)) is not None and (judge_kind(own) or (VALIDITY,))[
+        0
+    ] == VALIDITY:
         out.judge = own
     if out.judge is not None:
         out.validity, out.judge_primary = read_validity(out.judge)
@@ -179,8 +191,10 @@ def _mismatch(item: ReviewItem, n_options: int, answer: int, what: str) -> str |
     assert q is not None
     if n_options == len(q.options) and answer == q.answer:
         return None
-    return (f"this {what} record has {n_options} options and answer {_letter(answer)}; the item has "
-            f"{len(q.options)} and answer {_letter(q.answer)}: it was made from another version of the item")
+    return (
+        f"this {what} record has {n_options} options and answer {_letter(answer)}; the item has "
+        f"{len(q.options)} and answer {_letter(q.answer)}: it was made from another version of the item"
+    )
 
 
 def blind_view(item: ReviewItem) -> list[dict[str, Any]]:
@@ -188,13 +202,25 @@ def blind_view(item: ReviewItem) -> list[dict[str, Any]]:
     it chose (letters as the item shows them)."""
     out = []
     for rec in item.blind:
-        models = [{"model": m, "correct": rec.correct.get(m, 0), "shuffles": rec.shuffles,
-                   "unparseable": rec.unparseable.get(m, 0),
-                   "chose": ", ".join(_letter(a.choice) for a in rec.answers.get(m, []))}
-                  for m in sorted(set(rec.correct) | set(rec.answers))]
-        out.append({"verdict": "kept" if rec.kept else "removed by " + ", ".join(rec.removed_by),
-                    "source": f"{Path(rec.source).name}:{rec.line + 1}", "chance": round(rec.shuffles / max(rec.n_options, 1), 2),
-                    "mismatch": _mismatch(item, rec.n_options, rec.answer, "nocontext"), "models": models})
+        models = [
+            {
+                "model": m,
+                "correct": rec.correct.get(m, 0),
+                "shuffles": rec.shuffles,
+                "unparseable": rec.unparseable.get(m, 0),
+                "chose": ", ".join(_letter(a.choice) for a in rec.answers.get(m, [])),
+            }
+            for m in sorted(set(rec.correct) | set(rec.answers))
+        ]
+        out.append(
+            {
+                "verdict": "kept" if rec.kept else "removed by " + ", ".join(rec.removed_by),
+                "source": f"{Path(rec.source).name}:{rec.line + 1}",
+                "chance": round(rec.shuffles / max(rec.n_options, 1), 2),
+                "mismatch": _mismatch(item, rec.n_options, rec.answer, "nocontext"),
+                "models": models,
+            }
+        )
     return out
 
 
@@ -209,12 +235,32 @@ def validity_view(item: ReviewItem) -> list[dict[str, Any]]:
             cells = []
             for j in judges:
                 s = rec.scores[j][k]
-                cells.append(str(s.score) if s.score is not None else f"– ({s.problem or 'not followed'})")
-            rows.append({"letter": _letter(k), "answer": k == rec.answer,
-                         "flagged": any(k in rec.flagged_options.get(j, []) for j in judges), "cells": cells})
-        flags = [{"judge": j, "primary": j == item.judge_primary,
-                  "flagged": rec.flagged.get(j), "options": ", ".join(_letter(k) for k in rec.flagged_options.get(j, []))}
-                 for j in judges]
-        out.append({"judges": judges, "rows": rows, "flags": flags,
-                    "mismatch": _mismatch(item, rec.n_options, rec.answer, "judge")})
+                cells.append(
+                    str(s.score) if s.score is not None else f"– ({s.problem or 'not followed'})"
+                )
+            rows.append(
+                {
+                    "letter": _letter(k),
+                    "answer": k == rec.answer,
+                    "flagged": any(k in rec.flagged_options.get(j, []) for j in judges),
+                    "cells": cells,
+                }
+            )
+        flags = [
+            {
+                "judge": j,
+                "primary": j == item.judge_primary,
+                "flagged": rec.flagged.get(j),
+                "options": ", ".join(_letter(k) for k in rec.flagged_options.get(j, [])),
+            }
+            for j in judges
+        ]
+        out.append(
+            {
+                "judges": judges,
+                "rows": rows,
+                "flags": flags,
+                "mismatch": _mismatch(item, rec.n_options, rec.answer, "judge"),
+            }
+        )
     return out

@@ -39,8 +39,8 @@ MAX_BODY = 64_000
 STATIC = {"review.js": "text/javascript", "review.css": "text/css"}
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-                               "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
-                               "frame-ancestors 'none'",
+    "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'",
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-store",
@@ -99,9 +99,16 @@ class Session:
         if decision is not None and decision not in DECISIONS:
             raise ValueError(f"decision: one of {', '.join(DECISIONS)} or null")
         try:
-            return ReviewLabel(item_id=item.item_id, record_id=item.record_id, reviewer=self.reviewer,
-                               time=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-                               rubric=rubric.name, scores=scores, decision=decision, note=body.get("note") or "")
+            return ReviewLabel(
+                item_id=item.item_id,
+                record_id=item.record_id,
+                reviewer=self.reviewer,
+                time=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+                rubric=rubric.name,
+                scores=scores,
+                decision=decision,
+                note=body.get("note") or "",
+            )
         except ValidationError as e:
             field, msg = first_error(e, "label")
             raise ValueError(f"{field}: {msg}") from None
@@ -131,8 +138,12 @@ def make_app(session: Session) -> Any:
 
     async def index(request: Request) -> Response:
         if not authorised(request.query_params.get("token")):
-            return HTMLResponse("<!doctype html><title>gen review</title><p>This page needs the address the "
-                                "server printed, with its token.</p>", status_code=403, headers=HEADERS)
+            return HTMLResponse(
+                "<!doctype html><title>gen review</title><p>This page needs the address the "
+                "server printed, with its token.</p>",
+                status_code=403,
+                headers=HEADERS,
+            )
         return HTMLResponse(page, headers=HEADERS)
 
     async def static(request: Request) -> Response:
@@ -145,17 +156,32 @@ def make_app(session: Session) -> Any:
         if not authorised(request.headers.get(TOKEN_HEADER)):
             return refused("missing or wrong token")
         others = session.others()
-        return JSONResponse({
-            "reviewer": session.reviewer,
-            "folder": session.folder.name,
-            "rubrics": {k: r.model_dump(mode="json") for k, r in session.rubrics.items()},
-            "items": [{"index": it.index, "item_id": it.item_id, "record_id": it.record_id, "kind": it.kind,
-                       "question_type": it.question_type, "type_privileged": it.kind == "scenario",
-                       "flagged": it.flags(),
-                       "label": (session.mine[it.item_id].model_dump(mode="json")
-                                 if it.item_id in session.mine else None),
-                       "others": others.get(it.item_id, {})} for it in session.items],
-        }, headers=HEADERS)
+        return JSONResponse(
+            {
+                "reviewer": session.reviewer,
+                "folder": session.folder.name,
+                "rubrics": {k: r.model_dump(mode="json") for k, r in session.rubrics.items()},
+                "items": [
+                    {
+                        "index": it.index,
+                        "item_id": it.item_id,
+                        "record_id": it.record_id,
+                        "kind": it.kind,
+                        "question_type": it.question_type,
+                        "type_privileged": it.kind == "scenario",
+                        "flagged": it.flags(),
+                        "label": (
+                            session.mine[it.item_id].model_dump(mode="json")
+                            if it.item_id in session.mine
+                            else None
+                        ),
+                        "others": others.get(it.item_id, {}),
+                    }
+                    for it in session.items
+                ],
+            },
+            headers=HEADERS,
+        )
 
     async def item(request: Request) -> Response:
         if not authorised(request.headers.get(TOKEN_HEADER)):
@@ -191,8 +217,10 @@ def make_app(session: Session) -> Any:
         Route("/api/item/{index}", item),
         Route("/api/label", label, methods=["POST"]),
     ]
-    return Starlette(routes=routes, middleware=[
-        Middleware(TrustedHostMiddleware, allowed_hosts=[HOST, "localhost"])])
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=[HOST, "localhost"])],
+    )
 
 
 async def bounded_body(request: Any, limit: int) -> bytes | None:
@@ -227,7 +255,9 @@ def bind(port: int | None) -> socket.socket:
         sock.bind((HOST, port or 0))
     except OSError as e:
         sock.close()
-        raise ConfigError(f"port={port}: cannot listen on {HOST}:{port} ({e.strerror or e})") from None
+        raise ConfigError(
+            f"port={port}: cannot listen on {HOST}:{port} ({e.strerror or e})"
+        ) from None
     sock.listen(64)
     return sock
 
@@ -242,7 +272,9 @@ class Server:
         self.session = session
         self.sock = bind(port)
         self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(make_app(session), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            make_app(session), log_level="warning", access_log=False, lifespan="off"
+        )
         self.server = uvicorn.Server(config)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name="review-server")

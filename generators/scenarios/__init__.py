@@ -118,12 +118,13 @@ class ScenariosConfig(CommonConfig):
     prompt_conditions: str | None = None
     """The benchmark's prompt_conditions.json: copied into the run folder and hashed into the lock (null: none)."""
 
-
     @model_validator(mode="after")
     def _check(self) -> ScenariosConfig:
         if self.num_shards != 1:
-            raise ValueError("scenarios runs in one process (num_shards=1): the bank-level rules need the whole "
-                             "bank; make banks in several runs with id_start= and existing=")
+            raise ValueError(
+                "scenarios runs in one process (num_shards=1): the bank-level rules need the whole "
+                "bank; make banks in several runs with id_start= and existing="
+            )
         if self.action == "verify":
             if self.input is None:
                 raise ValueError("verify needs input=<a scenarios run folder>")
@@ -184,9 +185,13 @@ def plan(cfg: ScenariosConfig) -> Plan:
     taken = {s["scenario_id"] for s in existing}
     clash = [sk.scenario_id for u in units for sk in u if sk.scenario_id in taken]
     if clash:
-        last = max((int(m.group(1)) for s in taken for m in [re.search(r"-(\d+)$", s)] if m), default=0)
-        raise ConfigError(f"id_start={cfg.id_start}: {clash[0]} is already in existing= ({cfg.existing}); "
-                          f"use id_start={last + 1}")
+        last = max(
+            (int(m.group(1)) for s in taken for m in [re.search(r"-(\d+)$", s)] if m), default=0
+        )
+        raise ConfigError(
+            f"id_start={cfg.id_start}: {clash[0]} is already in existing= ({cfg.existing}); "
+            f"use id_start={last + 1}"
+        )
     return Plan(len(units), (units, existing))
 
 
@@ -205,36 +210,65 @@ def funnel(outcomes: list[Outcome]) -> dict[str, Any]:
         evals = [o.unit.trace.evals[k] for o in outcomes if k in o.unit.trace.evals]
         if not evals and stage == "follow_up" and not contrast:
             continue
-        rows.append({"stage": stage, "rule": rule, "checks": what, "reached": len(evals),
-                     "first_try": sum(e[0] for e in evals), "final": sum(e[-1] for e in evals)})
+        rows.append(
+            {
+                "stage": stage,
+                "rule": rule,
+                "checks": what,
+                "reached": len(evals),
+                "first_try": sum(e[0] for e in evals),
+                "final": sum(e[-1] for e in evals),
+            }
+        )
     stages = {}
     for stage in ("situations", "camera", "speech", *(("follow_up",) if contrast else ())):
         made = [o.unit.trace.attempts[stage] for o in outcomes if o.unit.trace.attempts[stage]]
         first = 0
         for o in outcomes:
             keys = [k for k in o.unit.trace.evals if k.startswith(f"{stage}.")]
-            if o.unit.trace.attempts[stage] and keys and o.unit.trace.attempts[stage] == 1 and \
-                    (o.unit.failure is None or o.unit.failure.stage != stage):
+            if (
+                o.unit.trace.attempts[stage]
+                and keys
+                and o.unit.trace.attempts[stage] == 1
+                and (o.unit.failure is None or o.unit.failure.stage != stage)
+            ):
                 first += 1
-        stages[stage] = {"units": len(made), "generations": sum(made), "passed_on_first_generation": first,
-                         "llm_errors": sum(o.unit.trace.llm_errors[stage] for o in outcomes)}
-    reasons = Counter(f"{o.unit.failure.stage}.{o.unit.failure.reason}" for o in outcomes if o.unit.failure)
+        stages[stage] = {
+            "units": len(made),
+            "generations": sum(made),
+            "passed_on_first_generation": first,
+            "llm_errors": sum(o.unit.trace.llm_errors[stage] for o in outcomes),
+        }
+    reasons = Counter(
+        f"{o.unit.failure.stage}.{o.unit.failure.reason}" for o in outcomes if o.unit.failure
+    )
     unit = "unit" if sizes == {1, 2} else "pair" if contrast else "scenario"
-    return {"unit": unit, "units": len(outcomes),
-            "accepted_units": sum(o.unit.failure is None for o in outcomes),
-            "rules": rows, "stages": stages, "rejected_by": dict(sorted(reasons.items()))}
+    return {
+        "unit": unit,
+        "units": len(outcomes),
+        "accepted_units": sum(o.unit.failure is None for o in outcomes),
+        "rules": rows,
+        "stages": stages,
+        "rejected_by": dict(sorted(reasons.items())),
+    }
 
 
 def funnel_lines(f: dict[str, Any]) -> list[str]:
     out: list[str] = []
-    out.append(f"[{NAME}] funnel ({f['units']} {f['unit']}s, {f['accepted_units']} accepted): "
-               "reached / passed on first try / passed in the end")
+    out.append(
+        f"[{NAME}] funnel ({f['units']} {f['unit']}s, {f['accepted_units']} accepted): "
+        "reached / passed on first try / passed in the end"
+    )
     for r in f["rules"]:
         if r["reached"]:
-            out.append(f"  {r['stage'] + '.' + r['rule']:<38}{r['reached']:>5}{r['first_try']:>6}{r['final']:>6}")
+            out.append(
+                f"  {r['stage'] + '.' + r['rule']:<38}{r['reached']:>5}{r['first_try']:>6}{r['final']:>6}"
+            )
     for stage, s in f["stages"].items():
-        out.append(f"  {stage}: {s['generations']} generations for {s['units']} {f['unit']}s, "
-                   f"{s['passed_on_first_generation']} passed on the first")
+        out.append(
+            f"  {stage}: {s['generations']} generations for {s['units']} {f['unit']}s, "
+            f"{s['passed_on_first_generation']} passed on the first"
+        )
     return out
 
 
@@ -246,7 +280,13 @@ def write_jsonl(path: Path, rows: Sequence[BaseModel]) -> str:
     return sha256_file(path)
 
 
-@generator(NAME, config=ScenariosConfig, records=(ScenarioRecord, LockCheckRecord), kind="scenario", plan=plan)
+@generator(
+    NAME,
+    config=ScenariosConfig,
+    records=(ScenarioRecord, LockCheckRecord),
+    kind="scenario",
+    plan=plan,
+)
 def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
     """Context-tracking scenarios in the benchmark's released format, checked rule by rule (or verify a run's lock)."""
     if cfg.action == "verify":
@@ -280,17 +320,22 @@ def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
     skel = [sk for u in units for sk in u]
     ctx.extra[NAME] = {
         "subset": cfg.subset,
-        "skeleton": {"scenarios": len(skel),
-                     "change_type": dict(Counter(s.change_type for s in skel)),
-                     "target_context": dict(Counter(s.target_context for s in skel)),
-                     "difficulty_tier": dict(Counter(s.difficulty_tier for s in skel)),
-                     "referent_complexity": dict(Counter(s.referent_complexity for s in skel)),
-                     "time_gap_bucket": dict(Counter(s.time_gap_bucket for s in skel))},
+        "skeleton": {
+            "scenarios": len(skel),
+            "change_type": dict(Counter(s.change_type for s in skel)),
+            "target_context": dict(Counter(s.target_context for s in skel)),
+            "difficulty_tier": dict(Counter(s.difficulty_tier for s in skel)),
+            "referent_complexity": dict(Counter(s.referent_complexity for s in skel)),
+            "time_gap_bucket": dict(Counter(s.time_gap_bucket for s in skel)),
+        },
         "funnel": f,
         "lock": lock,
-        "model_checks": {"mode": cfg.model_checks, "models": w.labels,
-                         "identify_min_cosine": cfg.identify_min_cosine, "identify_quorum": cfg.identify_quorum,
-                         "leak_targets": cfg.leak_targets},
+        "model_checks": {
+            "mode": cfg.model_checks,
+            "models": w.labels,
+            "identify_min_cosine": cfg.identify_min_cosine,
+            "identify_quorum": cfg.identify_quorum,
+            "leak_targets": cfg.leak_targets,
+        },
     }
     ctx.say(*funnel_lines(f))
-

@@ -52,20 +52,29 @@ def assemble(u: Unit, sk: Skeleton) -> dict[str, Any]:
     else:
         more = f"turn 2: {sit['now']['name']}"
     record = {
-        "scenario_id": sk.scenario_id, "subset": sk.subset, "pair_id": sk.pair_id,
-        "target_context": sk.target_context, "change_type": sk.change_type,
-        "activity_domain": sk.activity_domain, "referent_complexity": sk.referent_complexity,
-        "difficulty_tier": sk.difficulty_tier, "time_gap_bucket": sk.time_gap_bucket,
-        "context_image": cam.get("context_image") if sk.change_type == "cross_session_reference" else None,
+        "scenario_id": sk.scenario_id,
+        "subset": sk.subset,
+        "pair_id": sk.pair_id,
+        "target_context": sk.target_context,
+        "change_type": sk.change_type,
+        "activity_domain": sk.activity_domain,
+        "referent_complexity": sk.referent_complexity,
+        "difficulty_tier": sk.difficulty_tier,
+        "time_gap_bucket": sk.time_gap_bucket,
+        "context_image": cam.get("context_image")
+        if sk.change_type == "cross_session_reference"
+        else None,
         "turn_1_image": cam["turn_1_image"],
         "turn_1_user": speech["turn_1_user"],
         "turn_2_image": cam["turn_2_image_b"] if member_b else cam["turn_2_image"],
         "turn_2_user": speech["turn_2_user"],
         "turn_3_repair_prompt": speech["turn_3_repair_prompt"],
-        "turn_3_repair_prompt_deictic": speech.get("turn_3_repair_prompt_deictic") if sk.deictic else None,
+        "turn_3_repair_prompt_deictic": speech.get("turn_3_repair_prompt_deictic")
+        if sk.deictic
+        else None,
         "notes": f"gen scenarios: {sk.change_type} in {sk.activity_domain}, target {sk.target_context}; "
-                 f"{'context image' if sk.change_type == 'cross_session_reference' else 'turn 1'}: "
-                 f"{sit['earlier']['name']}; {more}.",
+        f"{'context image' if sk.change_type == 'cross_session_reference' else 'turn 1'}: "
+        f"{sit['earlier']['name']}; {more}.",
         "gold": gold,
     }
     assert tuple(record) == RECORD_FIELDS
@@ -106,8 +115,11 @@ def resolve(w: Writer, u: Unit, bank: BankView) -> Outcome:
 
         def dup(stage: str, texts: list[str | None], seen: frozenset[str]) -> bool:
             hit = any((t or "").strip().lower() in seen for t in texts)
-            u.trace.record(stage, ["duplicate_turn_2"],
-                           [("duplicate_turn_2", "identical to an earlier scenario's")] if hit else [])
+            u.trace.record(
+                stage,
+                ["duplicate_turn_2"],
+                [("duplicate_turn_2", "identical to an earlier scenario's")] if hit else [],
+            )
             return hit
 
         try:
@@ -118,7 +130,9 @@ def resolve(w: Writer, u: Unit, bank: BankView) -> Outcome:
                 stage_speech(w, u, users)
                 if len(u.members) == 2:
                     stage_follow_up(w, u, users)
-            elif len(u.members) == 2 and dup("follow_up", [(u.follow or {}).get("turn_2_user")], users):
+            elif len(u.members) == 2 and dup(
+                "follow_up", [(u.follow or {}).get("turn_2_user")], users
+            ):
                 stage_follow_up(w, u, users)
         except StageFailure as e:
             u.failure = e
@@ -132,10 +146,17 @@ def resolve(w: Writer, u: Unit, bank: BankView) -> Outcome:
         u.trace.record("record", ["schema", "field_presence"], rec_problems)
         trial = bank_problems([*bank.rows, *records], signature_limit=w.cfg.signature_limit)
         mine = {r["scenario_id"] for r in records}
-        bank_level = [(rule, d) for sid, rule, d in trial if sid in mine or (rule == "signature_limit" and any(
-            str(signature(r)) in d for r in records))]
-        u.trace.record("record", ["duplicate_id", "signature_limit"],
-                       [(r, d) for r, d in bank_level if r in ("duplicate_id", "signature_limit")])
+        bank_level = [
+            (rule, d)
+            for sid, rule, d in trial
+            if sid in mine
+            or (rule == "signature_limit" and any(str(signature(r)) in d for r in records))
+        ]
+        u.trace.record(
+            "record",
+            ["duplicate_id", "signature_limit"],
+            [(r, d) for r, d in bank_level if r in ("duplicate_id", "signature_limit")],
+        )
         problems = final + bank_level
         if problems:
             rule, detail = problems[0]
@@ -148,13 +169,31 @@ def resolve(w: Writer, u: Unit, bank: BankView) -> Outcome:
         if f is None:
             items.append(ScenarioRecord.model_validate(records[j]))
         else:
-            items.append(Reject(record_id=sk.scenario_id, index=u.index, stage=f.stage, reason=f.reason,
-                                detail=f"{sk.scenario_id} ({sk.change_type}/{sk.target_context}): {f.detail}", raw=f.raw))
-        checks.append(ScenarioChecks(
-            scenario_id=sk.scenario_id, index=u.index, status="accepted" if f is None else "rejected",
-            stage=None if f is None else f.stage, reason=None if f is None else f.reason, skeleton=sk.as_dict(),
-            categories=categories_of(u, sk), rules=u.trace.summary(), attempts=dict(sorted(u.trace.attempts.items())),
-            identification=u.identification, leak=[r for r in u.leak if r["member"] == sk.scenario_id]))
+            items.append(
+                Reject(
+                    record_id=sk.scenario_id,
+                    index=u.index,
+                    stage=f.stage,
+                    reason=f.reason,
+                    detail=f"{sk.scenario_id} ({sk.change_type}/{sk.target_context}): {f.detail}",
+                    raw=f.raw,
+                )
+            )
+        checks.append(
+            ScenarioChecks(
+                scenario_id=sk.scenario_id,
+                index=u.index,
+                status="accepted" if f is None else "rejected",
+                stage=None if f is None else f.stage,
+                reason=None if f is None else f.reason,
+                skeleton=sk.as_dict(),
+                categories=categories_of(u, sk),
+                rules=u.trace.summary(),
+                attempts=dict(sorted(u.trace.attempts.items())),
+                identification=u.identification,
+                leak=[r for r in u.leak if r["member"] == sk.scenario_id],
+            )
+        )
     if u.failure is None:
         bank.rows += records
     return Outcome(u, items, checks)

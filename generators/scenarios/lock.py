@@ -32,8 +32,13 @@ if TYPE_CHECKING:
 
 # --------------------------------------------------------------------------- lock and verify
 
-LOCK_KEYS = ("schema_revision", "scenarios_sha256", "prompt_conditions_sha256", "scenario_checks_sha256",
-             "judge_prompt_sha256")
+LOCK_KEYS = (
+    "schema_revision",
+    "scenarios_sha256",
+    "prompt_conditions_sha256",
+    "scenario_checks_sha256",
+    "judge_prompt_sha256",
+)
 """What ``verify`` checks, one index each (a lock written before gen had a judge holds null there,
 and that entry is not checked)."""
 
@@ -49,8 +54,12 @@ def scenarios_bytes(records: Sequence[ScenarioRecord]) -> bytes:
     return "".join(r.model_dump_json() + "\n" for r in records).encode("utf-8")
 
 
-def make_lock(cfg: ScenariosConfig, records: Sequence[ScenarioRecord], checks_sha: str,
-              conditions_sha: str | None) -> dict[str, Any]:
+def make_lock(
+    cfg: ScenariosConfig,
+    records: Sequence[ScenarioRecord],
+    checks_sha: str,
+    conditions_sha: str | None,
+) -> dict[str, Any]:
     """MANIFEST.lock.json in the benchmark's form, plus gen's own provenance keys."""
     version, sha = judge_prompt()
     return {
@@ -82,8 +91,11 @@ def lock_check(folder: Path, lock: dict[str, Any], k: str) -> tuple[Any, Any]:
         return lock.get(k), SCHEMA_REVISION
     if k == "judge_prompt_sha256":
         return lock.get(k), None if lock.get(k) is None else judge_prompt()[1]
-    name = {"scenarios_sha256": f"{NAME}.jsonl", "prompt_conditions_sha256": PROMPT_CONDITIONS,
-            "scenario_checks_sha256": CHECKS_FILE}[k]
+    name = {
+        "scenarios_sha256": f"{NAME}.jsonl",
+        "prompt_conditions_sha256": PROMPT_CONDITIONS,
+        "scenario_checks_sha256": CHECKS_FILE,
+    }[k]
     path = folder / name
     if lock.get(k) is None and k == "prompt_conditions_sha256" and not path.exists():
         return None, None
@@ -102,9 +114,18 @@ def verify(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[LockCheckRecord | 
         else:
             drift[k] = f"{k} mismatch: lockfile={locked!r}, computed={computed!r}"
             yield Reject(record_id=k, index=i, stage="verify", reason="drift", detail=drift[k])
-    ctx.extra[NAME] = {"action": "verify", "folder": str(folder), "drift": list(drift.values()),
-                       "lock_sha256": sha256_file(folder / LOCK)}
+    ctx.extra[NAME] = {
+        "action": "verify",
+        "folder": str(folder),
+        "drift": list(drift.values()),
+        "lock_sha256": sha256_file(folder / LOCK),
+    }
     if drift:
-        ctx.fail(f"{len(drift)} lock entr{'y' if len(drift) == 1 else 'ies'} drifted: " + "; ".join(drift))
-    ctx.say(*(f"[{NAME}] DRIFT {d}" for d in drift.values()),
-            f"[{NAME}] verify {folder}: {'ok' if not drift else f'{len(drift)} drifted'}; {len(LOCK_KEYS)} entries checked")
+        ctx.fail(
+            f"{len(drift)} lock entr{'y' if len(drift) == 1 else 'ies'} drifted: "
+            + "; ".join(drift)
+        )
+    ctx.say(
+        *(f"[{NAME}] DRIFT {d}" for d in drift.values()),
+        f"[{NAME}] verify {folder}: {'ok' if not drift else f'{len(drift)} drifted'}; {len(LOCK_KEYS)} entries checked",
+    )

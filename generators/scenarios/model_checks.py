@@ -49,15 +49,26 @@ def identification(w: Writer, u: Unit, cam: dict[str, Any], attempt: int) -> lis
     Every answer is recorded on the unit."""
     cfg, ctx = w.cfg, w.ctx
     ex = examples()[0]
-    shown = {"description": ex["camera"]["turn_2_image"], "answer": dumps({"name": ex["situations"]["now"]["name"]})}
-    jobs = [(f, gold, label, llm) for f, gold in identify_frames(u.lead, u.sit or {}) for label, llm in w.panel]
+    shown = {
+        "description": ex["camera"]["turn_2_image"],
+        "answer": dumps({"name": ex["situations"]["now"]["name"]}),
+    }
+    jobs = [
+        (f, gold, label, llm)
+        for f, gold in identify_frames(u.lead, u.sit or {})
+        for label, llm in w.panel
+    ]
 
     def ask(job: tuple[str, str, str, Any]) -> str | None:
         f, _, label, llm = job
         messages = ctx.prompts.render("scenarios/identify.jinja", example=shown, description=cam[f])
         try:
-            return llm.structured(messages, IdentifyDraft, seed=ctx.seed(u.index, "identify", f, label, attempt),
-                                  max_tokens=48).name
+            return llm.structured(
+                messages,
+                IdentifyDraft,
+                seed=ctx.seed(u.index, "identify", f, label, attempt),
+                max_tokens=48,
+            ).name
         except LLMOutputError as e:
             ctx.count(f"identify.llm_{e.reason}")
             return None
@@ -71,25 +82,58 @@ def identification(w: Writer, u: Unit, cam: dict[str, Any], attempt: int) -> lis
     for j, ((f, gold, label, _), a) in enumerate(zip(jobs, answers, strict=True)):
         cos = float(vecs[2 * j] @ vecs[2 * j + 1]) if a and vecs is not None else None
         ok = cos is not None and cos >= cfg.identify_min_cosine
-        rows.append({"field": f, "gold": gold, "model": label, "answer": a, "cosine": None if cos is None else round(cos, 4),
-                     "pass": ok, "attempt": attempt})
+        rows.append(
+            {
+                "field": f,
+                "gold": gold,
+                "model": label,
+                "answer": a,
+                "cosine": None if cos is None else round(cos, 4),
+                "pass": ok,
+                "attempt": attempt,
+            }
+        )
         by_frame.setdefault(f, []).append(ok)
     u.identification += rows
-    failed = [f for f, oks in by_frame.items() if not (any(oks) if cfg.identify_quorum == "any" else all(oks))]
-    problems = [("not_identifiable", f"{f}: " + "; ".join(f"{r['model']} said {r['answer']!r} (cosine {r['cosine']})"
-                                                          for r in rows if r["field"] == f and r["attempt"] == attempt))
-                for f in failed]
+    failed = [
+        f
+        for f, oks in by_frame.items()
+        if not (any(oks) if cfg.identify_quorum == "any" else all(oks))
+    ]
+    problems = [
+        (
+            "not_identifiable",
+            f"{f}: "
+            + "; ".join(
+                f"{r['model']} said {r['answer']!r} (cosine {r['cosine']})"
+                for r in rows
+                if r["field"] == f and r["attempt"] == attempt
+            ),
+        )
+        for f in failed
+    ]
     u.trace.record("camera", ["not_identifiable"], problems)
     return problems
 
 
 def gold_list_of(target: str) -> str:
-    return {"current": "current_answers", "prior": "prior_answers", "clarify": "clarify_indicators",
-            "abstain": "abstain_indicators"}[target]
+    return {
+        "current": "current_answers",
+        "prior": "prior_answers",
+        "clarify": "clarify_indicators",
+        "abstain": "abstain_indicators",
+    }[target]
 
 
-def semantic_leak(w: Writer, u: Unit, member: Skeleton, turn_1_user: str, turn_2_user: str, stage: str,
-                  attempt: int) -> list[Problem]:
+def semantic_leak(
+    w: Writer,
+    u: Unit,
+    member: Skeleton,
+    turn_1_user: str,
+    turn_2_user: str,
+    stage: str,
+    attempt: int,
+) -> list[Problem]:
     """MMStar-style: the candidate's conversation without its camera blocks, to each model
     (greedy); a turn-2 reply that hits the target's gold list (word boundary) leaks."""
     cfg, ctx = w.cfg, w.ctx
@@ -101,13 +145,28 @@ def semantic_leak(w: Writer, u: Unit, member: Skeleton, turn_1_user: str, turn_2
         label, llm = job
         row: dict[str, Any] = {"member": member.scenario_id, "model": label, "attempt": attempt}
         try:
-            first = ctx.prompts.render("scenarios/leak.jinja", turns=[{"user": turn_1_user, "assistant": None}])
-            reply_1 = llm.complete(first, seed=ctx.seed(u.index, stage, "leak", label, attempt, 1),
-                                   max_tokens=cfg.leak_tokens, temperature=0.0)
-            second = ctx.prompts.render("scenarios/leak.jinja", turns=[{"user": turn_1_user, "assistant": reply_1},
-                                                                       {"user": turn_2_user, "assistant": None}])
-            reply_2 = llm.complete(second, seed=ctx.seed(u.index, stage, "leak", label, attempt, 2),
-                                   max_tokens=cfg.leak_tokens, temperature=0.0)
+            first = ctx.prompts.render(
+                "scenarios/leak.jinja", turns=[{"user": turn_1_user, "assistant": None}]
+            )
+            reply_1 = llm.complete(
+                first,
+                seed=ctx.seed(u.index, stage, "leak", label, attempt, 1),
+                max_tokens=cfg.leak_tokens,
+                temperature=0.0,
+            )
+            second = ctx.prompts.render(
+                "scenarios/leak.jinja",
+                turns=[
+                    {"user": turn_1_user, "assistant": reply_1},
+                    {"user": turn_2_user, "assistant": None},
+                ],
+            )
+            reply_2 = llm.complete(
+                second,
+                seed=ctx.seed(u.index, stage, "leak", label, attempt, 2),
+                max_tokens=cfg.leak_tokens,
+                temperature=0.0,
+            )
         except LLMOutputError as e:
             ctx.count(f"leak.llm_{e.reason}")
             return {**row, "error": e.detail, "hits": [], "leak": False}
@@ -116,7 +175,10 @@ def semantic_leak(w: Writer, u: Unit, member: Skeleton, turn_1_user: str, turn_2
 
     rows = ctx.map(ask, w.panel)
     u.leak += rows
-    problems = [("semantic_leak", f"{r['model']} answered without the camera and hit {r['hits'][:3]}")
-                for r in rows if r["leak"]]
+    problems = [
+        ("semantic_leak", f"{r['model']} answered without the camera and hit {r['hits'][:3]}")
+        for r in rows
+        if r["leak"]
+    ]
     u.trace.record(stage, ["semantic_leak"], problems)
     return problems

@@ -52,22 +52,89 @@ DEFAULT_SIZE = {"bank": 50, "contrast": 20}
 # location that asks to clarify. So distribution= takes any cell, and the prompts write each
 # target on each shift type (prompts/scenarios/_requests.jinja).
 DOMAINS: dict[str, tuple[str, ...]] = {
-    "object_in_hand": ("kitchen", "workshop", "garden", "craft", "music", "fitness", "automotive", "cleaning"),
-    "object_state": ("kitchen", "garden", "craft", "workshop", "home", "automotive", "cleaning", "laundry"),
-    "sequential_task": ("kitchen", "workshop", "craft", "garden", "automotive", "home", "electronics", "fitness"),
+    "object_in_hand": (
+        "kitchen",
+        "workshop",
+        "garden",
+        "craft",
+        "music",
+        "fitness",
+        "automotive",
+        "cleaning",
+    ),
+    "object_state": (
+        "kitchen",
+        "garden",
+        "craft",
+        "workshop",
+        "home",
+        "automotive",
+        "cleaning",
+        "laundry",
+    ),
+    "sequential_task": (
+        "kitchen",
+        "workshop",
+        "craft",
+        "garden",
+        "automotive",
+        "home",
+        "electronics",
+        "fitness",
+    ),
     "location": ("home", "garden", "workshop", "kitchen", "office", "garage", "outdoors", "store"),
-    "object_in_view": ("kitchen", "workshop", "garden", "craft", "home", "office", "music", "store"),
-    "absent_referent": ("garden", "kitchen", "home", "outdoors", "workshop", "store", "office", "pets"),
-    "screen_content": ("communication", "work", "navigation", "shopping", "media", "fitness", "finance", "travel"),
-    "cross_session_reference": ("kitchen", "home", "workshop", "garage", "office", "garden", "store", "travel"),
+    "object_in_view": (
+        "kitchen",
+        "workshop",
+        "garden",
+        "craft",
+        "home",
+        "office",
+        "music",
+        "store",
+    ),
+    "absent_referent": (
+        "garden",
+        "kitchen",
+        "home",
+        "outdoors",
+        "workshop",
+        "store",
+        "office",
+        "pets",
+    ),
+    "screen_content": (
+        "communication",
+        "work",
+        "navigation",
+        "shopping",
+        "media",
+        "fitness",
+        "finance",
+        "travel",
+    ),
+    "cross_session_reference": (
+        "kitchen",
+        "home",
+        "workshop",
+        "garage",
+        "office",
+        "garden",
+        "store",
+        "travel",
+    ),
 }
 """Activity domains per shift type (8 each): with 3 difficulty tiers and the validator's limit of
 2 per signature, a (shift type, target) cell holds up to 48 scenarios (16 when its tier is fixed)."""
 TIME_GAP_CHOICES: dict[str, tuple[str, ...]] = {
-    "object_in_hand": ("seconds",), "object_in_view": ("seconds",),
-    "screen_content": ("seconds", "minutes"), "object_state": ("minutes", "hours"),
-    "sequential_task": ("minutes", "hours"), "location": ("minutes",),
-    "absent_referent": ("seconds", "minutes"), "cross_session_reference": ("minutes", "hours", "next_day"),
+    "object_in_hand": ("seconds",),
+    "object_in_view": ("seconds",),
+    "screen_content": ("seconds", "minutes"),
+    "object_state": ("minutes", "hours"),
+    "sequential_task": ("minutes", "hours"),
+    "location": ("minutes",),
+    "absent_referent": ("seconds", "minutes"),
+    "cross_session_reference": ("minutes", "hours", "next_day"),
 }
 """Time between turn 1 and turn 2 per shift type; a seeded choice where several fit."""
 DIFFICULTY_SHARE = {"easy": 0.3, "medium": 0.4, "hard": 0.3}
@@ -78,12 +145,16 @@ def check_distribution(dist: dict[str, dict[str, int]]) -> None:
     """Shift types and targets exist and counts are integers >= 0 (every cell is allowed)."""
     for ct, row in dist.items():
         if ct not in CHANGE_TYPES:
-            raise ValueError(f"distribution: unknown shift type {ct!r} (choose from {', '.join(CHANGE_TYPES)})")
+            raise ValueError(
+                f"distribution: unknown shift type {ct!r} (choose from {', '.join(CHANGE_TYPES)})"
+            )
         if not isinstance(row, dict):
             raise ValueError(f"distribution.{ct}: expected {{target: count}}")
         for t, c in row.items():
             if t not in TARGETS:
-                raise ValueError(f"distribution.{ct}: unknown target {t!r} (choose from {', '.join(TARGETS)})")
+                raise ValueError(
+                    f"distribution.{ct}: unknown target {t!r} (choose from {', '.join(TARGETS)})"
+                )
             if not isinstance(c, int) or isinstance(c, bool) or c < 0:
                 raise ValueError(f"distribution.{ct}.{t}: a count >= 0, got {c!r}")
 
@@ -113,7 +184,10 @@ class Skeleton:
     def distractor(self) -> bool:
         """A contrast scenario keeps the earlier referent in view at turn 2 (not possible when the
         shift type is that it is gone, or seen only before the conversation)."""
-        return self.subset == "contrast" and self.change_type not in ("absent_referent", "cross_session_reference")
+        return self.subset == "contrast" and self.change_type not in (
+            "absent_referent",
+            "cross_session_reference",
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -128,7 +202,7 @@ def largest_remainder(total: int, weights: Sequence[float]) -> list[int]:
     quotas = [total * w / s for w in weights]
     out = [int(q) for q in quotas]
     order = sorted(range(len(weights)), key=lambda i: (-(quotas[i] - out[i]), i))
-    for i in order[:total - sum(out)]:
+    for i in order[: total - sum(out)]:
         out[i] += 1
     return out
 
@@ -138,20 +212,31 @@ def cell_counts(cfg: ScenariosConfig) -> list[tuple[str, str, int]]:
     released joint split scaled to the size by largest remainder, first the shift types by their
     totals, then each shift type's targets (``n=8`` of the bank: one scenario per shift type)."""
     if cfg.distribution is not None:
-        return [(ct, t, cfg.distribution.get(ct, {}).get(t, 0)) for ct in CHANGE_TYPES for t in TARGETS
-                if cfg.distribution.get(ct, {}).get(t, 0)]
+        return [
+            (ct, t, cfg.distribution.get(ct, {}).get(t, 0))
+            for ct in CHANGE_TYPES
+            for t in TARGETS
+            if cfg.distribution.get(ct, {}).get(t, 0)
+        ]
     joint = DEFAULT_JOINT[cfg.subset]
     types = [ct for ct in CHANGE_TYPES if ct in joint]
     per_type = largest_remainder(cfg.size, [sum(joint[ct].values()) for ct in types])
     out = []
     for ct, k in zip(types, per_type, strict=True):
         targets = [t for t in TARGETS if joint[ct].get(t)]
-        out += [(ct, t, c) for t, c in zip(targets, largest_remainder(k, [joint[ct][t] for t in targets]), strict=True)
-                if c]
+        out += [
+            (ct, t, c)
+            for t, c in zip(
+                targets, largest_remainder(k, [joint[ct][t] for t in targets]), strict=True
+            )
+            if c
+        ]
     return out
 
 
-def unit_cells(cells: list[tuple[str, str, int]], contrast: bool) -> list[tuple[str, tuple[str, ...], int]]:
+def unit_cells(
+    cells: list[tuple[str, str, int]], contrast: bool
+) -> list[tuple[str, tuple[str, ...], int]]:
     """(shift type, the targets of one unit's members, units) in bank order. A contrast subset
     pairs each prior scenario with a current one of its shift type where it can (an A/B pair that
     shares turn 1 and the turn-2 scene, and a ``pair_id``; not where the earlier referent is gone
@@ -175,7 +260,9 @@ def difficulties(units: list[tuple[str, tuple[str, ...], int]], total: int) -> l
     in proportion to what the bank still needs of its 30/40/30 % share (largest remainder, cell
     by cell in bank order; a pair takes two of its tier), so a cell mixes tiers and the bank lands
     near 15/20/15 per 50."""
-    need = dict(zip(DIFFICULTIES, largest_remainder(total, list(DIFFICULTY_SHARE.values())), strict=True))
+    need = dict(
+        zip(DIFFICULTIES, largest_remainder(total, list(DIFFICULTY_SHARE.values())), strict=True)
+    )
     out: list[list[str] | None] = [None] * len(units)
     for i, (_, members, k) in enumerate(units):
         if members[0] in ("clarify", "abstain"):
@@ -211,7 +298,9 @@ def complexity_of(change_type: str, target: str, difficulty: str, subset: str) -
     return "single_referent"
 
 
-def build_units(cfg: ScenariosConfig, existing: Sequence[dict[str, Any]] = ()) -> list[list[Skeleton]]:
+def build_units(
+    cfg: ScenariosConfig, existing: Sequence[dict[str, Any]] = ()
+) -> list[list[Skeleton]]:
     """The skeleton of every unit (a scenario, or a contrast pair's two members), in id order.
 
     Domains: per unit the domain of its shift type's list whose signature (shift type, target,
@@ -227,9 +316,17 @@ def build_units(cfg: ScenariosConfig, existing: Sequence[dict[str, Any]] = ()) -
     sigs: Counter[tuple[Any, ...]] = Counter(signature(s) for s in existing)
     # existing rows are data: a missing field counts under None and matches no cell
     per_domain: Counter[tuple[str | None, str | None]] = Counter(
-        (field_key(s, "change_type"), field_key(s, "activity_domain")) for s in existing)
-    pair_number = max((int(m.group(1)) for s in existing
-                       for m in [re.fullmatch(r"pair-(\d+)", str(s.get("pair_id") or ""))] if m), default=0)
+        (field_key(s, "change_type"), field_key(s, "activity_domain")) for s in existing
+    )
+    pair_number = max(
+        (
+            int(m.group(1))
+            for s in existing
+            for m in [re.fullmatch(r"pair-(\d+)", str(s.get("pair_id") or ""))]
+            if m
+        ),
+        default=0,
+    )
     prefix = "adv" if cfg.subset == "contrast" else "sc"
     units: list[list[Skeleton]] = []
     number = cfg.id_start
@@ -238,15 +335,26 @@ def build_units(cfg: ScenariosConfig, existing: Sequence[dict[str, Any]] = ()) -
         rng.shuffle(domains)
         for tier in cell_tiers:
 
-            def load(d: str, tier: str = tier, members: tuple[str, ...] = members, ct: str = ct,
-                     order: list[str] = domains) -> tuple[int, int, int]:
-                return (max(sigs[(ct, m, tier, d)] for m in members), per_domain[(ct, d)], order.index(d))
+            def load(
+                d: str,
+                tier: str = tier,
+                members: tuple[str, ...] = members,
+                ct: str = ct,
+                order: list[str] = domains,
+            ) -> tuple[int, int, int]:
+                return (
+                    max(sigs[(ct, m, tier, d)] for m in members),
+                    per_domain[(ct, d)],
+                    order.index(d),
+                )
 
             domain = min(domains, key=load)
             if cfg.signature_limit is not None and load(domain)[0] >= cfg.signature_limit:
-                raise ConfigError(f"distribution: {ct}/{'+'.join(members)} needs more scenarios at difficulty {tier} "
-                                  f"than {len(domains)} domains x signature_limit={cfg.signature_limit} allow; "
-                                  "lower its count or raise signature_limit (null: no limit)")
+                raise ConfigError(
+                    f"distribution: {ct}/{'+'.join(members)} needs more scenarios at difficulty {tier} "
+                    f"than {len(domains)} domains x signature_limit={cfg.signature_limit} allow; "
+                    "lower its count or raise signature_limit (null: no limit)"
+                )
             gap = rng.choice(TIME_GAP_CHOICES[ct])
             pair = None
             if len(members) == 2:
@@ -254,8 +362,19 @@ def build_units(cfg: ScenariosConfig, existing: Sequence[dict[str, Any]] = ()) -
                 pair = f"pair-{pair_number:02d}"
             unit = []
             for m in members:
-                unit.append(Skeleton(f"{prefix}-{number:02d}", cfg.subset, pair, ct, m, domain,
-                                     complexity_of(ct, m, tier, cfg.subset), tier, gap))
+                unit.append(
+                    Skeleton(
+                        f"{prefix}-{number:02d}",
+                        cfg.subset,
+                        pair,
+                        ct,
+                        m,
+                        domain,
+                        complexity_of(ct, m, tier, cfg.subset),
+                        tier,
+                        gap,
+                    )
+                )
                 sigs[(ct, m, tier, domain)] += 1
                 number += 1
             per_domain[(ct, domain)] += 1

@@ -98,7 +98,10 @@ class Trace:
             return a
 
     def summary(self) -> dict[str, dict[str, Any]]:
-        return {k: {"first": v[0], "final": v[-1], "evaluations": len(v)} for k, v in sorted(self.evals.items())}
+        return {
+            k: {"first": v[0], "final": v[-1], "evaluations": len(v)}
+            for k, v in sorted(self.evals.items())
+        }
 
 
 @dataclass
@@ -150,12 +153,22 @@ class Writer:
         return [label for label, _ in self._panel] if self._panel is not None else []
 
     def render(self, stage: str, ex: dict[str, Any], s: dict[str, Any]) -> list[dict[str, str]]:
-        return self.ctx.prompts.render(f"scenarios/{stage}.jinja", example=example_prompt(stage, ex), s=s)
+        return self.ctx.prompts.render(
+            f"scenarios/{stage}.jinja", example=example_prompt(stage, ex), s=s
+        )
 
-    def attempts(self, u: Unit, stage: str, messages: list[dict[str, str]], schema: type[BaseModel],
-                 max_tokens: int, check: Callable[[dict[str, Any]], tuple[list[str], list[Problem]]],
-                 model_check: Callable[[dict[str, Any], int], list[Problem]] | None, budget: int,
-                 tidy: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+    def attempts(
+        self,
+        u: Unit,
+        stage: str,
+        messages: list[dict[str, str]],
+        schema: type[BaseModel],
+        max_tokens: int,
+        check: Callable[[dict[str, Any]], tuple[list[str], list[Problem]]],
+        model_check: Callable[[dict[str, Any], int], list[Problem]] | None,
+        budget: int,
+        tidy: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         """Up to ``budget`` generations of one stage: each is corrected by ``tidy`` where code
         can, then checked by every code rule of the stage (all recorded), then by its model
         check; the first that passes is the stage's output. Raises :class:`StageFailure` with
@@ -164,8 +177,9 @@ class Writer:
         for _ in range(budget):
             a = u.trace.next_attempt(stage)
             try:
-                draft = self.ctx.llm.structured(messages, schema, seed=self.ctx.seed(u.index, stage, a),
-                                                max_tokens=max_tokens)
+                draft = self.ctx.llm.structured(
+                    messages, schema, seed=self.ctx.seed(u.index, stage, a), max_tokens=max_tokens
+                )
             except LLMOutputError as e:
                 self.ctx.count(f"{stage}.llm_{e.reason}")
                 u.trace.llm_errors[stage] += 1
@@ -184,7 +198,12 @@ class Writer:
                 return value
             for rule in dict.fromkeys(r for r, _ in problems):
                 self.ctx.count(f"{stage}.{rule}")
-            last = StageFailure(stage, problems[0][0], "; ".join(d for _, d in problems[:4]), draft.model_dump_json())
+            last = StageFailure(
+                stage,
+                problems[0][0],
+                "; ".join(d for _, d in problems[:4]),
+                draft.model_dump_json(),
+            )
         raise last
 
 
@@ -258,7 +277,9 @@ def check_situations(sk: Skeleton, sit: dict[str, Any]) -> tuple[list[str], list
     problems += category_problems(made["categories"])
     gold = made["gold"]
     shared = {key(x) for x in gold["current_answers"]} & {key(x) for x in gold["prior_answers"]}
-    candidates = {key(c) for c in sit.get("candidates", [])} & {key(x) for x in gold["prior_answers"]}
+    candidates = {key(c) for c in sit.get("candidates", [])} & {
+        key(x) for x in gold["prior_answers"]
+    }
     if shared or candidates:
         problems.append(("gold_lists_overlap", f"in both lists: {sorted(shared | candidates)[:3]}"))
     evaluated = [*HYGIENE, "three_categories", "gold_lists_overlap"]
@@ -284,8 +305,9 @@ def camera_schema(sk: Skeleton) -> type[BaseModel]:
     return CrossSessionCameraDraft if sk.change_type == "cross_session_reference" else CameraDraft
 
 
-def check_camera(sk: Skeleton, sit: dict[str, Any], cam: dict[str, Any],
-                 avoid: frozenset[str] = frozenset()) -> tuple[list[str], list[Problem]]:
+def check_camera(
+    sk: Skeleton, sit: dict[str, Any], cam: dict[str, Any], avoid: frozenset[str] = frozenset()
+) -> tuple[list[str], list[Problem]]:
     """Stage 2's rules on camera descriptions; ``avoid``: turn-2 images already in the bank."""
     images = {f: cam.get(f) for f in camera_fields(sk)}
     turn2 = {f: t for f, t in images.items() if f.startswith("turn_2")}
@@ -297,13 +319,23 @@ def check_camera(sk: Skeleton, sit: dict[str, Any], cam: dict[str, Any],
     for f, t in turn2.items():
         if key(t or "") == key(images["turn_1_image"] or ""):
             problems.append(("no_visible_shift", f"{f} is the same text as turn_1_image"))
-    if "turn_2_image_b" in images and key(images["turn_2_image_b"] or "") == key(images["turn_2_image"] or ""):
+    if "turn_2_image_b" in images and key(images["turn_2_image_b"] or "") == key(
+        images["turn_2_image"] or ""
+    ):
         problems.append(("duplicate_turn_2", "turn_2_image_b is the same text as turn_2_image"))
     for f, t in turn2.items():
         if (t or "").strip().lower() in avoid:
-            problems.append(("duplicate_turn_2", f"{f} is identical to another scenario's turn_2_image"))
-    evaluated = [*HYGIENE, "object_name_in_camera", "camera_functional_label", "camera_evaluates_technique",
-                 "camera_refers_to_turn_1", "no_visible_shift"]
+            problems.append(
+                ("duplicate_turn_2", f"{f} is identical to another scenario's turn_2_image")
+            )
+    evaluated = [
+        *HYGIENE,
+        "object_name_in_camera",
+        "camera_functional_label",
+        "camera_evaluates_technique",
+        "camera_refers_to_turn_1",
+        "no_visible_shift",
+    ]
     if avoid or "turn_2_image_b" in images:  # within the pair now; against the bank in resolve()
         evaluated.append("duplicate_turn_2")
     return evaluated, problems
@@ -319,24 +351,49 @@ def repair_targets(sk: Skeleton, sit: dict[str, Any]) -> tuple[list[str], list[s
         return None
     earlier, now = [sit["earlier"]["name"]], [sit["now"]["name"]]
     intended, wrong = (now, earlier) if sk.target_context == "current" else (earlier, now)
-    both = sk.subset == "contrast" or sk.change_type not in ("absent_referent", "cross_session_reference")
+    both = sk.subset == "contrast" or sk.change_type not in (
+        "absent_referent",
+        "cross_session_reference",
+    )
     return intended, wrong if both else []
 
 
-def check_speech(sk: Skeleton, sit: dict[str, Any], sp: dict[str, Any], avoid: frozenset[str] = frozenset(),
-                 stage: str = "speech", other_turn_2: str | None = None) -> tuple[list[str], list[Problem]]:
+def check_speech(
+    sk: Skeleton,
+    sit: dict[str, Any],
+    sp: dict[str, Any],
+    avoid: frozenset[str] = frozenset(),
+    stage: str = "speech",
+    other_turn_2: str | None = None,
+) -> tuple[list[str], list[Problem]]:
     """Stage 3's rules (and 3b's for a contrast member B: no turn 1 of its own)."""
     gold = situations_of(sk, sit)["gold"]
-    fields = [f for f in ("turn_1_user", "turn_2_user", "turn_3_repair_prompt", "turn_3_repair_prompt_deictic") if f in sp]
+    fields = [
+        f
+        for f in (
+            "turn_1_user",
+            "turn_2_user",
+            "turn_3_repair_prompt",
+            "turn_3_repair_prompt_deictic",
+        )
+        if f in sp
+    ]
     texts: dict[str, str | None] = {f: sp[f] for f in fields}
     problems = _hygiene(texts) + echo_problems("speech", texts)
-    spoken: dict[str, str | None] = {f: sp[f] for f in ("turn_1_user", "turn_2_user", "turn_3_repair_prompt_deictic")
-                                     if f in sp}
+    spoken: dict[str, str | None] = {
+        f: sp[f] for f in ("turn_1_user", "turn_2_user", "turn_3_repair_prompt_deictic") if f in sp
+    }
     problems += gold_in_speech(spoken, [*gold["current_answers"], *gold["prior_answers"]])
     problems += object_names_in_speech(spoken, referent_names(sit))
     problems += speech_properties(spoken)
-    evaluated = [*HYGIENE, "gold_in_speech", "object_name_in_speech", "speech_describes_properties",
-                 "shift_announced", "speech_not_deictic"]
+    evaluated = [
+        *HYGIENE,
+        "gold_in_speech",
+        "object_name_in_speech",
+        "speech_describes_properties",
+        "shift_announced",
+        "speech_not_deictic",
+    ]
     problems += shift_announced(sp.get("turn_2_user"))
     problems += not_deictic({f: sp[f] for f in ("turn_1_user", "turn_2_user") if f in sp})
     names = repair_targets(sk, sit)
@@ -363,8 +420,13 @@ def situations_schema(sk: Skeleton) -> type[BaseModel]:
     if sk.target_context == "clarify":
         return CrossClarifySituationsDraft if cross else ClarifySituationsDraft
     if sk.target_context == "abstain":
-        return (CrossAbstainSituationsDraft if cross else AbstainSituationsDraft
-                if sk.change_type == "absent_referent" else ShiftAbstainSituationsDraft)
+        return (
+            CrossAbstainSituationsDraft
+            if cross
+            else AbstainSituationsDraft
+            if sk.change_type == "absent_referent"
+            else ShiftAbstainSituationsDraft
+        )
     return CrossSessionSituationsDraft if cross else SituationsDraft
 
 
@@ -372,42 +434,81 @@ def stage_situations(w: Writer, u: Unit) -> None:
     sk = u.lead
     ex = example_for(sk)
     schema = situations_schema(sk)
+
     def tidy(d: dict[str, Any]) -> dict[str, Any]:
         out, dropped = tidy_situations(d)
         if dropped:
             w.ctx.count("situations.phrases_dropped", dropped)
         return out
 
-    u.sit = w.attempts(u, "situations", w.render("situations", ex, spec(sk)), schema, w.cfg.situations_tokens,
-                       lambda d: check_situations(sk, d), None, w.cfg.stage_attempts, tidy)
+    u.sit = w.attempts(
+        u,
+        "situations",
+        w.render("situations", ex, spec(sk)),
+        schema,
+        w.cfg.situations_tokens,
+        lambda d: check_situations(sk, d),
+        None,
+        w.cfg.stage_attempts,
+        tidy,
+    )
 
 
-def stage_camera(w: Writer, u: Unit, avoid: frozenset[str] = frozenset(), budget: int | None = None) -> None:
+def stage_camera(
+    w: Writer, u: Unit, avoid: frozenset[str] = frozenset(), budget: int | None = None
+) -> None:
     sk, sit = u.lead, u.sit or {}
     messages = w.render("camera", example_for(sk), spec(sk, sit))
-    u.camera = w.attempts(u, "camera", messages, camera_schema(sk), w.cfg.camera_tokens,
-                          lambda d: check_camera(sk, sit, d, avoid),
-                          lambda d, a: identification(w, u, d, a), budget or w.cfg.stage_attempts)
+    u.camera = w.attempts(
+        u,
+        "camera",
+        messages,
+        camera_schema(sk),
+        w.cfg.camera_tokens,
+        lambda d: check_camera(sk, sit, d, avoid),
+        lambda d, a: identification(w, u, d, a),
+        budget or w.cfg.stage_attempts,
+    )
 
 
-def stage_speech(w: Writer, u: Unit, avoid: frozenset[str] = frozenset(), budget: int | None = None) -> None:
+def stage_speech(
+    w: Writer, u: Unit, avoid: frozenset[str] = frozenset(), budget: int | None = None
+) -> None:
     sk, sit = u.lead, u.sit or {}
     messages = w.render("speech", example_for(sk), spec(sk, sit))
-    u.speech = w.attempts(u, "speech", messages, speech_schema(sk), w.cfg.speech_tokens,
-                          lambda d: check_speech(sk, sit, d, avoid),
-                          lambda d, a: semantic_leak(w, u, sk, d["turn_1_user"], d["turn_2_user"], "speech", a),
-                          budget or w.cfg.stage_attempts)
+    u.speech = w.attempts(
+        u,
+        "speech",
+        messages,
+        speech_schema(sk),
+        w.cfg.speech_tokens,
+        lambda d: check_speech(sk, sit, d, avoid),
+        lambda d, a: semantic_leak(w, u, sk, d["turn_1_user"], d["turn_2_user"], "speech", a),
+        budget or w.cfg.stage_attempts,
+    )
 
 
-def stage_follow_up(w: Writer, u: Unit, avoid: frozenset[str] = frozenset(), budget: int | None = None) -> None:
+def stage_follow_up(
+    w: Writer, u: Unit, avoid: frozenset[str] = frozenset(), budget: int | None = None
+) -> None:
     """Contrast member B: its own turn 2 (targeting prior) after the pair's shared turn 1."""
     a_sk, b_sk = u.members
     sit, speech = u.sit or {}, u.speech or {}
-    messages = w.render("follow_up", example_for(b_sk), spec(b_sk, sit, turn_1_user=speech["turn_1_user"]))
-    u.follow = w.attempts(u, "follow_up", messages, FollowUpDraft, w.cfg.speech_tokens,
-                          lambda d: check_speech(b_sk, sit, d, avoid, "follow_up", speech.get("turn_2_user")),
-                          lambda d, a: semantic_leak(w, u, b_sk, speech["turn_1_user"], d["turn_2_user"], "follow_up", a),
-                          budget or w.cfg.stage_attempts)
+    messages = w.render(
+        "follow_up", example_for(b_sk), spec(b_sk, sit, turn_1_user=speech["turn_1_user"])
+    )
+    u.follow = w.attempts(
+        u,
+        "follow_up",
+        messages,
+        FollowUpDraft,
+        w.cfg.speech_tokens,
+        lambda d: check_speech(b_sk, sit, d, avoid, "follow_up", speech.get("turn_2_user")),
+        lambda d, a: semantic_leak(
+            w, u, b_sk, speech["turn_1_user"], d["turn_2_user"], "follow_up", a
+        ),
+        budget or w.cfg.stage_attempts,
+    )
 
 
 def draft_unit(w: Writer, index: int, members: list[Skeleton]) -> Unit:

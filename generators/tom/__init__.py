@@ -57,8 +57,16 @@ from gen.schemas.tom import QuestionType, TomQuestion
 from gen.stages import StageConfig, StagesConfig
 from gen.timelines import Clip, fmt_line, fmt_time, input_files, parse_time, read_timelines
 
-DEFAULT_KEYWORDS = ["demonstrate", "demonstration", "tutorial", "class", "train for", "compete",
-                    "competition", "technique"]
+DEFAULT_KEYWORDS = [
+    "demonstrate",
+    "demonstration",
+    "tutorial",
+    "class",
+    "train for",
+    "compete",
+    "competition",
+    "technique",
+]
 """EgoToM appendix 7: wrong goals the generator collapsed to (…for a tutorial/class/competition)."""
 
 
@@ -76,7 +84,9 @@ class TomConfig(CommonConfig):
     """Clips to process from the start of the input; null = every clip in the input."""
     input_format: Literal["auto", "ego4d", "egotom_csv", "jsonl"] = "auto"
     """Input layout: Ego4D narration.json, EgoToM CSV(s), or JSONL timelines (auto: by name)."""
-    passes: list[str] = Field(default_factory=lambda: ["narration_pass_1", "narration_pass_2"], min_length=1)
+    passes: list[str] = Field(
+        default_factory=lambda: ["narration_pass_1", "narration_pass_2"], min_length=1
+    )
     """Ego4D narration passes to cut clips from (EgoToM used both)."""
     min_duration: float = Field(300.0, ge=0)
     """Selection: a clip lasts at least this many seconds (0 disables)."""
@@ -195,8 +205,13 @@ def selection(clip: Clip, cfg: TomConfig) -> tuple[list[tuple[str, str]], list[s
     tags = [t.lower() for t in cfg.exclude_tags]
     tagged = [ln for ln in clip.lines if any(t in ln.text.lower() for t in tags)]
     if tagged:
-        fails.append(("uncertain", f"{len(tagged)} line(s) tagged {', '.join(cfg.exclude_tags)}, "
-                                   f"first at {fmt_time(tagged[0].t)}: {tagged[0].text[:60]}"))
+        fails.append(
+            (
+                "uncertain",
+                f"{len(tagged)} line(s) tagged {', '.join(cfg.exclude_tags)}, "
+                f"first at {fmt_time(tagged[0].t)}: {tagged[0].text[:60]}",
+            )
+        )
     share = sum(ln.speaker == "C" for ln in clip.lines) / n
     if share < cfg.min_c_share:
         fails.append(("few_c_lines", f"{share:.0%} of lines about C < {cfg.min_c_share:.0%}"))
@@ -212,19 +227,38 @@ def candidates(clip: Clip, cfg: TomConfig) -> list[int]:
 
 # --------------------------------------------------------------------------- funnel
 
+
 def steps(cfg: TomConfig) -> tuple[str, ...]:
     """Funnel steps in the order a clip goes through them (the time window comes before the
     analysis when it restricts the lines offered). A count is of items that passed the step."""
-    window, analysis_ = ("time window", "analysis") if cfg.restrict_to_window else ("analysis", "time window")
-    return ("clips in", "selected", window, analysis_, "counterfactual", "simplify",
-            "keyword filter", "length filter", "similarity filter")
+    window, analysis_ = (
+        ("time window", "analysis") if cfg.restrict_to_window else ("analysis", "time window")
+    )
+    return (
+        "clips in",
+        "selected",
+        window,
+        analysis_,
+        "counterfactual",
+        "simplify",
+        "keyword filter",
+        "length filter",
+        "similarity filter",
+    )
 
 
-STAGE_STEP = {"parse": "selected", "select": "selected", "analysis": "analysis",
-              "filter.time_window": "time window", "counterfactual_goals": "counterfactual",
-              "counterfactual_beliefs_actions": "counterfactual", "simplify": "simplify",
-              "filter.keyword": "keyword filter", "filter.length": "length filter",
-              "filter.similarity": "similarity filter"}
+STAGE_STEP = {
+    "parse": "selected",
+    "select": "selected",
+    "analysis": "analysis",
+    "filter.time_window": "time window",
+    "counterfactual_goals": "counterfactual",
+    "counterfactual_beliefs_actions": "counterfactual",
+    "simplify": "simplify",
+    "filter.keyword": "keyword filter",
+    "filter.length": "length filter",
+    "filter.similarity": "similarity filter",
+}
 """Reject stage -> the funnel step its item failed to pass."""
 
 
@@ -243,41 +277,67 @@ def funnel_rows(results: list[ClipResult], names: tuple[str, ...]) -> list[dict[
     """Per step, how many clips (then questions) of each type passed it."""
     rows = []
     for s, step in enumerate(names):
-        rows.append({"step": step, **{q: sum(r.reached[q] > s for r in results) for q in EGOTOM_TYPES}})
+        rows.append(
+            {"step": step, **{q: sum(r.reached[q] > s for r in results) for q in EGOTOM_TYPES}}
+        )
     return rows
 
 
 def funnel_lines(rows: list[dict[str, Any]], excluded: Counter[str]) -> list[str]:
-    out = ["[tom] funnel (clips, then questions per type)", f"  {'step':<20}{'goal':>8}{'belief':>8}{'actions':>9}"]
+    out = [
+        "[tom] funnel (clips, then questions per type)",
+        f"  {'step':<20}{'goal':>8}{'belief':>8}{'actions':>9}",
+    ]
     out += [f"  {r['step']:<20}{r['goal']:>8}{r['belief']:>8}{r['actions']:>9}" for r in rows]
     if excluded:
-        out.append("  excluded at selection: " + ", ".join(f"{k}={v}" for k, v in sorted(excluded.items())))
+        out.append(
+            "  excluded at selection: " + ", ".join(f"{k}={v}" for k, v in sorted(excluded.items()))
+        )
     return out
 
 
 # --------------------------------------------------------------------------- stage 7: assembly + one clip
 
 
-def assemble(ctx: RunContext, index: int, clip: Clip, q: QuestionType, truth_text: str, wrongs: list[str],
-             origins: list[str], truth: Truth, extra: dict[str, Any] | None = None) -> TomQuestion:
+def assemble(
+    ctx: RunContext,
+    index: int,
+    clip: Clip,
+    q: QuestionType,
+    truth_text: str,
+    wrongs: list[str],
+    origins: list[str],
+    truth: Truth,
+    extra: dict[str, Any] | None = None,
+) -> TomQuestion:
     """A question with its options shuffled by a seeded RNG (answer = where the truth landed)."""
     options = [truth_text, *wrongs]
     order = list(range(len(options)))
     random.Random(ctx.seed(index, q, "shuffle")).shuffle(order)
     tline = clip.lines[truth.index]
     return TomQuestion(
-        item_id=ctx.record_id(index, q), question_type=q, question=EGOTOM_QUESTION[q],
-        options=[options[i] for i in order], answer=order.index(0),
-        origins=[(["truth", *origins])[i] for i in order], group=clip.clip_id,
+        item_id=ctx.record_id(index, q),
+        question_type=q,
+        question=EGOTOM_QUESTION[q],
+        options=[options[i] for i in order],
+        answer=order.index(0),
+        origins=[(["truth", *origins])[i] for i in order],
+        group=clip.clip_id,
         visible={"context": context_text(clip, truth.index), "query_time": fmt_time(tline.t)},
         privileged={
             "transition": fmt_line(tline),
-            "future": "\n".join(fmt_line(ln) for ln in clip.lines[truth.index:]),
+            "future": "\n".join(fmt_line(ln) for ln in clip.lines[truth.index :]),
             "truth": {"goal": truth.goal, "belief": truth.belief, "actions": truth.actions},
-            "summary": clip.summary, "source": clip.source, **(extra or {}),
+            "summary": clip.summary,
+            "source": clip.source,
+            **(extra or {}),
         },
-        clip_id=clip.clip_id, vuid=clip.vuid, input_format=clip.fmt, clip_start_time=clip.start_sec,
-        clip_end_time=round(clip.start_sec + tline.t, 6), query_sec=tline.t,
+        clip_id=clip.clip_id,
+        vuid=clip.vuid,
+        input_format=clip.fmt,
+        clip_start_time=clip.start_sec,
+        clip_end_time=round(clip.start_sec + tline.t, 6),
+        query_sec=tline.t,
     )
 
 
@@ -289,9 +349,15 @@ def context_text(clip: Clip, upto: int) -> str:
 def csv_row(rec: TomQuestion, truth_text: str) -> dict[str, Any]:
     q = rec.question_type
     letters = [c.rsplit("_", 1)[1] for c in egotom_columns(q) if c.startswith(f"{q}_choice_")]
-    return {"vuid": rec.vuid, "cuid": rec.clip_id, "narrations_in_context": rec.visible["context"],
-            f"gt_{q}": truth_text, **{f"{q}_choice_{x}": o for x, o in zip(letters, rec.options, strict=True)},
-            "clip_start_time": rec.clip_start_time, "clip_end_time": rec.clip_end_time}
+    return {
+        "vuid": rec.vuid,
+        "cuid": rec.clip_id,
+        "narrations_in_context": rec.visible["context"],
+        f"gt_{q}": truth_text,
+        **{f"{q}_choice_{x}": o for x, o in zip(letters, rec.options, strict=True)},
+        "clip_start_time": rec.clip_start_time,
+        "clip_end_time": rec.clip_end_time,
+    }
 
 
 def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> ClipResult:
@@ -306,15 +372,29 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
             res.reached[q] = names.index(step) + 1
 
     def clip_reject(stage: str, reason: str, detail: str, raw: str | None = None) -> ClipResult:
-        res.items = [Reject(record_id=ctx.record_id(index), index=index, stage=stage, reason=reason,
-                            detail=f"clip {clip.clip_id}: {detail}", raw=raw)]
+        res.items = [
+            Reject(
+                record_id=ctx.record_id(index),
+                index=index,
+                stage=stage,
+                reason=reason,
+                detail=f"clip {clip.clip_id}: {detail}",
+                raw=raw,
+            )
+        ]
         res.reached = dict.fromkeys(EGOTOM_TYPES, names.index(STAGE_STEP[stage]))
         res.seconds = time.perf_counter() - t0
         return res
 
     def q_reject(q: str, stage: str, reason: str, detail: str, raw: str | None = None) -> None:
-        per_q[q] = Reject(record_id=ctx.record_id(index, q), index=index, stage=stage, reason=reason,
-                          detail=f"clip {clip.clip_id}, {q} question: {detail}", raw=raw)
+        per_q[q] = Reject(
+            record_id=ctx.record_id(index, q),
+            index=index,
+            stage=stage,
+            reason=reason,
+            detail=f"clip {clip.clip_id}, {q} question: {detail}",
+            raw=raw,
+        )
         res.reached[q] = names.index(STAGE_STEP[stage])
 
     # stage 1: parse problems and selection
@@ -331,16 +411,22 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
     # stage 2 and the time window (before it when it restricts the lines offered, else after)
     allowed = candidates(clip, cfg)
     if not allowed:
-        return clip_reject("analysis", "no_candidate_transition",
-                           f"{len(clip.lines)} lines leave no latter-half line with {cfg.min_future_lines} "
-                           "lines at and after it")
+        return clip_reject(
+            "analysis",
+            "no_candidate_transition",
+            f"{len(clip.lines)} lines leave no latter-half line with {cfg.min_future_lines} "
+            "lines at and after it",
+        )
     if cfg.restrict_to_window and cfg.window:
         inside = [i for i in allowed if in_window(clip.lines[i].t, cfg.window)]
         if not inside:
             lo, hi = cfg.window
-            return clip_reject("filter.time_window", "no_line_in_window",
-                               f"latter-half lines span {fmt_time(clip.lines[allowed[0]].t)}-"
-                               f"{fmt_time(clip.lines[allowed[-1]].t)}, window {fmt_time(lo)}-{fmt_time(hi)}")
+            return clip_reject(
+                "filter.time_window",
+                "no_line_in_window",
+                f"latter-half lines span {fmt_time(clip.lines[allowed[0]].t)}-"
+                f"{fmt_time(clip.lines[allowed[-1]].t)}, window {fmt_time(lo)}-{fmt_time(hi)}",
+            )
         allowed = inside
         passed("time window")
     try:
@@ -352,10 +438,13 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
     if not cfg.restrict_to_window:
         if not in_window(tline.t, cfg.window):
             lo, hi = cfg.window  # type: ignore[misc]
-            return clip_reject("filter.time_window", "transition_outside_window",
-                               f"transition at {fmt_time(tline.t)} outside {fmt_time(lo)}-{fmt_time(hi)}")
+            return clip_reject(
+                "filter.time_window",
+                "transition_outside_window",
+                f"transition at {fmt_time(tline.t)} outside {fmt_time(lo)}-{fmt_time(hi)}",
+            )
         passed("time window")
-    past = numbered(clip)[:truth.index]  # the counterfactual stages never see the future
+    past = numbered(clip)[: truth.index]  # the counterfactual stages never see the future
 
     # stages 3 and 4 are independent (concurrent on a server), 5 follows 4
     def goals() -> list[str] | StageFailure:
@@ -383,12 +472,20 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
             ctx.count("filter.keyword.wrong_goals_dropped", len(hits))
         need = EGOTOM_CHOICES["goal"] - 1
         if len(kept) < need:
-            q_reject("goal", "filter.keyword", "too_few_wrong_goals",
-                     f"{len(kept)} wrong goals left after dropping {hits} (need {need})")
+            q_reject(
+                "goal",
+                "filter.keyword",
+                "too_few_wrong_goals",
+                f"{len(kept)} wrong goals left after dropping {hits} (need {need})",
+            )
         else:
             passed("keyword filter", "goal")
-            choices["goal"] = (truth.goal, kept[:need], ["counterfactual_goals"] * need,
-                               {"dropped_wrong_goals": hits})
+            choices["goal"] = (
+                truth.goal,
+                kept[:need],
+                ["counterfactual_goals"] * need,
+                {"dropped_wrong_goals": hits},
+            )
 
     if isinstance(alts, StageFailure):
         for q in ("belief", "actions"):
@@ -397,12 +494,24 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
         beliefs, actions, whys = alts
         stage4 = "counterfactual_beliefs_actions"
         if beliefs is None:
-            q_reject("belief", stage4, "no_usable_alternative", "; ".join(w for w in whys if w.startswith("belief")))
+            q_reject(
+                "belief",
+                stage4,
+                "no_usable_alternative",
+                "; ".join(w for w in whys if w.startswith("belief")),
+            )
         else:
-            passed("keyword filter", "belief")  # beliefs are neither simplified nor keyword-filtered
+            passed(
+                "keyword filter", "belief"
+            )  # beliefs are neither simplified nor keyword-filtered
             choices["belief"] = (truth.belief, beliefs, [stage4] * 3, {})
         if actions is None:
-            q_reject("actions", stage4, "no_usable_alternative", "; ".join(w for w in whys if w.startswith("actions")))
+            q_reject(
+                "actions",
+                stage4,
+                "no_usable_alternative",
+                "; ".join(w for w in whys if w.startswith("actions")),
+            )
         else:
             passed("counterfactual", "actions")
             changed = [False] * 3
@@ -421,8 +530,11 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
             q_reject(q, "filter.length", *problem)
             continue
         passed("length filter", q)
-        problem = similarity_problem(ctx.embedder, [truth_text, *wrongs], cfg.max_similarity) \
-            if cfg.max_similarity is not None else None
+        problem = (
+            similarity_problem(ctx.embedder, [truth_text, *wrongs], cfg.max_similarity)
+            if cfg.max_similarity is not None
+            else None
+        )
         if problem:
             q_reject(q, "filter.similarity", *problem)
             continue
@@ -438,17 +550,25 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
 # --------------------------------------------------------------------------- the generator
 
 
-def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]) -> None:
+def merge_shards(
+    ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]
+) -> None:
     """``merge``: the funnel of all shards (counts add up; seconds are weighted means)."""
     funnels = [m["funnel"] for m in manifests]
-    steps = [{"step": row["step"], **{q: sum(f["steps"][i][q] for f in funnels) for q in EGOTOM_TYPES}}
-             for i, row in enumerate(funnels[0]["steps"])]
+    steps = [
+        {"step": row["step"], **{q: sum(f["steps"][i][q] for f in funnels) for q in EGOTOM_TYPES}}
+        for i, row in enumerate(funnels[0]["steps"])
+    ]
     clips = [m["counts"].get("indices_done", m["counts"]["requested"]) for m in manifests]
     selected = [f["steps"][1]["goal"] if len(f["steps"]) > 1 else 0 for f in funnels]
 
     def mean(key: str, weights: list[int]) -> float:
         total = sum(weights)
-        return round(sum(f[key] * w for f, w in zip(funnels, weights, strict=True)) / total, 3) if total else 0.0
+        return (
+            round(sum(f[key] * w for f, w in zip(funnels, weights, strict=True)) / total, 3)
+            if total
+            else 0.0
+        )
 
     def added(key: str) -> dict[str, int]:
         c: Counter[str] = Counter()
@@ -458,8 +578,10 @@ def merge_shards(ctx: RunContext, records: list[dict[str, Any]], manifests: list
 
     ctx.extra["funnel"] = {
         "steps": steps,
-        "selection": {"excluded_by_reason": added("excluded_by_reason"),
-                      "rules_not_applicable": added("rules_not_applicable")},
+        "selection": {
+            "excluded_by_reason": added("excluded_by_reason"),
+            "rules_not_applicable": added("rules_not_applicable"),
+        },
         "clips_in_input": funnels[0]["clips_in_input"],
         "seconds_per_clip": mean("seconds_per_clip", clips),
         "seconds_per_selected_clip": mean("seconds_per_selected_clip", selected),
@@ -485,8 +607,10 @@ def tom(cfg: TomConfig, ctx: RunContext) -> Iterator[list[TomQuestion | Reject]]
     selected = [r.seconds for r in results if r.selection_fail is None and r.reached["goal"] > 1]
     ctx.extra["funnel"] = {
         "steps": rows,
-        "selection": {"excluded_by_reason": dict(sorted(excluded.items())),
-                      "rules_not_applicable": dict(sorted(not_applicable.items()))},
+        "selection": {
+            "excluded_by_reason": dict(sorted(excluded.items())),
+            "rules_not_applicable": dict(sorted(not_applicable.items())),
+        },
         "clips_in_input": len(clips),
         "seconds_per_clip": round(sum(r.seconds for r in results) / max(1, len(results)), 3),
         "seconds_per_selected_clip": round(sum(selected) / max(1, len(selected)), 3),

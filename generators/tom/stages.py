@@ -72,8 +72,17 @@ class Pool:
     choice in an attempt costs that choice, not the question. Kept in the order offered
     (deterministic)."""
 
-    def __init__(self, truth: str, need: int, gates: Gates, kind: Kind, count: Callable[[str], None],
-                 embedder: Any = None, max_similarity: float | None = None, room: int | None = None):
+    def __init__(
+        self,
+        truth: str,
+        need: int,
+        gates: Gates,
+        kind: Kind,
+        count: Callable[[str], None],
+        embedder: Any = None,
+        max_similarity: float | None = None,
+        room: int | None = None,
+    ):
         self.truth, self.need, self.gates, self.kind, self.count = truth, need, gates, kind, count
         self.room = room or need
         """How many it keeps (``room`` > ``need`` leaves spares for a later filter)."""
@@ -86,16 +95,29 @@ class Pool:
     def full(self) -> bool:
         return len(self.items) >= self.need
 
-    def offer(self, text: str, problem: tuple[str, str] | None = None, raw: str | None = None,
-              cap: int | None = None) -> None:
+    def offer(
+        self,
+        text: str,
+        problem: tuple[str, str] | None = None,
+        raw: str | None = None,
+        cap: int | None = None,
+    ) -> None:
         """Keep ``text`` unless the pool is full or the text is unusable (``problem`` set by the
         caller for a problem only it can see; ``raw``/``cap``: the model's text and its cap)."""
         if len(self.items) >= self.room:
             return
         problem = problem or text_problem(text, self.gates, self.kind, raw, cap)
-        why = problem[0] if problem else (
-            "same_as_truth" if key(text) == key(self.truth) else
-            "duplicate" if key(text) in {key(x) for x in self.items} else None)
+        why = (
+            problem[0]
+            if problem
+            else (
+                "same_as_truth"
+                if key(text) == key(self.truth)
+                else "duplicate"
+                if key(text) in {key(x) for x in self.items}
+                else None
+            )
+        )
         if why is None and self.embedder is not None and self.max_similarity is not None:
             with _EMBED_LOCK:
                 vecs = self.embedder.encode([text, self.truth, *self.items])
@@ -113,32 +135,52 @@ class Pool:
         return f"{len(self.items)} usable of {self.need}; turned away: {'; '.join(self.rejected[-4:]) or 'none'}"
 
 
-def stage_gates(cfg: TomConfig, messages: list[dict[str, str]], schema: type[BaseModel],
-                keep_out: list[str]) -> Gates:
+def stage_gates(
+    cfg: TomConfig, messages: list[dict[str, str]], schema: type[BaseModel], keep_out: list[str]
+) -> Gates:
     """The shared gates of one stage's prompt. Outputs may copy what the prompt gives them to
     work from (``keep_out``: the clip's narrations and summary, the true statements, the
     sentences to shorten), but no other six words of the prompt (its instructions, the one-shot
     conversation) and no one-shot answer."""
     prompt = "\n".join(m["content"] for m in messages if m["role"] != "assistant")
-    return Gates(messages, schema, language=cfg.language, prompt_text=prompt, keep_out=keep_out,
-                 examples=example_strings(messages))
+    return Gates(
+        messages,
+        schema,
+        language=cfg.language,
+        prompt_text=prompt,
+        keep_out=keep_out,
+        examples=example_strings(messages),
+    )
 
 
-MODEL_STAGE = {"analysis": "analysis", "counterfactual_goals": "counterfactuals",
-               "counterfactual_beliefs_actions": "counterfactuals", "simplify": "simplification"}
+MODEL_STAGE = {
+    "analysis": "analysis",
+    "counterfactual_goals": "counterfactuals",
+    "counterfactual_beliefs_actions": "counterfactuals",
+    "simplify": "simplification",
+}
 """Each call's stage -> the stage whose model it uses (``stages.<stage>.llm``)."""
 
 
-def run_stage(ctx: RunContext, cfg: TomConfig, index: int, stage: str, messages: list[dict[str, str]],
-              schema: type[BaseModel], check: Callable[[Any], tuple[Any, tuple[str, str] | None]],
-              max_tokens: int) -> Any:
+def run_stage(
+    ctx: RunContext,
+    cfg: TomConfig,
+    index: int,
+    stage: str,
+    messages: list[dict[str, str]],
+    schema: type[BaseModel],
+    check: Callable[[Any], tuple[Any, tuple[str, str] | None]],
+    max_tokens: int,
+) -> Any:
     """One structured call, checked by code; a failed check regenerates with a fresh seed up to
     ``stage_attempts`` times. Raises :class:`StageFailure` with the last reason."""
     last = StageFailure(stage, "invalid_output", "no attempt")
     llm = ctx.stage_llm(MODEL_STAGE[stage])
     for a in range(cfg.stage_attempts):
         try:
-            draft = llm.structured(messages, schema, seed=ctx.seed(index, stage, a), max_tokens=max_tokens)
+            draft = llm.structured(
+                messages, schema, seed=ctx.seed(index, stage, a), max_tokens=max_tokens
+            )
         except LLMOutputError as e:
             ctx.count(f"{stage}.llm_{e.reason}")
             last = StageFailure(stage, e.reason, e.detail, e.raw)
@@ -168,7 +210,10 @@ def check_transition(line_no: int, clip: Clip, cfg: TomConfig) -> tuple[str, str
     if i < n // 2:
         return "transition_first_half", f"{at} is in the first half (lines 1-{n // 2})"
     if i > n - cfg.min_future_lines:
-        return "transition_too_late", f"{at} leaves fewer than {cfg.min_future_lines} lines at and after it"
+        return (
+            "transition_too_late",
+            f"{at} leaves fewer than {cfg.min_future_lines} lines at and after it",
+        )
     if cfg.restrict_to_window and not in_window(clip.lines[i].t, cfg.window):
         lo, hi = cfg.window  # type: ignore[misc]
         return "transition_outside_window", f"{at} is outside {fmt_time(lo)}-{fmt_time(hi)}"
@@ -178,8 +223,13 @@ def check_transition(line_no: int, clip: Clip, cfg: TomConfig) -> tuple[str, str
 def analysis(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip, allowed: list[int]) -> Truth:
     """Stage 2: the transition (a line number among ``allowed``, 0-based positions, checked again
     by code) and the truth statements."""
-    messages = ctx.prompts.render("tom/analysis.jinja", summary=clip.summary, lines=numbered(clip),
-                                  first=allowed[0] + 1, last=allowed[-1] + 1)
+    messages = ctx.prompts.render(
+        "tom/analysis.jinja",
+        summary=clip.summary,
+        lines=numbered(clip),
+        first=allowed[0] + 1,
+        last=allowed[-1] + 1,
+    )
     schema = analysis_draft(tuple(i + 1 for i in allowed))
     gates = stage_gates(cfg, messages, schema, [*numbered(clip), clip.summary])
 
@@ -190,8 +240,11 @@ def analysis(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip, allowed: l
         goal, belief = norm_goal(d.future_goal), norm_belief(d.belief)
         phrases = [norm_phrase(p) for p in d.next_actions]
         actions = join_actions(phrases)
-        for what, text, raw, cap in (("goal", goal, d.future_goal, GOAL_CHARS), ("belief", belief, d.belief, BELIEF_CHARS),
-                                     ("actions", actions, None, None)):
+        for what, text, raw, cap in (
+            ("goal", goal, d.future_goal, GOAL_CHARS),
+            ("belief", belief, d.belief, BELIEF_CHARS),
+            ("actions", actions, None, None),
+        ):
             why = text_problem(text, gates, "action" if what == "actions" else what, raw, cap)  # type: ignore[arg-type]
             if why:
                 return None, (why[0], f"{what}: {text!r}: {why[1]}")
@@ -203,14 +256,22 @@ def analysis(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip, allowed: l
     return run_stage(ctx, cfg, index, "analysis", messages, schema, check, cfg.analysis_tokens)
 
 
-def counterfactual_goals(ctx: RunContext, cfg: TomConfig, index: int, past: list[str], truth: Truth) -> list[str]:
+def counterfactual_goals(
+    ctx: RunContext, cfg: TomConfig, index: int, past: list[str], truth: Truth
+) -> list[str]:
     """Stage 3: wrong goals from the past only; kept those usable and distinct from the truth."""
     messages = ctx.prompts.render("tom/goals.jinja", lines=past, goal=truth.goal)
     gates = stage_gates(cfg, messages, WrongGoalsDraft, [*past, truth.goal])
     # room for all three the prompt asks for: the keyword filter may drop one later
-    pool = Pool(truth.goal, EGOTOM_CHOICES["goal"] - 1, gates, "goal",
-                lambda why: ctx.count(count_key("counterfactual_goals", why, "dropped")), *_similarity(ctx, cfg),
-                room=3)
+    pool = Pool(
+        truth.goal,
+        EGOTOM_CHOICES["goal"] - 1,
+        gates,
+        "goal",
+        lambda why: ctx.count(count_key("counterfactual_goals", why, "dropped")),
+        *_similarity(ctx, cfg),
+        room=3,
+    )
 
     def check(d: WrongGoalsDraft) -> tuple[list[str] | None, tuple[str, str] | None]:
         for g in d.wrong_goals:
@@ -219,7 +280,9 @@ def counterfactual_goals(ctx: RunContext, cfg: TomConfig, index: int, past: list
             return None, ("too_few_wrong_goals", pool.detail())
         return pool.items, None
 
-    return run_stage(ctx, cfg, index, "counterfactual_goals", messages, WrongGoalsDraft, check, cfg.goals_tokens)
+    return run_stage(
+        ctx, cfg, index, "counterfactual_goals", messages, WrongGoalsDraft, check, cfg.goals_tokens
+    )
 
 
 def _similarity(ctx: RunContext, cfg: TomConfig) -> tuple[Any, float | None]:
@@ -228,46 +291,72 @@ def _similarity(ctx: RunContext, cfg: TomConfig) -> tuple[Any, float | None]:
     return (ctx.embedder, cfg.max_similarity) if cfg.max_similarity is not None else (None, None)
 
 
-def counterfactual_beliefs_actions(ctx: RunContext, cfg: TomConfig, index: int, past: list[str],
-                                   truth: Truth) -> tuple[list[str] | None, list[str] | None, list[str]]:
+def counterfactual_beliefs_actions(
+    ctx: RunContext, cfg: TomConfig, index: int, past: list[str], truth: Truth
+) -> tuple[list[str] | None, list[str] | None, list[str]]:
     """Stage 4: three (belief, actions) alternatives that still serve the true goal. Returns the
     wrong beliefs and wrong action statements (None for a type without three usable ones) and
     the reasons; usable alternatives pool across attempts, which go on until both types have
     three."""
-    messages = ctx.prompts.render("tom/beliefs_actions.jinja", lines=past, goal=truth.goal,
-                                  belief=truth.belief, actions=truth.actions)
-    gates = stage_gates(cfg, messages, AlternativesDraft, [*past, truth.goal, truth.belief, truth.actions])
+    messages = ctx.prompts.render(
+        "tom/beliefs_actions.jinja",
+        lines=past,
+        goal=truth.goal,
+        belief=truth.belief,
+        actions=truth.actions,
+    )
+    gates = stage_gates(
+        cfg, messages, AlternativesDraft, [*past, truth.goal, truth.belief, truth.actions]
+    )
     sim = _similarity(ctx, cfg)
     kinds: dict[str, Kind] = {"belief": "belief", "actions": "action"}
 
     def counter(q: str) -> Callable[[str], None]:
-        return lambda why: ctx.count(count_key(f"counterfactual_beliefs_actions.{q}", why, "dropped"))
+        return lambda why: ctx.count(
+            count_key(f"counterfactual_beliefs_actions.{q}", why, "dropped")
+        )
 
-    pools = {q: Pool(t, 3, gates, kinds[q], counter(q), *sim)
-             for q, t in (("belief", truth.belief), ("actions", truth.actions))}
+    pools = {
+        q: Pool(t, 3, gates, kinds[q], counter(q), *sim)
+        for q, t in (("belief", truth.belief), ("actions", truth.actions))
+    }
 
     def outcome() -> tuple[list[str] | None, list[str] | None, list[str]]:
-        return (*(p.items if p.full else None for p in pools.values()),  # type: ignore[return-value]
-                [f"{q}: {p.detail()}" for q, p in pools.items() if not p.full])
+        return (
+            *(p.items if p.full else None for p in pools.values()),  # type: ignore[return-value]
+            [f"{q}: {p.detail()}" for q, p in pools.items() if not p.full],
+        )
 
     def check(d: AlternativesDraft) -> tuple[Any, tuple[str, str] | None]:
         for a in d.alternatives:
             pools["belief"].offer(norm_belief(a.belief), raw=a.belief, cap=BELIEF_CHARS)
-            pools["actions"].offer(join_actions(a.next_actions), actions_problem(a.next_actions, gates))
+            pools["actions"].offer(
+                join_actions(a.next_actions), actions_problem(a.next_actions, gates)
+            )
         if all(p.full for p in pools.values()):
             return outcome(), None
         return None, ("no_usable_alternative", "; ".join(outcome()[2]))
 
     try:
-        return run_stage(ctx, cfg, index, "counterfactual_beliefs_actions", messages, AlternativesDraft, check,
-                         cfg.beliefs_actions_tokens)
+        return run_stage(
+            ctx,
+            cfg,
+            index,
+            "counterfactual_beliefs_actions",
+            messages,
+            AlternativesDraft,
+            check,
+            cfg.beliefs_actions_tokens,
+        )
     except StageFailure:
         if any(p.full for p in pools.values()):  # one type is complete after every attempt
             return outcome()
         raise
 
 
-def simplify(ctx: RunContext, cfg: TomConfig, index: int, sentences: list[str]) -> tuple[list[str], list[bool]]:
+def simplify(
+    ctx: RunContext, cfg: TomConfig, index: int, sentences: list[str]
+) -> tuple[list[str], list[bool]]:
     """Stage 5: the alternative action statements rewritten in narration style. A rewrite that
     fails the text gates or tom's own checks (empty), is longer than its original or no longer
     lists three actions keeps the original (counted)."""
@@ -279,15 +368,26 @@ def simplify(ctx: RunContext, cfg: TomConfig, index: int, sentences: list[str]) 
         for original, new in zip(sentences, d.simplified, strict=True):
             s = norm_sentence(new)
             problem = text_problem(s, gates, "action", raw=new, cap=SENTENCE_CHARS)
-            why = problem[0] if problem else ("longer" if len(s) > len(original) else
-                                              "lost_actions" if action_count(s) < 3 else None)
+            why = (
+                problem[0]
+                if problem
+                else (
+                    "longer"
+                    if len(s) > len(original)
+                    else "lost_actions"
+                    if action_count(s) < 3
+                    else None
+                )
+            )
             if why:
                 ctx.count(count_key("simplify", why, "kept_original"))
             out.append(original if why else s)
             changed.append(why is None and s != original)
         return (out, changed), None
 
-    return run_stage(ctx, cfg, index, "simplify", messages, SimplifiedDraft, check, cfg.simplify_tokens)
+    return run_stage(
+        ctx, cfg, index, "simplify", messages, SimplifiedDraft, check, cfg.simplify_tokens
+    )
 
 
 # --------------------------------------------------------------------------- stage 6: filters
@@ -303,8 +403,9 @@ def in_window(t: float, window: tuple[float, float] | None) -> bool:
     return window is None or window[0] <= t <= window[1]
 
 
-def length_problem(truth: str, wrongs: list[str], ratio: float | None,
-                   unit: Literal["chars", "words"] = "chars") -> tuple[str, str] | None:
+def length_problem(
+    truth: str, wrongs: list[str], ratio: float | None, unit: Literal["chars", "words"] = "chars"
+) -> tuple[str, str] | None:
     """EgoToM's length rule: the truth more than ``ratio``× longer than every wrong choice, or
     every wrong choice more than ``ratio``× longer than the truth."""
     if ratio is None or not wrongs:
@@ -315,16 +416,24 @@ def length_problem(truth: str, wrongs: list[str], ratio: float | None,
 
     lt, lw = size(truth), [size(w) for w in wrongs]
     if lt > ratio * max(lw):
-        return "truth_longest", f"truth {lt} {unit} > {ratio}x every wrong choice ({', '.join(map(str, lw))})"
+        return (
+            "truth_longest",
+            f"truth {lt} {unit} > {ratio}x every wrong choice ({', '.join(map(str, lw))})",
+        )
     if min(lw) > ratio * lt:
-        return "truth_shortest", f"every wrong choice ({', '.join(map(str, lw))} {unit}) > {ratio}x the truth ({lt})"
+        return (
+            "truth_shortest",
+            f"every wrong choice ({', '.join(map(str, lw))} {unit}) > {ratio}x the truth ({lt})",
+        )
     return None
 
 
 _EMBED_LOCK = threading.Lock()
 
 
-def similarity_problem(embedder: Any, options: list[str], threshold: float | None) -> tuple[str, str] | None:
+def similarity_problem(
+    embedder: Any, options: list[str], threshold: float | None
+) -> tuple[str, str] | None:
     """Any two choices above ``threshold`` cosine under the embedder (vectors are unit length)."""
     if threshold is None:
         return None
@@ -337,6 +446,7 @@ def similarity_problem(embedder: Any, options: list[str], threshold: float | Non
             if sims[i, j] > best:
                 best, pair = float(sims[i, j]), (i, j)
     if best > threshold:
-        return "near_duplicate_options", (f"cosine {best:.3f} > {threshold} between {options[pair[0]]!r} "
-                                          f"and {options[pair[1]]!r}")
+        return "near_duplicate_options", (
+            f"cosine {best:.3f} > {threshold} between {options[pair[0]]!r} and {options[pair[1]]!r}"
+        )
     return None

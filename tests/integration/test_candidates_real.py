@@ -22,13 +22,26 @@ STAGES = {"input", "generated", "rerank"}
 
 
 @pytest.mark.skipif(not EGOTOM.is_dir(), reason="../shared/data/egotom_paper is not present")
-def test_two_timeline_items_with_the_embedded_model(tmp_path: Path, run_gen, check_run_folder, read_jsonl) -> None:
+def test_two_timeline_items_with_the_embedded_model(
+    tmp_path: Path, run_gen, check_run_folder, read_jsonl
+) -> None:
     out = tmp_path / "run"
-    proc = run_gen("candidates", f"input={EGOTOM / 'egotom_actions_shuffled.csv'}", "n=2", "llm.attempts=2", "progress=off",
-                   f"hydra.run.dir={out}", timeout=900)
+    proc = run_gen(
+        "candidates",
+        f"input={EGOTOM / 'egotom_actions_shuffled.csv'}",
+        "n=2",
+        "llm.attempts=2",
+        "progress=off",
+        f"hydra.run.dir={out}",
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = check_run_folder(out, "candidates", 2)
-    assert m["llm"]["backend"] == "llama_cpp" and m["llm_usage"]["calls"] >= 1 and m["embedder"]["model"]
+    assert (
+        m["llm"]["backend"] == "llama_cpp"
+        and m["llm_usage"]["calls"] >= 1
+        and m["embedder"]["model"]
+    )
     funnel = {r["step"]: r["items"] for r in m["candidates"]["funnel"]}
     records = read_jsonl(out / "candidates.jsonl")
     rejects = read_jsonl(out / "rejects.jsonl")
@@ -37,7 +50,9 @@ def test_two_timeline_items_with_the_embedded_model(tmp_path: Path, run_gen, che
         assert r["stage"] in STAGES and r["reason"] and r["detail"].startswith("item ")
     for raw in records:
         rec = CandidateRecord.model_validate(raw)
-        assert len(rec.options) == 4 == len(set(rec.options)) and rec.origins[rec.answer] == "positive"
+        assert (
+            len(rec.options) == 4 == len(set(rec.options)) and rec.origins[rec.answer] == "positive"
+        )
         assert rec.origins.count("generated") == 3
         times = rec.privileged["option_times"]
         assert set(times) == {"0", "1", "2", "3"}
@@ -51,11 +66,17 @@ def test_two_timeline_items_with_the_embedded_model(tmp_path: Path, run_gen, che
         assert len(load_banks(out)[0].items) == len(records)
 
 
-def test_the_example_pool_is_reranked_or_rejected_with_the_difference(tmp_path: Path, run_gen, check_run_folder,
-                                                                     read_jsonl) -> None:
+def test_the_example_pool_is_reranked_or_rejected_with_the_difference(
+    tmp_path: Path, run_gen, check_run_folder, read_jsonl
+) -> None:
     out = tmp_path / "run"
-    proc = run_gen("rerank", f"input={EXAMPLES / 'rerank' / 'pools.jsonl'}", "progress=off", f"hydra.run.dir={out}",
-                   timeout=900)
+    proc = run_gen(
+        "rerank",
+        f"input={EXAMPLES / 'rerank' / 'pools.jsonl'}",
+        "progress=off",
+        f"hydra.run.dir={out}",
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     m = check_run_folder(out, "rerank", 1)
     for raw in read_jsonl(out / "rerank.jsonl"):

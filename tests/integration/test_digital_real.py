@@ -41,10 +41,20 @@ def real(tmp_path_factory, runner_for):
     assert proc.returncode == 0, proc.stderr[-3000:]
     bundles = read_jsonl(folder / "digital.jsonl")
     rejects = [Reject.model_validate(r) for r in read_jsonl(folder / "rejects.jsonl")]
-    print(f"\n[digital real] {len(bundles)} accepted, {len(rejects)} rejected in {wall:.0f}s; rejects: "
-          + "; ".join(f"#{r.index} {r.stage}/{r.reason}: {r.detail[:160]}" for r in rejects))
-    return SimpleNamespace(base=base, cache=cache, run=run, folder=folder, proc=proc, wall=wall,
-                           bundles=bundles, rejects=rejects)
+    print(
+        f"\n[digital real] {len(bundles)} accepted, {len(rejects)} rejected in {wall:.0f}s; rejects: "
+        + "; ".join(f"#{r.index} {r.stage}/{r.reason}: {r.detail[:160]}" for r in rejects)
+    )
+    return SimpleNamespace(
+        base=base,
+        cache=cache,
+        run=run,
+        folder=folder,
+        proc=proc,
+        wall=wall,
+        bundles=bundles,
+        rejects=rejects,
+    )
 
 
 def test_every_index_is_a_bundle_or_a_reject(real, check_run_folder) -> None:
@@ -59,16 +69,25 @@ def test_every_index_is_a_bundle_or_a_reject(real, check_run_folder) -> None:
         assert r.detail
         indices.append(r.index)
     assert sorted(indices) == list(range(N))
-    assert [ids[b["bundle_id"]] for b in real.bundles] == sorted(ids[b["bundle_id"]] for b in real.bundles)
+    assert [ids[b["bundle_id"]] for b in real.bundles] == sorted(
+        ids[b["bundle_id"]] for b in real.bundles
+    )
     assert manifest["counts"]["rejects_by_reason"] == {
-        k: sum(r.reason == k for r in real.rejects) for k in {r.reason for r in real.rejects}}
+        k: sum(r.reason == k for r in real.rejects) for k in {r.reason for r in real.rejects}
+    }
 
     assert manifest["llm"]["backend"] == "llama_cpp"
     assert manifest["llm_usage"]["calls"] > 0 and manifest["llm_usage"]["completion_tokens"] > 0
     assert isinstance(manifest["validators"], dict)
     # <App>.<check>.<action>, or <App>.gate.<gate>.dropped for the shared text gates
-    assert all(re.match(r"^(Calendar|Messaging|Notes|Search|Videos|Maps|Music)\.(gate\.)?\w+\.(dropped|corrected|regenerated)$", k)
-               and v > 0 for k, v in manifest["validators"].items()), manifest["validators"]
+    assert all(
+        re.match(
+            r"^(Calendar|Messaging|Notes|Search|Videos|Maps|Music)\.(gate\.)?\w+\.(dropped|corrected|regenerated)$",
+            k,
+        )
+        and v > 0
+        for k, v in manifest["validators"].items()
+    ), manifest["validators"]
     assert manifest["characters"]["bundles"] == len(real.bundles)
     assert manifest["persona_pool"]["size"] == POOL
     assert (Path(manifest["persona_pool"]["path"]) / "personas.jsonl").is_file()
@@ -80,7 +99,9 @@ def test_every_index_is_a_bundle_or_a_reject(real, check_run_folder) -> None:
 
 
 def test_bundles_hold_the_invariants(real) -> None:
-    pool_path = Path(json.loads((real.folder / "manifest.json").read_text())["persona_pool"]["path"])
+    pool_path = Path(
+        json.loads((real.folder / "manifest.json").read_text())["persona_pool"]["path"]
+    )
     pool = {r["name"] for r in read_jsonl(pool_path / "personas.jsonl")}
     for b in real.bundles:
         names = {b["main_persona"]["name"], *(r["persona"]["name"] for r in b["related_personas"])}
@@ -96,7 +117,9 @@ def test_cued_bundles_have_their_cue_item(real) -> None:
 
 def test_rerun_is_served_from_the_cache(real, check_run_folder) -> None:
     second = real.base / "second"
-    proc = real.run(*ARGS, f"pool_dir={real.base / 'pools'}", f"hydra.run.dir={second}", timeout=TIMEOUT)
+    proc = real.run(
+        *ARGS, f"pool_dir={real.base / 'pools'}", f"hydra.run.dir={second}", timeout=TIMEOUT
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifest = check_run_folder(second, "digital", N)
     usage = manifest["llm_usage"]

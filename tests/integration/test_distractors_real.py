@@ -23,8 +23,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory, runner_for) -> dict[str, Path
     run_gen = runner_for(tmp, tmp / "cache")
     lines = (EXAMPLES / "goals.jsonl").read_text(encoding="utf-8").splitlines()
     grown = tmp / "grown.jsonl"
-    extra = [{"goal_id": f"new{k}", "group": f"new{k}", "goal": {"type": "shop", "content": f"{k} packs of AA batteries"}}
-             for k in range(5)]
+    extra = [
+        {
+            "goal_id": f"new{k}",
+            "group": f"new{k}",
+            "goal": {"type": "shop", "content": f"{k} packs of AA batteries"},
+        }
+        for k in range(5)
+    ]
     grown.write_text("\n".join(lines + [json.dumps(e) for e in extra]) + "\n", encoding="utf-8")
     out = {}
     for name, args in (("first", []), ("again", []), ("grown", [f"input={grown}"])):
@@ -35,7 +41,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory, runner_for) -> dict[str, Path
 
 
 def records(folder: Path) -> list[DistractorMCQ]:
-    return [DistractorMCQ.model_validate_json(x) for x in (folder / f"{NAME}.jsonl").read_text().splitlines()]
+    return [
+        DistractorMCQ.model_validate_json(x)
+        for x in (folder / f"{NAME}.jsonl").read_text().splitlines()
+    ]
 
 
 def test_run_folder_reconciles(runs: dict[str, Path], check_run_folder) -> None:
@@ -58,11 +67,17 @@ def test_bands_with_real_embeddings(runs: dict[str, Path]) -> None:
     assert min(d.percentile for d in sim) >= 95 and max(d.percentile for d in sim) <= 99
     assert max(d.percentile for d in dis) <= 80
     assert np.mean([d.similarity for d in sim]) > np.mean([d.similarity for d in dis]) + 0.2
+
     # similar distractors mostly share the reference's action type; dissimilar ones rarely do
     def same_type(kind: str) -> float:
-        hits = [d.text.split()[0] == r.options[r.answer].split()[0]
-                for r in recs if r.question_type == kind for d in r.distractors]
+        hits = [
+            d.text.split()[0] == r.options[r.answer].split()[0]
+            for r in recs
+            if r.question_type == kind
+            for d in r.distractors
+        ]
         return float(np.mean(hits))
+
     assert same_type("similar") > 2 * same_type("dissimilar")
     # the paper's pool: a script's other goals may come back as fine-grained distractors, but no
     # option is the answer again in other case or spacing (the bank has such variants)
@@ -72,7 +87,9 @@ def test_bands_with_real_embeddings(runs: dict[str, Path]) -> None:
 
 
 def test_embedding_cache_on_rerun_and_grown_bank(runs: dict[str, Path]) -> None:
-    first, again, grown = (json.loads((runs[k] / "manifest.json").read_text()) for k in ("first", "again", "grown"))
+    first, again, grown = (
+        json.loads((runs[k] / "manifest.json").read_text()) for k in ("first", "again", "grown")
+    )
     distinct = first[NAME]["bank"]["distinct_texts"]
     assert first["embedder"]["computed"] + first["embedder"]["cache_hits"] == distinct
     assert again["embedder"]["computed"] == 0 and again["embedder"]["cache_hits"] == distinct

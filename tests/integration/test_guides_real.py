@@ -14,7 +14,9 @@ from guides import DOCS, Page, run_page
 GUIDES = DOCS / "guides"
 
 
-def test_the_bank_guide_grows_verifies_and_releases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_bank_guide_grows_verifies_and_releases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     page = GUIDES / "bank.md"
     ran = run_page(page, tmp_path, monkeypatch, Page(embedder="real"))
     assert sum(1 for line, _ in ran if "bank add" in line) == 3
@@ -37,15 +39,27 @@ def fake_reviewer(argv: list[str], cwd: Path) -> int:
 
     opts = dict(a.split("=", 1) for a in argv[1:])
     folder = cwd / opts["input"]
-    items = plan(ReviewConfig(input=str(folder), reviewer=opts["reviewer"], cache_dir=None)).data.items
+    items = plan(
+        ReviewConfig(input=str(folder), reviewer=opts["reviewer"], cache_dir=None)
+    ).data.items
     for i, it in enumerate(items):
         decision = "reject" if opts["reviewer"] == "ben" and i % 3 == 0 else "accept"
-        append_label(folder, ReviewLabel(item_id=it.item_id, reviewer=opts["reviewer"], time="2026-01-01T00:00:00Z",
-                                         rubric="mcq-egotom", decision=decision))
+        append_label(
+            folder,
+            ReviewLabel(
+                item_id=it.item_id,
+                reviewer=opts["reviewer"],
+                time="2026-01-01T00:00:00Z",
+                rubric="mcq-egotom",
+                decision=decision,
+            ),
+        )
     return 0
 
 
-def test_the_review_guide_rates_agrees_and_admits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_review_guide_rates_agrees_and_admits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     page = GUIDES / "review.md"
     run_page(page, tmp_path, monkeypatch, Page(embedder="real", instead={"review": fake_reviewer}))
     reviews = tmp_path / "runs" / "mcqs" / "reviews"
@@ -55,5 +69,9 @@ def test_the_review_guide_rates_agrees_and_admits(tmp_path: Path, monkeypatch: p
     import polars as pl
 
     n_items = sum(1 for _ in (tmp_path / "runs" / "mcqs" / "distractors.jsonl").open())
-    admitted = pl.read_parquet(tmp_path / "banks" / "reviewed" / "current" / "distractors.parquet").height
-    assert n_items == 80 and admitted == n_items - len(range(0, n_items, 3))  # what ben rejected stays out
+    admitted = pl.read_parquet(
+        tmp_path / "banks" / "reviewed" / "current" / "distractors.parquet"
+    ).height
+    assert n_items == 80 and admitted == n_items - len(
+        range(0, n_items, 3)
+    )  # what ben rejected stays out

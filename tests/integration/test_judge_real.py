@@ -18,9 +18,19 @@ SAME = ("judge=smollm2", "allow_same_family=true")
 
 def test_evaluate_scenarios_with_the_repair_turn(tmp_path: Path, run_gen) -> None:
     out = tmp_path / "eval"
-    r = run_gen("evaluate", f"input={JUDGE / 'scenarios.jsonl'}", f"prompt_conditions={JUDGE / 'prompt_conditions.json'}",
-                *SAME, "trials=1", "limit=2", "max_tokens=48", "verdict_tokens=96", f"hydra.run.dir={out}",
-                "progress=plain", timeout=900)
+    r = run_gen(
+        "evaluate",
+        f"input={JUDGE / 'scenarios.jsonl'}",
+        f"prompt_conditions={JUDGE / 'prompt_conditions.json'}",
+        *SAME,
+        "trials=1",
+        "limit=2",
+        "max_tokens=48",
+        "verdict_tokens=96",
+        f"hydra.run.dir={out}",
+        "progress=plain",
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     manifest = check_run_folder(out, "evaluate", 2)
     for t in read_jsonl(out / "evaluate.jsonl"):
@@ -32,7 +42,9 @@ def test_evaluate_scenarios_with_the_repair_turn(tmp_path: Path, run_gen) -> Non
     assert len(judged) == 2
     for rec in judged:
         v = rec["verdicts"]["SmolLM2-135M-Instruct.Q4_1"]
-        assert (v["label"] is not None) != (v["problem"] is not None)  # scored, or counted as not following
+        assert (v["label"] is not None) != (
+            v["problem"] is not None
+        )  # scored, or counted as not following
     m = manifest["evaluate"]["manifest"]
     assert m["judge_family"] == m["candidate_family"] == "smollm"
     assert "gguf general.basename='smollm2'" in m["judge_family_source"]
@@ -40,16 +52,33 @@ def test_evaluate_scenarios_with_the_repair_turn(tmp_path: Path, run_gen) -> Non
 
 
 def test_the_real_judge_refuses_its_own_family(tmp_path: Path, run_gen) -> None:
-    r = run_gen("evaluate", f"input={JUDGE / 'scenarios.jsonl'}", f"prompt_conditions={JUDGE / 'prompt_conditions.json'}",
-                "judge=smollm2", "limit=1", "trials=1", f"hydra.run.dir={tmp_path / 'x'}", timeout=300)
+    r = run_gen(
+        "evaluate",
+        f"input={JUDGE / 'scenarios.jsonl'}",
+        f"prompt_conditions={JUDGE / 'prompt_conditions.json'}",
+        "judge=smollm2",
+        "limit=1",
+        "trials=1",
+        f"hydra.run.dir={tmp_path / 'x'}",
+        timeout=300,
+    )
     assert r.returncode == 2 and "of the candidate's model family 'smollm'" in r.stderr
-    assert not (tmp_path / "x" / "responses_turn2.jsonl").exists()  # refused before any candidate call
+    assert not (
+        tmp_path / "x" / "responses_turn2.jsonl"
+    ).exists()  # refused before any candidate call
 
 
 def test_wagibench_judge_scores_or_counts_every_row(tmp_path: Path, run_gen) -> None:
     out = tmp_path / "wagi"
-    r = run_gen("judge", "kind=wagibench", f"input={JUDGE / 'predictions.jsonl'}", "variant=[reference,contexts_reference]",
-                "reformat_tokens=96", f"hydra.run.dir={out}", timeout=900)
+    r = run_gen(
+        "judge",
+        "kind=wagibench",
+        f"input={JUDGE / 'predictions.jsonl'}",
+        "variant=[reference,contexts_reference]",
+        "reformat_tokens=96",
+        f"hydra.run.dir={out}",
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     check_run_folder(out, "judge", 3)
     for rec in read_jsonl(out / "judge.jsonl"):
@@ -58,21 +87,34 @@ def test_wagibench_judge_scores_or_counts_every_row(tmp_path: Path, run_gen) -> 
             continue
         for by_judge in rec["judgments"].values():
             for j in by_judge.values():
-                assert j["followed"] == (j["score"] in (0, 1, 2)) and (j["followed"] or j["problem"])
+                assert j["followed"] == (j["score"] in (0, 1, 2)) and (
+                    j["followed"] or j["problem"]
+                )
 
 
 def test_distractor_validity_and_mcq_evaluation(tmp_path: Path, run_gen) -> None:
     bank = tmp_path / "mcq.jsonl"
     bank.write_text("".join((FIX / "audit" / "clean.jsonl").read_text().splitlines(True)[:2]))
     out = tmp_path / "valid"
-    r = run_gen("judge", "kind=distractor_validity", f"input={bank}", f"hydra.run.dir={out}", timeout=900)
+    r = run_gen(
+        "judge", "kind=distractor_validity", f"input={bank}", f"hydra.run.dir={out}", timeout=900
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     check_run_folder(out, "judge", 2)
     for rec in read_jsonl(out / "judge.jsonl"):
         (scores,) = rec["scores"].values()
-        assert len(scores) == rec["n_options"] and all(s["followed"] or s["problem"] for s in scores)
-    audit = run_gen("audit", f"input={bank}", f"judge={out}", "checks=[structure,judge]", "embeddings=false",
-                    f"hydra.run.dir={tmp_path / 'audit'}", timeout=300)
+        assert len(scores) == rec["n_options"] and all(
+            s["followed"] or s["problem"] for s in scores
+        )
+    audit = run_gen(
+        "audit",
+        f"input={bank}",
+        f"judge={out}",
+        "checks=[structure,judge]",
+        "embeddings=false",
+        f"hydra.run.dir={tmp_path / 'audit'}",
+        timeout=300,
+    )
     assert audit.returncode in (0, 1), audit.stderr[-2000:]
     report = json.loads((tmp_path / "audit" / "audit.json").read_text())
     assert {c["key"]: c["status"] for c in report["checks"]}["judge"] == "ran"

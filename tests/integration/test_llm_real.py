@@ -16,9 +16,13 @@ SYSTEM = " ".join(f"Line {i}: C picks a cup and puts it on shelf {i}." for i in 
 
 @pytest.mark.parametrize("states", [0, 4])
 def test_an_answer_depends_only_on_prompt_and_seed(gguf_path, states: int) -> None:
-    llm = make_llm(LlamaCppConfig(n_ctx=2048, prefix_states=states), None)  # no cache: every call runs the model
-    target = [{"role": "system", "content": SYSTEM},
-              {"role": "user", "content": "What does C do next? Answer in two sentences."}]
+    llm = make_llm(
+        LlamaCppConfig(n_ctx=2048, prefix_states=states), None
+    )  # no cache: every call runs the model
+    target = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "What does C do next? Answer in two sentences."},
+    ]
     shared_prefix = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Say hi."}]
     unrelated = [{"role": "user", "content": "Name a colour."}]
 

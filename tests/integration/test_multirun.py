@@ -15,8 +15,16 @@ ARGS = ["personas", "n=3", "seed=7", "max_attempts=10", "progress=plain"]
 
 def test_joblib_shards_merge_to_the_unsharded_run(tmp_path, run_gen, check_run_folder) -> None:
     sweep = tmp_path / "sweep"
-    proc = run_gen(*ARGS, "-m", "shard=0,1", "num_shards=2", "hydra/launcher=joblib",
-                   "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={sweep}", timeout=600)
+    proc = run_gen(
+        *ARGS,
+        "-m",
+        "shard=0,1",
+        "num_shards=2",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        f"hydra.sweep.dir={sweep}",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "joblib" in (proc.stdout + proc.stderr).lower()  # Hydra names the launcher it used
     shards = [sweep / "0", sweep / "1"]

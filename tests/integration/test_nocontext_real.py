@@ -21,17 +21,47 @@ LABEL = "SmolLM2-135M-Instruct.Q4_1"
 
 def _bank(path: Path) -> Path:
     rows = [
-        {"item_id": "g1", "question_type": "goal", "question": "What is C's future goal?",
-         "options": ["To bake bread for dinner.", "To repair a bicycle tyre.", "To paint the fence."],
-         "answer": 0, "visible": {"context": "C kneads dough."}, "privileged": {}},
-        {"item_id": "b1", "question_type": "belief", "question": "What does C most likely believe?",
-         "options": ["C believes the soup needs salt.", "C believes the door is locked.",
-                     "C believes the plant needs water.", "C believes the car is clean."],
-         "answer": 2, "visible": {"context": "C looks at a dry plant."}, "privileged": {}},
-        {"item_id": "a1", "question_type": "actions", "question": "What will C most likely do next?",
-         "options": ["C picks up the phone and calls a friend.", "C closes the laptop.",
-                     "C opens the fridge and takes milk.", "C sweeps the floor."],
-         "answer": 1, "visible": {"context": "C finishes typing."}, "privileged": {}},
+        {
+            "item_id": "g1",
+            "question_type": "goal",
+            "question": "What is C's future goal?",
+            "options": [
+                "To bake bread for dinner.",
+                "To repair a bicycle tyre.",
+                "To paint the fence.",
+            ],
+            "answer": 0,
+            "visible": {"context": "C kneads dough."},
+            "privileged": {},
+        },
+        {
+            "item_id": "b1",
+            "question_type": "belief",
+            "question": "What does C most likely believe?",
+            "options": [
+                "C believes the soup needs salt.",
+                "C believes the door is locked.",
+                "C believes the plant needs water.",
+                "C believes the car is clean.",
+            ],
+            "answer": 2,
+            "visible": {"context": "C looks at a dry plant."},
+            "privileged": {},
+        },
+        {
+            "item_id": "a1",
+            "question_type": "actions",
+            "question": "What will C most likely do next?",
+            "options": [
+                "C picks up the phone and calls a friend.",
+                "C closes the laptop.",
+                "C opens the fridge and takes milk.",
+                "C sweeps the floor.",
+            ],
+            "answer": 1,
+            "visible": {"context": "C finishes typing."},
+            "privileged": {},
+        },
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
@@ -45,8 +75,15 @@ def _read(path: Path) -> list[dict[str, Any]]:
 def test_both_modes_on_the_real_model(tmp_path: Path, run_gen, check_run_folder, mode: str) -> None:
     bank = _bank(tmp_path / "items.jsonl")
     out = tmp_path / "run"
-    r = run_gen("nocontext", f"input={bank}", f"mode={mode}", "max_tokens=24",
-                f"hydra.run.dir={out}", "progress=plain", timeout=600)
+    r = run_gen(
+        "nocontext",
+        f"input={bank}",
+        f"mode={mode}",
+        "max_tokens=24",
+        f"hydra.run.dir={out}",
+        "progress=plain",
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     manifest = check_run_folder(out, "nocontext", 3)
     records = _read(out / "nocontext.jsonl")
@@ -83,8 +120,16 @@ def test_both_modes_on_the_real_model(tmp_path: Path, run_gen, check_run_folder,
 @pytest.mark.skipif(not EGOTOM.is_dir(), reason="EgoToM CSVs are not on this machine")
 def test_egotom_folder_sample(tmp_path: Path, run_gen) -> None:
     out = tmp_path / "run"
-    r = run_gen("nocontext", f"input={EGOTOM}", "sample=2", "mode=loglik", "shuffles=1",
-                "max_correct=0", f"hydra.run.dir={out}", timeout=600)
+    r = run_gen(
+        "nocontext",
+        f"input={EGOTOM}",
+        "sample=2",
+        "mode=loglik",
+        "shuffles=1",
+        "max_correct=0",
+        f"hydra.run.dir={out}",
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     kept = sorted(p.name for p in (out / "kept").iterdir())
     assert kept == sorted(p.name for p in EGOTOM.glob("egotom_*_shuffled.csv"))
@@ -111,26 +156,30 @@ def test_loglik_matches_a_full_evaluation(gguf_path: Path) -> None:
         k = next(i for i, (a, b) in enumerate(zip(ctx_ids + [-1], whole, strict=False)) if a != b)
         ref.reset()
         ref.eval(whole)
-        lp = Llama.logits_to_logprobs(ref.scores[:len(whole)])
+        lp = Llama.logits_to_logprobs(ref.scores[: len(whole)])
         expected = sum(float(lp[p - 1][whole[p]]) for p in range(k, len(whole)))
         assert got.tokens == len(whole) - k
         # llama.cpp's sums depend on how a text is cut into batches (prefix once vs the whole text):
         # 0.004 apart on a CI machine. A wrong token (off by one, a missing BOS) moves it by a whole token's log-probability.
         assert got.logprob == pytest.approx(expected, abs=2e-2)
     # chat messages with an opened answer: scored inside the GGUF's chat template
-    msgs = [{"role": "user", "content": "Which is true? a) the sky is blue b) the sky is green"},
-            {"role": "assistant", "content": "Answer 1:"}]
+    msgs = [
+        {"role": "user", "content": "Which is true? a) the sky is blue b) the sky is green"},
+        {"role": "assistant", "content": "Answer 1:"},
+    ]
     chat = llm.loglik(msgs, [" a) the sky is blue", " b) the sky is green"])
     assert all(s.tokens > 0 and s.logprob < 0 for s in chat)
     assert llm.loglik(msgs, [" a) the sky is blue", " b) the sky is green"]) == chat
     # the model is left in a clean state for ordinary generation
-    text = llm.complete([{"role": "user", "content": "Say hello."}], seed=1, max_tokens=8,
-                        temperature=0)
+    text = llm.complete(
+        [{"role": "user", "content": "Say hello."}], seed=1, max_tokens=8, temperature=0
+    )
     assert isinstance(text, str) and text.strip()
 
 
-def test_loglik_through_llama_cpp_python_server(llama_cpp_python_server: str,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_loglik_through_llama_cpp_python_server(
+    llama_cpp_python_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The completions echo+logprobs path against a real server. llama-cpp-python 0.3.36's
     server shifts prompt log-probabilities by one token (abetlen/llama-cpp-python#1983), so only
     the plumbing is compared with the in-process scorer: which tokens are the continuation.

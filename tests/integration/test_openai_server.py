@@ -11,12 +11,22 @@ from gen.schemas.personas import PersonaRecord
 
 pytestmark = pytest.mark.integration
 
-def test_personas_through_the_openai_backend(llama_cpp_python_server: str, tmp_path: Path, run_gen,
-                                             check_run_folder, read_jsonl) -> None:
+
+def test_personas_through_the_openai_backend(
+    llama_cpp_python_server: str, tmp_path: Path, run_gen, check_run_folder, read_jsonl
+) -> None:
     server = llama_cpp_python_server
     out = tmp_path / "run"
-    proc = run_gen("personas", "n=2", "llm=openai", f"llm.base_url={server}", "llm.model=smollm2",
-                   "llm.schema_format=json_object", f"hydra.run.dir={out}", "progress=off")
+    proc = run_gen(
+        "personas",
+        "n=2",
+        "llm=openai",
+        f"llm.base_url={server}",
+        "llm.model=smollm2",
+        "llm.schema_format=json_object",
+        f"hydra.run.dir={out}",
+        "progress=off",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifest = check_run_folder(out, "personas", 2, one_per_index=False)
     assert manifest["llm"]["backend"] == "openai"

@@ -19,7 +19,12 @@ from gen.schemas.personas import PersonaRecord
 pytestmark = pytest.mark.integration
 
 SEED = 1
-REASONS = {"contradiction", "truncated", "invalid_output", *GATES}  # a bio that fails a text gate too
+REASONS = {
+    "contradiction",
+    "truncated",
+    "invalid_output",
+    *GATES,
+}  # a bio that fails a text gate too
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +38,9 @@ def real(tmp_path_factory, runner_for):
     return SimpleNamespace(base=base, cache=cache, run=run, first=first, proc=proc)
 
 
-def test_counts_reconcile_and_records_validate(real, check_run_folder, read_jsonl, gguf_path: Path) -> None:
+def test_counts_reconcile_and_records_validate(
+    real, check_run_folder, read_jsonl, gguf_path: Path
+) -> None:
     manifest = check_run_folder(real.first, "personas", 4, one_per_index=False)
     base = sample_facts(SEED, 4)
     records = read_jsonl(real.first / "personas.jsonl")
@@ -42,12 +49,19 @@ def test_counts_reconcile_and_records_validate(real, check_run_folder, read_json
     for slot, raw in enumerate(records):
         rec = PersonaRecord.model_validate(raw)
         if rec.persona_id == base[slot].persona_id:
-            assert rec.model_dump(exclude={"bio"}) == base[slot].model_dump()  # facts are the sampled ones
+            assert (
+                rec.model_dump(exclude={"bio"}) == base[slot].model_dump()
+            )  # facts are the sampled ones
         else:  # every bio of the slot's first facts failed: fresh facts of the same nationality
-            assert rec.persona_id not in {f.persona_id for f in base} and rec.nationality == base[slot].nationality
+            assert (
+                rec.persona_id not in {f.persona_id for f in base}
+                and rec.nationality == base[slot].nationality
+            )
         assert 40 <= len(rec.bio) <= 420
         assert bio_problems(rec, rec.bio) == []  # an accepted bio agrees with its facts
-        assert Gates().check(rec.bio, "sentence", max_chars=420) is None  # and passes the text gates
+        assert (
+            Gates().check(rec.bio, "sentence", max_chars=420) is None
+        )  # and passes the text gates
     for rej in rejects:  # every failed draw of facts is a reject row of its slot
         assert rej.stage == "bio" and rej.reason in REASONS and 0 <= rej.index < 4
     assert manifest["pool"]["accepted"] == 4 and manifest["pool"]["rejected"] == len(rejects)
@@ -89,6 +103,8 @@ def test_larger_pool_extends_the_smaller_one(real, check_run_folder) -> None:
         small = (real.first / name).read_bytes()
         assert (third / name).read_bytes().startswith(small), name
     # the first four personas are replayed from the cache
-    first_calls = check_run_folder(real.first, "personas", 4, one_per_index=False)["llm_usage"]["calls"]
+    first_calls = check_run_folder(real.first, "personas", 4, one_per_index=False)["llm_usage"][
+        "calls"
+    ]
     assert manifest["llm_usage"]["cache_hits"] >= first_calls
     assert manifest["llm_usage"]["calls"] > manifest["llm_usage"]["cache_hits"]

@@ -39,13 +39,18 @@ def test_kill_and_resume(tmp_path: Path, env_for, check_run_folder, runner_for) 
     log = open(tmp_path / "killed.log", "w")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(
         [sys.executable, "-m", "gen", *args, f"hydra.run.dir={folder_a}"],
-        cwd=tmp_path, env=env_for(cache), stdout=log, stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+        env=env_for(cache),
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 180
         while cache_rows(cache / "llm.sqlite") < 2:
-            assert proc.poll() is None, "the run ended before it could be killed: " + (
-                tmp_path / "killed.log").read_text()[-2000:]
+            assert proc.poll() is None, (
+                "the run ended before it could be killed: "
+                + (tmp_path / "killed.log").read_text()[-2000:]
+            )
             assert time.monotonic() < deadline, "no LLM calls were cached within 180 s"
             time.sleep(0.2)
         proc.send_signal(signal.SIGKILL)

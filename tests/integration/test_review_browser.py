@@ -48,16 +48,33 @@ def _missing() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(_missing() is not None, reason=_missing() or ""),
+]
 
 
 @contextmanager
 def server(folder: Path, out: Path, reviewer: str, *options: str) -> Iterator[str]:
     """A real ``python -m gen review`` process; yields the address it prints; stops it with
     Ctrl-C (SIGINT) and checks it ends cleanly."""
-    proc = subprocess.Popen([sys.executable, "-m", "gen", "review", f"input={folder}", f"reviewer={reviewer}",
-                             f"hydra.run.dir={out}", "progress=plain", *options], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gen",
+            "review",
+            f"input={folder}",
+            f"reviewer={reviewer}",
+            f"hydra.run.dir={out}",
+            "progress=plain",
+            *options,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         url = None
         deadline = time.time() + 90
@@ -86,8 +103,14 @@ def browser() -> Iterator[Any]:
     os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must not download a driver
     opts = Options()
     opts.binary_location = CHROMIUM  # type: ignore[assignment]
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000",
-                "--disable-gpu", "--no-first-run"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--disable-gpu",
+        "--no-first-run",
+    ):
         opts.add_argument(arg)
     driver = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
     try:
@@ -129,27 +152,67 @@ def screenshot(driver: Any, name: str) -> None:
 
 def chosen(driver: Any) -> tuple[str | None, int]:
     """(the decision shown as chosen, how many rubric scores are shown as chosen)."""
-    decision = [b.get_attribute("data-decision") for b in driver.find_elements("css selector", "#decision button.chosen")]
-    return (decision[0] if decision else None), len(driver.find_elements("css selector", "#rubric .scale span.chosen"))
+    decision = [
+        b.get_attribute("data-decision")
+        for b in driver.find_elements("css selector", "#decision button.chosen")
+    ]
+    return (decision[0] if decision else None), len(
+        driver.find_elements("css selector", "#rubric .scale span.chosen")
+    )
 
 
 def blind_record(item_id: str) -> dict[str, Any]:
     """A nocontext record: smollm2 chose B, A, C on three shuffles (right once: B is the answer)."""
-    return {"item_id": item_id, "question_type": "goal", "source": "tom.jsonl", "line": 1, "n_options": 3, "answer": 1,
-            "kept": True, "removed_by": [], "shuffles": 3, "correct": {"smollm2": 1}, "unparseable": {"smollm2": 0},
-            "answers": {"smollm2": [{"shuffle": k, "order": [0, 1, 2], "raw": f"Answer: {x}", "letter": x,
-                                     "choice": "abc".index(x), "correct": x == "b"} for k, x in enumerate("bac")]}}
+    return {
+        "item_id": item_id,
+        "question_type": "goal",
+        "source": "tom.jsonl",
+        "line": 1,
+        "n_options": 3,
+        "answer": 1,
+        "kept": True,
+        "removed_by": [],
+        "shuffles": 3,
+        "correct": {"smollm2": 1},
+        "unparseable": {"smollm2": 0},
+        "answers": {
+            "smollm2": [
+                {
+                    "shuffle": k,
+                    "order": [0, 1, 2],
+                    "raw": f"Answer: {x}",
+                    "letter": x,
+                    "choice": "abc".index(x),
+                    "correct": x == "b",
+                }
+                for k, x in enumerate("bac")
+            ]
+        },
+    }
 
 
 def judged_record(item_id: str) -> dict[str, Any]:
     """A distractor_validity record: the judge scores A 0, B (the answer) 2, C 2: flagged."""
-    return {"item_id": item_id, "question_type": "goal", "source": "tom.jsonl", "answer": 1, "n_options": 3,
-            "scores": {"qwen": [{"score": v, "normalised": v / 2, "followed": True, "raw": f"<score>{v}</score>"}
-                                for v in (0, 2, 2)]},
-            "flagged": {"qwen": True}, "flagged_options": {"qwen": [2]}}
+    return {
+        "item_id": item_id,
+        "question_type": "goal",
+        "source": "tom.jsonl",
+        "answer": 1,
+        "n_options": 3,
+        "scores": {
+            "qwen": [
+                {"score": v, "normalised": v / 2, "followed": True, "raw": f"<score>{v}</score>"}
+                for v in (0, 2, 2)
+            ]
+        },
+        "flagged": {"qwen": True},
+        "flagged_options": {"qwen": [2]},
+    }
 
 
-def test_rate_three_items_by_keyboard_reload_and_find_the_labels(tmp_path: Path, browser: Any) -> None:
+def test_rate_three_items_by_keyboard_reload_and_find_the_labels(
+    tmp_path: Path, browser: Any
+) -> None:
     folder = tmp_path / "run"
     shutil.copytree(FIX / "run_clean", folder)
     rows = [json.loads(x) for x in (folder / "tom.jsonl").read_text().splitlines()]
@@ -160,7 +223,9 @@ def test_rate_three_items_by_keyboard_reload_and_find_the_labels(tmp_path: Path,
     results.mkdir()
     (results / "nocontext.jsonl").write_text(json.dumps(blind_record("goal-001")) + "\n")
     (results / "judge.jsonl").write_text(json.dumps(judged_record("goal-001")) + "\n")
-    with server(folder, tmp_path / "out", "alice", f"nocontext={results}", f"judge={results}") as url:
+    with server(
+        folder, tmp_path / "out", "alice", f"nocontext={results}", f"judge={results}"
+    ) as url:
         base = url.split("/?")[0]
         browser.get(url)
         shown(browser, 0)
@@ -173,7 +238,10 @@ def test_rate_three_items_by_keyboard_reload_and_find_the_labels(tmp_path: Path,
             shown(browser, i)
             keys(browser, scores + decision)
             saved(browser)
-            assert chosen(browser) == ({"a": "accept", "r": "reject", "e": "needs_edit"}[decision], 5)
+            assert chosen(browser) == (
+                {"a": "accept", "r": "reject", "e": "needs_edit"}[decision],
+                5,
+            )
             keys(browser, "j")
         shown(browser, 3)
         keys(browser, "n")
@@ -197,38 +265,78 @@ def test_rate_three_items_by_keyboard_reload_and_find_the_labels(tmp_path: Path,
         assert blind.is_displayed() and "smollm2 1 of 3 B, A, C 0" in blind.text.replace("\n", " ")
         judged = browser.find_element("css selector", ".validity table").text.splitlines()
         assert judged == ["option qwen (primary)", "A 0", "B (answer) 2", "C 2"]
-        assert "qwen: flagged: C scored at least the answer" in browser.find_element("css selector", ".validity ul").text
+        assert (
+            "qwen: flagged: C scored at least the answer"
+            in browser.find_element("css selector", ".validity ul").text
+        )
         screenshot(browser, "review_mcq.png")
         # filters: unreviewed skips the decided items
         keys(browser, "u")
         wait(browser, lambda d: "showing 77" in d.find_element("id", "progress").text)
         # a request without the token is refused, by the API and by the page
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(urllib.request.Request(
-                f"{base}/api/label", method="POST", headers={"Content-Type": "application/json"},
-                data=json.dumps({"item_id": "0" * 32, "decision": "accept"}).encode()), timeout=10)
+            urllib.request.urlopen(
+                urllib.request.Request(
+                    f"{base}/api/label",
+                    method="POST",
+                    headers={"Content-Type": "application/json"},
+                    data=json.dumps({"item_id": "0" * 32, "decision": "accept"}).encode(),
+                ),
+                timeout=10,
+            )
         assert refused.value.code == 403
         browser.get(base + "/")
-        assert "needs the address the server printed" in browser.find_element("tag name", "body").text
+        assert (
+            "needs the address the server printed" in browser.find_element("tag name", "body").text
+        )
     lines = [json.loads(x) for x in (folder / "reviews" / "alice.jsonl").read_text().splitlines()]
     last: dict[str, dict[str, Any]] = {}
     for lab in lines:
         last[lab["record_id"]] = lab
     assert {k: (v["decision"], v["scores"]) for k, v in last.items() if k != "goal-003"} == {
-        "goal-000": ("accept", {"inferable": 3, "truth_accurate": 3, "distractors_wrong": 2, "distinct": 3,
-                                "interesting": 3}),
-        "goal-001": ("reject", {"inferable": 1, "truth_accurate": 2, "distractors_wrong": 1, "distinct": 1,
-                                "interesting": 1}),
-        "goal-002": ("needs_edit", {"inferable": 3, "truth_accurate": 2, "distractors_wrong": 3, "distinct": 2,
-                                    "interesting": 2}),
+        "goal-000": (
+            "accept",
+            {
+                "inferable": 3,
+                "truth_accurate": 3,
+                "distractors_wrong": 2,
+                "distinct": 3,
+                "interesting": 3,
+            },
+        ),
+        "goal-001": (
+            "reject",
+            {
+                "inferable": 1,
+                "truth_accurate": 2,
+                "distractors_wrong": 1,
+                "distinct": 1,
+                "interesting": 1,
+            },
+        ),
+        "goal-002": (
+            "needs_edit",
+            {
+                "inferable": 3,
+                "truth_accurate": 2,
+                "distractors_wrong": 3,
+                "distinct": 2,
+                "interesting": 2,
+            },
+        ),
     }
-    assert last["goal-003"]["note"] == "wording is odd <b>here</b>" and last["goal-003"]["decision"] is None
+    assert (
+        last["goal-003"]["note"] == "wording is odd <b>here</b>"
+        and last["goal-003"]["decision"] is None
+    )
     assert len(lines) == 3 * 6 + 1  # every change is a line
     records = [json.loads(x) for x in (tmp_path / "out" / "review.jsonl").read_text().splitlines()]
     assert [r["decision"] for r in records[:4]] == ["accept", "reject", "needs_edit", None]
 
 
-def test_a_digital_bundle_shows_its_apps_side_by_side_with_the_cue_highlighted(tmp_path: Path, browser: Any) -> None:
+def test_a_digital_bundle_shows_its_apps_side_by_side_with_the_cue_highlighted(
+    tmp_path: Path, browser: Any
+) -> None:
     folder = tmp_path / "run"
     shutil.copytree(FIX / "digital", folder)
     with server(folder, tmp_path / "out", "bob") as url:
@@ -240,26 +348,41 @@ def test_a_digital_bundle_shows_its_apps_side_by_side_with_the_cue_highlighted(t
         assert len(tops) == 1  # side by side
         key = browser.find_element("css selector", ".entry .key")
         assert "Are we still having dinner tonight?" in key.text
-        assert "Nomthandazo just asked about dinner" in browser.find_element("css selector", ".cue mark").text
+        assert (
+            "Nomthandazo just asked about dinner"
+            in browser.find_element("css selector", ".cue mark").text
+        )
         keys(browser, "3331a")
         saved(browser)
         screenshot(browser, "review_digital.png")
     lab = json.loads((folder / "reviews" / "bob.jsonl").read_text().splitlines()[-1])
-    assert lab["decision"] == "accept" and lab["scores"] == {"persona_consistent": 3, "time_consistent": 3,
-                                                             "cue_grounded": 3, "realistic": 1}
+    assert lab["decision"] == "accept" and lab["scores"] == {
+        "persona_consistent": 3,
+        "time_consistent": 3,
+        "cue_grounded": 3,
+        "realistic": 1,
+    }
 
 
-def test_a_scenario_shows_its_turns_and_keeps_the_judges_side_until_revealed(tmp_path: Path, browser: Any) -> None:
+def test_a_scenario_shows_its_turns_and_keeps_the_judges_side_until_revealed(
+    tmp_path: Path, browser: Any
+) -> None:
     folder = tmp_path / "run"
     folder.mkdir()
-    rows = [json.loads(x) for x in (FIX.parent / "judge" / "scenarios.jsonl").read_text().splitlines()[:2]]
+    rows = [
+        json.loads(x)
+        for x in (FIX.parent / "judge" / "scenarios.jsonl").read_text().splitlines()[:2]
+    ]
     rows[1]["turn_1_image"] += f" A label reads {XSS}."
     (folder / "scenarios.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with server(folder, tmp_path / "out", "dana") as url:
         browser.get(url)
         shown(browser, 0)
         cameras = [c.text for c in browser.find_elements("css selector", ".candidate .camera")]
-        assert cameras == [f"[Camera: {rows[0]['turn_1_image']}]", f"[Camera: {rows[0]['turn_2_image']}]"]
+        assert cameras == [
+            f"[Camera: {rows[0]['turn_1_image']}]",
+            f"[Camera: {rows[0]['turn_2_image']}]",
+        ]
         users = [u.text for u in browser.find_elements("css selector", ".candidate .user")]
         assert users == [rows[0]["turn_1_user"], rows[0]["turn_2_user"]]
         # the target, the shift type and the gold lists are on the page but not shown before v
@@ -275,10 +398,18 @@ def test_a_scenario_shows_its_turns_and_keeps_the_judges_side_until_revealed(tmp
         screenshot(browser, "review_scenario.png")
         keys(browser, "j")  # a camera description holding <script> renders as text
         shown(browser, 1)
-        assert f"[Camera: {rows[1]['turn_1_image']}]" in [c.text for c in browser.find_elements("css selector", ".candidate .camera")]
+        assert f"[Camera: {rows[1]['turn_1_image']}]" in [
+            c.text for c in browser.find_elements("css selector", ".candidate .camera")
+        ]
         assert browser.execute_script("return window.__xss === undefined")
         assert not browser.find_elements("css selector", "#item script, #item img")
     lab = json.loads((folder / "reviews" / "dana.jsonl").read_text().splitlines()[-1])
     assert lab["decision"] == "accept" and lab["rubric"] == "scenario-checklist"
-    assert lab["scores"] == {"speech_deictic": 3, "camera_identifiable": 3, "camera_neutral": 2, "shift_implicit": 3,
-                             "target_right": 3, "gold_usable": 3}
+    assert lab["scores"] == {
+        "speech_deictic": 3,
+        "camera_identifiable": 3,
+        "camera_neutral": 2,
+        "shift_implicit": 3,
+        "target_right": 3,
+        "gold_usable": 3,
+    }

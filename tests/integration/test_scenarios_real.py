@@ -37,7 +37,10 @@ def test_two_scenarios_with_the_embedded_model(tmp_path: Path, run_gen) -> None:
         assert by_id[r["scenario_id"]]["status"] == "accepted"
     for r in rejects:
         assert r["reason"] in REASONS and r["detail"].startswith(r["record_id"])
-        assert by_id[r["record_id"]]["status"] == "rejected" and by_id[r["record_id"]]["reason"] == r["reason"]
+        assert (
+            by_id[r["record_id"]]["status"] == "rejected"
+            and by_id[r["record_id"]]["reason"] == r["reason"]
+        )
     assert context_bench_failures(context_bench_validator(), rows) == []
     f = manifest["scenarios"]["funnel"]
     assert f["units"] == 2 and f["accepted_units"] == len(rows)
@@ -47,8 +50,14 @@ def test_two_scenarios_with_the_embedded_model(tmp_path: Path, run_gen) -> None:
     assert all(s["generations"] <= 4 for s in f["stages"].values())  # +1 where a turn 2 repeated
     assert sum(f["rejected_by"].values()) == len(rejects)
     lock = json.loads((out / "MANIFEST.lock.json").read_text())
-    assert lock["scenarios_sha256"] == hashlib.sha256((out / "scenarios.jsonl").read_bytes()).hexdigest()
-    assert lock["scenario_checks_sha256"] == hashlib.sha256((out / "scenario_checks.jsonl").read_bytes()).hexdigest()
+    assert (
+        lock["scenarios_sha256"]
+        == hashlib.sha256((out / "scenarios.jsonl").read_bytes()).hexdigest()
+    )
+    assert (
+        lock["scenario_checks_sha256"]
+        == hashlib.sha256((out / "scenario_checks.jsonl").read_bytes()).hexdigest()
+    )
     assert manifest["llm"]["backend"] == "llama_cpp" and manifest["llm_usage"]["calls"] >= 2
     verify = run_gen("scenarios", "verify", f"input={out}", f"hydra.run.dir={tmp_path / 'verify'}")
     assert verify.returncode == 0, verify.stderr

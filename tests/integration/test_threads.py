@@ -30,8 +30,13 @@ print(json.dumps({{"default": default, "torch": torch.get_num_threads(), "shape"
 
 
 def probe(emb: int | None, batch: int | None) -> dict:
-    proc = subprocess.run([sys.executable, "-c", PROBE.format(emb=emb, batch=batch)],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE.format(emb=emb, batch=batch)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -16,8 +16,18 @@ from gen.schemas.tom import TomQuestion
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tom" / "narration.json"
 EGOTOM = Path(__file__).resolve().parents[3] / "shared" / "data" / "egotom_paper"
-STAGES = {"parse", "select", "analysis", "filter.time_window", "counterfactual_goals",
-          "counterfactual_beliefs_actions", "simplify", "filter.keyword", "filter.length", "filter.similarity"}
+STAGES = {
+    "parse",
+    "select",
+    "analysis",
+    "filter.time_window",
+    "counterfactual_goals",
+    "counterfactual_beliefs_actions",
+    "simplify",
+    "filter.keyword",
+    "filter.length",
+    "filter.similarity",
+}
 # Small caps keep the run to a few minutes on a loaded 2-core machine: one generation per
 # stage, two tries inside it.
 FAST = ["stage_attempts=1", "llm.attempts=2", "progress=off"]
@@ -58,7 +68,9 @@ def check_clips_accounted(folder: Path, n: int, read_jsonl) -> dict[str, Any]:
     return manifest
 
 
-def test_fixture_clips_with_the_embedded_model(tmp_path: Path, run_gen, check_run_folder, read_jsonl) -> None:
+def test_fixture_clips_with_the_embedded_model(
+    tmp_path: Path, run_gen, check_run_folder, read_jsonl
+) -> None:
     out = tmp_path / "run"
     proc = run_gen("tom", f"input={FIXTURE}", "n=2", *FAST, f"hydra.run.dir={out}", timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -68,13 +80,22 @@ def test_fixture_clips_with_the_embedded_model(tmp_path: Path, run_gen, check_ru
     assert m["embedder"] is None or m["embedder"]["model"]
 
 
-@pytest.mark.skipif(not EGOTOM.is_dir(), reason="EgoToM paper data (../shared/data/egotom_paper) not present")
-def test_egotom_clips_with_the_embedded_model(tmp_path: Path, run_gen, check_run_folder, read_jsonl) -> None:
+@pytest.mark.skipif(
+    not EGOTOM.is_dir(), reason="EgoToM paper data (../shared/data/egotom_paper) not present"
+)
+def test_egotom_clips_with_the_embedded_model(
+    tmp_path: Path, run_gen, check_run_folder, read_jsonl
+) -> None:
     # the two shortest contexts of the goal file that have lines in the default time window,
     # written to a temporary CSV (the data stays out of the repository)
     df = pl.read_csv(EGOTOM / "egotom_goal_shuffled.csv", infer_schema_length=0)
     df = df.with_columns(pl.col("narrations_in_context").str.count_matches("\n").alias("_n"))
-    df = df.filter(pl.col("narrations_in_context").str.contains(r"0[34]m:\d\ds \|")).sort("_n").head(2).drop("_n")
+    df = (
+        df.filter(pl.col("narrations_in_context").str.contains(r"0[34]m:\d\ds \|"))
+        .sort("_n")
+        .head(2)
+        .drop("_n")
+    )
     src = tmp_path / "egotom_goal_shuffled.csv"
     df.write_csv(src)
     out = tmp_path / "run"

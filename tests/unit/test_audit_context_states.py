@@ -27,23 +27,41 @@ from gen.templates import Prompts
 from gen.words import content_words
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "digital" / "goal_cue_before.jinja"
-BEFORE_APPS = {"communication": [App.Messaging], "translate": [App.Messaging], "temporal_attention": [App.Calendar],
-               "find_directions": [App.Maps, App.Calendar], "entertain": [App.Music, App.Videos],
-               "search": [App.Search], "store_memory": [App.Notes], "shop": [App.Notes, App.Search],
-               "guided_activity": [App.Videos, App.Search], "control_environment": []}
+BEFORE_APPS = {
+    "communication": [App.Messaging],
+    "translate": [App.Messaging],
+    "temporal_attention": [App.Calendar],
+    "find_directions": [App.Maps, App.Calendar],
+    "entertain": [App.Music, App.Videos],
+    "search": [App.Search],
+    "store_memory": [App.Notes],
+    "shop": [App.Notes, App.Search],
+    "guided_activity": [App.Videos, App.Search],
+    "control_environment": [],
+}
 """The goal apps of the cues as they were: the app that performs the goal (a search in Search)."""
 GOALS = 36
 
 
 def test_distinctive_words_and_containment() -> None:
-    options = ["Do a search for opening hours of the post office", "Do a search for how to feed a sourdough starter",
-               "Shop for paper towels", '{"type": "shop", "content": "paper plates"}']
+    options = [
+        "Do a search for opening hours of the post office",
+        "Do a search for how to feed a sourdough starter",
+        "Shop for paper towels",
+        '{"type": "shop", "content": "paper plates"}',
+    ]
     assert option_words(options[3]) == {"paper", "plates"}  # a goal dict by its values
     d = distinctive(options)
-    assert d[0] == {"opening", "hours", "post", "office"} and d[2] == {"shop", "towels"} and d[3] == {"plates"}
+    assert (
+        d[0] == {"opening", "hours", "post", "office"}
+        and d[2] == {"shop", "towels"}
+        and d[3] == {"plates"}
+    )
     share = containment(options, {"opening", "hours", "post", "office", "street"})
     assert share == [1.0, 0.0, 0.0, 0.0]
-    assert containment(options, {"office", "tom"})[0] == 0.25  # naming the thing is not stating the goal
+    assert (
+        containment(options, {"office", "tom"})[0] == 0.25
+    )  # naming the thing is not stating the goal
 
 
 def bank_of(tmp: Path, before: bool) -> Path:
@@ -53,15 +71,22 @@ def bank_of(tmp: Path, before: bool) -> Path:
     goals = tmp / "goals.jsonl"
     if not goals.exists():
         goals.write_text((EXAMPLES / "goals.jsonl").read_text())
-    options: dict[str, Any] = {"goals": str(goals), "n": GOALS, "persona_file": str(write_pool(tmp / "pool.jsonl")),
-                               # the bag-of-words fake cannot rank a one-word hint; the rank test is off here
-                               "cue_rank_max": 10_000, "cache_dir": None, "progress": "off"}
+    options: dict[str, Any] = {
+        "goals": str(goals),
+        "n": GOALS,
+        "persona_file": str(write_pool(tmp / "pool.jsonl")),
+        # the bag-of-words fake cannot rank a one-word hint; the rank test is off here
+        "cue_rank_max": 10_000,
+        "cache_dir": None,
+        "progress": "off",
+    }
     if before:  # as it was: the performing apps, and no cue_states_goal test
         options |= {"goal_apps": BEFORE_APPS, "cue_action_max": 1.0}
     cfg = DigitalConfig(**options)
     name = "before" if before else "after"
     ctx = RunContext("digital", cfg, tmp / f"digital_{name}").use(
-        llm=scripted_llm(goal_script(), sampling=cfg.llm), embedder=FakeEmbedder())
+        llm=scripted_llm(goal_script(), sampling=cfg.llm), embedder=FakeEmbedder()
+    )
     if before:
         root = tmp / "prompts"
         if not root.exists():
@@ -69,16 +94,32 @@ def bank_of(tmp: Path, before: bool) -> Path:
             shutil.copy(FIXTURE, root / "digital" / "goal_cue.jinja")
         ctx.prompts = Prompts(root)
     run("digital", cfg, tmp / f"digital_{name}", ctx=ctx, quiet=True)
-    dcfg = DistractorsConfig(input=str(goals), n=GOALS, digital=str(tmp / f"digital_{name}"), cache_dir=None,
-                             progress="off")
-    run("distractors", dcfg, tmp / f"mcqs_{name}",
-        ctx=RunContext("distractors", dcfg, tmp / f"mcqs_{name}").use(embedder=FakeEmbedder()), quiet=True)
+    dcfg = DistractorsConfig(
+        input=str(goals),
+        n=GOALS,
+        digital=str(tmp / f"digital_{name}"),
+        cache_dir=None,
+        progress="off",
+    )
+    run(
+        "distractors",
+        dcfg,
+        tmp / f"mcqs_{name}",
+        ctx=RunContext("distractors", dcfg, tmp / f"mcqs_{name}").use(embedder=FakeEmbedder()),
+        quiet=True,
+    )
     return tmp / f"mcqs_{name}"
 
 
 def audit(folder: Path, out: Path) -> tuple[Any, dict[str, Any], list[dict[str, Any]]]:
-    cfg = AuditConfig(input=str(folder), checks=["context_states"], min_items_per_test=15, cache_dir=None,
-                      progress="off", plots=False)
+    cfg = AuditConfig(
+        input=str(folder),
+        checks=["context_states"],
+        min_items_per_test=15,
+        cache_dir=None,
+        progress="off",
+        plots=False,
+    )
     result = run("audit", cfg, out, quiet=True)
     (check,) = json.loads((out / "audit.json").read_text())["checks"]
     return result, check, read_jsonl(out / "audit.jsonl")
@@ -93,7 +134,9 @@ def banks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 def test_the_check_fires_on_cues_that_state_their_goal(banks) -> None:
     tmp, before, _ = banks
     records = read_jsonl(before / "distractors.jsonl")
-    assert sum(bool(r["visible"]) for r in records) >= 40  # the MCQs show their bundle's key-only state
+    assert (
+        sum(bool(r["visible"]) for r in records) >= 40
+    )  # the MCQs show their bundle's key-only state
     result, check, findings = audit(before, tmp / "audit_before")
     assert result.exit_code == 1, check
     assert {f["kind"] for f in findings} == {"context_states_answer"}
@@ -102,7 +145,9 @@ def test_the_check_fires_on_cues_that_state_their_goal(banks) -> None:
         assert row["answer_stated"] >= 0.5 and row["effect_points"] > 20 and row["cohens_h"] > 0.8
     stated = {i for f in findings for i in f["items"]}
     by_id = {r["item_id"]: r for r in records}
-    search = [by_id[i] for i in stated if by_id[i]["privileged"]["structured_goal"]["type"] == "search"]
+    search = [
+        by_id[i] for i in stated if by_id[i]["privileged"]["structured_goal"]["type"] == "search"
+    ]
     assert search  # today's search cues: the query in the Search app
     goal = search[0]["privileged"]["structured_goal"]
     assert goal["query"].casefold() in search[0]["visible"]["digital_state"].casefold()

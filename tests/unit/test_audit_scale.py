@@ -42,12 +42,22 @@ def test_the_streamed_audit_finds_what_the_in_memory_audit_found(audited, fmt: s
 def test_the_golden_bank_gives_every_mcq_check_work() -> None:
     """A comparison of nothing proves nothing: the golden run found something in each check."""
     found = {f["check"] for f in json.loads(GOLDEN.read_text())["jsonl"]["findings"]}
-    assert {"structure", "leakage", "length", "similar_options", "duplicates", "shortcut", "chronology",
-            "text"} <= found
+    assert {
+        "structure",
+        "leakage",
+        "length",
+        "similar_options",
+        "duplicates",
+        "shortcut",
+        "chronology",
+        "text",
+    } <= found
 
 
 def test_items_spill_and_read_back(tmp_path: Path) -> None:
-    items = read_mcq_jsonl(Path(__file__).resolve().parent.parent / "fixtures" / "audit" / "clean.jsonl")
+    items = read_mcq_jsonl(
+        Path(__file__).resolve().parent.parent / "fixtures" / "audit" / "clean.jsonl"
+    )
     store = Items(items)
     assert len(store) == len(items) and list(store) == items
     assert store[3] == items[3] and store[-1] == items[-1] and store[2:4] == items[2:4]
@@ -56,7 +66,11 @@ def test_items_spill_and_read_back(tmp_path: Path) -> None:
     assert store.types == list(dict.fromkeys(it.question_type for it in items))
     assert store.answer.tolist() == [it.answer for it in items]
     sub = store.subset([7, 2, 9])
-    assert [(i, it.item_id) for i, it in sub] == [(7, items[7].item_id), (2, items[2].item_id), (9, items[9].item_id)]
+    assert [(i, it.item_id) for i, it in sub] == [
+        (7, items[7].item_id),
+        (2, items[2].item_id),
+        (9, items[9].item_id),
+    ]
     with pytest.raises(RuntimeError):
         store.append(items[0])
 
@@ -65,12 +79,16 @@ def test_jsonl_is_read_line_by_line_and_a_bad_byte_is_still_named(tmp_path: Path
     path = tmp_path / "a.jsonl"
     path.write_bytes(b'{"a": 1}\r\n\r\n{"a": 2}\r{"a": 3}\n')
     assert list(iter_jsonl(path)) == [(1, {"a": 1}), (3, {"a": 2}), (4, {"a": 3})]
-    path.write_bytes(b'{"a": 1}\n' * 5000 + b'{"a": "\xff"}\n')  # the bad byte beyond the first read
+    path.write_bytes(
+        b'{"a": 1}\n' * 5000 + b'{"a": "\xff"}\n'
+    )  # the bad byte beyond the first read
     with pytest.raises(InputError, match=r"a.jsonl:5001: not UTF-8 text \(byte 0xff at column 8"):
         list(iter_jsonl(path))
     with pytest.raises(InputError, match=r"a.jsonl:1: not an MCQ record \(item_id"):
         next(iter_mcq_jsonl(path))
-    fifo = tmp_path / "fifo.jsonl"  # streamed, a FIFO would block the reader forever: refused at open
+    fifo = (
+        tmp_path / "fifo.jsonl"
+    )  # streamed, a FIFO would block the reader forever: refused at open
     os.mkfifo(fifo)
     with pytest.raises(InputError, match=rf"^{fifo}: is a FIFO, not a regular file"):
         next(iter_jsonl(fifo))

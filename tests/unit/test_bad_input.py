@@ -47,19 +47,29 @@ BOM = codecs.BOM_UTF8
 # --------------------------------------------------------------------------- the shared readers
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('{"a": NaN}', "a: NaN is not a JSON number"),
-    ('{"a": {"b": [1, -Infinity]}}', "a.b[1]: -Infinity is not a JSON number"),
-    ('[{"x": 1e999}]', "[0].x: 1e999 is too large for a number"),
-    ("9" * 5000, "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits)"),
-    ("[" * 100_000 + "]" * 100_000, "not valid JSON (nested too deeply)"),
-    ('{"a": 1', "not valid JSON (Expecting ',' delimiter)"),
-], ids=["nan", "infinity", "1e999", "5000_digits", "deep", "cut"])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"a": NaN}', "a: NaN is not a JSON number"),
+        ('{"a": {"b": [1, -Infinity]}}', "a.b[1]: -Infinity is not a JSON number"),
+        ('[{"x": 1e999}]', "[0].x: 1e999 is too large for a number"),
+        (
+            "9" * 5000,
+            "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits)",
+        ),
+        ("[" * 100_000 + "]" * 100_000, "not valid JSON (nested too deeply)"),
+        ('{"a": 1', "not valid JSON (Expecting ',' delimiter)"),
+    ],
+    ids=["nan", "infinity", "1e999", "5000_digits", "deep", "cut"],
+)
 def test_parse_json_is_strict_and_names_where_and_field(text: str, message: str) -> None:
     with pytest.raises(InputError) as e:
         parse_json(text, "f.jsonl:3")
-    assert str(e.value) == f"f.jsonl:3: {message}" + (" (JSON has no NaN or Infinity)" if "JSON number" in message
-                                                      or "too large" in message else "")
+    assert str(e.value) == f"f.jsonl:3: {message}" + (
+        " (JSON has no NaN or Infinity)"
+        if "JSON number" in message or "too large" in message
+        else ""
+    )
 
 
 def test_iter_jsonl_reads_a_bom_and_names_a_bad_byte_and_nan_by_line(tmp_path: Path) -> None:
@@ -67,7 +77,10 @@ def test_iter_jsonl_reads_a_bom_and_names_a_bad_byte_and_nan_by_line(tmp_path: P
     path.write_bytes(BOM + b'{"a": 1}\r\n\r\n{"b": "\xc3\xa9"}\n')
     assert list(iter_jsonl(path)) == [(1, {"a": 1}), (3, {"b": "é"})]
     path.write_bytes(b'{"a": 1}\n{"b": "caf\xe9"}\n')  # latin-1, as an old export writes it
-    with pytest.raises(InputError, match=rf"^{path}:2: not UTF-8 text \(byte 0xe9 at column 11; save the file as UTF-8\)$"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{path}:2: not UTF-8 text \(byte 0xe9 at column 11; save the file as UTF-8\)$",
+    ):
         list(iter_jsonl(path))
     path.write_text('{"a": 1}\n{"w": {"start_s": NaN}}\n', encoding="utf-8")
     with pytest.raises(InputError, match=rf"^{path}:2: w.start_s: NaN is not a JSON number"):
@@ -95,9 +108,20 @@ def test_the_runner_never_writes_nan(tmp_path: Path) -> None:
 
 
 def egotom_rows(n: int = 2) -> list[dict[str, str]]:
-    return [{"vuid": f"v{i}", "cuid": f"v{i}~pass_1~0-9", "narrations_in_context": "    00m:01s | #C C opens the door",
-             "gt_goal": "To leave.", "goal_choice_a": "To cook.", "goal_choice_b": "To leave.",
-             "goal_choice_c": "To sleep.", "clip_start_time": "0", "clip_end_time": "9"} for i in range(n)]
+    return [
+        {
+            "vuid": f"v{i}",
+            "cuid": f"v{i}~pass_1~0-9",
+            "narrations_in_context": "    00m:01s | #C C opens the door",
+            "gt_goal": "To leave.",
+            "goal_choice_a": "To cook.",
+            "goal_choice_b": "To leave.",
+            "goal_choice_c": "To sleep.",
+            "clip_start_time": "0",
+            "clip_end_time": "9",
+        }
+        for i in range(n)
+    ]
 
 
 def test_an_egotom_csv_without_its_context_column_is_refused(tmp_path: Path) -> None:
@@ -107,10 +131,15 @@ def test_an_egotom_csv_without_its_context_column_is_refused(tmp_path: Path) -> 
     folder.mkdir()
     path = folder / "egotom_goal_shuffled.csv"
     write_egotom_csv(egotom_rows(), "goal", path)
-    assert [q.context for q in load_banks(folder)[0].items] == ["    00m:01s | #C C opens the door"] * 2
+    assert [q.context for q in load_banks(folder)[0].items] == [
+        "    00m:01s | #C C opens the door"
+    ] * 2
     pl.read_csv(path, infer_schema_length=0).drop("narrations_in_context").write_csv(path)
-    with pytest.raises(InputError, match=rf"^{path}: missing EgoToM column\(s\) narrations_in_context \(an EgoToM "
-                                         r"goal CSV has vuid, cuid, narrations_in_context, gt_goal"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{path}: missing EgoToM column\(s\) narrations_in_context \(an EgoToM "
+        r"goal CSV has vuid, cuid, narrations_in_context, gt_goal",
+    ):
         load_banks(folder)
     with pytest.raises(InputError, match="narrations_in_context"):
         plan_of("nocontext", input=str(folder))
@@ -125,10 +154,14 @@ def test_egotom_csv_with_a_bom_reads_and_a_non_utf8_one_is_named(tmp_path: Path)
     path.write_bytes(path.read_bytes().replace(b"opens", b"\xf6ffnet"))
     with pytest.raises(InputError, match=rf"^{path}:2: not UTF-8 text \(byte 0xf6 at column"):
         load_banks(path)
-    folder = tmp_path / "f"  # found in a folder by its header: a bad byte there fails in the reader too
+    folder = (
+        tmp_path / "f"
+    )  # found in a folder by its header: a bad byte there fails in the reader too
     folder.mkdir()
     (folder / "egotom_goal_shuffled.csv").write_bytes(b"\xff" + path.read_bytes())
-    with pytest.raises(InputError, match=r"egotom_goal_shuffled.csv:1: not UTF-8 text \(byte 0xff at column 1"):
+    with pytest.raises(
+        InputError, match=r"egotom_goal_shuffled.csv:1: not UTF-8 text \(byte 0xff at column 1"
+    ):
         load_banks(folder)
 
 
@@ -178,18 +211,32 @@ def merge_run(folder: Path) -> Any:
     """The merge itself, into ``folder/run`` (the generator's merge hook reads the summaries)."""
     from gen.generators.merge import MergeConfig
 
-    cfg = MergeConfig(input=[str(folder / "s0"), str(folder / "s1")], cache_dir=None, progress="off")
+    cfg = MergeConfig(
+        input=[str(folder / "s0"), str(folder / "s1")], cache_dir=None, progress="off"
+    )
     return run("merge", cfg, folder / "run", quiet=True)
 
 
 def persona_lines(n: int = 7) -> str:
-    return "".join(PersonaRecord(**f.model_dump(), bio=f"{f.first_name} works in {f.home_city}.").model_dump_json() + "\n"
-                   for f in sample_facts(0, n))
+    return "".join(
+        PersonaRecord(
+            **f.model_dump(), bio=f"{f.first_name} works in {f.home_city}."
+        ).model_dump_json()
+        + "\n"
+        for f in sample_facts(0, n)
+    )
 
 
-NARRATION = {"v1": {"narration_pass_1": {
-    "narrations": [{"timestamp_sec": 1.5 + i, "narration_text": f"#C C step {i}"} for i in range(4)],
-    "summaries": [{"start_sec": 0.0, "end_sec": 10.0, "summary_text": "#summary C works."}]}}}
+NARRATION = {
+    "v1": {
+        "narration_pass_1": {
+            "narrations": [
+                {"timestamp_sec": 1.5 + i, "narration_text": f"#C C step {i}"} for i in range(4)
+            ],
+            "summaries": [{"start_sec": 0.0, "end_sec": 10.0, "summary_text": "#summary C works."}],
+        }
+    }
+}
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -216,58 +263,153 @@ def _shards(folder: Path, made: list[Path]) -> None:
         shutil.copytree(s, folder / s.name)
 
 
-OBSERVATIONS = "".join(json.dumps({
-    "client_tag": f"rec{i}", "scenario": "s1", "participant": "p1", "environment": "kitchen", "script": "s1",
-    "longitudinal": True, "recorded_at": f"2025-01-0{i + 1}T10:00:00", "world_state": f"caption {i}",
-    "structured_goal": {"type": "shop", "content": "hand soap"},
-    "context_window": {"start_s": 0.0, "end_s": 10.0}}) + "\n" for i in range(3))
+OBSERVATIONS = "".join(
+    json.dumps(
+        {
+            "client_tag": f"rec{i}",
+            "scenario": "s1",
+            "participant": "p1",
+            "environment": "kitchen",
+            "script": "s1",
+            "longitudinal": True,
+            "recorded_at": f"2025-01-0{i + 1}T10:00:00",
+            "world_state": f"caption {i}",
+            "structured_goal": {"type": "shop", "content": "hand soap"},
+            "context_window": {"start_s": 0.0, "end_s": 10.0},
+        }
+    )
+    + "\n"
+    for i in range(3)
+)
 """A small valid observation table for the history bank."""
 
-RECALL_TIMELINE = json.dumps({"clip_id": "kitchen-001", "start_sec": 0.0, "duration": 60.0, "narrations": [
-    {"t": float(t), "text": f"#C C {text}"} for t, text in enumerate(
-        ["opens the fridge", "takes out the milk", "closes the fridge door", "pours milk into a cup",
-         "puts the carton on the counter", "stirs the coffee with a spoon", "rinses the spoon in the sink",
-         "wipes the counter with a cloth", "sits down at the table"], start=1)]}) + "\n"
+RECALL_TIMELINE = (
+    json.dumps(
+        {
+            "clip_id": "kitchen-001",
+            "start_sec": 0.0,
+            "duration": 60.0,
+            "narrations": [
+                {"t": float(t), "text": f"#C C {text}"}
+                for t, text in enumerate(
+                    [
+                        "opens the fridge",
+                        "takes out the milk",
+                        "closes the fridge door",
+                        "pours milk into a cup",
+                        "puts the carton on the counter",
+                        "stirs the coffee with a spoon",
+                        "rinses the spoon in the sink",
+                        "wipes the counter with a cloth",
+                        "sits down at the table",
+                    ],
+                    start=1,
+                )
+            ],
+        }
+    )
+    + "\n"
+)
 """One clip of distinct narrations: candidates cuts temporal-grounding items from it (the tom fixtures
 repeat their lines, and a positive's text must occur once in its clip)."""
 
 
 BUNDLE_GOALS = "".join(
-    json.dumps({**b, "goal": {"goal_id": json.loads(x)["goal_id"], "client_tag": json.loads(x)["goal_id"], "group": "g",
-                              "app": b["cue"]["app"] if b["cue"] else None}}) + "\n"
-    for x, b in zip(_lines(EXAMPLES / "goals.jsonl", 2).splitlines(),
-                    map(json.loads, (FIXTURES / "audit" / "digital" / "digital.jsonl").read_text().splitlines()[:2]),
-                    strict=True))
+    json.dumps(
+        {
+            **b,
+            "goal": {
+                "goal_id": json.loads(x)["goal_id"],
+                "client_tag": json.loads(x)["goal_id"],
+                "group": "g",
+                "app": b["cue"]["app"] if b["cue"] else None,
+            },
+        }
+    )
+    + "\n"
+    for x, b in zip(
+        _lines(EXAMPLES / "goals.jsonl", 2).splitlines(),
+        map(
+            json.loads,
+            (FIXTURES / "audit" / "digital" / "digital.jsonl").read_text().splitlines()[:2],
+        ),
+        strict=True,
+    )
+)
 """Goal-conditioned bundles as distractors' digital= reads them (its cue, and the key-only state it shows)."""
-CHAIN = ("steps:\n  - {name: rec, generator: history, options: {synthesize: true}}\n"
-         "  - {name: mcqs, generator: distractors, options: {n: 2}, inputs: {input: rec/goals.jsonl}}\n")
+CHAIN = (
+    "steps:\n  - {name: rec, generator: history, options: {synthesize: true}}\n"
+    "  - {name: mcqs, generator: distractors, options: {n: 2}, inputs: {input: rec/goals.jsonl}}\n"
+)
 """A small valid chain for the pipeline."""
 
 
-SCENARIO = {"scenario_id": "sc-01", "subset": "bank", "pair_id": None, "target_context": "current",
-            "change_type": "object_in_hand", "activity_domain": "kitchen", "referent_complexity": "single_referent",
-            "difficulty_tier": "easy", "time_gap_bucket": "seconds", "context_image": None,
-            "turn_1_image": "A hand holds a long wooden shaft dipped into a steel vessel.",
-            "turn_1_user": "Should I keep moving this around?",
-            "turn_2_image": "A hand grips a black handle attached to a flat triangular blade.",
-            "turn_2_user": "Is my grip okay for this?",
-            "turn_3_repair_prompt": "I mean the chef's knife now, not the wooden spoon.",
-            "turn_3_repair_prompt_deictic": "I mean this thing in my hand right now.", "notes": "a swap",
-            "gold": {"current_answers": ["chef's knife", "pinch grip", "knuckles tucked"],
-                     "prior_answers": ["wooden spoon", "stir gently", "simmering"],
-                     "clarify_indicators": [], "abstain_indicators": []}}
-SCENARIO_LINES = "".join(json.dumps(s) + "\n" for s in (
-    SCENARIO, {**SCENARIO, "scenario_id": "sc-02", "target_context": "prior", "turn_3_repair_prompt_deictic": None,
-               "turn_2_user": "Was that the right grip earlier?",
-               "turn_3_repair_prompt": "I mean the wooden spoon before, not the chef's knife."}))
+SCENARIO = {
+    "scenario_id": "sc-01",
+    "subset": "bank",
+    "pair_id": None,
+    "target_context": "current",
+    "change_type": "object_in_hand",
+    "activity_domain": "kitchen",
+    "referent_complexity": "single_referent",
+    "difficulty_tier": "easy",
+    "time_gap_bucket": "seconds",
+    "context_image": None,
+    "turn_1_image": "A hand holds a long wooden shaft dipped into a steel vessel.",
+    "turn_1_user": "Should I keep moving this around?",
+    "turn_2_image": "A hand grips a black handle attached to a flat triangular blade.",
+    "turn_2_user": "Is my grip okay for this?",
+    "turn_3_repair_prompt": "I mean the chef's knife now, not the wooden spoon.",
+    "turn_3_repair_prompt_deictic": "I mean this thing in my hand right now.",
+    "notes": "a swap",
+    "gold": {
+        "current_answers": ["chef's knife", "pinch grip", "knuckles tucked"],
+        "prior_answers": ["wooden spoon", "stir gently", "simmering"],
+        "clarify_indicators": [],
+        "abstain_indicators": [],
+    },
+}
+SCENARIO_LINES = "".join(
+    json.dumps(s) + "\n"
+    for s in (
+        SCENARIO,
+        {
+            **SCENARIO,
+            "scenario_id": "sc-02",
+            "target_context": "prior",
+            "turn_3_repair_prompt_deictic": None,
+            "turn_2_user": "Was that the right grip earlier?",
+            "turn_3_repair_prompt": "I mean the wooden spoon before, not the chef's knife.",
+        },
+    )
+)
 """Two scenarios in the context benchmark's released schema (no roles file needed)."""
 
 
-SCENARIO_CHECKS = "".join(json.dumps({
-    "scenario_id": sid, "index": k, "status": "accepted", "skeleton": {},
-    "categories": {"current_answers": {"name": "chef's knife", "technique": ["pinch grip"], "state": ["knuckles tucked"]},
-                   "prior_answers": {"name": "wooden spoon", "technique": ["stir gently"], "state": ["simmering"]}}})
-    + "\n" for k, sid in enumerate(("sc-01", "sc-02")))
+SCENARIO_CHECKS = "".join(
+    json.dumps(
+        {
+            "scenario_id": sid,
+            "index": k,
+            "status": "accepted",
+            "skeleton": {},
+            "categories": {
+                "current_answers": {
+                    "name": "chef's knife",
+                    "technique": ["pinch grip"],
+                    "state": ["knuckles tucked"],
+                },
+                "prior_answers": {
+                    "name": "wooden spoon",
+                    "technique": ["stir gently"],
+                    "state": ["simmering"],
+                },
+            },
+        }
+    )
+    + "\n"
+    for k, sid in enumerate(("sc-01", "sc-02"))
+)
 """A scenarios run's scenario_checks.jsonl for SCENARIO_LINES (the gold categories the audit reads)."""
 
 
@@ -285,26 +427,66 @@ def bank_scenarios(folder: Path) -> Any:
     """What ``bank add`` reads of a scenarios run: its plan (kind, count), then the batch."""
     from gen.banks.batch import load_batch
 
-    p = plan_of("bank", action="add", bank=str(folder / "run" / "bank"), input=str(folder / "scenarios.jsonl"))
+    p = plan_of(
+        "bank",
+        action="add",
+        bank=str(folder / "run" / "bank"),
+        input=str(folder / "scenarios.jsonl"),
+    )
     return load_batch(p.data.files)
 
 
-LAYOUT = json.dumps([{
-    "x": {"client_tag": f"rec{i}", "context_window": {"start_s": 0.0, "end_s": 10.0}, "cues": [f"Notes: buy soap {i}"],
-          "mcq_set": [{"type": "shop", "content": "hand soap"}, {"type": "call", "content": "mom"},
-                      {"type": "note", "content": "call the plumber"}]},
-    "y": i % 3, "meta": {"client_tag": f"rec{i}", "scenario": {"shortname": "soap"}, "item_id": f"soap_rec{i}",
-                         "structured_goal": {"type": "shop", "content": "hand soap"}}} for i in range(1, 3)], indent=1)
+LAYOUT = json.dumps(
+    [
+        {
+            "x": {
+                "client_tag": f"rec{i}",
+                "context_window": {"start_s": 0.0, "end_s": 10.0},
+                "cues": [f"Notes: buy soap {i}"],
+                "mcq_set": [
+                    {"type": "shop", "content": "hand soap"},
+                    {"type": "call", "content": "mom"},
+                    {"type": "note", "content": "call the plumber"},
+                ],
+            },
+            "y": i % 3,
+            "meta": {
+                "client_tag": f"rec{i}",
+                "scenario": {"shortname": "soap"},
+                "item_id": f"soap_rec{i}",
+                "structured_goal": {"type": "shop", "content": "hand soap"},
+            },
+        }
+        for i in range(1, 3)
+    ],
+    indent=1,
+)
 """A WAGIBench MCQ layout file (as distractors writes wagibench_mcq_*.json) of two rows."""
-DIGITAL_STATE = json.dumps({f"soap_rec{i}": {"x": {"client_tag": f"rec{i}", "app_states": {"Notes": [f"buy soap {i}"]}},
-                                             "meta": {"client_tag": f"rec{i}", "scenario": {"shortname": "soap"}}}
-                            for i in range(1, 3)}, indent=1)
+DIGITAL_STATE = json.dumps(
+    {
+        f"soap_rec{i}": {
+            "x": {"client_tag": f"rec{i}", "app_states": {"Notes": [f"buy soap {i}"]}},
+            "meta": {"client_tag": f"rec{i}", "scenario": {"shortname": "soap"}},
+        }
+        for i in range(1, 3)
+    },
+    indent=1,
+)
 """A digital_state.json (WAGIBench's layout) of two observations."""
 
 
-GOAL_BUNDLES = "".join(json.dumps({**json.loads(line), "goal": {
-    "goal_id": f"g{k}", "client_tag": f"rec{k}", "group": "s1", "app": "Notes"}})
-    + "\n" for k, line in enumerate((FIXTURES / "audit" / "digital" / "digital.jsonl").read_text(encoding="utf-8").splitlines()))
+GOAL_BUNDLES = "".join(
+    json.dumps(
+        {
+            **json.loads(line),
+            "goal": {"goal_id": f"g{k}", "client_tag": f"rec{k}", "group": "s1", "app": "Notes"},
+        }
+    )
+    + "\n"
+    for k, line in enumerate(
+        (FIXTURES / "audit" / "digital" / "digital.jsonl").read_text(encoding="utf-8").splitlines()
+    )
+)
 """A digital goals= run's bundles for three of OBSERVATIONS' recordings (what history's digital= reads)."""
 
 
@@ -321,25 +503,62 @@ def scenario_lock(folder: Path) -> Path:
     """A scenarios run folder's lock (what ``scenarios action=verify`` reads before it starts)."""
     from gen.generators.scenarios.lock import LOCK, LOCK_KEYS
 
-    return _text(folder / LOCK, json.dumps({"benchmark_version": "v1", **{k: "0" * 64 for k in LOCK_KEYS},
-                                            "schema_revision": 1, "counts": {"bank": 2}}, indent=1))
+    return _text(
+        folder / LOCK,
+        json.dumps(
+            {
+                "benchmark_version": "v1",
+                **{k: "0" * 64 for k in LOCK_KEYS},
+                "schema_revision": 1,
+                "counts": {"bank": 2},
+            },
+            indent=1,
+        ),
+    )
 
 
 def judge_run(folder: Path) -> tuple[Path, Path]:
     """A wagibench judge run folder (``jr/``: its manifest and records) for the ratings of
     ``ratings.jsonl`` (``judge action=meta judge_run=``)."""
     ratings = _copy(JUDGE / "ratings.jsonl", folder / "ratings.jsonl")
-    ids = [json.loads(x)["id"] for x in ratings.read_text(encoding="utf-8").splitlines() if x.strip()]
-    manifest = _text(_folder(folder / "jr") / "manifest.json", json.dumps(
-        {"generator": "judge", "judge": {"kind": "wagibench", "judge_label": "big"}}))
-    records = _text(folder / "jr" / "judge.jsonl", "".join(json.dumps(
-        {"id": i, "judgments": {"contexts_reference": {"big": {"normalised": k % 3 / 2}}}}) + "\n"
-        for k, i in enumerate(ids)))
+    ids = [
+        json.loads(x)["id"] for x in ratings.read_text(encoding="utf-8").splitlines() if x.strip()
+    ]
+    manifest = _text(
+        _folder(folder / "jr") / "manifest.json",
+        json.dumps({"generator": "judge", "judge": {"kind": "wagibench", "judge_label": "big"}}),
+    )
+    records = _text(
+        folder / "jr" / "judge.jsonl",
+        "".join(
+            json.dumps(
+                {"id": i, "judgments": {"contexts_reference": {"big": {"normalised": k % 3 / 2}}}}
+            )
+            + "\n"
+            for k, i in enumerate(ids)
+        ),
+    )
     return manifest, records
 
 
-MANIFEST_FIELDS = ("generator", "config", "seed", "shard", "indices", "num_shards", "counts", "requested", "accepted",
-                   "indices_done", "outputs", "validators", "llm_usage", "calls", "pool", "exit_code")
+MANIFEST_FIELDS = (
+    "generator",
+    "config",
+    "seed",
+    "shard",
+    "indices",
+    "num_shards",
+    "counts",
+    "requested",
+    "accepted",
+    "indices_done",
+    "outputs",
+    "validators",
+    "llm_usage",
+    "calls",
+    "pool",
+    "exit_code",
+)
 """What merge and its personas hook read of a shard's manifest."""
 
 
@@ -362,190 +581,574 @@ class Reader:
 
 
 READERS = [
-    Reader("tom narration.json", "json", lambda d, a: _text(d / "narration.json", json.dumps(NARRATION, indent=1)),
-           lambda d: plan_of("tom", input=str(d / "narration.json"))),
-    Reader("tom timelines JSONL", "jsonl", lambda d, a: _text(d / "t.jsonl", _lines(FIXTURES / "tom" / "timelines.jsonl", 2)),
-           lambda d: plan_of("tom", input=str(d / "t.jsonl"))),
-    Reader("tom EgoToM CSV", "csv", lambda d, a: write_egotom_csv(egotom_rows(), "goal", d / "egotom_goal_shuffled.csv"),
-           lambda d: plan_of("tom", input=str(d / "egotom_goal_shuffled.csv"))),
-    Reader("distractors goal bank JSONL", "jsonl", lambda d, a: _text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)
-                                                                    + '{"goal_id": "w", "group": "g", "text": "x", '
-                                                                      '"context_window": {"start_s": 1.0, "end_s": 2.5}}\n'),
-           lambda d: plan_of("distractors", input=str(d / "goals.jsonl"))),
-    Reader("distractors goal bank parquet", "parquet", lambda d, a: goals_parquet(d / "goals.parquet"),
-           lambda d: plan_of("distractors", input=str(d / "goals.parquet"))),
-    Reader("digital cue bank", "jsonl", lambda d, a: (_text(d / "pool.jsonl", persona_lines()),
-                                                      _text(d / "cues.jsonl", _lines(EXAMPLES / "cues.jsonl", 3)))[1],
-           lambda d: plan_of("digital", cue_file=str(d / "cues.jsonl"), persona_file=str(d / "pool.jsonl"))),
-    Reader("digital persona_file", "jsonl", lambda d, a: _text(d / "personas.jsonl", persona_lines()),
-           lambda d: plan_of("digital", persona_file=str(d / "personas.jsonl"))),
-    Reader("digital persona_file run folder's manifest", "json",
-           lambda d, a: (_text(d / "personas.jsonl", persona_lines()),
-                         _copy(a.shards[0] / "manifest.json", d / "manifest.json"))[1],
-           lambda d: plan_of("digital", persona_file=str(d)), folder_named=True, fields=("generator", "config", "outputs")),
-    Reader("nocontext MCQ JSONL", "jsonl", lambda d, a: _text(d / "mcq.jsonl", _lines(FIXTURES / "audit" / "clean.jsonl", 3)),
-           lambda d: plan_of("nocontext", input=str(d / "mcq.jsonl"))),
-    Reader("nocontext EgoToM CSV folder", "csv",
-           lambda d, a: write_egotom_csv(egotom_rows(), "goal", d / "egotom_goal_shuffled.csv"),
-           lambda d: plan_of("nocontext", input=str(d)), folder_named=True),
-    Reader("roles file", "yaml", lambda d, a: (_copy(FIXTURES / "audit" / "scenarios.jsonl", d / "bank.jsonl"),
-                                               _copy(FIXTURES / "audit" / "scenario_roles.yaml", d / "roles.yaml"))[1],
-           lambda d: load_roles_bank(d / "bank.jsonl", read_roles(d / "roles.yaml"))),
-    Reader("JSONL bank read through roles", "jsonl",
-           lambda d, a: (_copy(FIXTURES / "audit" / "scenario_roles.yaml", d / "roles.yaml"),
-                         _text(d / "bank.jsonl", _lines(FIXTURES / "audit" / "scenarios.jsonl", 2)))[1],
-           lambda d: load_roles_bank(d / "bank.jsonl", read_roles(d / "roles.yaml"))),
-    Reader("candidates items JSONL", "jsonl", lambda d, a: _text(d / "items.jsonl", _lines(EXAMPLES / "candidates" / "items.jsonl", 4)),
-           lambda d: plan_of("candidates", input=str(d / "items.jsonl"))),
-    Reader("candidates recall annotations (Memory Recall Prediction)", "jsonl",
-           lambda d, a: _text(d / "recall.jsonl", _lines(EXAMPLES / "candidates" / "recall.jsonl", 2)),
-           lambda d: plan_of("candidates", input=str(d / "recall.jsonl"), input_format="recall")),
-    Reader("candidates timelines JSONL (temporal-grounding items)", "jsonl",
-           lambda d, a: _text(d / "t.jsonl", RECALL_TIMELINE),
-           lambda d: plan_of("candidates", input=str(d / "t.jsonl"), input_format="timelines")),
-    Reader("introspect recording sessions", "jsonl",
-           lambda d, a: _text(d / "r.jsonl", _lines(EXAMPLES / "introspect" / "recording.jsonl", 1)),
-           lambda d: plan_of("introspect", task="recording", input=str(d / "r.jsonl"))),
-    Reader("introspect emotion segments", "jsonl",
-           lambda d, a: _text(d / "e.jsonl", _lines(EXAMPLES / "introspect" / "emotions.jsonl", 6)),
-           lambda d: plan_of("introspect", task="emotion_intensity", input=str(d / "e.jsonl"))),
-    Reader("introspect request segments", "jsonl",
-           lambda d, a: _text(d / "q.jsonl", _lines(EXAMPLES / "introspect" / "requests.jsonl", 3)),
-           lambda d: plan_of("introspect", task="tool_selection", input=str(d / "q.jsonl"),
-                             tools=str(EXAMPLES / "introspect" / "tools.yaml"))),
-    Reader("introspect tool universe", "yaml",
-           lambda d, a: _copy(EXAMPLES / "introspect" / "tools.yaml", d / "tools.yaml"),
-           lambda d: plan_of("introspect", task="tool_selection", input=str(EXAMPLES / "introspect" / "requests.jsonl"),
-                             tools=str(d / "tools.yaml"))),
-    Reader("introspect interruption sessions", "jsonl",
-           lambda d, a: _text(d / "i.jsonl", _lines(EXAMPLES / "introspect" / "interruptions.jsonl", 1)),
-           lambda d: plan_of("introspect", task="proactive_timing", input=str(d / "i.jsonl"))),
-    Reader("introspect memory sessions", "jsonl",
-           lambda d, a: _text(d / "m.jsonl", _lines(EXAMPLES / "introspect" / "memories.jsonl", 1)),
-           lambda d: plan_of("introspect", task="memory_lifespan", input=str(d / "m.jsonl"))),
-    Reader("recommend sessions", "jsonl",
-           lambda d, a: _text(d / "s.jsonl", _lines(EXAMPLES / "recommend" / "sessions.jsonl", 2)),
-           lambda d: plan_of("recommend", input=str(d / "s.jsonl"))),
-    Reader("rerank pools JSONL", "jsonl", lambda d, a: _text(d / "pools.jsonl", _lines(EXAMPLES / "rerank" / "pools.jsonl", 1)),
-           lambda d: plan_of("rerank", input=str(d / "pools.jsonl"))),
-    Reader("history observation table", "jsonl", lambda d, a: _text(d / "obs.jsonl", OBSERVATIONS),
-           lambda d: plan_of("history", input=str(d / "obs.jsonl"))),
-    Reader("review MCQ run folder", "jsonl", lambda d, a: _text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 3)),
-           lambda d: plan_of("review", input=str(d)), folder_named=True),
-    Reader("review digital run folder", "jsonl", lambda d, a: _copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"),
-           lambda d: plan_of("review", input=str(d)), folder_named=True),
-    Reader("review label file", "jsonl", lambda d, a: review_labels(d), lambda d: plan_of("review", input=str(d), action="summary"),
-           folder_named=True),
-    Reader("review rubric", "yaml", lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
-                                                  _copy(PROMPTS / "review" / "mcq.yaml", d / "rubric.yaml"))[1],
-           lambda d: plan_of("review", input=str(d), rubric=str(d / "rubric.yaml"))),
-    Reader("review audit findings", "jsonl", lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
-                                                           _text(d / "audit.jsonl", FINDINGS))[1],
-           lambda d: plan_of("review", input=str(d))),
-    Reader("review scenarios run folder", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
-           lambda d: review_rendered(input=str(d)), folder_named=True),
-    Reader("review nocontext results", "jsonl",
-           lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
-                         _text(_folder(d / "nc") / "nocontext.jsonl", BLIND))[1],
-           lambda d: review_rendered(input=str(d), nocontext=str(d / "nc"))),
-    Reader("review judge distractor_validity results", "jsonl",
-           lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
-                         _text(_folder(d / "j") / "judge.jsonl", JUDGED))[1],
-           lambda d: review_rendered(input=str(d), judge=str(d / "j"))),
-    Reader("review judge run's manifest", "json",
-           lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
-                         _text(_folder(d / "j") / "judge.jsonl", JUDGED),
-                         _text(d / "j" / "manifest.json", json.dumps({"generator": "judge", "judge": {
-                             "kind": "distractor_validity", "judge_label": "big"}})))[2],
-           lambda d: review_rendered(input=str(d), judge=str(d / "j"))),
-    Reader("review a bank's version", "parquet", lambda d, a: bank_copy(d, a),
-           lambda d: review_rendered(input=str(d / "bank"))),
-    Reader("distractors digital= run (goal-conditioned bundles)", "jsonl",
-           lambda d, a: (_text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)),
-                         _text(d / "digital.jsonl", BUNDLE_GOALS))[1],
-           lambda d: plan_of("distractors", input=str(d / "goals.jsonl"), digital=str(d / "digital.jsonl"))),
-    Reader("pipeline chain file", "yaml", lambda d, a: _text(d / "chain.yaml", CHAIN),
-           lambda d: plan_of("pipeline", chain=str(d / "chain.yaml"))),
-    Reader("audit scenario bank (released schema)", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
-           audit_scenarios),
-    Reader("audit scenarios run's scenario_checks.jsonl", "jsonl",
-           lambda d, a: (_text(d / "scenarios.jsonl", SCENARIO_LINES), _text(d / "scenario_checks.jsonl", SCENARIO_CHECKS))[1],
-           lambda d: audit_scenarios(d, ".")),
-    Reader("bank add scenarios", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES), bank_scenarios),
-    Reader("bank add: the input run's manifest.json", "json",
-           lambda d, a: (_text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
-                         _copy(FIXTURES / "audit" / "run_clean" / "manifest.json", d / "manifest.json"))[1],
-           lambda d: plan_of("bank", action="add", bank=str(d / "bank"), input=str(d)), folder_named=True),
-    Reader("judge wagibench predictions", "jsonl", lambda d, a: _copy(JUDGE / "predictions.jsonl", d / "p.jsonl"),
-           lambda d: plan_of("judge", kind="wagibench", input=str(d / "p.jsonl"), variant=["contexts_reference"])),
-    Reader("judge context responses", "jsonl", lambda d, a: _copy(JUDGE / "responses.jsonl", d / "r.jsonl"),
-           lambda d: plan_of("judge", kind="context", input=str(JUDGE / "scenarios.jsonl"), responses=str(d / "r.jsonl"))),
-    Reader("judge and evaluate scenario bank", "jsonl", lambda d, a: _copy(JUDGE / "scenarios.jsonl", d / "scenarios.jsonl"),
-           lambda d: plan_of("evaluate", input=str(d / "scenarios.jsonl"), judge="smollm2",
-                             prompt_conditions=str(JUDGE / "prompt_conditions.json"), mode="scenarios")),
-    Reader("evaluate prompt_conditions", "json", lambda d, a: _copy(JUDGE / "prompt_conditions.json", d / "pc.json"),
-           lambda d: plan_of("evaluate", input=str(JUDGE / "scenarios.jsonl"), judge="smollm2",
-                             prompt_conditions=str(d / "pc.json"))),
-    Reader("judge meta human ratings", "jsonl", lambda d, a: _copy(JUDGE / "ratings.jsonl", d / "ratings.jsonl"),
-           lambda d: plan_of("judge", action="meta", input=str(d / "ratings.jsonl"))),
-    Reader("merge: a shard's manifest", "json", lambda d, a: (_shards(d, a.shards), d / "s1" / "manifest.json")[1],
-           merge_plan, folder_named=True, then=merge_run, fields=MANIFEST_FIELDS),
-    Reader("merge: a shard's records", "jsonl", lambda d, a: (_shards(d, a.shards), d / "s1" / "personas.jsonl")[1],
-           merge_plan, folder_named=True, then=merge_run),
-    Reader("scenarios verify: the run's MANIFEST.lock.json", "json", lambda d, a: scenario_lock(d),
-           lambda d: plan_of("scenarios", action="verify", input=str(d)), folder_named=True),
-    Reader("scenarios prompt_conditions", "json", lambda d, a: _copy(JUDGE / "prompt_conditions.json", d / "pc.json"),
-           lambda d: plan_of("scenarios", n=2, prompt_conditions=str(d / "pc.json"))),
-    Reader("scenarios existing= bank", "jsonl", lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
-           lambda d: plan_of("scenarios", n=2, id_start=50, existing=str(d / "scenarios.jsonl"))),
-    Reader("digital goals= goal bank", "jsonl", lambda d, a: (_text(d / "pool.jsonl", persona_lines()),
-                                                              _text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)))[1],
-           lambda d: plan_of("digital", goals=str(d / "goals.jsonl"), persona_file=str(d / "pool.jsonl"))),
-    Reader("judge meta judge_run records", "jsonl", lambda d, a: judge_run(d)[1],
-           lambda d: plan_of("judge", action="meta", input=str(d / "ratings.jsonl"), judge_run=str(d / "jr"))),
-    Reader("judge meta judge_run manifest", "json", lambda d, a: judge_run(d)[0],
-           lambda d: plan_of("judge", action="meta", input=str(d / "ratings.jsonl"), judge_run=str(d / "jr")),
-           folder_named=True),
-    Reader("audit digital run folder", "jsonl",
-           lambda d, a: (_copy(FIXTURES / "audit" / "digital" / "manifest.json", d / "manifest.json"),
-                         _copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"))[1],
-           lambda d: audit_read(d, "."), folder_named=True),
-    Reader("audit run folder's manifest", "json",
-           lambda d, a: (_copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"),
-                         _copy(FIXTURES / "audit" / "digital" / "manifest.json", d / "manifest.json"))[1],
-           lambda d: audit_read(d, "."), fields=("generator", "config", "merged", "source_config")),
-    Reader("nocontext WAGIBench MCQ layout", "json", lambda d, a: _text(d / "wagibench_mcq_similar.json", LAYOUT),
-           lambda d: plan_of("nocontext", input=str(d / "wagibench_mcq_similar.json"))),
-    Reader("judge references= (WAGIBench MCQ layout)", "json",
-           lambda d, a: _text(d / "wagibench_mcq_similar.json", LAYOUT),
-           lambda d: plan_of("judge", kind="wagibench", input=str(JUDGE / "predictions.jsonl"), variant=["contexts_reference"],
-                             references=str(d / "wagibench_mcq_similar.json"))),
-    Reader("judge digital_state.json", "json", lambda d, a: _text(d / "digital_state.json", DIGITAL_STATE),
-           lambda d: plan_of("judge", kind="wagibench", input=str(JUDGE / "predictions.jsonl"), variant=["contexts_reference"],
-                             digital_state=str(d / "digital_state.json"))),
-    Reader("history digital= run (goal-conditioned bundles)", "jsonl",
-           lambda d, a: (_text(d / "obs.jsonl", OBSERVATIONS), _text(d / "digital.jsonl", GOAL_BUNDLES))[1],
-           lambda d: plan_of("history", input=str(d / "obs.jsonl"), digital=str(d / "digital.jsonl"))),
+    Reader(
+        "tom narration.json",
+        "json",
+        lambda d, a: _text(d / "narration.json", json.dumps(NARRATION, indent=1)),
+        lambda d: plan_of("tom", input=str(d / "narration.json")),
+    ),
+    Reader(
+        "tom timelines JSONL",
+        "jsonl",
+        lambda d, a: _text(d / "t.jsonl", _lines(FIXTURES / "tom" / "timelines.jsonl", 2)),
+        lambda d: plan_of("tom", input=str(d / "t.jsonl")),
+    ),
+    Reader(
+        "tom EgoToM CSV",
+        "csv",
+        lambda d, a: write_egotom_csv(egotom_rows(), "goal", d / "egotom_goal_shuffled.csv"),
+        lambda d: plan_of("tom", input=str(d / "egotom_goal_shuffled.csv")),
+    ),
+    Reader(
+        "distractors goal bank JSONL",
+        "jsonl",
+        lambda d, a: _text(
+            d / "goals.jsonl",
+            _lines(EXAMPLES / "goals.jsonl", 4) + '{"goal_id": "w", "group": "g", "text": "x", '
+            '"context_window": {"start_s": 1.0, "end_s": 2.5}}\n',
+        ),
+        lambda d: plan_of("distractors", input=str(d / "goals.jsonl")),
+    ),
+    Reader(
+        "distractors goal bank parquet",
+        "parquet",
+        lambda d, a: goals_parquet(d / "goals.parquet"),
+        lambda d: plan_of("distractors", input=str(d / "goals.parquet")),
+    ),
+    Reader(
+        "digital cue bank",
+        "jsonl",
+        lambda d, a: (
+            _text(d / "pool.jsonl", persona_lines()),
+            _text(d / "cues.jsonl", _lines(EXAMPLES / "cues.jsonl", 3)),
+        )[1],
+        lambda d: plan_of(
+            "digital", cue_file=str(d / "cues.jsonl"), persona_file=str(d / "pool.jsonl")
+        ),
+    ),
+    Reader(
+        "digital persona_file",
+        "jsonl",
+        lambda d, a: _text(d / "personas.jsonl", persona_lines()),
+        lambda d: plan_of("digital", persona_file=str(d / "personas.jsonl")),
+    ),
+    Reader(
+        "digital persona_file run folder's manifest",
+        "json",
+        lambda d, a: (
+            _text(d / "personas.jsonl", persona_lines()),
+            _copy(a.shards[0] / "manifest.json", d / "manifest.json"),
+        )[1],
+        lambda d: plan_of("digital", persona_file=str(d)),
+        folder_named=True,
+        fields=("generator", "config", "outputs"),
+    ),
+    Reader(
+        "nocontext MCQ JSONL",
+        "jsonl",
+        lambda d, a: _text(d / "mcq.jsonl", _lines(FIXTURES / "audit" / "clean.jsonl", 3)),
+        lambda d: plan_of("nocontext", input=str(d / "mcq.jsonl")),
+    ),
+    Reader(
+        "nocontext EgoToM CSV folder",
+        "csv",
+        lambda d, a: write_egotom_csv(egotom_rows(), "goal", d / "egotom_goal_shuffled.csv"),
+        lambda d: plan_of("nocontext", input=str(d)),
+        folder_named=True,
+    ),
+    Reader(
+        "roles file",
+        "yaml",
+        lambda d, a: (
+            _copy(FIXTURES / "audit" / "scenarios.jsonl", d / "bank.jsonl"),
+            _copy(FIXTURES / "audit" / "scenario_roles.yaml", d / "roles.yaml"),
+        )[1],
+        lambda d: load_roles_bank(d / "bank.jsonl", read_roles(d / "roles.yaml")),
+    ),
+    Reader(
+        "JSONL bank read through roles",
+        "jsonl",
+        lambda d, a: (
+            _copy(FIXTURES / "audit" / "scenario_roles.yaml", d / "roles.yaml"),
+            _text(d / "bank.jsonl", _lines(FIXTURES / "audit" / "scenarios.jsonl", 2)),
+        )[1],
+        lambda d: load_roles_bank(d / "bank.jsonl", read_roles(d / "roles.yaml")),
+    ),
+    Reader(
+        "candidates items JSONL",
+        "jsonl",
+        lambda d, a: _text(d / "items.jsonl", _lines(EXAMPLES / "candidates" / "items.jsonl", 4)),
+        lambda d: plan_of("candidates", input=str(d / "items.jsonl")),
+    ),
+    Reader(
+        "candidates recall annotations (Memory Recall Prediction)",
+        "jsonl",
+        lambda d, a: _text(d / "recall.jsonl", _lines(EXAMPLES / "candidates" / "recall.jsonl", 2)),
+        lambda d: plan_of("candidates", input=str(d / "recall.jsonl"), input_format="recall"),
+    ),
+    Reader(
+        "candidates timelines JSONL (temporal-grounding items)",
+        "jsonl",
+        lambda d, a: _text(d / "t.jsonl", RECALL_TIMELINE),
+        lambda d: plan_of("candidates", input=str(d / "t.jsonl"), input_format="timelines"),
+    ),
+    Reader(
+        "introspect recording sessions",
+        "jsonl",
+        lambda d, a: _text(d / "r.jsonl", _lines(EXAMPLES / "introspect" / "recording.jsonl", 1)),
+        lambda d: plan_of("introspect", task="recording", input=str(d / "r.jsonl")),
+    ),
+    Reader(
+        "introspect emotion segments",
+        "jsonl",
+        lambda d, a: _text(d / "e.jsonl", _lines(EXAMPLES / "introspect" / "emotions.jsonl", 6)),
+        lambda d: plan_of("introspect", task="emotion_intensity", input=str(d / "e.jsonl")),
+    ),
+    Reader(
+        "introspect request segments",
+        "jsonl",
+        lambda d, a: _text(d / "q.jsonl", _lines(EXAMPLES / "introspect" / "requests.jsonl", 3)),
+        lambda d: plan_of(
+            "introspect",
+            task="tool_selection",
+            input=str(d / "q.jsonl"),
+            tools=str(EXAMPLES / "introspect" / "tools.yaml"),
+        ),
+    ),
+    Reader(
+        "introspect tool universe",
+        "yaml",
+        lambda d, a: _copy(EXAMPLES / "introspect" / "tools.yaml", d / "tools.yaml"),
+        lambda d: plan_of(
+            "introspect",
+            task="tool_selection",
+            input=str(EXAMPLES / "introspect" / "requests.jsonl"),
+            tools=str(d / "tools.yaml"),
+        ),
+    ),
+    Reader(
+        "introspect interruption sessions",
+        "jsonl",
+        lambda d, a: _text(
+            d / "i.jsonl", _lines(EXAMPLES / "introspect" / "interruptions.jsonl", 1)
+        ),
+        lambda d: plan_of("introspect", task="proactive_timing", input=str(d / "i.jsonl")),
+    ),
+    Reader(
+        "introspect memory sessions",
+        "jsonl",
+        lambda d, a: _text(d / "m.jsonl", _lines(EXAMPLES / "introspect" / "memories.jsonl", 1)),
+        lambda d: plan_of("introspect", task="memory_lifespan", input=str(d / "m.jsonl")),
+    ),
+    Reader(
+        "recommend sessions",
+        "jsonl",
+        lambda d, a: _text(d / "s.jsonl", _lines(EXAMPLES / "recommend" / "sessions.jsonl", 2)),
+        lambda d: plan_of("recommend", input=str(d / "s.jsonl")),
+    ),
+    Reader(
+        "rerank pools JSONL",
+        "jsonl",
+        lambda d, a: _text(d / "pools.jsonl", _lines(EXAMPLES / "rerank" / "pools.jsonl", 1)),
+        lambda d: plan_of("rerank", input=str(d / "pools.jsonl")),
+    ),
+    Reader(
+        "history observation table",
+        "jsonl",
+        lambda d, a: _text(d / "obs.jsonl", OBSERVATIONS),
+        lambda d: plan_of("history", input=str(d / "obs.jsonl")),
+    ),
+    Reader(
+        "review MCQ run folder",
+        "jsonl",
+        lambda d, a: _text(
+            d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 3)
+        ),
+        lambda d: plan_of("review", input=str(d)),
+        folder_named=True,
+    ),
+    Reader(
+        "review digital run folder",
+        "jsonl",
+        lambda d, a: _copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"),
+        lambda d: plan_of("review", input=str(d)),
+        folder_named=True,
+    ),
+    Reader(
+        "review label file",
+        "jsonl",
+        lambda d, a: review_labels(d),
+        lambda d: plan_of("review", input=str(d), action="summary"),
+        folder_named=True,
+    ),
+    Reader(
+        "review rubric",
+        "yaml",
+        lambda d, a: (
+            _text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+            _copy(PROMPTS / "review" / "mcq.yaml", d / "rubric.yaml"),
+        )[1],
+        lambda d: plan_of("review", input=str(d), rubric=str(d / "rubric.yaml")),
+    ),
+    Reader(
+        "review audit findings",
+        "jsonl",
+        lambda d, a: (
+            _text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+            _text(d / "audit.jsonl", FINDINGS),
+        )[1],
+        lambda d: plan_of("review", input=str(d)),
+    ),
+    Reader(
+        "review scenarios run folder",
+        "jsonl",
+        lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
+        lambda d: review_rendered(input=str(d)),
+        folder_named=True,
+    ),
+    Reader(
+        "review nocontext results",
+        "jsonl",
+        lambda d, a: (
+            _text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+            _text(_folder(d / "nc") / "nocontext.jsonl", BLIND),
+        )[1],
+        lambda d: review_rendered(input=str(d), nocontext=str(d / "nc")),
+    ),
+    Reader(
+        "review judge distractor_validity results",
+        "jsonl",
+        lambda d, a: (
+            _text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+            _text(_folder(d / "j") / "judge.jsonl", JUDGED),
+        )[1],
+        lambda d: review_rendered(input=str(d), judge=str(d / "j")),
+    ),
+    Reader(
+        "review judge run's manifest",
+        "json",
+        lambda d, a: (
+            _text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+            _text(_folder(d / "j") / "judge.jsonl", JUDGED),
+            _text(
+                d / "j" / "manifest.json",
+                json.dumps(
+                    {
+                        "generator": "judge",
+                        "judge": {"kind": "distractor_validity", "judge_label": "big"},
+                    }
+                ),
+            ),
+        )[2],
+        lambda d: review_rendered(input=str(d), judge=str(d / "j")),
+    ),
+    Reader(
+        "review a bank's version",
+        "parquet",
+        lambda d, a: bank_copy(d, a),
+        lambda d: review_rendered(input=str(d / "bank")),
+    ),
+    Reader(
+        "distractors digital= run (goal-conditioned bundles)",
+        "jsonl",
+        lambda d, a: (
+            _text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)),
+            _text(d / "digital.jsonl", BUNDLE_GOALS),
+        )[1],
+        lambda d: plan_of(
+            "distractors", input=str(d / "goals.jsonl"), digital=str(d / "digital.jsonl")
+        ),
+    ),
+    Reader(
+        "pipeline chain file",
+        "yaml",
+        lambda d, a: _text(d / "chain.yaml", CHAIN),
+        lambda d: plan_of("pipeline", chain=str(d / "chain.yaml")),
+    ),
+    Reader(
+        "audit scenario bank (released schema)",
+        "jsonl",
+        lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
+        audit_scenarios,
+    ),
+    Reader(
+        "audit scenarios run's scenario_checks.jsonl",
+        "jsonl",
+        lambda d, a: (
+            _text(d / "scenarios.jsonl", SCENARIO_LINES),
+            _text(d / "scenario_checks.jsonl", SCENARIO_CHECKS),
+        )[1],
+        lambda d: audit_scenarios(d, "."),
+    ),
+    Reader(
+        "bank add scenarios",
+        "jsonl",
+        lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
+        bank_scenarios,
+    ),
+    Reader(
+        "bank add: the input run's manifest.json",
+        "json",
+        lambda d, a: (
+            _text(d / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2)),
+            _copy(FIXTURES / "audit" / "run_clean" / "manifest.json", d / "manifest.json"),
+        )[1],
+        lambda d: plan_of("bank", action="add", bank=str(d / "bank"), input=str(d)),
+        folder_named=True,
+    ),
+    Reader(
+        "judge wagibench predictions",
+        "jsonl",
+        lambda d, a: _copy(JUDGE / "predictions.jsonl", d / "p.jsonl"),
+        lambda d: plan_of(
+            "judge", kind="wagibench", input=str(d / "p.jsonl"), variant=["contexts_reference"]
+        ),
+    ),
+    Reader(
+        "judge context responses",
+        "jsonl",
+        lambda d, a: _copy(JUDGE / "responses.jsonl", d / "r.jsonl"),
+        lambda d: plan_of(
+            "judge",
+            kind="context",
+            input=str(JUDGE / "scenarios.jsonl"),
+            responses=str(d / "r.jsonl"),
+        ),
+    ),
+    Reader(
+        "judge and evaluate scenario bank",
+        "jsonl",
+        lambda d, a: _copy(JUDGE / "scenarios.jsonl", d / "scenarios.jsonl"),
+        lambda d: plan_of(
+            "evaluate",
+            input=str(d / "scenarios.jsonl"),
+            judge="smollm2",
+            prompt_conditions=str(JUDGE / "prompt_conditions.json"),
+            mode="scenarios",
+        ),
+    ),
+    Reader(
+        "evaluate prompt_conditions",
+        "json",
+        lambda d, a: _copy(JUDGE / "prompt_conditions.json", d / "pc.json"),
+        lambda d: plan_of(
+            "evaluate",
+            input=str(JUDGE / "scenarios.jsonl"),
+            judge="smollm2",
+            prompt_conditions=str(d / "pc.json"),
+        ),
+    ),
+    Reader(
+        "judge meta human ratings",
+        "jsonl",
+        lambda d, a: _copy(JUDGE / "ratings.jsonl", d / "ratings.jsonl"),
+        lambda d: plan_of("judge", action="meta", input=str(d / "ratings.jsonl")),
+    ),
+    Reader(
+        "merge: a shard's manifest",
+        "json",
+        lambda d, a: (_shards(d, a.shards), d / "s1" / "manifest.json")[1],
+        merge_plan,
+        folder_named=True,
+        then=merge_run,
+        fields=MANIFEST_FIELDS,
+    ),
+    Reader(
+        "merge: a shard's records",
+        "jsonl",
+        lambda d, a: (_shards(d, a.shards), d / "s1" / "personas.jsonl")[1],
+        merge_plan,
+        folder_named=True,
+        then=merge_run,
+    ),
+    Reader(
+        "scenarios verify: the run's MANIFEST.lock.json",
+        "json",
+        lambda d, a: scenario_lock(d),
+        lambda d: plan_of("scenarios", action="verify", input=str(d)),
+        folder_named=True,
+    ),
+    Reader(
+        "scenarios prompt_conditions",
+        "json",
+        lambda d, a: _copy(JUDGE / "prompt_conditions.json", d / "pc.json"),
+        lambda d: plan_of("scenarios", n=2, prompt_conditions=str(d / "pc.json")),
+    ),
+    Reader(
+        "scenarios existing= bank",
+        "jsonl",
+        lambda d, a: _text(d / "scenarios.jsonl", SCENARIO_LINES),
+        lambda d: plan_of("scenarios", n=2, id_start=50, existing=str(d / "scenarios.jsonl")),
+    ),
+    Reader(
+        "digital goals= goal bank",
+        "jsonl",
+        lambda d, a: (
+            _text(d / "pool.jsonl", persona_lines()),
+            _text(d / "goals.jsonl", _lines(EXAMPLES / "goals.jsonl", 4)),
+        )[1],
+        lambda d: plan_of(
+            "digital", goals=str(d / "goals.jsonl"), persona_file=str(d / "pool.jsonl")
+        ),
+    ),
+    Reader(
+        "judge meta judge_run records",
+        "jsonl",
+        lambda d, a: judge_run(d)[1],
+        lambda d: plan_of(
+            "judge", action="meta", input=str(d / "ratings.jsonl"), judge_run=str(d / "jr")
+        ),
+    ),
+    Reader(
+        "judge meta judge_run manifest",
+        "json",
+        lambda d, a: judge_run(d)[0],
+        lambda d: plan_of(
+            "judge", action="meta", input=str(d / "ratings.jsonl"), judge_run=str(d / "jr")
+        ),
+        folder_named=True,
+    ),
+    Reader(
+        "audit digital run folder",
+        "jsonl",
+        lambda d, a: (
+            _copy(FIXTURES / "audit" / "digital" / "manifest.json", d / "manifest.json"),
+            _copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"),
+        )[1],
+        lambda d: audit_read(d, "."),
+        folder_named=True,
+    ),
+    Reader(
+        "audit run folder's manifest",
+        "json",
+        lambda d, a: (
+            _copy(FIXTURES / "audit" / "digital" / "digital.jsonl", d / "digital.jsonl"),
+            _copy(FIXTURES / "audit" / "digital" / "manifest.json", d / "manifest.json"),
+        )[1],
+        lambda d: audit_read(d, "."),
+        fields=("generator", "config", "merged", "source_config"),
+    ),
+    Reader(
+        "nocontext WAGIBench MCQ layout",
+        "json",
+        lambda d, a: _text(d / "wagibench_mcq_similar.json", LAYOUT),
+        lambda d: plan_of("nocontext", input=str(d / "wagibench_mcq_similar.json")),
+    ),
+    Reader(
+        "judge references= (WAGIBench MCQ layout)",
+        "json",
+        lambda d, a: _text(d / "wagibench_mcq_similar.json", LAYOUT),
+        lambda d: plan_of(
+            "judge",
+            kind="wagibench",
+            input=str(JUDGE / "predictions.jsonl"),
+            variant=["contexts_reference"],
+            references=str(d / "wagibench_mcq_similar.json"),
+        ),
+    ),
+    Reader(
+        "judge digital_state.json",
+        "json",
+        lambda d, a: _text(d / "digital_state.json", DIGITAL_STATE),
+        lambda d: plan_of(
+            "judge",
+            kind="wagibench",
+            input=str(JUDGE / "predictions.jsonl"),
+            variant=["contexts_reference"],
+            digital_state=str(d / "digital_state.json"),
+        ),
+    ),
+    Reader(
+        "history digital= run (goal-conditioned bundles)",
+        "jsonl",
+        lambda d, a: (
+            _text(d / "obs.jsonl", OBSERVATIONS),
+            _text(d / "digital.jsonl", GOAL_BUNDLES),
+        )[1],
+        lambda d: plan_of("history", input=str(d / "obs.jsonl"), digital=str(d / "digital.jsonl")),
+    ),
 ]
 """Every input reader; adding one is one line."""
 
 
-FINDINGS = "".join(json.dumps({"check": "length", "check_id": 4, "kind": "longest_answer", "severity": "warning",
-                               "what": "the answer is the longest option", "items": [f"goal-00{i}"],
-                               "fields": ["options[answer]"], "numbers": {"ratio": 1.5}}) + "\n" for i in range(2))
+FINDINGS = "".join(
+    json.dumps(
+        {
+            "check": "length",
+            "check_id": 4,
+            "kind": "longest_answer",
+            "severity": "warning",
+            "what": "the answer is the longest option",
+            "items": [f"goal-00{i}"],
+            "fields": ["options[answer]"],
+            "numbers": {"ratio": 1.5},
+        }
+    )
+    + "\n"
+    for i in range(2)
+)
 """Two audit findings naming the first two items of run_clean."""
 
 
-BLIND = "".join(json.dumps({
-    "item_id": f"goal-00{i}", "question_type": "goal", "source": "tom.jsonl", "line": i, "n_options": 3, "answer": i,
-    "kept": True, "removed_by": [], "shuffles": 2, "correct": {"m": 1}, "unparseable": {"m": 0},
-    "answers": {"m": [{"shuffle": k, "order": [0, 1, 2], "raw": "Answer: a", "letter": "a", "choice": k, "correct": k == i}
-                      for k in range(2)]}}) + "\n" for i in range(2))
+BLIND = "".join(
+    json.dumps(
+        {
+            "item_id": f"goal-00{i}",
+            "question_type": "goal",
+            "source": "tom.jsonl",
+            "line": i,
+            "n_options": 3,
+            "answer": i,
+            "kept": True,
+            "removed_by": [],
+            "shuffles": 2,
+            "correct": {"m": 1},
+            "unparseable": {"m": 0},
+            "answers": {
+                "m": [
+                    {
+                        "shuffle": k,
+                        "order": [0, 1, 2],
+                        "raw": "Answer: a",
+                        "letter": "a",
+                        "choice": k,
+                        "correct": k == i,
+                    }
+                    for k in range(2)
+                ]
+            },
+        }
+    )
+    + "\n"
+    for i in range(2)
+)
 """A nocontext run's records of the first two items of run_clean."""
-JUDGED = "".join(json.dumps({
-    "item_id": f"goal-00{i}", "question_type": "goal", "source": "tom.jsonl", "answer": i, "n_options": 3,
-    "scores": {"big": [{"score": s, "normalised": s / 2, "followed": True, "raw": f"<score>{s}</score>"} for s in (2, 0, 1)]},
-    "flagged": {"big": False}, "flagged_options": {"big": []}}) + "\n" for i in range(2))
+JUDGED = "".join(
+    json.dumps(
+        {
+            "item_id": f"goal-00{i}",
+            "question_type": "goal",
+            "source": "tom.jsonl",
+            "answer": i,
+            "n_options": 3,
+            "scores": {
+                "big": [
+                    {
+                        "score": s,
+                        "normalised": s / 2,
+                        "followed": True,
+                        "raw": f"<score>{s}</score>",
+                    }
+                    for s in (2, 0, 1)
+                ]
+            },
+            "flagged": {"big": False},
+            "flagged_options": {"big": []},
+        }
+    )
+    + "\n"
+    for i in range(2)
+)
 """A distractor_validity judge run's records of the first two items of run_clean."""
 
 
@@ -567,9 +1170,16 @@ def bank_copy(folder: Path, assets: SimpleNamespace) -> Path:
         src = assets.root / "bank_src"
         (src / "run").mkdir(parents=True)
         _text(src / "run" / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 2))
-        cfg = BankConfig(action="add", bank=str(src / "bank"), input=str(src / "run"), near_dup_sim=None,
-                         fail_on="never", audit_options={"checks": ["structure"], "embeddings": False},
-                         cache_dir=None, progress="off")
+        cfg = BankConfig(
+            action="add",
+            bank=str(src / "bank"),
+            input=str(src / "run"),
+            near_dup_sim=None,
+            fail_on="never",
+            audit_options={"checks": ["structure"], "embeddings": False},
+            cache_dir=None,
+            progress="off",
+        )
         assert run("bank", cfg, src / "out", quiet=True).accepted == 2
         assets.bank = src / "bank"
     shutil.copytree(assets.bank, folder / "bank", symlinks=True)  # current is a symlink
@@ -582,10 +1192,25 @@ def review_labels(folder: Path) -> Path:
 
     _text(folder / "tom.jsonl", _lines(FIXTURES / "audit" / "run_clean" / "tom.jsonl", 3))
     (folder / "reviews").mkdir()
-    return _text(folder / "reviews" / "alice.jsonl", "".join(json.dumps({
-        "item_id": it.item_id, "record_id": it.record_id, "reviewer": "alice", "time": "2026-01-01T00:00:00Z",
-        "rubric": "mcq-egotom", "scores": {"inferable": 3}, "decision": "accept", "note": "fine"}) + "\n"
-        for it in load_items(folder)[0]))
+    return _text(
+        folder / "reviews" / "alice.jsonl",
+        "".join(
+            json.dumps(
+                {
+                    "item_id": it.item_id,
+                    "record_id": it.record_id,
+                    "reviewer": "alice",
+                    "time": "2026-01-01T00:00:00Z",
+                    "rubric": "mcq-egotom",
+                    "scores": {"inferable": 3},
+                    "decision": "accept",
+                    "note": "fine",
+                }
+            )
+            + "\n"
+            for it in load_items(folder)[0]
+        ),
+    )
 
 
 def goals_parquet(path: Path, rows: list[dict[str, Any]] | None = None) -> Path:
@@ -593,23 +1218,68 @@ def goals_parquet(path: Path, rows: list[dict[str, Any]] | None = None) -> Path:
     return path
 
 
-GOAL_ROWS = [{**r, "goal": json.dumps(r["goal"]), "context_window": {"start_s": 1.0, "end_s": 2.0 + i}}
-             for i, r in enumerate(json.loads(x) for x in _lines(EXAMPLES / "goals.jsonl", 4).splitlines())]
+GOAL_ROWS = [
+    {**r, "goal": json.dumps(r["goal"]), "context_window": {"start_s": 1.0, "end_s": 2.0 + i}}
+    for i, r in enumerate(json.loads(x) for x in _lines(EXAMPLES / "goals.jsonl", 4).splitlines())
+]
 
 
 # --------------------------------------------------------------------------- corruptions
 
 HUGE = "9" * 5000
-RAW_VALUES = ["NaN", "Infinity", "-Infinity", "1e999", "9" * 400, HUGE, "-1", "0", "2.5", "true", "false",
-              "null", '""', '"x"', "[]", "{}", "[1, 2]", '{"a": 1}', '"../../escape.json"', '"/etc/passwd"',
-              '"\\u0000"', '"' + "é" * 3 + '"', "[" * 3000 + "]" * 3000, "[" * 100_000 + "]" * 100_000]
+RAW_VALUES = [
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e999",
+    "9" * 400,
+    HUGE,
+    "-1",
+    "0",
+    "2.5",
+    "true",
+    "false",
+    "null",
+    '""',
+    '"x"',
+    "[]",
+    "{}",
+    "[1, 2]",
+    '{"a": 1}',
+    '"../../escape.json"',
+    '"/etc/passwd"',
+    '"\\u0000"',
+    '"' + "é" * 3 + '"',
+    "[" * 3000 + "]" * 3000,
+    "[" * 100_000 + "]" * 100_000,
+]
 """JSON (and YAML flow) texts a field is replaced by; some are not JSON at all (NaN, 5,000 digits)."""
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
-                           | st.text(max_size=20), lambda c: st.lists(c, max_size=3)
-                           | st.dictionaries(st.text(max_size=8), c, max_size=3), max_leaves=8)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+    max_leaves=8,
+)
 raw_value = st.sampled_from(RAW_VALUES) | json_values.map(json.dumps)
-cell_text = st.sampled_from(["", "NaN", "inf", "-1", HUGE, "1e999", "a,b", 'x"y', "line\nbreak", "\x00",
-                             "99m:99s | #C C x", "../../x"]) | st.text(max_size=30)
+cell_text = st.sampled_from(
+    [
+        "",
+        "NaN",
+        "inf",
+        "-1",
+        HUGE,
+        "1e999",
+        "a,b",
+        'x"y',
+        "line\nbreak",
+        "\x00",
+        "99m:99s | #C C x",
+        "../../x",
+    ]
+) | st.text(max_size=30)
 SENTINEL = "\u0001SENTINEL\u0001"
 
 
@@ -648,27 +1318,47 @@ def dumped(value: Any, token: str, yaml_text: bool = False) -> str:
     if yaml_text:
         import yaml
 
-        return yaml.safe_dump(value, sort_keys=False, allow_unicode=True).replace(repr(SENTINEL)[1:-1], token) \
-            .replace(f"'{SENTINEL}'", token).replace(f'"{SENTINEL}"', token).replace(SENTINEL, token)
-    return json.dumps(value, ensure_ascii=False).replace(json.dumps(SENTINEL, ensure_ascii=False), token)
+        return (
+            yaml.safe_dump(value, sort_keys=False, allow_unicode=True)
+            .replace(repr(SENTINEL)[1:-1], token)
+            .replace(f"'{SENTINEL}'", token)
+            .replace(f'"{SENTINEL}"', token)
+            .replace(SENTINEL, token)
+        )
+    return json.dumps(value, ensure_ascii=False).replace(
+        json.dumps(SENTINEL, ensure_ascii=False), token
+    )
 
 
 @st.composite
 def corrupted(draw: st.DrawFn, kind: str, valid: bytes) -> tuple[str, bytes]:
     """(what was done, the new content of the file)."""
-    common = ["random_bytes", "truncated", "empty"] + ([] if kind == "parquet" else ["bom", "not_utf8"])
-    how = draw(st.sampled_from(common + {"json": ["field"] * 4, "jsonl": ["field"] * 4 + ["line"],
-                                         "yaml": ["field"] * 4, "csv": ["cell"] * 2 + ["column"] * 2,
-                                         "parquet": ["column"] * 5}[kind]))
+    common = ["random_bytes", "truncated", "empty"] + (
+        [] if kind == "parquet" else ["bom", "not_utf8"]
+    )
+    how = draw(
+        st.sampled_from(
+            common
+            + {
+                "json": ["field"] * 4,
+                "jsonl": ["field"] * 4 + ["line"],
+                "yaml": ["field"] * 4,
+                "csv": ["cell"] * 2 + ["column"] * 2,
+                "parquet": ["column"] * 5,
+            }[kind]
+        )
+    )
     if how == "random_bytes":
         return how, draw(st.binary(max_size=200))
     if how == "truncated":
-        return how, valid[:draw(st.integers(0, max(0, len(valid) - 1)))]
+        return how, valid[: draw(st.integers(0, max(0, len(valid) - 1)))]
     if how == "bom":
         return how, BOM + valid
     if how == "not_utf8":
         at = draw(st.integers(0, len(valid)))
-        return how, valid[:at] + draw(st.sampled_from([b"\xff", b"\xe9", b"\xc3", b"\x80\x80"])) + valid[at:]
+        return how, valid[:at] + draw(
+            st.sampled_from([b"\xff", b"\xe9", b"\xc3", b"\x80\x80"])
+        ) + valid[at:]
     if how == "empty":
         return how, b""
     if kind == "parquet":
@@ -681,7 +1371,7 @@ def corrupted(draw: st.DrawFn, kind: str, valid: bytes) -> tuple[str, bytes]:
         if how == "cell":
             rows[r][c] = draw(cell_text)
         elif draw(st.booleans()):
-            rows = [row[:c] + row[c + 1:] for row in rows]  # a column missing
+            rows = [row[:c] + row[c + 1 :] for row in rows]  # a column missing
         else:
             rows = [row + [draw(cell_text) if i else "extra_column"] for i, row in enumerate(rows)]
         out = io.StringIO()
@@ -716,7 +1406,9 @@ def corrupted(draw: st.DrawFn, kind: str, valid: bytes) -> tuple[str, bytes]:
 def parquet_column_edit(draw: st.DrawFn) -> bytes:
     rows = [dict(r) for r in GOAL_ROWS]
     col = draw(st.sampled_from([*rows[0], "unexpected_column"]))
-    choice = draw(st.sampled_from(["drop", "ints", "floats", "strings", "bools", "nulls", "lists", "structs"]))
+    choice = draw(
+        st.sampled_from(["drop", "ints", "floats", "strings", "bools", "nulls", "lists", "structs"])
+    )
     values: list[Any] = {
         "ints": [draw(st.integers(-(2**63), 2**63 - 1)) for _ in rows],
         "floats": [draw(st.sampled_from([float("nan"), float("inf"), -1.0, 1e308])) for _ in rows],
@@ -724,7 +1416,8 @@ def parquet_column_edit(draw: st.DrawFn) -> bytes:
         "bools": [True, False, True, False],
         "nulls": [None] * len(rows),
         "lists": [[1, 2]] * len(rows),
-        "structs": [{"start_s": draw(st.sampled_from([float("nan"), 1.0, -5.0])), "end_s": None}] * len(rows),
+        "structs": [{"start_s": draw(st.sampled_from([float("nan"), 1.0, -5.0])), "end_s": None}]
+        * len(rows),
     }.get(choice, [])
     for r, v in zip(rows, values or [None] * len(rows), strict=True):
         if choice == "drop":
@@ -740,8 +1433,11 @@ def parquet_column_edit(draw: st.DrawFn) -> bytes:
 
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:
-    return {p.relative_to(root).as_posix(): (p.lstat().st_size, p.lstat().st_mtime_ns)
-            for p in root.rglob("*") if not p.is_dir()}
+    return {
+        p.relative_to(root).as_posix(): (p.lstat().st_size, p.lstat().st_mtime_ns)
+        for p in root.rglob("*")
+        if not p.is_dir()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -754,11 +1450,21 @@ EXAMPLES_PER_READER = 20
 
 
 @pytest.mark.parametrize("reader", READERS, ids=[r.name for r in READERS])
-@settings(max_examples=EXAMPLES_PER_READER, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+@settings(
+    max_examples=EXAMPLES_PER_READER,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+    ],
+)
 @given(data=st.data())
-def test_a_reader_gives_a_one_line_error_naming_the_file_or_a_valid_result(assets: SimpleNamespace, reader: Reader,
-                                                                           data: st.DataObject) -> None:
+def test_a_reader_gives_a_one_line_error_naming_the_file_or_a_valid_result(
+    assets: SimpleNamespace, reader: Reader, data: st.DataObject
+) -> None:
     with tempfile.TemporaryDirectory(dir=assets.root) as tmp:
         folder = Path(tmp)
         target = reader.make(folder, assets)
@@ -784,26 +1490,50 @@ def holds(reader: Reader, folder: Path, target: Path, how: str, *, run_too: bool
         assert any(n in message for n in named), f"{how}: {message!r} does not name {target}"
     after = tree(folder)
     changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-    assert all(k.startswith("run/") for k in changed), f"{how}: written outside the run folder: {sorted(changed)}"
+    assert all(k.startswith("run/") for k in changed), (
+        f"{how}: written outside the run folder: {sorted(changed)}"
+    )
     shutil.rmtree(folder / "run", ignore_errors=True)
 
 
-HOSTILE = ["NaN", "-Infinity", "1e999", "9" * 400, HUGE, "[" * 100_000 + "]" * 100_000, "true", "-7", '"x"',
-           "[]", "{}", "null"]
+HOSTILE = [
+    "NaN",
+    "-Infinity",
+    "1e999",
+    "9" * 400,
+    HUGE,
+    "[" * 100_000 + "]" * 100_000,
+    "true",
+    "-7",
+    '"x"',
+    "[]",
+    "{}",
+    "null",
+]
 """What every field of a JSON-like input is replaced by, in turn (with the field deleted, and an
 unknown field added)."""
 HOSTILE_CELLS = ["", "NaN", HUGE, "1e999", "-7", "x", "../../x", "9999999m:99s | #C C x", "\x00"]
 
 
-def field_variants(kind: str, valid: bytes, fields: tuple[str, ...] | None = None) -> list[tuple[str, bytes]]:
+def field_variants(
+    kind: str, valid: bytes, fields: tuple[str, ...] | None = None
+) -> list[tuple[str, bytes]]:
     """Every field (every key name, at all its places at once; every CSV or parquet column)
     with each hostile value, deleted, and beside an unknown field."""
     if kind == "parquet":
         out = []
         for col in [*GOAL_ROWS[0], "unexpected_column"]:
-            for label, values in [("ints", [7, -1, 2**62, 0]), ("floats", [float("nan"), float("inf"), -1.0, 0.5]),
-                                  ("strings", ["", HUGE, "x", "NaN"]), ("nulls", [None] * 4), ("drop", None)]:
-                rows = [{k: v for k, v in r.items() if not (values is None and k == col)} for r in GOAL_ROWS]
+            for label, values in [
+                ("ints", [7, -1, 2**62, 0]),
+                ("floats", [float("nan"), float("inf"), -1.0, 0.5]),
+                ("strings", ["", HUGE, "x", "NaN"]),
+                ("nulls", [None] * 4),
+                ("drop", None),
+            ]:
+                rows = [
+                    {k: v for k, v in r.items() if not (values is None and k == col)}
+                    for r in GOAL_ROWS
+                ]
                 for r, v in zip(rows, values or [], strict=False):
                     r[col] = v
                 buf = io.BytesIO()
@@ -816,17 +1546,31 @@ def field_variants(kind: str, valid: bytes, fields: tuple[str, ...] | None = Non
         out = []
         for c, name in enumerate(rows[0]):
             for cell in [*HOSTILE_CELLS, None]:
-                new = [r[:c] + r[c + 1:] for r in rows] if cell is None else \
-                    [rows[0], *[r[:c] + [cell] + r[c + 1:] for r in rows[1:]]]
+                new = (
+                    [r[:c] + r[c + 1 :] for r in rows]
+                    if cell is None
+                    else [rows[0], *[r[:c] + [cell] + r[c + 1 :] for r in rows[1:]]]
+                )
                 buf = io.StringIO()
                 csv.writer(buf, lineterminator="\n").writerows(new)
-                out.append((f"{name} = {cell!r:.20}" if cell is not None else f"{name} dropped", buf.getvalue().encode()))
+                out.append(
+                    (
+                        f"{name} = {cell!r:.20}" if cell is not None else f"{name} dropped",
+                        buf.getvalue().encode(),
+                    )
+                )
         return out
     import yaml
 
-    docs = [json.loads(x) for x in text.splitlines() if x.strip()] if kind == "jsonl" else \
-        [yaml.safe_load(text) if kind == "yaml" else json.loads(text)]
-    keys = sorted({p[-1] for d in docs for p in paths_of(d) if isinstance(p[-1], str)} & set(fields or [p[-1] for d in docs for p in paths_of(d)]))
+    docs = (
+        [json.loads(x) for x in text.splitlines() if x.strip()]
+        if kind == "jsonl"
+        else [yaml.safe_load(text) if kind == "yaml" else json.loads(text)]
+    )
+    keys = sorted(
+        {p[-1] for d in docs for p in paths_of(d) if isinstance(p[-1], str)}
+        & set(fields or [p[-1] for d in docs for p in paths_of(d)])
+    )
     out = []
     for key in keys:
         for how in [*HOSTILE, "delete", "add"]:
@@ -859,7 +1603,9 @@ def _each(value: Any, key: str, how: str) -> Any:
 
 
 @pytest.mark.parametrize("reader", READERS, ids=[r.name for r in READERS])
-def test_every_field_of_a_reader_with_each_hostile_value(assets: SimpleNamespace, reader: Reader) -> None:
+def test_every_field_of_a_reader_with_each_hostile_value(
+    assets: SimpleNamespace, reader: Reader
+) -> None:
     """The deterministic half of the property: each field (key name, column) of the valid
     input replaced by each hostile value (NaN, a 400- and a 5,000-digit number, 1e999,
     100,000-deep nesting, each JSON type), deleted, or beside an unknown field."""
@@ -883,21 +1629,50 @@ def _pool_folder(tmp: Path) -> list[str]:
 
 
 PROCESS_CASES = [
-    ("distractors", "goals.jsonl", b'{"goal_id": "a", "group": "g", "text": "x", "context_window": {"start_s": NaN}}\n',
-     lambda t, f: [f"input={f}"], ":1: context_window.start_s: NaN is not a JSON number"),
-    ("tom", "narration.json", json.dumps(NARRATION).replace("step 1", "st\u00e9p 1").encode("latin-1"),
-     lambda t, f: [f"input={f}"], ":1: not UTF-8 text (byte 0xe9"),
-    ("nocontext", "egotom_goal_shuffled.csv", b"vuid,cuid,gt_goal,goal_choice_a,goal_choice_b,goal_choice_c\nv,v~1,a,a,b,c\n",
-     lambda t, f: [f"input={f}"], "missing EgoToM column(s) narrations_in_context"),
-    ("digital", "cues.jsonl", b'{"cue_id": ' + HUGE.encode() + b', "app": "Notes", "cue": "x"}\n',
-     lambda t, f: [f"cue_file={f}", *_pool_folder(t)], ":1: not valid JSON (Exceeds the limit (4300 digits)"),
-    ("merge", "manifest.json", b"[]", lambda t, f: [f"input=[{f.parent}]"], "expected a run manifest (a JSON object), got list"),
+    (
+        "distractors",
+        "goals.jsonl",
+        b'{"goal_id": "a", "group": "g", "text": "x", "context_window": {"start_s": NaN}}\n',
+        lambda t, f: [f"input={f}"],
+        ":1: context_window.start_s: NaN is not a JSON number",
+    ),
+    (
+        "tom",
+        "narration.json",
+        json.dumps(NARRATION).replace("step 1", "st\u00e9p 1").encode("latin-1"),
+        lambda t, f: [f"input={f}"],
+        ":1: not UTF-8 text (byte 0xe9",
+    ),
+    (
+        "nocontext",
+        "egotom_goal_shuffled.csv",
+        b"vuid,cuid,gt_goal,goal_choice_a,goal_choice_b,goal_choice_c\nv,v~1,a,a,b,c\n",
+        lambda t, f: [f"input={f}"],
+        "missing EgoToM column(s) narrations_in_context",
+    ),
+    (
+        "digital",
+        "cues.jsonl",
+        b'{"cue_id": ' + HUGE.encode() + b', "app": "Notes", "cue": "x"}\n',
+        lambda t, f: [f"cue_file={f}", *_pool_folder(t)],
+        ":1: not valid JSON (Exceeds the limit (4300 digits)",
+    ),
+    (
+        "merge",
+        "manifest.json",
+        b"[]",
+        lambda t, f: [f"input=[{f.parent}]"],
+        "expected a run manifest (a JSON object), got list",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("name", "file", "content", "args", "needle"), PROCESS_CASES, ids=[c[0] for c in PROCESS_CASES])
-def test_a_real_run_on_bad_input_is_one_line_exit_2_and_writes_nothing(run_gen, tmp_path: Path, name: str, file: str,
-                                                                       content: bytes, args: Callable, needle: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "file", "content", "args", "needle"), PROCESS_CASES, ids=[c[0] for c in PROCESS_CASES]
+)
+def test_a_real_run_on_bad_input_is_one_line_exit_2_and_writes_nothing(
+    run_gen, tmp_path: Path, name: str, file: str, content: bytes, args: Callable, needle: str
+) -> None:
     inputs = tmp_path / "in"
     inputs.mkdir()
     path = inputs / file
@@ -918,7 +1693,8 @@ def test_a_real_run_on_bad_input_is_one_line_exit_2_and_writes_nothing(run_gen, 
 
 
 def test_an_input_that_is_not_a_regular_file_or_too_large_is_refused_before_a_byte_is_read(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``/dev/zero`` was read whole into memory and a FIFO blocked the reader forever."""
     import os
 
@@ -936,7 +1712,10 @@ def test_an_input_that_is_not_a_regular_file_or_too_large_is_refused_before_a_by
         input_file(tmp_path)
     big = _text(tmp_path / "big.jsonl", "{}\n" * 100)
     monkeypatch.setattr(gen.paths, "MAX_INPUT_BYTES", 50)
-    with pytest.raises(InputError, match=rf"^{big}: 0 MiB is larger than an input may be \(0 MiB; GEN_MAX_INPUT_BYTES"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{big}: 0 MiB is larger than an input may be \(0 MiB; GEN_MAX_INPUT_BYTES",
+    ):
         read_text(big)
     # a JSONL file is streamed: any size, one line in memory, a line beyond the bound refused
     assert len(list(iter_jsonl(big))) == 100
@@ -951,14 +1730,18 @@ def test_a_lone_surrogate_escape_is_refused_where_it_is_read(tmp_path: Path) -> 
     from gen.readers import read_yaml_model
     from gen.schemas.review import Rubric
 
-    assert parse_json('"\\ud83d\\ude00"', "f:1") == "\U0001F600"
+    assert parse_json('"\\ud83d\\ude00"', "f:1") == "\U0001f600"
     assert parse_json('"\\\\ud800"', "f:1") == "\\ud800"  # an escaped backslash: no surrogate
     with pytest.raises(InputError, match=r"^f:1: a\[1\]: holds a lone UTF-16 surrogate escape"):
         parse_json('{"a": ["x", "\\ud800"]}', "f:1")
     with pytest.raises(InputError, match=r"^f:1: b: holds a lone UTF-16 surrogate"):
         parse_json('{"b": "\\udfff tail"}', "f:1")
-    path = _text(tmp_path / "r.yaml", (PROMPTS / "review" / "mcq.yaml").read_text(encoding="utf-8")
-                 .replace("name: ", 'name: "\\ud800" # ', 1))
+    path = _text(
+        tmp_path / "r.yaml",
+        (PROMPTS / "review" / "mcq.yaml")
+        .read_text(encoding="utf-8")
+        .replace("name: ", 'name: "\\ud800" # ', 1),
+    )
     with pytest.raises(InputError, match=rf"^{path}: name: holds a lone UTF-16 surrogate"):
         read_yaml_model(path, Rubric, "rubric")
 
@@ -1001,7 +1784,10 @@ def _hostile_setup(tmp: Path, case: str) -> list[str]:
         (tmp / "sc" / "MANIFEST.lock.json").write_bytes(b'{"schema_revision": "\xff"}\n')
         return ["scenarios", "action=verify", "input=sc"]
     if case == "lone_surrogate":
-        _text(tmp / "mcq.jsonl", FIXTURE_MCQ.read_text(encoding="utf-8").replace("What is", "What\\ud800 is", 1))
+        _text(
+            tmp / "mcq.jsonl",
+            FIXTURE_MCQ.read_text(encoding="utf-8").replace("What is", "What\\ud800 is", 1),
+        )
         return ["audit", "input=mcq.jsonl", "embeddings=false"]
     if case == "binary_prompt_conditions":
         (tmp / "pc.json").write_bytes(b"\xff\xfe\x00\x01binary")
@@ -1021,7 +1807,9 @@ HOSTILE_CASES = {
 
 
 @pytest.mark.parametrize("case", list(HOSTILE_CASES))
-def test_a_hostile_input_is_one_line_exit_2_within_seconds_and_writes_nothing_outside_the_run(run_gen, tmp_path: Path, case: str) -> None:
+def test_a_hostile_input_is_one_line_exit_2_within_seconds_and_writes_nothing_outside_the_run(
+    run_gen, tmp_path: Path, case: str
+) -> None:
     """Each was a traceback (the chain's ``..``, a non-UTF-8 lock), ``unexpected`` (exit 1: a lone
     surrogate, binary prompt_conditions, after the run folder was made), a read of /dev/zero into
     memory, or a hang (a FIFO)."""
@@ -1034,5 +1822,9 @@ def test_a_hostile_input_is_one_line_exit_2_within_seconds_and_writes_nothing_ou
     assert len(lines) == 1 and lines[0].startswith("error:"), proc.stderr
     assert HOSTILE_CASES[case] in lines[0], lines[0]
     after = tree(tmp_path)
-    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k) and not k.startswith("cache/")}
+    changed = {
+        k
+        for k in before.keys() | after.keys()
+        if before.get(k) != after.get(k) and not k.startswith("cache/")
+    }
     assert all(k.startswith("run/") for k in changed), changed  # audit reads its input in the run

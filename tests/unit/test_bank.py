@@ -71,7 +71,9 @@ from gen.mcq import egotom_columns, load_bank
 def test_id_ignores_run_specific_fields_and_option_order() -> None:
     rec = mcq(1)
     other = json.loads(json.dumps(rec))
-    other.update(item_id="f" * 32, group="another clip", privileged={"truth": "x"}, clip_start_time=99.0)
+    other.update(
+        item_id="f" * 32, group="another clip", privileged={"truth": "x"}, clip_start_time=99.0
+    )
     order = [2, 0, 1]  # reshuffled options, the same answer text
     other["options"] = [rec["options"][k] for k in order]
     other["answer"] = order.index(rec["answer"])
@@ -101,19 +103,42 @@ def test_id_changes_with_what_the_candidate_sees(change: str) -> None:
 def test_id_is_the_documented_hash() -> None:
     """Anyone can recompute an id: SHA-256 of the canonical JSON of the identity, 32 hex."""
     rec = mcq(3)
-    ident = {"question_type": "goal", "question": rec["question"],
-             "visible": {"visible.context": " ".join(rec["visible"]["context"].split())},
-             "options": sorted(rec["options"]), "answer": rec["options"][rec["answer"]]}
+    ident = {
+        "question_type": "goal",
+        "question": rec["question"],
+        "visible": {"visible.context": " ".join(rec["visible"]["context"].split())},
+        "options": sorted(rec["options"]),
+        "answer": rec["options"][rec["answer"]],
+    }
     text = json.dumps(ident, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     assert item_id_of("mcq_record", rec) == hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def test_egotom_row_reads_as_gen_mcq_does(tmp_path: Path) -> None:
-    rows = [{"vuid": "v1", "cuid": "v1~pass_1~0-9", "narrations_in_context": "    00m:01s | #C C opens the door",
-             "gt_goal": "To leave", "goal_choice_a": "To cook", "goal_choice_b": " To leave ", "goal_choice_c": "To sleep",
-             "clip_start_time": "0.0", "clip_end_time": "9.5"},
-            {"vuid": "v2", "cuid": "v2~pass_1~3-4", "narrations_in_context": "", "gt_goal": "missing",
-             "goal_choice_a": "a", "goal_choice_b": "b", "goal_choice_c": None, "clip_start_time": "1", "clip_end_time": "2"}]
+    rows = [
+        {
+            "vuid": "v1",
+            "cuid": "v1~pass_1~0-9",
+            "narrations_in_context": "    00m:01s | #C C opens the door",
+            "gt_goal": "To leave",
+            "goal_choice_a": "To cook",
+            "goal_choice_b": " To leave ",
+            "goal_choice_c": "To sleep",
+            "clip_start_time": "0.0",
+            "clip_end_time": "9.5",
+        },
+        {
+            "vuid": "v2",
+            "cuid": "v2~pass_1~3-4",
+            "narrations_in_context": "",
+            "gt_goal": "missing",
+            "goal_choice_a": "a",
+            "goal_choice_b": "b",
+            "goal_choice_c": None,
+            "clip_start_time": "1",
+            "clip_end_time": "2",
+        },
+    ]
     path = tmp_path / "egotom_goal_shuffled.csv"
     pl.DataFrame(rows, schema=dict.fromkeys(egotom_columns("goal"), pl.String)).write_csv(path)
     theirs = load_bank(path).items
@@ -126,14 +151,18 @@ def test_digital_id_ignores_seed_derived_ids(digital_run: Path) -> None:
     b = read_jsonl(digital_run / "digital.jsonl")[0]
     renamed = json.loads(json.dumps(b).replace(b["bundle_id"], "0" * 32))
     for key in ("event_id", "message_id", "persona_id", "track_id"):
-        renamed = json.loads(re.sub(rf'"{key}": "[0-9a-f]{{32}}"', f'"{key}": "{"1" * 32}"', json.dumps(renamed)))
+        renamed = json.loads(
+            re.sub(rf'"{key}": "[0-9a-f]{{32}}"', f'"{key}": "{"1" * 32}"', json.dumps(renamed))
+        )
     renamed["stats"] = {"chars_total": 1}
     assert renamed != b
     assert item_id_of("digital_bundle", renamed) == item_id_of("digital_bundle", b)
     changed = json.loads(json.dumps(b))
     changed["apps"]["Calendar"]["events"][0]["title"] += "!"
     assert item_id_of("digital_bundle", changed) != item_id_of("digital_bundle", b)
-    assert changed["cue"]["cue_id"] and "cue_id" in json.dumps(strip_ids(b))  # a cue id is content, kept
+    assert changed["cue"]["cue_id"] and "cue_id" in json.dumps(
+        strip_ids(b)
+    )  # a cue id is content, kept
 
 
 # --------------------------------------------------------------------------- add
@@ -150,16 +179,31 @@ def test_first_add_creates_version_one(tmp_path: Path) -> None:
     df = bank.frame("tom")
     assert df["item_id"].to_list() == ids_of(records)
     assert df["added_in"].to_list() == [1] * 8
-    assert [json.loads(r) for r in df["record"].to_list()] == records  # the original records, unchanged
+    assert [
+        json.loads(r) for r in df["record"].to_list()
+    ] == records  # the original records, unchanged
     assert df["options"].to_list() == [r["options"] for r in records]
-    assert df["source"].unique().to_list() == [hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()]
+    assert df["source"].unique().to_list() == [
+        hashlib.sha256((folder / "manifest.json").read_bytes()).hexdigest()
+    ]
     lock = bank.lock()
-    assert (lock["version"], lock["label"], lock["schema_revision"], lock["items"]) == (1, "v0001", 1, 8)
+    assert (lock["version"], lock["label"], lock["schema_revision"], lock["items"]) == (
+        1,
+        "v0001",
+        1,
+        8,
+    )
     assert lock["counts"] == {"tom": {"items": 8, "by_question_type": {"goal": 8}}}
     assert lock["prompts"] == {"tom/_system.jinja": ["c" * 64], "tom/goals.jinja": ["a" * 64]}
     assert lock["sources"][0]["llm"]["model_sha256"] == "b" * 64
-    assert set(lock["files"]) == {"tom.parquet", "CHANGELOG.md", "audit/audit.json", "audit/audit.jsonl",
-                                  "audit/rejects.jsonl", "audit/manifest.json"}
+    assert set(lock["files"]) == {
+        "tom.parquet",
+        "CHANGELOG.md",
+        "audit/audit.json",
+        "audit/audit.jsonl",
+        "audit/rejects.jsonl",
+        "audit/manifest.json",
+    }
     for name, sha in lock["files"].items():
         assert hashlib.sha256((bank.root / "current" / name).read_bytes()).hexdigest() == sha
     assert lock["history"][0]["message"] == "first release"
@@ -178,7 +222,9 @@ def test_same_batch_twice_adds_nothing(tmp_path: Path) -> None:
     assert (result.accepted, result.rejected, result.exit_code) == (0, 6, 0)
     rejects = read_jsonl(result.out_dir / "rejects.jsonl")
     assert {(r["stage"], r["reason"]) for r in rejects} == {("bank", "duplicate")}
-    assert [r["record_id"] for r in rejects] == sorted(bank.ids(), key=[r["record_id"] for r in rejects].index)
+    assert [r["record_id"] for r in rejects] == sorted(
+        bank.ids(), key=[r["record_id"] for r in rejects].index
+    )
     assert all("added in v0001" in r["detail"] for r in rejects)
     assert bank.current == 1 and (bank.root / "current" / LOCK).read_bytes() == lock_before
     assert sorted(p.name for p in (bank.root / "versions").iterdir()) == ["v0001"]
@@ -206,7 +252,9 @@ def test_paraphrased_batch_is_refused_as_near_duplicates(tmp_path: Path) -> None
     paraphrased = [paraphrase(r) for r in records[:4]] + [mcq(i) for i in range(6, 8)]
     result, ctx = bank.add(run_folder(tmp_path / "tom_b", paraphrased))
     rejects = read_jsonl(result.out_dir / "rejects.jsonl")
-    assert [(r["index"], r["stage"], r["reason"]) for r in rejects] == [(i, "bank", "near_duplicate") for i in range(4)]
+    assert [(r["index"], r["stage"], r["reason"]) for r in rejects] == [
+        (i, "bank", "near_duplicate") for i in range(4)
+    ]
     for r, orig in zip(rejects, ids_of(records), strict=False):
         cos = float(re.search(r"cosine (\d\.\d+)", r["detail"]).group(1))
         assert cos >= 0.95 and orig in r["detail"] and "v0001" in r["detail"]
@@ -224,8 +272,10 @@ def test_near_duplicates_within_a_batch_keep_the_first(tmp_path: Path) -> None:
     folder = run_folder(tmp_path / "tom_a", [a, paraphrase(a), mcq(2), paraphrase(paraphrase(a))])
     result, _ = Bank(tmp_path).add(folder)
     rejects = read_jsonl(result.out_dir / "rejects.jsonl")
-    assert [(r["index"], r["stage"], r["reason"]) for r in rejects] == [(1, "batch", "near_duplicate"),
-                                                                        (3, "batch", "near_duplicate")]
+    assert [(r["index"], r["stage"], r["reason"]) for r in rejects] == [
+        (1, "batch", "near_duplicate"),
+        (3, "batch", "near_duplicate"),
+    ]
     assert all(item_id_of("mcq_record", a) in r["detail"] for r in rejects)
 
 
@@ -242,19 +292,33 @@ def test_near_duplicates_pure() -> None:
         return list(a / np.linalg.norm(a))
 
     old = np.array([unit(1, 0, 0)])
-    new = np.array([unit(1, 0.1, 0),     # near the bank item
-                    unit(0, 1, 0),       # kept
-                    unit(0, 1, 0.05),    # near new[1], which was kept
-                    unit(0, 0, 1),       # kept
-                    unit(0.9, 0.1, 0)])  # near the bank item, not near a refused one
+    new = np.array(
+        [
+            unit(1, 0.1, 0),  # near the bank item
+            unit(0, 1, 0),  # kept
+            unit(0, 1, 0.05),  # near new[1], which was kept
+            unit(0, 0, 1),  # kept
+            unit(0.9, 0.1, 0),
+        ]
+    )  # near the bank item, not near a refused one
     got = near_duplicates(new, old, 0.99)
-    assert [None if m is None else (m.where, m.index) for m in got] == [("bank", 0), None, ("batch", 1), None, ("bank", 0)]
+    assert [None if m is None else (m.where, m.index) for m in got] == [
+        ("bank", 0),
+        None,
+        ("batch", 1),
+        None,
+        ("bank", 0),
+    ]
     # a refused item does not refuse its own near copies: only kept ones count
     chain = np.array([unit(1, 0, 0), unit(1, 0.12, 0), unit(1, 0.24, 0)])
     sims = chain @ chain.T
     thr = float(sims[0, 1]) - 1e-4  # 0~1 and 1~2 are near, 0~2 is not
     assert sims[0, 2] < thr
-    assert [None if m is None else m.index for m in near_duplicates(chain, None, thr)] == [None, 0, None]
+    assert [None if m is None else m.index for m in near_duplicates(chain, None, thr)] == [
+        None,
+        0,
+        None,
+    ]
     # the threshold is inclusive
     same = np.array([[1.0, 0, 0], [1.0, 0, 0]])
     assert near_duplicates(same, None, 1.0)[1] is not None
@@ -268,13 +332,22 @@ def test_audit_findings_refuse_the_batch(tmp_path: Path) -> None:
     assert (result.accepted, result.rejected, result.exit_code) == (0, 3, 1)
     rejects = read_jsonl(result.out_dir / "rejects.jsonl")
     assert {(r["stage"], r["reason"]) for r in rejects} == {("audit", "audit_failed")}
-    assert "1 finding(s) at or above fail_on=error" in rejects[0]["detail"] and "leakage/answer_in_visible" in rejects[0]["detail"]
+    assert (
+        "1 finding(s) at or above fail_on=error" in rejects[0]["detail"]
+        and "leakage/answer_in_visible" in rejects[0]["detail"]
+    )
     assert bank.current == 1 and len(bank.ids()) == 3
-    assert (result.out_dir / "audit" / "audit.json").is_file()  # the report stays in the add's run folder
+    assert (
+        result.out_dir / "audit" / "audit.json"
+    ).is_file()  # the report stays in the add's run folder
     # below fail_on: added
     result, _ = bank.add(folder, audit_options={"findings": [dict(LEAK, severity="warning")]})
     assert (result.accepted, result.exit_code, bank.current) == (3, 0, 2)
-    assert bank.lock()["history"][-1]["audit"]["by_severity"] == {"error": 0, "warning": 1, "info": 0}
+    assert bank.lock()["history"][-1]["audit"]["by_severity"] == {
+        "error": 0,
+        "warning": 1,
+        "info": 0,
+    }
 
 
 def test_real_audit_gates_the_batch(tmp_path: Path) -> None:
@@ -283,10 +356,14 @@ def test_real_audit_gates_the_batch(tmp_path: Path) -> None:
     # every check but the text gates, which refuse this file's nonce words ("To kabar lofin …")
     # on their face (tested in test_audit)
     opts = {"checks": [k for k in check_keys() if k != "text"]}
-    result, _ = bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(6)]), audit_options=opts)
+    result, _ = bank.add(
+        run_folder(tmp_path / "tom_a", [mcq(i) for i in range(6)]), audit_options=opts
+    )
     assert (result.accepted, result.exit_code, bank.current) == (6, 0, 1)
     leaky = [mcq(i) for i in range(6, 12)]
-    leaky[2]["visible"]["context"] += "\n    05m:00s | #C C says: " + leaky[2]["options"][leaky[2]["answer"]]
+    leaky[2]["visible"]["context"] += (
+        "\n    05m:00s | #C C says: " + leaky[2]["options"][leaky[2]["answer"]]
+    )
     result, _ = bank.add(run_folder(tmp_path / "tom_b", leaky), audit_options=opts)
     assert (result.accepted, result.exit_code, bank.current) == (0, 1, 1)
     report = json.loads((result.out_dir / "audit" / "audit.json").read_text())
@@ -300,23 +377,33 @@ def test_real_audit_gates_the_batch(tmp_path: Path) -> None:
 
 def test_force_adds_and_records_the_findings(tmp_path: Path) -> None:
     bank = Bank(tmp_path)
-    result, _ = bank.add(run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]),
-                         audit_options={"findings": [LEAK]}, force=True)
+    result, _ = bank.add(
+        run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)]),
+        audit_options={"findings": [LEAK]},
+        force=True,
+    )
     assert (result.accepted, result.exit_code, bank.current) == (3, 0, 1)
     entry = bank.lock()["history"][-1]
     assert entry["audit"]["forced"] is True and entry["audit"]["by_severity"]["error"] == 1
     log = (bank.root / "current" / "CHANGELOG.md").read_text()
-    assert "FORCED" in log and "error leakage/answer_in_visible: The answer appears in the visible context." in log
+    assert (
+        "FORCED" in log
+        and "error leakage/answer_in_visible: The answer appears in the visible context." in log
+    )
     assert "items: x1" in log
 
 
 def test_fail_on_never_and_info(tmp_path: Path) -> None:
     info = dict(LEAK, severity="info")
-    result, _ = Bank(tmp_path / "a").add(run_folder(tmp_path / "tom_a", [mcq(1)]), fail_on="info",
-                                         audit_options={"findings": [info]})
+    result, _ = Bank(tmp_path / "a").add(
+        run_folder(tmp_path / "tom_a", [mcq(1)]), fail_on="info", audit_options={"findings": [info]}
+    )
     assert result.exit_code == 1
-    result, _ = Bank(tmp_path / "b").add(run_folder(tmp_path / "tom_a", [mcq(1)]), fail_on="never",
-                                         audit_options={"findings": [LEAK]})
+    result, _ = Bank(tmp_path / "b").add(
+        run_folder(tmp_path / "tom_a", [mcq(1)]),
+        fail_on="never",
+        audit_options={"findings": [LEAK]},
+    )
     assert (result.exit_code, result.accepted) == (0, 1)
 
 
@@ -331,17 +418,30 @@ def test_kinds_versions_and_hard_links(tmp_path: Path, digital_run: Path) -> Non
     assert (result.accepted, bank.current) == (1, 3)
     v = {k: version_dir(bank.root, k) for k in (1, 2, 3)}
     # untouched kinds are the previous version's file (hard link), touched ones are new files
-    assert os.stat(v[1] / "tom.parquet").st_ino == os.stat(v[2] / "tom.parquet").st_ino == os.stat(v[3] / "tom.parquet").st_ino
-    assert os.stat(v[2] / "distractors.parquet").st_ino == os.stat(v[3] / "distractors.parquet").st_ino
+    assert (
+        os.stat(v[1] / "tom.parquet").st_ino
+        == os.stat(v[2] / "tom.parquet").st_ino
+        == os.stat(v[3] / "tom.parquet").st_ino
+    )
+    assert (
+        os.stat(v[2] / "distractors.parquet").st_ino == os.stat(v[3] / "distractors.parquet").st_ino
+    )
     assert not (v[2] / "digital.parquet").exists()
     lock = bank.lock()
-    assert {k: c["items"] for k, c in lock["counts"].items()} == {"tom": 4, "distractors": 3, "digital": 1}
+    assert {k: c["items"] for k, c in lock["counts"].items()} == {
+        "tom": 4,
+        "distractors": 3,
+        "digital": 1,
+    }
     assert [h["added"] for h in lock["history"]] == [{"tom": 4}, {"distractors": 3}, {"digital": 1}]
     assert [h["lock_sha256"] for h in lock["history"][:2]] == [
-        hashlib.sha256((v[k] / LOCK).read_bytes()).hexdigest() for k in (1, 2)]
+        hashlib.sha256((v[k] / LOCK).read_bytes()).hexdigest() for k in (1, 2)
+    ]
     assert lock["history"][2]["lock_sha256"] is None
     assert [s["generator"] for s in lock["sources"]] == ["tom", "distractors", "digital"]
-    assert any(k.startswith("digital/") for k in lock["prompts"])  # the digital run's real prompt hashes
+    assert any(
+        k.startswith("digital/") for k in lock["prompts"]
+    )  # the digital run's real prompt hashes
     df = bank.frame("digital")
     bundles = read_jsonl(digital / "digital.jsonl")
     assert df["source_item_id"].to_list() == [b["bundle_id"] for b in bundles]
@@ -365,20 +465,36 @@ def test_append_keeps_old_rows_unchanged(tmp_path: Path) -> None:
 def test_external_egotom_csvs_are_kind_mcq(tmp_path: Path) -> None:
     folder = tmp_path / "egotom"
     folder.mkdir()
-    rows = [{"vuid": f"v{i}", "cuid": f"v{i}~pass_1~0-9", "narrations_in_context": f"    00m:01s | #C C opens door {i}",
-             "gt_belief": f"C believes {i}", **{f"belief_choice_{x}": (f"C believes {i}" if x == "b" else f"C doubts {i}{x}")
-                                                for x in "abcd"}, "clip_start_time": "0", "clip_end_time": "9"}
-            for i in range(3)]
+    rows = [
+        {
+            "vuid": f"v{i}",
+            "cuid": f"v{i}~pass_1~0-9",
+            "narrations_in_context": f"    00m:01s | #C C opens door {i}",
+            "gt_belief": f"C believes {i}",
+            **{
+                f"belief_choice_{x}": (f"C believes {i}" if x == "b" else f"C doubts {i}{x}")
+                for x in "abcd"
+            },
+            "clip_start_time": "0",
+            "clip_end_time": "9",
+        }
+        for i in range(3)
+    ]
     cols = egotom_columns("belief")
-    pl.DataFrame([{c: r[c] for c in cols} for r in rows], schema=dict.fromkeys(cols, pl.String)).write_csv(
-        folder / "egotom_belief_shuffled.csv")
+    pl.DataFrame(
+        [{c: r[c] for c in cols} for r in rows], schema=dict.fromkeys(cols, pl.String)
+    ).write_csv(folder / "egotom_belief_shuffled.csv")
     bank = Bank(tmp_path)
     result, _ = bank.add(folder)
     assert result.accepted == 3
     df = bank.frame("mcq")
     assert df["source_format"].unique().to_list() == ["egotom_csv"]
-    assert df["answer"].to_list() == [1, 1, 1] and df["source_item_id"].to_list() == [r["cuid"] for r in rows]
-    assert bank.lock()["sources"][0]["manifest"] is None  # no run folder: provenance is the file hashes
+    assert df["answer"].to_list() == [1, 1, 1] and df["source_item_id"].to_list() == [
+        r["cuid"] for r in rows
+    ]
+    assert (
+        bank.lock()["sources"][0]["manifest"] is None
+    )  # no run folder: provenance is the file hashes
     result, _ = bank.export("egotom")
     out = result.out_dir / "egotom" / "egotom_belief_shuffled.csv"
     back = pl.read_csv(out, infer_schema_length=0)
@@ -391,28 +507,49 @@ def test_any_jsonl_bank_through_a_roles_file(tmp_path: Path) -> None:
     keep each source row; ids are content hashes as for any MCQ; the audit gets the roles file;
     the lock records the roles file's hash; rows the roles file cannot make MCQs of are refused."""
     r = random.Random(3)
-    rows = [{"qid": f"q{i}", "prompt": f"Which tool does C need next, {i}?", "kind": "tool", "clip": f"c{i}",
-             "choices": [" ".join(r.sample(WORDS, 2)) for _ in range(3)], "gold": "b",
-             "scene": {"caption": " ".join(r.sample(WORDS, 6)), "time": f"00:0{i}"},
-             "hidden": {"why": f"the next step needs tool {i}"}} for i in range(3)]
+    rows = [
+        {
+            "qid": f"q{i}",
+            "prompt": f"Which tool does C need next, {i}?",
+            "kind": "tool",
+            "clip": f"c{i}",
+            "choices": [" ".join(r.sample(WORDS, 2)) for _ in range(3)],
+            "gold": "b",
+            "scene": {"caption": " ".join(r.sample(WORDS, 6)), "time": f"00:0{i}"},
+            "hidden": {"why": f"the next step needs tool {i}"},
+        }
+        for i in range(3)
+    ]
     data = tmp_path / "tools.jsonl"
     data.write_text("".join(json.dumps(x) + "\n" for x in rows))
     roles = tmp_path / "roles.yaml"
-    roles.write_text("id: qid\nquestion: prompt\nvisible: [scene]\nprivileged: [hidden]\noptions: choices\n"
-                     "answer: gold\nanswer_format: letter\ngroup: clip\nquestion_type: kind\n")
+    roles.write_text(
+        "id: qid\nquestion: prompt\nvisible: [scene]\nprivileged: [hidden]\noptions: choices\n"
+        "answer: gold\nanswer_format: letter\ngroup: clip\nquestion_type: kind\n"
+    )
     bank = Bank(tmp_path)
     result, ctx = bank.add(data, roles=str(roles), near_dup_sim=None)
     assert result.accepted == 3 and bank.current == 1
     df = bank.frame("mcq")
-    assert df["source_item_id"].to_list() == ["q0", "q1", "q2"] and df["answer"].to_list() == [1, 1, 1]
+    assert df["source_item_id"].to_list() == ["q0", "q1", "q2"] and df["answer"].to_list() == [
+        1,
+        1,
+        1,
+    ]
     stored = [json.loads(x) for x in df["record"].to_list()]
     assert [s["source_row"] for s in stored] == rows
-    assert stored[0]["visible"] == {"scene.caption": rows[0]["scene"]["caption"], "scene.time": "00:00"}
+    assert stored[0]["visible"] == {
+        "scene.caption": rows[0]["scene"]["caption"],
+        "scene.time": "00:00",
+    }
     assert stored[0]["privileged"] == {"hidden.why": "the next step needs tool 0"}
     assert stored[0]["question"] == rows[0]["prompt"] and stored[0]["group"] == "c0"
     expected = {content_id(mcq_identity(record_mcq("mcq_record", s))) for s in stored}
     assert set(df["item_id"].to_list()) == expected
-    assert bank.lock()["sources"][0]["roles"]["sha256"] == hashlib.sha256(roles.read_bytes()).hexdigest()
+    assert (
+        bank.lock()["sources"][0]["roles"]["sha256"]
+        == hashlib.sha256(roles.read_bytes()).hexdigest()
+    )
     audit = json.loads((ctx.out_dir / "audit" / "manifest.json").read_text())
     assert audit["config"]["roles"] == str(roles)
     assert bank.add(data, roles=str(roles), near_dup_sim=None)[0].accepted == 0  # same items again
@@ -422,7 +559,11 @@ def test_any_jsonl_bank_through_a_roles_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"bad.jsonl:2: gold"):
         bank.add(bad, roles=str(roles))
     with pytest.raises(InputError, match="one JSONL file"):
-        plan(validate("bank", ["action=add", f"bank={bank.root}", f"input={tmp_path}", f"roles={roles}"]))
+        plan(
+            validate(
+                "bank", ["action=add", f"bank={bank.root}", f"input={tmp_path}", f"roles={roles}"]
+            )
+        )
 
 
 def test_a_nocontext_run_gives_its_kept_items_and_both_prompt_sets(tmp_path: Path) -> None:
@@ -432,22 +573,33 @@ def test_a_nocontext_run_gives_its_kept_items_and_both_prompt_sets(tmp_path: Pat
     tom_run = run_folder(tmp_path / "tom_run", records)
     nc = tmp_path / "nocontext_run"
     (nc / "kept").mkdir(parents=True)
-    (nc / "kept" / "tom.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:3]), encoding="utf-8")
-    (nc / "nocontext.jsonl").write_text("".join(json.dumps({"item_id": r["item_id"]}) + "\n" for r in records),
-                                        encoding="utf-8")
-    manifest = {"generator": "nocontext", "prompts": {"nocontext/choices_only.jinja": "d" * 64},
-                "inputs": {str(tom_run / "tom.jsonl"): "x"}, "outputs": output_hashes(nc)}
+    (nc / "kept" / "tom.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in records[:3]), encoding="utf-8"
+    )
+    (nc / "nocontext.jsonl").write_text(
+        "".join(json.dumps({"item_id": r["item_id"]}) + "\n" for r in records), encoding="utf-8"
+    )
+    manifest = {
+        "generator": "nocontext",
+        "prompts": {"nocontext/choices_only.jinja": "d" * 64},
+        "inputs": {str(tom_run / "tom.jsonl"): "x"},
+        "outputs": output_hashes(nc),
+    }
     (nc / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     bank = Bank(tmp_path)
     result, _ = bank.add(nc)
     assert result.accepted == 3 and bank.ids() == set(ids_of(records[:3]))
     lock = bank.lock()
     assert set(lock["counts"]) == {"tom"}
-    assert lock["prompts"] == {"nocontext/choices_only.jinja": ["d" * 64], "tom/_system.jinja": ["c" * 64],
-                               "tom/goals.jinja": ["a" * 64]}
+    assert lock["prompts"] == {
+        "nocontext/choices_only.jinja": ["d" * 64],
+        "tom/_system.jinja": ["c" * 64],
+        "tom/goals.jinja": ["a" * 64],
+    }
     (src,) = lock["sources"]
     assert src["generator"] == "nocontext" and src["records"] == {
-        "kept/tom.jsonl": hashlib.sha256((nc / "kept" / "tom.jsonl").read_bytes()).hexdigest()}
+        "kept/tom.jsonl": hashlib.sha256((nc / "kept" / "tom.jsonl").read_bytes()).hexdigest()
+    }
     assert [u["generator"] for u in src["upstream"]] == ["tom"]
 
 
@@ -463,7 +615,9 @@ def crash_leftovers(root: Path, version: int, pid: int = 999_999) -> None:
     (stage / "tom.parquet").write_bytes(b"half")
     shutil.copytree(version_dir(root, version - 1), version_dir(root, version))
     sha = hashlib.sha256((version_dir(root, version) / LOCK).read_bytes()).hexdigest()
-    (root / f".publishing-v{version:04d}-{pid}").write_text(json.dumps({"version": version, "lock_sha256": sha}))
+    (root / f".publishing-v{version:04d}-{pid}").write_text(
+        json.dumps({"version": version, "lock_sha256": sha})
+    )
     os.symlink(f"versions/v{version:04d}", root / f".current.tmp-{pid}")
 
 
@@ -473,8 +627,12 @@ def test_leftovers_are_ignored_by_readers_and_removed_by_the_next_add(tmp_path: 
     crash_leftovers(bank.root, 2)
     result, _ = bank.verify()
     assert result.exit_code == 0
-    assert result.manifest["bank"]["leftovers"] == [".current.tmp-999999", ".publishing-v0002-999999",
-                                                     "versions/.staging-v0002-999999", "versions/v0002"]
+    assert result.manifest["bank"]["leftovers"] == [
+        ".current.tmp-999999",
+        ".publishing-v0002-999999",
+        "versions/.staging-v0002-999999",
+        "versions/v0002",
+    ]
     result, ctx = bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))
     assert bank.current == 2 and ctx.stats["leftovers_removed"] == 4
     assert sorted(p.name for p in (bank.root / "versions").iterdir()) == ["v0001", "v0002"]
@@ -494,7 +652,9 @@ def test_only_what_a_gone_process_left_is_removed(tmp_path: Path) -> None:
     assert leftovers(bank.root, 2) == []
     crash_leftovers(bank.root, 3)
     note = next(bank.root.glob(".publishing-v0003-*"))
-    note.write_text(json.dumps({"version": 3, "lock_sha256": "0" * 64}))  # not the lock of versions/v0003
+    note.write_text(
+        json.dumps({"version": 3, "lock_sha256": "0" * 64})
+    )  # not the lock of versions/v0003
     assert version_dir(bank.root, 3) not in leftovers(bank.root, 2)
     with pytest.raises(InputError, match="v0003 is released too"):
         bank.add(run_folder(tmp_path / "tom_c", [mcq(10)]))
@@ -521,7 +681,9 @@ def test_a_failure_while_staging_leaves_the_bank_as_it_was(tmp_path: Path, monke
         raise OSError(errno.ENOSPC, "No space left on device", str(bank.root / "versions"))
 
     monkeypatch.setattr(bank_commit, "make_lock", full)
-    with pytest.raises(InputError, match=r"cannot write to .*: No space left on device .*stays at v0001") as e:
+    with pytest.raises(
+        InputError, match=r"cannot write to .*: No space left on device .*stays at v0001"
+    ) as e:
         bank.add(run_folder(tmp_path / "tom_b", [mcq(9)]))
     assert e.value.exit_code == 2 and tree(bank.root) == before
     monkeypatch.undo()
@@ -553,7 +715,9 @@ def test_action_word() -> None:
 def test_config_errors(tmp_path: Path) -> None:
     from gen.cli import validate_jobs
 
-    def validate(name: str, overrides: list[str]):  # what the command checks before a run: config and plan
+    def validate(
+        name: str, overrides: list[str]
+    ):  # what the command checks before a run: config and plan
         (job,) = validate_jobs(name, overrides, multirun=False)
         return job
 
@@ -569,7 +733,9 @@ def test_config_errors(tmp_path: Path) -> None:
         validate("bank", ["action=grow", f"bank={tmp_path}"])
     bad = tmp_path / "bad"
     bad.mkdir()
-    (bad / "tom.jsonl").write_text(json.dumps(mcq(1)) + "\n" + json.dumps({**mcq(2), "answer": 7}) + "\n")
+    (bad / "tom.jsonl").write_text(
+        json.dumps(mcq(1)) + "\n" + json.dumps({**mcq(2), "answer": 7}) + "\n"
+    )
     job = validate("bank", ["action=add", f"bank={tmp_path / 'b'}", f"input={bad}"])
     assert job.plan.n == 2
     with pytest.raises(InputError, match=r"tom.jsonl:2: not an MCQ record"):
@@ -585,31 +751,53 @@ def test_two_adds_at_once_take_turns(tmp_path: Path) -> None:
     import fcntl
     import time
 
-    batches = [run_folder(tmp_path / "a", [mcq(i) for i in range(0, 4)]),
-               run_folder(tmp_path / "b", [mcq(i) for i in range(2, 6)])]
+    batches = [
+        run_folder(tmp_path / "a", [mcq(i) for i in range(0, 4)]),
+        run_folder(tmp_path / "b", [mcq(i) for i in range(2, 6)]),
+    ]
     root = tmp_path / "bank"
     root.mkdir()
     procs = []
     with open(root / ".lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # as a running add would
         for k, folder in enumerate(batches):
-            argv, env = _cli_command(tmp_path, "bank", "add", f"bank={root}", f"input={folder}",
-                                     "near_dup_sim=null", f"hydra.run.dir=r{k}")
-            procs.append(subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
+            argv, env = _cli_command(
+                tmp_path,
+                "bank",
+                "add",
+                f"bank={root}",
+                f"input={folder}",
+                "near_dup_sim=null",
+                f"hydra.run.dir=r{k}",
+            )
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    cwd=tmp_path,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         deadline = time.monotonic() + 120
         while not all((tmp_path / f"r{k}" / "audit" / "manifest.json").is_file() for k in range(2)):
-            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "an add ended early"
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), (
+                "an add ended early"
+            )
             time.sleep(0.1)
         time.sleep(1.0)  # both are past their audit, at the lock
         assert all(p.poll() is None for p in procs) and bank_state(root)[0] is None
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     current, ids, _ = bank_state(root)
-    assert current == 2 and ids == {content_id(mcq_identity(record_mcq("mcq_record", mcq(i))))
-                                    for i in range(6)}
-    added = sorted(json.loads((tmp_path / f"r{k}" / "manifest.json").read_text())["bank"]["added"]["tom"]
-                   for k in range(2))
+    assert current == 2 and ids == {
+        content_id(mcq_identity(record_mcq("mcq_record", mcq(i)))) for i in range(6)
+    }
+    added = sorted(
+        json.loads((tmp_path / f"r{k}" / "manifest.json").read_text())["bank"]["added"]["tom"]
+        for k in range(2)
+    )
     assert added == [2, 4]  # the second to get the lock adds only its two new items
     assert _cli(tmp_path, "bank", "verify", f"bank={root}", "hydra.run.dir=rv").returncode == 0
 
@@ -619,7 +807,15 @@ def test_cli_action_word_and_verify_exit_codes(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "choose an action" in proc.stderr
     assert not (tmp_path / "r0").exists() and not (tmp_path / "b").exists()  # nothing left behind
     folder = run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)])
-    proc = _cli(tmp_path, "bank", "add", "bank=b", f"input={folder}", "near_dup_sim=null", "hydra.run.dir=r1")
+    proc = _cli(
+        tmp_path,
+        "bank",
+        "add",
+        "bank=b",
+        f"input={folder}",
+        "near_dup_sim=null",
+        "hydra.run.dir=r1",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "empty -> v0001, added 3" in proc.stdout
     check_run_folder(tmp_path / "r1", "bank", 3)
@@ -649,8 +845,16 @@ def test_sigkill_during_add_leaves_old_or_new_version(tmp_path: Path, phase: str
     bank = Bank(tmp_path / "killed")
     bank.add(first, near_dup_sim=None)
     assert bank_state(bank.root) == old
-    proc = _cli(tmp_path, "bank", "add", f"bank={bank.root}", f"input={second}", "near_dup_sim=null",
-                "hydra.run.dir=killed_run", env={FAULT_ENV: phase})
+    proc = _cli(
+        tmp_path,
+        "bank",
+        "add",
+        f"bank={bank.root}",
+        f"input={second}",
+        "near_dup_sim=null",
+        "hydra.run.dir=killed_run",
+        env={FAULT_ENV: phase},
+    )
     assert proc.returncode == -9, (proc.returncode, proc.stdout, proc.stderr)
     after = bank_state(bank.root)
     assert after == (new if phase == "committed" else old)
@@ -673,8 +877,16 @@ def test_two_processes_give_the_same_ids_and_bytes(tmp_path: Path) -> None:
         home = tmp_path / f"machine{k}"
         home.mkdir()
         folder = run_folder(home / "tom_a", records)
-        proc = _cli(home, "bank", "add", "bank=b", f"input={folder}", "near_dup_sim=null", "hydra.run.dir=r",
-                    env={"PYTHONHASHSEED": str(k)})
+        proc = _cli(
+            home,
+            "bank",
+            "add",
+            "bank=b",
+            f"input={folder}",
+            "near_dup_sim=null",
+            "hydra.run.dir=r",
+            env={"PYTHONHASHSEED": str(k)},
+        )
         assert proc.returncode == 0, proc.stderr
         state.append(bank_state(home / "b"))
     assert state[0][1] == state[1][1] == set(ids_of(records))

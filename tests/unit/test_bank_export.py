@@ -46,9 +46,17 @@ def test_export_parquet_with_dataset_card(grown: Bank) -> None:
     result, _ = grown.export("parquet")
     out = result.out_dir / "parquet"
     lock = grown.lock()
-    assert sorted(p.name for p in out.iterdir()) == ["EXPORT.json", "MANIFEST.lock.json", "README.md",
-                                                     "croissant.json", "tom.parquet"]
-    assert hashlib.sha256((out / "tom.parquet").read_bytes()).hexdigest() == lock["files"]["tom.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "EXPORT.json",
+        "MANIFEST.lock.json",
+        "README.md",
+        "croissant.json",
+        "tom.parquet",
+    ]
+    assert (
+        hashlib.sha256((out / "tom.parquet").read_bytes()).hexdigest()
+        == lock["files"]["tom.parquet"]
+    )
     assert (result.accepted, result.requested) == (7, 7)
     card = (out / "README.md").read_text()
     assert card.startswith("---\nconfigs:\n- config_name: tom\n  data_files: tom.parquet\n---\n")
@@ -62,20 +70,49 @@ def test_export_parquet_with_dataset_card(grown: Bank) -> None:
 
 def test_export_wagibench_layouts(tmp_path: Path, digital_run: Path) -> None:
     bank = Bank(tmp_path)
-    dis = [dict(mcq(i, "similar", n_options=4), question="Which action?",
-                privileged={"reference_goal_id": f"g{i}", "structured_goal": {"type": "shop", "content": f"milk {i}"}})
-           for i in range(3)]
-    layout = [{"x": {"client_tag": f"obs{i}", "context_window": {"start_s": 1, "end_s": 2}, "cues": [],
-                     "mcq_set": [{"type": "shop", "content": f"o{k}"} for k in range(4)]},
-               "y": d["answer"], "meta": {"client_tag": f"obs{i}", "scenario": {"shortname": "s"},
-                                          "item_id": d["item_id"], "question_type": "similar"}}
-              for i, d in enumerate(dis[:2])]  # the third has no layout row: built from its record
-    bank.add(run_folder(tmp_path / "dis", dis, "distractors", extra={"wagibench_mcq_similar.json": layout}))
+    dis = [
+        dict(
+            mcq(i, "similar", n_options=4),
+            question="Which action?",
+            privileged={
+                "reference_goal_id": f"g{i}",
+                "structured_goal": {"type": "shop", "content": f"milk {i}"},
+            },
+        )
+        for i in range(3)
+    ]
+    layout = [
+        {
+            "x": {
+                "client_tag": f"obs{i}",
+                "context_window": {"start_s": 1, "end_s": 2},
+                "cues": [],
+                "mcq_set": [{"type": "shop", "content": f"o{k}"} for k in range(4)],
+            },
+            "y": d["answer"],
+            "meta": {
+                "client_tag": f"obs{i}",
+                "scenario": {"shortname": "s"},
+                "item_id": d["item_id"],
+                "question_type": "similar",
+            },
+        }
+        for i, d in enumerate(dis[:2])
+    ]  # the third has no layout row: built from its record
+    bank.add(
+        run_folder(
+            tmp_path / "dis", dis, "distractors", extra={"wagibench_mcq_similar.json": layout}
+        )
+    )
     digital = digital_run
     bank.add(digital)
     result, _ = bank.export("wagibench")
     out = result.out_dir / "wagibench"
-    assert sorted(p.name for p in out.iterdir()) == ["EXPORT.json", "digital_state.json", "wagibench_mcq_similar.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "EXPORT.json",
+        "digital_state.json",
+        "wagibench_mcq_similar.json",
+    ]
     rows = json.loads((out / "wagibench_mcq_similar.json").read_text())
     ids = ids_of(dis)
     assert [r["meta"]["item_id"] for r in rows] == ids
@@ -120,7 +157,9 @@ def test_export_egotom_columns_and_unfit_items(tmp_path: Path) -> None:
 def test_export_an_older_version(grown: Bank) -> None:
     result, _ = grown.export("parquet", version=1)
     assert result.requested == 4
-    assert pl.read_parquet(result.out_dir / "parquet" / "tom.parquet")["added_in"].to_list() == [1] * 4
+    assert (
+        pl.read_parquet(result.out_dir / "parquet" / "tom.parquet")["added_in"].to_list() == [1] * 4
+    )
 
 
 def test_export_refuses_a_drifted_bank(grown: Bank) -> None:
@@ -139,33 +178,54 @@ def scenario(i: int, *, sid: str | None = None, target: str = "current") -> dict
     i < 9, its own signature: the validator allows 2 per signature)."""
     r = random.Random(f"scenario/{i}")
     w = lambda k: " ".join(r.sample(WORDS, k))  # noqa: E731
-    gold = {"current_answers": [w(1), w(1), w(2)], "prior_answers": [w(1), w(1), w(2)],
-            "clarify_indicators": [], "abstain_indicators": []}
-    return {"scenario_id": sid or f"sc-{i + 1:02d}", "subset": "bank", "pair_id": None, "target_context": target,
-            "change_type": "object_in_hand", "activity_domain": ("kitchen", "workshop", "garden")[i // 3 % 3],
-            "referent_complexity": "single_referent", "difficulty_tier": ("easy", "medium", "hard")[i % 3],
-            "time_gap_bucket": "seconds", "context_image": None,
-            "turn_1_image": f"A hand holds a long {w(3)} near a steel vessel.",
-            "turn_1_user": f"Should I keep moving this {w(2)}?",
-            "turn_2_image": f"A hand grips a flat {w(3)} over a wooden slab.",
-            "turn_2_user": f"Is my grip okay for this {w(2)}?",
-            "turn_3_repair_prompt": f"I mean the {gold['current_answers'][0]} now, not the {gold['prior_answers'][0]}.",
-            "turn_3_repair_prompt_deictic": "I mean this thing in my hand right now.",
-            "notes": f"note {i}", "gold": gold}
+    gold = {
+        "current_answers": [w(1), w(1), w(2)],
+        "prior_answers": [w(1), w(1), w(2)],
+        "clarify_indicators": [],
+        "abstain_indicators": [],
+    }
+    return {
+        "scenario_id": sid or f"sc-{i + 1:02d}",
+        "subset": "bank",
+        "pair_id": None,
+        "target_context": target,
+        "change_type": "object_in_hand",
+        "activity_domain": ("kitchen", "workshop", "garden")[i // 3 % 3],
+        "referent_complexity": "single_referent",
+        "difficulty_tier": ("easy", "medium", "hard")[i % 3],
+        "time_gap_bucket": "seconds",
+        "context_image": None,
+        "turn_1_image": f"A hand holds a long {w(3)} near a steel vessel.",
+        "turn_1_user": f"Should I keep moving this {w(2)}?",
+        "turn_2_image": f"A hand grips a flat {w(3)} over a wooden slab.",
+        "turn_2_user": f"Is my grip okay for this {w(2)}?",
+        "turn_3_repair_prompt": f"I mean the {gold['current_answers'][0]} now, not the {gold['prior_answers'][0]}.",
+        "turn_3_repair_prompt_deictic": "I mean this thing in my hand right now.",
+        "notes": f"note {i}",
+        "gold": gold,
+    }
 
 
 def test_scenario_id_hashes_the_visible_channels_only() -> None:
     from gen.schemas.scenarios import VISIBLE_FIELDS
 
     s = scenario(1)
-    relabelled = {**s, "scenario_id": "sc-99", "target_context": "prior", "change_type": "location",
-                  "notes": "other", "difficulty_tier": "hard",
-                  "gold": {**s["gold"], "current_answers": ["something else", "a", "b"]},
-                  "turn_2_user": "  Is my grip   okay" + s["turn_2_user"][len("Is my grip okay"):]}  # spacing only
+    relabelled = {
+        **s,
+        "scenario_id": "sc-99",
+        "target_context": "prior",
+        "change_type": "location",
+        "notes": "other",
+        "difficulty_tier": "hard",
+        "gold": {**s["gold"], "current_answers": ["something else", "a", "b"]},
+        "turn_2_user": "  Is my grip   okay" + s["turn_2_user"][len("Is my grip okay") :],
+    }  # spacing only
     assert item_id_of("scenario_record", relabelled) == item_id_of("scenario_record", s)
     assert re.fullmatch(r"[0-9a-f]{32}", item_id_of("scenario_record", s))
     for f in VISIBLE_FIELDS:
-        assert item_id_of("scenario_record", {**s, f: (s[f] or "") + " changed"}) != item_id_of("scenario_record", s), f
+        assert item_id_of("scenario_record", {**s, f: (s[f] or "") + " changed"}) != item_id_of(
+            "scenario_record", s
+        ), f
 
 
 def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) -> None:
@@ -182,8 +242,10 @@ def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) 
     assert set(frame["question_type"].to_list()) == {"object_in_hand/current"}
     assert bank.lock()["counts"]["scenarios"]["items"] == 4 and problems(bank) == []
     # the same scenarios renumbered and with other gold lists: the same items, refused
-    again = [{**s, "scenario_id": f"sc-{50 + k}", "gold": {**s["gold"], "abstain_indicators": ["x"]}}
-             for k, s in enumerate(first[:2])] + [scenario(4, sid="sc-05")]
+    again = [
+        {**s, "scenario_id": f"sc-{50 + k}", "gold": {**s["gold"], "abstain_indicators": ["x"]}}
+        for k, s in enumerate(first[:2])
+    ] + [scenario(4, sid="sc-05")]
     result, _ = bank.add(run_folder(tmp_path / "sc_b", again, generator="scenarios"))
     rejects = read_jsonl(result.out_dir / "rejects.jsonl")
     assert [(r["reason"], r["stage"]) for r in rejects] == [("duplicate", "bank")] * 2
@@ -195,36 +257,61 @@ def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) 
     rows = read_jsonl(out / "scenarios.jsonl")
     assert [r["scenario_id"] for r in rows] == ["sc-01", "sc-02", "sc-03", "sc-04", "sc-05"]
     assert rows[:4] == first and all(tuple(r) == RECORD_FIELDS for r in rows)
-    assert [(r["reason"], r["record_id"]) for r in read_jsonl(result.out_dir / "rejects.jsonl")] == [
-        ("duplicate_scenario_id", item_id_of("scenario_record", scenario(5, sid="sc-01")))]
+    assert [
+        (r["reason"], r["record_id"]) for r in read_jsonl(result.out_dir / "rejects.jsonl")
+    ] == [("duplicate_scenario_id", item_id_of("scenario_record", scenario(5, sid="sc-01")))]
     ids = json.loads((out / "bank_ids.json").read_text())
-    assert ids["sc-01"] == {"item_id": item_id_of("scenario_record", first[0]), "added_in": "v0001",
-                            "source_item_id": "sc-01"}
+    assert ids["sc-01"] == {
+        "item_id": item_id_of("scenario_record", first[0]),
+        "added_in": "v0001",
+        "source_item_id": "sc-01",
+    }
     lock = json.loads((out / SCENARIO_LOCK).read_text())
-    assert lock["scenarios_sha256"] == hashlib.sha256((out / "scenarios.jsonl").read_bytes()).hexdigest()
-    assert lock["counts"] == {"bank": 5} and lock["bank_lock_sha256"] == hashlib.sha256(
-        (version_dir(bank.root, 3) / LOCK).read_bytes()).hexdigest()
+    assert (
+        lock["scenarios_sha256"]
+        == hashlib.sha256((out / "scenarios.jsonl").read_bytes()).hexdigest()
+    )
+    assert (
+        lock["counts"] == {"bank": 5}
+        and lock["bank_lock_sha256"]
+        == hashlib.sha256((version_dir(bank.root, 3) / LOCK).read_bytes()).hexdigest()
+    )
     again, _ = bank.export("scenarios", out=str(tmp_path / "export2"))  # byte-reproducible
-    assert (tmp_path / "export2" / "scenarios.jsonl").read_bytes() == (out / "scenarios.jsonl").read_bytes()
-    result, _ = bank.export("parquet", out=str(tmp_path / "parquet"))  # the generic exports carry the kind
+    assert (tmp_path / "export2" / "scenarios.jsonl").read_bytes() == (
+        out / "scenarios.jsonl"
+    ).read_bytes()
+    result, _ = bank.export(
+        "parquet", out=str(tmp_path / "parquet")
+    )  # the generic exports carry the kind
     assert (tmp_path / "parquet" / "scenarios.parquet").is_file() and result.exit_code == 0
     assert "Wearable Assistant Context Bench" in (tmp_path / "parquet" / "README.md").read_text()
 
 
 def test_contrast_members_are_not_near_duplicates_of_each_other(tmp_path: Path) -> None:
     a = {**scenario(1, sid="adv-01"), "subset": "contrast", "pair_id": "pair-01"}
-    b = {**a, "scenario_id": "adv-02", "target_context": "prior", "turn_3_repair_prompt_deictic": None,
-         "turn_2_user": a["turn_2_user"].replace("Is my grip okay", "Was my grip okay")}
+    b = {
+        **a,
+        "scenario_id": "adv-02",
+        "target_context": "prior",
+        "turn_3_repair_prompt_deictic": None,
+        "turn_2_user": a["turn_2_user"].replace("Is my grip okay", "Was my grip okay"),
+    }
     bank = Bank(tmp_path)
     result, _ = bank.add(run_folder(tmp_path / "pair", [a, b], generator="scenarios"))
     assert result.accepted == 2  # one turn 1, a current and a prior target: two question types
-    assert set(bank.frame("scenarios")["question_type"].to_list()) == {"object_in_hand/current", "object_in_hand/prior"}
+    assert set(bank.frame("scenarios")["question_type"].to_list()) == {
+        "object_in_hand/current",
+        "object_in_hand/prior",
+    }
 
 
 def test_a_bad_scenario_line_is_an_input_error_naming_file_and_line(tmp_path: Path) -> None:
     rows = [scenario(0), {**scenario(1), "change_type": "teleport"}]
     folder = run_folder(tmp_path / "bad", rows, generator="scenarios")
-    with pytest.raises(InputError, match=r"scenarios.jsonl:2: not a scenario in the released schema \(change_type: "):
+    with pytest.raises(
+        InputError,
+        match=r"scenarios.jsonl:2: not a scenario in the released schema \(change_type: ",
+    ):
         Bank(tmp_path).add(folder)
     with pytest.raises(ConfigError, match="kind=digital does not fit"):
         Bank(tmp_path).add(folder, kind="digital")
@@ -239,7 +326,9 @@ def test_real_audit_gates_a_scenario_batch(tmp_path: Path) -> None:
     assert (result.accepted, result.exit_code, bank.current) == (0, 1, None)
     report = json.loads((result.out_dir / "audit" / "audit.json").read_text())
     errors = [f for f in report["findings"] if f["severity"] == "error"]
-    assert {(f["check"], f["kind"], tuple(f["items"])) for f in errors} == {("scenarios", "gold_in_speech", ("sc-02",))}
+    assert {(f["check"], f["kind"], tuple(f["items"])) for f in errors} == {
+        ("scenarios", "gold_in_speech", ("sc-02",))
+    }
     result, _ = bank.add(run_folder(tmp_path / "sc2", leaky, generator="scenarios"), force=True)
     assert (result.accepted, bank.current) == (3, 1)
 
@@ -267,7 +356,9 @@ def test_the_benchmarks_examples_round_trip_and_pass_its_validator(tmp_path: Pat
 # --------------------------------------------------------------------------- require_review
 
 
-def test_require_review_admits_items_accepted_by_k_reviewers_and_records_who(tmp_path: Path) -> None:
+def test_require_review_admits_items_accepted_by_k_reviewers_and_records_who(
+    tmp_path: Path,
+) -> None:
     from gen.generators.review.items import load_items
     from gen.labels import append_label
     from gen.schemas.review import ReviewLabel
@@ -278,8 +369,12 @@ def test_require_review_admits_items_accepted_by_k_reviewers_and_records_who(tmp
     assert [it.item_id for it in load_items(folder)[0]] == ids  # review labels carry the bank's ids
 
     def label(reviewer: str, i: int, decision: str) -> None:
-        append_label(folder, ReviewLabel(item_id=ids[i], reviewer=reviewer, time="t", rubric="mcq-egotom",
-                                         decision=decision))
+        append_label(
+            folder,
+            ReviewLabel(
+                item_id=ids[i], reviewer=reviewer, time="t", rubric="mcq-egotom", decision=decision
+            ),
+        )
 
     for i in range(4):
         label("alice", i, "accept")
@@ -300,9 +395,15 @@ def test_require_review_admits_items_accepted_by_k_reviewers_and_records_who(tmp
     assert detail[ids[2]].endswith("accepted by 1 of the 2 reviewer(s) required (alice)")
     assert detail[ids[5]].endswith("accepted by 0 of the 2 reviewer(s) required")
     review = bank.lock()["sources"][0]["review"]
-    assert review["required"] == 2 and review["accepted_by"] == {ids[0]: ["alice", "bob"], ids[1]: ["alice", "bob"]}
+    assert review["required"] == 2 and review["accepted_by"] == {
+        ids[0]: ["alice", "bob"],
+        ids[1]: ["alice", "bob"],
+    }
     assert set(review["label_files"]) == {"alice", "bob", "carol"}
-    assert review["label_files"]["alice"] == hashlib.sha256((folder / "reviews" / "alice.jsonl").read_bytes()).hexdigest()
+    assert (
+        review["label_files"]["alice"]
+        == hashlib.sha256((folder / "reviews" / "alice.jsonl").read_bytes()).hexdigest()
+    )
     verified, _ = bank.verify()
     assert verified.exit_code == 0
     # one reviewer is enough at k=1: the items alice accepted and bob did not refuse join
@@ -311,11 +412,21 @@ def test_require_review_admits_items_accepted_by_k_reviewers_and_records_who(tmp
     # the version's review summary, which bank export puts in the dataset card
     summary = json.loads((bank.root / "current" / "review" / "summary.json").read_text())
     assert {k: summary[k] for k in ("items_reviewed", "by_verdict", "reviewers")} == {
-        "items_reviewed": 4, "by_verdict": {"accept": 4}, "reviewers": 2}
-    assert summary["reviewer_names"] == ["alice", "bob"] and "several rules" in summary["protocol"]  # k=2, then k=1
-    result, _ = bank.add(run_folder(tmp_path / "tom_c", [mcq(7)]))  # unreviewed: the summary carries over
+        "items_reviewed": 4,
+        "by_verdict": {"accept": 4},
+        "reviewers": 2,
+    }
+    assert (
+        summary["reviewer_names"] == ["alice", "bob"] and "several rules" in summary["protocol"]
+    )  # k=2, then k=1
+    result, _ = bank.add(
+        run_folder(tmp_path / "tom_c", [mcq(7)])
+    )  # unreviewed: the summary carries over
     assert result.accepted == 1
     assert json.loads((bank.root / "current" / "review" / "summary.json").read_text()) == summary
     assert bank.verify()[0].exit_code == 0
     assert bank.export("parquet", out=str(tmp_path / "release"))[0].exit_code == 0
-    assert "4 items reviewed by 2 reviewer(s): accept 4" in (tmp_path / "release" / "README.md").read_text()
+    assert (
+        "4 items reviewed by 2 reviewer(s): accept 4"
+        in (tmp_path / "release" / "README.md").read_text()
+    )

@@ -40,8 +40,18 @@ REFUSED = {"audit_options": {"findings": [LEAK]}}
 
 def two_releases(tmp: Path) -> Bank:
     bank = Bank(tmp)
-    assert bank.add(run_folder(tmp / "tom_a", [mcq(i) for i in range(4)]), near_dup_sim=None)[0].exit_code == 0
-    assert bank.add(run_folder(tmp / "tom_b", [mcq(i) for i in range(4, 7)]), near_dup_sim=None)[0].exit_code == 0
+    assert (
+        bank.add(run_folder(tmp / "tom_a", [mcq(i) for i in range(4)]), near_dup_sim=None)[
+            0
+        ].exit_code
+        == 0
+    )
+    assert (
+        bank.add(run_folder(tmp / "tom_b", [mcq(i) for i in range(4, 7)]), near_dup_sim=None)[
+            0
+        ].exit_code
+        == 0
+    )
     assert bank.current == 2
     return bank
 
@@ -57,8 +67,10 @@ def damage(bank: Bank, how: str) -> str:
         return r"current is not UTF-8 text"
     target = {"rolled_back": "versions/v0001", "dangling": "versions/v0009"}[how]
     current.symlink_to(target)
-    return {"rolled_back": r"points to v0001 but v0002 is released too",
-            "dangling": r"points to versions/v0009, which does not exist"}[how]
+    return {
+        "rolled_back": r"points to v0001 but v0002 is released too",
+        "dangling": r"points to versions/v0009, which does not exist",
+    }[how]
 
 
 def repair(message: str) -> None:
@@ -81,7 +93,11 @@ def test_released_versions_are_immutable_whatever_current_says(tmp_path: Path, h
     before = tree(bank.root)
     for cfg in (REFUSED, {}):
         with pytest.raises(InputError, match=said) as e:
-            bank.add(run_folder(tmp_path / "tom_c", [mcq(i) for i in range(7, 9)]), near_dup_sim=None, **cfg)
+            bank.add(
+                run_folder(tmp_path / "tom_c", [mcq(i) for i in range(7, 9)]),
+                near_dup_sim=None,
+                **cfg,
+            )
         assert e.value.exit_code == 2 and "nothing was changed" in str(e.value)
         assert tree(bank.root) == before
     for action in (bank.verify, lambda: bank.export("parquet")):
@@ -90,7 +106,9 @@ def test_released_versions_are_immutable_whatever_current_says(tmp_path: Path, h
     assert tree(bank.root) == before and tree(bank.root / "versions") == versions
     repair(str(e.value))
     assert bank.current == 2 and bank.verify()[0].exit_code == 0
-    result, _ = bank.add(run_folder(tmp_path / "tom_c", [mcq(i) for i in range(7, 9)]), near_dup_sim=None)
+    result, _ = bank.add(
+        run_folder(tmp_path / "tom_c", [mcq(i) for i in range(7, 9)]), near_dup_sim=None
+    )
     assert result.accepted == 2 and bank.current == 3
     after = tree(bank.root / "versions")
     assert {k: v for k, v in after.items() if not k.startswith("v0003")} == versions
@@ -106,13 +124,19 @@ def test_a_damaged_pointer_is_one_line_exit_2_from_the_cli(tmp_path: Path) -> No
             proc = _cli(tmp_path, "bank", *args, f"bank={bank.root}", f"hydra.run.dir=r{k}{j}")
             assert proc.returncode == 2, proc.stdout + proc.stderr
             lines = [x for x in proc.stderr.splitlines() if x.strip()]
-            assert len(lines) == 1 and re.search(said, lines[0]) and "ln -sfn versions/v0002" in lines[0], lines
+            assert (
+                len(lines) == 1
+                and re.search(said, lines[0])
+                and "ln -sfn versions/v0002" in lines[0]
+            ), lines
             assert not (tmp_path / f"r{k}{j}").exists()
         assert tree(bank.root) == before
         repair(lines[0])
 
 
-def test_a_pointer_moved_back_while_the_add_audits_is_refused_under_the_lock(tmp_path: Path, monkeypatch) -> None:
+def test_a_pointer_moved_back_while_the_add_audits_is_refused_under_the_lock(
+    tmp_path: Path, monkeypatch
+) -> None:
     bank = two_releases(tmp_path)
     real = bank_add.run_audit
 
@@ -150,17 +174,25 @@ def test_an_unwritable_versions_folder_is_one_line_exit_2(tmp_path: Path, monkey
     bank = two_releases(tmp_path)
     vroot = bank.root / "versions"
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode, **k: Path(p) != vroot and real_access(p, mode, **k))
-    with pytest.raises(ConfigError, match=rf"cannot write to {re.escape(str(vroot))}: it is not writable"):
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **k: Path(p) != vroot and real_access(p, mode, **k)
+    )
+    with pytest.raises(
+        ConfigError, match=rf"cannot write to {re.escape(str(vroot))}: it is not writable"
+    ):
         bank.add(run_folder(tmp_path / "tom_c", [mcq(9)]))
     monkeypatch.undo()
     before = tree(bank.root)
 
     def denied(root: Path, version: int) -> Path:
-        raise PermissionError(errno.EACCES, "Permission denied", str(vroot / f".staging-v{version:04d}-1"))
+        raise PermissionError(
+            errno.EACCES, "Permission denied", str(vroot / f".staging-v{version:04d}-1")
+        )
 
     monkeypatch.setattr(bank_commit, "new_stage", denied)
-    with pytest.raises(InputError, match=r"cannot write to .*Permission denied .*stays at v0002") as e:
+    with pytest.raises(
+        InputError, match=r"cannot write to .*Permission denied .*stays at v0002"
+    ) as e:
         bank.add(run_folder(tmp_path / "tom_c", [mcq(9)]))
     assert e.value.exit_code == 2 and tree(bank.root) == before
 
@@ -171,38 +203,71 @@ def test_a_real_read_only_versions_folder(tmp_path: Path) -> None:
     exit 1, after the audit."""
     bank = two_releases(tmp_path)
     vroot = bank.root / "versions"
-    argv, env = _cli_command(tmp_path, "bank", "add", f"bank={bank.root}",
-                             f"input={run_folder(tmp_path / 'c', [mcq(9)])}", "near_dup_sim=null", "hydra.run.dir=r")
+    argv, env = _cli_command(
+        tmp_path,
+        "bank",
+        "add",
+        f"bank={bank.root}",
+        f"input={run_folder(tmp_path / 'c', [mcq(9)])}",
+        "near_dup_sim=null",
+        "hydra.run.dir=r",
+    )
     before = tree(bank.root)
     if os.geteuid() == 0:
-        script = f"mount --bind {shlex.quote(str(vroot))} {shlex.quote(str(vroot))} && " \
-                 f"mount -o remount,bind,ro {shlex.quote(str(vroot))} && exec {shlex.join(argv)}"
-        probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {tmp_path} {tmp_path}"],
-                               capture_output=True)
+        script = (
+            f"mount --bind {shlex.quote(str(vroot))} {shlex.quote(str(vroot))} && "
+            f"mount -o remount,bind,ro {shlex.quote(str(vroot))} && exec {shlex.join(argv)}"
+        )
+        probe = subprocess.run(
+            ["unshare", "-m", "sh", "-c", f"mount --bind {tmp_path} {tmp_path}"],
+            capture_output=True,
+        )
         if probe.returncode != 0:
             pytest.skip(f"no private mounts here ({probe.stderr.decode()[:80]})")
-        proc = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=300)
+        proc = subprocess.run(
+            ["unshare", "-m", "sh", "-c", script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     else:
         vroot.chmod(0o555)
         try:
-            proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(
+                argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+            )
         finally:
             vroot.chmod(0o755)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and f"cannot write to {vroot}" in lines[0] and "unexpected" not in lines[0], lines
+    assert (
+        len(lines) == 1 and f"cannot write to {vroot}" in lines[0] and "unexpected" not in lines[0]
+    ), lines
     assert not (tmp_path / "r").exists() and tree(bank.root) == before
 
 
-@pytest.mark.parametrize("manifest", [b"\xff\xfe\x00binary", b"[1, 2, 3]\n", b'{"prompts": ["a"]}\n',
-                                      b'{"llm": "smollm2"}\n', b'{"inputs": 7}\n'])
-def test_a_bad_manifest_is_one_line_exit_2_and_no_run_folder(tmp_path: Path, manifest: bytes) -> None:
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        b"\xff\xfe\x00binary",
+        b"[1, 2, 3]\n",
+        b'{"prompts": ["a"]}\n',
+        b'{"llm": "smollm2"}\n',
+        b'{"inputs": 7}\n',
+    ],
+)
+def test_a_bad_manifest_is_one_line_exit_2_and_no_run_folder(
+    tmp_path: Path, manifest: bytes
+) -> None:
     """Before: a binary manifest.json was ``unexpected UnicodeDecodeError`` and a list-shaped one
     ``unexpected AttributeError`` (exit 1), after the run folder and the audit."""
     folder = run_folder(tmp_path / "tom_a", [mcq(i) for i in range(3)])
     (folder / "manifest.json").write_bytes(manifest)
-    proc = _cli(tmp_path, "bank", "add", "bank=b", f"input={folder}", "near_dup_sim=null", "hydra.run.dir=r")
+    proc = _cli(
+        tmp_path, "bank", "add", "bank=b", f"input={folder}", "near_dup_sim=null", "hydra.run.dir=r"
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "manifest.json" in lines[0] and "unexpected" not in lines[0], lines

@@ -96,21 +96,27 @@ def test_every_option_overrides_with_its_default_in_every_form(name: str, form: 
         forms.append(form + _override(key, value))
     # all at once (one compose); a failure is then narrowed down to the option at fault
     try:
-        settings = settings_from(name, composed(name, normalize_overrides([*_required(name), *forms])))
+        settings = settings_from(
+            name, composed(name, normalize_overrides([*_required(name), *forms]))
+        )
         same = settings.model_dump(mode="json") == base
     except ConfigError:
         same = False
     if not same:
         for one in forms:
-            settings = settings_from(name, composed(name, normalize_overrides([*_required(name), one])))
+            settings = settings_from(
+                name, composed(name, normalize_overrides([*_required(name), one]))
+            )
             assert settings.model_dump(mode="json") == base, (name, one)
     assert same, name
 
 
 def test_a_changed_value_reaches_pydantic_in_every_form() -> None:
     for form in ("", "+", "++"):
-        s = validate("digital", [f"{form}items_per_call=10", f"{form}counts.notes=[1,2]",
-                                 f"{form}llm.top_p=0.5"])
+        s = validate(
+            "digital",
+            [f"{form}items_per_call=10", f"{form}counts.notes=[1,2]", f"{form}llm.top_p=0.5"],
+        )
         assert (s.items_per_call, s.counts.notes, s.llm.top_p) == (10, (1, 2), 0.5)
 
 
@@ -122,7 +128,9 @@ def test_unknown_options_are_named_with_their_generator() -> None:
             validate("personas", [f"{form}llm.colour=red"])
 
 
-def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, cache_dir: Path) -> None:
+def test_cache_dir_follows_the_environment(
+    monkeypatch: pytest.MonkeyPatch, cache_dir: Path
+) -> None:
     assert validate("personas", []).cache_dir == str(cache_dir)
     monkeypatch.delenv("GEN_CACHE_DIR")
     assert validate("personas", []).cache_dir == "~/.cache/gen"
@@ -148,13 +156,19 @@ def test_llama_cpp_requires_model_path() -> None:
     with pytest.raises(ConfigError, match=r"llm\.model_path") as info:
         validate("personas", ["llm=llama_cpp"])
     assert "required" in str(info.value)
-    assert validate("personas", ["llm=llama_cpp", "llm.model_path=/m/x.gguf"]).llm.model_path == "/m/x.gguf"
+    assert (
+        validate("personas", ["llm=llama_cpp", "llm.model_path=/m/x.gguf"]).llm.model_path
+        == "/m/x.gguf"
+    )
 
 
 def test_openai_preset_keeps_its_own_defaults() -> None:
     s = validate("personas", ["llm=openai"])
     assert isinstance(s.llm, OpenAIConfig) and s.llm.concurrency == 4
-    assert validate("personas", ["llm=openai", "llm.schema_format=json_object"]).llm.schema_format == "json_object"
+    assert (
+        validate("personas", ["llm=openai", "llm.schema_format=json_object"]).llm.schema_format
+        == "json_object"
+    )
     with pytest.raises(ConfigError, match=r"llm\.schema_format"):
         validate("personas", ["llm=openai", "llm.schema_format=xml"])
 
@@ -174,10 +188,19 @@ def test_embedder_presets(preset: str) -> None:
 
 def test_every_config_field_is_documented() -> None:
     """STYLE 4: every field has a one-line docstring (it is what --help prints)."""
-    models = [*(g.config for g in REGISTRY.values()), LlamaCppConfig, OpenAIConfig,
-              LlamaServerConfig, EmbedderConfig]
-    missing = [f"{m.__name__}.{k}" for m in models for k, f in m.model_fields.items()
-               if k != "backend" and not f.description]
+    models = [
+        *(g.config for g in REGISTRY.values()),
+        LlamaCppConfig,
+        OpenAIConfig,
+        LlamaServerConfig,
+        EmbedderConfig,
+    ]
+    missing = [
+        f"{m.__name__}.{k}"
+        for m in models
+        for k, f in m.model_fields.items()
+        if k != "backend" and not f.description
+    ]
     assert missing == []
 
 

@@ -54,30 +54,72 @@ def clean_item(app: App, st: State, when: dt.datetime, j: int = 0) -> Any:
     message is then); ``j`` makes texts and ids distinct."""
     friend = st.related[0].persona.name
     if app is App.Calendar:
-        return S.CalendarEvent(event_id=hexid("ev", j), title=f"Dentist check-up number {j}",
-                               start_datetime=m_(when), end_datetime=m_(when + dt.timedelta(hours=1)),
-                               location=f"Clinic on Elm Street {j}", attendees=[friend])
+        return S.CalendarEvent(
+            event_id=hexid("ev", j),
+            title=f"Dentist check-up number {j}",
+            start_datetime=m_(when),
+            end_datetime=m_(when + dt.timedelta(hours=1)),
+            location=f"Clinic on Elm Street {j}",
+            attendees=[friend],
+        )
     if app is App.Messaging:
-        msgs = [S.Message(message_id=hexid("msg", j, 0), sender=friend, timestamp=s_(when - dt.timedelta(minutes=5)),
-                          content=f"Are we still on for Friday, round {j}?"),
-                S.Message(message_id=hexid("msg", j, 1), sender=st.main.name, timestamp=s_(when),
-                          content=f"Yes, see you at seven by the fountain {j}")]
-        return S.Conversation(conversation_id=hexid("conv", j), title=friend,
-                              participants=[st.main.name, friend], messages=msgs)
+        msgs = [
+            S.Message(
+                message_id=hexid("msg", j, 0),
+                sender=friend,
+                timestamp=s_(when - dt.timedelta(minutes=5)),
+                content=f"Are we still on for Friday, round {j}?",
+            ),
+            S.Message(
+                message_id=hexid("msg", j, 1),
+                sender=st.main.name,
+                timestamp=s_(when),
+                content=f"Yes, see you at seven by the fountain {j}",
+            ),
+        ]
+        return S.Conversation(
+            conversation_id=hexid("conv", j),
+            title=friend,
+            participants=[st.main.name, friend],
+            messages=msgs,
+        )
     if app is App.Notes:
-        return S.Note(note_id=hexid("note", j), title=f"Hardware shop list {j}",
-                      content=f"wood glue, sandpaper, two hinges, batch {j}", last_updated=m_(when))
+        return S.Note(
+            note_id=hexid("note", j),
+            title=f"Hardware shop list {j}",
+            content=f"wood glue, sandpaper, two hinges, batch {j}",
+            last_updated=m_(when),
+        )
     if app is App.Search:
-        return S.SearchItem(search_id=hexid("search", j), query=f"cheap flights to porto in october {j}",
-                            query_type="travel", timestamp=s_(when))
+        return S.SearchItem(
+            search_id=hexid("search", j),
+            query=f"cheap flights to porto in october {j}",
+            query_type="travel",
+            timestamp=s_(when),
+        )
     if app is App.Videos:
-        return S.Video(video_id=hexid("video", j), title=f"Repotting a monstera, part {j}", duration_secs=600,
-                       tags=["plants", "howto"], category="Howto & Style", watch_timestamp=s_(when))
+        return S.Video(
+            video_id=hexid("video", j),
+            title=f"Repotting a monstera, part {j}",
+            duration_secs=600,
+            tags=["plants", "howto"],
+            category="Howto & Style",
+            watch_timestamp=s_(when),
+        )
     if app is App.Maps:
-        return S.Place(place_id=hexid("place", j), name=f"Café Aurora {j}", address=f"Harbour Road {j}, Turku",
-                       last_viewed=s_(when))
-    return S.Track(track_id=hexid("track", j), title=f"Blue in Green {j}", artist=f"Miles Davis {j}",
-                   album="Kind of Blue", played_at=s_(when))
+        return S.Place(
+            place_id=hexid("place", j),
+            name=f"Café Aurora {j}",
+            address=f"Harbour Road {j}, Turku",
+            last_viewed=s_(when),
+        )
+    return S.Track(
+        track_id=hexid("track", j),
+        title=f"Blue in Green {j}",
+        artist=f"Miles Davis {j}",
+        album="Kind of Blue",
+        played_at=s_(when),
+    )
 
 
 def checker(app: App, st: State | None = None, **cfg: Any) -> Checker:
@@ -90,8 +132,14 @@ def dumps(items: list[Any]) -> list[dict[str, Any]]:
 
 def set_text(app: App, item: Any, text: str) -> Any:
     """Put ``text`` into the app's main text field (for Messaging: the last message)."""
-    field = {App.Calendar: "title", App.Notes: "title", App.Search: "query", App.Videos: "title",
-             App.Maps: "name", App.Music: "title"}
+    field = {
+        App.Calendar: "title",
+        App.Notes: "title",
+        App.Search: "query",
+        App.Videos: "title",
+        App.Maps: "name",
+        App.Music: "title",
+    }
     if app is App.Messaging:
         item.messages[-1].content = text
     else:
@@ -100,8 +148,14 @@ def set_text(app: App, item: Any, text: str) -> Any:
 
 
 def set_time(app: App, item: Any, value: str) -> Any:
-    field = {App.Calendar: "start_datetime", App.Notes: "last_updated", App.Search: "timestamp",
-             App.Videos: "watch_timestamp", App.Maps: "last_viewed", App.Music: "played_at"}
+    field = {
+        App.Calendar: "start_datetime",
+        App.Notes: "last_updated",
+        App.Search: "timestamp",
+        App.Videos: "watch_timestamp",
+        App.Maps: "last_viewed",
+        App.Music: "played_at",
+    }
     if app is App.Messaging:
         item.messages[-1].timestamp = value
     else:
@@ -158,8 +212,15 @@ def test_bad_text_is_dropped_and_counted(app: App, text: str, rule: str) -> None
     assert chk.counts == {f"{app.value}.{rule}.dropped": 1}
 
 
-@pytest.mark.parametrize("text", ["Title Fight concert tickets", "Call mum at 18:30 about the trip",
-                                  "Notes on the 2025-06-01 budget", "no more late trains please"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Title Fight concert tickets",
+        "Call mum at 18:30 about the trip",
+        "Notes on the 2025-06-01 budget",
+        "no more late trains please",
+    ],
+)
 def test_ordinary_text_is_not_flagged(text: str) -> None:
     assert text_problem(text) is None
     chk = checker(App.Notes)
@@ -177,19 +238,31 @@ def test_calendar_location_is_checked_too() -> None:
 
 def test_prompt_echo_of_the_last_prompt_and_of_the_few_shot_answers() -> None:
     st = make_state()
-    messages = Prompts().render("digital/notes.jinja", s=st,
-                                lines=["Topic: a recipe for lemon cake with fresh berries from the market."])
+    messages = Prompts().render(
+        "digital/notes.jinja",
+        s=st,
+        lines=["Topic: a recipe for lemon cake with fresh berries from the market."],
+    )
     chk = Checker(App.Notes, st, DigitalConfig(), gates=Gates(messages, S.NoteDraft))
-    assert chk.gates is not None and "groceries" in chk.gates.context.examples  # the one-shot answer's title
+    assert (
+        chk.gates is not None and "groceries" in chk.gates.context.examples
+    )  # the one-shot answer's title
     notes = [clean_item(App.Notes, st, NOW - dt.timedelta(hours=h), h) for h in (1, 2, 3, 4, 5)]
     notes[0].title = "Groceries"  # a few-shot answer string, copied
-    notes[1].content = "Reminder: lemon cake with fresh berries from the shop"  # six words of the last prompt
+    notes[
+        1
+    ].content = (
+        "Reminder: lemon cake with fresh berries from the shop"  # six words of the last prompt
+    )
     notes[2].content = "Plan: a recipe for lemon"  # five words of the prompt are fine
     notes[4].content = "Topic: a recipe for lemon"  # the prompt's own line label is not
     kept = validate_items(App.Notes, notes, chk)
     assert [n.note_id for n in kept] == [notes[2].note_id, notes[3].note_id]
-    assert chk.counts == {"Notes.gate.example_echo.dropped": 1, "Notes.gate.prompt_echo.dropped": 1,
-                          "Notes.gate.fewshot_marker.dropped": 1}
+    assert chk.counts == {
+        "Notes.gate.example_echo.dropped": 1,
+        "Notes.gate.prompt_echo.dropped": 1,
+        "Notes.gate.fewshot_marker.dropped": 1,
+    }
 
 
 @pytest.mark.parametrize("app", list(App), ids=lambda a: a.value)
@@ -216,7 +289,10 @@ def test_out_of_window_datetime(app: App) -> None:
     kept = validate_items(app, [bad, clean_item(app, st, NOW - dt.timedelta(days=29), 2)], chk)
     if app is App.Messaging:  # both messages of the old conversation are out: the conversation goes
         assert len(kept) == 1
-        assert chk.counts == {"Messaging.out_of_window.dropped": 2, "Messaging.empty_conversation.dropped": 1}
+        assert chk.counts == {
+            "Messaging.out_of_window.dropped": 2,
+            "Messaging.empty_conversation.dropped": 1,
+        }
     else:
         assert len(kept) == 1
         assert chk.counts == {f"{app.value}.out_of_window.dropped": 1}
@@ -266,8 +342,14 @@ def test_unknown_participant_and_sender() -> None:
     friend, other = st.related[0].persona.name, st.related[1].persona.name
     group = clean_item(App.Messaging, st, NOW - dt.timedelta(hours=1), 1)
     group.participants = [st.main.name, friend, "Ghost Person"]
-    group.messages.append(S.Message(message_id=hexid("ghost"), sender="Ghost Person",
-                                    timestamp=s_(NOW - dt.timedelta(minutes=30)), content="Boo from nowhere, friends"))
+    group.messages.append(
+        S.Message(
+            message_id=hexid("ghost"),
+            sender="Ghost Person",
+            timestamp=s_(NOW - dt.timedelta(minutes=30)),
+            content="Boo from nowhere, friends",
+        )
+    )
     outsider = clean_item(App.Messaging, st, NOW - dt.timedelta(hours=2), 2)
     outsider.messages[0].sender = other  # a known persona, but not in this chat
     alone = clean_item(App.Messaging, st, NOW - dt.timedelta(hours=3), 3)
@@ -279,9 +361,11 @@ def test_unknown_participant_and_sender() -> None:
     assert kept[0].participants == [st.main.name, friend]
     assert all(m.sender != "Ghost Person" for c in kept for m in c.messages)
     assert [m.sender for m in kept[1].messages] == [st.main.name]
-    assert chk.counts == {"Messaging.unknown_participant.corrected": 2,
-                          "Messaging.unknown_sender.dropped": 3,
-                          "Messaging.empty_conversation.dropped": 1}
+    assert chk.counts == {
+        "Messaging.unknown_participant.corrected": 2,
+        "Messaging.unknown_sender.dropped": 3,
+        "Messaging.empty_conversation.dropped": 1,
+    }
 
 
 @pytest.mark.parametrize("app", list(App), ids=lambda a: a.value)
@@ -289,8 +373,9 @@ def test_duplicates_within_an_app(app: App) -> None:
     st = make_state()
     if app is App.Messaging:
         conv = clean_item(app, st, NOW - dt.timedelta(hours=1), 1)
-        dup = conv.messages[0].model_copy(update={"message_id": hexid("dup"),
-                                                  "timestamp": s_(NOW - dt.timedelta(minutes=59))})
+        dup = conv.messages[0].model_copy(
+            update={"message_id": hexid("dup"), "timestamp": s_(NOW - dt.timedelta(minutes=59))}
+        )
         conv.messages.append(dup)
         chk = checker(app, st)
         (kept,) = validate_items(app, [conv], chk)
@@ -299,10 +384,18 @@ def test_duplicates_within_an_app(app: App) -> None:
         a = clean_item(app, st, NOW - dt.timedelta(hours=1), 1)
         # same text (case and punctuation aside), other id; Calendar's key includes the start
         b = clean_item(app, st, NOW - dt.timedelta(hours=1 if app is App.Calendar else 2), 1)
-        key = {App.Calendar: "title", App.Notes: "title", App.Search: "query", App.Videos: "title",
-               App.Maps: "name", App.Music: "title"}[app]
+        key = {
+            App.Calendar: "title",
+            App.Notes: "title",
+            App.Search: "query",
+            App.Videos: "title",
+            App.Maps: "name",
+            App.Music: "title",
+        }[app]
         setattr(b, key, getattr(a, key).upper() + "!")
-        b = b.model_copy(update={next(f for f in type(b).model_fields if f.endswith("_id")): hexid("other")})
+        b = b.model_copy(
+            update={next(f for f in type(b).model_fields if f.endswith("_id")): hexid("other")}
+        )
         c = clean_item(app, st, NOW - dt.timedelta(hours=3), 3)
         chk = checker(app, st)
         kept = validate_items(app, [a, b, c], chk)
@@ -313,7 +406,9 @@ def test_duplicates_within_an_app(app: App) -> None:
 def test_calendar_same_title_at_another_time_is_not_a_duplicate() -> None:
     st = make_state()
     a = clean_item(App.Calendar, st, NOW + dt.timedelta(days=1), 1)
-    b = clean_item(App.Calendar, st, NOW + dt.timedelta(days=8), 1).model_copy(update={"event_id": hexid("b")})
+    b = clean_item(App.Calendar, st, NOW + dt.timedelta(days=8), 1).model_copy(
+        update={"event_id": hexid("b")}
+    )
     chk = checker(App.Calendar, st)
     assert len(validate_items(App.Calendar, [a, b], chk)) == 2 and chk.counts == {}
 
@@ -345,18 +440,29 @@ def test_video_duration_and_tags_are_corrected() -> None:
 
 
 def _cue(app: App, st: State) -> S.Cue:
-    return S.Cue(cue_id=f"{app.value.lower()}-t", app=app, cue="something just happened",
-                 person=st.related[0].persona.name)
+    return S.Cue(
+        cue_id=f"{app.value.lower()}-t",
+        app=app,
+        cue="something just happened",
+        person=st.related[0].persona.name,
+    )
 
 
-@pytest.mark.parametrize("app", [App.Calendar, App.Notes, App.Search, App.Videos], ids=lambda a: a.value)
+@pytest.mark.parametrize(
+    "app", [App.Calendar, App.Notes, App.Search, App.Videos], ids=lambda a: a.value
+)
 def test_merge_puts_cue_items_in_time_order_and_in_the_key_list(app: App) -> None:
     st = make_state()
     base = NOW + dt.timedelta(days=3) if app is App.Calendar else NOW
     items = [clean_item(app, st, base - dt.timedelta(hours=h), h) for h in (30, 20, 10)]
     cue_item = clean_item(app, st, base - dt.timedelta(hours=15), 99)
     out = merge(app, items, [cue_item], st)
-    key = {App.Calendar: "events", App.Notes: "notes", App.Search: "searches", App.Videos: "videos"}[app]
+    key = {
+        App.Calendar: "events",
+        App.Notes: "notes",
+        App.Search: "searches",
+        App.Videos: "videos",
+    }[app]
     assert list(out) == [key, f"key_{key}"]
     assert out[f"key_{key}"] == dumps([cue_item])
     assert out[key] == dumps([items[0], items[1], cue_item, items[2]])
@@ -372,20 +478,37 @@ def test_merge_cue_conversation_joins_one_with_the_same_people() -> None:
     same = clean_item(App.Messaging, st, NOW - dt.timedelta(hours=2), 1)
     group = clean_item(App.Messaging, st, NOW - dt.timedelta(hours=1), 2)
     group.participants = [st.main.name, friend, other]
-    cue_msgs = [S.Message(message_id=hexid("cue", 0), sender=st.main.name, timestamp=s_(NOW - dt.timedelta(minutes=9)),
-                          content="Leaving work now"),
-                S.Message(message_id=hexid("cue", 1), sender=friend, timestamp=s_(NOW - dt.timedelta(minutes=3)),
-                          content="Can you grab bread?")]
-    cue_conv = S.Conversation(conversation_id=hexid("cue"), title=friend, participants=[friend, st.main.name],
-                              messages=list(reversed(cue_msgs)))  # order of people and messages does not matter
+    cue_msgs = [
+        S.Message(
+            message_id=hexid("cue", 0),
+            sender=st.main.name,
+            timestamp=s_(NOW - dt.timedelta(minutes=9)),
+            content="Leaving work now",
+        ),
+        S.Message(
+            message_id=hexid("cue", 1),
+            sender=friend,
+            timestamp=s_(NOW - dt.timedelta(minutes=3)),
+            content="Can you grab bread?",
+        ),
+    ]
+    cue_conv = S.Conversation(
+        conversation_id=hexid("cue"),
+        title=friend,
+        participants=[friend, st.main.name],
+        messages=list(reversed(cue_msgs)),
+    )  # order of people and messages does not matter
     before = dumps([same, group])
     out = merge(App.Messaging, [same, group], [cue_conv], st)
     assert dumps([same, group]) == before  # inputs are not mutated
     convs = out["conversations"]
     assert [c["conversation_id"] for c in convs] == [group.conversation_id, same.conversation_id]
     joined = convs[-1]
-    assert [m["message_id"] for m in joined["messages"]] == [*(m.message_id for m in same.messages),
-                                                             hexid("cue", 0), hexid("cue", 1)]
+    assert [m["message_id"] for m in joined["messages"]] == [
+        *(m.message_id for m in same.messages),
+        hexid("cue", 0),
+        hexid("cue", 1),
+    ]
     stamps = [m["timestamp"] for m in joined["messages"]]
     assert stamps == sorted(stamps)
     assert out["key_conversations"] == dumps([cue_conv])
@@ -396,10 +519,14 @@ def test_merge_cue_conversation_with_new_people_is_added() -> None:
     conv = clean_item(App.Messaging, st, NOW - dt.timedelta(hours=2), 1)
     stranger_free = st.related[2].persona.name
     cue_conv = clean_item(App.Messaging, st, NOW - dt.timedelta(minutes=5), 2).model_copy(
-        update={"participants": [st.main.name, stranger_free], "title": stranger_free})
+        update={"participants": [st.main.name, stranger_free], "title": stranger_free}
+    )
     cue_conv.messages[0].sender = stranger_free
     out = merge(App.Messaging, [conv], [cue_conv], st)
-    assert [c["conversation_id"] for c in out["conversations"]] == [conv.conversation_id, cue_conv.conversation_id]
+    assert [c["conversation_id"] for c in out["conversations"]] == [
+        conv.conversation_id,
+        cue_conv.conversation_id,
+    ]
     assert out["key_conversations"] == dumps([cue_conv])
 
 
@@ -437,22 +564,35 @@ def test_merge_music_shape_cue_track_is_playing() -> None:
 
 def _with_related_name(st: State, j: int, first: str, last: str) -> State:
     rel = st.related[j]
-    st.related[j] = rel.model_copy(update={"persona": rel.persona.model_copy(
-        update={"first_name": first, "last_name": last, "name": f"{first} {last}"})})
+    st.related[j] = rel.model_copy(
+        update={
+            "persona": rel.persona.model_copy(
+                update={"first_name": first, "last_name": last, "name": f"{first} {last}"}
+            )
+        }
+    )
     return st
 
 
-@pytest.mark.parametrize(("cue", "attends"), [
-    ("Lunch with Ann tomorrow at 12:30", True),
-    ("Ann's birthday dinner is on Saturday evening", True),
-    ("Annual car service on Friday morning", False),  # a name inside a word is not a mention
-    ("Dinner with Joanna on Friday", False),
-])
+@pytest.mark.parametrize(
+    ("cue", "attends"),
+    [
+        ("Lunch with Ann tomorrow at 12:30", True),
+        ("Ann's birthday dinner is on Saturday evening", True),
+        ("Annual car service on Friday morning", False),  # a name inside a word is not a mention
+        ("Dinner with Joanna on Friday", False),
+    ],
+)
 def test_calendar_cue_attendees_are_the_people_it_names(cue: str, attends: bool) -> None:
     st = _with_related_name(make_state(), 1, "Ann", "Berg")
     st.cue = S.Cue(cue_id="c", app=App.Calendar, cue=cue)
-    draft = S.CalendarCueDraft(title="Planned thing", location="Garage Nord", day_offset=1, start_time="09:00",
-                               duration_minutes=60)
+    draft = S.CalendarCueDraft(
+        title="Planned thing",
+        location="Garage Nord",
+        day_offset=1,
+        start_time="09:00",
+        duration_minutes=60,
+    )
     chk = checker(App.Calendar, st)
     (ev,) = assemble_cue(App.Calendar, draft, {"person": None, "time": NOW}, st, hexid, chk)
     others = {r.persona.first_name for r in st.related} - {"Ann"}
@@ -463,13 +603,17 @@ def test_calendar_cue_attendees_are_the_people_it_names(cue: str, attends: bool)
 def test_calendar_cue_event_is_upcoming_and_clamped() -> None:
     st = make_state(S.Cue(cue_id="c", app=App.Calendar, cue="There is a meeting today at 9:00"))
     chk = checker(App.Calendar, st)
-    today_earlier = S.CalendarCueDraft(title="Standup", location="Office", day_offset=-3, start_time="09:00",
-                                       duration_minutes=2000)
+    today_earlier = S.CalendarCueDraft(
+        title="Standup", location="Office", day_offset=-3, start_time="09:00", duration_minutes=2000
+    )
     (ev,) = assemble_cue(App.Calendar, today_earlier, {"person": None, "time": NOW}, st, hexid, chk)
     # offset -3 -> 0 (today); 09:00 is before now (15:30), so it moves to tomorrow; 2000 min -> 600
     assert ev.start_datetime == "2025-06-12 09:00" and ev.end_datetime == "2025-06-12 19:00"
-    assert chk.counts == {"Calendar.cue_day_offset.corrected": 1, "Calendar.cue_duration.corrected": 1,
-                          "Calendar.cue_event_in_past.corrected": 1}
+    assert chk.counts == {
+        "Calendar.cue_day_offset.corrected": 1,
+        "Calendar.cue_duration.corrected": 1,
+        "Calendar.cue_event_in_past.corrected": 1,
+    }
     assert validate_items(App.Calendar, [ev], chk) == [ev]
 
 
@@ -491,7 +635,9 @@ def test_sample_datetime_window_and_default_weights() -> None:
 def test_sample_datetime_single_hour() -> None:
     weights = [0.0] * 24
     weights[13] = 1.0
-    cfg = DigitalConfig(date_start=dt.date(2025, 12, 31), date_end=dt.date(2025, 12, 31), hour_weights=weights)
+    cfg = DigitalConfig(
+        date_start=dt.date(2025, 12, 31), date_end=dt.date(2025, 12, 31), hour_weights=weights
+    )
     rng = random.Random(3)
     samples = [sample_datetime(rng, cfg) for _ in range(500)]
     assert {s.hour for s in samples} == {13}
@@ -511,8 +657,14 @@ def test_bad_hour_weights_are_refused() -> None:
 def test_cue_video_duration_is_corrected_and_counted(secs: int, fixed: int) -> None:
     st = make_state(S.Cue(cue_id="c", app=App.Videos, cue="A friend sent a video"))
     chk = checker(App.Videos, st)
-    draft = S.VideosCueDraft(video=S.VideoDraft(title="Street food in Hanoi", duration_secs=secs,
-                                                tags=["food"], category="Food & Cooking"))
+    draft = S.VideosCueDraft(
+        video=S.VideoDraft(
+            title="Street food in Hanoi",
+            duration_secs=secs,
+            tags=["food"],
+            category="Food & Cooking",
+        )
+    )
     (video,) = assemble_cue(App.Videos, draft, {"person": None, "time": NOW}, st, hexid, chk)
     assert video.duration_secs == fixed
     assert chk.counts.get("Videos.duration_secs.corrected", 0) == (fixed != secs)
@@ -523,13 +675,17 @@ def test_texts_at_their_cap_and_the_album_go_through_the_gates() -> None:
     text too."""
     st = make_state()
     note = clean_item(App.Notes, st, NOW - dt.timedelta(hours=2), 1)
-    note.content = ("Buy oat milk, eggs and spinach at the market; " * 20)[:S.LONG_CHARS]
+    note.content = ("Buy oat milk, eggs and spinach at the market; " * 20)[: S.LONG_CHARS]
     chk = checker(App.Notes, st)
-    assert validate_items(App.Notes, [note], chk) == [] and chk.counts == {"Notes.gate.truncated_text.dropped": 1}
+    assert validate_items(App.Notes, [note], chk) == [] and chk.counts == {
+        "Notes.gate.truncated_text.dropped": 1
+    }
     track = clean_item(App.Music, st, NOW - dt.timedelta(hours=2), 1)
     track.album = "Songs of the"
     chk = checker(App.Music, st)
-    assert validate_items(App.Music, [track], chk) == [] and chk.counts == {"Music.gate.truncated_text.dropped": 1}
+    assert validate_items(App.Music, [track], chk) == [] and chk.counts == {
+        "Music.gate.truncated_text.dropped": 1
+    }
 
 
 # --------------------------------------------------------------------------- goal cues
@@ -544,18 +700,39 @@ def test_cue_word_and_action_share() -> None:
     def goal(g: dict[str, Any]) -> Any:
         return GoalRow.model_validate({"goal_id": "x", "group": "g", "goal": g}).goal
 
-    post = goal({"type": "search", "source": "world", "query": "opening hours of", "query_item": "the post office on Main Street"})
+    post = goal(
+        {
+            "type": "search",
+            "source": "world",
+            "query": "opening hours of",
+            "query_item": "the post office on Main Street",
+        }
+    )
     df = Counter({"post": 3, "office": 2, "main": 5, "street": 5})
     assert cue_word(post, df) == "office"  # the rarest phrase head of the item, never the query's
-    assert cue_word(goal({"type": "shop", "content": "paper towels"}), Counter()) == "towels"  # the head: last
+    assert (
+        cue_word(goal({"type": "shop", "content": "paper towels"}), Counter()) == "towels"
+    )  # the head: last
     kitten = goal({"type": "entertain", "modality": "vision", "content": "cute kitten videos"})
-    assert cue_word(kitten, Counter({"videos": 9, "cute": 2, "kitten": 1}), 100) == "kitten"  # a common head: the rarest
+    assert (
+        cue_word(kitten, Counter({"videos": 9, "cute": 2, "kitten": 1}), 100) == "kitten"
+    )  # a common head: the rarest
     assert cue_word(kitten, Counter({"videos": 2}), 100) == "videos"
-    assert cue_word(goal({"type": "translate", "modality": "audio", "src_language": "Italian"}), Counter()) == "Italian"
+    assert (
+        cue_word(
+            goal({"type": "translate", "modality": "audio", "src_language": "Italian"}), Counter()
+        )
+        == "Italian"
+    )
     # the action's words (query and item), stopwords aside: opening hours post office main street
     assert action_share(post, "Opening hours of the post office on Main Street") == 1.0
     assert action_share(post, "Tom asks a question about the post office") == pytest.approx(2 / 6)
-    assert action_share(goal({"type": "translate", "modality": "text", "src_language": "French"}), "French") == 0.0
+    assert (
+        action_share(
+            goal({"type": "translate", "modality": "text", "src_language": "French"}), "French"
+        )
+        == 0.0
+    )
 
 
 def test_goal_cues_prompt_the_goal_without_stating_it() -> None:
@@ -577,7 +754,9 @@ def test_goal_cues_prompt_the_goal_without_stating_it() -> None:
     ctx: Any = SimpleNamespace(prompts=prompts)
     one_word = cued = 0
     for i, row in enumerate(bank.rows):
-        cue, ref = goal_cue(ctx, DigitalConfig(), row, related, random.Random(i), df, len(bank.rows))
+        cue, ref = goal_cue(
+            ctx, DigitalConfig(), row, related, random.Random(i), df, len(bank.rows)
+        )
         if cue is None:
             assert row.goal.type == "control_environment"
             continue

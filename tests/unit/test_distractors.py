@@ -57,8 +57,10 @@ def write_bank(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def text_bank(n: int, group_size: int = 1) -> list[dict[str, Any]]:
-    return [{"goal_id": f"g{k:05d}", "group": f"grp{k // group_size}", "text": f"free goal number {k}"}
-            for k in range(n)]
+    return [
+        {"goal_id": f"g{k:05d}", "group": f"grp{k // group_size}", "text": f"free goal number {k}"}
+        for k in range(n)
+    ]
 
 
 def run_distractors(out: Path, embedder: FakeEmbedder | None = None, **cfg: Any):
@@ -71,7 +73,9 @@ def run_distractors(out: Path, embedder: FakeEmbedder | None = None, **cfg: Any)
 # --------------------------------------------------------------------------- a hand-built structure
 
 
-def ladder(extra: list[tuple[float, int, int]] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def ladder(
+    extra: list[tuple[float, int, int]] = (),
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Goal 0 is the reference; goals 1..100 have similarity s_k = -0.5 + k/100 to it (k = 0..99,
     so in a pool of these 100 the rank — and exact percentile 100·k/99 — is k) and pairwise
     similarity s_k·s_l (orthogonal residuals). ``extra``: (similarity, group, text code) goals."""
@@ -102,8 +106,9 @@ def test_bands_on_a_hand_built_structure() -> None:
     assert set(sim.picks) <= {96, 97, 98, 99}  # goal k+1 has rank k
     assert sim.percentile == pytest.approx([100 * (p - 1) / 99 for p in sim.picks])
     assert sim.similarity == pytest.approx([sims[p - 1] for p in sim.picks], abs=1e-6)
-    assert sim.thresholds == pytest.approx((sims[94] + 0.05 * (sims[95] - sims[94]),
-                                            sims[98] + 0.01 * (sims[99] - sims[98])), abs=1e-6)
+    assert sim.thresholds == pytest.approx(
+        (sims[94] + 0.05 * (sims[95] - sims[94]), sims[98] + 0.01 * (sims[99] - sims[98])), abs=1e-6
+    )
     dis = got["dissimilar"]
     assert dis.candidates == 80 and set(dis.picks) <= set(range(1, 81))
     assert all(0 <= p <= 80 for p in dis.percentile)
@@ -135,15 +140,19 @@ def test_greedy_rule_on_the_hand_built_structure() -> None:
             # sim(D1, c) = s_D1 * s_c: D2 is the band's extreme on the other side of D1's sign
             rest = [k for k in band if k != d1]
             d2 = min(rest, key=lambda k: (s[d1] * s[k], k))
-            d3 = min((k for k in rest if k != d2), key=lambda k: (max(s[d1] * s[k], s[d2] * s[k]), k))
+            d3 = min(
+                (k for k in rest if k != d2), key=lambda k: (max(s[d1] * s[k], s[d2] * s[k]), k)
+            )
             assert c.picks == [d1, d2, d3], (seed, name)
             assert c.pairwise[0][1] == pytest.approx(s[d1] * s[d2], abs=1e-5)
 
 
 def test_first_pick_is_uniform_over_the_band() -> None:
     E, groups, texts, _ = ladder()
-    firsts = [choices_of(Sampler(E, groups, texts, [SIMILAR], seed=seed))["similar"].picks[0]
-              for seed in range(100)]
+    firsts = [
+        choices_of(Sampler(E, groups, texts, [SIMILAR], seed=seed))["similar"].picks[0]
+        for seed in range(100)
+    ]
     counts = np.bincount(firsts, minlength=100)[96:100]
     assert counts.sum() == 100 and counts.min() >= 12  # 4 candidates, ~25 each
 
@@ -186,7 +195,10 @@ def test_tiny_pools_reject_every_band(tmp_path: Path) -> None:
     assert rejects and all(r["reason"] == "too_few_candidates" for r in rejects)
     one = write_bank(tmp_path / "one.jsonl", text_bank(1))
     result = run_distractors(tmp_path / "one", input=str(one))
-    assert result.rejected == 2 and "pool of 0 goals" in read_jsonl(tmp_path / "one" / "rejects.jsonl")[0]["detail"]
+    assert (
+        result.rejected == 2
+        and "pool of 0 goals" in read_jsonl(tmp_path / "one" / "rejects.jsonl")[0]["detail"]
+    )
 
 
 def test_more_mcqs_per_kind_use_fresh_distractors() -> None:
@@ -202,17 +214,27 @@ def test_matches_finds_all_equal_pairs() -> None:
     a, b = np.array([3, 1, 3, 9]), np.array([1, 3, 3, 7, 1])
     rows, cols = matches(a, b)
     assert sorted(zip(rows.tolist(), cols.tolist(), strict=True)) == [
-        (0, 1), (0, 2), (1, 0), (1, 4), (2, 1), (2, 2)]
+        (0, 1),
+        (0, 2),
+        (1, 0),
+        (1, 4),
+        (2, 1),
+        (2, 2),
+    ]
 
 
 # --------------------------------------------------------------------------- random banks
 
 
-def clustered(n: int, d: int = 24, seed: int = 0, group_size: int = 3) -> tuple[np.ndarray, np.ndarray]:
+def clustered(
+    n: int, d: int = 24, seed: int = 0, group_size: int = 3
+) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     topics = rng.standard_normal((max(4, n // 60), d))
     groups = np.arange(n) // group_size
-    centre = topics[rng.integers(0, len(topics), groups[-1] + 1)] + 0.8 * rng.standard_normal((groups[-1] + 1, d))
+    centre = topics[rng.integers(0, len(topics), groups[-1] + 1)] + 0.8 * rng.standard_normal(
+        (groups[-1] + 1, d)
+    )
     E = centre[groups] + 0.3 * rng.standard_normal((n, d))
     return (E / np.linalg.norm(E, axis=1, keepdims=True)).astype(np.float32), groups
 
@@ -222,7 +244,9 @@ def pool_mask(groups: np.ndarray, ref: int, exclude_same_group: bool = True) -> 
     return groups != groups[ref] if exclude_same_group else np.arange(len(groups)) != ref
 
 
-def exact_percentile(E: np.ndarray, groups: np.ndarray, ref: int, goal: int, exclude_same_group: bool = True) -> float:
+def exact_percentile(
+    E: np.ndarray, groups: np.ndarray, ref: int, goal: int, exclude_same_group: bool = True
+) -> float:
     row = E @ E[ref]
     pool = np.sort(row[pool_mask(groups, ref, exclude_same_group)])
     return 100 * np.searchsorted(pool, row[goal], "left") / (len(pool) - 1)
@@ -231,7 +255,9 @@ def exact_percentile(E: np.ndarray, groups: np.ndarray, ref: int, goal: int, exc
 @pytest.mark.parametrize("exclude", [False, True])
 def test_greedy_rule_holds_on_a_random_bank(exclude: bool) -> None:
     E, groups = clustered(600)
-    sampler = Sampler(E, groups, np.arange(600), [SIMILAR, DISSIMILAR], seed=3, exclude_same_group=exclude)
+    sampler = Sampler(
+        E, groups, np.arange(600), [SIMILAR, DISSIMILAR], seed=3, exclude_same_group=exclude
+    )
     for choices in list(sampler.run(range(0, 600)))[::37]:
         for c in choices:
             ref = c.ref
@@ -243,7 +269,9 @@ def test_greedy_rule_holds_on_a_random_bank(exclude: bool) -> None:
             assert c.picks[0] in cand
             for i in range(1, len(c.picks)):
                 chosen = c.picks[:i]
-                worst = {k: max(float(E[k] @ E[j]) for j in chosen) for k in cand if k not in chosen}
+                worst = {
+                    k: max(float(E[k] @ E[j]) for j in chosen) for k in cand if k not in chosen
+                }
                 assert worst[c.picks[i]] <= min(worst.values()) + 1e-5
             for p, pct in zip(c.picks, c.percentile, strict=True):
                 assert pct == pytest.approx(exact_percentile(E, groups, ref, p, exclude), abs=1e-6)
@@ -253,8 +281,16 @@ def test_scalable_mode_against_exact() -> None:
     n = 4000
     E, groups = clustered(n, seed=1)
     exact = Sampler(E, groups, np.arange(n), [SIMILAR, DISSIMILAR], exclude_same_group=True)
-    approx = Sampler(E, groups, np.arange(n), [SIMILAR, DISSIMILAR], scalable=True, sample_size=1024,
-                     block_size=512, exclude_same_group=True)
+    approx = Sampler(
+        E,
+        groups,
+        np.arange(n),
+        [SIMILAR, DISSIMILAR],
+        scalable=True,
+        sample_size=1024,
+        block_size=512,
+        exclude_same_group=True,
+    )
     refs = range(1000, 1400)
     inside, total, errors = 0, 0, []
     for choices in approx.run(refs):
@@ -273,9 +309,16 @@ def test_scalable_mode_against_exact() -> None:
     c = choices[0]
     row = E[sample] @ E[1000]
     ok = groups[sample] != groups[1000]
-    cand = [int(sample[k]) for k in np.flatnonzero(ok & (row >= c.thresholds[0]) & (row <= c.thresholds[1]))]
+    cand = [
+        int(sample[k])
+        for k in np.flatnonzero(ok & (row >= c.thresholds[0]) & (row <= c.thresholds[1]))
+    ]
     assert len(cand) == c.candidates and set(c.picks) <= set(cand)
-    worst = {k: max(float(E[k] @ E[c.picks[0]]), float(E[k] @ E[c.picks[1]])) for k in cand if k not in c.picks[:2]}
+    worst = {
+        k: max(float(E[k] @ E[c.picks[0]]), float(E[k] @ E[c.picks[1]]))
+        for k in cand
+        if k not in c.picks[:2]
+    }
     assert worst[c.picks[2]] <= min(worst.values()) + 1e-5
     # and exact mode on the same bank is, well, exact
     for ex in list(exact.run(range(1000, 1003))):
@@ -286,14 +329,18 @@ def test_scalable_mode_against_exact() -> None:
 
 def test_block_samples_cover_the_bank() -> None:
     E, groups = clustered(1000, seed=4)
-    s = Sampler(E, groups, np.arange(1000), [DISSIMILAR], scalable=True, sample_size=200, block_size=200)
+    s = Sampler(
+        E, groups, np.arange(1000), [DISSIMILAR], scalable=True, sample_size=200, block_size=200
+    )
     samples = [s.block_sample(b) for b in range(5)]
     assert all(len(np.unique(x)) == 200 for x in samples)
     assert sorted(np.concatenate(samples).tolist()) == list(range(1000))  # disjoint, covering
     used = {p for choices in s.run(range(1000)) for c in choices for p in c.picks}
     # independent samples would leave 1/e of the bank out of every sample (at most 63 % used)
     assert len(used) > 800
-    other = Sampler(E, groups, np.arange(1000), [DISSIMILAR], scalable=True, sample_size=200, seed=1)
+    other = Sampler(
+        E, groups, np.arange(1000), [DISSIMILAR], scalable=True, sample_size=200, seed=1
+    )
     assert not np.array_equal(other.block_sample(0), samples[0])
 
 
@@ -302,9 +349,13 @@ def test_results_do_not_depend_on_which_references_run() -> None:
     for kwargs in ({}, {"scalable": True, "sample_size": 256, "block_size": 100}):
         s = Sampler(E, groups, np.arange(500), [SIMILAR, DISSIMILAR], row_budget=500 * 64, **kwargs)
         whole = list(s.run(range(0, 500)))
-        parts = list(s.run(range(0, 117))) + list(s.run(range(117, 350))) + list(s.run(range(350, 500)))
+        parts = (
+            list(s.run(range(0, 117))) + list(s.run(range(117, 350))) + list(s.run(range(350, 500)))
+        )
         assert [[c.picks for c in x] for x in whole] == [[c.picks for c in x] for x in parts]
-        assert [[c.percentile for c in x] for x in whole] == [[c.percentile for c in x] for x in parts]
+        assert [[c.percentile for c in x] for x in whole] == [
+            [c.percentile for c in x] for x in parts
+        ]
 
 
 # --------------------------------------------------------------------------- the generator
@@ -314,7 +365,9 @@ def test_generator_end_to_end(tmp_path: Path) -> None:
     result = run_distractors(tmp_path / "run")
     rows = load_goals(EXAMPLES / "goals.jsonl").rows
     assert result.requested == len(rows) and result.rejected == 0
-    records = [DistractorMCQ.model_validate(r) for r in read_jsonl(tmp_path / "run" / "distractors.jsonl")]
+    records = [
+        DistractorMCQ.model_validate(r) for r in read_jsonl(tmp_path / "run" / "distractors.jsonl")
+    ]
     assert len(records) == 2 * len(rows)
     by_id = {r.goal_id: r for r in rows}
     texts = {r.goal_id: verbalise(r, Prompts()) for r in rows}
@@ -329,7 +382,9 @@ def test_generator_end_to_end(tmp_path: Path) -> None:
         assert rec.privileged["structured_goal"] == ref.goal.model_dump()
         assert len(set(rec.options)) == 4
         for d in rec.distractors:
-            assert d.goal_id != ref.goal_id and d.text != texts[ref.goal_id]  # same-script goals may be distractors
+            assert (
+                d.goal_id != ref.goal_id and d.text != texts[ref.goal_id]
+            )  # same-script goals may be distractors
             assert rec.options[d.option] == d.text == texts[d.goal_id]
             assert rec.band[0] <= d.percentile <= rec.band[1]
             assert len(d.similarity_to_others) == 2
@@ -337,23 +392,31 @@ def test_generator_end_to_end(tmp_path: Path) -> None:
     assert manifest["counts"]["indices_done"] == len(rows)
     assert manifest[NAME]["mode"] == "exact" and manifest[NAME]["bank"]["groups"] == 141
     assert {f"distractors/{t}.jinja" for t in GOAL_TYPES} <= set(manifest["prompts"])
-    assert {"wagibench_mcq_similar.json", "wagibench_mcq_dissimilar.json"} <= set(manifest["outputs"])
+    assert {"wagibench_mcq_similar.json", "wagibench_mcq_dissimilar.json"} <= set(
+        manifest["outputs"]
+    )
     # answers are spread over the four positions
     assert min(np.bincount([r.answer for r in records], minlength=4)) > len(records) / 8
 
 
 def test_options_never_differ_only_in_case_or_spacing(tmp_path: Path) -> None:
-    """"Buy oat milk" and "buy  OAT milk" are one option to a reader: the variant is never a
+    """ "Buy oat milk" and "buy  OAT milk" are one option to a reader: the variant is never a
     distractor of the other, nor both options of one MCQ. B, C and D are one vector, so the
     greedy rule would pick the variant (least like them) whenever it is a candidate; it failed so
     before texts were compared casefolded with spaces collapsed."""
     same = np.eye(16)[1]
     table = {"B goal": same, "C goal": same, "D goal": same}
     goals = ["Buy oat milk", "buy  OAT milk", "B goal", "C goal", "D goal"]
-    bank = write_bank(tmp_path / "bank.jsonl", [{"goal_id": f"g{k}", "group": f"grp{k}", "text": t}
-                                                for k, t in enumerate(goals)])
-    run_distractors(tmp_path / "run", FakeEmbedder(table), input=str(bank), bands={"all": (0.0, 100.0)})
-    records = [DistractorMCQ.model_validate(r) for r in read_jsonl(tmp_path / "run" / "distractors.jsonl")]
+    bank = write_bank(
+        tmp_path / "bank.jsonl",
+        [{"goal_id": f"g{k}", "group": f"grp{k}", "text": t} for k, t in enumerate(goals)],
+    )
+    run_distractors(
+        tmp_path / "run", FakeEmbedder(table), input=str(bank), bands={"all": (0.0, 100.0)}
+    )
+    records = [
+        DistractorMCQ.model_validate(r) for r in read_jsonl(tmp_path / "run" / "distractors.jsonl")
+    ]
     assert len(records) == 5
     for rec in records:
         assert len({" ".join(o.casefold().split()) for o in rec.options}) == 4, rec.options
@@ -370,7 +433,9 @@ def test_wagibench_layout(tmp_path: Path) -> None:
         for item in data:
             assert set(item) == {"x", "y", "meta"}
             assert set(item["x"]) == {"client_tag", "context_window", "cues", "mcq_set"}
-            assert set(item["x"]["context_window"]) == {"start_s", "end_s"} and item["x"]["cues"] == []
+            assert (
+                set(item["x"]["context_window"]) == {"start_s", "end_s"} and item["x"]["cues"] == []
+            )
             rec = records[item["meta"]["item_id"]]
             assert item["meta"]["question_type"] == kind == rec["question_type"]
             assert item["y"] == rec["answer"] and len(item["x"]["mcq_set"]) == 4
@@ -418,8 +483,13 @@ def test_seeded_determinism_and_shards(tmp_path: Path) -> None:
         assert a.manifest["outputs"][f] == b.manifest["outputs"][f]
     assert a.manifest["outputs"]["distractors.jsonl"] != c.manifest["outputs"]["distractors.jsonl"]
     whole = (tmp_path / "a" / "distractors.jsonl").read_text()
-    shards = "".join((run_distractors(tmp_path / f"s{k}", input=bank, seed=4, shard=k, num_shards=3)
-                      .out_dir / "distractors.jsonl").read_text() for k in range(3))
+    shards = "".join(
+        (
+            run_distractors(tmp_path / f"s{k}", input=bank, seed=4, shard=k, num_shards=3).out_dir
+            / "distractors.jsonl"
+        ).read_text()
+        for k in range(3)
+    )
     assert shards == whole
     head = run_distractors(tmp_path / "h", input=bank, seed=4, n=20).out_dir / "distractors.jsonl"
     assert whole.startswith(head.read_text())
@@ -427,12 +497,16 @@ def test_seeded_determinism_and_shards(tmp_path: Path) -> None:
 
 def test_scalable_mode_through_the_generator(tmp_path: Path) -> None:
     bank = str(write_bank(tmp_path / "bank.jsonl", text_bank(700)))
-    result = run_distractors(tmp_path / "run", input=bank, n=50, mode="scalable", sample_size=300, block_size=64)
+    result = run_distractors(
+        tmp_path / "run", input=bank, n=50, mode="scalable", sample_size=300, block_size=64
+    )
     assert result.rejected == 0 and result.accepted == 100
     records = read_jsonl(tmp_path / "run" / "distractors.jsonl")
     assert {r["percentile_mode"] for r in records} == {"estimated"}
     assert all(r["pool_size"] <= 300 for r in records)
-    assert result.manifest[NAME]["mode"] == "scalable" and result.manifest[NAME]["sample_size"] == 300
+    assert (
+        result.manifest[NAME]["mode"] == "scalable" and result.manifest[NAME]["sample_size"] == 300
+    )
 
 
 def test_embeddings_once_per_distinct_text(tmp_path: Path) -> None:
@@ -465,23 +539,62 @@ def test_load_banks_reads_the_run_folder(tmp_path: Path) -> None:
 GOOD = {"goal_id": "a1", "group": "kitchen", "goal": {"type": "shop", "content": "hand soap"}}
 
 
-@pytest.mark.parametrize("row, field, message", [
-    ({**GOOD, "goal": {"type": "dance", "content": "x"}}, "goal", "does not match any of the expected tags"),
-    ({**GOOD, "goal": {"type": "search", "source": "web", "query": "q", "query_item": "i"}},
-     "goal.search.source", "'world' or 'timeline'"),
-    ({**GOOD, "goal": {"type": "search", "source": "world", "query_item": "i"}}, "goal.search.query", "Field required"),
-    ({**GOOD, "goal": {"type": "shop", "content": "soap", "price": 3}}, "goal.shop.price", "Extra inputs"),
-    ({**GOOD, "goal": {"type": "shop", "content": "   "}}, "goal.shop.content", "at least 1 character"),
-    ({**GOOD, "goal": {"type": "translate", "modality": "video", "src_language": "German"}},
-     "goal.translate.modality", "'text' or 'audio'"),
-    ({**GOOD, "goal": {"type": "entertain", "modality": "audio"}}, "goal.entertain.content", "Field required"),
-    ({**GOOD, "goal": {"content": "soap"}}, "goal", "Unable to extract tag using discriminator 'type'"),
-    ({**GOOD, "text": "buy soap"}, "row", "exactly one of goal"),
-    ({"goal_id": "a1", "group": "kitchen"}, "row", "exactly one of goal"),
-    ({"goal_id": "a1", "goal": GOOD["goal"]}, "group", "Field required"),
-])
-def test_bad_goals_name_file_line_and_field(tmp_path: Path, row: dict, field: str, message: str) -> None:
-    other = {"goal_id": "z9", "group": "g", "goal": {"type": "find_directions", "to": "the station"}}
+@pytest.mark.parametrize(
+    "row, field, message",
+    [
+        (
+            {**GOOD, "goal": {"type": "dance", "content": "x"}},
+            "goal",
+            "does not match any of the expected tags",
+        ),
+        (
+            {**GOOD, "goal": {"type": "search", "source": "web", "query": "q", "query_item": "i"}},
+            "goal.search.source",
+            "'world' or 'timeline'",
+        ),
+        (
+            {**GOOD, "goal": {"type": "search", "source": "world", "query_item": "i"}},
+            "goal.search.query",
+            "Field required",
+        ),
+        (
+            {**GOOD, "goal": {"type": "shop", "content": "soap", "price": 3}},
+            "goal.shop.price",
+            "Extra inputs",
+        ),
+        (
+            {**GOOD, "goal": {"type": "shop", "content": "   "}},
+            "goal.shop.content",
+            "at least 1 character",
+        ),
+        (
+            {**GOOD, "goal": {"type": "translate", "modality": "video", "src_language": "German"}},
+            "goal.translate.modality",
+            "'text' or 'audio'",
+        ),
+        (
+            {**GOOD, "goal": {"type": "entertain", "modality": "audio"}},
+            "goal.entertain.content",
+            "Field required",
+        ),
+        (
+            {**GOOD, "goal": {"content": "soap"}},
+            "goal",
+            "Unable to extract tag using discriminator 'type'",
+        ),
+        ({**GOOD, "text": "buy soap"}, "row", "exactly one of goal"),
+        ({"goal_id": "a1", "group": "kitchen"}, "row", "exactly one of goal"),
+        ({"goal_id": "a1", "goal": GOOD["goal"]}, "group", "Field required"),
+    ],
+)
+def test_bad_goals_name_file_line_and_field(
+    tmp_path: Path, row: dict, field: str, message: str
+) -> None:
+    other = {
+        "goal_id": "z9",
+        "group": "g",
+        "goal": {"type": "find_directions", "to": "the station"},
+    }
     path = tmp_path / "bank.jsonl"
     path.write_text(json.dumps(other) + "\n\n" + json.dumps(row) + "\n", encoding="utf-8")
     with pytest.raises(InputError) as e:
@@ -501,29 +614,60 @@ def test_bad_json_and_duplicate_ids(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999"])
-def test_a_context_window_that_is_no_number_names_file_line_and_field(tmp_path: Path, value: str) -> None:
+def test_a_context_window_that_is_no_number_names_file_line_and_field(
+    tmp_path: Path, value: str
+) -> None:
     """Python's json reads NaN and Infinity; the bank then wrote them back as bare NaN, which
     other JSON readers refuse. They are refused where read: file:line: field: reason."""
     path = tmp_path / "bank.jsonl"
-    path.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "goal_id": "b2"})[:-1]
-                    + f', "context_window": {{"start_s": 0, "end_s": {value}}}}}\n', encoding="utf-8")
+    path.write_text(
+        json.dumps(GOOD)
+        + "\n"
+        + json.dumps({**GOOD, "goal_id": "b2"})[:-1]
+        + f', "context_window": {{"start_s": 0, "end_s": {value}}}}}\n',
+        encoding="utf-8",
+    )
     with pytest.raises(InputError) as e:
         load_goals(path)
     assert str(e.value).startswith(f"{path}:2: context_window.end_s: ")
     # a parquet bank's float column can hold NaN too
     bank = tmp_path / "bank.parquet"
-    pl.DataFrame([{**GOOD, "goal": json.dumps(GOOD["goal"]), "context_window": {"start_s": 0.0, "end_s": 1.0}},
-                  {**GOOD, "goal_id": "b2", "goal": json.dumps(GOOD["goal"]),
-                   "context_window": {"start_s": 0.0, "end_s": float(value)}}]).write_parquet(bank)
-    with pytest.raises(InputError, match=r"bank.parquet:row 2: context_window.end_s: Input should be a finite number"):
+    pl.DataFrame(
+        [
+            {
+                **GOOD,
+                "goal": json.dumps(GOOD["goal"]),
+                "context_window": {"start_s": 0.0, "end_s": 1.0},
+            },
+            {
+                **GOOD,
+                "goal_id": "b2",
+                "goal": json.dumps(GOOD["goal"]),
+                "context_window": {"start_s": 0.0, "end_s": float(value)},
+            },
+        ]
+    ).write_parquet(bank)
+    with pytest.raises(
+        InputError,
+        match=r"bank.parquet:row 2: context_window.end_s: Input should be a finite number",
+    ):
         load_goals(bank)
 
 
-@pytest.mark.parametrize(("line", "needle"), [
-    ('{"goal_id": %s, "group": "g", "text": "x"}' % ("9" * 5000), "Exceeds the limit (4300 digits)"),
-    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-], ids=["5000_digits", "nested_100000_deep"])
-def test_a_number_or_nesting_json_cannot_hold_is_an_input_error(tmp_path: Path, line: str, needle: str) -> None:
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        (
+            '{"goal_id": %s, "group": "g", "text": "x"}' % ("9" * 5000),
+            "Exceeds the limit (4300 digits)",
+        ),
+        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ],
+    ids=["5000_digits", "nested_100000_deep"],
+)
+def test_a_number_or_nesting_json_cannot_hold_is_an_input_error(
+    tmp_path: Path, line: str, needle: str
+) -> None:
     """Both were exit 1 "unexpected ValueError / RecursionError"."""
     path = tmp_path / "bank.jsonl"
     path.write_text(json.dumps(GOOD) + "\n" + line + "\n", encoding="utf-8")
@@ -534,11 +678,18 @@ def test_a_number_or_nesting_json_cannot_hold_is_an_input_error(tmp_path: Path, 
 
 def test_a_goal_bank_with_a_bom_reads_and_one_not_in_utf8_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "bank.jsonl"
-    text = json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "goal_id": "b2", "group": "café"}, ensure_ascii=False) + "\n"
+    text = (
+        json.dumps(GOOD)
+        + "\n"
+        + json.dumps({**GOOD, "goal_id": "b2", "group": "café"}, ensure_ascii=False)
+        + "\n"
+    )
     path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
     assert [r.goal_id for r in load_goals(path).rows] == ["a1", "b2"]
     path.write_bytes(text.encode("latin-1"))
-    with pytest.raises(InputError, match=rf"^{re.escape(str(path))}:2: not UTF-8 text \(byte 0xe9 at column \d+"):
+    with pytest.raises(
+        InputError, match=rf"^{re.escape(str(path))}:2: not UTF-8 text \(byte 0xe9 at column \d+"
+    ):
         load_goals(path)
 
 
@@ -561,8 +712,10 @@ def test_parquet_bank_matches_jsonl(tmp_path: Path) -> None:
     want = [GoalRow.model_validate(r) for r in src]
     assert load_goals(as_struct).rows == want == load_goals(as_json).rows
     bad = tmp_path / "bad.parquet"
-    pl.DataFrame([{**r, "goal": json.dumps(r["goal"])} for r in src[:3]]
-                 + [{"goal_id": "q", "group": "g", "goal": json.dumps({"type": "shop"})}]).write_parquet(bad)
+    pl.DataFrame(
+        [{**r, "goal": json.dumps(r["goal"])} for r in src[:3]]
+        + [{"goal_id": "q", "group": "g", "goal": json.dumps({"type": "shop"})}]
+    ).write_parquet(bad)
     with pytest.raises(InputError, match=r"bad.parquet:row 4: goal.shop.content: Field required"):
         load_goals(bad)
     assert plan(DistractorsConfig(input=str(as_struct), cache_dir=None)).n == 40
@@ -596,32 +749,101 @@ def test_cli_bad_goal_is_one_line_and_exit_2(tmp_path: Path, run_gen) -> None:
 # --------------------------------------------------------------------------- verbaliser and examples
 
 
-@pytest.mark.parametrize("goal, text", [
-    ({"type": "search", "source": "world", "query": "how to revive", "query_item": "a dying evergreen"},
-     "Do a search for how to revive a dying evergreen"),
-    ({"type": "search", "source": "timeline", "query": "when did I last water", "query_item": "the basil"},
-     "Look through my own history for when did I last water the basil"),
-    ({"type": "store_memory", "content": "I took my vitamins today"}, "Save to my memory: I took my vitamins today"),
-    ({"type": "temporal_attention", "action": "set", "time": "Ten minutes", "content": "get ready for work"},
-     "Remind me to get ready for work (Ten minutes)"),
-    ({"type": "temporal_attention", "action": "unset", "time": "", "content": "stop gaming"},
-     "Cancel the reminder to stop gaming"),
-    ({"type": "guided_activity", "content": "guided meditation", "time": "ten minutes"},
-     "Guide me through guided meditation for ten minutes"),
-    ({"type": "guided_activity", "content": "a stretching routine", "time": " "}, "Guide me through a stretching routine"),
-    ({"type": "control_environment", "target": "smart lights in kitchen", "value": "brightness: 50%"},
-     "Control the smart lights in kitchen: brightness: 50%"),
-    ({"type": "communication", "action": "message", "target": "Alex", "content": "on my way"},
-     "Send Alex a message: on my way"),
-    ({"type": "communication", "action": "share", "target": "Instagram", "content": "the summit photo"},
-     "Share the summit photo with Instagram"),
-    ({"type": "translate", "modality": "text", "src_language": "german"}, "Translate the german text in front of me"),
-    ({"type": "translate", "modality": "audio", "src_language": "Spanish"}, "Translate what is being said in Spanish"),
-    ({"type": "find_directions", "to": "nearest coffee shop"}, "Get directions to nearest coffee shop"),
-    ({"type": "shop", "content": "running shoes"}, "Shop for running shoes"),
-    ({"type": "entertain", "modality": "audio", "content": "rock playlist"}, "Play rock playlist"),
-    ({"type": "entertain", "modality": "vision", "content": "cat videos"}, "Put on cat videos to watch"),
-])
+@pytest.mark.parametrize(
+    "goal, text",
+    [
+        (
+            {
+                "type": "search",
+                "source": "world",
+                "query": "how to revive",
+                "query_item": "a dying evergreen",
+            },
+            "Do a search for how to revive a dying evergreen",
+        ),
+        (
+            {
+                "type": "search",
+                "source": "timeline",
+                "query": "when did I last water",
+                "query_item": "the basil",
+            },
+            "Look through my own history for when did I last water the basil",
+        ),
+        (
+            {"type": "store_memory", "content": "I took my vitamins today"},
+            "Save to my memory: I took my vitamins today",
+        ),
+        (
+            {
+                "type": "temporal_attention",
+                "action": "set",
+                "time": "Ten minutes",
+                "content": "get ready for work",
+            },
+            "Remind me to get ready for work (Ten minutes)",
+        ),
+        (
+            {"type": "temporal_attention", "action": "unset", "time": "", "content": "stop gaming"},
+            "Cancel the reminder to stop gaming",
+        ),
+        (
+            {"type": "guided_activity", "content": "guided meditation", "time": "ten minutes"},
+            "Guide me through guided meditation for ten minutes",
+        ),
+        (
+            {"type": "guided_activity", "content": "a stretching routine", "time": " "},
+            "Guide me through a stretching routine",
+        ),
+        (
+            {
+                "type": "control_environment",
+                "target": "smart lights in kitchen",
+                "value": "brightness: 50%",
+            },
+            "Control the smart lights in kitchen: brightness: 50%",
+        ),
+        (
+            {
+                "type": "communication",
+                "action": "message",
+                "target": "Alex",
+                "content": "on my way",
+            },
+            "Send Alex a message: on my way",
+        ),
+        (
+            {
+                "type": "communication",
+                "action": "share",
+                "target": "Instagram",
+                "content": "the summit photo",
+            },
+            "Share the summit photo with Instagram",
+        ),
+        (
+            {"type": "translate", "modality": "text", "src_language": "german"},
+            "Translate the german text in front of me",
+        ),
+        (
+            {"type": "translate", "modality": "audio", "src_language": "Spanish"},
+            "Translate what is being said in Spanish",
+        ),
+        (
+            {"type": "find_directions", "to": "nearest coffee shop"},
+            "Get directions to nearest coffee shop",
+        ),
+        ({"type": "shop", "content": "running shoes"}, "Shop for running shoes"),
+        (
+            {"type": "entertain", "modality": "audio", "content": "rock playlist"},
+            "Play rock playlist",
+        ),
+        (
+            {"type": "entertain", "modality": "vision", "content": "cat videos"},
+            "Put on cat videos to watch",
+        ),
+    ],
+)
 def test_verbaliser(goal: dict, text: str) -> None:
     prompts = Prompts()
     assert verbalise(GoalRow(goal_id="x", group="y", goal=goal), prompts) == text

@@ -28,7 +28,9 @@ try:
 except ImportError:
     MKDOCS = False
 
-needs_mkdocs = pytest.mark.skipif(not MKDOCS, reason='mkdocs and mkdocs-material are not installed: pip install -e ".[docs]"')
+needs_mkdocs = pytest.mark.skipif(
+    not MKDOCS, reason='mkdocs and mkdocs-material are not installed: pip install -e ".[docs]"'
+)
 OPTIONS_DIV = re.compile(r'<div class="gen-options">(.*?)</div>', re.S)
 
 
@@ -36,8 +38,25 @@ OPTIONS_DIV = re.compile(r'<div class="gen-options">(.*?)</div>', re.S)
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "NO_COLOR": "1"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--clean", "-f", str(ROOT / "mkdocs.yml"),
-                           "-d", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--clean",
+            "-f",
+            str(ROOT / "mkdocs.yml"),
+            "-d",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     warnings = [line for line in proc.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
     assert proc.returncode == 0 and not warnings, "\n".join(warnings) or proc.stderr[-3000:]
     return out
@@ -72,7 +91,10 @@ def page_options(page: Path) -> list[tuple[str, list[str]]]:
     (block,) = OPTIONS_DIV.findall(page.read_text(encoding="utf-8"))
     titles = [html.unescape(t) for t in re.findall(r"<strong>([^<]+)</strong>", block)]
     tables = re.findall(r"<tbody>(.*?)</tbody>", block, re.S)
-    keys = [[html.unescape(k) for k in re.findall(r"<tr>\s*<td><code>([^<]+)</code></td>", t)] for t in tables]
+    keys = [
+        [html.unescape(k) for k in re.findall(r"<tr>\s*<td><code>([^<]+)</code></td>", t)]
+        for t in tables
+    ]
     assert len(titles) == len(keys), f"{page.name}: {len(titles)} titles, {len(keys)} tables"
     return list(zip(titles, keys, strict=True))
 

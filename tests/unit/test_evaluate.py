@@ -36,30 +36,47 @@ def test_turns_are_built_as_the_spec_says() -> None:
     bank = load_scenarios(BANK)
     s = bank["sc-02"]  # has a pre-conversation frame
     first = conversation(Ctx(), "SYSTEM", s, [])  # type: ignore[arg-type]
-    assert first == [{"role": "system", "content": "SYSTEM"},
-                     {"role": "user", "content": f"[Camera: {s.context_image}]"},
-                     {"role": "user", "content": f"[Camera: {s.turn_1_image}]\n{s.turn_1_user}"}]
+    assert first == [
+        {"role": "system", "content": "SYSTEM"},
+        {"role": "user", "content": f"[Camera: {s.context_image}]"},
+        {"role": "user", "content": f"[Camera: {s.turn_1_image}]\n{s.turn_1_user}"},
+    ]
     second = conversation(Ctx(), "SYSTEM", s, ["R1"])  # type: ignore[arg-type]
-    assert second[3:] == [{"role": "assistant", "content": "R1"},
-                          {"role": "user", "content": f"[Camera: {s.turn_2_image}]\n{s.turn_2_user}"}]
+    assert second[3:] == [
+        {"role": "assistant", "content": "R1"},
+        {"role": "user", "content": f"[Camera: {s.turn_2_image}]\n{s.turn_2_user}"},
+    ]
     third = conversation(Ctx(), "SYSTEM", s, ["R1", "R2"], "I mean the starter.")  # type: ignore[arg-type]
-    assert third[5:] == [{"role": "assistant", "content": "R2"}, {"role": "user", "content": "I mean the starter."}]
+    assert third[5:] == [
+        {"role": "assistant", "content": "R2"},
+        {"role": "user", "content": "I mean the starter."},
+    ]
     plain = conversation(Ctx(), "SYSTEM", bank["sc-01"], [])  # type: ignore[arg-type]
-    assert [m["role"] for m in plain] == ["system", "user"]  # no pre-conversation frame, no empty block
+    assert [m["role"] for m in plain] == [
+        "system",
+        "user",
+    ]  # no pre-conversation frame, no empty block
 
 
 def test_the_camera_ablation_sends_the_words_only() -> None:
     s = load_scenarios(BANK)["sc-02"]
     blind = conversation(Ctx(), "SYSTEM", s, ["R1", "R2"], "I mean the starter.", camera=False)  # type: ignore[arg-type]
-    assert blind == [{"role": "system", "content": "SYSTEM"}, {"role": "user", "content": s.turn_1_user},
-                     {"role": "assistant", "content": "R1"}, {"role": "user", "content": s.turn_2_user},
-                     {"role": "assistant", "content": "R2"}, {"role": "user", "content": "I mean the starter."}]
+    assert blind == [
+        {"role": "system", "content": "SYSTEM"},
+        {"role": "user", "content": s.turn_1_user},
+        {"role": "assistant", "content": "R1"},
+        {"role": "user", "content": s.turn_2_user},
+        {"role": "assistant", "content": "R2"},
+        {"role": "user", "content": "I mean the starter."},
+    ]
 
 
 def test_a_no_camera_run_never_shows_a_frame_and_says_so(tmp_path: Path) -> None:
     result, ctx, out = evaluate(tmp_path, trials=1, no_camera=True)
     bank = load_scenarios(BANK)
-    frames = [t for s in bank.values() for t in (s.context_image, s.turn_1_image, s.turn_2_image) if t]
+    frames = [
+        t for s in bank.values() for t in (s.context_image, s.turn_1_image, s.turn_2_image) if t
+    ]
     candidate = [c["messages"] for c in ctx.llm.calls if not is_judge(c["messages"])]
     assert candidate and not any("[Camera:" in m["content"] for msgs in candidate for m in msgs)
     assert not any(f in m["content"] for msgs in candidate for m in msgs for f in frames)
@@ -70,9 +87,18 @@ def test_a_no_camera_run_never_shows_a_frame_and_says_so(tmp_path: Path) -> None
 
 
 def test_cells_run_scenario_major_then_condition_then_trial() -> None:
-    cfg = EvaluateConfig(input="x", judge="smollm2", condition=["baseline", "careful"], trials=3, cache_dir=None)
-    assert [cell(cfg, i) for i in range(7)] == [(0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 1, 2),
-                                                (1, 0, 0)]
+    cfg = EvaluateConfig(
+        input="x", judge="smollm2", condition=["baseline", "careful"], trials=3, cache_dir=None
+    )
+    assert [cell(cfg, i) for i in range(7)] == [
+        (0, 0, 0),
+        (0, 0, 1),
+        (0, 0, 2),
+        (0, 1, 0),
+        (0, 1, 1),
+        (0, 1, 2),
+        (1, 0, 0),
+    ]
 
 
 def is_judge(messages: list[dict[str, str]]) -> bool:
@@ -93,24 +119,41 @@ def script(messages: list[dict[str, str]], seed: int) -> str:
 
 
 def evaluate(tmp_path: Path, **options: Any) -> tuple[Any, RunContext, Path]:
-    cfg = EvaluateConfig(**{"input": str(BANK), "judge": "smollm2", "allow_same_family": True,
-                            "prompt_conditions": str(CONDITIONS), "cache_dir": None, "progress": "off", **options})
+    cfg = EvaluateConfig(
+        **{
+            "input": str(BANK),
+            "judge": "smollm2",
+            "allow_same_family": True,
+            "prompt_conditions": str(CONDITIONS),
+            "cache_dir": None,
+            "progress": "off",
+            **options,
+        }
+    )
     out = tmp_path / "run"
     ctx = RunContext(NAME, cfg, out).use(llm=scripted_llm(script, family="smollm"))
     return run(NAME, cfg, out, ctx=ctx, quiet=True), ctx, out
 
 
 def test_a_scenario_run_judges_turn_2_and_repairs_only_the_misses(tmp_path: Path) -> None:
-    result, ctx, out = evaluate(tmp_path, trials=2, condition=["baseline", "careful"], repair_style="deictic")
+    result, ctx, out = evaluate(
+        tmp_path, trials=2, condition=["baseline", "careful"], repair_style="deictic"
+    )
     check_run_folder(out, NAME, 4 * 2 * 2, hydra=False)
     trials = read_jsonl(out / "evaluate.jsonl")
     bank = load_scenarios(BANK)
     for t in trials:
         s = bank[t["scenario_id"]]
-        assert t["turn_2"]["SmolLM2-135M-Instruct.Q4_1"] == "prior"  # every turn-2 reply is anchored
+        assert (
+            t["turn_2"]["SmolLM2-135M-Instruct.Q4_1"] == "prior"
+        )  # every turn-2 reply is anchored
         assert t["correct_turn_2"] is (s.target_context == "prior")
         if t["correct_turn_2"]:
-            assert t["replies"]["turn_3"] is None and t["repair_prompt"] is None and t["turn_3"] is None
+            assert (
+                t["replies"]["turn_3"] is None
+                and t["repair_prompt"] is None
+                and t["turn_3"] is None
+            )
         else:  # the deictic repair where there is one, else the named one
             assert t["repair_prompt"] == (s.turn_3_repair_prompt_deictic or s.turn_3_repair_prompt)
             assert t["replies"]["turn_3"] == f"FIXED after: {t['repair_prompt']}"
@@ -125,20 +168,44 @@ def test_a_scenario_run_judges_turn_2_and_repairs_only_the_misses(tmp_path: Path
     assert [s["generator"] for s in result.manifest["subruns"]] == ["judge", "judge"]
     # the spec's run manifest
     m = result.manifest["evaluate"]["manifest"]
-    for key in ("benchmark_version", "schema_revision", "camera_injection", "scenarios_sha256", "judge_prompt_version",
-                "judge_prompt_sha256", "candidate_model", "judge_model", "judge_family", "judge_family_resolution",
-                "trials", "temperature", "ranking_condition", "timestamp_utc", "runner_git_commit",
-                "prompt_conditions_sha256"):
+    for key in (
+        "benchmark_version",
+        "schema_revision",
+        "camera_injection",
+        "scenarios_sha256",
+        "judge_prompt_version",
+        "judge_prompt_sha256",
+        "candidate_model",
+        "judge_model",
+        "judge_family",
+        "judge_family_resolution",
+        "trials",
+        "temperature",
+        "ranking_condition",
+        "timestamp_utc",
+        "runner_git_commit",
+        "prompt_conditions_sha256",
+    ):
         assert key in m, key
-    assert m["camera_injection"] is True and m["trials"] == 2 and m["judge_prompt_version"] == "context-judge-1"
+    assert (
+        m["camera_injection"] is True
+        and m["trials"] == 2
+        and m["judge_prompt_version"] == "context-judge-1"
+    )
     assert m["judge_family"] == m["candidate_family"] == "smollm"
     assert m["judge_family_resolution"].startswith("same family allowed")
     # the scores: one prior scenario right, the current one wrong -> balanced accuracy 0.5
     score = result.manifest["evaluate"]["primary_score"]
     assert score["balanced_turn_2_accuracy"] == 0.5 and score["condition"] == "baseline"
     judged = result.manifest["evaluate"]["judges"]["SmolLM2-135M-Instruct.Q4_1"]["careful"]
-    assert judged["per_label"]["prior"]["rate"] == 1.0 and judged["per_label"]["current"]["rate"] == 0.0
-    assert (judged["repair"]["k"], judged["repair"]["n"]) == (2, 6)  # the current scenario's 2 trials of 6 misses
+    assert (
+        judged["per_label"]["prior"]["rate"] == 1.0
+        and judged["per_label"]["current"]["rate"] == 0.0
+    )
+    assert (judged["repair"]["k"], judged["repair"]["n"]) == (
+        2,
+        6,
+    )  # the current scenario's 2 trials of 6 misses
     # trials are seeded apart, conditions reach the candidate as its system prompt
     systems = {c["messages"][0]["content"] for c in ctx.llm.calls if not is_judge(c["messages"])}
     assert systems == {c["system_prompt"] for c in json.loads(CONDITIONS.read_text())}
@@ -151,23 +218,34 @@ def test_the_cross_family_rule_stops_the_run_before_any_candidate_call(tmp_path:
         evaluate(tmp_path, allow_same_family=False)
 
 
-def test_scenario_banks_need_a_judge_and_known_conditions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scenario_banks_need_a_judge_and_known_conditions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     base = {"input": str(BANK), "cache_dir": None, "prompt_conditions": str(CONDITIONS)}
     with pytest.raises(ConfigError, match="judge= is required for a scenario bank"):
         evaluate_plan(EvaluateConfig(**base))
-    with pytest.raises(ConfigError, match=r"condition: 'nope' is not in .*prompt_conditions.json \(it has baseline, careful\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"condition: 'nope' is not in .*prompt_conditions.json \(it has baseline, careful\)",
+    ):
         evaluate_plan(EvaluateConfig(**base, judge="smollm2", condition=["nope"]))
     with pytest.raises(ConfigError, match="ranking_condition='baseline' is not among"):
         evaluate_plan(EvaluateConfig(**base, judge="smollm2", condition=["careful"]))
     with pytest.raises(InputError, match="prompt_conditions: no such file"):
-        evaluate_plan(EvaluateConfig(**{**base, "prompt_conditions": str(tmp_path / "none.json")}, judge="smollm2"))
+        evaluate_plan(
+            EvaluateConfig(
+                **{**base, "prompt_conditions": str(tmp_path / "none.json")}, judge="smollm2"
+            )
+        )
     monkeypatch.setattr(evaluate_module, "SHARED_CONDITIONS", tmp_path / "absent.json")
     with pytest.raises(ConfigError, match="prompt_conditions= is required"):
         evaluate_plan(EvaluateConfig(input=str(BANK), cache_dir=None, judge="smollm2"))
     shared = tmp_path / "shared.json"
     shared.write_text(CONDITIONS.read_text())
     monkeypatch.setattr(evaluate_module, "SHARED_CONDITIONS", shared)
-    plan = evaluate_plan(EvaluateConfig(input=str(BANK), cache_dir=None, judge="smollm2", limit=2, trials=3))
+    plan = evaluate_plan(
+        EvaluateConfig(input=str(BANK), cache_dir=None, judge="smollm2", limit=2, trials=3)
+    )
     assert plan.n == 6 and plan.data[2][0] == shared
 
 
@@ -181,9 +259,18 @@ def test_is_scenarios(tmp_path: Path) -> None:
 
 
 def mcq_rows() -> list[dict[str, Any]]:
-    return [{"item_id": f"i{k}", "question_type": "goal" if k < 3 else "actions", "question": "What next?",
-             "options": ["To cook.", "To read.", "To run."], "answer": k % 3, "visible": {"context": f"C does {k}."},
-             "privileged": {}} for k in range(5)]
+    return [
+        {
+            "item_id": f"i{k}",
+            "question_type": "goal" if k < 3 else "actions",
+            "question": "What next?",
+            "options": ["To cook.", "To read.", "To run."],
+            "answer": k % 3,
+            "visible": {"context": f"C does {k}."},
+            "privileged": {},
+        }
+        for k in range(5)
+    ]
 
 
 def answer_a(messages: list[dict[str, str]], seed: int) -> str:
@@ -198,27 +285,52 @@ def test_an_mcq_bank_is_asked_with_its_context_and_scored(tmp_path: Path) -> Non
     result = run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
     check_run_folder(tmp_path / "run", NAME, 5, hydra=False)
     s = result.manifest["evaluate"]
-    assert (s["accuracy"]["k"], s["accuracy"]["n"]) == (2, 5) and s["accuracy"]["chance"] == round(1 / 3, 4)
+    assert (s["accuracy"]["k"], s["accuracy"]["n"]) == (2, 5) and s["accuracy"]["chance"] == round(
+        1 / 3, 4
+    )
     assert s["by_question_type"]["goal"]["k"] == 1 and s["by_question_type"]["actions"]["k"] == 1
-    assert "C does 4." in ctx.llm.calls[4]["messages"][-1]["content"]  # the visible context is shown
+    assert (
+        "C does 4." in ctx.llm.calls[4]["messages"][-1]["content"]
+    )  # the visible context is shown
     assert all(c["temperature"] == 0.0 for c in ctx.llm.calls)
 
 
 def test_a_wagibench_layout_is_an_mcq_bank(tmp_path: Path) -> None:
-    rows = [{"x": {"client_tag": f"rec{k}", "context_window": {"start_s": None, "end_s": None},
-                   "cues": [{"modality": ["vision"], "description": f"cue {k}"}],
-                   "mcq_set": [{"type": "shop", "content": "soap"}, {"type": "find_directions", "to": "a park"}]},
-             "y": k % 2, "meta": {"client_tag": f"rec{k}", "scenario": {"shortname": "s"},
-                                  "structured_goal": {"type": "shop", "content": "soap"}}} for k in range(2)]
+    rows = [
+        {
+            "x": {
+                "client_tag": f"rec{k}",
+                "context_window": {"start_s": None, "end_s": None},
+                "cues": [{"modality": ["vision"], "description": f"cue {k}"}],
+                "mcq_set": [
+                    {"type": "shop", "content": "soap"},
+                    {"type": "find_directions", "to": "a park"},
+                ],
+            },
+            "y": k % 2,
+            "meta": {
+                "client_tag": f"rec{k}",
+                "scenario": {"shortname": "s"},
+                "structured_goal": {"type": "shop", "content": "soap"},
+            },
+        }
+        for k in range(2)
+    ]
     (tmp_path / "wagibench_mcq_similar.json").write_text(json.dumps(rows))
     cfg = EvaluateConfig(input=str(tmp_path), cache_dir=None, progress="off")
     ctx = RunContext(NAME, cfg, tmp_path / "run").use(llm=scripted_llm(lambda m, s: "Answer: (B)"))
     result = run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
     recs = read_jsonl(tmp_path / "run" / "evaluate.jsonl")
-    assert [r["item_id"] for r in recs] == ["s_rec0", "s_rec1"] and [r["correct"] for r in recs] == [False, True]
-    assert '{"type": "find_directions", "to": "a park"}' in ctx.llm.calls[0]["messages"][-1]["content"]
+    assert [r["item_id"] for r in recs] == ["s_rec0", "s_rec1"] and [
+        r["correct"] for r in recs
+    ] == [False, True]
+    assert (
+        '{"type": "find_directions", "to": "a park"}' in ctx.llm.calls[0]["messages"][-1]["content"]
+    )
     assert "cue 0" in ctx.llm.calls[0]["messages"][-1]["content"]
     assert result.manifest["evaluate"]["accuracy"]["k"] == 1
     (tmp_path / "wagibench_mcq_similar.json").write_text(json.dumps([dict(rows[0], y=5)]))
-    with pytest.raises(InputError, match=r"wagibench_mcq_similar.json:row 1: y: expected the answer's index"):
+    with pytest.raises(
+        InputError, match=r"wagibench_mcq_similar.json:row 1: y: expected the answer's index"
+    ):
         evaluate_plan(cfg)

@@ -35,16 +35,19 @@ def fails(text: str, kind: str, gates: Gates | None = None, **kw) -> str | None:
     return failure.gate if failure else None
 
 
-@pytest.mark.parametrize(("text", "mark", "out"), [
-    ("C opens the door", ".", "C opens the door."),
-    ("C opens the door!?", "?", "C opens the door?"),
-    ("C sits\u2026", ".", "C sits."),
-    ("C sits...", "!", "C sits!"),
-    ('C says "ok"', ".", 'C says "ok".'),        # bare inside quotes: the mark goes after them
-    ('C says "ok!"', ".", 'C says "ok!"'),       # the quote's own mark stays
-    ("C waves (at Ann)", "?", "C waves (at Ann)?"),
-    ("", ".", ""),
-])
+@pytest.mark.parametrize(
+    ("text", "mark", "out"),
+    [
+        ("C opens the door", ".", "C opens the door."),
+        ("C opens the door!?", "?", "C opens the door?"),
+        ("C sits\u2026", ".", "C sits."),
+        ("C sits...", "!", "C sits!"),
+        ('C says "ok"', ".", 'C says "ok".'),  # bare inside quotes: the mark goes after them
+        ('C says "ok!"', ".", 'C says "ok!"'),  # the quote's own mark stays
+        ("C waves (at Ann)", "?", "C waves (at Ann)?"),
+        ("", ".", ""),
+    ],
+)
 def test_with_mark_leaves_no_text_of_a_set_without_a_mark(text: str, mark: str, out: str) -> None:
     assert with_mark(text, mark) == out
     assert not text or final_mark(out)  # ends_bare can never tell an option from the others
@@ -53,15 +56,26 @@ def test_with_mark_leaves_no_text_of_a_set_without_a_mark(text: str, mark: str, 
 # --------------------------------------------------------------------------- the issue's seven options
 
 
-@pytest.mark.parametrize(("text", "kind", "gate"), [
-    ("C to choose your own goals and tasks, 2, next_actions_31, and next_actions_32.", "action", "schema_echo"),
-    ("C picks up the exercise mat and lifts the exercise mat in the air, p.", "action", "truncated_text"),
-    ("C to choose the one you want to do and puts it down.", "action", "surface_form"),
-    ("To the laundry detergent was used to clean the pot.", "goal", "surface_form"),
-    ("To tie shoes, not with shoes but with shoes.", "goal", "repetition"),
-    ("C believes the mat on the floor.", "belief", "surface_form"),
-    ("C believes that cleaning the pot.", "belief", "surface_form"),
-])
+@pytest.mark.parametrize(
+    ("text", "kind", "gate"),
+    [
+        (
+            "C to choose your own goals and tasks, 2, next_actions_31, and next_actions_32.",
+            "action",
+            "schema_echo",
+        ),
+        (
+            "C picks up the exercise mat and lifts the exercise mat in the air, p.",
+            "action",
+            "truncated_text",
+        ),
+        ("C to choose the one you want to do and puts it down.", "action", "surface_form"),
+        ("To the laundry detergent was used to clean the pot.", "goal", "surface_form"),
+        ("To tie shoes, not with shoes but with shoes.", "goal", "repetition"),
+        ("C believes the mat on the floor.", "belief", "surface_form"),
+        ("C believes that cleaning the pot.", "belief", "surface_form"),
+    ],
+)
 def test_the_issues_failures_are_refused(text: str, kind: str, gate: str) -> None:
     assert fails(text, kind) == gate
 
@@ -73,26 +87,49 @@ def test_schema_field_names_and_identifiers() -> None:
     assert fails("C believes that belief: the pot is hot.", "belief", g) == "schema_echo"
     assert fails('C believes that "belief" the pot is hot.', "belief", g) == "schema_echo"
     # an e-mail address, a handle or a file name is not machinery; a field's word in prose is fine
-    for ok in ("Mail john_doe@example.com the invoice", "Follow @green_garden for tips", "Send report_final.pdf today",
-               "Her belief in the plan is strong"):
+    for ok in (
+        "Mail john_doe@example.com the invoice",
+        "Follow @green_garden for tips",
+        "Send report_final.pdf today",
+        "Her belief in the plan is strong",
+    ):
         assert fails(ok, "prose", g) is None, ok
     assert schema_fields(WrongGoalsDraft) == {"wrong_goals"}
 
 
-@pytest.mark.parametrize("text", ["Dinner with {name}", "Call {{ person }} back", "Lunch with <name>",
-                                  "Meet [NAME] at noon", "Send [your address] to the shop", "Ask ${friend} today"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Dinner with {name}",
+        "Call {{ person }} back",
+        "Lunch with <name>",
+        "Meet [NAME] at noon",
+        "Send [your address] to the shop",
+        "Ask ${friend} today",
+    ],
+)
 def test_template_variables(text: str) -> None:
     assert fails(text, "title") == "template_echo"
 
 
-@pytest.mark.parametrize("text", ["[assistant] Buy milk", "Answer: buy milk and eggs", "assistant: see you soon",
-                                  "see you <|eot|>", "### Response the plan"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[assistant] Buy milk",
+        "Answer: buy milk and eggs",
+        "assistant: see you soon",
+        "see you <|eot|>",
+        "### Response the plan",
+    ],
+)
 def test_fewshot_markers(text: str) -> None:
     assert fails(text, "prose") == "fewshot_marker"
 
 
 def test_prompt_labels_are_markers_of_that_prompt() -> None:
-    messages = [{"role": "user", "content": "Person: Ana, 34, nurse in Lisbon.\n1. Topic: a recipe."}]
+    messages = [
+        {"role": "user", "content": "Person: Ana, 34, nurse in Lisbon.\n1. Topic: a recipe."}
+    ]
     g = Gates(messages)
     assert {"person", "topic"} <= g.context.labels
     assert fails("Topic: lemon cake for Sunday", "prose", g) == "fewshot_marker"
@@ -101,17 +138,30 @@ def test_prompt_labels_are_markers_of_that_prompt() -> None:
     assert fails("Buy lemons for the cake topic", "prose", g) is None
 
 
-@pytest.mark.parametrize("text", ['{"title": "Dinner"', 'Dinner", "location": "home', "Dinner}", r"Line one\nline two",
-                                  '["eggs", "milk"]'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"title": "Dinner"',
+        'Dinner", "location": "home',
+        "Dinner}",
+        r"Line one\nline two",
+        '["eggs", "milk"]',
+    ],
+)
 def test_json_fragments(text: str) -> None:
-    assert fails(text, "prose") in ("json_fragment", "truncated_text") and "json_fragment" in _all_failures(text, "prose")
+    assert fails(text, "prose") in (
+        "json_fragment",
+        "truncated_text",
+    ) and "json_fragment" in _all_failures(text, "prose")
 
 
 def _all_failures(text: str, kind: str) -> set[str]:
     from dataclasses import replace
 
     ctx = Gates().context
-    return {name for name in KIND_GATES[kind] if GATES[name](text, replace(ctx, kind=kind)) is not None}
+    return {
+        name for name in KIND_GATES[kind] if GATES[name](text, replace(ctx, kind=kind)) is not None
+    }
 
 
 def test_numbering() -> None:
@@ -128,10 +178,16 @@ def test_numbering() -> None:
 
 
 def test_few_shot_answer_and_prompt_copies() -> None:
-    messages = Prompts().render("tom/goals.jinja", lines=["1. 00m:01s | #C C opens the fridge."], goal="To cook.")
+    messages = Prompts().render(
+        "tom/goals.jinja", lines=["1. 00m:01s | #C C opens the fridge."], goal="To cook."
+    )
     g = Gates(messages, WrongGoalsDraft)
-    assert fails("To throw away the wilted plant.", "goal", g) == "example_echo"  # the one-shot's wrong goal
-    assert fails("To make the actual goal hard to pick out.", "goal", g) == "prompt_echo"  # the instructions
+    assert (
+        fails("To throw away the wilted plant.", "goal", g) == "example_echo"
+    )  # the one-shot's wrong goal
+    assert (
+        fails("To make the actual goal hard to pick out.", "goal", g) == "prompt_echo"
+    )  # the instructions
     assert fails("To clean the kitchen table.", "goal", g) is None
     kept = Gates(messages, WrongGoalsDraft, keep_out=["make the actual goal hard to pick out"])
     assert fails("To make the actual goal hard to pick out.", "goal", kept) is None
@@ -140,23 +196,44 @@ def test_few_shot_answer_and_prompt_copies() -> None:
 # --------------------------------------------------------------------------- truncation
 
 
-@pytest.mark.parametrize(("text", "kind"), [
-    ("Pick up the dry cleaning and the", "prose"), ("C wants the pot to", "action"),
-    ("C picks up the mat and puts it on the", "action"), ("Dinner with (Maria", "title"),
-    ('She said "see you', "prose"), ("Bring the cake and", "title"), ("Meet at the café for a", "prose"),
-    ("Ana is a nurse in Lisbon who loves hiking and", "sentence"),
-    ("Ana is a nurse in Lisbon who loves hiking", "sentence"),  # a sentence needs its final stop
-])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("Pick up the dry cleaning and the", "prose"),
+        ("C wants the pot to", "action"),
+        ("C picks up the mat and puts it on the", "action"),
+        ("Dinner with (Maria", "title"),
+        ('She said "see you', "prose"),
+        ("Bring the cake and", "title"),
+        ("Meet at the café for a", "prose"),
+        ("Ana is a nurse in Lisbon who loves hiking and", "sentence"),
+        (
+            "Ana is a nurse in Lisbon who loves hiking",
+            "sentence",
+        ),  # a sentence needs its final stop
+    ],
+)
 def test_truncated_text(text: str, kind: str) -> None:
     assert fails(text, kind) == "truncated_text"
 
 
-@pytest.mark.parametrize(("text", "kind"), [
-    ("Flour 200 g", "prose"), ("Novotná Kučera a.s.", "name"), ("Meet at 5 p.m.", "prose"),
-    ("C believes that the drink helps talk with lady x.", "belief"), ("Want to?", "prose"), ("Sure, happy to.", "prose"),
-    ("C picks up a plumb bob and consults with A.", "action"), ("Plan B", "title"), ("Vitamin D", "title"),
-    ("Arturo Martín", "name"), ("Hilayda Erdoğan", "name"), ("Ana is a nurse in Lisbon.", "sentence"),
-])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("Flour 200 g", "prose"),
+        ("Novotná Kučera a.s.", "name"),
+        ("Meet at 5 p.m.", "prose"),
+        ("C believes that the drink helps talk with lady x.", "belief"),
+        ("Want to?", "prose"),
+        ("Sure, happy to.", "prose"),
+        ("C picks up a plumb bob and consults with A.", "action"),
+        ("Plan B", "title"),
+        ("Vitamin D", "title"),
+        ("Arturo Martín", "name"),
+        ("Hilayda Erdoğan", "name"),
+        ("Ana is a nurse in Lisbon.", "sentence"),
+    ],
+)
 def test_not_truncated(text: str, kind: str) -> None:
     assert fails(text, kind) is None
 
@@ -171,22 +248,37 @@ def test_length_cap_means_stopped_for_length() -> None:
 # --------------------------------------------------------------------------- surface form
 
 
-@pytest.mark.parametrize(("text", "kind"), [
-    ("To a new project.", "goal"), ("Washing the dishes.", "goal"), ("C the mat on the floor.", "action"),
-    ("C mat.", "action"), ("C believes that the mat to clean.", "belief"), ("the soup is ready", "belief"),
-    ("the pot on the stove", "phrase"), ("Ana and her old friends in Lisbon.", "sentence"),
-])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("To a new project.", "goal"),
+        ("Washing the dishes.", "goal"),
+        ("C the mat on the floor.", "action"),
+        ("C mat.", "action"),
+        ("C believes that the mat to clean.", "belief"),
+        ("the soup is ready", "belief"),
+        ("the pot on the stove", "phrase"),
+        ("Ana and her old friends in Lisbon.", "sentence"),
+    ],
+)
 def test_surface_form_refuses(text: str, kind: str) -> None:
     assert fails(text, kind) == "surface_form"
 
 
-@pytest.mark.parametrize(("text", "kind"), [
-    ("To thoroughly clean and dry the pan.", "goal"), ("To season and marinate meat for grilling.", "goal"),
-    ("To water the plants.", "goal"), ("C sands the board, wipes it, and paints it.", "action"),
-    ("C waters the plants.", "action"), ("C believes the pot is hot.", "belief"),
-    ("C believes that there is no more flour.", "belief"), ("turns off the stove", "phrase"),
-    ("Ana works as a nurse in Lisbon.", "sentence"),
-])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("To thoroughly clean and dry the pan.", "goal"),
+        ("To season and marinate meat for grilling.", "goal"),
+        ("To water the plants.", "goal"),
+        ("C sands the board, wipes it, and paints it.", "action"),
+        ("C waters the plants.", "action"),
+        ("C believes the pot is hot.", "belief"),
+        ("C believes that there is no more flour.", "belief"),
+        ("turns off the stove", "phrase"),
+        ("Ana works as a nurse in Lisbon.", "sentence"),
+    ],
+)
 def test_surface_form_accepts(text: str, kind: str) -> None:
     assert fails(text, kind) is None
 
@@ -200,34 +292,56 @@ def test_infinitive_of_a_gerund_goal() -> None:
 # --------------------------------------------------------------------------- repetition, language
 
 
-@pytest.mark.parametrize("text", ["no, no, no, no, no", "walk the dog walk the dog walk the dog",
-                                  "cook the soup in the pot and cook the soup in the pot",
-                                  "To fix, fix and fix, fix the bike.", "go see go see go see go see"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "no, no, no, no, no",
+        "walk the dog walk the dog walk the dog",
+        "cook the soup in the pot and cook the soup in the pot",
+        "To fix, fix and fix, fix the bike.",
+        "go see go see go see go see",
+    ],
+)
 def test_repetition(text: str) -> None:
     assert fails(text, "prose") == "repetition"
 
 
-@pytest.mark.parametrize(("text", "kind"), [
-    ("To make a new dish for the family.com.", "goal"),  # accepted by tom on the fixture before this gate
-    ("C opens www.recipes for the soup.", "action"),
-    ("C believes that the recipe is on https://food.example/soup.", "belief"),
-    ("C writes to anna@mail.org about the plant.", "action"),
-])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        (
+            "To make a new dish for the family.com.",
+            "goal",
+        ),  # accepted by tom on the fixture before this gate
+        ("C opens www.recipes for the soup.", "action"),
+        ("C believes that the recipe is on https://food.example/soup.", "belief"),
+        ("C writes to anna@mail.org about the plant.", "action"),
+    ],
+)
 def test_web_fragments_in_option_forms(text: str, kind: str) -> None:
     assert fails(text, kind) == "web_fragment"
 
 
-@pytest.mark.parametrize(("text", "kind"), [
-    ("C picks the 2.5 kg bag of rice.", "action"),
-    ("To read a message from amazon.com.", "prose"),  # not an option form: a message may hold one
-    ("C puts the lid on the pot. C stirs.", "action"),
-])
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("C picks the 2.5 kg bag of rice.", "action"),
+        (
+            "To read a message from amazon.com.",
+            "prose",
+        ),  # not an option form: a message may hold one
+        ("C puts the lid on the pot. C stirs.", "action"),
+    ],
+)
 def test_no_web_fragment(text: str, kind: str) -> None:
     assert fails(text, kind) != "web_fragment"
 
 
 def test_repetition_allows_an_object_per_verb() -> None:
-    assert fails("C peels the carrot, cuts the carrot, and puts the carrot in the bowl.", "action") is None
+    assert (
+        fails("C peels the carrot, cuts the carrot, and puts the carrot in the bowl.", "action")
+        is None
+    )
     assert fails("C lifts the plants, moves the plants, touches the plants.", "action") is None
 
 
@@ -237,8 +351,12 @@ def test_language() -> None:
     assert fails("Reunión con equipo", "title") is None  # too short to judge
     assert fails("La Vie en Rose en concert", "name") is None  # names come in every language
     assert fails("Dinner with Maria at Café de Flore tonight", "prose") is None
-    assert fails("Il fait beau aujourd'hui, on va au parc cet après-midi?", "prose",
-                 Gates(language="fr")) is None
+    assert (
+        fails(
+            "Il fait beau aujourd'hui, on va au parc cet après-midi?", "prose", Gates(language="fr")
+        )
+        is None
+    )
     with pytest.raises(ValueError, match="language"):
         Gates(language="tlh")
     from gen.generators.digital import DigitalConfig
@@ -255,12 +373,16 @@ def test_language() -> None:
 
 def test_runner_reports_the_first_failure_and_counts_by_name() -> None:
     failure = Gates().check("To the {goal} and", "goal")
-    assert failure is not None and failure.gate == "template_echo"  # template before truncation and form
+    assert (
+        failure is not None and failure.gate == "template_echo"
+    )  # template before truncation and form
     assert failure.key("counterfactual_goals") == "counterfactual_goals.gate.template_echo"
     assert count_key("Notes", "repetition", "dropped") == "Notes.gate.repetition.dropped"
     assert count_key("Notes", "placeholder_text", "dropped") == "Notes.placeholder_text.dropped"
     assert Gates().check("   ", "prose") is None  # blank text is the generator's empty-text check
-    assert list(KIND_GATES["name"]) == [g for g in GATES if g in KIND_GATES["name"]]  # registry order
+    assert list(KIND_GATES["name"]) == [
+        g for g in GATES if g in KIND_GATES["name"]
+    ]  # registry order
 
 
 def test_tagger_loads_offline_and_downloads_nothing(tmp_path: Path) -> None:
@@ -277,10 +399,22 @@ def test_tagger_loads_offline_and_downloads_nothing(tmp_path: Path) -> None:
         assert Gates().check("Il fait beau aujourd'hui, on va au parc cet après-midi?", "prose").gate == "language"
         print("ok")
     """)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "SPACY_WARNING_IGNORE": "",
-           "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         timeout=300)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "SPACY_WARNING_IGNORE": "",
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(ROOT),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "ok"
 
@@ -289,31 +423,60 @@ def test_tagger_loads_offline_and_downloads_nothing(tmp_path: Path) -> None:
 
 
 def test_audit_texts_counts_per_gate_with_examples() -> None:
-    texts = [AuditText("q1", "options[0]", "To the laundry detergent was used to clean the pot.", "goal"),
-             AuditText("q1", "options[1]", "To clean the pot.", "goal"),
-             AuditText("q2", "options[0]", "C to choose your own goals, next_actions_31.", "action"),
-             AuditText("q2", "options[1]", "C picks up the mat in the air, p.", "action"),
-             AuditText("q3", "options[0]", "C believes the mat on the floor.", "belief"),
-             AuditText("q3", "question", "What will C most likely do next?", "prose")]
+    texts = [
+        AuditText(
+            "q1", "options[0]", "To the laundry detergent was used to clean the pot.", "goal"
+        ),
+        AuditText("q1", "options[1]", "To clean the pot.", "goal"),
+        AuditText("q2", "options[0]", "C to choose your own goals, next_actions_31.", "action"),
+        AuditText("q2", "options[1]", "C picks up the mat in the air, p.", "action"),
+        AuditText("q3", "options[0]", "C believes the mat on the floor.", "belief"),
+        AuditText("q3", "question", "What will C most likely do next?", "prose"),
+    ]
     report = audit_texts(texts, examples_per_gate=1)
     assert (report.checked, report.failed) == (6, 4)
     assert report.by_gate == {"schema_echo": 1, "surface_form": 2, "truncated_text": 1}
-    assert report.examples["surface_form"] == [{"item_id": "q1", "field": "options[0]", "detail": report.examples[
-        "surface_form"][0]["detail"], "text": "To the laundry detergent was used to clean the pot."}]
+    assert report.examples["surface_form"] == [
+        {
+            "item_id": "q1",
+            "field": "options[0]",
+            "detail": report.examples["surface_form"][0]["detail"],
+            "text": "To the laundry detergent was used to clean the pot.",
+        }
+    ]
     assert report.as_dict()["by_gate"] == report.by_gate
 
 
 def test_bank_texts_reads_forms_from_question_types() -> None:
     from gen.schemas.mcq import MCQ
 
-    items = [MCQ(item_id="a", question_type="goal", question="What is C's future goal?",
-                 options=["To cook.", "To the pot."], answer=0, line=0),
-             MCQ(item_id="b", question_type="similar", question="Which goal?", options=["Buy milk", "Call mum"],
-                 answer=1, line=1)]
+    items = [
+        MCQ(
+            item_id="a",
+            question_type="goal",
+            question="What is C's future goal?",
+            options=["To cook.", "To the pot."],
+            answer=0,
+            line=0,
+        ),
+        MCQ(
+            item_id="b",
+            question_type="similar",
+            question="Which goal?",
+            options=["Buy milk", "Call mum"],
+            answer=1,
+            line=1,
+        ),
+    ]
     texts = bank_texts(items)
     assert [(t.item_id, t.field, t.kind) for t in texts] == [
-        ("a", "question", "prose"), ("a", "options[0]", "goal"), ("a", "options[1]", "goal"),
-        ("b", "question", "prose"), ("b", "options[0]", "prose"), ("b", "options[1]", "prose")]
+        ("a", "question", "prose"),
+        ("a", "options[0]", "goal"),
+        ("a", "options[1]", "goal"),
+        ("b", "question", "prose"),
+        ("b", "options[0]", "prose"),
+        ("b", "options[1]", "prose"),
+    ]
     assert audit_texts(texts).by_gate == {"surface_form": 1}
 
 
@@ -329,8 +492,17 @@ def test_egotom_released_options_false_alarms_at_most_one_percent() -> None:
     texts = list({(t.text, t.kind): t for t in bank_texts(items) if t.field != "question"}.values())
     report = audit_texts(texts, examples_per_gate=50)
     assert report.checked > 2400
-    assert report.by_gate.get("surface_form", 0) / report.checked <= 0.01, report.examples.get("surface_form")
+    assert report.by_gate.get("surface_form", 0) / report.checked <= 0.01, report.examples.get(
+        "surface_form"
+    )
     assert report.failed / report.checked <= 0.01, report.by_gate
-    for gate in ("schema_echo", "template_echo", "fewshot_marker", "json_fragment", "numbering", "language",
-                 "web_fragment"):
+    for gate in (
+        "schema_echo",
+        "template_echo",
+        "fewshot_marker",
+        "json_fragment",
+        "numbering",
+        "language",
+        "web_fragment",
+    ):
         assert gate not in report.by_gate, report.examples[gate]

@@ -32,16 +32,31 @@ def main_job_script() -> Any:
     return script
 
 
-SMALL_MAIN_JOB = Page(script=main_job_script(), extra={"digital": ["n=1", "persona_pool=6"]},
-                      replace={"persona_pool=50, n=5": "persona_pool=6, n=1"}, numbered=True)
+SMALL_MAIN_JOB = Page(
+    script=main_job_script(),
+    extra={"digital": ["n=1", "persona_pool=6"]},
+    replace={"persona_pool=50, n=5": "persona_pool=6, n=1"},
+    numbered=True,
+)
 
 
-def test_the_readme_runs_and_lists_what_the_main_job_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    ran = run_page(ROOT / "README.md", tmp_path, monkeypatch, Page(
-        script=main_job_script(), extra={"digital": ["n=1", "persona_pool=6"]},
-        replace={"persona_pool=50, n=5": "persona_pool=6, n=1"}, instead={"pipeline": validate_only}))
+def test_the_readme_runs_and_lists_what_the_main_job_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran = run_page(
+        ROOT / "README.md",
+        tmp_path,
+        monkeypatch,
+        Page(
+            script=main_job_script(),
+            extra={"digital": ["n=1", "persona_pool=6"]},
+            replace={"persona_pool=50, n=5": "persona_pool=6, n=1"},
+            instead={"pipeline": validate_only},
+        ),
+    )
     assert [line for line, _ in ran][:1] == [
-        'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m gen digital +persona_pool=50']
+        'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m gen digital +persona_pool=50'
+    ]
     (main,) = (tmp_path / "outputs" / "digital").iterdir()
     for name in listing(ROOT / "README.md", "## What the main job writes"):
         assert (main / name).exists(), f"the README lists {name}; the main job did not write it"
@@ -66,14 +81,28 @@ def test_getting_started_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert sum(1 for line, _ in ran if line.startswith("gen digital")) == 5
     main = min((tmp_path / "outputs" / "digital").iterdir())
     for name in listing(page, "## The main job"):
-        assert (main / name).exists(), f"Getting started lists {name}; the main job did not write it"
-    runs = [json.loads((f / "manifest.json").read_text())["config"]["llm"]
-            for f in sorted((tmp_path / "outputs" / "digital").iterdir())]
-    assert [r["backend"] for r in runs] == ["llama_cpp", "llama_cpp", "openai", "openai", "llama_server"]
-    assert runs[3]["api_key_env"] == "MY_VLLM_KEY" and "api_key" not in json.dumps(runs).replace("api_key_env", "")
+        assert (main / name).exists(), (
+            f"Getting started lists {name}; the main job did not write it"
+        )
+    runs = [
+        json.loads((f / "manifest.json").read_text())["config"]["llm"]
+        for f in sorted((tmp_path / "outputs" / "digital").iterdir())
+    ]
+    assert [r["backend"] for r in runs] == [
+        "llama_cpp",
+        "llama_cpp",
+        "openai",
+        "openai",
+        "llama_server",
+    ]
+    assert runs[3]["api_key_env"] == "MY_VLLM_KEY" and "api_key" not in json.dumps(runs).replace(
+        "api_key_env", ""
+    )
 
 
-def test_the_wagibench_guide_runs_its_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_wagibench_guide_runs_its_chain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The guide's one command on the shipped chain made small (test_pipeline's: 128 recordings,
     4 bundles), and every folder its listing names."""
     from digital_runs import goal_script, write_pool
@@ -81,8 +110,15 @@ def test_the_wagibench_guide_runs_its_chain(tmp_path: Path, monkeypatch: pytest.
 
     chain = small_chain(tmp_path / "chain.yaml", write_pool(tmp_path / "personas.jsonl"))
     page = GUIDES / "wagibench.md"
-    ran = run_page(page, tmp_path, monkeypatch, Page(script=goal_script(), replace={"chain=wagibench": f"chain={chain}"}))
-    assert [line for line, _ in ran] == ["gen pipeline chain=wagibench hydra.run.dir=runs/wagibench"]
+    ran = run_page(
+        page,
+        tmp_path,
+        monkeypatch,
+        Page(script=goal_script(), replace={"chain=wagibench": f"chain={chain}"}),
+    )
+    assert [line for line, _ in ran] == [
+        "gen pipeline chain=wagibench hydra.run.dir=runs/wagibench"
+    ]
     run = tmp_path / "runs" / "wagibench"
     for name in listing(page, "## Run it"):
         assert (run / name).exists(), f"the guide lists {name}; the chain did not write it"
@@ -91,7 +127,9 @@ def test_the_wagibench_guide_runs_its_chain(tmp_path: Path, monkeypatch: pytest.
     assert list((run / "export").rglob("digital_state.json"))
 
 
-def test_the_audit_guide_audits_and_screens_egotom(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_audit_guide_audits_and_screens_egotom(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from conftest import SHARED
 
     bank = SHARED / "data" / "egotom_paper"
@@ -109,5 +147,9 @@ def test_the_audit_guide_audits_and_screens_egotom(tmp_path: Path, monkeypatch: 
         assert (audit / name).exists(), f"the guide lists {name}; the audit did not write it"
     assert "shortcut" in (audit / "audit.md").read_text()
     blind = work / "runs" / "egotom-blind"
-    assert (blind / "summary.json").is_file() and (blind / "kept").is_dir() and (blind / "removed.jsonl").is_file()
+    assert (
+        (blind / "summary.json").is_file()
+        and (blind / "kept").is_dir()
+        and (blind / "removed.jsonl").is_file()
+    )
     assert "blind" in (work / "runs" / "egotom-blind-audit" / "audit.md").read_text()

@@ -47,17 +47,23 @@ def project_modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
 def _type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and (
         (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
-        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
+    )
 
 
-def _module_level(tree: ast.Module, *, functions: bool = False) -> list[ast.Import | ast.ImportFrom]:
+def _module_level(
+    tree: ast.Module, *, functions: bool = False
+) -> list[ast.Import | ast.ImportFrom]:
     """Import statements that run when the module is imported (not inside a function, unless
     ``functions``; never under ``if TYPE_CHECKING:``, which never runs)."""
     found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and not functions:
+            if (
+                isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+                and not functions
+            ):
                 continue
             if _type_checking(child):
                 for other in cast(ast.If, child).orelse:  # an else branch does run
@@ -87,10 +93,12 @@ def import_graph(modules: dict[str, Path], *, functions: bool = False) -> dict[s
                 base = node.module or ""
                 if node.level:
                     parts = package.split(".")
-                    anchor = ".".join(parts[:len(parts) - node.level + 1])
+                    anchor = ".".join(parts[: len(parts) - node.level + 1])
                     base = f"{anchor}.{base}" if base else anchor
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
-                           for a in node.names]
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                    for a in node.names
+                ]
             for target in targets:
                 while target and target not in modules:  # import a.b.c of a non-module c
                     target = target.rpartition(".")[0]
@@ -110,7 +118,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := dfs(nxt)):
                 return cycle
         path.pop()
@@ -147,8 +155,15 @@ def room_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
 
 def test_every_module_imports() -> None:
     modules = project_modules(ROOT, PACKAGES)
-    assert {"gen.llm", "gen.llm.boundary", "gen.llm.llama_server", "gen.runner", "gen.registry",
-            "gen.generators.digital", "gen.schemas.mcq"} <= set(modules)
+    assert {
+        "gen.llm",
+        "gen.llm.boundary",
+        "gen.llm.llama_server",
+        "gen.runner",
+        "gen.registry",
+        "gen.generators.digital",
+        "gen.schemas.mcq",
+    } <= set(modules)
     for name in modules:
         importlib.import_module(name)
 
@@ -166,11 +181,17 @@ def every_import() -> dict[str, set[str]]:
 def test_gen_does_not_import_generators(every_import: dict[str, set[str]]) -> None:
     """The runtime finds generators through entry points; no import of it, at any level, names
     one. The schemas are the floor: they import only schemas."""
-    bad = {m: sorted(t for t in targets if t.startswith(ROOMS))
-           for m, targets in every_import.items() if not m.startswith((ROOMS, "gen.schemas"))}
+    bad = {
+        m: sorted(t for t in targets if t.startswith(ROOMS))
+        for m, targets in every_import.items()
+        if not m.startswith((ROOMS, "gen.schemas"))
+    }
     assert not {m: t for m, t in bad.items() if t}
-    floor = {m: sorted(t for t in targets if not t.startswith("gen.schemas"))
-             for m, targets in every_import.items() if m.startswith("gen.schemas")}
+    floor = {
+        m: sorted(t for t in targets if not t.startswith("gen.schemas"))
+        for m, targets in every_import.items()
+        if m.startswith("gen.schemas")
+    }
     assert not {m: t for m, t in floor.items() if t}
 
 
@@ -178,7 +199,9 @@ def test_no_room_imports_another(every_import: dict[str, set[str]]) -> None:
     """Rooms share through ``gen``: an import of another room, even inside a function, is a
     dependency the module graph would otherwise hide."""
     edges = room_edges(every_import)
-    assert not edges, "\n".join(f"{a} -> {b}: {', '.join(sites)}" for (a, b), sites in sorted(edges.items()))
+    assert not edges, "\n".join(
+        f"{a} -> {b}: {', '.join(sites)}" for (a, b), sites in sorted(edges.items())
+    )
 
 
 def test_one_top_level_package() -> None:
@@ -189,8 +212,13 @@ def test_one_top_level_package() -> None:
         if "gen/generators/" in path.as_posix() or "gen/schemas/" in path.as_posix():
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             if any(n.split(".")[0] in ("generators", "schemas") for n in names):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, offenders
@@ -203,13 +231,20 @@ def test_the_llm_package_is_split_as_documented(graph: dict[str, set[str]]) -> N
     assert all("gen.llm" not in targets for targets in inside.values()), inside
     assert graph["gen.llm.config"] <= {"gen.errors", "gen.llm.secrets"}
     assert graph["gen.llm.secrets"] <= {"gen.errors"}
-    assert graph["gen.llm.http"] <= {"gen.llm.secrets", "gen.llm.admission"}  # the transport knows no config
+    assert graph["gen.llm.http"] <= {
+        "gen.llm.secrets",
+        "gen.llm.admission",
+    }  # the transport knows no config
     assert graph["gen.llm.admission"] == set()  # the calls-in-flight budget knows nothing else
     assert graph["gen.llm.cache"] <= {"gen.errors", "gen.netfs"}
     assert graph["gen.netfs"] == set()
     for backend in ("gen.llm.boundary", "gen.llm.config", "gen.llm.cache", "gen.llm.http"):
-        assert not graph[backend] & {"gen.llm.llama_cpp", "gen.llm.openai_compat",
-                                     "gen.llm.llama_server", "gen.llm.fake"}
+        assert not graph[backend] & {
+            "gen.llm.llama_cpp",
+            "gen.llm.openai_compat",
+            "gen.llm.llama_server",
+            "gen.llm.fake",
+        }
     assert not (ROOT / "gen" / "server.py").exists() and not (ROOT / "gen" / "llm.py").exists()
 
 
@@ -220,8 +255,10 @@ def test_the_checker_finds_cycles_and_ignores_lazy_imports(tmp_path: Path) -> No
     (pkg / "a.py").write_text("from toy.sub import b\n")
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "b.py").write_text("from .. import c\n")
-    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import toy.a\n"
-                              "def f():\n    import toy.a\n")
+    (pkg / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import toy.a\n"
+        "def f():\n    import toy.a\n"
+    )
     modules = project_modules(tmp_path, ("toy",))
     graph = import_graph(modules)
     assert graph["toy.a"] == {"toy.sub.b"} and graph["toy.sub.b"] == {"toy.c"}
@@ -239,6 +276,11 @@ def test_every_package_is_installed() -> None:
     import fnmatch
     import tomllib
 
-    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"
+    ]["find"]["include"]
     found = {m for m, p in project_modules(ROOT, PACKAGES).items() if p.name == "__init__.py"}
-    assert found and all(any(fnmatch.fnmatchcase(m, pat) for pat in include) for m in found), (found, include)
+    assert found and all(any(fnmatch.fnmatchcase(m, pat) for pat in include) for m in found), (
+        found,
+        include,
+    )

@@ -66,7 +66,11 @@ def refusals(built: list[Any]) -> list[tuple[str, str]]:
 
 def test_interval_algebra() -> None:
     assert merge([(10, 20), (15, 30), (40, 50), (-5, 2), (95, 120), (60, 60)], 100) == [
-        (0, 2), (10, 30), (40, 50), (95, 100)]
+        (0, 2),
+        (10, 30),
+        (40, 50),
+        (95, 100),
+    ]
     assert complement([(0, 2), (10, 30)], 40) == [(2, 10), (30, 40)]
     assert complement([], 5) == [(0.0, 5)]
     assert split((0, 700), 300, 15) == [(0, 300), (300, 600), (600, 700)]
@@ -82,11 +86,19 @@ def test_interval_algebra() -> None:
 
 def session(**kw: Any) -> RecordingSession:
     lines = [{"t": float(t), "text": f"scene {t}"} for t in range(0, 1200, 10)]
-    row = {"session_id": "s", "duration": 1200, "timeline": lines + [{"t": 101, "text": "take a photo", "speech": True}],
-           "commands": [{"command_id": "p", "kind": "photo", "time": 100, "target": {"label": "mural"}},
-                        {"command_id": "v", "kind": "video", "time": 300, "start": 300, "end": 330}],
-           "objects": [{"label": x, "time": 100 + d} for x, d in
-                       (("mural", 0), ("bench", 2), ("tree", -3), ("lamp", 4), ("dog", 9))]}
+    row = {
+        "session_id": "s",
+        "duration": 1200,
+        "timeline": lines + [{"t": 101, "text": "take a photo", "speech": True}],
+        "commands": [
+            {"command_id": "p", "kind": "photo", "time": 100, "target": {"label": "mural"}},
+            {"command_id": "v", "kind": "video", "time": 300, "start": 300, "end": 330},
+        ],
+        "objects": [
+            {"label": x, "time": 100 + d}
+            for x, d in (("mural", 0), ("bench", 2), ("tree", -3), ("lamp", 4), ("dog", 9))
+        ],
+    }
     return RecordingSession.model_validate({**row, **kw})
 
 
@@ -95,42 +107,85 @@ def test_recording_windows_negatives_and_the_photo_test() -> None:
     tests = [d for d in drafts(built) if d.question_type == "recording_test"]
     pos = [d for d in tests if d.answer == 0]
     neg = [d for d in tests if d.answer == 1]
-    assert [d.extra["window"] for d in pos] == [{"start": 70, "end": 130}, {"start": 270, "end": 360}]  # +-30 s
+    assert [d.extra["window"] for d in pos] == [
+        {"start": 70, "end": 130},
+        {"start": 270, "end": 360},
+    ]  # +-30 s
     assert len(neg) == 4 and all(d.options == ["yes", "no"] for d in tests)
     for d in neg:  # same length as its positive, away from every positive window and command
         w = d.extra["window"]
-        assert not any(w["start"] < p.extra["window"]["end"] and p.extra["window"]["start"] < w["end"] for p in pos)
+        assert not any(
+            w["start"] < p.extra["window"]["end"] and p.extra["window"]["start"] < w["end"]
+            for p in pos
+        )
         assert d.privileged["commands_in_clip"] == []
-    assert sorted(d.extra["window"]["end"] - d.extra["window"]["start"] for d in neg) == [60, 60, 90, 90]
+    assert sorted(d.extra["window"]["end"] - d.extra["window"]["start"] for d in neg) == [
+        60,
+        60,
+        90,
+        90,
+    ]
     assert all("take a photo" not in d.visible["context"] for d in tests)  # no audio
     photo = next(d for d in drafts(built) if d.question_type == "photo_test")
     assert photo.options[photo.answer] == "mural" and len(photo.options) == 4
-    assert set(photo.options) == {"mural", "bench", "tree", "lamp"}  # the dog is 9 s away: outside 10 s
-    with_names = session(timeline=[{"t": 95.0, "text": "A mural of a whale."}, {"t": 98.0, "text": "A bench."},
-                                   {"t": 99.0, "text": "Pigeons on the square."}])
-    shown = next(d for d in drafts(build_recording([with_names], cfg(task="recording")))
-                 if d.question_type == "photo_test").visible["context"]
-    assert "mural" not in shown and "bench" not in shown.lower() and "Pigeons" in shown  # every option's line alike
+    assert set(photo.options) == {
+        "mural",
+        "bench",
+        "tree",
+        "lamp",
+    }  # the dog is 9 s away: outside 10 s
+    with_names = session(
+        timeline=[
+            {"t": 95.0, "text": "A mural of a whale."},
+            {"t": 98.0, "text": "A bench."},
+            {"t": 99.0, "text": "Pigeons on the square."},
+        ]
+    )
+    shown = next(
+        d
+        for d in drafts(build_recording([with_names], cfg(task="recording")))
+        if d.question_type == "photo_test"
+    ).visible["context"]
+    assert (
+        "mural" not in shown and "bench" not in shown.lower() and "Pigeons" in shown
+    )  # every option's line alike
     assert build_recording([session()], cfg(task="recording")) == built  # seeded
 
 
 def test_recording_refusals() -> None:
-    crowded = session(duration=140, timeline=[{"t": 5.0, "text": "x"}],
-                      commands=[{"command_id": "p", "kind": "photo", "time": 60, "target": {"label": "mural"}}])
+    crowded = session(
+        duration=140,
+        timeline=[{"t": 5.0, "text": "x"}],
+        commands=[{"command_id": "p", "kind": "photo", "time": 60, "target": {"label": "mural"}}],
+    )
     got = refusals(build_recording([crowded], cfg(task="recording")))
     assert ("s/p/negative1", "no_room_for_negative") in got and ("s/p", "too_few_objects") in got
     untargeted = session(commands=[{"command_id": "p", "kind": "photo", "time": 100}])
-    assert ("s/p", "no_photo_target") in refusals(build_recording([untargeted], cfg(task="recording")))
+    assert ("s/p", "no_photo_target") in refusals(
+        build_recording([untargeted], cfg(task="recording"))
+    )
     with pytest.raises(ValueError, match="a video command needs start and end"):
         session(commands=[{"command_id": "v", "kind": "video", "time": 3}])
 
 
 def test_a_distractor_object_is_not_drawn_twice_in_a_session() -> None:
-    objects = [{"label": x, "time": t} for t in (100, 200) for x in ("mural", "bench", "tree", "lamp", "sign", "bin", "car")]
-    s = session(commands=[{"command_id": "p1", "kind": "photo", "time": 100, "target": {"label": "mural"}},
-                          {"command_id": "p2", "kind": "photo", "time": 200, "target": {"label": "mural"}}],
-                objects=objects)
-    photos = [d for d in drafts(build_recording([s], cfg(task="recording"))) if d.question_type == "photo_test"]
+    objects = [
+        {"label": x, "time": t}
+        for t in (100, 200)
+        for x in ("mural", "bench", "tree", "lamp", "sign", "bin", "car")
+    ]
+    s = session(
+        commands=[
+            {"command_id": "p1", "kind": "photo", "time": 100, "target": {"label": "mural"}},
+            {"command_id": "p2", "kind": "photo", "time": 200, "target": {"label": "mural"}},
+        ],
+        objects=objects,
+    )
+    photos = [
+        d
+        for d in drafts(build_recording([s], cfg(task="recording")))
+        if d.question_type == "photo_test"
+    ]
     wrong = [o for d in photos for i, o in enumerate(d.options) if i != d.answer]
     assert len(wrong) == 6 == len(set(wrong))
 
@@ -138,31 +193,56 @@ def test_a_distractor_object_is_not_drawn_twice_in_a_session() -> None:
 # --------------------------------------------------------------------------- emotion intensity
 
 
-def seg(sid: str, label: str, intensity: int, reason: str | None = None, participant: str = "P1") -> EmotionSegment:
-    return EmotionSegment(segment_id=sid, participant=participant, start=0, end=10, labels=[label],
-                          reason=reason or f"reason {sid}", intensity=intensity)
+def seg(
+    sid: str, label: str, intensity: int, reason: str | None = None, participant: str = "P1"
+) -> EmotionSegment:
+    return EmotionSegment(
+        segment_id=sid,
+        participant=participant,
+        start=0,
+        end=10,
+        labels=[label],
+        reason=reason or f"reason {sid}",
+        intensity=intensity,
+    )
 
 
 def test_emotion_intensity_compares_within_one_participant() -> None:
-    rows = [seg("a", "Joy", 2), seg("b", "Joy", 5), seg("c", "Joy", 3), seg("d", "Joy", 1),
-            seg("x", "Stress", 4, "reason a"), seg("y", "Stress", 2), seg("z", "Joy", 4, participant="P2")]
+    rows = [
+        seg("a", "Joy", 2),
+        seg("b", "Joy", 5),
+        seg("c", "Joy", 3),
+        seg("d", "Joy", 1),
+        seg("x", "Stress", 4, "reason a"),
+        seg("y", "Stress", 2),
+        seg("z", "Joy", 4, participant="P2"),
+    ]
     built = build_intensity(rows, cfg(task="emotion_intensity"))
     d = drafts(built)[0]
     assert set(d.options) == {"Joy: reason a", "Joy: reason b", "Joy: reason c", "Joy: reason d"}
-    best = {"highest": "Joy: reason b", "lowest": "Joy: reason d"}[d.question_type.rsplit("_", 1)[1]]
+    best = {"highest": "Joy: reason b", "lowest": "Joy: reason d"}[
+        d.question_type.rsplit("_", 1)[1]
+    ]
     assert d.options[d.answer] == best
     # Stress has two: filled with P1's other segments whose reason differs ("reason a" is taken by x)
     stress = drafts(built)[1]
     assert stress.privileged["target_label"] == "Stress" and len(stress.options) == 4
-    assert "Joy: reason a" not in stress.options and all(not o.startswith("Joy: reason z") for o in stress.options)
+    assert "Joy: reason a" not in stress.options and all(
+        not o.startswith("Joy: reason z") for o in stress.options
+    )
     assert ("P2/Joy", "group_too_small") in refusals(built)
     # directions alternate (balanced highest / lowest)
-    assert [x.question_type for x in drafts(built)] == ["emotion_intensity_highest", "emotion_intensity_lowest"]
+    assert [x.question_type for x in drafts(built)] == [
+        "emotion_intensity_highest",
+        "emotion_intensity_lowest",
+    ]
 
 
 def test_emotion_intensity_ties_and_labels() -> None:
     tied = [seg("a", "Joy", 3), seg("b", "Joy", 3), seg("c", "Joy", 3), seg("d", "Joy", 3)]
-    assert [r for _, r in refusals(build_intensity(tied, cfg(task="emotion_intensity")))] == ["tied_intensity"]
+    assert [r for _, r in refusals(build_intensity(tied, cfg(task="emotion_intensity")))] == [
+        "tied_intensity"
+    ]
     one_way = [seg("a", "Joy", 5), seg("b", "Joy", 5), seg("c", "Joy", 3), seg("d", "Joy", 1)]
     d = drafts(build_intensity(one_way, cfg(task="emotion_intensity")))[0]
     assert d.question_type == "emotion_intensity_lowest" and d.options[d.answer] == "Joy: reason d"
@@ -173,20 +253,33 @@ def test_emotion_intensity_ties_and_labels() -> None:
 # --------------------------------------------------------------------------- tool selection
 
 
-@pytest.mark.parametrize(("required", "helpful", "predicted", "ok"), [
-    ({"a"}, {"b"}, {"a"}, True), ({"a"}, {"b"}, {"a", "b"}, True), ({"a"}, {"b"}, {"a", "c"}, False),
-    ({"a", "b"}, set(), {"a"}, False), (set(), {"b"}, {NO_TOOL}, True), (set(), {"b"}, {"b"}, True),
-    (set(), {"b"}, set(), False), (set(), {"b"}, {"b", "c"}, False), (set(), set(), {NO_TOOL}, True),
-    (set(), set(), {"a"}, False), ({"a"}, set(), {"a", NO_TOOL}, False),
-])
-def test_tool_selection_hierarchical_correctness(required: set[str], helpful: set[str], predicted: set[str],
-                                                 ok: bool) -> None:
+@pytest.mark.parametrize(
+    ("required", "helpful", "predicted", "ok"),
+    [
+        ({"a"}, {"b"}, {"a"}, True),
+        ({"a"}, {"b"}, {"a", "b"}, True),
+        ({"a"}, {"b"}, {"a", "c"}, False),
+        ({"a", "b"}, set(), {"a"}, False),
+        (set(), {"b"}, {NO_TOOL}, True),
+        (set(), {"b"}, {"b"}, True),
+        (set(), {"b"}, set(), False),
+        (set(), {"b"}, {"b", "c"}, False),
+        (set(), set(), {NO_TOOL}, True),
+        (set(), set(), {"a"}, False),
+        ({"a"}, set(), {"a", NO_TOOL}, False),
+    ],
+)
+def test_tool_selection_hierarchical_correctness(
+    required: set[str], helpful: set[str], predicted: set[str], ok: bool
+) -> None:
     assert correct(required, helpful, predicted) is ok
 
 
 def test_tool_selection_metrics_and_names() -> None:
     assert required_recall([({"a"}, {"a", "x"}), ({"a", "b"}, {"a"}), (set(), {NO_TOOL})]) == 0.5
-    assert distractor_rate([({"a"}, set(), {"a", "x"}), (set(), {"b"}, {"b"}), (set(), set(), {NO_TOOL})]) == pytest.approx(1 / 3)
+    assert distractor_rate(
+        [({"a"}, set(), {"a", "x"}), (set(), {"b"}, {"b"}), (set(), set(), {NO_TOOL})]
+    ) == pytest.approx(1 / 3)
     assert tool_key(" Maps-API ") == tool_key("maps_api") == tool_key("maps api") == "maps_api"
 
 
@@ -196,19 +289,25 @@ def test_tool_selection_on_the_examples(tmp_path: Path) -> None:
     result = run(NAME, c, out, quiet=True)
     recs = {r["source"]: r for r in read_jsonl(out / "introspect.jsonl")}
     assert result.rejected == 1 and read_jsonl(out / "rejects.jsonl")[0]["reason"] == "unknown_tool"
+
     def names(r: dict[str, Any], field: str) -> list[str]:
         return [r["options"][i].split(":")[0].replace(" ", "_") for i in r[field]]
 
     r3 = recs["P02-r3"]  # OCR + translator -> ocr, translation
     assert names(r3, "answers") == ["ocr", "translation"]
     r4 = recs["P02-r4"]  # helpful only: "No tool needed" or the calculator
-    assert r4["options"][r4["answer"]] == NO_TOOL and set(names(r4, "acceptable")) == {"calculator", "No_tool_needed"}
+    assert r4["options"][r4["answer"]] == NO_TOOL and set(names(r4, "acceptable")) == {
+        "calculator",
+        "No_tool_needed",
+    }
     r7 = recs["P02-r7"]  # "transit-schedule" required, "Maps API" helpful
     assert names(r7, "answers") == ["transit_schedule"]
     assert set(names(r7, "acceptable")) == {"transit_schedule", "location_search"}
     assert r7["options"][-1] == NO_TOOL and r7["options"][4].startswith("location search: places")
     bad = tmp_path / "tools.yaml"
-    bad.write_text("tools:\n  - {name: a, description: x, aliases: [b]}\n  - {name: b2, description: y, aliases: [B]}\n")
+    bad.write_text(
+        "tools:\n  - {name: a, description: x, aliases: [b]}\n  - {name: b2, description: y, aliases: [B]}\n"
+    )
     with pytest.raises(InputError, match="'B' names both 'a' and 'b2'"):
         plan(cfg(task="tool_selection", input=str(EX / "requests.jsonl"), tools=str(bad)))
     with pytest.raises(ValueError, match="needs tools="):
@@ -220,23 +319,45 @@ def test_tool_selection_on_the_examples(tmp_path: Path) -> None:
 
 def test_proactive_timing_clips() -> None:
     lines = [{"t": float(t), "text": f"line {t}"} for t in range(0, 1000, 7)]
-    s = InterruptSession.model_validate({
-        "session_id": "s", "duration": 1000, "timeline": lines,
-        "forbidden": [{"start": 100, "end": 200, "reason": "driving"}, {"start": 190, "end": 510},
-                      {"start": 600, "end": 610}, {"start": 990, "end": 1200}]})
+    s = InterruptSession.model_validate(
+        {
+            "session_id": "s",
+            "duration": 1000,
+            "timeline": lines,
+            "forbidden": [
+                {"start": 100, "end": 200, "reason": "driving"},
+                {"start": 190, "end": 510},
+                {"start": 600, "end": 610},
+                {"start": 990, "end": 1200},
+            ],
+        }
+    )
     built = build_timing([s], cfg(task="proactive_timing"))
-    got = [(d.extra["window"]["start"], d.extra["window"]["end"], d.options[d.answer]) for d in drafts(built)]
-    assert got == [(0, 100, "True"), (100, 400, "False"), (400, 510, "False"), (510, 600, "True"),
-                   (610, 910, "True"), (910, 990, "True")]  # 600-610 and 1000-... dropped (< 15 s / outside)
+    got = [
+        (d.extra["window"]["start"], d.extra["window"]["end"], d.options[d.answer])
+        for d in drafts(built)
+    ]
+    assert got == [
+        (0, 100, "True"),
+        (100, 400, "False"),
+        (400, 510, "False"),
+        (510, 600, "True"),
+        (610, 910, "True"),
+        (910, 990, "True"),
+    ]  # 600-610 and 1000-... dropped (< 15 s / outside)
     assert drafts(built)[1].privileged["forbidden_reasons"] == ["driving"]
-    assert all("driving" not in d.question and "driving" not in d.visible["context"] for d in drafts(built))
+    assert all(
+        "driving" not in d.question and "driving" not in d.visible["context"] for d in drafts(built)
+    )
 
 
 # --------------------------------------------------------------------------- memory
 
 
 def memory(**kw: Any) -> MemoryItem:
-    return MemoryItem.model_validate({"memory_id": "m", "time": 100, "content": "parked at B14", "lifespan": "short_term", **kw})
+    return MemoryItem.model_validate(
+        {"memory_id": "m", "time": 100, "content": "parked at B14", "lifespan": "short_term", **kw}
+    )
 
 
 def test_memory_segments_are_type_aware() -> None:
@@ -244,22 +365,60 @@ def test_memory_segments_are_type_aware() -> None:
     assert segment(memory(start=98, end=102), 1000, c) == ("STM", (94, 106))  # extended to 12 s
     assert segment(memory(start=80, end=100), 1000, c) == ("STM", (80, 100))
     assert segment(memory(lifespan="long_term", object="sign"), 1000, c) == ("LTO", (85, 115))
-    assert segment(memory(lifespan="long_term", start=0, end=200), 1000, c) == ("LTE", (77.5, 122.5))  # 45 s cap
+    assert segment(memory(lifespan="long_term", start=0, end=200), 1000, c) == (
+        "LTE",
+        (77.5, 122.5),
+    )  # 45 s cap
     assert segment(memory(lifespan="long_term"), 1000, c) == ("LTE", None)
     assert segment(memory(lifespan=None, usage_hours=30, start=90, end=95), 1000, c)[0] == "LTE"
 
 
 def test_memory_lifespan_labels_clips_and_refusals() -> None:
     lines = [{"t": float(t), "text": f"line {t}"} for t in range(0, 400, 3)] + [
-        {"t": 101, "text": "help me remember the spot", "speech": True}]
-    s = MemorySession.model_validate({"session_id": "s", "duration": 400, "timeline": lines, "memories": [
-        {"memory_id": "a", "time": 100, "start": 90, "end": 140, "content": "bay B14", "lifespan": "short_term"},
-        {"memory_id": "b", "time": 200, "content": "the poster's band names", "usage_hours": 100},
-        {"memory_id": "c", "time": 300, "content": "the code", "lifespan": "long_term", "usage_hours": 2},
-        {"memory_id": "d", "time": 350, "content": "call the dentist tomorrow", "lifespan": "short_term"}]})
+        {"t": 101, "text": "help me remember the spot", "speech": True}
+    ]
+    s = MemorySession.model_validate(
+        {
+            "session_id": "s",
+            "duration": 400,
+            "timeline": lines,
+            "memories": [
+                {
+                    "memory_id": "a",
+                    "time": 100,
+                    "start": 90,
+                    "end": 140,
+                    "content": "bay B14",
+                    "lifespan": "short_term",
+                },
+                {
+                    "memory_id": "b",
+                    "time": 200,
+                    "content": "the poster's band names",
+                    "usage_hours": 100,
+                },
+                {
+                    "memory_id": "c",
+                    "time": 300,
+                    "content": "the code",
+                    "lifespan": "long_term",
+                    "usage_hours": 2,
+                },
+                {
+                    "memory_id": "d",
+                    "time": 350,
+                    "content": "call the dentist tomorrow",
+                    "lifespan": "short_term",
+                },
+            ],
+        }
+    )
     built = build_lifespan([s], cfg(task="memory_lifespan"))
     a, b = drafts(built)
-    assert a.options[a.answer] == "within 24 hours" and a.extra["window"] == {"start": 92.5, "end": 107.5}
+    assert a.options[a.answer] == "within 24 hours" and a.extra["window"] == {
+        "start": 92.5,
+        "end": 107.5,
+    }
     assert b.privileged["label"] == "more_than_24h" and b.privileged["label_from"] == "usage_hours"
     assert "help me remember" not in a.visible["context"]  # no audio
     assert refusals(built) == [("s/c", "lifespan_conflict"), ("s/d", "content_states_lifespan")]
@@ -268,15 +427,19 @@ def test_memory_lifespan_labels_clips_and_refusals() -> None:
 # --------------------------------------------------------------------------- runs on the examples
 
 
-@pytest.mark.parametrize(("task", "file", "extra"), [
-    ("recording", "recording.jsonl", {}),
-    ("emotion_intensity", "emotions.jsonl", {}),
-    ("proactive_timing", "interruptions.jsonl", {}),
-    ("memory_lifespan", "memories.jsonl", {}),
-    ("memory_assistance", "memories.jsonl", {"form": "object"}),
-])
-def test_each_family_runs_on_its_example_and_an_mcq_reader_takes_it(tmp_path: Path, task: str, file: str,
-                                                                     extra: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("task", "file", "extra"),
+    [
+        ("recording", "recording.jsonl", {}),
+        ("emotion_intensity", "emotions.jsonl", {}),
+        ("proactive_timing", "interruptions.jsonl", {}),
+        ("memory_lifespan", "memories.jsonl", {}),
+        ("memory_assistance", "memories.jsonl", {"form": "object"}),
+    ],
+)
+def test_each_family_runs_on_its_example_and_an_mcq_reader_takes_it(
+    tmp_path: Path, task: str, file: str, extra: dict[str, Any]
+) -> None:
     out = tmp_path / task
     result = run(NAME, cfg(task=task, input=str(EX / file), **extra), out, quiet=True)
     check_run_folder(out, NAME, result.requested, hydra=False)
@@ -292,11 +455,18 @@ def test_each_family_runs_on_its_example_and_an_mcq_reader_takes_it(tmp_path: Pa
 
 def test_memory_assistance_object_form_on_the_example(tmp_path: Path) -> None:
     out = tmp_path / "mar"
-    run(NAME, cfg(task="memory_assistance", input=str(EX / "memories.jsonl"), form="object"), out, quiet=True)
+    run(
+        NAME,
+        cfg(task="memory_assistance", input=str(EX / "memories.jsonl"), form="object"),
+        out,
+        quiet=True,
+    )
     for r in read_jsonl(out / "introspect.jsonl"):
         assert r["options"][r["answer"]] == r["privileged"]["object"]
         assert len(set(r["options"])) == 4
-        subs = r["privileged"]["subclips"]  # inside the shown window, apart from each other by min_gap
+        subs = r["privileged"][
+            "subclips"
+        ]  # inside the shown window, apart from each other by min_gap
         assert all(r["window"]["start"] <= a <= b <= r["window"]["end"] for a, b in subs)
         assert all(y[0] >= x[1] + 5 for x, y in zip(subs, subs[1:], strict=False))
         assert "remember" not in r["visible"]["context"].lower()
@@ -305,18 +475,34 @@ def test_memory_assistance_object_form_on_the_example(tmp_path: Path) -> None:
 def event_writer(messages: list[dict[str, str]], seed: int) -> str:
     """Rewrites a moment about as long as the right answer (the length rule holds)."""
     req = messages[-1]["content"]
-    if m := re.search(r'Rewrite this moment as a wrong answer in the same style: "\d+m:\d+s \| (.*)"$', req):
+    if m := re.search(
+        r'Rewrite this moment as a wrong answer in the same style: "\d+m:\d+s \| (.*)"$', req
+    ):
         size = len(re.search(r'Right answer: "(.*)"', req)[1])
         words, text = m[1].replace("The wearer ", "").rstrip(".").split(), ""
         for w in words * 3:
             if len(text) + len(w) + 2 > size:
                 break
             text = f"{text} {w}".strip()
-        while text.split()[-1].lower() in ("a", "an", "the", "of", "at", "to", "in", "on", "with", "and", "by"):
+        while text.split()[-1].lower() in (
+            "a",
+            "an",
+            "the",
+            "of",
+            "at",
+            "to",
+            "in",
+            "on",
+            "with",
+            "and",
+            "by",
+        ):
             text = text.rsplit(" ", 1)[0]
         return json.dumps({"text": text[:1].upper() + text[1:] + "."})
     if "Rewrite this statement" in req:
-        return json.dumps({"text": req.rsplit('without changing what it says: "', 1)[1].rstrip('"')})
+        return json.dumps(
+            {"text": req.rsplit('without changing what it says: "', 1)[1].rstrip('"')}
+        )
     raise AssertionError(req[:200])
 
 
@@ -328,14 +514,21 @@ def test_memory_assistance_event_form_runs_a_candidates_subrun(tmp_path: Path) -
     check_run_folder(out, NAME, result.requested, hydra=False)
     assert [s["generator"] for s in result.manifest["subruns"]] == ["candidates"]
     items = read_jsonl(out / "event_items.jsonl")
-    assert len(items) == result.requested and all(it["task"] == "memory_assistance_event" for it in items)
+    assert len(items) == result.requested and all(
+        it["task"] == "memory_assistance_event" for it in items
+    )
     recs = read_jsonl(out / "introspect.jsonl")
     rejects = read_jsonl(out / "rejects.jsonl")
     assert len(recs) + len(rejects) == result.requested
     contents = {it["item_id"]: it["positive"]["text"] for it in items}
     for r in recs:
-        assert r["question_type"] == "memory_assistance_event" and r["privileged"]["subtype"] in ("STM", "LTE")
+        assert r["question_type"] == "memory_assistance_event" and r["privileged"]["subtype"] in (
+            "STM",
+            "LTE",
+        )
         assert r["privileged"]["positive"] == contents[r["source"]]
         assert "remember" not in r["visible"]["context"].lower()
-    assert Counter(r["reason"] for r in rejects) == Counter(result.manifest["counts"]["rejects_by_reason"])
+    assert Counter(r["reason"] for r in rejects) == Counter(
+        result.manifest["counts"]["rejects_by_reason"]
+    )
     assert recs, rejects  # the sub-run's records come back as this family's

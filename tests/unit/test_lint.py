@@ -11,11 +11,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
 
 
 def test_ruff_finds_nothing() -> None:
     proc = run("ruff", "check", "--no-cache", ".")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_ruff_format_changes_nothing() -> None:
+    # one layout for every file, so a diff shows what changed and not who formatted it
+    proc = run("ruff", "format", "--check", "--no-cache", ".")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 

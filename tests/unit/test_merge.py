@@ -45,8 +45,11 @@ def edit_manifest(folder: Path, **changes: Any) -> Path:
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:
     """Every file under ``root`` with its size and mtime: what a command changed."""
-    return {p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file() or p.is_symlink()}
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file() or p.is_symlink()
+    }
 
 
 def one_line(proc: Any, *needles: str) -> str:
@@ -65,15 +68,22 @@ def plan(shards: list[Path]) -> Any:
 
 
 @pytest.mark.parametrize("kind", ["absolute", "dotdot", "dotdot_inside"])
-def test_output_names_from_a_manifest_never_leave_the_folders(run_gen, tmp_path: Path, shards: list[Path],
-                                                              kind: str) -> None:
+def test_output_names_from_a_manifest_never_leave_the_folders(
+    run_gen, tmp_path: Path, shards: list[Path], kind: str
+) -> None:
     """The shards' manifests name an output by an absolute path or one climbing out with
     ``..``: before, merge read it from there and wrote it there (overwriting or creating a file
     anywhere, exit 0). Now: exit 2 naming the manifest, and nothing is written anywhere."""
     victim = tmp_path / "victim.json"
     victim.write_text('{"keep": 1}', encoding="utf-8")
-    (tmp_path / "in" / "x.json").write_text('{"from": "outside"}', encoding="utf-8")  # s?/../../x.json
-    name = {"absolute": str(victim), "dotdot": "../../x.json", "dotdot_inside": "kept/../../../x.json"}[kind]
+    (tmp_path / "in" / "x.json").write_text(
+        '{"from": "outside"}', encoding="utf-8"
+    )  # s?/../../x.json
+    name = {
+        "absolute": str(victim),
+        "dotdot": "../../x.json",
+        "dotdot_inside": "kept/../../../x.json",
+    }[kind]
     for s in shards:
         m = json.loads((s / "manifest.json").read_text(encoding="utf-8"))
         edit_manifest(s, outputs={**m["outputs"], name: "0" * 64})
@@ -95,7 +105,9 @@ def test_a_generator_name_is_a_plain_name(shards: list[Path]) -> None:
         plan(shards)
 
 
-def test_a_symlinked_output_leading_out_of_the_shard_is_refused(tmp_path: Path, shards: list[Path]) -> None:
+def test_a_symlinked_output_leading_out_of_the_shard_is_refused(
+    tmp_path: Path, shards: list[Path]
+) -> None:
     secret = tmp_path / "secret.json"
     secret.write_text('{"secret": 1}', encoding="utf-8")
     for s in shards:
@@ -106,7 +118,9 @@ def test_a_symlinked_output_leading_out_of_the_shard_is_refused(tmp_path: Path, 
         plan(shards)
 
 
-def test_a_symlink_in_the_run_folder_cannot_lead_writes_out(tmp_path: Path, shards: list[Path]) -> None:
+def test_a_symlink_in_the_run_folder_cannot_lead_writes_out(
+    tmp_path: Path, shards: list[Path]
+) -> None:
     """Names were checked when read; the run folder itself may hold a symlink to elsewhere."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -125,8 +139,9 @@ def test_a_symlink_in_the_run_folder_cannot_lead_writes_out(tmp_path: Path, shar
 
 
 @pytest.mark.parametrize("content", ["[]", "{}"])
-def test_a_manifest_that_is_a_list_or_empty_is_one_line(run_gen, tmp_path: Path, shards: list[Path],
-                                                        content: str) -> None:
+def test_a_manifest_that_is_a_list_or_empty_is_one_line(
+    run_gen, tmp_path: Path, shards: list[Path], content: str
+) -> None:
     """Before: a traceback (``list indices must be integers``, ``KeyError: 'shard'``)."""
     (shards[1] / "manifest.json").write_text(content, encoding="utf-8")
     proc = run_gen("merge", f"input=[{shards[0]},{shards[1]}]", f"hydra.run.dir={tmp_path / 'run'}")
@@ -134,7 +149,9 @@ def test_a_manifest_that_is_a_list_or_empty_is_one_line(run_gen, tmp_path: Path,
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("content", ["[1, 2]", "null", '"manifest"', "7", '{"shard": NaN}', "{", ""])
+@pytest.mark.parametrize(
+    "content", ["[1, 2]", "null", '"manifest"', "7", '{"shard": NaN}', "{", ""]
+)
 def test_a_manifest_that_is_no_object_names_the_file(shards: list[Path], content: str) -> None:
     (shards[1] / "manifest.json").write_text(content, encoding="utf-8")
     with pytest.raises(InputError) as e:
@@ -159,8 +176,9 @@ BAD_FIELDS = [
 
 
 @pytest.mark.parametrize(("changes", "needle"), BAD_FIELDS, ids=[n for _, n in BAD_FIELDS])
-def test_a_manifest_field_of_the_wrong_type_names_the_field(shards: list[Path], changes: dict[str, Any],
-                                                            needle: str) -> None:
+def test_a_manifest_field_of_the_wrong_type_names_the_field(
+    shards: list[Path], changes: dict[str, Any], needle: str
+) -> None:
     path = edit_manifest(shards[1], **changes)
     with pytest.raises(InputError) as e:
         plan(shards)
@@ -181,13 +199,17 @@ def test_records_and_rejects_that_do_not_fit_the_indices(shards: list[Path]) -> 
         plan(shards)
 
 
-@pytest.mark.parametrize(("file", "line", "needle"), [
-    ("personas.jsonl", "{not json", "not valid JSON"),
-    ("personas.jsonl", '{"age": NaN}', "age: NaN is not a JSON number"),
-    ("rejects.jsonl", '{"record_id": "x"}', "index: Field required"),
-])
-def test_a_bad_record_or_reject_line_names_file_and_line(tmp_path: Path, shards: list[Path], file: str,
-                                                         line: str, needle: str) -> None:
+@pytest.mark.parametrize(
+    ("file", "line", "needle"),
+    [
+        ("personas.jsonl", "{not json", "not valid JSON"),
+        ("personas.jsonl", '{"age": NaN}', "age: NaN is not a JSON number"),
+        ("rejects.jsonl", '{"record_id": "x"}', "index: Field required"),
+    ],
+)
+def test_a_bad_record_or_reject_line_names_file_and_line(
+    tmp_path: Path, shards: list[Path], file: str, line: str, needle: str
+) -> None:
     path = shards[1] / file
     lines = path.read_text(encoding="utf-8").splitlines()
     kept = lines[:1] if file == "personas.jsonl" else lines  # the rows still fit the indices
@@ -201,7 +223,9 @@ def test_a_bad_record_or_reject_line_names_file_and_line(tmp_path: Path, shards:
     assert str(e.value).startswith(f"{path}:{len(kept) + 1}: ") and needle in str(e.value)
 
 
-def test_summaries_the_hook_cannot_read_are_an_input_error(tmp_path: Path, shards: list[Path]) -> None:
+def test_summaries_the_hook_cannot_read_are_an_input_error(
+    tmp_path: Path, shards: list[Path]
+) -> None:
     """The personas hook sums each shard's ``pool`` summary: a shard without it (an edited or
     foreign manifest) was a KeyError, exit 1; now one line naming the manifests."""
     assert REGISTRY["personas"].merge is not None
@@ -209,11 +233,15 @@ def test_summaries_the_hook_cannot_read_are_an_input_error(tmp_path: Path, shard
     del m["pool"]
     (shards[1] / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
     cfg = MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off")
-    with pytest.raises(InputError, match=r"personas's merge cannot read the shards' summaries.*KeyError: 'pool'"):
+    with pytest.raises(
+        InputError, match=r"personas's merge cannot read the shards' summaries.*KeyError: 'pool'"
+    ):
         run("merge", cfg, tmp_path / "run", quiet=True)
 
 
-def test_a_manifest_with_a_bom_merges_and_one_not_utf8_is_named(tmp_path: Path, shards: list[Path]) -> None:
+def test_a_manifest_with_a_bom_merges_and_one_not_utf8_is_named(
+    tmp_path: Path, shards: list[Path]
+) -> None:
     path = shards[1] / "manifest.json"
     path.write_bytes(codecs.BOM_UTF8 + path.read_bytes())
     cfg = MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off")

@@ -22,8 +22,11 @@ from processes import requests, stand_in
 from gen import netfs
 from gen.llm.cache import CALLS, MERGE_AT, Cache, PartsStore
 
-CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-             "GEN_NETWORK_FS": "1"}
+CHILD_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    "GEN_NETWORK_FS": "1",
+}
 
 
 @pytest.fixture
@@ -32,8 +35,13 @@ def network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def child(code: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], env=CHILD_ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        env=CHILD_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def no_wal_anywhere(folder: Path) -> bool:
@@ -45,15 +53,28 @@ def no_wal_anywhere(folder: Path) -> bool:
 
 def test_the_magic_number_is_statfs_own(tmp_path: Path) -> None:
     """Read with ctypes, the same f_type as coreutils' ``stat -f`` reports (the outside tool)."""
-    out = subprocess.run(["stat", "-f", "-c", "%t", str(tmp_path)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["stat", "-f", "-c", "%t", str(tmp_path)], capture_output=True, text=True, check=True
+    )
     assert netfs.fs_magic(tmp_path) == int(out.stdout.strip(), 16)
 
 
-@pytest.mark.parametrize(("magic", "kind"), [(0x6969, "nfs"), (0x0BD00BD0, "lustre"), (0x47504653, "gpfs"),
-                                             (0xFF534D42, "cifs"), (0x65735546, "fuse"), (0xEF53, None),
-                                             (0x01021994, None), (None, None)])
-def test_network_filesystems_by_magic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, magic: int | None,
-                                      kind: str | None) -> None:
+@pytest.mark.parametrize(
+    ("magic", "kind"),
+    [
+        (0x6969, "nfs"),
+        (0x0BD00BD0, "lustre"),
+        (0x47504653, "gpfs"),
+        (0xFF534D42, "cifs"),
+        (0x65735546, "fuse"),
+        (0xEF53, None),
+        (0x01021994, None),
+        (None, None),
+    ],
+)
+def test_network_filesystems_by_magic(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, magic: int | None, kind: str | None
+) -> None:
     monkeypatch.delenv("GEN_NETWORK_FS", raising=False)
     monkeypatch.setattr(netfs, "fs_magic", lambda path: magic)
     assert netfs.network_fs(tmp_path) == kind
@@ -63,7 +84,9 @@ def test_network_filesystems_by_magic(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert netfs.network_fs(tmp_path) is not None
 
 
-def test_an_nfs_magic_number_switches_the_cache_layout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_an_nfs_magic_number_switches_the_cache_layout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("GEN_NETWORK_FS", raising=False)
     assert Cache(tmp_path / "a" / "llm.sqlite").layout == "wal"
     monkeypatch.setattr(netfs, "fs_magic", lambda path: 0x6969)
@@ -88,7 +111,9 @@ WRITER = """
 """
 
 
-def test_processes_write_parts_of_their_own_and_read_each_others(tmp_path: Path, network: None) -> None:
+def test_processes_write_parts_of_their_own_and_read_each_others(
+    tmp_path: Path, network: None
+) -> None:
     path = tmp_path / "cache" / "llm.sqlite"
     writers = [child(WRITER, str(path), f"w{k}", "60") for k in range(4)]
     for w in writers:
@@ -119,7 +144,9 @@ HOLDER = """
 """
 
 
-def test_a_part_killed_mid_write_is_read_as_committed_and_never_written(tmp_path: Path, network: None) -> None:
+def test_a_part_killed_mid_write_is_read_as_committed_and_never_written(
+    tmp_path: Path, network: None
+) -> None:
     path = tmp_path / "cache" / "llm.sqlite"
     holder = child(HOLDER, str(path))
     assert holder.stdout is not None
@@ -134,15 +161,18 @@ def test_a_part_killed_mid_write_is_read_as_committed_and_never_written(tmp_path
     before = (part.read_bytes(), journal.read_bytes())
     store = PartsStore(path, CALLS)  # its writer is dead (this host): read from a rolled-back copy
     try:
-        assert [store.query("SELECT value FROM calls WHERE key=?", (f"kept-{i}",)) for i in range(10)] == [[("v",)]] * 10
+        assert [
+            store.query("SELECT value FROM calls WHERE key=?", (f"kept-{i}",)) for i in range(10)
+        ] == [[("v",)]] * 10
         assert store.query("SELECT count(*) FROM calls WHERE key LIKE 'lost-%'", ()) == [(0,)]
     finally:
         store.close()
     assert (part.read_bytes(), journal.read_bytes()) == before  # the shared files were not touched
 
 
-def test_many_finished_parts_are_merged_without_losing_a_row(tmp_path: Path, network: None,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_many_finished_parts_are_merged_without_losing_a_row(
+    tmp_path: Path, network: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "cache" / "llm.sqlite"
     monkeypatch.setattr("gen.llm.cache.MERGE_AT", 1000)  # 12 processes that each leave a part
     for k in range(MERGE_AT + 4):
@@ -159,7 +189,9 @@ def test_many_finished_parts_are_merged_without_losing_a_row(tmp_path: Path, net
         assert not list(folder.glob(".merge-*"))
         for k in range(MERGE_AT + 4):
             for i in range(k + 1):
-                assert store.query("SELECT value FROM calls WHERE key=?", (f"{k}-{i}",), first=True) == [(str(i),)]
+                assert store.query(
+                    "SELECT value FROM calls WHERE key=?", (f"{k}-{i}",), first=True
+                ) == [(str(i),)]
     finally:
         store.close()
 
@@ -201,7 +233,9 @@ def test_the_llm_cache_replays_across_processes_in_parts(tmp_path: Path, network
     assert replay.usage.cache_hits == 1
 
 
-def test_embeddings_are_cached_in_parts(tmp_path: Path, network: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_embeddings_are_cached_in_parts(
+    tmp_path: Path, network: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import numpy as np
 
     from gen.embed import Embedder, EmbedderConfig, embedded_minilm
@@ -256,7 +290,9 @@ def test_a_holder_is_gone_when_its_pid_is_dead_or_taken_over() -> None:
     host, pid, start = me.split()
     assert not netfs.holder_gone(me, time.time())
     assert netfs.holder_gone(f"{host} 999999999 {start}", time.time())  # no such process
-    assert netfs.holder_gone(f"{host} {pid} {int(start) + 1}", time.time())  # the pid, another process
+    assert netfs.holder_gone(
+        f"{host} {pid} {int(start) + 1}", time.time()
+    )  # the pid, another process
     assert not netfs.holder_gone(f"{host} {pid}", time.time())  # an older marker: the pid alone
     assert not netfs.holder_gone("another-node 1 2", time.time() - 60)
     assert netfs.holder_gone("another-node 1 2", time.time() - 3 * netfs.STALE_AFTER)
@@ -271,8 +307,9 @@ def test_a_lock_left_by_a_dead_process_is_broken(tmp_path: Path, network: None) 
     assert time.monotonic() - t0 < 5 and not held.exists()
 
 
-def test_another_hosts_lock_is_broken_only_when_stale(tmp_path: Path, network: None,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_hosts_lock_is_broken_only_when_stale(
+    tmp_path: Path, network: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     held = tmp_path / ".lock.held"
     held.write_text("another-node 12 x\n")
     monkeypatch.setattr(netfs, "STALE_AFTER", 1.0)
@@ -282,8 +319,9 @@ def test_another_hosts_lock_is_broken_only_when_stale(tmp_path: Path, network: N
     assert 0.9 <= waited < 5  # waited for the lock to go stale, then broke it
 
 
-def test_flock_that_is_not_supported_falls_back_to_the_lock_file(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flock_that_is_not_supported_falls_back_to_the_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import errno
     import fcntl
 
@@ -342,12 +380,30 @@ def test_a_cli_run_on_a_network_filesystem(tmp_path: Path, cache_dir: Path) -> N
     env = gen_env(cache_dir) | {"GEN_NETWORK_FS": "1"}
     with stand_in(tmp_path) as (url, log):
         for k in (1, 2):
-            proc = subprocess.run([sys.executable, "-m", "gen", "personas", "n=2", "bio_attempts=1",
-                                   "max_attempts=1", "llm=openai", f"llm.base_url={url}", "progress=off",
-                                   f"hydra.run.dir={tmp_path / f'run{k}'}"], cwd=tmp_path, env=env,
-                                  capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "gen",
+                    "personas",
+                    "n=2",
+                    "bio_attempts=1",
+                    "max_attempts=1",
+                    "llm=openai",
+                    f"llm.base_url={url}",
+                    "progress=off",
+                    f"hydra.run.dir={tmp_path / f'run{k}'}",
+                ],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert proc.returncode in (0, 1), proc.stderr
             assert len(requests(log)) == 2  # the second run: cache hits only
-    assert (tmp_path / "run2" / "rejects.jsonl").read_bytes() == (tmp_path / "run1" / "rejects.jsonl").read_bytes()
+    assert (tmp_path / "run2" / "rejects.jsonl").read_bytes() == (
+        tmp_path / "run1" / "rejects.jsonl"
+    ).read_bytes()
     parts = list((cache_dir / "llm.parts").glob("*"))
     assert [p.suffix for p in parts] == [".sqlite"] and no_wal_anywhere(cache_dir)

@@ -41,15 +41,23 @@ OPTION_LINE = re.compile(r"^([a-z])\) (.*)$", re.M)
 # --------------------------------------------------------------------------- fixtures
 
 
-def mcq(i: int, truth: str, wrong: list[str], *, answer_at: int = 0, qtype: str = "goal",
-        **extra: Any) -> dict[str, Any]:
+def mcq(
+    i: int, truth: str, wrong: list[str], *, answer_at: int = 0, qtype: str = "goal", **extra: Any
+) -> dict[str, Any]:
     options = list(wrong)
     options.insert(answer_at, truth)
-    return {"item_id": f"item{i}", "question_type": qtype, "question": "What is C's goal?",
-            "options": options, "answer": answer_at, "group": f"clip{i}",
-            "origins": ["truth" if o == truth else "counterfactual" for o in options],
-            "visible": {"context": f"narrations of clip {i}"},
-            "privileged": {"truth": truth}, **extra}
+    return {
+        "item_id": f"item{i}",
+        "question_type": qtype,
+        "question": "What is C's goal?",
+        "options": options,
+        "answer": answer_at,
+        "group": f"clip{i}",
+        "origins": ["truth" if o == truth else "counterfactual" for o in options],
+        "visible": {"context": f"narrations of clip {i}"},
+        "privileged": {"truth": truth},
+        **extra,
+    }
 
 
 def leaky_bank(path: Path, n: int = 12, leaky: tuple[int, ...] = (2, 5, 9)) -> Path:
@@ -83,8 +91,9 @@ def always_a(messages: list[dict[str, str]], seed: int) -> str:
     return "Answer 1: a)"
 
 
-def screen(tmp_path: Path, script: Callable | list[str], bank: Path | None = None,
-           **overrides: Any) -> tuple[Any, RunContext, Path]:
+def screen(
+    tmp_path: Path, script: Callable | list[str], bank: Path | None = None, **overrides: Any
+) -> tuple[Any, RunContext, Path]:
     bank = bank or leaky_bank(tmp_path / "items.jsonl")
     settings = NocontextConfig(input=str(bank), cache_dir=None, progress="off", **overrides)
     out = tmp_path / "run"
@@ -95,57 +104,73 @@ def screen(tmp_path: Path, script: Callable | list[str], bank: Path | None = Non
 
 # --------------------------------------------------------------------------- the parser
 
-FOUR = ["C finishes painting the pottery.", "C mixes new paint colours.",
-        "C believes the task is complete.", "C washes the brushes."]
+FOUR = [
+    "C finishes painting the pottery.",
+    "C mixes new paint colours.",
+    "C believes the task is complete.",
+    "C washes the brushes.",
+]
 
 
-@pytest.mark.parametrize(("reply", "expected"), [
-    ("Answer 1: b) C mixes new paint colours.", "b"),
-    ("Answer 1: (B)", "b"),
-    ("answer 1:c)", "c"),
-    ("Answer: d", "d"),
-    ("**Answer 1:** a) C finishes painting the pottery.", "a"),
-    ("Answer 1: C.", "c"),
-    ("b", "b"),
-    ("B.", "b"),
-    ("(c)", "c"),
-    ("**D)** C washes the brushes.", "d"),
-    ("  a) C finishes painting the pottery.\n\nThis is the most likely.", "a"),
-    ("The correct answer is (d).", "d"),
-    ("The answer is: B", "b"),
-    ("I would go with option C because painting takes time.", "c"),
-    ("Choice (a) seems right.", "a"),
-    ("Based on the statements, I pick (b), since people usually mix paint first.", "b"),
-    # the person is called C: a sentence about C is not the letter c ...
-    ("C believes the task is complete.", "c"),  # ... but it quotes option c exactly
-    ("C washes the brushes.", "d"),
-    ("Answer 1: C believes the task is complete.", "c"),
-    ("Answer 1: C washes the brushes.", "d"),
-    ("C is a person who likes art.", None),
-    ("C probably wants to finish the work.", None),
-    # the format echoed, the list echoed, nothing, out of range, contradictions
-    ("Answer 1: <letter>) <answer>", None),
-    ("a) C finishes painting the pottery.\nb) C mixes new paint colours.\nc) C believes the task is complete.", None),
-    ("", None),
-    ("   ", None),
-    (None, None),
-    ("I cannot answer without more information.", None),
-    ("Answer 1: e) C repairs a bike.", None),
-    ("Answer 1: b) C washes the brushes.", None),  # letter b, text of d: contradiction
-    ("The answer is a or b.", None),
-])
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("Answer 1: b) C mixes new paint colours.", "b"),
+        ("Answer 1: (B)", "b"),
+        ("answer 1:c)", "c"),
+        ("Answer: d", "d"),
+        ("**Answer 1:** a) C finishes painting the pottery.", "a"),
+        ("Answer 1: C.", "c"),
+        ("b", "b"),
+        ("B.", "b"),
+        ("(c)", "c"),
+        ("**D)** C washes the brushes.", "d"),
+        ("  a) C finishes painting the pottery.\n\nThis is the most likely.", "a"),
+        ("The correct answer is (d).", "d"),
+        ("The answer is: B", "b"),
+        ("I would go with option C because painting takes time.", "c"),
+        ("Choice (a) seems right.", "a"),
+        ("Based on the statements, I pick (b), since people usually mix paint first.", "b"),
+        # the person is called C: a sentence about C is not the letter c ...
+        ("C believes the task is complete.", "c"),  # ... but it quotes option c exactly
+        ("C washes the brushes.", "d"),
+        ("Answer 1: C believes the task is complete.", "c"),
+        ("Answer 1: C washes the brushes.", "d"),
+        ("C is a person who likes art.", None),
+        ("C probably wants to finish the work.", None),
+        # the format echoed, the list echoed, nothing, out of range, contradictions
+        ("Answer 1: <letter>) <answer>", None),
+        (
+            "a) C finishes painting the pottery.\nb) C mixes new paint colours.\nc) C believes the task is complete.",
+            None,
+        ),
+        ("", None),
+        ("   ", None),
+        (None, None),
+        ("I cannot answer without more information.", None),
+        ("Answer 1: e) C repairs a bike.", None),
+        ("Answer 1: b) C washes the brushes.", None),  # letter b, text of d: contradiction
+        ("The answer is a or b.", None),
+    ],
+)
 def test_parse_letter(reply: str | None, expected: str | None) -> None:
     assert parse_letter(reply, FOUR) == expected
 
 
-@pytest.mark.parametrize(("reply", "expected"), [
-    # SmolLM2-135M's habit on 3-option goal items: a letter "d" that does not exist, then an
-    # option's text; the text decides
-    ("d) To repair a broken drill.\n\nThe correct answer is: d) To repair a broken drill.", "b"),
-    ("d) To clean the kitchen.", "c"),
-    ("d) To repair a broken leg.", None),
-    ("Answer 1: c) To clean the kitchen.", "c"),
-])
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        # SmolLM2-135M's habit on 3-option goal items: a letter "d" that does not exist, then an
+        # option's text; the text decides
+        (
+            "d) To repair a broken drill.\n\nThe correct answer is: d) To repair a broken drill.",
+            "b",
+        ),
+        ("d) To clean the kitchen.", "c"),
+        ("d) To repair a broken leg.", None),
+        ("Answer 1: c) To clean the kitchen.", "c"),
+    ],
+)
 def test_parse_letter_three_options(reply: str, expected: str | None) -> None:
     options = ["To paint a vase.", "To repair a broken drill.", "To clean the kitchen."]
     assert parse_letter(reply, options) == expected
@@ -222,22 +247,26 @@ def test_correct_letter_follows_the_correct_option_through_every_shuffle(tmp_pat
 # --------------------------------------------------------------------------- removal rules
 
 
-@pytest.mark.parametrize(("correct", "max_correct", "panel_k", "expected"), [
-    ({"m1": 3, "m2": 0}, 2, None, ["max_correct"]),
-    ({"m1": 2, "m2": 2}, 2, None, []),
-    ({"m1": 0, "m2": 0}, 2, None, []),
-    ({"m1": 1}, 0, None, ["max_correct"]),
-    ({"m1": 3}, None, None, []),
-    # panel: more than k models right on a majority (2 of 3) of shuffles
-    ({"a": 2, "b": 2, "c": 1, "d": 0}, None, 1, ["panel"]),
-    ({"a": 2, "b": 1, "c": 1, "d": 0}, None, 1, []),
-    ({"a": 3, "b": 3, "c": 2, "d": 0}, None, 2, ["panel"]),
-    ({"a": 3, "b": 3, "c": 1, "d": 0}, None, 2, []),
-    ({"a": 3, "b": 3, "c": 3, "d": 0}, 2, 2, ["max_correct", "panel"]),
-    ({"a": 3, "b": 0}, 2, 1, ["max_correct"]),
-])
-def test_removal_rules(correct: dict[str, int], max_correct: int | None, panel_k: int | None,
-                       expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("correct", "max_correct", "panel_k", "expected"),
+    [
+        ({"m1": 3, "m2": 0}, 2, None, ["max_correct"]),
+        ({"m1": 2, "m2": 2}, 2, None, []),
+        ({"m1": 0, "m2": 0}, 2, None, []),
+        ({"m1": 1}, 0, None, ["max_correct"]),
+        ({"m1": 3}, None, None, []),
+        # panel: more than k models right on a majority (2 of 3) of shuffles
+        ({"a": 2, "b": 2, "c": 1, "d": 0}, None, 1, ["panel"]),
+        ({"a": 2, "b": 1, "c": 1, "d": 0}, None, 1, []),
+        ({"a": 3, "b": 3, "c": 2, "d": 0}, None, 2, ["panel"]),
+        ({"a": 3, "b": 3, "c": 1, "d": 0}, None, 2, []),
+        ({"a": 3, "b": 3, "c": 3, "d": 0}, 2, 2, ["max_correct", "panel"]),
+        ({"a": 3, "b": 0}, 2, 1, ["max_correct"]),
+    ],
+)
+def test_removal_rules(
+    correct: dict[str, int], max_correct: int | None, panel_k: int | None, expected: list[str]
+) -> None:
     assert removal(correct, 3, max_correct, panel_k) == expected
 
 
@@ -254,12 +283,20 @@ def test_panel_of_scripted_models(tmp_path: Path) -> None:
 
     items = load_bank(bank).items
     for k, expected in ((1, {2, 5, 9}), (2, set())):
-        cfg = NocontextConfig(input=str(bank), cache_dir=None, progress="off",
-                              models=[{"backend": "openai", "model": f"m{j}"} for j in range(3)],
-                              max_correct=None, panel_k=k)
+        cfg = NocontextConfig(
+            input=str(bank),
+            cache_dir=None,
+            progress="off",
+            models=[{"backend": "openai", "model": f"m{j}"} for j in range(3)],
+            max_correct=None,
+            panel_k=k,
+        )
         ctx = RunContext(NAME, cfg, tmp_path / f"k{k}")
-        panel = [("knows1", scripted_llm(knows_giveaways)), ("knows2", scripted_llm(knows_giveaways)),
-                 ("guess", scripted_llm(always_a))]
+        panel = [
+            ("knows1", scripted_llm(knows_giveaways)),
+            ("knows2", scripted_llm(knows_giveaways)),
+            ("guess", scripted_llm(always_a)),
+        ]
         sc = Screener(cfg, ctx, panel)
         removed = {i for i, item in enumerate(items) if not sc.screen(item, i, bank).kept}
         assert removed == expected
@@ -277,8 +314,15 @@ def test_planted_leaky_items_are_caught(tmp_path: Path, check_run_folder) -> Non
     assert removed == {"item2", "item5", "item9"}
     for r in records:
         assert r["shuffles"] == 3
-        assert set(r) >= {"item_id", "question_type", "source", "kept", "answers", "correct",
-                          "shuffles"}
+        assert set(r) >= {
+            "item_id",
+            "question_type",
+            "source",
+            "kept",
+            "answers",
+            "correct",
+            "shuffles",
+        }
         assert r["source"] == str(tmp_path / "items.jsonl")
         label = "SmolLM2-135M-Instruct.Q4_1"
         assert r["correct"][label] == sum(a["correct"] for a in r["answers"][label])
@@ -296,15 +340,23 @@ def test_planted_leaky_items_are_caught(tmp_path: Path, check_run_folder) -> Non
     for path in (kept_file, out / "kept", out):  # the file, the folder, the run folder
         banks = load_banks(path)
         assert [i.item_id for b in banks for i in b.items] == [
-            f"item{i}" for i in range(12) if i not in (2, 5, 9)]
+            f"item{i}" for i in range(12) if i not in (2, 5, 9)
+        ]
     summary = json.loads((out / "summary.json").read_text())
     assert summary == ctx.extra["nocontext"]
     assert result.manifest["nocontext"]["items"] == {
-        "screened": 12, "kept": 9, "removed": 3, "rejected": 0,
-        "removed_by": {"max_correct": 3, "panel": 0}}
+        "screened": 12,
+        "kept": 9,
+        "removed": 3,
+        "rejected": 0,
+        "removed_by": {"max_correct": 3, "panel": 0},
+    }
     assert result.manifest["validators"]["removed.max_correct"] == 3
     for name in ("summary.json", "removed.jsonl", "kept/items.jsonl"):
-        assert result.manifest["outputs"][name] == hashlib.sha256((out / name).read_bytes()).hexdigest()
+        assert (
+            result.manifest["outputs"][name]
+            == hashlib.sha256((out / name).read_bytes()).hexdigest()
+        )
     assert "nocontext/full.jinja" in result.manifest["prompts"]
     assert "nocontext/_option.jinja" in result.manifest["prompts"]
 
@@ -331,10 +383,14 @@ def test_unparseable_answers_count_as_wrong_and_are_counted(tmp_path: Path) -> N
     result, _, out = screen(tmp_path, lambda m, s: "I need more context to answer that.")
     label = "SmolLM2-135M-Instruct.Q4_1"
     records = read_jsonl(out / "nocontext.jsonl")
-    assert all(r["kept"] and r["correct"][label] == 0 and r["unparseable"][label] == 3
-               for r in records)
-    assert all(a["letter"] is None and a["choice"] is None and a["correct"] is False
-               for r in records for a in r["answers"][label])
+    assert all(
+        r["kept"] and r["correct"][label] == 0 and r["unparseable"][label] == 3 for r in records
+    )
+    assert all(
+        a["letter"] is None and a["choice"] is None and a["correct"] is False
+        for r in records
+        for a in r["answers"][label]
+    )
     summary = result.manifest["nocontext"]["models"][label]
     assert summary["unparseable"] == 36 and summary["unparseable_rate"] == 1.0
     assert result.manifest["validators"][f"unparseable.{label}"] == 36
@@ -351,8 +407,11 @@ def test_choices_only_prompt_hides_the_question(tmp_path: Path) -> None:
     assert prompts and not any("What is C's goal?" in p for p in prompts)
     assert all(len(OPTION_LINE.findall(p)) == 4 for p in prompts)
     full: list[str] = []
-    screen(tmp_path / "full", lambda m, s: full.append(m[-1]["content"]) or "a",
-           bank=tmp_path / "items.jsonl")
+    screen(
+        tmp_path / "full",
+        lambda m, s: full.append(m[-1]["content"]) or "a",
+        bank=tmp_path / "items.jsonl",
+    )
     assert all("What is C's goal?" in p for p in full)
     assert not any("narrations of clip" in p for p in prompts + full)  # no context, ever
 
@@ -378,6 +437,7 @@ def test_concurrent_shuffles_give_the_sequential_bytes(tmp_path: Path) -> None:
     """Issue 9: an item's shuffles in flight at once, answered out of order, give the same bytes
     as one call at a time. The answers depend on each call's seed, so a shuffle that got
     another's seed or answer would show."""
+
     def seeded_guess(messages: list[dict[str, str]], seed: int) -> str:
         shown = shown_options(messages)
         letter, text = shown[seed % len(shown)]
@@ -389,8 +449,10 @@ def test_concurrent_shuffles_give_the_sequential_bytes(tmp_path: Path) -> None:
         script = Jittered(seeded_guess)
         screen(tmp_path / str(k), script, bank=bank, llm=OpenAIConfig(concurrency=k))
         assert (script.max_in_flight > 1) == (k > 1)
-        outs[k] = [(tmp_path / str(k) / "run" / f).read_bytes()
-                   for f in ("nocontext.jsonl", "removed.jsonl", "kept/items.jsonl")]
+        outs[k] = [
+            (tmp_path / str(k) / "run" / f).read_bytes()
+            for f in ("nocontext.jsonl", "removed.jsonl", "kept/items.jsonl")
+        ]
     assert outs[1] == outs[4]
     records = [json.loads(x) for x in outs[1][0].splitlines()]
     assert len({json.dumps(r["correct"]) for r in records}) > 1  # the guesses differ by seed
@@ -403,8 +465,12 @@ def test_shards_merge_to_the_whole(tmp_path: Path) -> None:
     screen(tmp_path / "whole", knows_giveaways, bank=bank)
     for k in range(3):
         screen(tmp_path / f"s{k}", knows_giveaways, bank=bank, shard=k, num_shards=3)
-    merge_and_compare(tmp_path / "whole" / "run", [tmp_path / f"s{k}" / "run" for k in range(3)],
-                      tmp_path / "m", ignore=("summary.json",))
+    merge_and_compare(
+        tmp_path / "whole" / "run",
+        [tmp_path / f"s{k}" / "run" for k in range(3)],
+        tmp_path / "m",
+        ignore=("summary.json",),
+    )
     whole = json.loads((tmp_path / "whole" / "run" / "summary.json").read_text())
     merged = json.loads((tmp_path / "m" / "summary.json").read_text())
     assert whole.pop("throughput").keys() == merged.pop("throughput").keys()
@@ -421,23 +487,52 @@ def test_egotom_csv_input_keeps_the_csv_format(tmp_path: Path) -> None:
     for q, n_opt in (("goal", 3), ("belief", 4)):
         rows = []
         for i in range(5):
-            opts = [f"C {q} statement {i}-{k}{' obviously' if i == 1 else ''}" if k == 0
-                    else f"C {q} statement {i}-{k}" for k in range(n_opt)]
-            row = {"vuid": f"v{i}", "cuid": f"v{i}~pass_1~{i}", "narrations_in_context": "00m:01s | #C C walks",
-                   f"gt_{q}": opts[0], "clip_start_time": "0", "clip_end_time": "300"}
+            opts = [
+                f"C {q} statement {i}-{k}{' obviously' if i == 1 else ''}"
+                if k == 0
+                else f"C {q} statement {i}-{k}"
+                for k in range(n_opt)
+            ]
+            row = {
+                "vuid": f"v{i}",
+                "cuid": f"v{i}~pass_1~{i}",
+                "narrations_in_context": "00m:01s | #C C walks",
+                f"gt_{q}": opts[0],
+                "clip_start_time": "0",
+                "clip_end_time": "300",
+            }
             row |= {f"{q}_choice_{LETTERS[k]}": opts[(k + i) % n_opt] for k in range(n_opt)}
             rows.append(row)
         write_egotom_csv(rows, q, folder / f"egotom_{q}_shuffled.csv")
     # an item whose truth is not among its options cannot be screened: a reject
     bad = folder / "egotom_actions_shuffled.csv"
-    write_egotom_csv([{"vuid": "x", "cuid": "x~1", "narrations_in_context": "", "gt_actions": "C runs.",
-                       **{f"actions_choice_{c}": f"C does {c}." for c in "abcd"}}], "actions", bad)
+    write_egotom_csv(
+        [
+            {
+                "vuid": "x",
+                "cuid": "x~1",
+                "narrations_in_context": "",
+                "gt_actions": "C runs.",
+                **{f"actions_choice_{c}": f"C does {c}." for c in "abcd"},
+            }
+        ],
+        "actions",
+        bad,
+    )
     result, _, out = screen(tmp_path, knows_giveaways, bank=folder)
     assert (result.requested, result.accepted, result.rejected) == (11, 10, 1)
     reject = read_jsonl(out / "rejects.jsonl")[0]
-    assert (reject["reason"], reject["stage"], reject["record_id"]) == ("no_answer", "input", "actions:x~1")
+    assert (reject["reason"], reject["stage"], reject["record_id"]) == (
+        "no_answer",
+        "input",
+        "actions:x~1",
+    )
     kept = sorted(p.name for p in (out / "kept").iterdir())
-    assert kept == ["egotom_actions_shuffled.csv", "egotom_belief_shuffled.csv", "egotom_goal_shuffled.csv"]
+    assert kept == [
+        "egotom_actions_shuffled.csv",
+        "egotom_belief_shuffled.csv",
+        "egotom_goal_shuffled.csv",
+    ]
     banks = {b.path.name: b for b in load_banks(out)}
     assert all(b.format == "egotom_csv" for b in banks.values())
     assert len(banks["egotom_goal_shuffled.csv"].items) == 4  # item 1 leaked
@@ -446,7 +541,10 @@ def test_egotom_csv_input_keeps_the_csv_format(tmp_path: Path) -> None:
     header = (folder / "egotom_goal_shuffled.csv").read_text().splitlines()[0]
     assert (out / "kept" / "egotom_goal_shuffled.csv").read_text().splitlines()[0] == header
     summary = result.manifest["nocontext"]
-    assert set(summary["models"]["SmolLM2-135M-Instruct.Q4_1"]["accuracy_by_question_type"]) == {"goal", "belief"}
+    assert set(summary["models"]["SmolLM2-135M-Instruct.Q4_1"]["accuracy_by_question_type"]) == {
+        "goal",
+        "belief",
+    }
     goal = summary["models"]["SmolLM2-135M-Instruct.Q4_1"]["accuracy_by_question_type"]["goal"]
     assert goal["chance"] == pytest.approx(1 / 3, abs=1e-4)
 
@@ -514,8 +612,9 @@ def test_loglik_mode_catches_the_leaky_items(tmp_path: Path) -> None:
 
 def test_loglik_plain_prompt(tmp_path: Path) -> None:
     bank = leaky_bank(tmp_path / "items.jsonl", n=3)
-    settings = NocontextConfig(input=str(bank), cache_dir=None, progress="off", mode="loglik",
-                               chat_template=False)
+    settings = NocontextConfig(
+        input=str(bank), cache_dir=None, progress="off", mode="loglik", chat_template=False
+    )
     ctx = RunContext(NAME, settings, tmp_path / "run")
     seen: list[Any] = []
     ctx.use(llm=scripted_llm([], scorer=lambda p, c: seen.append(p) or [0.0] * len(c)))
@@ -527,8 +626,10 @@ def test_loglik_plain_prompt(tmp_path: Path) -> None:
 def test_length_normalisation() -> None:
     lines = ["a) short", "b) a much longer option text"]
     raw = [-8.0, -20.0]  # the short line is likelier in total, the long one per character
-    scores = {norm: [normalise(lp, 4, t, norm) for lp, t in zip(raw, lines, strict=True)]
-              for norm in ("none", "chars", "tokens")}
+    scores = {
+        norm: [normalise(lp, 4, t, norm) for lp, t in zip(raw, lines, strict=True)]
+        for norm in ("none", "chars", "tokens")
+    }
     assert pick(scores["none"]) == 0
     assert pick(scores["chars"]) == 1
     assert scores["chars"] == [-1.0, -20.0 / len(lines[1])]
@@ -540,17 +641,23 @@ def test_norm_is_applied_in_the_run(tmp_path: Path) -> None:
     bank = leaky_bank(tmp_path / "items.jsonl", n=4, leaky=())
     outs = {}
     for norm in ("none", "chars"):
-        settings = NocontextConfig(input=str(bank), cache_dir=None, progress="off",
-                                   mode="loglik", norm=norm)
+        settings = NocontextConfig(
+            input=str(bank), cache_dir=None, progress="off", mode="loglik", norm=norm
+        )
         ctx = RunContext(NAME, settings, tmp_path / norm)
         # -0.5 per character of the line plus a bonus to one specific line
-        ctx.use(llm=scripted_llm([], scorer=lambda p, c: [-0.5 * len(x) - (10 if "-0." in x else 0)
-                                                          for x in c]))
+        ctx.use(
+            llm=scripted_llm(
+                [], scorer=lambda p, c: [-0.5 * len(x) - (10 if "-0." in x else 0) for x in c]
+            )
+        )
         run(NAME, settings, tmp_path / norm, ctx=ctx, quiet=True)
         outs[norm] = read_jsonl(tmp_path / norm / "nocontext.jsonl")
     # summed: the truth is the shortest line, chosen every time; per character the lines tie
     # (but one) and the first shown wins, which the balanced shuffles make right at most twice
-    assert all(not r["kept"] and r["correct"]["SmolLM2-135M-Instruct.Q4_1"] == 3 for r in outs["none"])
+    assert all(
+        not r["kept"] and r["correct"]["SmolLM2-135M-Instruct.Q4_1"] == 3 for r in outs["none"]
+    )
     assert all(r["kept"] for r in outs["chars"])
 
 
@@ -590,8 +697,14 @@ def test_config_validation(tmp_path: Path) -> None:
         NocontextConfig(input=bank, labels=["x", "y"])
     with pytest.raises(ValueError, match="chat_template=false"):
         NocontextConfig(input=bank, mode="loglik", models=[{"backend": "openai"}])
-    ok = NocontextConfig(input=bank, mode="loglik", chat_template=False, models=["openai", "smollm2"],
-                         panel_k=1, max_correct=None)
+    ok = NocontextConfig(
+        input=bank,
+        mode="loglik",
+        chat_template=False,
+        models=["openai", "smollm2"],
+        panel_k=1,
+        max_correct=None,
+    )
     assert [m.backend for m in ok.models] == ["openai", "llama_cpp"]
     assert ok.models[0].concurrency == 4  # the openai preset's
     with pytest.raises(ValueError, match=r"the llama_cpp preset needs model_path"):
@@ -606,10 +719,14 @@ def test_config_validation(tmp_path: Path) -> None:
 def test_labels_default_and_dedupe(tmp_path: Path) -> None:
     from gen.llm.labels import model_label, unique_labels
 
-    cfg = NocontextConfig(input=str(leaky_bank(tmp_path / "items.jsonl")),
-                          models=[{"backend": "openai", "model": "llama-405b"},
-                                  {"backend": "llama_cpp", "model_path": "/m/Qwen2.5-7B.Q4_K_M.gguf"},
-                                  {"backend": "openai", "model": "llama-405b", "base_url": "http://127.0.0.1:9/v1"}])
+    cfg = NocontextConfig(
+        input=str(leaky_bank(tmp_path / "items.jsonl")),
+        models=[
+            {"backend": "openai", "model": "llama-405b"},
+            {"backend": "llama_cpp", "model_path": "/m/Qwen2.5-7B.Q4_K_M.gguf"},
+            {"backend": "openai", "model": "llama-405b", "base_url": "http://127.0.0.1:9/v1"},
+        ],
+    )
     labels = unique_labels([model_label(m) for m in cfg.models])
     assert labels == ["llama-405b", "Qwen2.5-7B.Q4_K_M", "llama-405b#2"]
 
@@ -632,15 +749,28 @@ def test_complete_is_free_text_and_cached(tmp_path: Path) -> None:
     cache = Cache(tmp_path / "c.sqlite")
     llm = scripted_llm(["Answer 1: b) hello"], cache=cache)
     msgs = [{"role": "user", "content": "Pick one."}]
-    assert llm.complete(msgs, seed=3, max_tokens=12, temperature=0.0, stop=["\n"]) == "Answer 1: b) hello"
+    assert (
+        llm.complete(msgs, seed=3, max_tokens=12, temperature=0.0, stop=["\n"])
+        == "Answer 1: b) hello"
+    )
     call = llm.calls[0]
-    assert (call["seed"], call["max_tokens"], call["temperature"], call["stop"]) == (3, 12, 0.0, ["\n"])
+    assert (call["seed"], call["max_tokens"], call["temperature"], call["stop"]) == (
+        3,
+        12,
+        0.0,
+        ["\n"],
+    )
     assert "response_format" not in call
     replay = scripted_llm([], cache=cache)
-    assert replay.complete(msgs, seed=3, max_tokens=12, temperature=0.0, stop=["\n"]) == "Answer 1: b) hello"
+    assert (
+        replay.complete(msgs, seed=3, max_tokens=12, temperature=0.0, stop=["\n"])
+        == "Answer 1: b) hello"
+    )
     assert replay.usage.cache_hits == 1
     with pytest.raises(LLMOutputError, match="ran out of outputs"):  # another seed: another call
-        scripted_llm([], cache=cache).complete(msgs, seed=4, max_tokens=12, temperature=0.0, stop=["\n"])
+        scripted_llm([], cache=cache).complete(
+            msgs, seed=4, max_tokens=12, temperature=0.0, stop=["\n"]
+        )
 
 
 def test_complete_backend_failure() -> None:
@@ -669,8 +799,11 @@ def test_loglik_is_cached_and_counts_tokens(tmp_path: Path) -> None:
 
 
 def test_plain_prompt() -> None:
-    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
-            {"role": "assistant", "content": "Answer 1:"}]
+    msgs = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "U"},
+        {"role": "assistant", "content": "Answer 1:"},
+    ]
     assert plain_prompt(msgs) == "S\n\nU\n\nAnswer 1:"
 
 
@@ -691,7 +824,10 @@ class _Completions(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append(body)
         if self.mode == "refuse":
-            self._send(400, {"error": {"message": "echo is not supported", "type": "invalid_request_error"}})
+            self._send(
+                400,
+                {"error": {"message": "echo is not supported", "type": "invalid_request_error"}},
+            )
             return
         text = body["prompt"]
         # one "token" per word (with its leading space), logprob -0.1 * token length
@@ -706,11 +842,28 @@ class _Completions(BaseHTTPRequestHandler):
         logprobs.append(-3.0)
         if self.mode == "generated_only":
             tokens, offsets, logprobs = tokens[-1:], offsets[-1:], logprobs[-1:]
-        self._send(200, {"id": "x", "object": "text_completion", "created": 0, "model": body["model"],
-                         "choices": [{"index": 0, "text": text + " gen", "finish_reason": "length",
-                                      "logprobs": {"tokens": tokens, "text_offset": offsets,
-                                                   "token_logprobs": logprobs,
-                                                   "top_logprobs": None}}]})
+        self._send(
+            200,
+            {
+                "id": "x",
+                "object": "text_completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": text + " gen",
+                        "finish_reason": "length",
+                        "logprobs": {
+                            "tokens": tokens,
+                            "text_offset": offsets,
+                            "token_logprobs": logprobs,
+                            "top_logprobs": None,
+                        },
+                    }
+                ],
+            },
+        )
 
     def _send(self, code: int, obj: Any) -> None:
         data = json.dumps(obj).encode()
@@ -750,10 +903,13 @@ def test_openai_loglik_sums_the_continuation_tokens(completions_server: str) -> 
         llm.loglik([{"role": "user", "content": "x"}], [" y"])
 
 
-@pytest.mark.parametrize(("mode", "message"), [("refuse", "refused a completions request"),
-                                               ("generated_only", "generated tokens only")])
-def test_openai_loglik_unsupported_is_a_clear_error(completions_server: str, mode: str,
-                                                    message: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [("refuse", "refused a completions request"), ("generated_only", "generated tokens only")],
+)
+def test_openai_loglik_unsupported_is_a_clear_error(
+    completions_server: str, mode: str, message: str
+) -> None:
     llm = _server_llm(completions_server, mode)
     with pytest.raises(BackendError, match=message):
         llm.loglik("Question:", [" a) yes"])
@@ -782,8 +938,14 @@ def test_models_panel_through_the_runner(tmp_path: Path, monkeypatch: pytest.Mon
         return llm
 
     monkeypatch.setattr(gen.llm, "make_llm", fake_make_llm)
-    result, ctx, out = screen(tmp_path, [], models=[{"backend": "openai", "model": "oracle"},
-                                                    {"backend": "openai", "model": "guesser"}])
+    result, ctx, out = screen(
+        tmp_path,
+        [],
+        models=[
+            {"backend": "openai", "model": "oracle"},
+            {"backend": "openai", "model": "guesser"},
+        ],
+    )
     assert not ctx.llm.calls  # the llm= model was not asked
     records = read_jsonl(out / "nocontext.jsonl")
     assert all(set(r["answers"]) == {"oracle", "guesser"} for r in records)
@@ -808,6 +970,11 @@ def test_loglik_refuses_backends_without_prompt_logprobs(tmp_path: Path) -> None
         NocontextConfig(input=bank, mode="loglik", models=[{"backend": "llama_server"}])
     from gen.llm.labels import model_label
 
-    cfg = NocontextConfig(input=bank, models=[{"backend": "llama_server"},
-                                              {"backend": "llama_server", "model_path": "/m/x.gguf"}])
+    cfg = NocontextConfig(
+        input=bank,
+        models=[
+            {"backend": "llama_server"},
+            {"backend": "llama_server", "model_path": "/m/x.gguf"},
+        ],
+    )
     assert [model_label(m) for m in cfg.models] == ["SmolLM2-135M-Instruct.Q4_1", "x"]

@@ -12,8 +12,22 @@ import pytest
 from gen.paths import ROOT, UnsafePathError, inside, safe_part
 
 
-@pytest.mark.parametrize("name", ["/etc/passwd", "../x.json", "a/../../x", ".", "", "a//b", "a/",
-                                  "C:/x", "a\\b", "a\x00b", "x" * 2000])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "/etc/passwd",
+        "../x.json",
+        "a/../../x",
+        ".",
+        "",
+        "a//b",
+        "a/",
+        "C:/x",
+        "a\\b",
+        "a\x00b",
+        "x" * 2000,
+    ],
+)
 def test_inside_refuses_names_that_leave_or_are_odd(tmp_path: Path, name: str) -> None:
     with pytest.raises(UnsafePathError):
         inside(tmp_path, name)
@@ -32,14 +46,19 @@ def test_inside_follows_symlinks_and_keeps_plain_names(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- the scan
 
-PATHY = re.compile(r"(?:^|[._(\s])(?:folder|dir|out|out_dir|path|root|vroot|stage|run|up|base|parent|manifest|old_dir"
-                   r"|[a-z_]*_dir|[a-z_]*_path|[a-z_]*folder)\b|\bPath\(|expanduser\(\)|^[A-Z][A-Z_]*$")
+PATHY = re.compile(
+    r"(?:^|[._(\s])(?:folder|dir|out|out_dir|path|root|vroot|stage|run|up|base|parent|manifest|old_dir"
+    r"|[a-z_]*_dir|[a-z_]*_path|[a-z_]*folder)\b|\bPath\(|expanduser\(\)|^[A-Z][A-Z_]*$"
+)
 """A left operand of ``/`` that is a folder (by name: folder, out_dir, ctx.out_dir, Path(...)...)."""
 
 ALLOWED = {
     ("gen/cli", "Path('outputs') / name"): "registry",  # a registered generator's name
     ("gen/api", "Path('outputs') / generator"): "registry",  # a registered generator's name
-    ("gen/api", "Path('outputs') / generator / dt.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')"): "registry",
+    (
+        "gen/api",
+        "Path('outputs') / generator / dt.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')",
+    ): "registry",
     ("gen/mcq", "path / name"): "constant",  # RECORD_FILES
     ("gen/templates", "self.root / name"): "template",  # prompt names written in code
     ("gen/runner", "self.out_dir / name"): "code",  # write_json's names come from generator code
@@ -60,8 +79,14 @@ ALLOWED = {
     ("gen/banks", "vroot / f'.staging-{label(version)}-{os.getpid()}'"): "pid",
     ("generators/audit", "folder / n"): "constant",  # RECORD_FILES
     ("generators/distractors", "path / name"): "constant",  # BANK_FILES
-    ("generators/distractors", "ctx.out_dir / f'wagibench_mcq_{b}.json'"): "identifier",  # band names are checked
-    ("generators/nocontext", "ctx.out_dir / 'kept' / bank.path.name"): "basename",  # an input file's own name
+    (
+        "generators/distractors",
+        "ctx.out_dir / f'wagibench_mcq_{b}.json'",
+    ): "identifier",  # band names are checked
+    (
+        "generators/nocontext",
+        "ctx.out_dir / 'kept' / bank.path.name",
+    ): "basename",  # an input file's own name
     ("generators/tom", "ctx.out_dir / f'egotom_{q}_shuffled.csv'"): "constant",  # EGOTOM_TYPES
     ("generators/bank", "ctx.out_dir / cfg.format"): "enum",  # a Literal option
     ("generators/bank", "folder / f'{kind}.parquet'"): "constant",  # KINDS
@@ -69,11 +94,17 @@ ALLOWED = {
     ("generators/bank", "old_dir / f'{kind}.parquet'"): "constant",  # KINDS
     ("generators/bank", "stage / f'{kind}.parquet'"): "constant",  # KINDS
     ("generators/bank", "out / f'egotom_{q}_shuffled.csv'"): "constant",  # EGOTOM_TYPES
-    ("generators/bank", "out.parent / f'.{out.name}.export-{os.getpid()}'"): "staging",  # beside out=
+    (
+        "generators/bank",
+        "out.parent / f'.{out.name}.export-{os.getpid()}'",
+    ): "staging",  # beside out=
     ("generators/bank", "job.folder / f'{kind}.parquet'"): "constant",  # KINDS
     ("generators/bank", "job.folder / f'{k}.parquet'"): "constant",  # KINDS
     ("generators/bank", "out / data"): "constant",  # f"{kind}.jsonl", KINDS
-    ("generators/bank", "out / f'{task}.yaml'"): "identifier",  # base_name() makes a Python identifier
+    (
+        "generators/bank",
+        "out / f'{task}.yaml'",
+    ): "identifier",  # base_name() makes a Python identifier
     ("generators/bank", "out / name"): "constant",  # <kind>/test.parquet, KINDS
     ("generators/scenarios", "folder / name"): "constant",  # the lock's own file names
     ("generators/evaluate", "ctx.out_dir / name"): "constant",  # responses_turn{2,3}.jsonl
@@ -83,6 +114,7 @@ ALLOWED = {
 }
 """Joins of a non-constant name onto a folder that are legitimate, each with a one-word reason.
 Everything else joins data-derived names through ``gen.paths.inside``."""
+
 
 def room(path: Path, root: Path) -> str:
     """``gen/run`` for gen/run.py, ``generators/bank`` for generators/bank.py or generators/bank/x.py."""
@@ -98,9 +130,11 @@ def _pathy(node: ast.expr) -> bool:
 
 def _constant(node: ast.expr) -> bool:
     """A literal string, or an UPPER_CASE module constant."""
-    return (isinstance(node, ast.Constant) and isinstance(node.value, str | int | float)) \
-        or (isinstance(node, ast.Name) and node.id.isupper()) \
+    return (
+        (isinstance(node, ast.Constant) and isinstance(node.value, str | int | float))
+        or (isinstance(node, ast.Name) and node.id.isupper())
         or (isinstance(node, ast.Attribute) and node.attr.isupper())
+    )
 
 
 def joins(source: str) -> list[tuple[int, str]]:
@@ -108,13 +142,22 @@ def joins(source: str) -> list[tuple[int, str]]:
     (x not a literal), ``os.path.join(..., x)``, ``p.joinpath(x)``, ``Path(folder, x)``."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _pathy(node.left) \
-                and not _constant(node.right):
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Div)
+            and _pathy(node.left)
+            and not _constant(node.right)
+        ):
             found.append((node.lineno, node.col_offset, ast.unparse(node)))
         elif isinstance(node, ast.Call):
             fn = ast.unparse(node.func)
-            many = fn in ("os.path.join", "Path", "PurePath", "PurePosixPath", "pathlib.Path") and len(node.args) > 1
-            if (many or fn.endswith(".joinpath")) and not all(_constant(a) for a in node.args[1 if many else 0:]):
+            many = (
+                fn in ("os.path.join", "Path", "PurePath", "PurePosixPath", "pathlib.Path")
+                and len(node.args) > 1
+            )
+            if (many or fn.endswith(".joinpath")) and not all(
+                _constant(a) for a in node.args[1 if many else 0 :]
+            ):
                 found.append((node.lineno, node.col_offset, ast.unparse(node)))
     return [(line, expr) for line, _, expr in sorted(found)]
 
@@ -130,9 +173,11 @@ def scan(root: Path) -> dict[tuple[str, str], list[str]]:
 def test_data_derived_names_join_folders_only_through_inside() -> None:
     found = scan(ROOT)
     unknown = {k: v for k, v in found.items() if k not in ALLOWED}
-    assert not unknown, ("names joined onto folders outside gen.paths.inside (use inside(folder, name), or "
-                         "add a constant's join to ALLOWED with a one-word reason): "
-                         + "; ".join(f"{', '.join(v)}: {k[1]}" for k, v in sorted(unknown.items())))
+    assert not unknown, (
+        "names joined onto folders outside gen.paths.inside (use inside(folder, name), or "
+        "add a constant's join to ALLOWED with a one-word reason): "
+        + "; ".join(f"{', '.join(v)}: {k[1]}" for k, v in sorted(unknown.items()))
+    )
     stale = [k for k in ALLOWED if k not in found]
     assert not stale, f"ALLOWED lists joins the code no longer has: {stale}"
     assert all(re.fullmatch(r"[a-z]+", reason) for reason in ALLOWED.values())
@@ -141,7 +186,7 @@ def test_data_derived_names_join_folders_only_through_inside() -> None:
 def test_the_scan_catches_the_merge_bug(tmp_path: Path) -> None:
     """The scan finds what merge did before (``out / rel``, ``s.folder / rel``), and the
     numeric divisions of the code base are no joins."""
-    bug = '''
+    bug = """
 def merge_outputs(shards, name, out):
     for s in shards:
         for rel in s.manifest.get("outputs") or {}:
@@ -152,8 +197,13 @@ def merge_outputs(shards, name, out):
         shutil.copy(parts[0], os.path.join(out, rel))
     ratio = len(hits) / n + k / sizes[tid] + total / max(1, len(rows))
     return folder / "manifest.json", out / LOCK
-'''
-    assert [e for _, e in joins(bug)] == ["s.folder / rel", "out / rel", "out / rel", "os.path.join(out, rel)"]
+"""
+    assert [e for _, e in joins(bug)] == [
+        "s.folder / rel",
+        "out / rel",
+        "out / rel",
+        "os.path.join(out, rel)",
+    ]
     (tmp_path / "gen").mkdir()
     (tmp_path / "generators").mkdir()
     (tmp_path / "generators" / "merge.py").write_text(bug, encoding="utf-8")

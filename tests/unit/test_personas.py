@@ -88,8 +88,10 @@ def test_facts_are_internally_consistent(seed: int) -> None:
 
 # --------------------------------------------------------------------------- bio checks
 
-CLEAN = ("Jonas is a 34-year-old software engineer at Müller GmbH in Berlin. "
-         "He spends weekends hiking and plays chess with his friends.")
+CLEAN = (
+    "Jonas is a 34-year-old software engineer at Müller GmbH in Berlin. "
+    "He spends weekends hiking and plays chess with his friends."
+)
 
 
 def test_clean_bio_has_no_problems() -> None:
@@ -132,44 +134,64 @@ def test_pronouns_by_gender() -> None:
     assert bio_problems(they, bio.format("Kim", "They")) == []
 
 
-@pytest.mark.parametrize("bio", [
-    "Jonas is a 34-year-old software engineer in Berlin. His wife Maria loves her garden.",
-    "Jonas is a software engineer in Berlin. He visits his mother every Sunday; she lives nearby.",
-    "Jonas is a software engineer in Berlin. He has a daughter. She is five.",
-    "Jonas is a software engineer in Berlin who cooks with his partner on weekends, and she bakes.",
-])
+@pytest.mark.parametrize(
+    "bio",
+    [
+        "Jonas is a 34-year-old software engineer in Berlin. His wife Maria loves her garden.",
+        "Jonas is a software engineer in Berlin. He visits his mother every Sunday; she lives nearby.",
+        "Jonas is a software engineer in Berlin. He has a daughter. She is five.",
+        "Jonas is a software engineer in Berlin who cooks with his partner on weekends, and she bakes.",
+    ],
+)
 def test_pronouns_of_other_people_are_fine(bio: str) -> None:
     assert bio_problems(persona_facts(), bio) == []
 
 
 def test_a_wrong_pronoun_far_from_any_other_person_is_still_caught() -> None:
-    bio = ("Jonas is a software engineer in Berlin. His wife is a nurse. He likes chess. "
-           "She spends weekends hiking.")
+    bio = (
+        "Jonas is a software engineer in Berlin. His wife is a nurse. He likes chess. "
+        "She spends weekends hiking."
+    )
     assert any("pronouns ['she']" in p for p in bio_problems(persona_facts(), bio))
 
 
 def test_own_country_and_city_are_fine() -> None:
-    assert bio_problems(persona_facts(), CLEAN + " He was born in Germany and lives in Berlin.") == []
+    assert (
+        bio_problems(persona_facts(), CLEAN + " He was born in Germany and lives in Berlin.") == []
+    )
     # another city of the persona's own country is not a contradiction of country
-    assert not any("Germany" in p for p in bio_problems(persona_facts(), CLEAN + " He grew up in Germany."))
+    assert not any(
+        "Germany" in p for p in bio_problems(persona_facts(), CLEAN + " He grew up in Germany.")
+    )
 
 
 def test_student_and_retiree_must_be_called_so() -> None:
-    student = persona_facts(status="student", occupation="law student", employer=None,
-                     school="University of Berlin", age=20)
+    student = persona_facts(
+        status="student",
+        occupation="law student",
+        employer=None,
+        school="University of Berlin",
+        age=20,
+    )
     ok = "Jonas studies law at the University of Berlin and loves chess."
     assert bio_problems(student, ok) == []
     assert any("occupation" in p for p in bio_problems(student, "Jonas loves chess and law books."))
     retired = persona_facts(status="retired", occupation="retired nurse", employer=None, age=70)
     assert bio_problems(retired, "Jonas is a retired nurse from Berlin who loves chess.") == []
-    assert any("occupation" in p for p in bio_problems(retired, "Jonas is a nurse who loves chess."))
+    assert any(
+        "occupation" in p for p in bio_problems(retired, "Jonas is a nurse who loves chess.")
+    )
 
 
 def test_occupation_matched_by_a_content_word() -> None:
     facts = persona_facts(occupation="Chief marketing officer")
-    assert bio_problems(facts, "Jonas leads marketing at Müller GmbH in Berlin and plays chess.") == []
+    assert (
+        bio_problems(facts, "Jonas leads marketing at Müller GmbH in Berlin and plays chess.") == []
+    )
     # "chief" alone is a stop word and does not count
-    assert any("occupation" in p for p in bio_problems(facts, "Jonas is the chief of a chess club."))
+    assert any(
+        "occupation" in p for p in bio_problems(facts, "Jonas is the chief of a chess club.")
+    )
 
 
 # --------------------------------------------------------------------------- relations
@@ -182,14 +204,25 @@ def _pool(seed: int = 4, n: int = 160) -> list[PersonaRecord]:
 def _hand_pool() -> list[PersonaRecord]:
     """Ages from 16 to 80 over two nationalities, so every rule has cases on both sides."""
     out = []
-    for i, age in enumerate([16, 17, 18, 19, 22, 25, 30, 34, 36, 40, 45, 52, 55, 60, 63, 70, 75, 80]):
+    for i, age in enumerate(
+        [16, 17, 18, 19, 22, 25, 30, 34, 36, 40, 45, 52, 55, 60, 63, 70, 75, 80]
+    ):
         german = i % 2 == 0
-        out.append(_record(persona_facts(
-            persona_id=f"{i:032x}", name=f"P{i} X", first_name=f"P{i}", last_name="X", age=age,
-            nationality="German" if german else "French", country="Germany" if german else "France",
-            home_city="Berlin" if german else "Paris",
-            status="student" if age <= 22 else "retired" if age >= 67 else "working",
-        )))
+        out.append(
+            _record(
+                persona_facts(
+                    persona_id=f"{i:032x}",
+                    name=f"P{i} X",
+                    first_name=f"P{i}",
+                    last_name="X",
+                    age=age,
+                    nationality="German" if german else "French",
+                    country="Germany" if german else "France",
+                    home_city="Berlin" if german else "Paris",
+                    status="student" if age <= 22 else "retired" if age >= 67 else "working",
+                )
+            )
+        )
     return out
 
 
@@ -237,7 +270,8 @@ def test_sample_related_is_seeded() -> None:
     b = sample_related(pool, random.Random(9))
     assert a[0].persona_id == b[0].persona_id
     assert [(r.relation, r.persona.persona_id) for r in a[1]] == [
-        (r.relation, r.persona.persona_id) for r in b[1]]
+        (r.relation, r.persona.persona_id) for r in b[1]
+    ]
 
 
 def test_sample_related_with_given_main() -> None:
@@ -252,7 +286,9 @@ def test_sample_related_with_given_main() -> None:
 
 
 def test_feasible_relations_rules() -> None:
-    young = persona_facts(age=20, status="student", occupation="law student", employer=None, school="U")
+    young = persona_facts(
+        age=20, status="student", occupation="law student", employer=None, school="U"
+    )
     old = persona_facts(age=50)
     assert "parent" in feasible_relations(young, old)
     assert "child" in feasible_relations(old, young)
@@ -317,24 +353,39 @@ def test_a_pool_is_the_size_asked_for(tmp_path: Path) -> None:
     base = sample_facts(0, 10)
     bad = {base[2].name, base[7].name}  # these two draws fail every bio
     result, _ = run_pool(tmp_path / "a", lambda name, seed: name in bad, n=10)
-    records = [PersonaRecord.model_validate_json(x) for x in (tmp_path / "a" / "personas.jsonl").read_text().splitlines()]
+    records = [
+        PersonaRecord.model_validate_json(x)
+        for x in (tmp_path / "a" / "personas.jsonl").read_text().splitlines()
+    ]
     assert len(records) == 10 and result.exit_code == 0
     assert [r.persona_id for r in records][:2] == [base[0].persona_id, base[1].persona_id]
     redrawn = {2: records[2], 7: records[7]}
     for slot, r in redrawn.items():
         assert r.name not in {f.name for f in base}
         assert r.persona_id == derive_id(0, "personas", f"{slot}~1")
-        assert (r.nationality, any(lo <= r.age <= hi and lo <= base[slot].age <= hi for lo, hi in AGE_BANDS)) \
-            == (base[slot].nationality, True)
+        assert (
+            r.nationality,
+            any(lo <= r.age <= hi and lo <= base[slot].age <= hi for lo, hi in AGE_BANDS),
+        ) == (base[slot].nationality, True)
     assert len({r.name for r in records}) == 10
     rejects = [json.loads(x) for x in (tmp_path / "a" / "rejects.jsonl").read_text().splitlines()]
-    assert [(x["index"], x["record_id"]) for x in rejects] == [(2, base[2].persona_id), (7, base[7].persona_id)]
-    assert result.manifest["pool"] == {"requested": 10, "accepted": 10, "rejected": 2, "attempted": 12,
-                                       "short_slots": []}
+    assert [(x["index"], x["record_id"]) for x in rejects] == [
+        (2, base[2].persona_id),
+        (7, base[7].persona_id),
+    ]
+    assert result.manifest["pool"] == {
+        "requested": 10,
+        "accepted": 10,
+        "rejected": 2,
+        "attempted": 12,
+        "short_slots": [],
+    }
     assert result.manifest["validators"]["pool.redrawn"] == 2
     # same seed, same pool
     run_pool(tmp_path / "b", lambda name, seed: name in bad, n=10)
-    assert (tmp_path / "a" / "personas.jsonl").read_bytes() == (tmp_path / "b" / "personas.jsonl").read_bytes()
+    assert (tmp_path / "a" / "personas.jsonl").read_bytes() == (
+        tmp_path / "b" / "personas.jsonl"
+    ).read_bytes()
 
 
 def test_a_pool_that_cannot_be_filled_says_how_many_were_made(tmp_path: Path) -> None:
@@ -346,8 +397,12 @@ def test_a_pool_that_cannot_be_filled_says_how_many_were_made(tmp_path: Path) ->
 
     result, ctx = run_pool(tmp_path, fails, n=6, max_attempts=3)
     assert result.exit_code == 1
-    assert result.error.startswith("the persona pool has 5 of 6 personas: slot(s) 4 failed all 3 draws")
-    assert result.manifest["pool"]["short_slots"] == [4] and result.manifest["pool"]["attempted"] == 8
+    assert result.error.startswith(
+        "the persona pool has 5 of 6 personas: slot(s) 4 failed all 3 draws"
+    )
+    assert (
+        result.manifest["pool"]["short_slots"] == [4] and result.manifest["pool"]["attempted"] == 8
+    )
     assert result.manifest["exit_code"] == 1 and result.manifest["error"] == result.error
     assert hopeless
 
@@ -358,9 +413,12 @@ def test_a_digital_run_stops_when_its_pool_is_short(tmp_path: Path) -> None:
     from gen.llm import scripted_llm
     from gen.runner import RunContext, run
 
-    settings = DigitalConfig(n=1, persona_pool=6, cache_dir=None, progress="off",
-                             pool_dir=str(tmp_path / "pools"))
-    ctx = RunContext("digital", settings, tmp_path / "run").use(llm=scripted_llm(pool_script(lambda n, s: True)))
+    settings = DigitalConfig(
+        n=1, persona_pool=6, cache_dir=None, progress="off", pool_dir=str(tmp_path / "pools")
+    )
+    ctx = RunContext("digital", settings, tmp_path / "run").use(
+        llm=scripted_llm(pool_script(lambda n, s: True))
+    )
     with pytest.raises(GenError, match="the persona pool has 0 of 6 personas") as info:
         run("digital", settings, tmp_path / "run", ctx=ctx)
     assert info.value.exit_code == 1
@@ -379,13 +437,18 @@ def test_bios_pass_the_shared_text_gates_first(tmp_path: Path) -> None:
 
     facts = sample_facts(0, 1)[0]
     first = facts.first_name
-    clean = f"{first} works as {facts.occupation.lower()} in {facts.home_city} and enjoys long walks."
+    clean = (
+        f"{first} works as {facts.occupation.lower()} in {facts.home_city} and enjoys long walks."
+    )
     cut = f"{first} works as {facts.occupation.lower()} in {facts.home_city} and enjoys long walks with her"
-    labelled = f"{first} works as {facts.occupation.lower()}. Interests: hiking, cooking and reading."
+    labelled = (
+        f"{first} works as {facts.occupation.lower()}. Interests: hiking, cooking and reading."
+    )
     outputs = iter([cut, labelled, clean])
     settings = PersonasConfig(cache_dir=None, progress="off")
     ctx = RunContext("personas", settings, tmp_path).use(
-        llm=scripted_llm(lambda messages, seed: json.dumps({"bio": next(outputs)})))
+        llm=scripted_llm(lambda messages, seed: json.dumps({"bio": next(outputs)}))
+    )
     record = write_bio(ctx, facts, 0, attempts=3, max_tokens=200)
     assert record.bio == clean  # type: ignore[union-attr]
     assert ctx.stats["bio.gate.truncated_text"] == 1 and ctx.stats["bio.gate.fewshot_marker"] == 1

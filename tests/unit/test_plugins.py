@@ -37,9 +37,24 @@ def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (src / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
     (src / "gen_echo_plugin.py").write_text(textwrap.dedent(PLUGIN))
     site = tmp_path_factory.mktemp("plugin-site")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                           "--no-build-isolation", "--target", str(site), str(src)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert list(site.glob("gen_echo_plugin-*.dist-info/entry_points.txt"))
     return site
@@ -51,29 +66,63 @@ def plugin_env(site: Path, cache: Path) -> dict[str, str]:
     return env
 
 
-def test_the_cli_lists_and_runs_a_plugin(plugin_site: Path, tmp_path: Path, cache_dir: Path) -> None:
+def test_the_cli_lists_and_runs_a_plugin(
+    plugin_site: Path, tmp_path: Path, cache_dir: Path
+) -> None:
     env = plugin_env(plugin_site, cache_dir)
-    helps = subprocess.run([sys.executable, "-m", "gen", "--help"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert helps.returncode == 0 and "echo" in helps.stdout and "a plugin's generator" in helps.stdout
-    own = subprocess.run([sys.executable, "-m", "gen", "echo", "--help"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
+    helps = subprocess.run(
+        [sys.executable, "-m", "gen", "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        helps.returncode == 0 and "echo" in helps.stdout and "a plugin's generator" in helps.stdout
+    )
+    own = subprocess.run(
+        [sys.executable, "-m", "gen", "echo", "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "word=hello" in own.stdout and "The word each record repeats." in own.stdout
-    proc = subprocess.run([sys.executable, "-m", "gen", "echo", "n=4", "word=hi", "hydra.run.dir=run"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gen", "echo", "n=4", "word=hi", "hydra.run.dir=run"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(x) for x in (tmp_path / "run" / "echo.jsonl").read_text().splitlines()]
     assert rows == [{"index": i, "text": f"hi {i}"} for i in range(4)]
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["generator"] == "echo"
-    assert manifest["records"] == {"file": "echo.jsonl", "kind": "greeting", "models": ["EchoRecord"]}
-    bad = subprocess.run([sys.executable, "-m", "gen", "echo", "words=hi"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
+    assert manifest["records"] == {
+        "file": "echo.jsonl",
+        "kind": "greeting",
+        "models": ["EchoRecord"],
+    }
+    bad = subprocess.run(
+        [sys.executable, "-m", "gen", "echo", "words=hi"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "unknown option 'words' for echo" in bad.stderr
 
 
-def test_the_api_runs_and_opens_a_plugin(plugin_site: Path, tmp_path: Path, cache_dir: Path) -> None:
-    script = textwrap.dedent('''
+def test_the_api_runs_and_opens_a_plugin(
+    plugin_site: Path, tmp_path: Path, cache_dir: Path
+) -> None:
+    script = textwrap.dedent("""
         import json, gen
         folder = gen.run("echo", n=2, word="hey", out="api-run")
         again = gen.open("api-run")
@@ -81,12 +130,24 @@ def test_the_api_runs_and_opens_a_plugin(plugin_site: Path, tmp_path: Path, cach
         print(json.dumps({"kind": again.kind, "type": type(records[0]).__name__,
                           "texts": [r.text for r in records], "ok": folder.ok,
                           "rows": again.to_polars().height}))
-    ''')
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=plugin_env(plugin_site, cache_dir),
-                          capture_output=True, text=True, timeout=120)
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        env=plugin_env(plugin_site, cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out == {"kind": "greeting", "type": "EchoRecord", "texts": ["hey 0", "hey 1"], "ok": True, "rows": 2}
+    assert out == {
+        "kind": "greeting",
+        "type": "EchoRecord",
+        "texts": ["hey 0", "hey 1"],
+        "ok": True,
+        "rows": 2,
+    }
     assert (tmp_path / "api-run" / "gen.log").is_file()
 
 
@@ -96,19 +157,42 @@ def test_a_broken_plugin_is_one_line(tmp_path: Path, cache_dir: Path) -> None:
     dist = site / "broken_plugin-0.1.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[gen.generators]\nbroken = no_such_module:thing\n"
-                                           "notgen = json:dumps\n")
+    (dist / "entry_points.txt").write_text(
+        "[gen.generators]\nbroken = no_such_module:thing\nnotgen = json:dumps\n"
+    )
     env = plugin_env(site, cache_dir)
     for name, words in (("broken", "cannot be imported"), ("notgen", "is not a generator")):
-        proc = subprocess.run([sys.executable, "-m", "gen", name, "n=1"], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2 and words in proc.stderr and "broken-plugin" in proc.stderr, proc.stderr
+        proc = subprocess.run(
+            [sys.executable, "-m", "gen", name, "n=1"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2 and words in proc.stderr and "broken-plugin" in proc.stderr, (
+            proc.stderr
+        )
         assert "Traceback" not in proc.stderr
     # the other generators still run: only the generator asked for is loaded (every one was)
-    proc = subprocess.run([sys.executable, "-m", "gen", "introspect", "task=tool_selection", "progress=off",
-                           f"input={EXAMPLES / 'introspect' / 'requests.jsonl'}", f"tools={EXAMPLES / 'introspect' / 'tools.yaml'}",
-                           f"hydra.run.dir={tmp_path / 'ok'}"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gen",
+            "introspect",
+            "task=tool_selection",
+            "progress=off",
+            f"input={EXAMPLES / 'introspect' / 'requests.jsonl'}",
+            f"tools={EXAMPLES / 'introspect' / 'tools.yaml'}",
+            f"hydra.run.dir={tmp_path / 'ok'}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -117,9 +201,14 @@ def test_every_room_is_an_entry_point() -> None:
     the room, loading the generator of that name."""
     from gen.registry import REGISTRY
 
-    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["gen.generators"]
-    rooms = sorted(p.stem if p.is_file() else p.name for p in (ROOT / "generators").iterdir()
-                   if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file())
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
+        "gen.generators"
+    ]
+    rooms = sorted(
+        p.stem if p.is_file() else p.name
+        for p in (ROOT / "generators").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()
+    )
     assert sorted(eps) == rooms
     for name, value in eps.items():
         assert value == f"gen.generators.{name}:{name}"

@@ -19,13 +19,19 @@ def test_no_generator_calls_print() -> None:
     found = []
     for path in sorted((ROOT / "generators").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "print"
+            ):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == [], "generators say things through ctx.say, never print: " + ", ".join(found)
 
 
 @pytest.mark.parametrize("mode", ["off", "plain"])
-def test_say_honours_the_progress_mode(mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_say_honours_the_progress_mode(
+    mode: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ctx = RunContext("demo", CommonConfig(progress=mode, cache_dir=None), tmp_path)
     table = Table(title="pool")
     table.add_column("field")

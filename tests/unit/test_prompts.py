@@ -38,7 +38,10 @@ def test_split_messages_text_before_a_marker_is_user() -> None:
 def test_split_messages_markers_only_on_their_own_line() -> None:
     text = "[user]\nWrite [user] and [system] inline.\n  [assistant]\nnot a marker either"
     assert split_messages(text) == [
-        {"role": "user", "content": "Write [user] and [system] inline.\n  [assistant]\nnot a marker either"},
+        {
+            "role": "user",
+            "content": "Write [user] and [system] inline.\n  [assistant]\nnot a marker either",
+        },
     ]
     # unknown roles are plain text
     assert split_messages("[tool]\nx") == [{"role": "user", "content": "[tool]\nx"}]
@@ -73,8 +76,13 @@ def test_bio_prompt_renders_exactly() -> None:
 
 
 def test_bio_prompt_student_shows_school_not_employer() -> None:
-    facts = persona_facts(status="student", occupation="law student", employer=None,
-                   school="University of Berlin", age=20)
+    facts = persona_facts(
+        status="student",
+        occupation="law student",
+        employer=None,
+        school="University of Berlin",
+        age=20,
+    )
     user = Prompts().render(BIO, p=facts, pronoun="they")[1]["content"]
     assert "- Occupation: law student at University of Berlin\n" in user
     assert "Müller" not in user
@@ -107,7 +115,9 @@ def test_used_tracks_included_partials(tmp_path: Path) -> None:
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "rules.jinja").write_text("Be exact.\n")
     # trim_blocks eats the newline after the include tag, so a blank line follows it
-    (tmp_path / "main.jinja").write_text('[system]\n{% include "parts/rules.jinja" %}\n\n[user]\n{{ q }}\n')
+    (tmp_path / "main.jinja").write_text(
+        '[system]\n{% include "parts/rules.jinja" %}\n\n[user]\n{{ q }}\n'
+    )
     prompts = Prompts(tmp_path)
     msgs = prompts.render("main.jinja", q="Why?")
     assert msgs == [{"role": "system", "content": "Be exact."}, {"role": "user", "content": "Why?"}]

@@ -37,9 +37,20 @@ def cfg(**kw: Any) -> RecommendConfig:
 
 
 def session(**kw: Any) -> RecommendSession:
-    row = {"session_id": "s", "duration": 1000, "timeline": [{"t": 10.0, "text": "x"}],
-           "forbidden": [{"start": 250, "end": 400}, {"start": 390, "end": 420}, {"start": 905, "end": 2000}],
-           "scenes": [{"start": 0, "end": 500, "context": "a market"}, {"start": 500, "end": 1000, "context": "a park"}]}
+    row = {
+        "session_id": "s",
+        "duration": 1000,
+        "timeline": [{"t": 10.0, "text": "x"}],
+        "forbidden": [
+            {"start": 250, "end": 400},
+            {"start": 390, "end": 420},
+            {"start": 905, "end": 2000},
+        ],
+        "scenes": [
+            {"start": 0, "end": 500, "context": "a market"},
+            {"start": 500, "end": 1000, "context": "a park"},
+        ],
+    }
     return RecommendSession.model_validate({**row, **kw})
 
 
@@ -58,21 +69,42 @@ def test_each_request_check_on_planted_cases() -> None:
     ok = "Which of these sauces has less sugar?"
     assert request_problem(ok, grounding, set(), c) is None
     assert request_problem("Tell me a joke about cats.", grounding, set(), c) == "ungrounded"
-    assert request_problem("The user wants a sauce recipe.", grounding, set(), c) == "not_first_person"
-    assert request_problem("Would you like a sauce recipe?", grounding, set(), c) == "not_first_person"
+    assert (
+        request_problem("The user wants a sauce recipe.", grounding, set(), c) == "not_first_person"
+    )
+    assert (
+        request_problem("Would you like a sauce recipe?", grounding, set(), c) == "not_first_person"
+    )
     assert request_problem("Your sauce is on the shelf.", grounding, set(), c) == "not_first_person"
-    assert request_problem("The sauce will be cheaper tomorrow.", grounding, set(), c) == "not_first_person"
-    assert request_problem("Compare the sugar in these two sauces.", grounding, set(), c) is None  # an order
+    assert (
+        request_problem("The sauce will be cheaper tomorrow.", grounding, set(), c)
+        == "not_first_person"
+    )
+    assert (
+        request_problem("Compare the sugar in these two sauces.", grounding, set(), c) is None
+    )  # an order
     assert request_problem("Remind me to buy pasta.", grounding, set(), c) is None
-    assert request_problem("The sauce is on offer. What about the pasta?", grounding, set(), c) == "not_first_person"
-    assert request_problem("I have pasta at home. Which sauce goes with it?", grounding, set(), c) is None
-    assert copies_input("Project manager, 34, likes short suggestions.",
-                        ["", "Project manager, 34, likes short suggestions."])
+    assert (
+        request_problem("The sauce is on offer. What about the pasta?", grounding, set(), c)
+        == "not_first_person"
+    )
+    assert (
+        request_problem("I have pasta at home. Which sauce goes with it?", grounding, set(), c)
+        is None
+    )
+    assert copies_input(
+        "Project manager, 34, likes short suggestions.",
+        ["", "Project manager, 34, likes short suggestions."],
+    )
     assert not copies_input("The wearer compares two sauces.", ["a supermarket", "41, cooks"])
-    long = ("Find me a tomato sauce recipe that my two young children would eat without complaining "
-            "and that takes under twenty minutes on a weekday evening.")
+    long = (
+        "Find me a tomato sauce recipe that my two young children would eat without complaining "
+        "and that takes under twenty minutes on a weekday evening."
+    )
     assert request_problem(long, grounding, set(), c) == "too_long"
-    assert request_problem(ok, grounding, {"which of these sauces has less sugar"}, c) == "duplicate"
+    assert (
+        request_problem(ok, grounding, {"which of these sauces has less sugar"}, c) == "duplicate"
+    )
     assert request_problem("sauce sauce sauce sauce sauce", grounding, set(), c) == "text_gates"
 
 
@@ -84,17 +116,40 @@ def writer(faults: dict[str, Any] | None = None) -> Any:
     def reply(messages: list[dict[str, str]], seed: int) -> str:
         req = messages[-1]["content"]
         if "Candidates, numbered:" in req:
-            texts = re.findall(r"^(\d+)\. (?:\[[^\]]*\] )?(.*)$", req.rsplit("Candidates, numbered:", 1)[1], re.M)
-            dup = (lambda i: 1 if int(i) > 1 else None) if faults.get("all_duplicates") else (lambda i: None)
-            return json.dumps({"ranking": [{"id": int(i), "text": t, "duplicate_of": dup(i), "grounded": True}
-                                           for i, t in texts], "reason": "in the given order"})
+            texts = re.findall(
+                r"^(\d+)\. (?:\[[^\]]*\] )?(.*)$", req.rsplit("Candidates, numbered:", 1)[1], re.M
+            )
+            dup = (
+                (lambda i: 1 if int(i) > 1 else None)
+                if faults.get("all_duplicates")
+                else (lambda i: None)
+            )
+            return json.dumps(
+                {
+                    "ranking": [
+                        {"id": int(i), "text": t, "duplicate_of": dup(i), "grounded": True}
+                        for i, t in texts
+                    ],
+                    "reason": "in the given order",
+                }
+            )
         seen = [ln.split(" | ", 1)[1] for ln in req.splitlines() if re.match(r"^\d+m:\d+s \| ", ln)]
-        words = [w for ln in seen for w in re.findall(r"[a-z]{4,}", ln.lower()) if w not in ("wearer", "with", "into")]
-        out: dict[str, Any] = {"summary": "The wearer " + seen[0].split(" ", 2)[-1].rstrip(".") + " and carries on."}
+        words = [
+            w
+            for ln in seen
+            for w in re.findall(r"[a-z]{4,}", ln.lower())
+            if w not in ("wearer", "with", "into")
+        ]
+        out: dict[str, Any] = {
+            "summary": "The wearer " + seen[0].split(" ", 2)[-1].rstrip(".") + " and carries on."
+        }
         for j, cat in enumerate(CATEGORIES):
             out[cat] = [f"Tell me something useful about the {words[j % len(words)]} here."]
         if faults.get("ungrounded"):
-            out = {**out, **{cat: ["Tell me a joke about penguins."] for cat in list(CATEGORIES)[:7]}}
+            out = {
+                **out,
+                **{cat: ["Tell me a joke about penguins."] for cat in list(CATEGORIES)[:7]},
+            }
         return json.dumps(out)
 
     return reply
@@ -121,19 +176,27 @@ def test_a_run_on_the_example_carries_summaries_and_reranks(tmp_path: Path) -> N
         assert {c["source"] for c in r["ranked"]} == {"global"}
         assert {c["category"] for c in r["candidates"]} <= set(CATEGORIES)
     # the prompt holds what the paper's global generator is given
-    prompt = next(c["messages"][-1]["content"] for c in ctx.llm.calls if "Before this:" in c["messages"][-1]["content"])
+    prompt = next(
+        c["messages"][-1]["content"]
+        for c in ctx.llm.calls
+        if "Before this:" in c["messages"][-1]["content"]
+    )
     assert "Wearer: 28, loves cooking" in prompt and "Scene: an indoor food market" in prompt
     f = result.manifest[NAME]["funnel"]
     assert f["records"] == 7 and f["after_rerank"] == sum(len(r["ranked"]) for r in recs)
 
 
-def test_a_segment_whose_requests_fail_the_checks_is_refused_by_the_dominant_check(tmp_path: Path) -> None:
+def test_a_segment_whose_requests_fail_the_checks_is_refused_by_the_dominant_check(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "run"
     result, _ = run_recommend(out, writer({"ungrounded": True}), min_candidates=3, attempts=2, n=2)
     assert result.rejected == 2
     rejects = read_jsonl(out / "rejects.jsonl")
     assert {(r["stage"], r["reason"]) for r in rejects} == {("checks", "ungrounded")}
-    assert result.manifest["validators"]["turned_away.ungrounded"] == 2 * 2 * 7  # 2 drafts x 2 segments x 7
+    assert (
+        result.manifest["validators"]["turned_away.ungrounded"] == 2 * 2 * 7
+    )  # 2 drafts x 2 segments x 7
 
 
 def test_reader_names_bad_lines(tmp_path: Path) -> None:
@@ -142,7 +205,9 @@ def test_reader_names_bad_lines(tmp_path: Path) -> None:
     good = json.loads(SESSIONS.read_text().splitlines()[0])
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({**good, "forbidden": [{"start": 5, "end": 1}]}) + "\n")
-    with pytest.raises(InputError, match=r"bad.jsonl:1: forbidden.0: Value error, end must be >= start"):
+    with pytest.raises(
+        InputError, match=r"bad.jsonl:1: forbidden.0: Value error, end must be >= start"
+    ):
         plan(cfg(input=str(bad)))
 
 
@@ -156,6 +221,8 @@ def test_the_embedding_dedup_is_measured_beside_the_rerankers(tmp_path: Path) ->
     n = len(rec["candidates"])
     assert len(rec["ranked"]) == 1 and len(rec["removed"]) == n - 1
     a = rec["dedup_agreement"]
-    assert a["both"] + a["llm_only"] == n * (n - 1) // 2 and a["embedding_only"] == a["neither"] == 0
+    assert (
+        a["both"] + a["llm_only"] == n * (n - 1) // 2 and a["embedding_only"] == a["neither"] == 0
+    )
     f = result.manifest[NAME]["funnel"]["dedup_agreement"]
     assert f["pairs"] == n * (n - 1) // 2 and f["llm_only"] == a["llm_only"]

@@ -42,7 +42,9 @@ def copy_run(src: Path, dst: Path) -> Path:
 
 
 def label(reviewer: str = "alice", item: str = ITEM, **kw: Any) -> ReviewLabel:
-    return ReviewLabel(item_id=item, reviewer=reviewer, time="2026-01-01T00:00:00Z", rubric="mcq-egotom", **kw)
+    return ReviewLabel(
+        item_id=item, reviewer=reviewer, time="2026-01-01T00:00:00Z", rubric="mcq-egotom", **kw
+    )
 
 
 # --------------------------------------------------------------------------- kappa
@@ -62,27 +64,52 @@ def test_cohen_kappa_on_the_textbook_case() -> None:
 
 def test_fleiss_kappa_on_the_textbook_case_and_by_hand() -> None:
     """Fleiss (1971) as on Wikipedia: 10 items, 14 raters, 5 categories, kappa 0.210."""
-    table = [[0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
-             [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7]]
+    table = [
+        [0, 0, 0, 0, 14],
+        [0, 2, 6, 4, 2],
+        [0, 0, 3, 5, 6],
+        [0, 3, 9, 2, 0],
+        [2, 2, 8, 1, 1],
+        [7, 7, 0, 0, 0],
+        [3, 2, 6, 3, 0],
+        [2, 5, 3, 2, 2],
+        [6, 5, 2, 1, 0],
+        [0, 2, 2, 3, 7],
+    ]
     ratings = [[c for c, k in enumerate(row) for _ in range(k)] for row in table]
     assert fleiss_kappa(ratings) == pytest.approx(0.20993, abs=1e-5)
     # by hand, three raters: P_i = 1, 1/3, 1, 1/3 -> P = 2/3; a and b 6 of 12 each -> Pe = 1/2;
     # kappa = (2/3 - 1/2) / (1/2) = 1/3
-    assert fleiss_kappa([["a", "a", "a"], ["a", "a", "b"], ["b", "b", "b"], ["a", "b", "b"]]) == pytest.approx(1 / 3)
+    assert fleiss_kappa(
+        [["a", "a", "a"], ["a", "a", "b"], ["b", "b", "b"], ["a", "b", "b"]]
+    ) == pytest.approx(1 / 3)
     # an item with one rating is left out; varying raters per item use pairs within each item
     assert fleiss_kappa([["a"], ["a", "a"], ["b", "b", "b"]]) == pytest.approx(1.0)
     assert fleiss_kappa([["a", "a"], ["a", "a"]]) is None
 
 
 def test_field_agreement_takes_cohen_for_two_and_fleiss_for_more() -> None:
-    two = {"i1": {"al": 1, "bo": 1}, "i2": {"al": 2, "bo": 1}, "i3": {"al": 2, "bo": 2}, "i4": {"al": 1}}
+    two = {
+        "i1": {"al": 1, "bo": 1},
+        "i2": {"al": 2, "bo": 1},
+        "i3": {"al": 2, "bo": 2},
+        "i4": {"al": 1},
+    }
     out = field_agreement(two, ["al", "bo"])
     # pairs (1,1) (2,1) (2,2): po 2/3; al 1:1/3 2:2/3, bo 1:2/3 2:1/3 -> pe 4/9; kappa 0.4
     assert out == {"items": 3, "observed": 0.6667, "method": "cohen", "kappa": 0.4}
-    three = {"i1": {"a": 1, "b": 1, "c": 1}, "i2": {"a": 1, "b": 1, "c": 2},
-             "i3": {"a": 2, "b": 2, "c": 2}, "i4": {"a": 1, "b": 2, "c": 2}}
-    assert field_agreement(three, ["a", "b", "c"]) == {"items": 4, "observed": 0.5, "method": "fleiss",
-                                                       "kappa": 0.3333}
+    three = {
+        "i1": {"a": 1, "b": 1, "c": 1},
+        "i2": {"a": 1, "b": 1, "c": 2},
+        "i3": {"a": 2, "b": 2, "c": 2},
+        "i4": {"a": 1, "b": 2, "c": 2},
+    }
+    assert field_agreement(three, ["a", "b", "c"]) == {
+        "items": 4,
+        "observed": 0.5,
+        "method": "fleiss",
+        "kappa": 0.3333,
+    }
 
 
 # --------------------------------------------------------------------------- label files
@@ -97,7 +124,9 @@ def test_concurrent_writers_never_clobber_a_label_file(tmp_path: Path) -> None:
     """Four processes append 150 labels each to the same file (notes up to 5.4 kB, beyond a
     pipe's atomic size): every line is whole and each label is there once."""
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_writer, args=(str(tmp_path), "alice", k * 1000, 150)) for k in range(4)]
+    procs = [
+        ctx.Process(target=_writer, args=(str(tmp_path), "alice", k * 1000, 150)) for k in range(4)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -105,7 +134,9 @@ def test_concurrent_writers_never_clobber_a_label_file(tmp_path: Path) -> None:
         assert p.exitcode == 0
     labels = read_label_file(label_file(tmp_path, "alice"))
     assert len(labels) == 600
-    assert sorted(lab.item_id for lab in labels) == sorted(f"{k * 1000 + i:032x}" for k in range(4) for i in range(150))
+    assert sorted(lab.item_id for lab in labels) == sorted(
+        f"{k * 1000 + i:032x}" for k in range(4) for i in range(150)
+    )
     assert label_file(tmp_path, "alice").read_bytes().count(b"\n") == 600
 
 
@@ -185,13 +216,27 @@ def _post_chunks(app: Any, token: str, chunks: Any, length: int | None) -> tuple
         if message["type"] == "http.response.start":
             status = message["status"]
 
-    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
-               (TOKEN_HEADER.lower().encode(), token.encode())]
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (TOKEN_HEADER.lower().encode(), token.encode()),
+    ]
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/api/label", "raw_path": b"/api/label", "query_string": b"", "root_path": "",
-             "headers": headers, "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 80)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/label",
+        "raw_path": b"/api/label",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 80),
+    }
     asyncio.run(app.app(scope, receive, send))
     return status, pulled
 
@@ -205,7 +250,10 @@ def test_a_large_label_request_is_refused_while_it_is_read(app: Any) -> None:
     many = (chunk for _ in range(3_200))  # 200 MiB if read whole
     status, pulled = _post_chunks(app, app.session.token, many, None)
     assert status == 413 and pulled <= 2
-    assert _post_chunks(app, app.session.token, (chunk for _ in range(3_200)), 3_200 * 65_536) == (413, 0)
+    assert _post_chunks(app, app.session.token, (chunk for _ in range(3_200)), 3_200 * 65_536) == (
+        413,
+        0,
+    )
     assert _post_chunks(app, app.session.token, [b"{}"], 10**30) == (413, 0)
     assert _post_chunks(app, app.session.token, [b"{}"], -5)[0] == 413
     body = json.dumps({"item_id": app.session.items[0].item_id, "decision": "accept"}).encode()
@@ -235,23 +283,35 @@ def test_every_request_without_the_token_is_refused(app: Any) -> None:
 def test_a_foreign_host_and_a_form_post_are_refused(app: Any) -> None:
     s = app.session
     assert app.get(f"/?token={s.token}", headers={"host": "evil.example"}).status_code == 400
-    form = app.post("/api/label", data={"item_id": s.items[0].item_id}, headers={TOKEN_HEADER: s.token})
+    form = app.post(
+        "/api/label", data={"item_id": s.items[0].item_id}, headers={TOKEN_HEADER: s.token}
+    )
     assert form.status_code == 415
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ({"item_id": ITEM}, "item_id: not an item of this folder"),
-    ({"item_id": ["a", "list"]}, "item_id: not an item of this folder"),  # unhashable: a 400, not a crash
-    ({"scores": {"nope": 1}}, "'nope' is not a field of rubric mcq-egotom"),
-    ({"scores": {"inferable": 4}}, "scores.inferable: expected 1-3, got 4"),
-    ({"scores": {"inferable": True}}, "scores.inferable: expected 1-3, got True"),
-    ({"decision": "maybe"}, "decision: one of accept, reject, needs_edit"),
-    ({"note": "x" * 10_001}, "note: String should have at most 10000 characters"),
-    ({"reviewer": "bob"}, "unknown fields ['reviewer']"),
-])
-def test_a_bad_label_is_refused_and_not_written(app: Any, body: dict[str, Any], message: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"item_id": ITEM}, "item_id: not an item of this folder"),
+        (
+            {"item_id": ["a", "list"]},
+            "item_id: not an item of this folder",
+        ),  # unhashable: a 400, not a crash
+        ({"scores": {"nope": 1}}, "'nope' is not a field of rubric mcq-egotom"),
+        ({"scores": {"inferable": 4}}, "scores.inferable: expected 1-3, got 4"),
+        ({"scores": {"inferable": True}}, "scores.inferable: expected 1-3, got True"),
+        ({"decision": "maybe"}, "decision: one of accept, reject, needs_edit"),
+        ({"note": "x" * 10_001}, "note: String should have at most 10000 characters"),
+        ({"reviewer": "bob"}, "unknown fields ['reviewer']"),
+    ],
+)
+def test_a_bad_label_is_refused_and_not_written(
+    app: Any, body: dict[str, Any], message: str
+) -> None:
     s = app.session
-    r = app.post("/api/label", json={"item_id": s.items[0].item_id, **body}, headers={TOKEN_HEADER: s.token})
+    r = app.post(
+        "/api/label", json={"item_id": s.items[0].item_id, **body}, headers={TOKEN_HEADER: s.token}
+    )
     assert r.status_code == 400 and message in r.json()["error"]
     assert not (s.folder / "reviews").exists()
 
@@ -259,8 +319,11 @@ def test_a_bad_label_is_refused_and_not_written(app: Any, body: dict[str, Any], 
 def test_items_list_my_labels_and_others_decisions(app: Any) -> None:
     s = app.session
     append_label(s.folder, label("bob", item=s.items[1].item_id, decision="reject"))
-    app.post("/api/label", json={"item_id": s.items[1].item_id, "scores": {"inferable": 3}, "decision": "accept"},
-             headers={TOKEN_HEADER: s.token})
+    app.post(
+        "/api/label",
+        json={"item_id": s.items[1].item_id, "scores": {"inferable": 3}, "decision": "accept"},
+        headers={TOKEN_HEADER: s.token},
+    )
     data = app.get("/api/items", headers={TOKEN_HEADER: s.token}).json()
     assert len(data["items"]) == 80 and data["reviewer"] == "alice"
     second = data["items"][1]
@@ -295,12 +358,16 @@ def test_item_text_is_escaped_in_mcq_digital_and_scenario_views(tmp_path: Path) 
     dig = tmp_path / "dig"
     dig.mkdir()
     (dig / "digital.jsonl").write_text(json.dumps(bundle) + "\n")
-    sc = scenario_folder(tmp_path / "sc", turn_1_image=f"A hand holds a tool {XSS}", notes=XSS,
-                         gold={**SCENARIO["gold"], "current_answers": [XSS, "hammer"]})
+    sc = scenario_folder(
+        tmp_path / "sc",
+        turn_1_image=f"A hand holds a tool {XSS}",
+        notes=XSS,
+        gold={**SCENARIO["gold"], "current_answers": [XSS, "hammer"]},
+    )
     for f in (folder, dig, sc):
         items, _ = load_items(f)
         html = render(items[0])
-        assert "<script" not in html and "<img" not in html and "onerror=\"" not in html
+        assert "<script" not in html and "<img" not in html and 'onerror="' not in html
         assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in html
         assert html.count("&lt;script&gt;") >= 2
 
@@ -308,16 +375,27 @@ def test_item_text_is_escaped_in_mcq_digital_and_scenario_views(tmp_path: Path) 
 def test_the_cue_items_of_a_bundle_are_highlighted() -> None:
     items, _ = load_items(FIX / "digital")
     html = render(items[0])
-    assert re.search(r'class="key">Nomthandazo Mondise · 2025-06-11 15:26:00 · Are we still having dinner', html)
+    assert re.search(
+        r'class="key">Nomthandazo Mondise · 2025-06-11 15:26:00 · Are we still having dinner', html
+    )
     assert html.count('class="entry key"') == 1
 
 
 def test_audit_findings_show_with_the_items_they_name(tmp_path: Path) -> None:
     folder = copy_run(FIX / "run_clean", tmp_path / "run")
-    finding = {"check": "length", "check_id": 4, "kind": "longest_answer", "severity": "warning",
-               "what": "the answer is the <b>longest</b> option", "items": ["goal-001"], "fields": ["options[answer]"]}
+    finding = {
+        "check": "length",
+        "check_id": 4,
+        "kind": "longest_answer",
+        "severity": "warning",
+        "what": "the answer is the <b>longest</b> option",
+        "items": ["goal-001"],
+        "fields": ["options[answer]"],
+    }
     (folder / "audit.jsonl").write_text(json.dumps(finding) + "\n")
-    items: list[ReviewItem] = plan(ReviewConfig(input=str(folder), reviewer="al", cache_dir=None)).data.items
+    items: list[ReviewItem] = plan(
+        ReviewConfig(input=str(folder), reviewer="al", cache_dir=None)
+    ).data.items
     assert [len(it.findings) for it in items[:3]] == [0, 1, 0]
     assert "the answer is the &lt;b&gt;longest&lt;/b&gt; option" in render(items[1])
 
@@ -328,19 +406,47 @@ def test_audit_findings_show_with_the_items_they_name(tmp_path: Path) -> None:
 def test_summary_reports_counts_kappa_and_disagreements(tmp_path: Path) -> None:
     folder = copy_run(FIX / "run_clean", tmp_path / "run")
     items = plan(ReviewConfig(input=str(folder), reviewer="al", cache_dir=None)).data.items
-    for r, ds in [("al", ["accept", "accept", "reject", "accept"]), ("bo", ["accept", "reject", "reject", "accept"])]:
+    for r, ds in [
+        ("al", ["accept", "accept", "reject", "accept"]),
+        ("bo", ["accept", "reject", "reject", "accept"]),
+    ]:
         for it, d in zip(items, ds, strict=False):
-            append_label(folder, label(r, item=it.item_id, decision=d, scores={"inferable": 3 if d == "accept" else 1}))
-    append_label(folder, label("al", item=items[0].item_id, decision="accept", scores={"inferable": 3},
-                               note="second thoughts, same verdict"))  # a whole label: the last line counts
+            append_label(
+                folder,
+                label(
+                    r, item=it.item_id, decision=d, scores={"inferable": 3 if d == "accept" else 1}
+                ),
+            )
+    append_label(
+        folder,
+        label(
+            "al",
+            item=items[0].item_id,
+            decision="accept",
+            scores={"inferable": 3},
+            note="second thoughts, same verdict",
+        ),
+    )  # a whole label: the last line counts
     cfg = ReviewConfig(input=str(folder), action="summary", cache_dir=None, progress="off")
     result = run("review", cfg, tmp_path / "out", quiet=True)
     assert (result.requested, result.accepted) == (4, 4)
     report = json.loads((folder / "reviews" / "summary.json").read_text())
-    assert report["per_reviewer"]["al"] == {"items": 4, "lines": 5, "accept": 3, "reject": 1, "needs_edit": 0,
-                                            "undecided": 0, "unknown_items": 0}
+    assert report["per_reviewer"]["al"] == {
+        "items": 4,
+        "lines": 5,
+        "accept": 3,
+        "reject": 1,
+        "needs_edit": 0,
+        "undecided": 0,
+        "unknown_items": 0,
+    }
     # pairs A/A A/R R/R A/A: po 0.75, pe (3*2 + 1*2)/16 = 0.5 -> kappa 0.5
-    assert report["agreement"]["decision"] == {"items": 4, "observed": 0.75, "method": "cohen", "kappa": 0.5}
+    assert report["agreement"]["decision"] == {
+        "items": 4,
+        "observed": 0.75,
+        "method": "cohen",
+        "kappa": 0.5,
+    }
     assert report["agreement"]["inferable"]["kappa"] == 0.5
     assert [d["record_id"] for d in report["disagreements"]] == ["goal-001"]
     assert report["disagreements"][0]["disagree"] == ["decision", "inferable"]
@@ -348,7 +454,10 @@ def test_summary_reports_counts_kappa_and_disagreements(tmp_path: Path) -> None:
     assert "| decision | 4 | 0.75 | 0.5 | cohen |" in md
     assert json.loads((tmp_path / "out" / "review_summary.json").read_text()) == report
     records = [json.loads(x) for x in (tmp_path / "out" / "review.jsonl").read_text().splitlines()]
-    assert records[0]["accepted_by"] == ["al", "bo"] and records[1]["disagree"] == ["decision", "inferable"]
+    assert records[0]["accepted_by"] == ["al", "bo"] and records[1]["disagree"] == [
+        "decision",
+        "inferable",
+    ]
 
 
 def test_summary_without_labels_says_how_to_make_them(tmp_path: Path) -> None:
@@ -366,7 +475,9 @@ def test_the_audit_of_a_reviewed_run_folder_does_not_flag_its_labels(tmp_path: P
     assert not [f for f in findings if f["kind"] == "output_unlisted"]
     (folder / "stray.txt").write_text("x")
     _, findings, _ = run_audit(tmp_path / "out2", folder, checks=["integrity"])
-    assert [f["fields"] for f in findings if f["kind"] == "output_unlisted"] == [["outputs.stray.txt"]]
+    assert [f["fields"] for f in findings if f["kind"] == "output_unlisted"] == [
+        ["outputs.stray.txt"]
+    ]
 
 
 # --------------------------------------------------------------------------- the server process
@@ -374,9 +485,22 @@ def test_the_audit_of_a_reviewed_run_folder_does_not_flag_its_labels(tmp_path: P
 
 def test_the_server_listens_on_loopback_saves_labels_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     folder = copy_run(FIX / "digital", tmp_path / "run")
-    proc = subprocess.Popen([sys.executable, "-m", "gen", "review", f"input={folder}", "reviewer=carol",
-                             f"hydra.run.dir={tmp_path / 'out'}", "progress=plain"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gen",
+            "review",
+            f"input={folder}",
+            "reviewer=carol",
+            f"hydra.run.dir={tmp_path / 'out'}",
+            "progress=plain",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         url = None
         deadline = time.time() + 60
@@ -387,18 +511,32 @@ def test_the_server_listens_on_loopback_saves_labels_and_stops_on_ctrl_c(tmp_pat
             url = m and m.group(1)
         assert m is not None
         base, token = url.split("/?")[0], m.group(3)
-        items = json.loads(urllib.request.urlopen(urllib.request.Request(
-            f"{base}/api/items", headers={TOKEN_HEADER: token}), timeout=10).read())
+        items = json.loads(
+            urllib.request.urlopen(
+                urllib.request.Request(f"{base}/api/items", headers={TOKEN_HEADER: token}),
+                timeout=10,
+            ).read()
+        )
         item = items["items"][2]["item_id"]
-        req = urllib.request.Request(f"{base}/api/label", method="POST", headers={
-            TOKEN_HEADER: token, "Content-Type": "application/json"},
-            data=json.dumps({"item_id": item, "decision": "needs_edit", "scores": {"realistic": 2}}).encode())
-        assert json.loads(urllib.request.urlopen(req, timeout=10).read())["label"]["decision"] == "needs_edit"
+        req = urllib.request.Request(
+            f"{base}/api/label",
+            method="POST",
+            headers={TOKEN_HEADER: token, "Content-Type": "application/json"},
+            data=json.dumps(
+                {"item_id": item, "decision": "needs_edit", "scores": {"realistic": 2}}
+            ).encode(),
+        )
+        assert (
+            json.loads(urllib.request.urlopen(req, timeout=10).read())["label"]["decision"]
+            == "needs_edit"
+        )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(urllib.request.Request(f"{base}/api/items"), timeout=10)
         assert refused.value.code == 403
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)  # it writes its records and manifest; slow on a loaded machine (> 30 s once)
+        out, _ = proc.communicate(
+            timeout=120
+        )  # it writes its records and manifest; slow on a loaded machine (> 30 s once)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -416,17 +554,34 @@ def test_the_audit_lists_the_items_reviewers_decided_differently(tmp_path: Path)
 
     folder = copy_run(FIX / "run_clean", tmp_path / "run")
     _, _, report = run_audit(tmp_path / "out0", folder, checks=["review"])
-    assert report["checks"][0]["status"] == "skipped" and "no labels" in report["checks"][0]["reason"]
+    assert (
+        report["checks"][0]["status"] == "skipped" and "no labels" in report["checks"][0]["reason"]
+    )
     items = plan(ReviewConfig(input=str(folder), reviewer="al", cache_dir=None)).data.items
-    for r, ds in [("al", ["accept", "accept", "reject"]), ("bo", ["accept", "reject", "reject"]), ("cy", ["accept"])]:
+    for r, ds in [
+        ("al", ["accept", "accept", "reject"]),
+        ("bo", ["accept", "reject", "reject"]),
+        ("cy", ["accept"]),
+    ]:
         for it, d in zip(items, ds, strict=False):
-            append_label(folder, label(r, item=it.item_id, decision=d).model_copy(update={"record_id": it.record_id}))
+            append_label(
+                folder,
+                label(r, item=it.item_id, decision=d).model_copy(
+                    update={"record_id": it.record_id}
+                ),
+            )
     append_label(folder, label("cy", item=items[2].item_id, note="undecided"))
     result, findings, report = run_audit(tmp_path / "out", folder, checks=["review"])
-    assert [(f["kind"], f["severity"], f["items"]) for f in findings] == [("review_disagreement", "warning", ["goal-001"])]
+    assert [(f["kind"], f["severity"], f["items"]) for f in findings] == [
+        ("review_disagreement", "warning", ["goal-001"])
+    ]
     assert findings[0]["what"] == "reviewers decided differently (al: accept, bo: reject)"
     stats = report["checks"][0]["stats"]
-    assert stats["reviewers"] == ["al", "bo", "cy"] and stats["labelled"] == 3 and stats["disagreements"] == 1
+    assert (
+        stats["reviewers"] == ["al", "bo", "cy"]
+        and stats["labelled"] == 3
+        and stats["disagreements"] == 1
+    )
     # Fleiss over the items with two or more decisions, [A,A,A] [A,R] [R,R] (cy's note has none):
     # P = (1 + 0 + 1) / 3 = 2/3; 4 A and 3 R of 7: Pe = 25/49; kappa = (2/3 - 25/49) / (24/49) = 23/72
     assert stats["agreement"]["method"] == "fleiss"
@@ -438,16 +593,21 @@ def test_an_egotom_csv_folder_shows_its_narrations_as_the_timeline(tmp_path: Pat
 
     folder = egotom_goal_folder(tmp_path, "00m:01s | C opens a door\n00m:05s | C <b>sits</b>")
     items, files = load_items(folder)
-    assert [it.record_id for it in items] == ["v1~pass_1~0-9"] and files == [folder / "egotom_goal_shuffled.csv"]
+    assert [it.record_id for it in items] == ["v1~pass_1~0-9"] and files == [
+        folder / "egotom_goal_shuffled.csv"
+    ]
     html = render(items[0])
-    assert '<li>00m:01s | C opens a door</li><li>00m:05s | C &lt;b&gt;sits&lt;/b&gt;</li>' in html
+    assert "<li>00m:01s | C opens a door</li><li>00m:05s | C &lt;b&gt;sits&lt;/b&gt;</li>" in html
     assert "narrations_in_context" not in html and '<strong class="answer">B</strong>' in html
 
 
 # --------------------------------------------------------------------------- scenarios
 
-SCENARIO: dict[str, Any] = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "judge" / "scenarios.jsonl")
-                                      .read_text().splitlines()[0])
+SCENARIO: dict[str, Any] = json.loads(
+    (Path(__file__).resolve().parent.parent / "fixtures" / "judge" / "scenarios.jsonl")
+    .read_text()
+    .splitlines()[0]
+)
 
 
 def scenario_folder(folder: Path, *rows: dict[str, Any], **change: Any) -> Path:
@@ -464,27 +624,48 @@ def candidate_and_privileged(html: str) -> tuple[str, str]:
     return html[:at], html[at:]
 
 
-def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart(tmp_path: Path) -> None:
+def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart(
+    tmp_path: Path,
+) -> None:
     from gen.banks.identity import item_id_of, scenario_question_type
 
-    cross = {**SCENARIO, "scenario_id": "sc-02", "change_type": "cross_session_reference", "target_context": "prior",
-             "context_image": "A wall shelf with three glass jars of pale grains, lids screwed on."}
+    cross = {
+        **SCENARIO,
+        "scenario_id": "sc-02",
+        "change_type": "cross_session_reference",
+        "target_context": "prior",
+        "context_image": "A wall shelf with three glass jars of pale grains, lids screwed on.",
+    }
     folder = scenario_folder(tmp_path / "run", SCENARIO, cross)
     items, files = load_items(folder)
     assert files == [folder / "scenarios.jsonl"]
     assert [(it.kind, it.record_id, it.question_type) for it in items] == [
-        ("scenario", "sc-01", scenario_question_type(SCENARIO)), ("scenario", "sc-02", "cross_session_reference/prior")]
-    assert [it.item_id for it in items] == [item_id_of("scenario_record", r) for r in (SCENARIO, cross)]  # the bank's ids
+        ("scenario", "sc-01", scenario_question_type(SCENARIO)),
+        ("scenario", "sc-02", "cross_session_reference/prior"),
+    ]
+    assert [it.item_id for it in items] == [
+        item_id_of("scenario_record", r) for r in (SCENARIO, cross)
+    ]  # the bank's ids
     seen, judge = candidate_and_privileged(render(items[0]))
     # the runner's injection, turn by turn: the camera block, then the user's words
-    turns = re.findall(r'<h3>(Turn \d)</h3>\s*<div class="turn">\s*<p class="camera">\[Camera: (.*?)\]</p>'
-                       r'<p class="user">(.*?)</p>', seen)
-    assert turns == [("Turn 1", SCENARIO["turn_1_image"], SCENARIO["turn_1_user"].replace("'", "&#39;")),
-                     ("Turn 2", SCENARIO["turn_2_image"], SCENARIO["turn_2_user"].replace("'", "&#39;"))]
+    turns = re.findall(
+        r'<h3>(Turn \d)</h3>\s*<div class="turn">\s*<p class="camera">\[Camera: (.*?)\]</p>'
+        r'<p class="user">(.*?)</p>',
+        seen,
+    )
+    assert turns == [
+        ("Turn 1", SCENARIO["turn_1_image"], SCENARIO["turn_1_user"].replace("'", "&#39;")),
+        ("Turn 2", SCENARIO["turn_2_image"], SCENARIO["turn_2_user"].replace("'", "&#39;")),
+    ]
     assert "Before the conversation" not in seen
     # nothing of the judge's side before the reveal: target, shift type, gold terms, notes, repair
-    for hidden in (SCENARIO["target_context"], SCENARIO["change_type"], *SCENARIO["gold"]["current_answers"],
-                   *SCENARIO["gold"]["prior_answers"], SCENARIO["turn_3_repair_prompt"]):
+    for hidden in (
+        SCENARIO["target_context"],
+        SCENARIO["change_type"],
+        *SCENARIO["gold"]["current_answers"],
+        *SCENARIO["gold"]["prior_answers"],
+        SCENARIO["turn_3_repair_prompt"],
+    ):
         assert hidden.replace("'", "&#39;") not in seen
     assert f'<strong class="target">{SCENARIO["target_context"]}</strong>' in judge
     assert f'<strong class="change">{SCENARIO["change_type"]}</strong>' in judge
@@ -492,59 +673,132 @@ def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart
         assert f"<h4>{name}</h4>" in judge
     assert all(f"<li>{t}</li>" in judge for t in SCENARIO["gold"]["current_answers"])
     seen2, _ = candidate_and_privileged(render(items[1]))
-    assert re.search(r"<h3>Before the conversation</h3>\s*<div class=\"turn\">\s*<p class=\"camera\">\[Camera: A wall "
-                     r"shelf[^<]*\]</p>\s*</div>\s*<h3>Turn 1</h3>", seen2)
+    assert re.search(
+        r"<h3>Before the conversation</h3>\s*<div class=\"turn\">\s*<p class=\"camera\">\[Camera: A wall "
+        r"shelf[^<]*\]</p>\s*</div>\s*<h3>Turn 1</h3>",
+        seen2,
+    )
 
 
-def test_scenarios_are_rated_with_the_scenario_rubric_and_their_type_is_privileged(tmp_path: Path) -> None:
+def test_scenarios_are_rated_with_the_scenario_rubric_and_their_type_is_privileged(
+    tmp_path: Path,
+) -> None:
     from starlette.testclient import TestClient
 
     folder = scenario_folder(tmp_path / "run")
     data = plan(ReviewConfig(input=str(folder), reviewer="alice", cache_dir=None)).data
     rubric = data.rubrics["scenario"]
-    assert list(data.rubrics) == ["scenario"] and rubric.name == "scenario-checklist" and rubric.kinds == ["scenario"]
-    assert [f.key for f in rubric.fields] == ["speech_deictic", "camera_identifiable", "camera_neutral",
-                                              "shift_implicit", "target_right", "gold_usable"]
+    assert (
+        list(data.rubrics) == ["scenario"]
+        and rubric.name == "scenario-checklist"
+        and rubric.kinds == ["scenario"]
+    )
+    assert [f.key for f in rubric.fields] == [
+        "speech_deictic",
+        "camera_identifiable",
+        "camera_neutral",
+        "shift_implicit",
+        "target_right",
+        "gold_usable",
+    ]
     session = Session(folder, data.items, "alice", data.rubrics)
     client = TestClient(make_app(session), base_url="http://127.0.0.1")
     listed = client.get("/api/items", headers={TOKEN_HEADER: session.token}).json()["items"]
     assert listed[0]["kind"] == "scenario" and listed[0]["type_privileged"] is True
-    ok = client.post("/api/label", json={"item_id": data.items[0].item_id, "scores": {"camera_identifiable": 3},
-                                         "decision": "accept"}, headers={TOKEN_HEADER: session.token})
+    ok = client.post(
+        "/api/label",
+        json={
+            "item_id": data.items[0].item_id,
+            "scores": {"camera_identifiable": 3},
+            "decision": "accept",
+        },
+        headers={TOKEN_HEADER: session.token},
+    )
     assert ok.status_code == 200 and ok.json()["label"]["rubric"] == "scenario-checklist"
-    bad = client.post("/api/label", json={"item_id": data.items[0].item_id, "scores": {"inferable": 1}},
-                      headers={TOKEN_HEADER: session.token})
-    assert bad.status_code == 400 and "not a field of rubric scenario-checklist" in bad.json()["error"]
+    bad = client.post(
+        "/api/label",
+        json={"item_id": data.items[0].item_id, "scores": {"inferable": 1}},
+        headers={TOKEN_HEADER: session.token},
+    )
+    assert (
+        bad.status_code == 400 and "not a field of rubric scenario-checklist" in bad.json()["error"]
+    )
 
 
 # --------------------------------------------------------------------------- nocontext and judge results
 
 
-def blind_record(item_id: str, correct: dict[str, list[int]], *, n_options: int = 3, answer: int = 0,
-                 kept: bool = True) -> dict[str, Any]:
+def blind_record(
+    item_id: str,
+    correct: dict[str, list[int]],
+    *,
+    n_options: int = 3,
+    answer: int = 0,
+    kept: bool = True,
+) -> dict[str, Any]:
     """A nocontext record: per model, the option it chose on each shuffle."""
     from gen.schemas.nocontext import NocontextRecord
 
-    answers = {m: [{"shuffle": k, "order": list(range(n_options)), "raw": f"Answer: {'abc'[c]}", "letter": "abc"[c],
-                    "choice": c, "correct": c == answer} for k, c in enumerate(cs)] for m, cs in correct.items()}
-    return NocontextRecord(item_id=item_id, question_type="goal", source="/runs/tom/tom.jsonl", line=4,
-                           n_options=n_options, answer=answer, kept=kept, removed_by=[] if kept else ["max_correct"],
-                           shuffles=3, correct={m: sum(c == answer for c in cs) for m, cs in correct.items()},
-                           unparseable={m: 0 for m in correct}, answers=answers).model_dump(mode="json")
+    answers = {
+        m: [
+            {
+                "shuffle": k,
+                "order": list(range(n_options)),
+                "raw": f"Answer: {'abc'[c]}",
+                "letter": "abc"[c],
+                "choice": c,
+                "correct": c == answer,
+            }
+            for k, c in enumerate(cs)
+        ]
+        for m, cs in correct.items()
+    }
+    return NocontextRecord(
+        item_id=item_id,
+        question_type="goal",
+        source="/runs/tom/tom.jsonl",
+        line=4,
+        n_options=n_options,
+        answer=answer,
+        kept=kept,
+        removed_by=[] if kept else ["max_correct"],
+        shuffles=3,
+        correct={m: sum(c == answer for c in cs) for m, cs in correct.items()},
+        unparseable={m: 0 for m in correct},
+        answers=answers,
+    ).model_dump(mode="json")
 
 
-def judged_record(item_id: str, scores: dict[str, list[int | None]], *, answer: int = 0) -> dict[str, Any]:
+def judged_record(
+    item_id: str, scores: dict[str, list[int | None]], *, answer: int = 0
+) -> dict[str, Any]:
     from gen.generators.judge.validity import flags
     from gen.schemas.judge import Judgment, ValidityRecord
 
-    js = {j: [Judgment(score=s, normalised=None if s is None else s / 2, followed=s is not None,
-                       problem=None if s is not None else "no_score_tag", raw=f"<score>{s}</score>") for s in ss]
-          for j, ss in scores.items()}
+    js = {
+        j: [
+            Judgment(
+                score=s,
+                normalised=None if s is None else s / 2,
+                followed=s is not None,
+                problem=None if s is not None else "no_score_tag",
+                raw=f"<score>{s}</score>",
+            )
+            for s in ss
+        ]
+        for j, ss in scores.items()
+    }
     fl = {j: flags(v, answer) for j, v in js.items()}
-    return ValidityRecord(item_id=item_id, question_type="goal", source="tom.jsonl", answer=answer,
-                          n_options=len(next(iter(scores.values()))), scores=js,
-                          flagged={j: f[0] for j, f in fl.items()},
-                          flagged_options={j: f[1] for j, f in fl.items()}).model_dump(mode="json")
+    return ValidityRecord(
+        item_id=item_id,
+        question_type="goal",
+        source="tom.jsonl",
+        answer=answer,
+        n_options=len(next(iter(scores.values()))),
+        scores=js,
+        flagged={j: f[0] for j, f in fl.items()},
+        flagged_options={j: f[1] for j, f in fl.items()},
+    ).model_dump(mode="json")
 
 
 def jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -559,53 +813,97 @@ def test_a_nocontext_run_shows_what_the_blind_models_answered(tmp_path: Path) ->
     run_dir = tmp_path / "nc"
     rows = [json.loads(x) for x in (FIX / "run_clean" / "tom.jsonl").read_text().splitlines()[:3]]
     jsonl(run_dir / "kept" / "tom.jsonl", rows)
-    jsonl(run_dir / "nocontext.jsonl", [blind_record("goal-000", {"smollm2": [0, 0, 2], "qwen": [1, 1, 1]}),
-                                        blind_record("goal-001", {"smollm2": [1, 1, 1]}, answer=1),
-                                        blind_record("goal-009", {"smollm2": [0, 0, 0]}, kept=False)])
+    jsonl(
+        run_dir / "nocontext.jsonl",
+        [
+            blind_record("goal-000", {"smollm2": [0, 0, 2], "qwen": [1, 1, 1]}),
+            blind_record("goal-001", {"smollm2": [1, 1, 1]}, answer=1),
+            blind_record("goal-009", {"smollm2": [0, 0, 0]}, kept=False),
+        ],
+    )
     data = plan(ReviewConfig(input=str(run_dir), reviewer="al", cache_dir=None)).data
     assert data.results.nocontext == run_dir / "nocontext.jsonl"
     assert [len(it.blind) for it in data.items] == [1, 1, 0]
     seen, hidden = candidate_and_privileged(render(data.items[0]))
     assert "nocontext" not in seen and "smollm2" not in seen
-    table = re.findall(r"<tr><td>(\w+)</td><td>(\d+ of \d+)</td><td>([A-C?, ]*)</td><td>(\d+)</td></tr>", hidden)
+    table = re.findall(
+        r"<tr><td>(\w+)</td><td>(\d+ of \d+)</td><td>([A-C?, ]*)</td><td>(\d+)</td></tr>", hidden
+    )
     assert table == [("qwen", "0 of 3", "B, B, B", "0"), ("smollm2", "2 of 3", "A, A, C", "0")]
     assert "kept · tom.jsonl:5 · chance: right in 1.0 of the shuffles" in hidden
     assert "another version" not in hidden
     # nocontext= names a run for another folder; a record with other options is shown as such
     other = copy_run(FIX / "run_clean", tmp_path / "run")
-    jsonl(tmp_path / "nc2" / "nocontext.jsonl", [blind_record("goal-002", {"m": [0, 1, 2]}, n_options=4)])
-    data = plan(ReviewConfig(input=str(other), nocontext=str(tmp_path / "nc2"), reviewer="al", cache_dir=None)).data
+    jsonl(
+        tmp_path / "nc2" / "nocontext.jsonl",
+        [blind_record("goal-002", {"m": [0, 1, 2]}, n_options=4)],
+    )
+    data = plan(
+        ReviewConfig(
+            input=str(other), nocontext=str(tmp_path / "nc2"), reviewer="al", cache_dir=None
+        )
+    ).data
     assert [i for i, it in enumerate(data.items) if it.blind] == [2]
-    assert ("this nocontext record has 4 options and answer A; the item has 3 and answer C: it was made from "
-            "another version of the item") in render(data.items[2])
+    assert (
+        "this nocontext record has 4 options and answer A; the item has 3 and answer C: it was made from "
+        "another version of the item"
+    ) in render(data.items[2])
 
 
 def test_a_judge_run_shows_each_options_score_and_flags_the_item(tmp_path: Path) -> None:
     folder = copy_run(FIX / "run_clean", tmp_path / "run")
     judge = tmp_path / "judge"
-    jsonl(judge / "judge.jsonl", [judged_record("goal-000", {"big": [2, 0, 1], "small": [1, 1, None]}),
-                                  judged_record("goal-001", {"big": [0, 2, 2], "small": [0, 2, 0]}, answer=1)])
-    (judge / "manifest.json").write_text(json.dumps({"generator": "judge", "judge": {
-        "kind": "distractor_validity", "judge_label": "big"}}))
-    data = plan(ReviewConfig(input=str(folder), judge=str(judge), reviewer="al", cache_dir=None)).data
+    jsonl(
+        judge / "judge.jsonl",
+        [
+            judged_record("goal-000", {"big": [2, 0, 1], "small": [1, 1, None]}),
+            judged_record("goal-001", {"big": [0, 2, 2], "small": [0, 2, 0]}, answer=1),
+        ],
+    )
+    (judge / "manifest.json").write_text(
+        json.dumps(
+            {"generator": "judge", "judge": {"kind": "distractor_validity", "judge_label": "big"}}
+        )
+    )
+    data = plan(
+        ReviewConfig(input=str(folder), judge=str(judge), reviewer="al", cache_dir=None)
+    ).data
     assert data.results.judge_primary == "big"
-    assert [it.flags() for it in data.items[:3]] == [0, 1, 0]  # goal-001: option C scored as high as the answer
+    assert [it.flags() for it in data.items[:3]] == [
+        0,
+        1,
+        0,
+    ]  # goal-001: option C scored as high as the answer
     seen, hidden = candidate_and_privileged(render(data.items[1]))
     assert "judge" not in seen.lower()
     assert "<th>big (primary)</th><th>small</th>" in hidden
-    rows = re.findall(r'<tr class="([^"]*)"><td>([A-C])( \(answer\))?</td><td>([^<]*)</td><td>([^<]*)</td></tr>', hidden)
-    assert rows == [("", "A", "", "0", "0"), ("is-answer", "B", " (answer)", "2", "2"), (" flagged", "C", "", "2", "0")]
-    assert "big: <strong class=\"sev-warning\">flagged</strong>: C scored at least the answer" in hidden
+    rows = re.findall(
+        r'<tr class="([^"]*)"><td>([A-C])( \(answer\))?</td><td>([^<]*)</td><td>([^<]*)</td></tr>',
+        hidden,
+    )
+    assert rows == [
+        ("", "A", "", "0", "0"),
+        ("is-answer", "B", " (answer)", "2", "2"),
+        (" flagged", "C", "", "2", "0"),
+    ]
+    assert (
+        'big: <strong class="sev-warning">flagged</strong>: C scored at least the answer' in hidden
+    )
     assert "small: not flagged" in hidden
     first = render(data.items[0])  # flagged by the second judge only: shown, not counted
     assert "<td>– (no_score_tag)</td>" in first and "big: not flagged" in first
-    assert "small: <strong class=\"sev-warning\">flagged</strong>: B scored at least the answer" in first
+    assert (
+        'small: <strong class="sev-warning">flagged</strong>: B scored at least the answer' in first
+    )
     # the page's "flagged" filter counts it
     from starlette.testclient import TestClient
 
     session = Session(folder, data.items, "al", data.rubrics)
-    listed = TestClient(make_app(session), base_url="http://127.0.0.1").get(
-        "/api/items", headers={TOKEN_HEADER: session.token}).json()["items"]
+    listed = (
+        TestClient(make_app(session), base_url="http://127.0.0.1")
+        .get("/api/items", headers={TOKEN_HEADER: session.token})
+        .json()["items"]
+    )
     assert [it["flagged"] for it in listed[:3]] == [0, 1, 0]
 
 
@@ -613,28 +911,47 @@ def test_judge_and_nocontext_results_that_do_not_fit_are_one_line_errors(tmp_pat
     folder = copy_run(FIX / "run_clean", tmp_path / "run")
     judge = tmp_path / "judge"
     jsonl(judge / "judge.jsonl", [judged_record("goal-000", {"big": [2, 0, 1]})])
-    (judge / "manifest.json").write_text(json.dumps({"generator": "judge", "judge": {"kind": "context"}}))
-    with pytest.raises(InputError, match=r"manifest.json: judge: not a judge run of kind distractor_validity"):
+    (judge / "manifest.json").write_text(
+        json.dumps({"generator": "judge", "judge": {"kind": "context"}})
+    )
+    with pytest.raises(
+        InputError, match=r"manifest.json: judge: not a judge run of kind distractor_validity"
+    ):
         plan(ReviewConfig(input=str(folder), judge=str(judge), cache_dir=None))
     (judge / "manifest.json").unlink()
     bad = judged_record("goal-000", {"big": [2, 0, 1]})
     bad["scores"]["big"].pop()
     jsonl(judge / "judge.jsonl", [judged_record("goal-001", {"big": [2, 0, 1]}), bad])
-    with pytest.raises(InputError, match=rf"^{re.escape(str(judge / 'judge.jsonl'))}:2: scores.big: 2 judgments for 3 options$"):
+    with pytest.raises(
+        InputError,
+        match=rf"^{re.escape(str(judge / 'judge.jsonl'))}:2: scores.big: 2 judgments for 3 options$",
+    ):
         plan(ReviewConfig(input=str(folder), judge=str(judge), cache_dir=None))
-    jsonl(judge / "judge.jsonl", [judged_record("goal-000", {"a": [2, 0, 1]}), judged_record("goal-001", {"b": [2, 0, 1]})])
+    jsonl(
+        judge / "judge.jsonl",
+        [judged_record("goal-000", {"a": [2, 0, 1]}), judged_record("goal-001", {"b": [2, 0, 1]})],
+    )
     with pytest.raises(InputError, match="records of several judges"):
         plan(ReviewConfig(input=str(folder), judge=str(judge), cache_dir=None))
-    nc = jsonl(tmp_path / "nc" / "nocontext.jsonl", [{**blind_record("goal-000", {"m": [0, 0, 0]}), "correct": {"m": 7}}])
+    nc = jsonl(
+        tmp_path / "nc" / "nocontext.jsonl",
+        [{**blind_record("goal-000", {"m": [0, 0, 0]}), "correct": {"m": 7}}],
+    )
     with pytest.raises(InputError, match=rf"^{re.escape(str(nc))}:1: correct.m: 7 is not 0-3$"):
         plan(ReviewConfig(input=str(folder), nocontext=str(nc), cache_dir=None))
-    jsonl(nc, [{k: v for k, v in blind_record("goal-000", {"m": [0, 0, 0]}).items() if k != "answers"}])
+    jsonl(
+        nc,
+        [{k: v for k, v in blind_record("goal-000", {"m": [0, 0, 0]}).items() if k != "answers"}],
+    )
     with pytest.raises(InputError, match=rf"^{re.escape(str(nc))}:1: answers: Field required$"):
         plan(ReviewConfig(input=str(folder), nocontext=str(nc), cache_dir=None))
     with pytest.raises(MissingInputError, match="nocontext: .* not found"):
         plan(ReviewConfig(input=str(folder), nocontext=str(tmp_path), cache_dir=None))
     # a judge run given as input= holds no items: the message says what to do
-    with pytest.raises(InputError, match=r"holds judge results, not items: review the bank the judge read, with judge="):
+    with pytest.raises(
+        InputError,
+        match=r"holds judge results, not items: review the bank the judge read, with judge=",
+    ):
         plan(ReviewConfig(input=str(judge), cache_dir=None))
 
 
@@ -643,10 +960,23 @@ def test_egotom_items_match_results_and_findings_by_the_mcq_id(tmp_path: Path) -
     (gen's MCQ reader): both names find it."""
 
     folder = egotom_goal_folder(tmp_path, "00m:01s | C opens a door")
-    (folder / "audit.jsonl").write_text(json.dumps({
-        "check": "length", "check_id": 4, "kind": "longest_answer", "severity": "warning", "what": "longest",
-        "items": ["goal:v1~pass_1~0-9"], "fields": []}) + "\n")
-    jsonl(folder / "nocontext.jsonl", [blind_record("goal:v1~pass_1~0-9", {"m": [1, 1, 0]}, answer=1)])
+    (folder / "audit.jsonl").write_text(
+        json.dumps(
+            {
+                "check": "length",
+                "check_id": 4,
+                "kind": "longest_answer",
+                "severity": "warning",
+                "what": "longest",
+                "items": ["goal:v1~pass_1~0-9"],
+                "fields": [],
+            }
+        )
+        + "\n"
+    )
+    jsonl(
+        folder / "nocontext.jsonl", [blind_record("goal:v1~pass_1~0-9", {"m": [1, 1, 0]}, answer=1)]
+    )
     data = plan(ReviewConfig(input=str(folder), reviewer="al", cache_dir=None)).data
     assert data.items[0].record_id == "v1~pass_1~0-9"
     assert (len(data.items[0].findings), len(data.items[0].blind)) == (1, 1)
@@ -672,11 +1002,26 @@ def bank(tmp_path: Path) -> Any:
     try:
         b = Bank(tmp_path)
         records = [mcq(i) for i in range(4)]
-        finding = {"check": "length", "check_id": 4, "kind": "longest_answer", "severity": "warning",
-                   "what": "the answer is the longest option", "items": [records[1]["item_id"]], "fields": []}
-        assert b.add(run_folder(tmp_path / "tom_a", records[:3]), audit_options={"findings": [finding]})[0].accepted == 3
-        scenarios = scenario_folder(tmp_path / "sc", SCENARIO, {**SCENARIO, "scenario_id": "sc-02",
-                                                                  "turn_2_user": "And is the angle okay?"})
+        finding = {
+            "check": "length",
+            "check_id": 4,
+            "kind": "longest_answer",
+            "severity": "warning",
+            "what": "the answer is the longest option",
+            "items": [records[1]["item_id"]],
+            "fields": [],
+        }
+        assert (
+            b.add(
+                run_folder(tmp_path / "tom_a", records[:3]), audit_options={"findings": [finding]}
+            )[0].accepted
+            == 3
+        )
+        scenarios = scenario_folder(
+            tmp_path / "sc",
+            SCENARIO,
+            {**SCENARIO, "scenario_id": "sc-02", "turn_2_user": "And is the angle okay?"},
+        )
         assert b.add(scenarios, near_dup_sim=None)[0].accepted == 2
         assert b.add(run_folder(tmp_path / "tom_b", records[3:]))[0].accepted == 1
         b.records = records  # type: ignore[attr-defined]
@@ -686,17 +1031,25 @@ def bank(tmp_path: Path) -> Any:
             REGISTRY["audit"] = real
 
 
-def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(bank: Any, tmp_path: Path) -> None:
+def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(
+    bank: Any, tmp_path: Path
+) -> None:
     from gen.banks.store import LOCK, version_dir
     from gen.banks.verify import verify_bank
 
     data = plan(ReviewConfig(input=str(bank.root), reviewer="alice", cache_dir=None)).data
     assert data.folder == bank.root and bank.current == 3
-    assert {it.item_id for it in data.items} == bank.ids()  # the bank's ids: labels follow the items
-    assert [(it.kind, it.record_id) for it in data.items] == [("mcq", r["item_id"]) for r in bank.records] + [
-        ("scenario", "sc-01"), ("scenario", "sc-02")]
-    assert data.files == [version_dir(bank.root, 3) / LOCK, version_dir(bank.root, 3) / "tom.parquet",
-                          version_dir(bank.root, 3) / "scenarios.parquet"]
+    assert {
+        it.item_id for it in data.items
+    } == bank.ids()  # the bank's ids: labels follow the items
+    assert [(it.kind, it.record_id) for it in data.items] == [
+        ("mcq", r["item_id"]) for r in bank.records
+    ] + [("scenario", "sc-01"), ("scenario", "sc-02")]
+    assert data.files == [
+        version_dir(bank.root, 3) / LOCK,
+        version_dir(bank.root, 3) / "tom.parquet",
+        version_dir(bank.root, 3) / "scenarios.parquet",
+    ]
     # the audit of each version's batch is shown with the items it names
     assert data.findings == [version_dir(bank.root, v) / "audit" / "audit.jsonl" for v in (1, 2, 3)]
     assert [len(it.findings) for it in data.items] == [0, 1, 0, 0, 0, 0]
@@ -708,20 +1061,33 @@ def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(bank
 
     session = Session(data.folder, data.items, "alice", data.rubrics)
     client = TestClient(make_app(session), base_url="http://127.0.0.1")
-    for it, d in zip(data.items, ["accept", "reject", "accept", "accept", "needs_edit", "accept"], strict=True):
-        assert client.post("/api/label", json={"item_id": it.item_id, "decision": d},
-                           headers={TOKEN_HEADER: session.token}).status_code == 200
+    for it, d in zip(
+        data.items, ["accept", "reject", "accept", "accept", "needs_edit", "accept"], strict=True
+    ):
+        assert (
+            client.post(
+                "/api/label",
+                json={"item_id": it.item_id, "decision": d},
+                headers={TOKEN_HEADER: session.token},
+            ).status_code
+            == 200
+        )
     assert len(read_label_file(bank.root / "reviews" / "alice.jsonl")) == 6
     _, checks, leftovers = verify_bank(bank.root)
     assert not [p for c in checks for p in c.problems] and leftovers == []
     # summary: into the bank's reviews/ too
     append_label(bank.root, label("bob", item=data.items[1].item_id, decision="accept"))
-    result = run("review", ReviewConfig(input=str(bank.root), action="summary", cache_dir=None, progress="off"),
-                 tmp_path / "sum", quiet=True)
+    result = run(
+        "review",
+        ReviewConfig(input=str(bank.root), action="summary", cache_dir=None, progress="off"),
+        tmp_path / "sum",
+        quiet=True,
+    )
     assert result.accepted == 6
     report = json.loads((bank.root / "reviews" / "summary.json").read_text())
-    assert report["reviewers"] == ["alice", "bob"] and [d["record_id"] for d in report["disagreements"]] == [
-        bank.records[1]["item_id"]]
+    assert report["reviewers"] == ["alice", "bob"] and [
+        d["record_id"] for d in report["disagreements"]
+    ] == [bank.records[1]["item_id"]]
     assert bank.verify()[0].exit_code == 0
 
 
@@ -732,18 +1098,30 @@ def test_what_review_refuses_of_a_bank(bank: Any, tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=r"version=4, but the bank .* is at v0003"):
         plan(ReviewConfig(input=str(bank.root), version=4, cache_dir=None))
-    with pytest.raises(ConfigError, match=r"version=1 is for input=<bank folder>; .* is not a bank"):
+    with pytest.raises(
+        ConfigError, match=r"version=1 is for input=<bank folder>; .* is not a bank"
+    ):
         plan(ReviewConfig(input=str(FIX / "run_clean"), version=1, cache_dir=None))
-    with pytest.raises(ConfigError, match=rf"is a version folder of the bank {re.escape(str(bank.root))}; review it as "
-                                          rf"input={re.escape(str(bank.root))} version=N"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"is a version folder of the bank {re.escape(str(bank.root))}; review it as "
+        rf"input={re.escape(str(bank.root))} version=N",
+    ):
         plan(ReviewConfig(input=str(version_dir(bank.root, 2)), cache_dir=None))
     parquet = version_dir(bank.root, 3) / "tom.parquet"
     parquet.chmod(0o644)
-    parquet.write_bytes(parquet.read_bytes()[:-8])  # damaged: nothing is reviewed, the file is named
-    with pytest.raises(DriftError, match=rf"^input: bank .* v0003 does not verify, nothing to review: "
-                                         rf"{re.escape(str(parquet))}: hash_mismatch: "):
+    parquet.write_bytes(
+        parquet.read_bytes()[:-8]
+    )  # damaged: nothing is reviewed, the file is named
+    with pytest.raises(
+        DriftError,
+        match=rf"^input: bank .* v0003 does not verify, nothing to review: "
+        rf"{re.escape(str(parquet))}: hash_mismatch: ",
+    ):
         plan(ReviewConfig(input=str(bank.root), cache_dir=None))
-    assert len(plan(ReviewConfig(input=str(bank.root), version=2, cache_dir=None)).data.items) == 5  # v2 is intact
+    assert (
+        len(plan(ReviewConfig(input=str(bank.root), version=2, cache_dir=None)).data.items) == 5
+    )  # v2 is intact
     empty = tmp_path / "empty"
     (empty / "versions").mkdir(parents=True)
     with pytest.raises(MissingInputError, match="has no released version yet"):
@@ -757,27 +1135,39 @@ def test_bank_export_reports_the_labels_given_after_release(bank: Any, tmp_path:
     items = plan(ReviewConfig(input=str(bank.root), reviewer="al", cache_dir=None)).data.items
     assert bank.export("parquet", out=str(tmp_path / "before"))[0].exit_code == 0
     assert "## Review" not in (tmp_path / "before" / "README.md").read_text()
-    for r, ds in [("al", ["accept", "reject", "accept", "needs_edit"]), ("bo", ["accept", "accept"])]:
+    for r, ds in [
+        ("al", ["accept", "reject", "accept", "needs_edit"]),
+        ("bo", ["accept", "accept"]),
+    ]:
         for it, d in zip(items, ds, strict=False):
             append_label(bank.root, label(r, item=it.item_id, decision=d))
     append_label(bank.root, label("cy", item=items[5].item_id, note="no decision yet"))
-    append_label(bank.root, label("cy", item="f" * 32, decision="reject"))  # not an item of the bank
+    append_label(
+        bank.root, label("cy", item="f" * 32, decision="reject")
+    )  # not an item of the bank
     for out in ("a", "b"):
         assert bank.export("parquet", out=str(tmp_path / out))[0].exit_code == 0
     card = (tmp_path / "a" / "README.md").read_text()
     sha = hashlib.sha256((bank.root / "reviews" / "al.jsonl").read_bytes()).hexdigest()
     # items 0 (accept, accept), 1 (reject, accept: disagreed), 2 (accept), 3 (needs_edit); cy decided none of them
-    assert ("After release: 4 items reviewed by 2 reviewer(s): accept 2, disagreed 1, needs_edit 1; protocol: gen review "
-            "after release") in card
+    assert (
+        "After release: 4 items reviewed by 2 reviewer(s): accept 2, disagreed 1, needs_edit 1; protocol: gen review "
+        "after release"
+    ) in card
     assert f"`reviews/al.jsonl` {sha[:16]}…" in card and "reviews/cy.jsonl" not in card
     croissant = json.loads((tmp_path / "a" / "croissant.json").read_text())
-    assert croissant["rai:annotationsPerItem"].startswith("After release: 4 items reviewed by 2 reviewer(s)")
+    assert croissant["rai:annotationsPerItem"].startswith(
+        "After release: 4 items reviewed by 2 reviewer(s)"
+    )
     assert any(p.startswith("After release:") for p in croissant["rai:dataAnnotationProtocol"])
     for name in ("README.md", "croissant.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     # an older version's export counts the labels of its own items only (v2: not item 3)
     assert bank.export("parquet", out=str(tmp_path / "v2"), version=2)[0].exit_code == 0
-    assert "After release: 3 items reviewed by 2 reviewer(s): accept 2, disagreed 1;" in (tmp_path / "v2" / "README.md").read_text()
+    assert (
+        "After release: 3 items reviewed by 2 reviewer(s): accept 2, disagreed 1;"
+        in (tmp_path / "v2" / "README.md").read_text()
+    )
 
 
 def egotom_goal_folder(tmp_path: Path, narrations: str) -> Path:
@@ -788,8 +1178,18 @@ def egotom_goal_folder(tmp_path: Path, narrations: str) -> Path:
 
     folder = tmp_path / "egotom"
     folder.mkdir()
-    row = {"vuid": "v1", "cuid": "v1~pass_1~0-9", "narrations_in_context": narrations,
-           "gt_goal": "To rest", "goal_choice_a": "To cook", "goal_choice_b": "To rest", "goal_choice_c": "To leave",
-           "clip_start_time": "0", "clip_end_time": "9"}
-    pl.DataFrame([row], schema=dict.fromkeys(egotom_columns("goal"), pl.String)).write_csv(folder / "egotom_goal_shuffled.csv")
+    row = {
+        "vuid": "v1",
+        "cuid": "v1~pass_1~0-9",
+        "narrations_in_context": narrations,
+        "gt_goal": "To rest",
+        "goal_choice_a": "To cook",
+        "goal_choice_b": "To rest",
+        "goal_choice_c": "To leave",
+        "clip_start_time": "0",
+        "clip_end_time": "9",
+    }
+    pl.DataFrame([row], schema=dict.fromkeys(egotom_columns("goal"), pl.String)).write_csv(
+        folder / "egotom_goal_shuffled.csv"
+    )
     return folder

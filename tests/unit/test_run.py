@@ -23,8 +23,10 @@ NAME = "personas"
 
 
 def clean_bio(f: PersonaFacts) -> str:
-    return (f"{f.first_name} works as {f.occupation.lower()} and lives in {f.home_city}. "
-            f"Free time goes to {', '.join(f.interests)}.")
+    return (
+        f"{f.first_name} works as {f.occupation.lower()} and lives in {f.home_city}. "
+        f"Free time goes to {', '.join(f.interests)}."
+    )
 
 
 def wrong_age_bio(f: PersonaFacts) -> str:
@@ -39,6 +41,7 @@ def facts_of(messages: list[dict[str, str]], facts: list[PersonaFacts]) -> Perso
 
 def bio_script(facts: list[PersonaFacts], write: Callable[[PersonaFacts, int], Any]):
     """A scripted backend answering each bio prompt with ``write(facts, seed)``."""
+
     def script(messages, seed):
         out = write(facts_of(messages, facts), seed)
         if isinstance(out, tuple):
@@ -162,8 +165,14 @@ def test_manifest_contents(tmp_path: Path) -> None:
     packages = manifest["packages"]
     for pkg in ("python", "pydantic", "instructor", "hydra-core", "jinja2", "faker"):
         assert packages.get(pkg), pkg
-    assert manifest["counts"] == {"requested": 4, "indices_done": 4, "accepted": 4, "rejected": 0,
-                                  "rejects_by_reason": {}, "rejects_by_stage": {}}
+    assert manifest["counts"] == {
+        "requested": 4,
+        "indices_done": 4,
+        "accepted": 4,
+        "rejected": 0,
+        "rejects_by_reason": {},
+        "rejects_by_stage": {},
+    }
     assert manifest["llm"]["backend"] == "scripted"
     usage = manifest["llm_usage"]
     assert usage["calls"] == 4 and usage["cache_hits"] == 0 and usage["completion_tokens"] > 0
@@ -191,7 +200,9 @@ def test_rerun_with_cache_is_identical_and_all_hits(tmp_path: Path) -> None:
 
     first, _ = run_scripted(tmp_path / "a", bio_script(facts, write), n=4, cache_dir=str(cache))
     second, ctx = run_scripted(tmp_path / "b", bio_script(facts, write), n=4, cache_dir=str(cache))
-    assert (tmp_path / "a" / "personas.jsonl").read_bytes() == (tmp_path / "b" / "personas.jsonl").read_bytes()
+    assert (tmp_path / "a" / "personas.jsonl").read_bytes() == (
+        tmp_path / "b" / "personas.jsonl"
+    ).read_bytes()
     usage = second.manifest["llm_usage"]
     assert usage["calls"] == usage["cache_hits"] == 4
     assert ctx.llm.calls == []
@@ -246,8 +257,13 @@ def test_derive_seed_is_deterministic_and_spread() -> None:
     # pinned: changing the derivation silently invalidates every cache and every dataset
     expected = int.from_bytes(hashlib.sha256(b"0/personas/1").digest()[:8], "big") & 0x7FFFFFFF
     assert derive_seed(0, "personas", 1) == expected
-    seeds = {derive_seed(s, name, i, part) for s in (0, 1) for name in ("personas", "digital")
-             for i in range(50) for part in ("bio", "facts")}
+    seeds = {
+        derive_seed(s, name, i, part)
+        for s in (0, 1)
+        for name in ("personas", "digital")
+        for i in range(50)
+        for part in ("bio", "facts")
+    }
     assert len(seeds) == 2 * 2 * 50 * 2
     assert all(0 <= s < 2**31 for s in seeds)
 
@@ -296,7 +312,11 @@ def test_an_index_may_give_several_records_and_rejects(tmp_path: Path, monkeypat
 
     def many(cfg, ctx):
         for (item,) in original.fn(cfg, ctx):  # one draw of facts per slot: one outcome
-            yield [item, item, Reject(record_id="r", index=0, stage="split", reason="planted", detail="x")]
+            yield [
+                item,
+                item,
+                Reject(record_id="r", index=0, stage="split", reason="planted", detail="x"),
+            ]
 
     monkeypatch.setitem(REGISTRY, NAME, dataclasses.replace(original, fn=many))
     facts = sample_facts(0, 3)
@@ -313,7 +333,9 @@ def test_an_index_may_give_several_records_and_rejects(tmp_path: Path, monkeypat
 
 def _shards(tmp_path: Path, n: int, k: int, write=None, **cfg: Any) -> list[Path]:
     facts = sample_facts(cfg.get("seed", 0), n)
-    script = bio_script(facts, write or (lambda f, s: wrong_age_bio(f) if f.age % 3 == 0 else clean_bio(f)))
+    script = bio_script(
+        facts, write or (lambda f, s: wrong_age_bio(f) if f.age % 3 == 0 else clean_bio(f))
+    )
     run_scripted(tmp_path / "whole", script, n=n, **cfg)
     for s in range(k):
         run_scripted(tmp_path / f"s{s}", script, n=n, shard=s, num_shards=k, **cfg)
@@ -349,8 +371,14 @@ def test_merge_refuses_overlaps_other_configs_and_unfinished_folders(tmp_path: P
         return job.plan
 
     shards = _shards(tmp_path, 4, 2)
-    run_scripted(tmp_path / "other", bio_script(sample_facts(1, 4), lambda f, s: clean_bio(f)), n=4, seed=1,
-                 shard=1, num_shards=2)
+    run_scripted(
+        tmp_path / "other",
+        bio_script(sample_facts(1, 4), lambda f, s: clean_bio(f)),
+        n=4,
+        seed=1,
+        shard=1,
+        num_shards=2,
+    )
     with pytest.raises(InputError, match="shards overlap"):
         validate("merge", [f"input=[{shards[0]},{shards[0]}]"])
     with pytest.raises(InputError, match=r"different config \(seed\)"):
@@ -376,8 +404,12 @@ def test_merge_lists_what_it_cannot_merge(tmp_path: Path) -> None:
         for name in ("plot.png", "stats.json", "extra.csv"):
             m["outputs"][name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
         (folder / "manifest.json").write_text(json.dumps(m))
-    result = run("merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"),
-                 tmp_path / "m", quiet=True)
+    result = run(
+        "merge",
+        MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"),
+        tmp_path / "m",
+        quiet=True,
+    )
     assert result.manifest["merged"]["not_merged"] == ["plot.png", "stats.json"]
     assert (tmp_path / "m" / "extra.csv").read_text() == "a,b\n0,x\n1,x\n"
     assert not (tmp_path / "m" / "plot.png").exists()

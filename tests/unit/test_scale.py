@@ -29,7 +29,9 @@ def _direct(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def served(url: str, concurrency: int = 32) -> OpenAIConfig:
-    return OpenAIConfig(base_url=url, model="loopback", concurrency=concurrency, timeout=60, max_retries=0)
+    return OpenAIConfig(
+        base_url=url, model="loopback", concurrency=concurrency, timeout=60, max_retries=0
+    )
 
 
 # --------------------------------------------------------------------------- generators through a server
@@ -41,8 +43,15 @@ def test_digital_keeps_the_server_busy_and_writes_the_sequential_bytes(tmp_path:
     pool = write_pool(tmp_path / "personas.jsonl")
     run_digital(tmp_path / "one", pool, n=12, seed=3, cue_rate=0.5)
     with Loopback(digital_script(), delay=0.3) as srv:
-        cfg = DigitalConfig(cache_dir=None, progress="off", persona_file=str(pool), n=12, seed=3, cue_rate=0.5,
-                            llm=served(srv.url))
+        cfg = DigitalConfig(
+            cache_dir=None,
+            progress="off",
+            persona_file=str(pool),
+            n=12,
+            seed=3,
+            cue_rate=0.5,
+            llm=served(srv.url),
+        )
         result = run("digital", cfg, tmp_path / "many", quiet=True)
     assert result.accepted == 12
     assert srv.max_in_flight >= 24, srv.max_in_flight
@@ -69,14 +78,18 @@ def test_nocontext_keeps_the_server_busy_and_writes_the_sequential_bytes(tmp_pat
     outs = {}
     for k in (1, 32):
         with Loopback(_guess, delay=0.3 if k > 1 else 0.0) as srv:
-            cfg = NocontextConfig(input=str(bank), cache_dir=None, progress="off", llm=served(srv.url, k))
+            cfg = NocontextConfig(
+                input=str(bank), cache_dir=None, progress="off", llm=served(srv.url, k)
+            )
             run("nocontext", cfg, tmp_path / str(k), quiet=True)
         assert srv.calls == 120
         if k > 1:
             assert 24 <= srv.max_in_flight <= 32, srv.max_in_flight
         else:
             assert srv.max_in_flight == 1
-        outs[k] = [(tmp_path / str(k) / f).read_bytes() for f in ("nocontext.jsonl", "removed.jsonl")]
+        outs[k] = [
+            (tmp_path / str(k) / f).read_bytes() for f in ("nocontext.jsonl", "removed.jsonl")
+        ]
     assert outs[1] == outs[32]
 
 
@@ -218,9 +231,17 @@ def test_a_throttling_server_is_backed_off_and_every_call_still_answered() -> No
         return f"answer {seed}"
 
     with Loopback(script, delay=0.05, throttle_every=5) as srv:
-        llm = make_llm(OpenAIConfig(base_url=srv.url, model="loopback", concurrency=8, max_retries=5, timeout=30))
-        got = fan_out(lambda s: llm.complete([{"role": "user", "content": "hi"}], seed=s, max_tokens=16),
-                      range(40), 16, Helpers())
+        llm = make_llm(
+            OpenAIConfig(
+                base_url=srv.url, model="loopback", concurrency=8, max_retries=5, timeout=30
+            )
+        )
+        got = fan_out(
+            lambda s: llm.complete([{"role": "user", "content": "hi"}], seed=s, max_tokens=16),
+            range(40),
+            16,
+            Helpers(),
+        )
         llm.close()
     assert got == [f"answer {s}" for s in range(40)]
     stats = llm.admission.stats()
@@ -229,7 +250,9 @@ def test_a_throttling_server_is_backed_off_and_every_call_still_answered() -> No
     assert stats["peak"] <= 8
 
 
-def test_personas_slots_at_once_make_the_slot_by_slot_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_personas_slots_at_once_make_the_slot_by_slot_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Slots filled many at once, where two failed slots' fresh draws pick the same name: the
     later slot is filled again in order, so the pool (names, ids, rejects, counters) is the one
     a slot-by-slot run makes."""
@@ -249,20 +272,27 @@ def test_personas_slots_at_once_make_the_slot_by_slot_pool(tmp_path: Path, monke
     bad = {"Name2 Family2", "Name7 Family7"}
     outs, manifests = {}, {}
     for k in (1, 8):
-        result, _ = run_pool(tmp_path / str(k), lambda name, seed: name in bad, n=10,
-                             llm=OpenAIConfig(concurrency=k))
-        outs[k] = [(tmp_path / str(k) / f).read_bytes() for f in ("personas.jsonl", "rejects.jsonl")]
+        result, _ = run_pool(
+            tmp_path / str(k), lambda name, seed: name in bad, n=10, llm=OpenAIConfig(concurrency=k)
+        )
+        outs[k] = [
+            (tmp_path / str(k) / f).read_bytes() for f in ("personas.jsonl", "rejects.jsonl")
+        ]
         manifests[k] = (result.manifest["pool"], result.manifest["validators"])
     assert outs[1] == outs[8]
     assert manifests[1] == manifests[8]
     got = [line for line in outs[1][0].decode().splitlines()]
-    assert "Name10 Family10" in got[2] and "Name11 Family11" in got[7]  # the two redraws, in slot order
+    assert (
+        "Name10 Family10" in got[2] and "Name11 Family11" in got[7]
+    )  # the two redraws, in slot order
 
 
 # --------------------------------------------------------------------------- a model per stage
 
 
-def test_a_stage_of_its_own_model_goes_to_its_server_and_the_manifest_names_both(tmp_path: Path) -> None:
+def test_a_stage_of_its_own_model_goes_to_its_server_and_the_manifest_names_both(
+    tmp_path: Path,
+) -> None:
     """``stages.cue.llm`` on another server: every cue call goes there, every app call to the
     run's llm; the manifest names each stage's model with its hash, and each model's usage."""
     from gen.cli import validate
@@ -276,12 +306,26 @@ def test_a_stage_of_its_own_model_goes_to_its_server_and_the_manifest_names_both
         def answer(messages: list[dict[str, str]], seed: int) -> str:
             seen[where].append(messages[-1]["content"])
             return script(messages, seed)
+
         return answer
 
     with Loopback(logged("apps"), delay=0.0) as apps, Loopback(logged("cue"), delay=0.0) as cue:
-        cfg = validate("digital", [f"persona_file={pool}", "n=3", "seed=3", "cue_rate=1.0", "cache_dir=null",
-                                   "progress=off", "llm=openai", f"llm.base_url={apps.url}", "llm.model=writer",
-                                   f"stages.cue.llm.base_url={cue.url}", "stages.cue.llm.model=cuer"])
+        cfg = validate(
+            "digital",
+            [
+                f"persona_file={pool}",
+                "n=3",
+                "seed=3",
+                "cue_rate=1.0",
+                "cache_dir=null",
+                "progress=off",
+                "llm=openai",
+                f"llm.base_url={apps.url}",
+                "llm.model=writer",
+                f"stages.cue.llm.base_url={cue.url}",
+                "stages.cue.llm.model=cuer",
+            ],
+        )
         result = run("digital", cfg, tmp_path / "run", quiet=True)
     assert result.accepted == 3
     assert seen["cue"] and len(seen["cue"]) == cue.calls and apps.calls == len(seen["apps"])
@@ -308,19 +352,25 @@ def test_stage_models_are_presets_or_fields_over_llm() -> None:
         validate("tom", ["stages.nosuch.llm=openai"])
 
 
-def test_the_manifest_prices_each_models_calls_and_the_progress_line_shows_them(tmp_path: Path) -> None:
+def test_the_manifest_prices_each_models_calls_and_the_progress_line_shows_them(
+    tmp_path: Path,
+) -> None:
     from gen.runner import RunContext
 
     bank = _bank(tmp_path / "items.jsonl", 4)
     with Loopback(_guess, delay=0.0) as srv:
-        llm = OpenAIConfig(**{**served(srv.url, 4).model_dump(), "price": {"input": 2.0, "output": 10.0}})
+        llm = OpenAIConfig(
+            **{**served(srv.url, 4).model_dump(), "price": {"input": 2.0, "output": 10.0}}
+        )
         cfg = NocontextConfig(input=str(bank), cache_dir=None, progress="off", llm=llm)
         ctx = RunContext("nocontext", cfg, tmp_path / "run")
         result = run("nocontext", cfg, tmp_path / "run", ctx=ctx, quiet=True)
         status = ctx.status()
-    (label, model), = result.manifest["models"].items()
+    ((label, model),) = result.manifest["models"].items()
     usage = model["usage"]
     assert usage["calls"] == srv.calls == 12
-    assert model["cost"] == pytest.approx((usage["prompt_tokens"] * 2.0 + usage["completion_tokens"] * 10.0) / 1e6)
+    assert model["cost"] == pytest.approx(
+        (usage["prompt_tokens"] * 2.0 + usage["completion_tokens"] * 10.0) / 1e6
+    )
     assert model["admission"]["max"] == 4 and model["admission"]["calls"] == 12
     assert status.startswith("in flight 0/4") and "tok/s" in status and "cost 0.0" in status

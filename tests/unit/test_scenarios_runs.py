@@ -83,7 +83,11 @@ class Fake:
     def __call__(self, messages: list[dict[str, str]], seed: int) -> str | tuple[str, str]:
         if messages[0]["content"].startswith("You are an assistant helping someone"):
             self.calls["leak"] += 1
-            return ("Try " + ", ".join(self.made) + ".") if "leak" in self.faults else "Happy to help with that."
+            return (
+                ("Try " + ", ".join(self.made) + ".")
+                if "leak" in self.faults
+                else "Happy to help with that."
+            )
         request = [m for m in messages if m["role"] == "user"][-1]["content"]
         stage = next(s for s, marker in MARKERS.items() if marker in request)
         self.calls[stage] += 1
@@ -97,8 +101,11 @@ class Fake:
 
         def sit(w: str, noun: str) -> dict[str, Any]:
             self.made.append(f"{w} {noun}")
-            return {"name": f"{w} {noun}", "technique": [f"twist the {w} dial", f"lift the {w} flap"],
-                    "state": [f"{w} cover open", f"{w} dust on top"]}
+            return {
+                "name": f"{w} {noun}",
+                "technique": [f"twist the {w} dial", f"lift the {w} flap"],
+                "state": [f"{w} cover open", f"{w} dust on top"],
+            }
 
         out: dict[str, Any] = {"earlier": sit(w1, "gadget")}
         if "blank_category" in self.faults:
@@ -113,15 +120,25 @@ class Fake:
                 out["now"]["state"][0] = out["earlier"]["state"][0]
         if "candidates (2 or 3 things" in req:
             out["candidates"] = [f"{word(req, seed, 3)} gizmo", f"{word(req, seed, 4)} gizmo"]
-            out["clarify_indicators"] = ["which one do you mean", "can you show me", "hard to tell from here"]
+            out["clarify_indicators"] = [
+                "which one do you mean",
+                "can you show me",
+                "hard to tell from here",
+            ]
         if "hidden_detail (that detail" in req:
             out["hidden_detail"] = f"the {w1} code on the base"
-            out["abstain_indicators"] = ["I could not see that", "it was turned away", "not visible to me"]
+            out["abstain_indicators"] = [
+                "I could not see that",
+                "it was turned away",
+                "not visible to me",
+            ]
         return json.dumps(out)
 
     def camera(self, req: str, seed: int) -> str:
         fields = ["context_image"] if "context_image:" in req else []
-        fields += ["turn_1_image", "turn_2_image"] + (["turn_2_image_b"] if "turn_2_image_b:" in req else [])
+        fields += ["turn_1_image", "turn_2_image"] + (
+            ["turn_2_image_b"] if "turn_2_image_b:" in req else []
+        )
         out: dict[str, str] = {}
         out_names: dict[str, str] = {}
         for f in fields:
@@ -129,8 +146,10 @@ class Fake:
             shown = line.group(1) if line else ""
             name = re.sub(r"^before the conversation: |^a hand holds ", "", shown)
             name = name.split(" (")[0].rstrip(".").split(";")[0]
-            text = (f"A rounded {word(req, seed, f)} shape with ribbed grey sides rests on a wooden bench, "
-                    f"a hand turning it slowly near the edge while light falls across its top.")
+            text = (
+                f"A rounded {word(req, seed, f)} shape with ribbed grey sides rests on a wooden bench, "
+                f"a hand turning it slowly near the edge while light falls across its top."
+            )
             if f == "turn_1_image" and self.on("camera_name", req):
                 text += f" It is a {name}."
             if f == "turn_2_image" and self.on("camera_refers", req):
@@ -144,7 +163,9 @@ class Fake:
             if f == "turn_1_image" and self.on("repetitive", req):
                 text = "a grey shape on a bench " * 4
             out[f] = text
-            self.names[text] = out_names.get("turn_2_image", name) if f == "turn_2_image_b" else name
+            self.names[text] = (
+                out_names.get("turn_2_image", name) if f == "turn_2_image_b" else name
+            )
             out_names[f] = name
         if self.on("same_images", req):
             out["turn_2_image"] = out["turn_1_image"]
@@ -152,8 +173,10 @@ class Fake:
 
     def speech(self, req: str, seed: int) -> str:
         pw = word(req, seed, "t2")
-        out = {"turn_1_user": f"Is this set up all right, {word(req, seed, 't1')}?",
-               "turn_2_user": f"What do I do with this one next, {pw}?"}
+        out = {
+            "turn_1_user": f"Is this set up all right, {word(req, seed, 't1')}?",
+            "turn_2_user": f"What do I do with this one next, {pw}?",
+        }
         if self.on("dup_turn_2", req):
             out["turn_2_user"] = "What do I do with this one next?"
         now = re.search(r"turn_2_user: a question about the (.+?) at the second moment", req)
@@ -178,10 +201,14 @@ class Fake:
         return json.dumps(out)
 
     def follow_up(self, req: str, seed: int) -> str:
-        out = {"turn_2_user": f"What about the one I had before, {word(req, seed, 'b')}?",
-               "turn_3_repair_prompt": self.repair(req)}
+        out = {
+            "turn_2_user": f"What about the one I had before, {word(req, seed, 'b')}?",
+            "turn_3_repair_prompt": self.repair(req),
+        }
         if self.on("follow_same", req):  # member A's own turn 2
-            out["turn_2_user"] = self.turn_2[json.loads(re.search(r'first question was: (".*")', req).group(1))]
+            out["turn_2_user"] = self.turn_2[
+                json.loads(re.search(r'first question was: (".*")', req).group(1))
+            ]
         return json.dumps(out)
 
     @staticmethod
@@ -214,15 +241,24 @@ def run_scenarios(out: Path, fake: Fake | None = None, **kw: Any) -> tuple[Any, 
 
 
 def funnel_row(manifest: dict[str, Any], stage: str, rule: str) -> dict[str, Any]:
-    return next(r for r in manifest[NAME]["funnel"]["rules"] if (r["stage"], r["rule"]) == (stage, rule))
+    return next(
+        r for r in manifest[NAME]["funnel"]["rules"] if (r["stage"], r["rule"]) == (stage, rule)
+    )
 
 
 # --------------------------------------------------------------------------- end to end
 
 
-ONE_PER_SHIFT_TYPE = {"object_in_hand": {"current": 1}, "object_state": {"current": 1}, "sequential_task": {"current": 1},
-                      "location": {"current": 1}, "object_in_view": {"current": 1}, "absent_referent": {"prior": 1},
-                      "screen_content": {"current": 1}, "cross_session_reference": {"prior": 1}}
+ONE_PER_SHIFT_TYPE = {
+    "object_in_hand": {"current": 1},
+    "object_state": {"current": 1},
+    "sequential_task": {"current": 1},
+    "location": {"current": 1},
+    "object_in_view": {"current": 1},
+    "absent_referent": {"prior": 1},
+    "screen_content": {"current": 1},
+    "cross_session_reference": {"prior": 1},
+}
 
 
 def test_end_to_end_one_per_shift_type(tmp_path: Path) -> None:
@@ -233,7 +269,12 @@ def test_end_to_end_one_per_shift_type(tmp_path: Path) -> None:
     assert len(rows) == 8 and result.rejected == 0
     for r in rows:
         assert tuple(r) == RECORD_FIELDS
-        assert tuple(r["gold"]) == ("current_answers", "prior_answers", "clarify_indicators", "abstain_indicators")
+        assert tuple(r["gold"]) == (
+            "current_answers",
+            "prior_answers",
+            "clarify_indicators",
+            "abstain_indicators",
+        )
         ScenarioRecord.model_validate(r)
         assert (r["context_image"] is not None) == (r["change_type"] == "cross_session_reference")
     assert [r["scenario_id"] for r in rows] == [f"sc-{i:02d}" for i in range(1, 9)]
@@ -246,15 +287,30 @@ def test_end_to_end_one_per_shift_type(tmp_path: Path) -> None:
         assert {x["model"] for x in c["leak"]} == {"SmolLM2-135M-Instruct.Q4_1"}
     f = manifest[NAME]["funnel"]
     assert f["accepted_units"] == 8
-    assert {(r["stage"], r["rule"]) for r in f["rules"]} == {(s, r) for s, r, _ in RULES if s != "follow_up"}
+    assert {(r["stage"], r["rule"]) for r in f["rules"]} == {
+        (s, r) for s, r, _ in RULES if s != "follow_up"
+    }
     assert funnel_row(manifest, "speech", "gold_in_speech") == {
-        **funnel_row(manifest, "speech", "gold_in_speech"), "reached": 8, "first_try": 8, "final": 8}
+        **funnel_row(manifest, "speech", "gold_in_speech"),
+        "reached": 8,
+        "first_try": 8,
+        "final": 8,
+    }
     assert funnel_row(manifest, "speech", "semantic_leak")["reached"] == 8
     assert funnel_row(manifest, "camera", "not_identifiable")["reached"] == 8
-    assert f["stages"]["camera"] == {"units": 8, "generations": 8, "passed_on_first_generation": 8, "llm_errors": 0}
+    assert f["stages"]["camera"] == {
+        "units": 8,
+        "generations": 8,
+        "passed_on_first_generation": 8,
+        "llm_errors": 0,
+    }
     # prompts and the rule data are hashed into the manifest
-    assert {"scenarios/object_names.txt", "scenarios/examples.json", "scenarios/identify.jinja",
-            "scenarios/leak.jinja"} <= set(manifest["prompts"])
+    assert {
+        "scenarios/object_names.txt",
+        "scenarios/examples.json",
+        "scenarios/identify.jinja",
+        "scenarios/leak.jinja",
+    } <= set(manifest["prompts"])
     assert fake.calls["identify"] == sum(len(c["identification"]) for c in checks)
 
 
@@ -267,14 +323,20 @@ def test_every_cell_is_written_and_passes_every_rule(tmp_path: Path, subset: str
     rows = read_jsonl(out / "scenarios.jsonl")
     assert result.rejected == 0 and len(rows) == 32
     assert Counter((r["change_type"], r["target_context"]) for r in rows) == {
-        (ct, t): 1 for ct in CHANGE_TYPES for t in ("current", "prior", "clarify", "abstain")}
+        (ct, t): 1 for ct in CHANGE_TYPES for t in ("current", "prior", "clarify", "abstain")
+    }
     checks = {c["scenario_id"]: c for c in read_jsonl(out / "scenario_checks.jsonl")}
     for r in rows:
         assert rule_problems(r, categories=checks[r["scenario_id"]]["categories"]) == []
         frames = {x["field"] for x in checks[r["scenario_id"]]["identification"]}
-        assert ("turn_2_image" in frames) == (r["target_context"] != "clarify" and not (
-            r["target_context"] == "abstain" and r["change_type"] == "absent_referent"))
-        if r["target_context"] == "abstain" and r["change_type"] not in ("absent_referent", "cross_session_reference"):
+        assert ("turn_2_image" in frames) == (
+            r["target_context"] != "clarify"
+            and not (r["target_context"] == "abstain" and r["change_type"] == "absent_referent")
+        )
+        if r["target_context"] == "abstain" and r["change_type"] not in (
+            "absent_referent",
+            "cross_session_reference",
+        ):
             assert r["gold"]["current_answers"] and r["gold"]["abstain_indicators"]
     assert sum(r["pair_id"] is not None for r in rows) == (12 if subset == "contrast" else 0)
     assert context_bench_failures(context_bench_validator(), rows) == []
@@ -286,11 +348,23 @@ def test_the_lock_matches_the_files_and_verify_finds_drift(tmp_path: Path, run_g
     conditions.write_text('[{"name": "baseline", "system_prompt": "Be helpful."}]\n')
     run_scenarios(out, n=3, prompt_conditions=str(conditions))
     lock = json.loads((out / LOCK).read_text())
-    assert set(lock) >= {"benchmark_version", "schema_revision", "scenarios_sha256", "prompt_conditions_sha256",
-                         "judge_prompt_version", "judge_prompt_sha256"}
+    assert set(lock) >= {
+        "benchmark_version",
+        "schema_revision",
+        "scenarios_sha256",
+        "prompt_conditions_sha256",
+        "judge_prompt_version",
+        "judge_prompt_sha256",
+    }
     assert lock["judge_prompt_version"] == "context-judge-1" and lock["schema_revision"] == 1
-    assert lock["judge_prompt_sha256"] == hashlib.sha256((PROMPTS / "judge" / "context.jinja").read_bytes()).hexdigest()
-    assert lock["scenarios_sha256"] == hashlib.sha256((out / "scenarios.jsonl").read_bytes()).hexdigest()
+    assert (
+        lock["judge_prompt_sha256"]
+        == hashlib.sha256((PROMPTS / "judge" / "context.jinja").read_bytes()).hexdigest()
+    )
+    assert (
+        lock["scenarios_sha256"]
+        == hashlib.sha256((out / "scenarios.jsonl").read_bytes()).hexdigest()
+    )
     assert lock["prompt_conditions_sha256"] == hashlib.sha256(conditions.read_bytes()).hexdigest()
     assert (out / "prompt_conditions.json").read_bytes() == conditions.read_bytes()
     ok = run_gen("scenarios", "verify", f"input={out}", f"hydra.run.dir={tmp_path / 'v1'}")
@@ -302,7 +376,10 @@ def test_the_lock_matches_the_files_and_verify_finds_drift(tmp_path: Path, run_g
     (out / "prompt_conditions.json").write_text("[]\n")
     bad = run_gen("scenarios", "verify", f"input={out}", f"hydra.run.dir={tmp_path / 'v2'}")
     assert bad.returncode == 1
-    assert "DRIFT scenarios_sha256 mismatch" in bad.stdout and "DRIFT prompt_conditions_sha256" in bad.stdout
+    assert (
+        "DRIFT scenarios_sha256 mismatch" in bad.stdout
+        and "DRIFT prompt_conditions_sha256" in bad.stdout
+    )
     assert "2 lock entries drifted: scenarios_sha256; prompt_conditions_sha256" in bad.stderr
     rejects = read_jsonl(tmp_path / "v2" / "rejects.jsonl")
     assert {r["record_id"] for r in rejects} == {"scenarios_sha256", "prompt_conditions_sha256"}
@@ -332,12 +409,19 @@ def test_validator_passes_on_output(tmp_path: Path) -> None:
     contrast = read_jsonl(tmp_path / "contrast" / "scenarios.jsonl")
     assert len(contrast) == 20 and context_bench_failures(validator, contrast) == []
     # the validator does fail on a planted break, so passing means something
-    broken = [{**rows[0], "turn_2_user": f"Is this {rows[0]['gold']['current_answers'][0]} ok?"}, *rows[1:]]
+    broken = [
+        {**rows[0], "turn_2_user": f"Is this {rows[0]['gold']['current_answers'][0]} ok?"},
+        *rows[1:],
+    ]
     assert [f["check"] for f in context_bench_failures(validator, broken)] == ["token_leakage"]
 
 
 def test_field_order_is_the_released_one() -> None:
-    assert set(VISIBLE_FIELDS) < set(RECORD_FIELDS) and not set(VISIBLE_FIELDS) & {"gold", "notes", "target_context"}
+    assert set(VISIBLE_FIELDS) < set(RECORD_FIELDS) and not set(VISIBLE_FIELDS) & {
+        "gold",
+        "notes",
+        "target_context",
+    }
     if not EXAMPLES_JSONL.is_file():
         pytest.skip("the released examples are not in ../shared")
     for row in read_jsonl(EXAMPLES_JSONL):
@@ -345,47 +429,63 @@ def test_field_order_is_the_released_one() -> None:
         ScenarioRecord.model_validate(row)
 
 
-@pytest.mark.parametrize(("fault", "stage", "rule"), [
-    ("camera_name", "camera", "object_name_in_camera"),
-    ("camera_refers", "camera", "camera_refers_to_turn_1"),
-    ("camera_eval", "camera", "camera_evaluates_technique"),
-    ("same_images", "camera", "no_visible_shift"),
-    ("echo", "camera", "example_echo"),
-    ("repetitive", "camera", "text_gates"),  # the shared gate fires first
-    ("speech_gold", "speech", "gold_in_speech"),
-    ("announce", "speech", "shift_announced"),
-    ("not_deictic", "speech", "speech_not_deictic"),
-    ("repair_unnamed", "speech", "repair_not_named"),
-    ("empty", "speech", "empty_text"),
-])
-def test_a_broken_first_draft_is_regenerated(tmp_path: Path, fault: str, stage: str, rule: str) -> None:
+@pytest.mark.parametrize(
+    ("fault", "stage", "rule"),
+    [
+        ("camera_name", "camera", "object_name_in_camera"),
+        ("camera_refers", "camera", "camera_refers_to_turn_1"),
+        ("camera_eval", "camera", "camera_evaluates_technique"),
+        ("same_images", "camera", "no_visible_shift"),
+        ("echo", "camera", "example_echo"),
+        ("repetitive", "camera", "text_gates"),  # the shared gate fires first
+        ("speech_gold", "speech", "gold_in_speech"),
+        ("announce", "speech", "shift_announced"),
+        ("not_deictic", "speech", "speech_not_deictic"),
+        ("repair_unnamed", "speech", "repair_not_named"),
+        ("empty", "speech", "empty_text"),
+    ],
+)
+def test_a_broken_first_draft_is_regenerated(
+    tmp_path: Path, fault: str, stage: str, rule: str
+) -> None:
     out = tmp_path / "run"
-    result, _, _ = run_scenarios(out, Fake({fault: "first"}), n=2,
-                                 distribution={"location": {"current": 1}, "object_in_hand": {"current": 1}})
+    result, _, _ = run_scenarios(
+        out,
+        Fake({fault: "first"}),
+        n=2,
+        distribution={"location": {"current": 1}, "object_in_hand": {"current": 1}},
+    )
     assert result.accepted == 2
     manifest = json.loads((out / "manifest.json").read_text())
     row = funnel_row(manifest, stage, rule)
     assert (row["reached"], row["first_try"], row["final"]) == (2, 0, 2)
     checks = read_jsonl(out / "scenario_checks.jsonl")
     assert all(c["attempts"][stage] == 2 for c in checks)
-    assert all(c["rules"][f"{stage}.{rule}"] == {"first": False, "final": True, "evaluations": 2} for c in checks)
+    assert all(
+        c["rules"][f"{stage}.{rule}"] == {"first": False, "final": True, "evaluations": 2}
+        for c in checks
+    )
     assert manifest["validators"][f"{stage}.{rule}"] == 2
 
 
-@pytest.mark.parametrize(("fault", "stage", "rule", "also"), [
-    ("speech_gold", "speech", "gold_in_speech", None),
-    ("speech_property", "speech", "speech_describes_properties", None),
-    ("speech_name", "speech", "object_name_in_speech", None),
-    ("camera_functional", "camera", "camera_functional_label", None),
-    ("camera_name", "camera", "object_name_in_camera", None),
-    ("overlap", "situations", "gold_lists_overlap", None),
-    ("blank_category", "situations", "empty_text", "three_categories"),
-    ("truncated", "situations", "truncated", None),
-    ("identify_wrong", "camera", "not_identifiable", None),
-    ("leak", "speech", "semantic_leak", None),
-])
-def test_a_rule_broken_on_every_attempt_rejects_with_its_name(tmp_path: Path, fault: str, stage: str, rule: str,
-                                                              also: str | None) -> None:
+@pytest.mark.parametrize(
+    ("fault", "stage", "rule", "also"),
+    [
+        ("speech_gold", "speech", "gold_in_speech", None),
+        ("speech_property", "speech", "speech_describes_properties", None),
+        ("speech_name", "speech", "object_name_in_speech", None),
+        ("camera_functional", "camera", "camera_functional_label", None),
+        ("camera_name", "camera", "object_name_in_camera", None),
+        ("overlap", "situations", "gold_lists_overlap", None),
+        ("blank_category", "situations", "empty_text", "three_categories"),
+        ("truncated", "situations", "truncated", None),
+        ("identify_wrong", "camera", "not_identifiable", None),
+        ("leak", "speech", "semantic_leak", None),
+    ],
+)
+def test_a_rule_broken_on_every_attempt_rejects_with_its_name(
+    tmp_path: Path, fault: str, stage: str, rule: str, also: str | None
+) -> None:
     out = tmp_path / "run"
     result, _, fake = run_scenarios(out, Fake({fault: "always"}), n=2, stage_attempts=2)
     check_run_folder(out, NAME, 2, hydra=False)
@@ -398,7 +498,10 @@ def test_a_rule_broken_on_every_attempt_rejects_with_its_name(tmp_path: Path, fa
     assert all(c["attempts"][stage] == 2 for c in checks)
     for r in (rule, also):
         if r and r != "truncated":
-            assert all(c["rules"][f"{stage}.{r}"] == {"first": False, "final": False, "evaluations": 2} for c in checks)
+            assert all(
+                c["rules"][f"{stage}.{r}"] == {"first": False, "final": False, "evaluations": 2}
+                for c in checks
+            )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["rejects_by_reason"] == {rule: 2}
     assert manifest[NAME]["funnel"]["rejected_by"] == {f"{stage}.{rule}": 2}
@@ -406,14 +509,30 @@ def test_a_rule_broken_on_every_attempt_rejects_with_its_name(tmp_path: Path, fa
 
 
 def test_shared_phrases_are_dropped_and_counted(tmp_path: Path) -> None:
-    sit = {"earlier": {"name": "apple tree", "technique": ["pick the apple", "cut it into wedges"],
-                       "state": ["brown fruit", "fresh fruit", "apple tree"]},
-           "now": {"name": "banana tree", "technique": ["pick the banana", "Cut it into wedges."],
-                   "state": ["yellow fruit", "fresh fruit", "yellow fruit"]}}
+    sit = {
+        "earlier": {
+            "name": "apple tree",
+            "technique": ["pick the apple", "cut it into wedges"],
+            "state": ["brown fruit", "fresh fruit", "apple tree"],
+        },
+        "now": {
+            "name": "banana tree",
+            "technique": ["pick the banana", "Cut it into wedges."],
+            "state": ["yellow fruit", "fresh fruit", "yellow fruit"],
+        },
+    }
     tidy, dropped = tidy_situations(sit)
     assert dropped == 6  # 2 shared in each, the earlier's own name, a repeat
-    assert tidy["earlier"] == {"name": "apple tree", "technique": ["pick the apple"], "state": ["brown fruit"]}
-    assert tidy["now"] == {"name": "banana tree", "technique": ["pick the banana"], "state": ["yellow fruit"]}
+    assert tidy["earlier"] == {
+        "name": "apple tree",
+        "technique": ["pick the apple"],
+        "state": ["brown fruit"],
+    }
+    assert tidy["now"] == {
+        "name": "banana tree",
+        "technique": ["pick the banana"],
+        "state": ["yellow fruit"],
+    }
     assert check_situations(SK, tidy)[1] == []
     assert sit["earlier"]["state"][1] == "fresh fruit"  # the draft itself is left as it was
     emptied, _ = tidy_situations({**sit, "now": {**sit["now"], "technique": ["pick the apple"]}})
@@ -428,20 +547,32 @@ def test_shared_phrases_are_dropped_and_counted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("fault", ["identify_wrong", "leak"])
 def test_model_checks_record_only_or_off(tmp_path: Path, fault: str) -> None:
-    result, _, _ = run_scenarios(tmp_path / "rec", Fake({fault: "always"}), n=2, model_checks="record")
+    result, _, _ = run_scenarios(
+        tmp_path / "rec", Fake({fault: "always"}), n=2, model_checks="record"
+    )
     assert result.accepted == 2
     checks = read_jsonl(tmp_path / "rec" / "scenario_checks.jsonl")
     if fault == "identify_wrong":
-        assert all(not x["pass"] and x["answer"] == "banana peel" for c in checks for x in c["identification"])
+        assert all(
+            not x["pass"] and x["answer"] == "banana peel"
+            for c in checks
+            for x in c["identification"]
+        )
     else:
         assert all(x["leak"] and x["hits"] for c in checks for x in c["leak"])
-    result, _, fake = run_scenarios(tmp_path / "off", Fake({fault: "always"}), n=2, model_checks="off")
+    result, _, fake = run_scenarios(
+        tmp_path / "off", Fake({fault: "always"}), n=2, model_checks="off"
+    )
     assert result.accepted == 2 and fake.calls["identify"] == 0 and fake.calls["leak"] == 0
 
 
 def test_leak_check_skips_targets_not_listed(tmp_path: Path) -> None:
-    _, _, fake = run_scenarios(tmp_path / "run", Fake({"leak": "always"}), n=1,
-                               distribution={"absent_referent": {"abstain": 1}})
+    _, _, fake = run_scenarios(
+        tmp_path / "run",
+        Fake({"leak": "always"}),
+        n=1,
+        distribution={"absent_referent": {"abstain": 1}},
+    )
     assert fake.calls["leak"] == 0
     checks = read_jsonl(tmp_path / "run" / "scenario_checks.jsonl")
     assert checks[0]["status"] == "accepted" and checks[0]["leak"] == []
@@ -470,7 +601,9 @@ def test_existing_bank_counts_for_ids_and_turn_2(tmp_path: Path) -> None:
         plan(settings(n=2, existing=str(first)))
     second = tmp_path / "second"
     # every first draft repeats the existing scenario's turn 2; the bank knows it and regenerates
-    result, _, _ = run_scenarios(second, Fake({"dup_turn_2": "first"}), n=2, id_start=2, existing=str(first))
+    result, _, _ = run_scenarios(
+        second, Fake({"dup_turn_2": "first"}), n=2, id_start=2, existing=str(first)
+    )
     assert result.accepted == 2
     both = read_jsonl(first / "scenarios.jsonl") + read_jsonl(second / "scenarios.jsonl")
     assert [r["scenario_id"] for r in both] == ["sc-01", "sc-02", "sc-03"]
@@ -483,7 +616,9 @@ def test_existing_bank_counts_for_ids_and_turn_2(tmp_path: Path) -> None:
 
 def test_contrast_pairs_share_turn_1_and_split_current_prior(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    result, _, _ = run_scenarios(out, subset="contrast", distribution={"object_in_hand": {"current": 2, "prior": 2}})
+    result, _, _ = run_scenarios(
+        out, subset="contrast", distribution={"object_in_hand": {"current": 2, "prior": 2}}
+    )
     check_run_folder(out, NAME, 2, hydra=False, one_per_index=False)
     rows = read_jsonl(out / "scenarios.jsonl")
     assert [r["scenario_id"] for r in rows] == ["adv-01", "adv-02", "adv-03", "adv-04"]
@@ -505,15 +640,24 @@ def test_contrast_pairs_share_turn_1_and_split_current_prior(tmp_path: Path) -> 
 
 def test_a_contrast_member_b_repeating_member_a_is_regenerated(tmp_path: Path) -> None:
     pair = {"object_in_hand": {"current": 1, "prior": 1}}
-    result, _, _ = run_scenarios(tmp_path / "run", Fake({"follow_same": "first"}), subset="contrast", distribution=pair)
+    result, _, _ = run_scenarios(
+        tmp_path / "run", Fake({"follow_same": "first"}), subset="contrast", distribution=pair
+    )
     assert result.accepted == 2
     checks = read_jsonl(tmp_path / "run" / "scenario_checks.jsonl")
     # failed within the pair, passed on the regeneration, passed again against the bank
-    assert checks[0]["rules"]["follow_up.duplicate_turn_2"] == {"first": False, "final": True, "evaluations": 3}
-    result, _, _ = run_scenarios(tmp_path / "always", Fake({"follow_same": "always"}), subset="contrast",
-                                 distribution=pair)
+    assert checks[0]["rules"]["follow_up.duplicate_turn_2"] == {
+        "first": False,
+        "final": True,
+        "evaluations": 3,
+    }
+    result, _, _ = run_scenarios(
+        tmp_path / "always", Fake({"follow_same": "always"}), subset="contrast", distribution=pair
+    )
     assert result.rejected == 2
-    assert {r["reason"] for r in read_jsonl(tmp_path / "always" / "rejects.jsonl")} == {"duplicate_turn_2"}
+    assert {r["reason"] for r in read_jsonl(tmp_path / "always" / "rejects.jsonl")} == {
+        "duplicate_turn_2"
+    }
 
 
 def test_same_command_same_bytes_whatever_the_concurrency(tmp_path: Path) -> None:
@@ -525,6 +669,7 @@ def test_same_command_same_bytes_whatever_the_concurrency(tmp_path: Path) -> Non
 
     def jittered(messages: list[dict[str, str]], seed: int) -> Any:
         import time
+
         time.sleep(random.random() * 0.002)
         return fake(messages, seed)
 
@@ -534,7 +679,9 @@ def test_same_command_same_bytes_whatever_the_concurrency(tmp_path: Path) -> Non
         a = (tmp_path / "a" / f).read_bytes()
         assert a == (tmp_path / "b" / f).read_bytes() == (tmp_path / "c" / f).read_bytes(), f
     other, _, _ = run_scenarios(tmp_path / "d", n=6, seed=6)
-    assert (tmp_path / "d" / "scenarios.jsonl").read_bytes() != (tmp_path / "a" / "scenarios.jsonl").read_bytes()
+    assert (tmp_path / "d" / "scenarios.jsonl").read_bytes() != (
+        tmp_path / "a" / "scenarios.jsonl"
+    ).read_bytes()
 
 
 def test_released_examples_through_the_rules() -> None:
@@ -545,8 +692,13 @@ def test_released_examples_through_the_rules() -> None:
     rows = read_jsonl(EXAMPLES_JSONL)
     assert context_bench_failures(context_bench_validator(), rows) == []
     found = {r["scenario_id"]: sorted({rule for rule, _ in rule_problems(r)}) for r in rows}
-    assert found["sc-13"] == ["repair_not_named", "speech_not_deictic"]  # "Can I add the noodles yet?"
-    assert found["sc-01"] == ["object_name_in_camera"]  # "Bowl-shaped wooden head": 'bowl' is in our vocabulary
+    assert found["sc-13"] == [
+        "repair_not_named",
+        "speech_not_deictic",
+    ]  # "Can I add the noodles yet?"
+    assert found["sc-01"] == [
+        "object_name_in_camera"
+    ]  # "Bowl-shaped wooden head": 'bowl' is in our vocabulary
     assert found["sc-43"] == [] and found["sc-09"] == []
     # "the same long flat broad-bladed cutting tool": the release's own functional label
     assert "camera_functional_label" in found["sc-33"]
@@ -584,12 +736,23 @@ def test_a_scenarios_run_is_audited_as_a_scenario_bank(tmp_path: Path) -> None:
     assert report["findings"] == [] and result.exit_code == 0
     rows = read_jsonl(out / "scenarios.jsonl")
     name = read_jsonl(out / "scenario_checks.jsonl")[0]["categories"]["current_answers"]["name"]
-    assert not object_names_in_camera({"x": name}, [])  # not in the vocabulary: only the categories know it
+    assert not object_names_in_camera(
+        {"x": name}, []
+    )  # not in the vocabulary: only the categories know it
     rows[0]["turn_2_image"] += f" A {name} lies there."
     rows[2]["turn_2_user"] = rows[1]["turn_2_user"]
     (out / "scenarios.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = run("audit", cfg, tmp_path / "audit2", quiet=True)
-    found = {(f["check"], f["kind"], tuple(f["items"])) for f in read_jsonl(tmp_path / "audit2" / "audit.jsonl")}
-    assert found == {("scenarios", "duplicate_turn_2", (rows[2]["scenario_id"],)),
-                     ("scenarios", "object_name_in_camera", (rows[0]["scenario_id"],)),
-                     ("integrity", "output_changed", ())} and result.exit_code == 1
+    found = {
+        (f["check"], f["kind"], tuple(f["items"]))
+        for f in read_jsonl(tmp_path / "audit2" / "audit.jsonl")
+    }
+    assert (
+        found
+        == {
+            ("scenarios", "duplicate_turn_2", (rows[2]["scenario_id"],)),
+            ("scenarios", "object_name_in_camera", (rows[0]["scenario_id"],)),
+            ("integrity", "output_changed", ()),
+        }
+        and result.exit_code == 1
+    )

@@ -22,13 +22,21 @@ from gen.llm.secrets import is_secret_name, redact, refuse_on_command_line
 KEY = "sk-test-" + secrets.token_hex(20)
 
 
-def gen(cwd: Path, cache: Path, *args: str, key: str | None = KEY, timeout: float = 300) -> subprocess.CompletedProcess:
+def gen(
+    cwd: Path, cache: Path, *args: str, key: str | None = KEY, timeout: float = 300
+) -> subprocess.CompletedProcess:
     env = gen_env(cache)
     env.pop("OPENAI_API_KEY", None)
     if key is not None:
         env["OPENAI_API_KEY"] = key
-    return subprocess.run([sys.executable, "-m", "gen", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gen", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def files_holding(root: Path, secret: str) -> list[str]:
@@ -36,41 +44,92 @@ def files_holding(root: Path, secret: str) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
-def test_a_key_in_the_environment_is_sent_and_written_nowhere(tmp_path: Path, cache_dir: Path) -> None:
+def test_a_key_in_the_environment_is_sent_and_written_nowhere(
+    tmp_path: Path, cache_dir: Path
+) -> None:
     run = tmp_path / "run"
     with stand_in(tmp_path, "--api-key", KEY) as (url, log):
-        proc = gen(tmp_path, cache_dir, "personas", "n=2", "bio_attempts=1", "max_attempts=1", "llm=openai",
-                   f"llm.base_url={url}", "progress=off", f"hydra.run.dir={run}", "-v")
+        proc = gen(
+            tmp_path,
+            cache_dir,
+            "personas",
+            "n=2",
+            "bio_attempts=1",
+            "max_attempts=1",
+            "llm=openai",
+            f"llm.base_url={url}",
+            "progress=off",
+            f"hydra.run.dir={run}",
+            "-v",
+        )
         seen = requests(log, None)
     assert proc.returncode in (0, 1), proc.stderr  # 1: the stand-in's bios fail personas' checks
-    assert [r["method"] for r in seen] == ["GET", "POST", "POST"] and all(r.get("status") != 401 for r in seen)
+    assert [r["method"] for r in seen] == ["GET", "POST", "POST"] and all(
+        r.get("status") != 401 for r in seen
+    )
     written = {p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file()}
-    assert {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "gen.log", "manifest.json",
-            "rejects.jsonl"} <= written
+    assert {
+        ".hydra/config.yaml",
+        ".hydra/hydra.yaml",
+        ".hydra/overrides.yaml",
+        "gen.log",
+        "manifest.json",
+        "rejects.jsonl",
+    } <= written
     assert files_holding(tmp_path, KEY) == [] and files_holding(cache_dir, KEY) == []
     assert KEY not in proc.stdout + proc.stderr
 
 
 def test_without_the_key_the_server_refuses_and_the_line_says_where_the_key_is_read(
-        tmp_path: Path, cache_dir: Path) -> None:
+    tmp_path: Path, cache_dir: Path
+) -> None:
     with stand_in(tmp_path, "--api-key", KEY) as (url, _):
-        proc = gen(tmp_path, cache_dir, "personas", "n=1", "llm=openai", f"llm.base_url={url}",
-                   "progress=off", f"hydra.run.dir={tmp_path / 'run'}", key=None)
+        proc = gen(
+            tmp_path,
+            cache_dir,
+            "personas",
+            "n=1",
+            "llm=openai",
+            f"llm.base_url={url}",
+            "progress=off",
+            f"hydra.run.dir={tmp_path / 'run'}",
+            key=None,
+        )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert ("/models: HTTP 401 (invalid API key: got (none)); $OPENAI_API_KEY is not set (the API key is "
-            "read from the variable llm.api_key_env names)") in proc.stderr
+    assert (
+        "/models: HTTP 401 (invalid API key: got (none)); $OPENAI_API_KEY is not set (the API key is "
+        "read from the variable llm.api_key_env names)"
+    ) in proc.stderr
 
 
 def test_a_wrong_key_echoed_by_the_server_is_not_repeated(tmp_path: Path, cache_dir: Path) -> None:
     wrong = "sk-wrong-" + secrets.token_hex(20)
     env = gen_env(cache_dir) | {"MY_SERVER_KEY": wrong}
     with stand_in(tmp_path, "--api-key", KEY) as (url, _):
-        proc = subprocess.run([sys.executable, "-m", "gen", "personas", "n=1", "llm=openai", f"llm.base_url={url}",
-                               "llm.api_key_env=MY_SERVER_KEY", "progress=off", f"hydra.run.dir={tmp_path / 'run'}"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gen",
+                "personas",
+                "n=1",
+                "llm=openai",
+                f"llm.base_url={url}",
+                "llm.api_key_env=MY_SERVER_KEY",
+                "progress=off",
+                f"hydra.run.dir={tmp_path / 'run'}",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert proc.returncode == 2
-    assert ("HTTP 401 (invalid API key: got Bearer ***); check the key in $MY_SERVER_KEY "
-            "(llm.api_key_env)") in proc.stderr
+    assert (
+        "HTTP 401 (invalid API key: got Bearer ***); check the key in $MY_SERVER_KEY "
+        "(llm.api_key_env)"
+    ) in proc.stderr
     assert wrong not in proc.stdout + proc.stderr and files_holding(tmp_path, wrong) == []
 
 
@@ -81,37 +140,75 @@ CHAIN = """steps:
 """
 
 
-@pytest.mark.parametrize("args", [
-    ["llm=openai", f"llm.api_key={KEY}"],
-    ["llm=openai", f"+llm.api_key={KEY}"],
-    ["llm=openai", f"++llm.api_key={KEY}"],
-    ["-m", "llm=openai", f"llm.api_key={KEY},{KEY}x"],
-    ["llm=openai", f"hydra.job.env_set.OPENAI_API_KEY={KEY}"],
-    ["llm=openai", f"hydra.job.env_set={{OPENAI_API_KEY: {KEY}}}"],
-    ["llm=openai", f"llm.base_url=http://me:{KEY}@127.0.0.1:9/v1"],
-    ["llm=openai", f"llm.api_key_env={KEY}"],
-    ["llm=openai", f"--api-key={KEY}"],
-    ["llm=openai", f"llm.headers={{Authorization: Bearer {KEY}}}"],
-], ids=["key=", "+key=", "++key=", "sweep", "env_set", "env_set dict", "url password", "api_key_env",
-        "flag", "headers"])
-def test_a_key_on_the_command_line_is_refused_unrepeated(tmp_path: Path, cache_dir: Path, args: list[str]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["llm=openai", f"llm.api_key={KEY}"],
+        ["llm=openai", f"+llm.api_key={KEY}"],
+        ["llm=openai", f"++llm.api_key={KEY}"],
+        ["-m", "llm=openai", f"llm.api_key={KEY},{KEY}x"],
+        ["llm=openai", f"hydra.job.env_set.OPENAI_API_KEY={KEY}"],
+        ["llm=openai", f"hydra.job.env_set={{OPENAI_API_KEY: {KEY}}}"],
+        ["llm=openai", f"llm.base_url=http://me:{KEY}@127.0.0.1:9/v1"],
+        ["llm=openai", f"llm.api_key_env={KEY}"],
+        ["llm=openai", f"--api-key={KEY}"],
+        ["llm=openai", f"llm.headers={{Authorization: Bearer {KEY}}}"],
+    ],
+    ids=[
+        "key=",
+        "+key=",
+        "++key=",
+        "sweep",
+        "env_set",
+        "env_set dict",
+        "url password",
+        "api_key_env",
+        "flag",
+        "headers",
+    ],
+)
+def test_a_key_on_the_command_line_is_refused_unrepeated(
+    tmp_path: Path, cache_dir: Path, args: list[str]
+) -> None:
     proc = gen(tmp_path, cache_dir, "personas", "n=1", *args, key=None, timeout=120)
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
     assert "gen reads keys and tokens only from the environment" in proc.stderr
-    assert KEY not in proc.stderr and list(tmp_path.iterdir()) == [] and files_holding(cache_dir, KEY) == []
+    assert (
+        KEY not in proc.stderr
+        and list(tmp_path.iterdir()) == []
+        and files_holding(cache_dir, KEY) == []
+    )
 
 
-def test_a_key_in_a_models_dict_or_a_chain_file_is_refused_unrepeated(tmp_path: Path, cache_dir: Path) -> None:
+def test_a_key_in_a_models_dict_or_a_chain_file_is_refused_unrepeated(
+    tmp_path: Path, cache_dir: Path
+) -> None:
     bank = tmp_path / "bank.jsonl"
     bank.write_text("")
-    proc = gen(tmp_path, cache_dir, "nocontext", f"input={bank}",
-               f"models=[{{backend: openai, api_key: {KEY}}}]", key=None, timeout=120)
-    assert proc.returncode == 2 and "api_key: secrets are not taken on the command line" in proc.stderr
+    proc = gen(
+        tmp_path,
+        cache_dir,
+        "nocontext",
+        f"input={bank}",
+        f"models=[{{backend: openai, api_key: {KEY}}}]",
+        key=None,
+        timeout=120,
+    )
+    assert (
+        proc.returncode == 2 and "api_key: secrets are not taken on the command line" in proc.stderr
+    )
     assert KEY not in proc.stderr
     chain = tmp_path / "chain.yaml"
     chain.write_text(CHAIN.format(key=KEY))
-    proc = gen(tmp_path, cache_dir, "pipeline", f"chain={chain}", f"hydra.run.dir={tmp_path / 'run'}",
-               key=None, timeout=120)
+    proc = gen(
+        tmp_path,
+        cache_dir,
+        "pipeline",
+        f"chain={chain}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        key=None,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "api_key: a secret is never a config value" in proc.stderr and KEY not in proc.stderr
     assert not (tmp_path / "run").exists()
@@ -126,22 +223,44 @@ def test_help_shows_no_key(tmp_path: Path, cache_dir: Path) -> None:
 # --------------------------------------------------------------------------- pure pieces
 
 
-@pytest.mark.parametrize("arg", [
-    "llm.api_key=x", "+llm.api_key=x", "~llm.api_key=x", "llm.token=x", "llm.auth_token=x", "llm.password=x",
-    "llm.headers={a: b}", "hydra.job.env_set.HF_TOKEN=x", "models=[{backend: openai, apikey: x}]",
-    "x=hf_" + "a" * 30, "message=Bearer abc", "llm.base_url=https://user@host/v1",
-])
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "llm.api_key=x",
+        "+llm.api_key=x",
+        "~llm.api_key=x",
+        "llm.token=x",
+        "llm.auth_token=x",
+        "llm.password=x",
+        "llm.headers={a: b}",
+        "hydra.job.env_set.HF_TOKEN=x",
+        "models=[{backend: openai, apikey: x}]",
+        "x=hf_" + "a" * 30,
+        "message=Bearer abc",
+        "llm.base_url=https://user@host/v1",
+    ],
+)
 def test_refused(arg: str) -> None:
     with pytest.raises(ConfigError) as info:
         refuse_on_command_line([arg])
     assert "x" * 30 not in str(info.value) and "abc" not in str(info.value)
 
 
-@pytest.mark.parametrize("arg", [
-    "llm.api_key_env=VLLM_KEY", "llm.max_tokens=64", "n=5", "input=/data/auth/tokens.jsonl",
-    "message=the token: budget went up", "llm.base_url=https://host:8443/v1", "hydra.run.dir=/tmp/x",
-    "models=[smollm2, {backend: openai, model: m}]", "-m", "personas",
-])
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "llm.api_key_env=VLLM_KEY",
+        "llm.max_tokens=64",
+        "n=5",
+        "input=/data/auth/tokens.jsonl",
+        "message=the token: budget went up",
+        "llm.base_url=https://host:8443/v1",
+        "hydra.run.dir=/tmp/x",
+        "models=[smollm2, {backend: openai, model: m}]",
+        "-m",
+        "personas",
+    ],
+)
 def test_not_refused(arg: str) -> None:
     assert refuse_on_command_line([arg]) is None  # no ConfigError: the argument passes
 
@@ -178,19 +297,34 @@ def test_the_config_refuses_a_key_and_names_only_a_variable() -> None:
         OpenAIConfig.model_validate({"api_key_env": "abc-" + KEY})
     assert KEY not in str(info.value)
     cfg = OpenAIConfig(api_key_env="VLLM_KEY")
-    assert "VLLM_KEY" in cfg.model_dump_json() and "api_key\"" not in cfg.model_dump_json()
+    assert "VLLM_KEY" in cfg.model_dump_json() and 'api_key"' not in cfg.model_dump_json()
 
 
-@pytest.mark.parametrize("url", ["notaurl", "ftp://host/v1", "http://", "http://host:99999/v1",
-                                 "http://host/v1?key=x", "http://u:p@host/v1"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "notaurl",
+        "ftp://host/v1",
+        "http://",
+        "http://host:99999/v1",
+        "http://host/v1?key=x",
+        "http://u:p@host/v1",
+    ],
+)
 def test_base_url_must_be_an_http_api_root(url: str) -> None:
     with pytest.raises(ValueError, match="base_url"):
         OpenAIConfig(base_url=url)
 
 
 def test_the_cli_refuses_a_bad_base_url_in_one_line(run_gen, tmp_path: Path) -> None:
-    proc = run_gen("personas", "n=1", "llm=openai", "llm.base_url=notaurl", f"hydra.run.dir={tmp_path / 'run'}",
-                   timeout=120)
+    proc = run_gen(
+        "personas",
+        "n=1",
+        "llm=openai",
+        "llm.base_url=notaurl",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "invalid value for llm.base_url: must be an http(s) URL" in proc.stderr
     assert not (tmp_path / "run").exists()

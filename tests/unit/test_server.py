@@ -50,8 +50,13 @@ def test_a_missing_binary_is_a_clear_error(monkeypatch, tmp_path: Path) -> None:
 
 
 def test_the_cli_reports_a_missing_server_in_one_line(run_gen, tmp_path: Path) -> None:
-    proc = run_gen("personas", "n=1", "llm=llama_server", f"llm.binary={tmp_path / 'nope'}",
-                   f"hydra.run.dir={tmp_path / 'run'}")
+    proc = run_gen(
+        "personas",
+        "n=1",
+        "llm=llama_server",
+        f"llm.binary={tmp_path / 'nope'}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     assert proc.returncode == 2
     assert "no executable llama-server" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -72,7 +77,10 @@ def test_thread_settings_reach_the_server_command_line() -> None:
     llm = make_llm(cfg(parallel=1, threads=1, threads_batch=2))
     try:
         argv = llm.server.argv
-        assert argv[argv.index("--threads") + 1] == "1" and argv[argv.index("--threads-batch") + 1] == "2"
+        assert (
+            argv[argv.index("--threads") + 1] == "1"
+            and argv[argv.index("--threads-batch") + 1] == "2"
+        )
     finally:
         llm.close()
     llm = make_llm(cfg(parallel=1))
@@ -90,7 +98,9 @@ def test_a_server_that_dies_while_starting_is_reported(tmp_path: Path) -> None:
 def test_a_server_that_never_gets_healthy_is_stopped(tmp_path: Path, monkeypatch) -> None:
     pidfile = tmp_path / "pid"
     monkeypatch.setenv("FAKE_SERVER_PIDFILE", str(pidfile))
-    config = LlamaServerConfig(binary=str(FAKE), startup_timeout=1.5, extra_args=["--load-seconds", "60"])
+    config = LlamaServerConfig(
+        binary=str(FAKE), startup_timeout=1.5, extra_args=["--load-seconds", "60"]
+    )
     with pytest.raises(BackendError, match="did not become healthy"):
         LlamaServer(FAKE, FAKE, config)
     assert wait_gone(int(wait_file(pidfile)))

@@ -57,13 +57,25 @@ def kendall(times: dict[int, float]) -> tuple[float, int]:
 
 def _markdown(r: CheckResult) -> list[str]:
     rows = [{"question type": t, **v} for t, v in r.stats["per_question_type"].items()]
-    return ([f"{r.stats['timed_items']} items carry option source times ({FIELD}); "
-             f"{r.stats['unreadable']} have an unreadable field.", ""] + table(rows) + tells_table(r))
+    return (
+        [
+            f"{r.stats['timed_items']} items carry option source times ({FIELD}); "
+            f"{r.stats['unreadable']} have an unreadable field.",
+            "",
+        ]
+        + table(rows)
+        + tells_table(r)
+    )
 
 
-@check("chronology", order=12, title="Chronological order of options",
-       finds="options shown in the time order of their sources, or the answer at the position of its time rank",
-       uses=("min_items_per_test", *TELL_OPTIONS), markdown=_markdown)
+@check(
+    "chronology",
+    order=12,
+    title="Chronological order of options",
+    finds="options shown in the time order of their sources, or the answer at the position of its time rank",
+    uses=("min_items_per_test", *TELL_OPTIONS),
+    markdown=_markdown,
+)
 def chronology(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Where options carry source times (``privileged.option_times``), is the shown order correlated with
     time order? Per question type: how often the answer sits at the position of its time rank among the
@@ -72,7 +84,9 @@ def chronology(data: AuditData, cfg: AuditConfig) -> CheckResult:
     key = "chronology"
     if not data.mcq:
         return CheckResult(key, "skipped", "no multiple-choice items with a known answer")
-    groups: dict[str, list[tuple[str, int, dict[int, float]]]] = defaultdict(list)  # id, answer, times
+    groups: dict[str, list[tuple[str, int, dict[int, float]]]] = defaultdict(
+        list
+    )  # id, answer, times
     unreadable = 0
     for _, it in data.mcq:
         if FIELD not in it.privileged:
@@ -84,7 +98,9 @@ def chronology(data: AuditData, cfg: AuditConfig) -> CheckResult:
             assert it.answer is not None
             groups[it.question_type].append((it.item_id, it.answer, times))
     if not groups:
-        return CheckResult(key, "skipped", f"no item has two or more options with source times ({FIELD})")
+        return CheckResult(
+            key, "skipped", f"no item has two or more options with source times ({FIELD})"
+        )
     res = CheckResult(key)
     per_type: dict[str, Any] = {}
     tells: list[tuple[Tell, list[str]]] = []
@@ -109,20 +125,46 @@ def chronology(data: AuditData, cfg: AuditConfig) -> CheckResult:
         n_sign = len(asc) + len(desc)
         z = sum(taus) / math.sqrt(var) if var else 0.0
         row: dict[str, Any] = {
-            "timed items": len(xs), "answer timed": len(rank_chance),
+            "timed items": len(xs),
+            "answer timed": len(rank_chance),
             "answer at its time rank": f"{len(rank_hits)}/{len(rank_chance)}",
-            "in time order": len(asc), "in reverse order": len(desc),
+            "in time order": len(asc),
+            "in reverse order": len(desc),
             "kendall_mean": rounded(sum(taus) / len(taus), 3) if taus else None,
-            "kendall_z_p": pvalue(math.erfc(abs(z) / math.sqrt(2))) if taus else None}
+            "kendall_z_p": pvalue(math.erfc(abs(z) / math.sqrt(2))) if taus else None,
+        }
         if len(xs) >= cfg.min_items_per_test:
             if rank_chance:
                 p0 = sum(rank_chance) / len(rank_chance)
-                tells.append((Tell({"question_type": qtype, "tell": "answer at its time rank"}, len(rank_hits),
-                                   len(rank_chance), p0, binom_greater(len(rank_hits), len(rank_chance), p0)), rank_hits))
+                tells.append(
+                    (
+                        Tell(
+                            {"question_type": qtype, "tell": "answer at its time rank"},
+                            len(rank_hits),
+                            len(rank_chance),
+                            p0,
+                            binom_greater(len(rank_hits), len(rank_chance), p0),
+                        ),
+                        rank_hits,
+                    )
+                )
             if n_sign:
-                for name, hit in (("options in time order", asc), ("options in reverse time order", desc)):
-                    tells.append((Tell({"question_type": qtype, "tell": name}, len(hit), n_sign, 0.5,
-                                       binom_greater(len(hit), n_sign, 0.5)), hit))
+                for name, hit in (
+                    ("options in time order", asc),
+                    ("options in reverse time order", desc),
+                ):
+                    tells.append(
+                        (
+                            Tell(
+                                {"question_type": qtype, "tell": name},
+                                len(hit),
+                                n_sign,
+                                0.5,
+                                binom_greater(len(hit), n_sign, 0.5),
+                            ),
+                            hit,
+                        )
+                    )
         else:
             row["note"] = f"not tested: fewer than {cfg.min_items_per_test} timed items"
         per_type[qtype] = row
@@ -130,9 +172,21 @@ def chronology(data: AuditData, cfg: AuditConfig) -> CheckResult:
     for t, hit in tells:
         if t.severity is not None:
             qtype = t.labels["question_type"]
-            res.findings.append(tell_finding(
-                key, "chronology_tell", t, f"{qtype}: '{t.labels['tell']}' holds in", items=hit,
-                fields=["options", FIELD], numbers={"question_type": qtype}))
-    res.stats = {"timed_items": sum(len(x) for x in groups.values()), "unreadable": unreadable,
-                 "per_question_type": per_type, "tells": [t.row() for t, _ in tells]}
+            res.findings.append(
+                tell_finding(
+                    key,
+                    "chronology_tell",
+                    t,
+                    f"{qtype}: '{t.labels['tell']}' holds in",
+                    items=hit,
+                    fields=["options", FIELD],
+                    numbers={"question_type": qtype},
+                )
+            )
+    res.stats = {
+        "timed_items": sum(len(x) for x in groups.values()),
+        "unreadable": unreadable,
+        "per_question_type": per_type,
+        "tells": [t.row() for t, _ in tells],
+    }
     return res

@@ -24,9 +24,16 @@ KEY = "context_states"
 
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
-    out = [f"{s['items']} items with a visible context; an option is stated when the context holds at least "
-           f"{s['containment']:.0%} of the words that set it apart from the item's other options.", ""]
-    return out + table([{"question type": t, **v} for t, v in s["per_question_type"].items()]) + tells_table(r)
+    out = [
+        f"{s['items']} items with a visible context; an option is stated when the context holds at least "
+        f"{s['containment']:.0%} of the words that set it apart from the item's other options.",
+        "",
+    ]
+    return (
+        out
+        + table([{"question type": t, **v} for t, v in s["per_question_type"].items()])
+        + tells_table(r)
+    )
 
 
 def option_words(text: str) -> set[str]:
@@ -38,7 +45,9 @@ def option_words(text: str) -> set[str]:
         except json.JSONDecodeError:
             value = None
         if isinstance(value, dict):
-            text = " ".join(str(v) for k, v in value.items() if k != "type" and isinstance(v, str | int | float))
+            text = " ".join(
+                str(v) for k, v in value.items() if k != "type" and isinstance(v, str | int | float)
+            )
     return set(content_words(text))
 
 
@@ -46,7 +55,9 @@ def distinctive(options: list[str]) -> list[set[str]]:
     """Per option, its content words that no other option of the item has: what sets it apart
     (the words a template shares, "do a search for", drop out)."""
     words = [option_words(o) for o in options]
-    return [w - set().union(*(x for j, x in enumerate(words) if j != i)) for i, w in enumerate(words)]
+    return [
+        w - set().union(*(x for j, x in enumerate(words) if j != i)) for i, w in enumerate(words)
+    ]
 
 
 def containment(options: list[str], context: set[str]) -> list[float]:
@@ -64,10 +75,15 @@ def cohens_h(p1: float, p2: float) -> float:
     return 2 * math.asin(math.sqrt(p1)) - 2 * math.asin(math.sqrt(p2))
 
 
-@check(KEY, order=17, title="The context states the answer",
-       finds="a visible context (digital state, history, scenario text) that holds the correct option's own words "
-             "where it holds no distractor's",
-       uses=("states_containment", "min_items_per_test", *TELL_OPTIONS), markdown=_markdown)
+@check(
+    KEY,
+    order=17,
+    title="The context states the answer",
+    finds="a visible context (digital state, history, scenario text) that holds the correct option's own words "
+    "where it holds no distractor's",
+    uses=("states_containment", "min_items_per_test", *TELL_OPTIONS),
+    markdown=_markdown,
+)
 def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """For every item with a visible context besides its question: per option, the share of the words
     that set it apart from the item's other options (its distinctive content words) that the context
@@ -80,7 +96,9 @@ def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
     its content)."""
     res = CheckResult(KEY)
     if data.scenarios is not None or data.bundles is not None or data.histories is not None:
-        return CheckResult(KEY, "skipped", "not an MCQ bank (the context-states test needs options and a context)")
+        return CheckResult(
+            KEY, "skipped", "not an MCQ bank (the context-states test needs options and a context)"
+        )
     groups: dict[str, list[tuple[MCQ, list[float]]]] = {}
     for qtype, xs in data.by_type().items():
         for i, it in xs:
@@ -113,14 +131,24 @@ def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
         p0 = float(np.mean(chance))
         pa, pd = float(np.mean(answer_stated)), float(np.mean(distractor_stated))
         row: dict[str, Any] = {
-            "items": n, "answer_stated": rounded(pa, 3), "distractor_stated": rounded(pd, 3),
+            "items": n,
+            "answer_stated": rounded(pa, 3),
+            "distractor_stated": rounded(pd, 3),
             "answer_mean_containment": rounded(float(np.mean(answer_share)), 3),
             "distractor_mean_containment": rounded(float(np.mean(distractor_share)), 3),
-            "states_answer_alone": rounded(len(hits) / n, 3), "chance": rounded(p0, 3),
-            "effect_points": rounded(100 * (len(hits) / n - p0), 1), "cohens_h": rounded(cohens_h(pa, pd), 3)}
+            "states_answer_alone": rounded(len(hits) / n, 3),
+            "chance": rounded(p0, 3),
+            "effect_points": rounded(100 * (len(hits) / n - p0), 1),
+            "cohens_h": rounded(cohens_h(pa, pd), 3),
+        }
         if n >= cfg.min_items_per_test:
-            tell = Tell({"question_type": qtype, "tell": "the context states the answer alone"}, len(hits), n,
-                        max(p0, 1e-9), binom_greater(len(hits), n, max(p0, 1e-9)))
+            tell = Tell(
+                {"question_type": qtype, "tell": "the context states the answer alone"},
+                len(hits),
+                n,
+                max(p0, 1e-9),
+                binom_greater(len(hits), n, max(p0, 1e-9)),
+            )
             tells.append((tell, hits))
         else:
             row["note"] = f"not tested: fewer than {cfg.min_items_per_test} items"
@@ -130,13 +158,27 @@ def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
         if tell.severity is None:
             continue
         q = tell.labels["question_type"]
-        res.findings.append(tell_finding(
-            KEY, "context_states_answer", tell,
-            f"{q}: the visible context holds at least {t:.0%} of the answer's distinctive words and of no "
-            f"distractor's in", items=hits, fields=["visible", "options[answer]"],
-            numbers={"question_type": q, "cohens_h": per_type[q]["cohens_h"],
-                     "answer_mean_containment": per_type[q]["answer_mean_containment"],
-                     "distractor_mean_containment": per_type[q]["distractor_mean_containment"]}))
-    res.stats = {"items": sum(len(r) for r in groups.values()), "containment": t, "per_question_type": per_type,
-                 "tells": [x.row() for x, _ in tells]}
+        res.findings.append(
+            tell_finding(
+                KEY,
+                "context_states_answer",
+                tell,
+                f"{q}: the visible context holds at least {t:.0%} of the answer's distinctive words and of no "
+                f"distractor's in",
+                items=hits,
+                fields=["visible", "options[answer]"],
+                numbers={
+                    "question_type": q,
+                    "cohens_h": per_type[q]["cohens_h"],
+                    "answer_mean_containment": per_type[q]["answer_mean_containment"],
+                    "distractor_mean_containment": per_type[q]["distractor_mean_containment"],
+                },
+            )
+        )
+    res.stats = {
+        "items": sum(len(r) for r in groups.values()),
+        "containment": t,
+        "per_question_type": per_type,
+        "tells": [x.row() for x, _ in tells],
+    }
     return res

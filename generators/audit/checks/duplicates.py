@@ -29,12 +29,17 @@ def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
     out = [f"{s['exact_duplicate_groups']} groups of exact duplicates among {s['items']} items."]
     if "nearest_neighbour" in s:
-        out.append(f"Nearest other item, (question+options cosine + context overlap) / 2: "
-                   f"{cell(s['nearest_neighbour'])}.")
+        out.append(
+            f"Nearest other item, (question+options cosine + context overlap) / 2: "
+            f"{cell(s['nearest_neighbour'])}."
+        )
     if "against" in s:
         a = s["against"]
-        out.append(f"Against {a['name']} ({a['items']} items): {a['exact']} exact matches"
-                   + (f"; nearest {cell(a['nearest_neighbour'])}" if "nearest_neighbour" in a else "") + ".")
+        out.append(
+            f"Against {a['name']} ({a['items']} items): {a['exact']} exact matches"
+            + (f"; nearest {cell(a['nearest_neighbour'])}" if "nearest_neighbour" in a else "")
+            + "."
+        )
     return [*out, ""]
 
 
@@ -70,13 +75,21 @@ def context_text(it: MCQ, visible: list[tuple[str, str]] | None = None) -> str:
     without options is its visible text, compared semantically)."""
     if not it.options:
         return ""
-    return " ".join(v for p, v in (visible if visible is not None else visible_fields(it)) if p != "question")
+    return " ".join(
+        v for p, v in (visible if visible is not None else visible_fields(it)) if p != "question"
+    )
 
 
 def item_signature(it: MCQ, visible: list[tuple[str, str]] | None = None) -> str:
     """Exact-duplicate key: normalised question, options as a set, visible fields."""
-    vis = sorted((p, v) for p, v in (visible if visible is not None else visible_fields(it)) if p != "question")
-    key = json.dumps([norm(it.question), sorted(norm(o) for o in it.options), vis], ensure_ascii=False)
+    vis = sorted(
+        (p, v)
+        for p, v in (visible if visible is not None else visible_fields(it))
+        if p != "question"
+    )
+    key = json.dumps(
+        [norm(it.question), sorted(norm(o) for o in it.options), vis], ensure_ascii=False
+    )
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -98,7 +111,11 @@ def context_vectors(texts: list[str], grams: Grams | None = None) -> Any:
     cols: list[np.ndarray] = []
     for r, text in enumerate(distinct):
         keys = grams.keys(text, min(3, max(1, len(text.split()))))
-        buckets = np.unique(keys % np.uint64(BUCKETS - 1)).astype(np.int64) if len(keys) else np.array([BUCKETS - 1])
+        buckets = (
+            np.unique(keys % np.uint64(BUCKETS - 1)).astype(np.int64)
+            if len(keys)
+            else np.array([BUCKETS - 1])
+        )
         rows.append(np.full(len(buckets), r))
         cols.append(buckets)
     r_, c_ = (np.concatenate(x) if x else np.zeros(0, dtype=np.int64) for x in (rows, cols))
@@ -173,8 +190,9 @@ def _lexical(side: _Side, rows: list[int], grams: Grams) -> tuple[Any, dict[int,
     return context_vectors(texts, grams), at
 
 
-def _near_pairs(a: _Side, b: _Side | None, cfg: AuditConfig,
-                grams: Grams) -> tuple[list[tuple[int, int, float, float]], np.ndarray]:
+def _near_pairs(
+    a: _Side, b: _Side | None, cfg: AuditConfig, grams: Grams
+) -> tuple[list[tuple[int, int, float, float]], np.ndarray]:
     """Pairs whose question+options cosine >= item_dup_sim and context overlap >= context_dup_sim:
     candidates are each item's ``DUP_NEIGHBOURS`` nearest by :func:`combined` vectors above a cut
     (with a margin for the projection's error), then both similarities are computed exactly
@@ -182,8 +200,14 @@ def _near_pairs(a: _Side, b: _Side | None, cfg: AuditConfig,
     nearest combined similarity (for the histogram)."""
     sims, ids = knn(a.comb, None if b is None else b.comb, DUP_NEIGHBOURS)
     cut = (cfg.item_dup_sim + cfg.context_dup_sim) / 2 - 0.08
-    cand = sorted({(i, int(j)) if b is not None or i < j else (int(j), i)
-                   for i, row in enumerate(ids) for j, d in zip(row, sims[i], strict=True) if j >= 0 and d >= cut})
+    cand = sorted(
+        {
+            (i, int(j)) if b is not None or i < j else (int(j), i)
+            for i, row in enumerate(ids)
+            for j, d in zip(row, sims[i], strict=True)
+            if j >= 0 and d >= cut
+        }
+    )
     nn = sims[:, 0] if sims.shape[1] else np.zeros(0, dtype=np.float32)
     if not cand:
         return [], nn
@@ -197,8 +221,11 @@ def _near_pairs(a: _Side, b: _Side | None, cfg: AuditConfig,
         X, at = _lexical(a, sorted(set(ii)), grams)
         Y, bt = _lexical(b, sorted(set(jj)), grams)
     lex = row_dots(X, Y, [(at[i], bt[j]) for i, j in cand])
-    keep = [(i, j, float(s), float(x)) for (i, j), s, x in zip(cand, sem, lex, strict=True)
-            if s >= cfg.item_dup_sim - 1e-6 and x >= cfg.context_dup_sim - 1e-6]
+    keep = [
+        (i, j, float(s), float(x))
+        for (i, j), s, x in zip(cand, sem, lex, strict=True)
+        if s >= cfg.item_dup_sim - 1e-6 and x >= cfg.context_dup_sim - 1e-6
+    ]
     return keep, nn
 
 
@@ -207,9 +234,15 @@ DUP_NEIGHBOURS = 10
 member with its ten closest."""
 
 
-@check("duplicates", order=6, title="Duplicate and near-duplicate items",
-       finds="the same item twice, exactly or nearly, within the bank or against against=",
-       uses=("embeddings", "item_dup_sim", "context_dup_sim"), markdown=_markdown, plot=_plot)
+@check(
+    "duplicates",
+    order=6,
+    title="Duplicate and near-duplicate items",
+    finds="the same item twice, exactly or nearly, within the bank or against against=",
+    uses=("embeddings", "item_dup_sim", "context_dup_sim"),
+    markdown=_markdown,
+    plot=_plot,
+)
 def duplicates(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Items that show the same question, options and visible text (exact), or ask nearly the same
     (embedding cosine of question and options) on nearly the same context (word-trigram overlap),
@@ -217,23 +250,36 @@ def duplicates(data: AuditData, cfg: AuditConfig) -> CheckResult:
     key = "duplicates"
     res = CheckResult(key)
     if data.scenarios is not None:
-        return CheckResult(key, "skipped", "a scenario bank: duplicate ids and identical turn-2 texts are the "
-                                           "scenarios check's rules")
+        return CheckResult(
+            key,
+            "skipped",
+            "a scenario bank: duplicate ids and identical turn-2 texts are the "
+            "scenarios check's rules",
+        )
     if data.bundles is not None or not data.items:
         return CheckResult(key, "skipped", "no items")
     items, ids = data.items, data.items.ids
     sig = _signatures(items)
-    _, first, group, counts = np.unique(sig, return_index=True, return_inverse=True, return_counts=True)
+    _, first, group, counts = np.unique(
+        sig, return_index=True, return_inverse=True, return_counts=True
+    )
     members = np.argsort(group.ravel(), kind="stable")
     starts = np.concatenate(([0], np.cumsum(counts)))
     exact_pairs: set[tuple[int, int]] = set()
     for g in np.argsort(first, kind="stable").tolist():  # in order of first appearance
         if counts[g] > 1:
-            idxs = members[starts[g]:starts[g + 1]].tolist()
-            res.findings.append(finding(key, "duplicate_items", "error",
-                                        f"{len(idxs)} items show the same question, options and visible fields",
-                                        items=[ids[i] for i in idxs], fields=["question", "options", "visible"],
-                                        numbers={"count": len(idxs)}))
+            idxs = members[starts[g] : starts[g + 1]].tolist()
+            res.findings.append(
+                finding(
+                    key,
+                    "duplicate_items",
+                    "error",
+                    f"{len(idxs)} items show the same question, options and visible fields",
+                    items=[ids[i] for i in idxs],
+                    fields=["question", "options", "visible"],
+                    numbers={"count": len(idxs)},
+                )
+            )
             exact_pairs |= {(a, b) for a in idxs for b in idxs if a < b}
     asig = _signatures(data.against)
     in_against = np.isin(sig, asig)
@@ -244,14 +290,30 @@ def duplicates(data: AuditData, cfg: AuditConfig) -> CheckResult:
             against_sig[s].append(data.against.ids[j])
     for i in np.nonzero(in_against)[0].tolist():
         s = sig[i].tolist()
-        res.findings.append(finding(key, "duplicate_in_against", "error",
-                                    f"the same item is in {data.against_name} as {', '.join(against_sig[s][:5])}",
-                                    items=[ids[i]], fields=["question", "options", "visible"],
-                                    numbers={"against_items": against_sig[s]}, bank=data.bank_name(i)))
-    stats: dict[str, Any] = {"items": len(items), "exact_duplicate_groups": int((counts > 1).sum()),
-                             "item_dup_sim": cfg.item_dup_sim, "context_dup_sim": cfg.context_dup_sim}
+        res.findings.append(
+            finding(
+                key,
+                "duplicate_in_against",
+                "error",
+                f"the same item is in {data.against_name} as {', '.join(against_sig[s][:5])}",
+                items=[ids[i]],
+                fields=["question", "options", "visible"],
+                numbers={"against_items": against_sig[s]},
+                bank=data.bank_name(i),
+            )
+        )
+    stats: dict[str, Any] = {
+        "items": len(items),
+        "exact_duplicate_groups": int((counts > 1).sum()),
+        "item_dup_sim": cfg.item_dup_sim,
+        "context_dup_sim": cfg.context_dup_sim,
+    }
     if data.against:
-        stats["against"] = {"name": data.against_name, "items": len(data.against), "exact": int(in_against.sum())}
+        stats["against"] = {
+            "name": data.against_name,
+            "items": len(data.against),
+            "exact": int(in_against.sum()),
+        }
     if data.embed is not None:
         R = projection(data.seed)
         a = _side(data, items, R)
@@ -261,30 +323,53 @@ def duplicates(data: AuditData, cfg: AuditConfig) -> CheckResult:
         for i, j, cos, overlap in pairs:
             if (i, j) in exact_pairs:
                 continue
-            res.findings.append(finding(key, "near_duplicate_items", "warning",
-                                        f"{ids[i]} and {ids[j]} ask nearly the same (cosine {cos:.3f}) on "
-                                        f"nearly the same context (overlap {overlap:.2f})",
-                                        items=[ids[i], ids[j]], fields=["question", "options", "visible"],
-                                        numbers={"cosine": rounded(cos), "context_overlap": rounded(overlap, 3)}))
+            res.findings.append(
+                finding(
+                    key,
+                    "near_duplicate_items",
+                    "warning",
+                    f"{ids[i]} and {ids[j]} ask nearly the same (cosine {cos:.3f}) on "
+                    f"nearly the same context (overlap {overlap:.2f})",
+                    items=[ids[i], ids[j]],
+                    fields=["question", "options", "visible"],
+                    numbers={"cosine": rounded(cos), "context_overlap": rounded(overlap, 3)},
+                )
+            )
         res.series["nearest"] = nn
         if len(nn):
-            stats["nearest_neighbour"] = {"median": rounded(np.median(nn), 3), "p99": rounded(np.percentile(nn, 99), 3),
-                                          "max": rounded(nn.max(), 3)}
+            stats["nearest_neighbour"] = {
+                "median": rounded(np.median(nn), 3),
+                "p99": rounded(np.percentile(nn, 99), 3),
+                "max": rounded(nn.max(), 3),
+            }
         if b is not None:
             pairs, ann = _near_pairs(a, b, cfg, data.grams)
             for i, j, cos, overlap in pairs:
                 if in_against[i] and asig[j] == sig[i]:
                     continue
-                res.findings.append(finding(key, "near_duplicate_in_against", "warning",
-                                            f"{ids[i]} asks nearly the same as "
-                                            f"{data.against.ids[j]} of {data.against_name} (cosine {cos:.3f}, "
-                                            f"context overlap {overlap:.2f})",
-                                            items=[ids[i]], fields=["question", "options", "visible"],
-                                            numbers={"cosine": rounded(cos), "context_overlap": rounded(overlap, 3),
-                                                     "against_item": data.against.ids[j]},
-                                            bank=data.bank_name(i)))
+                res.findings.append(
+                    finding(
+                        key,
+                        "near_duplicate_in_against",
+                        "warning",
+                        f"{ids[i]} asks nearly the same as "
+                        f"{data.against.ids[j]} of {data.against_name} (cosine {cos:.3f}, "
+                        f"context overlap {overlap:.2f})",
+                        items=[ids[i]],
+                        fields=["question", "options", "visible"],
+                        numbers={
+                            "cosine": rounded(cos),
+                            "context_overlap": rounded(overlap, 3),
+                            "against_item": data.against.ids[j],
+                        },
+                        bank=data.bank_name(i),
+                    )
+                )
             res.series["nearest_against"] = ann
-            stats["against"]["nearest_neighbour"] = {"median": rounded(np.median(ann), 3), "max": rounded(ann.max(), 3)}
+            stats["against"]["nearest_neighbour"] = {
+                "median": rounded(np.median(ann), 3),
+                "max": rounded(ann.max(), 3),
+            }
     res.stats = stats
     return res
 

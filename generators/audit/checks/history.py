@@ -28,15 +28,22 @@ RULES = {
 
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
-    return [f"{s['banks']} history banks ({s['longitudinal']} longitudinal, {s['with_positive']} with a "
-            f"positive); supports per bank: {cell(s['supports_per_bank'])}; shortfalls the run "
-            f"recorded: {cell(s['shortfalls']) or 'none'}.", ""]
+    return [
+        f"{s['banks']} history banks ({s['longitudinal']} longitudinal, {s['with_positive']} with a "
+        f"positive); supports per bank: {cell(s['supports_per_bank'])}; shortfalls the run "
+        f"recorded: {cell(s['shortfalls']) or 'none'}.",
+        "",
+    ]
 
 
-@check("history", order=10, title="Longitudinal history banks",
-       finds="history banks breaking WAGIBench's rules: self-support, another participant or environment, "
-             "a later support, more than one positive",
-       markdown=_markdown)
+@check(
+    "history",
+    order=10,
+    title="Longitudinal history banks",
+    finds="history banks breaking WAGIBench's rules: self-support, another participant or environment, "
+    "a later support, more than one positive",
+    markdown=_markdown,
+)
 def history(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Every bank of a ``history`` run against the rules the history bank is built by: supports are
     other recordings of the same participant in the same environment, recorded strictly earlier,
@@ -54,16 +61,31 @@ def history(data: AuditData, cfg: AuditConfig) -> CheckResult:
         for kind, what, field in problems(rec, limit_pos, limit_all):
             kinds[kind] += 1
             sev: Severity = "warning" if kind == "too_many_supports" else "error"
-            res.findings.append(finding(key, kind, sev, f"{RULES[kind]}: {what}",
-                                        items=[f"{rec.get('client_tag')}_{rec.get('scenario')}"], fields=[field]))
+            res.findings.append(
+                finding(
+                    key,
+                    kind,
+                    sev,
+                    f"{RULES[kind]}: {what}",
+                    items=[f"{rec.get('client_tag')}_{rec.get('scenario')}"],
+                    fields=[field],
+                )
+            )
     sizes = Counter(len(r.get("supports") or []) for r in data.histories)
-    res.stats = {"banks": len(data.histories),
-                 "longitudinal": sum(bool(r.get("longitudinal")) for r in data.histories),
-                 "with_positive": sum(any(s.get("history_type") == "setup" for s in r.get("supports") or [])
-                                      for r in data.histories),
-                 "supports_per_bank": {str(k): v for k, v in sorted(sizes.items())},
-                 "shortfalls": dict(sorted(Counter(s for r in data.histories for s in r.get("shortfalls") or []).items())),
-                 "findings_by_kind": dict(sorted(kinds.items())), "limits": {"positives": limit_pos, "supports": limit_all}}
+    res.stats = {
+        "banks": len(data.histories),
+        "longitudinal": sum(bool(r.get("longitudinal")) for r in data.histories),
+        "with_positive": sum(
+            any(s.get("history_type") == "setup" for s in r.get("supports") or [])
+            for r in data.histories
+        ),
+        "supports_per_bank": {str(k): v for k, v in sorted(sizes.items())},
+        "shortfalls": dict(
+            sorted(Counter(s for r in data.histories for s in r.get("shortfalls") or []).items())
+        ),
+        "findings_by_kind": dict(sorted(kinds.items())),
+        "limits": {"positives": limit_pos, "supports": limit_all},
+    }
     return res
 
 
@@ -82,15 +104,38 @@ def problems(rec: dict[str, Any], positives: int, supports: int) -> list[tuple[s
             out.append(("repeated_support", f"{ident[0]} appears twice", at))
         seen.add(ident)
         if s.get("participant") != rec.get("participant"):
-            out.append(("wrong_participant", f"{s.get('participant')} != {rec.get('participant')}", f"{at}.participant"))
+            out.append(
+                (
+                    "wrong_participant",
+                    f"{s.get('participant')} != {rec.get('participant')}",
+                    f"{at}.participant",
+                )
+            )
         if s.get("environment") != rec.get("environment"):
-            out.append(("wrong_environment", f"{s.get('environment')} != {rec.get('environment')}", f"{at}.environment"))
+            out.append(
+                (
+                    "wrong_environment",
+                    f"{s.get('environment')} != {rec.get('environment')}",
+                    f"{at}.environment",
+                )
+            )
         if str(s.get("recorded_at")) >= str(rec.get("recorded_at")):
-            out.append(("later_support", f"{s.get('recorded_at')} is not before {rec.get('recorded_at')}",
-                        f"{at}.recorded_at"))
+            out.append(
+                (
+                    "later_support",
+                    f"{s.get('recorded_at')} is not before {rec.get('recorded_at')}",
+                    f"{at}.recorded_at",
+                )
+            )
         same = s.get("script") == rec.get("script")
         if s.get("history_type") == "setup" and not same:
-            out.append(("positive_other_script", f"script {s.get('script')!r}, not {rec.get('script')!r}", at))
+            out.append(
+                (
+                    "positive_other_script",
+                    f"script {s.get('script')!r}, not {rec.get('script')!r}",
+                    at,
+                )
+            )
         if s.get("history_type") == "negative" and same:
             out.append(("negative_same_script", f"script {s.get('script')!r}", at))
     pos = sum(s.get("history_type") == "setup" for s in sups)

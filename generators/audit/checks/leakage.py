@@ -33,16 +33,26 @@ if TYPE_CHECKING:
 
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
-    out = [f"{s['terms']} privileged texts searched in the visible fields of {s['items']} items "
-           f"({s['ngram']}-word n-grams, containment >= {s['containment']}).", ""]
+    out = [
+        f"{s['terms']} privileged texts searched in the visible fields of {s['items']} items "
+        f"({s['ngram']}-word n-grams, containment >= {s['containment']}).",
+        "",
+    ]
     if s["context_overlap"]:
-        out += ["Context-overlap tell: share of each option's word trigrams found in the item's visible "
-                "fields, and how often picking the option with the most is right.", ""]
+        out += [
+            "Context-overlap tell: share of each option's word trigrams found in the item's visible "
+            "fields, and how often picking the option with the most is right.",
+            "",
+        ]
         out += table([{"question type": t, **v} for t, v in s["context_overlap"].items()])
     return out + tells_table(r)
+
+
 _PATHLIKE = re.compile(r"^[^\s]*[/\\][^\s]*$|^[^\s/\\]+\.[A-Za-z0-9]{2,5}$")
-_ANSWER_MARK = re.compile(r"(?:^|[^a-z0-9])(?:ans|answer|gt|key|correct|label|target|sol|solution)[\s_\-.:=]*"
-                          r"([a-z]|\d{1,2})(?=$|[^a-z0-9])")
+_ANSWER_MARK = re.compile(
+    r"(?:^|[^a-z0-9])(?:ans|answer|gt|key|correct|label|target|sol|solution)[\s_\-.:=]*"
+    r"([a-z]|\d{1,2})(?=$|[^a-z0-9])"
+)
 
 
 def _terms(it: MCQ, min_chars: int) -> list[tuple[str, str]]:
@@ -70,17 +80,27 @@ def _flatten(path: str, text: str) -> list[tuple[str, str]]:
         except json.JSONDecodeError:
             value = None
         if isinstance(value, dict):
-            return [x for k, v in value.items() for x in _flatten(f"{path}.{k}", v if isinstance(v, str) else json.dumps(v))]
+            return [
+                x
+                for k, v in value.items()
+                for x in _flatten(f"{path}.{k}", v if isinstance(v, str) else json.dumps(v))
+            ]
         if isinstance(value, list):
-            return [x for v in value for x in _flatten(path, v if isinstance(v, str) else json.dumps(v))]
+            return [
+                x for v in value for x in _flatten(path, v if isinstance(v, str) else json.dumps(v))
+            ]
     return [(path, line) for line in text.splitlines()]
 
 
-@check("leakage", order=2, title="Privileged leakage into visible fields, ids and file names",
-       finds="the answer or a privileged text in a visible field, an id, a file name or another item, "
-             "and answers sharing the most phrases with the context",
-       uses=("leak_ngram", "leak_containment", "leak_min_chars", "min_items_per_test", *TELL_OPTIONS),
-       markdown=_markdown)
+@check(
+    "leakage",
+    order=2,
+    title="Privileged leakage into visible fields, ids and file names",
+    finds="the answer or a privileged text in a visible field, an id, a file name or another item, "
+    "and answers sharing the most phrases with the context",
+    uses=("leak_ngram", "leak_containment", "leak_min_chars", "min_items_per_test", *TELL_OPTIONS),
+    markdown=_markdown,
+)
 def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """A privileged text (the answer, gold terms, hidden state, future narration) in a visible field
     of the same item (word-boundary match of the normalised text, or a share of its word n-grams),
@@ -88,8 +108,12 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     key = "leakage"
     res = CheckResult(key)
     if data.scenarios is not None:
-        return CheckResult(key, "skipped", "a scenario bank: gold words in user speech and object names in camera "
-                                           "text are the scenarios check's rules")
+        return CheckResult(
+            key,
+            "skipped",
+            "a scenario bank: gold words in user speech and object names in camera "
+            "text are the scenarios check's rules",
+        )
     if data.bundles is not None or not data.items:
         return CheckResult(key, "skipped", "no items with visible and privileged fields")
     n = cfg.leak_ngram
@@ -97,7 +121,9 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     per_kind: Counter[str] = Counter()
     index = _TermIndex()
     fields = _VisibleTexts()
-    for i, it in enumerate(data.items):  # the same-item leaks; the other items' index is built on the way
+    for i, it in enumerate(
+        data.items
+    ):  # the same-item leaks; the other items' index is built on the way
         bank = data.bank_name(i)
         terms = _terms(it, cfg.leak_min_chars)
         visible = data.visible(i)
@@ -113,11 +139,25 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 if has_phrase(t, v):
                     reported.add((path, src))
                     pathlike = bool(_PATHLIKE.match(raw.get(path, "").strip()))
-                    kind = ("answer" if is_answer else "privileged") + ("_in_file_name" if pathlike else "_in_visible")
-                    what = (f"the {'answer' if is_answer else src} text appears in visible field {path}"
-                            + (" (a file name)" if pathlike else ""))
-                    res.findings.append(finding(key, kind, "error", what, items=[it.item_id], fields=[path, src],
-                                                numbers={"chars": len(t)}, bank=bank))
+                    kind = ("answer" if is_answer else "privileged") + (
+                        "_in_file_name" if pathlike else "_in_visible"
+                    )
+                    what = (
+                        f"the {'answer' if is_answer else src} text appears in visible field {path}"
+                        + (" (a file name)" if pathlike else "")
+                    )
+                    res.findings.append(
+                        finding(
+                            key,
+                            kind,
+                            "error",
+                            what,
+                            items=[it.item_id],
+                            fields=[path, src],
+                            numbers={"chars": len(t)},
+                            bank=bank,
+                        )
+                    )
                     per_kind[kind] += 1
                 elif len(t_grams):
                     if path not in vis_grams:
@@ -125,37 +165,71 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                     shared = float(member(t_grams, vis_grams[path]).mean())
                     if shared >= cfg.leak_containment:
                         reported.add((path, src))
-                        kind = "answer_ngrams_in_visible" if is_answer else "privileged_ngrams_in_visible"
-                        res.findings.append(finding(
-                            key, kind, "warning",
-                            f"{shared:.0%} of the {n}-word phrases of {'the answer' if is_answer else src} appear in {path}",
-                            items=[it.item_id], fields=[path, src], numbers={"containment": rounded(shared, 3), "n": n},
-                            bank=bank))
+                        kind = (
+                            "answer_ngrams_in_visible"
+                            if is_answer
+                            else "privileged_ngrams_in_visible"
+                        )
+                        res.findings.append(
+                            finding(
+                                key,
+                                kind,
+                                "warning",
+                                f"{shared:.0%} of the {n}-word phrases of {'the answer' if is_answer else src} appear in {path}",
+                                items=[it.item_id],
+                                fields=[path, src],
+                                numbers={"containment": rounded(shared, 3), "n": n},
+                                bank=bank,
+                            )
+                        )
                         per_kind[kind] += 1
             if has_phrase(t, norm(it.item_id)) and ("item_id", src) not in reported:
                 reported.add(("item_id", src))
-                res.findings.append(finding(key, "privileged_in_id", "error",
-                                            f"the item id contains the {'answer' if src.startswith('options[') else src} text",
-                                            items=[it.item_id], fields=["item_id", src], bank=bank))
+                res.findings.append(
+                    finding(
+                        key,
+                        "privileged_in_id",
+                        "error",
+                        f"the item id contains the {'answer' if src.startswith('options[') else src} text",
+                        items=[it.item_id],
+                        fields=["item_id", src],
+                        bank=bank,
+                    )
+                )
                 per_kind["privileged_in_id"] += 1
         if it.answer is not None:
             marks = {m.group(1) for m in _ANSWER_MARK.finditer(it.item_id.casefold())}
             if marks & {LETTERS[it.answer], str(it.answer), str(it.answer + 1)}:
-                res.findings.append(finding(key, "answer_in_id", "error",
-                                            f"the item id marks the answer ({letter(it.answer)})",
-                                            items=[it.item_id], fields=["item_id", "answer"], bank=bank))
+                res.findings.append(
+                    finding(
+                        key,
+                        "answer_in_id",
+                        "error",
+                        f"the item id marks the answer ({letter(it.answer)})",
+                        items=[it.item_id],
+                        fields=["item_id", "answer"],
+                        bank=bank,
+                    )
+                )
                 per_kind["answer_in_id"] += 1
-        index.add(i, terms, grams, n)  # after the item's own search: word ids keep their first-seen order
+        index.add(
+            i, terms, grams, n
+        )  # after the item's own search: word ids keep their first-seen order
         fields.add(visible)
     cross = _cross_item_leaks(data, index, fields, cfg, grams)
     res.findings += cross
     per_kind["privileged_in_other_item"] += len(cross)
     overlap, tells, found = _overlap_tell(data, cfg, grams)
     res.findings += found
-    res.stats = {"items": len(data.items), "terms": index.terms,
-                 "ngram": n, "containment": cfg.leak_containment,
-                 "findings_by_kind": {k: v for k, v in sorted(per_kind.items()) if v},
-                 "context_overlap": overlap, "tells": [t.row() for t in tells]}
+    res.stats = {
+        "items": len(data.items),
+        "terms": index.terms,
+        "ngram": n,
+        "containment": cfg.leak_containment,
+        "findings_by_kind": {k: v for k, v in sorted(per_kind.items()) if v},
+        "context_overlap": overlap,
+        "tells": [t.row() for t in tells],
+    }
     return res
 
 
@@ -163,8 +237,9 @@ OVERLAP_N = 3
 """Word n-gram size of the context-overlap tell (trigrams: short enough to catch a reworded clause)."""
 
 
-def _overlap_tell(data: AuditData, cfg: AuditConfig,
-                  grams: Grams) -> tuple[dict[str, Any], list[Tell], list[FindingRecord]]:
+def _overlap_tell(
+    data: AuditData, cfg: AuditConfig, grams: Grams
+) -> tuple[dict[str, Any], list[Tell], list[FindingRecord]]:
     """Per question type: how often is the answer the option sharing the most word trigrams with
     the item's visible fields? Above chance, a model can match phrases instead of reasoning (an
     answer written from the same narration it is asked about)."""
@@ -176,8 +251,13 @@ def _overlap_tell(data: AuditData, cfg: AuditConfig,
         ans_share, dis_share = [], []
         for i, it in xs:
             parts = [grams.keys(v, OVERLAP_N) for p, v in data.visible(i) if p != "question"]
-            vis = (parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts)) if parts
-                   else np.zeros(0, dtype=np.uint64))
+            vis = (
+                parts[0]
+                if len(parts) == 1
+                else np.unique(np.concatenate(parts))
+                if parts
+                else np.zeros(0, dtype=np.uint64)
+            )
             shares = []
             for o in it.options:
                 g = grams.keys(norm(o), OVERLAP_N)
@@ -190,23 +270,49 @@ def _overlap_tell(data: AuditData, cfg: AuditConfig,
             if shares[a] > 0 and shares[a] > max(x for j, x in enumerate(shares) if j != a):
                 hits.append(it.item_id)
         n, p0 = len(xs), float(np.mean(chance))
-        row: dict[str, Any] = {"items": n, "answer_mean_share": rounded(float(np.mean(ans_share)), 3),
-                               "distractor_mean_share": rounded(float(np.mean(dis_share)), 3),
-                               "pick_most_overlap_accuracy": rounded(len(hits) / n, 3), "chance": rounded(p0, 3)}
+        row: dict[str, Any] = {
+            "items": n,
+            "answer_mean_share": rounded(float(np.mean(ans_share)), 3),
+            "distractor_mean_share": rounded(float(np.mean(dis_share)), 3),
+            "pick_most_overlap_accuracy": rounded(len(hits) / n, 3),
+            "chance": rounded(p0, 3),
+        }
         if n >= cfg.min_items_per_test:
-            tell = Tell({"question_type": qtype, "tell": "pick the most overlap"}, len(hits), n, p0,
-                        binom_greater(len(hits), n, p0))
-            tells.append((tell, hits, {"answer_mean_share": row["answer_mean_share"],
-                                       "distractor_mean_share": row["distractor_mean_share"]}))
+            tell = Tell(
+                {"question_type": qtype, "tell": "pick the most overlap"},
+                len(hits),
+                n,
+                p0,
+                binom_greater(len(hits), n, p0),
+            )
+            tells.append(
+                (
+                    tell,
+                    hits,
+                    {
+                        "answer_mean_share": row["answer_mean_share"],
+                        "distractor_mean_share": row["distractor_mean_share"],
+                    },
+                )
+            )
         else:
             row["note"] = f"not tested: fewer than {cfg.min_items_per_test} items"
         table[qtype] = row
     judged([t for t, _, _ in tells], cfg)
-    out = [tell_finding("leakage", "answer_overlaps_context", t,
-                        f"{t.labels['question_type']}: the option sharing the most word {OVERLAP_N}-grams with the "
-                        "visible fields is the answer in", items=hits, fields=["options[answer]"],
-                        numbers={"question_type": t.labels["question_type"], **shares})
-           for t, hits, shares in tells if t.severity is not None]
+    out = [
+        tell_finding(
+            "leakage",
+            "answer_overlaps_context",
+            t,
+            f"{t.labels['question_type']}: the option sharing the most word {OVERLAP_N}-grams with the "
+            "visible fields is the answer in",
+            items=hits,
+            fields=["options[answer]"],
+            numbers={"question_type": t.labels["question_type"], **shares},
+        )
+        for t, hits, shares in tells
+        if t.severity is not None
+    ]
     return table, [t for t, _, _ in tells], out
 
 
@@ -262,8 +368,8 @@ class _TermIndex:
         cut = np.searchsorted(part[order], np.arange(PARTS + 1))
         keys, tids = keys[order], tids[order]
         for p in range(PARTS):
-            self.keys[p].frombytes(keys[cut[p]:cut[p + 1]].tobytes())
-            self.tids[p].frombytes(tids[cut[p]:cut[p + 1]].tobytes())
+            self.keys[p].frombytes(keys[cut[p] : cut[p + 1]].tobytes())
+            self.tids[p].frombytes(tids[cut[p] : cut[p + 1]].tobytes())
 
     def build(self) -> None:
         """Sort each part by key (a key's owners stay in their order) and drop the bank's template
@@ -300,11 +406,16 @@ class _TermIndex:
             if cut[p] == cut[p + 1]:
                 continue
             ukeys, starts, tids = self.parts[p]
-            mine = keys[cut[p]:cut[p + 1]]
+            mine = keys[cut[p] : cut[p + 1]]
             at = np.searchsorted(ukeys, mine[member(mine, ukeys)])
             if len(at):
                 lo, runs = starts[at], starts[at + 1] - starts[at]
-                hits.append(tids[np.repeat(lo - np.concatenate(([0], np.cumsum(runs)[:-1])), runs) + np.arange(runs.sum())])
+                hits.append(
+                    tids[
+                        np.repeat(lo - np.concatenate(([0], np.cumsum(runs)[:-1])), runs)
+                        + np.arange(runs.sum())
+                    ]
+                )
         if not hits:
             return []
         hit = np.concatenate(hits)
@@ -314,7 +425,14 @@ class _TermIndex:
         ok[ok] = count[ok] / size[ok] >= containment
         owner, first, count, size = owner[ok], first[ok], count[ok], size[ok]
         by_meeting = np.argsort(first, kind="stable")
-        return list(zip(owner[by_meeting].tolist(), count[by_meeting].tolist(), size[by_meeting].tolist(), strict=True))
+        return list(
+            zip(
+                owner[by_meeting].tolist(),
+                count[by_meeting].tolist(),
+                size[by_meeting].tolist(),
+                strict=True,
+            )
+        )
 
 
 class _VisibleTexts:
@@ -343,8 +461,9 @@ class _VisibleTexts:
         return text_of, order, np.concatenate(([0], np.cumsum(np.bincount(text_of))))
 
 
-def _cross_item_leaks(data: AuditData, index: _TermIndex, fields: _VisibleTexts, cfg: AuditConfig,
-                      grams: Grams) -> list[FindingRecord]:
+def _cross_item_leaks(
+    data: AuditData, index: _TermIndex, fields: _VisibleTexts, cfg: AuditConfig, grams: Grams
+) -> list[FindingRecord]:
     """A privileged text of one item (at least n words) inside the visible text of another:
     an index of the privileged n-grams, probed once per distinct visible text, as the items are
     read again in order."""
@@ -360,25 +479,35 @@ def _cross_item_leaks(data: AuditData, index: _TermIndex, fields: _VisibleTexts,
     out: list[FindingRecord] = []
     done = np.zeros(len(text_start) - 1, dtype=bool)
     for i in range(len(data.items)):
-        for r, (_, text) in zip(range(fields.start[i], fields.start[i + 1]), data.visible(i), strict=True):
+        for r, (_, text) in zip(
+            range(fields.start[i], fields.start[i + 1]), data.visible(i), strict=True
+        ):
             t = int(text_of[r])
             if done[t]:
                 continue
             done[t] = True
-            owners = by_text[text_start[t]:text_start[t + 1]].tolist()  # (item, field) rows showing it
+            owners = by_text[
+                text_start[t] : text_start[t + 1]
+            ].tolist()  # (item, field) rows showing it
             for tid, k, size in index.contained(grams.keys(text, n), cfg.leak_containment):
                 src_item, src = index.item[tid], src_paths[index.src[tid]]
-                if t in text_of[fields.start[src_item]:fields.start[src_item + 1]]:
+                if t in text_of[fields.start[src_item] : fields.start[src_item + 1]]:
                     continue  # the item's own visible text: reported as a same-item leak
                 for row in owners:
                     j = int(item_of[row])
                     if j == src_item:
                         continue
                     path = path_names[fields.path[row]]
-                    out.append(finding(
-                        "leakage", "privileged_in_other_item", "warning",
-                        f"{k / size:.0%} of {src} of {ids[src_item]} appears in {path} of {ids[j]}",
-                        items=[ids[src_item], ids[j]], fields=[src, path],
-                        numbers={"containment": rounded(k / size, 3), "n": n}))
+                    out.append(
+                        finding(
+                            "leakage",
+                            "privileged_in_other_item",
+                            "warning",
+                            f"{k / size:.0%} of {src} of {ids[src_item]} appears in {path} of {ids[j]}",
+                            items=[ids[src_item], ids[j]],
+                            fields=[src, path],
+                            numbers={"containment": rounded(k / size, 3), "n": n},
+                        )
+                    )
     out.sort(key=lambda f: (f.items, f.fields))
     return out

@@ -46,10 +46,16 @@ def _markdown(r: CheckResult) -> list[str]:
     return per_type_table(r) + tells_table(r)
 
 
-@check("length", order=4, title="Option-length tell",
-       finds="picking the longest/shortest option beats chance, and answers much longer or shorter than "
-             "every distractor",
-       uses=("length_ratio", "min_items_per_test", *TELL_OPTIONS), markdown=_markdown, plot=_plot)
+@check(
+    "length",
+    order=4,
+    title="Option-length tell",
+    finds="picking the longest/shortest option beats chance, and answers much longer or shorter than "
+    "every distractor",
+    uses=("length_ratio", "min_items_per_test", *TELL_OPTIONS),
+    markdown=_markdown,
+    plot=_plot,
+)
 def length(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Does picking the longest (or shortest) option beat chance? One-sided binomial test per
     question type; and per item, EgoToM's length-ratio rule."""
@@ -77,29 +83,55 @@ def length(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 shortest.append(it.item_id)
             r_long = lens[a] / max(1, others.max())
             r_short = others.min() / max(1, lens[a])
-            for ratio, kind, word in ((r_long, "answer_much_longer", "longer"),
-                                      (r_short, "answer_much_shorter", "shorter")):
+            for ratio, kind, word in (
+                (r_long, "answer_much_longer", "longer"),
+                (r_short, "answer_much_shorter", "shorter"),
+            ):
                 if ratio > cfg.length_ratio:
-                    res.findings.append(finding(
-                        key, kind, "warning",
-                        f"the answer is {ratio:.2f}x {word} than {'every' if word == 'longer' else 'the shortest'} "
-                        f"distractor (rule: > {cfg.length_ratio})" if word == "longer" else
-                        f"every distractor is at least {ratio:.2f}x longer than the answer (rule: > {cfg.length_ratio})",
-                        items=[it.item_id], fields=[f"options[{a}]"],
-                        numbers={"ratio": rounded(ratio, 3), "answer_chars": int(lens[a]),
-                                 "distractor_chars": others.tolist()},
-                        bank=data.bank_name(i)))
+                    res.findings.append(
+                        finding(
+                            key,
+                            kind,
+                            "warning",
+                            f"the answer is {ratio:.2f}x {word} than {'every' if word == 'longer' else 'the shortest'} "
+                            f"distractor (rule: > {cfg.length_ratio})"
+                            if word == "longer"
+                            else f"every distractor is at least {ratio:.2f}x longer than the answer (rule: > {cfg.length_ratio})",
+                            items=[it.item_id],
+                            fields=[f"options[{a}]"],
+                            numbers={
+                                "ratio": rounded(ratio, 3),
+                                "answer_chars": int(lens[a]),
+                                "distractor_chars": others.tolist(),
+                            },
+                            bank=data.bank_name(i),
+                        )
+                    )
         n = len(xs)
         p0 = float(np.mean(chance))
-        row: dict[str, Any] = {"items": n, "answer_mean_chars": rounded(float(np.mean(ans_len)), 1),
-                               "distractor_mean_chars": rounded(float(np.mean(dis_len)), 1),
-                               "pick_longest_accuracy": rounded(len(longest) / n, 3),
-                               "pick_shortest_accuracy": rounded(len(shortest) / n, 3), "chance": rounded(p0, 3)}
+        row: dict[str, Any] = {
+            "items": n,
+            "answer_mean_chars": rounded(float(np.mean(ans_len)), 1),
+            "distractor_mean_chars": rounded(float(np.mean(dis_len)), 1),
+            "pick_longest_accuracy": rounded(len(longest) / n, 3),
+            "pick_shortest_accuracy": rounded(len(shortest) / n, 3),
+            "chance": rounded(p0, 3),
+        }
         res.series[qtype] = {"answer": ans_len, "distractor": dis_len}
         if n >= cfg.min_items_per_test:
             for name, hit in (("longest", longest), ("shortest", shortest)):
-                tells.append((Tell({"question_type": qtype, "tell": f"pick the {name}"}, len(hit), n, p0,
-                                   binom_greater(len(hit), n, p0)), hit))
+                tells.append(
+                    (
+                        Tell(
+                            {"question_type": qtype, "tell": f"pick the {name}"},
+                            len(hit),
+                            n,
+                            p0,
+                            binom_greater(len(hit), n, p0),
+                        ),
+                        hit,
+                    )
+                )
         else:
             row["note"] = f"not tested: fewer than {cfg.min_items_per_test} items"
         table[qtype] = row
@@ -107,8 +139,20 @@ def length(data: AuditData, cfg: AuditConfig) -> CheckResult:
     for t, hit in tells:
         if t.severity is not None:
             qtype, name = t.labels["question_type"], t.labels["tell"].split()[-1]
-            res.findings.append(tell_finding(
-                key, f"{name}_option_tell", t, f"{qtype}: picking the {name} option is right in",
-                items=hit, fields=["options[answer]"], numbers={"question_type": qtype}))
-    res.stats = {"per_question_type": table, "tells": [t.row() for t, _ in tells], "ratio_rule": cfg.length_ratio}
+            res.findings.append(
+                tell_finding(
+                    key,
+                    f"{name}_option_tell",
+                    t,
+                    f"{qtype}: picking the {name} option is right in",
+                    items=hit,
+                    fields=["options[answer]"],
+                    numbers={"question_type": qtype},
+                )
+            )
+    res.stats = {
+        "per_question_type": table,
+        "tells": [t.row() for t, _ in tells],
+        "ratio_rule": cfg.length_ratio,
+    }
     return res

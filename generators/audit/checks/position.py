@@ -20,8 +20,12 @@ if TYPE_CHECKING:
 
 
 def _markdown(r: CheckResult) -> list[str]:
-    return table([{"group": k, **{c: v for c, v in row.items() if c not in ("question_type",)}}
-                  for k, row in r.stats["groups"].items()]) + tells_table(r)
+    return table(
+        [
+            {"group": k, **{c: v for c, v in row.items() if c not in ("question_type",)}}
+            for k, row in r.stats["groups"].items()
+        ]
+    ) + tells_table(r)
 
 
 def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:
@@ -33,9 +37,25 @@ def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:
     for g, counts in enumerate(series.values()):
         total = sum(counts) or 1
         for j, c in enumerate(counts):
-            ax.bar(g + j * width, c / total, width, color=f"C{j}", label=chr(65 + j) if g == 0 else None)
-        ax.hlines(1 / len(counts), g - width / 2, g + (len(counts) - 0.5) * width, colors="k", linestyles="dashed")
-    ax.set_xticks([g + (len(c) - 1) * width / 2 for g, c in enumerate(series.values())], list(series), fontsize=8)
+            ax.bar(
+                g + j * width,
+                c / total,
+                width,
+                color=f"C{j}",
+                label=chr(65 + j) if g == 0 else None,
+            )
+        ax.hlines(
+            1 / len(counts),
+            g - width / 2,
+            g + (len(counts) - 0.5) * width,
+            colors="k",
+            linestyles="dashed",
+        )
+    ax.set_xticks(
+        [g + (len(c) - 1) * width / 2 for g, c in enumerate(series.values())],
+        list(series),
+        fontsize=8,
+    )
     ax.set_ylabel("share of answers")
     ax.legend(title="position", fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
@@ -44,9 +64,15 @@ def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:
     return "positions.png"
 
 
-@check("position", order=3, title="Answer-position balance",
-       finds="answers piling up at one option position (chi-square against uniform)",
-       uses=("min_items_per_test", *TELL_OPTIONS), markdown=_markdown, plot=_plot)
+@check(
+    "position",
+    order=3,
+    title="Answer-position balance",
+    finds="answers piling up at one option position (chi-square against uniform)",
+    uses=("min_items_per_test", *TELL_OPTIONS),
+    markdown=_markdown,
+    plot=_plot,
+)
 def position(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Per question type, are answers spread evenly over the positions? Chi-square goodness of fit
     against uniform; the tell's effect is how much always answering the most frequent position
@@ -60,22 +86,40 @@ def position(data: AuditData, cfg: AuditConfig) -> CheckResult:
     items = data.items  # the columns: no item is read
     mcq = data.mcq.indices
     groups: dict[tuple[str, int], list[int]] = defaultdict(list)
-    for i, t, k in zip(mcq.tolist(), items.qtype[mcq].tolist(), items.n_options[mcq].tolist(), strict=True):
+    for i, t, k in zip(
+        mcq.tolist(), items.qtype[mcq].tolist(), items.n_options[mcq].tolist(), strict=True
+    ):
         groups[(items.types[t], k)].append(i)
     table = {}
     tells: list[tuple[Tell, list[int], np.ndarray]] = []
     for (qtype, k), xs in sorted(groups.items()):
         answers = items.answer[xs].tolist()  # data.mcq keeps only items with a known answer
         counts = np.bincount(answers, minlength=k)
-        row: dict[str, Any] = {"question_type": qtype, "options": k, "items": len(xs),
-                               "counts": {LETTERS[j]: int(c) for j, c in enumerate(counts)}}
+        row: dict[str, Any] = {
+            "question_type": qtype,
+            "options": k,
+            "items": len(xs),
+            "counts": {LETTERS[j]: int(c) for j, c in enumerate(counts)},
+        }
         res.series[f"{qtype} ({k} options)"] = counts.tolist()
         if len(xs) >= cfg.min_items_per_test and len(xs) >= 5 * k:
             stat, p = chisquare(counts)
             row["chi2"] = rounded(stat, 3)
             best = int(np.argmax(counts))  # the shortcut: always answer the most frequent position
-            tells.append((Tell({"question_type": qtype, "options": k, "tell": f"always {LETTERS[best]}"},
-                               int(counts[best]), len(xs), 1 / k, float(p), test="chi-square"), xs, counts))
+            tells.append(
+                (
+                    Tell(
+                        {"question_type": qtype, "options": k, "tell": f"always {LETTERS[best]}"},
+                        int(counts[best]),
+                        len(xs),
+                        1 / k,
+                        float(p),
+                        test="chi-square",
+                    ),
+                    xs,
+                    counts,
+                )
+            )
         else:
             row["note"] = f"not tested: fewer than max({cfg.min_items_per_test}, 5 x options) items"
         table[f"{qtype}/{k}"] = row
@@ -88,12 +132,22 @@ def position(data: AuditData, cfg: AuditConfig) -> CheckResult:
         resid = (counts - expected) / math.sqrt(expected)
         over = [j for j in range(k) if resid[j] >= 2] or [int(np.argmax(resid))]
         shares = ", ".join(f"{LETTERS[j]} {counts[j] / len(xs):.0%}" for j in over)
-        res.findings.append(tell_finding(
-            key, "position_bias", t,
-            f"{qtype}: answers pile up at {shares} (expected {1 / k:.0%} each, chi-square test); "
-            f"always answering {t.labels['tell'].split()[-1]} is right in",
-            items=[items.ids[i] for i in xs if int(items.answer[i]) in over], fields=["answer"],
-            numbers={"question_type": qtype, "counts": table[f"{qtype}/{k}"]["counts"],
-                     "chi2": table[f"{qtype}/{k}"]["chi2"], "positions": [LETTERS[j] for j in over]}))
+        res.findings.append(
+            tell_finding(
+                key,
+                "position_bias",
+                t,
+                f"{qtype}: answers pile up at {shares} (expected {1 / k:.0%} each, chi-square test); "
+                f"always answering {t.labels['tell'].split()[-1]} is right in",
+                items=[items.ids[i] for i in xs if int(items.answer[i]) in over],
+                fields=["answer"],
+                numbers={
+                    "question_type": qtype,
+                    "counts": table[f"{qtype}/{k}"]["counts"],
+                    "chi2": table[f"{qtype}/{k}"]["chi2"],
+                    "positions": [LETTERS[j] for j in over],
+                },
+            )
+        )
     res.stats = {"groups": table, "tells": [t.row() for t, _, _ in tells]}
     return res

@@ -16,14 +16,22 @@ if TYPE_CHECKING:
 
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
-    return [f"{s['labelled']} items labelled by {cell(', '.join(s['reviewers']))}; "
-            f"{s['disagreements']} with differing decisions; agreement on the decision: "
-            f"{s['agreement']['method']} kappa {cell(s['agreement']['kappa'])} over {s['agreement']['items']} items "
-            f"rated by two or more.", ""]
+    return [
+        f"{s['labelled']} items labelled by {cell(', '.join(s['reviewers']))}; "
+        f"{s['disagreements']} with differing decisions; agreement on the decision: "
+        f"{s['agreement']['method']} kappa {cell(s['agreement']['kappa'])} over {s['agreement']['items']} items "
+        f"rated by two or more.",
+        "",
+    ]
 
 
-@check("review", order=14, title="Review: reviewers' disagreement",
-       finds="items whose reviewers (gen review) gave different decisions", markdown=_markdown)
+@check(
+    "review",
+    order=14,
+    title="Review: reviewers' disagreement",
+    finds="items whose reviewers (gen review) gave different decisions",
+    markdown=_markdown,
+)
 def review(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Reads the labels people gave the audited run folder's items with ``python -m gen review``
     (``reviews/<reviewer>.jsonl``, each reviewer's last label of an item) and lists every item two
@@ -32,10 +40,17 @@ def review(data: AuditData, cfg: AuditConfig) -> CheckResult:
     two reviewers, Fleiss' for more). Skipped when no input run folder has labels."""
     key = "review"
     folder = next((f for f in data.folders if read_labels(f)), None)
-    last = {r: latest(ls)[0] for r, ls in read_labels(folder).items() if ls} if folder is not None else {}
+    last = (
+        {r: latest(ls)[0] for r, ls in read_labels(folder).items() if ls}
+        if folder is not None
+        else {}
+    )
     if not last:
-        return CheckResult(key, "skipped", f"no labels in the input run folder's {REVIEWS}/ "
-                                           "(python -m gen review makes them)")
+        return CheckResult(
+            key,
+            "skipped",
+            f"no labels in the input run folder's {REVIEWS}/ (python -m gen review makes them)",
+        )
     res = CheckResult(key)
     reviewers = sorted(last)
     by_item: dict[str, dict[str, Any]] = {}
@@ -50,10 +65,21 @@ def review(data: AuditData, cfg: AuditConfig) -> CheckResult:
         if len(set(decisions.values())) > 1:
             disagreements += 1
             shown = ", ".join(f"{r}: {d}" for r, d in sorted(decisions.items()))
-            res.findings.append(finding(key, "review_disagreement", "warning",
-                                        f"reviewers decided differently ({shown})", items=[record[item_id]],
-                                        numbers={"item_id": item_id, "decisions": decisions}))
-    res.stats = {"reviewers": reviewers, "labelled": len(record), "disagreements": disagreements,
-                 "per_reviewer": {r: len(last[r]) for r in reviewers},
-                 "agreement": field_agreement(by_item, reviewers)}
+            res.findings.append(
+                finding(
+                    key,
+                    "review_disagreement",
+                    "warning",
+                    f"reviewers decided differently ({shown})",
+                    items=[record[item_id]],
+                    numbers={"item_id": item_id, "decisions": decisions},
+                )
+            )
+    res.stats = {
+        "reviewers": reviewers,
+        "labelled": len(record),
+        "disagreements": disagreements,
+        "per_reviewer": {r: len(last[r]) for r in reviewers},
+        "agreement": field_agreement(by_item, reviewers),
+    }
     return res

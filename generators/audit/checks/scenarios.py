@@ -18,9 +18,18 @@ if TYPE_CHECKING:
 SIGNATURE_LIMIT = 2
 """Scenarios per (change_type, target, difficulty, domain) signature: the benchmark validator's
 limit (``validate_scenarios.py``, check 3), as ``gen scenarios`` applies it by default."""
-WARNING_RULES = frozenset({"camera_evaluates_technique", "camera_refers_to_turn_1", "camera_functional_label",
-                           "shift_announced", "speech_not_deictic", "speech_describes_properties",
-                           "repair_not_named", "repetitive_text"})
+WARNING_RULES = frozenset(
+    {
+        "camera_evaluates_technique",
+        "camera_refers_to_turn_1",
+        "camera_functional_label",
+        "shift_announced",
+        "speech_not_deictic",
+        "speech_describes_properties",
+        "repair_not_named",
+        "repetitive_text",
+    }
+)
 """Rules that are gen's word patterns for an authoring rule (a list of phrases, not the rule
 itself): a hit is for a person to read, so a warning. Every other rule (schema, field presence,
 gold tokens in user speech, object names in camera text, duplicate turn-2 texts, the signature
@@ -31,11 +40,22 @@ SIGNATURE_FIELDS = ["change_type", "target_context", "difficulty_tier", "activit
 
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
-    out = [f"{s['scenarios']} scenarios ({cell(s['subset'])}); targets: {cell(s['target_context'])}; "
-           f"{s['with_findings']} with at least one finding, {s['schema_invalid']} outside the released schema "
-           f"(only the schema and field-presence rules are applied to those).", ""]
-    rows = [{"rule": k, "scenarios": v["scenarios"], "findings": v["findings"], "severity": v["severity"],
-             "rule says": v["says"]} for k, v in s["rules"].items()]
+    out = [
+        f"{s['scenarios']} scenarios ({cell(s['subset'])}); targets: {cell(s['target_context'])}; "
+        f"{s['with_findings']} with at least one finding, {s['schema_invalid']} outside the released schema "
+        f"(only the schema and field-presence rules are applied to those).",
+        "",
+    ]
+    rows = [
+        {
+            "rule": k,
+            "scenarios": v["scenarios"],
+            "findings": v["findings"],
+            "severity": v["severity"],
+            "rule says": v["says"],
+        }
+        for k, v in s["rules"].items()
+    ]
     return out + table(rows)
 
 
@@ -45,10 +65,14 @@ def _fields(detail: str, names: tuple[str, ...]) -> list[str]:
     return [min(hits)[1]] if hits else []
 
 
-@check("scenarios", order=16, title="Context-tracking scenarios: the benchmark's authoring rules",
-       finds="scenarios breaking the context benchmark's authoring rules: gold words in user speech, object names "
-             "in camera text, schema and field presence, duplicate turn-2 texts, signatures over the limit",
-       markdown=_markdown)
+@check(
+    "scenarios",
+    order=16,
+    title="Context-tracking scenarios: the benchmark's authoring rules",
+    finds="scenarios breaking the context benchmark's authoring rules: gold words in user speech, object names "
+    "in camera text, schema and field presence, duplicate turn-2 texts, signatures over the limit",
+    markdown=_markdown,
+)
 def scenarios(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """Every scenario of a bank in the Wearable Assistant Context Bench's released schema (a
     ``scenarios`` run or any JSONL of such records) against the rules ``gen scenarios`` refuses
@@ -81,7 +105,10 @@ def scenarios(data: AuditData, cfg: AuditConfig) -> CheckResult:
     says: dict[str, str] = {}
     for _, rule, text in RULES:
         says.setdefault(rule, text)
-    names = (*(f for f in RECORD_FIELDS if f != "gold"), *GOLD_FIELDS)  # "gold item 'x' in turn_2_user" names turn_2_user
+    names = (
+        *(f for f in RECORD_FIELDS if f != "gold"),
+        *GOLD_FIELDS,
+    )  # "gold item 'x' in turn_2_user" names turn_2_user
     res = CheckResult(key)
     per_rule: dict[str, set[str]] = {}
     counts: Counter[str] = Counter()
@@ -91,8 +118,16 @@ def scenarios(data: AuditData, cfg: AuditConfig) -> CheckResult:
     def add(rule: str, detail: str, sid: str | None) -> None:
         sev: Severity = "warning" if rule in WARNING_RULES else "error"
         fields = SIGNATURE_FIELDS if rule == "signature_limit" else _fields(detail, names)
-        res.findings.append(finding(key, rule, sev, f"{says.get(rule, rule)}: {detail}",
-                                    items=[sid] if sid else [], fields=fields))
+        res.findings.append(
+            finding(
+                key,
+                rule,
+                sev,
+                f"{says.get(rule, rule)}: {detail}",
+                items=[sid] if sid else [],
+                fields=fields,
+            )
+        )
         counts[rule] += 1
         if sid:
             per_rule.setdefault(rule, set()).add(sid)
@@ -113,13 +148,25 @@ def scenarios(data: AuditData, cfg: AuditConfig) -> CheckResult:
         add(rule, detail, None if sid == "<bank>" else sid)
     flagged = {sid for ids in per_rule.values() for sid in ids}
     res.stats = {
-        "scenarios": len(data.scenarios), "schema_invalid": invalid, "with_findings": len(flagged),
+        "scenarios": len(data.scenarios),
+        "schema_invalid": invalid,
+        "with_findings": len(flagged),
         "signature_limit": SIGNATURE_LIMIT,
         "subset": dict(sorted(Counter(str(s.get("subset")) for s in data.scenarios).items())),
-        "target_context": dict(sorted(Counter(str(s.get("target_context")) for s in data.scenarios).items())),
-        "change_type": dict(sorted(Counter(str(s.get("change_type")) for s in data.scenarios).items())),
-        "rules": {rule: {"scenarios": len(per_rule.get(rule, ())), "findings": n,
-                         "severity": "warning" if rule in WARNING_RULES else "error", "says": says.get(rule, rule)}
-                  for rule, n in sorted(counts.items())},
+        "target_context": dict(
+            sorted(Counter(str(s.get("target_context")) for s in data.scenarios).items())
+        ),
+        "change_type": dict(
+            sorted(Counter(str(s.get("change_type")) for s in data.scenarios).items())
+        ),
+        "rules": {
+            rule: {
+                "scenarios": len(per_rule.get(rule, ())),
+                "findings": n,
+                "severity": "warning" if rule in WARNING_RULES else "error",
+                "says": says.get(rule, rule),
+            }
+            for rule, n in sorted(counts.items())
+        },
     }
     return res

@@ -24,10 +24,41 @@ if TYPE_CHECKING:
     from gen.generators.audit.data import AuditData
 NEGATION = {"not", "no", "never", "nothing", "none", "nobody", "cannot", "without", "nor", "t"}
 ABSOLUTE = {"always", "never", "all", "every", "only", "completely", "entirely", "none", "must"}
-HEDGE = {"may", "might", "could", "probably", "likely", "possibly", "perhaps", "some", "maybe", "usually"}
-DENSE = ("log_chars", "words", "length_z", "is_longest", "is_shortest", "length_rank", "question_overlap",
-         "question_overlap_rel", "centrality", "centrality_rel", "commas", "ands", "negation", "absolute",
-         "hedge", "digits", "template_start", "distinct_word_ratio", "ends_bare", "end_odd", "lower_start")
+HEDGE = {
+    "may",
+    "might",
+    "could",
+    "probably",
+    "likely",
+    "possibly",
+    "perhaps",
+    "some",
+    "maybe",
+    "usually",
+}
+DENSE = (
+    "log_chars",
+    "words",
+    "length_z",
+    "is_longest",
+    "is_shortest",
+    "length_rank",
+    "question_overlap",
+    "question_overlap_rel",
+    "centrality",
+    "centrality_rel",
+    "commas",
+    "ands",
+    "negation",
+    "absolute",
+    "hedge",
+    "digits",
+    "template_start",
+    "distinct_word_ratio",
+    "ends_bare",
+    "end_odd",
+    "lower_start",
+)
 """The dense features; ``word:<w>`` features follow. The last three are the surface that ``norm``
 drops: no final mark (.?!), a final mark no other option of the item has, a lower-case first letter
 (narrations end bare where a model's rewrites end with a period)."""
@@ -40,7 +71,9 @@ def _jaccard(a: set[str], b: set[str]) -> float:
 def centrality(sets: list[set[str]]) -> list[float]:
     """Each option's mean Jaccard similarity of word sets to the other options."""
     k = len(sets)
-    return [float(np.mean([_jaccard(sets[a], sets[b]) for b in range(k) if b != a])) for a in range(k)]
+    return [
+        float(np.mean([_jaccard(sets[a], sets[b]) for b in range(k) if b != a])) for a in range(k)
+    ]
 
 
 def central_credit(it: MCQ) -> float:
@@ -68,8 +101,9 @@ class Features:
         return (items[:, None] * self.k + np.arange(self.k)).ravel()
 
 
-def option_features(items: Sequence[MCQ], vocab: list[str],
-                    kmax: int | None = None) -> tuple[Features, np.ndarray, list[str]]:
+def option_features(
+    items: Sequence[MCQ], vocab: list[str], kmax: int | None = None
+) -> tuple[Features, np.ndarray, list[str]]:
     """Per item and option, features of the options alone (and the question): length and its
     rank in the item, overlap with the question and with the other options, word patterns, and
     presence of the bank's frequent words. Returns (features, mask[n, k], names). ``kmax``: the
@@ -101,19 +135,36 @@ def option_features(items: Sequence[MCQ], vocab: list[str],
         for j in range(k):
             t, s = toks[j], sets[j]
             dense[r * kmax + j] = [
-                math.log1p(chars[j]), len(t), z[j], chars[j] == chars.max() and (chars == chars.max()).sum() == 1,
-                chars[j] == chars.min() and (chars == chars.min()).sum() == 1, rank[j], qov[j], qov[j] - qov.mean(),
-                cen[j], cen[j] - cen.mean(), it.options[j].count(","), t.count("and"), bool(s & NEGATION),
-                bool(s & ABSOLUTE), bool(s & HEDGE), any(c.isdigit() for c in it.options[j]),
-                bool(t) and firsts[t[0]] > k / 2, len(s) / max(1, len(t)),
-                marks[j] == "", k > 2 and mark_count[marks[j]] == 1, it.options[j].lstrip()[:1].islower(),
+                math.log1p(chars[j]),
+                len(t),
+                z[j],
+                chars[j] == chars.max() and (chars == chars.max()).sum() == 1,
+                chars[j] == chars.min() and (chars == chars.min()).sum() == 1,
+                rank[j],
+                qov[j],
+                qov[j] - qov.mean(),
+                cen[j],
+                cen[j] - cen.mean(),
+                it.options[j].count(","),
+                t.count("and"),
+                bool(s & NEGATION),
+                bool(s & ABSOLUTE),
+                bool(s & HEDGE),
+                any(c.isdigit() for c in it.options[j]),
+                bool(t) and firsts[t[0]] > k / 2,
+                len(s) / max(1, len(t)),
+                marks[j] == "",
+                k > 2 and mark_count[marks[j]] == 1,
+                it.options[j].lstrip()[:1].islower(),
             ]
             for w in s:
                 if w in col:
                     word_rows.append(r * kmax + j)
                     word_cols.append(col[w])
-    words = csr_matrix((np.ones(len(word_rows), dtype=np.float32), (np.asarray(word_rows), np.asarray(word_cols))),
-                       shape=(n * kmax, len(vocab)))
+    words = csr_matrix(
+        (np.ones(len(word_rows), dtype=np.float32), (np.asarray(word_rows), np.asarray(word_cols))),
+        shape=(n * kmax, len(vocab)),
+    )
     return Features(dense, words, n, kmax), mask, names
 
 
@@ -158,11 +209,11 @@ def _standardised(F: Features, mask: np.ndarray, train: np.ndarray) -> Standardi
     v = words.shape[1]
     absent, present = np.zeros(v, dtype=np.float32), np.zeros(v, dtype=np.float32)
     for c in range(0, v, WORD_BLOCK):
-        block = words[:, c:c + WORD_BLOCK].toarray()
+        block = words[:, c : c + WORD_BLOCK].toarray()
         mu, sd = block.mean(axis=0), block.std(axis=0)
         sd[sd < 1e-9] = 1.0
-        absent[c:c + WORD_BLOCK] = (np.float32(0) - mu) / sd
-        present[c:c + WORD_BLOCK] = (np.float32(1) - mu) / sd
+        absent[c : c + WORD_BLOCK] = (np.float32(0) - mu) / sd
+        present[c : c + WORD_BLOCK] = (np.float32(1) - mu) / sd
     a64 = absent.astype(np.float64)
     return Standardised(dense, a64, present.astype(np.float64) - a64)
 
@@ -172,8 +223,9 @@ def _scores(F: Features, S: Standardised, w: np.ndarray) -> np.ndarray:
     return (S.dense @ w[:d] + (S.absent @ w[d:] + F.words @ (S.delta * w[d:]))).reshape(F.n, F.k)
 
 
-def _fit_logit(F: Features, S: Standardised, mask: np.ndarray, y: np.ndarray, l2: float,
-               train: np.ndarray) -> np.ndarray:
+def _fit_logit(
+    F: Features, S: Standardised, mask: np.ndarray, y: np.ndarray, l2: float, train: np.ndarray
+) -> np.ndarray:
     """Conditional logit (softmax over an item's options) on the ``train`` items, L2-penalised, on
     the standardised features ``S``, by L-BFGS."""
     from scipy.optimize import minimize
@@ -222,13 +274,22 @@ def one_blas_thread() -> Any:
     slower with 2 threads on a loaded 2-core machine)."""
     try:
         from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - it comes with scikit-learn, a sentence-transformers dependency
+    except (
+        ImportError
+    ):  # pragma: no cover - it comes with scikit-learn, a sentence-transformers dependency
         return contextlib.nullcontext()
     return threadpool_limits(1)
 
 
-def shortcut_cv(items: Sequence[MCQ], cfg: AuditConfig, seed: int, *, kmax: int | None = None,
-                groups: list[str] | None = None, answers: np.ndarray | None = None) -> dict[str, Any]:
+def shortcut_cv(
+    items: Sequence[MCQ],
+    cfg: AuditConfig,
+    seed: int,
+    *,
+    kmax: int | None = None,
+    groups: list[str] | None = None,
+    answers: np.ndarray | None = None,
+) -> dict[str, Any]:
     """Per item, the out-of-fold probability of the answer and the share of fold draws in which the
     classifier picks it (``correct``, averaged over ``shortcut_repeats`` draws of the folds), and the
     features the classifier fitted on every item leans on most. ``items`` is read twice (the word
@@ -240,17 +301,28 @@ def shortcut_cv(items: Sequence[MCQ], cfg: AuditConfig, seed: int, *, kmax: int 
         if groups is None:
             groups = [it.group or it.item_id for it in items]
         y = np.array([it.answer for it in items]) if answers is None else answers
-        folds_list = [folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)]
+        folds_list = [
+            folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)
+        ]
         p_answer, right = cv_hits(F, mask, y, folds_list, cfg.shortcut_folds, cfg.shortcut_l2)
         everyone = np.ones(len(y), dtype=bool)
         w = _fit_logit(F, _standardised(F, mask, everyone), mask, y, cfg.shortcut_l2, everyone)
         top = np.argsort(-np.abs(w))[:8]
-        return {"p_answer": p_answer / cfg.shortcut_repeats, "correct": right / cfg.shortcut_repeats,
-                "weights": [(names[j], rounded(w[j], 3)) for j in top if abs(w[j]) > 1e-6]}
+        return {
+            "p_answer": p_answer / cfg.shortcut_repeats,
+            "correct": right / cfg.shortcut_repeats,
+            "weights": [(names[j], rounded(w[j], 3)) for j in top if abs(w[j]) > 1e-6],
+        }
 
 
-def cv_hits(F: Features, mask: np.ndarray, y: np.ndarray, folds_list: list[np.ndarray], n_folds: int,
-            l2: float) -> tuple[np.ndarray, np.ndarray]:
+def cv_hits(
+    F: Features,
+    mask: np.ndarray,
+    y: np.ndarray,
+    folds_list: list[np.ndarray],
+    n_folds: int,
+    l2: float,
+) -> tuple[np.ndarray, np.ndarray]:
     """Summed over the fold draws: each item's out-of-fold probability of its answer ``y``, and how
     often the classifier picks it."""
     p_answer = np.zeros(len(y))
@@ -274,11 +346,22 @@ def _markdown(r: CheckResult) -> list[str]:
     return per_type_table(r) + tells_table(r)
 
 
-@check("shortcut", order=7, title="Choice-only shortcut classifier",
-       finds="a classifier that sees only the options beats chance; the answer is the option most like the others",
-       uses=("shortcut_folds", "shortcut_repeats", "shortcut_l2", "shortcut_min_items", "shortcut_confidence",
-             "min_items_per_test", *TELL_OPTIONS),
-       markdown=_markdown)
+@check(
+    "shortcut",
+    order=7,
+    title="Choice-only shortcut classifier",
+    finds="a classifier that sees only the options beats chance; the answer is the option most like the others",
+    uses=(
+        "shortcut_folds",
+        "shortcut_repeats",
+        "shortcut_l2",
+        "shortcut_min_items",
+        "shortcut_confidence",
+        "min_items_per_test",
+        *TELL_OPTIONS,
+    ),
+    markdown=_markdown,
+)
 def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """A conditional-logit classifier that sees only the options (length and its rank, overlap with
     the question and the other options, negations, hedges, absolutes, frequent words, the final
@@ -298,17 +381,40 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
         p0 = float(np.mean(1 / data.items.n_options[idx]))
         credit = [central_credit(it) for it in items]
         hub = [i for i, c in zip(ids, credit, strict=True) if c == 1]  # the answer alone on top
-        hits = int(round(sum(credit)))  # an expected count: the binomial test on it errs on the safe side
+        hits = int(
+            round(sum(credit))
+        )  # an expected count: the binomial test on it errs on the safe side
         if len(items) >= cfg.min_items_per_test:
-            central.append((Tell({"question_type": qtype, "tell": "pick the most central"}, hits, len(items), p0,
-                                 binom_greater(hits, len(items), p0)), hub))
+            central.append(
+                (
+                    Tell(
+                        {"question_type": qtype, "tell": "pick the most central"},
+                        hits,
+                        len(items),
+                        p0,
+                        binom_greater(hits, len(items), p0),
+                    ),
+                    hub,
+                )
+            )
         if len(items) < cfg.shortcut_min_items:
-            table[qtype] = {"items": len(items), "note": f"classifier not run: fewer than {cfg.shortcut_min_items} items",
-                            "pick_most_central_accuracy": rounded(hits / len(items), 3)}
+            table[qtype] = {
+                "items": len(items),
+                "note": f"classifier not run: fewer than {cfg.shortcut_min_items} items",
+                "pick_most_central_accuracy": rounded(hits / len(items), 3),
+            }
             continue
-        out = shortcut_cv(items, cfg, data.seed, kmax=int(data.items.n_options[idx].max()),
-                          groups=[g or i for g, i in zip((data.items.groups[j] for j in idx.tolist()), ids, strict=True)],
-                          answers=data.items.answer[idx].astype(np.int64))
+        out = shortcut_cv(
+            items,
+            cfg,
+            data.seed,
+            kmax=int(data.items.n_options[idx].max()),
+            groups=[
+                g or i
+                for g, i in zip((data.items.groups[j] for j in idx.tolist()), ids, strict=True)
+            ],
+            answers=data.items.answer[idx].astype(np.int64),
+        )
         n = len(items)
         # Expected hits over the fold draws. Cross-validated hits are dependent, so the binomial test
         # on their sum is valid only as measured: under the null on EgoToM's option sets
@@ -318,29 +424,72 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
         k = int(round(float(out["correct"].sum())))
         order = np.argsort(-out["p_answer"], kind="stable")
         easiest = [{"item": ids[r], "p_answer": rounded(out["p_answer"][r], 3)} for r in order[:10]]
-        table[qtype] = {"items": n, "folds": cfg.shortcut_folds, "repeats": cfg.shortcut_repeats,
-                        "accuracy": rounded(k / n, 3), "pick_most_central_accuracy": rounded(hits / n, 3),
-                        "chance": rounded(p0, 3), "top_features": out["weights"], "easiest": easiest}
+        table[qtype] = {
+            "items": n,
+            "folds": cfg.shortcut_folds,
+            "repeats": cfg.shortcut_repeats,
+            "accuracy": rounded(k / n, 3),
+            "pick_most_central_accuracy": rounded(hits / n, 3),
+            "chance": rounded(p0, 3),
+            "top_features": out["weights"],
+            "easiest": easiest,
+        }
         res.series[qtype] = out["p_answer"].tolist()
-        tells.append((Tell({"question_type": qtype, "tell": "choice-only classifier"}, k, n, p0,
-                           binom_greater(k, n, p0)), ids, out, order))
+        tells.append(
+            (
+                Tell(
+                    {"question_type": qtype, "tell": "choice-only classifier"},
+                    k,
+                    n,
+                    p0,
+                    binom_greater(k, n, p0),
+                ),
+                ids,
+                out,
+                order,
+            )
+        )
     judged([t for t, *_ in tells] + [t for t, _ in central], cfg)
     for t, ids, out, order in tells:
         if t.severity is None:
             continue
-        easy = [ids[r] for r in order if out["correct"][r] > 0.5 and out["p_answer"][r] >= cfg.shortcut_confidence]
-        res.findings.append(tell_finding(
-            key, "choice_only_shortcut", t,
-            f"{t.labels['question_type']} (listed: the items it solves with p >= {cfg.shortcut_confidence}): "
-            f"a classifier that sees only the options ({cfg.shortcut_folds}-fold cross-validation, "
-            f"{cfg.shortcut_repeats} draws) is right in",
-            items=easy, fields=["options"],
-            numbers={"question_type": t.labels["question_type"], "top_features": out["weights"]}))
+        easy = [
+            ids[r]
+            for r in order
+            if out["correct"][r] > 0.5 and out["p_answer"][r] >= cfg.shortcut_confidence
+        ]
+        res.findings.append(
+            tell_finding(
+                key,
+                "choice_only_shortcut",
+                t,
+                f"{t.labels['question_type']} (listed: the items it solves with p >= {cfg.shortcut_confidence}): "
+                f"a classifier that sees only the options ({cfg.shortcut_folds}-fold cross-validation, "
+                f"{cfg.shortcut_repeats} draws) is right in",
+                items=easy,
+                fields=["options"],
+                numbers={
+                    "question_type": t.labels["question_type"],
+                    "top_features": out["weights"],
+                },
+            )
+        )
     for t, hub in central:
         if t.severity is not None:
-            res.findings.append(tell_finding(
-                key, "central_answer_tell", t,
-                f"{t.labels['question_type']} (listed: the items whose answer alone is the most central): the "
-                "option sharing the most words with the other options (ties broken at random) is the answer in", items=hub, fields=["options"], numbers={"question_type": t.labels["question_type"]}))
-    res.stats = {"per_question_type": table, "tells": [t.row() for t, *_ in tells] + [t.row() for t, _ in central]}
+            res.findings.append(
+                tell_finding(
+                    key,
+                    "central_answer_tell",
+                    t,
+                    f"{t.labels['question_type']} (listed: the items whose answer alone is the most central): the "
+                    "option sharing the most words with the other options (ties broken at random) is the answer in",
+                    items=hub,
+                    fields=["options"],
+                    numbers={"question_type": t.labels["question_type"]},
+                )
+            )
+    res.stats = {
+        "per_question_type": table,
+        "tells": [t.row() for t, *_ in tells] + [t.row() for t, _ in central],
+    }
     return res

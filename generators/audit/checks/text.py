@@ -18,14 +18,22 @@ gates name text that is broken on its face."""
 
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
-    rows = [{"gate": g, "texts": n, "example": cell(s["examples"][g][0]["text"])} for g, n in s["by_gate"].items()]
+    rows = [
+        {"gate": g, "texts": n, "example": cell(s["examples"][g][0]["text"])}
+        for g, n in s["by_gate"].items()
+    ]
     return [f"{s['checked']} texts checked, {s['failed']} failed a gate.", "", *table(rows)]
 
 
-@check("text", order=13, title="Text gates: echoes, truncation, surface form, repetition, language",
-       finds="questions and options that fail the shared text gates (prompt echoes, cut-off text, "
-             "an action without its verb, degenerate repetition, another language)",
-       uses=("language",), markdown=_markdown)
+@check(
+    "text",
+    order=13,
+    title="Text gates: echoes, truncation, surface form, repetition, language",
+    finds="questions and options that fail the shared text gates (prompt echoes, cut-off text, "
+    "an action without its verb, degenerate repetition, another language)",
+    uses=("language",),
+    markdown=_markdown,
+)
 def text(data: AuditData, cfg: AuditConfig) -> CheckResult:
     """The shared text gates every generator runs on model text (``gen/gates.py``) over the visible
     question and options of every item, from any source: options of EgoToM's question types must
@@ -42,10 +50,15 @@ def text(data: AuditData, cfg: AuditConfig) -> CheckResult:
     res = CheckResult(key, stats=report.as_dict())
     for gate, n in report.by_gate.items():
         ex = report.examples[gate][0]
-        res.findings.append(finding(
-            key, gate, "warning" if gate in WARN_ONLY else "error",
-            f"{n} text(s) fail the {gate} gate, e.g. {ex['field']} of {ex['item_id']}: {ex['text']!r} ({ex['detail']})",
-            items=sorted({i for g, i, _ in report.failures if g == gate}),
-            fields=sorted({f for g, _, f in report.failures if g == gate}), numbers={"texts": n}))
+        res.findings.append(
+            finding(
+                key,
+                gate,
+                "warning" if gate in WARN_ONLY else "error",
+                f"{n} text(s) fail the {gate} gate, e.g. {ex['field']} of {ex['item_id']}: {ex['text']!r} ({ex['detail']})",
+                items=sorted({i for g, i, _ in report.failures if g == gate}),
+                fields=sorted({f for g, _, f in report.failures if g == gate}),
+                numbers={"texts": n},
+            )
+        )
     return res
-
