@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 import os
 import sys
 import threading
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -47,8 +48,33 @@ from gen.stages import stage_models
 from gen.templates import Prompts
 
 R = TypeVar("R")
+LOG = logging.getLogger("gen.config")
 SHARED_OPTIONS = ("seed", "llm", "embedder", "cache_dir", "progress", "progress_every")
 """What a run inside a run inherits from its parent unless given (:meth:`RunContext.config_for`)."""
+
+
+def renamed_options(data: Any, renamed: dict[str, str]) -> Any:
+    """Config data with each old option name moved to its new name, warned about on gen's log
+    (the console shows it, and the run's ``gen.log``). The old name's value wins: on the command
+    line the new name is always there, holding its default."""
+    if not renamed or not isinstance(data, dict) or not renamed.keys() & data.keys():
+        return data
+    data = dict(data)
+    for old, new in renamed.items():
+        if old in data:
+            value = data.pop(old)
+            LOG.warning(
+                "option %s is now called %s; %s=%s is used as %s=%s (the old name goes in the "
+                "next release)",
+                old,
+                new,
+                old,
+                value,
+                new,
+                value,
+            )
+            data[new] = value
+    return data
 
 
 class CommonConfig(BaseModel):
@@ -79,6 +105,14 @@ class CommonConfig(BaseModel):
     """Progress display: rich on a terminal, periodic lines otherwise."""
     progress_every: float = Field(default=10.0, gt=0)
     """Seconds between plain progress lines."""
+
+    renamed: ClassVar[dict[str, str]] = {}
+    """Old option name -> its new name, accepted (with a warning) for one release."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_options(cls, data: Any) -> Any:
+        return renamed_options(data, cls.renamed)
 
     @model_validator(mode="before")
     @classmethod

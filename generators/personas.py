@@ -4,7 +4,7 @@ Code owns every fact: nationality (Faker locales for ~30 nationalities; the city
 cities, since several Faker locales invent city names), age band, name, address, occupation,
 interests, languages (the tables are data: ``personas/``). The LLM writes a bio, which is checked against the facts. A pool has
 exactly the size asked for: when every bio of a slot's facts fails, fresh facts are drawn for
-that slot (``max_attempts``). Digital bundles take a main persona and related personas (with
+that slot (``draws``). Digital bundles take a main persona and related personas (with
 age-consistent relations) from a pool made here and reused by (seed, size, LLM).
 """
 
@@ -15,12 +15,12 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
-from gen.errors import LLMOutputError
 from gen.gates import Gates, Language
+from gen.llm.attempts import AttemptFailure, retry
 from gen.paths import PERSONAS
 from gen.people import persona_id
 from gen.readers import read_yaml_model
@@ -420,11 +420,14 @@ class PersonasConfig(CommonConfig):
     """Pool size (``persona_pool`` wins when set): WAGIBench's pool is 50 personas."""
     persona_pool: int | None = Field(None, ge=6, le=100_000)
     """Pool size; the documented form (``+persona_pool=50``); wins over ``n``."""
-    bio_attempts: int = Field(3, ge=1, le=10)
-    """Fresh bios (new seeds) tried for one draw of facts before the draw is rejected."""
-    max_attempts: int = Field(5, ge=1, le=50)
+    attempts: int = Field(3, ge=1, le=10)
+    """Fresh bios (new seeds) tried for one draw of facts before the draw is rejected;
+    formerly ``bio_attempts``."""
+    draws: int = Field(5, ge=1, le=50)
     """Draws of facts per pool slot: when every bio of a draw fails, the slot draws fresh
-    facts (same nationality and age band) until one is accepted or this many were tried."""
+    facts (same nationality and age band) until one is accepted or this many were tried;
+    formerly ``max_attempts``."""
+    renamed: ClassVar[dict[str, str]] = {"bio_attempts": "attempts", "max_attempts": "draws"}
     bio_max_tokens: int = Field(200, ge=32)
     """Token cap of one bio."""
     language: Language = "en"
@@ -466,56 +469,42 @@ def write_bio(
     """Ask for a bio until one passes the shared text gates (as complete sentences) and agrees
     with the facts, within ``attempts`` fresh seeds (``count``: where the manifest's counters
     go, ``ctx.count`` unless given)."""
-    count = count or ctx.count
-    last: Reject | None = None
     messages = bio_messages(ctx, facts)
     gates = bio_gates(messages, language)
-    for attempt in range(attempts):
-        seed = (
-            ctx.seed(index, "bio", attempt)
-            if draw == 0
-            else ctx.seed(index, "draw", draw, "bio", attempt)
-        )
-        try:
-            bio = ctx.llm.structured(messages, Bio, seed=seed, max_tokens=max_tokens)
-        except LLMOutputError as e:
-            count(f"bio.{e.reason}")
-            last = Reject(
-                record_id=facts.persona_id,
-                index=index,
-                stage="bio",
-                reason=e.reason,
-                detail=e.detail,
-                raw=e.raw,
-            )
-            continue
+
+    def call(a: int) -> Bio:
+        seed = ctx.seed(index, "bio", a) if draw == 0 else ctx.seed(index, "draw", draw, "bio", a)
+        return ctx.llm.structured(messages, Bio, seed=seed, max_tokens=max_tokens)
+
+    def check(bio: Bio) -> PersonaRecord:
         text = " ".join(bio.bio.split())
         failure = gates.check(text, "sentence", raw=bio.bio, max_chars=BIO_CHARS)
         if failure is not None:
-            count(failure.key("bio"))
-            last = Reject(
-                record_id=facts.persona_id,
-                index=index,
-                stage="bio",
-                reason=failure.gate,
-                detail=failure.detail,
-                raw=bio.bio,
-            )
-            continue
+            key = failure.key("bio")
+            raise AttemptFailure("bio", failure.gate, failure.detail, bio.bio, counts=[key])
         problems = bio_problems(facts, text)
-        if not problems:
-            return PersonaRecord(**facts.model_dump(), bio=text)
-        count("bio.contradiction")
-        last = Reject(
+        if problems:
+            raise AttemptFailure("bio", "contradiction", "; ".join(problems), bio.bio)
+        return PersonaRecord(**facts.model_dump(), bio=text)
+
+    try:
+        return retry(
+            call,
+            check,
+            budget=attempts,
+            stage="bio",
+            count=count or ctx.count,
+            llm_key=lambda reason: f"bio.{reason}",
+        )
+    except AttemptFailure as f:
+        return Reject(
             record_id=facts.persona_id,
             index=index,
-            stage="bio",
-            reason="contradiction",
-            detail="; ".join(problems),
-            raw=bio.bio,
+            stage=f.stage,
+            reason=f.reason,
+            detail=f.detail,
+            raw=f.raw,
         )
-    assert last is not None
-    return last
 
 
 def fill_slot(
@@ -527,16 +516,16 @@ def fill_slot(
     count: Callable[[str], None] | None = None,
 ) -> list[PersonaRecord | Reject]:
     """Pool slot ``index``: its facts' bios, then fresh draws of facts until one is accepted or
-    ``max_attempts`` draws are spent; every failed draw is a reject row."""
+    ``draws`` draws are spent; every failed draw is a reject row."""
     count = count or ctx.count
     out: list[PersonaRecord | Reject] = []
     facts = base
-    for draw in range(cfg.max_attempts):
+    for draw in range(cfg.draws):
         if draw:
             facts = redraw_facts(cfg.seed, index, draw, base, names)
             count("pool.redrawn")
         outcome = write_bio(
-            ctx, facts, index, cfg.bio_attempts, cfg.bio_max_tokens, draw, cfg.language, count
+            ctx, facts, index, cfg.attempts, cfg.bio_max_tokens, draw, cfg.language, count
         )
         out.append(outcome)
         if isinstance(outcome, PersonaRecord):
@@ -643,8 +632,8 @@ def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecor
     if short:
         ctx.fail(
             f"the persona pool has {len(accepted)} of {len(ctx.indices())} personas: slot(s) "
-            f"{', '.join(map(str, short[:10]))} failed all {cfg.max_attempts} draws of facts "
-            f"(rejects.jsonl says why; raise max_attempts or use a larger model)"
+            f"{', '.join(map(str, short[:10]))} failed all {cfg.draws} draws of facts "
+            f"(rejects.jsonl says why; raise draws or use a larger model)"
         )
     ctx.say(distribution_table(ctx.extra["distribution"]))
 

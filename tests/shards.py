@@ -28,7 +28,7 @@ def personas_shards(folder: Path, n: int = 4, k: int = 2, seed: int = 0) -> list
     for s in range(k):
         out = folder / f"s{s}"
         cfg = PersonasConfig(
-            seed=seed, n=n, shard=s, num_shards=k, cache_dir=None, progress="off", max_attempts=1
+            seed=seed, n=n, shard=s, num_shards=k, cache_dir=None, progress="off", draws=1
         )
         ctx = RunContext("personas", cfg, out)
         ctx.use(llm=scripted_llm(script))

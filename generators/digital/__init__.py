@@ -19,12 +19,12 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.bundles import BundleRules, Checker, State, validate_items
-from gen.errors import ConfigError, InputError, LLMOutputError, MissingInputError
+from gen.errors import ConfigError, InputError, MissingInputError
 from gen.gates import Gates
 from gen.generators.digital.assembly import (
     CUE_SCHEMA,
@@ -46,6 +46,7 @@ from gen.generators.digital.goals import (
     goal_problem,
 )
 from gen.generators.digital.state import load_cues, pick_cue, sample_datetime
+from gen.llm.attempts import AttemptFailure, retry
 from gen.paths import EXAMPLES
 from gen.people import ensure_pool, load_pool, sample_related
 from gen.registry import generator
@@ -179,9 +180,10 @@ class DigitalConfig(CommonConfig, BundleRules):
     items_per_call: int = Field(1, ge=1, le=30)
     """Items (conversations for Messaging) one LLM call writes. 1 suits small models; a
     large model can write a whole app per call."""
-    app_attempts: int = Field(3, ge=1, le=10)
+    attempts: int = Field(3, ge=1, le=10)
     """LLM generations per call before its items are given up (then the app is topped up
-    or the bundle rejected)."""
+    or the bundle rejected); formerly ``app_attempts``."""
+    renamed: ClassVar[dict[str, str]] = {"app_attempts": "attempts"}
 
     @model_validator(mode="after")
     def _check(self) -> DigitalConfig:
@@ -246,50 +248,51 @@ def build_app(
         build: Callable[[Any, Checker], list[Any]],
         max_tokens: int,
     ) -> list[Any]:
-        nonlocal last
         llm = ctx.stage_llm("cue" if what == "cue" else "apps")  # stages.<apps|cue>.llm
-        for a in range(cfg.app_attempts):
+        checker: list[Checker] = []
+
+        def call(a: int) -> Any:
             messages = messages_for()
             # a cue item should carry the cue's own words
             keep_out = [st.cue.cue] if what == "cue" and st.cue else []
-            chk = Checker(
-                app,
-                st,
-                cfg,
-                gates=Gates(messages, schema, language=cfg.language, keep_out=keep_out),
+            gates = Gates(messages, schema, language=cfg.language, keep_out=keep_out)
+            checker[:] = [Checker(app, st, cfg, gates=gates)]
+            return llm.structured(
+                messages, schema, seed=ctx.seed(index, app.value, what, a), max_tokens=max_tokens
             )
-            try:
-                draft = llm.structured(
-                    messages,
-                    schema,
-                    seed=ctx.seed(index, app.value, what, a),
-                    max_tokens=max_tokens,
-                )
-            except LLMOutputError as e:
-                _add(counts, {f"{app.value}.llm_{e.reason}.regenerated": 1})
-                last = Reject(
-                    record_id=bundle_id,
-                    index=index,
-                    stage=f"app.{app.value}",
-                    reason=e.reason,
-                    detail=e.detail,
-                    raw=e.raw,
-                )
-                continue
-            items = build(draft, chk)
-            _add(counts, chk.counts)
+
+        def check(draft: Any) -> list[Any]:
+            items = build(draft, checker[0])
+            _add(counts, checker[0].counts)
             if items:
                 return items
-            _add(counts, {f"{app.value}.no_valid_item.regenerated": 1})
+            detail = f"every item of call {what} failed validation"
+            key = f"{app.value}.no_valid_item.regenerated"
+            raise AttemptFailure(f"app.{app.value}", "no_valid_item", detail, counts=[key])
+
+        def failed(f: AttemptFailure) -> None:
+            nonlocal last
             last = Reject(
                 record_id=bundle_id,
                 index=index,
-                stage=f"app.{app.value}",
-                reason="no_valid_item",
-                detail=f"every item of call {what} failed validation",
-                raw=draft.model_dump_json(),
+                stage=f.stage,
+                reason=f.reason,
+                detail=f.detail,
+                raw=f.raw,
             )
-        return []
+
+        try:
+            return retry(
+                call,
+                check,
+                budget=cfg.attempts,
+                stage=f"app.{app.value}",
+                count=lambda k: _add(counts, {k: 1}),
+                llm_key=lambda reason: f"{app.value}.llm_{reason}.regenerated",
+                failed=failed,
+            )
+        except AttemptFailure:
+            return []
 
     items: list[Any] = []
     step = cfg.items_per_call
@@ -345,7 +348,7 @@ def build_app(
             index=index,
             stage=f"app.{app.value}",
             reason="too_few_items",
-            detail=f"{len(items)} valid items after validation and {cfg.app_attempts} attempts per call, "
+            detail=f"{len(items)} valid items after validation and {cfg.attempts} attempts per call, "
             f"minimum {minimum}" + (f"; last failure: {last.reason}" if last else ""),
             raw=last.raw if last else None,
         ), counts

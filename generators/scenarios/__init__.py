@@ -15,7 +15,7 @@ pydantic schema under the grammar and a one-shot prompt of the project's own
 category: name, technique, state; clarify/abstain indicators), 2 camera descriptions, 3 the user
 turns and the repair prompts (3b: a contrast pair's second member). **Code checks every rule it
 can** (:data:`.rules.RULES`) on every attempt, regenerates a failing stage with a fresh seed up to
-``stage_attempts`` times, and otherwise rejects the scenario naming the rule. Two checks need a
+``attempts`` times, and otherwise rejects the scenario naming the rule. Two checks need a
 model, run through the ``llm=`` boundary on ``models=[…]``: identification (a model names the
 thing from each camera description alone; cosine to the gold name under the embedder) and
 semantic leakage (the conversation without its camera blocks; a reply that already hits the
@@ -45,7 +45,7 @@ import shutil
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -90,8 +90,9 @@ class ScenariosConfig(CommonConfig):
     """Earlier scenarios (a scenarios.jsonl or run folder) this bank joins: their ids, turn-2 texts and signatures count."""
     signature_limit: int | None = Field(2, ge=1)
     """Most scenarios per (change_type, target, difficulty, domain), the validator's check 6 (null: no limit)."""
-    stage_attempts: int = Field(3, ge=1, le=10)
-    """Generations per stage (fresh seed) when its output breaks a rule."""
+    attempts: int = Field(3, ge=1, le=10)
+    """Generations per stage (fresh seed) when its output breaks a rule; formerly ``stage_attempts``."""
+    renamed: ClassVar[dict[str, str]] = {"stage_attempts": "attempts"}
     model_checks: Literal["reject", "record", "off"] = "reject"
     """Identification and semantic-leak checks: reject (regenerate, then reject), record only, or off."""
     models: list[ModelChoice] = Field(default_factory=list)

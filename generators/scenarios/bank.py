@@ -13,6 +13,7 @@ from gen.contextbench.rules import (
     signature,
 )
 from gen.generators.scenarios.skeleton import Skeleton
+from gen.llm.attempts import AttemptFailure
 from gen.schemas import Reject
 from gen.schemas.scenarios import (
     RECORD_FIELDS,
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
 from gen.generators.scenarios.examples import situations_of
 from gen.generators.scenarios.stages import (
-    StageFailure,
     Unit,
     Writer,
     stage_camera,
@@ -107,7 +107,7 @@ class Outcome:
 
 def resolve(w: Writer, u: Unit, bank: BankView) -> Outcome:
     """Bank-level rules for one drafted unit against the scenarios accepted before it (a
-    duplicate turn-2 text regenerates its stage with the bank known, up to ``stage_attempts``
+    duplicate turn-2 text regenerates its stage with the bank known, up to ``attempts``
     more), then the final check of every record (:func:`rule_problems`, :func:`bank_problems`):
     anything that breaks a rule is rejected, never written."""
     if u.failure is None:
@@ -134,7 +134,7 @@ def resolve(w: Writer, u: Unit, bank: BankView) -> Outcome:
                 "follow_up", [(u.follow or {}).get("turn_2_user")], users
             ):
                 stage_follow_up(w, u, users)
-        except StageFailure as e:
+        except AttemptFailure as e:
             u.failure = e
     records: list[dict[str, Any]] = []
     if u.failure is None:
@@ -160,7 +160,7 @@ def resolve(w: Writer, u: Unit, bank: BankView) -> Outcome:
         problems = final + bank_level
         if problems:
             rule, detail = problems[0]
-            u.failure = StageFailure("record", rule, "; ".join(d for _, d in problems[:4]))
+            u.failure = AttemptFailure("record", rule, "; ".join(d for _, d in problems[:4]))
             w.ctx.count(f"record.{rule}")
     items: list[ScenarioRecord | Reject] = []
     checks = []

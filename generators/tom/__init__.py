@@ -25,13 +25,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from gen.gates import Language
 from gen.generators.tom.stages import (
-    StageFailure,
     Truth,
     analysis,
     counterfactual_beliefs_actions,
@@ -43,6 +42,7 @@ from gen.generators.tom.stages import (
     similarity_problem,
     simplify,
 )
+from gen.llm.attempts import AttemptFailure
 from gen.mcq import (
     EGOTOM_CHOICES,
     EGOTOM_QUESTION,
@@ -116,9 +116,10 @@ class TomConfig(CommonConfig):
     """Run stage 5 (rewrite alternative action statements in narration style)."""
     stages: TomStages = Field(default_factory=TomStages)
     """A model per stage: ``stages.<analysis|counterfactuals|simplification>.llm=<preset or fields>``."""
-    stage_attempts: int = Field(3, ge=1, le=10)
+    attempts: int = Field(3, ge=1, le=10)
     """Generations per stage (fresh seed) when the output fails code's checks (the shared text
-    gates of gen.gates, then tom's own)."""
+    gates of gen.gates, then tom's own); formerly ``stage_attempts``."""
+    renamed: ClassVar[dict[str, str]] = {"stage_attempts": "attempts"}
     language: Language = "en"
     """The language the statements must be in (the text gates' language check)."""
     analysis_tokens: int = Field(192, ge=32)
@@ -431,7 +432,7 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
         passed("time window")
     try:
         truth = analysis(ctx, cfg, index, clip, allowed)
-    except StageFailure as e:
+    except AttemptFailure as e:
         return clip_reject(e.stage, e.reason, e.detail, e.raw)
     passed("analysis")
     tline = clip.lines[truth.index]
@@ -447,22 +448,22 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
     past = numbered(clip)[: truth.index]  # the counterfactual stages never see the future
 
     # stages 3 and 4 are independent (concurrent on a server), 5 follows 4
-    def goals() -> list[str] | StageFailure:
+    def goals() -> list[str] | AttemptFailure:
         try:
             return counterfactual_goals(ctx, cfg, index, past, truth)
-        except StageFailure as e:
+        except AttemptFailure as e:
             return e
 
     def beliefs_actions() -> Any:
         try:
             return counterfactual_beliefs_actions(ctx, cfg, index, past, truth)
-        except StageFailure as e:
+        except AttemptFailure as e:
             return e
 
     wrong_goals, alts = ctx.map(lambda f: f(), [goals, beliefs_actions])
     choices: dict[QuestionType, tuple[str, list[str], list[str], dict[str, Any]]] = {}
 
-    if isinstance(wrong_goals, StageFailure):
+    if isinstance(wrong_goals, AttemptFailure):
         q_reject("goal", wrong_goals.stage, wrong_goals.reason, wrong_goals.detail, wrong_goals.raw)
     else:
         passed("simplify", "goal")  # goals are not simplified
@@ -487,7 +488,7 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
                 {"dropped_wrong_goals": hits},
             )
 
-    if isinstance(alts, StageFailure):
+    if isinstance(alts, AttemptFailure):
         for q in ("belief", "actions"):
             q_reject(q, alts.stage, alts.reason, alts.detail, alts.raw)
     else:
@@ -520,7 +521,7 @@ def process_clip(ctx: RunContext, cfg: TomConfig, index: int, clip: Clip) -> Cli
                     actions, changed = simplify(ctx, cfg, index, actions)
                 passed("keyword filter", "actions")
                 choices["actions"] = (truth.actions, actions, [stage4] * 3, {"simplified": changed})
-            except StageFailure as e:
+            except AttemptFailure as e:
                 q_reject("actions", e.stage, e.reason, e.detail, e.raw)
 
     # stage 6: length and similarity filters; stage 7: assembly

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from gen.errors import LLMOutputError
 from gen.gates import Gates, Kind, count_key, key
+from gen.llm.attempts import AttemptFailure, retry
 from gen.mcq import EGOTOM_CHOICES
 from gen.runner import RunContext
 from gen.schemas.tom import (
@@ -55,14 +55,6 @@ class Truth:
     belief: str
     actions: str
     phrases: list[str]
-
-
-class StageFailure(Exception):
-    """A stage gave nothing usable after its attempts; carries the reject fields."""
-
-    def __init__(self, stage: str, reason: str, detail: str, raw: str | None = None):
-        super().__init__(f"{stage}: {reason}: {detail}")
-        self.stage, self.reason, self.detail, self.raw = stage, reason, detail, raw
 
 
 class Pool:
@@ -173,24 +165,21 @@ def run_stage(
     max_tokens: int,
 ) -> Any:
     """One structured call, checked by code; a failed check regenerates with a fresh seed up to
-    ``stage_attempts`` times. Raises :class:`StageFailure` with the last reason."""
-    last = StageFailure(stage, "invalid_output", "no attempt")
+    ``attempts`` times. Raises :class:`AttemptFailure` with the last reason."""
     llm = ctx.stage_llm(MODEL_STAGE[stage])
-    for a in range(cfg.stage_attempts):
-        try:
-            draft = llm.structured(
-                messages, schema, seed=ctx.seed(index, stage, a), max_tokens=max_tokens
-            )
-        except LLMOutputError as e:
-            ctx.count(f"{stage}.llm_{e.reason}")
-            last = StageFailure(stage, e.reason, e.detail, e.raw)
-            continue
+
+    def call(a: int) -> Any:
+        return llm.structured(
+            messages, schema, seed=ctx.seed(index, stage, a), max_tokens=max_tokens
+        )
+
+    def checked(draft: Any) -> Any:
         value, problem = check(draft)
         if problem is None:
             return value
-        ctx.count(count_key(stage, problem[0]))
-        last = StageFailure(stage, problem[0], problem[1], draft.model_dump_json())
-    raise last
+        raise AttemptFailure(stage, *problem, counts=[count_key(stage, problem[0])])
+
+    return retry(call, checked, budget=cfg.attempts, stage=stage, count=ctx.count)
 
 
 def numbered(clip: Clip) -> list[str]:
@@ -348,7 +337,7 @@ def counterfactual_beliefs_actions(
             check,
             cfg.beliefs_actions_tokens,
         )
-    except StageFailure:
+    except AttemptFailure:
         if any(p.full for p in pools.values()):  # one type is complete after every attempt
             return outcome()
         raise

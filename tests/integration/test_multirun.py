@@ -8,9 +8,9 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-# max_attempts=10: with the text gates, SmolLM2 fails seed 7's Colombian slot 5 times (Spanish,
+# draws=10: with the text gates, SmolLM2 fails seed 7's Colombian slot 5 times (Spanish,
 # cut-off bios) and writes it on the 6th draw; the test is about sharding, not yield
-ARGS = ["personas", "n=3", "seed=7", "max_attempts=10", "progress=plain"]
+ARGS = ["personas", "n=3", "seed=7", "draws=10", "progress=plain"]
 
 
 def test_joblib_shards_merge_to_the_unsharded_run(tmp_path, run_gen, check_run_folder) -> None:

@@ -16,7 +16,7 @@ from gen.schemas.scenarios import RECORD_FIELDS, ScenarioRecord
 
 # One generation per stage and one try inside it keep this to a few minutes on a loaded 2-core
 # machine; the model checks run (and reject) as by default.
-FAST = ["n=2", "stage_attempts=1", "llm.attempts=1", "progress=off"]
+FAST = ["n=2", "attempts=1", "llm.attempts=1", "progress=off"]
 REASONS = {rule for _, rule, _ in RULES} | {"truncated", "invalid_output", "backend_error"}
 
 
@@ -46,7 +46,7 @@ def test_two_scenarios_with_the_embedded_model(tmp_path: Path, run_gen) -> None:
     assert f["units"] == 2 and f["accepted_units"] == len(rows)
     for row in f["rules"]:
         assert row["final"] <= row["reached"] <= 2 and row["first_try"] <= row["reached"]
-    # stage_attempts=1: one generation per stage and unit, one more where resolve() regenerates
+    # attempts=1: one generation per stage and unit, one more where resolve() regenerates
     assert all(s["generations"] <= 4 for s in f["stages"].values())  # +1 where a turn 2 repeated
     assert sum(f["rejected_by"].values()) == len(rejects)
     lock = json.loads((out / "MANIFEST.lock.json").read_text())

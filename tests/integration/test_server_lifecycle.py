@@ -25,7 +25,7 @@ def test_a_finished_run_leaves_no_server(run_gen, tmp_path: Path, monkeypatch) -
     proc = run_gen(
         "personas",
         "n=2",
-        "max_attempts=1",
+        "draws=1",
         "llm=llama_server",
         f"llm.binary={FAKE}",
         "progress=off",

@@ -30,7 +30,7 @@ STAGES = {
 }
 # Small caps keep the run to a few minutes on a loaded 2-core machine: one generation per
 # stage, two tries inside it.
-FAST = ["stage_attempts=1", "llm.attempts=2", "progress=off"]
+FAST = ["attempts=1", "llm.attempts=2", "progress=off"]
 
 
 def check_clips_accounted(folder: Path, n: int, read_jsonl) -> dict[str, Any]:

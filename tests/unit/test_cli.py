@@ -108,7 +108,7 @@ def test_generator_help_lists_options(run_gen) -> None:
     assert "personas options:" in out and "common options:" in out
     own = out.split("personas options:", 1)[1].split("common options:", 1)[0]
     common = out.split("common options:", 1)[1]
-    for key in ("persona_pool=", "bio_attempts=3", "bio_max_tokens=200"):
+    for key in ("persona_pool=", "attempts=3", "draws=5", "bio_max_tokens=200"):
         assert key in own, key
     for key in (
         "seed=0",
@@ -167,8 +167,8 @@ def test_validate_values() -> None:
     assert settings.llm.base_url == "http://127.0.0.1:9/v1"
     with pytest.raises(ConfigError, match="seed"):
         validate("personas", ["seed=-1"])
-    with pytest.raises(ConfigError, match="bio_attempts"):
-        validate("personas", ["bio_attempts=0"])
+    with pytest.raises(ConfigError, match="attempts"):
+        validate("personas", ["attempts=0"])
 
 
 def test_sweeps_validate_every_job_before_the_first() -> None:

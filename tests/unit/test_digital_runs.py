@@ -172,7 +172,7 @@ def test_a_thin_app_rejects_the_bundle(tmp_path: Path, pool_file: Path, check_ru
             out["notes"] = [{"title": "Title", "content": n["content"]} for n in out["notes"]]
         return json.dumps(out)
 
-    result, ctx = run_digital(tmp_path, pool_file, script, n=2, cue_rate=0.0, app_attempts=2)
+    result, ctx = run_digital(tmp_path, pool_file, script, n=2, cue_rate=0.0, attempts=2)
     assert (result.accepted, result.rejected) == (0, 2)
     manifest = check_run_folder(tmp_path, NAME, 2, hydra=False)
     rejects = [Reject.model_validate(r) for r in read_jsonl(tmp_path / "rejects.jsonl")]

@@ -964,8 +964,8 @@ def test_a_server_failing_every_call_stops_the_run_after_the_streak(
         proc = run_gen(
             "personas",
             "n=20",
-            "bio_attempts=1",
-            "max_attempts=1",
+            "attempts=1",
+            "draws=1",
             "llm=openai",
             f"llm.base_url={url}",
             "llm.max_retries=0",
@@ -990,8 +990,8 @@ def test_the_streak_limit_is_an_option(run_gen, tmp_path: Path) -> None:
         proc = run_gen(
             "personas",
             "n=20",
-            "bio_attempts=1",
-            "max_attempts=1",
+            "attempts=1",
+            "draws=1",
             "llm=openai",
             f"llm.base_url={url}",
             "llm.max_retries=0",

@@ -298,8 +298,8 @@ def test_a_run_stopped_by_a_bad_server_resumes_from_its_good_replies(
     args = [
         "personas",
         "n=8",
-        "bio_attempts=1",
-        "max_attempts=1",
+        "attempts=1",
+        "draws=1",
         "llm=openai",
         "llm.max_retries=0",
         "llm.concurrency=1",
@@ -336,8 +336,8 @@ def test_a_trickling_server_stops_the_run_in_bounded_time(run_gen, tmp_path: Pat
         proc = run_gen(
             "personas",
             "n=20",
-            "bio_attempts=1",
-            "max_attempts=1",
+            "attempts=1",
+            "draws=1",
             "llm=openai",
             f"llm.base_url={url}",
             "llm.timeout=3",

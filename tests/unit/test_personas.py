@@ -341,7 +341,7 @@ def run_pool(out: Path, fails: Callable[[str, int], bool], **cfg: Any):
     from gen.llm import scripted_llm
     from gen.runner import RunContext, run
 
-    settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "bio_attempts": 2, **cfg})
+    settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "attempts": 2, **cfg})
     ctx = RunContext("personas", settings, out).use(llm=scripted_llm(pool_script(fails)))
     return run("personas", settings, out, ctx=ctx), ctx
 
@@ -395,7 +395,7 @@ def test_a_pool_that_cannot_be_filled_says_how_many_were_made(tmp_path: Path) ->
     def fails(name: str, seed: int) -> bool:
         return any(f.name == name for f in base[4:5]) or name not in {f.name for f in base}
 
-    result, ctx = run_pool(tmp_path, fails, n=6, max_attempts=3)
+    result, ctx = run_pool(tmp_path, fails, n=6, draws=3)
     assert result.exit_code == 1
     assert result.error.startswith(
         "the persona pool has 5 of 6 personas: slot(s) 4 failed all 3 draws"

@@ -53,7 +53,7 @@ def bio_script(facts: list[PersonaFacts], write: Callable[[PersonaFacts, int], A
 
 def run_scripted(out_dir: Path, script, **cfg: Any):
     # one draw of facts per slot: a failed slot is one reject (test_personas tests redraws)
-    settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "max_attempts": 1, **cfg})
+    settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "draws": 1, **cfg})
     ctx = RunContext(NAME, settings, out_dir)
     ctx.use(llm=scripted_llm(script, cache=ctx.cache))
     return run(NAME, settings, out_dir, ctx=ctx), ctx
@@ -82,7 +82,7 @@ def test_mixed_run_reconciles(tmp_path: Path, check_run_folder) -> None:
     def write(f, seed):
         return wrong_age_bio(f) if f.persona_id in bad else clean_bio(f)
 
-    result, ctx = run_scripted(tmp_path, bio_script(facts, write), n=n, bio_attempts=attempts)
+    result, ctx = run_scripted(tmp_path, bio_script(facts, write), n=n, attempts=attempts)
     assert (result.accepted, result.rejected) == (n - len(bad), len(bad))
     assert result.accepted + result.rejected == result.requested == n
     manifest = check_run_folder(tmp_path, NAME, n, hydra=False)
@@ -135,7 +135,7 @@ def test_truncation_is_a_reject(tmp_path: Path) -> None:
 
 def test_invalid_output_is_a_reject(tmp_path: Path) -> None:
     # Too short for Bio (min_length=40) every time: invalid after the LLM's attempts.
-    result, ctx = run_scripted(tmp_path, lambda m, s: '{"bio": "Hi."}', n=2, bio_attempts=1)
+    result, ctx = run_scripted(tmp_path, lambda m, s: '{"bio": "Hi."}', n=2, attempts=1)
     assert (result.accepted, result.rejected) == (0, 2)
     reasons = {r["reason"] for r in read_jsonl(tmp_path / "rejects.jsonl")}
     assert reasons == {"invalid_output"}
@@ -147,7 +147,7 @@ def test_backend_error_is_a_reject_not_a_crash(tmp_path: Path) -> None:
     def down(messages, seed):
         raise ConnectionError("no server")
 
-    result, _ = run_scripted(tmp_path, down, n=2, bio_attempts=1)
+    result, _ = run_scripted(tmp_path, down, n=2, attempts=1)
     assert (result.accepted, result.rejected) == (0, 2)
     assert result.manifest["counts"]["rejects_by_reason"] == {"backend_error": 2}
 

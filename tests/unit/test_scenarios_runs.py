@@ -487,7 +487,7 @@ def test_a_rule_broken_on_every_attempt_rejects_with_its_name(
     tmp_path: Path, fault: str, stage: str, rule: str, also: str | None
 ) -> None:
     out = tmp_path / "run"
-    result, _, fake = run_scenarios(out, Fake({fault: "always"}), n=2, stage_attempts=2)
+    result, _, fake = run_scenarios(out, Fake({fault: "always"}), n=2, attempts=2)
     check_run_folder(out, NAME, 2, hydra=False)
     assert result.accepted == 0 and result.rejected == 2
     rejects = read_jsonl(out / "rejects.jsonl")

@@ -34,7 +34,6 @@ from tom_runs import (
 
 from gen.generators.tom import candidates, read_input
 from gen.generators.tom.stages import (
-    StageFailure,
     analysis,
     check_transition,
     counterfactual_beliefs_actions,
@@ -43,6 +42,7 @@ from gen.generators.tom.stages import (
     simplify,
 )
 from gen.llm import OpenAIConfig, scripted_llm
+from gen.llm.attempts import AttemptFailure
 from gen.mcq import EGOTOM_QUESTION, egotom_columns, load_banks
 from gen.runner import run
 from gen.schemas.tom import TomQuestion
@@ -130,8 +130,8 @@ def test_invalid_transition_is_regenerated_then_rejected(tmp_path: Path) -> None
     calls = script.calls("analysis")
     assert len(calls) == 2 and calls[0].seed != calls[1].seed  # fresh seed per attempt
     script = Script({"analysis": [bad, {**bad, "transition_line": 500}]})
-    ctx = make_ctx(tmp_path, script, stage_attempts=2)
-    with pytest.raises(StageFailure) as e:
+    ctx = make_ctx(tmp_path, script, attempts=2)
+    with pytest.raises(AttemptFailure) as e:
         analysis(ctx, ctx.cfg, 0, clip, candidates(clip, ctx.cfg))
     assert (e.value.stage, e.value.reason) == ("analysis", "transition_unknown")
     assert '"transition_line":500' in (e.value.raw or "")
@@ -148,15 +148,15 @@ def test_analysis_rejects_an_echoed_example_and_degenerate_text(tmp_path: Path) 
 
     clip = fixture_clip()
     for out, reason in ((echo, "example_echo"), (loop, "repetition")):
-        ctx = make_ctx(tmp_path, Script({"analysis": [out, out]}), stage_attempts=2)
-        with pytest.raises(StageFailure) as e:
+        ctx = make_ctx(tmp_path, Script({"analysis": [out, out]}), attempts=2)
+        with pytest.raises(AttemptFailure) as e:
             analysis(ctx, ctx.cfg, 0, clip, candidates(clip, ctx.cfg))
         assert e.value.reason == reason
 
 
 def test_truncated_or_invalid_llm_output_becomes_a_reject(tmp_path: Path) -> None:
     script = Script({"analysis": [('{"transition_line": 50, "future_goal": "To co', "length")] * 2})
-    result, _ = run_tom(tmp_path, script, n=1, stage_attempts=2)
+    result, _ = run_tom(tmp_path, script, n=1, attempts=2)
     (rej,) = read_jsonl(tmp_path / "rejects.jsonl")
     assert (rej["stage"], rej["reason"]) == ("analysis", "truncated") and rej["raw"].startswith(
         '{"transition_line"'
@@ -188,8 +188,8 @@ def test_goals_stage_prompt_and_parse(tmp_path: Path) -> None:
         "wrong_goals": ["wash the dishes", "To bake a cake", "to bake a cake."]
     }  # truth copy + duplicate
     clip = fixture_clip()
-    ctx = make_ctx(tmp_path, Script({"goals": [out]}), stage_attempts=1)
-    with pytest.raises(StageFailure) as e:
+    ctx = make_ctx(tmp_path, Script({"goals": [out]}), attempts=1)
+    with pytest.raises(AttemptFailure) as e:
         counterfactual_goals(ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip))
     assert (e.value.stage, e.value.reason) == ("counterfactual_goals", "too_few_wrong_goals")
     assert ctx.stats["counterfactual_goals.same_as_truth.dropped"] == 1
@@ -239,7 +239,7 @@ def test_beliefs_actions_stage_prompt_and_parse(tmp_path: Path) -> None:
     # one type short after the last attempt: the other still comes back
     same = GOOD["beliefs_actions"](None)
     same["alternatives"][1]["belief"] = "the soup is ready"  # the truth again
-    ctx = make_ctx(tmp_path, Script({"beliefs_actions": [same]}), stage_attempts=1)
+    ctx = make_ctx(tmp_path, Script({"beliefs_actions": [same]}), attempts=1)
     beliefs, actions, whys = counterfactual_beliefs_actions(
         ctx, ctx.cfg, 0, past_of(clip, 60), truth_for(clip)
     )
@@ -418,8 +418,8 @@ def test_simplify_stage(tmp_path: Path) -> None:
     assert (
         ctx.stats["simplify.gate.surface_form.kept_original"] == 1
     )  # "C to the toilet.": no verb after C
-    ctx = make_ctx(tmp_path, Script({"simplify": [("{", "length")] * 2}), stage_attempts=2)
-    with pytest.raises(StageFailure) as e:
+    ctx = make_ctx(tmp_path, Script({"simplify": [("{", "length")] * 2}), attempts=2)
+    with pytest.raises(AttemptFailure) as e:
         simplify(ctx, ctx.cfg, 0, sentences)
     assert (e.value.stage, e.value.reason) == ("simplify", "truncated")
 
@@ -751,7 +751,7 @@ def test_funnel_counts_each_stage_drop(tmp_path: Path) -> None:
             current["clip"] = m.group(1)
         return orig(messages, seed)
 
-    ctx = make_ctx(tmp_path, None, None, input=str(path), progress="plain", stage_attempts=2)
+    ctx = make_ctx(tmp_path, None, None, input=str(path), progress="plain", attempts=2)
     ctx.use(llm=scripted_llm(tracking))
     run("tom", ctx.cfg, tmp_path, ctx=ctx, quiet=True)
     rejects = read_jsonl(tmp_path / "rejects.jsonl")
