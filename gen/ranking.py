@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gen.errors import LLMOutputError
+from gen.llm.attempts import AttemptFailure, retry
 from gen.schemas.candidates import TimedLine
 from gen.schemas.rerank import RerankDraft, rerank_draft
 from gen.templates import Prompts
@@ -86,20 +86,6 @@ PROBLEM_COUNTERS = {
 """The manifest counter of each kind of difference :func:`permutation_problems` names."""
 
 
-@dataclass
-class RerankFailure(Exception):
-    """The pool could not be reranked: ``reason`` (``not_a_permutation`` or the LLM's own
-    ``invalid_output``/``truncated``/``backend_error``), the difference or error, the raw answer."""
-
-    reason: str
-    detail: str
-    raw: str | None = None
-    attempts: int = 0
-
-    def __str__(self) -> str:
-        return f"{self.reason}: {self.detail}"
-
-
 def call(
     llm: Any,
     prompts: Prompts,
@@ -114,35 +100,37 @@ def call(
 ) -> tuple[RerankDraft, int]:
     """The rerank call, re-asked with the difference named until the answer is an exact
     permutation of the pool (``attempts`` calls at most). Returns the answer and the calls it
-    took; raises :class:`RerankFailure`."""
+    took; raises :class:`~gen.llm.attempts.AttemptFailure` (stage ``rerank``, reason
+    ``not_a_permutation`` or the model's own ``invalid_output``/``truncated``/``backend_error``,
+    the difference or error, the raw answer, the calls made)."""
     msgs = messages(prompts, context, texts, categories)
     schema = rerank_draft(tuple(texts))
-    last = RerankFailure("invalid_output", "no attempt")
-    for a in range(attempts):
-        try:
-            draft = llm.structured(msgs, schema, seed=seed(a), max_tokens=max_tokens)
-        except LLMOutputError as e:
-            count(f"rerank.llm_{e.reason}")
-            last = RerankFailure(e.reason, e.detail, e.raw, a + 1)
-            continue
+    calls = 0
+    named: list[str] = []
+
+    def ask(a: int) -> RerankDraft:
+        nonlocal calls
+        calls = a + 1
+        return llm.structured(msgs, schema, seed=seed(a), max_tokens=max_tokens)
+
+    def check(draft: RerankDraft) -> RerankDraft:
         problems = permutation_problems(texts, draft)
         if not problems:
-            return draft, a + 1
-        for p in problems:
-            count(f"rerank.{PROBLEM_COUNTERS[p.split()[0]]}")
-        raw = draft.model_dump_json()
-        last = RerankFailure("not_a_permutation", "; ".join(problems), raw, a + 1)
-        msgs = [
-            *msgs,
-            {"role": "assistant", "content": raw},
-            {
-                "role": "user",
-                "content": prompts.render("rerank/reask.jinja", problems=problems, n=len(texts))[0][
-                    "content"
-                ],
-            },
-        ]
-    raise last
+            return draft
+        named[:] = problems
+        keys = [f"rerank.{PROBLEM_COUNTERS[p.split()[0]]}" for p in problems]
+        raise AttemptFailure("rerank", "not_a_permutation", "; ".join(problems), counts=keys)
+
+    def reask(f: AttemptFailure) -> None:
+        """The next call sees its answer and the difference named (instructor's re-ask)."""
+        nonlocal msgs
+        if f.llm or f.raw is None:
+            return
+        again = prompts.render("rerank/reask.jinja", problems=named, n=len(texts))[0]["content"]
+        msgs = [*msgs, {"role": "assistant", "content": f.raw}, {"role": "user", "content": again}]
+
+    draft = retry(ask, check, budget=attempts, stage="rerank", count=count, failed=reask)
+    return draft, calls
 
 
 # --------------------------------------------------------------------------- what the answer means

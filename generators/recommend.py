@@ -36,9 +36,10 @@ from typing import Any
 from pydantic import Field
 
 from gen import ranking as rr
-from gen.errors import InputError, LLMOutputError
+from gen.errors import InputError
 from gen.gates import Gates, key
 from gen.intervals import Interval, complement, merge, split
+from gen.llm.attempts import AttemptFailure, retry
 from gen.readers import iter_jsonl, validated
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext
@@ -294,33 +295,37 @@ def one_segment(
         )
     )
     best: Checked | None = None
-    errors: list[LLMOutputError] = []
+    errors: list[AttemptFailure] = []
     calls = 0
-    for a in range(cfg.attempts):
-        calls += 1
-        try:
-            draft = ctx.llm.structured(
-                messages,
-                GlobalDraft,
-                seed=ctx.seed(index, "global", a),
-                max_tokens=cfg.draft_tokens,
-            )
-        except LLMOutputError as e:
-            ctx.count(f"global.llm_{e.reason}")
-            errors.append(e)
-            continue
+
+    def ask(a: int) -> GlobalDraft:
+        nonlocal calls
+        calls = a + 1
+        seed = ctx.seed(index, "global", a)
+        return ctx.llm.structured(messages, GlobalDraft, seed=seed, max_tokens=cfg.draft_tokens)
+
+    def check(draft: GlobalDraft) -> None:
+        """The best draft so far is kept; the loop ends once it has enough requests."""
+        nonlocal best
         failure = Gates(examples=examples).check(draft.summary, "prose")
         if failure is not None:
-            ctx.count(f"summary.{failure.gate}")
-            continue
+            raise AttemptFailure("summary", failure.gate, failure.detail)
         if copies_input(draft.summary, [scene or "", s.profile or "", previous or ""]):
-            ctx.count("summary.copies_input")
-            continue
+            raise AttemptFailure("summary", "copies_input", "the summary copies its input")
         checked = check_draft(draft, grounding, cfg, examples, ctx.count)
         if best is None or len(checked.kept) > len(best.kept):
             best = checked
-        if len(best.kept) >= cfg.min_candidates:
-            break
+        if len(best.kept) < cfg.min_candidates:
+            raise AttemptFailure("checks", "too_few_candidates", "too few requests", counts=[])
+
+    def failed(f: AttemptFailure) -> None:
+        if f.llm:
+            errors.append(f)
+
+    try:
+        retry(ask, check, budget=cfg.attempts, stage="global", count=ctx.count, failed=failed)
+    except AttemptFailure:
+        pass
     if best is None:
         if errors:
             return reject("global", errors[-1].reason, errors[-1].detail, errors[-1].raw), previous
@@ -359,7 +364,7 @@ def one_segment(
             count=ctx.count,
             categories=[c.category for c in best.kept],
         )
-    except rr.RerankFailure as e:
+    except AttemptFailure as e:
         return reject(
             "rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw
         ), best.summary

@@ -21,8 +21,8 @@ from pathlib import Path
 from pydantic import Field
 
 from gen.errors import InputError
+from gen.llm.attempts import AttemptFailure
 from gen.ranking import (
-    RerankFailure,
     agreement,
     agreement_summary,
     call,
@@ -98,7 +98,7 @@ def plan(cfg: RerankConfig) -> Plan:
 
 
 def rerank_pool(ctx: RunContext, cfg: RerankConfig, index: int, pool: Pool) -> RerankRecord:
-    """One pool: the call, the resolved order, the embedding dedup beside it. Raises RerankFailure."""
+    """One pool: the call, the resolved order, the embedding dedup beside it. Raises AttemptFailure."""
     texts = [c.text for c in pool.candidates]
     ids = input_ids(pool)
     draft, attempts = call(
@@ -153,7 +153,7 @@ def rerank(cfg: RerankConfig, ctx: RunContext) -> Iterator[RerankRecord | Reject
     def one(i: int) -> RerankRecord | Reject:
         try:
             return rerank_pool(ctx, cfg, i, pools[i])
-        except RerankFailure as e:
+        except AttemptFailure as e:
             return Reject(
                 record_id=ctx.record_id(i),
                 index=i,

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gen.errors import LLMOutputError
 from gen.gates import Gates, content_lemmas, final_mark, with_mark
 from gen.gates import key as _key
+from gen.llm.attempts import AttemptFailure
 from gen.schemas.candidates import TimedLine
 from gen.statements import PLACEHOLDER
 from gen.timelines import speaker_of
@@ -190,7 +190,7 @@ class Pool:
         self.items: list[Option] = []
         self.turned: Counter[str] = Counter()
         self.rejected: list[str] = []
-        self.llm_errors: list[LLMOutputError] = []
+        self.llm_errors: list[AttemptFailure] = []
         """The model's failed calls while the pool was filled (the last one names a reject)."""
 
     @property

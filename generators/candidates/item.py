@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gen import ranking as rr
-from gen.errors import LLMOutputError
 from gen.gates import key as _key
 from gen.generators.candidates.checks import (
     Option,
@@ -31,6 +31,7 @@ from gen.generators.candidates.checks import (
     surface,
     text_problem,
 )
+from gen.llm.attempts import AttemptFailure, retry
 from gen.runner import RunContext
 from gen.schemas import Reject
 from gen.schemas.candidates import (
@@ -99,21 +100,35 @@ def prompt_lines(lines: list[TimedLine], numbered: bool) -> list[str]:
     ]
 
 
-def _llm(
+def _fill(
     ctx: RunContext,
-    msgs: list[dict[str, str]],
-    schema: Any,
-    seed: int,
-    max_tokens: int,
+    pool: Pool,
+    budget: int,
     stage: str,
-    errors: list[LLMOutputError],
-) -> Any:
+    call: Callable[[int], Any],
+    offer: Callable[[Any], None],
+    done: Callable[[], bool] | None = None,
+) -> None:
+    """Calls (at most ``budget``) until the pool is full (or ``done``): each answer's options are
+    offered to the pool, which counts the ones it turns away; the model's failures are counted
+    and kept on the pool (the last one names a reject)."""
+    finished = done or (lambda: pool.full)
+    if finished():
+        return
+
+    def check(draft: Any) -> None:
+        offer(draft)
+        if not finished():
+            raise AttemptFailure(stage, "pool_short", "the pool is not full yet", counts=[])
+
+    def failed(f: AttemptFailure) -> None:
+        if f.llm:
+            pool.llm_errors.append(f)
+
     try:
-        return ctx.llm.structured(msgs, schema, seed=seed, max_tokens=max_tokens)
-    except LLMOutputError as e:
-        ctx.count(f"{stage}.llm_{e.reason}")
-        errors.append(e)
-        return None
+        retry(call, check, budget=budget, stage=stage, count=ctx.count, failed=failed)
+    except AttemptFailure:
+        pass
 
 
 def source_order(s: Setup, seed: int) -> list[int]:
@@ -139,33 +154,29 @@ def generate(
     tried); otherwise one call writes the missing options from the whole context, ``attempts``
     times at most."""
     pool = Pool(s, room, ctx.count)
-    errors = pool.llm_errors
     if cfg.cite_sources and s.lines:
-        for j in source_order(s, ctx.seed(index, "sources"))[: cfg.attempts * room]:
-            if pool.full:
-                break
+        order = source_order(s, ctx.seed(index, "sources"))[: cfg.attempts * room]
+
+        def restyle(a: int) -> tuple[int, RestyleDraft]:
+            j = order[a]
             msgs = ctx.prompts.render(
                 "candidates/restyle.jinja",
                 positive=s.positive.text,
                 line=prompt_lines(s.lines, False)[j],
             )
             s.examples |= _example_strings(msgs)
-            draft = _llm(
-                ctx,
-                msgs,
-                RestyleDraft,
-                ctx.seed(index, "distractor", j),
-                cfg.draft_tokens,
-                "distractors",
-                errors,
-            )
-            if draft is not None:
-                text = clean(draft.text)
-                pool.offer(Option(text, text, "generated", s.lines[j].t, line=j))
+            seed = ctx.seed(index, "distractor", j)
+            return j, ctx.llm.structured(msgs, RestyleDraft, seed=seed, max_tokens=cfg.draft_tokens)
+
+        def offer_line(answer: tuple[int, RestyleDraft]) -> None:
+            j, draft = answer
+            text = clean(draft.text)
+            pool.offer(Option(text, text, "generated", s.lines[j].t, line=j))
+
+        _fill(ctx, pool, len(order), "distractors", restyle, offer_line)
         return pool
-    for a in range(cfg.attempts):
-        if pool.full:
-            break
+
+    def write(a: int) -> Any:
         need = room - len(pool.items)
         msgs = ctx.prompts.render(
             "candidates/generated.jinja",
@@ -177,18 +188,15 @@ def generate(
             need=need,
         )
         s.examples |= _example_strings(msgs)
-        draft = _llm(
-            ctx,
-            msgs,
-            plain_draft(need),
-            ctx.seed(index, "distractors", a),
-            cfg.draft_tokens,
-            "distractors",
-            errors,
-        )
-        for d in draft.distractors if draft is not None else []:
+        seed = ctx.seed(index, "distractors", a)
+        return ctx.llm.structured(msgs, plain_draft(need), seed=seed, max_tokens=cfg.draft_tokens)
+
+    def offer(draft: Any) -> None:
+        for d in draft.distractors:
             text = clean(d)
             pool.offer(Option(text, text, "generated"))
+
+    _fill(ctx, pool, cfg.attempts, "distractors", write, offer)
     return pool
 
 
@@ -205,11 +213,13 @@ def label_reasons(
             key=cfg.taxonomy.index,
         )
     pool = Pool(s, len(others), ctx.count)
-    errors = pool.llm_errors
-    for a in range(cfg.attempts):
-        missing = [x for x in others if x not in {o.label for o in pool.items}]
-        if not missing:
-            break
+    missing: list[str] = []
+
+    def unlabelled() -> list[str]:
+        return [x for x in others if x not in {o.label for o in pool.items}]
+
+    def write(a: int) -> Any:
+        missing[:] = unlabelled()
         msgs = ctx.prompts.render(
             "candidates/label_reason.jinja",
             lines=prompt_lines(s.lines, False),
@@ -219,20 +229,16 @@ def label_reasons(
             labels=missing,
         )
         s.examples |= _example_strings(msgs)
-        draft = _llm(
-            ctx,
-            msgs,
-            reasons_draft(tuple(missing)),
-            ctx.seed(index, "reasons", a),
-            cfg.draft_tokens,
-            "reasons",
-            errors,
-        )
-        if draft is None:
-            continue
+        schema = reasons_draft(tuple(missing))
+        seed = ctx.seed(index, "reasons", a)
+        return ctx.llm.structured(msgs, schema, seed=seed, max_tokens=cfg.draft_tokens)
+
+    def offer(draft: Any) -> None:
         for j, label in enumerate(missing):
             reason = clean(getattr(draft, f"l{j}"))
             pool.offer(Option(option_text(label, reason), reason, "generated", label=label))
+
+    _fill(ctx, pool, cfg.attempts, "reasons", write, offer, done=lambda: not unlabelled())
     pool.items.sort(key=lambda o: cfg.taxonomy.index(o.label or ""))
     return pool
 
@@ -266,19 +272,12 @@ def reword(
         "candidates/reword.jinja", positive=pos.core, others=[o.core for o in chosen]
     )
     s.examples |= _example_strings(msgs)
-    errors: list[LLMOutputError] = []
-    for a in range(cfg.attempts):
-        draft = _llm(
-            ctx,
-            msgs,
-            RewordDraft,
-            ctx.seed(index, "reword", a),
-            cfg.reword_tokens,
-            "reword",
-            errors,
-        )
-        if draft is None:
-            continue
+
+    def ask(a: int) -> RewordDraft:
+        seed = ctx.seed(index, "reword", a)
+        return ctx.llm.structured(msgs, RewordDraft, seed=seed, max_tokens=cfg.reword_tokens)
+
+    def check(draft: RewordDraft) -> tuple[Option, float | None]:
         core = clean(draft.text)
         why = text_problem(core, s.examples)
         if why is None and _key(core) == _key(pos.core):
@@ -302,9 +301,13 @@ def reword(
         if why is None:
             ctx.count("reword.accepted")
             return new, round(sim, 4)
-        ctx.count(f"reword.{why}")
-    ctx.count("reword.kept_original")
-    return pos, None
+        raise AttemptFailure("reword", why, "the rewording is not kept")
+
+    try:
+        return retry(ask, check, budget=cfg.attempts, stage="reword", count=ctx.count)
+    except AttemptFailure:
+        ctx.count("reword.kept_original")
+        return pos, None
 
 
 def hidden_lines(s: Setup, item: CandidateItem, options: list[Option]) -> set[int]:
@@ -472,7 +475,7 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
                 max_tokens=cfg.rerank_tokens,
                 count=ctx.count,
             )
-        except rr.RerankFailure as e:
+        except AttemptFailure as e:
             return reject(
                 "rerank", "rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw
             )

@@ -16,9 +16,9 @@ from fakes import FakeEmbedder
 from gen.errors import InputError
 from gen.generators.rerank import RerankConfig, read_pools
 from gen.llm import scripted_llm
+from gen.llm.attempts import AttemptFailure
 from gen.paths import EXAMPLES
 from gen.ranking import (
-    RerankFailure,
     agreement,
     agreement_summary,
     call,
@@ -144,7 +144,7 @@ def test_call_rejects_after_its_attempts_naming_the_difference() -> None:
     bad = draft(
         [1, 2, 3, 4], [TEXTS[0], TEXTS[1], "Suggest a pesto sauce.", TEXTS[3]]
     ).model_dump_json()
-    with pytest.raises(RerankFailure) as e:
+    with pytest.raises(AttemptFailure) as e:
         call(
             scripted_llm([bad, bad]),
             Prompts(),
@@ -160,7 +160,7 @@ def test_call_rejects_after_its_attempts_naming_the_difference() -> None:
         e.value.detail == "rewrote 3: 'Suggest a sauce.' -> 'Suggest a pesto sauce.'"
         and e.value.raw == bad
     )
-    with pytest.raises(RerankFailure) as e:
+    with pytest.raises(AttemptFailure) as e:
         call(
             scripted_llm(["oops"] * 9),
             Prompts(),
