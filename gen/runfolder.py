@@ -24,6 +24,8 @@ from gen.paths import UnsafePathError, inside
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
 RUNTIME_OPTIONS = frozenset({"progress", "progress_every", "cache_dir"})
+OLD_KINDS = {"scenario": "scenarios"}
+"""Former record kinds -> today's (the scenarios kind took the bank's name), for old folders."""
 """Options that change how a run shows progress or where it caches, never what it writes: a run
 made with other values of these is the same run."""
 
@@ -154,10 +156,12 @@ class RunFolder:
 
     @property
     def kind(self) -> str:
-        """What the records are (``mcq``, ``digital``, ``scenario``…), as the manifest says or
-        as the generator declares."""
+        """What the records are (``mcq``, ``digital``, ``scenarios``…), as the manifest says or
+        as the generator declares (a folder written before the scenarios kind took the bank's
+        name says ``scenario``: read as ``scenarios``)."""
         if self.manifest.records is not None:
-            return self.manifest.records.kind
+            kind = self.manifest.records.kind
+            return OLD_KINDS.get(kind, kind)
         spec = self.spec
         return spec.kind if spec is not None else "records"
 
@@ -181,9 +185,14 @@ class RunFolder:
     def finished_with(self, config: dict[str, Any] | BaseModel) -> bool:
         """This folder holds a run that ended well with this config: every option of ``config``
         (its :data:`RUNTIME_OPTIONS` aside) has the same value in the manifest. What reuse of a
-        sub-run's folder (a persona pool, a pipeline's finished step) asks."""
+        sub-run's folder (a persona pool, a pipeline's finished step) asks. A folder written
+        before an option was renamed holds it under its old name, read as the new one."""
         wanted = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
-        mine = self.manifest.config
+        mine = dict(self.manifest.config)
+        spec = self.spec
+        for old, new in getattr(spec.config, "renamed", {}).items() if spec is not None else ():
+            if old in mine and new not in mine:
+                mine[new] = mine.pop(old)
         return (
             self.ok
             and self.records_path.is_file()

@@ -45,13 +45,18 @@ class Rubric(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=80)
-    kinds: list[Literal["mcq", "digital", "scenario"]] = Field(min_length=1)
+    kinds: list[Literal["mcq", "digital", "scenarios"]] = Field(min_length=1)
     """Item kinds it rates: ``mcq`` (tom, distractors, nocontext kept items, external MCQs),
-    ``digital`` (digital bundles) or ``scenario`` (context-tracking scenarios in the context
-    benchmark's released schema)."""
+    ``digital`` (digital bundles) or ``scenarios`` (context-tracking scenarios in the context
+    benchmark's released schema; ``scenario``, the former name, is read as ``scenarios``)."""
     guidance: str = ""
     """Shown above the fields: what a good item is."""
     fields: list[RubricField] = Field(min_length=1, max_length=12)
+
+    @field_validator("kinds", mode="before")
+    @classmethod
+    def _old_kinds(cls, v: object) -> object:
+        return ["scenarios" if k == "scenario" else k for k in v] if isinstance(v, list) else v
 
     @model_validator(mode="after")
     def _unique(self) -> Rubric:

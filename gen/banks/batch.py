@@ -129,7 +129,7 @@ def run_files(run: RunFolder) -> list[Path]:
             if kept.is_dir()
             else []
         )
-    if run.kind in ("mcq", "digital", "scenario") and run.records_path.is_file():
+    if run.kind in ("mcq", "digital", "scenarios") and run.records_path.is_file():
         return [run.records_path]
     raise InputError(
         f"input: {run.path} is a {run.generator} run; its records ({run.kind}) are not items a bank "

@@ -86,7 +86,7 @@ def make_item(
         return ReviewItem(index, item_id, source_item_id, "digital", question_type, bundle=record)
     if fmt == "scenario_record":
         return ReviewItem(
-            index, item_id, source_item_id, "scenario", question_type, scenario=record
+            index, item_id, source_item_id, "scenarios", question_type, scenario=record
         )
     q = record_mcq(fmt, record)
     return ReviewItem(index, item_id, source_item_id or q.item_id, "mcq", q.question_type, mcq=q)
@@ -301,7 +301,7 @@ def render(item: ReviewItem) -> str:
     global _ENV
     if _ENV is None:
         _ENV = _environment()
-    view = {"mcq": mcq_view, "digital": digital_view, "scenario": scenario_view}[item.kind](item)
+    view = {"mcq": mcq_view, "digital": digital_view, "scenarios": scenario_view}[item.kind](item)
     from gen.generators.review.results import blind_view, validity_view
 
     findings = [
@@ -506,7 +506,7 @@ def scenario_view(item: ReviewItem) -> dict[str, Any]:
         ("time gap", s.get("time_gap_bucket")),
     ]
     return {
-        "kind": "scenario",
+        "kind": "scenarios",
         "record_id": s.get("scenario_id"),
         "question_type": None,
         "turns": turns,

@@ -168,7 +168,7 @@ def make_app(session: Session) -> Any:
                         "record_id": it.record_id,
                         "kind": it.kind,
                         "question_type": it.question_type,
-                        "type_privileged": it.kind == "scenario",
+                        "type_privileged": it.kind == "scenarios",
                         "flagged": it.flags(),
                         "label": (
                             session.mine[it.item_id].model_dump(mode="json")

@@ -285,7 +285,7 @@ def write_jsonl(path: Path, rows: Sequence[BaseModel]) -> str:
     NAME,
     config=ScenariosConfig,
     records=(ScenarioRecord, LockCheckRecord),
-    kind="scenario",
+    kind="scenarios",
     plan=plan,
 )
 def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:

@@ -640,8 +640,8 @@ def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart
     items, files = load_items(folder)
     assert files == [folder / "scenarios.jsonl"]
     assert [(it.kind, it.record_id, it.question_type) for it in items] == [
-        ("scenario", "sc-01", scenario_question_type(SCENARIO)),
-        ("scenario", "sc-02", "cross_session_reference/prior"),
+        ("scenarios", "sc-01", scenario_question_type(SCENARIO)),
+        ("scenarios", "sc-02", "cross_session_reference/prior"),
     ]
     assert [it.item_id for it in items] == [
         item_id_of("scenario_record", r) for r in (SCENARIO, cross)
@@ -687,11 +687,11 @@ def test_scenarios_are_rated_with_the_scenario_rubric_and_their_type_is_privileg
 
     folder = scenario_folder(tmp_path / "run")
     data = plan(ReviewConfig(input=str(folder), reviewer="alice", cache_dir=None)).data
-    rubric = data.rubrics["scenario"]
+    rubric = data.rubrics["scenarios"]
     assert (
-        list(data.rubrics) == ["scenario"]
+        list(data.rubrics) == ["scenarios"]
         and rubric.name == "scenario-checklist"
-        and rubric.kinds == ["scenario"]
+        and rubric.kinds == ["scenarios"]
     )
     assert [f.key for f in rubric.fields] == [
         "speech_deictic",
@@ -704,7 +704,7 @@ def test_scenarios_are_rated_with_the_scenario_rubric_and_their_type_is_privileg
     session = Session(folder, data.items, "alice", data.rubrics)
     client = TestClient(make_app(session), base_url="http://127.0.0.1")
     listed = client.get("/api/items", headers={TOKEN_HEADER: session.token}).json()["items"]
-    assert listed[0]["kind"] == "scenario" and listed[0]["type_privileged"] is True
+    assert listed[0]["kind"] == "scenarios" and listed[0]["type_privileged"] is True
     ok = client.post(
         "/api/label",
         json={
@@ -1044,7 +1044,7 @@ def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(
     } == bank.ids()  # the bank's ids: labels follow the items
     assert [(it.kind, it.record_id) for it in data.items] == [
         ("mcq", r["item_id"]) for r in bank.records
-    ] + [("scenario", "sc-01"), ("scenario", "sc-02")]
+    ] + [("scenarios", "sc-01"), ("scenarios", "sc-02")]
     assert data.files == [
         version_dir(bank.root, 3) / LOCK,
         version_dir(bank.root, 3) / "tom.parquet",
@@ -1053,7 +1053,7 @@ def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(
     # the audit of each version's batch is shown with the items it names
     assert data.findings == [version_dir(bank.root, v) / "audit" / "audit.jsonl" for v in (1, 2, 3)]
     assert [len(it.findings) for it in data.items] == [0, 1, 0, 0, 0, 0]
-    assert set(data.rubrics) == {"mcq", "scenario"}
+    assert set(data.rubrics) == {"mcq", "scenarios"}
     old = plan(ReviewConfig(input=str(bank.root), version=1, reviewer="alice", cache_dir=None)).data
     assert [it.record_id for it in old.items] == [r["item_id"] for r in bank.records[:3]]
     # labels: the bank's reviews/, outside its versions; the bank still verifies

@@ -1,0 +1,195 @@
+"""The one attempt loop (gen.llm.attempts.retry) and the renamed attempt budgets: the loop's
+order of calls, its counters and its last failure; an old option name moves to the new one with a
+warning, on the Python API and on the command line (where Hydra holds the new name's default)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gen.api import configure
+from gen.cli import validate
+from gen.errors import LLMOutputError
+from gen.llm.attempts import AttemptFailure, retry
+from gen.runfolder import RunFolder
+
+
+def scripted(*answers: Any) -> tuple[list[int], Any]:
+    """A call that gives ``answers`` in order (an exception is raised), logging attempt numbers."""
+    seen: list[int] = []
+
+    def call(a: int) -> Any:
+        seen.append(a)
+        out = answers[a]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    return seen, call
+
+
+def even(x: int) -> int:
+    if x % 2:
+        raise AttemptFailure("stage", "odd", f"{x} is odd", raw=str(x))
+    return x * 10
+
+
+def test_the_first_accepted_answer_ends_the_loop_and_failures_are_counted_by_reason() -> None:
+    seen, call = scripted(LLMOutputError("truncated", "cut", "{"), 3, 4, 6)
+    counts: Counter[str] = Counter()
+    assert retry(call, even, budget=5, stage="stage", count=lambda k: counts.update([k])) == 40
+    assert seen == [0, 1, 2]
+    assert counts == {"stage.llm_truncated": 1, "stage.odd": 1}
+
+
+def test_the_last_failure_is_raised_with_every_failed_attempt() -> None:
+    _, call = scripted(3, LLMOutputError("invalid_output", "bad json", "{x"), 5)
+    hooked: list[str] = []
+    with pytest.raises(AttemptFailure) as e:
+        retry(call, even, budget=3, stage="stage", failed=lambda f: hooked.append(f.reason))
+    f = e.value
+    assert (f.stage, f.reason, f.detail, f.raw, f.attempts, f.llm) == (
+        "stage",
+        "odd",
+        "5 is odd",
+        "5",
+        3,
+        False,
+    )
+    assert [(x.reason, x.attempts, x.llm) for x in f.failed] == [
+        ("odd", 1, False),
+        ("invalid_output", 2, True),
+        ("odd", 3, False),
+    ]
+    assert f.failed[1].raw == "{x" and hooked == ["odd", "invalid_output", "odd"]
+
+
+def test_a_check_names_its_own_counters_and_the_model_failure_key() -> None:
+    def check(x: int) -> int:
+        raise AttemptFailure("app.Notes", "no_valid_item", "none", counts=["Notes.none", "Notes.x"])
+
+    _, call = scripted(1, LLMOutputError("backend_error", "500"))
+    counts: Counter[str] = Counter()
+    with pytest.raises(AttemptFailure) as e:
+        retry(
+            call,
+            check,
+            budget=2,
+            stage="app.Notes",
+            count=lambda k: counts.update([k]),
+            llm_key=lambda r: f"Notes.llm_{r}.regenerated",
+        )
+    assert counts == {"Notes.none": 1, "Notes.x": 1, "Notes.llm_backend_error.regenerated": 1}
+    assert e.value.reason == "backend_error" and e.value.attempts == 2
+
+
+def test_the_answer_is_kept_as_raw_json_when_the_check_gives_none() -> None:
+    from pydantic import BaseModel
+
+    class Draft(BaseModel):
+        text: str
+
+    def check(d: Draft) -> str:
+        raise AttemptFailure("s", "short", "too short")
+
+    with pytest.raises(AttemptFailure) as e:
+        retry(lambda a: Draft(text="hi"), check, budget=1, stage="s")
+    assert e.value.raw == '{"text":"hi"}'
+
+
+def test_the_failed_hook_can_re_ask_with_the_failure_named() -> None:
+    messages: list[str] = ["ask"]
+    asked: list[list[str]] = []
+
+    def call(a: int) -> int:
+        asked.append(list(messages))
+        return a + 1
+
+    def reask(f: AttemptFailure) -> None:
+        messages.extend([f.raw or "", f"fix: {f.detail}"])
+
+    assert retry(call, even, budget=3, stage="s", failed=reask) == 20
+    assert asked == [["ask"], ["ask", "1", "fix: 1 is odd"]]
+
+
+RENAMED = [
+    ("digital", "app_attempts", "attempts"),
+    ("tom", "stage_attempts", "attempts"),
+    ("scenarios", "stage_attempts", "attempts"),
+    ("personas", "bio_attempts", "attempts"),
+    ("personas", "max_attempts", "draws"),
+]
+
+
+@pytest.mark.parametrize(("name", "old", "new"), RENAMED)
+def test_an_old_option_name_is_moved_with_a_warning(
+    name: str, old: str, new: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="gen.config"):
+        cfg = configure(name, {old: 2, "cache_dir": None}, check_input=False)
+    assert getattr(cfg, new) == 2 and old not in type(cfg).model_fields
+    assert any(
+        r.name == "gen.config" and f"option {old} is now called {new}" in r.getMessage()
+        for r in caplog.records
+    )
+    dumped = cfg.model_dump()
+    assert new in dumped and old not in dumped  # manifests and sub-runs carry the new name
+
+
+def test_an_old_option_name_on_the_command_line_wins_over_the_new_names_default(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="gen.config"):
+        settings = validate("personas", ["bio_attempts=2", "max_attempts=7"])
+    assert (settings.attempts, settings.draws) == (2, 7)
+    assert sum("is now called" in r.getMessage() for r in caplog.records) == 2
+    assert validate("personas", ["attempts=4"]).attempts == 4
+
+
+def test_an_old_name_out_of_range_is_named_by_its_new_name() -> None:
+    from gen.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="attempts"):
+        validate("tom", ["stage_attempts=0"])
+
+
+def test_a_folder_written_with_the_old_option_names_is_still_finished_with_the_config(
+    tmp_path: Path,
+) -> None:
+    """A persona pool made before the rename is reused, not made again."""
+    cfg = configure("personas", {"n": 6, "cache_dir": None}, check_input=False)
+    old = cfg.model_dump(mode="json")
+    old["bio_attempts"], old["max_attempts"] = old.pop("attempts"), old.pop("draws")
+    (tmp_path / "personas.jsonl").write_text("")
+    manifest = {
+        "generator": "personas",
+        "config": old,
+        "records": {"file": "personas.jsonl", "kind": "records"},
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    folder = RunFolder.open(tmp_path)
+    assert folder.finished_with(cfg)
+    assert not folder.finished_with(cfg.model_copy(update={"draws": 9}))
+
+
+def test_the_scenarios_kind_has_one_name_and_old_folders_and_rubrics_still_read(
+    tmp_path: Path,
+) -> None:
+    from gen.registry import REGISTRY
+    from gen.schemas.review import Rubric
+
+    assert REGISTRY["scenarios"].kind == "scenarios"  # the bank's kind and the generator's name
+    manifest = {
+        "generator": "scenarios",
+        "records": {"file": "scenarios.jsonl", "kind": "scenario"},
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert RunFolder.open(tmp_path).kind == "scenarios"
+    field = {"key": "ok", "question": "Fine?", "labels": ["no", "yes"]}
+    rubric = Rubric.model_validate({"name": "mine", "kinds": ["scenario"], "fields": [field]})
+    assert rubric.kinds == ["scenarios"]
