@@ -6,13 +6,13 @@ typed."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import check_run_folder, read_jsonl
 from fakes import FakeEmbedder
+from scripted import writer
 
 from gen.generators.recommend import (
     RecommendConfig,
@@ -106,53 +106,6 @@ def test_each_request_check_on_planted_cases() -> None:
         request_problem(ok, grounding, {"which of these sauces has less sugar"}, c) == "duplicate"
     )
     assert request_problem("sauce sauce sauce sauce sauce", grounding, set(), c) == "text_gates"
-
-
-def writer(faults: dict[str, Any] | None = None) -> Any:
-    """Global: a summary and one request per category built from the clip's nouns (plus planted
-    faults); rerank: the given order, nothing removed."""
-    faults = faults or {}
-
-    def reply(messages: list[dict[str, str]], seed: int) -> str:
-        req = messages[-1]["content"]
-        if "Candidates, numbered:" in req:
-            texts = re.findall(
-                r"^(\d+)\. (?:\[[^\]]*\] )?(.*)$", req.rsplit("Candidates, numbered:", 1)[1], re.M
-            )
-            dup = (
-                (lambda i: 1 if int(i) > 1 else None)
-                if faults.get("all_duplicates")
-                else (lambda i: None)
-            )
-            return json.dumps(
-                {
-                    "ranking": [
-                        {"id": int(i), "text": t, "duplicate_of": dup(i), "grounded": True}
-                        for i, t in texts
-                    ],
-                    "reason": "in the given order",
-                }
-            )
-        seen = [ln.split(" | ", 1)[1] for ln in req.splitlines() if re.match(r"^\d+m:\d+s \| ", ln)]
-        words = [
-            w
-            for ln in seen
-            for w in re.findall(r"[a-z]{4,}", ln.lower())
-            if w not in ("wearer", "with", "into")
-        ]
-        out: dict[str, Any] = {
-            "summary": "The wearer " + seen[0].split(" ", 2)[-1].rstrip(".") + " and carries on."
-        }
-        for j, cat in enumerate(CATEGORIES):
-            out[cat] = [f"Tell me something useful about the {words[j % len(words)]} here."]
-        if faults.get("ungrounded"):
-            out = {
-                **out,
-                **{cat: ["Tell me a joke about penguins."] for cat in list(CATEGORIES)[:7]},
-            }
-        return json.dumps(out)
-
-    return reply
 
 
 def run_recommend(out: Path, reply: Any, **kw: Any) -> tuple[Any, RunContext]:
