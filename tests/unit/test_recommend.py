@@ -165,17 +165,29 @@ def test_reader_names_bad_lines(tmp_path: Path) -> None:
 
 
 def test_the_embedding_dedup_is_measured_beside_the_rerankers(tmp_path: Path) -> None:
-    """A reranker that calls every request a duplicate of the first (as SmolLM2-135M does) keeps one
-    request; the embedding's verdict on each pair is recorded beside it, so the funnel shows the
-    pairs only the reranker called the same."""
-    out = tmp_path / "run"
-    result, _ = run_recommend(out, writer({"all_duplicates": True}), min_candidates=3, n=1)
+    """A reranker that calls every request a duplicate of the first (as SmolLM2-135M does): only
+    the calls the embedder confirms remove a request (before: a pool of one whatever the
+    embedder said); the embedding's verdict on each pair is recorded beside the reranker's, so the
+    funnel shows the pairs only the reranker called the same."""
+    # the writer's requests share all words but one ("Tell me something useful about the X
+    # here."): the bag-of-words fake puts each pair at 6/7 = 0.86
+    out = tmp_path / "strict"
+    writes = writer({"all_duplicates": True})
+    result, _ = run_recommend(out, writes, min_candidates=3, n=1, confirm_similarity=0.9)
     (rec,) = read_jsonl(out / "recommend.jsonl")
     n = len(rec["candidates"])
-    assert len(rec["ranked"]) == 1 and len(rec["removed"]) == n - 1
+    assert rec["removed"] == [] and len(rec["ranked"]) == n
+    assert rec["unconfirmed_duplicates"] == [[str(i), "1"] for i in range(2, n + 1)]
     a = rec["dedup_agreement"]
     assert (
         a["both"] + a["llm_only"] == n * (n - 1) // 2 and a["embedding_only"] == a["neither"] == 0
     )
-    f = result.manifest[NAME]["funnel"]["dedup_agreement"]
-    assert f["pairs"] == n * (n - 1) // 2 and f["llm_only"] == a["llm_only"]
+    f = result.manifest[NAME]["funnel"]
+    assert f["dedup_agreement"]["pairs"] == n * (n - 1) // 2
+    assert f["dedup_agreement"]["llm_only"] == a["llm_only"]
+    assert f["duplicates_unconfirmed"] == n - 1 and f["duplicates_removed"] == 0
+    out = tmp_path / "default"  # confirm_similarity=0.75: the fake confirms every call
+    run_recommend(out, writes, min_candidates=3, n=1)
+    (rec,) = read_jsonl(out / "recommend.jsonl")
+    assert len(rec["ranked"]) == 1 and len(rec["removed"]) == n - 1
+    assert rec["unconfirmed_duplicates"] == []
