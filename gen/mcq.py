@@ -57,7 +57,8 @@ def egotom_columns(q: str) -> list[str]:
 class Bank:
     path: Path
     format: str
-    """``jsonl`` (MCQ records), ``egotom_csv`` or ``roles_jsonl`` (any JSONL read with a roles file)."""
+    """``jsonl`` (MCQ records), ``egotom_csv`` or ``roles_jsonl`` (any JSONL read with a roles
+    file)."""
     items: Sequence[MCQ]
     problems: list[dict[str, Any]] = field(default_factory=list)
     """Rows that loaded with a defect (``line``, ``item_id``, ``field``, ``problem``): a missing
@@ -124,7 +125,8 @@ def bank_format(path: Path) -> str:
     """The format of an MCQ file, by its suffix; another suffix is an InputError."""
     if path.suffix not in BANK_FORMATS:
         raise InputError(
-            f"input: {path}: expected a .jsonl of MCQ records, an EgoToM .csv or a WAGIBench MCQ .json"
+            f"input: {path}: expected a .jsonl of MCQ records, an EgoToM .csv or a WAGIBench MCQ "
+            ".json"
         )
     return BANK_FORMATS[path.suffix]
 
@@ -148,7 +150,8 @@ def read_wagibench_mcq(path: Path) -> list[MCQ]:
     """WAGIBench's MCQ layout (a JSON list of ``{x: {client_tag, context_window, cues, mcq_set},
     y, meta: {client_tag, scenario: {shortname}, structured_goal, item_id?, question_type?}}``, as
     ``distractors`` and ``bank export format=wagibench`` write it): options are the goal dicts as
-    JSON (fields in their order, ``type`` first), the visible context is the cues. A bad row is ``file:row N: field: reason``."""
+    JSON (fields in their order, ``type`` first), the visible context is the cues. A bad row is
+    ``file:row N: field: reason``."""
     from gen.readers import read_json
 
     data = read_json(path)
@@ -171,7 +174,8 @@ def read_wagibench_mcq(path: Path) -> list[MCQ]:
         y = row.get("y")
         if isinstance(y, bool) or not isinstance(y, int) or not 0 <= y < len(options):
             raise InputError(
-                f"{where}: y: expected the answer's index among the {len(options)} options, got {y!r}"
+                f"{where}: y: expected the answer's index among the {len(options)} options, "
+                f"got {y!r}"
             )
         scenario = meta.get("scenario")
         if not isinstance(scenario, dict):
@@ -528,7 +532,8 @@ def _roles_item(
             if answer is None:
                 problem(
                     roles.answer,
-                    f"answer {value!r} ({roles.answer_format}) names none of the {len(options)} options",
+                    f"answer {value!r} ({roles.answer_format}) names none of the {len(options)} "
+                    "options",
                 )
     question = (
         ""

@@ -28,17 +28,23 @@ class JudgeOptions(CommonConfig):
     """The judge options ``judge`` and ``evaluate`` share."""
 
     judge: ModelChoice | None = None
-    """The judge model: an llm preset (smollm2) or a dict ({backend: openai, model: …}); null: judges=[…], else (gen judge) llm=."""
+    """The judge model: an llm preset (smollm2) or a dict ({backend: openai, model: …}); null:
+    judges=[…], else (gen judge) llm=."""
     judges: list[ModelChoice] = Field(default_factory=list)
-    """Several judges on every row (presets or dicts): the first of another family than the candidate's scores, all give agreement."""
+    """Several judges on every row (presets or dicts): the first of another family than the
+    candidate's scores, all give agreement."""
     judge_labels: list[str] = Field(default_factory=list)
     """Judge names in the outputs, one per judge ([] = GGUF file stem or served model name)."""
     allow_same_family: bool = False
-    """Let a judge of the candidate's model family judge it (refused by default: a model judging its own family can score it too high or too low)."""
+    """Let a judge of the candidate's model family judge it (refused by default: a model judging its
+    own family can score it too high or too low)."""
     candidate_family: str | None = None
-    """The candidate's model family when the input does not say (null: from the rows, or the candidate model)."""
+    """The candidate's model family when the input does not say (null: from the rows, or the
+    candidate model)."""
     judge_family: str = "auto"
-    """Which judge scores: auto (the benchmark's mapping, anthropic->google, google->openai, openai->google, among the judges given; else the first judge of another family) or a family (claude|gemini|openai|google|…: the judge of that family)."""
+    """Which judge scores: auto (the benchmark's mapping, anthropic->google, google->openai,
+    openai->google, among the judges given; else the first judge of another family) or a family
+    (claude|gemini|openai|google|…: the judge of that family)."""
     judge_temperature: float = Field(0.0, ge=0, le=2)
     """Sampling temperature of every judge call (0: greedy, the same verdict on a rerun)."""
     verdict_tokens: int = Field(200, ge=32, le=4096)
@@ -142,8 +148,10 @@ def build_panel(
         family, source = j.llm.family_info
         if family is not None and family in known and not opts.allow_same_family:
             raise ConfigError(
-                f"judge {j.label} is of the candidate's model family {family!r} (judge: {source}; candidate: "
-                f"{known[family]}): a model judging its own family can score it too high or too low; choose a "
+                f"judge {j.label} is of the candidate's model family {family!r} (judge: {source}; "
+                "candidate: "
+                f"{known[family]}): a model judging its own family can score it too high or too "
+                "low; choose a "
                 "judge of another family (judge= or judges=[…]), or allow_same_family=true"
             )
     cross = [j for j in judges if j.family is None or j.family not in known]
@@ -151,7 +159,8 @@ def build_panel(
     family, source = primary.llm.family_info
     if not known:
         why = (
-            "candidate family unknown (no candidate_family=, no family in the rows): the first judge, "
+            "candidate family unknown (no candidate_family=, no family in the rows): the first "
+            "judge, "
             f"{primary.label} ({family}, {source}), was not compared"
         )
     elif primary in cross:
@@ -161,7 +170,8 @@ def build_panel(
         )
     else:
         why = (
-            f"same family allowed (allow_same_family=true): {primary.label} and the candidate are both "
+            f"same family allowed (allow_same_family=true): {primary.label} and the candidate are "
+            "both "
             f"{family} ({source})"
         )
     if how:
@@ -203,7 +213,8 @@ def choose_primary(
             )
         fallback = cross[0] if cross else judges[0]
         return fallback, (
-            f"judge_family=auto: the benchmark maps {'/'.join(sorted(known))} to {want}, and no judge "
+            f"judge_family=auto: the benchmark maps {'/'.join(sorted(known))} to {want}, and no "
+            "judge "
             f"of it is given: the first judge of another family"
         )
     return (cross[0] if cross else judges[0]), ""

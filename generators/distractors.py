@@ -61,7 +61,8 @@ BANK_FILES = ("goals.jsonl", "goals.parquet")
 
 class DistractorsConfig(CommonConfig):
     n: int | None = Field(None, ge=1)  # type: ignore[assignment]
-    """References: the first n goals of the bank (null: every goal). Distractors come from the whole bank."""
+    """References: the first n goals of the bank (null: every goal). Distractors come from the whole
+    bank."""
     distractors: int = Field(3, ge=1, le=25)
     """Distractors per MCQ (N); options = N + 1."""
     bands: dict[str, tuple[float, float]] = {"similar": (95.0, 99.0), "dissimilar": (0.0, 80.0)}
@@ -99,7 +100,8 @@ class DistractorsConfig(CommonConfig):
                 raise ValueError(f"band name {name!r} must be a plain word (it names files)")
             if not 0 <= lo < hi <= 100:
                 raise ValueError(
-                    f"bands.{name} must be a pair low, high with 0 <= low < high <= 100, got {lo:g}, {hi:g}"
+                    f"bands.{name} must be a pair low, high with 0 <= low < high <= 100, "
+                    f"got {lo:g}, {hi:g}"
                 )
         return v
 
@@ -149,7 +151,8 @@ def bundle_cues(
         goal = r.get("goal") if isinstance(r, dict) else None
         if not isinstance(goal, dict) or not isinstance(goal.get("goal_id"), str):
             raise InputError(
-                f"{file}:{lineno}: goal: not a goal-conditioned bundle (make them with digital goals=…)"
+                f"{file}:{lineno}: goal: not a goal-conditioned bundle (make them with digital "
+                "goals=…)"
             )
         if goal["goal_id"] not in goal_ids:
             raise InputError(
@@ -679,7 +682,8 @@ def summary(values: list[int]) -> dict[str, float]:
 
 @generator(NAME, config=DistractorsConfig, records=DistractorMCQ, kind="mcq", plan=plan)
 def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[DistractorMCQ | Reject]]:
-    """Distractor MCQs from a goal bank: percentile bands of embedding similarity, greedy diversity."""
+    """Distractor MCQs from a goal bank: percentile bands of embedding similarity, greedy
+    diversity."""
     t0 = time.perf_counter()
     bank: GoalBank = ctx.plan.data
     path = bank.path

@@ -1,4 +1,5 @@
-"""The candidate runner: ``python -m gen evaluate input=<bank> llm=<candidate> [judge=<judge llm>]``.
+"""The candidate runner: ``python -m gen evaluate input=<bank> llm=<candidate> [judge=<judge
+llm>]``.
 
 **Scenario banks** (the context-tracking benchmark; spec: "Scenario structure", "Video block
 injection format", "Scoring", "Repair turn", "Reproducibility"). Per scenario, prompt condition
@@ -64,17 +65,21 @@ MCQ_PROMPT = "evaluate/mcq.jinja"
 
 class EvaluateConfig(JudgeOptions):
     mode: Literal["auto", "scenarios", "mcq"] = "auto"
-    """auto: a scenarios.jsonl (or a scenarios run) is a scenario bank, anything else an MCQ bank."""
+    """auto: a scenarios.jsonl (or a scenarios run) is a scenario bank, anything else an MCQ
+    bank."""
     condition: list[str] = Field(default_factory=lambda: ["baseline"])
     """Scenarios: the prompt conditions to run (names in prompt_conditions.json)."""
     prompt_conditions: str | None = None
-    """Scenarios: the benchmark's prompt_conditions.json (null: ../shared/data/context_bench/prompt_conditions.json when present, else required)."""
+    """Scenarios: the benchmark's prompt_conditions.json (null:
+    ../shared/data/context_bench/prompt_conditions.json when present, else required)."""
     trials: int = Field(5, ge=1, le=1000)
     """Scenarios: seeded trials per scenario and condition (the spec's 5)."""
     repair_style: Literal["named", "deictic"] = "named"
-    """Scenarios: the repair prompt after a turn-2 miss (deictic falls back to named where the scenario has none)."""
+    """Scenarios: the repair prompt after a turn-2 miss (deictic falls back to named where the
+    scenario has none)."""
     no_camera: bool = False
-    """Scenarios: the camera ablation (the benchmark's --no-camera): the candidate gets no [Camera: …] block, the pre-conversation frame included; the judge still sees the frames."""
+    """Scenarios: the camera ablation (the benchmark's --no-camera): the candidate gets no [Camera:
+    …] block, the pre-conversation frame included; the judge still sees the frames."""
     max_tokens: int = Field(256, ge=8, le=32768)
     """Scenarios: reply cap of each candidate turn."""
     mcq_temperature: float = Field(0.0, ge=0, le=2)
@@ -145,7 +150,8 @@ def conditions_path(cfg: EvaluateConfig) -> Path:
     if SHARED_CONDITIONS.is_file():
         return SHARED_CONDITIONS
     raise ConfigError(
-        "prompt_conditions= is required for a scenario bank (the benchmark's prompt_conditions.json)"
+        "prompt_conditions= is required for a scenario bank (the benchmark's "
+        "prompt_conditions.json)"
     )
 
 
@@ -459,7 +465,8 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
         ctx.say(
             f"[evaluate] {cellname}: balanced turn-2 accuracy {ba if ba is not None else '-'}"
             f"{f' {ci95}' if ci95 else ''}, judge not followed {m['turn_2']['not_followed']}/"
-            f"{m['turn_2']['replies']}, repair {m['repair']['k']}/{m['repair']['n']} (judge {primary})"
+            f"{m['turn_2']['replies']}, repair {m['repair']['k']}/{m['repair']['n']} "
+            f"(judge {primary})"
         )
 
 
@@ -575,7 +582,8 @@ def mcq_summary(records: list[MCQAnswerRecord], rejected: int) -> dict[str, Any]
         "accuracy": block(records),
         "by_question_type": {q: block([r for r in records if r.question_type == q]) for q in types},
         "letters": dict(sorted(Counter(r.letter or "unparseable" for r in records).items())),
-        "note": "accuracy: correct / answered items with a 95 % Wilson interval; an unparseable answer is wrong.",
+        "note": "accuracy: correct / answered items with a 95 % Wilson interval; an unparseable "
+        "answer is wrong.",
     }
 
 
@@ -600,7 +608,8 @@ def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | 
     ctx.extra[NAME] = {"mode": "mcq", **summary}
     a = summary["accuracy"]
     ctx.say(
-        f"[evaluate] {a['k']}/{a['n']} correct ({a['rate']}, 95% CI {a['ci95']}; chance {a['chance']}); "
+        f"[evaluate] {a['k']}/{a['n']} correct ({a['rate']}, 95% CI {a['ci95']}; "
+        f"chance {a['chance']}); "
         f"{a['unparseable']} unparseable",
         *(
             f"[evaluate]   {q}: {b['k']}/{b['n']} ({b['rate']}, {b['ci95']}; chance {b['chance']})"
@@ -617,7 +626,8 @@ def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | 
     plan=plan,
 )
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[Any]:
-    """Run a candidate model on a scenario bank (turns, judge, repair) or an MCQ bank, with intervals."""
+    """Run a candidate model on a scenario bank (turns, judge, repair) or an MCQ bank, with
+    intervals."""
     if ctx.plan.data[0] == "mcq":
         yield from run_mcq(cfg, ctx)
     else:

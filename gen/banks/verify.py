@@ -279,7 +279,8 @@ def check_version(
 
 
 def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[VersionCheck], list[str]]:
-    """Check versions 1..target (default: current); returns (target, per-version checks, leftovers)."""
+    """Check versions 1..target (default: current); returns (target, per-version checks,
+    leftovers)."""
     current = check_pointer(
         root
     )  # a damaged or moved-back pointer: a refusal saying how to repair it
@@ -295,7 +296,8 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
                 target,
                 VERSIONS,
                 "symlink",
-                f"{VERSIONS} is a symlink (to {os.path.realpath(vroot)}); the bank holds its own files",
+                f"{VERSIONS} is a symlink (to {os.path.realpath(vroot)}); the bank holds its own "
+                "files",
             )
         )
     locks: dict[int, dict[str, Any] | None] = {}
@@ -339,14 +341,16 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
                 target,
                 f"{VERSIONS}/{label(target)}/{LOCK}",
                 "bad_history",
-                f"the history of {label(target)} lists versions {[h.get('version') for h in history]}",
+                f"the history of {label(target)} lists "
+                f"versions {[h.get('version') for h in history]}",
             )
         )
     for h in history[:-1]:
         v = h.get("version")
         if isinstance(v, int) and 1 <= v < target and locks.get(v) is not None:
             sha = sha256_file(version_dir(root, v) / LOCK)
-            # each lock is recorded by the next one; the newest is checked against every later history
+            # each lock is recorded by the next one; the newest is checked against every later
+            # history
             later = [x for x in (locks.get(w) for w in range(v + 1, target + 1)) if x]
             recorded = {
                 (x.get("history") or [{}] * v)[v - 1].get("lock_sha256")
@@ -360,7 +364,8 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
                             v,
                             f"{VERSIONS}/{label(v)}/{LOCK}",
                             "hash_mismatch",
-                            f"{VERSIONS}/{label(v)}/{LOCK}: SHA-256 {sha[:16]}… but a later release recorded "
+                            f"{VERSIONS}/{label(v)}/{LOCK}: SHA-256 {sha[:16]}… but a later "
+                            "release recorded "
                             f"{str(r)[:16]}… (changed without a version bump)",
                         )
                     )

@@ -1,4 +1,5 @@
-"""HTTP to an OpenAI-compatible server, with a wall-clock deadline, a bounded reply and bounded retries.
+"""HTTP to an OpenAI-compatible server, with a wall-clock deadline, a bounded reply and bounded
+retries.
 
 The OpenAI client's ``timeout`` bounds each socket read, so a server that trickles a byte a
 second (or its headers) holds a call for ever, and it reads a reply whole before anyone can
@@ -129,7 +130,10 @@ class Endpoint:
         if not self.key_env:
             return ""
         if self.key() is None:
-            return f"; ${self.key_env} is not set (the API key is read from the variable llm.api_key_env names)"
+            return (
+                f"; ${self.key_env} is not set "
+                "(the API key is read from the variable llm.api_key_env names)"
+            )
         return f"; check the key in ${self.key_env} (llm.api_key_env)"
 
     # ------------------------------------------------------------------ one call

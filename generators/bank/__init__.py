@@ -94,15 +94,18 @@ class BankConfig(CommonConfig):
     message: str | None = None
     """add: a line for the changelog entry of the new version."""
     audit_options: dict[str, Any] | None = None
-    """add: extra options for the audit run (for example audit_options={checks: [structure, leakage]})."""
+    """add: extra options for the audit run (for example audit_options={checks: [structure,
+    leakage]})."""
     format: Literal[
         "parquet", "croissant", "hf", "lm_eval", "inspect", "wagibench", "egotom", "scenarios"
     ] = "parquet"
-    """export: parquet (data files, dataset card, croissant.json), croissant (data files + croissant.json),
-    hf (a Hugging Face datasets folder), lm_eval / inspect (harness tasks of the MCQ kinds), wagibench
-    (MCQ + digital-state JSON), egotom (CSVs), scenarios (the context benchmark's scenarios.jsonl)."""
+    """export: parquet (data files, dataset card, croissant.json), croissant (data files +
+    croissant.json), hf (a Hugging Face datasets folder), lm_eval / inspect (harness tasks of the
+    MCQ kinds), wagibench (MCQ + digital-state JSON), egotom (CSVs), scenarios (the context
+    benchmark's scenarios.jsonl)."""
     license: str | None = None
-    """export: the data's license, an SPDX id (CC-BY-4.0) or a URL, for the card and croissant.json."""
+    """export: the data's license, an SPDX id (CC-BY-4.0) or a URL, for the card and
+    croissant.json."""
     citation: str | None = None
     """export: how to cite the bank (BibTeX or a sentence), for the card and croissant.json."""
     out: str | None = None
@@ -212,7 +215,8 @@ def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Rej
             f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}"
             for rel in left
         ),
-        f"[bank] verify {root} {label(target)}: {f'{bad} problem(s)' if bad else 'ok'}; {len(checks)} "
+        "[bank] "
+        f"verify {root} {label(target)}: {f'{bad} problem(s)' if bad else 'ok'}; {len(checks)} "
         f"versions, {sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}",
     )
     for i, c in zip(ctx.indices(), checks, strict=True):

@@ -162,7 +162,8 @@ def slot_line(app: App, slot: dict[str, Any], st: State) -> str:
             if slot["attendees"]
             else ", alone"
         )
-        return f"{slot['weekday']} {slot['start'][11:]}-{slot['end'][11:]}{people}. Topic: {slot['topic']}."
+        when = f"{slot['weekday']} {slot['start'][11:]}-{slot['end'][11:]}"
+        return f"{when}{people}. Topic: {slot['topic']}."
     if app is App.Messaging:
         others = [p for p in slot["participants"] if p != st.main.name]
         senders = ", ".join(x.split()[0] for x in slot["senders"])
@@ -252,7 +253,7 @@ def skeleton(app: App, rng: random.Random, st: State, cfg: DigitalConfig, cued: 
     return Skeleton(k, slots)
 
 
-# --------------------------------------------------------------------------- LLM schemas with code's counts
+# ------------------------------------------------------------------- LLM schemas with code's counts
 
 
 @cache
@@ -293,7 +294,7 @@ CUE_SCHEMA: dict[App, type[BaseModel]] = {
 }
 
 
-# --------------------------------------------------------------------------- assembly (draft + skeleton -> items)
+# ------------------------------------------------------------- assembly (draft + skeleton -> items)
 
 
 def assemble(

@@ -1,4 +1,5 @@
-"""Human review of generated items in the browser: ``python -m gen review input=<run folder | bank>``.
+"""Human review of generated items in the browser: ``python -m gen review input=<run folder |
+bank>``.
 
 ``review`` (action ``serve``) starts a local web app on 127.0.0.1 (:mod:`.server`), prints its
 address with a per-session token, and serves until Ctrl-C: one item at a time as the candidate
@@ -71,11 +72,12 @@ class ReviewConfig(CommonConfig):
         default_factory=lambda: os.environ.get("USER") or "reviewer",
         json_schema_extra={"hydra": "${oc.env:USER,reviewer}"},
     )
-    """Whose labels these are ($USER by default): reviews/<reviewer>.jsonl in the run folder (or bank)."""
+    """Whose labels these are ($USER by default): reviews/<reviewer>.jsonl in the run folder (or
+    bank)."""
     rubric: str | None = None
     """A rubric file (YAML/JSON: name, kinds, fields) for the kinds it lists; null: the project's
-    rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, digital.yaml, scenario.yaml after the
-    context benchmark's authoring checklist)."""
+    rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, digital.yaml, scenario.yaml after
+    the context benchmark's authoring checklist)."""
     port: int | None = Field(None, ge=1, le=65535)
     """serve: the port on 127.0.0.1 (null: a free one). The server never listens elsewhere."""
     findings: str | None = None
@@ -98,7 +100,8 @@ class ReviewConfig(CommonConfig):
     def _check(self) -> ReviewConfig:
         if not REVIEWER.match(self.reviewer):
             raise ValueError(
-                f"reviewer={self.reviewer!r}: letters, digits, . _ - (at most 64); set reviewer=NAME"
+                f"reviewer={self.reviewer!r}: letters, digits, . _ - (at most 64); set "
+                "reviewer=NAME"
             )
         if self.num_shards != 1:
             raise ValueError("review runs in one process (num_shards=1)")
@@ -333,7 +336,8 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for k, a in report["agreement"].items():
         lines.append(
-            f"| {cell(k)} | {a['items']} | {cell(a['observed'])} | {cell(a['kappa'])} | {a['method']} |"
+            f"| {cell(k)} | {a['items']} | {cell(a['observed'])} | {cell(a['kappa'])} "
+            f"| {a['method']} |"
         )
     lines += ["", f"## Disagreements ({len(report['disagreements'])})", ""]
     if report["disagreements"]:
@@ -341,7 +345,8 @@ def markdown(report: dict[str, Any]) -> str:
         for d in report["disagreements"]:
             decisions = ", ".join(f"{r}: {v or '—'}" for r, v in d["decisions"].items())
             lines.append(
-                f"| {d['item_id']} | {cell(d['record_id'])} | {', '.join(d['disagree'])} | {cell(decisions)} |"
+                f"| {d['item_id']} | {cell(d['record_id'])} | {', '.join(d['disagree'])} "
+                f"| {cell(decisions)} |"
             )
     else:
         lines.append("None.")

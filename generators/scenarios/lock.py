@@ -44,8 +44,9 @@ and that entry is not checked)."""
 
 
 def judge_prompt() -> tuple[str, str]:
-    """(version, SHA-256) of the context-tracking judge's prompt (``gen judge kind=context``), as the
-    benchmark's lock records them: a bank is judged comparably only under the same judge prompt."""
+    """(version, SHA-256) of the context-tracking judge's prompt (``gen judge kind=context``), as
+    the benchmark's lock records them: a bank is judged comparably only under the same judge
+    prompt."""
     return JUDGE_PROMPT_VERSION, sha256_file(PROMPTS / JUDGE_TEMPLATE)
 
 
@@ -127,5 +128,7 @@ def verify(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[LockCheckRecord | 
         )
     ctx.say(
         *(f"[{NAME}] DRIFT {d}" for d in drift.values()),
-        f"[{NAME}] verify {folder}: {'ok' if not drift else f'{len(drift)} drifted'}; {len(LOCK_KEYS)} entries checked",
+        f"[{NAME}] "
+        f"verify {folder}: {'ok' if not drift else f'{len(drift)} drifted'}; {len(LOCK_KEYS)} "
+        "entries checked",
     )

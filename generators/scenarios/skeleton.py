@@ -125,7 +125,8 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     ),
 }
 """Activity domains per shift type (8 each): with 3 difficulty tiers and the validator's limit of
-2 per signature, a (shift type, target) cell holds up to 48 scenarios (16 when its tier is fixed)."""
+2 per signature, a (shift type, target) cell holds up to 48 scenarios (16 when its tier is
+fixed)."""
 TIME_GAP_CHOICES: dict[str, tuple[str, ...]] = {
     "object_in_hand": ("seconds",),
     "object_in_view": ("seconds",),
@@ -351,7 +352,8 @@ def build_units(
             domain = min(domains, key=load)
             if cfg.signature_limit is not None and load(domain)[0] >= cfg.signature_limit:
                 raise ConfigError(
-                    f"distribution: {ct}/{'+'.join(members)} needs more scenarios at difficulty {tier} "
+                    f"distribution: {ct}/{'+'.join(members)} needs more scenarios at "
+                    f"difficulty {tier} "
                     f"than {len(domains)} domains x signature_limit={cfg.signature_limit} allow; "
                     "lower its count or raise signature_limit (null: no limit)"
                 )

@@ -170,7 +170,7 @@ def test_export_refuses_a_drifted_bank(grown: Bank) -> None:
     assert e.value.exit_code == 1
 
 
-# --------------------------------------------------------------------------- context-tracking scenarios
+# ----------------------------------------------------------------------- context-tracking scenarios
 
 
 def scenario(i: int, *, sid: str | None = None, target: str = "current") -> dict[str, Any]:
@@ -199,7 +199,8 @@ def scenario(i: int, *, sid: str | None = None, target: str = "current") -> dict
         "turn_1_user": f"Should I keep moving this {w(2)}?",
         "turn_2_image": f"A hand grips a flat {w(3)} over a wooden slab.",
         "turn_2_user": f"Is my grip okay for this {w(2)}?",
-        "turn_3_repair_prompt": f"I mean the {gold['current_answers'][0]} now, not the {gold['prior_answers'][0]}.",
+        "turn_3_repair_prompt": f"I mean the {gold['current_answers'][0]} now, not "
+        f"the {gold['prior_answers'][0]}.",
         "turn_3_repair_prompt_deictic": "I mean this thing in my hand right now.",
         "notes": f"note {i}",
         "gold": gold,
@@ -250,7 +251,8 @@ def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) 
     rejects = read_jsonl(result.out_dir / "rejects.jsonl")
     assert [(r["reason"], r["stage"]) for r in rejects] == [("duplicate", "bank")] * 2
     assert (result.accepted, bank.current) == (1, 2) and problems(bank) == []
-    # a third batch reusing a scenario id: kept in the bank, refused by the export (ids are the format's keys)
+    # a third batch reusing a scenario id: kept in the bank, refused by the export (ids are the
+    # format's keys)
     bank.add(run_folder(tmp_path / "sc_c", [scenario(5, sid="sc-01")], generator="scenarios"))
     result, _ = bank.export("scenarios", out=str(tmp_path / "export"))
     out = tmp_path / "export"

@@ -53,7 +53,7 @@ def test_with_mark_leaves_no_text_of_a_set_without_a_mark(text: str, mark: str, 
     assert not text or final_mark(out)  # ends_bare can never tell an option from the others
 
 
-# --------------------------------------------------------------------------- the issue's seven options
+# ------------------------------------------------------------------------ the issue's seven options
 
 
 @pytest.mark.parametrize(
@@ -396,7 +396,8 @@ def test_tagger_loads_offline_and_downloads_nothing(tmp_path: Path) -> None:
         from gen.gates import Gates
         from gen.tagging import tags
         assert [t[1] for t in tags("He sands the board.")][:2] == ["PRP", "VBZ"]
-        assert Gates().check("Il fait beau aujourd'hui, on va au parc cet après-midi?", "prose").gate == "language"
+        french = "Il fait beau aujourd'hui, on va au parc cet après-midi?"
+        assert Gates().check(french, "prose").gate == "language"
         print("ok")
     """)
     env = {
@@ -419,7 +420,7 @@ def test_tagger_loads_offline_and_downloads_nothing(tmp_path: Path) -> None:
     assert out.stdout.strip() == "ok"
 
 
-# --------------------------------------------------------------------------- audits and false alarms
+# -------------------------------------------------------------------------- audits and false alarms
 
 
 def test_audit_texts_counts_per_gate_with_examples() -> None:

@@ -25,7 +25,8 @@ KEY = "context_states"
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
     out = [
-        f"{s['items']} items with a visible context; an option is stated when the context holds at least "
+        f"{s['items']} items with a visible context; an option is stated when the context holds at "
+        "least "
         f"{s['containment']:.0%} of the words that set it apart from the item's other options.",
         "",
     ]
@@ -79,21 +80,22 @@ def cohens_h(p1: float, p2: float) -> float:
     KEY,
     order=17,
     title="The context states the answer",
-    finds="a visible context (digital state, history, scenario text) that holds the correct option's own words "
+    finds="a visible context (digital state, history, scenario text) that holds the correct "
+    "option's own words "
     "where it holds no distractor's",
     uses=("states_containment", "min_items_per_test", *TELL_OPTIONS),
     markdown=_markdown,
 )
 def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
-    """For every item with a visible context besides its question: per option, the share of the words
-    that set it apart from the item's other options (its distinctive content words) that the context
-    holds; an option is *stated* at ``states_containment`` or more. Per question type, the tell is
-    "the context states the answer and no distractor", against the rate expected if the stated option
-    were any option at random (per item: 1/options when exactly one option is stated); the effect is
-    the difference in points, judged by the audit's tell rules, with the mean containment of answers
-    and distractors and Cohen's h between the answer's and a distractor's stated rate. A context
-    should prompt its answer (name the thing it is about), not state it (hold its query, its message,
-    its content)."""
+    """For every item with a visible context besides its question: per option, the share of the
+    words that set it apart from the item's other options (its distinctive content words) that the
+    context holds; an option is *stated* at ``states_containment`` or more. Per question type, the
+    tell is "the context states the answer and no distractor", against the rate expected if the
+    stated option were any option at random (per item: 1/options when exactly one option is stated);
+    the effect is the difference in points, judged by the audit's tell rules, with the mean
+    containment of answers and distractors and Cohen's h between the answer's and a distractor's
+    stated rate. A context should prompt its answer (name the thing it is about), not state it (hold
+    its query, its message, its content)."""
     res = CheckResult(KEY)
     if data.scenarios is not None or data.bundles is not None or data.histories is not None:
         return CheckResult(
@@ -163,7 +165,8 @@ def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 KEY,
                 "context_states_answer",
                 tell,
-                f"{q}: the visible context holds at least {t:.0%} of the answer's distinctive words and of no "
+                f"{q}: the visible context holds at least {t:.0%} of the answer's distinctive "
+                "words and of no "
                 f"distractor's in",
                 items=hits,
                 fields=["visible", "options[answer]"],

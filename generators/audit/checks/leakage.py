@@ -40,7 +40,8 @@ def _markdown(r: CheckResult) -> list[str]:
     ]
     if s["context_overlap"]:
         out += [
-            "Context-overlap tell: share of each option's word trigrams found in the item's visible "
+            "Context-overlap tell: share of each option's word trigrams found in the item's "
+            "visible "
             "fields, and how often picking the option with the most is right.",
             "",
         ]
@@ -175,7 +176,8 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                                 key,
                                 kind,
                                 "warning",
-                                f"{shared:.0%} of the {n}-word phrases of {'the answer' if is_answer else src} appear in {path}",
+                                f"{shared:.0%} of the {n}-word phrases "
+                                f"of {'the answer' if is_answer else src} appear in {path}",
                                 items=[it.item_id],
                                 fields=[path, src],
                                 numbers={"containment": rounded(shared, 3), "n": n},
@@ -190,7 +192,8 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                         key,
                         "privileged_in_id",
                         "error",
-                        f"the item id contains the {'answer' if src.startswith('options[') else src} text",
+                        "the item id contains "
+                        f"the {'answer' if src.startswith('options[') else src} text",
                         items=[it.item_id],
                         fields=["item_id", src],
                         bank=bank,
@@ -234,7 +237,8 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
 
 
 OVERLAP_N = 3
-"""Word n-gram size of the context-overlap tell (trigrams: short enough to catch a reworded clause)."""
+"""Word n-gram size of the context-overlap tell (trigrams: short enough to catch a reworded
+clause)."""
 
 
 def _overlap_tell(
@@ -304,7 +308,8 @@ def _overlap_tell(
             "leakage",
             "answer_overlaps_context",
             t,
-            f"{t.labels['question_type']}: the option sharing the most word {OVERLAP_N}-grams with the "
+            f"{t.labels['question_type']}: the option sharing the most word {OVERLAP_N}-grams with "
+            "the "
             "visible fields is the answer in",
             items=hits,
             fields=["options[answer]"],
@@ -452,7 +457,8 @@ class _VisibleTexts:
         self.start.append(len(self.path))
 
     def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per field, the id of its text; the fields in order of text id; where each id's fields start."""
+        """Per field, the id of its text; the fields in order of text id; where each id's fields
+        start."""
         d = np.frombuffer(bytes(self.digests), dtype="V16")
         _, first, text_of = np.unique(d, return_index=True, return_inverse=True)
         rank = np.argsort(np.argsort(first, kind="stable"))  # text ids in order of first appearance
@@ -503,7 +509,8 @@ def _cross_item_leaks(
                             "leakage",
                             "privileged_in_other_item",
                             "warning",
-                            f"{k / size:.0%} of {src} of {ids[src_item]} appears in {path} of {ids[j]}",
+                            f"{k / size:.0%} of {src} of {ids[src_item]} appears in {path} "
+                            f"of {ids[j]}",
                             items=[ids[src_item], ids[j]],
                             fields=[src, path],
                             numbers={"containment": rounded(k / size, 3), "n": n},
