@@ -956,7 +956,7 @@ def test_the_cli_stops_at_once_on_a_server_that_never_answers(run_gen, tmp_path:
 def test_a_server_failing_every_call_stops_the_run_after_the_streak(
     run_gen, tmp_path: Path
 ) -> None:
-    """One chat call per record (bio_attempts=1, max_attempts=1), every one HTTP 500: the run
+    """One chat call per record (attempts=1, draws=1), every one HTTP 500: the run
     stops on the 5th failing record; the 4 before it are rejects in the partial file."""
     _Failing.chats = 0
     run_dir = tmp_path / "run"
