@@ -103,7 +103,9 @@ def hydra_value(value: Any, where: str = "value") -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        text = value.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${")
+        # Hydra reads a backslash as an escape only before a quote (and the closing quote)
+        text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+        text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text).replace("${", "\\${")
         return f"'{text}'"
     if isinstance(value, list | tuple):
         return "[" + ",".join(hydra_value(v, where) for v in value) + "]"
