@@ -9,8 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from chain_shards import assert_same_bank, small_chain
 from fakes import FakeEmbedder
+from pydantic import BaseModel
 
 from gen.api import configure
 from gen.cli import validate
@@ -18,7 +20,7 @@ from gen.errors import ConfigError
 from gen.generators.pipeline import PipelineConfig
 from gen.generators.pipeline import plan as pipeline_plan
 from gen.launch import check_launcher, hydra_value, overrides_of, shard_command
-from gen.runner import RunContext, run
+from gen.runner import CommonConfig, RunContext, run
 
 
 def run_chain(out: Path, chain: Path, **options):
@@ -145,3 +147,52 @@ def test_hydra_values() -> None:
     assert hydra_value(["a", 1]) == "['a',1]" and hydra_value({"k": [None]}) == "{k:[null]}"
     with pytest.raises(ConfigError, match="cannot be passed"):
         hydra_value({"a b": 1}, "x")
+
+
+class Numbered(BaseModel):
+    index: int
+
+
+class FlakyConfig(CommonConfig):
+    """A stand-in generator's options: the common ones."""
+
+
+def test_a_shard_that_fails_stops_the_chain_and_the_rerun_runs_only_it(
+    tmp_path: Path,
+) -> None:
+    from gen.registry import REGISTRY, generator
+
+    broken = {"shard": 1}
+
+    @generator("flaky", config=FlakyConfig, records=Numbered, merge=lambda ctx, r, m: None)
+    def flaky(cfg: FlakyConfig, ctx: RunContext):
+        """Numbers; one shard fails while ``broken`` says so."""
+        for i in ctx.indices():
+            yield Numbered(index=i)
+        if cfg.shard == broken["shard"]:
+            ctx.fail("the node went away", 1)
+
+    try:
+        check_rerun(tmp_path, broken)
+    finally:
+        REGISTRY.pop("flaky", None)  # the decorator registered it; no other test sees it
+
+
+def check_rerun(tmp_path: Path, broken: dict[str, int]) -> None:
+    chain = tmp_path / "chain.yaml"
+    chain.write_text(
+        yaml.safe_dump({"steps": [{"name": "numbers", "generator": "flaky", "options": {"n": 5}}]})
+    )
+    run_dir = tmp_path / "run"
+    first = run_chain(run_dir, chain, shards=3)
+    assert first.exit_code == 1
+    assert "numbers (flaky): shard(s) 1 of 3 did not finish" in first.error
+    assert "numbers.shards" in first.error and not (run_dir / "numbers").exists()
+    kept = (run_dir / "numbers.shards" / "0" / "manifest.json").read_bytes()
+
+    broken["shard"] = -1  # the cause fixed: the same command again
+    again = run_chain(run_dir, chain, shards=3)
+    assert again.exit_code == 0, again.error
+    assert (run_dir / "numbers.shards" / "0" / "manifest.json").read_bytes() == kept
+    lines = (run_dir / "numbers" / "flaky.jsonl").read_text().splitlines()
+    assert [json.loads(x)["index"] for x in lines] == [0, 1, 2, 3, 4]
