@@ -27,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -168,13 +169,36 @@ def shard_command(
     ]
 
 
-def launch(command: list[str], log: Path) -> int:
+def launch(
+    command: list[str],
+    log: Path,
+    *,
+    every: float = 10.0,
+    report: Callable[[], None] | None = None,
+) -> int:
     """Run a launch command to its end, its output into ``log``; its exit code. The command's
-    sweep waits for every job (Hydra's launchers do), so its end is the shards' end."""
+    sweep waits for every job (Hydra's launchers do), so its end is the shards' end; meanwhile
+    ``report`` is called every ``every`` seconds (how many shards have finished). Interrupted,
+    the command is stopped; jobs a scheduler already runs are the scheduler's to cancel."""
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env.setdefault("NO_COLOR", "1")
     with log.open("a", encoding="utf-8") as f:
         f.write("$ " + " ".join(command) + "\n")
         f.flush()
-        return subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        proc = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, env=env)
+        try:
+            while True:
+                try:
+                    return proc.wait(timeout=every)
+                except subprocess.TimeoutExpired:
+                    if report is not None:
+                        report()
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise

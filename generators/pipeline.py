@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gen.errors import ConfigError, InputError, MissingInputError
+from gen.errors import ConfigError, GenError, InputError, MissingInputError
 from gen.launch import Launcher, check_launcher, launch, shard_command
 from gen.paths import EXAMPLES, UnsafePathError, inside, safe_part
 from gen.readers import no_lone_surrogates, read_text, validated
@@ -314,7 +314,20 @@ def run_shards(
             f"[pipeline]   {step.name}: shard(s) {', '.join(map(str, todo))} of {cfg.shards} "
             f"through {cfg.launcher} (log: {base / 'launch.log'})"
         )
-        launch(command, base / "launch.log")
+        seen = [len(todo)]
+
+        def report() -> None:  # a line when a shard finishes, while the jobs run
+            try:
+                left = len(pending())
+            except (GenError, OSError):  # a folder being written: the next look reads it
+                return
+            if left != seen[0]:
+                seen[0] = left
+                ctx.say(
+                    f"[pipeline]   {step.name}: {cfg.shards - left}/{cfg.shards} shards finished"
+                )
+
+        launch(command, base / "launch.log", every=cfg.progress_every, report=report)
     missing = pending()
     if missing:
         return None, missing

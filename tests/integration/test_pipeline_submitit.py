@@ -43,11 +43,13 @@ def test_submitit_shards_build_the_unsharded_bank(tmp_path: Path, env_for, cache
         "shards=2",
         "launcher=submitit_local",
         "launcher_options.timeout_min=20",
+        "progress_every=1",
         "hydra.run.dir=sharded",
     ]
     netfs = {**env, "GEN_NETWORK_FS": "1", "GEN_CACHE_DIR": str(tmp_path / "shared-cache")}
     proc = gen(tmp_path, netfs, *sharded)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert "shards finished" in proc.stdout + proc.stderr  # progress while the jobs run
     run = tmp_path / "sharded"
     for step in ("recordings", "mcqs"):
         shards = run / f"{step}.shards"
