@@ -196,3 +196,67 @@ def check_rerun(tmp_path: Path, broken: dict[str, int]) -> None:
     assert (run_dir / "numbers.shards" / "0" / "manifest.json").read_bytes() == kept
     lines = (run_dir / "numbers" / "flaky.jsonl").read_text().splitlines()
     assert [json.loads(x)["index"] for x in lines] == [0, 1, 2, 3, 4]
+
+
+def test_submitit_slurm_submits_the_launcher_options_to_sbatch(tmp_path: Path, env_for) -> None:
+    """Slurm is not on this machine, so ``sbatch`` (and ``srun``) here are stand-ins: sbatch
+    keeps the script submitit gave it and refuses it. The script carries the pipeline's
+    launcher_options as ``#SBATCH`` lines (an array of the 2 shards) and the setup commands, and
+    the refused jobs stop the chain naming the shards that did not finish."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the [slurm] extra")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(
+        '#!/bin/sh\ncp "$1" "$SBATCH_CAPTURE"\necho "sbatch: error: no Slurm here" >&2\nexit 1\n'
+    )
+    sbatch.chmod(0o755)
+    srun = bin_dir / "srun"  # submitit looks for it to tell it is on a Slurm cluster
+    srun.write_text("#!/bin/sh\nexit 1\n")
+    srun.chmod(0o755)
+    env = env_for(tmp_path / "cache")
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    env["SBATCH_CAPTURE"] = str(tmp_path / "submitted.sh")
+    chain = small_chain(tmp_path / "chain.yaml")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gen",
+            "pipeline",
+            f"chain={chain}",
+            "shards=2",
+            "launcher=submitit_slurm",
+            "launcher_options.partition=cpu",
+            "launcher_options.timeout_min=240",
+            "launcher_options.cpus_per_task=4",
+            "launcher_options.mem_gb=16",
+            "launcher_options.setup=['source /shared/venv/bin/activate']",
+            "hydra.run.dir=run",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    script = (tmp_path / "submitted.sh").read_text()
+    for line in (
+        "#SBATCH --partition=cpu",
+        "#SBATCH --time=240",
+        "#SBATCH --cpus-per-task=4",
+        "#SBATCH --mem=16GB",
+        "#SBATCH --array=0-1",
+        "source /shared/venv/bin/activate",
+    ):
+        assert line in script, (line, script)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "recordings (history): shard(s) 0, 1 of 2 did not finish" in proc.stderr
+    assert (
+        "sbatch: error: no Slurm here"
+        in (tmp_path / "run/recordings.shards/launch.log").read_text()
+    )
