@@ -40,7 +40,7 @@ LAUNCHERS: tuple[str, ...] = ("local", "joblib", "submitit_local", "submitit_slu
 """``local``: the shards one after another in this process; the others: Hydra's launchers."""
 
 _PLUGINS = {
-    "joblib": ("hydra_plugins.hydra_joblib_launcher.config", "JoblibLauncherConf", "joblib"),
+    "joblib": ("hydra_plugins.hydra_joblib_launcher.config", "JobLibLauncherConf", "joblib"),
     "submitit_local": (
         "hydra_plugins.hydra_submitit_launcher.config",
         "LocalQueueConf",

@@ -124,6 +124,8 @@ def test_the_shard_command_is_a_sweep_of_the_command_line() -> None:
 def test_launcher_settings_are_checked_before_anything_runs(tmp_path: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     check_launcher("submitit_slurm", {"partition": "cpu", "timeout_min": 60, "mem_gb": 8})
+    check_launcher("submitit_local", {"timeout_min": 60})
+    check_launcher("joblib", {"n_jobs": 2})
     with pytest.raises(ConfigError, match="submitit_slurm has no setting 'partiton'"):
         check_launcher("submitit_slurm", {"partiton": "cpu"})
     with pytest.raises(ConfigError, match="launcher=local runs the shards in this process"):
