@@ -61,7 +61,7 @@ def clean_run(tmp_path_factory) -> tuple[Any, list[dict[str, Any]], dict[str, An
     )
 
 
-# --------------------------------------------------------------------------- clean fixtures: nothing found
+# -------------------------------------------------------------------- clean fixtures: nothing found
 
 
 def test_clean_bank_every_check_runs_and_finds_nothing(clean_run) -> None:
@@ -118,8 +118,8 @@ EXAMPLES_JSONL = CONTEXT_BENCH / "examples.jsonl"
 
 
 def scenario_expectation(rows: list[dict[str, Any]]) -> Counter:
-    """(rule, scenario id or None) -> count, from gen.generators.scenarios.rules' functions themselves:
-    what the scenarios check must report, whatever the examples hold."""
+    """(rule, scenario id or None) -> count, from gen.generators.scenarios.rules' functions
+    themselves: what the scenarios check must report, whatever the examples hold."""
     from pydantic import ValidationError
 
     from gen.contextbench.rules import (
@@ -279,7 +279,7 @@ def test_a_search_cue_of_several_queries_is_the_latest_together(tmp_path: Path) 
     )  # (a non-cue item after a cue item stays an error: test_planted_digital_defects)
 
 
-# --------------------------------------------------------------------------- planted fixtures: exactly what was planted
+# ------------------------------------------------------- planted fixtures: exactly what was planted
 
 
 def others_clean(findings: list[dict[str, Any]], *checks: str) -> None:
@@ -305,8 +305,10 @@ def test_planted_keys_stacked_on_one_letter(tmp_path: Path) -> None:
         ("goal", None),
     ]
     assert f["numbers"]["effect"] == 75.0 and f["numbers"]["rule"] == "significant_and_large"
-    # nothing else is found: the choice-only classifier never sees positions (one fold split once made
-    # it right in 16/40 of these belief items, an uncorrected warning; averaged over 5 splits it is not)
+    # nothing else is found: the choice-only classifier never sees positions (one fold split once
+    # made
+    # it right in 16/40 of these belief items, an uncorrected warning; averaged over 5 splits it is
+    # not)
     assert [(g["check"], g["severity"]) for g in findings if g["check"] != "position"] == []
     assert result.exit_code == 1
 
@@ -314,7 +316,8 @@ def test_planted_keys_stacked_on_one_letter(tmp_path: Path) -> None:
 def test_planted_key_made_the_longest_option(tmp_path: Path) -> None:
     result, findings, _ = run_audit(tmp_path, FIX / "planted_longest.jsonl")
     assert triples(of(findings, "length")) == expected("length")
-    # the choice-only classifier finds the same tell on its own, and only planted items are easy for it
+    # the choice-only classifier finds the same tell on its own, and only planted items are easy for
+    # it
     (sc,) = of(findings, "shortcut")
     assert sc["numbers"]["question_type"] == "goal"
     assert set(sc["items"]) <= set(PLANTED["length"][0]["items"]) and len(sc["items"]) >= 25
@@ -487,7 +490,8 @@ def test_registry_is_the_one_source_of_checks_help_and_report(clean_run) -> None
 def test_checks_read_only_the_options_they_declare(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A check that reads an option it does not declare in ``uses=`` would hide it from the report."""
+    """A check that reads an option it does not declare in ``uses=`` would hide it from the
+    report."""
     import dataclasses
 
     read: dict[str, set[str]] = {k: set() for k in REGISTRY}
@@ -563,7 +567,7 @@ def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir:
     assert bad.returncode == 2 and "nope" in bad.stderr and "'probe'" in bad.stderr
 
 
-# --------------------------------------------------------------------------- the report and the run folder
+# -------------------------------------------------------------------- the report and the run folder
 
 
 def test_report_files_manifest_and_one_index_per_check(clean_run) -> None:

@@ -42,7 +42,7 @@ def of(findings: list[dict[str, Any]], check: str) -> list[dict[str, Any]]:
     return [f for f in findings if f["check"] == check]
 
 
-# --------------------------------------------------------------------------- exit codes through the CLI
+# ----------------------------------------------------------------------- exit codes through the CLI
 
 
 def test_cli_exit_0_and_1(run_gen, tmp_path: Path) -> None:
@@ -128,7 +128,7 @@ def test_input_errors_name_the_problem(
         run_audit(tmp_path / "out", kw.pop("input"), **kw)
 
 
-# --------------------------------------------------------------------------- hardening: what the audit reads
+# ------------------------------------------------------------------ hardening: what the audit reads
 
 
 OPENED: list[str] | None = None
@@ -326,7 +326,7 @@ def test_non_utf8_inputs_are_input_errors_naming_file_and_line(run_gen, tmp_path
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
-# --------------------------------------------------------------------------- the generic roles loader
+# ------------------------------------------------------------------------- the generic roles loader
 
 
 def test_roles_answer_formats_and_option_layouts(tmp_path: Path) -> None:
