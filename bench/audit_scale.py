@@ -259,7 +259,8 @@ ADJECTIVES = (
 
 def future(rng: random.Random) -> str:
     """A narration of what comes next (privileged): more specific than a context line, as real
-    ones are; the same words in another clip's context would be a leak, not the domain's phrasing."""
+    ones are; the same words in another clip's context would be a leak, not the domain's
+    phrasing."""
     return (
         f"C {rng.choice(VERBS)} the {rng.choice(ADJECTIVES)} {rng.choice(OBJECTS)} {rng.choice(PLACES)} next to "
         f"the {rng.choice(ADJECTIVES)} {rng.choice(OBJECTS)}"

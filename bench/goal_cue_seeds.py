@@ -1,5 +1,5 @@
-"""Goal cue seeds against a blind model, per action type: how often the embedded model picks the goal
-among its MCQ's options given the cue seed as the app's state, for the seeds as they were
+"""Goal cue seeds against a blind model, per action type: how often the embedded model picks the
+goal among its MCQ's options given the cue seed as the app's state, for the seeds as they were
 (``tests/fixtures/digital/goal_cue_before.jinja``, on the apps that perform the goal) and as they
 are, and given no state at all.
 
@@ -8,10 +8,11 @@ seed), so the seed, shown as ``Current state of the user's <app> app:``, stands 
 state without the cost of generating bundles (``bench/goal_cues.py`` makes real ones). Per action
 type ``--per-type`` goals are drawn (seeded) from the bank; each goal's similar- and dissimilar-band
 MCQ (``distractors``, MiniLM) is scored by log-likelihood per character of its four answer lines
-after prompts/evaluate/mcq.jinja (acc_norm). Also recorded: the share of the goal's action words each
-seed holds.
+after prompts/evaluate/mcq.jinja (acc_norm). Also recorded: the share of the goal's action words
+each seed holds.
 
-Run from the repository root:  nice -n 10 python bench/goal_cue_seeds.py [--per-type 5] [--band similar]
+Run from the repository root:  nice -n 10 python bench/goal_cue_seeds.py [--per-type 5] [--band
+similar]
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ SAME = ["judge=smollm2", "allow_same_family=true"]
 
 
 def gen(out: Path, *args: str, ok: tuple[int, ...] = (0,)) -> tuple[float, int]:
-    """Run ``python -m gen``; stop the bench on an exit code not in ``ok`` (the audit exits 1 on findings)."""
+    """Run ``python -m gen``; stop the bench on an exit code not in ``ok`` (the audit exits 1 on
+    findings)."""
     t0 = time.perf_counter()
     r = subprocess.run(
         [sys.executable, "-m", "gen", *args, f"hydra.run.dir={out}", "progress=off"],

@@ -7,7 +7,8 @@ R1's unopened ones, long answers, a score tag first or last, unclosed tags, a de
 ran out mid-thought), each with the score a reader should find (or none). Each reply is cut to the
 reply cap in tokens of the embedded GGUF's tokenizer (SmolLM2's; the default judge), then read:
 
-* before: ``judge_tokens=24`` and the strict reading (exactly one ``<score>`` tag holding 0, 1 or 2);
+* before: ``judge_tokens=24`` and the strict reading (exactly one ``<score>`` tag holding 0, 1 or
+2);
 * before, uncut: the strict reading of the whole reply (what the cap alone cost);
 * after: ``judge_tokens=1024`` (WAGIBench's code) and the lenient reading (``<think>`` set apart,
   the first value between score tags, a bare number, ``2.0``).

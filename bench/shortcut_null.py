@@ -19,10 +19,10 @@ random subsets of 40 and 100 items of one type (--small-type, default actions, 4
 Reported per configuration: tests, the share of p < 0.05 and p < 0.01 (95 % Wilson intervals), the
 mean and variance of the hit count (the averaged sum, before rounding) against the binomial's
 n·p0 and n·p0·(1−p0) (``var_ratio``: the variance of the standardised count, 1 for a binomial;
-pooled over banks of different sizes only the standardised moments are given), and the KS statistic of the p-values against uniform (the binomial p is
-discrete and one-sided, so even a perfect binomial count gives a KS distance and a rejection rate
-below the nominal level; the mid-p, P(X > k) + P(X = k)/2, is reported too and is close to uniform
-for a true binomial).
+pooled over banks of different sizes only the standardised moments are given), and the KS statistic
+of the p-values against uniform (the binomial p is discrete and one-sided, so even a perfect
+binomial count gives a KS distance and a rejection rate below the nominal level; the mid-p, P(X > k)
++ P(X = k)/2, is reported too and is close to uniform for a true binomial).
 
 --perm also prototypes a permutation p-value (answers re-drawn B times, the same CV rerun,
 p = (1 + #{perm hits >= observed}) / (B + 1)) and times it per test on the 706-item pooled bank
@@ -58,7 +58,8 @@ def uptime() -> str:
 
 
 def load_types(path: Path) -> dict[str, list[Any]]:
-    """The items the shortcut check tests, per question type, read as ``gen audit input=`` reads them."""
+    """The items the shortcut check tests, per question type, read as ``gen audit input=`` reads
+    them."""
     from gen.generators.audit.data import AuditData
     from gen.mcq import load_banks
 
@@ -166,7 +167,8 @@ def reference_binomial(n: int, p0: float, reps: int, rng: np.random.Generator) -
 
 
 def _size(n: int, p0: float, level: float) -> float:
-    """Exact probability under Binomial(n, p0) that the one-sided binomial p-value is below level."""
+    """Exact probability under Binomial(n, p0) that the one-sided binomial p-value is below
+    level."""
     from scipy.stats import binom
 
     ks = np.arange(n + 1)
@@ -178,7 +180,8 @@ def _size(n: int, p0: float, level: float) -> float:
 
 
 def perm_pvalue(items: list[Any], cfg: Any, seed: int, B: int, naive: bool) -> dict[str, Any]:
-    """Permutation p-value of the check's statistic: answers re-drawn B times, same CV, same folds."""
+    """Permutation p-value of the check's statistic: answers re-drawn B times, same CV, same
+    folds."""
     from gen.generators.audit.checks.shortcut import (
         cv_hits,
         folds_for,

@@ -12,12 +12,12 @@ flight). Each configuration runs in its own process, so memory is per configurat
 seconds, seconds per bundle/clip and per LLM call, bundles per hour, completion and prompt tokens,
 memory, and whether the records equal the one-slot server's.
 
-Run from the repository root:  python bench/throughput.py [--n 4] [--clips 4] [--slots 1 2 4] [--workloads digital tom]
-Target (issue 9): llama_server with 4 slots gives at least 1.5x the bundles per hour of (a).
-Issue 21 (tom): the same clips with prompt-prefix reuse (saved prefix states in process, one
-slot per worker on the server) against the same configurations without it (``*_before``:
-``llm.prefix_states=0``, ``llm.slot_affinity=false``): questions per hour, prompt tokens
-evaluated per question, and whether the records are byte-identical.
+Run from the repository root:  python bench/throughput.py [--n 4] [--clips 4] [--slots 1 2 4]
+[--workloads digital tom] Target (issue 9): llama_server with 4 slots gives at least 1.5x the
+bundles per hour of (a). Issue 21 (tom): the same clips with prompt-prefix reuse (saved prefix
+states in process, one slot per worker on the server) against the same configurations without it
+(``*_before``: ``llm.prefix_states=0``, ``llm.slot_affinity=false``): questions per hour, prompt
+tokens evaluated per question, and whether the records are byte-identical.
 """
 
 from __future__ import annotations

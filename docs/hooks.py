@@ -7,7 +7,8 @@ A page holds a marker where generated Markdown goes:
 - ``<!-- gen:records -->`` the schema of the records it declares (``records=``);
 - ``<!-- gen:generators -->`` every generator and its help line;
 - ``<!-- gen:backend <preset> -->`` an ``llm=`` / ``embedder=`` preset's options;
-- ``<!-- gen:bench-results -->`` every file of ``bench/results/`` with the machine and date it records.
+- ``<!-- gen:bench-results -->`` every file of ``bench/results/`` with the machine and date it
+records.
 
 Every one of gen's generators needs its reference page, with its options and records: a
 missing one is a warning, which ``mkdocs build --strict`` turns into a failed build.

@@ -428,7 +428,8 @@ def repetition(text: str, ctx: GateContext) -> str | None:
 
 def content_lemmas(text: str) -> set[str]:
     """Lower-case lemmas of the content words of ``text`` (nouns, proper nouns, verbs, adjectives,
-    adverbs, by the tagger): ``C hands the towel`` and ``C's hand towels`` share ``hand``, ``towel``."""
+    adverbs, by the tagger): ``C hands the towel`` and ``C's hand towels`` share ``hand``,
+    ``towel``."""
     return {lemma.lower() for w, _, pos, lemma in tags(text) if is_content(w, pos)}
 
 
@@ -440,8 +441,8 @@ def is_content(word: str, pos: str) -> bool:
 
 CONTENT_WORDS_WITHIN = 30
 """The content-word rule looks at texts of at most this many words. It fires when a word comes
-three times or more and more often than there are other verbs, plus one: "To tie shoes, not with shoes
-but with shoes." (3 times, 1 verb) but not EgoToM's "C peels the carrot, cuts the carrot, and
+three times or more and more often than there are other verbs, plus one: "To tie shoes, not with
+shoes but with shoes." (3 times, 1 verb) but not EgoToM's "C peels the carrot, cuts the carrot, and
 puts the carrot in the bowl." (each verb has its object)."""
 
 
@@ -481,7 +482,8 @@ _WEB = re.compile(
 def web_fragment(text: str, ctx: GateContext) -> str | None:
     """A web address or a piece of one ("www.", "http", "family.com", an e-mail) in an option
     about what C does, wants or believes: web text the small model continued into, never part of
-    a physical goal or action (only the option forms are gated: a message or a note may hold one)."""
+    a physical goal or action (only the option forms are gated: a message or a note may hold
+    one)."""
     m = _WEB.search(text)
     return f"holds the web-address fragment {m.group(0)!r}" if m else None
 

@@ -22,7 +22,8 @@ class GoalBank:
     path: Path
     rows: list[GoalRow]
     cues: dict[str, list[dict[str, Any]]] | None = None
-    """goal_id -> the cues of the goal's digital bundle (``digital=``); None without a digital run."""
+    """goal_id -> the cues of the goal's digital bundle (``digital=``); None without a digital
+    run."""
     states: dict[str, str] | None = None
     """goal_id -> the key-only rendering of the goal's bundle (``digital=``)."""
 

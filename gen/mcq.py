@@ -57,7 +57,8 @@ def egotom_columns(q: str) -> list[str]:
 class Bank:
     path: Path
     format: str
-    """``jsonl`` (MCQ records), ``egotom_csv`` or ``roles_jsonl`` (any JSONL read with a roles file)."""
+    """``jsonl`` (MCQ records), ``egotom_csv`` or ``roles_jsonl`` (any JSONL read with a roles
+    file)."""
     items: Sequence[MCQ]
     problems: list[dict[str, Any]] = field(default_factory=list)
     """Rows that loaded with a defect (``line``, ``item_id``, ``field``, ``problem``): a missing
@@ -148,7 +149,8 @@ def read_wagibench_mcq(path: Path) -> list[MCQ]:
     """WAGIBench's MCQ layout (a JSON list of ``{x: {client_tag, context_window, cues, mcq_set},
     y, meta: {client_tag, scenario: {shortname}, structured_goal, item_id?, question_type?}}``, as
     ``distractors`` and ``bank export format=wagibench`` write it): options are the goal dicts as
-    JSON (fields in their order, ``type`` first), the visible context is the cues. A bad row is ``file:row N: field: reason``."""
+    JSON (fields in their order, ``type`` first), the visible context is the cues. A bad row is
+    ``file:row N: field: reason``."""
     from gen.readers import read_json
 
     data = read_json(path)

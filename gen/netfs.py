@@ -1,4 +1,5 @@
-"""Folders on network filesystems (NFS, Lustre, GPFS, SMB…): how to tell, and a lock that holds there.
+"""Folders on network filesystems (NFS, Lustre, GPFS, SMB…): how to tell, and a lock that holds
+there.
 
 Cluster users run from home and project directories on NFS or Lustre, often from several nodes
 at once. Two things the toolkit does on a local disk are unsafe there: SQLite's WAL mode (its

@@ -28,17 +28,23 @@ class JudgeOptions(CommonConfig):
     """The judge options ``judge`` and ``evaluate`` share."""
 
     judge: ModelChoice | None = None
-    """The judge model: an llm preset (smollm2) or a dict ({backend: openai, model: …}); null: judges=[…], else (gen judge) llm=."""
+    """The judge model: an llm preset (smollm2) or a dict ({backend: openai, model: …}); null:
+    judges=[…], else (gen judge) llm=."""
     judges: list[ModelChoice] = Field(default_factory=list)
-    """Several judges on every row (presets or dicts): the first of another family than the candidate's scores, all give agreement."""
+    """Several judges on every row (presets or dicts): the first of another family than the
+    candidate's scores, all give agreement."""
     judge_labels: list[str] = Field(default_factory=list)
     """Judge names in the outputs, one per judge ([] = GGUF file stem or served model name)."""
     allow_same_family: bool = False
-    """Let a judge of the candidate's model family judge it (refused by default: a model judging its own family can score it too high or too low)."""
+    """Let a judge of the candidate's model family judge it (refused by default: a model judging its
+    own family can score it too high or too low)."""
     candidate_family: str | None = None
-    """The candidate's model family when the input does not say (null: from the rows, or the candidate model)."""
+    """The candidate's model family when the input does not say (null: from the rows, or the
+    candidate model)."""
     judge_family: str = "auto"
-    """Which judge scores: auto (the benchmark's mapping, anthropic->google, google->openai, openai->google, among the judges given; else the first judge of another family) or a family (claude|gemini|openai|google|…: the judge of that family)."""
+    """Which judge scores: auto (the benchmark's mapping, anthropic->google, google->openai,
+    openai->google, among the judges given; else the first judge of another family) or a family
+    (claude|gemini|openai|google|…: the judge of that family)."""
     judge_temperature: float = Field(0.0, ge=0, le=2)
     """Sampling temperature of every judge call (0: greedy, the same verdict on a rerun)."""
     verdict_tokens: int = Field(200, ge=32, le=4096)

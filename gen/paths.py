@@ -118,7 +118,8 @@ def input_file(path: Path, what: str | None = None, *, bounded: bool = True) -> 
 
 def read_input(path: Path, what: str | None = None) -> bytes:
     """The bytes of an input file checked by :func:`input_file`, read without blocking on a FIFO
-    put in its place meanwhile and never past the bound (a file that grows while read is refused)."""
+    put in its place meanwhile and never past the bound (a file that grows while read is
+    refused)."""
     input_file(path, what)
     shown = f"{what}: {path}" if what else str(path)
     try:

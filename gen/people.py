@@ -108,7 +108,8 @@ def ensure_pool(
     ctx: RunContext, seed: int, size: int, pool_dir: str
 ) -> tuple[list[PersonaRecord], Path]:
     """A pool of ``size`` personas made once per (seed, size, LLM) by a ``personas`` sub-run of
-    ``ctx`` in ``pool_dir`` and reused after (a given ``persona_file`` is read by :func:`load_pool`)."""
+    ``ctx`` in ``pool_dir`` and reused after (a given ``persona_file`` is read by
+    :func:`load_pool`)."""
     folder = Path(pool_dir).expanduser() / f"seed{seed}-n{size}"
     folder.mkdir(parents=True, exist_ok=True)
     with exclusive(folder / ".lock"):  # shards started together make the pool once (NFS too)

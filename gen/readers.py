@@ -204,7 +204,8 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
     :func:`read_text` (lines end as in Python's text files) and parsed as :func:`parse_json`:
     a file that is not UTF-8 or a line that is not strict JSON is an InputError naming the
     file and line. The file is streamed: memory holds one line (at most MAX_INPUT_BYTES), whatever
-    the file's size; only a regular file is read (a FIFO would block the reader, a device never ends)."""
+    the file's size; only a regular file is read (a FIFO would block the reader, a device never
+    ends)."""
     input_file(path, bounded=False)
     try:
         fd = os.open(

@@ -46,7 +46,8 @@ class Generator:
     """The models of the records it writes (the first is the usual one; an action may write
     another, and the manifest names the one written)."""
     kind: str = "records"
-    """What its records are, for the readers of run folders (``mcq``, ``digital``, ``scenario``…)."""
+    """What its records are, for the readers of run folders (``mcq``, ``digital``,
+    ``scenario``…)."""
 
     def make_plan(self, cfg: CommonConfig) -> Any:
         """The run's size: the plan hook's, else ``n``."""

@@ -28,7 +28,8 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     llm: LLMConfig | None = None
-    """This stage's model: a preset name, fields over the run's llm, or a config; null: the run's llm."""
+    """This stage's model: a preset name, fields over the run's llm, or a config; null: the run's
+    llm."""
 
 
 class StagesConfig(BaseModel):

@@ -47,7 +47,8 @@ def _lower_first(text: str) -> str:
 
 
 def _base_verb(word: str) -> str:
-    """``bakes`` -> ``bake``, ``washes`` -> ``wash``, ``tidies`` -> ``tidy`` (third person to base)."""
+    """``bakes`` -> ``bake``, ``washes`` -> ``wash``, ``tidies`` -> ``tidy`` (third person to
+    base)."""
     w = word.lower()
     if w.endswith("ies") and len(w) > 4:
         return word[:-3] + "y"
@@ -89,7 +90,8 @@ def norm_belief(text: str) -> str:
 
 
 def norm_phrase(text: str) -> str:
-    """One action as a bare verb phrase: no tag, no leading C / numbering / "then", no final stop."""
+    """One action as a bare verb phrase: no tag, no leading C / numbering / "then", no final
+    stop."""
     t = _clean(text)
     t = _clean(re.sub(r"^(?:#\s*c\s+)?(?:c\s+)?(?:then\s+|and\s+|finally\s+)?", "", t, flags=re.I))
     return _lower_first(t)

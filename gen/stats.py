@@ -31,7 +31,8 @@ def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
 
 
 def proportion(k: int, n: int) -> dict[str, Any]:
-    """``k`` of ``n`` with its rate and 95 % Wilson interval (rate and interval None when n is 0)."""
+    """``k`` of ``n`` with its rate and 95 % Wilson interval (rate and interval None when n is
+    0)."""
     if not n:
         return {"k": k, "n": 0, "rate": None, "ci95": None}
     lo, hi = wilson(k, n)

@@ -106,8 +106,8 @@ _TAG = re.compile(r"^.{0,2}?#[\s$]*([A-Za-z]+)")
 
 
 def speaker_of(text: str) -> Literal["C", "O", "?"]:
-    """Who a narration is about: ``#C C …`` (also ``#c c``, ``# C``, ``#CC``, ``$#C``), ``#O``/``#X``
-    (others), untagged ``C …``; anything else is ``?``."""
+    """Who a narration is about: ``#C C …`` (also ``#c c``, ``# C``, ``#CC``, ``$#C``),
+    ``#O``/``#X`` (others), untagged ``C …``; anything else is ``?``."""
     m = _TAG.match(text)
     if m:
         word = m.group(1).lower()

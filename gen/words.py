@@ -19,5 +19,6 @@ _WORD = re.compile(r"[a-z0-9][a-z0-9'-]*")
 
 
 def content_words(text: str) -> list[str]:
-    """The words of ``text`` that name something: lowercased, stopwords and bare numbers left out."""
+    """The words of ``text`` that name something: lowercased, stopwords and bare numbers left
+    out."""
     return [w for w in _WORD.findall(text.casefold()) if w not in STOPWORDS and not w.isdigit()]

@@ -61,7 +61,8 @@ BANK_FILES = ("goals.jsonl", "goals.parquet")
 
 class DistractorsConfig(CommonConfig):
     n: int | None = Field(None, ge=1)  # type: ignore[assignment]
-    """References: the first n goals of the bank (null: every goal). Distractors come from the whole bank."""
+    """References: the first n goals of the bank (null: every goal). Distractors come from the whole
+    bank."""
     distractors: int = Field(3, ge=1, le=25)
     """Distractors per MCQ (N); options = N + 1."""
     bands: dict[str, tuple[float, float]] = {"similar": (95.0, 99.0), "dissimilar": (0.0, 80.0)}
@@ -679,7 +680,8 @@ def summary(values: list[int]) -> dict[str, float]:
 
 @generator(NAME, config=DistractorsConfig, records=DistractorMCQ, kind="mcq", plan=plan)
 def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[DistractorMCQ | Reject]]:
-    """Distractor MCQs from a goal bank: percentile bands of embedding similarity, greedy diversity."""
+    """Distractor MCQs from a goal bank: percentile bands of embedding similarity, greedy
+    diversity."""
     t0 = time.perf_counter()
     bank: GoalBank = ctx.plan.data
     path = bank.path

@@ -1,4 +1,5 @@
-"""The candidate runner: ``python -m gen evaluate input=<bank> llm=<candidate> [judge=<judge llm>]``.
+"""The candidate runner: ``python -m gen evaluate input=<bank> llm=<candidate> [judge=<judge
+llm>]``.
 
 **Scenario banks** (the context-tracking benchmark; spec: "Scenario structure", "Video block
 injection format", "Scoring", "Repair turn", "Reproducibility"). Per scenario, prompt condition
@@ -64,17 +65,21 @@ MCQ_PROMPT = "evaluate/mcq.jinja"
 
 class EvaluateConfig(JudgeOptions):
     mode: Literal["auto", "scenarios", "mcq"] = "auto"
-    """auto: a scenarios.jsonl (or a scenarios run) is a scenario bank, anything else an MCQ bank."""
+    """auto: a scenarios.jsonl (or a scenarios run) is a scenario bank, anything else an MCQ
+    bank."""
     condition: list[str] = Field(default_factory=lambda: ["baseline"])
     """Scenarios: the prompt conditions to run (names in prompt_conditions.json)."""
     prompt_conditions: str | None = None
-    """Scenarios: the benchmark's prompt_conditions.json (null: ../shared/data/context_bench/prompt_conditions.json when present, else required)."""
+    """Scenarios: the benchmark's prompt_conditions.json (null:
+    ../shared/data/context_bench/prompt_conditions.json when present, else required)."""
     trials: int = Field(5, ge=1, le=1000)
     """Scenarios: seeded trials per scenario and condition (the spec's 5)."""
     repair_style: Literal["named", "deictic"] = "named"
-    """Scenarios: the repair prompt after a turn-2 miss (deictic falls back to named where the scenario has none)."""
+    """Scenarios: the repair prompt after a turn-2 miss (deictic falls back to named where the
+    scenario has none)."""
     no_camera: bool = False
-    """Scenarios: the camera ablation (the benchmark's --no-camera): the candidate gets no [Camera: …] block, the pre-conversation frame included; the judge still sees the frames."""
+    """Scenarios: the camera ablation (the benchmark's --no-camera): the candidate gets no [Camera:
+    …] block, the pre-conversation frame included; the judge still sees the frames."""
     max_tokens: int = Field(256, ge=8, le=32768)
     """Scenarios: reply cap of each candidate turn."""
     mcq_temperature: float = Field(0.0, ge=0, le=2)
@@ -617,7 +622,8 @@ def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | 
     plan=plan,
 )
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[Any]:
-    """Run a candidate model on a scenario bank (turns, judge, repair) or an MCQ bank, with intervals."""
+    """Run a candidate model on a scenario bank (turns, judge, repair) or an MCQ bank, with
+    intervals."""
     if ctx.plan.data[0] == "mcq":
         yield from run_mcq(cfg, ctx)
     else:

@@ -51,7 +51,8 @@ RULES = ("max_correct", "panel")
 
 class NocontextConfig(CommonConfig):
     models: list[ModelChoice] = Field(default_factory=list)
-    """Screening models: conf/llm names ([smollm2]) or llm dicts ([{backend: openai, model: x}]); [] = llm=."""
+    """Screening models: conf/llm names ([smollm2]) or llm dicts ([{backend: openai, model: x}]); []
+    = llm=."""
     labels: list[str] = Field(default_factory=list)
     """Model names in the outputs, one per model ([] = GGUF file stem or served model name)."""
     shuffles: int = Field(3, ge=1, le=26)

@@ -54,7 +54,8 @@ class ReviewSummary(BaseModel):
     protocol: str | None = Field(default=None, max_length=2000)
     """How the review was done, in a sentence."""
     reviewer_names: list[Annotated[str, StringConstraints(pattern=REVIEWER.pattern)]] = []
-    """Who reviewed (``bank add require_review=k`` keeps them, so later versions count them once)."""
+    """Who reviewed (``bank add require_review=k`` keeps them, so later versions count them
+    once)."""
 
     @model_validator(mode="after")
     def _adds_up(self) -> ReviewSummary:

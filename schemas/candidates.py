@@ -5,8 +5,8 @@ input items ``gen candidates`` reads (:class:`CandidateItem`), what the LLM writ
 An item names its task, the question, the annotated positive (a text, or a label and a reason),
 the context the candidate set is built from (timed lines or free text), the window, the other
 annotated items of that window (which must never become distractors) and, for sampled
-negatives, the segment's rejected alternatives. Drafts are small on purpose: fixed list sizes (in the JSON
-schema) and capped strings without control characters.
+negatives, the segment's rejected alternatives. Drafts are small on purpose: fixed list sizes (in
+the JSON schema) and capped strings without control characters.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ class Positive(_In):
     label: Text | None = None
     reason: Text | None = None
     time: Seconds | None = None
-    """When it happened (seconds from the clip start), if it has a time: the option's source time."""
+    """When it happened (seconds from the clip start), if it has a time: the option's source
+    time."""
     id: Text | None = None
     """Its id in the segment's pool (sampled: negatives with this id are never drawn)."""
 
@@ -112,8 +113,8 @@ class CandidateItem(_In):
 
     item_id: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
     task: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
-    """The task (``memory_recall``, ``temporal_grounding``, ``request_prediction``, ``ei_label_reason``, ``vii``…): the
-    records' ``question_type``."""
+    """The task (``memory_recall``, ``temporal_grounding``, ``request_prediction``,
+    ``ei_label_reason``, ``vii``…): the records' ``question_type``."""
     question: Text
     positive: Positive
     context: list[TimedLine] | Text = Field(default_factory=list)
@@ -127,7 +128,8 @@ class CandidateItem(_In):
     names neither the positive nor another annotated item nor a withheld text, and whose text
     occurs once in the context)."""
     withhold: list[Text] = Field(default_factory=list)
-    """Texts the candidate's prompt must never hold (Request Prediction: the original spoken request)."""
+    """Texts the candidate's prompt must never hold (Request Prediction: the original spoken
+    request)."""
     hide: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
     """0-based context lines the candidate never sees and no option is based on (Memory Recall
     Prediction: the moments of the recalled details, the answer's among them)."""

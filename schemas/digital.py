@@ -343,7 +343,8 @@ class GoalRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     goal_id: str
     client_tag: str
-    """The goal row's client_tag (its goal_id when it has none): WAGIBench's join key, with ``group``."""
+    """The goal row's client_tag (its goal_id when it has none): WAGIBench's join key, with
+    ``group``."""
     group: str
     """The goal row's group: the scenario shortname WAGIBench joins on."""
     app: App | None
@@ -351,11 +352,14 @@ class GoalRef(BaseModel):
     person: str | None = None
     """The related persona the cue comes from (a Messaging cue's sender)."""
     word: str | None = None
-    """The goal's word the cue names (its most specific word: the thing, place or person it is about)."""
+    """The goal's word the cue names (its most specific word: the thing, place or person it is
+    about)."""
     action_share: float | None = None
-    """Share of the goal's action words (its query, content or place) found in the key-only state."""
+    """Share of the goal's action words (its query, content or place) found in the key-only
+    state."""
     rank: int | None = None
-    """Where the goal ranked among the bank's goals by similarity to the key-only state (1 = first)."""
+    """Where the goal ranked among the bank's goals by similarity to the key-only state (1 =
+    first)."""
 
 
 class DigitalBundle(BaseModel):

@@ -1,4 +1,5 @@
-"""Records of ``evaluate``: one candidate trial of a context-tracking scenario, or one MCQ answer."""
+"""Records of ``evaluate``: one candidate trial of a context-tracking scenario, or one MCQ
+answer."""
 
 from __future__ import annotations
 
@@ -19,16 +20,19 @@ class TrialRecord(BaseModel):
     replies: dict[str, str | None]
     """``turn_1``, ``turn_2``, ``turn_3`` (null unless turn 2 was a miss)."""
     repair_prompt: str | None
-    """The repair prompt sent (named, or deictic with the named one as fallback); null: no repair."""
+    """The repair prompt sent (named, or deictic with the named one as fallback); null: no
+    repair."""
     turn_2: dict[str, Label | None]
-    """Judge label -> its label of the turn-2 reply (null: the judge's output did not fit the schema)."""
+    """Judge label -> its label of the turn-2 reply (null: the judge's output did not fit the
+    schema)."""
     turn_3: dict[str, Label | None] | None
     correct_turn_2: bool | None
     """By the primary judge; null when it gave no label."""
     repaired: bool | None
     """By the primary judge, for a turn-2 miss: the turn-3 reply is right; null otherwise."""
     signals_turn_2: dict[str, list[str]]
-    """Word-boundary hits of the four answer lists in the turn-2 reply (code signals, not the score)."""
+    """Word-boundary hits of the four answer lists in the turn-2 reply (code signals, not the
+    score)."""
 
 
 class MCQAnswerRecord(BaseModel):

@@ -90,7 +90,7 @@ class Session(_In):
         return self
 
 
-# --------------------------------------------------------------------------- Task 1.1 Moment of Recording
+# --------------------------------------------------------------------- Task 1.1 Moment of Recording
 
 
 class PhotoTarget(_In):
@@ -146,7 +146,7 @@ class RecordingSession(Session):
     objects: list[SeenObject] = Field(default_factory=list)
 
 
-# --------------------------------------------------------------------------- Task 1.2 Emotion Intensity
+# ----------------------------------------------------------------------- Task 1.2 Emotion Intensity
 
 
 class EmotionSegment(_In):
@@ -173,7 +173,7 @@ class EmotionSegment(_In):
         return self
 
 
-# --------------------------------------------------------------------------- Task 2.1 Tool Selection
+# -------------------------------------------------------------------------- Task 2.1 Tool Selection
 
 
 class RequestSegment(_In):
@@ -210,7 +210,7 @@ class ToolUniverse(_In):
     tools: list[Tool] = Field(min_length=1)
 
 
-# --------------------------------------------------------------------------- Task 2.2 Proactive Timing
+# ------------------------------------------------------------------------ Task 2.2 Proactive Timing
 
 
 class Forbidden(Span):
@@ -243,7 +243,8 @@ class MemoryItem(_In):
     """What to remember, as edited by the participant."""
     reason: Text | None = None
     memory_type: Text | None = None
-    """Possibly Useful Information, Task Reminder, Permanent Precious Memory, Knowledge/Insights, or custom."""
+    """Possibly Useful Information, Task Reminder, Permanent Precious Memory, Knowledge/Insights, or
+    custom."""
     lifespan: Literal["short_term", "long_term"] | None = None
     """short_term: for use within 24 hours; long_term: beyond."""
     usage_hours: float | None = Field(None, ge=0)

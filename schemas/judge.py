@@ -39,7 +39,8 @@ Id = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_l
 
 
 class Contexts(BaseModel):
-    """What describes an observation, for the judge's variants that show contexts (cues, captions, digital state)."""
+    """What describes an observation, for the judge's variants that show contexts (cues, captions,
+    digital state)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -55,7 +56,8 @@ class Contexts(BaseModel):
 
 
 class PredictionRow(BaseModel):
-    """One predicted goal to judge (a JSONL line, or a WAGIBench-layout row with a ``prediction``)."""
+    """One predicted goal to judge (a JSONL line, or a WAGIBench-layout row with a
+    ``prediction``)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -112,7 +114,8 @@ class RatingRow(BaseModel):
     ) = None
     """The reference goal (for the baselines); null: ``references=``' structured goal of this id."""
     options: list[dict[str, Any] | str] | None = None
-    """The MCQ's options, the reference among them (Snap-MCQ); null: ``references=``' mcq_set of this id."""
+    """The MCQ's options, the reference among them (Snap-MCQ); null: ``references=``' mcq_set of
+    this id."""
 
 
 # --------------------------------------------------------------------------- outputs
@@ -122,7 +125,8 @@ class Judgment(BaseModel):
     """One judge call scored on WAGIBench's 0 / 1 / 2 scale."""
 
     score: int | None
-    """0 irrelevant, 1 borderline, 2 very relevant; null when the judge did not follow the format."""
+    """0 irrelevant, 1 borderline, 2 very relevant; null when the judge did not follow the
+    format."""
     normalised: float | None
     """score / 2: 0, 0.5 or 1 (the paper's scale)."""
     followed: bool
@@ -216,6 +220,7 @@ class MetaRecord(BaseModel):
     judge: float | str | None
     """Null when the judge gave no usable value for this row (not followed, not judged)."""
     snap_mcq: float | None = None
-    """Snap-MCQ baseline (appendix H): 1 when the option most similar to the prediction is the reference."""
+    """Snap-MCQ baseline (appendix H): 1 when the option most similar to the prediction is the
+    reference."""
     sbert: float | None = None
     """SBERT-similarity baseline: the cosine of the prediction and the reference."""

@@ -178,7 +178,8 @@ class ShiftAbstainSituationsDraft(BaseModel):
 
 class CrossAbstainSituationsDraft(BaseModel):
     """abstain on a cross-session reference: the context-image referent (whose detail the camera
-    never showed), the scene of turn 1, the turn 2 referent, and phrases of a reply that declines."""
+    never showed), the scene of turn 1, the turn 2 referent, and phrases of a reply that
+    declines."""
 
     earlier: Situation
     meanwhile: Phrase

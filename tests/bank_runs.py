@@ -259,7 +259,7 @@ def digital_run_fixture(tmp_path_factory) -> Path:
     return out
 
 
-# --------------------------------------------------------------------------- a bank in two releases, and what verify finds
+# ---------------------------------------------------- a bank in two releases, and what verify finds
 
 
 @pytest.fixture(name="grown")
@@ -300,7 +300,7 @@ def flip_byte(path: Path, at: int | None = None) -> None:
     path.write_bytes(bytes(data))
 
 
-# --------------------------------------------------------------------------- the CLI in a child process
+# ----------------------------------------------------------------------- the CLI in a child process
 
 
 def _cli_command(

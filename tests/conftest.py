@@ -416,7 +416,8 @@ def wagibench_prompt() -> Callable[[dict[str, Any], str], str]:
 
 
 CONTEXT_BENCH = SHARED / "data" / "context_bench"
-"""The context-tracking benchmark's released material (its validator, examples, prompt conditions)."""
+"""The context-tracking benchmark's released material (its validator, examples, prompt
+conditions)."""
 
 
 def context_bench_validator() -> Any:

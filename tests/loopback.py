@@ -22,7 +22,8 @@ class Loopback:
         delay: float = 0.3,
         throttle_every: int = 0,
     ):
-        """``throttle_every``: every that-many-th chat call is refused with 429 and Retry-After: 0.1."""
+        """``throttle_every``: every that-many-th chat call is refused with 429 and Retry-After:
+        0.1."""
         self.script, self.delay, self.throttle_every = script, delay, throttle_every
         self.throttled = 0
         self.calls = 0

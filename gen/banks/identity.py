@@ -96,7 +96,8 @@ the embedder truncates long inputs)."""
 
 
 def strip_ids(obj: Any) -> Any:
-    """A digital bundle without its seed-derived parts (32-hex ``*_id`` values, ``bundle_id``, ``stats``)."""
+    """A digital bundle without its seed-derived parts (32-hex ``*_id`` values, ``bundle_id``,
+    ``stats``)."""
     if isinstance(obj, dict):
         return {
             k: strip_ids(v)
@@ -112,7 +113,8 @@ def strip_ids(obj: Any) -> Any:
 
 
 def egotom_row_mcq(row: dict[str, Any]) -> MCQ:
-    """One EgoToM CSV row (all strings) as :class:`MCQ`, exactly as :func:`gen.mcq.read_egotom_csv` reads it."""
+    """One EgoToM CSV row (all strings) as :class:`MCQ`, exactly as :func:`gen.mcq.read_egotom_csv`
+    reads it."""
     q = next((t for t in EGOTOM_TYPES if f"gt_{t}" in row and f"{t}_choice_a" in row), None)
     if q is None:
         raise InputError("not an EgoToM row (no gt_goal/gt_belief/gt_actions column)")
@@ -193,7 +195,8 @@ def _texts(obj: Any) -> list[str]:
 
 
 def family(kind: str) -> str:
-    """Near-duplicates are looked for within a family: ``digital`` bundles, ``scenarios``, or MCQs."""
+    """Near-duplicates are looked for within a family: ``digital`` bundles, ``scenarios``, or
+    MCQs."""
     return kind if kind in ("digital", "scenarios") else "mcq"
 
 

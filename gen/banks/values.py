@@ -74,7 +74,8 @@ def prompts_of(sources: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 
 def lock_digest(lock: dict[str, Any]) -> str:
-    """SHA-256 of a lock's canonical JSON without ``files`` (whose CHANGELOG.md entry holds this)."""
+    """SHA-256 of a lock's canonical JSON without ``files`` (whose CHANGELOG.md entry holds
+    this)."""
     return hashlib.sha256(
         canonical({k: v for k, v in lock.items() if k != "files"}).encode("utf-8")
     ).hexdigest()

@@ -279,7 +279,8 @@ def check_version(
 
 
 def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[VersionCheck], list[str]]:
-    """Check versions 1..target (default: current); returns (target, per-version checks, leftovers)."""
+    """Check versions 1..target (default: current); returns (target, per-version checks,
+    leftovers)."""
     current = check_pointer(
         root
     )  # a damaged or moved-back pointer: a refusal saying how to repair it
@@ -346,7 +347,8 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
         v = h.get("version")
         if isinstance(v, int) and 1 <= v < target and locks.get(v) is not None:
             sha = sha256_file(version_dir(root, v) / LOCK)
-            # each lock is recorded by the next one; the newest is checked against every later history
+            # each lock is recorded by the next one; the newest is checked against every later
+            # history
             later = [x for x in (locks.get(w) for w in range(v + 1, target + 1)) if x]
             recorded = {
                 (x.get("history") or [{}] * v)[v - 1].get("lock_sha256")

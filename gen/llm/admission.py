@@ -48,7 +48,8 @@ class _Bucket:
         self.at = now
 
     def wait(self, amount: float, now: float) -> float:
-        """Seconds until ``amount`` fits (0: now); an amount over the capacity waits for a full bucket."""
+        """Seconds until ``amount`` fits (0: now); an amount over the capacity waits for a full
+        bucket."""
         self._refill(now)
         need = min(amount, self.capacity)
         return 0.0 if self.level >= need else (need - self.level) / self.rate

@@ -228,7 +228,8 @@ class LLM:
 
     @property
     def family(self) -> str | None:
-        """The model family judges compare (``llm.family=`` or derived; see :mod:`gen.llm.family`)."""
+        """The model family judges compare (``llm.family=`` or derived; see
+        :mod:`gen.llm.family`)."""
         return self.family_info[0]
 
     def fork(self) -> LLM:

@@ -168,7 +168,8 @@ def _uri(path: Path, **params: str) -> str:
 
 class PartsStore:
     """A cache on a network filesystem: this process's own part, and read-only views of the
-    parts of processes that are done (see the module's docstring). One per cache file and process."""
+    parts of processes that are done (see the module's docstring). One per cache file and
+    process."""
 
     layout = "parts"
     _shared: dict[str, PartsStore] = {}

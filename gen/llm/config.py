@@ -28,7 +28,8 @@ class _Sampling(BaseModel):
     records so far kept for a resume); 0 never stops."""
     family: str | None = None
     """The model family (openai, anthropic, google, meta, qwen, mistral, smollm…), which judges
-    compare with the candidate's; null: derived from the GGUF's metadata or the served model name."""
+    compare with the candidate's; null: derived from the GGUF's metadata or the served model
+    name."""
     deadline: float | None = Field(default=None, gt=0)
     """Wall-clock seconds the command's model calls may take in all, counted from the model's
     load; past it the run stops (exit 2, its records so far kept for a resume); null: no limit.
@@ -105,7 +106,8 @@ class OpenAIConfig(_Sampling):
     """Calls in flight at most (a server's slot count); the run adapts below it when the server
     says it is overloaded (429/503) or calls queue there (``adaptive``)."""
     adaptive: bool = True
-    """Adapt the calls in flight (AIMD) between 1 and ``concurrency``; false: always ``concurrency``."""
+    """Adapt the calls in flight (AIMD) between 1 and ``concurrency``; false: always
+    ``concurrency``."""
     rpm: float | None = Field(default=None, gt=0)
     """Requests a minute at most (a hosted endpoint's rate limit); null: none."""
     tpm: float | None = Field(default=None, gt=0)

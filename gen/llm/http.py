@@ -1,4 +1,5 @@
-"""HTTP to an OpenAI-compatible server, with a wall-clock deadline, a bounded reply and bounded retries.
+"""HTTP to an OpenAI-compatible server, with a wall-clock deadline, a bounded reply and bounded
+retries.
 
 The OpenAI client's ``timeout`` bounds each socket read, so a server that trickles a byte a
 second (or its headers) holds a call for ever, and it reads a reply whole before anyone can

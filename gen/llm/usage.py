@@ -45,8 +45,9 @@ class Usage:
         return self.completion_tokens / self.generation_seconds if self.generation_seconds else 0.0
 
     def cost(self, price: Any) -> float | None:
-        """What the calls made (not the cache's replays) cost at ``price`` (a :class:`gen.llm.config.
-        Price`, per million input and output tokens); None without a price."""
+        """What the calls made (not the cache's replays) cost at ``price`` (a
+        :class:`gen.llm.config. Price`, per million input and output tokens); None without a
+        price."""
         if price is None:
             return None
         return (self.prompt_tokens * price.input + self.completion_tokens * price.output) / 1e6

@@ -1,4 +1,5 @@
-"""Leakage and validity audits for any MCQ or scenario bank, or a digital run: ``python -m gen audit``.
+"""Leakage and validity audits for any MCQ or scenario bank, or a digital run: ``python -m gen
+audit``.
 
 The checks are registered units (:mod:`generators.audit.registry`), one module each under
 ``checks/``. One record index per check (``checks=``, every registered check by default): index i

@@ -165,7 +165,8 @@ class Items(Sequence[MCQ]):
             yield it
 
     def iter_at(self, indices: Iterable[int]) -> Iterator[tuple[int, MCQ]]:
-        """``(i, item)`` for each index, read in that order (runs of consecutive indices in blocks)."""
+        """``(i, item)`` for each index, read in that order (runs of consecutive indices in
+        blocks)."""
         for i, row in self._rows(indices):
             yield i, self._item(row)
 

@@ -150,7 +150,8 @@ def judged(tells: list[Tell], cfg: AuditConfig) -> list[Tell]:
 
 
 def tell_finding(key: str, kind: str, tell: Tell, what: str, **kw: Any) -> FindingRecord:
-    """The finding of a judged tell (it has a severity): ``what``, its numbers, the rule that fired."""
+    """The finding of a judged tell (it has a severity): ``what``, its numbers, the rule that
+    fired."""
     assert tell.severity is not None
     numbers = {**kw.pop("numbers", {}), **tell.numbers()}
     return finding(

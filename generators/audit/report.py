@@ -153,7 +153,8 @@ def cell(x: Any) -> str:
 
 
 def table(rows: list[dict[str, Any]], cols: list[str] | None = None) -> list[str]:
-    """A markdown table (columns: every key in first-seen order, unless given), then a blank line."""
+    """A markdown table (columns: every key in first-seen order, unless given), then a blank
+    line."""
     if not rows:
         return []
     cols = cols or list(dict.fromkeys(k for r in rows for k in r))

@@ -1,5 +1,5 @@
-"""Statistics shared by the checks: exact binomial tests, Wilson intervals (:mod:`gen.stats`), Holm's
-correction, the power line, and the severity of a tell from its size and its significance.
+"""Statistics shared by the checks: exact binomial tests, Wilson intervals (:mod:`gen.stats`),
+Holm's correction, the power line, and the severity of a tell from its size and its significance.
 
 A *tell* is a shortcut that beats chance (pick the longest option, the most frequent position,
 the option sharing most phrases with the context, a classifier that sees only the options, a
@@ -178,7 +178,8 @@ class Tell:
         } | {"n": self.n}
 
     def summary(self) -> str:
-        """``k/n (a %, chance c %): effect +e points [lo, hi], p=…, Holm p=…``: a finding's numbers."""
+        """``k/n (a %, chance c %): effect +e points [lo, hi], p=…, Holm p=…``: a finding's
+        numbers."""
         lo, hi = self.ci
         return (
             f"{self.k}/{self.n} ({self.accuracy:.0%}, chance {self.chance:.0%}): effect {self.effect:+.1f} points "

@@ -81,7 +81,8 @@ class Grams:
 
 
 def member(needles: np.ndarray, haystack: np.ndarray) -> np.ndarray:
-    """``needles`` found in the sorted array ``haystack`` (np.isin re-sorts the haystack each call)."""
+    """``needles`` found in the sorted array ``haystack`` (np.isin re-sorts the haystack each
+    call)."""
     if not len(haystack):
         return np.zeros(len(needles), dtype=bool)
     at = np.minimum(np.searchsorted(haystack, needles), len(haystack) - 1)

@@ -94,15 +94,18 @@ class BankConfig(CommonConfig):
     message: str | None = None
     """add: a line for the changelog entry of the new version."""
     audit_options: dict[str, Any] | None = None
-    """add: extra options for the audit run (for example audit_options={checks: [structure, leakage]})."""
+    """add: extra options for the audit run (for example audit_options={checks: [structure,
+    leakage]})."""
     format: Literal[
         "parquet", "croissant", "hf", "lm_eval", "inspect", "wagibench", "egotom", "scenarios"
     ] = "parquet"
-    """export: parquet (data files, dataset card, croissant.json), croissant (data files + croissant.json),
-    hf (a Hugging Face datasets folder), lm_eval / inspect (harness tasks of the MCQ kinds), wagibench
-    (MCQ + digital-state JSON), egotom (CSVs), scenarios (the context benchmark's scenarios.jsonl)."""
+    """export: parquet (data files, dataset card, croissant.json), croissant (data files +
+    croissant.json), hf (a Hugging Face datasets folder), lm_eval / inspect (harness tasks of the
+    MCQ kinds), wagibench (MCQ + digital-state JSON), egotom (CSVs), scenarios (the context
+    benchmark's scenarios.jsonl)."""
     license: str | None = None
-    """export: the data's license, an SPDX id (CC-BY-4.0) or a URL, for the card and croissant.json."""
+    """export: the data's license, an SPDX id (CC-BY-4.0) or a URL, for the card and
+    croissant.json."""
     citation: str | None = None
     """export: how to cite the bank (BibTeX or a sentence), for the card and croissant.json."""
     out: str | None = None

@@ -128,7 +128,8 @@ def stage_version(
     source: dict[str, Any],
     audit: AuditOutcome,
 ) -> None:
-    """Write version ``version`` into ``stage`` (fsynced) and check it before it can become current."""
+    """Write version ``version`` into ``stage`` (fsynced) and check it before it can become
+    current."""
     import polars as pl
 
     old_dir = version_dir(root, current) if current else None

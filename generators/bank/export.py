@@ -237,7 +237,8 @@ def export_info(job: Job, fmt: str, stage: Path) -> str:
 
 
 def json_text(obj: Any) -> str:
-    """JSON as every export writes it: sorted keys, one-space indent, UTF-8 as is, a final newline."""
+    """JSON as every export writes it: sorted keys, one-space indent, UTF-8 as is, a final
+    newline."""
     return json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True) + "\n"
 
 

@@ -86,7 +86,8 @@ def prompt(job: Job, q: MCQ, *, lettered: bool) -> str:
 
 
 def items(job: Job, kind: str) -> list[tuple[dict[str, Any], MCQ | Reject]]:
-    """Each row of ``kind`` with its MCQ as the harness shows it, or the reject that keeps it out."""
+    """Each row of ``kind`` with its MCQ as the harness shows it, or the reject that keeps it
+    out."""
     out: list[tuple[dict[str, Any], MCQ | Reject]] = []
     for r in job.frames[kind].iter_rows(named=True):
         q = record_mcq(r["source_format"], json.loads(r["record"]))

@@ -252,7 +252,7 @@ def skeleton(app: App, rng: random.Random, st: State, cfg: DigitalConfig, cued: 
     return Skeleton(k, slots)
 
 
-# --------------------------------------------------------------------------- LLM schemas with code's counts
+# ------------------------------------------------------------------- LLM schemas with code's counts
 
 
 @cache
@@ -293,7 +293,7 @@ CUE_SCHEMA: dict[App, type[BaseModel]] = {
 }
 
 
-# --------------------------------------------------------------------------- assembly (draft + skeleton -> items)
+# ------------------------------------------------------------- assembly (draft + skeleton -> items)
 
 
 def assemble(

@@ -121,7 +121,7 @@ def action_share(goal: Any, state: str) -> float:
     return len(words & held) / len(words)
 
 
-# --------------------------------------------------------------------------- goal-conditioned bundles
+# ------------------------------------------------------------------------- goal-conditioned bundles
 
 
 @dataclass
@@ -207,7 +207,8 @@ def goal_problem(
     (``cue_misses_goal_entity``); the key-only state does not state the goal's action (at most
     ``cue_action_max`` of its words: ``cue_states_goal``); and it points to this goal more than to
     the bank's others (``cue_rank_max``: ``cue_not_specific``). A state that restated its goal
-    would pass the last test best: the second comes first, so restating is rejected, not rewarded."""
+    would pass the last test best: the second comes first, so restating is rejected, not
+    rewarded."""
     assert bundle.goal is not None and bundle.goal.app is not None
     app = bundle.goal.app
     keys = app_view(bundle, app.value, key_only=True)

@@ -8,8 +8,10 @@ record that ``audit``, ``bank add`` and ``evaluate`` take), and differ only in t
 rule, which is one module each:
 
 - ``recording`` (:mod:`.recording`): Moment of Recording, the recording test and the photo test;
-- ``emotion_intensity`` (:mod:`.intensity`): Emotion Intensity Recognition, within-user relative comparison;
-- ``tool_selection`` (:mod:`.tools`): Tool Selection, normalised tool names, hierarchical correctness;
+- ``emotion_intensity`` (:mod:`.intensity`): Emotion Intensity Recognition, within-user relative
+comparison;
+- ``tool_selection`` (:mod:`.tools`): Tool Selection, normalised tool names, hierarchical
+correctness;
 - ``proactive_timing`` (:mod:`.timing`): Proactive Timing Judgment, do-not-disturb clips;
 - ``memory_assistance`` (:mod:`.assistance`): Memory Assistance Recognition, event and object forms;
 - ``memory_lifespan`` (:mod:`.lifespan`): Memory Lifespan Identification, within 24 h or beyond.
@@ -55,19 +57,23 @@ class IntrospectConfig(CommonConfig):
     n: int | None = Field(None, ge=1)  # type: ignore[assignment]
     """Questions to keep from the start of the built list; null = all."""
     task: Task = "recording"
-    """recording | emotion_intensity | tool_selection | proactive_timing | memory_assistance | memory_lifespan."""
+    """recording | emotion_intensity | tool_selection | proactive_timing | memory_assistance |
+    memory_lifespan."""
     k: int = Field(4, ge=2, le=26)
-    """Options of the multiple-choice families (photo test, emotion intensity, memory assistance)."""
+    """Options of the multiple-choice families (photo test, emotion intensity, memory
+    assistance)."""
     tools: str | None = None
     """tool_selection: the tool universe (YAML or JSON: tools: [{name, description, aliases}])."""
     pad: float = Field(30.0, ge=0)
-    """recording, tool_selection: seconds added before and after the command or request (F.1, H.1.1)."""
+    """recording, tool_selection: seconds added before and after the command or request (F.1,
+    H.1.1)."""
     negatives_per_positive: int = Field(2, ge=0, le=20)
     """recording: negative windows per positive (the paper has about two: 491 of 744)."""
     photo_window: float = Field(10.0, gt=0)
     """recording: seconds around the photo moment the photo test's wrong objects come from (F.1)."""
     taxonomy: list[str] = Field(default_factory=lambda: list(EMOTIONS))
-    """emotion_intensity: the labels a segment's main label must be one of (EgoIntrospect's nine)."""
+    """emotion_intensity: the labels a segment's main label must be one of (EgoIntrospect's
+    nine)."""
     min_group: int = Field(2, ge=2)
     """emotion_intensity: segments of one participant and emotion needed for a comparison."""
     max_clip: float = Field(300.0, gt=0)
@@ -77,15 +83,19 @@ class IntrospectConfig(CommonConfig):
     form: Literal["both", "event", "object"] = "both"
     """memory_assistance: both | event | object."""
     stm_min: float = Field(12.0, gt=0)
-    """memory_assistance: a short-term memory's cue interval is extended to at least this (K.1: 12 s)."""
+    """memory_assistance: a short-term memory's cue interval is extended to at least this (K.1: 12
+    s)."""
     lto_half: float = Field(15.0, gt=0)
-    """memory_assistance: a long-term object memory's clip reaches this far either side of its trigger (K.1: 15 s)."""
+    """memory_assistance: a long-term object memory's clip reaches this far either side of its
+    trigger (K.1: 15 s)."""
     max_segment: float = Field(45.0, gt=0)
     """memory_assistance: a longer segment is re-centred and cut to this length (K.1: 45 s)."""
     local_window: float = Field(240.0, gt=0)
-    """memory_assistance: seconds around the trigger the sub-clips are placed in (the shown clip; K.2: mean 234 s)."""
+    """memory_assistance: seconds around the trigger the sub-clips are placed in (the shown clip;
+    K.2: mean 234 s)."""
     min_gap: float = Field(5.0, ge=0)
-    """memory_assistance: least seconds between a sub-clip and the segment, another sub-clip or an annotated memory."""
+    """memory_assistance: least seconds between a sub-clip and the segment, another sub-clip or an
+    annotated memory."""
     mli_clip: float = Field(15.0, gt=0)
     """memory_lifespan: the clip's length (K.1: 15 s)."""
     event_attempts: int = Field(3, ge=1, le=10)
@@ -297,7 +307,8 @@ def funnel_lines(f: dict[str, Any], task: str) -> list[str]:
 
 @generator(NAME, config=IntrospectConfig, records=IntrospectRecord, kind="mcq", plan=plan)
 def introspect(cfg: IntrospectConfig, ctx: RunContext) -> Iterator[IntrospectRecord | Reject]:
-    """EgoIntrospect's task families (recording, emotion_intensity, tool_selection, proactive_timing, memory_assistance, memory_lifespan) from annotation files."""
+    """EgoIntrospect's task families (recording, emotion_intensity, tool_selection,
+    proactive_timing, memory_assistance, memory_lifespan) from annotation files."""
     data = ctx.plan.data
     for f in data["files"]:
         ctx.record_input(f)

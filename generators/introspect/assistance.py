@@ -4,11 +4,11 @@
 Type-aware segments: a short-term memory (STM) is its cue interval, extended to at least
 ``stm_min`` seconds (12); a long-term event (LTE) is its event interval; a long-term object (LTO)
 is ``lto_half`` seconds (15) either side of the trigger; a segment longer than 45 seconds
-is re-centred on its midpoint and cut to that length (``max_segment``). In a local window of ``local_window``
-seconds around the trigger, ``k-1`` sub-clips of the segment's length are placed with the seed,
-apart from the segment, from each other and from every annotated memory of the session by at
-least ``min_gap`` seconds; when they do not fit, the sub-clips shrink (3/4, then 1/2 of the
-length) before the item is refused.
+is re-centred on its midpoint and cut to that length (``max_segment``). In a local window of
+``local_window`` seconds around the trigger, ``k-1`` sub-clips of the segment's length are placed
+with the seed, apart from the segment, from each other and from every annotated memory of the
+session by at least ``min_gap`` seconds; when they do not fit, the sub-clips shrink (3/4, then 1/2
+of the length) before the item is refused.
 
 - **object form** (a memory with an ``object`` label): the answer is the object; each wrong
   option is an object seen in one sub-clip (drawn with the seed, distinct labels). Built by code.

@@ -3,11 +3,12 @@
 
 For each participant and emotion label (the segment's main label, one of ``taxonomy``) with at
 least ``min_group`` segments, the segments are dealt with the seed into sets of up to ``k`` (a
-last set under ``min_group`` is refused as leftover); a set with fewer than ``k`` is filled with the same participant's segments of another emotion whose
-reason differs from every reason in the set. Questions alternate between the strongest and the
-weakest of the set (balanced, as the paper's 44/44); the answer is the segment the participant
-rated highest or lowest, which must be the only one with that rating (else the other direction is
-asked, and a set tied both ways is refused). Options read ``Label: reason``.
+last set under ``min_group`` is refused as leftover); a set with fewer than ``k`` is filled with the
+same participant's segments of another emotion whose reason differs from every reason in the set.
+Questions alternate between the strongest and the weakest of the set (balanced, as the paper's
+44/44); the answer is the segment the participant rated highest or lowest, which must be the only
+one with that rating (else the other direction is asked, and a set tied both ways is refused).
+Options read ``Label: reason``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ NO_TOOL = "No tool needed"
 
 
 def tool_key(name: str) -> str:
-    """A tool name as compared: lower case, runs of spaces, hyphens, dots and underscores as one ``_``."""
+    """A tool name as compared: lower case, runs of spaces, hyphens, dots and underscores as one
+    ``_``."""
     return re.sub(r"[\s\-_.]+", "_", name.strip().lower()).strip("_")
 
 

@@ -46,34 +46,48 @@ KINDS = {"wagibench": wagibench, "context": context, "distractor_validity": vali
 
 class JudgeConfig(JudgeOptions):
     action: Literal["score", "meta"] = "score"
-    """score: judge the input (kind=); meta: the judge against human raters (python -m gen judge meta input=<ratings>)."""
+    """score: judge the input (kind=); meta: the judge against human raters (python -m gen judge
+    meta input=<ratings>)."""
     kind: Literal["wagibench", "context", "distractor_validity"] | None = None
-    """What is judged: wagibench (predicted goals), context (context-tracking replies), distractor_validity (MCQ options)."""
+    """What is judged: wagibench (predicted goals), context (context-tracking replies),
+    distractor_validity (MCQ options)."""
     responses: str | None = None
-    """kind=context: the replies to judge (JSONL: scenario_id, turn, response, trial, condition, candidate…); input= is the scenario bank."""
+    """kind=context: the replies to judge (JSONL: scenario_id, turn, response, trial, condition,
+    candidate…); input= is the scenario bank."""
     references: str | None = None
-    """kind=wagibench: a WAGIBench MCQ layout file or folder (gen's wagibench_mcq_*.json) giving rows without a reference their reference and cues, by id; meta: the reference and options of each rating row (the baselines)."""
+    """kind=wagibench: a WAGIBench MCQ layout file or folder (gen's wagibench_mcq_*.json) giving
+    rows without a reference their reference and cues, by id; meta: the reference and options of
+    each rating row (the baselines)."""
     digital_state: str | None = None
-    """kind=wagibench: a digital_state.json (WAGIBench's layout) giving the rows of its observations their app states as context."""
+    """kind=wagibench: a digital_state.json (WAGIBench's layout) giving the rows of its observations
+    their app states as context."""
     # list[Variant](…): a bare list literal in a lambda is typed list[str] by mypy
     variant: list[Variant] = Field(default_factory=lambda: list[Variant](["cues_reference"]))
-    """kind=wagibench: the judge's inputs (§4.3): cues_reference (the script's cues + the reference: the paper's best), reference, cues, socratic (captions), socratic_reference, contexts_reference (cues, captions, digital state + reference); several run side by side."""
+    """kind=wagibench: the judge's inputs (§4.3): cues_reference (the script's cues + the reference:
+    the paper's best), reference, cues, socratic (captions), socratic_reference, contexts_reference
+    (cues, captions, digital state + reference); several run side by side."""
     reformatter: ModelChoice | None = None
-    """kind=wagibench: the model that turns free-text predictions into structured actions (null: the primary judge)."""
+    """kind=wagibench: the model that turns free-text predictions into structured actions (null: the
+    primary judge)."""
     judge_tokens: int = Field(default=1024, ge=4, le=16384)
-    """wagibench, distractor_validity: reply cap of a score call (WAGIBench's code: 1,024, room for a reasoning judge's <think> block)."""
+    """wagibench, distractor_validity: reply cap of a score call (WAGIBench's code: 1,024, room for
+    a reasoning judge's <think> block)."""
     judge_parse: Literal["lenient", "strict"] = "lenient"
-    """How a score is read: lenient (WAGIBench's code: <think> set apart, the first value between score tags or a bare number, 2.0 too) or strict (exactly one <score> tag holding 0, 1 or 2)."""
+    """How a score is read: lenient (WAGIBench's code: <think> set apart, the first value between
+    score tags or a bare number, 2.0 too) or strict (exactly one <score> tag holding 0, 1 or 2)."""
     reformat_tokens: int = Field(default=200, ge=16, le=4096)
     """wagibench: reply cap of a reformat call."""
     judge_run: str | None = None
-    """meta: a judge run whose records give the judge's value of each rating row (by id); null: the rows' judge field."""
+    """meta: a judge run whose records give the judge's value of each rating row (by id); null: the
+    rows' judge field."""
     plots: bool = True
     """meta: draw the confusion matrix PNG."""
     baselines: bool = True
-    """meta: the Snap-MCQ and SBERT-similarity baselines beside the judge (appendix H), for rows whose prediction and reference are known."""
+    """meta: the Snap-MCQ and SBERT-similarity baselines beside the judge (appendix H), for rows
+    whose prediction and reference are known."""
     sbert_tie: float = Field(default=0.1, ge=0, le=2)
-    """meta: the SBERT baseline ties two predictions whose similarities to the reference differ by at most this (appendix H: 0.1)."""
+    """meta: the SBERT baseline ties two predictions whose similarities to the reference differ by
+    at most this (appendix H: 0.1)."""
 
     @field_validator("variant", mode="before")
     @classmethod
@@ -126,7 +140,8 @@ def plan(cfg: JudgeConfig) -> Plan:
     plan=plan,
 )
 def judge(cfg: JudgeConfig, ctx: RunContext) -> Iterator[Any]:
-    """LLM judges: WAGIBench goal scores, context-tracking labels, distractor validity; judge meta vs human raters."""
+    """LLM judges: WAGIBench goal scores, context-tracking labels, distractor validity; judge meta
+    vs human raters."""
     if cfg.action == "meta":
         yield from meta.run(cfg, ctx)
         return

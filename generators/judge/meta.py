@@ -157,7 +157,8 @@ def read_ratings(path: Path) -> list[tuple[str, RatingRow]]:
 
 
 def rating_kind(rows: Sequence[tuple[str, RatingRow]]) -> str:
-    """``scores`` when every rater and judge value is a number, ``labels`` when every one is a text."""
+    """``scores`` when every rater and judge value is a number, ``labels`` when every one is a
+    text."""
     kinds: set[str] = set()
     for where, row in rows:
         values = [*row.raters, *([row.judge] if row.judge is not None else [])]

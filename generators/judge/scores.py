@@ -1,5 +1,6 @@
 """Reading a judge's answer: the ``<score>`` tag (WAGIBench's lenient reading after a reasoning
-block, or strictly), the reformatted action, the code signals. Pure functions, tested case by case."""
+block, or strictly), the reformatted action, the code signals. Pure functions, tested case by
+case."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ _LOOSE_SCORE = re.compile(r"(?:<score>|</score>)([^<>]+)(?:</score>|<score>)", r
 
 def split_think(text: str) -> tuple[str | None, str | None]:
     """(reasoning, answer) of a reply: a reasoning judge's ``<think>…</think>`` block is set apart
-    (DeepSeek-R1's distills often omit the opening tag, their chat template writes it); a reply whose
-    thinking never closed has no answer (None: the token budget ran out, as WAGIBench's
+    (DeepSeek-R1's distills often omit the opening tag, their chat template writes it); a reply
+    whose thinking never closed has no answer (None: the token budget ran out, as WAGIBench's
     ``split_think_and_response`` says); a reply without the tags is all answer."""
     if THINK_CLOSE in text:
         before, _, after = text.partition(THINK_CLOSE)

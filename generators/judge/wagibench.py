@@ -166,7 +166,8 @@ def _validated(data: dict[str, Any], where: str) -> PredictionRow:
 def read_predictions(
     path: Path, references: str | None = None, digital_state: str | None = None
 ) -> list[Row]:
-    """The rows to judge, references and contexts joined; a bad row is ``file:line: field: reason``."""
+    """The rows to judge, references and contexts joined; a bad row is ``file:line: field:
+    reason``."""
     refs = read_layouts(Path(references).expanduser()) if references else {}
     states = read_digital_state(Path(digital_state).expanduser()) if digital_state else {}
     out: list[Row] = []

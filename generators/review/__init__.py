@@ -1,4 +1,5 @@
-"""Human review of generated items in the browser: ``python -m gen review input=<run folder | bank>``.
+"""Human review of generated items in the browser: ``python -m gen review input=<run folder |
+bank>``.
 
 ``review`` (action ``serve``) starts a local web app on 127.0.0.1 (:mod:`.server`), prints its
 address with a per-session token, and serves until Ctrl-C: one item at a time as the candidate
@@ -71,11 +72,12 @@ class ReviewConfig(CommonConfig):
         default_factory=lambda: os.environ.get("USER") or "reviewer",
         json_schema_extra={"hydra": "${oc.env:USER,reviewer}"},
     )
-    """Whose labels these are ($USER by default): reviews/<reviewer>.jsonl in the run folder (or bank)."""
+    """Whose labels these are ($USER by default): reviews/<reviewer>.jsonl in the run folder (or
+    bank)."""
     rubric: str | None = None
     """A rubric file (YAML/JSON: name, kinds, fields) for the kinds it lists; null: the project's
-    rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, digital.yaml, scenario.yaml after the
-    context benchmark's authoring checklist)."""
+    rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, digital.yaml, scenario.yaml after
+    the context benchmark's authoring checklist)."""
     port: int | None = Field(None, ge=1, le=65535)
     """serve: the port on 127.0.0.1 (null: a free one). The server never listens elsewhere."""
     findings: str | None = None

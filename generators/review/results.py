@@ -41,7 +41,8 @@ class Results:
     nocontext: Path | None = None
     judge: Path | None = None
     judge_primary: str | None = None
-    """The judge run's primary judge (its manifest's ``judge.judge_label``): the one whose flag counts."""
+    """The judge run's primary judge (its manifest's ``judge.judge_label``): the one whose flag
+    counts."""
     blind: list[NocontextRecord] | None = None
     validity: list[ValidityRecord] | None = None
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 EXAMPLES = "scenarios/examples.json"
 
-# --------------------------------------------------------------------------- one-shot examples and specs
+# ---------------------------------------------------------------------- one-shot examples and specs
 
 
 @lru_cache(maxsize=4)
@@ -71,7 +71,8 @@ def example_skeleton(ex: dict[str, Any]) -> Skeleton:
 
 
 def situations_of(sk: Skeleton, sit: dict[str, Any]) -> dict[str, Any]:
-    """Gold lists and their categories from a situations draft (code decides which list is which)."""
+    """Gold lists and their categories from a situations draft (code decides which list is
+    which)."""
 
     def items(x: dict[str, Any]) -> list[str]:
         return list(

@@ -44,8 +44,9 @@ and that entry is not checked)."""
 
 
 def judge_prompt() -> tuple[str, str]:
-    """(version, SHA-256) of the context-tracking judge's prompt (``gen judge kind=context``), as the
-    benchmark's lock records them: a bank is judged comparably only under the same judge prompt."""
+    """(version, SHA-256) of the context-tracking judge's prompt (``gen judge kind=context``), as
+    the benchmark's lock records them: a bank is judged comparably only under the same judge
+    prompt."""
     return JUDGE_PROMPT_VERSION, sha256_file(PROMPTS / JUDGE_TEMPLATE)
 
 

@@ -125,7 +125,8 @@ DOMAINS: dict[str, tuple[str, ...]] = {
     ),
 }
 """Activity domains per shift type (8 each): with 3 difficulty tiers and the validator's limit of
-2 per signature, a (shift type, target) cell holds up to 48 scenarios (16 when its tier is fixed)."""
+2 per signature, a (shift type, target) cell holds up to 48 scenarios (16 when its tier is
+fixed)."""
 TIME_GAP_CHOICES: dict[str, tuple[str, ...]] = {
     "object_in_hand": ("seconds",),
     "object_in_view": ("seconds",),

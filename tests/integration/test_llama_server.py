@@ -1,6 +1,7 @@
 """``llm=llama_server`` with the real llama.cpp server (the ``[server]`` extra) on the embedded
 GGUF: structured calls through its OpenAI-compatible API with JSON-schema ``response_format``,
-two slots in flight, prompt reuse reported, and no server left behind. Skipped when no llama-server binary is found."""
+two slots in flight, prompt reuse reported, and no server left behind. Skipped when no llama-server
+binary is found."""
 
 from __future__ import annotations
 

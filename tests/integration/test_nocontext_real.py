@@ -160,7 +160,8 @@ def test_loglik_matches_a_full_evaluation(gguf_path: Path) -> None:
         expected = sum(float(lp[p - 1][whole[p]]) for p in range(k, len(whole)))
         assert got.tokens == len(whole) - k
         # llama.cpp's sums depend on how a text is cut into batches (prefix once vs the whole text):
-        # 0.004 apart on a CI machine. A wrong token (off by one, a missing BOS) moves it by a whole token's log-probability.
+        # 0.004 apart on a CI machine. A wrong token (off by one, a missing BOS) moves it by a whole
+        # token's log-probability.
         assert got.logprob == pytest.approx(expected, abs=2e-2)
     # chat messages with an opened answer: scored inside the GGUF's chat template
     msgs = [

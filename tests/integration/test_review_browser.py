@@ -3,7 +3,8 @@
 page a real server process prints, rates three items by keyboard, reloads, and finds the labels
 on the page and in ``reviews/alice.jsonl``; an item holding ``<script>`` renders as text; a
 request without the token is refused; the blind answers and judge scores show after ``v``; a
-scenario keeps its judge side hidden until ``v``. Saves the README's screenshots (docs/review_*.png).
+scenario keeps its judge side hidden until ``v``. Saves the README's screenshots
+(docs/review_*.png).
 
 Skipped, with the reason, where chromium, chromedriver or selenium is missing
 (``apt-get install -y chromium chromium-driver``; ``pip install -e .[dev]``)."""

@@ -31,7 +31,8 @@ def item(i: int, times: list[float | None], answer: int, qtype: str = "memory_re
 
 
 def bank(n: int, ordered: bool, seed: int = 2) -> list[MCQ]:
-    """n items of 4 timed options; the answer is the event at 25 s. ``ordered``: shown in time order."""
+    """n items of 4 timed options; the answer is the event at 25 s. ``ordered``: shown in time
+    order."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -72,7 +73,8 @@ def test_a_seeded_shuffle_shows_no_tell_and_reverse_order_is_caught() -> None:
     res = audit(bank(60, ordered=False))
     assert res.findings == [] and all(t["p"] > 0.05 for t in res.stats["tells"])
     assert abs(res.stats["per_question_type"]["memory_recall"]["kendall_mean"]) < 0.2
-    # over 20 shuffle seeds never an error; an uncorrected warning now and then is the rule's known price
+    # over 20 shuffle seeds never an error; an uncorrected warning now and then is the rule's known
+    # price
     severities = [
         f.severity for s in range(20) for f in audit(bank(60, ordered=False, seed=s)).findings
     ]

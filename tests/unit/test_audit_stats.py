@@ -32,7 +32,7 @@ from gen.schemas.mcq import MCQ
 CHECKS = check_keys()
 
 
-# --------------------------------------------------------------------------- the statistics, by hand
+# -------------------------------------------------------------------------- the statistics, by hand
 
 
 def mcq(item_id: str, options: list[str], answer: int, qtype: str = "t", **kw: Any) -> MCQ:
@@ -86,7 +86,7 @@ def test_length_binomial_by_hand() -> None:
     }
 
 
-# --------------------------------------------------------------------------- tells: effect, interval, Holm, power
+# ------------------------------------------------------------- tells: effect, interval, Holm, power
 
 
 def test_wilson_interval_by_hand_and_holm_by_hand() -> None:
@@ -98,7 +98,8 @@ def test_wilson_interval_by_hand_and_holm_by_hand() -> None:
         centre = (p + z * z / (2 * n)) / (1 + z * z / n)
         half = z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
         assert wilson(k, n) == pytest.approx((centre - half, centre + half), abs=1e-9)
-    # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> monotone 0.06
+    # Holm: sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> monotone
+    # 0.06
     assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm([0.2]) == [0.2] and holm([0.5, 0.6]) == [1.0, 1.0] and holm([]) == []
 
@@ -109,7 +110,8 @@ def _binom_sf(k: int, n: int, p: float) -> float:
 
 
 def test_power_line_by_hand() -> None:
-    """40 items, chance 25 %, level 0.005 (alpha 0.01 over 2 tests), max_effect 5 points, power 80 %."""
+    """40 items, chance 25 %, level 0.005 (alpha 0.01 over 2 tests), max_effect 5 points, power 80
+    %."""
     from gen.generators.audit.stats import binom_critical, detectable_effect
 
     k_sig = next(k for k in range(41) if _binom_sf(k, 40, 0.25) <= 0.005)
@@ -270,7 +272,8 @@ def test_severity_rules_in_order() -> None:
         None,
         None,
     )  # exactly max_effect is not above it (float noise)
-    # Holm rather than Bonferroni: p 0.004 and 0.006 in a family of two are both errors (Holm p 0.008
+    # Holm rather than Bonferroni: p 0.004 and 0.006 in a family of two are both errors (Holm p
+    # 0.008
     # each), where Bonferroni's 0.01 / 2 would pass the second
     pair = judge(
         [Tell({}, 80, 200, 0.25, 0.004), Tell({}, 80, 200, 0.25, 0.006)],

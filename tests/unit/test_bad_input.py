@@ -310,8 +310,8 @@ RECALL_TIMELINE = (
     )
     + "\n"
 )
-"""One clip of distinct narrations: candidates cuts temporal-grounding items from it (the tom fixtures
-repeat their lines, and a positive's text must occur once in its clip)."""
+"""One clip of distinct narrations: candidates cuts temporal-grounding items from it (the tom
+fixtures repeat their lines, and a positive's text must occur once in its clip)."""
 
 
 BUNDLE_GOALS = "".join(
@@ -336,7 +336,8 @@ BUNDLE_GOALS = "".join(
         strict=True,
     )
 )
-"""Goal-conditioned bundles as distractors' digital= reads them (its cue, and the key-only state it shows)."""
+"""Goal-conditioned bundles as distractors' digital= reads them (its cue, and the key-only state it
+shows)."""
 CHAIN = (
     "steps:\n  - {name: rec, generator: history, options: {synthesize: true}}\n"
     "  - {name: mcqs, generator: distractors, options: {n: 2}, inputs: {input: rec/goals.jsonl}}\n"
@@ -410,7 +411,8 @@ SCENARIO_CHECKS = "".join(
     + "\n"
     for k, sid in enumerate(("sc-01", "sc-02"))
 )
-"""A scenarios run's scenario_checks.jsonl for SCENARIO_LINES (the gold categories the audit reads)."""
+"""A scenarios run's scenario_checks.jsonl for SCENARIO_LINES (the gold categories the audit
+reads)."""
 
 
 def audit_scenarios(folder: Path, input: str = "scenarios.jsonl") -> Any:
@@ -487,7 +489,8 @@ GOAL_BUNDLES = "".join(
         (FIXTURES / "audit" / "digital" / "digital.jsonl").read_text(encoding="utf-8").splitlines()
     )
 )
-"""A digital goals= run's bundles for three of OBSERVATIONS' recordings (what history's digital= reads)."""
+"""A digital goals= run's bundles for three of OBSERVATIONS' recordings (what history's digital=
+reads)."""
 
 
 def audit_read(folder: Path, input: str) -> Any:
@@ -1253,7 +1256,8 @@ RAW_VALUES = [
     "[" * 3000 + "]" * 3000,
     "[" * 100_000 + "]" * 100_000,
 ]
-"""JSON (and YAML flow) texts a field is replaced by; some are not JSON at all (NaN, 5,000 digits)."""
+"""JSON (and YAML flow) texts a field is replaced by; some are not JSON at all (NaN, 5,000
+digits)."""
 json_values = st.recursive(
     st.none()
     | st.booleans()
@@ -1689,7 +1693,7 @@ def test_a_real_run_on_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == set()
 
 
-# --------------------------------------------------------------------------- hostile files and texts
+# -------------------------------------------------------------------------- hostile files and texts
 
 
 def test_an_input_that_is_not_a_regular_file_or_too_large_is_refused_before_a_byte_is_read(

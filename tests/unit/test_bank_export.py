@@ -170,7 +170,7 @@ def test_export_refuses_a_drifted_bank(grown: Bank) -> None:
     assert e.value.exit_code == 1
 
 
-# --------------------------------------------------------------------------- context-tracking scenarios
+# ----------------------------------------------------------------------- context-tracking scenarios
 
 
 def scenario(i: int, *, sid: str | None = None, target: str = "current") -> dict[str, Any]:
@@ -250,7 +250,8 @@ def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) 
     rejects = read_jsonl(result.out_dir / "rejects.jsonl")
     assert [(r["reason"], r["stage"]) for r in rejects] == [("duplicate", "bank")] * 2
     assert (result.accepted, bank.current) == (1, 2) and problems(bank) == []
-    # a third batch reusing a scenario id: kept in the bank, refused by the export (ids are the format's keys)
+    # a third batch reusing a scenario id: kept in the bank, refused by the export (ids are the
+    # format's keys)
     bank.add(run_folder(tmp_path / "sc_c", [scenario(5, sid="sc-01")], generator="scenarios"))
     result, _ = bank.export("scenarios", out=str(tmp_path / "export"))
     out = tmp_path / "export"

@@ -164,7 +164,7 @@ def test_a_refused_batch_leaves_every_byte_of_the_bank(tmp_path: Path) -> None:
     assert result.exit_code == 1 and not fresh.root.exists()
 
 
-# --------------------------------------------------------------------------- bad places and bad input
+# ------------------------------------------------------------------------- bad places and bad input
 
 
 def test_an_unwritable_versions_folder_is_one_line_exit_2(tmp_path: Path, monkeypatch) -> None:

@@ -177,7 +177,7 @@ def test_verify_an_older_version(grown: Bank) -> None:
     assert (result.exit_code, result.requested) == (0, 1)
 
 
-# --------------------------------------------------------------------------- every value a release publishes
+# ------------------------------------------------------------------ every value a release publishes
 
 
 def _edit_lock(bank: Bank, version: int, edit) -> str:
@@ -292,8 +292,8 @@ def _plant_review(bank: Bank, summary: Any) -> None:
 def test_verify_add_and_export_agree_on_a_review_summary(
     grown: Bank, tmp_path: Path, summary: Any
 ) -> None:
-    """Before, ``items_reviewed: -5``: verify found 0 problems, export 2 (exit 2), and the failed add
-    left ``versions/.staging-v0003-<pid>``. Now all three say verify's line, exit 1, and the add
+    """Before, ``items_reviewed: -5``: verify found 0 problems, export 2 (exit 2), and the failed
+    add left ``versions/.staging-v0003-<pid>``. Now all three say verify's line, exit 1, and the add
     writes nothing."""
     _plant_review(grown, summary)
     found = problems(grown)

@@ -211,7 +211,8 @@ def test_timeline_items_pick_unique_positives_with_their_window_others_and_negat
         assert all(t - 15 <= x.t <= t + 15 for x in ctx)
         assert sum(x.t < t for x in ctx) >= 2 and sum(x.t > t for x in ctx) >= 2
         assert it.question == f"What did C do at 00m:{int(t):02d}s?"
-        # the positive's text occurs once in the clip (the fridge door occurs twice: never a positive),
+        # the positive's text occurs once in the clip (the fridge door occurs twice: never a
+        # positive),
         # and the collision set is the other positives in the window
         assert sum(key(x) == key(it.positive.text) for _, x in lines) == 1
         assert {o.time for o in it.others} == {u for u in times if u != t and t - 15 <= u <= t + 15}
@@ -244,7 +245,7 @@ def test_narration_text_and_clean() -> None:
     assert clean("#C C opens the door.") == "C opens the door."
 
 
-# --------------------------------------------------------------------------- checks on planted violations
+# --------------------------------------------------------------------- checks on planted violations
 
 
 def make_setup(row: dict[str, Any] | None = None, **cfg: Any):
@@ -423,9 +424,11 @@ def test_generated_records_hide_sources_record_key_origins_times_and_are_determi
         assert "milk carton" not in ctx and "00m:25s" not in ctx
         for j, src in rec.privileged["sources"].items():
             assert src not in ctx and src.strip().startswith(f"00m:{int(times[j]):02d}s")
-        # the other annotated item's line (the spoon) is hidden too: it is the answer of its own item
+        # the other annotated item's line (the spoon) is hidden too: it is the answer of its own
+        # item
         assert ctx.count("\n") + 1 == 10 - 5 and "spoon" not in ctx
-        # the collision set (the spoon at 00m:40s) never becomes an option, and its line is not offered
+        # the collision set (the spoon at 00m:40s) never becomes an option, and its line is not
+        # offered
         assert not any("spoon" in o for o in rec.options)
         assert rec.others == ["C picks up a metal spoon."] and rec.window == {
             "start": 0.0,
@@ -526,7 +529,8 @@ def test_rewording_that_changes_the_meaning_keeps_the_original(tmp_path: Path) -
 
 def test_a_rewording_that_borrows_the_distractors_words_keeps_the_original(tmp_path: Path) -> None:
     """The positive reworded toward the distractors' words would be the option most like the others:
-    a word of a distractor the original positive lacks makes the rewording fail (reword.borrowed)."""
+    a word of a distractor the original positive lacks makes the rewording fail
+    (reword.borrowed)."""
 
     def borrow(messages: list[dict[str, str]], seed: int) -> str:
         req = messages[-1]["content"]
@@ -585,7 +589,7 @@ def test_request_prediction_never_shows_the_original_request(tmp_path: Path) -> 
     assert "hmm, where did I put the milk" in rec["visible"]["context"]
 
 
-# --------------------------------------------------------------------------- Memory Recall Prediction
+# ------------------------------------------------------------------------- Memory Recall Prediction
 
 RECALL = EXAMPLES / "candidates" / "recall.jsonl"
 
@@ -661,7 +665,7 @@ def test_memory_recall_prediction_end_to_end(tmp_path: Path) -> None:
     assert result.manifest["candidates"]["recall"]["items"] == 5
 
 
-# --------------------------------------------------------------------------- label_reason and sampled
+# ------------------------------------------------------------------------- label_reason and sampled
 
 
 def test_label_reason_is_a_nine_way_set_over_the_taxonomy(tmp_path: Path) -> None:
@@ -684,7 +688,8 @@ def test_label_reason_is_a_nine_way_set_over_the_taxonomy(tmp_path: Path) -> Non
         "C felt Achievement because C finally fixed the wobbly table leg without any help"
         in ask["messages"][-1]["content"]
     )
-    # an overridden taxonomy, and k below its size: the other labels are sampled with the item's seed
+    # an overridden taxonomy, and k below its size: the other labels are sampled with the item's
+    # seed
     custom = ["Achievement", "Joy", "Stress", "Boring"]
     _, recs, _, _ = run_candidates(tmp_path / "b", [ei], kind="label_reason", taxonomy=custom)
     assert sorted(o.split(":")[0] for o in recs[0]["options"]) == sorted(custom)
@@ -922,13 +927,14 @@ def test_items_of_one_clip_share_no_window_line_by_default() -> None:
 
 @pytest.mark.skipif(not EGOTOM.is_dir(), reason="the shared EgoToM data is not here")
 def test_on_the_real_timelines_the_shown_order_says_nothing_about_time(tmp_path: Path) -> None:
-    """The whole generated path (timeline cut, source choice, checks, rewording, shuffle) on 200 items
-    of the EgoToM action timelines with the scripted writer: neither the answer's position nor the
-    options' order carries their source times. Whatever ordered the pool (source order, acceptance)
-    the seeded shuffle must erase: the audit's position and chronology checks find nothing, and the
-    options run forward in time about as often as backward. The writer ends each rewrite with a
-    period, as SmolLM2 does, where most narrations end bare: the one surface per item leaves the
-    choice-only classifier nothing to read (without it, it is right on 82 %: ends_bare, end_odd)."""
+    """The whole generated path (timeline cut, source choice, checks, rewording, shuffle) on 200
+    items of the EgoToM action timelines with the scripted writer: neither the answer's position nor
+    the options' order carries their source times. Whatever ordered the pool (source order,
+    acceptance) the seeded shuffle must erase: the audit's position and chronology checks find
+    nothing, and the options run forward in time about as often as backward. The writer ends each
+    rewrite with a period, as SmolLM2 does, where most narrations end bare: the one surface per item
+    leaves the choice-only classifier nothing to read (without it, it is right on 82 %: ends_bare,
+    end_odd)."""
     from gen.generators.audit import AuditConfig
     from gen.generators.audit.checks.chronology import chronology
     from gen.generators.audit.checks.chronology import kendall as tau_of

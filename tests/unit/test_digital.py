@@ -737,8 +737,8 @@ def test_cue_word_and_action_share() -> None:
 
 def test_goal_cues_prompt_the_goal_without_stating_it() -> None:
     """Every goal of the example bank: the cue seed comes from an app that prompts the goal
-    (Messaging, Calendar, Notes; never the app that performs it), names the goal's word, and holds at
-    most half of the goal's action words (a one-word action cannot be hinted at without it: those
+    (Messaging, Calendar, Notes; never the app that performs it), names the goal's word, and holds
+    at most half of the goal's action words (a one-word action cannot be hinted at without it: those
     bundles are cue_states_goal rejects). The old seeds were the action itself."""
     from collections import Counter
     from types import SimpleNamespace

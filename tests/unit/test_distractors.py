@@ -746,7 +746,7 @@ def test_cli_bad_goal_is_one_line_and_exit_2(tmp_path: Path, run_gen) -> None:
     assert "Traceback" not in proc.stderr
 
 
-# --------------------------------------------------------------------------- verbaliser and examples
+# -------------------------------------------------------------------------- verbaliser and examples
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def test_with_mark_leaves_no_text_of_a_set_without_a_mark(text: str, mark: str, 
     assert not text or final_mark(out)  # ends_bare can never tell an option from the others
 
 
-# --------------------------------------------------------------------------- the seven options
+# ------------------------------------------------------------------------ the seven options
 
 
 @pytest.mark.parametrize(
@@ -419,7 +419,7 @@ def test_tagger_loads_offline_and_downloads_nothing(tmp_path: Path) -> None:
     assert out.stdout.strip() == "ok"
 
 
-# --------------------------------------------------------------------------- audits and false alarms
+# -------------------------------------------------------------------------- audits and false alarms
 
 
 def test_audit_texts_counts_per_gate_with_examples() -> None:

@@ -28,7 +28,8 @@ ROOMS = "gen.generators"
 
 
 def project_modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
-    """Every module of ``packages`` under ``root`` (but ``__main__``): dotted name -> source file."""
+    """Every module of ``packages`` under ``root`` (but ``__main__``): dotted name -> source
+    file."""
     out: dict[str, Path] = {}
 
     def walk(name: str, folder: Path) -> None:

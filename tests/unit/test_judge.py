@@ -273,11 +273,12 @@ def test_structured_predictions_skip_the_reformat_only_when_valid() -> None:
     assert as_action({"type": "shop"}) is None
 
 
-# --------------------------------------------------------------------------- what the context judge sees
+# ---------------------------------------------------------------------- what the context judge sees
 
 
 def sentinel(name: str) -> str:
-    """A value that contains no other sentinel (``[[turn_3_repair_prompt]]`` is not inside ``[[…_deictic]]``)."""
+    """A value that contains no other sentinel (``[[turn_3_repair_prompt]]`` is not inside
+    ``[[…_deictic]]``)."""
     return f"[[{name}]]"
 
 
@@ -716,8 +717,10 @@ def test_pairwise_alignment_rules(judge: int, r1: int, r2: int, ok: bool) -> Non
 def test_pairwise_accuracy_by_hand() -> None:
     rows = [MetaRecord.model_validate(r) for r in read_jsonl(FIX / "ratings.jsonl")]
     p = pairwise(rows)
-    # obs1: (a1,a2) kept, judge > aligned, rater 3 ties (no rater tied) not; (a1,a3) kept, both aligned;
-    # (a2,a3) raters order oppositely: dropped. obs2: (b1,b2) kept, judge ties (no rater did) not, rater 3 aligned.
+    # obs1: (a1,a2) kept, judge > aligned, rater 3 ties (no rater tied) not; (a1,a3) kept, both
+    # aligned;
+    # (a2,a3) raters order oppositely: dropped. obs2: (b1,b2) kept, judge ties (no rater did) not,
+    # rater 3 aligned.
     assert (p["pairs"], p["dropped_raters_disagree"], p["kept"]) == (4, 1, 3)
     assert (p["judge_pairwise_accuracy"]["k"], p["judge_pairwise_accuracy"]["n"]) == (2, 3)
     assert (p["human_pairwise_accuracy"]["k"], p["human_pairwise_accuracy"]["n"]) == (2, 3)
@@ -734,7 +737,7 @@ def test_a_distractor_flags_when_it_scores_at_least_the_answer() -> None:
     assert flags(js(0, 0, 0), 2) == (True, [0, 1])
 
 
-# --------------------------------------------------------------------------- kind=wagibench through the runner
+# ---------------------------------------------------------------- kind=wagibench through the runner
 
 
 def wagibench_script(messages: list[dict[str, str]], seed: int) -> str:
@@ -966,7 +969,7 @@ def test_contexts_reference_needs_contexts(tmp_path: Path) -> None:
         judge_run(tmp_path, [], kind="wagibench", input=str(path), variant="contexts_reference")
 
 
-# --------------------------------------------------------------------------- kind=context through the runner
+# ------------------------------------------------------------------ kind=context through the runner
 
 
 def test_context_judge_labels_signals_and_summary(tmp_path: Path) -> None:
@@ -1101,7 +1104,7 @@ def test_judge_config_errors() -> None:
     ]
 
 
-# --------------------------------------------------------------------------- distractor validity and the audit
+# ---------------------------------------------------------------- distractor validity and the audit
 
 
 def mcq_bank(tmp_path: Path, n: int = 4) -> Path:
@@ -1219,7 +1222,8 @@ def test_the_audit_refuses_a_run_that_is_not_distractor_validity(tmp_path: Path)
 
 
 class WordsEmbedder:
-    """Bag of words hashed into 64 dimensions (bank add's near-duplicate search needs an embedder)."""
+    """Bag of words hashed into 64 dimensions (bank add's near-duplicate search needs an
+    embedder)."""
 
     def encode(self, texts: list[str]) -> Any:
         import numpy as np
@@ -1312,8 +1316,9 @@ def test_meta_on_labels_kappa_and_per_label_agreement(tmp_path: Path) -> None:
 
 
 def test_meta_reports_the_snap_mcq_and_sbert_baselines(tmp_path: Path) -> None:
-    """Appendix H's baselines beside the judge: Snap-MCQ (1 when the option nearest the prediction is
-    the reference) and SBERT similarity (the cosine, ties within 0.1), scored pairwise like it."""
+    """Appendix H's baselines beside the judge: Snap-MCQ (1 when the option nearest the prediction
+    is the reference) and SBERT similarity (the cosine, ties within 0.1), scored pairwise like
+    it."""
     from fakes import FakeEmbedder
 
     soap, kettle, lamp = (

@@ -807,7 +807,7 @@ def test_plain_prompt() -> None:
     assert plain_prompt(msgs) == "S\n\nU\n\nAnswer 1:"
 
 
-# --------------------------------------------------------------------------- OpenAI-compatible scoring
+# ------------------------------------------------------------------------ OpenAI-compatible scoring
 
 
 class _Completions(BaseHTTPRequestHandler):

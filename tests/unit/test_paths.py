@@ -50,7 +50,8 @@ PATHY = re.compile(
     r"(?:^|[._(\s])(?:folder|dir|out|out_dir|path|root|vroot|stage|run|up|base|parent|manifest|old_dir"
     r"|[a-z_]*_dir|[a-z_]*_path|[a-z_]*folder)\b|\bPath\(|expanduser\(\)|^[A-Z][A-Z_]*$"
 )
-"""A left operand of ``/`` that is a folder (by name: folder, out_dir, ctx.out_dir, Path(...)...)."""
+"""A left operand of ``/`` that is a folder (by name: folder, out_dir, ctx.out_dir,
+Path(...)...)."""
 
 ALLOWED = {
     ("gen/cli", "Path('outputs') / name"): "registry",  # a registered generator's name
@@ -117,7 +118,8 @@ Everything else joins data-derived names through ``gen.paths.inside``."""
 
 
 def room(path: Path, root: Path) -> str:
-    """``gen/run`` for gen/run.py, ``generators/bank`` for generators/bank.py or generators/bank/x.py."""
+    """``gen/run`` for gen/run.py, ``generators/bank`` for generators/bank.py or
+    generators/bank/x.py."""
     rel = path.relative_to(root).with_suffix("").parts
     return "/".join(rel[:2])
 

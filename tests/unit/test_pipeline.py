@@ -183,8 +183,9 @@ def test_the_prompt_wagibench_builds_shows_every_past_action_and_no_script(chain
     reason="WAGIBench's maestro_ob2.py (../shared/data/wagibench) is absent",
 )
 def test_wagibench_buckets_the_export_by_every_cue_modality(chain_run) -> None:
-    """Their evaluate_ob2 (taken out of maestro_ob2.py with ast) on the exported rows: a longitudinal
-    recording's row lands in the longitudinal bucket, a cued bundle's in the digital one."""
+    """Their evaluate_ob2 (taken out of maestro_ob2.py with ast) on the exported rows: a
+    longitudinal recording's row lands in the longitudinal bucket, a cued bundle's in the digital
+    one."""
     import ast
     import logging
     import typing

@@ -568,7 +568,7 @@ def test_harness_rejects_an_item_without_answer(tmp_path: Path) -> None:
             REGISTRY["audit"] = real
 
 
-# --------------------------------------------------------------------------- reproducible, versioned
+# -------------------------------------------------------------------------- reproducible, versioned
 
 
 @pytest.mark.parametrize("fmt", sorted(EXPORT_KINDS))

@@ -77,10 +77,11 @@ def _markdown(r: CheckResult) -> list[str]:
     markdown=_markdown,
 )
 def chronology(data: AuditData, cfg: AuditConfig) -> CheckResult:
-    """Where options carry source times (``privileged.option_times``), is the shown order correlated with
-    time order? Per question type: how often the answer sits at the position of its time rank among the
-    timed options (chance 1/m), and a sign test on each item's Kendall tau between position and time (options
-    in time order, or in reverse time order, against 50 %), with the mean tau's z-test beside it."""
+    """Where options carry source times (``privileged.option_times``), is the shown order correlated
+    with time order? Per question type: how often the answer sits at the position of its time rank
+    among the timed options (chance 1/m), and a sign test on each item's Kendall tau between
+    position and time (options in time order, or in reverse time order, against 50 %), with the mean
+    tau's z-test beside it."""
     key = "chronology"
     if not data.mcq:
         return CheckResult(key, "skipped", "no multiple-choice items with a known answer")

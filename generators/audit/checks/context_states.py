@@ -85,15 +85,15 @@ def cohens_h(p1: float, p2: float) -> float:
     markdown=_markdown,
 )
 def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
-    """For every item with a visible context besides its question: per option, the share of the words
-    that set it apart from the item's other options (its distinctive content words) that the context
-    holds; an option is *stated* at ``states_containment`` or more. Per question type, the tell is
-    "the context states the answer and no distractor", against the rate expected if the stated option
-    were any option at random (per item: 1/options when exactly one option is stated); the effect is
-    the difference in points, judged by the audit's tell rules, with the mean containment of answers
-    and distractors and Cohen's h between the answer's and a distractor's stated rate. A context
-    should prompt its answer (name the thing it is about), not state it (hold its query, its message,
-    its content)."""
+    """For every item with a visible context besides its question: per option, the share of the
+    words that set it apart from the item's other options (its distinctive content words) that the
+    context holds; an option is *stated* at ``states_containment`` or more. Per question type, the
+    tell is "the context states the answer and no distractor", against the rate expected if the
+    stated option were any option at random (per item: 1/options when exactly one option is stated);
+    the effect is the difference in points, judged by the audit's tell rules, with the mean
+    containment of answers and distractors and Cohen's h between the answer's and a distractor's
+    stated rate. A context should prompt its answer (name the thing it is about), not state it (hold
+    its query, its message, its content)."""
     res = CheckResult(KEY)
     if data.scenarios is not None or data.bundles is not None or data.histories is not None:
         return CheckResult(

@@ -234,7 +234,8 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
 
 
 OVERLAP_N = 3
-"""Word n-gram size of the context-overlap tell (trigrams: short enough to catch a reworded clause)."""
+"""Word n-gram size of the context-overlap tell (trigrams: short enough to catch a reworded
+clause)."""
 
 
 def _overlap_tell(
@@ -452,7 +453,8 @@ class _VisibleTexts:
         self.start.append(len(self.path))
 
     def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per field, the id of its text; the fields in order of text id; where each id's fields start."""
+        """Per field, the id of its text; the fields in order of text id; where each id's fields
+        start."""
         d = np.frombuffer(bytes(self.digests), dtype="V16")
         _, first, text_of = np.unique(d, return_index=True, return_inverse=True)
         rank = np.argsort(np.argsort(first, kind="stable"))  # text ids in order of first appearance

@@ -291,10 +291,10 @@ def shortcut_cv(
     answers: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Per item, the out-of-fold probability of the answer and the share of fold draws in which the
-    classifier picks it (``correct``, averaged over ``shortcut_repeats`` draws of the folds), and the
-    features the classifier fitted on every item leans on most. ``items`` is read twice (the word
-    vocabulary, the features); ``kmax``, ``groups`` (group or id per item) and ``answers``, when
-    the caller has them, save reading it more."""
+    classifier picks it (``correct``, averaged over ``shortcut_repeats`` draws of the folds), and
+    the features the classifier fitted on every item leans on most. ``items`` is read twice (the
+    word vocabulary, the features); ``kmax``, ``groups`` (group or id per item) and ``answers``,
+    when the caller has them, save reading it more."""
     with one_blas_thread():
         vocab = option_vocab(items)
         F, mask, names = option_features(items, vocab, kmax)
@@ -416,7 +416,8 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
             answers=data.items.answer[idx].astype(np.int64),
         )
         n = len(items)
-        # Expected hits over the fold draws. Cross-validated hits are dependent, so the binomial test
+        # Expected hits over the fold draws. Cross-validated hits are dependent, so the binomial
+        # test
         # on their sum is valid only as measured: under the null on EgoToM's option sets
         # (bench/shortcut_null.py) the sum of 5 draws varies 0.77-0.92 times a binomial count and is
         # below p = 0.05 in 3.5 % of 1,200 tests (the binomial's own discrete size); one draw varies
