@@ -114,6 +114,39 @@ def test_ordered_yields_in_input_order_with_a_bounded_window() -> None:
     assert out == [i * i for i in range(40)]
 
 
+def test_imap_lets_sixteen_widths_of_records_pass_a_slow_one(tmp_path: Path) -> None:
+    """A record with a long chain of calls holds the records after it until it ends; meanwhile
+    ctx.imap starts 16 times the width of them (4 times left a simulated 64-slot run of
+    persona-like records 60 % busy, 16 times 75 %), and still no more."""
+    from gen.runner import RunContext
+
+    cfg = NocontextConfig(input=str(tmp_path / "x.jsonl"), cache_dir=None, progress="off")
+    ctx = RunContext("nocontext", cfg, tmp_path / "run")
+    started: set[int] = set()
+    lock, release = threading.Lock(), threading.Event()
+
+    def record(i: int) -> int:
+        with lock:
+            started.add(i)
+        if i == 0:
+            release.wait(30)
+        return i
+
+    out: list[int] = []
+    consumer = threading.Thread(target=lambda: out.extend(ctx.imap(record, range(500), width=4)))
+    consumer.start()
+    deadline = time.monotonic() + 20
+    while len(started) < 64 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # none beyond the window starts
+    with lock:
+        behind = len(started)
+    release.set()
+    consumer.join(30)
+    assert behind == 64, behind
+    assert out == list(range(500))
+
+
 def test_ordered_raises_a_failure_at_its_turn() -> None:
     def f(i: int) -> int:
         if i == 5:
