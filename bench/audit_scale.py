@@ -262,7 +262,8 @@ def future(rng: random.Random) -> str:
     ones are; the same words in another clip's context would be a leak, not the domain's
     phrasing."""
     return (
-        f"C {rng.choice(VERBS)} the {rng.choice(ADJECTIVES)} {rng.choice(OBJECTS)} {rng.choice(PLACES)} next to "
+        f"C {rng.choice(VERBS)} "
+        f"the {rng.choice(ADJECTIVES)} {rng.choice(OBJECTS)} {rng.choice(PLACES)} next to "
         f"the {rng.choice(ADJECTIVES)} {rng.choice(OBJECTS)}"
     )
 
@@ -276,7 +277,8 @@ def option(rng: random.Random, q: str) -> str:
             f"C believes that the {obj} {rng.choice(BELIEFS)} and the {obj2} {rng.choice(BELIEFS)}."
         )
     v1, v2, v3 = rng.sample(VERBS, 3)
-    return f"C {v1} the {obj} {rng.choice(PLACES)}, {v2} the {obj2}, and {v3} the {rng.choice(OBJECTS)}."
+    place, other = rng.choice(PLACES), rng.choice(OBJECTS)
+    return f"C {v1} the {obj} {place}, {v2} the {obj2}, and {v3} the {other}."
 
 
 class Clip:
@@ -519,7 +521,8 @@ def main() -> None:
         "--embedder-threads",
         type=int,
         default=1,
-        help="torch threads of the embedder (1: on a shared 2-core machine more threads only contend)",
+        help="torch threads of the embedder (1: on a shared 2-core machine more threads only "
+        "contend)",
     )
     args = ap.parse_args()
     results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"runs": []}

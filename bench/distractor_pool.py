@@ -123,13 +123,17 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     for r in runs:
         print(
-            f"exclude_same_group={r['exclude_same_group']}: accepted {r['accepted']}, rejected {r['rejected']}"
+            f"exclude_same_group={r['exclude_same_group']}: accepted {r['accepted']}, "
+            f"rejected {r['rejected']}"
         )
         for name, b in r["bands"].items():
             print(
-                f"  {name}: thresholds {b['threshold_low_median']}..{b['threshold_high_median']}, candidates "
-                f"{b['candidates_median']}, distractor sim {b['distractor_similarity_mean']}, same group "
-                f"{b['share_distractors_same_group']:.1%} of distractors / {b['share_mcqs_with_a_same_group_distractor']:.1%} "
+                f"  {name}: thresholds {b['threshold_low_median']}..{b['threshold_high_median']}, "
+                "candidates "
+                f"{b['candidates_median']}, distractor sim {b['distractor_similarity_mean']}, same "
+                "group "
+                f"{b['share_distractors_same_group']:.1%} of distractors "
+                f"/ {b['share_mcqs_with_a_same_group_distractor']:.1%} "
                 f"of MCQs, same type {b['share_distractors_same_type']:.1%}"
             )
 

@@ -12,8 +12,9 @@ Retry-After, a body that is not JSON, a reset connection), each bounded in time 
 Counted per case, and in total:
 
 * ``clean``: the exit code is one the case expects, a non-zero exit says so in at most one line
-  on stderr, no traceback nor "unexpected" error, within its time, nothing written outside, no secret, and the case's
-  own invariant holds (a sweep ran every job; a bank's released versions are byte-identical);
+  on stderr, no traceback nor "unexpected" error, within its time, nothing written outside, no
+  secret, and the case's own invariant holds (a sweep ran every job; a bank's released versions
+  are byte-identical);
 * ``tracebacks``: a ``Traceback`` on stdout or stderr;
 * ``unexpected``: an ``error: unexpected …`` line (exit 1 from a crash, where a refusal or a
   finding was due);
@@ -212,7 +213,8 @@ def _text(path: Path, text: str | bytes) -> Path:
 
 CHAIN = (
     "steps:\n  - {name: rec, generator: history, options: {synthesize: true}}\n"
-    "  - {name: mcqs, generator: distractors, options: {n: 2}, inputs: {input: rec/../../../etc/passwd}}\n"
+    "  - {name: mcqs, generator: distractors, options: {n: 2}, inputs: {input: "
+    "rec/../../../etc/passwd}}\n"
 )
 
 
@@ -780,7 +782,8 @@ def main(argv: list[str] | None = None) -> int:
             flags += [row["error"]] if row.get("error") else []
             status = "clean" if row["clean"] else "NOT CLEAN"
             print(
-                f"{status:9} exit={row.get('exit')} (expect {row.get('expect')}) {row.get('wall_s', '-')}s  {c.name}"
+                f"{status:9} exit={row.get('exit')} "
+                f"(expect {row.get('expect')}) {row.get('wall_s', '-')}s  {c.name}"
                 + (f"  [{'; '.join(map(str, flags))}]" if flags else ""),
                 flush=True,
             )

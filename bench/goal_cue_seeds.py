@@ -202,7 +202,8 @@ def main() -> None:
     print(f"{'type':20} goals  none    before  after   action words before -> after")
     for t, v in table.items():
         print(
-            f"{t:20} {v['goals']:5}  {v['picks_none']:7} {v['picks_before']:7} {v['picks_after']:7} "
+            f"{t:20} {v['goals']:5} "
+            f" {v['picks_none']:7} {v['picks_before']:7} {v['picks_after']:7} "
             f"{v['action_share_before']} -> {v['action_share_after']}"
         )
     print("total", {c: f"{sum(v)}/{len(v)}" for c, v in total.items()})

@@ -256,12 +256,14 @@ def main() -> None:
     }
     Path(args.out).write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(
-        f"{'type':20} goals accepted  accepted: with/without state  all generated: with/without  rejects"
+        f"{'type':20} goals accepted  accepted: with/without state  all generated: with/without  "
+        "rejects"
     )
     for t, v in table.items():
         print(
             f"{t:20} {v['goals']:5} {v['accepted']:8}  {v['picks_goal_with_state']}/{v['mcqs']} vs "
-            f"{v['picks_goal_without_state']}/{v['mcqs']}  {v['generated_picks_with_state']}/{v['generated_mcqs']} vs "
+            f"{v['picks_goal_without_state']}/{v['mcqs']} "
+            f" {v['generated_picks_with_state']}/{v['generated_mcqs']} vs "
             f"{v['generated_picks_without_state']}/{v['generated_mcqs']}  {v['rejects']}"
         )
     print(f"total: {out['total']}; digital {digital_seconds:.0f} s")

@@ -51,7 +51,8 @@ def write_table(path: Path, n: int, seed: int = 0) -> None:
                 "recorded_at": (
                     dt.datetime(2025, 1, 1) + dt.timedelta(minutes=r.randrange(60 * 24 * 365))
                 ).isoformat(),
-                "world_state": f"A person in room {i % 7} handles object {i % 11}; caption of recording {i}.",
+                "world_state": f"A person in room {i % 7} handles object {i % 11}; caption of "
+                f"recording {i}.",
                 "structured_goal": GOALS[i % 3],
                 "context_window": {"start_s": 0.0, "end_s": 20.0},
             }
@@ -102,7 +103,8 @@ def main() -> None:
             r = runs[-1]
             print(
                 f"{n:>8} observations: {r['seconds']:.1f} s, peak RSS {r['peak_rss_mb']:.0f} MB "
-                f"(load {r['load_before']} -> {r['load_after']}; {time.perf_counter() - t0:.0f} s with the table)",
+                f"(load {r['load_before']} -> {r['load_after']}; {time.perf_counter() - t0:.0f} s "
+                "with the table)",
                 flush=True,
             )
     result = {

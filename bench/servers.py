@@ -170,7 +170,8 @@ def main() -> None:
         "bench": "servers",
         "code": str(args.code),
         "date": dt.date.today().isoformat(),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}",
         "python": platform.python_version(),
         "cases": results,
     }

@@ -266,7 +266,8 @@ def main() -> int:
     ap.add_argument(
         "--resume",
         action="store_true",
-        help="start from the tests already in --json (same banks and seed) and add draws up to --draws "
+        help="start from the tests already in --json (same banks and seed) and add draws up to "
+        "--draws "
         "(--draws equal to its draws: only re-summarise, and with --perm time the prototype)",
     )
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "shortcut_null.json"))
@@ -320,7 +321,8 @@ def main() -> int:
                 n, float(np.mean([1 / len(it.options) for it in types[q]])), 20000, rng
             )
         res = {
-            "what": "false-positive rate of the choice-only shortcut test on null banks (EgoToM options, answers "
+            "what": "false-positive rate of the choice-only shortcut test on null banks (EgoToM "
+            "options, answers "
             "re-drawn uniformly)",
             "config": {
                 "shortcut_folds": base.shortcut_folds,
@@ -410,7 +412,8 @@ def main() -> int:
             f"{num(s['ks_p_vs_uniform']):>7.3f}{num(s['ks_midp_vs_uniform']):>7.3f}"
         )
     print(
-        f"\n{draws} draws, {res['wall_seconds']} s wall, {res['cpu_seconds']} s cpu; wrote {args.json}"
+        f"\n{draws} draws, {res['wall_seconds']} s wall, {res['cpu_seconds']} s cpu; "
+        f"wrote {args.json}"
     )
     return 0
 

@@ -215,10 +215,17 @@ def main() -> None:
                     tmp / workload / name / "cache",
                     pool,
                 )
-                print(
-                    f"  {json.dumps({k: rows[name].get(k) for k in ('wall_seconds', 'units_per_hour', 'calls', 'seconds_per_call', 'tokens_per_second', 'peak_rss_mb', 'peak_tree_rss_mb', 'error')})}",
-                    flush=True,
+                shown = (
+                    "wall_seconds",
+                    "units_per_hour",
+                    "calls",
+                    "seconds_per_call",
+                    "tokens_per_second",
+                    "peak_rss_mb",
+                    "peak_tree_rss_mb",
+                    "error",
                 )
+                print(f"  {json.dumps({k: rows[name].get(k) for k in shown})}", flush=True)
             base = rows["in_process"].get("units_per_hour")
             for name, r in rows.items():  # the gain of prefix reuse (tom)
                 was = rows.get(name + "_before", {}).get("questions_per_hour")

@@ -3,7 +3,8 @@
 A page holds a marker where generated Markdown goes:
 
 - ``<!-- gen:options -->`` a generator's options, the rows ``gen <name> --help`` prints (the
-  generator is the page's file name, ``reference/<name>.md``, or named: ``<!-- gen:options tom -->``);
+  generator is the page's file name, ``reference/<name>.md``, or named:
+  ``<!-- gen:options tom -->``);
 - ``<!-- gen:records -->`` the schema of the records it declares (``records=``);
 - ``<!-- gen:generators -->`` every generator and its help line;
 - ``<!-- gen:backend <preset> -->`` an ``llm=`` / ``embedder=`` preset's options;
@@ -47,7 +48,8 @@ def on_files(files: Any, config: Any) -> Any:
         if name not in pages:
             log.warning(
                 f"the generator {name} has no reference page: write docs/reference/{name}.md "
-                "(with <!-- gen:options --> and <!-- gen:records -->) and add it to mkdocs.yml's nav"
+                "(with <!-- gen:options --> and <!-- gen:records -->) and add it to mkdocs.yml's "
+                "nav"
             )
     return files
 

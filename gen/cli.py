@@ -531,10 +531,12 @@ def print_help() -> None:
     for name in sorted(REGISTRY):
         print(f"  {name:<{width}}  {REGISTRY[name].help}")
     print(
-        f"\ncommon overrides: seed= n= llm={'|'.join(LLM_PRESETS)} embedder= input= shard= num_shards="
+        f"\ncommon overrides: seed= n= llm={'|'.join(LLM_PRESETS)} embedder= input= shard= "
+        "num_shards="
     )
     print(
-        "                  hydra.run.dir=<folder>   -m ... hydra/launcher=joblib (sweeps)   -v (library logs)"
+        "                  hydra.run.dir=<folder>   -m ... hydra/launcher=joblib (sweeps)   -v "
+        "(library logs)"
     )
     print("example: gen digital +persona_pool=50")
 
@@ -560,7 +562,8 @@ def print_generator_help(name: str) -> None:
         and issubclass(stages.annotation, StagesConfig)
     ):
         print(
-            "stages (a model per stage: stages.<stage>.llm=<preset> or stages.<stage>.llm.<field>=…; "
+            "stages (a model per stage: stages.<stage>.llm=<preset> or "
+            "stages.<stage>.llm.<field>=…; "
             "unset: the run's llm):"
         )
         for stage, info in stages.annotation.model_fields.items():

@@ -153,7 +153,8 @@ def records_markdown(name: str) -> str:
             shown = field.alias or key
             need = "" if field.is_required() else f" (default {code(default_of(field))})"
             out.append(
-                f"| `{shown}` | {code(type_name(field.annotation))}{need} | {cell(docs.get(key, ''))} |"
+                f"| `{shown}` | {code(type_name(field.annotation))}{need} "
+                f"| {cell(docs.get(key, ''))} |"
             )
         if model.model_config.get("extra") == "allow":
             out.append("| … | | further fields are kept as they are |")

@@ -50,7 +50,8 @@ class Embedder:
             self._db = open_store(
                 Path(cache_dir).expanduser() / "embeddings.sqlite",
                 [
-                    "CREATE TABLE IF NOT EXISTS emb (model TEXT, key TEXT, vec BLOB, PRIMARY KEY (model, key))"
+                    "CREATE TABLE IF NOT EXISTS emb (model TEXT, key TEXT, vec BLOB, PRIMARY KEY "
+                    "(model, key))"
                 ],
             )
         if not self.path.is_dir() or not any(
@@ -99,7 +100,8 @@ class Embedder:
         if self._db is not None and keys:
             for i in range(0, len(keys), 500):
                 chunk = keys[i : i + 500]
-                q = f"SELECT key, vec FROM emb WHERE model=? AND key IN ({','.join('?' * len(chunk))})"
+                marks = ",".join("?" * len(chunk))
+                q = f"SELECT key, vec FROM emb WHERE model=? AND key IN ({marks})"
                 for k, v in self._db.query(q, (self.model_id, *chunk)):
                     found[k] = np.frombuffer(v, dtype=np.float32)
         todo = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in found}.items())

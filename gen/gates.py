@@ -149,7 +149,8 @@ def schema_echo(text: str, ctx: GateContext) -> str | None:
 _TEMPLATE = re.compile(
     r"\{\{.*?\}\}|\{%.*?%\}|\{\s*[A-Za-z_][\w.]*\s*\}"  # jinja / format variables
     r"|\$\{\w+\}|<\s*[A-Za-z_][\w ]{0,30}>"  # ${var}, <name>
-    r"|\[(?:[A-Z][A-Z_ ]{1,30}|[Yy]our [^\]]{1,30}|[Ii]nsert [^\]]{1,30}|[a-z]+(?:_[a-z]+)+)\]"  # [NAME], [your name]
+    # [NAME], [your name]
+    r"|\[(?:[A-Z][A-Z_ ]{1,30}|[Yy]our [^\]]{1,30}|[Ii]nsert [^\]]{1,30}|[a-z]+(?:_[a-z]+)+)\]"
 )
 
 

@@ -125,7 +125,8 @@ def bank_format(path: Path) -> str:
     """The format of an MCQ file, by its suffix; another suffix is an InputError."""
     if path.suffix not in BANK_FORMATS:
         raise InputError(
-            f"input: {path}: expected a .jsonl of MCQ records, an EgoToM .csv or a WAGIBench MCQ .json"
+            f"input: {path}: expected a .jsonl of MCQ records, an EgoToM .csv or a WAGIBench MCQ "
+            ".json"
         )
     return BANK_FORMATS[path.suffix]
 
@@ -173,7 +174,8 @@ def read_wagibench_mcq(path: Path) -> list[MCQ]:
         y = row.get("y")
         if isinstance(y, bool) or not isinstance(y, int) or not 0 <= y < len(options):
             raise InputError(
-                f"{where}: y: expected the answer's index among the {len(options)} options, got {y!r}"
+                f"{where}: y: expected the answer's index among the {len(options)} options, "
+                f"got {y!r}"
             )
         scenario = meta.get("scenario")
         if not isinstance(scenario, dict):
@@ -530,7 +532,8 @@ def _roles_item(
             if answer is None:
                 problem(
                     roles.answer,
-                    f"answer {value!r} ({roles.answer_format}) names none of the {len(options)} options",
+                    f"answer {value!r} ({roles.answer_format}) names none of the {len(options)} "
+                    "options",
                 )
     question = (
         ""

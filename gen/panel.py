@@ -148,8 +148,10 @@ def build_panel(
         family, source = j.llm.family_info
         if family is not None and family in known and not opts.allow_same_family:
             raise ConfigError(
-                f"judge {j.label} is of the candidate's model family {family!r} (judge: {source}; candidate: "
-                f"{known[family]}): a model judging its own family can score it too high or too low; choose a "
+                f"judge {j.label} is of the candidate's model family {family!r} (judge: {source}; "
+                "candidate: "
+                f"{known[family]}): a model judging its own family can score it too high or too "
+                "low; choose a "
                 "judge of another family (judge= or judges=[…]), or allow_same_family=true"
             )
     cross = [j for j in judges if j.family is None or j.family not in known]
@@ -157,7 +159,8 @@ def build_panel(
     family, source = primary.llm.family_info
     if not known:
         why = (
-            "candidate family unknown (no candidate_family=, no family in the rows): the first judge, "
+            "candidate family unknown (no candidate_family=, no family in the rows): the first "
+            "judge, "
             f"{primary.label} ({family}, {source}), was not compared"
         )
     elif primary in cross:
@@ -167,7 +170,8 @@ def build_panel(
         )
     else:
         why = (
-            f"same family allowed (allow_same_family=true): {primary.label} and the candidate are both "
+            f"same family allowed (allow_same_family=true): {primary.label} and the candidate are "
+            "both "
             f"{family} ({source})"
         )
     if how:
@@ -209,7 +213,8 @@ def choose_primary(
             )
         fallback = cross[0] if cross else judges[0]
         return fallback, (
-            f"judge_family=auto: the benchmark maps {'/'.join(sorted(known))} to {want}, and no judge "
+            f"judge_family=auto: the benchmark maps {'/'.join(sorted(known))} to {want}, and no "
+            "judge "
             f"of it is given: the first judge of another family"
         )
     return (cross[0] if cross else judges[0]), ""

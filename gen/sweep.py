@@ -133,7 +133,9 @@ def summary(
             worst = max(worst, NOT_REPORTED)
     failed = sum(o.code != 0 for o in outcomes)
     lines.append(
-        f"sweep: {expected} job{'s' if expected != 1 else ''}, {len(outcomes) - failed} ok, {failed} with a "
-        f"non-zero exit{f', {len(missing)} not reported' if missing else ''}; exit {worst} (the largest)"
+        f"sweep: {expected} job{'s' if expected != 1 else ''}, {len(outcomes) - failed} "
+        f"ok, {failed} with a "
+        f"non-zero exit{f', {len(missing)} not reported' if missing else ''}; exit {worst} (the "
+        "largest)"
     )
     return lines, worst

@@ -131,7 +131,8 @@ def detect_format(path: Path) -> InputFormat:
     if suffix in by_suffix:
         return by_suffix[suffix]
     raise InputError(
-        f"input: cannot tell the format of {path} from its name (set input_format=ego4d|egotom_csv|jsonl)"
+        f"input: cannot tell the format of {path} from its name (set "
+        "input_format=ego4d|egotom_csv|jsonl)"
     )
 
 

@@ -32,7 +32,8 @@ def render_bundle(bundle: S.DigitalBundle | dict[str, Any], key_only: bool = Fal
         if key_only and not view:
             continue
         parts.append(
-            f"Current state of the user's {app.value} app:\n{json.dumps(view, ensure_ascii=False, indent=1)}"
+            f"Current state of the user's {app.value} "
+            f"app:\n{json.dumps(view, ensure_ascii=False, indent=1)}"
         )
     return "\n\n".join(parts)
 

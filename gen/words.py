@@ -7,10 +7,11 @@ import re
 
 STOPWORDS = frozenset(
     """a an the of to at in on for and or but my me i i'm i'll you your we our us it its this that
-these those with from by as is are was were be been am do did does done have has had will would can could should
-get go going how what when where which who whom why up out off into over about next time some any all more most
-very just than then there here their them they he she his her him not no yes if so too again still tonight today
-tomorrow yesterday now please new good great nice ok okay sure really""".split()
+these those with from by as is are was were be been am do did does done have has had will would
+can could should get go going how what when where which who whom why up out off into over about
+next time some any all more most very just than then there here their them they he she his her
+him not no yes if so too again still tonight today tomorrow yesterday now please new good great
+nice ok okay sure really""".split()
 )
 """Words that name nothing: articles, pronouns, auxiliaries, question words, and the time words
 and fillers any goal or message may use."""

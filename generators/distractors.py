@@ -100,7 +100,8 @@ class DistractorsConfig(CommonConfig):
                 raise ValueError(f"band name {name!r} must be a plain word (it names files)")
             if not 0 <= lo < hi <= 100:
                 raise ValueError(
-                    f"bands.{name} must be a pair low, high with 0 <= low < high <= 100, got {lo:g}, {hi:g}"
+                    f"bands.{name} must be a pair low, high with 0 <= low < high <= 100, "
+                    f"got {lo:g}, {hi:g}"
                 )
         return v
 
@@ -150,7 +151,8 @@ def bundle_cues(
         goal = r.get("goal") if isinstance(r, dict) else None
         if not isinstance(goal, dict) or not isinstance(goal.get("goal_id"), str):
             raise InputError(
-                f"{file}:{lineno}: goal: not a goal-conditioned bundle (make them with digital goals=…)"
+                f"{file}:{lineno}: goal: not a goal-conditioned bundle (make them with digital "
+                "goals=…)"
             )
         if goal["goal_id"] not in goal_ids:
             raise InputError(

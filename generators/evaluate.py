@@ -150,7 +150,8 @@ def conditions_path(cfg: EvaluateConfig) -> Path:
     if SHARED_CONDITIONS.is_file():
         return SHARED_CONDITIONS
     raise ConfigError(
-        "prompt_conditions= is required for a scenario bank (the benchmark's prompt_conditions.json)"
+        "prompt_conditions= is required for a scenario bank (the benchmark's "
+        "prompt_conditions.json)"
     )
 
 
@@ -464,7 +465,8 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
         ctx.say(
             f"[evaluate] {cellname}: balanced turn-2 accuracy {ba if ba is not None else '-'}"
             f"{f' {ci95}' if ci95 else ''}, judge not followed {m['turn_2']['not_followed']}/"
-            f"{m['turn_2']['replies']}, repair {m['repair']['k']}/{m['repair']['n']} (judge {primary})"
+            f"{m['turn_2']['replies']}, repair {m['repair']['k']}/{m['repair']['n']} "
+            f"(judge {primary})"
         )
 
 
@@ -580,7 +582,8 @@ def mcq_summary(records: list[MCQAnswerRecord], rejected: int) -> dict[str, Any]
         "accuracy": block(records),
         "by_question_type": {q: block([r for r in records if r.question_type == q]) for q in types},
         "letters": dict(sorted(Counter(r.letter or "unparseable" for r in records).items())),
-        "note": "accuracy: correct / answered items with a 95 % Wilson interval; an unparseable answer is wrong.",
+        "note": "accuracy: correct / answered items with a 95 % Wilson interval; an unparseable "
+        "answer is wrong.",
     }
 
 
@@ -605,7 +608,8 @@ def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | 
     ctx.extra[NAME] = {"mode": "mcq", **summary}
     a = summary["accuracy"]
     ctx.say(
-        f"[evaluate] {a['k']}/{a['n']} correct ({a['rate']}, 95% CI {a['ci95']}; chance {a['chance']}); "
+        f"[evaluate] {a['k']}/{a['n']} correct ({a['rate']}, 95% CI {a['ci95']}; "
+        f"chance {a['chance']}); "
         f"{a['unparseable']} unparseable",
         *(
             f"[evaluate]   {q}: {b['k']}/{b['n']} ({b['rate']}, {b['ci95']}; chance {b['chance']})"

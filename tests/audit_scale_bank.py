@@ -163,7 +163,8 @@ class Draw:
         """A narration of what comes next: more specific than the context's lines, as Ego4D's are
         (a later clip repeating it word for word is a leak, not the domain's phrasing)."""
         return (
-            f"C {self.pick(VERBS)} the {self.pick(ADJECTIVES)} {self.pick(OBJECTS)} {self.pick(PLACES)} "
+            f"C {self.pick(VERBS)} "
+            f"the {self.pick(ADJECTIVES)} {self.pick(OBJECTS)} {self.pick(PLACES)} "
             f"next to the {self.pick(ADJECTIVES)} {self.pick(OBJECTS)}"
         )
 

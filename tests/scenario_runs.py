@@ -38,9 +38,11 @@ SIT = {
     },
 }
 GOOD_CAMERA = {
-    "turn_1_image": "Right hand around a wooden handle with a heavy steel head, one face flat and the other split into "
+    "turn_1_image": "Right hand around a wooden handle with a heavy steel head, one face flat and "
+    "the other split into "
     "two curved prongs, raised above a board.",
-    "turn_2_image": "Both hands pushing a low cast body with a wooden knob at the front along the edge of a pine "
+    "turn_2_image": "Both hands pushing a low cast body with a wooden knob at the front along the "
+    "edge of a pine "
     "board; thin curls of wood spill out of a slot on top.",
 }
 GOOD_SPEECH = {

@@ -40,7 +40,8 @@ ITEM_ID = (
     "first 32 hex of SHA-256 of the canonical JSON of the item's identity (see "
     "generators/bank/identity.py): MCQ: question_type, question, visible fields, sorted options, "
     "answer text; digital: the bundle without seed-derived ids and stats; scenarios: the visible "
-    "channels (context image, camera frames, user turns, repair prompts), not the gold or the target"
+    "channels (context image, camera frames, user turns, repair prompts), not the gold or the "
+    "target"
 )
 """How ids are made, in words, for every lock."""
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")

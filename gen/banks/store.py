@@ -122,7 +122,8 @@ def check_root(root: Path, *, writing: bool) -> None:
         raise InputError(f"bank: {vroot} is not a folder (it holds the bank's versions)")
     if vroot.is_dir() and not os.access(vroot, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"bank: cannot write to {vroot}: it is not writable (its permissions, or a read-only disk)"
+            f"bank: cannot write to {vroot}: it is not writable (its permissions, or a read-only "
+            "disk)"
         )
 
 
@@ -360,7 +361,8 @@ def check_pointer(root: Path) -> int | None:
         )
     if newest is not None and newest > current:
         raise InputError(
-            f"bank: {p} points to {label(current)} but {label(newest)} is released too (the pointer "
+            f"bank: {p} points to {label(current)} but {label(newest)} is released too (the "
+            "pointer "
             f"was moved back or restored from an older copy); released versions are never removed, "
             f"nothing was changed: {how}"
         )

@@ -55,7 +55,8 @@ def name_problem(name: Any) -> str | None:
     ):
         return None
     return (
-        f"the bank's name {str(name)[:60]!r} goes into every card and task file of a release: 1-100 "
+        f"the bank's name {str(name)[:60]!r} goes into every card and task file of a release: "
+        "1-100 "
         "characters, none of < > & ` | \\ / or a control character"
     )
 
@@ -84,7 +85,8 @@ def lock_digest(lock: dict[str, Any]) -> str:
 def digest_line(lock: dict[str, Any]) -> str:
     """The changelog line that anchors a lock's values."""
     return (
-        f"- lock digest of {label(lock['version'])}: {lock_digest(lock)} (SHA-256 of {LOCK} without its file "
+        f"- lock digest of {label(lock['version'])}: {lock_digest(lock)} (SHA-256 of {LOCK} "
+        "without its file "
         "list; bank verify rechecks it)"
     )
 
@@ -220,7 +222,8 @@ def value_problems(
     if [s.get("version") for s in sources] != list(range(1, version + 1)):
         bad(
             "lock_mismatch",
-            f"its sources name versions {[s.get('version') for s in sources][:20]}, not 1 to {version}",
+            f"its sources name versions {[s.get('version') for s in sources][:20]}, not 1 "
+            f"to {version}",
         )
     newest = sources[-1] if sources else {}
     if newest.get("version") != version or newest.get("items_added") != sum(
@@ -229,7 +232,8 @@ def value_problems(
         bad(
             "count_mismatch",
             f"its last source says {newest.get('items_added')} items added in "
-            f"{label(newest.get('version') or 0)}, the data has {sum(d.added[version] for d in data.values())} "
+            f"{label(newest.get('version') or 0)}, the data "
+            f"has {sum(d.added[version] for d in data.values())} "
             f"added in {label(version)}",
         )
     if mine.get("source") != newest.get("source") or mine.get("input") != newest.get("input"):
@@ -297,8 +301,10 @@ def changelog_problems(
         (
             LOCK,
             "lock_mismatch",
-            f"versions/{label(version)}/{LOCK}: its values differ from those {CHANGELOG} recorded when "
-            f"{label(version)} was released (digest {lock_digest(lock)[:16]}…, recorded {recorded[:16]}…); "
+            f"versions/{label(version)}/{LOCK}: its values differ from those {CHANGELOG} recorded "
+            "when "
+            f"{label(version)} was released (digest {lock_digest(lock)[:16]}…, "
+            f"recorded {recorded[:16]}…); "
             "edited without a version bump",
         )
     ]

@@ -296,7 +296,8 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
                 target,
                 VERSIONS,
                 "symlink",
-                f"{VERSIONS} is a symlink (to {os.path.realpath(vroot)}); the bank holds its own files",
+                f"{VERSIONS} is a symlink (to {os.path.realpath(vroot)}); the bank holds its own "
+                "files",
             )
         )
     locks: dict[int, dict[str, Any] | None] = {}
@@ -340,7 +341,8 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
                 target,
                 f"{VERSIONS}/{label(target)}/{LOCK}",
                 "bad_history",
-                f"the history of {label(target)} lists versions {[h.get('version') for h in history]}",
+                f"the history of {label(target)} lists "
+                f"versions {[h.get('version') for h in history]}",
             )
         )
     for h in history[:-1]:
@@ -362,7 +364,8 @@ def verify_bank(root: Path, target: int | None = None) -> tuple[int, list[Versio
                             v,
                             f"{VERSIONS}/{label(v)}/{LOCK}",
                             "hash_mismatch",
-                            f"{VERSIONS}/{label(v)}/{LOCK}: SHA-256 {sha[:16]}… but a later release recorded "
+                            f"{VERSIONS}/{label(v)}/{LOCK}: SHA-256 {sha[:16]}… but a later "
+                            "release recorded "
                             f"{str(r)[:16]}… (changed without a version bump)",
                         )
                     )

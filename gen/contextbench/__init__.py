@@ -50,7 +50,8 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     for lineno, row in iter_jsonl(file):
         if not isinstance(row, dict) or not isinstance(row.get("scenario_id"), str):
             raise InputError(
-                f"{file}:{lineno}: scenario_id: a scenario object with a string scenario_id is required"
+                f"{file}:{lineno}: scenario_id: a scenario object with a string scenario_id is "
+                "required"
             )
         rows.append(row)
     return rows

@@ -38,7 +38,8 @@ RULES: list[tuple[str, str, str]] = [
     (
         "situations",
         "text_gates",
-        "a name, phrase or indicator fails a shared text gate (gen.gates: echoes, truncation, repetition, language)",
+        "a name, phrase or indicator fails a shared text gate (gen.gates: echoes, truncation, "
+        "repetition, language)",
     ),
     ("situations", "empty_text", "a name, phrase or indicator is empty or a placeholder"),
     ("situations", "repetitive_text", "a text repeats a 4-word run (tiny models loop)"),
@@ -57,7 +58,8 @@ RULES: list[tuple[str, str, str]] = [
     (
         "camera",
         "text_gates",
-        "a description fails a shared text gate (gen.gates: echoes, truncation, repetition, language)",
+        "a description fails a shared text gate (gen.gates: echoes, truncation, repetition, "
+        "language)",
     ),
     ("camera", "empty_text", "an empty or placeholder description"),
     ("camera", "repetitive_text", "a description repeats a 4-word run"),
@@ -92,7 +94,8 @@ RULES: list[tuple[str, str, str]] = [
     (
         "speech",
         "text_gates",
-        "a user turn fails a shared text gate (gen.gates: echoes, truncation, repetition, language)",
+        "a user turn fails a shared text gate "
+        "(gen.gates: echoes, truncation, repetition, language)",
     ),
     ("speech", "empty_text", "an empty or placeholder user turn"),
     ("speech", "repetitive_text", "a user turn repeats a 4-word run"),
@@ -100,12 +103,14 @@ RULES: list[tuple[str, str, str]] = [
     (
         "speech",
         "gold_in_speech",
-        "a current/prior gold item in turn_1_user, turn_2_user or the deictic repair (word boundary)",
+        "a current/prior gold item in turn_1_user, turn_2_user or the deictic repair (word "
+        "boundary)",
     ),
     (
         "speech",
         "object_name_in_speech",
-        "an object name (the vocabulary or the scenario's own names) in a user turn or the deictic repair",
+        "an object name (the vocabulary or the scenario's own names) in a user turn or the deictic "
+        "repair",
     ),
     (
         "speech",
@@ -136,7 +141,8 @@ RULES: list[tuple[str, str, str]] = [
     (
         "follow_up",
         "text_gates",
-        "a user turn fails a shared text gate (gen.gates: echoes, truncation, repetition, language)",
+        "a user turn fails a shared text gate "
+        "(gen.gates: echoes, truncation, repetition, language)",
     ),
     ("follow_up", "empty_text", "an empty or placeholder user turn"),
     ("follow_up", "repetitive_text", "a user turn repeats a 4-word run"),
@@ -169,7 +175,8 @@ RULES: list[tuple[str, str, str]] = [
     (
         "record",
         "field_presence",
-        "context_image and the deictic repair exactly where the rules put them; pair_id only on contrast",
+        "context_image and the deictic repair exactly where the rules put them; pair_id only on "
+        "contrast",
     ),
     ("record", "duplicate_id", "a scenario_id already in the bank"),
     (
@@ -186,13 +193,17 @@ _DEICTIC = re.compile(
     re.I,
 )
 _ANNOUNCED = re.compile(
-    r"\b(?:I(?:'ve| have)?\s+(?:just\s+)?(?:switched|swapped|changed|moved|picked up|grabbed|went|walked|"
-    r"put (?:it|that|this|the \w+) down)|now I(?:'m| am)|instead|(?:a |the )?new (?:one|tool|thing|spot|room|place)|"
-    r"(?:a |the )?different (?:one|tool|thing|room|place|screen)|(?:switch|swap)(?:ed)? (?:to|over))\b",
+    r"\b(?:I(?:'ve| have)?\s+(?:just\s+)?(?:switched|swapped|changed|moved|picked "
+    r"up|grabbed|went|walked|"
+    r"put (?:it|that|this|the \w+) down)|now I(?:'m| am)|instead|(?:a |the )?new "
+    r"(?:one|tool|thing|spot|room|place)|"
+    r"(?:a |the )?different (?:one|tool|thing|room|place|screen)|(?:switch|swap)(?:ed)? "
+    r"(?:to|over))\b",
     re.I,
 )
 _REFERS_BACK = re.compile(
-    r"\b(?:before|earlier|previous(?:ly)?|prior|formerly|first (?:frame|turn|scene|moment)|turn (?:1|one)|"
+    r"\b(?:before|earlier|previous(?:ly)?|prior|formerly|first (?:frame|turn|scene|moment)|turn "
+    r"(?:1|one)|"
     r"no longer|any ?more|used to|instead(?: of)?|switch(?:ed|es|ing)?|swap(?:ped|s|ping)?|"
     r"replac(?:ed|es|ing)|changed (?:from|to)|has changed|(?:than|as) it was|"
     r"different (?:tool|object|one|item|thing|room|place|screen) (?:than|from))\b",
@@ -536,7 +547,8 @@ def schema_problems(scenario: dict[str, Any]) -> list[Problem]:
         out.append(
             (
                 "schema",
-                f"scenario_id {sid!r} does not start with {prefix!r} for subset {scenario.get('subset')}",
+                f"scenario_id {sid!r} does not start with {prefix!r} for "
+                f"subset {scenario.get('subset')}",
             )
         )
     if isinstance(gold, dict):

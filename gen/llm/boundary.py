@@ -106,8 +106,10 @@ class _Streak:
             self.last = " ".join(error.detail.split())
             if self.limit and getattr(error, "timed_out", False) and not self.answered:
                 self.stopped = (
-                    f"{self.where} answered no call yet, and this one failed: {self.last}; the run stops "
-                    "here (raise the timeout if the server is only slow; a rerun into the same folder "
+                    f"{self.where} answered no call yet, and this one failed: {self.last}; the run "
+                    "stops "
+                    "here (raise the timeout if the server is only slow; a rerun into the same "
+                    "folder "
                     "resumes from the cache)"
                 )
                 raise BackendError(self.stopped) from error
@@ -210,7 +212,8 @@ class LLM:
         if self.deadline_at is not None and time.monotonic() >= self.deadline_at:
             raise BackendError(
                 f"{self._streak.where}: the run's model calls passed llm.deadline="
-                f"{self.sampling.deadline:g} s; the run stops here (its records so far stay in the run "
+                f"{self.sampling.deadline:g} s; the run stops here (its records so far stay in the "
+                "run "
                 "folder's *.partial files; a rerun into the same folder resumes from the cache)"
             ) from cause
 

@@ -130,7 +130,10 @@ class Endpoint:
         if not self.key_env:
             return ""
         if self.key() is None:
-            return f"; ${self.key_env} is not set (the API key is read from the variable llm.api_key_env names)"
+            return (
+                f"; ${self.key_env} is not set "
+                "(the API key is read from the variable llm.api_key_env names)"
+            )
         return f"; check the key in ${self.key_env} (llm.api_key_env)"
 
     # ------------------------------------------------------------------ one call

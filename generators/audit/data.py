@@ -367,7 +367,8 @@ def read_judge(path: Path) -> tuple[list[dict[str, Any]], str | None]:
         judges = sorted({k for r in rows for k in r["flagged"]})
         if len(judges) > 1:
             raise InputError(
-                f"{file}: records of several judges ({', '.join(judges)}) and no manifest naming the primary one"
+                f"{file}: records of several judges ({', '.join(judges)}) and no manifest naming "
+                "the primary one"
             )
         primary = judges[0] if judges else None
     return rows, primary

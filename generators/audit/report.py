@@ -207,8 +207,10 @@ def tells_table(r: CheckResult) -> list[str]:
     if not rows:
         return []
     return [
-        "Tells: accuracy minus chance in points (effect) with its 95 % Wilson interval, the one-sided p-value "
-        "and the Holm-adjusted one over this check's tests; detectable: the smallest effect this many items "
+        "Tells: accuracy minus chance in points (effect) with its 95 % Wilson interval, the "
+        "one-sided p-value "
+        "and the Holm-adjusted one over this check's tests; detectable: the smallest effect this "
+        "many items "
         "turn into an error with the configured power.",
         "",
         *table(rows),
@@ -262,7 +264,8 @@ def render_markdown(
     lines = [
         f"# Audit of `{cfg.input}`",
         "",
-        f"{src}. Findings: **{sev['error']} errors**, {sev['warning']} warnings, {sev['info']} info. "
+        f"{src}. Findings: **{sev['error']} errors**, {sev['warning']} warnings, {sev['info']} "
+        "info. "
         f"`fail_on={cfg.fail_on}` gives exit code **{summary['exit_code']}**.",
         "",
     ]
@@ -285,9 +288,12 @@ def render_markdown(
         lines += [
             "## Power",
             "",
-            f"The smallest tell (accuracy minus chance, in points) that this bank's size turns into an error "
-            f"with probability {cfg.power:.0%}: significant at the strictest Holm level of its check and larger "
-            f"than max_effect={cfg.max_effect:g}. A smaller tell can pass without a finding, so no finding means "
+            "The smallest tell (accuracy minus chance, in points) that this bank's size turns "
+            "into an error "
+            f"with probability {cfg.power:.0%}: significant at the strictest Holm level of its "
+            "check and larger "
+            f"than max_effect={cfg.max_effect:g}. A smaller tell can pass without a finding, so no "
+            "finding means "
             '"too small to tell" below this line, not "clean".',
             "",
         ]

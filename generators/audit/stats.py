@@ -97,10 +97,13 @@ def detectable_effect(
 
 
 RULES = {
-    "significant_and_large": "error: significant after Holm's correction and larger than max_effect",
+    "significant_and_large": (
+        "error: significant after Holm's correction and larger than max_effect"
+    ),
     "interval_above_max_effect": "warning: the effect's 95 % interval lies above max_effect",
     "uncorrected_and_large": "warning: p below warn_p (uncorrected) and an effect above max_effect",
-    "significant_but_small": "info: significant after Holm's correction but not larger than max_effect",
+    "significant_but_small": "info: significant after Holm's correction but not larger than "
+    "max_effect",
 }
 """The severity rules of a tell, in the order they are tried; a finding names the one that fired."""
 
@@ -182,7 +185,8 @@ class Tell:
         numbers."""
         lo, hi = self.ci
         return (
-            f"{self.k}/{self.n} ({self.accuracy:.0%}, chance {self.chance:.0%}): effect {self.effect:+.1f} points "
+            f"{self.k}/{self.n} ({self.accuracy:.0%}, chance {self.chance:.0%}): "
+            f"effect {self.effect:+.1f} points "
             f"[95% CI {lo:+.1f}, {hi:+.1f}], p={pvalue(self.p)}, Holm p={pvalue(self.p_holm)}"
         )
 
@@ -198,21 +202,22 @@ def judge(
         lo, hi = t.ci
         e = t.effect
         big = e > max_effect + 1e-9  # 12/40 - 25 % is 5 points, not 5.000000000000004
+        limit = f"max_effect={max_effect:g} points"
         if q < alpha and big:
             t.severity, t.rule = "error", "significant_and_large"
-            t.why = f"Holm p={pvalue(q)} < alpha={alpha} and effect {e:+.1f} > max_effect={max_effect:g} points"
+            t.why = f"Holm p={pvalue(q)} < alpha={alpha} and effect {e:+.1f} > {limit}"
         elif lo > max_effect + 1e-9:
             t.severity, t.rule = "warning", "interval_above_max_effect"
-            t.why = f"the effect's 95% interval [{lo:+.1f}, {hi:+.1f}] lies above max_effect={max_effect:g} points"
+            t.why = f"the effect's 95% interval [{lo:+.1f}, {hi:+.1f}] lies above {limit}"
         elif t.p < warn_p and big:
             t.severity, t.rule = "warning", "uncorrected_and_large"
             t.why = (
-                f"p={pvalue(t.p)} < warn_p={warn_p} (uncorrected; Holm p={pvalue(q)}) and effect {e:+.1f} > "
-                f"max_effect={max_effect:g} points"
+                f"p={pvalue(t.p)} < warn_p={warn_p} (uncorrected; Holm p={pvalue(q)}) and "
+                f"effect {e:+.1f} > {limit}"
             )
         elif q < alpha:
             t.severity, t.rule = "info", "significant_but_small"
-            t.why = f"Holm p={pvalue(q)} < alpha={alpha} but effect {e:+.1f} <= max_effect={max_effect:g} points"
+            t.why = f"Holm p={pvalue(q)} < alpha={alpha} but effect {e:+.1f} <= {limit}"
         else:
             t.severity, t.rule, t.why = None, None, ""
         if t.test == "binomial":

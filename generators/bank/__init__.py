@@ -215,7 +215,8 @@ def verify(cfg: BankConfig, ctx: RunContext) -> Iterator[list[VerifyRecord | Rej
             f"[bank] ignored (an unfinished add left it; the next add removes it): {rel}"
             for rel in left
         ),
-        f"[bank] verify {root} {label(target)}: {f'{bad} problem(s)' if bad else 'ok'}; {len(checks)} "
+        "[bank] "
+        f"verify {root} {label(target)}: {f'{bad} problem(s)' if bad else 'ok'}; {len(checks)} "
         f"versions, {sum(len(c.ok_files) for c in checks)} files checked; lock sha256 {lock_sha}",
     )
     for i, c in zip(ctx.indices(), checks, strict=True):

@@ -240,7 +240,8 @@ def dedupe(
                 index=i,
                 stage="bank",
                 reason="duplicate",
-                detail=f"{it.where}: same content as {kind} item {it.item_id} added in {label(added)}",
+                detail=f"{it.where}: same content as {kind} item {it.item_id} added "
+                f"in {label(added)}",
             )
         elif it.item_id in first:
             j = first[it.item_id]
@@ -280,10 +281,16 @@ def dedupe(
             it = batch[i]
             if m.where == "bank":
                 kind, iid, added, _ = old_rows[m.index]
-                detail = f"{it.where}: cosine {m.cosine:.3f} to {kind} item {iid} added in {label(added)}"
+                detail = (
+                    f"{it.where}: cosine {m.cosine:.3f} to {kind} item {iid} "
+                    f"added in {label(added)}"
+                )
             else:
                 other = batch[members[m.index]]
-                detail = f"{it.where}: cosine {m.cosine:.3f} to {other.item_id} ({other.where}) of this batch"
+                detail = (
+                    f"{it.where}: cosine {m.cosine:.3f} to {other.item_id} ({other.where}) "
+                    "of this batch"
+                )
             verdicts[i].reject = Reject(
                 record_id=it.item_id, index=i, stage=m.where, reason="near_duplicate", detail=detail
             )
@@ -407,7 +414,8 @@ def audit_detail(audit: AuditOutcome, fail_on: str) -> str:
     shown = "; ".join(f"{f.get('severity')} {f.get('check')}/{f.get('kind')}" for f in worst[:3])
     more = f" (+{len(worst) - 3})" if len(worst) > 3 else ""
     return (
-        f"the batch's audit has {len(worst)} finding(s) at or above fail_on={fail_on}: {shown}{more}; "
+        f"the batch's audit has {len(worst)} finding(s) at or above "
+        f"fail_on={fail_on}: {shown}{more}; "
         f"see audit/audit.md; force=true adds it anyway"
     )
 
@@ -425,7 +433,8 @@ def add_lines(
     out: list[str] = []
     sev = audit.summary["by_severity"]
     out.append(
-        f"[bank] audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info"
+        f"[bank] audit: {sev.get('error', 0)} errors, {sev.get('warning', 0)} "
+        f"warnings, {sev.get('info', 0)} info"
         f" (fail_on={cfg.fail_on}{', forced' if cfg.force and audit.exit_code else ''})"
     )
     rej = [v.reject for v in verdicts if v.reject]
@@ -440,7 +449,8 @@ def add_lines(
         )
     if refused:
         out.append(
-            f"[bank] batch refused by its audit ({len(rej)} items, {audit.folder}/audit.md); {root} stays at "
+            f"[bank] batch refused by its audit ({len(rej)} "
+            f"items, {audit.folder}/audit.md); {root} stays at "
             f"{label(current) if current else 'no version'}; force=true adds it anyway"
         )
         return out
@@ -453,7 +463,8 @@ def add_lines(
             out.append(f"[bank]   {r.record_id}: {r.detail}")
     if new:
         out.append(
-            f"[bank] {root}: {label(current) if current else 'empty'} -> {label(version or 0)}, added {len(new)}, "
+            f"[bank] {root}: {label(current) if current else 'empty'} -> {label(version or 0)}, "
+            f"added {len(new)}, "
             f"refused {len(rej)}" + (" (the run folder's rejects.jsonl lists them)" if rej else "")
         )
     else:

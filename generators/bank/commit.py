@@ -171,7 +171,8 @@ def stage_version(
     )  # before it can become current
     if problems:
         raise GenError(
-            f"bank: the staged {label(version)} does not verify, nothing written: {problems[0].detail}"
+            f"bank: the staged {label(version)} does not verify, nothing "
+            f"written: {problems[0].detail}"
         )
 
 
@@ -260,7 +261,10 @@ def write_review_summary(
         summary["items_reviewed"] += len(admitted)
         summary["by_verdict"]["accept"] = summary["by_verdict"].get("accept", 0) + len(admitted)
         summary["reviewer_names"] = sorted(set(summary.get("reviewer_names") or []) | names)
-        protocol = f"gen review; an item is admitted when at least {review['required']} reviewer(s) accepted it"
+        protocol = (
+            "gen review; an item is admitted when at least "
+            f"{review['required']} reviewer(s) accepted it"
+        )
         summary["protocol"] = (
             protocol
             if summary.get("protocol") in (None, protocol)
@@ -376,7 +380,8 @@ def changelog(
             ]
             if len(rs) > PER_REASON:
                 lines.append(
-                    f"  - … {len(rs) - PER_REASON} more {rs[0].stage} {rs[0].reason} in the add run's rejects.jsonl"
+                    f"  - … {len(rs) - PER_REASON} more {rs[0].stage} {rs[0].reason} in the add "
+                    "run's rejects.jsonl"
                 )
     sev = audit.summary["by_severity"]
     verdict = (

@@ -407,7 +407,8 @@ def export_scenarios(job: Job, out: Path) -> list[Outcome]:
                             index=0,
                             stage="export",
                             reason="duplicate_scenario_id",
-                            detail=f"scenario_id {rec.scenario_id} is already item {first}'s in this export",
+                            detail=f"scenario_id {rec.scenario_id} is already item {first}'s in "
+                            "this export",
                         ),
                     )
                 )

@@ -178,12 +178,15 @@ def export_lm_eval(job: Job, out: Path) -> list[Outcome]:
     lines = [
         f"# {base}: lm-evaluation-harness tasks",
         "",
-        f"The multiple-choice items of bank version {job.label} (lock SHA-256 `{job.lock_sha}`), written by "
-        "`gen bank export format=lm_eval`. The prompt shows the visible context, the question and the lettered "
+        f"The multiple-choice items of bank version {job.label} (lock SHA-256 `{job.lock_sha}`), "
+        "written by "
+        "`gen bank export format=lm_eval`. The prompt shows the visible context, the question and "
+        "the lettered "
         "options and ends with `Answer:`; the choices are the letters; the metric is `acc`.",
         "",
         "```bash",
-        f"lm_eval --model hf --model_args pretrained=<model> --include_path <this folder> --tasks {base}",
+        "lm_eval --model hf --model_args pretrained=<model> --include_path <this folder> "
+        f"--tasks {base}",
         "```",
         "",
         "| task | kind | items | data |",
@@ -194,7 +197,8 @@ def export_lm_eval(job: Job, out: Path) -> list[Outcome]:
     return outcomes
 
 
-TASK_PY = '''"""inspect_ai tasks of the bank version {label} (written by gen bank export format=inspect).
+TASK_PY = '''"""inspect_ai tasks of the bank version {label}
+(written by gen bank export format=inspect).
 
 Run one with: inspect eval task.py@{first} --model <provider>/<model>
 """
@@ -270,7 +274,8 @@ def export_inspect(job: Job, out: Path) -> list[Outcome]:
     write_text(
         out / "README.md",
         f"# {base}: inspect_ai tasks\n\nThe multiple-choice items of bank version "
-        f"{job.label} (lock SHA-256 `{job.lock_sha}`), written by `gen bank export format=inspect`: one "
+        f"{job.label} (lock SHA-256 `{job.lock_sha}`), written by `gen bank export "
+        "format=inspect`: one "
         "`@task` per kind in `task.py`, its samples in `<kind>.jsonl`.\n\n```bash\n"
         f"inspect eval task.py@{base}_<kind> --model <provider>/<model>\n```\n",
     )

@@ -52,21 +52,27 @@ SPLIT = "test"
 
 COLUMNS = {
     "item_id": "The bank's content id of the item (how it is made: item_id in MANIFEST.lock.json).",
-    "kind": "Item kind: tom, distractors, digital, mcq (an imported MCQ bank) or scenarios (context tracking).",
-    "question_type": "Question type (goal, belief, actions; similar, dissimilar; a cue app for digital bundles).",
+    "kind": "Item kind: tom, distractors, digital, mcq (an imported MCQ bank) or scenarios "
+    "(context tracking).",
+    "question_type": "Question type (goal, belief, actions; similar, dissimilar; a cue app for "
+    "digital bundles).",
     "added_in": "The bank version that added the item.",
-    "source": "SHA-256 of the manifest.json of the run the item came from (sources in MANIFEST.lock.json).",
+    "source": "SHA-256 of the manifest.json of the run the item came from (sources in "
+    "MANIFEST.lock.json).",
     "source_format": "How record is read: mcq_record, egotom_csv or digital_bundle.",
     "source_item_id": "The item's id in the run or file it came from.",
     "question": "The question shown to the candidate.",
     "options": "The options, in the order shown to the candidate.",
     "answer": "0-based index of the correct option in options.",
     "answer_text": "The correct option's text.",
-    "group": "The unit items share (a clip, a reference goal's group): items of one group are related.",
+    "group": "The unit items share (a clip, a reference goal's group): items of one group are "
+    "related.",
     "context": "The visible context as the candidate reads it (narrations, app state).",
-    "wagibench": "PRIVILEGED. WAGIBench's MCQ layout row as JSON (structured goals of the options and of "
+    "wagibench": "PRIVILEGED. WAGIBench's MCQ layout row as JSON (structured goals of the options "
+    "and of "
     "the truth); null when the run wrote none. Never show it to a candidate.",
-    "record": "PRIVILEGED. The original record as canonical JSON, its privileged fields included (truth "
+    "record": "PRIVILEGED. The original record as canonical JSON, its privileged fields included "
+    "(truth "
     "provenance, future narrations, hidden state). Never show it to a candidate.",
     "current_datetime": "The bundle's current date and time.",
     "cue_id": "The digital cue's id; null for an uncued bundle.",
@@ -76,10 +82,12 @@ COLUMNS = {
     "related_personas": "Names of the five related personas.",
     "apps": "The apps the bundle has states for.",
     "chars_total": "Characters of the rendered bundle.",
-    "scenario_id": "The scenario's id in the context benchmark's format (sc-NN bank, adv-NN contrast).",
+    "scenario_id": "The scenario's id in the context benchmark's format (sc-NN bank, adv-NN "
+    "contrast).",
     "subset": "bank or contrast (A/B pairs that share turn 1).",
     "pair_id": "The contrast pair the scenario belongs to; null in the bank subset.",
-    "target_context": "PRIVILEGED (judge side). Which context turn 2 refers to: current, prior, clarify or abstain.",
+    "target_context": "PRIVILEGED (judge side). Which context turn 2 refers to: current, prior, "
+    "clarify or abstain.",
     "change_type": "PRIVILEGED (judge side). The kind of context shift between turn 1 and turn 2.",
     "activity_domain": "The scenario's activity domain (kitchen, workshop…).",
     "referent_complexity": "How many referents turn 2 could mean.",
@@ -88,15 +96,20 @@ COLUMNS = {
 }
 PRIVILEGED_COLUMNS = ("wagibench", "record")
 ANSWERS = {
-    "tom": "tom (EgoToM §3): the correct option is C's future goal, belief or next actions read from the "
-    "narrations after the transition; the wrong options are counterfactuals an LLM proposed from the "
+    "tom": "tom (EgoToM §3): the correct option is C's future goal, belief or next actions read "
+    "from the "
+    "narrations after the transition; the wrong options are counterfactuals an LLM proposed from "
+    "the "
     "narrations before it, conditioned on the true goal.",
-    "distractors": "distractors (WAGIBench §3.1): the correct option is the reference goal; the distractors "
+    "distractors": "distractors (WAGIBench §3.1): the correct option is the reference goal; the "
+    "distractors "
     "are other goals of the bank drawn from percentile bands of embedding similarity to it.",
     "mcq": "mcq: items imported from an existing MCQ bank, with that bank's answers.",
-    "digital": "digital (WAGIBench's Digital Context Generator): phone-app states per sampled persona, moment "
+    "digital": "digital (WAGIBench's Digital Context Generator): phone-app states per sampled "
+    "persona, moment "
     "and cue; code draws the skeleton and an LLM writes the words. Bundles have no answer.",
-    "scenarios": "scenarios (Wearable Assistant Context Bench): three-turn context-tracking scenarios; code draws "
+    "scenarios": "scenarios (Wearable Assistant Context Bench): three-turn context-tracking "
+    "scenarios; code draws "
     "the skeleton (shift type, target), an LLM writes the words, and the judge's gold lists "
     "(current/prior answers, clarify/abstain indicators) are inline in each record.",
 }
@@ -106,7 +119,8 @@ ANSWERS = {
 
 
 POST_RELEASE = (
-    "gen review after release (python -m gen review input=<bank>): each reviewer's last label of an "
+    "gen review after release (python -m gen review input=<bank>): each reviewer's last label of "
+    "an "
     "item; an item's verdict is the decision its reviewers share, disagreed when they differ"
 )
 
@@ -148,7 +162,10 @@ def post_release_line(job: Job) -> str | None:
         return None
     summary, files = found
     hashes = ", ".join(f"`{name}` {sha[:16]}…" for name, sha in files.items())
-    return f"After release: {review_line(summary)} Labels in the bank's `reviews/` (SHA-256: {hashes})."
+    return (
+        f"After release: {review_line(summary)} "
+        f"Labels in the bank's `reviews/` (SHA-256: {hashes})."
+    )
 
 
 def review_line(r: ReviewSummary) -> str:
@@ -221,13 +238,17 @@ def filter_lines(job: Job) -> list[str]:
         what = f"{label(s['version'])}: {s.get('items_added')} items from {chain(s)}"
         if s.get("generator"):
             what += (
-                f" (run manifest sha256 {s['source']}); each generator's own checks dropped or regenerated "
+                f" (run manifest sha256 {s['source']}); each generator's own checks dropped or "
+                "regenerated "
                 "what failed them (counted in its manifest)"
             )
         else:
             what += f" (record files sha256 {s['source']})"
         if "nocontext" in gens:
-            what += "; blind-filtered by nocontext: items that models answered without the context were removed"
+            what += (
+                "; blind-filtered by nocontext: "
+                "items that models answered without the context were removed"
+            )
         out.append(what + ".")
     for h in lock.get("history") or []:
         a = h.get("audit") or {}
@@ -238,7 +259,8 @@ def filter_lines(job: Job) -> list[str]:
         )
         out.append(
             f"{h['label']}: the batch's audit {verdict} (fail_on={a.get('fail_on')}; "
-            f"{sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} info); "
+            f"{sev.get('error', 0)} errors, {sev.get('warning', 0)} warnings, {sev.get('info', 0)} "
+            "info); "
             f"refused as exact or near duplicates of bank or batch items: {refused}."
         )
     return out
@@ -286,7 +308,8 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
         "",
         f"Released {md(lock['created_at'])}; {lock['items']} items; bank schema revision "
         f"{lock['schema_revision']}; `{LOCK}` SHA-256 `{job.lock_sha}`. Made with gen "
-        f"{md(lock['toolkit'].get('version'))} (commit {md((lock['toolkit'].get('git') or {}).get('commit'))}).",
+        f"{md(lock['toolkit'].get('version'))} "
+        f"(commit {md((lock['toolkit'].get('git') or {}).get('commit'))}).",
         "",
     ]
     lines += intro or []
@@ -355,7 +378,8 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
         sev = s.get("by_severity") or {}
         lines += [
             f"Audit of the batch that made {job.label} (`audit/` in the version folder): "
-            f"{md(sev.get('error', 0))} errors, {md(sev.get('warning', 0))} warnings, {md(sev.get('info', 0))} "
+            f"{md(sev.get('error', 0))} errors, {md(sev.get('warning', 0))} "
+            f"warnings, {md(sev.get('info', 0))} "
             f"info; fail_on={md(s.get('fail_on'))}, exit code {md(s.get('exit_code'))}.",
             "",
         ]
@@ -416,7 +440,8 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
     lines += md_table([{"column": c, "meaning": COLUMNS.get(c, "")} for c in present])
     lines += [
         "The privileged side of an item (what a candidate must never see) is only in the columns "
-        f"{', '.join(f'`{c}`' for c in PRIVILEGED_COLUMNS)}; a prompt shows `question`, `options` and "
+        f"{', '.join(f'`{c}`' for c in PRIVILEGED_COLUMNS)}; a prompt shows `question`, `options` "
+        "and "
         "`context` only.",
         "",
         "`python -m gen bank verify bank=<dir>` rechecks the bank these files were exported from.",
@@ -552,7 +577,8 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
         f"{label(v)}: {finding_line(f)}" for v, fs in found for f in fs[:LISTED_FINDINGS]
     ]
     limitations += [
-        f"{label(v)}: {len(fs) - LISTED_FINDINGS} more findings in versions/{label(v)}/audit/audit.json"
+        f"{label(v)}: {len(fs) - LISTED_FINDINGS} more findings in "
+        f"versions/{label(v)}/audit/audit.json"
         for v, fs in found
         if len(fs) > LISTED_FINDINGS
     ]
@@ -592,7 +618,8 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
                     *(["imported from existing MCQ banks"] if external else []),
                 ]
             )
-            + "; released through `gen bank add`, which audits every batch and refuses exact and near "
+            + "; released through `gen bank add`, which audits every batch and refuses exact and "
+            "near "
             "duplicates. Sources: "
             + "; ".join(
                 f"{label(s['version'])} {chain(s)} ({s.get('items_added')} items)"
@@ -624,8 +651,10 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
             "to a candidate."
         ],
         "rai:dataReleaseMaintenancePlan": (
-            f"Versioned with gen bank: every release is an immutable folder whose lock ({LOCK}) holds the SHA-256 of "
-            f"each file; `python -m gen bank verify` rechecks a bank. This file describes {job.label}."
+            f"Versioned with gen bank: every release is an immutable folder whose lock ({LOCK}) "
+            "holds the SHA-256 of "
+            "each file; `python -m gen bank verify` rechecks a bank. This file "
+            f"describes {job.label}."
         ),
         "prov:wasGeneratedBy": [prov_activity(s) for s in lock.get("sources") or []],
     }

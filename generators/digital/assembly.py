@@ -162,7 +162,8 @@ def slot_line(app: App, slot: dict[str, Any], st: State) -> str:
             if slot["attendees"]
             else ", alone"
         )
-        return f"{slot['weekday']} {slot['start'][11:]}-{slot['end'][11:]}{people}. Topic: {slot['topic']}."
+        when = f"{slot['weekday']} {slot['start'][11:]}-{slot['end'][11:]}"
+        return f"{when}{people}. Topic: {slot['topic']}."
     if app is App.Messaging:
         others = [p for p in slot["participants"] if p != st.main.name]
         senders = ", ".join(x.split()[0] for x in slot["senders"])

@@ -107,7 +107,8 @@ class IntrospectConfig(CommonConfig):
             raise ValueError("task=tool_selection needs tools=<the tool universe file>")
         if self.num_shards != 1 and self.task == "memory_assistance":
             raise ValueError(
-                "memory_assistance runs in one process (num_shards=1): its event form is one sub-run"
+                "memory_assistance runs in one process (num_shards=1): its event form is one "
+                "sub-run"
             )
         return self
 
@@ -295,7 +296,8 @@ def funnel(
 def funnel_lines(f: dict[str, Any], task: str) -> list[str]:
     out: list[str] = []
     out.append(
-        f"[{NAME}] task={task}: {f['annotations_read']} annotation lines, {f['built']} questions or refusals, "
+        f"[{NAME}] task={task}: {f['annotations_read']} annotation lines, {f['built']} questions "
+        "or refusals, "
         f"{f['records']} records"
     )
     for q, c in f["records_by_question_type"].items():

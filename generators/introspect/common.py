@@ -68,7 +68,8 @@ def read_lines(path: Path, model: type[M], key: str) -> list[M]:
         rows.append(item)
     if not rows:
         raise InputError(
-            f"{path}: no rows (one JSON object per line; see the task's schema in schemas/introspect.py)"
+            f"{path}: no rows (one JSON object per line; see the task's schema in "
+            "schemas/introspect.py)"
         )
     return rows
 

@@ -27,9 +27,12 @@ LABELS = ["within_24h", "more_than_24h"]
 OPTIONS = ["within 24 hours", "more than 24 hours"]
 """What the candidate reads (the labels' words: an identifier reads as a template echo)."""
 TEMPORAL = re.compile(
-    r"\b(?:today|tonight|tomorrow|yesterday|this (?:morning|afternoon|evening|week|weekend|month|year)|"
-    r"later today|in an hour|in \d+ (?:minutes?|hours?|days?|weeks?|months?|years?)|next (?:week|month|year|time)|"
-    r"forever|for years|for good|always|someday|one day|every (?:day|week|month|year)|anniversary|birthday)\b",
+    r"\b(?:today|tonight|tomorrow|yesterday|this "
+    r"(?:morning|afternoon|evening|week|weekend|month|year)|"
+    r"later today|in an hour|in \d+ (?:minutes?|hours?|days?|weeks?|months?|years?)|next "
+    r"(?:week|month|year|time)|"
+    r"forever|for years|for good|always|someday|one day|every "
+    r"(?:day|week|month|year)|anniversary|birthday)\b",
     re.I,
 )
 """Words that state when a memory is needed."""

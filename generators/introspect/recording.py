@@ -79,7 +79,8 @@ def build(sessions: list[RecordingSession], cfg: IntrospectConfig) -> list[Built
                             f"{src}/negative{j + 1}",
                             "recording_test",
                             "no_room_for_negative",
-                            f"no {w[1] - w[0]:.0f}-second window of {s.session_id} without a command is free",
+                            f"no {w[1] - w[0]:.0f}-second window of {s.session_id} without a "
+                            "command is free",
                         )
                     )
                     continue
@@ -154,7 +155,8 @@ def photo(s: RecordingSession, c: RecordingCommand, used: set[str], cfg: Introsp
             src,
             "photo_test",
             "too_few_objects",
-            f"{len(pool)} other objects within {half:g} s of the photo (not used before in the session), need {need}",
+            f"{len(pool)} other objects within {half:g} s of the photo (not used before in the "
+            f"session), need {need}",
         )
     picks = rng.sample(sorted(pool), need)
     used.update(picks)

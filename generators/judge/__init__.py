@@ -4,8 +4,9 @@ Kinds (``kind=``), one module each:
 
 - ``wagibench`` (:mod:`~generators.judge.wagibench`): WAGIBench's judge (paper §3.2, appendix
   I.1): a predicted digital action, reformatted into one of the 10 structured types when it is
-  free text, scored 0 / 1 / 2 against the script's cues and the reference (``variant=cues_reference``,
-  the paper's best) or §4.3's other inputs, read from a ``<score>`` tag after any ``<think>`` block.
+  free text, scored 0 / 1 / 2 against the script's cues and the reference
+  (``variant=cues_reference``, the paper's best) or §4.3's other inputs, read from a ``<score>``
+  tag after any ``<think>`` block.
 - ``context`` (:mod:`~generators.judge.context`): the context-tracking benchmark's judge: a
   turn-2 (or repair turn-3) reply labelled current / prior / clarify / abstain with a one-sentence
   rationale, from what the spec lets the judge see; balanced accuracy, repair rate.
@@ -102,7 +103,8 @@ class JudgeConfig(JudgeOptions):
             )
         if self.action == "score" and self.kind is None:
             raise ValueError(
-                "kind= is required: wagibench, context or distractor_validity (or: judge meta input=<ratings>)"
+                "kind= is required: wagibench, context or distractor_validity (or: judge meta "
+                "input=<ratings>)"
             )
         if self.action == "meta" and self.kind is not None:
             raise ValueError(
@@ -114,7 +116,8 @@ class JudgeConfig(JudgeOptions):
             )
         if not self.variant or len(set(self.variant)) != len(self.variant):
             raise ValueError(
-                "variant must name each of its variants once (cues_reference, reference, cues, socratic, "
+                "variant must name each of its variants once (cues_reference, reference, cues, "
+                "socratic, "
                 "socratic_reference, contexts_reference)"
             )
         return self

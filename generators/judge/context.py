@@ -252,15 +252,19 @@ def summarise(
                 sum(bool(r.signals[r.target_context]) for r in t2), len(t2)
             ),
         },
-        "note": "balanced_accuracy: mean of the current and prior turn-2 accuracies (ci95: bootstrap over "
-        "scenarios); per_label: Wilson intervals over replies; repair: turn-2 misses right on turn 3. "
-        "signals are word-boundary hits of the answer lists, recorded beside the judge, not the score.",
+        "note": "balanced_accuracy: mean of the current and prior turn-2 accuracies (ci95: "
+        "bootstrap over "
+        "scenarios); per_label: Wilson intervals over replies; repair: turn-2 misses right on turn "
+        "3. "
+        "signals are word-boundary hits of the answer lists, recorded beside the judge, not the "
+        "score.",
     }
 
 
 def headline(summary: dict[str, Any]) -> list[str]:
     out = [
-        f"judge context: {summary['replies']['judged']} replies judged ({summary['replies']['rejected']} "
+        f"judge context: {summary['replies']['judged']} replies judged "
+        f"({summary['replies']['rejected']} "
         f"rejected), primary judge {summary['primary']}"
     ]
     for cell, m in summary["judges"][summary["primary"]].items():

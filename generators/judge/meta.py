@@ -56,7 +56,8 @@ def plan(cfg: JudgeConfig) -> Plan:
     for where, row in rows:
         if row.judge is None and cfg.judge_run is None:
             raise InputError(
-                f"{where}: judge: missing (give the judge's value in the row, or judge_run=<a judge run>)"
+                f"{where}: judge: missing (give the judge's value in the row, or judge_run=<a "
+                "judge run>)"
             )
         value = values.get(row.id, row.judge) if cfg.judge_run else row.judge
         out.append((where, row.model_copy(update={"judge": value})))
@@ -165,7 +166,8 @@ def rating_kind(rows: Sequence[tuple[str, RatingRow]]) -> str:
         here = {"scores" if isinstance(v, float | int) else "labels" for v in values}
         if len(here) > 1 or (kinds and here != kinds):
             raise InputError(
-                f"{where}: raters: numbers and labels mixed (a file holds scores or labels, not both)"
+                f"{where}: raters: numbers and labels mixed (a file holds scores or labels, not "
+                "both)"
             )
         kinds = here
     return kinds.pop()
@@ -407,7 +409,8 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[MetaRecord]:
         p = summary["pairwise"]
         acc = p["judge_pairwise_accuracy"]
         lines.append(
-            f"  pairs {p['pairs']}, dropped {p['dropped_raters_disagree']}; judge pairwise accuracy "
+            f"  pairs {p['pairs']}, dropped {p['dropped_raters_disagree']}; judge pairwise "
+            "accuracy "
             f"{acc['rate']} {acc['ci95']}"
             + (
                 f"; human {p['human_pairwise_accuracy']['rate']}"
@@ -418,7 +421,8 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[MetaRecord]:
         if summary["baselines"]:
             b = summary["baselines"]
             lines.append(
-                f"  baselines: Snap-MCQ {b['snap_mcq']['judge_pairwise_accuracy']['rate']}, SBERT similarity "
+                f"  baselines: Snap-MCQ {b['snap_mcq']['judge_pairwise_accuracy']['rate']}, SBERT "
+                "similarity "
                 f"{b['sbert_similarity']['judge_pairwise_accuracy']['rate']} (pairwise accuracy)"
             )
     else:

@@ -169,7 +169,8 @@ def summarise(
                 {j.label: [r.flagged[j.label] for r in records] for j in panel.judges}
             ),
         },
-        "note": "flagged: a wrong option scored at least as high as the answer (0 irrelevant, 1 borderline, "
+        "note": "flagged: a wrong option scored at least as high as the answer (0 irrelevant, 1 "
+        "borderline, "
         "2 a good answer), each option judged alone without knowing the key.",
     }
 
@@ -198,8 +199,10 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[ValidityRecord | Reject]:
     summary = summarise(cfg, records, panel, rejected, ctx.seed(0, "bootstrap"))
     p = summary["judges"][panel.primary.label]
     lines = [
-        f"judge distractor_validity: {summary['items']['judged']} items judged by {panel.primary.label}: "
-        f"{p['flagged']['k']}/{p['flagged']['n']} flagged; {p['not_followed']['k']}/{p['not_followed']['n']} "
+        f"judge distractor_validity: {summary['items']['judged']} items judged "
+        f"by {panel.primary.label}: "
+        f"{p['flagged']['k']}/{p['flagged']['n']} "
+        f"flagged; {p['not_followed']['k']}/{p['not_followed']['n']} "
         "option judgments did not follow the format"
     ]
     finish(

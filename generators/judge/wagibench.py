@@ -93,7 +93,8 @@ def _rows(path: Path) -> Iterator[tuple[str, Any]]:
         data = read_json(path)
         if not isinstance(data, list):
             raise InputError(
-                f"{path}: expected a JSON list of rows (WAGIBench's layout), got a {type(data).__name__}"
+                f"{path}: expected a JSON list of rows (WAGIBench's layout), got "
+                f"a {type(data).__name__}"
             )
         for i, row in enumerate(data):
             yield f"{path}:row {i + 1}", row
@@ -508,8 +509,10 @@ def summarise(
             )
             for v in cfg.variant
         },
-        "note": "mean: over the rows the judge scored; mean_failures_as_zero: every row, a reformat that is not "
-        "an action or a judge that did not follow the format counting 0 (WAGIBench's code's convention).",
+        "note": "mean: over the rows the judge scored; mean_failures_as_zero: every row, a "
+        "reformat that is not "
+        "an action or a judge that did not follow the format counting 0 (WAGIBench's code's "
+        "convention).",
     }
 
 
@@ -557,7 +560,8 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[WagibenchJudgeRecord | Re
 def headline(summary: dict[str, Any]) -> list[str]:
     rows = summary["rows"]
     out = [
-        f"judge wagibench: {rows['judged']} judged, {rows['reformat_invalid']} reformats not an action, "
+        f"judge wagibench: {rows['judged']} judged, {rows['reformat_invalid']} reformats not an "
+        "action, "
         f"{rows['rejected']} rejected (of {rows['total']}); primary judge {summary['primary']}"
     ]
     for v, s in summary["judges"][summary["primary"]].items():

@@ -100,7 +100,8 @@ class ReviewConfig(CommonConfig):
     def _check(self) -> ReviewConfig:
         if not REVIEWER.match(self.reviewer):
             raise ValueError(
-                f"reviewer={self.reviewer!r}: letters, digits, . _ - (at most 64); set reviewer=NAME"
+                f"reviewer={self.reviewer!r}: letters, digits, . _ - (at most 64); set "
+                "reviewer=NAME"
             )
         if self.num_shards != 1:
             raise ValueError("review runs in one process (num_shards=1)")
@@ -335,7 +336,8 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for k, a in report["agreement"].items():
         lines.append(
-            f"| {cell(k)} | {a['items']} | {cell(a['observed'])} | {cell(a['kappa'])} | {a['method']} |"
+            f"| {cell(k)} | {a['items']} | {cell(a['observed'])} | {cell(a['kappa'])} "
+            f"| {a['method']} |"
         )
     lines += ["", f"## Disagreements ({len(report['disagreements'])})", ""]
     if report["disagreements"]:
@@ -343,7 +345,8 @@ def markdown(report: dict[str, Any]) -> str:
         for d in report["disagreements"]:
             decisions = ", ".join(f"{r}: {v or '—'}" for r, v in d["decisions"].items())
             lines.append(
-                f"| {d['item_id']} | {cell(d['record_id'])} | {', '.join(d['disagree'])} | {cell(decisions)} |"
+                f"| {d['item_id']} | {cell(d['record_id'])} | {', '.join(d['disagree'])} "
+                f"| {cell(decisions)} |"
             )
     else:
         lines.append("None.")

@@ -143,7 +143,8 @@ def read_validity(path: Path) -> tuple[list[ValidityRecord], str | None]:
         judges = sorted({j for r in records for j in r.scores})
         if len(judges) > 1:
             raise InputError(
-                f"{path}: records of several judges ({', '.join(judges)}) and no manifest naming the primary one"
+                f"{path}: records of several judges ({', '.join(judges)}) and no manifest naming "
+                "the primary one"
             )
         primary = judges[0] if judges else None
     return records, primary
@@ -194,7 +195,8 @@ def _mismatch(item: ReviewItem, n_options: int, answer: int, what: str) -> str |
         return None
     return (
         f"this {what} record has {n_options} options and answer {_letter(answer)}; the item has "
-        f"{len(q.options)} and answer {_letter(q.answer)}: it was made from another version of the item"
+        f"{len(q.options)} and answer {_letter(q.answer)}: it was made from another version of the "
+        "item"
     )
 
 

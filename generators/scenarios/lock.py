@@ -128,5 +128,7 @@ def verify(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[LockCheckRecord | 
         )
     ctx.say(
         *(f"[{NAME}] DRIFT {d}" for d in drift.values()),
-        f"[{NAME}] verify {folder}: {'ok' if not drift else f'{len(drift)} drifted'}; {len(LOCK_KEYS)} entries checked",
+        f"[{NAME}] "
+        f"verify {folder}: {'ok' if not drift else f'{len(drift)} drifted'}; {len(LOCK_KEYS)} "
+        "entries checked",
     )

@@ -352,7 +352,8 @@ def build_units(
             domain = min(domains, key=load)
             if cfg.signature_limit is not None and load(domain)[0] >= cfg.signature_limit:
                 raise ConfigError(
-                    f"distribution: {ct}/{'+'.join(members)} needs more scenarios at difficulty {tier} "
+                    f"distribution: {ct}/{'+'.join(members)} needs more scenarios at "
+                    f"difficulty {tier} "
                     f"than {len(domains)} domains x signature_limit={cfg.signature_limit} allow; "
                     "lower its count or raise signature_limit (null: no limit)"
                 )

@@ -42,7 +42,8 @@ def real(tmp_path_factory, runner_for):
     bundles = read_jsonl(folder / "digital.jsonl")
     rejects = [Reject.model_validate(r) for r in read_jsonl(folder / "rejects.jsonl")]
     print(
-        f"\n[digital real] {len(bundles)} accepted, {len(rejects)} rejected in {wall:.0f}s; rejects: "
+        f"\n[digital real] {len(bundles)} accepted, {len(rejects)} rejected in {wall:.0f}s; "
+        "rejects: "
         + "; ".join(f"#{r.index} {r.stage}/{r.reason}: {r.detail[:160]}" for r in rejects)
     )
     return SimpleNamespace(

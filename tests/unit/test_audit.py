@@ -237,7 +237,8 @@ def test_scenario_records_without_the_released_fields_still_need_roles(tmp_path:
     assert not is_scenario_bank(FIX / "scenarios.jsonl")
     bad = tmp_path / "scenarios.jsonl"
     bad.write_text(
-        '{"scenario_id": 1, "change_type": "location", "target_context": "current", "turn_2_user": "x"}\n'
+        '{"scenario_id": 1, "change_type": "location", "target_context": "current", "turn_2_user": '
+        '"x"}\n'
     )
     with pytest.raises(InputError, match=rf"^{re.escape(str(bad))}:1: scenario_id: "):
         run_audit(tmp_path / "out", bad, embeddings=False)
@@ -432,7 +433,8 @@ def test_fixtures_are_current(tmp_path: Path) -> None:
     assert built == committed
     for rel in built:
         if rel.startswith("digital"):
-            continue  # personas come from Faker and bundles from gen.generators.digital: may move with them
+            # personas come from Faker and bundles from gen.generators.digital: may move with them
+            continue
         assert (tmp_path / rel).read_bytes() == (FIX / rel).read_bytes(), rel
 
 
@@ -523,7 +525,13 @@ PROBE_CHECK = """\"\"\"A check added as one file.\"\"\"
 from gen.generators.audit.registry import CheckResult, check, finding
 
 
-@check("probe", order=18, title="Probe: items counted", finds="nothing, it counts items", uses=("alpha",))
+@check(
+    "probe",
+    order=18,
+    title="Probe: items counted",
+    finds="nothing, it counts items",
+    uses=("alpha",),
+)
 def probe(data, cfg):
     \"\"\"Counts the items, to show that a new check is one new file.\"\"\"
     res = CheckResult("probe", stats={"items": len(data.items)})

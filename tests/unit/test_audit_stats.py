@@ -332,7 +332,8 @@ def test_report_carries_effects_rules_and_power_in_md_and_json(tmp_path: Path) -
     md = (tmp_path / "out" / "audit.md").read_text()
     lo, hi = tell["effect_ci95"]
     assert (
-        f"| goal | pick the longest | binomial | 90 | 43 | 0.478 | 0.333 | 14.4 | {cell(lo)}, {cell(hi)} | "
+        "| goal | pick the longest | binomial | 90 | 43 | 0.478 | 0.333 | 14.4 "
+        f"| {cell(lo)}, {cell(hi)} | "
         f"{cell(tell['p'])} | {cell(tell['p_holm'])} | {cell(tell['detectable_effect'])} | "
         f"{f['severity']}: {tell['rule']} |"
     ) in md

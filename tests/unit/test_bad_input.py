@@ -55,7 +55,8 @@ BOM = codecs.BOM_UTF8
         ('[{"x": 1e999}]', "[0].x: 1e999 is too large for a number"),
         (
             "9" * 5000,
-            "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits)",
+            "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion: value "
+            "has 5000 digits)",
         ),
         ("[" * 100_000 + "]" * 100_000, "not valid JSON (nested too deeply)"),
         ('{"a": 1', "not valid JSON (Expecting ',' delimiter)"),
@@ -1803,7 +1804,8 @@ HOSTILE_CASES = {
     "dev_zero": "input: /dev/zero: is a device, not a regular file",
     "fifo": "input: rows.jsonl: is a FIFO, not a regular file",
     "fifo_in_a_folder": "input: bank holds no MCQ file",  # a FIFO is no file: never opened
-    "chain_input_climbs": "chain.yaml: step mcqs (distractors): inputs.input 'rec/../../../etc/passwd' leaves its folder",
+    "chain_input_climbs": "chain.yaml: step mcqs (distractors): inputs.input "
+    "'rec/../../../etc/passwd' leaves its folder",
     "lock_not_utf8": "MANIFEST.lock.json:1: not UTF-8 text (byte 0xff at column 22",
     "lone_surrogate": "mcq.jsonl:1: question: holds a lone UTF-16 surrogate escape",
     "binary_prompt_conditions": "pc.json:1: not UTF-8 text (byte 0xff at column 1",

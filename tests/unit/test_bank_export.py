@@ -199,7 +199,8 @@ def scenario(i: int, *, sid: str | None = None, target: str = "current") -> dict
         "turn_1_user": f"Should I keep moving this {w(2)}?",
         "turn_2_image": f"A hand grips a flat {w(3)} over a wooden slab.",
         "turn_2_user": f"Is my grip okay for this {w(2)}?",
-        "turn_3_repair_prompt": f"I mean the {gold['current_answers'][0]} now, not the {gold['prior_answers'][0]}.",
+        "turn_3_repair_prompt": f"I mean the {gold['current_answers'][0]} now, not "
+        f"the {gold['prior_answers'][0]}.",
         "turn_3_repair_prompt_deictic": "I mean this thing in my hand right now.",
         "notes": f"note {i}",
         "gold": gold,

@@ -396,7 +396,8 @@ def test_tagger_loads_offline_and_downloads_nothing(tmp_path: Path) -> None:
         from gen.gates import Gates
         from gen.tagging import tags
         assert [t[1] for t in tags("He sands the board.")][:2] == ["PRP", "VBZ"]
-        assert Gates().check("Il fait beau aujourd'hui, on va au parc cet après-midi?", "prose").gate == "language"
+        french = "Il fait beau aujourd'hui, on va au parc cet après-midi?"
+        assert Gates().check(french, "prose").gate == "language"
         print("ok")
     """)
     env = {

@@ -281,7 +281,8 @@ def test_wagibench_prompt_shows_each_support_as_a_dict(tmp_path: Path) -> None:
             state = h["world_state"]
             assert state["context"] == [f"caption {i}"]
             assert state["action"] == [
-                f"{{ 'type': 'search', 'source': 'world', 'query_item': 'a bike', 'query': 'how to fix {i}' }}"
+                "{ 'type': 'search', 'source': 'world', 'query_item': 'a bike', 'query': 'how to "
+                f"fix {i}' }}"
             ]
             assert state["transcription"] == rows[i].get("transcription", "")
             assert state["action"][0] in prompt and f"caption {i}" in prompt

@@ -209,13 +209,15 @@ def test_the_lenient_parse_agrees_with_wagibench_on_reasoning_replies() -> None:
             None,
         ),
         (
-            'Sure!\n<answer>\n```json\n{"type": "find_directions", "to": "the pharmacy"}\n```\n</answer>',
+            'Sure!\n<answer>\n```json\n{"type": "find_directions", "to": "the '
+            'pharmacy"}\n```\n</answer>',
             {"type": "find_directions", "to": "the pharmacy"},
             None,
         ),
         ('{"type": "shop", "content": "soap"}', None, "no_answer_tag"),
         (
-            '<answer>{"type": "shop", "content": "a"}</answer><answer>{"type": "shop", "content": "b"}</answer>',
+            '<answer>{"type": "shop", "content": "a"}</answer><answer>{"type": "shop", "content": '
+            '"b"}</answer>',
             None,
             "several_answer_tags",
         ),
@@ -229,7 +231,8 @@ def test_the_lenient_parse_agrees_with_wagibench_on_reasoning_replies() -> None:
             "invalid_fields",
         ),
         (
-            '<answer>{"type": "search", "source": ["world"], "query_item": "x", "query": "y"}</answer>',
+            '<answer>{"type": "search", "source": ["world"], "query_item": "x", "query": '
+            '"y"}</answer>',
             None,
             "invalid_fields",
         ),
@@ -744,7 +747,11 @@ def wagibench_script(messages: list[dict[str, str]], seed: int) -> str:
     text = messages[-1]["content"]
     if "<answer>" in text:  # the reformat prompt
         if "bike" in text:
-            return 'Here: <answer>{"type": "search", "source": "world", "query_item": "bike tyre", "query": "repair"}</answer>'
+            action = (
+                '{"type": "search", "source": "world", "query_item": "bike tyre", '
+                '"query": "repair"}'
+            )
+            return f"Here: <answer>{action}</answer>"
         return "<answer>lamp ideas</answer>"
     return "<score>2</score>" if "soap" in text else "Relevant, I would say."
 

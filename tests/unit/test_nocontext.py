@@ -141,7 +141,8 @@ FOUR = [
         # the format echoed, the list echoed, nothing, out of range, contradictions
         ("Answer 1: <letter>) <answer>", None),
         (
-            "a) C finishes painting the pottery.\nb) C mixes new paint colours.\nc) C believes the task is complete.",
+            "a) C finishes painting the pottery.\nb) C mixes new paint colours.\nc) C believes the "
+            "task is complete.",
             None,
         ),
         ("", None),

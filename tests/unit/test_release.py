@@ -388,7 +388,10 @@ def test_review_summary_goes_into_card_and_croissant(tmp_path: Path) -> None:
             },
         )
         card = (export(bank, "parquet", tmp_path / "p") / "README.md").read_text()
-        line = "7 items reviewed by 2 reviewer(s): accept 6, reject 1; protocol: two annotators per item."
+        line = (
+            "7 items reviewed by 2 reviewer(s): accept 6, reject 1; "
+            "protocol: two annotators per item."
+        )
         assert f"## Review\n\n{line}" in card
         doc = json.loads((export(bank, "croissant", tmp_path / "c") / "croissant.json").read_text())
         assert (
@@ -669,10 +672,13 @@ def test_filters_name_the_blind_filter_and_the_chain() -> None:
     }
     job = Job(Path("b"), 2, Path("b/versions/v0002"), lock, "0" * 64, {}, Prompts())
     assert filter_lines(job) == [
-        f"v0001: 5 items from tom -> nocontext (run manifest sha256 {'f' * 64}); each generator's own checks dropped "
-        "or regenerated what failed them (counted in its manifest); blind-filtered by nocontext: items that models "
+        f"v0001: 5 items from tom -> nocontext (run manifest sha256 {'f' * 64}); each generator's "
+        "own checks dropped "
+        "or regenerated what failed them (counted in its manifest); blind-filtered by nocontext: "
+        "items that models "
         "answered without the context were removed.",
         f"v0002: 3 items from external file (record files sha256 {'e' * 64}).",
-        "v0002: the batch's audit forced past its findings (force=true) (fail_on=error; 1 errors, 0 warnings, 0 info); "
+        "v0002: the batch's audit forced past its findings (force=true) (fail_on=error; 1 errors, "
+        "0 warnings, 0 info); "
         "refused as exact or near duplicates of bank or batch items: bank:near_duplicate 2.",
     ]

@@ -31,7 +31,8 @@ def _markdown(r: CheckResult) -> list[str]:
         for q, v in mv["per_question_type"].items()
     ]
     out = [
-        f"{s['items_with_results']} items with results ({s['bank_items_without_results']} bank items without); "
+        f"{s['items_with_results']} items with results ({s['bank_items_without_results']} bank "
+        "items without); "
         f"{s['kept_by_nocontext']} kept by the nocontext run.",
         "",
     ] + table(rows)
@@ -48,7 +49,8 @@ def _markdown(r: CheckResult) -> list[str]:
     "blind",
     order=8,
     title="Blind solvability (nocontext results)",
-    finds="models of a nocontext run answering without the context above chance, and the items they solve",
+    finds="models of a nocontext run answering without the context above chance, and the items "
+    "they solve",
     uses=("blind_max_correct", *TELL_OPTIONS),
     markdown=_markdown,
 )
@@ -144,7 +146,8 @@ def blind(data: AuditData, cfg: AuditConfig) -> CheckResult:
                     key,
                     "solved_without_context",
                     "warning",
-                    f"answered correctly without context in more than {cfg.blind_max_correct} shuffles by {', '.join(ms)}",
+                    f"answered correctly without context in more than {cfg.blind_max_correct} "
+                    f"shuffles by {', '.join(ms)}",
                     items=[r["item_id"]],
                     fields=[f"nocontext.correct.{m}" for m in ms],
                     numbers={

@@ -72,7 +72,8 @@ def _markdown(r: CheckResult) -> list[str]:
     "chronology",
     order=12,
     title="Chronological order of options",
-    finds="options shown in the time order of their sources, or the answer at the position of its time rank",
+    finds="options shown in the time order of their sources, or the answer at the position of its "
+    "time rank",
     uses=("min_items_per_test", *TELL_OPTIONS),
     markdown=_markdown,
 )

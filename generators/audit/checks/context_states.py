@@ -25,7 +25,8 @@ KEY = "context_states"
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
     out = [
-        f"{s['items']} items with a visible context; an option is stated when the context holds at least "
+        f"{s['items']} items with a visible context; an option is stated when the context holds at "
+        "least "
         f"{s['containment']:.0%} of the words that set it apart from the item's other options.",
         "",
     ]
@@ -79,7 +80,8 @@ def cohens_h(p1: float, p2: float) -> float:
     KEY,
     order=17,
     title="The context states the answer",
-    finds="a visible context (digital state, history, scenario text) that holds the correct option's own words "
+    finds="a visible context (digital state, history, scenario text) that holds the correct "
+    "option's own words "
     "where it holds no distractor's",
     uses=("states_containment", "min_items_per_test", *TELL_OPTIONS),
     markdown=_markdown,
@@ -163,7 +165,8 @@ def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 KEY,
                 "context_states_answer",
                 tell,
-                f"{q}: the visible context holds at least {t:.0%} of the answer's distinctive words and of no "
+                f"{q}: the visible context holds at least {t:.0%} of the answer's distinctive "
+                "words and of no "
                 f"distractor's in",
                 items=hits,
                 fields=["visible", "options[answer]"],

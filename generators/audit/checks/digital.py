@@ -293,7 +293,8 @@ def _cue_findings(
             else:
                 add(
                     "key_list_without_cue",
-                    f"{app} has key items but the cue is {'on ' + cue_app if cue_app else 'absent'}",
+                    f"{app} has key items but the cue is "
+                    + (f"on {cue_app}" if cue_app else "absent"),
                     [f"apps.{app}.{kname}"],
                 )
     if cue_app is None or cue_app not in raw["apps"]:

@@ -18,7 +18,8 @@ RULES = {
     "wrong_participant": "a support was recorded by another participant",
     "wrong_environment": "a support was recorded in another environment",
     "later_support": "a support was not recorded strictly before its observation",
-    "extra_positive": "more positive supports than the run asked for (or any for a non-longitudinal observation)",
+    "extra_positive": "more positive supports than the run asked for (or any for a "
+    "non-longitudinal observation)",
     "positive_other_script": "a positive ('setup') support of another script",
     "negative_same_script": "a negative support of the observation's own script",
     "repeated_support": "the same recording twice in one bank",
@@ -29,7 +30,8 @@ RULES = {
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
     return [
-        f"{s['banks']} history banks ({s['longitudinal']} longitudinal, {s['with_positive']} with a "
+        f"{s['banks']} history banks ({s['longitudinal']} longitudinal, {s['with_positive']} with "
+        "a "
         f"positive); supports per bank: {cell(s['supports_per_bank'])}; shortfalls the run "
         f"recorded: {cell(s['shortfalls']) or 'none'}.",
         "",
@@ -40,7 +42,8 @@ def _markdown(r: CheckResult) -> list[str]:
     "history",
     order=10,
     title="Longitudinal history banks",
-    finds="history banks breaking WAGIBench's rules: self-support, another participant or environment, "
+    finds="history banks breaking WAGIBench's rules: self-support, another participant or "
+    "environment, "
     "a later support, more than one positive",
     markdown=_markdown,
 )

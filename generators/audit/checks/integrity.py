@@ -132,7 +132,8 @@ def integrity(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 add(
                     "count_mismatch",
                     "error",
-                    f"{fname} has {lines} lines, the manifest counts {counts[count_key]} {count_key}",
+                    f"{fname} has {lines} lines, the manifest "
+                    f"counts {counts[count_key]} {count_key}",
                     [f"counts.{count_key}"],
                     lines=lines,
                     manifest=counts[count_key],
@@ -140,7 +141,8 @@ def integrity(data: AuditData, cfg: AuditConfig) -> CheckResult:
         inputs = _object(manifest, "inputs")
         outside = 0
         for src, digest in sorted(inputs.items()):
-            try:  # an input inside the folder is re-hashed; one outside it (the usual case) is not read
+            # an input inside the folder is re-hashed; one outside it (the usual case) is not read
+            try:
                 p = inside(folder, src, what="manifest input")
             except UnsafePathError:
                 outside += 1

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
     out = [
-        f"Judge {s['judge']}: {s['items_with_results']} items with results ({s['bank_items_without_results']} bank "
+        f"Judge {s['judge']}: {s['items_with_results']} items with results "
+        f"({s['bank_items_without_results']} bank "
         f"items without, {s['results_not_in_bank']} results for items not in the bank); "
         f"{s['answer_not_scored']} items whose answer the judge did not score.",
         "",
@@ -29,7 +30,8 @@ def _markdown(r: CheckResult) -> list[str]:
     "judge",
     order=11,
     title="Wrong options a judge rates as good answers (distractor validity)",
-    finds="items whose wrong option an LLM judge scored at least as high as the answer, and items it could not score (judge= run)",
+    finds="items whose wrong option an LLM judge scored at least as high as the answer, and items "
+    "it could not score (judge= run)",
     uses=("judge_severity",),
     markdown=_markdown,
 )
@@ -65,8 +67,10 @@ def judge(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 key,
                 "distractor_also_answers",
                 cfg.judge_severity,
-                f"judge {label} scored wrong option(s) {options} at least as high as the answer (option {answer}): "
-                f"the answer scored {key_score}, the options {scores} (0 irrelevant, 1 borderline, 2 a good answer)",
+                f"judge {label} scored wrong option(s) {options} at least as high as the answer "
+                f"(option {answer}): "
+                f"the answer scored {key_score}, the options {scores} (0 irrelevant, 1 borderline, "
+                "2 a good answer)",
                 items=[r["item_id"]],
                 fields=[f"options[{i}]" for i in options],
                 numbers={
@@ -86,7 +90,8 @@ def judge(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 key,
                 "not_judged",
                 cfg.judge_severity,
-                f"judge {label} gave no usable score for the answer of {len(unscored)} of {len(rows)} items (it did not "
+                f"judge {label} gave no usable score for the answer of {len(unscored)} "
+                f"of {len(rows)} items (it did not "
                 "follow the <score> format), so their distractors were not screened",
                 items=unscored,
                 fields=["answer"],

@@ -40,7 +40,8 @@ def _markdown(r: CheckResult) -> list[str]:
     ]
     if s["context_overlap"]:
         out += [
-            "Context-overlap tell: share of each option's word trigrams found in the item's visible "
+            "Context-overlap tell: share of each option's word trigrams found in the item's "
+            "visible "
             "fields, and how often picking the option with the most is right.",
             "",
         ]
@@ -175,7 +176,8 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                                 key,
                                 kind,
                                 "warning",
-                                f"{shared:.0%} of the {n}-word phrases of {'the answer' if is_answer else src} appear in {path}",
+                                f"{shared:.0%} of the {n}-word phrases "
+                                f"of {'the answer' if is_answer else src} appear in {path}",
                                 items=[it.item_id],
                                 fields=[path, src],
                                 numbers={"containment": rounded(shared, 3), "n": n},
@@ -190,7 +192,8 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                         key,
                         "privileged_in_id",
                         "error",
-                        f"the item id contains the {'answer' if src.startswith('options[') else src} text",
+                        "the item id contains "
+                        f"the {'answer' if src.startswith('options[') else src} text",
                         items=[it.item_id],
                         fields=["item_id", src],
                         bank=bank,
@@ -305,7 +308,8 @@ def _overlap_tell(
             "leakage",
             "answer_overlaps_context",
             t,
-            f"{t.labels['question_type']}: the option sharing the most word {OVERLAP_N}-grams with the "
+            f"{t.labels['question_type']}: the option sharing the most word {OVERLAP_N}-grams with "
+            "the "
             "visible fields is the answer in",
             items=hits,
             fields=["options[answer]"],
@@ -505,7 +509,8 @@ def _cross_item_leaks(
                             "leakage",
                             "privileged_in_other_item",
                             "warning",
-                            f"{k / size:.0%} of {src} of {ids[src_item]} appears in {path} of {ids[j]}",
+                            f"{k / size:.0%} of {src} of {ids[src_item]} appears in {path} "
+                            f"of {ids[j]}",
                             items=[ids[src_item], ids[j]],
                             fields=[src, path],
                             numbers={"containment": rounded(k / size, 3), "n": n},

@@ -50,7 +50,8 @@ def _markdown(r: CheckResult) -> list[str]:
     "length",
     order=4,
     title="Option-length tell",
-    finds="picking the longest/shortest option beats chance, and answers much longer or shorter than "
+    finds="picking the longest/shortest option beats chance, and answers much longer or shorter "
+    "than "
     "every distractor",
     uses=("length_ratio", "min_items_per_test", *TELL_OPTIONS),
     markdown=_markdown,
@@ -93,10 +94,12 @@ def length(data: AuditData, cfg: AuditConfig) -> CheckResult:
                             key,
                             kind,
                             "warning",
-                            f"the answer is {ratio:.2f}x {word} than {'every' if word == 'longer' else 'the shortest'} "
+                            f"the answer is {ratio:.2f}x {word} "
+                            f"than {'every' if word == 'longer' else 'the shortest'} "
                             f"distractor (rule: > {cfg.length_ratio})"
                             if word == "longer"
-                            else f"every distractor is at least {ratio:.2f}x longer than the answer (rule: > {cfg.length_ratio})",
+                            else f"every distractor is at least {ratio:.2f}x longer than the "
+                            f"answer (rule: > {cfg.length_ratio})",
                             items=[it.item_id],
                             fields=[f"options[{a}]"],
                             numbers={

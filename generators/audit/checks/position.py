@@ -137,7 +137,8 @@ def position(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 key,
                 "position_bias",
                 t,
-                f"{qtype}: answers pile up at {shares} (expected {1 / k:.0%} each, chi-square test); "
+                f"{qtype}: answers pile up at {shares} (expected {1 / k:.0%} each, chi-square "
+                "test); "
                 f"always answering {t.labels['tell'].split()[-1]} is right in",
                 items=[items.ids[i] for i in xs if int(items.answer[i]) in over],
                 fields=["answer"],

@@ -19,7 +19,8 @@ def _markdown(r: CheckResult) -> list[str]:
     return [
         f"{s['labelled']} items labelled by {cell(', '.join(s['reviewers']))}; "
         f"{s['disagreements']} with differing decisions; agreement on the decision: "
-        f"{s['agreement']['method']} kappa {cell(s['agreement']['kappa'])} over {s['agreement']['items']} items "
+        f"{s['agreement']['method']} kappa {cell(s['agreement']['kappa'])} "
+        f"over {s['agreement']['items']} items "
         f"rated by two or more.",
         "",
     ]

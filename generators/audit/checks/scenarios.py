@@ -42,7 +42,8 @@ def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
     out = [
         f"{s['scenarios']} scenarios ({cell(s['subset'])}); targets: {cell(s['target_context'])}; "
-        f"{s['with_findings']} with at least one finding, {s['schema_invalid']} outside the released schema "
+        f"{s['with_findings']} with at least one finding, {s['schema_invalid']} outside the "
+        "released schema "
         f"(only the schema and field-presence rules are applied to those).",
         "",
     ]
@@ -69,7 +70,8 @@ def _fields(detail: str, names: tuple[str, ...]) -> list[str]:
     "scenarios",
     order=16,
     title="Context-tracking scenarios: the benchmark's authoring rules",
-    finds="scenarios breaking the context benchmark's authoring rules: gold words in user speech, object names "
+    finds="scenarios breaking the context benchmark's authoring rules: gold words in user speech, "
+    "object names "
     "in camera text, schema and field presence, duplicate turn-2 texts, signatures over the limit",
     markdown=_markdown,
 )

@@ -350,7 +350,8 @@ def _markdown(r: CheckResult) -> list[str]:
     "shortcut",
     order=7,
     title="Choice-only shortcut classifier",
-    finds="a classifier that sees only the options beats chance; the answer is the option most like the others",
+    finds="a classifier that sees only the options beats chance; the answer is the option most "
+    "like the others",
     uses=(
         "shortcut_folds",
         "shortcut_repeats",
@@ -464,8 +465,10 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 key,
                 "choice_only_shortcut",
                 t,
-                f"{t.labels['question_type']} (listed: the items it solves with p >= {cfg.shortcut_confidence}): "
-                f"a classifier that sees only the options ({cfg.shortcut_folds}-fold cross-validation, "
+                f"{t.labels['question_type']} (listed: the items it solves with p "
+                f">= {cfg.shortcut_confidence}): "
+                f"a classifier that sees only the options ({cfg.shortcut_folds}-fold "
+                "cross-validation, "
                 f"{cfg.shortcut_repeats} draws) is right in",
                 items=easy,
                 fields=["options"],
@@ -482,8 +485,10 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
                     key,
                     "central_answer_tell",
                     t,
-                    f"{t.labels['question_type']} (listed: the items whose answer alone is the most central): the "
-                    "option sharing the most words with the other options (ties broken at random) is the answer in",
+                    f"{t.labels['question_type']} (listed: the items whose answer alone is the "
+                    "most central): the "
+                    "option sharing the most words with the other options (ties broken at random) "
+                    "is the answer in",
                     items=hub,
                     fields=["options"],
                     numbers={"question_type": t.labels["question_type"]},

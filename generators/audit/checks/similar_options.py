@@ -111,7 +111,8 @@ def _block(
                     kind, sev, what = (
                         "distractor_close_to_answer",
                         "warning",
-                        f"distractor {letter(d)} is so close to the answer {letter(it.answer)} that it may also be correct (cosine {s:.3f})",
+                        f"distractor {letter(d)} is so close to the answer {letter(it.answer)} "
+                        f"that it may also be correct (cosine {s:.3f})",
                     )
                 else:
                     continue
@@ -143,7 +144,8 @@ def _block(
     "similar_options",
     order=5,
     title="Near-duplicate options and distractors close to the answer",
-    finds="near-identical options, and distractors so close to the answer that they may also be right",
+    finds="near-identical options, and distractors so close to the answer that they may also be "
+    "right",
     uses=("embeddings", "option_dup_sim", "answer_close_sim"),
     markdown=per_type_table,
     plot=_plot,

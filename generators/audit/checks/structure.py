@@ -28,7 +28,8 @@ def _markdown(r: CheckResult) -> list[str]:
     "structure",
     order=1,
     title="Structure: answers among options, unique options, required fields, counts",
-    finds="answers not among the options, duplicate or empty options, duplicate ids, missing fields",
+    finds="answers not among the options, duplicate or empty options, duplicate ids, "
+    "missing fields",
     markdown=_markdown,
 )
 def structure(data: AuditData, cfg: AuditConfig) -> CheckResult:

@@ -55,7 +55,8 @@ def text(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 key,
                 gate,
                 "warning" if gate in WARN_ONLY else "error",
-                f"{n} text(s) fail the {gate} gate, e.g. {ex['field']} of {ex['item_id']}: {ex['text']!r} ({ex['detail']})",
+                f"{n} text(s) fail the {gate} gate, e.g. {ex['field']} "
+                f"of {ex['item_id']}: {ex['text']!r} ({ex['detail']})",
                 items=sorted({i for g, i, _ in report.failures if g == gate}),
                 fields=sorted({f for g, _, f in report.failures if g == gate}),
                 numbers={"texts": n},
