@@ -217,6 +217,30 @@ def resolve(
     return Resolved(order, kept, removed, grounded, [m for m in members.values() if len(m) > 1])
 
 
+def supported(
+    draft: RerankDraft, support: Sequence[tuple[int, int]]
+) -> tuple[RerankDraft, list[tuple[int, int]]]:
+    """The answer with every ``duplicate_of`` that ``support`` (0-based pairs, e.g. the pairs the
+    embedder puts at or above a floor) does not hold cleared, so :func:`resolve` removes only
+    those duplicates; and the calls cleared, as (candidate, the one it was called a duplicate of).
+    A weak reranker calls unrelated candidates duplicates (SmolLM2-135M marks every candidate a
+    duplicate of the first), which would empty the pool. ``duplicate_of`` naming the candidate
+    itself or no candidate is left for :func:`resolve` to count."""
+    held = {(min(a, b), max(a, b)) for a, b in support}
+    n = len(draft.ranking)
+    cleared: list[tuple[int, int]] = []
+    ranking = []
+    for r in draft.ranking:
+        d = r.duplicate_of
+        if d is not None and 1 <= d <= n and d != r.id:
+            pair = (min(r.id, d) - 1, max(r.id, d) - 1)
+            if pair not in held:
+                cleared.append((r.id - 1, d - 1))
+                r = r.model_copy(update={"duplicate_of": None})
+        ranking.append(r)
+    return draft.model_copy(update={"ranking": ranking}), cleared
+
+
 _EMBED_LOCK = threading.Lock()
 
 

@@ -114,6 +114,9 @@ class RecommendConfig(CommonConfig):
     dedup_similarity: float = Field(0.9, gt=0, le=1)
     """Cosine at or above which the embedding dedup beside the reranker's calls two requests the same
     (measured against the reranker's duplicates: the funnel's ``dedup_agreement``; nothing removed by it)."""
+    confirm_similarity: float = Field(0.75, ge=0, le=1)
+    """A duplicate the reranker calls is removed only when the embedder puts the two requests at or
+    above this cosine (as ``rerank``'s option); 0 = every call."""
 
 
 # --------------------------------------------------------------------------- input and segments
@@ -363,10 +366,16 @@ def one_segment(
         return reject(
             "rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw
         ), best.summary
-    res = rr.resolve(rdraft, len(texts), count=ctx.count)
+    held, unconfirmed = rr.supported(
+        rdraft, rr.embedding_pairs(ctx.embedder, texts, cfg.confirm_similarity)
+    )
+    res = rr.resolve(held, len(texts), count=ctx.count)
     ctx.count("rerank.duplicates_removed", len(res.removed))
+    ctx.count("rerank.unconfirmed_duplicates", len(unconfirmed))
     agree = rr.agreement(
-        len(texts), res.groups, rr.embedding_pairs(ctx.embedder, texts, cfg.dedup_similarity)
+        len(texts),
+        rr.resolve(rdraft, len(texts)).groups,
+        rr.embedding_pairs(ctx.embedder, texts, cfg.dedup_similarity),
     )
     ranked = [
         RankedCandidate(
@@ -398,6 +407,9 @@ def one_segment(
                 "duplicate_of": str(best.kept[k].id),
             }
             for i, k in res.removed
+        ],
+        unconfirmed_duplicates=[
+            [str(best.kept[i].id), str(best.kept[k].id)] for i, k in unconfirmed
         ],
         rerank_reason=rdraft.reason,
         dedup_agreement=agree,
@@ -436,6 +448,7 @@ def funnel(outcomes: list[RecommendationRecord | Reject]) -> dict[str, Any]:
         "requests_turned_away_in_kept_drafts": {c: turned.get(c, 0) for c in CHECKS},
         "after_rerank": sum(len(r.ranked) for r in recs),
         "duplicates_removed": sum(len(r.removed) for r in recs),
+        "duplicates_unconfirmed": sum(len(r.unconfirmed_duplicates) for r in recs),
         "ungrounded_by_reranker": sum(not c.grounded for r in recs for c in r.ranked),
         "dedup_agreement": rr.agreement_summary(
             sum((Counter(r.dedup_agreement) for r in recs), Counter())
@@ -450,7 +463,8 @@ def funnel_lines(f: dict[str, Any]) -> list[str]:
     out: list[str] = []
     out.append(
         f"[{NAME}] {f['segments']} segments, {f['records']} records; {f['requests_kept']} requests kept, "
-        f"{f['after_rerank']} after the rerank ({f['duplicates_removed']} duplicates removed)"
+        f"{f['after_rerank']} after the rerank ({f['duplicates_removed']} duplicates removed, "
+        f"{f['duplicates_unconfirmed']} calls the embedder did not confirm kept)"
     )
     a = f["dedup_agreement"]
     if a["pairs"]:

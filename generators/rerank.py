@@ -29,6 +29,7 @@ from gen.ranking import (
     embedding_pairs,
     render_context,
     resolve,
+    supported,
 )
 from gen.readers import iter_jsonl, validated
 from gen.registry import generator
@@ -49,6 +50,9 @@ class RerankConfig(CommonConfig):
     (the audit's answer_close_sim; MiniLM paraphrases of one request score 0.85–0.95)."""
     max_tokens: int = Field(1024, ge=64)
     """Completion cap of the rerank call (it copies every candidate's text)."""
+    confirm_similarity: float = Field(0.75, ge=0, le=1)
+    """A duplicate the reranker calls is removed only when the embedder puts the two candidates at
+    or above this cosine (MiniLM: paraphrases 0.85–0.95, related requests 0.5–0.7); 0 = every call."""
 
 
 # --------------------------------------------------------------------------- input
@@ -112,8 +116,12 @@ def rerank_pool(ctx: RunContext, cfg: RerankConfig, index: int, pool: Pool) -> R
         count=ctx.count,
         categories=[c.category for c in pool.candidates],
     )
-    res = resolve(draft, len(texts), count=ctx.count)
     emb = embedding_pairs(ctx.embedder, texts, cfg.dedup_similarity)
+    held, unconfirmed = supported(
+        draft, embedding_pairs(ctx.embedder, texts, cfg.confirm_similarity)
+    )
+    res = resolve(held, len(texts), count=ctx.count)
+    ctx.count("rerank.unconfirmed_duplicates", len(unconfirmed))
     ctx.count("rerank.duplicates_removed", len(res.removed))
     ctx.count("rerank.ungrounded", sum(not g for g in res.grounded))
     return RerankRecord(
@@ -136,7 +144,8 @@ def rerank_pool(ctx: RunContext, cfg: RerankConfig, index: int, pool: Pool) -> R
         attempts=attempts,
         order=[ids[i] for i in res.order],
         embedding_duplicates=[[ids[a], ids[b]] for a, b in emb],
-        agreement=agreement(len(texts), res.groups, emb),
+        unconfirmed_duplicates=[[ids[a], ids[b]] for a, b in unconfirmed],
+        agreement=agreement(len(texts), resolve(draft, len(texts)).groups, emb),
     )
 
 

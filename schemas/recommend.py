@@ -95,6 +95,9 @@ class RecommendationRecord(BaseModel):
     ranked: list[RankedCandidate]
     removed: list[dict[str, Any]] = Field(default_factory=list)
     rerank_reason: str | None = None
+    unconfirmed_duplicates: list[list[str]] = Field(default_factory=list)
+    """Duplicates the reranker called that the embedder does not confirm (below
+    ``confirm_similarity``), kept: ``[request id, the one it was called a duplicate of]``."""
     dedup_agreement: dict[str, int] = Field(default_factory=dict)
     """Request pairs by verdict, the reranker's duplicates against the embedding's (``both``,
     ``llm_only``, ``embedding_only``, ``neither``)."""

@@ -141,5 +141,8 @@ class RerankRecord(BaseModel):
     """The reranker's order of every input id, before duplicates were removed."""
     embedding_duplicates: list[list[str]]
     """Pairs of input ids at or above ``dedup_similarity`` cosine under the embedder."""
+    unconfirmed_duplicates: list[list[str]] = Field(default_factory=list)
+    """Duplicates the reranker called that the embedder does not confirm (below
+    ``confirm_similarity``), kept: ``[candidate, the one it was called a duplicate of]``."""
     agreement: dict[str, int]
     """Candidate pairs by verdict: ``both``, ``llm_only``, ``embedding_only``, ``neither``."""

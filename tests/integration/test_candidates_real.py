@@ -85,6 +85,10 @@ def test_the_example_pool_is_reranked_or_rejected_with_the_difference(
         assert [c.id for c in rec.ranked] == list(range(1, len(rec.ranked) + 1))
         assert len(rec.ranked) + len(rec.removed) == 5
         assert sum(rec.agreement.values()) == 10
+        # MiniLM puts only the two pasta timers (0.94) above confirm_similarity=0.75: whatever the
+        # tiny model calls a duplicate, no other candidate is removed
+        assert all({r["input_id"], r["duplicate_of"]} == {"1", "2"} for r in rec.removed)
+        assert len(rec.ranked) >= 4
     for r in read_jsonl(out / "rejects.jsonl"):
         assert r["stage"] == "rerank" and r["reason"]
     assert m["rerank"]["agreement"]["pairs"] in (0, 10)

@@ -6,9 +6,7 @@ Assistance Recognition runs a candidates sub-run with a scripted writer."""
 
 from __future__ import annotations
 
-import json
 import random
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import check_run_folder, read_jsonl
 from fakes import FakeEmbedder
+from scripted import event_writer
 
 from gen.errors import InputError
 from gen.generators.introspect import IntrospectConfig, plan
@@ -470,40 +469,6 @@ def test_memory_assistance_object_form_on_the_example(tmp_path: Path) -> None:
         assert all(r["window"]["start"] <= a <= b <= r["window"]["end"] for a, b in subs)
         assert all(y[0] >= x[1] + 5 for x, y in zip(subs, subs[1:], strict=False))
         assert "remember" not in r["visible"]["context"].lower()
-
-
-def event_writer(messages: list[dict[str, str]], seed: int) -> str:
-    """Rewrites a moment about as long as the right answer (the length rule holds)."""
-    req = messages[-1]["content"]
-    if m := re.search(
-        r'Rewrite this moment as a wrong answer in the same style: "\d+m:\d+s \| (.*)"$', req
-    ):
-        size = len(re.search(r'Right answer: "(.*)"', req)[1])
-        words, text = m[1].replace("The wearer ", "").rstrip(".").split(), ""
-        for w in words * 3:
-            if len(text) + len(w) + 2 > size:
-                break
-            text = f"{text} {w}".strip()
-        while text.split()[-1].lower() in (
-            "a",
-            "an",
-            "the",
-            "of",
-            "at",
-            "to",
-            "in",
-            "on",
-            "with",
-            "and",
-            "by",
-        ):
-            text = text.rsplit(" ", 1)[0]
-        return json.dumps({"text": text[:1].upper() + text[1:] + "."})
-    if "Rewrite this statement" in req:
-        return json.dumps(
-            {"text": req.rsplit('without changing what it says: "', 1)[1].rstrip('"')}
-        )
-    raise AssertionError(req[:200])
 
 
 def test_memory_assistance_event_form_runs_a_candidates_subrun(tmp_path: Path) -> None:

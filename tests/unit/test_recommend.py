@@ -6,13 +6,13 @@ typed."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import check_run_folder, read_jsonl
 from fakes import FakeEmbedder
+from scripted import writer
 
 from gen.generators.recommend import (
     RecommendConfig,
@@ -108,53 +108,6 @@ def test_each_request_check_on_planted_cases() -> None:
     assert request_problem("sauce sauce sauce sauce sauce", grounding, set(), c) == "text_gates"
 
 
-def writer(faults: dict[str, Any] | None = None) -> Any:
-    """Global: a summary and one request per category built from the clip's nouns (plus planted
-    faults); rerank: the given order, nothing removed."""
-    faults = faults or {}
-
-    def reply(messages: list[dict[str, str]], seed: int) -> str:
-        req = messages[-1]["content"]
-        if "Candidates, numbered:" in req:
-            texts = re.findall(
-                r"^(\d+)\. (?:\[[^\]]*\] )?(.*)$", req.rsplit("Candidates, numbered:", 1)[1], re.M
-            )
-            dup = (
-                (lambda i: 1 if int(i) > 1 else None)
-                if faults.get("all_duplicates")
-                else (lambda i: None)
-            )
-            return json.dumps(
-                {
-                    "ranking": [
-                        {"id": int(i), "text": t, "duplicate_of": dup(i), "grounded": True}
-                        for i, t in texts
-                    ],
-                    "reason": "in the given order",
-                }
-            )
-        seen = [ln.split(" | ", 1)[1] for ln in req.splitlines() if re.match(r"^\d+m:\d+s \| ", ln)]
-        words = [
-            w
-            for ln in seen
-            for w in re.findall(r"[a-z]{4,}", ln.lower())
-            if w not in ("wearer", "with", "into")
-        ]
-        out: dict[str, Any] = {
-            "summary": "The wearer " + seen[0].split(" ", 2)[-1].rstrip(".") + " and carries on."
-        }
-        for j, cat in enumerate(CATEGORIES):
-            out[cat] = [f"Tell me something useful about the {words[j % len(words)]} here."]
-        if faults.get("ungrounded"):
-            out = {
-                **out,
-                **{cat: ["Tell me a joke about penguins."] for cat in list(CATEGORIES)[:7]},
-            }
-        return json.dumps(out)
-
-    return reply
-
-
 def run_recommend(out: Path, reply: Any, **kw: Any) -> tuple[Any, RunContext]:
     c = cfg(**kw)
     ctx = RunContext(NAME, c, out).use(llm=scripted_llm(reply), embedder=FakeEmbedder())
@@ -212,17 +165,29 @@ def test_reader_names_bad_lines(tmp_path: Path) -> None:
 
 
 def test_the_embedding_dedup_is_measured_beside_the_rerankers(tmp_path: Path) -> None:
-    """A reranker that calls every request a duplicate of the first (as SmolLM2-135M does) keeps one
-    request; the embedding's verdict on each pair is recorded beside it, so the funnel shows the
-    pairs only the reranker called the same."""
-    out = tmp_path / "run"
-    result, _ = run_recommend(out, writer({"all_duplicates": True}), min_candidates=3, n=1)
+    """A reranker that calls every request a duplicate of the first (as SmolLM2-135M does): only
+    the calls the embedder confirms remove a request (before: a pool of one whatever the
+    embedder said); the embedding's verdict on each pair is recorded beside the reranker's, so the
+    funnel shows the pairs only the reranker called the same."""
+    # the writer's requests share all words but one ("Tell me something useful about the X
+    # here."): the bag-of-words fake puts each pair at 6/7 = 0.86
+    out = tmp_path / "strict"
+    writes = writer({"all_duplicates": True})
+    result, _ = run_recommend(out, writes, min_candidates=3, n=1, confirm_similarity=0.9)
     (rec,) = read_jsonl(out / "recommend.jsonl")
     n = len(rec["candidates"])
-    assert len(rec["ranked"]) == 1 and len(rec["removed"]) == n - 1
+    assert rec["removed"] == [] and len(rec["ranked"]) == n
+    assert rec["unconfirmed_duplicates"] == [[str(i), "1"] for i in range(2, n + 1)]
     a = rec["dedup_agreement"]
     assert (
         a["both"] + a["llm_only"] == n * (n - 1) // 2 and a["embedding_only"] == a["neither"] == 0
     )
-    f = result.manifest[NAME]["funnel"]["dedup_agreement"]
-    assert f["pairs"] == n * (n - 1) // 2 and f["llm_only"] == a["llm_only"]
+    f = result.manifest[NAME]["funnel"]
+    assert f["dedup_agreement"]["pairs"] == n * (n - 1) // 2
+    assert f["dedup_agreement"]["llm_only"] == a["llm_only"]
+    assert f["duplicates_unconfirmed"] == n - 1 and f["duplicates_removed"] == 0
+    out = tmp_path / "default"  # confirm_similarity=0.75: the fake confirms every call
+    run_recommend(out, writes, min_candidates=3, n=1)
+    (rec,) = read_jsonl(out / "recommend.jsonl")
+    assert len(rec["ranked"]) == 1 and len(rec["removed"]) == n - 1
+    assert rec["unconfirmed_duplicates"] == []

@@ -26,6 +26,7 @@ from gen.ranking import (
     embedding_pairs,
     permutation_problems,
     resolve,
+    supported,
 )
 from gen.runner import RunContext, run
 from gen.schemas.rerank import RerankDraft, rerank_draft
@@ -256,7 +257,13 @@ def rerank_reply(dups: dict[int, int], ungrounded: tuple[int, ...] = ()) -> Any:
 def test_rerank_generator_renumbers_the_kept_candidates_and_reports_agreement(
     tmp_path: Path,
 ) -> None:
-    cfg = RerankConfig(input=str(POOLS), cache_dir=None, progress="off", dedup_similarity=0.6)
+    cfg = RerankConfig(
+        input=str(POOLS),
+        cache_dir=None,
+        progress="off",
+        dedup_similarity=0.6,
+        confirm_similarity=0.6,  # the bag-of-words fake puts the two timers at 0.64
+    )
     out = tmp_path / "run"
     ctx = RunContext("rerank", cfg, out).use(
         llm=scripted_llm(rerank_reply({1: 2}, ungrounded=(5,)), sampling=cfg.llm),
@@ -309,3 +316,42 @@ def test_rerank_generator_rejects_a_pool_it_cannot_get_back_whole(tmp_path: Path
     assert result.accepted == 0 and [r["reason"] for r in rej] == ["not_a_permutation"]
     assert rej[0]["detail"] == "pool p: dropped [2]; listed [1] more than once (after 2 calls)"
     assert result.manifest["validators"] == {"rerank.dropped_ids": 2, "rerank.repeated_ids": 2}
+
+
+def test_supported_clears_the_duplicate_calls_the_embedding_does_not_hold() -> None:
+    # 2, 3 and 4 called duplicates of 1; 3 of itself (resolve counts that); only (0, 1) is held
+    answer = draft([1, 2, 3, 4], dup={2: 1, 3: 3, 4: 1})
+    held, cleared = supported(answer, [(1, 0)])
+    assert cleared == [(3, 0)]
+    assert [r.duplicate_of for r in held.ranking] == [None, 1, 3, None]
+    assert [r.duplicate_of for r in answer.ranking] == [None, 1, 3, 1]  # the answer is unchanged
+    assert supported(answer, [(0, 1), (0, 3)])[1] == []
+
+
+def test_rerank_keeps_candidates_the_reranker_calls_duplicates_without_support(
+    tmp_path: Path,
+) -> None:
+    """SmolLM2-135M calls every candidate a duplicate of the first: only the call the embedding
+    confirms removes a candidate; the others stay, listed as unconfirmed (before: a pool of one)."""
+    pools = tmp_path / "pools.jsonl"
+    texts = ["start the pasta timer now", "start the pasta timer", "book a taxi", "suggest a sauce"]
+    pools.write_text(
+        json.dumps({"pool_id": "p", "context": "C cooks pasta.", "candidates": texts}) + "\n",
+        encoding="utf-8",
+    )
+    cfg = RerankConfig(input=str(pools), cache_dir=None, progress="off")
+    out = tmp_path / "run"
+    ctx = RunContext("rerank", cfg, out).use(
+        llm=scripted_llm(rerank_reply({2: 1, 3: 1, 4: 1}), sampling=cfg.llm),
+        embedder=FakeEmbedder(),
+    )
+    result = run("rerank", cfg, out, ctx=ctx, quiet=True)
+    rec = read_jsonl(out / "rerank.jsonl")[0]
+    # the reranker reversed the pool, so of the two timers (fake cosine 0.89) 2 ranks higher and stays
+    assert [c["text"] for c in rec["ranked"]] == [texts[3], texts[2], texts[1]]
+    assert rec["removed"] == [{"input_id": "1", "text": texts[0], "duplicate_of": "2"}]
+    assert rec["unconfirmed_duplicates"] == [["4", "1"], ["3", "1"]]
+    # the agreement still measures the reranker's own calls against the embedding's
+    # (the fake puts the timers under dedup_similarity=0.9: the embedding flags no pair)
+    assert rec["agreement"] == {"both": 0, "llm_only": 6, "embedding_only": 0, "neither": 0}
+    assert result.manifest["validators"]["rerank.unconfirmed_duplicates"] == 2
