@@ -99,6 +99,10 @@ def prompt_lines(lines: list[TimedLine], numbered: bool) -> list[str]:
     ]
 
 
+MODEL_STAGE = {"distractors": "writer", "reasons": "writer", "reword": "rewording"}
+"""Each call's stage -> the stage whose model it uses (``stages.<stage>.llm``)."""
+
+
 def _llm(
     ctx: RunContext,
     msgs: list[dict[str, str]],
@@ -109,7 +113,8 @@ def _llm(
     errors: list[LLMOutputError],
 ) -> Any:
     try:
-        return ctx.llm.structured(msgs, schema, seed=seed, max_tokens=max_tokens)
+        llm = ctx.stage_llm(MODEL_STAGE[stage])
+        return llm.structured(msgs, schema, seed=seed, max_tokens=max_tokens)
     except LLMOutputError as e:
         ctx.count(f"{stage}.llm_{e.reason}")
         errors.append(e)
@@ -463,7 +468,7 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
         texts = [s.positive.text, *(o.text for o in pool.items)]
         try:
             draft, calls = rr.call(
-                ctx.llm,
+                ctx.stage_llm("rerank"),
                 ctx.prompts,
                 rr.render_context(item.context),
                 texts,

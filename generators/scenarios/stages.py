@@ -177,7 +177,7 @@ class Writer:
         for _ in range(budget):
             a = u.trace.next_attempt(stage)
             try:
-                draft = self.ctx.llm.structured(
+                draft = self.ctx.stage_llm(stage).structured(  # stages.<stage>.llm
                     messages, schema, seed=self.ctx.seed(u.index, stage, a), max_tokens=max_tokens
                 )
             except LLMOutputError as e:
