@@ -10,8 +10,14 @@ generator it
    the request's hash; that run's records are the reference;
 2. replays at N slots with today's code (``--before``: a checkout of the code to compare with,
    put first on PYTHONPATH) and with this checkout, ``llm.concurrency=N``: the time-weighted mean
-   of calls in flight (seen by the server, from its first request to its last reply), calls/s
-   against N/latency, records/hour, and whether the records are byte-identical to the reference.
+   of calls in flight (seen by the server, from its first request to its last reply), the most
+   at once, calls/s against N/latency, records/hour, the generator's own CPU seconds, and whether
+   the records are byte-identical to the reference;
+3. replays once more at 1024 slots (``unbounded``): the calls in flight these records allow at
+   most, whatever the scheduler (records x independent calls in each, over their chains of
+   dependent calls). At N slots a run can keep at most min(N, that) busy; where ``after`` is
+   below it, the scheduling or the generator's own CPU (checks, embeddings between calls) is
+   the limit, and ``client_cpu_s`` against the span says which.
 
     python bench/server_scale.py --generators personas nocontext [--slots 64] [--latency 2] \
         [--before /tmp/gen-main] [--json bench/results/server_scale.json]
@@ -39,23 +45,53 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 
+EGOTOM = SHARED / "data" / "egotom_paper"
+
 GENERATORS: dict[str, list[str]] = {
-    "personas": ["n=96"],
-    "nocontext": [f"input={SHARED / 'data' / 'egotom_paper'}", "sample=128"],
-    "digital": ["n=12", "persona_pool=24"],
-    "tom": [f"input={ROOT / 'examples' / 'tom' / 'timelines.jsonl'}"],
-    "rerank": [f"input={ROOT / 'examples' / 'rerank' / 'pools.jsonl'}"],
-    "candidates": [f"input={ROOT / 'examples' / 'candidates' / 'items.jsonl'}"],
+    "personas": ["n=16"],
+    "nocontext": [f"input={EGOTOM}", "sample=128"],
+    "digital": ["n=2", "persona_file={work}/../personas/record/personas.jsonl"],
+    "tom": [f"input={EGOTOM}", "n=4"],
+    "rerank": ["input={work}/pools.jsonl", "n=4"],
+    "candidates": [f"input={EGOTOM / 'egotom_goal_shuffled.csv'}", "n=32"],
+    "scenarios": ["n=6"],
 }
-"""Each generator's options (beside llm=…): enough records to fill 64 slots several times over."""
-RECORDS = {
-    "personas": "personas.jsonl",
-    "nocontext": "nocontext.jsonl",
-    "digital": "digital.jsonl",
-    "tom": "tom.jsonl",
-    "rerank": "rerank.jsonl",
-    "candidates": "candidates.jsonl",
-}
+"""Each generator's options (beside llm=…); ``{work}`` is the generator's bench folder (digital
+takes the personas run's pool: run personas first). The sizes are what recording the embedded
+model's answers on 2 shared cores allowed in an hour for all six (1-10 answers a minute): fewer
+records than slots, so the unbounded replay, not the 64 slots, bounds them. Raise them on a
+machine with time to record; a larger n extends a smaller one's recording."""
+RECORDS = {name: f"{name}.jsonl" for name in GENERATORS}
+
+
+def rerank_pools(path: Path, n: int = 16) -> None:
+    """``n`` pools from EgoToM's goal questions: the clip's last 12 narration lines as context,
+    the goal choices as candidates (the true goal and two wrong ones; real text, one pool a clip)."""
+    import csv
+
+    rows = []
+    with (EGOTOM / "egotom_goal_shuffled.csv").open(encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            lines = [ln.strip() for ln in row["narrations_in_context"].splitlines() if ln.strip()]
+            texts = [row[k] for k in ("gt_goal", "goal_choice_a", "goal_choice_b", "goal_choice_c")]
+            if len(set(texts)) < 3:
+                continue
+            rows.append(
+                {
+                    "pool_id": row["cuid"],
+                    "context": " ".join(lines[-12:]),
+                    "candidates": sorted(set(texts)),
+                }
+            )
+            if len(rows) == n:
+                break
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+UNBOUNDED = 1024
+"""Slots (and llm.concurrency) of the ``unbounded`` replay: more than any measured run keeps in
+flight, so its mean is the records' own parallelism (records x independent calls in each, over
+their chains of dependent calls), the most any scheduler could keep busy with them."""
 
 
 def request_key(body: dict[str, Any]) -> str:
@@ -82,7 +118,7 @@ class Server:
         self.recording, self.mode, self.latency, self.keep = recording, mode, latency, keep
         self.slots = threading.BoundedSemaphore(slots)
         self.lock = threading.Lock()
-        self.in_flight = self.calls = self.misses = 0
+        self.in_flight = self.calls = self.misses = self.max_in_flight = 0
         self.area = 0.0
         self.first: float | None = None
         self.last = self.at = 0.0
@@ -130,6 +166,7 @@ class Server:
             self.area += self.in_flight * (now - self.at)
             self.at = now
             self.in_flight += delta
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
             if delta < 0:
                 self.last = now
 
@@ -178,6 +215,7 @@ class Server:
                 "misses": self.misses,
                 "seconds": round(span, 2),
                 "mean_in_flight": round(self.area / span, 2) if span > 0 else 0.0,
+                "max_in_flight": self.max_in_flight,
             }
 
     def close(self) -> None:
@@ -194,7 +232,7 @@ def _llama_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 def run_gen(
     name: str, url: str, concurrency: int, out: Path, code: Path | None
-) -> tuple[int, float, str]:
+) -> tuple[int, float, str, float]:
     """``python -m gen <name>`` against ``url``; ``code``: a checkout first on PYTHONPATH."""
     env = {**os.environ, "NO_PROXY": "127.0.0.1", "GEN_CACHE_DIR": str(out.parent / "cache-unused")}
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
@@ -206,7 +244,7 @@ def run_gen(
         "-m",
         "gen",
         name,
-        *GENERATORS[name],
+        *(o.replace("{work}", str(out.parent)) for o in GENERATORS[name]),
         "llm=openai",
         f"llm.base_url={url}",
         "llm.model=smollm2-replay",
@@ -216,9 +254,23 @@ def run_gen(
         "progress=off",
         f"hydra.run.dir={out}",
     ]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _children_cpu()
     proc = subprocess.run(args, cwd=out.parent, env=env, capture_output=True, text=True)
-    return proc.returncode, time.perf_counter() - t0, (proc.stderr.strip().splitlines() or [""])[-1]
+    last = (proc.stderr.strip().splitlines() or [""])[-1]
+    return proc.returncode, time.perf_counter() - t0, last, _children_cpu() - cpu0
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _rejects(folder: Path) -> bytes:
+    path = folder / "rejects.jsonl"
+    return path.read_bytes() if path.is_file() else b""
 
 
 def count_records(path: Path) -> int:
@@ -234,6 +286,12 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=2.0)
     ap.add_argument(
         "--before", type=Path, default=None, help="a checkout of the code to compare with"
+    )
+    ap.add_argument(
+        "--unbounded",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"also replay at {UNBOUNDED} slots: the calls in flight these records allow at most",
     )
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench" / "server_scale")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "server_scale.json")
@@ -260,9 +318,11 @@ def main() -> int:
                 row = json.loads(line)
                 recording[row["key"]] = row["reply"]
         reference = work / "record" / RECORDS[name]
+        if name == "rerank" and not (work / "pools.jsonl").is_file():
+            rerank_pools(work / "pools.jsonl")
         if not reference.is_file():
             srv = Server(recording, "record", keep=rec_file)
-            code, secs, last = run_gen(name, srv.url, 1, work / "record", None)
+            code, secs, last, _ = run_gen(name, srv.url, 1, work / "record", None)
             srv.close()
             print(
                 f"{name}: recorded {len(recording)} answers in {secs:.0f} s (exit {code}) {last}",
@@ -272,12 +332,15 @@ def main() -> int:
             "recorded_calls": len(recording),
             "records": count_records(reference),
         }
-        for label, code_dir in (("before", args.before), ("after", None)):
+        runs = [("before", args.before, args.slots), ("after", None, args.slots)]
+        if args.unbounded:
+            runs.append(("unbounded", None, UNBOUNDED))
+        for label, code_dir, slots in runs:
             if label == "before" and code_dir is None:
                 continue
-            srv = Server(recording, "replay", args.slots, args.latency)
+            srv = Server(recording, "replay", slots, args.latency)
             out = work / label
-            code, secs, last = run_gen(name, srv.url, args.slots, out, code_dir)
+            code, secs, last, cpu = run_gen(name, srv.url, slots, out, code_dir)
             srv.close()
             s = srv.stats()
             got = out / RECORDS[name]
@@ -285,11 +348,15 @@ def main() -> int:
                 **s,
                 "exit": code,
                 "wall_s": round(secs, 1),
-                "busy": round(s["mean_in_flight"] / args.slots, 3),
+                "busy": round(s["mean_in_flight"] / slots, 3),
                 "calls_per_s": round(s["calls"] / s["seconds"], 2) if s["seconds"] else 0.0,
                 "records_per_hour": round(count_records(got) / secs * 3600) if secs else 0,
+                "records_written": count_records(got),
+                "rejects_written": count_records(out / "rejects.jsonl"),
+                "client_cpu_s": round(cpu, 1),
                 "identical_to_one_slot": got.is_file()
-                and got.read_bytes() == reference.read_bytes(),
+                and got.read_bytes() == reference.read_bytes()
+                and _rejects(out) == _rejects(reference.parent),
                 **({"error": last} if code else {}),
             }
             print(f"{name} {label}: {json.dumps(row[label])}", flush=True)

@@ -34,12 +34,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field, model_validator
 
 from gen.errors import InputError, MissingInputError
-from gen.manifest import JsonListWriter
+from gen.manifest import JsonListWriter, atomic_write
 from gen.paths import EXAMPLES
 from gen.readers import iter_jsonl, load_run_records, validated
 from gen.registry import generator
@@ -49,6 +49,8 @@ from gen.schemas.distractors import ContextWindow, CueEntry, Goal
 from gen.schemas.history import HistoryRecord, HistoryType, Observation, Support
 
 NAME = "history"
+WHOLE_RUN_OUTPUTS = ("observations.jsonl", "goals.jsonl")
+"""What a synthesizing run writes whole in every shard (the table), not its slice."""
 ENVIRONMENTS = ["kitchen", "living room", "home office", "garage", "bedroom", "gym"]
 
 
@@ -381,11 +383,22 @@ def observation_row(o: Observation) -> dict[str, Any]:
 def merge_shards(
     ctx: RunContext, records: list[dict[str, Any]], manifests: list[dict[str, Any]]
 ) -> None:
-    """``merge``: the bank summary over every shard's records."""
+    """``merge``: the bank summary over every shard's records. A synthesized table
+    (``observations.jsonl``, ``goals.jsonl``) is the whole run's in every shard, not a slice: it is
+    copied once (every shard's copy must be the same), not concatenated."""
     ctx.extra["history"] = summary(
         [HistoryRecord.model_validate(r) for r in records],
         sum(m["history"]["rejected"] for m in manifests),
     )
+    if not manifests[0]["config"].get("synthesize"):
+        return
+    folders = [Path(p).expanduser() for p in cast(list[str], ctx.cfg.input)]
+    for name in WHOLE_RUN_OUTPUTS:
+        copies = {(f / name).read_bytes() for f in folders if (f / name).is_file()}
+        if len(copies) > 1:
+            raise ValueError(f"the shards' {name} differ (a synthesized table is the same in all)")
+        if copies:
+            atomic_write(ctx.out_dir / name, copies.pop().decode("utf-8"))
 
 
 class Tally:

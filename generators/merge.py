@@ -219,6 +219,9 @@ def merge_file(parts: list[Path]) -> str | None:
         data = [read_json(p) for p in parts]
         if all(isinstance(d, list) for d in data):
             joined: Any = [x for d in data for x in d]
+            for indent in (1, None):  # a list streamed by JsonListWriter keeps its layout
+                if read_text(parts[0]) == _streamed(data[0], indent):
+                    return _streamed(joined, indent)
         elif all(isinstance(d, dict) for d in data):
             joined = {}
             for d in data:
@@ -231,6 +234,16 @@ def merge_file(parts: list[Path]) -> str | None:
             json.dumps(joined, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
         )  # as ctx.write_json
     return None
+
+
+def _streamed(items: list[Any], indent: int | None) -> str:
+    """A list as :class:`gen.manifest.JsonListWriter` writes it."""
+    if not items:
+        return "[]\n"
+    body = ",\n".join(
+        json.dumps(x, ensure_ascii=False, indent=indent, allow_nan=False) for x in items
+    )
+    return "[\n" + body + "\n]\n"
 
 
 def merge_outputs(shards: list[Shard], out: Path) -> list[str]:

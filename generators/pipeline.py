@@ -9,6 +9,12 @@ whose folder holds a finished run of the same config, and resumes the one that w
 (its finished model calls replay from the cache). A step that ends with a non-zero exit code stops
 the chain with one line naming it, unless the step lists that code under ``allow_exit`` (an audit's
 1 on findings, say).
+
+``shards=K`` runs each shardable step as K jobs (``shard=i num_shards=K``) in
+``<run folder>/<step>.shards/<i>/`` and merges them (``merge``) into the step's folder before the
+next step reads it: in this process one after another (``launcher=local``), or as jobs of a Hydra
+launcher (``launcher=submitit_slurm``, ``submitit_local``, ``joblib``; :mod:`gen.launch`). A rerun
+launches only the shards without a finished folder.
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gen.errors import ConfigError, InputError, MissingInputError
+from gen.errors import ConfigError, GenError, InputError, MissingInputError
+from gen.launch import Launcher, check_launcher, launch, shard_command
 from gen.paths import EXAMPLES, UnsafePathError, inside, safe_part
 from gen.readers import no_lone_surrogates, read_text, validated
 from gen.registry import REGISTRY, generator
+from gen.runfolder import RunFolder
 from gen.runner import SHARED_OPTIONS, CommonConfig, Plan, RunContext
 from gen.schemas.pipeline import StepRecord
 
@@ -43,6 +51,9 @@ class Step(BaseModel):
     """option -> an earlier step's name, or ``step/file`` for a file in its run folder."""
     allow_exit: list[int] = Field(default_factory=list)
     """Exit codes of this step that do not stop the chain (an audit's 1 on findings)."""
+    shard: bool | None = None
+    """Run this step as the pipeline's ``shards`` jobs and merge them (null: when its generator
+    merges its shards' summaries, :attr:`gen.registry.Generator.merge`)."""
 
 
 class PipelineConfig(CommonConfig):
@@ -50,6 +61,21 @@ class PipelineConfig(CommonConfig):
     """Steps to run: the first n of the chain (null: all)."""
     chain: str = "wagibench"
     """A chain shipped in examples/chains/ by name, or the path of a YAML file of steps."""
+    shards: int = Field(1, ge=1, le=10_000)
+    """Jobs each shardable step runs as (its shards are merged before the next step)."""
+    launcher: Launcher = "local"
+    """Where shards run: local (here, one after another), joblib, submitit_local, submitit_slurm."""
+    launcher_options: dict[str, Any] = Field(default_factory=dict)
+    """The launcher's settings (hydra.launcher.*): partition, timeout_min, cpus_per_task, mem_gb…"""
+
+    @model_validator(mode="after")
+    def _not_cut(self) -> PipelineConfig:
+        if self.num_shards > 1:
+            raise ValueError(
+                "num_shards would cut the chain's steps; give shards=K to run each shardable "
+                "step as K jobs"
+            )
+        return self
 
 
 class Chain(BaseModel):
@@ -134,6 +160,8 @@ def plan(cfg: PipelineConfig) -> Plan:
     """One index per step; every step's config is validated here, before the first runs."""
     path = chain_path(cfg)
     steps = read_chain(path)
+    if cfg.shards > 1:
+        check_launcher(cfg.launcher, cfg.launcher_options)
     steps = steps[: cfg.n] if cfg.n is not None else steps
     for s in steps:
         step_config(
@@ -151,13 +179,34 @@ def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
         step = steps[i]
         folder = inside(ctx.out_dir, safe_part(step.name), what="step name")
         ctx.say(f"[pipeline] step {i + 1}/{len(steps)}: {step.name} ({step.generator})")
-        run = ctx.subrun(
-            step.generator,
-            folder,
-            reuse=True,
-            quiet=cfg.progress == "off",
-            **step_options(step, ctx.out_dir, str(chain_path(cfg))),
-        )
+        if sharded(step, cfg):
+            run, missing = run_shards(step, cfg, ctx, folder)
+            if run is None:
+                yield StepRecord(
+                    step=step.name,
+                    generator=step.generator,
+                    folder=shards_dir(ctx.out_dir, step).name,
+                    status="ran",
+                    exit_code=1,
+                    counts={"shards": cfg.shards, "shards_finished": cfg.shards - len(missing)},
+                )
+                ctx.fail(
+                    f"chain step {step.name} ({step.generator}): shard(s) "
+                    f"{', '.join(map(str, missing))} of {cfg.shards} did not finish (see "
+                    f"{shards_dir(ctx.out_dir, step)}: the shards' folders and launch.log); "
+                    "the same command into the same folder runs only those again",
+                    1,
+                )
+                yield from not_run(steps, range(i + 1, ctx.indices().stop))
+                return
+        else:
+            run = ctx.subrun(
+                step.generator,
+                folder,
+                reuse=True,
+                quiet=cfg.progress == "off",
+                **step_options(step, ctx.out_dir, str(chain_path(cfg))),
+            )
         ctx.count("steps.skipped" if run.reused else "steps.ran")
         code = run.manifest.exit_code
         yield StepRecord(
@@ -178,13 +227,115 @@ def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
                 ),
                 code,
             )
-            for j in range(i + 1, ctx.indices().stop):
-                yield StepRecord(
-                    step=steps[j].name,
-                    generator=steps[j].generator,
-                    folder=steps[j].name,
-                    status="not_run",
-                    exit_code=None,
-                    counts={},
-                )
+            yield from not_run(steps, range(i + 1, ctx.indices().stop))
             return
+
+
+def not_run(steps: list[Step], indices: range) -> Iterator[StepRecord]:
+    """The steps an earlier step's failure kept from running."""
+    for j in indices:
+        yield StepRecord(
+            step=steps[j].name,
+            generator=steps[j].generator,
+            folder=steps[j].name,
+            status="not_run",
+            exit_code=None,
+            counts={},
+        )
+
+
+def sharded(step: Step, cfg: PipelineConfig) -> bool:
+    """The step runs as ``cfg.shards`` jobs: asked for, and the step is shardable (it says so,
+    or by default its generator merges its shards' summaries)."""
+    if cfg.shards == 1:
+        return False
+    return step.shard if step.shard is not None else REGISTRY[step.generator].merge is not None
+
+
+def shards_dir(run_dir: Path, step: Step) -> Path:
+    """Where a sharded step's shards run: ``<run>/<step>.shards/<i>/`` (and the launcher's
+    files: ``launch.log``, ``.submitit/``)."""
+    return inside(run_dir, f"{safe_part(step.name)}.shards", what="step name")
+
+
+def run_shards(
+    step: Step, cfg: PipelineConfig, ctx: RunContext, folder: Path
+) -> tuple[RunFolder | None, list[int]]:
+    """Run a step as ``cfg.shards`` jobs (those without a finished folder of their config; all
+    on a first run) and merge them into the step's folder; the merged folder, or None and the
+    shards that did not finish. Every shard has the config the unsharded step would have (the
+    pipeline's shared options and the step's own, :meth:`RunContext.config_for`) but its slice."""
+    run_dir = ctx.out_dir.resolve()
+    base = shards_dir(run_dir, step)
+    options = step_options(step, run_dir, str(chain_path(cfg)))
+    dirs = [base / str(k) for k in range(cfg.shards)]
+    configs = [
+        ctx.config_for(step.generator, shard=k, num_shards=cfg.shards, **options)
+        for k in range(cfg.shards)
+    ]
+
+    def pending() -> list[int]:
+        return [
+            k
+            for k, (d, c) in enumerate(zip(dirs, configs, strict=True))
+            if (done := RunFolder.find(d)) is None or not done.finished_with(c)
+        ]
+
+    todo = pending()
+    if todo and cfg.launcher == "local":
+        for k in todo:
+            ctx.say(f"[pipeline]   {step.name}: shard {k + 1}/{cfg.shards}")
+            ctx.subrun(
+                step.generator,
+                dirs[k],
+                reuse=True,
+                quiet=cfg.progress == "off",
+                shard=k,
+                num_shards=cfg.shards,
+                **options,
+            )
+    elif todo:
+        spec = REGISTRY[step.generator]
+        shared = {
+            k: getattr(cfg, k)
+            for k in SHARED_OPTIONS
+            if k not in options and k in spec.config.model_fields
+        }
+        command = shard_command(
+            step.generator,
+            {**shared, **options},
+            todo,
+            cfg.shards,
+            base,
+            cfg.launcher,
+            cfg.launcher_options,
+        )
+        ctx.say(
+            f"[pipeline]   {step.name}: shard(s) {', '.join(map(str, todo))} of {cfg.shards} "
+            f"through {cfg.launcher} (log: {base / 'launch.log'})"
+        )
+        seen = [len(todo)]
+
+        def report() -> None:  # a line when a shard finishes, while the jobs run
+            try:
+                left = len(pending())
+            except (GenError, OSError):  # a folder being written: the next look reads it
+                return
+            if left != seen[0]:
+                seen[0] = left
+                ctx.say(
+                    f"[pipeline]   {step.name}: {cfg.shards - left}/{cfg.shards} shards finished"
+                )
+
+        launch(command, base / "launch.log", every=cfg.progress_every, report=report)
+    missing = pending()
+    if missing:
+        return None, missing
+    merged = ctx.subrun(
+        "merge",
+        folder,
+        reuse=True,
+        quiet=cfg.progress == "off",
+        input=[str(d) for d in dirs],
+    )
+    return merged, []

@@ -68,11 +68,21 @@ from gen.schemas.candidates import (
     TimedLine,
     Window,
 )
+from gen.stages import StageConfig, StagesConfig
 from gen.timelines import Clip, InputFormat, fmt_time, input_files, read_timelines
 from gen.timelines import detect_format as timeline_format
 
 NAME = "candidates"
 Kind = Literal["generated", "label_reason", "sampled"]
+
+
+class CandidatesStages(StagesConfig):
+    writer: StageConfig = Field(default_factory=StageConfig)
+    """The wrong options: distractors, restyled lines or reasons (``stages.writer.llm=…``)."""
+    rewording: StageConfig = Field(default_factory=StageConfig)
+    """The positive reworded to the distractors' phrasing."""
+    rerank: StageConfig = Field(default_factory=StageConfig)
+    """rerank=true: the pool's ranking."""
 
 
 class CandidatesConfig(CommonConfig):
@@ -114,6 +124,8 @@ class CandidatesConfig(CommonConfig):
     """Completion cap of the rewording call."""
     rerank_tokens: int = Field(1024, ge=64)
     """Completion cap of the rerank call."""
+    stages: CandidatesStages = Field(default_factory=CandidatesStages)
+    """A model per stage: ``stages.<writer|rewording|rerank>.llm=<preset or fields>``."""
     window: float = Field(60.0, gt=0)
     """Timelines: seconds of narration around each positive that make its window (its context)."""
     per_clip: int = Field(2, ge=1)

@@ -100,6 +100,10 @@ def prompt_lines(lines: list[TimedLine], numbered: bool) -> list[str]:
     ]
 
 
+MODEL_STAGE = {"distractors": "writer", "reasons": "writer", "reword": "rewording"}
+"""Each call's stage -> the stage whose model it uses (``stages.<stage>.llm``)."""
+
+
 def _fill(
     ctx: RunContext,
     pool: Pool,
@@ -166,7 +170,9 @@ def generate(
             )
             s.examples |= _example_strings(msgs)
             seed = ctx.seed(index, "distractor", j)
-            return j, ctx.llm.structured(msgs, RestyleDraft, seed=seed, max_tokens=cfg.draft_tokens)
+            return j, ctx.stage_llm(MODEL_STAGE["distractors"]).structured(
+                msgs, RestyleDraft, seed=seed, max_tokens=cfg.draft_tokens
+            )
 
         def offer_line(answer: tuple[int, RestyleDraft]) -> None:
             j, draft = answer
@@ -189,7 +195,9 @@ def generate(
         )
         s.examples |= _example_strings(msgs)
         seed = ctx.seed(index, "distractors", a)
-        return ctx.llm.structured(msgs, plain_draft(need), seed=seed, max_tokens=cfg.draft_tokens)
+        return ctx.stage_llm(MODEL_STAGE["distractors"]).structured(
+            msgs, plain_draft(need), seed=seed, max_tokens=cfg.draft_tokens
+        )
 
     def offer(draft: Any) -> None:
         for d in draft.distractors:
@@ -231,7 +239,8 @@ def label_reasons(
         s.examples |= _example_strings(msgs)
         schema = reasons_draft(tuple(missing))
         seed = ctx.seed(index, "reasons", a)
-        return ctx.llm.structured(msgs, schema, seed=seed, max_tokens=cfg.draft_tokens)
+        llm = ctx.stage_llm(MODEL_STAGE["reasons"])
+        return llm.structured(msgs, schema, seed=seed, max_tokens=cfg.draft_tokens)
 
     def offer(draft: Any) -> None:
         for j, label in enumerate(missing):
@@ -275,7 +284,9 @@ def reword(
 
     def ask(a: int) -> RewordDraft:
         seed = ctx.seed(index, "reword", a)
-        return ctx.llm.structured(msgs, RewordDraft, seed=seed, max_tokens=cfg.reword_tokens)
+        return ctx.stage_llm(MODEL_STAGE["reword"]).structured(
+            msgs, RewordDraft, seed=seed, max_tokens=cfg.reword_tokens
+        )
 
     def check(draft: RewordDraft) -> tuple[Option, float | None]:
         core = clean(draft.text)
@@ -466,7 +477,7 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
         texts = [s.positive.text, *(o.text for o in pool.items)]
         try:
             draft, calls = rr.call(
-                ctx.llm,
+                ctx.stage_llm("rerank"),
                 ctx.prompts,
                 rr.render_context(item.context),
                 texts,

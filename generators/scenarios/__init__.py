@@ -71,8 +71,20 @@ from gen.readers import read_json
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord, Target
+from gen.stages import StageConfig, StagesConfig
 
 # --------------------------------------------------------------------------- config
+
+
+class ScenariosStages(StagesConfig):
+    situations: StageConfig = Field(default_factory=StageConfig)
+    """The scenario's situations: scene, objects and the shift (``stages.situations.llm=…``)."""
+    camera: StageConfig = Field(default_factory=StageConfig)
+    """The camera texts of both turns."""
+    speech: StageConfig = Field(default_factory=StageConfig)
+    """The user's two turns."""
+    follow_up: StageConfig = Field(default_factory=StageConfig)
+    """subset=contrast: member B's own turn 2."""
 
 
 class ScenariosConfig(CommonConfig):
@@ -93,6 +105,9 @@ class ScenariosConfig(CommonConfig):
     attempts: int = Field(3, ge=1, le=10)
     """Generations per stage (fresh seed) when its output breaks a rule; formerly ``stage_attempts``."""
     renamed: ClassVar[dict[str, str]] = {"stage_attempts": "attempts"}
+    stages: ScenariosStages = Field(default_factory=ScenariosStages)
+    """A model per stage: ``stages.<situations|camera|speech|follow_up>.llm=<preset or fields>``;
+    the model checks use ``models=``."""
     model_checks: Literal["reject", "record", "off"] = "reject"
     """Identification and semantic-leak checks: reject (regenerate, then reject), record only, or off."""
     models: list[ModelChoice] = Field(default_factory=list)

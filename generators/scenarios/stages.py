@@ -171,7 +171,7 @@ class Writer:
         def call(_: int) -> tuple[int, BaseModel]:
             a = u.trace.next_attempt(stage)
             try:
-                return a, self.ctx.llm.structured(
+                return a, self.ctx.stage_llm(stage).structured(  # stages.<stage>.llm
                     messages, schema, seed=self.ctx.seed(u.index, stage, a), max_tokens=max_tokens
                 )
             except LLMOutputError:

@@ -153,3 +153,45 @@ def test_the_audit_guide_audits_and_screens_egotom(
         and (blind / "removed.jsonl").is_file()
     )
     assert "blind" in (work / "runs" / "egotom-blind-audit" / "audit.md").read_text()
+
+
+def test_the_scale_out_guide_runs_its_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The guide's command validated whole (the chain, the vLLM model's options, the Slurm
+    launcher's settings against Hydra's submitit plugin), then run shortened in this process: the
+    shipped chain made small (test_pipeline's), 2 shards one after another (``launcher=local``;
+    Slurm is not on this machine, and tests/integration/test_pipeline_submitit.py runs submitit's
+    local executor). The rerun after a failure keeps every finished step."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the [slurm] extra")
+    from digital_runs import goal_script, write_pool
+    from guides import run_cli
+    from test_pipeline import small_chain
+
+    chain = small_chain(tmp_path / "chain.yaml", write_pool(tmp_path / "personas.jsonl"))
+    short = {
+        "chain=wagibench": f"chain={chain}",
+        "shards=8": "shards=2",
+        "launcher=submitit_slurm": "launcher=local",
+        "cache_dir=/shared/gen-cache": f"cache_dir={tmp_path / 'cache'}",
+    }
+
+    def shortened(argv: list[str], cwd: Path) -> int:
+        validate_only(argv, cwd)
+        return run_cli([short.get(a, a) for a in argv if not a.startswith("launcher_options.")])
+
+    page = GUIDES / "scale-out.md"
+    ran = run_page(
+        page, tmp_path, monkeypatch, Page(script=goal_script(), instead={"pipeline": shortened})
+    )
+    assert len(ran) == 2 and all(
+        line.startswith("gen pipeline chain=wagibench shards=8 launcher=submitit_slurm")
+        for line, _ in ran
+    )
+    run = tmp_path / "runs" / "wagibench-big"
+    for name in listing(page, "## 3. One command"):
+        assert (run / name).exists(), f"the guide lists {name}; the sharded chain did not write it"
+    for step in ("recordings", "digital", "history"):
+        assert sorted(p.name for p in (run / f"{step}.shards").iterdir()) == ["0", "1"]
+    steps = [json.loads(x) for x in (run / "pipeline.jsonl").read_text().splitlines()]
+    assert all(s["status"] == "skipped" for s in steps)  # the rerun: nothing left to do

@@ -114,6 +114,39 @@ def test_ordered_yields_in_input_order_with_a_bounded_window() -> None:
     assert out == [i * i for i in range(40)]
 
 
+def test_imap_lets_sixteen_widths_of_records_pass_a_slow_one(tmp_path: Path) -> None:
+    """A record with a long chain of calls holds the records after it until it ends; meanwhile
+    ctx.imap starts 16 times the width of them (4 times left a simulated 64-slot run of
+    persona-like records 60 % busy, 16 times 75 %), and still no more."""
+    from gen.runner import RunContext
+
+    cfg = NocontextConfig(input=str(tmp_path / "x.jsonl"), cache_dir=None, progress="off")
+    ctx = RunContext("nocontext", cfg, tmp_path / "run")
+    started: set[int] = set()
+    lock, release = threading.Lock(), threading.Event()
+
+    def record(i: int) -> int:
+        with lock:
+            started.add(i)
+        if i == 0:
+            release.wait(30)
+        return i
+
+    out: list[int] = []
+    consumer = threading.Thread(target=lambda: out.extend(ctx.imap(record, range(500), width=4)))
+    consumer.start()
+    deadline = time.monotonic() + 20
+    while len(started) < 64 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # none beyond the window starts
+    with lock:
+        behind = len(started)
+    release.set()
+    consumer.join(30)
+    assert behind == 64, behind
+    assert out == list(range(500))
+
+
 def test_ordered_raises_a_failure_at_its_turn() -> None:
     def f(i: int) -> int:
         if i == 5:
@@ -339,6 +372,109 @@ def test_a_stage_of_its_own_model_goes_to_its_server_and_the_manifest_names_both
     assert m["models"][m["stages"]["cue"]["model"]]["llm"]["model"] == "cuer"
     assert m["models"][m["stages"]["cue"]["model"]]["usage"]["calls"] == cue.calls
     assert m["models"][m["stages"]["apps"]["model"]]["usage"]["calls"] == apps.calls
+
+
+def _two_servers_run(
+    tmp_path: Path, name: str, script: Any, stage: str, options: list[str]
+) -> tuple[Any, dict[str, list[str]], Any, Any]:
+    """``name`` with ``stages.<stage>.llm`` on a second loopback server (model ``staged``) and
+    every other call on the run's (model ``writer``); one call at a time, a fake embedder."""
+    from fakes import FakeEmbedder
+
+    from gen.cli import validate
+    from gen.runner import RunContext
+
+    seen: dict[str, list[str]] = {"run": [], "stage": []}
+
+    def logged(where: str) -> Any:
+        def answer(messages: list[dict[str, str]], seed: int) -> str:
+            seen[where].append(messages[-1]["content"])
+            return script(messages, seed)
+
+        return answer
+
+    with Loopback(logged("run"), delay=0.0) as main, Loopback(logged("stage"), 0.0) as other:
+        cfg = validate(
+            name,
+            [
+                *options,
+                "cache_dir=null",
+                "progress=off",
+                "llm=openai",
+                f"llm.base_url={main.url}",
+                "llm.model=writer",
+                "llm.concurrency=1",
+                f"stages.{stage}.llm.base_url={other.url}",
+                f"stages.{stage}.llm.model=staged",
+            ],
+        )
+        ctx = RunContext(name, cfg, tmp_path / "run").use(embedder=FakeEmbedder())
+        result = run(name, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+    assert other.calls == len(seen["stage"]) > 0 and main.calls == len(seen["run"]) > 0
+    m = result.manifest
+    label = m["stages"][stage]["model"]
+    assert m["models"][label]["llm"]["model"] == "staged"
+    assert m["models"][label]["usage"]["calls"] == other.calls
+    assert m["stages"][stage]["sha256"] == m["models"][label]["sha256"]
+    for s, used in m["stages"].items():
+        if s != stage:
+            assert m["models"][used["model"]]["llm"]["model"] == "writer", s
+    return result, seen, m, cfg
+
+
+def test_a_scenarios_stage_of_its_own_model_gets_every_call_of_that_stage(
+    tmp_path: Path,
+) -> None:
+    """``stages.camera.llm``: every camera call goes to its server; situations, speech and the
+    model checks (``models=``: the run's llm) to the run's."""
+    from test_scenarios_runs import MARKERS, Fake
+
+    result, seen, m, cfg = _two_servers_run(
+        tmp_path,
+        "scenarios",
+        Fake(),
+        "camera",
+        ["n=2", "seed=3", "labels=[fake]"],
+    )
+    assert result.accepted == 2
+    assert all(MARKERS["camera"] in req for req in seen["stage"])
+    assert not any(MARKERS["camera"] in req for req in seen["run"])
+    assert any(MARKERS["identify"] in req for req in seen["run"])
+    assert set(m["stages"]) == {"situations", "camera", "speech"}
+    assert cfg.stages.speech.llm is None and cfg.stages.camera.llm.concurrency == 1
+
+
+def test_a_candidates_stage_of_its_own_model_gets_every_call_of_that_stage(
+    tmp_path: Path,
+) -> None:
+    """``stages.rewording.llm``: the positive's rewording goes to its server, the wrong options
+    and the rerank to the run's."""
+    from test_candidates import good_reply, mrp, write_items
+
+    items = write_items(tmp_path / "items.jsonl", [mrp(), mrp(item_id="mrp-2")])
+    result, seen, m, _ = _two_servers_run(
+        tmp_path, "candidates", good_reply, "rewording", [f"input={items}", "rerank=true"]
+    )
+    assert result.accepted == 2
+    assert len(seen["stage"]) == 2
+    assert all("Rewrite this statement" in req for req in seen["stage"])
+    assert not any("Rewrite this statement" in req for req in seen["run"])
+    assert set(m["stages"]) == {"writer", "rewording", "rerank"}
+
+
+def test_help_lists_each_generators_stages(capsys: pytest.CaptureFixture[str]) -> None:
+    from gen.cli import print_generator_help
+
+    for name, stages in {
+        "tom": ("analysis", "counterfactuals", "simplification"),
+        "digital": ("apps", "cue"),
+        "scenarios": ("situations", "camera", "speech", "follow_up"),
+        "candidates": ("writer", "rewording", "rerank"),
+    }.items():
+        print_generator_help(name)
+        text = capsys.readouterr().out.split("stages (a model per stage", 1)[1]
+        listed = [ln.split()[0] for ln in text.strip().splitlines()[1:]]
+        assert tuple(listed) == stages, name
 
 
 def test_stage_models_are_presets_or_fields_over_llm() -> None:
