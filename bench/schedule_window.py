@@ -76,7 +76,8 @@ def main() -> int:
         args.json.write_text(
             json.dumps(
                 {
-                    "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+                    "machine": f"{platform.machine()}, {os.cpu_count()} "
+                    f"cores, {platform.platform()}",
                     "date": dt.date.today().isoformat(),
                     "slots": SLOTS,
                     "records": args.records,

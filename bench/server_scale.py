@@ -66,7 +66,8 @@ RECORDS = {name: f"{name}.jsonl" for name in GENERATORS}
 
 def rerank_pools(path: Path, n: int = 16) -> None:
     """``n`` pools from EgoToM's goal questions: the clip's last 12 narration lines as context,
-    the goal choices as candidates (the true goal and two wrong ones; real text, one pool a clip)."""
+    the goal choices as candidates (the true goal and two wrong ones; real text, one pool a
+    clip)."""
     import csv
 
     rows = []

@@ -93,14 +93,16 @@ class CommonConfig(BaseModel):
     num_shards: int = Field(default=1, ge=1)
     """How many disjoint contiguous slices the indices are cut into."""
     llm: LLMConfig = Field(default_factory=LlamaCppConfig)
-    """The LLM backend (``llm=smollm2``, ``llm=llama_cpp``, ``llm=openai``, ``llm=llama_server``)."""
+    """The LLM backend (``llm=smollm2``, ``llm=llama_cpp``, ``llm=openai``,
+    ``llm=llama_server``)."""
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
     """The sentence-embedding backend."""
     cache_dir: str | None = Field(
         default_factory=lambda: os.environ.get("GEN_CACHE_DIR", "~/.cache/gen"),
         json_schema_extra={"hydra": "${oc.env:GEN_CACHE_DIR,'~/.cache/gen'}"},
     )
-    """Per-call LLM and embedding cache folder ($GEN_CACHE_DIR, else ~/.cache/gen; null disables caching)."""
+    """Per-call LLM and embedding cache folder ($GEN_CACHE_DIR, else ~/.cache/gen; null disables
+    caching)."""
     progress: Literal["auto", "rich", "plain", "off"] = "auto"
     """Progress display: rich on a terminal, periodic lines otherwise."""
     progress_every: float = Field(default=10.0, gt=0)
@@ -192,7 +194,8 @@ def _cost(llm: Any) -> float | None:
 
 
 def shard_range(n: int, shard: int, num_shards: int) -> range:
-    """Contiguous slice ``shard`` of ``range(n)``; concatenating the slices in order gives range(n)."""
+    """Contiguous slice ``shard`` of ``range(n)``; concatenating the slices in order gives
+    range(n)."""
     return range(n * shard // num_shards, n * (shard + 1) // num_shards)
 
 
@@ -278,7 +281,8 @@ class RunContext:
         self.records_kind: str | None = None
         """What the records are, when not the generator's declared kind (``merge``: the shards')."""
         self.records_models: list[str] = []
-        """Names of the records' models the runner cannot see (``merge`` copies lines as they are)."""
+        """Names of the records' models the runner cannot see (``merge`` copies lines as they
+        are)."""
         self.exit_code = 0
         """Process exit code after a complete run (``audit`` sets 1 on findings)."""
         self.error: str | None = None

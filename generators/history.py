@@ -15,11 +15,11 @@ was chosen), and ``longitudinal_history.json`` in the layout WAGIBench's evaluat
 as ``longitudinal_history_path`` (joined to the MCQs by ``meta.client_tag`` +
 ``meta.scenario.shortname``). Each support's ``world_state`` there is the dict their prompt
 builder prints: ``context`` (its caption), ``action`` (its structured goal written out as appendix
-I.1 shows it) and ``transcription``. Without videos, ``synthesize=true`` builds the observation table from
-gen's own material (personas as participants, a few environments, the scripts and goals of a goal
-bank) and writes it as ``observations.jsonl``, with the recordings as a goal bank (``goals.jsonl``:
-one row per recording, joined to everything else by its client_tag and scenario); a synthesized
-world state says where and when, never which script or goal. With
+I.1 shows it) and ``transcription``. Without videos, ``synthesize=true`` builds the observation
+table from gen's own material (personas as participants, a few environments, the scripts and goals
+of a goal bank) and writes it as ``observations.jsonl``, with the recordings as a goal bank
+(``goals.jsonl``: one row per recording, joined to everything else by its client_tag and scenario);
+a synthesized world state says where and when, never which script or goal. With
 ``digital=`` (a ``digital goals=`` run made from that goal bank) a recording's world state is its
 bundle's key-only state, so the whole WAGIBench chain runs here without videos.
 """
@@ -72,7 +72,8 @@ class HistoryConfig(CommonConfig):
     """synthesize: the goal bank whose groups are the scripts (null: examples/goals.jsonl)."""
     digital: str | None = None
     """A digital run made with ``digital goals=`` from the recordings' goal bank: a recording with a
-    bundle (same client_tag and scenario) shows the bundle's key-only state (D*) as its world state."""
+    bundle (same client_tag and scenario) shows the bundle's key-only state (D*) as its world
+    state."""
     persona_file: str | None = None
     """synthesize: a persona pool for the participants (null: facts sampled by code, no LLM)."""
     participants: int = Field(12, ge=1, le=100_000)
@@ -113,7 +114,8 @@ class Table:
 
 
 def read_table(path: Path) -> list[Observation]:
-    """An observation table (JSONL); a bad row stops the read naming ``file:line: field: reason``."""
+    """An observation table (JSONL); a bad row stops the read naming ``file:line: field:
+    reason``."""
     rows: list[Observation] = []
     seen: dict[tuple[str, str], int] = {}
     for lineno, raw in iter_jsonl(path):
@@ -196,7 +198,10 @@ def when(obs: Observation) -> str:
 
 def reasons(obs: Observation) -> dict[str, str]:
     """Why a support was chosen, per history type (the rules that admitted it)."""
-    base = f"participant {obs.participant}, {obs.environment}, recorded before {obs.recorded_at:%Y-%m-%d %H:%M}"
+    base = (
+        f"participant {obs.participant}, {obs.environment}, "
+        f"recorded before {obs.recorded_at:%Y-%m-%d %H:%M}"
+    )
     return {
         "setup": f"{base}; same script {obs.script!r} (positive)",
         "negative": f"{base}; another script",
@@ -205,7 +210,8 @@ def reasons(obs: Observation) -> dict[str, str]:
 
 def action_text(goal: Goal) -> str:
     """A structured goal written out as WAGIBench's history shows a past action (appendix I.1:
-    ``{ 'type': 'shop', 'content': 'hand soap' }``): its fields in schema order, empty ones left out."""
+    ``{ 'type': 'shop', 'content': 'hand soap' }``): its fields in schema order, empty ones left
+    out."""
     fields = [(k, v) for k, v in goal.model_dump().items() if v not in (None, "")]
     return "{ " + ", ".join(f"'{k}': '{v}'" for k, v in fields) + " }"
 
@@ -220,10 +226,11 @@ def context_text(obs: Observation) -> str:
 
 
 def history_state(obs: Observation) -> dict[str, Any]:
-    """The dict WAGIBench's prompt builder prints for a support (``json.dumps(hist["world_state"])``;
-    G.3: "history context and structured goal annotation are packaged into a JSON dictionary"):
-    its context, its past action and its transcription, as appendix I.1's example. A given context
-    dict keeps its own keys; the action and transcription are added when it lacks them."""
+    """The dict WAGIBench's prompt builder prints for a support
+    (``json.dumps(hist["world_state"])``; G.3: "history context and structured goal annotation are
+    packaged into a JSON dictionary"): its context, its past action and its transcription, as
+    appendix I.1's example. A given context dict keeps its own keys; the action and transcription
+    are added when it lacks them."""
     base: dict[str, Any] = (
         dict(obs.world_state)
         if isinstance(obs.world_state, dict)
@@ -304,7 +311,8 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
                     days=prng.randrange(cfg.days), minutes=prng.randrange(7 * 60, 22 * 60)
                 )
                 tag = f"{person[:8]}-{script}-{r}"
-                world = f"In the {env}, {when:%A} {part_of_day(when)} (no video)."  # names no script or goal
+                # names no script or goal
+                world = f"In the {env}, {when:%A} {part_of_day(when)} (no video)."
                 rows.append(
                     Observation(
                         client_tag=tag,

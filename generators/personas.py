@@ -2,10 +2,10 @@
 
 Code owns every fact: nationality (Faker locales for ~30 nationalities; the city lists are real
 cities, since several Faker locales invent city names), age band, name, address, occupation,
-interests, languages (the tables are data: ``personas/``). The LLM writes a bio, which is checked against the facts. A pool has
-exactly the size asked for: when every bio of a slot's facts fails, fresh facts are drawn for
-that slot (``draws``). Digital bundles take a main persona and related personas (with
-age-consistent relations) from a pool made here and reused by (seed, size, LLM).
+interests, languages (the tables are data: ``personas/``). The LLM writes a bio, which is checked
+against the facts. A pool has exactly the size asked for: when every bio of a slot's facts fails,
+fresh facts are drawn for that slot (``draws``). Digital bundles take a main persona and related
+personas (with age-consistent relations) from a pool made here and reused by (seed, size, LLM).
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ def _seeded(locale: str, seed: int):
 
 def _street(nat: Nationality, city: str, rng: random.Random, seed: int) -> str:
     if nat.locale == "ja_JP":
-        return f"{rng.randint(1, 5)}-{rng.randint(1, 30)}-{rng.randint(1, 20)} {rng.choice(_JP_WARDS[city])}"
+        block = f"{rng.randint(1, 5)}-{rng.randint(1, 30)}-{rng.randint(1, 20)}"
+        return f"{block} {rng.choice(_JP_WARDS[city])}"
     if nat.locale == "zh_CN":
         last = _seeded("zh_CN", seed).last_romanized_name()
         return f"No. {rng.randint(1, 300)} {last} Road, {rng.choice(_CN_DISTRICTS[city])} District"
@@ -228,7 +229,8 @@ def person_facts(
 def _company(nat: Nationality, seed: int) -> str:
     if nat.romanized:
         fake = _seeded(nat.locale, seed)
-        return f"{fake.last_romanized_name()} {random.Random(seed).choice(('Holdings', 'Trading Co.', 'Systems', 'Group'))}"
+        kind = random.Random(seed).choice(("Holdings", "Trading Co.", "Systems", "Group"))
+        return f"{fake.last_romanized_name()} {kind}"
     return _seeded(nat.locale, seed).company()
 
 
@@ -298,7 +300,8 @@ def bio_problems(facts: PersonaFacts, bio: str) -> list[str]:
         if nat.country == facts.country:
             continue
         if re.search(
-            rf"\b(?:lives|living|based|resides|residing|born|grew up)\s+in\s+(?:the\s+)?{re.escape(nat.country.lower())}\b",
+            r"\b(?:lives|living|based|resides|residing|born|grew "
+            rf"up)\s+in\s+(?:the\s+)?{re.escape(nat.country.lower())}\b",
             lowered,
         ):
             problems.append(f"places the persona in {nat.country}")

@@ -6,17 +6,18 @@ and merged; the interruptible rest is cut into segments of at most ``max_segment
 and segments shorter than ``min_segment`` (30) are dropped. A segment inherits the scene context
 with the largest overlap, and the summary the generator wrote for the session's previous segment.
 
-**Stage 5, the global generator** (one structured call per segment, ``prompts/recommend/global.jinja``):
-from the segment's timed lines (the clip as text: gen has no video model), the scene context, the
-participant's profile and the previous summary, a factual summary and one or two requests in each
-of the nine intent categories. Every request is checked before it joins the pool (each refusal
-counted by name): the shared text gates, ``too_long`` (more than ``max_words`` words: the paper
-asks for concise requests), ``not_first_person`` (about the user in the third person, or in the
-assistant's voice: the requests are the wearer's), ``ungrounded`` (no noun of the clip, scene,
-profile or previous summary: strict scene grounding), ``duplicate``. A draft whose summary fails
-a gate, or that leaves fewer than ``min_candidates`` requests, is asked again with a fresh seed
-(``attempts``), as is one whose summary repeats the profile, scene or previous summary; the best
-draft is kept, else the segment is refused with the check that turned most away.
+**Stage 5, the global generator** (one structured call per segment,
+``prompts/recommend/global.jinja``): from the segment's timed lines (the clip as text: gen has no
+video model), the scene context, the participant's profile and the previous summary, a factual
+summary and one or two requests in each of the nine intent categories. Every request is checked
+before it joins the pool (each refusal counted by name): the shared text gates, ``too_long`` (more
+than ``max_words`` words: the paper asks for concise requests), ``not_first_person`` (about the user
+in the third person, or in the assistant's voice: the requests are the wearer's), ``ungrounded`` (no
+noun of the clip, scene, profile or previous summary: strict scene grounding), ``duplicate``. A
+draft whose summary fails a gate, or that leaves fewer than ``min_candidates`` requests, is asked
+again with a fresh seed (``attempts``), as is one whose summary repeats the profile, scene or
+previous summary; the best draft is kept, else the segment is refused with the check that turned
+most away.
 
 **Stage 7, the rerank** (:mod:`gen.ranking`, as ``rerank`` and ``candidates rerank=true``): one
 checked structured call orders the pool, marks semantic duplicates and ungrounded requests;
@@ -113,8 +114,9 @@ class RecommendConfig(CommonConfig):
     rerank_tokens: int = Field(1500, ge=64)
     """Completion cap of the rerank call (it copies every request)."""
     dedup_similarity: float = Field(0.9, gt=0, le=1)
-    """Cosine at or above which the embedding dedup beside the reranker's calls two requests the same
-    (measured against the reranker's duplicates: the funnel's ``dedup_agreement``; nothing removed by it)."""
+    """Cosine at or above which the embedding dedup beside the reranker's calls two requests the
+    same (measured against the reranker's duplicates: the funnel's ``dedup_agreement``; nothing
+    removed by it)."""
     confirm_similarity: float = Field(0.75, ge=0, le=1)
     """A duplicate the reranker calls is removed only when the embedder puts the two requests at or
     above this cosine (as ``rerank``'s option); 0 = every call."""
@@ -130,7 +132,8 @@ class Segment:
 
 
 def read_sessions(path: Path) -> list[RecommendSession]:
-    """The sessions JSONL; a bad line is an InputError ``file:line: field: reason``; session ids unique."""
+    """The sessions JSONL; a bad line is an InputError ``file:line: field: reason``; session ids
+    unique."""
     out: list[RecommendSession] = []
     seen: dict[str, int] = {}
     for lineno, row in iter_jsonl(path):
@@ -467,14 +470,16 @@ def funnel(outcomes: list[RecommendationRecord | Reject]) -> dict[str, Any]:
 def funnel_lines(f: dict[str, Any]) -> list[str]:
     out: list[str] = []
     out.append(
-        f"[{NAME}] {f['segments']} segments, {f['records']} records; {f['requests_kept']} requests kept, "
+        f"[{NAME}] {f['segments']} segments, {f['records']} records; {f['requests_kept']} requests "
+        "kept, "
         f"{f['after_rerank']} after the rerank ({f['duplicates_removed']} duplicates removed, "
         f"{f['duplicates_unconfirmed']} calls the embedder did not confirm kept)"
     )
     a = f["dedup_agreement"]
     if a["pairs"]:
         out.append(
-            f"  request pairs called duplicates: reranker and embedding {a['both']}, reranker only {a['llm_only']}, "
+            f"  request pairs called duplicates: reranker and embedding {a['both']}, reranker "
+            f"only {a['llm_only']}, "
             f"embedding only {a['embedding_only']} (of {a['pairs']})"
         )
     for k, v in f["requests_turned_away_in_kept_drafts"].items():
@@ -488,7 +493,8 @@ def funnel_lines(f: dict[str, Any]) -> list[str]:
     NAME, config=RecommendConfig, records=RecommendationRecord, kind="recommendations", plan=plan
 )
 def recommend(cfg: RecommendConfig, ctx: RunContext) -> Iterator[RecommendationRecord | Reject]:
-    """Proactive recommendations, global path (B.2): gated segments -> a summary and first-person requests in nine categories -> rerank."""
+    """Proactive recommendations, global path (B.2): gated segments -> a summary and first-person
+    requests in nine categories -> rerank."""
     sessions, segs = ctx.plan.data
     path = cfg.input_path()
     assert path is not None

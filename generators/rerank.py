@@ -44,7 +44,8 @@ class RerankConfig(CommonConfig):
     n: int | None = Field(None, ge=1)  # type: ignore[assignment]
     """Pools to rerank from the start of the input; null = every pool."""
     attempts: int = Field(3, ge=1, le=10)
-    """Structured calls per pool: the first, then re-asks naming what was wrong with the last answer."""
+    """Structured calls per pool: the first, then re-asks naming what was wrong with the last
+    answer."""
     dedup_similarity: float = Field(0.9, gt=0, le=1)
     """The embedding dedup beside the LLM's: two candidates at or above this cosine are duplicates
     (the audit's answer_close_sim; MiniLM paraphrases of one request score 0.85–0.95)."""
@@ -52,7 +53,8 @@ class RerankConfig(CommonConfig):
     """Completion cap of the rerank call (it copies every candidate's text)."""
     confirm_similarity: float = Field(0.75, ge=0, le=1)
     """A duplicate the reranker calls is removed only when the embedder puts the two candidates at
-    or above this cosine (MiniLM: paraphrases 0.85–0.95, related requests 0.5–0.7); 0 = every call."""
+    or above this cosine (MiniLM: paraphrases 0.85–0.95, related requests 0.5–0.7); 0 = every
+    call."""
 
 
 # --------------------------------------------------------------------------- input
@@ -102,7 +104,8 @@ def plan(cfg: RerankConfig) -> Plan:
 
 
 def rerank_pool(ctx: RunContext, cfg: RerankConfig, index: int, pool: Pool) -> RerankRecord:
-    """One pool: the call, the resolved order, the embedding dedup beside it. Raises AttemptFailure."""
+    """One pool: the call, the resolved order, the embedding dedup beside it. Raises
+    AttemptFailure."""
     texts = [c.text for c in pool.candidates]
     ids = input_ids(pool)
     draft, attempts = call(
@@ -151,7 +154,8 @@ def rerank_pool(ctx: RunContext, cfg: RerankConfig, index: int, pool: Pool) -> R
 
 @generator(NAME, config=RerankConfig, records=RerankRecord, kind="rerank", plan=plan)
 def rerank(cfg: RerankConfig, ctx: RunContext) -> Iterator[RerankRecord | Reject]:
-    """Rerank + semantic dedup of candidate pools: one checked structured call per pool (input=pools.jsonl)."""
+    """Rerank + semantic dedup of candidate pools: one checked structured call per pool
+    (input=pools.jsonl)."""
     pools: list[Pool] = ctx.plan.data
     path = cfg.input_path()
     assert path is not None

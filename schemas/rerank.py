@@ -74,9 +74,10 @@ class RerankDraft(BaseModel):
 def rerank_draft(texts: tuple[str, ...]) -> type[RerankDraft]:
     """:class:`RerankDraft` for a pool of these texts. In the JSON schema only: ``ranking`` has
     exactly one entry per candidate, each entry is one of the candidates (its number and its text
-    together) and ``duplicate_of`` another candidate's number — a grammar-constrained backend can then
-    still drop or repeat a candidate but not rewrite one. Pydantic enforces none of it: code
-    validates every answer (:func:`generators.rerank.permutation_problems`), whatever the backend."""
+    together) and ``duplicate_of`` another candidate's number — a grammar-constrained backend can
+    then still drop or repeat a candidate but not rewrite one. Pydantic enforces none of it: code
+    validates every answer (:func:`generators.rerank.permutation_problems`), whatever the
+    backend."""
     ids = list(range(1, len(texts) + 1))
 
     def dup(i: int) -> dict[str, Any]:

@@ -74,7 +74,8 @@ class ReviewLabel(BaseModel):
     item_id: str = Field(pattern=r"^[0-9a-f]{32}$")
     """The item's content hash (the bank's id: ``generators/bank/identity.py``)."""
     record_id: str | None = Field(default=None, max_length=200)
-    """The record's own id in the run (``item_id`` of an MCQ record, ``bundle_id``, ``scenario_id``), for people."""
+    """The record's own id in the run (``item_id`` of an MCQ record, ``bundle_id``,
+    ``scenario_id``), for people."""
     reviewer: str
     time: str = Field(max_length=40)
     """UTC, ISO 8601, when the change was made."""

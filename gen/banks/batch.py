@@ -38,7 +38,8 @@ from gen.schemas.mcq import MCQRecord
 class Item:
     kind: str
     fmt: str
-    """``mcq_record``, ``egotom_csv``, ``digital_bundle`` or ``scenario_record``: how ``record`` is read."""
+    """``mcq_record``, ``egotom_csv``, ``digital_bundle`` or ``scenario_record``: how ``record`` is
+    read."""
     record: dict[str, Any]
     item_id: str
     source_item_id: str
@@ -132,7 +133,8 @@ def run_files(run: RunFolder) -> list[Path]:
     if run.kind in ("mcq", "digital", "scenarios") and run.records_path.is_file():
         return [run.records_path]
     raise InputError(
-        f"input: {run.path} is a {run.generator} run; its records ({run.kind}) are not items a bank "
+        f"input: {run.path} is a {run.generator} run; its records ({run.kind}) are not items a "
+        "bank "
         "holds (MCQs, digital bundles or scenarios)"
     )
 

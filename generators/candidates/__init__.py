@@ -89,31 +89,43 @@ class CandidatesConfig(CommonConfig):
     n: int | None = Field(None, ge=1)  # type: ignore[assignment]
     """Items to build from the start of the input; null = every item."""
     kind: Kind = "generated"
-    """generated (LLM-written distractors) | label_reason (one reason per other taxonomy label) | sampled (from the item's negatives)."""
+    """generated (LLM-written distractors) | label_reason (one reason per other taxonomy label) |
+    sampled (from the item's negatives)."""
     input_format: Literal["auto", "items", "recall", "ego4d", "egotom_csv", "timelines"] = "auto"
-    """items: a candidate-items JSONL; recall: recall annotations (Memory Recall Prediction items, one per vivid detail); ego4d / egotom_csv / timelines: narration timelines (gen.timelines, as tom reads them), cut into temporal-grounding items (auto: by name and first row)."""
+    """items: a candidate-items JSONL; recall: recall annotations (Memory Recall Prediction items,
+    one per vivid detail); ego4d / egotom_csv / timelines: narration timelines (gen.timelines, as
+    tom reads them), cut into temporal-grounding items (auto: by name and first row)."""
     k: int | None = Field(None, ge=2, le=26)
     """Options per item (null: 4; for label_reason the taxonomy's size, 9)."""
     taxonomy: list[str] = Field(default_factory=lambda: list(EMOTIONS))
-    """label_reason: the fixed label set (default EgoIntrospect's 9 emotions); an item's label must be one of them."""
+    """label_reason: the fixed label set (default EgoIntrospect's 9 emotions); an item's label must
+    be one of them."""
     reword_positive: bool = True
-    """Reword the positive to the distractors' phrasing (generated, label_reason); kept only when its meaning holds."""
+    """Reword the positive to the distractors' phrasing (generated, label_reason); kept only when
+    its meaning holds."""
     reword_min_similarity: float = Field(0.8, gt=0, le=1)
-    """Cosine between the reworded and the original positive at or above which the rewording keeps its meaning."""
+    """Cosine between the reworded and the original positive at or above which the rewording keeps
+    its meaning."""
     max_similarity: float = Field(0.85, gt=0, le=1)
-    """A wrong option at or above this cosine to the positive, to another annotated item (collision) or to a kept wrong option is turned away (below the audit's 0.90 answer_close_sim)."""
+    """A wrong option at or above this cosine to the positive, to another annotated item (collision)
+    or to a kept wrong option is turned away (below the audit's 0.90 answer_close_sim)."""
     length_ratio: float | None = Field(1.4, gt=1)
-    """Every two options' lengths within this ratio (EgoToM's 1.4 rule, applied pairwise); null: off."""
+    """Every two options' lengths within this ratio (EgoToM's 1.4 rule, applied pairwise); null:
+    off."""
     length_unit: Literal["chars", "words"] = "chars"
     """What the length rule measures."""
     cite_sources: bool = True
-    """generated on a timed context: code picks a line per wrong option and the LLM rewrites it in the positive's style (the line's time is the option's source time; the line is hidden from the candidate)."""
+    """generated on a timed context: code picks a line per wrong option and the LLM rewrites it in
+    the positive's style (the line's time is the option's source time; the line is hidden from the
+    candidate)."""
     source_min_similarity: float | None = Field(0.4, gt=0, le=1)
-    """A sourced wrong option below this cosine to its line is not based on it (turned away as ungrounded_source); null: off."""
+    """A sourced wrong option below this cosine to its line is not based on it (turned away as
+    ungrounded_source); null: off."""
     attempts: int = Field(3, ge=1, le=10)
     """LLM calls per stage (distractors, rewording) when the output fails code's checks."""
     rerank: bool = False
-    """generated: rerank the pool (positive + wrong options) with one checked structured call; semantic duplicates dropped, the top wrong options kept."""
+    """generated: rerank the pool (positive + wrong options) with one checked structured call;
+    semantic duplicates dropped, the top wrong options kept."""
     rerank_spares: int = Field(2, ge=0, le=20)
     """rerank=true: wrong options generated beyond k-1 for the reranker to choose from."""
     rerank_attempts: int = Field(3, ge=1, le=10)
@@ -129,15 +141,20 @@ class CandidatesConfig(CommonConfig):
     window: float = Field(60.0, gt=0)
     """Timelines: seconds of narration around each positive that make its window (its context)."""
     per_clip: int = Field(2, ge=1)
-    """Timelines: positives (annotated items) picked per clip; the others in a positive's window are its collision set."""
+    """Timelines: positives (annotated items) picked per clip; the others in a positive's window are
+    its collision set."""
     spacing: float | None = Field(None, ge=0)
-    """Timelines: at least this many seconds between two positives of a clip; null: far enough apart that their windows share no line, so no line one item hides (its answer, its wrong options' sources) is shown in another's context."""
+    """Timelines: at least this many seconds between two positives of a clip; null: far enough apart
+    that their windows share no line, so no line one item hides (its answer, its wrong options'
+    sources) is shown in another's context."""
     min_side_lines: int = Field(2, ge=0)
     """Timelines: a positive needs this many window lines before it and after it."""
     clip: float = Field(180.0, gt=0)
-    """Recall annotations: seconds of the clip centred on each vivid detail (EgoIntrospect J.1: 3 minutes)."""
+    """Recall annotations: seconds of the clip centred on each vivid detail (EgoIntrospect J.1: 3
+    minutes)."""
     recall_gap: float = Field(8.0, ge=0)
-    """Recall annotations: timeline lines this close (seconds) to a recalled detail are its moment: hidden, never a wrong option's source."""
+    """Recall annotations: timeline lines this close (seconds) to a recalled detail are its moment:
+    hidden, never a wrong option's source."""
     recall_question: str = (
         "Which detail of this moment is the user most likely to recall vividly afterwards?"
     )
@@ -256,7 +273,8 @@ def read_input(cfg: CandidatesConfig) -> Inputs:
 
 
 def read_items(path: Path) -> list[CandidateItem]:
-    """Candidate items JSONL; a bad line is an InputError ``file:line: field: reason``; item ids unique."""
+    """Candidate items JSONL; a bad line is an InputError ``file:line: field: reason``; item ids
+    unique."""
     items: list[CandidateItem] = []
     seen: dict[str, int] = {}
     for lineno, row in iter_jsonl(path):
@@ -274,7 +292,8 @@ def read_items(path: Path) -> list[CandidateItem]:
         items.append(item)
     if not items:
         raise InputError(
-            f"{path}: no items (one JSON object per line: item_id, task, question, positive, context…)"
+            f"{path}: no items (one JSON object per line: item_id, task, question, positive, "
+            "context…)"
         )
     return items
 
@@ -444,7 +463,8 @@ def merge_shards(
     merge=merge_shards,
 )
 def candidates(cfg: CandidatesConfig, ctx: RunContext) -> Iterator[CandidateRecord | Reject]:
-    """Candidate sets around an annotated positive: generated, label+reason or sampled wrong options (input=items|timelines)."""
+    """Candidate sets around an annotated positive: generated, label+reason or sampled wrong options
+    (input=items|timelines)."""
     data: Inputs = ctx.plan.data
     for f in data.files:
         ctx.record_input(f)

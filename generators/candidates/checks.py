@@ -67,7 +67,8 @@ def surface(text: str, like: str) -> str:
     """``text`` in the surface of ``like`` (the positive): its final mark (a period when it has
     none) and, when it starts in upper case, an upper-case first letter. One surface for an item's
     options: a mark or a case that only the answer has, or only the distractors, is a tell a
-    choice-only classifier reads (Ego4D's narrations often end bare, a model's rewrites with a period)."""
+    choice-only classifier reads (Ego4D's narrations often end bare, a model's rewrites with a
+    period)."""
     out = with_mark(text, final_mark(like) or ".")
     if like[:1].isupper() and out[:1].islower():
         out = out[0].upper() + out[1:]
@@ -163,12 +164,13 @@ class Setup:
 
 
 def borrowed_words(text: str, donors: list[str], own: str) -> list[str]:
-    """Content words (lemmas) of ``text`` that one of ``donors`` has and ``own`` (what it was written
-    from) lacks. A distractor rewritten from its moment that takes the positive's words (``C places
-    sticks on pan`` -> ``… on paper``, paper from the positive) is no longer its moment and sits
-    closer to the answer: each such option makes the positive the one most like the others, a tell
-    (on a 154-record run, 18 % of sourced distractors did, and "pick the option sharing most words
-    with the others" was right 35 % of the time, chance 25 %). The camera wearer's tag C is no word."""
+    """Content words (lemmas) of ``text`` that one of ``donors`` has and ``own`` (what it was
+    written from) lacks. A distractor rewritten from its moment that takes the positive's words (``C
+    places sticks on pan`` -> ``… on paper``, paper from the positive) is no longer its moment and
+    sits closer to the answer: each such option makes the positive the one most like the others, a
+    tell (on a 154-record run, 18 % of sourced distractors did, and "pick the option sharing most
+    words with the others" was right 35 % of the time, chance 25 %). The camera wearer's tag C is no
+    word."""
     theirs = set().union(*(content_lemmas(d) for d in donors)) if donors else set()
     return sorted((content_lemmas(text) & theirs) - content_lemmas(own) - {"c"})
 
@@ -183,7 +185,8 @@ def length_problem(sizes: list[int], ratio: float | None) -> str | None:
 class Pool:
     """The usable wrong options of one item, gathered across attempts: each is checked against
     the positive, the collision set, the context lines naming the positive, the withheld texts
-    and the options kept so far; a failure turns that option away (counted by reason), not the item."""
+    and the options kept so far; a failure turns that option away (counted by reason), not the
+    item."""
 
     def __init__(self, setup: Setup, room: int, count: Callable[[str], None]):
         self.s, self.room, self.count = setup, room, count

@@ -295,7 +295,8 @@ def reword(
             ctx.count("reword.unchanged")
             return pos, 1.0
         if why is None and borrowed_words(core, [o.core for o in chosen], pos.core):
-            why = "borrowed"  # pulled toward the distractors: the positive would be the one most like them
+            # pulled toward the distractors: the positive would be the one most like them
+            why = "borrowed"
         sim = float(s.vectors.sim(core, [pos.core])[0]) if why is None else 0.0
         if why is None and sim < cfg.reword_min_similarity:
             why = "meaning_changed"
@@ -469,7 +470,8 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
                 "distractors",
                 cfg.kind,
                 "duplicate_options",
-                f"two of the drawn options read the same: {[o.text for o in (s.positive, *chosen)]}",
+                "two of the drawn options read the same: "
+                f"{[o.text for o in (s.positive, *chosen)]}",
             )
     rerank_info: dict[str, Any] | None = None
     agreement: dict[str, int] = {}
@@ -497,7 +499,8 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
                 "rerank",
                 "rerank",
                 "too_few_after_dedup",
-                f"{len(keep)} wrong options left after removing {len(res.removed)} duplicates, need {need}",
+                f"{len(keep)} wrong options left after removing {len(res.removed)} duplicates, "
+                f"need {need}",
             )
         chosen = [pool.items[i - 1] for i in keep[:need]]
         ctx.count("rerank.ungrounded_used", sum(not res.grounded[i] for i in keep[:need]))

@@ -130,7 +130,8 @@ class DigitalStages(StagesConfig):
 
 class DigitalConfig(CommonConfig, BundleRules):
     n: int | None = Field(None, ge=1, le=10_000_000)  # type: ignore[assignment]
-    """Bundles to make: 5 (about 7 minutes on 2 cores), or with goals= one per goal (the first n)."""
+    """Bundles to make: 5 (about 7 minutes on 2 cores), or with goals= one per goal (the first
+    n)."""
     goals: str | None = None
     """A goal bank (JSONL or parquet, as distractors reads): one bundle per goal, whose cued app
     makes the goal inferable; the bundle carries the goal row's client_tag and group (WAGIBench's
@@ -152,7 +153,8 @@ class DigitalConfig(CommonConfig, BundleRules):
     persona_file: str | None = None
     """An existing pool (personas.jsonl or a personas run folder) instead of persona_pool."""
     pool_dir: str | None = None
-    """Where generated pools are kept for reuse by later runs and shards (null: inside the run folder, pools/)."""
+    """Where generated pools are kept for reuse by later runs and shards (null: inside the run
+    folder, pools/)."""
     apps: list[App] = list(App)
     """Apps to generate."""
     stages: DigitalStages = Field(default_factory=DigitalStages)
@@ -310,7 +312,8 @@ def build_app(
             msg_range = (1, 1)
             max_tokens = 40 + TOKENS_PER_ITEM[app] * len(slots)
 
-        # named functions, not lambdas: mypy cannot type a lambda whose defaults bind the loop's values
+        # named functions, not lambdas: mypy cannot type a lambda whose defaults bind the loop's
+        # values
         def messages_for(slots: list[dict[str, Any]] = slots) -> list[dict[str, str]]:
             return ctx.prompts.render(
                 f"digital/{name}.jinja", s=st, lines=[slot_line(app, x, st) for x in slots]
@@ -348,7 +351,8 @@ def build_app(
             index=index,
             stage=f"app.{app.value}",
             reason="too_few_items",
-            detail=f"{len(items)} valid items after validation and {cfg.attempts} attempts per call, "
+            detail=f"{len(items)} valid items after validation and {cfg.attempts} attempts per "
+            "call, "
             f"minimum {minimum}" + (f"; last failure: {last.reason}" if last else ""),
             raw=last.raw if last else None,
         ), counts

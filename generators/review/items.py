@@ -6,8 +6,9 @@ EgoToM CSVs), a ``digital`` run folder (bundles) or a ``scenarios`` run folder (
 in the context benchmark's released schema), read as ``bank add`` reads them, or a bank's version
 (:func:`load_bank_items`). An item's id
 is its content hash, the bank's (:mod:`generators.bank.identity`), so labels follow an item into a
-bank (``bank add require_review=k``) and survive a rerun that writes the same item. Rendering goes through Jinja with autoescaping on:
-every text from an item is escaped, a ``<script>`` in a narration is text.
+bank (``bank add require_review=k``) and survive a rerun that writes the same item. Rendering goes
+through Jinja with autoescaping on: every text from an item is escaped, a ``<script>`` in a
+narration is text.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewIte
 
     if not folder.is_dir():
         raise ConfigError(
-            f"input: {folder} is not a folder; review reads a run folder or a bank (labels go to its reviews/)"
+            f"input: {folder} is not a folder; review reads a run folder or a bank (labels go to "
+            "its reviews/)"
         )
     if is_bank(folder):
         return load_bank_items(folder, version)
@@ -129,7 +131,8 @@ def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewIte
 
 
 def is_bank(folder: Path) -> bool:
-    """Whether ``folder`` is a bank (``bank add`` made it: a ``current`` pointer or ``versions/``)."""
+    """Whether ``folder`` is a bank (``bank add`` made it: a ``current`` pointer or
+    ``versions/``)."""
     from gen.banks.store import CURRENT, VERSIONS
 
     return (
@@ -164,8 +167,10 @@ def load_bank_items(root: Path, version: int | None) -> tuple[list[ReviewItem], 
         p = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise DriftError(
-            f"input: bank {root} {label(target)} does not verify, nothing to review: {root}/{p.path}: "
-            f"{p.reason}: {p.detail}{more}; python -m gen bank verify bank={root} lists every problem"
+            f"input: bank {root} {label(target)} does not verify, nothing to "
+            f"review: {root}/{p.path}: "
+            f"{p.reason}: {p.detail}{more}; python -m gen bank verify bank={root} lists every "
+            "problem"
         )
     folder = version_dir(root, target)
     items: list[ReviewItem] = []
@@ -271,7 +276,8 @@ def rubrics_for(items: list[ReviewItem], given: str | None) -> dict[str, Rubric]
     custom = read_rubric(Path(given).expanduser()) if given is not None else None
     if custom is not None and not set(custom.kinds) & set(kinds):
         raise ConfigError(
-            f"rubric: {given} rates {', '.join(custom.kinds)} items; this folder holds {', '.join(kinds)}"
+            f"rubric: {given} rates {', '.join(custom.kinds)} items; this folder "
+            f"holds {', '.join(kinds)}"
         )
     return {
         k: custom if custom is not None and k in custom.kinds else default_rubric(k) for k in kinds
@@ -461,8 +467,8 @@ def digital_view(item: ReviewItem) -> dict[str, Any]:
         "record_id": b.get("bundle_id"),
         "question_type": None,
         "now": b.get("current_datetime"),
-        "persona": f"{p.get('name', '')}, {p.get('age', '')}, {p.get('occupation') or p.get('status', '')}, "
-        f"{p.get('home_city', '')}",
+        "persona": f"{p.get('name', '')}, {p.get('age', '')}, "
+        f"{p.get('occupation') or p.get('status', '')}, {p.get('home_city', '')}",
         "cue": None
         if cue is None
         else {"text": cue.get("cue"), "app": cue.get("app"), "person": cue.get("person")},

@@ -81,7 +81,8 @@ class Session:
         if unknown:
             raise ValueError(f"unknown fields {sorted(unknown)}")
         item_id = body.get("item_id")
-        # JSON can send a list or object here: unhashable, a dict lookup would raise TypeError (a 500)
+        # JSON can send a list or object here: unhashable, a dict lookup would raise TypeError (a
+        # 500)
         item = self.by_id.get(item_id) if isinstance(item_id, str) else None
         if item is None:
             raise ValueError("item_id: not an item of this folder")

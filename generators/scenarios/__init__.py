@@ -91,36 +91,47 @@ class ScenariosConfig(CommonConfig):
     n: int | None = Field(None, ge=1)  # type: ignore[assignment]
     """Scenarios to generate; null: 50 (bank) / 20 (contrast), or the sum of distribution=."""
     action: Literal["generate", "verify"] = "generate"
-    """generate | verify (python -m gen scenarios verify input=<run folder>: the lock's hashes against the files)."""
+    """generate | verify (python -m gen scenarios verify input=<run folder>: the lock's hashes
+    against the files)."""
     subset: Literal["bank", "contrast"] = "bank"
-    """bank: sc-NN scenarios; contrast: adv-NN scenarios with the earlier referent still in view (a prior one paired with a current one of its shift type: an A/B pair sharing turn 1)."""
+    """bank: sc-NN scenarios; contrast: adv-NN scenarios with the earlier referent still in view (a
+    prior one paired with a current one of its shift type: an A/B pair sharing turn 1)."""
     distribution: dict[str, dict[str, int]] | None = None
-    """Counts per shift type and target ({object_in_hand: {current: 3, clarify: 1}, …}; any cell); null: the subset's released joint split scaled to n."""
+    """Counts per shift type and target ({object_in_hand: {current: 3, clarify: 1}, …}; any cell);
+    null: the subset's released joint split scaled to n."""
     id_start: int = Field(1, ge=1)
     """Number of the first id (sc-NN/adv-NN): banks made in several runs stay unique."""
     existing: str | None = None
-    """Earlier scenarios (a scenarios.jsonl or run folder) this bank joins: their ids, turn-2 texts and signatures count."""
+    """Earlier scenarios (a scenarios.jsonl or run folder) this bank joins: their ids, turn-2 texts
+    and signatures count."""
     signature_limit: int | None = Field(2, ge=1)
-    """Most scenarios per (change_type, target, difficulty, domain), the validator's check 6 (null: no limit)."""
+    """Most scenarios per (change_type, target, difficulty, domain), the validator's check 6 (null:
+    no limit)."""
     attempts: int = Field(3, ge=1, le=10)
-    """Generations per stage (fresh seed) when its output breaks a rule; formerly ``stage_attempts``."""
+    """Generations per stage (fresh seed) when its output breaks a rule; formerly
+    ``stage_attempts``."""
     renamed: ClassVar[dict[str, str]] = {"stage_attempts": "attempts"}
     stages: ScenariosStages = Field(default_factory=ScenariosStages)
     """A model per stage: ``stages.<situations|camera|speech|follow_up>.llm=<preset or fields>``;
     the model checks use ``models=``."""
     model_checks: Literal["reject", "record", "off"] = "reject"
-    """Identification and semantic-leak checks: reject (regenerate, then reject), record only, or off."""
+    """Identification and semantic-leak checks: reject (regenerate, then reject), record only, or
+    off."""
     models: list[ModelChoice] = Field(default_factory=list)
-    """Models of the model checks: llm presets ([smollm2]) or dicts ([{backend: openai, model: x}]); [] = llm=."""
+    """Models of the model checks: llm presets ([smollm2]) or dicts ([{backend: openai, model: x}]);
+    [] = llm=."""
     labels: list[str] = Field(default_factory=list)
     """Model names in scenario_checks.jsonl, one per model ([] = GGUF stem or served model name)."""
     identify_min_cosine: float = Field(0.6, ge=0, le=1)
-    """Identification passes at this cosine between a model's answer and the gold name (MiniLM: knife/chef's knife 0.79, knife/spoon 0.53)."""
+    """Identification passes at this cosine between a model's answer and the gold name (MiniLM:
+    knife/chef's knife 0.79, knife/spoon 0.53)."""
     identify_quorum: Literal["any", "all"] = "any"
-    """How many models must identify each camera text (one reader, as the authoring rules' test, or all)."""
+    """How many models must identify each camera text (one reader, as the authoring rules' test, or
+    all)."""
     # list[Target](…): a bare list literal in a lambda is typed list[str] by mypy
     leak_targets: list[Target] = Field(default_factory=lambda: list[Target](["current", "prior"]))
-    """Targets the semantic-leak check applies to (blind clarify/abstain replies are what missing vision should give)."""
+    """Targets the semantic-leak check applies to (blind clarify/abstain replies are what missing
+    vision should give)."""
     leak_tokens: int = Field(96, ge=8, le=2048)
     """Reply length cap of the text-only model in the leak check (greedy)."""
     situations_tokens: int = Field(320, ge=32)
@@ -130,9 +141,11 @@ class ScenariosConfig(CommonConfig):
     speech_tokens: int = Field(240, ge=32)
     """Completion cap of the speech calls."""
     benchmark_version: str = "0.1"
-    """benchmark_version written into MANIFEST.lock.json (the benchmark runner's version the bank is for)."""
+    """benchmark_version written into MANIFEST.lock.json (the benchmark runner's version the bank is
+    for)."""
     prompt_conditions: str | None = None
-    """The benchmark's prompt_conditions.json: copied into the run folder and hashed into the lock (null: none)."""
+    """The benchmark's prompt_conditions.json: copied into the run folder and hashed into the lock
+    (null: none)."""
 
     @model_validator(mode="after")
     def _check(self) -> ScenariosConfig:
@@ -277,9 +290,8 @@ def funnel_lines(f: dict[str, Any]) -> list[str]:
     )
     for r in f["rules"]:
         if r["reached"]:
-            out.append(
-                f"  {r['stage'] + '.' + r['rule']:<38}{r['reached']:>5}{r['first_try']:>6}{r['final']:>6}"
-            )
+            rule = f"{r['stage']}.{r['rule']}"
+            out.append(f"  {rule:<38}{r['reached']:>5}{r['first_try']:>6}{r['final']:>6}")
     for stage, s in f["stages"].items():
         out.append(
             f"  {stage}: {s['generations']} generations for {s['units']} {f['unit']}s, "
@@ -304,7 +316,8 @@ def write_jsonl(path: Path, rows: Sequence[BaseModel]) -> str:
     plan=plan,
 )
 def scenarios(cfg: ScenariosConfig, ctx: RunContext) -> Iterator[Any]:
-    """Context-tracking scenarios in the benchmark's released format, checked rule by rule (or verify a run's lock)."""
+    """Context-tracking scenarios in the benchmark's released format, checked rule by rule (or
+    verify a run's lock)."""
     if cfg.action == "verify":
         yield from verify(cfg, ctx)
         return

@@ -72,7 +72,8 @@ def assemble(u: Unit, sk: Skeleton) -> dict[str, Any]:
         "turn_3_repair_prompt_deictic": speech.get("turn_3_repair_prompt_deictic")
         if sk.deictic
         else None,
-        "notes": f"gen scenarios: {sk.change_type} in {sk.activity_domain}, target {sk.target_context}; "
+        "notes": f"gen scenarios: {sk.change_type} in {sk.activity_domain}, "
+        f"target {sk.target_context}; "
         f"{'context image' if sk.change_type == 'cross_session_reference' else 'turn 1'}: "
         f"{sit['earlier']['name']}; {more}.",
         "gold": gold,
@@ -85,7 +86,7 @@ def categories_of(u: Unit, sk: Skeleton) -> dict[str, dict[str, Any]]:
     return situations_of(sk, u.sit or {})["categories"] if u.sit else {}
 
 
-# --------------------------------------------------------------------------- the bank, in index order
+# ------------------------------------------------------------------------- the bank, in index order
 
 
 @dataclass

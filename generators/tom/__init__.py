@@ -101,13 +101,16 @@ class TomConfig(CommonConfig):
     min_future_lines: int = Field(3, ge=1)
     """The transition needs this many lines at and after it (the next actions come from them)."""
     time_window: tuple[float | str, float | str] | None = (150.0, 270.0)
-    """Filter: the transition lies in this window from the clip start (seconds or 2m30s); null disables."""
+    """Filter: the transition lies in this window from the clip start (seconds or 2m30s); null
+    disables."""
     restrict_to_window: bool = True
-    """Offer the model only transition lines inside time_window; false: filter after analysis (the paper's order)."""
+    """Offer the model only transition lines inside time_window; false: filter after analysis (the
+    paper's order)."""
     keywords: list[str] = Field(default_factory=lambda: list(DEFAULT_KEYWORDS))
     """Filter: wrong goals containing one of these (at a word start, any case) are dropped."""
     length_ratio: float | None = Field(1.4, gt=1)
-    """Filter: drop when the truth is this many times longer than every wrong choice or vice versa (null: off)."""
+    """Filter: drop when the truth is this many times longer than every wrong choice or vice versa
+    (null: off)."""
     length_unit: Literal["chars", "words"] = "chars"
     """What the length rule measures."""
     max_similarity: float | None = Field(0.94, gt=0, le=1)
@@ -115,7 +118,8 @@ class TomConfig(CommonConfig):
     simplify: bool = True
     """Run stage 5 (rewrite alternative action statements in narration style)."""
     stages: TomStages = Field(default_factory=TomStages)
-    """A model per stage: ``stages.<analysis|counterfactuals|simplification>.llm=<preset or fields>``."""
+    """A model per stage: ``stages.<analysis|counterfactuals|simplification>.llm=<preset or
+    fields>``."""
     attempts: int = Field(3, ge=1, le=10)
     """Generations per stage (fresh seed) when the output fails code's checks (the shared text
     gates of gen.gates, then tom's own); formerly ``stage_attempts``."""
@@ -297,7 +301,7 @@ def funnel_lines(rows: list[dict[str, Any]], excluded: Counter[str]) -> list[str
     return out
 
 
-# --------------------------------------------------------------------------- stage 7: assembly + one clip
+# --------------------------------------------------------------------- stage 7: assembly + one clip
 
 
 def assemble(
@@ -591,7 +595,8 @@ def merge_shards(
 
 @generator("tom", config=TomConfig, records=TomQuestion, kind="mcq", merge=merge_shards, plan=plan)
 def tom(cfg: TomConfig, ctx: RunContext) -> Iterator[list[TomQuestion | Reject]]:
-    """EgoToM causal goal/belief/action questions with counterfactual wrong answers (input=narrations)."""
+    """EgoToM causal goal/belief/action questions with counterfactual wrong answers
+    (input=narrations)."""
     clips: list[Clip] = ctx.plan.data
     path = cfg.input_path()
     assert path is not None

@@ -124,7 +124,8 @@ class Pool:
             self.items.append(text)
 
     def detail(self) -> str:
-        return f"{len(self.items)} usable of {self.need}; turned away: {'; '.join(self.rejected[-4:]) or 'none'}"
+        turned = "; ".join(self.rejected[-4:]) or "none"
+        return f"{len(self.items)} usable of {self.need}; turned away: {turned}"
 
 
 def stage_gates(

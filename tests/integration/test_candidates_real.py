@@ -1,7 +1,7 @@
 """``python -m gen candidates`` and ``rerank`` with the real embedded GGUF and embedding model: two
-temporal-grounding items cut from the EgoToM paper's action timelines (``../shared/data/egotom_paper``;
-skipped when absent), and the example pool. Asserts structure and accounting, never prose: every
-item ends as a record or a reject with its reason."""
+temporal-grounding items cut from the EgoToM paper's action timelines
+(``../shared/data/egotom_paper``; skipped when absent), and the example pool. Asserts structure and
+accounting, never prose: every item ends as a record or a reject with its reason."""
 
 from __future__ import annotations
 

@@ -72,8 +72,9 @@ def test_help_lists_generators(run_gen) -> None:
 
 @pytest.mark.parametrize("unbuffered", [True, False])
 def test_help_into_a_closed_pipe_ends_quietly(unbuffered: bool) -> None:
-    """``gen tom --help | head -1``: the reader is gone before gen writes; no traceback, 128 + SIGPIPE.
-    Without PYTHONUNBUFFERED the help text sits in stdout's buffer and the write fails at the flush."""
+    """``gen tom --help | head -1``: the reader is gone before gen writes; no traceback, 128 +
+    SIGPIPE. Without PYTHONUNBUFFERED the help text sits in stdout's buffer and the write fails at
+    the flush."""
     import os
     import subprocess
     import sys

@@ -81,7 +81,8 @@ def test_end_to_end_bank_cues(bank_run, pool_file: Path, check_run_folder) -> No
     assert len({b["bundle_id"] for b in bank_run.bundles}) == 3
     state = json.loads((bank_run.out / "digital_state.json").read_text(encoding="utf-8"))
     assert list(state) == [b["bundle_id"] for b in bank_run.bundles]
-    # validators' drops reach the manifest, one per planted bad item, each followed by a regeneration
+    # validators' drops reach the manifest, one per planted bad item, each followed by a
+    # regeneration
     bad = len(bank_run.log)
     assert bad > 0
     assert manifest["validators"] == {
@@ -163,7 +164,8 @@ def test_end_to_end_uncued(uncued_run) -> None:
 
 
 def test_a_thin_app_rejects_the_bundle(tmp_path: Path, pool_file: Path, check_run_folder) -> None:
-    """Notes that always fail validation: too_few_items at stage app.Notes; the drops are counted."""
+    """Notes that always fail validation: too_few_items at stage app.Notes; the drops are
+    counted."""
     base = digital_script()
 
     def script(messages, seed):
@@ -337,7 +339,7 @@ def test_render_bundle_skips_missing_apps(tmp_path: Path, pool_file: Path) -> No
     assert [a for a, _ in rendered_blocks(render_bundle(b))] == ["Calendar", "Music"]
 
 
-# --------------------------------------------------------------------------- 6. shards, 7. determinism
+# ------------------------------------------------------------------------ 6. shards, 7. determinism
 
 
 def test_shards_concatenate_to_the_whole(tmp_path: Path, pool_file: Path) -> None:
@@ -647,7 +649,7 @@ def test_cli_errors_exit_2(run_gen, tmp_path: Path, args: list[str], needles: li
         validate(NAME, args)
 
 
-# --------------------------------------------------------------------------- 10. goal-conditioned bundles
+# --------------------------------------------------------------------- 10. goal-conditioned bundles
 
 
 GOALS = [

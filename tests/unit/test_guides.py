@@ -55,7 +55,8 @@ def test_the_readme_runs_and_lists_what_the_main_job_writes(
         ),
     )
     assert [line for line, _ in ran][:1] == [
-        'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m gen digital +persona_pool=50'
+        'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m gen digital '
+        "+persona_pool=50"
     ]
     (main,) = (tmp_path / "outputs" / "digital").iterdir()
     for name in listing(ROOT / "README.md", "## What the main job writes"):

@@ -223,7 +223,8 @@ def test_emotion_intensity_compares_within_one_participant() -> None:
         d.question_type.rsplit("_", 1)[1]
     ]
     assert d.options[d.answer] == best
-    # Stress has two: filled with P1's other segments whose reason differs ("reason a" is taken by x)
+    # Stress has two: filled with P1's other segments whose reason differs ("reason a" is taken by
+    # x)
     stress = drafts(built)[1]
     assert stress.privileged["target_label"] == "Stress" and len(stress.options) == 4
     assert "Joy: reason a" not in stress.options and all(
@@ -305,7 +306,8 @@ def test_tool_selection_on_the_examples(tmp_path: Path) -> None:
     assert r7["options"][-1] == NO_TOOL and r7["options"][4].startswith("location search: places")
     bad = tmp_path / "tools.yaml"
     bad.write_text(
-        "tools:\n  - {name: a, description: x, aliases: [b]}\n  - {name: b2, description: y, aliases: [B]}\n"
+        "tools:\n  - {name: a, description: x, aliases: [b]}\n  - {name: b2, description: y, "
+        "aliases: [B]}\n"
     )
     with pytest.raises(InputError, match="'B' names both 'a' and 'b2'"):
         plan(cfg(task="tool_selection", input=str(EX / "requests.jsonl"), tools=str(bad)))

@@ -500,7 +500,7 @@ def test_map_numbers_its_worker_threads(tmp_path: Path) -> None:
     assert all(len(ws) == 1 and None not in ws for ws in ctx.map(outer, range(6), workers=3))
 
 
-# --------------------------------------------------------------------------- OpenAI-compatible backend
+# ------------------------------------------------------------------------ OpenAI-compatible backend
 
 
 class _FakeServer(BaseHTTPRequestHandler):
@@ -869,7 +869,7 @@ def test_loglik_failures_count_too() -> None:
         llm.loglik("Q:", [" b"])
 
 
-# --------------------------------------------------------------------------- the CLI, backends that fail
+# ---------------------------------------------------------------------- the CLI, backends that fail
 
 
 def _one_line_exit_2(proc) -> str:

@@ -1,6 +1,7 @@
-"""Servers that misbehave, through the stand-in server (``tests/fixtures/server/fake_llama_server.py``):
-each misbehaviour ends as a typed reject (``backend_error``) or a bounded retry, within the call's
-wall-clock deadline; a bad reply never enters the cache; the run's deadline stops a run."""
+"""Servers that misbehave, through the stand-in server
+(``tests/fixtures/server/fake_llama_server.py``): each misbehaviour ends as a typed reject
+(``backend_error``) or a bounded retry, within the call's wall-clock deadline; a bad reply never
+enters the cache; the run's deadline stops a run."""
 
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ def test_a_bad_reply_once_is_retried(tmp_path: Path, mode: str) -> None:
     [
         (
             "notjson",
-            "HTTP 200 but the reply is not JSON (it starts '<html><body>502 Bad Gateway</body></html>')",
+            "HTTP 200 but the reply is not JSON (it starts '<html><body>502 Bad "
+            "Gateway</body></html>')",
         ),
         ("empty", "the reply holds no text (an empty message)"),
         ("badshape", "the reply is not a chat completion (choices: a str)"),

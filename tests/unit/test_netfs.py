@@ -138,7 +138,8 @@ HOLDER = """
     db = store._own
     db.execute("PRAGMA cache_size=1")  # spill to the file mid-transaction: a hot journal
     db.execute("BEGIN")
-    db.executemany("INSERT INTO calls VALUES (?, ?)", [(f"lost-{i}", "x" * 2000) for i in range(300)])
+    rows = [(f"lost-{i}", "x" * 2000) for i in range(300)]
+    db.executemany("INSERT INTO calls VALUES (?, ?)", rows)
     print(store._own_path, flush=True)
     time.sleep(120)
 """

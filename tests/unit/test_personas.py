@@ -138,9 +138,11 @@ def test_pronouns_by_gender() -> None:
     "bio",
     [
         "Jonas is a 34-year-old software engineer in Berlin. His wife Maria loves her garden.",
-        "Jonas is a software engineer in Berlin. He visits his mother every Sunday; she lives nearby.",
+        "Jonas is a software engineer in Berlin. He visits his mother every Sunday; she lives "
+        "nearby.",
         "Jonas is a software engineer in Berlin. He has a daughter. She is five.",
-        "Jonas is a software engineer in Berlin who cooks with his partner on weekends, and she bakes.",
+        "Jonas is a software engineer in Berlin who cooks with his partner on weekends, and she "
+        "bakes.",
     ],
 )
 def test_pronouns_of_other_people_are_fine(bio: str) -> None:
@@ -309,7 +311,7 @@ def test_sample_related_needs_a_big_enough_pool() -> None:
     assert len(related) == 5
 
 
-# --------------------------------------------------------------------------- a pool of the size asked for
+# --------------------------------------------------------------------- a pool of the size asked for
 
 
 def _field(user: str, name: str) -> str:
@@ -328,7 +330,10 @@ def pool_script(fails: Callable[[str, int], bool]):
         age = int(_field(user, "Age"))
         occupation = _field(user, "Occupation").split(" at ")[0]
         city = _field(user, "Lives in").split(",")[0]
-        bio = f"{first} works as {occupation.lower()} and lives in {city}. Free time goes to {_field(user, 'Interests')}."
+        bio = (
+            f"{first} works as {occupation.lower()} and lives in {city}. "
+            f"Free time goes to {_field(user, 'Interests')}."
+        )
         if fails(name, seed):
             bio = bio.replace(" works as", f" is a {age + 7}-year-old who works as", 1)
         return json.dumps({"bio": bio})
@@ -440,7 +445,10 @@ def test_bios_pass_the_shared_text_gates_first(tmp_path: Path) -> None:
     clean = (
         f"{first} works as {facts.occupation.lower()} in {facts.home_city} and enjoys long walks."
     )
-    cut = f"{first} works as {facts.occupation.lower()} in {facts.home_city} and enjoys long walks with her"
+    cut = (
+        f"{first} works as {facts.occupation.lower()} in {facts.home_city} "
+        "and enjoys long walks with her"
+    )
     labelled = (
         f"{first} works as {facts.occupation.lower()}. Interests: hiking, cooking and reading."
     )

@@ -272,7 +272,8 @@ def test_rerank_generator_renumbers_the_kept_candidates_and_reports_agreement(
     result = run("rerank", cfg, out, ctx=ctx, quiet=True)
     assert (result.accepted, result.rejected) == (1, 0)
     rec = read_jsonl(out / "rerank.jsonl")[0]
-    # the reranker reversed the pool; 1 duplicates 2 (2 ranks higher: 1 goes); 5 (a taxi) is ungrounded: last
+    # the reranker reversed the pool; 1 duplicates 2 (2 ranks higher: 1 goes); 5 (a taxi) is
+    # ungrounded: last
     assert [c["input_id"] for c in rec["ranked"]] == ["4", "3", "2", "5"]
     assert [c["id"] for c in rec["ranked"]] == [1, 2, 3, 4]
     assert rec["ranked"][-1]["grounded"] is False and rec["ranked"][0]["category"] == "translation"
@@ -347,7 +348,8 @@ def test_rerank_keeps_candidates_the_reranker_calls_duplicates_without_support(
     )
     result = run("rerank", cfg, out, ctx=ctx, quiet=True)
     rec = read_jsonl(out / "rerank.jsonl")[0]
-    # the reranker reversed the pool, so of the two timers (fake cosine 0.89) 2 ranks higher and stays
+    # the reranker reversed the pool, so of the two timers (fake cosine 0.89) 2 ranks higher and
+    # stays
     assert [c["text"] for c in rec["ranked"]] == [texts[3], texts[2], texts[1]]
     assert rec["removed"] == [{"input_id": "1", "text": texts[0], "duplicate_of": "2"}]
     assert rec["unconfirmed_duplicates"] == [["4", "1"], ["3", "1"]]

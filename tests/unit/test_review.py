@@ -583,7 +583,8 @@ def test_the_audit_lists_the_items_reviewers_decided_differently(tmp_path: Path)
         and stats["disagreements"] == 1
     )
     # Fleiss over the items with two or more decisions, [A,A,A] [A,R] [R,R] (cy's note has none):
-    # P = (1 + 0 + 1) / 3 = 2/3; 4 A and 3 R of 7: Pe = 25/49; kappa = (2/3 - 25/49) / (24/49) = 23/72
+    # P = (1 + 0 + 1) / 3 = 2/3; 4 A and 3 R of 7: Pe = 25/49; kappa = (2/3 - 25/49) / (24/49) =
+    # 23/72
     assert stats["agreement"]["method"] == "fleiss"
     assert stats["agreement"]["kappa"] == pytest.approx(23 / 72, abs=1e-4)
     assert result.exit_code == 0  # a warning: for a person to settle
@@ -674,7 +675,8 @@ def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart
     assert all(f"<li>{t}</li>" in judge for t in SCENARIO["gold"]["current_answers"])
     seen2, _ = candidate_and_privileged(render(items[1]))
     assert re.search(
-        r"<h3>Before the conversation</h3>\s*<div class=\"turn\">\s*<p class=\"camera\">\[Camera: A wall "
+        r"<h3>Before the conversation</h3>\s*<div class=\"turn\">\s*<p class=\"camera\">\[Camera: "
+        r"A wall "
         r"shelf[^<]*\]</p>\s*</div>\s*<h3>Turn 1</h3>",
         seen2,
     )
@@ -725,7 +727,7 @@ def test_scenarios_are_rated_with_the_scenario_rubric_and_their_type_is_privileg
     )
 
 
-# --------------------------------------------------------------------------- nocontext and judge results
+# ---------------------------------------------------------------------- nocontext and judge results
 
 
 def blind_record(
@@ -845,7 +847,8 @@ def test_a_nocontext_run_shows_what_the_blind_models_answered(tmp_path: Path) ->
     ).data
     assert [i for i, it in enumerate(data.items) if it.blind] == [2]
     assert (
-        "this nocontext record has 4 options and answer A; the item has 3 and answer C: it was made from "
+        "this nocontext record has 4 options and answer A; the item has 3 and answer C: it was "
+        "made from "
         "another version of the item"
     ) in render(data.items[2])
 
@@ -924,7 +927,8 @@ def test_judge_and_nocontext_results_that_do_not_fit_are_one_line_errors(tmp_pat
     jsonl(judge / "judge.jsonl", [judged_record("goal-001", {"big": [2, 0, 1]}), bad])
     with pytest.raises(
         InputError,
-        match=rf"^{re.escape(str(judge / 'judge.jsonl'))}:2: scores.big: 2 judgments for 3 options$",
+        match=rf"^{re.escape(str(judge / 'judge.jsonl'))}:2: "
+        r"scores.big: 2 judgments for 3 options$",
     ):
         plan(ReviewConfig(input=str(folder), judge=str(judge), cache_dir=None))
     jsonl(
@@ -988,7 +992,8 @@ def test_egotom_items_match_results_and_findings_by_the_mcq_id(tmp_path: Path) -
 @pytest.fixture()
 def bank(tmp_path: Path) -> Any:
     """A bank of three versions: v1 three MCQs (their batch's audit names the second), v2 two
-    scenarios, v3 one more MCQ. Added with a stand-in audit that reports planted findings (that of tests/bank_runs.py)."""
+    scenarios, v3 one more MCQ. Added with a stand-in audit that reports planted findings (that of
+    tests/bank_runs.py)."""
     from bank_runs import REGISTRY, Bank, Generator, StandInAuditConfig, _standin, mcq, run_folder
 
     def standin(cfg: StandInAuditConfig, ctx: Any) -> Any:
@@ -1149,9 +1154,11 @@ def test_bank_export_reports_the_labels_given_after_release(bank: Any, tmp_path:
         assert bank.export("parquet", out=str(tmp_path / out))[0].exit_code == 0
     card = (tmp_path / "a" / "README.md").read_text()
     sha = hashlib.sha256((bank.root / "reviews" / "al.jsonl").read_bytes()).hexdigest()
-    # items 0 (accept, accept), 1 (reject, accept: disagreed), 2 (accept), 3 (needs_edit); cy decided none of them
+    # items 0 (accept, accept), 1 (reject, accept: disagreed), 2 (accept), 3 (needs_edit); cy
+    # decided none of them
     assert (
-        "After release: 4 items reviewed by 2 reviewer(s): accept 2, disagreed 1, needs_edit 1; protocol: gen review "
+        "After release: 4 items reviewed by 2 reviewer(s): accept 2, disagreed 1, needs_edit 1; "
+        "protocol: gen review "
         "after release"
     ) in card
     assert f"`reviews/al.jsonl` {sha[:16]}…" in card and "reviews/cy.jsonl" not in card

@@ -34,7 +34,7 @@ def served(url: str, concurrency: int = 32) -> OpenAIConfig:
     )
 
 
-# --------------------------------------------------------------------------- generators through a server
+# ---------------------------------------------------------------------- generators through a server
 
 
 def test_digital_keeps_the_server_busy_and_writes_the_sequential_bytes(tmp_path: Path) -> None:

@@ -147,7 +147,8 @@ class Fake:
             name = re.sub(r"^before the conversation: |^a hand holds ", "", shown)
             name = name.split(" (")[0].rstrip(".").split(";")[0]
             text = (
-                f"A rounded {word(req, seed, f)} shape with ribbed grey sides rests on a wooden bench, "
+                f"A rounded {word(req, seed, f)} shape with ribbed grey sides rests on a wooden "
+                "bench, "
                 f"a hand turning it slowly near the edge while light falls across its top."
             )
             if f == "turn_1_image" and self.on("camera_name", req):
@@ -399,7 +400,8 @@ def test_the_lock_matches_the_files_and_verify_finds_drift(tmp_path: Path, run_g
 
 def test_validator_passes_on_output(tmp_path: Path) -> None:
     """The benchmark's own validate_scenarios.py (checks 1, 2, 3, 6) on a full default bank of
-    50, with its frozen change_type distribution enforced, and on a default contrast subset of 20."""
+    50, with its frozen change_type distribution enforced, and on a default contrast subset of
+    20."""
     validator = context_bench_validator()
     run_scenarios(tmp_path / "bank")
     rows = read_jsonl(tmp_path / "bank" / "scenarios.jsonl")

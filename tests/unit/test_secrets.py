@@ -97,7 +97,8 @@ def test_without_the_key_the_server_refuses_and_the_line_says_where_the_key_is_r
         )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert (
-        "/models: HTTP 401 (invalid API key: got (none)); $OPENAI_API_KEY is not set (the API key is "
+        "/models: HTTP 401 (invalid API key: got (none)); $OPENAI_API_KEY is not set (the API key "
+        "is "
         "read from the variable llm.api_key_env names)"
     ) in proc.stderr
 

@@ -51,7 +51,7 @@ from gen.timelines import Clip, fmt_line, fmt_time
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 TYPES = ("goal", "belief", "actions")
 
-# --------------------------------------------------------------------------- 4. stage 2 and the transition
+# -------------------------------------------------------------------- 4. stage 2 and the transition
 
 
 def fixture_clip(i: int = 0) -> Clip:
