@@ -40,7 +40,7 @@ from pydantic import Field, model_validator
 
 from gen.errors import InputError, MissingInputError
 from gen.manifest import JsonListWriter, atomic_write
-from gen.paths import EXAMPLES
+from gen.paths import EXAMPLES, inside
 from gen.readers import iter_jsonl, load_run_records, validated
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext, derive_seed
@@ -406,7 +406,7 @@ def merge_shards(
         if len(copies) > 1:
             raise ValueError(f"the shards' {name} differ (a synthesized table is the same in all)")
         if copies:
-            atomic_write(ctx.out_dir / name, copies.pop().decode("utf-8"))
+            atomic_write(inside(ctx.out_dir, name), copies.pop().decode("utf-8"))
 
 
 class Tally:

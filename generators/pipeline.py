@@ -268,7 +268,7 @@ def run_shards(
     run_dir = ctx.out_dir.resolve()
     base = shards_dir(run_dir, step)
     options = step_options(step, run_dir, str(chain_path(cfg)))
-    dirs = [base / str(k) for k in range(cfg.shards)]
+    dirs = [inside(base, str(k), what="shard") for k in range(cfg.shards)]
     configs = [
         ctx.config_for(step.generator, shard=k, num_shards=cfg.shards, **options)
         for k in range(cfg.shards)
