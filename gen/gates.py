@@ -9,9 +9,10 @@ the first :class:`Failure`. Generators count ``f"{stage}.gate.{name}"`` and rege
 their attempts) before they give the gate's name as the reject reason; their own field checks
 come after. :func:`gen.textaudit.audit_texts` runs the same gates over any bank's visible text.
 
-The surface forms are checked with spaCy's English tagger (``en_core_web_sm`` 3.8.0, shipped
-inside a PyPI wheel and loaded from site-packages, never downloaded), the language with
-py3langid's model (also inside its wheel). Both load once per process, on first use.
+The surface forms are checked (:mod:`gen.surface`) with spaCy's English tagger
+(``en_core_web_sm`` 3.8.0, shipped inside a PyPI wheel and loaded from site-packages, never
+downloaded), the language with py3langid's model (also inside its wheel). Both load once per
+process, on first use.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator
 
-from gen.tagging import LANGUAGES, Token, identify, tags
+from gen.surface import _form
+from gen.tagging import LANGUAGES, identify, tags
 
 Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
 """What a field holds, which decides its gates:
@@ -294,95 +296,7 @@ def _tag_of_last(text: str) -> str:
 
 
 # --------------------------------------------------------------------------- surface form
-
-
-_VERB = {"VB", "VBZ", "VBD", "VBP", "MD"}
-_FINITE = {"VBZ", "VBD", "VBP", "MD"}
-_ADVERB = {"RB", "RBR", "RBS"}
-# The tagger sees a narration's "C" as a noun it does not know; a pronoun subject in a few
-# carrier sentences gives it the context it was trained on. A verb in any of them is a verb:
-# the positives (a determiner, "to", a preposition after "C") are verbs in none.
-_ACTION_FRAMES = ("He {}", "Then he {}", "I watch as he {}")
-_GOAL_FRAMES = ("He wants to {}", "To {}", "I need to {}")
-_BELIEF_FRAMES = ("He believes that {}", "{}")
-
-
-def _tail(frame: str, rest: str) -> list[Token]:
-    """Tags of ``rest`` inside ``frame`` (the frame's own tokens dropped)."""
-    pre = frame.split("{}")[0]
-    return list(tags(frame.format(rest)))[len(tags(pre.strip())) if pre.strip() else 0 :]
-
-
-def _starts_with_verb(toks: list[Token], ok: set[str]) -> bool:
-    i = 0
-    while i < len(toks) and toks[i][1] in _ADVERB:
-        i += 1
-    if i >= len(toks):
-        return False
-    if toks[i][1] in ok:
-        return True
-    # "season and marinate the meat": a coordinated verb makes the first one a verb too
-    return i + 2 < len(toks) and toks[i + 1][1] == "CC" and toks[i + 2][1] in ok
-
-
-def _has_clause(toks: list[Token]) -> bool:
-    """A subject then a verb: a finite verb (or a base form that is not after "to") after the
-    first token."""
-    return any(
-        t[1] in _FINITE or (t[1] == "VB" and toks[k - 1][1] != "TO")
-        for k, t in enumerate(toks)
-        if k >= 1
-    )
-
-
-def _form(text: str, kind: Kind) -> str | None:
-    body = text.strip().rstrip(".!").strip()
-    if kind == "goal":
-        m = re.match(r"^To\s+(\S.*)$", body)
-        if not m:
-            return "a goal starts with 'To <verb>'"
-        if not any(_starts_with_verb(_tail(f, m.group(1)), {"VB", "VBP"}) for f in _GOAL_FRAMES):
-            return f"no verb after 'To': {_shown(m.group(1))}"
-        return None
-    if kind in ("action", "phrase"):
-        if kind == "action":
-            m = re.match(r"^C\s+(\S.*)$", body)
-            if not m:
-                return "an action starts with 'C <verb>'"
-            rest = m.group(1)
-        else:
-            rest = body
-        if not any(_starts_with_verb(_tail(f, rest), _VERB) for f in _ACTION_FRAMES):
-            return (
-                f"no verb after 'C': {_shown(rest)}"
-                if kind == "action"
-                else f"no verb first: {_shown(rest)}"
-            )
-        return None
-    if kind == "belief":
-        m = re.match(r"^C believes(?:\s+that)?\s+(\S.*)$", body)
-        if not m:
-            return "a belief starts with 'C believes that <clause>'"
-        if not any(_has_clause(_tail(f, m.group(1))) for f in _BELIEF_FRAMES):
-            return f"no clause after 'C believes that': {_shown(m.group(1))}"
-        return None
-    if kind == "sentence" and not _has_clause(list(tags(body))):
-        return "no verb"
-    return None
-
-
-def infinitive(phrase: str) -> str | None:
-    """``washing the dishes`` -> ``wash the dishes`` (a phrase led by a gerund, in base form);
-    None when the phrase does not start with one."""
-    toks = _tail("He is {}", phrase)
-    if not toks or toks[0][1] != "VBG" or not toks[0][3]:
-        return None
-    word = phrase.split(maxsplit=1)
-    return " ".join([toks[0][3].lower(), *word[1:]])
-
-
-def _shown(rest: str) -> str:
-    return " ".join(f"{w}/{t}" for w, t, _, _ in list(tags(rest))[:4])
+# (the tagger's reading of a form is gen.surface)
 
 
 @gate("surface_form")

@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gen.gates import _ACTION_FRAMES, _BELIEF_FRAMES, _GOAL_FRAMES, Gates, Kind, run_gates
+from gen.gates import Gates, Kind, run_gates
+from gen.surface import _ACTION_FRAMES, _BELIEF_FRAMES, _GOAL_FRAMES
 from gen.tagging import forget_since, tagged_count, warm
 
 

@@ -189,7 +189,7 @@ def wagibench_rows(folder: Path | None) -> dict[str, dict[str, Any]]:
 def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
     """A JSONL bank read through a roles file, each row as an MCQ record (the form the bank
     stores, hashes and exports) keeping the row itself under ``source_row``."""
-    from gen.mcq import load_roles_bank, read_roles
+    from gen.roles import load_roles_bank, read_roles
 
     roles = read_roles(Path(roles_file).expanduser())
     bank = load_roles_bank(path, roles)

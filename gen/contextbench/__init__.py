@@ -4,7 +4,8 @@
 ``MANIFEST.lock.json``); ``audit``, ``bank``, ``judge`` and ``evaluate`` read them. The reading
 (:func:`scenario_file`, :func:`read_rows` for the audit's own checks, :func:`load` validated),
 the lockfile's names and the context judge's identity live here; the benchmark's authoring rules
-as pure functions in :mod:`gen.contextbench.rules`.
+as pure functions in :mod:`gen.contextbench.rules` (their text and word-pattern checks in
+:mod:`gen.contextbench.wording`).
 """
 
 from __future__ import annotations

@@ -27,11 +27,10 @@ from gen.mcq import (
     bank_format,
     egotom_type,
     iter_bank,
-    iter_roles_bank,
     mcq_records_file,
-    read_roles,
 )
 from gen.readers import iter_jsonl, load_run_records, read_json, validated
+from gen.roles import iter_roles_bank, read_roles
 from gen.runner import RunContext
 
 if TYPE_CHECKING:

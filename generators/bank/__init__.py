@@ -18,7 +18,8 @@ its files, items and provenance), :mod:`~generators.bank.add`, :mod:`~generators
 :mod:`~generators.bank.export` (the three actions; ``add`` writes a version through
 :mod:`~generators.bank.commit`, and every action checks the values a release publishes through
 :mod:`~generators.bank.values`; the export formats that publish a release live in
-:mod:`~generators.bank.release` (dataset card, Croissant, Hugging Face folder) and
+:mod:`~generators.bank.release` (dataset card, Hugging Face folder; Croissant in
+:mod:`~generators.bank.croissant`, what both say in :mod:`~generators.bank.facts`) and
 :mod:`~generators.bank.harness` (lm-eval and inspect_ai tasks)); records in :mod:`schemas.bank`.
 
 A damaged bank is never built on: ``add`` and ``export`` verify the bank first and refuse one

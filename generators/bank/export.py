@@ -5,7 +5,7 @@ Formats (one writer each, :data:`EXPORT_KINDS` says which item kinds it covers):
 * ``parquet``: the bank's data files as they are, the lock, a dataset card (README.md: counts,
   provenance, audits) and ``croissant.json`` (:mod:`~generators.bank.release`);
 * ``croissant``: the data files, the lock and ``croissant.json`` (MLCommons Croissant 1.1 with
-  the Responsible AI fields) alone;
+  the Responsible AI fields, :mod:`~generators.bank.croissant`) alone;
 * ``hf``: a folder ``datasets.load_dataset`` reads as it is, one config per kind
   (:mod:`~generators.bank.release`);
 * ``lm_eval`` and ``inspect``: evaluation-harness tasks for the multiple-choice kinds

@@ -18,7 +18,7 @@ from audit_runs import FIX, run_audit, triples, write_jsonl
 from gen.errors import InputError, MissingInputError
 from gen.generators.audit import AuditConfig, plan
 from gen.generators.audit.registry import check_keys
-from gen.mcq import Roles, load_roles_bank, read_roles
+from gen.roles import Roles, load_roles_bank, read_roles
 
 CHECKS = check_keys()
 

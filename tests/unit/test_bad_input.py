@@ -32,10 +32,11 @@ from shards import personas_shards
 
 from gen.errors import GenError, InputError
 from gen.generators.personas import sample_facts
-from gen.mcq import load_banks, load_roles_bank, read_roles, write_egotom_csv
+from gen.mcq import load_banks, write_egotom_csv
 from gen.paths import EXAMPLES, PROMPTS
 from gen.readers import iter_jsonl, parse_json, read_json
 from gen.registry import REGISTRY
+from gen.roles import load_roles_bank, read_roles
 from gen.runner import RunContext, run
 from gen.schemas.personas import PersonaRecord
 

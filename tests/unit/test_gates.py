@@ -18,11 +18,11 @@ from gen.gates import (
     Gates,
     count_key,
     final_mark,
-    infinitive,
     schema_fields,
     with_mark,
 )
 from gen.schemas.tom import AnalysisDraft, WrongGoalsDraft
+from gen.surface import infinitive
 from gen.templates import Prompts
 from gen.textaudit import AuditText, audit_texts, bank_texts
 

@@ -648,7 +648,7 @@ def test_the_network_guard_refuses_outside_addresses() -> None:
 def test_filters_name_the_blind_filter_and_the_chain() -> None:
     """A batch that went tom -> nocontext says it was blind-filtered; an imported file says so."""
     from gen.generators.bank.export import Job
-    from gen.generators.bank.release import filter_lines
+    from gen.generators.bank.facts import filter_lines
     from gen.templates import Prompts
 
     lock = {
