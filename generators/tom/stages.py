@@ -42,7 +42,7 @@ from gen.statements import (
 from gen.timelines import Clip, fmt_time
 
 if TYPE_CHECKING:
-    from gen.generators.tom import TomConfig
+    from gen.generators.tom.config import TomConfig
 
 # --------------------------------------------------------------------------- stages 2-5
 

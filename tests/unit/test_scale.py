@@ -291,7 +291,7 @@ def test_personas_slots_at_once_make_the_slot_by_slot_pool(
     a slot-by-slot run makes."""
     from test_personas import run_pool
 
-    import gen.generators.personas as P
+    import gen.generators.personas.facts as P
 
     names = [f"Name{k} Family{k}" for k in range(40)]
 

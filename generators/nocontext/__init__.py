@@ -26,86 +26,37 @@ import math
 import os
 import random
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import permutations
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, model_validator
-
-from gen.config import ModelChoice
 from gen.errors import InputError, LLMOutputError
+from gen.generators.nocontext.config import NocontextConfig
+from gen.generators.nocontext.summary import Tally, binomial, summarise, table
 from gen.llm import LanguageModel, Message, Usage
 from gen.llm.labels import model_label, unique_labels
 from gen.mcq import Bank, load_banks, parse_letter, write_subset
 from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
+from gen.runner import Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.mcq import LETTERS, MCQ
 from gen.schemas.nocontext import Answer, NocontextRecord
 
-RULES = ("max_correct", "panel")
-
-
-class NocontextConfig(CommonConfig):
-    models: list[ModelChoice] = Field(default_factory=list)
-    """Screening models: conf/llm names ([smollm2]) or llm dicts ([{backend: openai, model: x}]); []
-    = llm=."""
-    labels: list[str] = Field(default_factory=list)
-    """Model names in the outputs, one per model ([] = GGUF file stem or served model name)."""
-    shuffles: int = Field(3, ge=1, le=26)
-    """Seeded orders of the options each model answers (EgoToM: 3)."""
-    mode: Literal["generate", "loglik"] = "generate"
-    """generate: read a letter from a free-text answer; loglik: the most likely answer line."""
-    prompt: Literal["full", "choices_only"] = "full"
-    """full: question and lettered options; choices_only: the options without the question."""
-    max_correct: int | None = Field(2, ge=0)
-    """Remove an item when any model is right on more than this many shuffles (null: off)."""
-    panel_k: int | None = Field(None, ge=0)
-    """Remove an item when more than this many models are right on most shuffles (null: off)."""
-    temperature: float = Field(0.0, ge=0, le=2)
-    """generate: sampling temperature of the answers (0: greedy)."""
-    max_tokens: int = Field(48, ge=1, le=4096)
-    """generate: answer length cap in tokens."""
-    norm: Literal["chars", "tokens", "none"] = "chars"
-    """loglik: divide log-likelihoods by characters (acc_norm), tokens, or nothing (acc)."""
-    chat_template: bool = True
-    """loglik: score inside the GGUF's chat template; false scores plain text (servers)."""
-    sample: int | None = Field(None, ge=1)
-    """Screen a seeded random subset of this many items (null: all; n is set from the input)."""
-
-    @model_validator(mode="after")
-    def _check(self) -> NocontextConfig:
-        panel = self.models or [self.llm]
-        if self.labels and len(self.labels) != len(panel):
-            raise ValueError(f"labels: {len(self.labels)} given for {len(panel)} model(s)")
-        if self.labels and len(set(self.labels)) != len(self.labels):
-            raise ValueError("labels must be distinct")
-        if self.max_correct is not None and self.max_correct >= self.shuffles:
-            raise ValueError(
-                f"max_correct={self.max_correct} can never be exceeded with "
-                f"shuffles={self.shuffles}; use a smaller value or null"
-            )
-        if self.panel_k is not None and self.panel_k >= len(panel):
-            raise ValueError(
-                f"panel_k={self.panel_k} can never be exceeded by {len(panel)} "
-                "model(s); use a smaller value or null"
-            )
-        if self.mode == "loglik":
-            if any(m.backend not in ("llama_cpp", "openai") for m in panel):
-                raise ValueError(
-                    "loglik needs prompt log-probabilities: an in-process GGUF "
-                    "(llm=smollm2 / llama_cpp) or a server that echoes them "
-                    "(llm=openai, e.g. vLLM); llama-server does not"
-                )
-            if self.chat_template and any(m.backend == "openai" for m in panel):
-                raise ValueError(
-                    "loglik on an OpenAI-compatible server scores plain text: "
-                    "add chat_template=false"
-                )
-        return self
+__all__ = [
+    "NocontextConfig",
+    "Screener",
+    "binomial",
+    "nocontext",
+    "normalise",
+    "pick",
+    "plain_prompt",
+    "plan",
+    "removal",
+    "shuffles",
+]
 
 
 def plan(cfg: NocontextConfig) -> Plan:
@@ -197,184 +148,6 @@ def normalise(logprob: float, tokens: int, text: str, norm: str) -> float:
 def plain_prompt(messages: Sequence[Message]) -> str:
     """Chat messages as one plain text (loglik with ``chat_template=false``)."""
     return "\n\n".join(m["content"] for m in messages)
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def binomial(correct: int, total: int, chance: float) -> dict[str, Any]:
-    """Accuracy with a Wilson 95% interval and a one-sided exact test against chance."""
-    if total == 0:
-        return {
-            "correct": 0,
-            "answers": 0,
-            "accuracy": None,
-            "chance": None,
-            "ci95": None,
-            "p_above_chance": None,
-        }
-    from scipy.stats import binomtest
-
-    ci = binomtest(correct, total, chance).proportion_ci(confidence_level=0.95, method="wilson")
-    above = binomtest(correct, total, chance, alternative="greater").pvalue
-    return {
-        "correct": correct,
-        "answers": total,
-        "accuracy": round(correct / total, 4),
-        "chance": round(chance, 4),
-        "ci95": [round(ci.low, 4), round(ci.high, 4)],
-        "p_above_chance": float(f"{above:.3g}"),
-    }
-
-
-def letter_bias(counts: Counter[str], expected: dict[str, float]) -> dict[str, Any]:
-    """Chosen letters against what a position-blind model would choose (chi-square)."""
-    letters = sorted(expected)
-    total = sum(counts[k] for k in letters)
-    out: dict[str, Any] = {
-        "counts": {k: counts[k] for k in letters},
-        "share": {k: round(counts[k] / total, 4) if total else None for k in letters},
-        "expected_share": {k: round(expected[k] / sum(expected.values()), 4) for k in letters},
-    }
-    if total and len(letters) > 1:
-        from scipy.stats import chisquare
-
-        exp = [expected[k] / sum(expected.values()) * total for k in letters]
-        chi2, p = chisquare([counts[k] for k in letters], exp)
-        out |= {"chi2": round(float(chi2), 3), "p_uniform": float(f"{p:.3g}")}
-    return out
-
-
-@dataclass
-class Tally:
-    """Per-model running counts for the summary."""
-
-    correct: Counter[str] = field(default_factory=Counter)
-    answers: Counter[str] = field(default_factory=Counter)
-    chance: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
-    by_shuffle: Counter[int] = field(default_factory=Counter)
-    letters: Counter[str] = field(default_factory=Counter)
-    expected_letters: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
-    unparseable: int = 0
-    histogram: Counter[int] = field(default_factory=Counter)
-    guess_removals: float = 0.0
-
-    def add(self, rec: NocontextRecord, label: str, max_correct: int | None) -> None:
-        m = rec.n_options
-        for a in rec.answers[label]:
-            for key in ("all", rec.question_type):
-                self.correct[key] += a.correct
-                self.answers[key] += 1
-                self.chance[key] += 1 / m
-            self.by_shuffle[a.shuffle] += a.correct
-            if a.letter is None:
-                self.unparseable += 1
-            else:
-                self.letters[a.letter] += 1
-                for k in LETTERS[:m]:
-                    self.expected_letters[k] += 1 / m
-        self.histogram[rec.correct[label]] += 1
-        if max_correct is not None:  # chance that a blind guesser removes this item
-            from scipy.stats import binom
-
-            self.guess_removals += float(binom.sf(max_correct, rec.shuffles, 1 / m))
-
-
-def summarise(
-    cfg: NocontextConfig,
-    records: list[NocontextRecord],
-    tallies: dict[str, Tally],
-    n_rejected: int,
-    seconds: float,
-    describe: dict[str, Any],
-) -> dict[str, Any]:
-    by_type: dict[str, Counter[str]] = defaultdict(Counter)
-    removed_by: Counter[str] = Counter()
-    for r in records:
-        by_type[r.question_type]["items"] += 1
-        by_type[r.question_type]["kept" if r.kept else "removed"] += 1
-        removed_by.update(r.removed_by)
-    n = len(records)
-    models = {}
-    for label, t in tallies.items():
-        types = sorted(k for k in t.answers if k != "all")
-        answers = t.answers["all"]
-        models[label] = {
-            "llm": describe[label],
-            "accuracy": binomial(
-                t.correct["all"], answers, t.chance["all"] / answers if answers else 0
-            ),
-            "accuracy_by_question_type": {
-                q: binomial(t.correct[q], t.answers[q], t.chance[q] / t.answers[q]) for q in types
-            },
-            "accuracy_by_shuffle": [
-                round(t.by_shuffle[k] / n, 4) if n else None for k in range(cfg.shuffles)
-            ],
-            "items_by_correct_shuffles": {str(k): t.histogram[k] for k in range(cfg.shuffles + 1)},
-            "removed_by_a_blind_guesser_expected": round(t.guess_removals, 2),
-            "unparseable": t.unparseable,
-            "unparseable_rate": round(t.unparseable / answers, 4) if answers else None,
-            "letter_bias": letter_bias(t.letters, dict(t.expected_letters)),
-        }
-    answering = (
-        {"temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
-        if cfg.mode == "generate"
-        else {"norm": cfg.norm, "chat_template": cfg.chat_template}
-    )
-    return {
-        "mode": cfg.mode,
-        "prompt": cfg.prompt,
-        "shuffles": cfg.shuffles,
-        "answering": answering,
-        "rules": {"max_correct": cfg.max_correct, "panel_k": cfg.panel_k},
-        "items": {
-            "screened": n + n_rejected,
-            "kept": sum(r.kept for r in records),
-            "removed": sum(not r.kept for r in records),
-            "rejected": n_rejected,
-            "removed_by": {k: removed_by[k] for k in RULES},
-        },
-        "by_question_type": {q: dict(c) for q, c in sorted(by_type.items())},
-        "models": models,
-        "throughput": {
-            "seconds": round(seconds, 2),
-            "items_per_second": round(n / seconds, 3) if seconds else None,
-            "answers_per_second": round(n * cfg.shuffles * len(tallies) / seconds, 3)
-            if seconds
-            else None,
-        },
-        "note": "ci95 is a Wilson interval over all answers; the shuffles of one item are not "
-        "independent, so it is narrower than an interval over items.",
-    }
-
-
-def table(summary: dict[str, Any]) -> str:
-    """A short plain-text table of the summary, printed at the end of a run."""
-    it = summary["items"]
-    lines = [
-        f"nocontext: {it['screened']} items x {summary['shuffles']} shuffles, "
-        f"mode={summary['mode']}, prompt={summary['prompt']}: kept {it['kept']}, "
-        f"removed {it['removed']}, rejected {it['rejected']}"
-    ]
-    head = f"  {'model':<28} {'type':<10} {'answers':>7} {'acc':>6} {'95% CI':>15} {'chance':>6}"
-    lines.append(head + f" {'unparsed':>8} {'top letter':>10}")
-    for label, m in summary["models"].items():
-        bias = m["letter_bias"]["share"]
-        top = max(bias, key=lambda k: bias[k] or 0) if bias else "-"
-        top_s = f"{top} {bias[top]:.0%}" if bias and bias[top] is not None else "-"
-        rows = [("all", m["accuracy"]), *m["accuracy_by_question_type"].items()]
-        for i, (q, acc) in enumerate(rows):
-            if not acc["answers"]:
-                continue
-            ci = f"[{acc['ci95'][0]:.2f}, {acc['ci95'][1]:.2f}]"
-            extra = f" {m['unparseable']:>8} {top_s:>10}" if i == 0 else ""
-            lines.append(
-                f"  {label[:28]:<28} {q[:10]:<10} {acc['answers']:>7} "
-                f"{acc['accuracy']:>6.3f} {ci:>15} {acc['chance']:>6.3f}{extra}"
-            )
-    tp = summary["throughput"]
-    lines.append(f"  {tp['items_per_second']} items/s ({tp['seconds']} s)")
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- the generator

@@ -1,203 +1,29 @@
-"""The candidate runner: ``python -m gen evaluate input=<bank> llm=<candidate> [judge=<judge
-llm>]``.
-
-**Scenario banks** (the context-tracking benchmark; spec: "Scenario structure", "Video block
-injection format", "Scoring", "Repair turn", "Reproducibility"). Per scenario, prompt condition
-(``condition=``, the system prompts of ``prompt_conditions.json``) and seeded trial
-(``trials=``): the candidate gets the pre-conversation frame as its own ``[Camera: …]`` block when
-the scenario has one, then turn 1 (``[Camera: turn_1_image]`` + the user's words), then turn 2;
-the turn-2 replies are judged in a ``judge kind=context`` sub-run (``judge_turn2/``); a turn-2 miss
-gets the repair prompt (``repair_style=named|deictic``, deictic falling back to named where the
-scenario has none) and its turn-3 reply is judged in a second sub-run (``judge_turn3/``). Each
-step is a run of its own: ``responses_turn2.jsonl`` and ``responses_turn3.jsonl`` are the judge's
-``responses=`` inputs, so ``python -m gen judge kind=context input=<bank> responses=…`` re-judges
-them with any judge. Records: one :class:`~schemas.evaluate.TrialRecord` per trial; the summary
-holds the spec's run-manifest fields and the scores (balanced turn-2 accuracy, per-label rows,
-repair rate, with intervals).
-
-``no_camera=true`` is the benchmark's camera ablation (the user's words without any
-``[Camera: …]`` block; the manifest's ``camera_injection`` says false); ``judge_family=auto`` picks
-the judge the benchmark would (another family than the candidate's, by its mapping).
-
-**MCQ banks** (ours, EgoToM's CSVs, WAGIBench's MCQ layout): each item is asked once with its
-visible context; accuracy with Wilson intervals, overall and per question type, against chance.
-"""
+"""Scenario banks: the candidate's turns per scenario, condition and trial, the judge sub-runs of
+turns 2 and 3, the repair prompt, and the run's summary."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field, field_validator, model_validator
+from typing import Any
 
 from gen.contextbench import JUDGE_PROMPT_VERSION, scenario_file
 from gen.contextbench import JUDGE_TEMPLATE as TEMPLATE
-from gen.contextbench import load as load_scenarios
 from gen.contextbench.scoring import metrics, repair_text, signals
-from gen.errors import ConfigError, InputError, LLMOutputError
-from gen.llm import LanguageModel, Message
+from gen.errors import LLMOutputError
+from gen.generators.evaluate.config import NAME, TURN, EvaluateConfig
+from gen.llm import Message
 from gen.llm.cache import sha256_file
 from gen.llm.labels import model_label
 from gen.manifest import git_info
-from gen.mcq import load_banks, parse_letter
-from gen.panel import JudgeOptions, build_panel, pairwise_agreement
-from gen.paths import ROOT
+from gen.panel import build_panel, pairwise_agreement
 from gen.readers import iter_jsonl, read_json
-from gen.registry import generator
-from gen.runner import Plan, RunContext
+from gen.runner import RunContext
 from gen.schemas import Reject
-from gen.schemas.evaluate import MCQAnswerRecord, TrialRecord
+from gen.schemas.evaluate import TrialRecord
 from gen.schemas.judge import ContextJudgeRecord, ResponseRow
-from gen.schemas.mcq import LETTERS, MCQ
 from gen.schemas.scenarios import ScenarioRecord
-from gen.stats import proportion, rounded
-
-NAME = "evaluate"
-SHARED_CONDITIONS = ROOT.parent / "shared" / "data" / "context_bench" / "prompt_conditions.json"
-"""The benchmark's prompt conditions as this project's shared data holds them (the default of
-``prompt_conditions=`` when present)."""
-TURN = "evaluate/turn.jinja"
-MCQ_PROMPT = "evaluate/mcq.jinja"
-
-
-class EvaluateConfig(JudgeOptions):
-    mode: Literal["auto", "scenarios", "mcq"] = "auto"
-    """auto: a scenarios.jsonl (or a scenarios run) is a scenario bank, anything else an MCQ
-    bank."""
-    condition: list[str] = Field(default_factory=lambda: ["baseline"])
-    """Scenarios: the prompt conditions to run (names in prompt_conditions.json)."""
-    prompt_conditions: str | None = None
-    """Scenarios: the benchmark's prompt_conditions.json (null:
-    ../shared/data/context_bench/prompt_conditions.json when present, else required)."""
-    trials: int = Field(5, ge=1, le=1000)
-    """Scenarios: seeded trials per scenario and condition (the spec's 5)."""
-    repair_style: Literal["named", "deictic"] = "named"
-    """Scenarios: the repair prompt after a turn-2 miss (deictic falls back to named where the
-    scenario has none)."""
-    no_camera: bool = False
-    """Scenarios: the camera ablation (the benchmark's --no-camera): the candidate gets no [Camera:
-    …] block, the pre-conversation frame included; the judge still sees the frames."""
-    max_tokens: int = Field(256, ge=8, le=32768)
-    """Scenarios: reply cap of each candidate turn."""
-    mcq_temperature: float = Field(0.0, ge=0, le=2)
-    """MCQ: sampling temperature of the candidate's answers (0: greedy)."""
-    mcq_tokens: int = Field(48, ge=1, le=4096)
-    """MCQ: answer length cap in tokens."""
-    limit: int | None = Field(None, ge=1)
-    """Evaluate only the first k scenarios or items (null: all)."""
-
-    @field_validator("condition", mode="before")
-    @classmethod
-    def _one_condition(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _check(self) -> EvaluateConfig:
-        if self.num_shards != 1:
-            raise ValueError(
-                "evaluate runs in one process (num_shards=1): the judge sub-runs need every reply"
-            )
-        if not self.condition or len(set(self.condition)) != len(self.condition):
-            raise ValueError("condition must name at least one prompt condition, each once")
-        return self
-
-
-# --------------------------------------------------------------------------- input
-
-
-def is_scenarios(path: Path) -> bool:
-    """A scenario bank: a scenarios.jsonl, a folder holding one, or a JSONL whose first row has a
-    scenario_id."""
-    if path.is_dir():
-        return (path / "scenarios.jsonl").is_file()
-    if path.suffix != ".jsonl":
-        return False
-    for _, row in iter_jsonl(path):
-        return isinstance(row, dict) and "scenario_id" in row
-    return False
-
-
-def read_conditions(path: Path) -> dict[str, str]:
-    """name -> system prompt of a prompt_conditions.json (a list of {name, system_prompt, …})."""
-    data = read_json(path)
-    if not isinstance(data, list):
-        raise InputError(
-            f"{path}: expected a JSON list of prompt conditions, got a {type(data).__name__}"
-        )
-    out = {}
-    for i, c in enumerate(data):
-        if (
-            not isinstance(c, dict)
-            or not isinstance(c.get("name"), str)
-            or not isinstance(c.get("system_prompt"), str)
-        ):
-            raise InputError(
-                f"{path}: [{i}]: a prompt condition needs a string name and system_prompt"
-            )
-        out[c["name"]] = c["system_prompt"]
-    return out
-
-
-def conditions_path(cfg: EvaluateConfig) -> Path:
-    if cfg.prompt_conditions is not None:
-        path = Path(cfg.prompt_conditions).expanduser()
-        if not path.is_file():
-            raise InputError(f"prompt_conditions: no such file: {path}")
-        return path
-    if SHARED_CONDITIONS.is_file():
-        return SHARED_CONDITIONS
-    raise ConfigError(
-        "prompt_conditions= is required for a scenario bank (the benchmark's "
-        "prompt_conditions.json)"
-    )
-
-
-def plan(cfg: EvaluateConfig) -> Plan:
-    """Scenarios: one index per scenario x condition x trial; MCQ: one per item."""
-    path = cfg.input_path()
-    assert path is not None
-    scenarios = cfg.mode == "scenarios" or (cfg.mode == "auto" and is_scenarios(path))
-    if not scenarios:
-        banks = load_banks(path)
-        items = [
-            (b.path, it)
-            for b in banks
-            for it in b.items
-            if len(it.options) >= 2 and it.answer is not None
-        ]
-        items = items[: cfg.limit] if cfg.limit else items
-        if not items:
-            raise InputError(f"input: {path} holds no MCQ item with options and an answer")
-        return Plan(len(items), ("mcq", banks, items))
-    if not cfg.judges and cfg.judge is None:
-        raise ConfigError(
-            "judge= is required for a scenario bank (the model that labels the replies; by default "
-            "of another family than llm=, e.g. judge={backend: openai, model: …}, or judge=smollm2 "
-            "allow_same_family=true)"
-        )
-    bank = list(load_scenarios(path).values())[: cfg.limit or None]
-    cpath = conditions_path(cfg)
-    conditions = read_conditions(cpath)
-    unknown = [c for c in cfg.condition if c not in conditions]
-    if unknown:
-        raise ConfigError(
-            f"condition: {unknown[0]!r} is not in {cpath} (it has {', '.join(conditions)})"
-        )
-    if cfg.ranking_condition not in cfg.condition:
-        raise ConfigError(
-            f"ranking_condition={cfg.ranking_condition!r} is not among condition={cfg.condition}"
-        )
-    if not bank:
-        raise InputError(f"input: {path} holds no scenarios")
-    return Plan(
-        len(bank) * len(cfg.condition) * cfg.trials, ("scenarios", bank, (cpath, conditions))
-    )
-
-
-# --------------------------------------------------------------------------- scenarios
 
 
 def cell(cfg: EvaluateConfig, index: int) -> tuple[int, int, int]:
@@ -519,116 +345,3 @@ def scenario_summary(
             {j: [r.verdicts[j].label for r in t2] for j in judges}
         ),
     }
-
-
-# --------------------------------------------------------------------------- MCQ banks
-
-
-def ask(
-    cfg: EvaluateConfig, ctx: RunContext, llm: LanguageModel, item: MCQ, source: Path, index: int
-) -> MCQAnswerRecord | Reject:
-    assert item.answer is not None
-    shown = [[LETTERS[k], o] for k, o in enumerate(item.options)]
-    messages = ctx.prompts.render(
-        MCQ_PROMPT, context=item.context, question=item.question, options=shown
-    )
-    try:
-        raw = llm.complete(
-            messages,
-            seed=ctx.seed(index, "answer"),
-            max_tokens=cfg.mcq_tokens,
-            temperature=cfg.mcq_temperature,
-        )
-    except LLMOutputError as e:
-        return Reject(
-            record_id=item.item_id,
-            index=index,
-            stage="candidate",
-            reason=e.reason,
-            detail=e.detail,
-            raw=e.raw,
-        )
-    letter = parse_letter(raw, item.options)
-    choice = None if letter is None else LETTERS.index(letter)
-    return MCQAnswerRecord(
-        item_id=item.item_id,
-        question_type=item.question_type,
-        source=str(source),
-        n_options=len(item.options),
-        answer=item.answer,
-        raw=raw,
-        letter=letter,
-        choice=choice,
-        correct=choice == item.answer,
-    )
-
-
-def mcq_summary(records: list[MCQAnswerRecord], rejected: int) -> dict[str, Any]:
-    """Accuracy with Wilson intervals, overall and per question type, against chance (the mean of
-    1 / options); unparseable answers count as wrong and are counted."""
-
-    def block(rs: list[MCQAnswerRecord]) -> dict[str, Any]:
-        return {
-            **proportion(sum(r.correct for r in rs), len(rs)),
-            "chance": rounded(sum(1 / r.n_options for r in rs) / len(rs)) if rs else None,
-            "unparseable": sum(r.letter is None for r in rs),
-        }
-
-    types = sorted({r.question_type for r in records})
-    return {
-        "items": len(records) + rejected,
-        "answered": len(records),
-        "rejected": rejected,
-        "accuracy": block(records),
-        "by_question_type": {q: block([r for r in records if r.question_type == q]) for q in types},
-        "letters": dict(sorted(Counter(r.letter or "unparseable" for r in records).items())),
-        "note": "accuracy: correct / answered items with a 95 % Wilson interval; an unparseable "
-        "answer is wrong.",
-    }
-
-
-def run_mcq(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[MCQAnswerRecord | Reject]:
-    _, banks, items = ctx.plan.data
-    for b in banks:
-        ctx.record_input(b.path)
-    llm = ctx.llm
-    records: list[MCQAnswerRecord] = []
-    rejected = 0
-    for out in ctx.imap(
-        lambda i: ask(cfg, ctx, llm, items[i][1], items[i][0], i), ctx.indices()
-    ):  # streamed, in order
-        if isinstance(out, Reject):
-            rejected += 1
-        else:
-            records.append(out)
-        yield out
-    summary = mcq_summary(records, rejected)
-    summary["candidate"] = {"model": llm.describe().get("model"), "family": llm.family}
-    ctx.write_json("summary.json", summary)
-    ctx.extra[NAME] = {"mode": "mcq", **summary}
-    a = summary["accuracy"]
-    ctx.say(
-        f"[evaluate] {a['k']}/{a['n']} correct ({a['rate']}, 95% CI {a['ci95']}; "
-        f"chance {a['chance']}); "
-        f"{a['unparseable']} unparseable",
-        *(
-            f"[evaluate]   {q}: {b['k']}/{b['n']} ({b['rate']}, {b['ci95']}; chance {b['chance']})"
-            for q, b in summary["by_question_type"].items()
-        ),
-    )
-
-
-@generator(
-    NAME,
-    config=EvaluateConfig,
-    records=(TrialRecord, MCQAnswerRecord),
-    kind="evaluation",
-    plan=plan,
-)
-def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[Any]:
-    """Run a candidate model on a scenario bank (turns, judge, repair) or an MCQ bank, with
-    intervals."""
-    if ctx.plan.data[0] == "mcq":
-        yield from run_mcq(cfg, ctx)
-    else:
-        yield from run_scenarios(cfg, ctx)
