@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.errors import InputError, MissingInputError
 from gen.llm import Usage
+from gen.llm.usage import SUMMED
 from gen.manifest import atomic_write, extras_of
 from gen.paths import UnsafePathError, inside
 from gen.readers import parse_json, read_json, read_text, validated
@@ -89,6 +90,14 @@ class ShardManifest(BaseModel):
     outputs: dict[str, str] = Field(default_factory=dict)
     validators: dict[str, int] = Field(default_factory=dict)
     llm_usage: dict[str, int | float | None] | None = None
+
+    @model_validator(mode="after")
+    def _summed_usage_are_numbers(self) -> ShardManifest:
+        # merge adds these up; the others (a reuse ratio) may be null
+        for key in SUMMED:
+            if self.llm_usage and key in self.llm_usage and self.llm_usage[key] is None:
+                raise ValueError(f"llm_usage.{key}: a number is required, got null")
+        return self
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,18 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+SUMMED = (
+    "calls",
+    "cache_hits",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_completion_tokens",
+    "generation_seconds",
+    "prompt_tokens_reported",
+    "prompt_tokens_reused",
+)
+"""The counts of :meth:`Usage.as_dict` that add up across shards (always numbers)."""
+
 
 class Usage:
     """Thread-safe counters of one run's LLM use."""
@@ -58,16 +70,7 @@ class Usage:
         u = cls()
         for d in dicts:
             if d:
-                for key in (
-                    "calls",
-                    "cache_hits",
-                    "prompt_tokens",
-                    "completion_tokens",
-                    "cached_completion_tokens",
-                    "generation_seconds",
-                    "prompt_tokens_reported",
-                    "prompt_tokens_reused",
-                ):
+                for key in SUMMED:
                     setattr(u, key, getattr(u, key) + d.get(key, 0))
         return u.as_dict()
 

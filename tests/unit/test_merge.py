@@ -171,6 +171,8 @@ BAD_FIELDS = [
     ({"outputs": {"personas.jsonl": 5}}, "outputs.personas.jsonl"),
     ({"validators": {"x": "lots"}}, "validators.x"),
     ({"llm_usage": {"calls": "many"}}, "llm_usage.calls"),
+    # null, where merge adds it up (a TypeError, exit 1, before: found by the bad-input test)
+    ({"llm_usage": {"calls": None}}, "llm_usage.calls: a number is required"),
     ({"generator": 7}, "generator"),
 ]
 
