@@ -21,6 +21,9 @@ class Backends:
         self._lock = threading.Lock()
         self._llms: dict[str, LanguageModel] = {}
         self._embedders: dict[str, Any] = {}
+        self._failed: dict[str, BaseException] = {}
+        """Configurations whose loading failed, with the error: every later caller gets it at
+        once (a run's many workers would otherwise each wait out the same preflight)."""
         self.helpers = Helpers()
         """The threads that run nested maps' items (:mod:`gen.schedule`), one set per command."""
 
@@ -31,8 +34,14 @@ class Backends:
             [cfg.model_dump(mode="json"), str(cache.path) if cache else None], sort_keys=True
         )
         with self._lock:
+            if key in self._failed:
+                raise self._failed[key]
             if key not in self._llms:
-                self._llms[key] = make_llm(cfg, cache)
+                try:
+                    self._llms[key] = make_llm(cfg, cache)
+                except Exception as e:
+                    self._failed[key] = e
+                    raise
             return self._llms[key]
 
     def embedder(self, cfg: EmbedderConfig, cache_dir: str | None) -> Any:
@@ -40,8 +49,14 @@ class Backends:
 
         key = json.dumps([cfg.model_dump(mode="json"), cache_dir], sort_keys=True)
         with self._lock:
+            if key in self._failed:
+                raise self._failed[key]
             if key not in self._embedders:
-                self._embedders[key] = make_embedder(cfg, cache_dir)
+                try:
+                    self._embedders[key] = make_embedder(cfg, cache_dir)
+                except Exception as e:
+                    self._failed[key] = e
+                    raise
             return self._embedders[key]
 
     def put(self, cfg: LLMConfig | EmbedderConfig, key_extra: str | None, backend: Any) -> None:

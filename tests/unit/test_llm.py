@@ -953,6 +953,28 @@ def test_the_cli_stops_at_once_on_a_server_that_never_answers(run_gen, tmp_path:
     assert f"{url}/models: no answer within llm.preflight_timeout=1 s" in line
 
 
+def test_a_model_that_fails_to_load_is_tried_once_per_command(monkeypatch) -> None:
+    """Many workers ask for the run's model at once; when loading it fails (a preflight that
+    timed out), each later one gets that error at once instead of loading it again (with 64
+    records under way the CLI above took 34 s to stop, one 1 s preflight after another)."""
+    import gen.llm
+    from gen.backends import Backends
+    from gen.errors import InputError
+
+    tries = []
+
+    def failing(cfg, cache):
+        tries.append(cfg)
+        raise InputError("llm.base_url: no answer")
+
+    monkeypatch.setattr(gen.llm, "make_llm", failing)
+    backends = Backends()
+    for _ in range(3):
+        with pytest.raises(InputError, match="no answer"):
+            backends.llm(gen.llm.OpenAIConfig(base_url="http://127.0.0.1:9/v1"), None)
+    assert len(tries) == 1
+
+
 def test_a_server_failing_every_call_stops_the_run_after_the_streak(
     run_gen, tmp_path: Path
 ) -> None:
