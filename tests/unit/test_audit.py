@@ -32,19 +32,6 @@ from gen.schemas.audit import FindingRecord
 CHECKS = check_keys()
 
 ROLES = FIX / "scenario_roles.yaml"
-EXACT_ONLY = [
-    "structure",
-    "leakage",
-    "position",
-    "length",
-    "shortcut",
-    "blind",
-    "digital",
-    "history",
-    "integrity",
-    "review",
-    "scenarios",
-]
 
 
 def of(findings: list[dict[str, Any]], check: str) -> list[dict[str, Any]]:

@@ -17,29 +17,9 @@ from audit_runs import FIX, run_audit, triples, write_jsonl
 
 from gen.errors import InputError, MissingInputError
 from gen.generators.audit import AuditConfig, plan
-from gen.generators.audit.registry import check_keys
 from gen.roles import Roles, load_roles_bank, read_roles
 
-CHECKS = check_keys()
-
 ROLES = FIX / "scenario_roles.yaml"
-EXACT_ONLY = [
-    "structure",
-    "leakage",
-    "position",
-    "length",
-    "shortcut",
-    "blind",
-    "digital",
-    "history",
-    "integrity",
-    "review",
-    "scenarios",
-]
-
-
-def of(findings: list[dict[str, Any]], check: str) -> list[dict[str, Any]]:
-    return [f for f in findings if f["check"] == check]
 
 
 # ----------------------------------------------------------------------- exit codes through the CLI
