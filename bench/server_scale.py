@@ -294,9 +294,22 @@ def main() -> int:
         default=True,
         help=f"also replay at {UNBOUNDED} slots: the calls in flight these records allow at most",
     )
+    ap.add_argument(
+        "--records",
+        nargs="+",
+        default=[],
+        metavar="NAME=N",
+        help="a generator's record count instead of GENERATORS' (its n= or sample= option)",
+    )
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench" / "server_scale")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "server_scale.json")
     args = ap.parse_args()
+    for item in args.records:
+        name, _, n = item.partition("=")
+        GENERATORS[name] = [
+            f"{o.split('=')[0]}={int(n)}" if o.split("=")[0] in ("n", "sample") else o
+            for o in GENERATORS[name]
+        ]
     args.work.mkdir(parents=True, exist_ok=True)
     results = json.loads(args.json.read_text()) if args.json.is_file() else {}
     results.update(
@@ -320,7 +333,8 @@ def main() -> int:
                 recording[row["key"]] = row["reply"]
         reference = work / "record" / RECORDS[name]
         if name == "rerank" and not (work / "pools.jsonl").is_file():
-            rerank_pools(work / "pools.jsonl")
+            n = next(int(o[2:]) for o in GENERATORS[name] if o.startswith("n="))
+            rerank_pools(work / "pools.jsonl", n)
         if not reference.is_file():
             srv = Server(recording, "record", keep=rec_file)
             code, secs, last, _ = run_gen(name, srv.url, 1, work / "record", None)

@@ -13,6 +13,7 @@ generator handles one failure type.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 from gen.errors import LLMOutputError
@@ -67,6 +68,14 @@ def _raw(draft: Any) -> str | None:
     return dump() if callable(dump) else None
 
 
+def _outcome(call: Callable[[int], D], a: int) -> tuple[bool, D | LLMOutputError]:
+    """Attempt ``a``'s call: (True, the answer) or (False, the model's failure)."""
+    try:
+        return True, call(a)
+    except LLMOutputError as e:
+        return False, e
+
+
 def retry(
     call: Callable[[int], D],
     check: Callable[[D], T],
@@ -76,6 +85,8 @@ def retry(
     count: Callable[[str], None] | None = None,
     llm_key: Callable[[str], str] | None = None,
     failed: Callable[[AttemptFailure], None] | None = None,
+    ahead: Callable[[], int] | None = None,
+    fan: Callable[[Callable[[int], Any], list[int]], list[Any]] | None = None,
 ) -> T:
     """Up to ``budget`` attempts of ``call`` then ``check``; the first value the check accepts.
 
@@ -88,6 +99,13 @@ def retry(
         llm_key: the counter of a model failure by its reason (default ``<stage>.llm_<reason>``).
         failed: called with each failed attempt after it is counted (to re-ask with the failure
             named, as rerank does, or keep the model's errors).
+        ahead: when an attempt is due whose call has not been made, how many attempts (from it
+            on, within the budget) to call at once: their calls run together through ``fan``
+            (``ctx.map``) and their answers are checked one by one in attempt order, so the value,
+            the counters and ``failed`` are those of one attempt at a time. An attempt past the
+            accepted one is called but never checked: give at most the calls the caller is sure
+            to check (candidates' restyle: the options its pool still misses).
+        fan: ``(call, attempts) -> answers in that order``; without it the calls run one by one.
 
     Raises:
         AttemptFailure: the last attempt's failure once the budget is spent (``attempts`` says
@@ -95,10 +113,16 @@ def retry(
     """
     history: list[AttemptFailure] = []
     last = AttemptFailure(stage, "no_attempt", "no attempt left")
+    answers: dict[int, tuple[bool, Any]] = {}
     for a in range(budget):
-        try:
-            draft = call(a)
-        except LLMOutputError as e:
+        if a not in answers:
+            k = max(1, min(ahead(), budget - a)) if ahead is not None else 1
+            due = list(range(a, a + k))
+            one = partial(_outcome, call)
+            answers.update(zip(due, fan(one, due) if fan and k > 1 else map(one, due), strict=True))
+        ok, draft = answers.pop(a)
+        if not ok:
+            e = draft
             key = llm_key(e.reason) if llm_key is not None else f"{stage}.llm_{e.reason}"
             last = AttemptFailure(stage, e.reason, e.detail, e.raw, counts=[key], llm=True)
         else:

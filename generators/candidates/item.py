@@ -112,10 +112,14 @@ def _fill(
     call: Callable[[int], Any],
     offer: Callable[[Any], None],
     done: Callable[[], bool] | None = None,
+    one_option: bool = False,
 ) -> None:
     """Calls (at most ``budget``) until the pool is full (or ``done``): each answer's options are
     offered to the pool, which counts the ones it turns away; the model's failures are counted
-    and kept on the pool (the last one names a reject)."""
+    and kept on the pool (the last one names a reject). ``one_option``: each call writes one
+    option, so the calls for every option the pool misses go out at once (the pool cannot be
+    full before the last of them is offered, so no call is wasted) and their answers are offered
+    in call order, as one call at a time would."""
     finished = done or (lambda: pool.full)
     if finished():
         return
@@ -130,7 +134,16 @@ def _fill(
             pool.llm_errors.append(f)
 
     try:
-        retry(call, check, budget=budget, stage=stage, count=ctx.count, failed=failed)
+        retry(
+            call,
+            check,
+            budget=budget,
+            stage=stage,
+            count=ctx.count,
+            failed=failed,
+            ahead=(lambda: pool.room - len(pool.items)) if one_option else None,
+            fan=ctx.map,
+        )
     except AttemptFailure:
         pass
 
@@ -179,7 +192,7 @@ def generate(
             text = clean(draft.text)
             pool.offer(Option(text, text, "generated", s.lines[j].t, line=j))
 
-        _fill(ctx, pool, len(order), "distractors", restyle, offer_line)
+        _fill(ctx, pool, len(order), "distractors", restyle, offer_line, one_option=True)
         return pool
 
     def write(a: int) -> Any:

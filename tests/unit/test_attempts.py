@@ -69,6 +69,37 @@ def test_the_last_failure_is_raised_with_every_failed_attempt() -> None:
     assert f.failed[1].raw == "{x" and hooked == ["odd", "invalid_output", "odd"]
 
 
+def test_calls_made_ahead_are_checked_in_order_with_the_one_at_a_time_outcome() -> None:
+    """``ahead``: the calls of several attempts go out at once (through ``fan``), their answers
+    are checked in attempt order, and the value, counters and failures are the loop's without it;
+    an attempt past the accepted one is called but never checked."""
+    answers = (LLMOutputError("truncated", "cut", "{"), 3, 5, 4, 7, 8)
+    waves: list[list[int]] = []
+
+    def fan(one: Any, due: list[int]) -> list[Any]:
+        waves.append(due)
+        return [one(a) for a in reversed(due)][::-1]  # answered last first
+
+    outcomes = []
+    for ahead in (None, lambda: 3):
+        seen, call = scripted(*answers)
+        counts: Counter[str] = Counter()
+        hooked: list[int] = []
+        value = retry(
+            call,
+            even,
+            budget=6,
+            stage="stage",
+            count=lambda k, c=counts: c.update([k]),
+            failed=lambda f, hooked=hooked: hooked.append(f.attempts),
+            ahead=ahead,
+            fan=fan,
+        )
+        outcomes.append((value, counts, hooked))
+    assert outcomes[0] == outcomes[1] == (40, {"stage.llm_truncated": 1, "stage.odd": 2}, [1, 2, 3])
+    assert seen == [2, 1, 0, 5, 4, 3] and waves == [[0, 1, 2], [3, 4, 5]]
+
+
 def test_a_check_names_its_own_counters_and_the_model_failure_key() -> None:
     def check(x: int) -> int:
         raise AttemptFailure("app.Notes", "no_valid_item", "none", counts=["Notes.none", "Notes.x"])

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from concurrency import Jittered
 from conftest import read_jsonl
 from fakes import FakeEmbedder
 
@@ -27,7 +28,7 @@ from gen.generators.candidates import (
 from gen.generators.candidates.checks import Option, Pool, Vectors, clean
 from gen.generators.candidates.item import input_problem, setup
 from gen.generators.candidates.recall import read_recall, recall_items
-from gen.llm import scripted_llm
+from gen.llm import OpenAIConfig, scripted_llm
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
 from gen.registry import REGISTRY
@@ -477,6 +478,44 @@ def test_collision_avoidance_turns_away_an_annotated_item_and_tries_another_mome
     assert result.accepted == 4, rejects
     assert result.manifest["validators"]["turned_away.collision"] >= 1
     assert not any("spoon" in o for r in recs for o in r["options"])
+
+
+def test_an_items_restyle_calls_go_out_at_once_and_write_the_one_at_a_time_bytes(
+    tmp_path: Path,
+) -> None:
+    """The calls for every option a pool misses go out together (a 2 s call on a server is 2 s
+    for the item, not 3 x 2 s), and their answers are offered in call order: with a moment the
+    pool turns away (the spoon) and a second wave, records, rejects and counters are those of one
+    call at a time."""
+
+    def reply(messages: list[dict[str, str]], seed: int) -> str:
+        if MOMENT.search(messages[-1]["content"]) and "bowl" in messages[-1]["content"]:
+            return json.dumps({"text": "C picks up a metal spoon."})
+        return good_reply(messages, seed)
+
+    runs = {}
+    for k in (1, 8):
+        script = Jittered(reply)
+        config = CandidatesConfig(
+            input=str(write_items(tmp_path / "items.jsonl", [mrp(item_id="m0")])),
+            cache_dir=None,
+            progress="off",
+            llm=OpenAIConfig(concurrency=k),
+        )
+        llm = scripted_llm(script, sampling=config.llm)
+        out = tmp_path / str(k)
+        ctx = RunContext(NAME, config, out).use(llm=llm, embedder=FakeEmbedder())
+        result = run(NAME, config, out, ctx=ctx, quiet=True)
+        restyles = sum(bool(MOMENT.search(c["messages"][-1]["content"])) for c in llm.calls)
+        runs[k] = (
+            (out / "candidates.jsonl").read_bytes(),
+            (out / "rejects.jsonl").read_bytes(),
+            result.manifest["validators"],
+            restyles,
+        )
+        assert script.max_in_flight == (3 if k > 1 else 1)  # one item: its 3 missing options
+    assert runs[1] == runs[8]
+    assert runs[1][2]["turned_away.collision"] == 1 and runs[1][3] == 4  # no call wasted
 
 
 def test_a_check_regeneration_cannot_fix_is_the_reject_reason(tmp_path: Path) -> None:
