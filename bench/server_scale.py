@@ -12,7 +12,12 @@ generator it
    put first on PYTHONPATH) and with this checkout, ``llm.concurrency=N``: the time-weighted mean
    of calls in flight (seen by the server, from its first request to its last reply), the most
    at once, calls/s against N/latency, records/hour, the generator's own CPU seconds, and whether
-   the records are byte-identical to the reference;
+   the records are byte-identical to the reference. ``busy`` is over the whole span; ``busy_fed``
+   is the same mean up to the last call sent (without the last latency, when the slots only
+   empty). Both include the tail of a run: its last records' chains of dependent calls, with
+   fewer records left than slots. That tail lasts as long as the longest chain whatever the
+   run's size, so a run of thousands of records spends a small part of its span there and a run
+   of a few dozen most of it;
 3. replays once more at 1024 slots (``unbounded``): the calls in flight these records allow at
    most, whatever the scheduler (records x independent calls in each, over their chains of
    dependent calls). At N slots a run can keep at most min(N, that) busy; where ``after`` is
@@ -55,6 +60,7 @@ GENERATORS: dict[str, list[str]] = {
     "rerank": ["input={work}/pools.jsonl", "n=4"],
     "candidates": [f"input={EGOTOM / 'egotom_goal_shuffled.csv'}", "n=32"],
     "scenarios": ["n=6"],
+    "evaluate": [f"input={EGOTOM}", "limit=16"],
 }
 """Each generator's options (beside llm=…); ``{work}`` is the generator's bench folder (digital
 takes the personas run's pool: run personas first). The sizes are what recording the embedded
@@ -120,8 +126,9 @@ class Server:
         self.slots = threading.BoundedSemaphore(slots)
         self.lock = threading.Lock()
         self.in_flight = self.calls = self.misses = self.max_in_flight = 0
-        self.area = 0.0
+        self.area = self.area_fed = 0.0
         self.first: float | None = None
+        self.fed = 0.0
         self.last = self.at = 0.0
         self.model: Any = None
         self.model_lock = threading.Lock()
@@ -166,6 +173,8 @@ class Server:
                 self.first = self.at = now
             self.area += self.in_flight * (now - self.at)
             self.at = now
+            if delta > 0:
+                self.fed, self.area_fed = now, self.area
             self.in_flight += delta
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             if delta < 0:
@@ -211,11 +220,14 @@ class Server:
     def stats(self) -> dict[str, Any]:
         with self.lock:
             span = (self.last - self.first) if self.first is not None else 0.0
+            fed = (self.fed - self.first) if self.first is not None else 0.0
             return {
                 "calls": self.calls,
                 "misses": self.misses,
                 "seconds": round(span, 2),
                 "mean_in_flight": round(self.area / span, 2) if span > 0 else 0.0,
+                "fed_seconds": round(fed, 2),
+                "mean_in_flight_fed": round(self.area_fed / fed, 2) if fed > 0 else 0.0,
                 "max_in_flight": self.max_in_flight,
             }
 
@@ -299,7 +311,7 @@ def main() -> int:
         nargs="+",
         default=[],
         metavar="NAME=N",
-        help="a generator's record count instead of GENERATORS' (its n= or sample= option)",
+        help="a generator's record count instead of GENERATORS' (its n=, sample= or limit=)",
     )
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench" / "server_scale")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "server_scale.json")
@@ -307,7 +319,7 @@ def main() -> int:
     for item in args.records:
         name, _, n = item.partition("=")
         GENERATORS[name] = [
-            f"{o.split('=')[0]}={int(n)}" if o.split("=")[0] in ("n", "sample") else o
+            f"{o.split('=')[0]}={int(n)}" if o.split("=")[0] in ("n", "sample", "limit") else o
             for o in GENERATORS[name]
         ]
     args.work.mkdir(parents=True, exist_ok=True)
@@ -364,6 +376,7 @@ def main() -> int:
                 "exit": code,
                 "wall_s": round(secs, 1),
                 "busy": round(s["mean_in_flight"] / slots, 3),
+                "busy_fed": round(s["mean_in_flight_fed"] / slots, 3),
                 "calls_per_s": round(s["calls"] / s["seconds"], 2) if s["seconds"] else 0.0,
                 "records_per_hour": round(count_records(got) / secs * 3600) if secs else 0,
                 "records_written": count_records(got),
