@@ -136,6 +136,9 @@ class CandidatesConfig(CommonConfig):
     """Completion cap of the rewording call."""
     rerank_tokens: int = Field(1024, ge=64)
     """Completion cap of the rerank call."""
+    confirm_similarity: float = Field(0.75, ge=0, le=1)
+    """rerank=true: a duplicate the reranker calls is removed only when the embedder puts the two
+    options at or above this cosine (as ``rerank``'s); 0 = every call."""
     stages: CandidatesStages = Field(default_factory=CandidatesStages)
     """A model per stage: ``stages.<writer|rewording|rerank>.llm=<preset or fields>``."""
     window: float = Field(60.0, gt=0)

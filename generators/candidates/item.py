@@ -505,7 +505,11 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
             return reject(
                 "rerank", "rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw
             )
-        res = rr.resolve(draft, len(texts), protect=0, count=ctx.count)
+        held, unconfirmed = rr.supported(
+            draft, rr.embedding_pairs(ctx.embedder, texts, cfg.confirm_similarity)
+        )
+        ctx.count("rerank.unconfirmed_duplicates", len(unconfirmed))
+        res = rr.resolve(held, len(texts), protect=0, count=ctx.count)
         keep = [i for i in res.kept if i != 0]
         if len(keep) < need:
             return reject(
@@ -518,12 +522,13 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
         chosen = [pool.items[i - 1] for i in keep[:need]]
         ctx.count("rerank.ungrounded_used", sum(not res.grounded[i] for i in keep[:need]))
         emb = [(a, b) for a, b in rr.embedding_pairs(ctx.embedder, texts, cfg.max_similarity)]
-        agreement = rr.agreement(len(texts), res.groups, emb)
+        agreement = rr.agreement(len(texts), rr.resolve(draft, len(texts), protect=0).groups, emb)
         names = ["positive", *(f"d{j + 1}" for j in range(len(pool.items)))]
         rerank_info = {
             "pool": names,
             "order": [names[i] for i in res.order],
             "removed": [[names[i], names[j]] for i, j in res.removed],
+            "unconfirmed_duplicates": [[names[i], names[j]] for i, j in unconfirmed],
             "ungrounded": [names[i] for i, g in enumerate(res.grounded) if not g],
             "reason": draft.reason,
             "calls": calls,

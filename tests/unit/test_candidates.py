@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from concurrency import Jittered
 from conftest import read_jsonl
@@ -853,7 +854,7 @@ def test_rerank_true_drops_a_semantic_duplicate_and_keeps_the_positive(tmp_path:
         return good_reply(messages, seed)
 
     result, recs, rejects, _ = run_candidates(
-        tmp_path / "a", [mrp()], reply=reply, rerank=True, rerank_spares=2
+        tmp_path / "a", [mrp()], reply=reply, rerank=True, rerank_spares=2, confirm_similarity=0
     )
     assert result.accepted == 1, rejects
     info = recs[0]["rerank"]
@@ -869,6 +870,46 @@ def test_rerank_true_drops_a_semantic_duplicate_and_keeps_the_positive(tmp_path:
     assert agree["pairs"] == 15 and agree["llm_only"] == 3 and agree["both"] == 0
     with pytest.raises(ValueError, match="needs kind=generated"):
         CandidatesConfig(input="x", rerank=True, kind="sampled")
+
+
+def test_rerank_true_removes_only_the_duplicates_the_embedder_confirms(tmp_path: Path) -> None:
+    """A reranker that calls every option a duplicate of another (SmolLM2-135M calls each a
+    duplicate of the first) removes only the pairs the embedder puts at or above
+    ``confirm_similarity`` ("C opens the kitchen cupboard." / "C closes …": 0.8 under the
+    bag-of-words embedder); the others are listed as unconfirmed and counted."""
+    embedder = FakeEmbedder()
+    called: list[tuple[str, str]] = []
+
+    def reply(messages: list[dict[str, str]], seed: int) -> str:
+        req = messages[-1]["content"]
+        if "List every candidate exactly once" not in req:
+            return good_reply(messages, seed)
+        texts = re.findall(r"^(\d+)\. (.*)$", req.rsplit("Candidates, numbered:", 1)[1], re.M)
+        vecs = embedder.encode([t for _, t in texts])
+        ranking = []
+        for j, (i, t) in enumerate(texts):
+            # each option a duplicate of its nearest earlier one (the second of the first)
+            near = int((vecs[:j] @ vecs[j]).argmax()) if j else None
+            if near is not None and j > 1:
+                called.append((texts[near][1], t))
+            dup = None if near is None or j == 1 else near + 1
+            ranking.append({"id": int(i), "text": t, "duplicate_of": dup, "grounded": True})
+        return json.dumps({"ranking": ranking, "reason": "near ones"})
+
+    result, recs, rejects, _ = run_candidates(
+        tmp_path / "a", [mrp()], reply=reply, rerank=True, rerank_spares=5
+    )
+    assert result.accepted == 1, rejects
+    info = recs[0]["rerank"]
+    cos = {pair: float(np.prod(embedder.encode(list(pair)), axis=0).sum()) for pair in called}
+    confirmed = [p for p, c in cos.items() if c >= 0.75]
+    assert confirmed and len(confirmed) < len(cos)
+    assert len(info["removed"]) == len(confirmed)
+    assert len(info["unconfirmed_duplicates"]) == len(cos) - len(confirmed)
+    assert result.manifest["validators"]["rerank.unconfirmed_duplicates"] == len(cos) - len(
+        confirmed
+    )
+    assert not any(b in recs[0]["options"] for _, b in confirmed)
 
 
 def test_rerank_true_rejects_a_pool_the_reranker_cannot_return_whole(tmp_path: Path) -> None:
