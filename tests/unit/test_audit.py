@@ -565,6 +565,25 @@ def test_a_new_check_is_one_new_file(tmp_path: Path, runner_for: Any, cache_dir:
 # -------------------------------------------------------------------- the report and the run folder
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_two_option_items_plot_without_a_divide_by_zero(tmp_path: Path) -> None:
+    """Yes/no items have no distractor pair: the option-similarity plot draws the
+    answer-distractor cosines alone (a density of no values warned "invalid value in divide")."""
+    rows = []
+    for line in (FIX / "clean.jsonl").read_text().splitlines()[:12]:
+        row = json.loads(line)
+        keep = [row["answer"], (row["answer"] + 1) % len(row["options"])]
+        row["options"] = [row["options"][k] for k in keep]
+        row["origins"] = [row["origins"][k] for k in keep]
+        row["answer"] = 0
+        rows.append(row)
+    result, _, report = run_audit(
+        tmp_path / "a", write_jsonl(tmp_path / "yn.jsonl", rows), plots=True
+    )
+    assert report["plots"]["similar_options"] == "option_similarity.png"
+    assert (result.out_dir / "option_similarity.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_report_files_manifest_and_one_index_per_check(clean_run) -> None:
     result, findings, report = clean_run
     out = result.out_dir

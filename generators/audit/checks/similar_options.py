@@ -24,18 +24,14 @@ if TYPE_CHECKING:
 
 def _plot(r: CheckResult, out_dir: Path, plt: Any) -> str | None:
     s = r.series
-    if not s:
+    # a density of no values divides by zero: two-option items have no distractor pair
+    drawn = [k for k in ("distractor_distractor", "answer_distractor") if s and len(s[k])]
+    if not drawn:
         return None
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     bins = [x / 50 for x in range(-10, 51)]
-    ax.hist(
-        s["distractor_distractor"],
-        bins=bins,
-        alpha=0.55,
-        density=True,
-        label="distractor-distractor",
-    )
-    ax.hist(s["answer_distractor"], bins=bins, alpha=0.55, density=True, label="answer-distractor")
+    for k in drawn:
+        ax.hist(s[k], bins=bins, alpha=0.55, density=True, label=k.replace("_", "-"))
     for name, v in s["thresholds"].items():
         ax.axvline(
             v, color="k", linestyle="dashed" if name == "option_dup_sim" else "dotted", linewidth=1
