@@ -234,16 +234,23 @@ _EMBED_LOCK = threading.Lock()
 
 def embedding_pairs(embedder: Any, texts: Sequence[str], threshold: float) -> list[tuple[int, int]]:
     """Pairs (i < j) of texts at or above ``threshold`` cosine (the embedder gives unit vectors)."""
+    return pairs_at(embedder, texts, threshold)[0]
+
+
+def pairs_at(
+    embedder: Any, texts: Sequence[str], *thresholds: float
+) -> list[list[tuple[int, int]]]:
+    """:func:`embedding_pairs` at each threshold, from one embedding of the texts (a pool's
+    dedup and confirmation floors: the embedder is the generator's main CPU cost per pool)."""
     if len(texts) < 2:
-        return []
+        return [[] for _ in thresholds]
     with _EMBED_LOCK:
         vecs = embedder.encode(list(texts))
     sims = vecs @ vecs.T
+    n = len(texts)
     return [
-        (i, j)
-        for i in range(len(texts))
-        for j in range(i + 1, len(texts))
-        if float(sims[i, j]) >= threshold - 1e-9
+        [(i, j) for i in range(n) for j in range(i + 1, n) if float(sims[i, j]) >= t - 1e-9]
+        for t in thresholds
     ]
 
 

@@ -374,17 +374,12 @@ def one_segment(
         return reject(
             "rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw
         ), best.summary
-    held, unconfirmed = rr.supported(
-        rdraft, rr.embedding_pairs(ctx.embedder, texts, cfg.confirm_similarity)
-    )
+    confirmed, emb = rr.pairs_at(ctx.embedder, texts, cfg.confirm_similarity, cfg.dedup_similarity)
+    held, unconfirmed = rr.supported(rdraft, confirmed)
     res = rr.resolve(held, len(texts), count=ctx.count)
     ctx.count("rerank.duplicates_removed", len(res.removed))
     ctx.count("rerank.unconfirmed_duplicates", len(unconfirmed))
-    agree = rr.agreement(
-        len(texts),
-        rr.resolve(rdraft, len(texts)).groups,
-        rr.embedding_pairs(ctx.embedder, texts, cfg.dedup_similarity),
-    )
+    agree = rr.agreement(len(texts), rr.resolve(rdraft, len(texts)).groups, emb)
     ranked = [
         RankedCandidate(
             id=new + 1,

@@ -26,7 +26,7 @@ from gen.ranking import (
     agreement,
     agreement_summary,
     call,
-    embedding_pairs,
+    pairs_at,
     render_context,
     resolve,
     supported,
@@ -119,10 +119,8 @@ def rerank_pool(ctx: RunContext, cfg: RerankConfig, index: int, pool: Pool) -> R
         count=ctx.count,
         categories=[c.category for c in pool.candidates],
     )
-    emb = embedding_pairs(ctx.embedder, texts, cfg.dedup_similarity)
-    held, unconfirmed = supported(
-        draft, embedding_pairs(ctx.embedder, texts, cfg.confirm_similarity)
-    )
+    emb, confirmed = pairs_at(ctx.embedder, texts, cfg.dedup_similarity, cfg.confirm_similarity)
+    held, unconfirmed = supported(draft, confirmed)
     res = resolve(held, len(texts), count=ctx.count)
     ctx.count("rerank.unconfirmed_duplicates", len(unconfirmed))
     ctx.count("rerank.duplicates_removed", len(res.removed))

@@ -505,9 +505,10 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
             return reject(
                 "rerank", "rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw
             )
-        held, unconfirmed = rr.supported(
-            draft, rr.embedding_pairs(ctx.embedder, texts, cfg.confirm_similarity)
+        confirmed, emb = rr.pairs_at(
+            ctx.embedder, texts, cfg.confirm_similarity, cfg.max_similarity
         )
+        held, unconfirmed = rr.supported(draft, confirmed)
         ctx.count("rerank.unconfirmed_duplicates", len(unconfirmed))
         res = rr.resolve(held, len(texts), protect=0, count=ctx.count)
         keep = [i for i in res.kept if i != 0]
@@ -521,7 +522,6 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
             )
         chosen = [pool.items[i - 1] for i in keep[:need]]
         ctx.count("rerank.ungrounded_used", sum(not res.grounded[i] for i in keep[:need]))
-        emb = [(a, b) for a, b in rr.embedding_pairs(ctx.embedder, texts, cfg.max_similarity)]
         agreement = rr.agreement(len(texts), rr.resolve(draft, len(texts), protect=0).groups, emb)
         names = ["positive", *(f"d{j + 1}" for j in range(len(pool.items)))]
         rerank_info = {
