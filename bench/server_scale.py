@@ -22,7 +22,10 @@ generator it
    most, whatever the scheduler (records x independent calls in each, over their chains of
    dependent calls). At N slots a run can keep at most min(N, that) busy; where ``after`` is
    below it, the scheduling or the generator's own CPU (checks, embeddings between calls) is
-   the limit, and ``client_cpu_s`` against the span says which.
+   the limit, and ``client_cpu_s`` against the span says which;
+4. with ``--shards K``: replays at N slots as K shard processes at once (``shard=i
+   num_shards=K``), merged with ``gen merge`` and compared with the reference like the others:
+   what fills the server when one process's own CPU per call is the limit.
 
     python bench/server_scale.py --generators personas nocontext [--slots 64] [--latency 2] \
         [--before /tmp/gen-main] [--json bench/results/server_scale.json]
@@ -243,10 +246,11 @@ def _llama_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def run_gen(
-    name: str, url: str, concurrency: int, out: Path, code: Path | None
-) -> tuple[int, float, str, float]:
-    """``python -m gen <name>`` against ``url``; ``code``: a checkout first on PYTHONPATH."""
+def gen_command(
+    name: str, url: str, concurrency: int, out: Path, code: Path | None, *extra: str
+) -> tuple[list[str], dict[str, str]]:
+    """``python -m gen <name>`` against ``url`` and its environment; ``code``: a checkout first
+    on PYTHONPATH."""
     env = {**os.environ, "NO_PROXY": "127.0.0.1", "GEN_CACHE_DIR": str(out.parent / "cache-unused")}
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
         env.pop(var, None)
@@ -266,11 +270,58 @@ def run_gen(
         "cache_dir=null",
         "progress=off",
         f"hydra.run.dir={out}",
+        *extra,
     ]
+    return args, env
+
+
+def run_gen(
+    name: str, url: str, concurrency: int, out: Path, code: Path | None
+) -> tuple[int, float, str, float]:
+    """One run: (exit code, wall seconds, last stderr line, CPU seconds)."""
+    args, env = gen_command(name, url, concurrency, out, code)
     t0, cpu0 = time.perf_counter(), _children_cpu()
     proc = subprocess.run(args, cwd=out.parent, env=env, capture_output=True, text=True)
     last = (proc.stderr.strip().splitlines() or [""])[-1]
     return proc.returncode, time.perf_counter() - t0, last, _children_cpu() - cpu0
+
+
+def run_shards(
+    name: str, url: str, concurrency: int, out: Path, shards: int
+) -> tuple[int, float, str, float]:
+    """``shards`` processes at once (``shard=i num_shards=K``, each with ``concurrency`` calls
+    in flight at most, the server's slots shared), then ``gen merge`` of their folders into
+    ``out``: how a generator whose own CPU per call caps one process fills a server."""
+    procs = []
+    t0, cpu0 = time.perf_counter(), _children_cpu()
+    for i in range(shards):
+        args, env = gen_command(
+            name,
+            url,
+            concurrency,
+            out.parent / f"{out.name}_{i}",
+            None,
+            f"shard={i}",
+            f"num_shards={shards}",
+        )
+        procs.append(
+            subprocess.Popen(args, cwd=out.parent, env=env, stderr=subprocess.PIPE, text=True)
+        )
+    errs = [p.communicate()[1] for p in procs]
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
+    bad = [(p.returncode, e) for p, e in zip(procs, errs, strict=True) if p.returncode]
+    if bad:
+        return bad[0][0], wall, (bad[0][1].strip().splitlines() or [""])[-1], cpu
+    folders = ",".join(str(out.parent / f"{out.name}_{i}") for i in range(shards))
+    merge = subprocess.run(
+        [sys.executable, "-m", "gen", "merge", f"input=[{folders}]", f"hydra.run.dir={out}"],
+        cwd=out.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    last = (merge.stderr.strip().splitlines() or [""])[-1]
+    return merge.returncode, wall, last, cpu
 
 
 def _children_cpu() -> float:
@@ -305,6 +356,12 @@ def main() -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help=f"also replay at {UNBOUNDED} slots: the calls in flight these records allow at most",
+    )
+    ap.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        help="also replay as this many shard processes at once on the N slots, then merge",
     )
     ap.add_argument(
         "--records",
@@ -362,12 +419,17 @@ def main() -> int:
         runs = [("before", args.before, args.slots), ("after", None, args.slots)]
         if args.unbounded:
             runs.append(("unbounded", None, UNBOUNDED))
+        if args.shards > 1:
+            runs.append((f"shards{args.shards}", None, args.slots))
         for label, code_dir, slots in runs:
             if label == "before" and code_dir is None:
                 continue
             srv = Server(recording, "replay", slots, args.latency)
             out = work / label
-            code, secs, last, cpu = run_gen(name, srv.url, slots, out, code_dir)
+            if label.startswith("shards"):
+                code, secs, last, cpu = run_shards(name, srv.url, slots, out, args.shards)
+            else:
+                code, secs, last, cpu = run_gen(name, srv.url, slots, out, code_dir)
             srv.close()
             s = srv.stats()
             got = out / RECORDS[name]
