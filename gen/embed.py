@@ -72,6 +72,10 @@ class Embedder:
         }
 
     def _load(self) -> Any:
+        with self._lock:  # once: records embedding on many threads must not each load a model
+            return self._load_once()
+
+    def _load_once(self) -> Any:
         if self._model is None:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

