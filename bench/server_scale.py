@@ -12,12 +12,12 @@ generator it
    put first on PYTHONPATH) and with this checkout, ``llm.concurrency=N``: the time-weighted mean
    of calls in flight (seen by the server, from its first request to its last reply), the most
    at once, calls/s against N/latency, records/hour, the generator's own CPU seconds, and whether
-   the records are byte-identical to the reference. ``busy`` is over the whole span; ``busy_fed``
-   is the same mean up to the last call sent (without the last latency, when the slots only
-   empty). Both include the tail of a run: its last records' chains of dependent calls, with
-   fewer records left than slots. That tail lasts as long as the longest chain whatever the
-   run's size, so a run of thousands of records spends a small part of its span there and a run
-   of a few dozen most of it;
+   the records are byte-identical to the reference. ``busy`` is over the whole span, the run's
+   tail included: its last records' chains of dependent calls once fewer calls are left than
+   slots. The tail lasts about as long as the longest chain whatever the run's size, so a run of
+   thousands of records spends a small part of its span there and a run of a few hundred calls
+   much of it. ``busy_until_full`` is the mean up to the last moment all N slots were busy and
+   ``full_until_s`` that moment: the slots the scheduler keeps busy while records are left;
 3. replays once more at 1024 slots (``unbounded``): the calls in flight these records allow at
    most, whatever the scheduler (records x independent calls in each, over their chains of
    dependent calls). At N slots a run can keep at most min(N, that) busy; where ``after`` is
@@ -129,9 +129,10 @@ class Server:
         self.slots = threading.BoundedSemaphore(slots)
         self.lock = threading.Lock()
         self.in_flight = self.calls = self.misses = self.max_in_flight = 0
-        self.area = self.area_fed = 0.0
+        self.area = self.area_full = 0.0
         self.first: float | None = None
-        self.fed = 0.0
+        self.full = 0.0
+        self.n = slots
         self.last = self.at = 0.0
         self.model: Any = None
         self.model_lock = threading.Lock()
@@ -176,9 +177,9 @@ class Server:
                 self.first = self.at = now
             self.area += self.in_flight * (now - self.at)
             self.at = now
-            if delta > 0:
-                self.fed, self.area_fed = now, self.area
             self.in_flight += delta
+            if self.in_flight >= self.n:
+                self.full, self.area_full = now, self.area
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             if delta < 0:
                 self.last = now
@@ -223,14 +224,14 @@ class Server:
     def stats(self) -> dict[str, Any]:
         with self.lock:
             span = (self.last - self.first) if self.first is not None else 0.0
-            fed = (self.fed - self.first) if self.first is not None else 0.0
+            full = (self.full - self.first) if self.first is not None and self.full else 0.0
             return {
                 "calls": self.calls,
                 "misses": self.misses,
                 "seconds": round(span, 2),
                 "mean_in_flight": round(self.area / span, 2) if span > 0 else 0.0,
-                "fed_seconds": round(fed, 2),
-                "mean_in_flight_fed": round(self.area_fed / fed, 2) if fed > 0 else 0.0,
+                "full_until_s": round(full, 2),
+                "mean_in_flight_until_full": round(self.area_full / full, 2) if full > 0 else 0.0,
                 "max_in_flight": self.max_in_flight,
             }
 
@@ -438,7 +439,7 @@ def main() -> int:
                 "exit": code,
                 "wall_s": round(secs, 1),
                 "busy": round(s["mean_in_flight"] / slots, 3),
-                "busy_fed": round(s["mean_in_flight_fed"] / slots, 3),
+                "busy_until_full": round(s["mean_in_flight_until_full"] / slots, 3),
                 "calls_per_s": round(s["calls"] / s["seconds"], 2) if s["seconds"] else 0.0,
                 "records_per_hour": round(count_records(got) / secs * 3600) if secs else 0,
                 "records_written": count_records(got),
