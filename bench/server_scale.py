@@ -342,6 +342,37 @@ def count_records(path: Path) -> int:
     return sum(1 for _ in path.open(encoding="utf-8")) if path.is_file() else 0
 
 
+def table(results: dict[str, Any]) -> str:
+    """The results as the measurements page's Markdown table."""
+
+    def cell(row: dict[str, Any] | None, *keys: str) -> str:
+        return " / ".join(str(row.get(k, "–")) for k in keys) if row else "–"
+
+    def pct(row: dict[str, Any] | None, key: str) -> str:
+        return f"{100 * row[key]:.0f} %" if row and key in row else "–"
+
+    lines = [
+        "| generator | calls | records (rejects) | before: in flight | after: in flight mean"
+        " / most | busy | busy until full (s) | calls/s | client CPU s | 2 shards: busy, calls/s"
+        " | same bytes | 1024 slots: mean / most |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, g in results["generators"].items():
+        a, b, u = g.get("after"), g.get("before"), g.get("unbounded")
+        sh = next((v for k, v in g.items() if k.startswith("shards")), None)
+        same = all(r["identical_to_one_slot"] for r in (a, u, sh) if r)
+        lines.append(
+            f"| `{name}` | {g['recorded_calls']} | {cell(a, 'records_written')}"
+            f" ({cell(a, 'rejects_written')}) | {cell(b, 'mean_in_flight')}"
+            f" | {cell(a, 'mean_in_flight', 'max_in_flight')} | {pct(a, 'busy')}"
+            f" | {pct(a, 'busy_until_full')} ({cell(a, 'full_until_s')} of {cell(a, 'seconds')})"
+            f" | {cell(a, 'calls_per_s')} | {cell(a, 'client_cpu_s')}"
+            f" | {pct(sh, 'busy')}, {cell(sh, 'calls_per_s')} | {'yes' if same else 'NO'}"
+            f" | {cell(u, 'mean_in_flight', 'max_in_flight')} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -373,7 +404,11 @@ def main() -> int:
     )
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench" / "server_scale")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "server_scale.json")
+    ap.add_argument("--table", action="store_true", help="print --json's table and stop")
     args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(args.json.read_text())))
+        return 0
     for item in args.records:
         name, _, n = item.partition("=")
         GENERATORS[name] = [
