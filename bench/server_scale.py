@@ -310,7 +310,9 @@ def run_shards(
         )
     errs = [p.communicate()[1] for p in procs]
     wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
-    bad = [(p.returncode, e) for p, e in zip(procs, errs, strict=True) if p.returncode]
+    # exit 1 is a run that wrote its folder and failed its own target (a persona pool short of
+    # a slot): merged like any other; exit 2 and above wrote nothing to merge
+    bad = [(p.returncode, e) for p, e in zip(procs, errs, strict=True) if p.returncode > 1]
     if bad:
         return bad[0][0], wall, (bad[0][1].strip().splitlines() or [""])[-1], cpu
     folders = ",".join(str(out.parent / f"{out.name}_{i}") for i in range(shards))
@@ -360,14 +362,20 @@ def table(results: dict[str, Any]) -> str:
     for name, g in results["generators"].items():
         a, b, u = g.get("after"), g.get("before"), g.get("unbounded")
         sh = next((v for k, v in g.items() if k.startswith("shards")), None)
-        same = all(r["identical_to_one_slot"] for r in (a, u, sh) if r)
+        refused = bool(sh) and sh["exit"] > 1  # a generator that runs in one process only
+        same = all(r["identical_to_one_slot"] for r in (a, u, None if refused else sh) if r)
+        full = (
+            f"{pct(a, 'busy_until_full')} ({cell(a, 'full_until_s')} of {cell(a, 'seconds')})"
+            if a and a.get("full_until_s")
+            else ("never full" if a and "full_until_s" in a else "–")
+        )
+        shards = "one process only" if refused else f"{pct(sh, 'busy')}, {cell(sh, 'calls_per_s')}"
         lines.append(
             f"| `{name}` | {g['recorded_calls']} | {cell(a, 'records_written')}"
             f" ({cell(a, 'rejects_written')}) | {cell(b, 'mean_in_flight')}"
             f" | {cell(a, 'mean_in_flight', 'max_in_flight')} | {pct(a, 'busy')}"
-            f" | {pct(a, 'busy_until_full')} ({cell(a, 'full_until_s')} of {cell(a, 'seconds')})"
-            f" | {cell(a, 'calls_per_s')} | {cell(a, 'client_cpu_s')}"
-            f" | {pct(sh, 'busy')}, {cell(sh, 'calls_per_s')} | {'yes' if same else 'NO'}"
+            f" | {full} | {cell(a, 'calls_per_s')} | {cell(a, 'client_cpu_s')}"
+            f" | {shards} | {'yes' if same else 'NO'}"
             f" | {cell(u, 'mean_in_flight', 'max_in_flight')} |"
         )
     return "\n".join(lines)
