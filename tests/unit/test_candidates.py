@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import random
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from concurrency import Jittered
 from conftest import read_jsonl
 from fakes import FakeEmbedder
 
@@ -494,9 +494,33 @@ def test_an_items_restyle_calls_go_out_at_once_and_write_the_one_at_a_time_bytes
             return json.dumps({"text": "C picks up a metal spoon."})
         return good_reply(messages, seed)
 
+    class Together:
+        """Counts the calls in flight; with ``wait``, the first three restyle calls wait for
+        each other (they pass only when the item sends them at once, else the barrier breaks
+        after 10 s and the run fails)."""
+
+        def __init__(self, wait: bool):
+            self.barrier = threading.Barrier(3, timeout=10) if wait else None
+            self.lock = threading.Lock()
+            self.restyles = self.in_flight = self.max_in_flight = 0
+
+        def __call__(self, messages: list[dict[str, str]], seed: int) -> str:
+            with self.lock:
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                first = bool(MOMENT.search(messages[-1]["content"])) and self.restyles < 3
+                self.restyles += first
+            try:
+                if first and self.barrier is not None:
+                    self.barrier.wait()
+                return reply(messages, seed)
+            finally:
+                with self.lock:
+                    self.in_flight -= 1
+
     runs = {}
     for k in (1, 8):
-        script = Jittered(reply)
+        script = Together(wait=k > 1)
         config = CandidatesConfig(
             input=str(write_items(tmp_path / "items.jsonl", [mrp(item_id="m0")])),
             cache_dir=None,
