@@ -449,7 +449,7 @@ def test_a_candidates_stage_of_its_own_model_gets_every_call_of_that_stage(
 ) -> None:
     """``stages.rewording.llm``: the positive's rewording goes to its server, the wrong options
     and the rerank to the run's."""
-    from test_candidates import good_reply, mrp, write_items
+    from candidates_runs import good_reply, mrp, write_items
 
     items = write_items(tmp_path / "items.jsonl", [mrp(), mrp(item_id="mrp-2")])
     result, seen, m, _ = _two_servers_run(
