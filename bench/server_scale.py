@@ -25,7 +25,15 @@ generator it
    the limit, and ``client_cpu_s`` against the span says which;
 4. with ``--shards K``: replays at N slots as K shard processes at once (``shard=i
    num_shards=K``), merged with ``gen merge`` and compared with the reference like the others:
-   what fills the server when one process's own CPU per call is the limit.
+   what fills the server when one process's own CPU per call is the limit;
+5. with ``--server-embedder``: the generators that embed (``rerank``, ``candidates``,
+   ``recommend``) with ``embedder=openai`` against the same stand-in, which serves
+   ``/v1/embeddings`` with all-MiniLM-L6-v2's vectors (each text encoded alone, so a text's
+   vector does not depend on its batch; kept in ``embeddings.jsonl`` beside the recording) after
+   ``--embed-latency`` seconds, outside the chat slots: what the run keeps in flight once a GPU
+   server embeds and the client's CPU per record is small. A one-slot run with the server
+   embedder is its reference (``embedder_reference``), itself compared with the in-process
+   reference.
 
     python bench/server_scale.py --generators personas nocontext [--slots 64] [--latency 2] \
         [--before /tmp/gen-main] [--json bench/results/server_scale.json]
@@ -64,6 +72,18 @@ GENERATORS: dict[str, list[str]] = {
     "candidates": [f"input={EGOTOM / 'egotom_goal_shuffled.csv'}", "n=32"],
     "scenarios": ["n=6"],
     "evaluate": [f"input={EGOTOM}", "limit=16"],
+    "judge": [
+        "kind=distractor_validity",
+        f"input={EGOTOM / 'egotom_goal_shuffled.csv'}",
+        "n=16",
+        "judge_tokens=160",
+    ],
+    "recommend": [
+        "input={work}/sessions.jsonl",
+        "n=16",
+        "draft_tokens=450",
+        "rerank_tokens=450",
+    ],
 }
 """Each generator's options (beside llm=…); ``{work}`` is the generator's bench folder (digital
 takes the personas run's pool: run personas first). The sizes are what recording the embedded
@@ -98,6 +118,40 @@ def rerank_pools(path: Path, n: int = 16) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
 
+def recommend_sessions(path: Path, n: int = 16) -> None:
+    """``n`` sessions from EgoToM's clips: the clip's narration lines as the timeline (seconds
+    from the clip's start), its length as the duration, one scene over the whole clip; no
+    profile and no do-not-disturb interval (both optional). A clip of about 200 s is one
+    segment, so sessions are independent records."""
+    import csv
+    import re
+
+    stamp = re.compile(r"^\s*(\d+)m:(\d+)s\s*\|\s*(?:#C\s+)?(.+?)[\s.-]*$")
+    rows = []
+    with (EGOTOM / "egotom_goal_shuffled.csv").open(encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            lines = []
+            for ln in row["narrations_in_context"].splitlines():
+                m = stamp.match(ln)
+                if m:
+                    lines.append({"t": 60 * int(m[1]) + int(m[2]), "text": m[3] + "."})
+            if not lines:
+                continue
+            duration = max(lines[-1]["t"] + 1, 30)
+            rows.append(
+                {
+                    "session_id": row["cuid"],
+                    "participant": row["vuid"][:8],
+                    "duration": duration,
+                    "timeline": lines,
+                    "scenes": [{"start": 0, "end": duration, "context": "an Ego4D recording"}],
+                }
+            )
+            if len(rows) == n:
+                break
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
 UNBOUNDED = 1024
 """Slots (and llm.concurrency) of the ``unbounded`` replay: more than any measured run keeps in
 flight, so its mean is the records' own parallelism (records x independent calls in each, over
@@ -122,6 +176,9 @@ class Server:
         slots: int = 1,
         latency: float = 0.0,
         keep: Path | None = None,
+        embeddings: dict[str, list[float]] | None = None,
+        embed_keep: Path | None = None,
+        embed_latency: float = 0.0,
     ):
         """``keep``: the recording's JSONL file, each new answer appended as it comes (a killed
         recording run resumes where it stopped)."""
@@ -136,6 +193,10 @@ class Server:
         self.last = self.at = 0.0
         self.model: Any = None
         self.model_lock = threading.Lock()
+        self.embeddings = embeddings if embeddings is not None else {}
+        self.embed_keep, self.embed_latency = embed_keep, embed_latency
+        self.embedder: Any = None
+        self.embed_requests = self.embed_computed = 0
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -159,7 +220,10 @@ class Server:
 
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                status, reply = owner.answer(body)
+                if self.path.endswith("/embeddings"):
+                    status, reply = owner.embed(body)
+                else:
+                    status, reply = owner.answer(body)
                 self.send(status, reply)
 
         class Threading(ThreadingHTTPServer):
@@ -209,6 +273,36 @@ class Server:
             finally:
                 self._tick(-1)
 
+    def embed(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """An embeddings request: each text's all-MiniLM-L6-v2 vector, encoded alone the first
+        time it is asked (and kept), after ``embed_latency``; not a chat slot."""
+        texts = body["input"]
+        keys = [hashlib.sha256(t.encode()).hexdigest() for t in texts]
+        new = {}
+        with self.model_lock:
+            self.embed_requests += 1
+            for k, t in zip(keys, texts, strict=True):
+                if k not in self.embeddings and k not in new:
+                    if self.embedder is None:
+                        from gen.embed import Embedder, EmbedderConfig
+
+                        self.embedder = Embedder(EmbedderConfig(), None)
+                    new[k] = [float(x) for x in self.embedder.encode([t])[0]]
+            if new:
+                self.embeddings.update(new)
+                self.embed_computed += len(new)
+                if self.embed_keep is not None:
+                    with self.embed_keep.open("a", encoding="utf-8") as f:
+                        f.writelines(
+                            json.dumps({"key": k, "vector": v}) + "\n" for k, v in new.items()
+                        )
+        time.sleep(self.embed_latency)
+        data = [
+            {"object": "embedding", "index": i, "embedding": self.embeddings[k]}
+            for i, k in enumerate(keys)
+        ]
+        return 200, {"object": "list", "data": data, "model": body.get("model", "")}
+
     def ask_model(self, body: dict[str, Any]) -> dict[str, Any]:
         """The embedded model's answer to a request, through gen's own in-process backend (which
         turns a json_schema response format into llama.cpp's schema-constrained json_object)."""
@@ -247,6 +341,25 @@ def _llama_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+EMBEDS = ("rerank", "candidates", "recommend")
+"""The generators ``--server-embedder`` runs: those that embed every pool or item."""
+
+
+def run_group(label: str) -> str:
+    """The ``--runs`` name of a replay's label (``shards2`` -> shards)."""
+    return "embedder" if "embedder" in label else label.rstrip("0123456789")
+
+
+def server_embedder(url: str, concurrency: int) -> list[str]:
+    """The options that send a run's embeddings to the stand-in."""
+    return [
+        "embedder=openai",
+        f"embedder.base_url={url}",
+        "embedder.model=minilm-replay",
+        f"embedder.concurrency={concurrency}",
+    ]
+
+
 def gen_command(
     name: str, url: str, concurrency: int, out: Path, code: Path | None, *extra: str
 ) -> tuple[list[str], dict[str, str]]:
@@ -277,10 +390,10 @@ def gen_command(
 
 
 def run_gen(
-    name: str, url: str, concurrency: int, out: Path, code: Path | None
+    name: str, url: str, concurrency: int, out: Path, code: Path | None, *extra: str
 ) -> tuple[int, float, str, float]:
     """One run: (exit code, wall seconds, last stderr line, CPU seconds)."""
-    args, env = gen_command(name, url, concurrency, out, code)
+    args, env = gen_command(name, url, concurrency, out, code, *extra)
     t0, cpu0 = time.perf_counter(), _children_cpu()
     proc = subprocess.run(args, cwd=out.parent, env=env, capture_output=True, text=True)
     last = (proc.stderr.strip().splitlines() or [""])[-1]
@@ -410,6 +523,24 @@ def main() -> int:
         metavar="NAME=N",
         help="a generator's record count instead of GENERATORS' (its n=, sample= or limit=)",
     )
+    ap.add_argument(
+        "--server-embedder",
+        action="store_true",
+        help=f"also replay {', '.join(EMBEDS)} with embedder=openai against the stand-in",
+    )
+    ap.add_argument(
+        "--embed-latency",
+        type=float,
+        default=0.05,
+        help="seconds the stand-in takes per embeddings request (a GPU server's order)",
+    )
+    ap.add_argument(
+        "--runs",
+        nargs="+",
+        default=["before", "after", "unbounded", "shards", "embedder"],
+        choices=["before", "after", "unbounded", "shards", "embedder"],
+        help="which replays to run (each also needs its own option; earlier ones are kept)",
+    )
     ap.add_argument("--work", type=Path, default=ROOT / "outputs" / "bench" / "server_scale")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "server_scale.json")
     ap.add_argument("--table", action="store_true", help="print --json's table and stop")
@@ -448,6 +579,9 @@ def main() -> int:
         if name == "rerank" and not (work / "pools.jsonl").is_file():
             n = next(int(o[2:]) for o in GENERATORS[name] if o.startswith("n="))
             rerank_pools(work / "pools.jsonl", n)
+        if name == "recommend" and not (work / "sessions.jsonl").is_file():
+            n = next(int(o[2:]) for o in GENERATORS[name] if o.startswith("n="))
+            recommend_sessions(work / "sessions.jsonl", n)
         if not reference.is_file():
             srv = Server(recording, "record", keep=rec_file)
             code, secs, last, _ = run_gen(name, srv.url, 1, work / "record", None)
@@ -465,18 +599,46 @@ def main() -> int:
             runs.append(("unbounded", None, UNBOUNDED))
         if args.shards > 1:
             runs.append((f"shards{args.shards}", None, args.slots))
+        embeddings: dict[str, list[float]] = {}
+        emb_file = work / "embeddings.jsonl"
+        if args.server_embedder and name in EMBEDS:
+            if emb_file.is_file():
+                for line in emb_file.read_text(encoding="utf-8").splitlines():
+                    item = json.loads(line)
+                    embeddings[item["key"]] = item["vector"]
+            runs += [("embedder_reference", None, 1), ("after_embedder", None, args.slots)]
+        runs = [r for r in runs if run_group(r[0]) in args.runs]
         for label, code_dir, slots in runs:
             if label == "before" and code_dir is None:
                 continue
-            srv = Server(recording, "replay", slots, args.latency)
+            embedded = "embedder" in label
+            srv = Server(
+                recording,
+                "replay",
+                slots,
+                0.0 if label == "embedder_reference" else args.latency,
+                embeddings=embeddings,
+                embed_keep=emb_file,
+                embed_latency=args.embed_latency,
+            )
             out = work / label
+            extra = server_embedder(srv.url, slots) if embedded else []
             if label.startswith("shards"):
                 code, secs, last, cpu = run_shards(name, srv.url, slots, out, args.shards)
             else:
-                code, secs, last, cpu = run_gen(name, srv.url, slots, out, code_dir)
+                code, secs, last, cpu = run_gen(name, srv.url, slots, out, code_dir, *extra)
             srv.close()
             s = srv.stats()
             got = out / RECORDS[name]
+            # the server embedder's one-slot run is its own reference (a text's vector encoded
+            # alone may differ in the last bits from the same text in an in-process batch)
+            ref = (
+                work / "embedder_reference"
+                if label == "after_embedder"
+                else out
+                if label == "embedder_reference"
+                else reference.parent
+            )
             row[label] = {
                 **s,
                 "exit": code,
@@ -489,12 +651,20 @@ def main() -> int:
                 "rejects_written": count_records(out / "rejects.jsonl"),
                 "client_cpu_s": round(cpu, 1),
                 "identical_to_one_slot": got.is_file()
-                and got.read_bytes() == reference.read_bytes()
-                and _rejects(out) == _rejects(reference.parent),
+                and got.read_bytes() == (ref / RECORDS[name]).read_bytes()
+                and _rejects(out) == _rejects(ref),
                 **({"error": last} if code else {}),
             }
+            if embedded:
+                row[label].update(
+                    embed_requests=srv.embed_requests,
+                    embed_computed=srv.embed_computed,
+                    identical_to_in_process=got.is_file()
+                    and got.read_bytes() == reference.read_bytes()
+                    and _rejects(out) == _rejects(reference.parent),
+                )
             print(f"{name} {label}: {json.dumps(row[label])}", flush=True)
-        results["generators"][name] = row
+        results["generators"].setdefault(name, {}).update(row)
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

@@ -7,7 +7,8 @@ A page holds a marker where generated Markdown goes:
   ``<!-- gen:options tom -->``);
 - ``<!-- gen:records -->`` the schema of the records it declares (``records=``);
 - ``<!-- gen:generators -->`` every generator and its help line;
-- ``<!-- gen:backend <preset> -->`` an ``llm=`` / ``embedder=`` preset's options;
+- ``<!-- gen:backend <preset> -->`` an ``llm=`` / ``embedder=`` preset's options (``llm.openai``,
+  ``embedder.openai`` where both groups have the name);
 - ``<!-- gen:bench-results -->`` every file of ``bench/results/`` with the machine and date it
 records.
 
@@ -70,11 +71,12 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
             return generators_markdown()
         if what == "bench-results":
             return bench_results_markdown()
-        if what == "backend" and arg in LLM_PRESETS:
-            model = LLM_PRESETS[arg][0]
-            return backend_markdown(model, skip=("backend",))
-        if what == "backend" and arg in EMBEDDER_PRESETS:
-            return backend_markdown(EMBEDDER_PRESETS[arg][0], skip=("backend",))
+        group, _, preset = (arg or "").rpartition(".")  # embedder.openai: the embedder preset
+        presets = EMBEDDER_PRESETS if group == "embedder" else LLM_PRESETS
+        if what == "backend" and preset in presets and group in ("", "llm", "embedder"):
+            return backend_markdown(presets[preset][0], skip=("backend",))
+        if what == "backend" and not group and preset in EMBEDDER_PRESETS:
+            return backend_markdown(EMBEDDER_PRESETS[preset][0], skip=("backend",))
         log.warning(f"{src}: unknown marker {m.group(0)}")
         return ""
 

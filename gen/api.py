@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gen.errors import ConfigError
+from gen.llm.secrets import KEY_SHAPES
 from gen.registry import REGISTRY
 from gen.runfolder import RunFolder
 
@@ -59,6 +60,11 @@ def preset(group: str, name: str) -> dict[str, Any]:
     return {k: v for k, v in node(model, over).items() if v != MISSING}
 
 
+BACKEND_TAGS = frozenset({"llama_cpp", "openai", "llama_server", "sentence_transformers"})
+"""The ``backend`` values pydantic puts in an error's location (``llm.openai.model``): not part
+of the option's name."""
+
+
 def explain(e: ValidationError, name: str) -> str:
     """A config's validation errors as one line that names each option."""
     parts = []
@@ -66,7 +72,7 @@ def explain(e: ValidationError, name: str) -> str:
         loc = ".".join(
             str(x)
             for x in err["loc"]
-            if not str(x).startswith(("function-", "llama_cpp", "openai", "llama_server"))
+            if not str(x).startswith("function-") and x not in BACKEND_TAGS
         )
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
@@ -74,9 +80,8 @@ def explain(e: ValidationError, name: str) -> str:
             continue
         where = f"invalid value for {loc}: " if loc else "invalid config: "
         got = err.get("input")
-        parts.append(
-            f"{where}{msg} (got {got!r})" if not isinstance(got, dict) else f"{where}{msg}"
-        )
+        shown = not isinstance(got, dict) and not KEY_SHAPES.search(repr(got))
+        parts.append(f"{where}{msg} (got {got!r})" if shown else f"{where}{msg}")
     return "; ".join(parts)
 
 

@@ -7,7 +7,7 @@ import json
 import threading
 from typing import Any
 
-from gen.embed import EmbedderConfig
+from gen.embed import EMBEDDER_CONFIGS, EmbedderConfig, ServerEmbedderConfig
 from gen.llm import Cache, LanguageModel, LLMConfig
 from gen.schedule import Helpers
 
@@ -44,7 +44,7 @@ class Backends:
                     raise
             return self._llms[key]
 
-    def embedder(self, cfg: EmbedderConfig, cache_dir: str | None) -> Any:
+    def embedder(self, cfg: EmbedderConfig | ServerEmbedderConfig, cache_dir: str | None) -> Any:
         from gen.embed import make_embedder
 
         key = json.dumps([cfg.model_dump(mode="json"), cache_dir], sort_keys=True)
@@ -59,18 +59,24 @@ class Backends:
                     raise
             return self._embedders[key]
 
-    def put(self, cfg: LLMConfig | EmbedderConfig, key_extra: str | None, backend: Any) -> None:
+    def put(
+        self,
+        cfg: LLMConfig | EmbedderConfig | ServerEmbedderConfig,
+        key_extra: str | None,
+        backend: Any,
+    ) -> None:
         """Register a backend made elsewhere (a test's scripted LLM) for this configuration, so
         sub-runs asking for it get it too."""
         key = json.dumps([cfg.model_dump(mode="json"), key_extra], sort_keys=True)
         with self._lock:
-            (self._embedders if isinstance(cfg, EmbedderConfig) else self._llms)[key] = backend
+            (self._embedders if isinstance(cfg, EMBEDDER_CONFIGS) else self._llms)[key] = backend
 
     def close(self) -> None:
         with self._lock:
             llms, self._llms = list(self._llms.values()), {}
+            embedders, self._embedders = list(self._embedders.values()), {}
         self.helpers.close()
-        for llm in llms:
+        for llm in [*llms, *embedders]:
             close = getattr(llm, "close", None)
             if close is not None:
                 close()

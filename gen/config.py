@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator
 from pydantic_core import to_jsonable_python
 
-from gen.embed import EmbedderConfig
+from gen.embed import EmbedderConfig, ServerEmbedderConfig
 from gen.llm import LlamaCppConfig, LlamaServerConfig, LLMConfig, OpenAIConfig
 
 MISSING = "???"
@@ -41,6 +41,11 @@ LLM_PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any], str]] = {
 }
 EMBEDDER_PRESETS: dict[str, tuple[type[BaseModel], dict[str, Any], str]] = {
     "minilm": (EmbedderConfig, {}, "the embedded all-MiniLM-L6-v2 (offline)"),
+    "openai": (
+        ServerEmbedderConfig,
+        {},
+        "any OpenAI-compatible embeddings server: embedder.base_url=… embedder.model=…",
+    ),
 }
 
 

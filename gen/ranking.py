@@ -13,7 +13,6 @@ often the two agree.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -229,9 +228,6 @@ def supported(
     return draft.model_copy(update={"ranking": ranking}), cleared
 
 
-_EMBED_LOCK = threading.Lock()
-
-
 def embedding_pairs(embedder: Any, texts: Sequence[str], threshold: float) -> list[tuple[int, int]]:
     """Pairs (i < j) of texts at or above ``threshold`` cosine (the embedder gives unit vectors)."""
     return pairs_at(embedder, texts, threshold)[0]
@@ -244,8 +240,7 @@ def pairs_at(
     dedup and confirmation floors: the embedder is the generator's main CPU cost per pool)."""
     if len(texts) < 2:
         return [[] for _ in thresholds]
-    with _EMBED_LOCK:
-        vecs = embedder.encode(list(texts))
+    vecs = embedder.encode(list(texts))
     sims = vecs @ vecs.T
     n = len(texts)
     return [

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gen.embed import EmbedderConfig
+from gen.embed import EmbedderChoice, EmbedderConfig
 from gen.errors import ConfigError, MissingInputError
 from gen.llm import LlamaCppConfig, LLMConfig
 from gen.paths import input_file
@@ -67,8 +67,9 @@ class CommonConfig(BaseModel):
     llm: LLMConfig = Field(default_factory=LlamaCppConfig)
     """The LLM backend (``llm=smollm2``, ``llm=llama_cpp``, ``llm=openai``,
     ``llm=llama_server``)."""
-    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
-    """The sentence-embedding backend."""
+    embedder: EmbedderChoice = Field(default_factory=EmbedderConfig)
+    """The sentence-embedding backend (``embedder=minilm`` in process, ``embedder=openai`` an
+    OpenAI-compatible embeddings server)."""
     cache_dir: str | None = Field(
         default_factory=lambda: os.environ.get("GEN_CACHE_DIR", "~/.cache/gen"),
         json_schema_extra={"hydra": "${oc.env:GEN_CACHE_DIR,'~/.cache/gen'}"},

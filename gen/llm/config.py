@@ -10,6 +10,50 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from gen.llm.secrets import ENV_NAME, HOW, is_secret_name
 
 
+def no_secret_fields(data: Any) -> Any:
+    """A backend config's raw data, refused when a field is named like a secret: a key in a chain
+    file's step options or a models= dict (the message never repeats the value, and no config,
+    manifest or cache key ever holds one)."""
+    if isinstance(data, dict):
+        for name in data:
+            if isinstance(name, str) and is_secret_name(name):
+                raise ValueError(f"{name}: a secret is never a config value; {HOW}")
+    return data
+
+
+def env_name_only(data: Any) -> Any:
+    """A server config's raw data, refused when ``api_key_env`` is not a variable's name. Checked
+    before field validation so the message never repeats the value (a key pasted there by
+    mistake would otherwise be echoed, and recorded as the variable's name)."""
+    if isinstance(data, dict) and "api_key_env" in data:
+        name = data["api_key_env"]
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            raise ValueError(
+                "api_key_env: must name an environment variable in capitals "
+                "(OPENAI_API_KEY, VLLM_API_KEY…), not hold the key (value not repeated)"
+            )
+    return data
+
+
+def api_root(url: str) -> str:
+    """``url`` when it is a server's API root over http(s), with no user, password, query or
+    fragment in it."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            "must be an http(s) URL of the server's API root, like http://127.0.0.1:8000/v1"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"must not hold a user or password; {HOW}")
+    if parts.query or parts.fragment:
+        raise ValueError("must be the server's API root, without a query or fragment (?, #)")
+    return url
+
+
 class _Sampling(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -38,13 +82,7 @@ class _Sampling(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_secrets(cls, data: Any) -> Any:
-        # a key in a chain file's step options or a models= dict: refused by its name (the
-        # message never repeats the value, and no config, manifest or cache key ever holds one)
-        if isinstance(data, dict):
-            for name in data:
-                if isinstance(name, str) and is_secret_name(name):
-                    raise ValueError(f"{name}: a secret is never a config value; {HOW}")
-        return data
+        return no_secret_fields(data)
 
 
 class LlamaCppConfig(_Sampling):
@@ -122,34 +160,12 @@ class OpenAIConfig(_Sampling):
     @model_validator(mode="before")
     @classmethod
     def _env_is_a_name(cls, data: Any) -> Any:
-        # checked before field validation so the message never repeats the value (a key pasted
-        # here by mistake would otherwise be echoed, and recorded as the variable's name)
-        if isinstance(data, dict) and "api_key_env" in data:
-            name = data["api_key_env"]
-            if not isinstance(name, str) or not ENV_NAME.match(name):
-                raise ValueError(
-                    "api_key_env: must name an environment variable in capitals "
-                    "(OPENAI_API_KEY, VLLM_API_KEY…), not hold the key (value not repeated)"
-                )
-        return data
+        return env_name_only(data)
 
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        try:
-            parts = urlsplit(url)
-            parts.port  # noqa: B018 - raises on a port that is not a number in range
-        except ValueError:
-            parts = None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(
-                "must be an http(s) URL of the server's API root, like http://127.0.0.1:8000/v1"
-            )
-        if parts.username is not None or parts.password is not None:
-            raise ValueError(f"must not hold a user or password; {HOW}")
-        if parts.query or parts.fragment:
-            raise ValueError("must be the server's API root, without a query or fragment (?, #)")
-        return url
+        return api_root(url)
 
 
 class LlamaServerConfig(_Sampling):

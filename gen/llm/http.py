@@ -91,6 +91,7 @@ class Endpoint:
         max_retries: retries of one call after a retryable failure.
         key_env: the environment variable holding the API key (None: never send one).
         where: how messages name the backend's option that sets the deadline (``llm.timeout``).
+        option: the config group messages name (``llm``: ``llm.base_url``, ``llm.api_key_env``).
         admission: the calls-in-flight budget each try passes (None: none).
     """
 
@@ -102,6 +103,7 @@ class Endpoint:
         max_retries: int,
         key_env: str | None = None,
         where: str = "llm.timeout",
+        option: str = "llm",
         admission: Admission | None = None,
     ):
         import httpx
@@ -111,6 +113,7 @@ class Endpoint:
         self.max_retries = max_retries
         self.key_env = key_env
         self.where = where
+        self.option = option
         self.admission = admission
         # no keep-alive: every request has its own connection, so the watchdog always knows the
         # socket to shut down; an LLM call takes seconds, a new connection milliseconds
@@ -132,9 +135,9 @@ class Endpoint:
         if self.key() is None:
             return (
                 f"; ${self.key_env} is not set "
-                "(the API key is read from the variable llm.api_key_env names)"
+                f"(the API key is read from the variable {self.option}.api_key_env names)"
             )
-        return f"; check the key in ${self.key_env} (llm.api_key_env)"
+        return f"; check the key in ${self.key_env} ({self.option}.api_key_env)"
 
     # ------------------------------------------------------------------ one call
 
@@ -235,10 +238,13 @@ class Endpoint:
         hint = {
             401: self.key_hint(),
             403: self.key_hint(),
-            404: "; does llm.base_url end in /v1?",
+            404: f"; does {self.option}.base_url end in /v1?",
         }.get(status, "")
         if 300 <= status < 400:
-            hint = "; redirects are not followed: give the server's final API root as llm.base_url"
+            hint = (
+                "; redirects are not followed: give the server's final API root as "
+                f"{self.option}.base_url"
+            )
         what = f"HTTP {status}" + (f" ({message})" if message else "") + hint
         wait = retry_after(headers) if status in RETRY_STATUS else None
         if wait is not None:

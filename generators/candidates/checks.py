@@ -7,7 +7,6 @@ compare against (:class:`Setup`), the wrong options gathered and checked one by 
 from __future__ import annotations
 
 import re
-import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -86,9 +85,6 @@ def clean(text: str) -> str:
     return text
 
 
-_EMBED_LOCK = threading.Lock()
-
-
 class Vectors:
     """Unit vectors of texts under the run's embedder, each text encoded once per item."""
 
@@ -99,8 +95,7 @@ class Vectors:
     def __call__(self, texts: list[str]) -> np.ndarray:
         new = list(dict.fromkeys(t for t in texts if t not in self.cache))
         if new:
-            with _EMBED_LOCK:
-                vecs = self.embedder.encode(new)
+            vecs = self.embedder.encode(new)
             self.cache.update(zip(new, vecs, strict=True))
         return np.stack([self.cache[t] for t in texts]) if texts else np.zeros((0, 1))
 

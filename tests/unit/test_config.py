@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from gen.cli import composed, normalize_overrides, settings_from, validate
 from gen.config import EMBEDDER_PRESETS, LLM_PRESETS, MISSING, field_default, node
-from gen.embed import EmbedderConfig
+from gen.embed import EmbedderConfig, ServerEmbedderConfig
 from gen.errors import ConfigError
 from gen.llm import LlamaCppConfig, LlamaServerConfig, OpenAIConfig
 from gen.paths import CONF
@@ -183,7 +183,13 @@ def test_unknown_preset_lists_the_presets() -> None:
 
 @pytest.mark.parametrize("preset", sorted(EMBEDDER_PRESETS))
 def test_embedder_presets(preset: str) -> None:
-    assert isinstance(validate("personas", [f"embedder={preset}"]).embedder, EmbedderConfig)
+    model = EMBEDDER_PRESETS[preset][0]
+    assert type(validate("personas", [f"embedder={preset}"]).embedder) is model
+    if model is ServerEmbedderConfig:  # a preset's own options override on the command line
+        got = validate(
+            "personas", [f"embedder={preset}", "embedder.model=bge", "embedder.timeout=9"]
+        )
+        assert (got.embedder.model, got.embedder.timeout) == ("bge", 9)
 
 
 def test_every_config_field_is_documented() -> None:
@@ -194,6 +200,7 @@ def test_every_config_field_is_documented() -> None:
         OpenAIConfig,
         LlamaServerConfig,
         EmbedderConfig,
+        ServerEmbedderConfig,
     ]
     missing = [
         f"{m.__name__}.{k}"

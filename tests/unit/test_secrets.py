@@ -281,11 +281,16 @@ def _fields(model: Any, prefix: str = "") -> list[str]:
 def test_no_option_holds_a_secret() -> None:
     """A future option that would hold a secret (``llm.auth_token``, ``llm.headers``) must be an
     ``*_env`` option naming a variable instead: no config field anywhere has a secret's name."""
+    from gen.embed import ServerEmbedderConfig
     from gen.llm import LlamaCppConfig, LlamaServerConfig
     from gen.registry import REGISTRY
 
     names = [f for g in REGISTRY.values() for f in _fields(g.config)]
-    names += [f for m in (LlamaCppConfig, OpenAIConfig, LlamaServerConfig) for f in _fields(m)]
+    names += [
+        f
+        for m in (LlamaCppConfig, OpenAIConfig, LlamaServerConfig, ServerEmbedderConfig)
+        for f in _fields(m)
+    ]
     assert len(names) > 200 and "api_key_env" in names
     assert [n for n in names if is_secret_name(n)] == []
 
