@@ -46,6 +46,9 @@ KINDS = {"wagibench": wagibench, "context": context, "distractor_validity": vali
 
 
 class JudgeConfig(JudgeOptions):
+    n: int | None = Field(None, ge=1)  # type: ignore[assignment]
+    """action=score: the rows to judge, from the start (predictions, replies, MCQ items); null =
+    every row."""
     action: Literal["score", "meta"] = "score"
     """score: judge the input (kind=); meta: the judge against human raters (python -m gen judge
     meta input=<ratings>)."""

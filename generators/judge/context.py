@@ -101,6 +101,7 @@ def plan(cfg: JudgeConfig) -> Plan:
     rows = read_responses(Path(cfg.responses).expanduser(), scenarios)
     if not rows:
         raise InputError(f"responses: {cfg.responses} holds no replies")
+    rows = rows[: cfg.n]
     return Plan(len(rows), (scenarios, rows))
 
 

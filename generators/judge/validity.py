@@ -53,6 +53,7 @@ def plan(cfg: JudgeConfig) -> Plan:
     ]
     if not items:
         raise InputError(f"input: {path} holds no MCQ item with options and an answer")
+    items = items[: cfg.n]
     return Plan(len(items), (banks, items))
 
 

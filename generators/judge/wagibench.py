@@ -82,6 +82,7 @@ def plan(cfg: JudgeConfig) -> Plan:
                     f"{where}: contexts: variant {variant} needs {need} for every row "
                     "(variant=[reference] judges against the reference only)"
                 )
+    rows = rows[: cfg.n]
     return Plan(len(rows), rows)
 
 
