@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from abc import ABC, abstractmethod
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -108,7 +109,7 @@ model, as before there was a choice)."""
 EMBEDDER_CONFIGS = (EmbedderConfig, ServerEmbedderConfig)
 
 
-class _Cached:
+class _Cached(ABC):
     """Embeds texts; already-seen texts come from the cache, only new ones reach the model
     (:meth:`compute`, one call per :meth:`encode` with the texts not cached)."""
 
@@ -128,9 +129,9 @@ class _Cached:
                 ],
             )
 
+    @abstractmethod
     def compute(self, texts: list[str]) -> Any:
         """``(len(texts), d)`` float32 unit vectors of texts the cache does not hold."""
-        raise NotImplementedError
 
     def encode(self, texts: list[str]):
         """Return an ``(len(texts), d)`` float32 array of unit vectors."""
