@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from conftest import read_jsonl
-from test_judge import FIX, judge_run, mcq_bank, validity_script, wagibench_script
+from judge_runs import FIX, judge_run, mcq_bank, validity_script, wagibench_script
 
 KINDS: dict[str, tuple[dict[str, Any], Any, int]] = {
     "distractor_validity": ({}, validity_script, 4),
