@@ -6,7 +6,8 @@
 and what verify finds in it, and ``python -m gen`` in a child process with the stand-in
 registered (:func:`_cli`).
 
-Shared by the bank's tests (``test_bank.py``, ``test_bank_verify.py``, ``test_bank_export.py``),
+Shared by the bank's tests (``test_bank.py``, ``test_bank_processes.py``, ``test_bank_verify.py``,
+``test_bank_export.py``),
 the release and review tests (which build banks with it) and the pipeline and digital tests (the
 embedder). A test module
 takes the pytest fixtures here by importing them by name: ``audit_standin`` (autouse: the
