@@ -86,10 +86,12 @@ GENERATORS: dict[str, list[str]] = {
     ],
 }
 """Each generator's options (beside llm=…); ``{work}`` is the generator's bench folder (digital
-takes the personas run's pool: run personas first). The sizes are what recording the embedded
-model's answers on 2 shared cores allowed in an hour for all six (1-10 answers a minute): fewer
-records than slots, so the unbounded replay, not the 64 slots, bounds them. Raise them on a
-machine with time to record; a larger n extends a smaller one's recording."""
+takes the personas run's pool: run personas first). These sizes record in about an hour for
+all of them on 2 shared cores (1-20 answers a minute): fewer records than slots, so the
+unbounded replay, not the 64 slots, bounds them. The measurements page's table used
+``--records personas=256 digital=8 tom=64 rerank=224 candidates=224 scenarios=24
+evaluate=128 judge=64 recommend=48`` (nocontext 128), about 5 hours of recording; a larger
+``--records`` extends a smaller one's recording."""
 RECORDS = {name: f"{name}.jsonl" for name in GENERATORS}
 
 
@@ -469,14 +471,17 @@ def table(results: dict[str, Any]) -> str:
     lines = [
         "| generator | calls | records (rejects) | before: in flight | after: in flight mean"
         " / most | busy | busy until full (s) | calls/s | client CPU s | 2 shards: busy, calls/s"
-        " | same bytes | 1024 slots: mean / most |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        " | server embedder: busy, until full, client CPU s | same bytes"
+        " | 1024 slots: mean / most |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, g in results["generators"].items():
-        a, b, u = g.get("after"), g.get("before"), g.get("unbounded")
+        a, b, u, e = g.get("after"), g.get("before"), g.get("unbounded"), g.get("after_embedder")
         sh = next((v for k, v in g.items() if k.startswith("shards")), None)
         refused = bool(sh) and sh["exit"] > 1  # a generator that runs in one process only
-        same = all(r["identical_to_one_slot"] for r in (a, u, None if refused else sh) if r)
+        same = all(r["identical_to_one_slot"] for r in (a, u, e, None if refused else sh) if r)
+        until = pct(e, "busy_until_full") if e and e.get("full_until_s") else "never full"
+        embedded = f"{pct(e, 'busy')}, {until}, {cell(e, 'client_cpu_s')}" if e else "–"
         full = (
             f"{pct(a, 'busy_until_full')} ({cell(a, 'full_until_s')} of {cell(a, 'seconds')})"
             if a and a.get("full_until_s")
@@ -484,11 +489,12 @@ def table(results: dict[str, Any]) -> str:
         )
         shards = "one process only" if refused else f"{pct(sh, 'busy')}, {cell(sh, 'calls_per_s')}"
         lines.append(
-            f"| `{name}` | {g['recorded_calls']} | {cell(a, 'records_written')}"
+            f"| `{name}` | {a['calls'] if a else g['recorded_calls']}"
+            f" | {cell(a, 'records_written')}"
             f" ({cell(a, 'rejects_written')}) | {cell(b, 'mean_in_flight')}"
             f" | {cell(a, 'mean_in_flight', 'max_in_flight')} | {pct(a, 'busy')}"
             f" | {full} | {cell(a, 'calls_per_s')} | {cell(a, 'client_cpu_s')}"
-            f" | {shards} | {'yes' if same else 'NO'}"
+            f" | {shards} | {embedded} | {'yes' if same else 'NO'}"
             f" | {cell(u, 'mean_in_flight', 'max_in_flight')} |"
         )
     return "\n".join(lines)
