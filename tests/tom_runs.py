@@ -2,7 +2,7 @@
 tom stage (good answers by default, planted outputs served first, optionally per clip), tom's own
 fake embedder (bag-of-words hashing vectors, or fixed vectors for named texts, which the embedder
 in tests/fakes.py has not), the run context and the run in process, a synthetic clip and the
-settings. Shared by test_tom.py and test_tom_runs.py."""
+settings. Shared by test_tom.py, test_tom_runs.py and test_tom_e2e.py."""
 
 from __future__ import annotations
 
