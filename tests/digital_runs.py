@@ -1,8 +1,9 @@
-"""Running the ``digital`` generator in tests: a persona pool made without a model, the scripted
-LLM that answers every digital prompt (app items and cue items, optionally with planted bad
-Search items), the generator run in process with it, and the goal-conditioned variant of the
-script. Shared by the digital tests and the tests of what consumes digital runs (bank, release,
-pipeline)."""
+"""Running the ``digital`` generator in tests: a persona pool made without a model (and the
+module-scoped ``pool_file`` fixture that writes one), the scripted LLM that answers every digital
+prompt (app items and cue items, optionally with planted bad Search items), the generator run in
+process with it, and the goal-conditioned variant of the script. Shared by the digital tests
+(test_digital_runs.py and test_digital_cues.py import ``pool_file``) and the tests of what
+consumes digital runs (bank, release, pipeline)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gen.generators.digital import DigitalConfig
 from gen.generators.personas import sample_facts
@@ -46,6 +49,11 @@ def write_pool(path: Path, seed: int = 0, n: int = 8) -> Path:
         "".join(p.model_dump_json() + "\n" for p in persona_pool(seed, n)), encoding="utf-8"
     )
     return path
+
+
+@pytest.fixture(scope="module", name="pool_file")
+def pool_file_fixture(tmp_path_factory) -> Path:
+    return write_pool(tmp_path_factory.mktemp("pool") / "personas.jsonl")
 
 
 # --------------------------------------------------------------------------- the scripted LLM
