@@ -66,7 +66,7 @@ def _guess(messages: list[dict[str, str]], seed: int) -> str:
 
 
 def _bank(path: Path, n: int) -> Path:
-    from test_nocontext import leaky_bank
+    from nocontext_runs import leaky_bank
 
     return leaky_bank(path, n=n)
 
