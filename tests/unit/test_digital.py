@@ -1,8 +1,8 @@
 """The Digital Context Generator's parts, without a run: the validators, the cue merge, the
 cue items' assembly and the datetime sampler. The generator run end to end with a scripted LLM
-(invariants, WAGIBench layout, rendering, shards, determinism, cue banks, CLI forms and
-goal-conditioned bundles) is tested in test_digital_runs.py; the persona pool and the scripted
-LLM are in tests/digital_runs.py."""
+(invariants, WAGIBench layout, rendering, shards, determinism) is tested in test_digital_runs.py,
+its cue banks, CLI forms and goal-conditioned bundles in test_digital_cues.py; the persona pool
+and the scripted LLM are in tests/digital_runs.py."""
 
 from __future__ import annotations
 

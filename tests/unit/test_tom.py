@@ -1,10 +1,10 @@
 """The ``tom`` generator's parts, without an LLM stage run: input parsing (Ego4D narrations,
 EgoToM CSVs, timelines JSONL, and what each refuses), sizing and configuration, clip selection,
 the options' surface forms, and the filter rules (keywords, length, similarity, time window). Each
-LLM stage's prompt and parsing with the scripted fake LLM, transition validation, the filters in a
-run, assembly (seeded shuffles), no leak of the future, the EgoToM CSV export, the funnel and the
-generator end to end are tested in test_tom_runs.py; the scripted LLM, tom's fake embedder and
-the run helpers are in tests/tom_runs.py."""
+LLM stage's prompt and parsing with the scripted fake LLM and transition validation are tested in
+test_tom_runs.py; the filters in a run, assembly (seeded shuffles), no leak of the future, the
+EgoToM CSV export, the funnel and the generator end to end in test_tom_e2e.py; the scripted LLM,
+tom's fake embedder and the run helpers are in tests/tom_runs.py."""
 
 from __future__ import annotations
 
