@@ -7,7 +7,12 @@ generator it
 
 1. records, once: the generator run with ``llm=openai llm.concurrency=1`` against the server in
    recording mode, which asks the embedded SmolLM2 (in this process) and keeps its answer under
-   the request's hash; that run's records are the reference;
+   the request's hash; that run's records are the reference. ``--record-slots K`` records
+   through llama.cpp's own server with K slots and ``llm.concurrency=K`` instead (continuous
+   batching; the ``[server]`` extra): on 2 cores, 16 slots answered 80 short structured calls a
+   minute against 57 for one slot; more cores, more. Records do not depend on scheduling, so
+   that run is as good a reference; the answers to requests not recorded before are that
+   server's;
 2. replays at N slots with today's code (``--before``: a checkout of the code to compare with,
    put first on PYTHONPATH) and with this checkout, ``llm.concurrency=N``: the time-weighted mean
    of calls in flight (seen by the server, from its first request to its last reply), the most
@@ -54,6 +59,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -195,6 +201,8 @@ class Server:
         self.last = self.at = 0.0
         self.model: Any = None
         self.model_lock = threading.Lock()
+        self.upstream: Any = None
+        """record mode: answers requests instead of the in-process model (``--record-slots``)."""
         self.embeddings = embeddings if embeddings is not None else {}
         self.embed_keep, self.embed_latency = embed_keep, embed_latency
         self.embedder: Any = None
@@ -259,12 +267,12 @@ class Server:
                     self.calls += 1
                 if self.mode == "record":
                     if key not in self.recording:
-                        self.recording[key] = self.ask_model(body)
-                        if self.keep is not None:
-                            with self.keep.open("a", encoding="utf-8") as f:
-                                f.write(
-                                    json.dumps({"key": key, "reply": self.recording[key]}) + "\n"
-                                )
+                        reply = self.ask_model(body)
+                        with self.lock:
+                            self.recording[key] = reply
+                            if self.keep is not None:
+                                with self.keep.open("a", encoding="utf-8") as f:
+                                    f.write(json.dumps({"key": key, "reply": reply}) + "\n")
                     return 200, self.recording[key]
                 time.sleep(self.latency)
                 if key not in self.recording:
@@ -310,6 +318,8 @@ class Server:
         turns a json_schema response format into llama.cpp's schema-constrained json_object)."""
         from gen.llm import LlamaCppConfig, make_llm
 
+        if self.upstream is not None:
+            return self.upstream(body)
         with self.model_lock:
             if self.model is None:
                 self.model = make_llm(LlamaCppConfig(n_threads_batch=1))
@@ -334,6 +344,32 @@ class Server:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class LlamaServerUpstream:
+    """llama.cpp's own server on the embedded GGUF with ``slots`` slots (continuous batching),
+    answering a recording's requests as sent (it takes OpenAI's json_schema response format)."""
+
+    def __init__(self, slots: int):
+        from gen.llm.config import LlamaServerConfig
+        from gen.llm.llama_cpp import gguf_file
+        from gen.llm.llama_server import LlamaServer, find_binary
+
+        cfg = LlamaServerConfig(parallel=slots, ctx_per_slot=8192)
+        self.server = LlamaServer(find_binary(None), gguf_file(None), cfg)
+        self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            f"{self.server.base_url}/chat/completions",
+            data=json.dumps({k: v for k, v in body.items() if k != "stream"}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with self.opener.open(req, timeout=1800) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        self.server.stop()
 
 
 def _llama_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -541,6 +577,12 @@ def main() -> int:
         help="seconds the stand-in takes per embeddings request (a GPU server's order)",
     )
     ap.add_argument(
+        "--record-slots",
+        type=int,
+        default=1,
+        help="record through llama.cpp's llama-server with this many slots (the [server] extra)",
+    )
+    ap.add_argument(
         "--runs",
         nargs="+",
         default=["before", "after", "unbounded", "shards", "embedder"],
@@ -589,9 +631,14 @@ def main() -> int:
             n = next(int(o[2:]) for o in GENERATORS[name] if o.startswith("n="))
             recommend_sessions(work / "sessions.jsonl", n)
         if not reference.is_file():
-            srv = Server(recording, "record", keep=rec_file)
-            code, secs, last, _ = run_gen(name, srv.url, 1, work / "record", None)
+            srv = Server(recording, "record", args.record_slots, keep=rec_file)
+            upstream = None
+            if args.record_slots > 1:
+                upstream = srv.upstream = LlamaServerUpstream(args.record_slots)
+            code, secs, last, _ = run_gen(name, srv.url, args.record_slots, work / "record", None)
             srv.close()
+            if upstream is not None:
+                upstream.stop()
             print(
                 f"{name}: recorded {len(recording)} answers in {secs:.0f} s (exit {code}) {last}",
                 flush=True,
