@@ -33,22 +33,32 @@ def served(tmp_path_factory) -> EmbeddingsServer:
     srv.close()
 
 
+def audit_through(run_gen, url: str, out: Path, *options: str):
+    """``python -m gen audit`` of the planted paraphrases, its embeddings from ``url``."""
+    return run_gen(
+        "audit",
+        f"input={FIX / 'planted_paraphrase.jsonl'}",
+        "checks=[similar_options]",
+        "embedder=openai",
+        f"embedder.base_url={url}",
+        *options,
+        "cache_dir=null",
+        f"hydra.run.dir={out}",
+        timeout=300,
+    )
+
+
 def test_the_cli_audits_with_a_server_embedder_as_with_the_model_in_process(
     tmp_path: Path, run_gen, served: EmbeddingsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GEN_EMB_KEY", KEY)
     out = tmp_path / "run"
-    proc = run_gen(
-        "audit",
-        f"input={FIX / 'planted_paraphrase.jsonl'}",
-        "checks=[similar_options]",
-        "embedder=openai",
-        f"embedder.base_url={served.url}",
+    proc = audit_through(
+        run_gen,
+        served.url,
+        out,
         "embedder.model=all-MiniLM-L6-v2",
         "embedder.api_key_env=GEN_EMB_KEY",
-        "cache_dir=null",
-        f"hydra.run.dir={out}",
-        timeout=300,
     )
     findings = [json.loads(x) for x in (out / "audit.jsonl").read_text().splitlines()]
     got = sorted(
@@ -70,17 +80,7 @@ def test_a_server_that_is_not_there_is_one_line_exit_2(tmp_path: Path, run_gen) 
     srv = EmbeddingsServer(lambda texts: None)
     url = srv.url
     srv.close()
-    proc = run_gen(
-        "audit",
-        f"input={FIX / 'planted_paraphrase.jsonl'}",
-        "checks=[similar_options]",
-        "embedder=openai",
-        f"embedder.base_url={url}",
-        "embedder.max_retries=0",
-        "cache_dir=null",
-        f"hydra.run.dir={tmp_path / 'run'}",
-        timeout=300,
-    )
+    proc = audit_through(run_gen, url, tmp_path / "run", "embedder.max_retries=0")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.count("\n") == 1 and f"embedder ({url}): cannot connect" in proc.stderr
 
@@ -127,17 +127,7 @@ def test_llama_servers_embeddings_read_in_batches_as_in_one_request(llama_embedd
 
 def test_a_cli_run_embeds_through_llama_server(tmp_path: Path, run_gen, llama_embeddings) -> None:
     out = tmp_path / "run"
-    proc = run_gen(
-        "audit",
-        f"input={FIX / 'planted_paraphrase.jsonl'}",
-        "checks=[similar_options]",
-        "embedder=openai",
-        f"embedder.base_url={llama_embeddings.base_url}",
-        "embedder.model=smollm2-mean",
-        "cache_dir=null",
-        f"hydra.run.dir={out}",
-        timeout=300,
-    )
+    proc = audit_through(run_gen, llama_embeddings.base_url, out, "embedder.model=smollm2-mean")
     assert proc.returncode in (0, 1), proc.stderr[-2000:]  # 1: findings at fail_on
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["embedder"]["backend"] == "openai"
