@@ -6,12 +6,17 @@ are MCQs, a ``tom`` / ``distractors`` run folder, a
 ``egotom_{goal,belief,actions}_shuffled.csv``) and gives one :class:`Bank` per file,
 its items normalised to :class:`schemas.mcq.MCQ`. ``write_subset`` writes chosen items back in
 the file's own format, so a filter's output is read by the next step unchanged.
+
+Generators that order options place the answer with :func:`answer_position` (or
+:class:`Positions`) and :func:`arrange`: answer positions balanced by construction.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -371,6 +376,58 @@ def write_egotom_csv(rows: list[dict[str, Any]], q: str, path: Path) -> Path:
     data = {c: [None if r.get(c) is None else str(r[c]) for r in rows] for c in cols}
     pl.DataFrame(data, schema=dict.fromkeys(cols, pl.String)).write_csv(path)
     return path
+
+
+# --------------------------------------------------------------------------- answer positions
+
+
+def answer_position(seed: int, stream: str, rank: int, k: int) -> int:
+    """Where the answer goes (0..k-1) in the ``rank``-th item (0-based) of a stream of ``k``-option
+    items: every block of ``k`` consecutive ranks is a seeded permutation of the k positions, so
+    each position holds the answer exactly once per block.
+
+    ``audit``'s position check counts answers per question type and option count over the whole
+    bank; a stream is one such group (``stream`` = the question type), so any run of ``n``
+    consecutive ranks has each position within one of ``n / k`` and no tested group shows a
+    position tell by construction (rejected items leave gaps, random with respect to the
+    permutation). Pure in ``(seed, stream, rank, k)``: shards and resumed runs give the same
+    positions. A stream whose items have different option counts is blocked per count when the
+    ranks are counted per count (:class:`Positions`); with a shared rank it is only balanced
+    in expectation.
+    """
+    if k < 1 or rank < 0:
+        raise ValueError(f"answer_position: k={k}, rank={rank}: need k >= 1 and rank >= 0")
+    block, slot = divmod(rank, k)
+    order = list(range(k))
+    random.Random(f"{seed}/positions/{stream}/{k}/{block}").shuffle(order)
+    return order[slot]
+
+
+class Positions:
+    """Balanced answer positions for items made one after another in a deterministic order (a
+    plan's items): the rank of an item is how many items of its stream and option count came
+    before it."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.taken: Counter[tuple[str, int]] = Counter()
+
+    def take(self, stream: str, k: int) -> int:
+        """The next item's answer position in ``stream`` among ``k`` options."""
+        rank = self.taken[(stream, k)]
+        self.taken[(stream, k)] += 1
+        return answer_position(self.seed, stream, rank, k)
+
+
+def arrange(k: int, position: int, rng: random.Random) -> list[int]:
+    """An order of ``k`` options given answer-first (option 0 is the answer): the answer at
+    ``position``, the others shuffled by ``rng``. ``shown[i] = given[order[i]]``."""
+    if not 0 <= position < k:
+        raise ValueError(f"arrange: position {position} is not among {k} options")
+    others = list(range(1, k))
+    rng.shuffle(others)
+    others.insert(position, 0)
+    return others
 
 
 # --------------------------------------------------------------------------- reading an answer

@@ -13,7 +13,7 @@ to get the wrong options (``kind=``):
   paired with a reason the LLM writes for it from the context and the annotated reason
   (EI-label+reason: a 9-way set).
 - ``sampled``: negatives drawn without replacement with a fixed seed from the segment's rejected
-  alternatives, then the options shuffled by the same seeded generator (Valuable Interaction
+  alternatives, then the wrong options shuffled by the same seeded generator (Valuable Interaction
   Identification).
 
 Every wrong option is checked before it is kept (each check counted by name; the dominant one is
@@ -22,8 +22,10 @@ positive (cosine ≥ ``max_similarity``) or equal to a context line that names i
 another annotated item of the window (collision avoidance), lengths within ``length_ratio`` of
 each other, no withheld text (Request Prediction's original request) anywhere the candidate
 sees. ``rerank=true`` orders a generated pool with :mod:`generators.rerank`'s pure functions
-and the same model, drops semantic duplicates and takes the top wrong options. Options are
-shuffled by a seeded RNG per item; the key, each option's origin and source time are recorded.
+and the same model, drops semantic duplicates and takes the top wrong options. The answer's
+position is balanced over the input's items of each task (:class:`gen.mcq.Positions`), the
+wrong options are shuffled by a seeded RNG per item; the key, each option's origin and source
+time are recorded.
 
 Input: an items JSONL (:class:`schemas.candidates.CandidateItem`), recall annotations
 (:class:`schemas.candidates.RecallSession`: Memory Recall Prediction items, one per vivid detail
@@ -54,6 +56,7 @@ from gen.errors import InputError
 from gen.generators.candidates.checks import key, narration_text
 from gen.generators.candidates.item import STEPS, process
 from gen.generators.candidates.recall import RECALL_KEYS, read_recall, recall_items
+from gen.mcq import Positions
 from gen.readers import first_error, iter_jsonl, validated
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext, derive_seed
@@ -473,8 +476,11 @@ def candidates(cfg: CandidatesConfig, ctx: RunContext) -> Iterator[CandidateReco
         ctx.record_input(f)
     reached: list[int] = []
     agree: Counter[str] = Counter()
+    # answer positions over every item of the input: each shard and a resumed run place them alike
+    places = Positions(derive_seed(cfg.seed, NAME, "positions"))
+    at = [places.take(it.task, cfg.options) for it in data.items]
     for res in ctx.imap(
-        lambda i: process(ctx, cfg, i, data.items[i]), ctx.indices()
+        lambda i: process(ctx, cfg, i, data.items[i], at[i]), ctx.indices()
     ):  # many at once, in order
         reached.append(res.reached)
         agree.update(res.agreement)

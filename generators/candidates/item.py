@@ -32,6 +32,7 @@ from gen.generators.candidates.checks import (
     text_problem,
 )
 from gen.llm.attempts import AttemptFailure, retry
+from gen.mcq import arrange
 from gen.runner import RunContext
 from gen.schemas import Reject
 from gen.schemas.candidates import (
@@ -415,8 +416,12 @@ def near_repeats(texts: list[str], vectors: Vectors, threshold: float) -> set[in
     return {j for j in range(len(texts)) if float(sims[j].max()) >= threshold}
 
 
-def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateItem) -> ItemResult:
-    """One item through every step: a record, or a reject naming the step and the reason."""
+def process(
+    ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateItem, at: int
+) -> ItemResult:
+    """One item through every step: a record, or a reject naming the step and the reason. The
+    answer goes to option ``at`` (balanced over the run's items of its task,
+    :class:`gen.mcq.Positions`)."""
     k = cfg.options
     record_id = ctx.record_id(index)
 
@@ -539,8 +544,7 @@ def process(ctx: RunContext, cfg: CandidatesConfig, index: int, item: CandidateI
     if cfg.reword_positive and cfg.kind != "sampled":
         positive, sim = reword(ctx, cfg, index, s, chosen)
     options = [positive, *chosen]
-    order = list(range(len(options)))
-    rng.shuffle(order)
+    order = arrange(len(options), at, rng)
     hide = hidden_lines(s, item, [s.positive, *options])
     shown = [options[i] for i in order]
     visible: dict[str, Any] = {

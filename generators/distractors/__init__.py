@@ -46,10 +46,11 @@ from gen.errors import ConfigError, InputError, MissingInputError
 from gen.generators.distractors.sampler import NAME, Band, Choice, Sampler, matches
 from gen.goals import GoalBank, goal_dict, load_goals, verbalise
 from gen.manifest import JsonListWriter
+from gen.mcq import answer_position, arrange
 from gen.paths import EXAMPLES
 from gen.readers import load_run_records, validated
 from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
+from gen.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.digital import DigitalBundle
 from gen.schemas.distractors import Distractor, DistractorMCQ, GoalRow
@@ -190,8 +191,11 @@ def build_mcq(
         )
     ref = rows[i]
     members = [i, *c.picks]
-    order = list(range(len(members)))
-    random.Random(ctx.seed(i, kind, c.j, "shuffle")).shuffle(order)
+    # the answer's place is balanced per band (audit's position check: per question type); the
+    # distractors' order is the item's own shuffle
+    seed = derive_seed(cfg.seed, NAME, "positions")
+    at = answer_position(seed, kind, i * cfg.mcqs_per_kind + c.j, len(members))
+    order = arrange(len(members), at, random.Random(ctx.seed(i, kind, c.j, "shuffle")))
     position = {m: p for p, m in enumerate(order)}  # member -> option index
     n = len(c.picks)
     distractors = [

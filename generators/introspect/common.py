@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from gen.errors import InputError
 from gen.gates import key
 from gen.intervals import Interval
+from gen.mcq import Positions, arrange
 from gen.readers import iter_jsonl, validated
 from gen.runner import derive_seed
 from gen.schemas.introspect import Line
@@ -115,12 +116,23 @@ def rng_for(seed: int, *parts: object) -> tuple[random.Random, int]:
     return random.Random(s), s
 
 
+def positions(seed: int) -> Positions:
+    """Balanced answer positions for one build's questions, counted per question type and option
+    count in build order (the plan builds every question, so shards and resumes agree)."""
+    return Positions(derive_seed(seed, NAME, "positions"))
+
+
 def shuffled(
-    options: list[str], origins: list[str], rng: random.Random
+    options: list[str],
+    origins: list[str],
+    rng: random.Random,
+    places: Positions,
+    question_type: str,
 ) -> tuple[list[str], list[str], int]:
-    """The options in a seeded order (the first given is the answer): options, origins, answer."""
-    order = list(range(len(options)))
-    rng.shuffle(order)
+    """The options in a seeded order (the first given is the answer): options, origins, answer.
+    The answer's position is the next balanced one of ``question_type``; the others are
+    shuffled by ``rng``."""
+    order = arrange(len(options), places.take(question_type, len(options)), rng)
     return [options[i] for i in order], [origins[i] for i in order], order.index(0)
 
 

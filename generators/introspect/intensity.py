@@ -17,7 +17,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from gen.gates import key
-from gen.generators.introspect.common import Built, Draft, Refusal, rng_for, shuffled
+from gen.generators.introspect.common import Built, Draft, Refusal, positions, rng_for, shuffled
+from gen.mcq import Positions
 from gen.schemas.introspect import EmotionSegment
 from gen.timelines import fmt_time
 
@@ -36,6 +37,7 @@ def option(s: EmotionSegment) -> str:
 
 def build(segments: list[EmotionSegment], cfg: IntrospectConfig) -> list[Built]:
     out: list[Built] = []
+    places = positions(cfg.seed)
     taxonomy = {key(x): x for x in cfg.taxonomy}
     groups: dict[tuple[str, str], list[EmotionSegment]] = defaultdict(list)
     by_participant: dict[str, list[EmotionSegment]] = defaultdict(list)
@@ -85,7 +87,9 @@ def build(segments: list[EmotionSegment], cfg: IntrospectConfig) -> list[Built]:
             direction = ("highest", "lowest")[turn % 2]
             turn += 1
             out.append(
-                question(participant, label, members, by_participant[participant], direction, cfg)
+                question(
+                    participant, label, members, by_participant[participant], direction, cfg, places
+                )
             )
     return out
 
@@ -97,6 +101,7 @@ def question(
     everyone: list[EmotionSegment],
     direction: str,
     cfg: IntrospectConfig,
+    places: Positions,
 ) -> Built:
     src = f"{participant}/{label}/" + "+".join(s.segment_id for s in members)
     rng, seed = rng_for(cfg.seed, "intensity", src)
@@ -136,7 +141,11 @@ def question(
     best = ratings.index(max(ratings) if direction == "highest" else min(ratings))
     ordered = [chosen[best], *(s for j, s in enumerate(chosen) if j != best)]
     options, origins, answer = shuffled(
-        [option(s) for s in ordered], [f"segment:{s.segment_id}" for s in ordered], rng
+        [option(s) for s in ordered],
+        [f"segment:{s.segment_id}" for s in ordered],
+        rng,
+        places,
+        f"emotion_intensity_{direction}",
     )
     by_text = {option(s): s for s in ordered}
     clips = [

@@ -23,10 +23,12 @@ from gen.generators.introspect.common import (
     Refusal,
     clip_text,
     fmt_span,
+    positions,
     rng_for,
     shuffled,
 )
 from gen.intervals import Interval, overlaps, place
+from gen.mcq import Positions
 from gen.schemas.introspect import RecordingCommand, RecordingSession
 
 if TYPE_CHECKING:
@@ -47,6 +49,7 @@ def positive_window(c: RecordingCommand, pad: float, duration: float) -> Interva
 
 def build(sessions: list[RecordingSession], cfg: IntrospectConfig) -> list[Built]:
     out: list[Built] = []
+    places = positions(cfg.seed)
     for s in sessions:
         rng, _ = rng_for(cfg.seed, "recording", s.session_id)
         windows = [positive_window(c, cfg.pad, s.duration) for c in s.commands]
@@ -93,7 +96,7 @@ def build(sessions: list[RecordingSession], cfg: IntrospectConfig) -> list[Built
         used: set[str] = set()
         for c in s.commands:
             if c.kind == "photo":
-                out.append(photo(s, c, used, cfg))
+                out.append(photo(s, c, used, cfg, places))
     return out
 
 
@@ -135,7 +138,13 @@ def binary(
     )
 
 
-def photo(s: RecordingSession, c: RecordingCommand, used: set[str], cfg: IntrospectConfig) -> Built:
+def photo(
+    s: RecordingSession,
+    c: RecordingCommand,
+    used: set[str],
+    cfg: IntrospectConfig,
+    places: Positions,
+) -> Built:
     src = f"{s.session_id}/{c.command_id}"
     if c.target is None:
         return Refusal(
@@ -164,6 +173,8 @@ def photo(s: RecordingSession, c: RecordingCommand, used: set[str], cfg: Introsp
         [c.target.label, *(pool[p][0] for p in picks)],
         ["positive", *(f"object@{pool[p][1]:g}" for p in picks)],
         rng,
+        places,
+        "photo_test",
     )
     w = (max(0.0, c.time - cfg.pad), min(s.duration, c.time + cfg.pad))
     times = {c.target.label: c.time, **{pool[p][0]: pool[p][1] for p in picks}}

@@ -45,11 +45,13 @@ from gen.mcq import (
     EGOTOM_CHOICES,
     EGOTOM_QUESTION,
     EGOTOM_TYPES,
+    answer_position,
+    arrange,
     egotom_columns,
     write_egotom_csv,
 )
 from gen.registry import generator
-from gen.runner import Plan, RunContext
+from gen.runner import Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.tom import QuestionType, TomQuestion
 from gen.timelines import Clip, fmt_line, fmt_time, input_files, read_timelines
@@ -209,10 +211,11 @@ def assemble(
     truth: Truth,
     extra: dict[str, Any] | None = None,
 ) -> TomQuestion:
-    """A question with its options shuffled by a seeded RNG (answer = where the truth landed)."""
+    """A question with its options in a seeded order: the truth at a position balanced per
+    question type over the clips (:func:`gen.mcq.answer_position`), the wrong options shuffled."""
     options = [truth_text, *wrongs]
-    order = list(range(len(options)))
-    random.Random(ctx.seed(index, q, "shuffle")).shuffle(order)
+    at = answer_position(derive_seed(ctx.cfg.seed, ctx.name, "positions"), q, index, len(options))
+    order = arrange(len(options), at, random.Random(ctx.seed(index, q, "shuffle")))
     tline = clip.lines[truth.index]
     return TomQuestion(
         item_id=ctx.record_id(index, q),

@@ -5,7 +5,6 @@ accounting, never prose: every item ends as a record or a reject with its reason
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
@@ -59,9 +58,6 @@ def test_two_timeline_items_with_the_embedded_model(
         context = rec.visible["context"]
         assert rec.privileged["positive"] not in context
         assert all(src not in context for src in rec.privileged["sources"].values())
-        order = list(range(4))
-        random.Random(rec.shuffle_seed).shuffle(order)
-        assert order.index(0) == rec.answer
     if records:
         assert len(load_banks(out)[0].items) == len(records)
 

@@ -5,7 +5,6 @@ restyle waves, rewording, determinism)."""
 from __future__ import annotations
 
 import json
-import random
 import re
 import threading
 from pathlib import Path
@@ -35,7 +34,8 @@ from gen.generators.candidates import (
 from gen.generators.candidates.checks import Option, Pool, Vectors, clean
 from gen.generators.candidates.item import input_problem, setup
 from gen.llm import OpenAIConfig, scripted_llm
-from gen.runner import RunContext, run
+from gen.mcq import answer_position
+from gen.runner import RunContext, derive_seed, run
 from gen.schemas.candidates import CandidateItem, CandidateRecord
 from gen.timelines import Clip, Line
 
@@ -324,11 +324,11 @@ def test_generated_records_hide_sources_record_key_origins_times_and_are_determi
             "start": 0.0,
             "end": 45.0,
         }
-        # the key: replaying the seeded shuffle puts the positive where the record says
-        order = list(range(4))
-        random.Random(rec.shuffle_seed).shuffle(order)
-        assert order.index(0) == rec.answer
-    assert len(set(answers)) > 1  # per-item seeds: the positive does not sit at one position
+        # the key: the positive sits at the run's balanced position for the item's rank
+        assert rec.answer == answer_position(
+            derive_seed(0, "candidates", "positions"), rec.question_type, len(answers) - 1, 4
+        )
+    assert sorted(answers[:4]) == [0, 1, 2, 3]  # balanced: each position once in a block of 4
     asked = [MOMENT.search(c["messages"][-1]["content"]) for c in llm.calls]
     moments = {m[1] for m in asked if m}
     assert len(moments) >= 3 and not moments & {

@@ -31,7 +31,7 @@ from gen.generators.candidates import (
     narration_text,
 )
 from gen.generators.candidates.recall import read_recall, recall_items
-from gen.mcq import load_banks
+from gen.mcq import arrange, load_banks
 from gen.paths import EXAMPLES
 from gen.registry import REGISTRY
 from gen.schemas.candidates import EMOTIONS
@@ -169,10 +169,8 @@ def test_sampled_draws_three_without_replacement_with_a_seed_and_records_the_key
         rng = random.Random(rec["shuffle_seed"])
         pool = [n for n in vii["negatives"] if n["id"] not in ("r2", "r5")]
         picks = [pool[j]["id"] for j in rng.sample(range(len(pool)), 3)]
-        order = list(range(4))
-        rng.shuffle(order)
+        order = arrange(4, rec["answer"], rng)  # the answer's balanced place, the rest shuffled
         assert origins == [(["positive", *[f"sampled:{p}" for p in picks]])[i] for i in order]
-        assert rec["answer"] == order.index(0)
     assert len(drawn) > 1
     assert result.manifest["validators"]["sampled.annotated_id_excluded"] == 8
     few = {
