@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gen.gates import key
-from gen.generators.introspect.common import Built, Draft, Refusal, rng_for, shuffled
+from gen.generators.introspect.common import Built, Draft, Refusal, positions, rng_for, shuffled
 from gen.intervals import Interval, centred, place
+from gen.mcq import Positions
 from gen.schemas.candidates import CandidateItem, Other, Positive, TimedLine, Window
 from gen.schemas.introspect import MemoryItem, MemorySession
 from gen.timelines import fmt_time
@@ -123,6 +124,7 @@ def lines_in(s: MemorySession, w: Interval) -> list[int]:
 
 def build(sessions: list[MemorySession], cfg: IntrospectConfig) -> list[Built | EventItem]:
     out: list[Built | EventItem] = []
+    places = positions(cfg.seed)
     for s in sessions:
         segs = {m.memory_id: segment(m, s.duration, cfg) for m in s.memories}
         annotated = [iv for _, iv in segs.values() if iv is not None]
@@ -143,7 +145,7 @@ def build(sessions: list[MemorySession], cfg: IntrospectConfig) -> list[Built | 
             if cfg.form not in ("both", form):
                 continue
             if form == "object":
-                out.append(object_question(s, m, kind, seg, annotated, cfg))
+                out.append(object_question(s, m, kind, seg, annotated, cfg, places))
             else:
                 out.append(event_question(s, m, kind, seg, annotated, cfg))
     return out
@@ -156,6 +158,7 @@ def object_question(
     seg: Interval,
     annotated: list[Interval],
     cfg: IntrospectConfig,
+    places: Positions,
 ) -> Built:
     src = f"{s.session_id}/{m.memory_id}"
     rng, seed = rng_for(cfg.seed, "assistance", s.session_id, m.memory_id)
@@ -185,7 +188,11 @@ def object_question(
             f"{len(picks)} distinct objects in the sub-clips, need {need}",
         )
     options, origins, answer = shuffled(
-        [m.object or "", *picks], ["positive", *(f"subclip@{w[0]:g}-{w[1]:g}" for w in subs)], rng
+        [m.object or "", *picks],
+        ["positive", *(f"subclip@{w[0]:g}-{w[1]:g}" for w in subs)],
+        rng,
+        places,
+        "memory_assistance_object",
     )
     return Draft(
         "memory_assistance_object",
