@@ -17,7 +17,7 @@ import json
 import random
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -331,8 +331,26 @@ def from_record(rec: MCQRecord, line: int) -> MCQ:
         origins=rec.origins,
         visible={f"visible.{k}": v for k, v in visible.items()},
         privileged={f"privileged.{k}": as_text(v) for k, v in rec.privileged.items()},
+        answers=_indices(rec, "answers"),
+        acceptable=_indices(rec, "acceptable"),
         line=line,
     )
+
+
+def _indices(rec: MCQRecord, name: str) -> list[int] | None:
+    """A multi-select record's ``answers`` / ``acceptable`` (option indices), when it has them; a
+    list that is not indices of its options is an InputError."""
+    value = (rec.model_extra or {}).get(name)
+    if not isinstance(value, list):
+        return None
+    if not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(rec.options) for i in value
+    ):
+        raise InputError(
+            f"{rec.item_id}: {name}: expected indices of its {len(rec.options)} options, "
+            f"got {value!r}"
+        )
+    return value
 
 
 def as_text(value: Any) -> str:
@@ -428,6 +446,121 @@ def arrange(k: int, position: int, rng: random.Random) -> list[int]:
     rng.shuffle(others)
     others.insert(position, 0)
     return others
+
+
+# --------------------------------------------------------------------------- multi-select
+
+NO_TOOL = "No tool needed"
+"""EgoIntrospect Tool Selection's special option (H.1.1: "No tool needed", not a tool)."""
+
+
+def correct(
+    required: Collection[Hashable],
+    helpful: Collection[Hashable],
+    predicted: Collection[Hashable],
+    none: Hashable = NO_TOOL,
+) -> bool:
+    """EgoIntrospect H.1.1's strict (hierarchical) correctness of one multi-select prediction:
+    every required option and otherwise only helpful ones; with no required option, ``none``
+    alone or only helpful ones; with neither, ``none`` alone. Options are tool names (``none``
+    is :data:`NO_TOOL`) or option indices (``none`` the index of the "No tool needed" option)."""
+    r, h, p = set(required), set(helpful) - set(required), set(predicted)
+    if r:
+        return r <= p <= r | h
+    if h:
+        return p == {none} or (bool(p) and p <= h)
+    return p == {none}
+
+
+def required_recall(
+    rows: Sequence[tuple[Collection[Hashable], Collection[Hashable]]],
+) -> float | None:
+    """Share of instances with required options whose prediction holds all of them ((required,
+    predicted) pairs; instances without required options do not count; None when none has)."""
+    scored = [set(r) <= set(p) for r, p in rows if r]
+    return sum(scored) / len(scored) if scored else None
+
+
+def distractor_rate(
+    rows: Sequence[tuple[Collection[Hashable], Collection[Hashable], Collection[Hashable]]],
+    none: Hashable = NO_TOOL,
+) -> float | None:
+    """Share of predictions holding a real option that is neither required nor helpful
+    ((required, helpful, predicted) triples; ``none``, "No tool needed", is no tool)."""
+    if not rows:
+        return None
+    return sum(bool(set(p) - {none} - set(r) - set(h)) for r, h, p in rows) / len(rows)
+
+
+def label(k: int) -> str:
+    """The label of option ``k`` (0-based) as the candidate reads it: ``a`` … ``z``, then ``aa``,
+    ``ab`` … ``az``, ``ba`` … (a spreadsheet's columns, lower case), so any number of options has
+    one; the first 26 are :data:`LETTERS`."""
+    if k < 0:
+        raise ValueError(f"option index {k} < 0")
+    out = ""
+    k += 1
+    while k:
+        k, r = divmod(k - 1, 26)
+        out = LETTERS[r] + out
+    return out
+
+
+def label_index(text: str) -> int | None:
+    """The option index of a label (``b`` -> 1, ``AB`` -> 27); None when it is not one."""
+    t = text.strip().lower()
+    if not t or not all(c in LETTERS for c in t):
+        return None
+    k = 0
+    for c in t:
+        k = k * 26 + LETTERS.index(c) + 1
+    return k - 1
+
+
+_ANSWER_LINE = re.compile(r"answers?[ \t]*(?:is|are|:|=|-)[ \t]*(.*)", re.I)
+_PIECE = re.compile(r"""^[-*_`"'\s]*[(\[]?\s*([a-z]{1,3})[*_`"'\s]*(?:[)\].:]|$)""", re.I)
+_SPLIT = re.compile(r"\s*(?:,|;|/|&|\band\b|\n)\s*", re.I)
+
+
+def parse_labels(text: str | None, options: Sequence[str]) -> list[int] | None:
+    """The options a multi-select reply chooses (indices in the order given, each once), or None
+    when it cannot be read.
+
+    Reads the text after the last ``Answer:`` (``Answers:``, ``answer is``), else the reply's
+    first non-empty line; splits it on commas, semicolons, slashes and "and"; each piece is a
+    label of a shown option (:func:`label`: ``c``, ``(c)``, ``c)``, ``ab.``, ``**c**``, followed
+    by anything: ``c) weather: …``) or the exact text of a shown option (``No tool needed``; a
+    tool's name before its ``:``). A piece that is neither, or a label beyond the options shown,
+    makes the reply unparseable: an answer is never half-read.
+    """
+    if not text or not text.strip():
+        return None
+    found = list(_ANSWER_LINE.finditer(text))
+    if found:  # the last answer line; a list under it when the line itself is empty
+        body = found[-1].group(1)
+        if not body.strip():
+            body = "\n".join(x for x in text[found[-1].end() :].splitlines() if x.strip())
+    else:
+        body = next(line for line in text.splitlines() if line.strip())
+    names: dict[str, int] = {}
+    for i, o in enumerate(options):
+        for name in (o, o.split(":", 1)[0]):
+            names.setdefault(_norm(name), i)
+    chosen: list[int] = []
+    for piece in _SPLIT.split(body.strip().rstrip(".")):
+        piece = piece.strip()
+        if not piece:
+            continue
+        k = None
+        if (m := _PIECE.match(piece)) is not None:
+            k = label_index(m.group(1))
+        if k is None or not 0 <= k < len(options):
+            k = names.get(_norm(piece), names.get(_norm(piece.split(":", 1)[0])))
+        if k is None:
+            return None
+        if k not in chosen:
+            chosen.append(k)
+    return chosen or None
 
 
 # --------------------------------------------------------------------------- reading an answer

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gen.config import ModelChoice
 from gen.errors import ConfigError
@@ -40,7 +40,7 @@ class JudgeOptions(CommonConfig):
     own family can score it too high or too low)."""
     candidate_family: str | None = None
     """The candidate's model family when the input does not say (null: from the rows, or the
-    candidate model)."""
+    candidate model); one gen knows (openai, anthropic, google, meta, qwen…; claude, gemini)."""
     judge_family: str = "auto"
     """Which judge scores: auto (the benchmark's mapping, anthropic->google, google->openai,
     openai->google, among the judges given; else the first judge of another family) or a family
@@ -53,6 +53,18 @@ class JudgeOptions(CommonConfig):
     """Context judge: the prompt condition whose balanced turn-2 accuracy is the primary score."""
     bootstrap: int = Field(2000, ge=100, le=100_000)
     """Bootstrap resamples of the 95 % intervals of means and balanced accuracy."""
+
+    @field_validator("candidate_family")
+    @classmethod
+    def _known_family(cls, value: str | None) -> str | None:
+        from gen.llm.family import families_text, known_family
+
+        if value is None:
+            return None
+        family = known_family(value)
+        if family is None:
+            raise ValueError(f"{value!r} is not a model family gen knows: {families_text()}")
+        return family
 
     @model_validator(mode="after")
     def _panel(self) -> JudgeOptions:
@@ -125,18 +137,45 @@ class Panel:
         }
 
 
+def require_candidate_family(
+    opts: JudgeOptions, candidate_families: dict[str, str], where: str = "candidate"
+) -> None:
+    """The benchmark's runner's rule: ``judge_family=auto`` needs the candidate's family (a
+    model it cannot place, an open-weights one, forces an explicit ``--judge-family``).
+    ``where``: what the families were read from (the message's first words).
+
+    Raises:
+        ConfigError: no candidate family is known and ``judge_family=auto``.
+    """
+    from gen.llm.family import families_text
+
+    if opts.judge_family.strip().lower() == "auto" and not any(candidate_families):
+        raise ConfigError(
+            f"{where}: candidate family unknown (no candidate_family=, no family or known model "
+            "name): judge_family=auto cannot choose a judge of another family; give "
+            f"candidate_family= or judge_family= (families: {families_text()})"
+        )
+
+
 def build_panel(
     opts: JudgeOptions,
     ctx: RunContext,
     candidate_families: dict[str, str],
     default: LLMConfig | None,
+    *,
+    candidate: bool = True,
 ) -> Panel:
     """Load the judges (each with its own usage counters; a judge with the same config as the
     run's model shares its loaded weights), resolve their families and apply the cross-family rule.
+    ``candidate=False``: nothing a model wrote is judged (no candidate family to compare).
 
     Raises:
-        ConfigError: a judge of the candidate's family without ``allow_same_family=true``.
+        ConfigError: a judge of the candidate's family without ``allow_same_family=true``; a
+            candidate of unknown family with ``judge_family=auto``
+            (:func:`require_candidate_family`).
     """
+    if candidate:
+        require_candidate_family(opts, candidate_families)
     configs = opts.judge_configs(default)
     labels = opts.judge_labels or unique_labels([model_label(c) for c in configs])
     judges = [
@@ -247,14 +286,14 @@ def candidate_families(
 ) -> dict[str, str]:
     """The candidates' families and how each was found: ``candidate_family=``, else the families
     the rows give, else the families their model names start with (``gpt-4o`` -> openai)."""
-    from gen.llm.family import family_of_name
+    from gen.llm.family import canonical_family, family_of_name
 
     if option:
         return {option: "candidate_family= (config)"}
     out: dict[str, str] = {}
     for name, family in named:
         if family:
-            out.setdefault(family, "the rows' candidate family")
+            out.setdefault(canonical_family(family), "the rows' candidate family")
         elif name and (fam := family_of_name(name)):
             out.setdefault(fam, f"the candidate's name {name!r}")
     return out

@@ -36,7 +36,9 @@ class TrialRecord(BaseModel):
 
 
 class MCQAnswerRecord(BaseModel):
-    """The candidate's answer to one multiple-choice item, with its visible context."""
+    """The candidate's answer to one multiple-choice item, with its visible context. A
+    multi-select item (EgoIntrospect's Tool Selection) is scored by H.1.1's hierarchical rule
+    (``correct``) and records what its required recall and distractor rate read."""
 
     item_id: str
     question_type: str
@@ -45,6 +47,19 @@ class MCQAnswerRecord(BaseModel):
     answer: int
     raw: str
     letter: str | None
-    """The letter read from the reply (null: unparseable, counted wrong)."""
+    """The option label read from the reply (``a`` … ``z``, ``aa`` …); a multi-select reply's
+    labels joined by commas (null: unparseable, counted wrong)."""
     choice: int | None
+    """The option chosen (null: unparseable, or a multi-select item)."""
     correct: bool
+    """Single answer: the key chosen; multi-select: H.1.1's strict hierarchical correctness."""
+    choices: list[int] | None = None
+    """Multi-select: the options chosen, in the reply's order (null: single answer, or
+    unparseable)."""
+    required: list[int] | None = None
+    """Multi-select: the required options (empty when none is: the answer is "No tool needed" or
+    a helpful option)."""
+    helpful: list[int] | None = None
+    """Multi-select: the helpful-but-not-required options."""
+    none_option: int | None = None
+    """Multi-select: the "No tool needed" option (no tool in the distractor rate); null if none."""

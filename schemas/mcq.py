@@ -68,6 +68,11 @@ class MCQ(BaseModel):
     """Field path -> visible text (``context``, ``question``, ``options[0]``…)."""
     privileged: dict[str, str] = Field(default_factory=dict)
     """Field path -> ground-truth text the candidate must not see."""
+    answers: list[int] | None = None
+    """A multi-select item (EgoIntrospect's Tool Selection): the required options (or the "No
+    tool needed" option alone); None for a single-answer item."""
+    acceptable: list[int] | None = None
+    """A multi-select item: the options a right answer may hold (required and helpful)."""
     line: int
     """0-based row (CSV) or line (JSONL) in the source file, to write subsets back unchanged."""
 

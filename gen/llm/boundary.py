@@ -336,18 +336,21 @@ class LLM:
         max_tokens: int | None = None,
         temperature: float | None = None,
         stop: Sequence[str] | None = None,
+        whole: bool = False,
     ) -> str:
         """One free-text chat completion (no schema), cached like :meth:`structured`.
 
         Args:
             temperature: overrides the configured one (0 is greedy decoding).
             stop: strings that end the reply.
+            whole: refuse a reply cut at ``max_tokens`` (``truncated``) instead of returning it.
 
         Returns:
-            The reply text; a reply cut at ``max_tokens`` is returned as it is.
+            The reply text; a reply cut at ``max_tokens`` is returned as it is (``whole=False``).
 
         Raises:
-            LLMOutputError: ``backend_error`` when the call fails or returns no text.
+            LLMOutputError: ``backend_error`` when the call fails or returns no text;
+                ``truncated`` when ``whole`` and the reply hit ``max_tokens``.
             BackendError: the backend failed ``llm.max_consecutive_errors`` calls in a row.
         """
         kwargs: dict[str, Any] = {
@@ -366,6 +369,8 @@ class LLM:
         text = _text(response)
         if text is None:
             raise LLMOutputError("backend_error", "the reply holds no text")
+        if whole and _finish(response) == "length":
+            raise LLMOutputError("truncated", f"hit max_tokens={kwargs['max_tokens']}", text)
         return text
 
     @_watched
@@ -528,6 +533,7 @@ class LanguageModel(Protocol):
         max_tokens: int | None = None,
         temperature: float | None = None,
         stop: Sequence[str] | None = None,
+        whole: bool = False,
     ) -> str: ...
 
     def loglik(self, prompt: Prompt, continuations: Sequence[str]) -> list[LogLik]: ...

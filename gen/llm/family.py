@@ -43,6 +43,20 @@ JUDGE_FAMILY_FOR: dict[str, str] = {"anthropic": "google", "google": "openai", "
 for a candidate of each family (Claude -> Gemini, Gemini -> OpenAI, OpenAI -> Gemini)."""
 ALIASES: dict[str, str] = {"claude": "anthropic", "gemini": "google", "gpt": "openai"}
 """The benchmark's family names (claude, gemini, openai) as gen's families."""
+FAMILIES: tuple[str, ...] = tuple(sorted({f for _, f in PREFIXES}))
+"""The families gen knows by name (``candidate_family=`` is one of them or an alias)."""
+
+
+def known_family(name: str) -> str | None:
+    """``name`` as one of :data:`FAMILIES` (aliases too: ``claude`` -> anthropic), or None."""
+    family = canonical_family(name)
+    return family if family in FAMILIES else None
+
+
+def families_text() -> str:
+    """The valid family names on one line (an error message's list)."""
+    aliases = ", ".join(f"{a} ({f})" for a, f in sorted(ALIASES.items()))
+    return f"{', '.join(FAMILIES)}; or {aliases}"
 
 
 def canonical_family(name: str) -> str:

@@ -11,6 +11,7 @@ from gen.panel import JudgeOptions
 NAME = "evaluate"
 TURN = "evaluate/turn.jinja"
 MCQ_PROMPT = "evaluate/mcq.jinja"
+MCQ_MULTI_PROMPT = "evaluate/mcq_multi.jinja"
 
 
 class EvaluateConfig(JudgeOptions):

@@ -116,8 +116,12 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
     family, family_source = candidate.family_info
     label = model_label(cfg.llm)
     # the cross-family rule before any candidate call (the judge sub-runs apply it again)
+    # a name gen cannot place is no family (the benchmark's runner: None for open weights)
+    known = family and not family_source.startswith("unknown family")
+    if cfg.candidate_family is not None:
+        family, family_source, known = cfg.candidate_family, "candidate_family= (config)", True
     panel = build_panel(
-        cfg, ctx, {family: f"llm= ({family_source})"} if family else {}, default=None
+        cfg, ctx, {family: f"llm= ({family_source})"} if family and known else {}, default=None
     )
     t2_rows: list[ResponseRow] = []
     first: dict[int, list[str] | Reject] = {}

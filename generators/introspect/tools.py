@@ -8,22 +8,31 @@ universe's order, read ``name in words: description``, plus "No tool needed"; th
 multi-select. Hierarchical correctness:
 a prediction is right when it holds every required tool and otherwise only helpful ones; with no
 required tool, "No tool needed" or only helpful tools; with neither, "No tool needed" alone.
-:func:`correct`, :func:`required_recall` and :func:`distractor_rate` score predictions so.
+:func:`~gen.mcq.correct`, :func:`~gen.mcq.required_recall` and :func:`~gen.mcq.distractor_rate`
+(in ``gen.mcq``: ``evaluate`` scores a Tool Selection bank with them) score predictions so.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from gen.generators.introspect.common import Built, Draft, Refusal, clip_text
+from gen.mcq import NO_TOOL, correct, distractor_rate, required_recall
 from gen.schemas.introspect import RequestSegment, ToolUniverse
 
 if TYPE_CHECKING:
     from gen.generators.introspect import IntrospectConfig
 
-NO_TOOL = "No tool needed"
+__all__ = [
+    "NO_TOOL",
+    "build",
+    "correct",
+    "distractor_rate",
+    "normaliser",
+    "required_recall",
+    "tool_key",
+]
 
 
 def tool_key(name: str) -> str:
@@ -45,36 +54,6 @@ def normaliser(universe: ToolUniverse) -> dict[str, str]:
     if tool_key(NO_TOOL) in out:
         raise ValueError(f"tools: {NO_TOOL!r} is the set's own option, not a tool")
     return out
-
-
-def correct(
-    required: Collection[str], helpful: Collection[str], predicted: Collection[str]
-) -> bool:
-    """EgoIntrospect H.1.1's strict correctness of one prediction (tool names; ``NO_TOOL`` the
-    special option)."""
-    r, h, p = set(required), set(helpful) - set(required), set(predicted)
-    if r:
-        return r <= p <= r | h
-    if h:
-        return p == {NO_TOOL} or (bool(p) and p <= h)
-    return p == {NO_TOOL}
-
-
-def required_recall(rows: Sequence[tuple[Collection[str], Collection[str]]]) -> float | None:
-    """Share of instances with required tools whose prediction holds all of them ((required,
-    predicted) pairs; instances without required tools do not count)."""
-    scored = [set(r) <= set(p) for r, p in rows if r]
-    return sum(scored) / len(scored) if scored else None
-
-
-def distractor_rate(
-    rows: Sequence[tuple[Collection[str], Collection[str], Collection[str]]],
-) -> float | None:
-    """Share of predictions holding a real tool that is neither required nor helpful ((required,
-    helpful, predicted) triples; "No tool needed" is no tool)."""
-    if not rows:
-        return None
-    return sum(bool(set(p) - {NO_TOOL} - set(r) - set(h)) for r, h, p in rows) / len(rows)
 
 
 def build(

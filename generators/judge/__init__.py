@@ -79,8 +79,9 @@ class JudgeConfig(JudgeOptions):
     judge_parse: Literal["lenient", "strict"] = "lenient"
     """How a score is read: lenient (WAGIBench's code: <think> set apart, the first value between
     score tags or a bare number, 2.0 too) or strict (exactly one <score> tag holding 0, 1 or 2)."""
-    reformat_tokens: int = Field(default=200, ge=16, le=4096)
-    """wagibench: reply cap of a reformat call."""
+    reformat_tokens: int = Field(default=1024, ge=16, le=16384)
+    """wagibench: reply cap of a reformat call (WAGIBench's code: 1,024, room for a reasoning
+    model's <think> block); a reply cut at it is a reject, never a score."""
     judge_run: str | None = None
     """meta: a judge run whose records give the judge's value of each rating row (by id); null: the
     rows' judge field."""

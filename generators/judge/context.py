@@ -38,6 +38,7 @@ from gen.panel import (
     build_panel,
     candidate_families,
     pairwise_agreement,
+    require_candidate_family,
 )
 from gen.readers import iter_jsonl, validated
 from gen.runner import Plan, RunContext
@@ -102,6 +103,12 @@ def plan(cfg: JudgeConfig) -> Plan:
     if not rows:
         raise InputError(f"responses: {cfg.responses} holds no replies")
     rows = rows[: cfg.n]
+    # the benchmark's runner stops on a candidate it cannot place: before a run folder is made
+    require_candidate_family(
+        cfg,
+        candidate_families(cfg.candidate_family, [(r.candidate, r.candidate_family) for r in rows]),
+        f"responses: {cfg.responses}",
+    )
     return Plan(len(rows), (scenarios, rows))
 
 

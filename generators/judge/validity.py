@@ -180,7 +180,9 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[ValidityRecord | Reject]:
     banks, items = ctx.plan.data
     for bank in banks:
         ctx.record_input(bank.path)
-    panel = build_panel(cfg, ctx, candidate_families(cfg.candidate_family, []), default=cfg.llm)
+    panel = build_panel(
+        cfg, ctx, candidate_families(cfg.candidate_family, []), default=cfg.llm, candidate=False
+    )
     sha = prompt_sha256(ctx, TEMPLATE)
     records: list[ValidityRecord] = []
     rejected = 0

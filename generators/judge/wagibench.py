@@ -2,8 +2,11 @@
 
 Steps per prediction: (1) a structured prediction that is a valid action of the 10 types is
 used as it is; anything else (free text, or a dict that is not a valid action) is reformatted by
-an LLM into one, and a reformat that is not a valid action is its own outcome
-(``reformat_invalid``, with the problem); (2) every judge scores the action against the
+an LLM into one (``reformat_tokens``: WAGIBench's code's 1,024, room for a reasoning model's
+``<think>`` block), and a reformat that is not a valid action is its own outcome
+(``reformat_invalid``, with the problem); a reformat or score reply cut at its budget
+(``truncated``), or a reformat whose ``<think>`` block never closed (``unfinished_think``), is a
+reject of the row, never a score; (2) every judge scores the action against the
 inputs of each ``variant`` (§4.3: the script's cues and the reference, ``cues_reference``, the
 paper's best and the default; the reference alone; cues or captions alone or with the reference;
 every context with it), shown as text, on 0 / 1 / 2; (3) the score is read as WAGIBench's code
@@ -39,6 +42,7 @@ from gen.panel import (
     build_panel,
     candidate_families,
     pairwise_agreement,
+    require_candidate_family,
 )
 from gen.readers import iter_jsonl, read_json
 from gen.runner import Plan, RunContext
@@ -83,6 +87,12 @@ def plan(cfg: JudgeConfig) -> Plan:
                     "(variant=[reference] judges against the reference only)"
                 )
     rows = rows[: cfg.n]
+    # the benchmark's runner stops on a candidate it cannot place: before a run folder is made
+    require_candidate_family(
+        cfg,
+        candidate_families(cfg.candidate_family, [(r.model, r.model_family) for _, r in rows]),
+        f"input: {path}",
+    )
     return Plan(len(rows), rows)
 
 
@@ -387,8 +397,9 @@ def judge_row(
                 seed=ctx.seed(index, "reformat"),
                 max_tokens=cfg.reformat_tokens,
                 temperature=cfg.judge_temperature,
+                whole=True,
             )
-        except LLMOutputError as e:
+        except LLMOutputError as e:  # a reply cut at the budget too: never judged as it stands
             return Reject(
                 record_id=row.id,
                 index=index,
@@ -398,6 +409,15 @@ def judge_row(
                 raw=e.raw,
             )
         action, problem, detail = parse_reformat(raw)
+        if problem == "unfinished_think":  # the reasoning never closed: no answer was written
+            return Reject(
+                record_id=row.id,
+                index=index,
+                stage="reformat",
+                reason="unfinished_think",
+                detail="the reply's <think> block never closed (no answer after the reasoning)",
+                raw=raw,
+            )
         reformat = Reformat(raw=raw, action=action, problem=problem, detail=detail)
         if action is None:
             ctx.count(f"reformat.{problem}")
@@ -418,6 +438,7 @@ def judge_row(
                 seed=ctx.seed(index, "judge", variant),
                 max_tokens=cfg.judge_tokens,
                 temperature=cfg.judge_temperature,
+                whole=True,
             ),
             lenient=cfg.judge_parse == "lenient",
         )
@@ -513,7 +534,8 @@ def summarise(
         "note": "mean: over the rows the judge scored; mean_failures_as_zero: every row, a "
         "reformat that is not "
         "an action or a judge that did not follow the format counting 0 (WAGIBench's code's "
-        "convention).",
+        "convention); a rejected row (a reply cut at its budget, a backend failure) is in "
+        "neither.",
     }
 
 

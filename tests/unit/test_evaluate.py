@@ -334,3 +334,177 @@ def test_a_wagibench_layout_is_an_mcq_bank(tmp_path: Path) -> None:
         InputError, match=r"wagibench_mcq_similar.json:row 1: y: expected the answer's index"
     ):
         evaluate_plan(cfg)
+
+
+# ------------------------------------------------------------ multi-select (EgoIntrospect H.1.1)
+
+
+def test_labels_run_past_z_and_read_back() -> None:
+    from gen.mcq import label, label_index
+
+    assert [label(k) for k in (0, 25, 26, 27, 33, 51, 52, 701, 702)] == [
+        "a",
+        "z",
+        "aa",
+        "ab",
+        "ah",
+        "az",
+        "ba",
+        "zz",
+        "aaa",
+    ]
+    assert all(label_index(label(k)) == k for k in range(2000))
+    assert label_index("AB") == 27 and label_index("a1") is None and label_index("") is None
+
+
+@pytest.mark.parametrize(
+    ("reply", "chosen"),
+    [
+        ("Answer: c, ah", [2, 33]),
+        ("Answer: (c), **ah**", [2, 33]),
+        ("answer: c) tool 03: does job 03, ah) No tool needed", [2, 33]),
+        ("I think so.\nAnswer: No tool needed", [33]),
+        ("Answer: c and f.", [2, 5]),
+        ("Answer:\n- c\n- ab", [2, 27]),
+        ("c, c, f", [2, 5]),
+        ("Answer: tool 03", [2]),
+        ("Answer: a map search and a calculator", None),  # prose, never half-read
+        ("Answer: c, zz", None),  # a label beyond the options shown
+        ("Answer: c, maybe f", None),
+        ("", None),
+    ],
+)
+def test_a_multi_select_reply_is_read_whole_or_not_at_all(
+    reply: str, chosen: list[int] | None
+) -> None:
+    from gen.mcq import parse_labels
+
+    options = [f"tool {k:02d}: does job {k:02d}" for k in range(1, 34)] + ["No tool needed"]
+    assert parse_labels(reply, options) == chosen
+
+
+TOOLS = [f"tool_{k:02d}" for k in range(1, 34)]
+"""The paper's universe size (H.1.1: 33 canonical tools)."""
+# request -> (required, helpful, the tools the scripted candidate picks)
+REQUESTS = {
+    "Which bus and what will it cost?": (
+        ["tool_03", "tool_30"],
+        ["tool_31"],
+        ["tool_03", "tool_30", "tool_31"],
+    ),  # every required + a helpful: right; recalled; no distractor
+    "What is this plant?": (
+        ["tool_05"],
+        [],
+        ["tool_05", "tool_12"],
+    ),  # + an irrelevant tool: wrong; recalled; a distractor
+    "Is this a good price?": ([], ["tool_20"], ["No tool needed"]),  # none required: right
+    "Say hello back.": (
+        [],
+        [],
+        ["tool_33"],
+    ),  # needs nothing, picks the 33rd tool: wrong, distractor
+    "Read and translate this menu.": (
+        ["tool_28", "tool_29"],
+        [],
+        ["tool_28"],
+    ),  # a required tool missing: wrong; not recalled; no distractor
+}
+
+
+def tool_bank(tmp_path: Path) -> Path:
+    """An ``introspect task=tool_selection`` run over 33 tools: its records are the bank."""
+    import yaml
+
+    from gen.generators.introspect import IntrospectConfig
+
+    universe = tmp_path / "tools.yaml"
+    universe.write_text(
+        yaml.safe_dump({"tools": [{"name": t, "description": f"does job {t[-2:]}"} for t in TOOLS]})
+    )
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "request_id": f"r{i}",
+                    "start": 10,
+                    "end": 14,
+                    "request": q,
+                    "required_tools": req,
+                    "helpful_tools": helpful,
+                    "context": [{"t": 11, "text": q, "speech": True}],
+                }
+            )
+            + "\n"
+            for i, (q, (req, helpful, _)) in enumerate(REQUESTS.items())
+        )
+    )
+    out = tmp_path / "ts"
+    icfg = IntrospectConfig(
+        task="tool_selection",
+        input=str(requests),
+        tools=str(universe),
+        cache_dir=None,
+        progress="off",
+    )
+    run("introspect", icfg, out, quiet=True)
+    return out / "introspect.jsonl"
+
+
+def pick_tools(messages: list[dict[str, str]], seed: int) -> str:
+    """The candidate: finds the labels of the tools it wants in the options as the prompt shows
+    them (``<label>) <tool in words>: …``), so the rendering and the reading must agree."""
+    text = messages[-1]["content"]
+    shown = {}
+    for line in text.splitlines():
+        head, sep, rest = line.partition(") ")
+        if sep and head.isalpha() and head.islower():
+            shown[rest.split(":")[0]] = head
+    request = next(q for q in REQUESTS if q in text)
+    return "Answer: " + ", ".join(shown[t.replace("_", " ")] for t in REQUESTS[request][2])
+
+
+def test_a_tool_selection_bank_of_33_tools_is_scored_by_the_hierarchical_rule(
+    tmp_path: Path,
+) -> None:
+    bank = tool_bank(tmp_path)
+    rows = read_jsonl(bank)
+    assert len(rows) == 5 and all(len(r["options"]) == 34 for r in rows)
+    cfg = EvaluateConfig(input=str(bank), cache_dir=None, progress="off")
+    ctx = RunContext(NAME, cfg, tmp_path / "run").use(llm=scripted_llm(pick_tools))
+    result = run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+    prompt = ctx.llm.calls[0]["messages"][-1]["content"]
+    assert "ag) tool 33: does job 33" in prompt and "ah) No tool needed" in prompt
+    recs = {r["item_id"]: r for r in read_jsonl(tmp_path / "run" / "evaluate.jsonl")}
+    assert [r["correct"] for r in recs.values()] == [True, False, True, False, False]
+    assert next(r for r in recs.values() if r["letter"] == "ag")["required"] == []
+    # by hand: strict 2 of 5 (the first and third); required recall 2 of 3 (the three with
+    # required tools: the first two hold them all, the last misses tool_29); distractor rate
+    # 2 of 5 (tool_12 in the second, tool_33 in the fourth)
+    m = result.manifest["evaluate"]["multi_select"]
+    assert (m["strict_accuracy"]["k"], m["strict_accuracy"]["n"]) == (2, 5)
+    assert (m["required_recall"]["k"], m["required_recall"]["n"]) == (2, 3)
+    assert (m["distractor_rate"]["k"], m["distractor_rate"]["n"]) == (2, 5)
+    assert m["unparseable"] == 0
+    assert result.manifest["evaluate"]["accuracy"]["k"] == 2
+
+
+def test_a_single_answer_item_of_more_than_26_options_is_asked_and_read(tmp_path: Path) -> None:
+    row = {
+        "item_id": "big",
+        "question_type": "pick",
+        "question": "Which one?",
+        "options": [f"thing {k}" for k in range(30)],
+        "answer": 28,
+    }
+    bank = tmp_path / "mcq.jsonl"
+    bank.write_text(json.dumps(row) + "\n")
+    cfg = EvaluateConfig(input=str(bank), cache_dir=None, progress="off")
+    ctx = RunContext(NAME, cfg, tmp_path / "run").use(
+        llm=scripted_llm(lambda m, s: "Answer: ac) thing 28")
+    )
+    result = run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+    assert "ad) thing 29" in ctx.llm.calls[0]["messages"][-1]["content"]
+    rec = read_jsonl(tmp_path / "run" / "evaluate.jsonl")[0]
+    assert rec["letter"] == "ac" and rec["choice"] == 28 and rec["correct"]
+    assert result.manifest["evaluate"]["accuracy"]["k"] == 1

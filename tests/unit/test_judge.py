@@ -717,3 +717,64 @@ def test_a_distractor_flags_when_it_scores_at_least_the_answer() -> None:
     assert flags(js(0, 2, None), 0) == (True, [1])  # an unscored wrong option never flags
     assert flags(js(None, 2, 2), 0) == (None, [])  # the answer unscored: not judged
     assert flags(js(0, 0, 0), 2) == (True, [0, 1])
+
+
+# ------------------------------------------- an unknown candidate family (the runner raises)
+
+
+def test_a_candidate_family_gen_does_not_know_is_a_config_error_naming_the_families(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gen.cli import main
+
+    rows = tmp_path / "p.jsonl"
+    rows.write_text((FIX / "predictions.jsonl").read_text())
+    argv = ["judge", "kind=wagibench", f"input={rows}", f"hydra.run.dir={tmp_path / 'out'}"]
+    assert main([*argv, "candidate_family=acme"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "candidate_family" in err and "'acme'" in err
+    assert "anthropic" in err and "openai" in err and "qwen" in err
+    assert not (tmp_path / "out").exists()
+    # the benchmark's names are families too
+    from gen.generators.judge import JudgeConfig
+
+    assert JudgeConfig(kind="wagibench", candidate_family="Claude").candidate_family == "anthropic"
+
+
+def test_a_candidate_of_unknown_family_stops_judge_family_auto_before_any_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gen.cli import main
+
+    rows = tmp_path / "p.jsonl"  # no family, and a model name gen cannot place
+    rows.write_text(
+        "".join(
+            json.dumps(dict(json.loads(line), model="house-model-7b")) + "\n"
+            for line in (FIX / "predictions.jsonl").read_text().splitlines()
+        )
+    )
+    argv = ["judge", "kind=wagibench", f"input={rows}", f"hydra.run.dir={tmp_path / 'out'}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "candidate family unknown" in err
+    assert "judge_family=" in err and "anthropic" in err
+    assert not (tmp_path / "out").exists()
+    # an explicit family (the candidate's, or the judge's) lets it run
+    result, _, _ = judge_run(
+        tmp_path,
+        lambda m, s: "<score>2</score>",
+        kind="wagibench",
+        input=str(rows),
+        candidate_family="openai",
+        out="given",
+    )
+    assert result.manifest["judge"]["candidate_family"] == ["openai"]
+    result, _, _ = judge_run(
+        tmp_path,
+        lambda m, s: "<score>2</score>",
+        kind="wagibench",
+        input=str(rows),
+        judge_family="smollm",
+        out="forced",
+    )
+    assert result.manifest["judge"]["judge_family"] == "smollm"

@@ -19,6 +19,7 @@ from gen.generators.audit import AuditConfig
 from gen.generators.judge import JudgeConfig
 from gen.generators.judge import plan as judge_plan
 from gen.generators.judge.wagibench import read_predictions
+from gen.llm import scripted_llm
 from gen.paths import PROMPTS
 from gen.runner import RunContext, run
 from gen.stats import cohen_kappa
@@ -209,6 +210,7 @@ def test_variants_show_their_inputs_as_text(tmp_path: Path) -> None:
         kind="wagibench",
         input=str(path),
         variant=variants,
+        candidate_family="openai",  # the row names no model: an unknown family stops auto
     )
     prompts = {}
     for c in ctx.llm.calls:
@@ -659,3 +661,95 @@ def test_the_judge_prompts_are_files_with_their_inputs_named() -> None:
     for name in ("wagibench", "reformat", "context", "distractor_validity"):
         text = (PROMPTS / "judge" / f"{name}.jinja").read_text()
         assert text.startswith("{#-") and "inputs:" in text.split("#}")[0]
+
+
+# ------------------------------------------------------- the reformat budget (WAGIBench: 1,024)
+
+ANSWER = '{"type": "search", "source": "world", "query_item": "bike tyre", "query": "repair"}'
+THINKING = "<think>" + "The user looks at a flat tyre and wants to know how to fix it. " * 48
+REASONING = f"{THINKING}</think>\n<answer>{ANSWER}</answer>"
+"""A reasoning reformatter's reply of about 800 tokens (4 characters a token, as the fake counts
+them): the thinking, then the answer."""
+CUT_IN_ANSWER = (REASONING.index(ANSWER) + 20) // 4
+"""A budget that ends inside the answer, after the reasoning closed."""
+
+
+def budgeted_run(tmp_path: Path, reformat: str, **options: Any) -> tuple[Any, Path]:
+    """A judge run whose scripted backend stops a reply at its max_tokens (4 characters a token),
+    saying ``finish_reason=length`` as a server does."""
+
+    def script(messages: list[dict[str, str]], seed: int) -> tuple[str, str]:
+        text = (
+            reformat
+            if "<answer>" in messages[-1]["content"]
+            else "<think>It fits the reference.</think> <score>2</score>"
+        )
+        cap = 4 * llm.calls[-1]["max_tokens"]
+        return (text[:cap], "length") if len(text) > cap else (text, "stop")
+
+    llm = scripted_llm(script, family="smollm")
+    rows = tmp_path / "p.jsonl"
+    rows.write_text(
+        json.dumps(
+            {
+                "id": "p1",
+                "prediction": "The user probably wants to search how to fix a flat bike tyre.",
+                "reference": {
+                    "type": "search",
+                    "source": "world",
+                    "query_item": "bike tyre",
+                    "query": "how to fix a flat",
+                },
+                "model": "gpt-4o",
+            }
+        )
+        + "\n"
+    )
+    cfg = JudgeConfig(
+        kind="wagibench",
+        input=str(rows),
+        variant=["reference"],
+        cache_dir=None,
+        progress="off",
+        **options,
+    )
+    folder = tmp_path / "run"
+    ctx = RunContext(NAME, cfg, folder).use(llm=llm)
+    return run(NAME, cfg, folder, ctx=ctx, quiet=True), folder
+
+
+def test_a_reasoning_reformat_of_800_tokens_fits_the_default_budget_and_is_scored(
+    tmp_path: Path,
+) -> None:
+    assert 700 < len(REASONING) / 4 < 900
+    result, folder = budgeted_run(tmp_path, REASONING)
+    rec = read_jsonl(folder / "judge.jsonl")[0]
+    assert rec["outcome"] == "judged" and rec["reformat"]["action"]["query_item"] == "bike tyre"
+    assert rec["judgments"]["reference"]["SmolLM2-135M-Instruct.Q4_1"]["score"] == 2
+    assert result.manifest["config"]["reformat_tokens"] == 1024
+
+
+@pytest.mark.parametrize(
+    ("reply", "options", "reason"),
+    [
+        (REASONING, {"reformat_tokens": 500}, "truncated"),  # cut mid-<think> at the budget
+        (REASONING, {"reformat_tokens": CUT_IN_ANSWER}, "truncated"),  # cut inside the answer
+        (THINKING, {}, "unfinished_think"),  # stopped without closing its reasoning
+    ],
+    ids=["cut-in-think", "cut-in-answer", "unclosed-think"],
+)
+def test_a_reformat_cut_at_its_budget_is_a_typed_reject_never_a_score(
+    tmp_path: Path, reply: str, options: dict[str, Any], reason: str
+) -> None:
+    result, folder = budgeted_run(tmp_path, reply, **options)
+    assert read_jsonl(folder / "judge.jsonl") == []
+    (reject,) = read_jsonl(folder / "rejects.jsonl")
+    assert (reject["stage"], reject["reason"]) == ("reformat", reason)
+    rows = result.manifest["judge"]["summary"]["rows"]
+    assert (rows["rejected"], rows["judged"], rows["reformat_invalid"]) == (1, 0, 0)
+
+
+def test_a_score_reply_cut_at_its_budget_is_a_reject(tmp_path: Path) -> None:
+    result, folder = budgeted_run(tmp_path, REASONING, judge_tokens=4)
+    (reject,) = read_jsonl(folder / "rejects.jsonl")
+    assert (reject["stage"], reject["reason"]) == ("judge", "truncated")
