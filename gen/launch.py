@@ -202,3 +202,28 @@ def launch(
                 proc.kill()
                 proc.wait()
             raise
+
+
+def failed_jobs(sweep_dir: Path, launched: list[int], missing: list[int], since: float) -> str:
+    """Where to look for the shards of one launch that did not finish: for each, the scheduler's
+    job and its log, read from the folders submitit made during the launch (``launched``: the
+    shards the launch ran, in its order; ``since``: when it started). A Slurm job array's task
+    ``a`` ran shard ``launched[a]`` in ``.submitit/<array>_<a>/``, its log
+    ``<array>_<a>_0_log.err`` (submitit's layout). Empty where the launcher leaves no such
+    folders (joblib, submitit's local executor)."""
+    root = sweep_dir / ".submitit"
+    arrays: dict[int, dict[int, Path]] = {}
+    if root.is_dir():
+        for p in root.iterdir():
+            m = re.fullmatch(r"(\d+)_(\d+)", p.name)
+            if m and p.is_dir() and p.stat().st_mtime >= since - 1:
+                arrays.setdefault(int(m[1]), {})[int(m[2])] = p
+    if not arrays:
+        return ""
+    tasks = arrays[max(arrays)]  # this launch's array: the newest
+    parts = [
+        f"shard {launched[a]} is Slurm job {p.name} (log: {p / f'{p.name}_0_log.err'})"
+        for a, p in sorted(tasks.items())
+        if a < len(launched) and launched[a] in missing
+    ]
+    return "; ".join(parts)

@@ -19,6 +19,7 @@ launches only the shards without a finished folder.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.errors import ConfigError, GenError, InputError, MissingInputError
-from gen.launch import Launcher, check_launcher, launch, shard_command
+from gen.launch import Launcher, check_launcher, failed_jobs, launch, shard_command
 from gen.paths import EXAMPLES, UnsafePathError, inside, safe_part
 from gen.readers import no_lone_surrogates, read_text, validated
 from gen.registry import REGISTRY, generator
@@ -180,7 +181,7 @@ def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
         folder = inside(ctx.out_dir, safe_part(step.name), what="step name")
         ctx.say(f"[pipeline] step {i + 1}/{len(steps)}: {step.name} ({step.generator})")
         if sharded(step, cfg):
-            run, missing = run_shards(step, cfg, ctx, folder)
+            run, missing, jobs = run_shards(step, cfg, ctx, folder)
             if run is None:
                 yield StepRecord(
                     step=step.name,
@@ -192,8 +193,9 @@ def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
                 )
                 ctx.fail(
                     f"chain step {step.name} ({step.generator}): shard(s) "
-                    f"{', '.join(map(str, missing))} of {cfg.shards} did not finish (see "
-                    f"{shards_dir(ctx.out_dir, step)}: the shards' folders and launch.log); "
+                    f"{', '.join(map(str, missing))} of {cfg.shards} did not finish "
+                    + (f"({jobs}; " if jobs else "(")
+                    + f"see {shards_dir(ctx.out_dir, step)}: the shards' folders and launch.log); "
                     "the same command into the same folder runs only those again",
                     1,
                 )
@@ -260,10 +262,10 @@ def shards_dir(run_dir: Path, step: Step) -> Path:
 
 def run_shards(
     step: Step, cfg: PipelineConfig, ctx: RunContext, folder: Path
-) -> tuple[RunFolder | None, list[int]]:
+) -> tuple[RunFolder | None, list[int], str]:
     """Run a step as ``cfg.shards`` jobs (those without a finished folder of their config; all
-    on a first run) and merge them into the step's folder; the merged folder, or None and the
-    shards that did not finish. Every shard has the config the unsharded step would have (the
+    on a first run) and merge them into the step's folder; the merged folder, or None, the
+    shards that did not finish and where their scheduler's jobs and logs are (:func:`failed_jobs`). Every shard has the config the unsharded step would have (the
     pipeline's shared options and the step's own, :meth:`RunContext.config_for`) but its slice."""
     run_dir = ctx.out_dir.resolve()
     base = shards_dir(run_dir, step)
@@ -327,10 +329,14 @@ def run_shards(
                     f"[pipeline]   {step.name}: {cfg.shards - left}/{cfg.shards} shards finished"
                 )
 
+        started = time.time()
         launch(command, base / "launch.log", every=cfg.progress_every, report=report)
+        missing = pending()
+        if missing:
+            return None, missing, failed_jobs(base, todo, missing, started)
     missing = pending()
     if missing:
-        return None, missing
+        return None, missing, ""
     merged = ctx.subrun(
         "merge",
         folder,
@@ -338,4 +344,4 @@ def run_shards(
         quiet=cfg.progress == "off",
         input=[str(d) for d in dirs],
     )
-    return merged, []
+    return merged, [], ""
