@@ -19,9 +19,11 @@ I.1 shows it) and ``transcription``. Without videos, ``synthesize=true`` builds 
 table from gen's own material (personas as participants, a few environments, the scripts and goals
 of a goal bank) and writes it as ``observations.jsonl``, with the recordings as a goal bank
 (``goals.jsonl``: one row per recording, joined to everything else by its client_tag and scenario);
-a synthesized world state says where and when, never which script or goal. With
-``digital=`` (a ``digital goals=`` run made from that goal bank) a recording's world state is its
-bundle's key-only state, so the whole WAGIBench chain runs here without videos.
+a synthesized world state says where and when, never which script or goal. A recording's world
+state is always its caption (what it shows of the surroundings), for the test observation
+(``world_state_ctx``) as for a support: its digital state (a ``digital goals=`` bundle) reaches
+WAGIBench's prompt once, as the digital context (the bank's export, ``digital_state.json``), never
+as the user's surroundings (§2.3-2.4, appendix G.3, I.1).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from pydantic import Field, model_validator
 from gen.errors import InputError, MissingInputError
 from gen.manifest import JsonListWriter, atomic_write
 from gen.paths import EXAMPLES, inside
-from gen.readers import iter_jsonl, load_run_records, validated
+from gen.readers import iter_jsonl, validated
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.schemas import Reject
@@ -70,10 +72,6 @@ class HistoryConfig(CommonConfig):
     """Build the observation table from gen's own material instead of reading input=."""
     goals: str | None = None
     """synthesize: the goal bank whose groups are the scripts (null: examples/goals.jsonl)."""
-    digital: str | None = None
-    """A digital run made with ``digital goals=`` from the recordings' goal bank: a recording with a
-    bundle (same client_tag and scenario) shows the bundle's key-only state (D*) as its world
-    state."""
     persona_file: str | None = None
     """synthesize: a persona pool for the participants (null: facts sampled by code, no LLM)."""
     participants: int = Field(12, ge=1, le=100_000)
@@ -90,6 +88,16 @@ class HistoryConfig(CommonConfig):
     """synthesize: first recording day."""
     days: int = Field(60, ge=1, le=36500)
     """synthesize: recordings fall on days within this many days of start_date."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_digital(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "digital" in data:
+            raise ValueError(
+                "digital: history no longer takes a digital run (a recording's world state is its "
+                "caption; its digital state reaches WAGIBench as the bank's digital_state.json)"
+            )
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> HistoryConfig:
@@ -146,12 +154,6 @@ def plan(cfg: HistoryConfig) -> Plan:
                 raise MissingInputError(f"input: {path.parent} holds no observations.jsonl")
         rows = read_table(path)
         source = str(path)
-    if cfg.digital is not None:
-        states = digital_states(Path(cfg.digital).expanduser())
-        rows = [
-            r.model_copy(update={"world_state": states[r.key]}) if r.key in states else r
-            for r in rows
-        ]
     tests = [i for i, r in enumerate(rows) if cfg.test == "all" or r.longitudinal]
     if not tests:
         raise InputError(
@@ -216,13 +218,21 @@ def action_text(goal: Goal) -> str:
     return "{ " + ", ".join(f"'{k}': '{v}'" for k, v in fields) + " }"
 
 
-def context_text(obs: Observation) -> str:
-    """The recording's context as one text (a caption, or a context dict as JSON)."""
-    return (
-        obs.world_state
-        if isinstance(obs.world_state, str)
-        else json.dumps(obs.world_state, ensure_ascii=False)
-    )
+def current_context(obs: Observation) -> list[str]:
+    """The test observation's own context as WAGIBench's ``x.world_state_ctx`` (a list of captions,
+    appendix I.1: "a description of the user's current context"): a caption, or a context dict's
+    ``context``. Never its past action or its digital state: those are the answer and the digital
+    context."""
+    ws = obs.world_state
+    if isinstance(ws, str):
+        return [ws]
+    ctx = ws.get("context")
+    if isinstance(ctx, str):
+        return [ctx]
+    if isinstance(ctx, list):
+        return [c if isinstance(c, str) else json.dumps(c, ensure_ascii=False) for c in ctx]
+    rest = {k: v for k, v in ws.items() if k not in ("action", "transcription")}
+    return [json.dumps(rest, ensure_ascii=False)]
 
 
 def history_state(obs: Observation) -> dict[str, Any]:
@@ -256,7 +266,8 @@ def wagibench_entry(
     rec: HistoryRecord, obs: Observation, views: dict[tuple[str, str], dict[str, Any]]
 ) -> dict[str, Any]:
     """One test observation in the layout WAGIBench's loader reads as longitudinal history; the
-    observation's own context is ``x.world_state_ctx`` (a one-caption list, as their example)."""
+    observation's own context is ``x.world_state_ctx`` (its caption, a one-caption list as their
+    example)."""
     history = [
         {
             "client_tag": s.client_tag,
@@ -267,7 +278,7 @@ def wagibench_entry(
     ]
     return {
         "meta": {"client_tag": rec.client_tag, "scenario": {"shortname": rec.scenario}},
-        "x": {"world_state_ctx": [context_text(obs)]},
+        "x": {"world_state_ctx": current_context(obs)},
         "longitudinal_history": history,
     }
 
@@ -278,7 +289,7 @@ def wagibench_entry(
 def synthesize(cfg: HistoryConfig) -> list[Observation]:
     """An observation table from gen's own material: participants (a persona pool, or facts by
     code), environments, scripts = the goal bank's groups (each recording carries one of its
-    group's goals), world states = digital bundles of the recording's goal when given."""
+    group's goals), world states = where and when it was recorded."""
     from gen.goals import load_goals
     from gen.people import load_pool, persona_id
 
@@ -344,28 +355,6 @@ LONGITUDINAL_CUE = CueEntry(
 
 def part_of_day(t: dt.datetime) -> str:
     return "morning" if t.hour < 12 else "afternoon" if t.hour < 17 else "evening"
-
-
-def digital_states(folder: Path) -> dict[tuple[str, str], str]:
-    """(client_tag, scenario) -> the key-only rendering (D*) of a recording's bundle, from a
-    ``digital goals=`` run (bundles without a goal are not any recording's)."""
-    from gen.schemas.digital import DigitalBundle
-    from gen.wagibench import render_bundle
-
-    records, file = load_run_records(folder, "digital")
-    out = {}
-    for lineno, r in enumerate(records, 1):
-        goal = r.get("goal") if isinstance(r, dict) else None
-        if isinstance(goal, dict) and goal.get("client_tag") and goal.get("group"):
-            bundle = validated(
-                DigitalBundle, r, f"{file}:{lineno}", what="bundle"
-            )  # else a hand-edited one crashed
-            out[(goal["client_tag"], goal["group"])] = render_bundle(bundle, key_only=True)
-    if not out:
-        raise InputError(
-            f"digital: {file} holds no goal-conditioned bundle (make them with digital goals=…)"
-        )
-    return out
 
 
 def goal_row(o: Observation) -> dict[str, Any]:

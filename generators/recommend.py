@@ -9,20 +9,24 @@ with the largest overlap, and the summary the generator wrote for the session's 
 **Stage 5, the global generator** (one structured call per segment,
 ``prompts/recommend/global.jinja``): from the segment's timed lines (the clip as text: gen has no
 video model), the scene context, the participant's profile and the previous summary, a factual
-summary and one or two requests in each of the nine intent categories. Every request is checked
-before it joins the pool (each refusal counted by name): the shared text gates, ``too_long`` (more
-than ``max_words`` words: the paper asks for concise requests), ``not_first_person`` (about the user
-in the third person, or in the assistant's voice: the requests are the wearer's), ``ungrounded`` (no
-noun of the clip, scene, profile or previous summary: strict scene grounding), ``duplicate``. A
-draft whose summary fails a gate, or that leaves fewer than ``min_candidates`` requests, is asked
-again with a fresh seed (``attempts``), as is one whose summary repeats the profile, scene or
-previous summary; the best draft is kept, else the segment is refused with the check that turned
-most away.
+summary and one or two requests in each of the nine intent categories. A draft whose summary fails
+a text gate, or repeats the profile, scene or previous summary, is asked again with a fresh seed
+(``attempts``).
+
+**Stage 6, the pool**: every request of the draft, in category order. B.2 drops none before the
+rerank: concise first-person phrasing and scene grounding are what its prompt asks for, and the
+reranker checks grounding. Code flags what it can see (:data:`FLAGS`: ``too_long``,
+``not_first_person``, ``no_shared_noun``, ``repeats``) without dropping; the only requests left out
+are those that fail gen's shared text gates (cut off, an echo of the prompt's example: not a
+request the model meant), listed as ``turned_away``.
 
 **Stage 7, the rerank** (:mod:`gen.ranking`, as ``rerank`` and ``candidates rerank=true``): one
-checked structured call orders the pool, marks semantic duplicates and ungrounded requests;
-duplicates are removed, ungrounded ones go last, ids are renumbered. The local path (fixation
-logs, object detections) needs video and is not built.
+checked structured call orders the whole pool and marks semantic duplicates and ungrounded
+requests. Every marked duplicate is removed (an exact repeat is marked by code as well); ungrounded
+requests (the reranker's mark, or no noun shared with what the call was given) go last; ids are
+renumbered. The embedding dedup beside it only measures agreement. Stages 2-4 (object detection,
+gaze synchronization, fixation proportions) and the local path read video frames and gaze logs
+and are not built.
 """
 
 from __future__ import annotations
@@ -53,15 +57,17 @@ from gen.schemas.recommend import (
     RecommendationRecord,
     RecommendSession,
 )
-from gen.schemas.rerank import RankedCandidate
+from gen.schemas.rerank import RankedCandidate, RerankDraft
 from gen.statements import example_strings
 from gen.tagging import tags
 from gen.timelines import fmt_time
 
 NAME = "recommend"
 PROMPT = "recommend/global.jinja"
-CHECKS = ("text_gates", "too_long", "not_first_person", "ungrounded", "duplicate")
-"""The checks a request passes, in order (the funnel's rows)."""
+FLAGS = ("too_long", "not_first_person", "no_shared_noun", "repeats")
+"""What code notes on a pooled request (the funnel's rows); none drops it. ``no_shared_noun``
+sends it to the bottom with the reranker's ungrounded ones; ``repeats`` (the same words as an
+earlier request) marks it a duplicate of that one."""
 
 _THIRD = re.compile(
     r"\b(?:the (?:user|wearer|participant|person|camera wearer)|he|she|his|him|hers)\b", re.I
@@ -102,11 +108,11 @@ class RecommendConfig(CommonConfig):
     min_segment: float = Field(30.0, ge=0)
     """Shorter segments are dropped (B.2 stage 1: 30 s)."""
     attempts: int = Field(3, ge=1, le=10)
-    """Global-generator calls per segment when the summary fails a gate or too few requests pass."""
-    min_candidates: int = Field(5, ge=1, le=18)
-    """Requests that must pass the checks for a segment to be kept."""
+    """Global-generator calls per segment when the summary fails a gate or copies its input, or
+    every request fails the text gates."""
     max_words: int = Field(20, ge=3)
-    """A request longer than this many words is turned away (too_long)."""
+    """A request longer than this many words is flagged ``too_long`` (kept: B.2's prompt asks for
+    concise requests, nothing drops a long one)."""
     draft_tokens: int = Field(700, ge=64)
     """Completion cap of the global call."""
     rerank_attempts: int = Field(3, ge=1, le=10)
@@ -116,10 +122,7 @@ class RecommendConfig(CommonConfig):
     dedup_similarity: float = Field(0.9, gt=0, le=1)
     """Cosine at or above which the embedding dedup beside the reranker's calls two requests the
     same (measured against the reranker's duplicates: the funnel's ``dedup_agreement``; nothing
-    removed by it)."""
-    confirm_similarity: float = Field(0.75, ge=0, le=1)
-    """A duplicate the reranker calls is removed only when the embedder puts the two requests at or
-    above this cosine (as ``rerank``'s option); 0 = every call."""
+    removed by it: B.2 removes the reranker's duplicates)."""
 
 
 # --------------------------------------------------------------------------- input and segments
@@ -193,25 +196,16 @@ def nouns(text: str) -> set[str]:
     }
 
 
-def request_problem(
-    text: str,
-    grounding: set[str],
-    seen: set[str],
-    cfg: RecommendConfig,
-    examples: frozenset[str] | set[str] = frozenset(),
-) -> str | None:
-    """The first check (:data:`CHECKS`) a request fails, or None."""
-    if Gates(examples=set(examples)).check(text, "prose") is not None:
-        return "text_gates"
+def request_flags(text: str, grounding: set[str], cfg: RecommendConfig) -> list[str]:
+    """What code notes on a request (:data:`FLAGS` but ``repeats``, which needs the pool)."""
+    flags = []
     if len(text.split()) > cfg.max_words:
-        return "too_long"
+        flags.append("too_long")
     if _THIRD.search(text) or _ASSISTANT.search(text) or not wearers_request(text):
-        return "not_first_person"
+        flags.append("not_first_person")
     if not nouns(text) & grounding:
-        return "ungrounded"
-    if key(text) in seen:
-        return "duplicate"
-    return None
+        flags.append("no_shared_noun")
+    return flags
 
 
 def copies_input(summary: str, given: Sequence[str]) -> bool:
@@ -225,7 +219,10 @@ def copies_input(summary: str, given: Sequence[str]) -> bool:
 class Checked:
     summary: str
     kept: list[Candidate]
+    """The pool: every request but those that failed the text gates."""
     turned: list[dict[str, str]] = field(default_factory=list)
+    copies: dict[int, int] = field(default_factory=dict)
+    """0-based pool index of a request with the same words as an earlier one -> that one."""
 
 
 def check_draft(
@@ -235,20 +232,46 @@ def check_draft(
     examples: set[str],
     count: Any = lambda *_: None,
 ) -> Checked:
-    """Every request of a draft through the checks, in category order."""
-    seen: set[str] = set()
+    """A draft's pool (stage 6): every request, in category order, flagged; only a request that
+    fails the shared text gates is turned away."""
+    first: dict[str, int] = {}
     out = Checked(draft.summary.strip(), [])
+    gates = Gates(examples=set(examples))
     for cat in CATEGORIES:
         for text in getattr(draft, cat):
             t = " ".join(text.split())
-            why = request_problem(t, grounding, seen, cfg, examples)
-            if why is None:
-                seen.add(key(t))
-                out.kept.append(Candidate(id=len(out.kept) + 1, text=t, category=cat))
+            failure = gates.check(t, "prose")
+            if failure is not None:
+                count("turned_away.text_gates")
+                out.turned.append({"text": t, "category": cat, "reason": "text_gates"})
+                continue
+            flags = request_flags(t, grounding, cfg)
+            i = len(out.kept)
+            if key(t) in first:
+                out.copies[i] = first[key(t)]
+                flags.append("repeats")
             else:
-                count(f"turned_away.{why}")
-                out.turned.append({"text": t, "category": cat, "reason": why})
+                first[key(t)] = i
+            for f in flags:
+                count(f"flagged.{f}")
+            out.kept.append(Candidate(id=i + 1, text=t, category=cat, flags=flags))
     return out
+
+
+def code_marks(draft: RerankDraft, pool: Checked) -> RerankDraft:
+    """The reranker's answer with code's own marks added: a request that repeats an earlier one's
+    words is its duplicate (unless the reranker named one), one that shares no noun with what the
+    call was given is ungrounded."""
+    ranking = []
+    for r in draft.ranking:
+        i = r.id - 1
+        update: dict[str, Any] = {}
+        if i in pool.copies and r.duplicate_of is None:
+            update["duplicate_of"] = pool.copies[i] + 1
+        if "no_shared_noun" in pool.kept[i].flags:
+            update["grounded"] = False
+        ranking.append(r.model_copy(update=update) if update else r)
+    return draft.model_copy(update={"ranking": ranking})
 
 
 # --------------------------------------------------------------------------- one session
@@ -311,7 +334,7 @@ def one_segment(
         return ctx.llm.structured(messages, GlobalDraft, seed=seed, max_tokens=cfg.draft_tokens)
 
     def check(draft: GlobalDraft) -> None:
-        """The best draft so far is kept; the loop ends once it has enough requests."""
+        """The first draft with a sound summary and a request to pool is kept."""
         nonlocal best
         failure = Gates(examples=examples).check(draft.summary, "prose")
         if failure is not None:
@@ -321,8 +344,10 @@ def one_segment(
         checked = check_draft(draft, grounding, cfg, examples, ctx.count)
         if best is None or len(checked.kept) > len(best.kept):
             best = checked
-        if len(best.kept) < cfg.min_candidates:
-            raise AttemptFailure("checks", "too_few_candidates", "too few requests", counts=[])
+        if not checked.kept:
+            raise AttemptFailure(
+                "checks", "text_gates", "every request failed the text gates", counts=[]
+            )
 
     def failed(f: AttemptFailure) -> None:
         if f.llm:
@@ -338,14 +363,11 @@ def one_segment(
         return reject(
             "global", "summary_gates", f"the summary failed a text gate in {calls} drafts"
         ), previous
-    if len(best.kept) < cfg.min_candidates:
-        reasons = Counter(t["reason"] for t in best.turned)
-        reason = reasons.most_common(1)[0][0] if reasons else "too_few_candidates"
+    if not best.kept:
         return reject(
             "checks",
-            reason,
-            f"{len(best.kept)} requests passed, need {cfg.min_candidates}; turned away: "
-            + ", ".join(f"{k}={v}" for k, v in reasons.most_common()),
+            "text_gates",
+            f"every request of {calls} drafts failed the text gates",
         ), best.summary
     texts = [c.text for c in best.kept]
     context = "\n".join(
@@ -374,11 +396,10 @@ def one_segment(
         return reject(
             "rerank", e.reason, f"{e.detail} (after {e.attempts} calls)", e.raw
         ), best.summary
-    confirmed, emb = rr.pairs_at(ctx.embedder, texts, cfg.confirm_similarity, cfg.dedup_similarity)
-    held, unconfirmed = rr.supported(rdraft, confirmed)
-    res = rr.resolve(held, len(texts), count=ctx.count)
+    (emb,) = rr.pairs_at(ctx.embedder, texts, cfg.dedup_similarity)
+    marked = code_marks(rdraft, best)
+    res = rr.resolve(marked, len(texts), count=ctx.count)
     ctx.count("rerank.duplicates_removed", len(res.removed))
-    ctx.count("rerank.unconfirmed_duplicates", len(unconfirmed))
     agree = rr.agreement(len(texts), rr.resolve(rdraft, len(texts)).groups, emb)
     ranked = [
         RankedCandidate(
@@ -411,9 +432,6 @@ def one_segment(
             }
             for i, k in res.removed
         ],
-        unconfirmed_duplicates=[
-            [str(best.kept[i].id), str(best.kept[k].id)] for i, k in unconfirmed
-        ],
         rerank_reason=rdraft.reason,
         dedup_agreement=agree,
         attempts={"global": calls, "rerank": rcalls},
@@ -438,7 +456,7 @@ def one_session(
 
 def funnel(outcomes: list[RecommendationRecord | Reject]) -> dict[str, Any]:
     recs = [o for o in outcomes if isinstance(o, RecommendationRecord)]
-    turned = Counter(t["reason"] for r in recs for t in r.turned_away)
+    flagged = Counter(f for r in recs for c in r.candidates for f in c.flags)
     return {
         "segments": len(outcomes),
         "records": len(recs),
@@ -447,12 +465,12 @@ def funnel(outcomes: list[RecommendationRecord | Reject]) -> dict[str, Any]:
                 Counter(f"{o.stage}.{o.reason}" for o in outcomes if isinstance(o, Reject)).items()
             )
         ),
-        "requests_kept": sum(len(r.candidates) for r in recs),
-        "requests_turned_away_in_kept_drafts": {c: turned.get(c, 0) for c in CHECKS},
+        "requests_pooled": sum(len(r.candidates) for r in recs),
+        "requests_turned_away_by_text_gates": sum(len(r.turned_away) for r in recs),
+        "pooled_requests_flagged": {c: flagged.get(c, 0) for c in FLAGS},
         "after_rerank": sum(len(r.ranked) for r in recs),
         "duplicates_removed": sum(len(r.removed) for r in recs),
-        "duplicates_unconfirmed": sum(len(r.unconfirmed_duplicates) for r in recs),
-        "ungrounded_by_reranker": sum(not c.grounded for r in recs for c in r.ranked),
+        "ungrounded_last": sum(not c.grounded for r in recs for c in r.ranked),
         "dedup_agreement": rr.agreement_summary(
             sum((Counter(r.dedup_agreement) for r in recs), Counter())
         ),
@@ -465,10 +483,10 @@ def funnel(outcomes: list[RecommendationRecord | Reject]) -> dict[str, Any]:
 def funnel_lines(f: dict[str, Any]) -> list[str]:
     out: list[str] = []
     out.append(
-        f"[{NAME}] {f['segments']} segments, {f['records']} records; {f['requests_kept']} requests "
-        "kept, "
+        f"[{NAME}] {f['segments']} segments, {f['records']} records; {f['requests_pooled']} "
+        f"requests pooled ({f['requests_turned_away_by_text_gates']} failed the text gates), "
         f"{f['after_rerank']} after the rerank ({f['duplicates_removed']} duplicates removed, "
-        f"{f['duplicates_unconfirmed']} calls the embedder did not confirm kept)"
+        f"{f['ungrounded_last']} ungrounded last)"
     )
     a = f["dedup_agreement"]
     if a["pairs"]:
@@ -477,8 +495,8 @@ def funnel_lines(f: dict[str, Any]) -> list[str]:
             f"only {a['llm_only']}, "
             f"embedding only {a['embedding_only']} (of {a['pairs']})"
         )
-    for k, v in f["requests_turned_away_in_kept_drafts"].items():
-        out.append(f"  turned away {k:<20}{v:>6}")
+    for k, v in f["pooled_requests_flagged"].items():
+        out.append(f"  flagged {k:<24}{v:>6}")
     for k, v in f["rejected_by"].items():
         out.append(f"  refused {k:<30}{v:>6}")
     return out
@@ -489,7 +507,7 @@ def funnel_lines(f: dict[str, Any]) -> list[str]:
 )
 def recommend(cfg: RecommendConfig, ctx: RunContext) -> Iterator[RecommendationRecord | Reject]:
     """Proactive recommendations, global path (B.2): gated segments -> a summary and first-person
-    requests in nine categories -> rerank."""
+    requests in nine categories -> the whole pool reranked."""
     sessions, segs = ctx.plan.data
     path = cfg.input_path()
     assert path is not None

@@ -1,8 +1,8 @@
 """The proactive recommendation generator's global path (EgoIntrospect appendix B.2): the
 sessions ``gen recommend`` reads (:class:`RecommendSession`), what the global generator writes for
 one segment (:class:`GlobalDraft`: a factual summary and first-person requests in the nine intent
-categories), and the record per segment (:class:`RecommendationRecord`: the candidates that passed
-the checks, and their rerank).
+categories), and the record per segment (:class:`RecommendationRecord`: the pool of every request,
+flagged, and its rerank).
 """
 
 from __future__ import annotations
@@ -72,12 +72,15 @@ class Candidate(BaseModel):
     text: str
     category: str
     source: str = "global"
+    flags: list[str] = Field(default_factory=list)
+    """What code noted on the request (``too_long``, ``not_first_person``, ``no_shared_noun``,
+    ``repeats``); a flag never drops a request."""
 
 
 class RecommendationRecord(BaseModel):
     """One interruptible segment's recommendations: what the generator was given, its summary,
-    the candidate pool that passed the checks and the reranked list (duplicates removed,
-    ungrounded last, ids 1, 2, … in the final order)."""
+    the candidate pool (every request, flagged) and the reranked list (every marked duplicate
+    removed, ungrounded last, ids 1, 2, … in the final order)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -91,13 +94,11 @@ class RecommendationRecord(BaseModel):
     summary: str
     candidates: list[Candidate]
     turned_away: list[dict[str, str]]
-    """Requests the checks refused: ``text``, ``category``, ``reason``."""
+    """Requests left out of the pool because they failed gen's shared text gates: ``text``,
+    ``category``, ``reason``."""
     ranked: list[RankedCandidate]
     removed: list[dict[str, Any]] = Field(default_factory=list)
     rerank_reason: str | None = None
-    unconfirmed_duplicates: list[list[str]] = Field(default_factory=list)
-    """Duplicates the reranker called that the embedder does not confirm (below
-    ``confirm_similarity``), kept: ``[request id, the one it was called a duplicate of]``."""
     dedup_agreement: dict[str, int] = Field(default_factory=dict)
     """Request pairs by verdict, the reranker's duplicates against the embedding's (``both``,
     ``llm_only``, ``embedding_only``, ``neither``)."""

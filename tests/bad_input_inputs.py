@@ -306,22 +306,6 @@ DIGITAL_STATE = json.dumps(
 """A digital_state.json (WAGIBench's layout) of two observations."""
 
 
-GOAL_BUNDLES = "".join(
-    json.dumps(
-        {
-            **json.loads(line),
-            "goal": {"goal_id": f"g{k}", "client_tag": f"rec{k}", "group": "s1", "app": "Notes"},
-        }
-    )
-    + "\n"
-    for k, line in enumerate(
-        (FIXTURES / "audit" / "digital" / "digital.jsonl").read_text(encoding="utf-8").splitlines()
-    )
-)
-"""A digital goals= run's bundles for three of OBSERVATIONS' recordings (what history's digital=
-reads)."""
-
-
 def audit_read(folder: Path, input: str) -> Any:
     """What ``audit`` reads of its input (every check then reads that)."""
     from gen.generators.audit import AuditConfig

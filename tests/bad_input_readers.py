@@ -16,7 +16,6 @@ from bad_input_inputs import (
     DIGITAL_STATE,
     FINDINGS,
     FIXTURES,
-    GOAL_BUNDLES,
     JUDGE,
     JUDGED,
     LAYOUT,
@@ -547,15 +546,6 @@ READERS = [
             variant=["contexts_reference"],
             digital_state=str(d / "digital_state.json"),
         ),
-    ),
-    Reader(
-        "history digital= run (goal-conditioned bundles)",
-        "jsonl",
-        lambda d, a: (
-            _text(d / "obs.jsonl", OBSERVATIONS),
-            _text(d / "digital.jsonl", GOAL_BUNDLES),
-        )[1],
-        lambda d: plan_of("history", input=str(d / "obs.jsonl"), digital=str(d / "digital.jsonl")),
     ),
 ]
 """Every input reader; adding one is one line."""

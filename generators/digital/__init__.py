@@ -141,9 +141,10 @@ class DigitalConfig(CommonConfig, BundleRules):
     )
     """goals=: per action type, the apps whose state may make the goal inferable ([]: uncued)."""
     cue_action_max: float = Field(0.5, ge=0, le=1)
-    """goals=: the key-only state may hold at most this share of the goal's action words (its query,
-    reminder, message, content or place; stopwords aside), else the bundle is rejected as
-    cue_states_goal: a cue prompts its goal, it does not state it."""
+    """goals=: the key-only state may hold at most this share of the goal's request words (its
+    query, reminder, message, content or place, stopwords and the phrase the cue word names aside:
+    a one-word goal has none), else the bundle is rejected as cue_states_goal: a cue prompts its
+    goal, it does not state it."""
     cue_rank_max: int = Field(3, ge=1)
     """goals=: the key-only state must rank its own goal among the top this many goals of the bank
     (MiniLM similarity; the goal's own group's paraphrases left out), else the bundle is rejected

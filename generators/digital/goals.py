@@ -6,7 +6,9 @@ A cue is what *prompts* a goal, as the paper's are ("Tahir just sent a message a
 been fed"; an appointment for directions; a list for shopping): a message, an appointment, a list
 or a shared link that names the goal's most specific word (the thing, place, person or language it
 is about), never the goal's own action: not its query, its reminder's task, its message's text, nor
-the app that performs it (a Search cue was the search already done).
+the app that performs it (a Search cue was the search already done). Naming the thing is not
+restating: the run of content words around the cue word ("Clue Rivals Edition") is left out of
+the test, so a one-word goal ("toothpaste") and the paper's own D* examples pass it.
 """
 
 from __future__ import annotations
@@ -112,9 +114,33 @@ def cue_word(goal: Any, df: Counter[str], goals: int = 0) -> str | None:
     return found.group(0) if found else best
 
 
-def action_share(goal: Any, state: str) -> float:
-    """Share of the goal's action words (its :data:`ACTION_FIELDS`) that the state's text holds."""
+def request_words(goal: Any, word: str | None = None) -> set[str]:
+    """The goal's action words (its :data:`ACTION_FIELDS`) beyond what it is about: the run of
+    content words around its cue ``word`` (default: :func:`cue_word` on no bank counts: "Clue
+    Rivals Edition", "paper towels", "post office") is left out, since a cue must name it (the
+    paper's D* for "how to play Clue Rivals Edition" is a calendar event "Playing Clue Rivals
+    Edition with Kaito"). A one-word goal ("toothpaste", "Costco") has none left: naming its thing
+    cannot restate it."""
     words = set(content_words(action_text(goal)))
+    word = (word or cue_word(goal, Counter()) or "").casefold()
+    fields = [*WORD_FIELDS.get(goal.type, ()), *ACTION_FIELDS.get(goal.type, ())]
+    for f in fields:  # the run stays inside the field that names the thing (a query_item)
+        tokens = re.findall(r"[a-z0-9][a-z0-9'-]*", str(getattr(goal, f, "") or "").casefold())
+        if word in tokens:
+            k = tokens.index(word)
+            lo, hi = k, k + 1
+            while lo > 0 and content_words(tokens[lo - 1]):
+                lo -= 1
+            while hi < len(tokens) and content_words(tokens[hi]):
+                hi += 1
+            return words - set(tokens[lo:hi])
+    return words - {word}
+
+
+def action_share(goal: Any, state: str, word: str | None = None) -> float:
+    """Share of the goal's request words (:func:`request_words`: its action beyond the thing its
+    cue ``word`` names) that the state's text holds; 0 when there are none."""
+    words = request_words(goal, word)
     if not words:
         return 0.0
     held = set(content_words(state))
@@ -205,7 +231,8 @@ def goal_problem(
     """Why a goal-conditioned bundle fails its goal (reason, detail), or None: the cue item is in
     the app's key list; the person it comes from and the goal's word are in it
     (``cue_misses_goal_entity``); the key-only state does not state the goal's action (at most
-    ``cue_action_max`` of its words: ``cue_states_goal``); and it points to this goal more than to
+    ``cue_action_max`` of its request words, the words beyond the thing the cue names:
+    ``cue_states_goal``); and it points to this goal more than to
     the bank's others (``cue_rank_max``: ``cue_not_specific``). A state that restated its goal
     would pass the last test best: the second comes first, so restating is rejected, not
     rewarded."""
@@ -229,7 +256,7 @@ def goal_problem(
     if word and not re.search(rf"(?<![\w']){re.escape(word.casefold())}(?![\w'])", text):
         return "cue_misses_goal_entity", f"the goal's word {word!r} is not in the cue item"
     key_state = render_bundle(bundle, key_only=True)
-    share = action_share(goal, key_state)
+    share = action_share(goal, key_state, bundle.goal.word)
     bundle.goal.action_share = round(share, 3)
     if share > cfg.cue_action_max:
         return "cue_states_goal", (

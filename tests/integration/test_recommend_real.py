@@ -74,7 +74,7 @@ def minilm(tmp_path_factory: pytest.TempPathFactory) -> Embedder:
 
 def test_the_example_audited_and_refused_by_the_bank(tmp_path: Path, minilm: Embedder) -> None:
     out = tmp_path / "run"
-    c = cfg(min_candidates=3)
+    c = cfg()
     ctx = RunContext(NAME, c, out).use(llm=scripted_llm(writer()), embedder=minilm)
     result = run(NAME, c, out, ctx=ctx, quiet=True)
     m = check_run_folder(out, NAME, 7, hydra=False)

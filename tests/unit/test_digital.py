@@ -725,8 +725,11 @@ def test_cue_word_and_action_share() -> None:
         == "Italian"
     )
     # the action's words (query and item), stopwords aside: opening hours post office main street
+    # the request's words (query and item), stopwords and the phrase the cue word heads ("post
+    # office") aside: opening hours main street
     assert action_share(post, "Opening hours of the post office on Main Street") == 1.0
-    assert action_share(post, "Tom asks a question about the post office") == pytest.approx(2 / 6)
+    assert action_share(post, "Tom asks a question about the post office") == 0.0
+    assert action_share(post, "Tom asks about the opening hours") == 0.5
     assert (
         action_share(
             goal({"type": "translate", "modality": "text", "src_language": "French"}), "French"
@@ -735,11 +738,125 @@ def test_cue_word_and_action_share() -> None:
     )
 
 
+PAPER_D_STAR = [
+    (  # WAGIBench appendix E.1, Fig. 10a
+        {
+            "type": "search",
+            "source": "world",
+            "query": "nearby movie times for",
+            "query_item": "inside out 2",
+        },
+        "'current_datetime': '2025-04-21 17:57'\n'Calendar': [..., {'title': 'Cinema Evening with "
+        "Caleb Hall', 'start_datetime': '2025-04-23 18:00', 'end_datetime': '2025-04-23 21:00', "
+        "'location': 'Landmark Theatres, 911 Pine St, Seattle', ...}]\n'Videos': [..., {'title': "
+        "'Inside Out 2 Official Trailer', 'duration_secs': 147, 'category': 'Movies', "
+        "'watch_timestamp': '2025-04-20 20:45:00'}]",
+    ),
+    (  # Fig. 10b: "only VD* has the exact digital context"
+        {
+            "type": "search",
+            "source": "world",
+            "query": "how to play",
+            "query_item": "Clue Rivals Edition",
+        },
+        "'current_datetime': '2023-10-31 09:09'\n'Calendar': [{ 'title': 'Playing Clue Rivals "
+        "Edition with Kaito', 'start_datetime': '2023-11-01 19:00', 'end_datetime': '2023-11-01 "
+        "21:30', 'location': 'Game Center, Shinjuku-ku, Tokyo', 'attendees': ['Kazuki Nakamura', "
+        "'Kaito Matsumoto'] }]",
+    ),
+    (  # Fig. 10c
+        {
+            "type": "search",
+            "source": "world",
+            "query": "find",
+            "query_item": "application info for University of Washington",
+        },
+        "'current_datetime': '2024-06-16 11:23'\n'Calendar': [{ 'event_id': "
+        "'2d7946ae967e4858a35ba73022452cf4', 'title': 'Finalize and Submit UW Application', "
+        "'start_datetime': '2024-06-19 09:00', 'end_datetime': '2024-06-19 11:23', 'location': "
+        "'Home Office', 'attendees': [] }]",
+    ),
+]
+"""The paper's own goal-conditioned D* states (WAGIBench appendix E.1, Fig. 10), as printed."""
+
+
+@pytest.mark.parametrize(("goal", "state"), PAPER_D_STAR)
+def test_the_papers_own_d_star_states_do_not_state_their_goals(goal: dict, state: str) -> None:
+    """cue_states_goal passes the paper's D* examples: naming what the goal is about ("Clue Rivals
+    Edition") is how their cues prompt it (before: 10b held 3 of its 4 action words, refused)."""
+    from collections import Counter
+
+    from gen.generators.digital import DigitalConfig
+    from gen.generators.digital.goals import action_share, cue_word
+    from gen.schemas.distractors import GoalRow
+
+    g = GoalRow.model_validate({"goal_id": "x", "group": "g", "goal": goal}).goal
+    assert action_share(g, state, cue_word(g, Counter())) <= DigitalConfig().cue_action_max
+
+
+@pytest.mark.parametrize(
+    ("goal", "state"),
+    [
+        (
+            {"type": "shop", "content": "toothpaste"},
+            "'Notes': [{'title': 'Groceries', 'content': 'toothpaste, oat milk'}]",
+        ),
+        (
+            {"type": "find_directions", "to": "Costco"},
+            "'Calendar': [{'title': 'Costco run with Sam', 'start_datetime': '2025-04-23 18:00'}]",
+        ),
+        (
+            {"type": "entertain", "modality": "vision", "content": "kitten"},
+            "'Messaging': [{'content': 'Sam shares a link about a kitten'}]",
+        ),
+    ],
+)
+def test_a_one_word_goal_named_by_its_cue_is_not_restated(goal: dict, state: str) -> None:
+    """A one-word goal has no words beyond its thing, which its cue must name (before: every
+    one-word goal was refused, 100 % of its one action word)."""
+    from gen.generators.digital import DigitalConfig
+    from gen.generators.digital.goals import action_share, request_words
+    from gen.schemas.distractors import GoalRow
+
+    g = GoalRow.model_validate({"goal_id": "x", "group": "g", "goal": goal}).goal
+    assert request_words(g) == set()
+    assert action_share(g, state) <= DigitalConfig().cue_action_max
+
+
+@pytest.mark.parametrize(
+    ("goal", "state"),
+    [
+        (
+            PAPER_D_STAR[1][0],
+            "'Messaging': [{'content': 'Kaito: can you look up how to play Clue "
+            "Rivals Edition before tomorrow?'}]",
+        ),
+        (PAPER_D_STAR[0][0], "'Notes': [{'title': 'Nearby movie times for Inside Out 2'}]"),
+        (
+            {
+                "type": "communication",
+                "action": "message",
+                "target": "Alex",
+                "content": "tell Alex I will be late for dinner",
+            },
+            "'Calendar': [{'title': 'Tell Alex I will be late for dinner'}]",
+        ),
+    ],
+)
+def test_a_cue_that_restates_its_goal_is_still_refused(goal: dict, state: str) -> None:
+    from gen.generators.digital import DigitalConfig
+    from gen.generators.digital.goals import action_share
+    from gen.schemas.distractors import GoalRow
+
+    g = GoalRow.model_validate({"goal_id": "x", "group": "g", "goal": goal}).goal
+    assert action_share(g, state) > DigitalConfig().cue_action_max
+
+
 def test_goal_cues_prompt_the_goal_without_stating_it() -> None:
     """Every goal of the example bank: the cue seed comes from an app that prompts the goal
     (Messaging, Calendar, Notes; never the app that performs it), names the goal's word, and holds
-    at most half of the goal's action words (a one-word action cannot be hinted at without it: those
-    bundles are cue_states_goal rejects). The old seeds were the action itself."""
+    at most half of the goal's request words (a one-word goal has none beyond its word: it
+    passes). The old seeds were the action itself."""
     from collections import Counter
     from types import SimpleNamespace
 
@@ -764,8 +881,6 @@ def test_goal_cues_prompt_the_goal_without_stating_it() -> None:
         assert cue.app in (App.Messaging, App.Calendar, App.Notes)
         assert ref.word and ref.word.casefold() in cue.cue.casefold(), (row.goal, cue.cue)
         action = " ".join(str(getattr(row.goal, f) or "") for f in ACTION_FIELDS[row.goal.type])
-        if len(set(content_words(action))) == 1:
-            one_word += 1
-            continue
-        assert action_share(row.goal, cue.cue) <= 0.5, (row.goal, cue.cue)
-    assert cued > 350 and one_word < 40
+        one_word += len(set(content_words(action))) == 1
+        assert action_share(row.goal, cue.cue, ref.word) <= 0.5, (row.goal, cue.cue)
+    assert cued > 350 and 0 < one_word < 40

@@ -341,3 +341,16 @@ def test_audit_checks_a_history_bank(tmp_path: Path) -> None:
         "positive_other_script",
     } <= kinds
     assert planted.exit_code == 1
+
+
+def test_the_current_context_is_the_caption_and_digital_is_refused() -> None:
+    """world_state_ctx is a recording's caption (a context dict's ``context``), never its past
+    action; history no longer takes a digital run (issue 42.4)."""
+    from gen.generators.history import current_context
+
+    row = table(1)[0]
+    assert current_context(Observation.model_validate(row)) == ["caption 0"]
+    ctx = {"context": ["a garage"], "action": ["{ 'type': 'shop' }"], "transcription": "hi"}
+    assert current_context(Observation.model_validate({**row, "world_state": ctx})) == ["a garage"]
+    with pytest.raises(ValueError, match="history no longer takes a digital run"):
+        HistoryConfig(input="x", digital="y")

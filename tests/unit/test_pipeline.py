@@ -178,6 +178,61 @@ def test_the_prompt_wagibench_builds_shows_every_past_action_and_no_script(chain
     assert shown > 0
 
 
+CURRENT = "\nHere is a description of the user's current context: "
+PAST = "\nHere are a list of the user's past actions"
+
+
+@pytest.mark.skipif(
+    not (WAGIBENCH_LOADER.is_file() and WAGIBENCH_MIXIN.is_file()),
+    reason="WAGIBench's loader and prompt builder (../shared/data/wagibench) are absent",
+)
+def test_the_current_context_is_the_recording_not_its_digital_state(chain_run) -> None:
+    """Issue 42.4: WAGIBench's own load_ob2_data and build_prompt on the chain's export. A test
+    observation's current context (``world_state_ctx``, "a description of the user's current
+    context") is its recording's caption and holds no digital cue text; each support shows its own
+    caption and its past action; the digital state is printed once, as the digital context, and
+    only for a row that has one."""
+    tmp, _, _ = chain_run
+    export = tmp / "run" / "export" / "wagibench"
+    history = tmp / "run" / "history" / "longitudinal_history.json"
+    load, build = wagibench_loader(), wagibench_prompt()
+    captions = {
+        o["client_tag"]: o["world_state"]
+        for o in read_jsonl(tmp / "run" / "recordings" / "observations.jsonl")
+    }
+    bundles = read_jsonl(tmp / "run" / "digital" / "digital.jsonl")
+    cues = [b["cue"]["cue"] for b in bundles if b.get("cue")]
+    assert cues  # the chain made cued bundles: there is digital cue text to keep out
+    digital = ("The current datetime is", "Current state of the user's", *cues)
+    rows = shown_current = supports = 0
+    for mcq in sorted(export.glob("wagibench_mcq_*.json")):
+        with redirect_stdout(io.StringIO()):
+            data = load(
+                str(mcq),
+                str(export),
+                digital_state_path=str(export / "digital_state.json"),
+                longitudinal_history_path=str(history),
+            )
+        for row in data:
+            x = row["x"]
+            assert x["world_state_ctx"] == [captions[row["meta"]["client_tag"]]]
+            assert not [d for d in digital if d in json.dumps(x["world_state_ctx"])]
+            prompt = build(row, "mcq")
+            if CURRENT in prompt:
+                current = prompt.split(CURRENT, 1)[1].split(PAST, 1)[0]
+                assert current == str(x["world_state_ctx"])
+                assert not [d for d in digital if d in current], current
+                shown_current += 1
+            for h in x["longitudinal_history"] or []:
+                assert h["world_state"]["context"] == [captions[h["client_tag"]]]
+                assert h["world_state"]["action"][0] in prompt
+                assert not [d for d in digital if d in json.dumps(h["world_state"])]
+                supports += 1
+            assert prompt.count("The current datetime is") == bool(x["digital_state"])
+            rows += 1
+    assert rows and shown_current and supports
+
+
 @pytest.mark.skipif(
     not WAGIBENCH_LOADER.is_file(),
     reason="WAGIBench's maestro_ob2.py (../shared/data/wagibench) is absent",
