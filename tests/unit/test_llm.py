@@ -196,14 +196,17 @@ def test_reasks_are_cached_and_replayed(tmp_path: Path) -> None:
     assert (replay.usage.calls, replay.usage.cache_hits, len(replay.calls)) == (2, 2, 0)
 
 
-def test_failures_are_cached_too(tmp_path: Path) -> None:
-    """A rerun must reproduce rejects as well as records."""
+def test_failures_are_asked_again(tmp_path: Path) -> None:
+    """Only replies whose answer passed are cached: a truncated or invalid reply is asked again
+    by the rerun (the server may be fixed, max_tokens raised), not replayed as the same reject."""
     cache = Cache(tmp_path / "c.sqlite")
-    with pytest.raises(LLMOutputError):
-        _structured(scripted_llm([('{"bio": "ab', "length")], cache=cache))
     with pytest.raises(LLMOutputError) as info:
-        _structured(scripted_llm([], cache=cache))
+        _structured(scripted_llm([('{"bio": "ab', "length")], cache=cache))
     assert info.value.reason == "truncated" and info.value.raw == '{"bio": "ab'
+    with pytest.raises(LLMOutputError):
+        _structured(scripted_llm(['{"bio": 5}', '{"bio": 6}'], cache=cache))
+    fixed = scripted_llm(['{"bio": "fixed"}'], cache=cache)
+    assert _structured(fixed).bio == "fixed" and len(fixed.calls) == 1
 
 
 def test_cache_persists_across_connections(tmp_path: Path) -> None:
