@@ -345,6 +345,8 @@ def _leaves(node: Any, prefix: str) -> Iterator[tuple[str, str]]:
     keys = list(node.keys()) if isinstance(node, DictConfig) else range(len(node))
     for k in keys:
         where = f"{prefix}.{k}" if isinstance(node, DictConfig) else f"{prefix}[{k}]"
+        if where == "hydra.overrides":  # the command line's own words, checked as such
+            continue
         try:
             value = node[k]
         except Exception:  # noqa: BLE001, S112 - a value only the job knows (runtime.*)
