@@ -143,7 +143,11 @@ def make_handler(mode: str) -> type[http.server.BaseHTTPRequestHandler]:
                     "role": "assistant",
                     "content": None,
                     "tool_calls": [
-                        {"id": "t", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                        {
+                            "id": "t",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
                     ],
                 }
                 self._send(200, json.dumps(reply).encode())

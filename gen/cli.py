@@ -342,7 +342,7 @@ def _leaves(node: Any, prefix: str) -> Iterator[tuple[str, str]]:
     ``runtime`` values are only known inside the job: those leaves are left out)."""
     from omegaconf import DictConfig, ListConfig
 
-    keys = list(node.keys()) if isinstance(node, DictConfig) else range(len(node))
+    keys: list[Any] = list(node.keys()) if isinstance(node, DictConfig) else [*range(len(node))]
     for k in keys:
         where = f"{prefix}.{k}" if isinstance(node, DictConfig) else f"{prefix}[{k}]"
         if where == "hydra.overrides":  # the command line's own words, checked as such
@@ -560,9 +560,7 @@ def _hydra_main(name: str) -> None:
 
 def print_help() -> None:
     from gen.config import LLM_PRESETS
-    from gen.registry import REGISTRY
-
-    from gen.registry import collisions
+    from gen.registry import REGISTRY, collisions
 
     helps = {}
     for name in sorted(REGISTRY):

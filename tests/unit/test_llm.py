@@ -509,7 +509,11 @@ def _serving(llm: Any, replies: list[Any]) -> Any:
 
 @pytest.mark.parametrize(
     "bad",
-    [_chat_reply(None, tool=True), _chat_reply(""), _chat_reply("I can't help.", refusal="I can't help.")],
+    [
+        _chat_reply(None, tool=True),
+        _chat_reply(""),
+        _chat_reply("I can't help.", refusal="I can't help."),
+    ],
     ids=["tool call", "empty", "refusal"],
 )
 def test_only_replies_that_passed_are_cached(tmp_path: Path, bad: Any) -> None:

@@ -16,9 +16,9 @@ from conftest import gen_env
 from processes import requests, stand_in
 
 from gen.errors import ConfigError
-from gen.paths import EXAMPLES
 from gen.llm import OpenAIConfig
 from gen.llm.secrets import is_secret_name, redact, refuse_on_command_line
+from gen.paths import EXAMPLES
 
 KEY = "sk-test-" + secrets.token_hex(20)
 
