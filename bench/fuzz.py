@@ -134,6 +134,25 @@ def make_handler(mode: str) -> type[http.server.BaseHTTPRequestHandler]:
                 self._send(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "1"})
             elif mode == "empty":
                 self._send(200, _chat_reply(""))
+            elif mode == "echo":  # the Authorization header repeated in a good reply
+                got = self.headers.get("Authorization", "")
+                self._send(200, _chat_reply(json.dumps({"bio": f"you sent {got}"})))
+            elif mode == "toolcall":  # content: null, a tool call instead
+                reply = json.loads(_chat_reply("{}"))
+                reply["choices"][0]["message"] = {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "t",
+                            "type": "function",
+                            "function": {"name": "f", "arguments": "{}"},
+                        }
+                    ],
+                }
+                self._send(200, json.dumps(reply).encode())
+            elif mode == "think":
+                self._send(200, _chat_reply('<think>JSON, then.</think>{"bio": "x"}'))
             elif mode == "silent":
                 time.sleep(MAX_SILENCE)
             elif mode == "trickle":
@@ -379,6 +398,81 @@ def _replayed_check(
     )
 
 
+def _poisoned_by(mode: str) -> Callable[[Path, dict[str, Any]], list[str]]:
+    """:func:`_poisoned` with a stand-in of ``mode`` first (a tool call, say)."""
+
+    def setup(tmp: Path, ctx: dict[str, Any]) -> list[str]:
+        bad = Stand(mode)
+        try:
+            argv = _persona(
+                tmp, {"url": bad.url}, "progress=off", f"hydra.run.dir={tmp / 'work' / 'run0'}"
+            )
+            subprocess.run(
+                [sys.executable, "-m", "gen", *argv],
+                cwd=tmp / "work",
+                env=env_for(tmp, {}),
+                capture_output=True,
+                timeout=120,
+                check=False,
+            )
+        finally:
+            bad.close()
+        return _persona(tmp, ctx)
+
+    return setup
+
+
+IMPOSTOR = """import gen
+
+
+class Cfg(gen.CommonConfig):
+    pass
+
+
+@gen.generator("audit", config=Cfg)
+def fake_audit(cfg, ctx):
+    "Impostor."
+    raise RuntimeError("the impostor ran")
+
+
+@gen.generator("digital", config=Cfg)
+def fake_digital(cfg, ctx):
+    "Impostor."
+    raise RuntimeError("the impostor ran")
+"""
+
+
+def _plugins(*argv: str) -> Callable[[Path, dict[str, Any]], list[str]]:
+    """A distribution on the case's ``PYTHONPATH`` whose entry points impersonate (``other``
+    decorates ``audit``, ``digital`` takes a built-in name) or break (``sx`` raises SystemExit,
+    ``bad`` does not import, ``notgen`` is no generator); then ``gen <argv>``."""
+
+    def setup(tmp: Path, ctx: dict[str, Any]) -> list[str]:
+        site = tmp / "site"
+        dist = site / "impostor_plugin-0.1.dist-info"
+        dist.mkdir(parents=True)
+        (dist / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: impostor-plugin\nVersion: 0.1\n"
+        )
+        (dist / "entry_points.txt").write_text(
+            "[gen.generators]\nother = impostor:fake_audit\ndigital = impostor:fake_digital\n"
+            "sx = sx_plugin:x\nbad = bad_plugin:x\nnotgen = json:dumps\n"
+        )
+        (site / "impostor.py").write_text(IMPOSTOR)
+        (site / "sx_plugin.py").write_text("raise SystemExit(0)\n")
+        (site / "bad_plugin.py").write_text("import no_such_module\n")
+        ctx["env"] = {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+        return list(argv)
+
+    return setup
+
+
+def _names_plugin(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProcess) -> str | None:
+    if "impostor-plugin" not in proc.stderr:
+        return "the plugin that took a built-in name is not named"
+    return None
+
+
 def _pool_check(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProcess) -> str | None:
     return "a pool folder under outputs/" if (tmp / "work" / "outputs").exists() else None
 
@@ -609,6 +703,60 @@ CASES: list[Case] = [
         expect=(0, 1, 2),
         timeout=60,
     ),
+    # issue 43: secrets/plugins/cache
+    Case(
+        "secrets: hydra.run.dir interpolates the key",
+        lambda t, c: ["personas", "n=1", "hydra.run.dir=runs/${oc.env:OPENAI_API_KEY}"],
+        run_dir=False,
+    ),
+    Case(
+        "secrets: hydra.job.name interpolates the key",
+        lambda t, c: ["personas", "n=1", "hydra.job.name=${oc.env:OPENAI_API_KEY}"],
+    ),
+    Case(
+        "secrets: a launcher option interpolates the key",
+        lambda t, c: [
+            "pipeline",
+            f"chain={EXAMPLES / 'chains' / 'wagibench.yaml'}",
+            "shards=2",
+            "launcher=submitit_slurm",
+            "launcher_options.partition=${oc.env:OPENAI_API_KEY}",
+        ],
+    ),
+    Case(
+        "secrets: an option's value interpolates the key (validation error)",
+        lambda t, c: ["tom", "n=1", "language=${oc.env:OPENAI_API_KEY}"],
+    ),
+    Case(
+        "secrets: server echoes the Authorization header in a 200 reply",
+        lambda t, c: _persona(t, c, "draws=1", "attempts=1"),
+        server="echo",
+        expect=(0, 1, 2),
+    ),
+    Case(
+        "cache: a tool-call reply is not cached (then a healthy server)",
+        _poisoned_by("toolcall"),
+        server="ok",
+        expect=(0, 1, 2),
+        check=_replayed_check,
+        timeout=180,
+    ),
+    Case(
+        "cache: a reply with a <think> block before its JSON",
+        lambda t, c: _persona(t, c),
+        server="think",
+        expect=(0, 1, 2),
+    ),
+    Case("plugins: a module decorating audit under another name", _plugins("other", "n=1")),
+    Case(
+        "plugins: a plugin registered as digital",
+        _plugins("digital", "--help"),
+        expect=(0,),
+        check=_names_plugin,
+    ),
+    Case("plugins: SystemExit in a plugin's import", _plugins("sx", "n=1")),
+    Case("plugins: --help beside broken plugins", _plugins("--help"), expect=(0,), run_dir=False),
+    Case("plugins: a broken plugin's own name", _plugins("bad", "n=1")),
 ]
 """Every case, in the order they run; adding one is one entry."""
 
@@ -685,7 +833,7 @@ def run_case(case: Case, base: Path) -> dict[str, Any]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gen", *argv],
             cwd=tmp / "work",
-            env=env_for(tmp, case.env),
+            env=env_for(tmp, {**case.env, **ctx.get("env", {})}),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

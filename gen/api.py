@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gen.errors import ConfigError
-from gen.llm.secrets import KEY_SHAPES
+from gen.llm.secrets import refuse_in_config, scrub
 from gen.registry import REGISTRY
 from gen.runfolder import RunFolder
 
@@ -74,13 +74,13 @@ def explain(e: ValidationError, name: str) -> str:
             for x in err["loc"]
             if not str(x).startswith("function-") and x not in BACKEND_TAGS
         )
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = scrub(err["msg"].removeprefix("Value error, "))
         if err["type"] == "extra_forbidden":
             parts.append(f"unknown option {loc!r} for {name} (gen {name} --help lists its options)")
             continue
         where = f"invalid value for {loc}: " if loc else "invalid config: "
         got = err.get("input")
-        shown = not isinstance(got, dict) and not KEY_SHAPES.search(repr(got))
+        shown = not isinstance(got, dict) and scrub(repr(got)) == repr(got)
         parts.append(f"{where}{msg} (got {got!r})" if shown else f"{where}{msg}")
     return "; ".join(parts)
 
@@ -119,6 +119,7 @@ def run(generator: str, *, out: str | Path | None = None, **options: Any) -> Run
     asked for) still returns its folder: ``folder.ok`` is False and ``folder.manifest.error``
     says why.
     """
+    refuse_in_config({**options, "out": str(out)})  # a key in a folder's name is written
     cfg = configure(generator, options)
     plan = REGISTRY[generator].make_plan(
         cfg

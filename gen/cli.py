@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     from gen.llm.secrets import refuse_on_command_line
-    from gen.registry import REGISTRY
+    from gen.registry import REGISTRY, collisions
 
     refuse_on_command_line(argv)  # before any parser or message can repeat a key
 
@@ -60,6 +61,8 @@ def _main(argv: list[str]) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     REGISTRY.get_or_fail(name)
+    for line in collisions(name):  # gen's own runs; the plugin that took its name is named
+        fail(line, 2)
     if any(a in ("-h", "--help") for a in rest):
         print_generator_help(name)
         return 0
@@ -167,6 +170,10 @@ def fail(message: str, code: int) -> int:
     from rich.console import Console
     from rich.markup import escape
 
+    from gen.llm.secrets import scrub
+
+    message = scrub(message)  # the last guard: no line on the terminal repeats a key
+
     # escape: a message's own brackets ("must be [low, high]") are text, not markup
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"[bold red]error:[/] {escape(message)}"
@@ -268,7 +275,9 @@ def _compose(name: str, overrides: list[str]):
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None, job_name="gen"):
-            return compose("config", overrides=[f"generator={name}", *overrides])
+            return compose(
+                "config", overrides=[f"generator={name}", *overrides], return_hydra_config=True
+            )
     finally:
         GlobalHydra.instance().clear()
 
@@ -301,8 +310,13 @@ def validate(name: str, overrides: list[str]) -> Any:
 
 
 def composed(name: str, overrides: list[str]) -> dict[str, Any]:
-    """The composed config of one job as plain data (without Hydra's own node)."""
+    """The composed config of one job as plain data (without Hydra's own node), refused when
+    it holds a key once interpolated, Hydra's own settings included (:func:`refuse_in_config`).
+    """
+    from omegaconf import open_dict
     from omegaconf.errors import MissingMandatoryValue
+
+    from gen.llm.secrets import refuse_in_config
 
     try:
         cfg = _compose(name, overrides)
@@ -310,14 +324,37 @@ def composed(name: str, overrides: list[str]) -> dict[str, Any]:
         raise ConfigError(
             _first_line(e) + (f" {_first_line(e.__cause__)}" if e.__cause__ else "")
         ) from None
+    with open_dict(cfg):
+        hydra_node = cfg.pop("hydra", None)
     try:
         data = _plain(cfg, throw_on_missing=True)
     except MissingMandatoryValue as e:
         raise ConfigError(f"{e.full_key} is required (for example {e.full_key}=...)") from None
     except Exception as e:  # noqa: BLE001
         raise ConfigError(f"config: {_first_line(e)}") from None
-    data.pop("hydra", None)
+    hydra = dict(_leaves(hydra_node, "hydra")) if hydra_node is not None else {}
+    refuse_in_config({**data, **hydra})  # before a folder, a log line or a .hydra file holds it
     return data
+
+
+def _leaves(node: Any, prefix: str) -> Iterator[tuple[str, str]]:
+    """(dotted key, resolved text) of every string leaf of Hydra's node that resolves here (its
+    ``runtime`` values are only known inside the job: those leaves are left out)."""
+    from omegaconf import DictConfig, ListConfig
+
+    keys: list[Any] = list(node.keys()) if isinstance(node, DictConfig) else [*range(len(node))]
+    for k in keys:
+        where = f"{prefix}.{k}" if isinstance(node, DictConfig) else f"{prefix}[{k}]"
+        if where == "hydra.overrides":  # the command line's own words, checked as such
+            continue
+        try:
+            value = node[k]
+        except Exception:  # noqa: BLE001, S112 - a value only the job knows (runtime.*)
+            continue
+        if isinstance(value, (DictConfig, ListConfig)):
+            yield from _leaves(value, where)
+        elif isinstance(value, str):
+            yield where, value
 
 
 def validate_jobs(name: str, overrides: list[str], *, multirun: bool) -> list[Job]:
@@ -523,13 +560,21 @@ def _hydra_main(name: str) -> None:
 
 def print_help() -> None:
     from gen.config import LLM_PRESETS
-    from gen.registry import REGISTRY
+    from gen.registry import REGISTRY, collisions
 
+    helps = {}
+    for name in sorted(REGISTRY):
+        try:
+            helps[name] = REGISTRY[name].help
+        except ConfigError as e:  # a broken plugin: one line, and the others are listed
+            fail(f"skipped: {e}", 2)
+    for line in collisions():
+        fail(line, 2)
     print(USAGE)
     print("\ngenerators:")
-    width = max(len(n) for n in REGISTRY)
-    for name in sorted(REGISTRY):
-        print(f"  {name:<{width}}  {REGISTRY[name].help}")
+    width = max(len(n) for n in helps)
+    for name, text in helps.items():
+        print(f"  {name:<{width}}  {text}")
     print(
         f"\ncommon overrides: seed= n= llm={'|'.join(LLM_PRESETS)} embedder= input= shard= "
         "num_shards="

@@ -114,8 +114,13 @@ class _Cached(ABC):
     (:meth:`compute`, one call per :meth:`encode` with the texts not cached)."""
 
     model_id: str
+    probe_warm = False
+    """Ask the model for one vector before trusting cached ones (a server's model may change
+    behind its name): the cached vectors of another dimension are then computed again."""
 
     def __init__(self, cache_dir: str | None):
+        self.width: int | None = None
+        """The dimension of the vectors this embedder gives (known after the first)."""
         self.computed = 0
         self.cache_hits = 0
         self._counts = threading.Lock()
@@ -146,9 +151,27 @@ class _Cached(ABC):
                 q = f"SELECT key, vec FROM emb WHERE model=? AND key IN ({marks})"
                 for k, v in self._db.query(q, (self.model_id, *chunk)):
                     found[k] = np.frombuffer(v, dtype=np.float32)
+        if found and self.width is None:
+            widths = {len(v) for v in found.values()}
+            if self.probe_warm or len(widths) > 1:  # which dimension is the model's now?
+                k, t = next((k, t) for k, t in zip(keys, texts, strict=True) if k in found)
+                found[k] = self._learn(self.compute([t]))[0]
+                if self._db is not None:
+                    self._db.write(
+                        "INSERT OR REPLACE INTO emb VALUES (?, ?, ?)",
+                        [(self.model_id, k, found[k].tobytes())],
+                    )
+                with self._counts:
+                    self.computed += 1
+                    self.cache_hits -= 1  # counted below as a hit; it was computed
+            else:
+                self.width = widths.pop()
+        # the cache is keyed by dimension too: a vector of another one (the model behind the
+        # name changed) is computed again and replaced, never stacked with the new ones
+        found = {k: v for k, v in found.items() if self.width is None or len(v) == self.width}
         todo = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in found}.items())
         if todo:
-            vecs = self.compute([t for _, t in todo])
+            vecs = self._learn(self.compute([t for _, t in todo]))
             for (k, _), v in zip(todo, vecs, strict=True):
                 found[k] = v
             if self._db is not None:
@@ -162,6 +185,18 @@ class _Cached(ABC):
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([found[k] for k in keys])
+
+    def _learn(self, vecs: Any) -> Any:
+        """Computed vectors, whose dimension becomes this embedder's (a model whose dimension
+        changes within a run is one line, exit 2)."""
+        if len(vecs) and vecs.ndim == 2:
+            if self.width is not None and vecs.shape[1] != self.width:
+                raise BackendError(
+                    f"embedder: vectors of {vecs.shape[1]} dimensions after vectors of "
+                    f"{self.width} in this run (did the model change behind its name?)"
+                )
+            self.width = vecs.shape[1]
+        return vecs
 
 
 class Embedder(_Cached):
@@ -245,6 +280,8 @@ def embedded_minilm() -> Path:
 
 class ServerEmbedder(_Cached):
     """An OpenAI-compatible embeddings endpoint (``embedder.backend=openai``)."""
+
+    probe_warm = True
 
     def __init__(self, cfg: ServerEmbedderConfig, cache_dir: str | None):
         from gen.llm.admission import Admission

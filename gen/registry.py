@@ -91,14 +91,68 @@ def generator(
         models = records if isinstance(records, tuple) else (records,)
         spec = Generator(name, fn, config, doc[0] if doc else "", merge, plan, noun, models, kind)
         fn.generator = spec  # type: ignore[attr-defined]
-        REGISTRY[name] = spec
+        ep = _entry_points().get(name)
+        # only the module its entry point names registers a name: a plugin decorating
+        # "audit" must not replace gen's audit by being imported
+        if ep is None or ep.module == fn.__module__:
+            REGISTRY[name] = spec
         return fn
 
     return register
 
 
+OWN = "egogen"
+"""gen's own distribution: its generators' names are not a plugin's to take."""
+
+
+def _dist(ep: EntryPoint) -> str:
+    return ep.dist.name if ep.dist is not None else "an unknown distribution"
+
+
+def _own(ep: EntryPoint) -> bool:
+    if ep.dist is None:
+        return ep.module.startswith("gen.generators.")
+    return ep.dist.name.replace("_", "-").lower() == OWN
+
+
+def _candidates() -> dict[str, list[EntryPoint]]:
+    """Every entry point of the group by name (one per distinct target)."""
+    out: dict[str, list[EntryPoint]] = {}
+    for ep in entry_points(group=GROUP):
+        same = out.setdefault(ep.name, [])
+        if all(e.value != ep.value for e in same):
+            same.append(ep)
+    return out
+
+
 def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=GROUP)}
+    """The entry point each name loads: gen's own where a plugin names one of its generators
+    too (the plugin's is skipped, :func:`collisions` says so); the first of several plugins
+    (loading that name is then refused, naming them)."""
+    chosen = {}
+    for name, eps in _candidates().items():
+        own = [ep for ep in eps if _own(ep)]
+        chosen[name] = own[0] if own else eps[0]
+    return chosen
+
+
+def collisions(only: str | None = None) -> list[str]:
+    """One line per name several distributions register (whatever ``sys.path``'s order); with
+    ``only``, that name's."""
+    lines = []
+    for name, eps in sorted(_candidates().items()):
+        if len(eps) < 2 or only not in (None, name):
+            continue
+        own = [ep for ep in eps if _own(ep)]
+        others = ", ".join(f"{_dist(ep)} ({ep.value})" for ep in eps if not _own(ep))
+        if own:
+            lines.append(
+                f"entry point {name} of {others} is skipped: {name} is gen's own generator "
+                "(a plugin takes a name of its own)"
+            )
+        else:
+            lines.append(f"generator {name} is registered by several distributions: {others}")
+    return lines
 
 
 class Registry(MutableMapping[str, Generator]):
@@ -113,10 +167,16 @@ class Registry(MutableMapping[str, Generator]):
         with self._lock:
             if name in self._loaded:
                 return self._loaded[name]
-            ep = _entry_points().get(name)
-            if ep is None:
+            eps = _candidates().get(name, [])
+            if not eps:
                 raise KeyError(name)
-            self._loaded[name] = load(ep)
+            if len(eps) > 1 and not any(_own(ep) for ep in eps):
+                raise ConfigError(
+                    f"generator {name} is registered by several distributions: "
+                    + ", ".join(f"{_dist(ep)} ({ep.value})" for ep in eps)
+                    + "; uninstall one of them"
+                )
+            self._loaded[name] = load(_entry_points()[name])
             return self._loaded[name]
 
     def __setitem__(self, name: str, spec: Generator) -> None:
@@ -150,8 +210,9 @@ def load(ep: EntryPoint) -> Generator:
     where += f", distribution {ep.dist.name})" if ep.dist is not None else ")"
     try:
         obj = ep.load()
-    except Exception as e:  # noqa: BLE001 - a plugin's import can fail in any way
-        raise ConfigError(f"{where}: cannot be imported: {type(e).__name__}: {e}") from None
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a plugin's import can fail in any way
+        text = " ".join(str(e).split())[:200]
+        raise ConfigError(f"{where}: cannot be imported: {type(e).__name__}: {text}") from None
     spec = obj if isinstance(obj, Generator) else getattr(obj, "generator", None)
     if not isinstance(spec, Generator):
         raise ConfigError(f"{where}: is not a generator (decorate it with gen.generator)")

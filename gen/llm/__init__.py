@@ -23,6 +23,7 @@ from gen.llm.fake import scripted_llm
 from gen.llm.llama_cpp import EMBEDDED_GGUF, embedded_gguf, make_llama_cpp_llm
 from gen.llm.llama_server import make_server_llm
 from gen.llm.openai_compat import make_openai_llm
+from gen.llm.replies import split_think
 from gen.llm.usage import Usage
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "scripted_llm",
     "set_worker",
     "sha256_file",
+    "split_think",
     "worker",
 ]
 

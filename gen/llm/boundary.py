@@ -26,6 +26,7 @@ from gen.llm.cache import Cache
 from gen.llm.config import _Sampling
 from gen.llm.http import ServerError, set_run_deadline
 from gen.llm.replies import (
+    _answer_only,
     _backend_error,
     _cached_reply,
     _finish,
@@ -33,6 +34,7 @@ from gen.llm.replies import (
     _reply_problem,
     _reused,
     _text,
+    _unusable,
     _usage,
 )
 from gen.llm.usage import Usage
@@ -208,6 +210,8 @@ class LLM:
             create=self._cached_create, mode=instructor.Mode.JSON_SCHEMA
         )
         self._closers: list[Callable[[], None]] = []
+        self._unsaved = threading.local()
+        """This thread's call's live replies, cached only once the call's answer passed."""
         self._streak = _Streak(
             sampling.max_consecutive_errors, where or f"llm={identity.get('backend')}"
         )
@@ -296,8 +300,9 @@ class LLM:
         """
         from instructor.core import IncompleteOutputException, InstructorRetryException
 
+        self._unsaved_rows().clear()
         try:
-            return self._client(
+            answer = self._client(
                 messages=list(messages),
                 response_model=schema,
                 # instructor counts retries after the first try, ``attempts`` counts tries
@@ -326,6 +331,8 @@ class LLM:
             raise
         except Exception as e:  # transport or backend failure on one call
             raise _backend_error(e) from None
+        self._save()  # the answer validated: its conversation is replayed from now on
+        return answer
 
     @_watched
     def complete(
@@ -362,6 +369,7 @@ class LLM:
         }
         if stop:
             kwargs["stop"] = list(stop)
+        self._unsaved_rows().clear()
         try:
             response = self._cached_create(**kwargs)
         except Exception as e:  # transport or backend failure on one call
@@ -369,8 +377,10 @@ class LLM:
         text = _text(response)
         if text is None:
             raise LLMOutputError("backend_error", "the reply holds no text")
-        if whole and _finish(response) == "length":
+        if whole and _finish(response) == "length":  # refused, so not kept: asked again
             raise LLMOutputError("truncated", f"hit max_tokens={kwargs['max_tokens']}", text)
+        if _unusable(response) is None:  # an empty answer or a refusal is asked again next time
+            self._save()
         return text
 
     @_watched
@@ -439,7 +449,8 @@ class LLM:
         return getattr(self.sampling, "price", None)
 
     # The cache sits under instructor, so re-asks are cached too and a rerun replays
-    # exactly the same conversation.
+    # exactly the same conversation; a reply is written only once its call's answer passed
+    # (:meth:`_save`), and every reader sees it with its reasoning block set apart.
     def _cached_create(self, **kwargs: Any) -> Any:
         from openai.types.chat import ChatCompletion
 
@@ -463,7 +474,7 @@ class LLM:
                     completion=_usage(cached, "completion_tokens"),
                     seconds=0.0,
                 )
-                return cached
+                return _answer_only(cached)
         t0 = time.perf_counter()
         with self._slot():
             response = self._create(**kwargs)
@@ -480,9 +491,23 @@ class LLM:
             seconds=seconds,
             reused=_reused(response),
         )
-        if self.cache is not None:
-            self.cache.put(key, response.model_dump_json())
-        return response
+        if self.cache is not None and _unusable(response) is None:
+            self._unsaved_rows().append((key, response.model_dump_json()))
+        return _answer_only(response)
+
+    def _unsaved_rows(self) -> list[tuple[str, str]]:
+        rows = getattr(self._unsaved, "rows", None)
+        if rows is None:
+            rows = self._unsaved.rows = []
+        return rows
+
+    def _save(self) -> None:
+        """Cache the live replies of the call that just passed (its re-asks too, so a rerun
+        replays the same conversation); a call that failed leaves nothing to replay."""
+        rows = self._unsaved_rows()
+        if self.cache is not None and rows:
+            self.cache.put_many(rows)
+        rows.clear()
 
 
 def _scores(hit: str, n: int) -> list[LogLik] | None:

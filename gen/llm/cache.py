@@ -74,6 +74,10 @@ class Cache:
     def put(self, key: str, value: str) -> None:
         self._store.write("INSERT OR REPLACE INTO calls VALUES (?, ?)", [(key, value)])
 
+    def put_many(self, rows: Sequence[tuple[str, str]]) -> None:
+        """Write several ``(key, value)`` rows in one transaction."""
+        self._store.write("INSERT OR REPLACE INTO calls VALUES (?, ?)", list(rows))
+
     def file_sha256(self, path: Path) -> str:
         """SHA-256 of a (large) file, memoised by path, size and mtime."""
         st = path.stat()

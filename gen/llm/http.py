@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from gen.llm.admission import Admission
-from gen.llm.secrets import env_secret, redact
+from gen.llm.secrets import env_secret, redact, redact_data
 
 T = TypeVar("T")
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -220,7 +220,9 @@ class Endpoint:
                 retry=True,
                 status=status,
             )
-        return data
+        # a server may echo the Authorization header in a 200 reply too: the key is gone before
+        # the reply reaches a record, a reject, a log line or the cache
+        return redact_data(data, self.key())
 
     def _status_error(self, status: int, headers: Any, raw: bytes) -> ServerError:
         message = ""

@@ -29,15 +29,65 @@ def _reply_problem(response: Any) -> str | None:
     return None
 
 
+def _unusable(response: Any) -> str | None:
+    """Why a well-formed reply is no answer to keep (None: it has text): a tool call
+    (``content: null``), an empty message or a refusal is never cached, so it is not replayed
+    once the server is fixed."""
+    message = response.choices[0].message
+    if getattr(message, "refusal", None):
+        return "a refusal"
+    if message.content is None:
+        return "a tool call, no text" if getattr(message, "tool_calls", None) else "no text"
+    if not message.content.strip():
+        return "an empty message"
+    return None
+
+
 def _cached_reply(hit: str, model: Any) -> Any:
-    """A cached reply, validated again (None for a row that is not a usable reply)."""
+    """A cached reply, validated again (None for a row that is not a usable reply, such as a
+    tool call or an empty message an older version cached)."""
     from pydantic import ValidationError
 
     try:
         reply = model.model_validate_json(hit)
     except (ValidationError, ValueError):
         return None
-    return reply if _reply_problem(reply) is None else None
+    return reply if _reply_problem(reply) is None and _unusable(reply) is None else None
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def split_think(text: str) -> tuple[str | None, str | None]:
+    """(reasoning, answer) of a reply: a reasoning model's ``<think>…</think>`` block is set apart
+    (DeepSeek-R1's distills often omit the opening tag, their chat template writes it); a reply
+    whose thinking never closed has no answer (None: the token budget ran out, as WAGIBench's
+    ``split_think_and_response`` says); a reply without the tags is all answer."""
+    if THINK_CLOSE in text:
+        before, _, after = text.partition(THINK_CLOSE)
+        return before.split(THINK_OPEN, 1)[-1].strip(), after.strip()
+    if THINK_OPEN in text:
+        return text.split(THINK_OPEN, 1)[1].strip(), None
+    return None, text
+
+
+def _answer_only(response: Any) -> Any:
+    """``response`` with its message's reasoning block set apart (:func:`split_think`): what
+    every parse path of the boundary reads (structured, plain text, a judge's score). A reply
+    whose thinking never closed keeps its text, so a reader can tell it has no answer."""
+    try:
+        message = response.choices[0].message
+        text = message.content
+    except (AttributeError, IndexError, TypeError):
+        return response
+    if not isinstance(text, str):
+        return response
+    _, answer = split_think(text)
+    if answer is None or answer == text:
+        return response
+    out = response.model_copy(deep=True)
+    out.choices[0].message.content = answer
+    return out
 
 
 def _backend_error(e: BaseException) -> LLMOutputError:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from gen.errors import ConfigError
 
@@ -99,3 +100,71 @@ def redact(text: str, *secrets: str | None) -> str:
         if s and len(s) >= 4:
             text = text.replace(s, "***")
     return text
+
+
+def env_secrets(data: Any = None) -> list[str]:
+    """The secrets the environment holds now: every variable named like one (``OPENAI_API_KEY``,
+    ``HF_TOKEN``…) and every variable an ``api_key_env`` option of ``data`` (a config as plain
+    data) names; values shorter than 8 characters are not taken for keys."""
+    names = {n for n in os.environ if is_secret_name(n)}
+    names |= {v for k, v in _walk(data) if k.rsplit(".", 1)[-1] == "api_key_env" and v}
+    values = {os.environ.get(n, "").strip() for n in names}
+    return sorted((v for v in values if len(v) >= 8), key=len, reverse=True)
+
+
+def _walk(data: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted option, text) of every string in ``data`` (dict keys included, as values)."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            where = f"{prefix}.{k}" if prefix else str(k)
+            yield where, str(k)
+            yield from _walk(v, where)
+    elif isinstance(data, (list, tuple)):
+        for i, v in enumerate(data):
+            yield from _walk(v, f"{prefix}[{i}]")
+    elif isinstance(data, str):
+        yield prefix, data
+
+
+def refuse_in_config(data: Any) -> None:
+    """Refuse a composed config (interpolations resolved, Hydra's own node, launcher options and
+    folder names included) that holds a secret of the environment or a value shaped like a key:
+    ``hydra.run.dir='runs/${oc.env:OPENAI_API_KEY}'`` would put the key in the folder's name,
+    the terminal and every file that names the folder. Runs before anything is written.
+
+    Raises:
+        ConfigError: one line naming the option, never its value.
+    """
+    held = env_secrets(data)
+    for where, text in _walk(data):
+        if any(s in text for s in held) or KEY_SHAPES.search(text):
+            raise ConfigError(
+                f"{where or 'the config'}: holds a key or a token once interpolated (not repeated "
+                f"here; an ${{oc.env:…}} of a key?); {HOW}"
+            )
+
+
+def scrub(text: str) -> str:
+    """``text`` without the environment's secrets and key-shaped values (``***`` instead): the
+    last guard of every line gen prints or logs."""
+    text = redact(text, *env_secrets())
+    return KEY_SHAPES.sub(_hidden, text)
+
+
+def _hidden(m: re.Match[str]) -> str:
+    shape = m.group(0)
+    if "***" in shape:  # redacted already
+        return shape
+    return f"{shape.split()[0]} ***" if shape[:6].lower() == "bearer" else "***"
+
+
+def redact_data(data: Any, *secrets: str | None) -> Any:
+    """``data`` (a reply's JSON) with every string redacted of each secret (a server may echo
+    the Authorization header it got, in a 200 reply too)."""
+    if isinstance(data, dict):
+        return {redact_data(k, *secrets): redact_data(v, *secrets) for k, v in data.items()}
+    if isinstance(data, list):
+        return [redact_data(v, *secrets) for v in data]
+    if isinstance(data, str):
+        return redact(data, *secrets)
+    return data

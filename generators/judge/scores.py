@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from gen.llm import split_think
 from gen.schemas.distractors import GOAL_TYPES, Goal
 from gen.schemas.judge import Judgment
 
@@ -40,21 +41,7 @@ def parse_score(text: str) -> tuple[int | None, str | None]:
     return int(value), None
 
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 _LOOSE_SCORE = re.compile(r"(?:<score>|</score>)([^<>]+)(?:</score>|<score>)", re.S)
-
-
-def split_think(text: str) -> tuple[str | None, str | None]:
-    """(reasoning, answer) of a reply: a reasoning judge's ``<think>…</think>`` block is set apart
-    (DeepSeek-R1's distills often omit the opening tag, their chat template writes it); a reply
-    whose thinking never closed has no answer (None: the token budget ran out, as WAGIBench's
-    ``split_think_and_response`` says); a reply without the tags is all answer."""
-    if THINK_CLOSE in text:
-        before, _, after = text.partition(THINK_CLOSE)
-        return before.split(THINK_OPEN, 1)[-1].strip(), after.strip()
-    if THINK_OPEN in text:
-        return text.split(THINK_OPEN, 1)[1].strip(), None
-    return None, text
 
 
 def parse_score_lenient(text: str) -> tuple[int | None, str | None]:

@@ -230,3 +230,27 @@ def test_any_reply_is_unit_vectors_or_a_server_error(reply: Any, n: int) -> None
         return
     assert got.shape[0] == n and got.shape[1] >= 1 and np.isfinite(got).all()
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_a_dimension_change_against_a_warm_cache_recomputes(
+    served: EmbeddingsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model behind ``embedder.model`` changes dimension: the cache's vectors of the old one
+    are never stacked with the new ones (numpy's ``ValueError``, exit 1, before), they are
+    computed again, whether the new texts or only cached ones are asked for."""
+    monkeypatch.setenv("GEN_TEST_EMB_KEY", KEY)
+    cache = str(tmp_path / "cache")
+    old = embedder(served, cache).encode(TEXTS[:4])
+    assert old.shape == (4, FakeEmbedder.dim)
+    wider = lambda texts: np.concatenate([FakeEmbedder().encode(texts)] * 2, axis=1)  # noqa: E731
+    served.encode = wider
+    mixed = embedder(served, cache).encode(TEXTS[2:6])  # two cached, two new
+    assert mixed.shape == (4, 2 * FakeEmbedder.dim)
+    cached_only = embedder(served, cache)
+    got = cached_only.encode(TEXTS[:2])  # every text cached, at the old dimension
+    assert got.shape == (2, 2 * FakeEmbedder.dim)
+    np.testing.assert_allclose(got, wider(TEXTS[:2]) / np.sqrt(2), atol=1e-6)
+    again = embedder(served, cache)
+    n = len(served.requests)
+    assert again.encode(TEXTS[:2]).shape == (2, 2 * FakeEmbedder.dim)
+    assert len(served.requests) == n + 1 and again.computed == 1  # one text asks the model

@@ -196,14 +196,17 @@ def test_reasks_are_cached_and_replayed(tmp_path: Path) -> None:
     assert (replay.usage.calls, replay.usage.cache_hits, len(replay.calls)) == (2, 2, 0)
 
 
-def test_failures_are_cached_too(tmp_path: Path) -> None:
-    """A rerun must reproduce rejects as well as records."""
+def test_failures_are_asked_again(tmp_path: Path) -> None:
+    """Only replies whose answer passed are cached: a truncated or invalid reply is asked again
+    by the rerun (the server may be fixed, max_tokens raised), not replayed as the same reject."""
     cache = Cache(tmp_path / "c.sqlite")
-    with pytest.raises(LLMOutputError):
-        _structured(scripted_llm([('{"bio": "ab', "length")], cache=cache))
     with pytest.raises(LLMOutputError) as info:
-        _structured(scripted_llm([], cache=cache))
+        _structured(scripted_llm([('{"bio": "ab', "length")], cache=cache))
     assert info.value.reason == "truncated" and info.value.raw == '{"bio": "ab'
+    with pytest.raises(LLMOutputError):
+        _structured(scripted_llm(['{"bio": 5}', '{"bio": 6}'], cache=cache))
+    fixed = scripted_llm(['{"bio": "fixed"}'], cache=cache)
+    assert _structured(fixed).bio == "fixed" and len(fixed.calls) == 1
 
 
 def test_cache_persists_across_connections(tmp_path: Path) -> None:
@@ -474,3 +477,91 @@ def test_map_numbers_its_worker_threads(tmp_path: Path) -> None:
         return {mine, *inner}
 
     assert all(len(ws) == 1 and None not in ws for ws in ctx.map(outer, range(6), workers=3))
+
+
+# --------------------------------------------------------------------------- issue 43.5, 43.7
+
+
+def _chat_reply(content: str | None, *, tool: bool = False, refusal: str | None = None) -> Any:
+    from openai.types.chat import ChatCompletion
+
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    if tool:
+        message["tool_calls"] = [
+            {"id": "c", "type": "function", "function": {"name": "bio", "arguments": "{}"}}
+        ]
+    return ChatCompletion.model_validate(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+        }
+    )
+
+
+def _serving(llm: Any, replies: list[Any]) -> Any:
+    served = list(replies)
+    llm._create = lambda **kw: served.pop(0)
+    return llm
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        _chat_reply(None, tool=True),
+        _chat_reply(""),
+        _chat_reply("I can't help.", refusal="I can't help."),
+    ],
+    ids=["tool call", "empty", "refusal"],
+)
+def test_only_replies_that_passed_are_cached(tmp_path: Path, bad: Any) -> None:
+    """A tool call (``content: null``), an empty message or a refusal is not cached: once the
+    server is fixed, the rerun asks it again instead of replaying the same reject."""
+    cache = Cache(tmp_path / "c.sqlite")
+    broken = _serving(scripted_llm([], cache=cache, sampling=LlamaCppConfig(attempts=1)), [bad])
+    with pytest.raises(LLMOutputError):
+        _structured(broken)
+    broken = _serving(scripted_llm([], cache=cache), [bad])
+    try:
+        broken.complete(MESSAGES, seed=1)
+    except LLMOutputError as e:
+        assert e.reason == "backend_error"
+    fixed = scripted_llm(['{"bio": "fixed"}', "fixed"], cache=cache)
+    assert _structured(fixed).bio == "fixed" and fixed.complete(MESSAGES, seed=1) == "fixed"
+    assert fixed.usage.cache_hits == 0 and len(fixed.calls) == 2
+
+
+def test_a_tool_call_cached_by_an_older_version_is_asked_again(tmp_path: Path) -> None:
+    cache = Cache(tmp_path / "c.sqlite")
+    probe = scripted_llm(["unused"], cache=cache)
+    probe.complete(MESSAGES, seed=1)
+    ((key, _),) = cache._store.query("SELECT key, value FROM calls", ())
+    cache.put(key, _chat_reply(None, tool=True).model_dump_json())  # what the old code kept
+    fixed = scripted_llm(["fixed"], cache=cache)
+    assert fixed.complete(MESSAGES, seed=1) == "fixed" and fixed.usage.cache_hits == 0
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '<think>The user wants JSON.</think>\n{"bio": "a bio"}',
+        'The user wants JSON, no opening tag.</think>{"bio": "a bio"}',
+    ],
+    ids=["closed", "no opening tag"],
+)
+def test_a_reasoning_block_is_set_apart_on_every_parse_path(tmp_path: Path, reply: str) -> None:
+    """Structured calls, plain text and the cache's replay all read the answer after
+    ``</think>`` (one place: the boundary); a judge's strict score reads it too."""
+    from gen.generators.judge.scores import judgment
+
+    cache = Cache(tmp_path / "c.sqlite")
+    assert _structured(scripted_llm([reply], cache=cache)).bio == "a bio"
+    assert _structured(scripted_llm([], cache=cache)).bio == "a bio"  # replayed, stripped
+    text = reply.replace('{"bio": "a bio"}', "<score>2</score>")
+    plain = scripted_llm([text])
+    assert plain.complete(MESSAGES, seed=1) == "<score>2</score>"
+    assert judgment(scripted_llm([text]).complete(MESSAGES, seed=1), lenient=False).score == 2
+    unfinished = scripted_llm(["<think>still thinking"])
+    assert unfinished.complete(MESSAGES, seed=1) == "<think>still thinking"  # no answer: kept

@@ -213,3 +213,100 @@ def test_every_room_is_an_entry_point() -> None:
     for name, value in eps.items():
         assert value == f"gen.generators.{name}:{name}"
         assert REGISTRY[name].name == name
+
+
+# --------------------------------------------------------------------------- issue 43.4
+
+IMPOSTOR = '''
+from collections.abc import Iterator
+
+import gen
+
+
+class Cfg(gen.CommonConfig):
+    pass
+
+
+@gen.generator("audit", config=Cfg)
+def fake_audit(cfg: Cfg, ctx: "gen.RunContext") -> Iterator[None]:
+    """Impostor: not gen's audit."""
+    raise RuntimeError("the impostor ran")
+
+
+@gen.generator("digital", config=Cfg)
+def fake_digital(cfg: Cfg, ctx: "gen.RunContext") -> Iterator[None]:
+    """Impostor: not gen's digital."""
+    raise RuntimeError("the impostor ran")
+'''
+
+
+def fake_site(tmp_path: Path, modules: dict[str, str], entry_points: str) -> Path:
+    """A distribution ``impostor-plugin`` installed as a dist-info folder on a path of its own."""
+    site = tmp_path / "site"
+    dist = site / "impostor_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: impostor-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[gen.generators]\n{entry_points}")
+    for name, text in modules.items():
+        (site / f"{name}.py").write_text(text)
+    return site
+
+
+def gen_proc(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_plugin_cannot_take_a_built_in_name(tmp_path: Path, cache_dir: Path) -> None:
+    """A plugin's module decorating ``audit`` under another entry point does not replace gen's
+    audit once imported; a plugin registered as ``digital`` (first on sys.path) loses to gen's
+    own, and ``--help`` and ``gen digital`` say so in one line naming the distribution."""
+    site = fake_site(
+        tmp_path,
+        {"impostor": IMPOSTOR},
+        "other = impostor:fake_audit\ndigital = impostor:fake_digital\n",
+    )
+    env = plugin_env(site, cache_dir)
+    code = (
+        "import impostor; from gen.registry import REGISTRY; "
+        "print(REGISTRY['audit'].fn.__module__, REGISTRY['digital'].fn.__module__)"
+    )
+    proc = gen_proc(env, tmp_path, "-c", code)
+    assert proc.stdout.split() == ["gen.generators.audit", "gen.generators.digital"], proc.stderr
+    proc = gen_proc(env, tmp_path, "-m", "gen", "other", "n=1")
+    assert proc.returncode == 2 and "registers the generator 'audit', not 'other'" in proc.stderr
+    helps = gen_proc(env, tmp_path, "-m", "gen", "--help")
+    assert helps.returncode == 0 and "Digital Context Generator" in helps.stdout, helps.stderr
+    assert "Impostor" not in helps.stdout
+    assert "entry point digital of impostor-plugin (impostor:fake_digital) is skipped" in (
+        helps.stderr
+    )
+    proc = gen_proc(env, tmp_path, "-m", "gen", "digital", "--help")
+    assert proc.returncode == 0 and "impostor-plugin" in proc.stderr and "cue_rate" in proc.stdout
+
+
+def test_a_plugin_that_exits_or_breaks_is_skipped_for_the_others(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    """A plugin whose import raises SystemExit (``gen sx`` exited 0 having done nothing), fails,
+    or is not a generator: ``--help`` lists every other generator and names each broken one in
+    one line; its own name exits 2."""
+    site = fake_site(
+        tmp_path,
+        {"sx_plugin": "raise SystemExit(0)\n", "bad_plugin": "import no_such_module\n"},
+        "sx = sx_plugin:x\nbad = bad_plugin:x\nnotgen = json:dumps\n",
+    )
+    env = plugin_env(site, cache_dir)
+    helps = gen_proc(env, tmp_path, "-m", "gen", "--help")
+    assert helps.returncode == 0 and "personas" in helps.stdout and "example:" in helps.stdout
+    skipped = [ln for ln in helps.stderr.splitlines() if "skipped" in ln]
+    assert len(skipped) == 3 and "Traceback" not in helps.stderr, helps.stderr
+    for name, words in (
+        ("sx", "cannot be imported: SystemExit"),
+        ("bad", "cannot be imported: ModuleNotFoundError"),
+        ("notgen", "is not a generator"),
+    ):
+        proc = gen_proc(env, tmp_path, "-m", "gen", name, "n=1")
+        assert proc.returncode == 2 and words in proc.stderr, (name, proc.stderr)
+        assert "impostor-plugin" in proc.stderr and proc.stderr.count("\n") == 1

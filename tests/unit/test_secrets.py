@@ -18,6 +18,7 @@ from processes import requests, stand_in
 from gen.errors import ConfigError
 from gen.llm import OpenAIConfig
 from gen.llm.secrets import is_secret_name, redact, refuse_on_command_line
+from gen.paths import EXAMPLES
 
 KEY = "sk-test-" + secrets.token_hex(20)
 
@@ -338,3 +339,85 @@ def test_the_cli_refuses_a_bad_base_url_in_one_line(run_gen, tmp_path: Path) -> 
 
 def test_redact() -> None:
     assert redact(f"got Bearer {KEY}.", KEY) == "got Bearer ***." and redact("x", None, "") == "x"
+
+
+# --------------------------------------------------------------------------- issue 43.3
+
+LEAKS = [
+    ["personas", "n=1", "llm=openai", "hydra.run.dir=runs/${oc.env:OPENAI_API_KEY}"],
+    ["personas", "n=1", "llm=openai", "hydra.job.name=${oc.env:OPENAI_API_KEY}"],
+    [
+        "pipeline",
+        f"chain={EXAMPLES / 'chains' / 'wagibench.yaml'}",
+        "shards=2",
+        "launcher=submitit_slurm",
+        "launcher_options.partition=${oc.env:OPENAI_API_KEY}",
+    ],
+    ["personas", "n=1", "llm=openai", "llm.model=m-${oc.env:OPENAI_API_KEY}"],
+]
+
+
+@pytest.mark.parametrize("args", LEAKS, ids=["run dir", "job name", "launcher option", "model"])
+def test_a_key_interpolated_into_the_config_is_refused_before_anything_is_written(
+    tmp_path: Path, cache_dir: Path, args: list[str]
+) -> None:
+    """The command line holds no key, but ``${oc.env:…}`` puts it in the composed config: the
+    check reads that (Hydra's own node and every launcher option included), so no folder name,
+    ``.hydra`` file, manifest or launch log ever holds it."""
+    proc = gen(tmp_path, cache_dir, *args, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert "holds a key or a token once interpolated" in proc.stderr
+    assert KEY not in proc.stderr and list(tmp_path.iterdir()) == []
+    assert files_holding(cache_dir, KEY) == []
+
+
+def test_a_key_echoed_in_a_good_reply_reaches_no_file(tmp_path: Path, cache_dir: Path) -> None:
+    """A server that repeats the Authorization header in a 200 reply: the reply is redacted
+    before it is parsed, so rejects, records, the log and the cache hold ``***``."""
+    run = tmp_path / "run"
+    with stand_in(tmp_path, "--api-key", KEY, "--misbehave", "echo") as (url, log):
+        proc = gen(
+            tmp_path,
+            cache_dir,
+            "personas",
+            "n=2",
+            "attempts=1",
+            "draws=1",
+            "llm=openai",
+            f"llm.base_url={url}",
+            "progress=off",
+            f"hydra.run.dir={run}",
+            "-v",
+        )
+        assert requests(log, None)
+    assert proc.returncode in (0, 1), proc.stderr
+    rejects = (run / "rejects.jsonl").read_text()
+    assert "You sent me Bearer ***" in rejects  # the echo reached the rejects, redacted
+    assert files_holding(tmp_path, KEY) == [] and files_holding(cache_dir, KEY) == []
+    assert KEY not in proc.stdout + proc.stderr
+
+
+def test_a_validation_error_does_not_repeat_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``language: 'sk-…' is not one …`` named the key; the one line names the option only,
+    whether the value is key-shaped or the environment's key in any shape."""
+    import gen
+
+    with pytest.raises(ConfigError) as info:
+        gen.run("tom", language=KEY, n=1)
+    assert "language" in str(info.value) and KEY not in str(info.value)
+    plain = "plainsecretvalue123"
+    monkeypatch.setenv("MY_API_KEY", plain)
+    with pytest.raises(ConfigError) as info:
+        gen.run("tom", language=plain, n=1)
+    assert "language" in str(info.value) and plain not in str(info.value)
+
+
+def test_refuse_in_config_and_redact_data() -> None:
+    from gen.llm.secrets import redact_data, refuse_in_config
+
+    with pytest.raises(ConfigError, match=r"^hydra\.run\.dir: holds a key") as info:
+        refuse_in_config({"n": 1, "hydra.run.dir": f"runs/{KEY}"})
+    assert KEY not in str(info.value)
+    assert refuse_in_config({"n": 1, "input": "/data/auth/tokens.jsonl"}) is None
+    reply = {"choices": [{"message": {"content": f"got Bearer {KEY}"}}], KEY: [KEY]}
+    assert KEY not in repr(redact_data(reply, KEY))
