@@ -367,7 +367,8 @@ def run_pool(
     from gen.runner import RunContext, run
 
     settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "attempts": 2, **cfg})
-    ctx = RunContext("personas", settings, out).use(llm=scripted_llm(pool_script(fails, spanish)))
+    ctx = RunContext("personas", settings, out)
+    ctx.use(llm=scripted_llm(pool_script(fails, spanish), cache=ctx.cache))
     return run("personas", settings, out, ctx=ctx), ctx
 
 
@@ -511,6 +512,33 @@ def test_a_slot_the_model_cannot_write_widens_and_the_pool_fills(tmp_path: Path)
     run_pool(tmp_path / "b", lambda n, s: False, colombian, n=12, seed=7, draws=2, attempts=2)
     for name in ("personas.jsonl", "rejects.jsonl"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_widened_pool_resumes_from_the_cache(tmp_path: Path) -> None:
+    """A killed run rerun into its folder replays every call from the cache: the widened slot's
+    failed draws and the draw that filled it included, so the pool is the same, byte for byte."""
+
+    def colombian(nationality: str, age: int) -> bool:
+        return nationality == "Colombian"
+
+    cache = str(tmp_path / "cache")
+    first, _ = run_pool(
+        tmp_path / "run", lambda n, s: False, colombian, n=12, seed=7, draws=2, cache_dir=cache
+    )
+    kept = {
+        name: (tmp_path / "run" / name).read_bytes() for name in ("personas.jsonl", "rejects.jsonl")
+    }
+    for name in kept:  # as a killed run leaves its folder: no final files
+        (tmp_path / "run" / name).unlink()
+    again, ctx = run_pool(
+        tmp_path / "run", lambda n, s: False, colombian, n=12, seed=7, draws=2, cache_dir=cache
+    )
+    assert first.manifest["pool"]["widened"] == {"language": 1}
+    assert again.manifest["pool"] == first.manifest["pool"]
+    usage = again.manifest["llm_usage"]
+    assert usage["calls"] == usage["cache_hits"] > 12 and ctx.llm.calls == []
+    for name, data in kept.items():
+        assert (tmp_path / "run" / name).read_bytes() == data
 
 
 def test_a_stratum_failing_in_one_band_widens_to_the_neighbouring_band(tmp_path: Path) -> None:
