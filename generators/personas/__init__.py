@@ -4,21 +4,31 @@ Code owns every fact: nationality (Faker locales for ~30 nationalities; the city
 cities, since several Faker locales invent city names), age band, name, address, occupation,
 interests, languages (the tables are data: ``personas/``). The LLM writes a bio, which is checked
 against the facts. A pool has exactly the size asked for: when every bio of a slot's facts fails,
-fresh facts are drawn for that slot (``draws``). Digital bundles take a main persona and related
-personas (with age-consistent relations) from a pool made here and reused by (seed, size, LLM).
+fresh facts are drawn for that slot (``draws``), and when those fail too the slot widens to the
+nearest stratum the model can write (a neighbouring age band, a nationality sharing a language or
+a region, any nationality: ``widen``), each widening in the manifest. Digital bundles take a main
+persona and related personas (with age-consistent relations) from a pool made here and reused by
+(seed, size, LLM).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from gen.gates import Gates, Language
 from gen.generators.personas.checks import bio_problems
-from gen.generators.personas.facts import AGE_BANDS, NATIONALITIES, redraw_facts, sample_facts
+from gen.generators.personas.facts import (
+    AGE_BANDS,
+    NATIONALITIES,
+    WIDEN_STEPS,
+    redraw_facts,
+    sample_facts,
+    slot_strata,
+)
 from gen.llm.attempts import AttemptFailure, retry
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext
@@ -30,11 +40,13 @@ __all__ = [
     "BIO_PROMPT",
     "NATIONALITIES",
     "PRONOUN",
+    "WIDEN_STEPS",
     "PersonasConfig",
     "bio_problems",
     "personas",
     "plan",
     "sample_facts",
+    "slot_strata",
     "write_bio",
 ]
 
@@ -51,9 +63,13 @@ class PersonasConfig(CommonConfig):
     """Fresh bios (new seeds) tried for one draw of facts before the draw is rejected;
     formerly ``bio_attempts``."""
     draws: int = Field(5, ge=1, le=50)
-    """Draws of facts per pool slot: when every bio of a draw fails, the slot draws fresh
-    facts (same nationality and age band) until one is accepted or this many were tried;
-    formerly ``max_attempts``."""
+    """Draws of facts per pool slot and stratum: when every bio of a draw fails, the slot draws
+    fresh facts (same nationality and age band) until one is accepted or this many were tried,
+    then as many at each widening step (``widen``); formerly ``max_attempts``."""
+    widen: Literal["none", "band", "language", "region", "any"] = "any"
+    """How far a slot whose own nationality and age band failed every draw may move, step by
+    step: a neighbouring age band, a nationality sharing a language, one of the same region,
+    any nationality (``none``: never; the pool may then be short)."""
     renamed: ClassVar[dict[str, str]] = {"bio_attempts": "attempts", "max_attempts": "draws"}
     bio_max_tokens: int = Field(200, ge=32)
     """Token cap of one bio."""
@@ -142,14 +158,21 @@ def fill_slot(
     names: set[str],
     count: Callable[[str], None] | None = None,
 ) -> list[PersonaRecord | Reject]:
-    """Pool slot ``index``: its facts' bios, then fresh draws of facts until one is accepted or
-    ``draws`` draws are spent; every failed draw is a reject row."""
+    """Pool slot ``index``: its facts' bios, then fresh draws of facts (its own stratum's, then
+    each widening step's: :func:`slot_strata`) until one is accepted or every draw is spent;
+    every failed draw is a reject row. A slot whose draws all ended in backend errors does not
+    widen (the model wrote nothing that shows its stratum is the trouble)."""
     count = count or ctx.count
     out: list[PersonaRecord | Reject] = []
     facts = base
-    for draw in range(cfg.draws):
+    strata = slot_strata(cfg.seed, index, base, cfg.draws, cfg.widen)
+    for draw, stratum in enumerate(strata):
+        if draw and stratum.step != strata[draw - 1].step:
+            if all(isinstance(o, Reject) and o.reason == "backend_error" for o in out):
+                break  # the model wrote nothing: no sign the stratum is what fails
+            count(f"pool.widened.{stratum.step}")
         if draw:
-            facts = redraw_facts(cfg.seed, index, draw, base, names)
+            facts = redraw_facts(cfg.seed, index, draw, base, names, stratum)
             count("pool.redrawn")
         outcome = write_bio(
             ctx, facts, index, cfg.attempts, cfg.bio_max_tokens, draw, cfg.language, count
@@ -158,6 +181,28 @@ def fill_slot(
         if isinstance(outcome, PersonaRecord):
             break
     return out
+
+
+def widening(
+    cfg: PersonasConfig, index: int, base: PersonaFacts, outcomes: list[PersonaRecord | Reject]
+) -> dict[str, Any] | None:
+    """The manifest's line for a slot filled by a widened draw (None when its own stratum filled
+    it, or nothing did): the step, the stratum it left and the one it took, its draws, and its
+    failed draws counted by reject reason."""
+    if not isinstance(outcomes[-1], PersonaRecord):
+        return None
+    strata = slot_strata(cfg.seed, index, base, cfg.draws, cfg.widen)
+    took = strata[len(outcomes) - 1]
+    if not took.step:
+        return None
+    return {
+        "slot": index,
+        "step": took.step,
+        "from": strata[0].label(),
+        "to": took.label(),
+        "draws": len(outcomes),
+        "reasons": dict(sorted(Counter(o.reason for o in outcomes[:-1]).items())),  # type: ignore[union-attr]
+    }
 
 
 def pool_summary(
@@ -199,6 +244,10 @@ def merge_shards(
         "rejected": sum(p["rejected"] for p in pools),
         "attempted": sum(p["attempted"] for p in pools),
         "short_slots": [i for p in pools for i in p["short_slots"]],
+        "widened": dict(
+            sorted(sum((Counter(p.get("widened", {})) for p in pools), Counter()).items())
+        ),
+        "widened_slots": [w for p in pools for w in p.get("widened_slots", [])],
     }
 
 
@@ -221,6 +270,8 @@ def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecor
     accepted: list[dict[str, Any]] = []
     rejected = attempted = 0
     short: list[int] = []
+    short_reasons: Counter[str] = Counter()
+    widened: list[dict[str, Any]] = []
 
     def ahead(i: int) -> tuple[list[PersonaRecord | Reject], set[str], Counter[str]]:
         # Slots are filled many at once, each as if no earlier slot had redrawn facts; a redraw
@@ -247,6 +298,9 @@ def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecor
         accepted += [o.model_dump(mode="json") for o in outcomes if isinstance(o, PersonaRecord)]
         if not isinstance(outcomes[-1], PersonaRecord):
             short.append(i)
+            short_reasons.update(o.reason for o in outcomes if isinstance(o, Reject))
+        elif (line := widening(cfg, i, base[i], outcomes)) is not None:
+            widened.append(line)
         yield outcomes
     ctx.extra.update(pool_summary(cfg.seed, ctx.indices(), accepted))
     ctx.extra["pool"] = {
@@ -255,14 +309,39 @@ def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecor
         "rejected": rejected,
         "attempted": attempted,
         "short_slots": short,
+        "widened": dict(sorted(Counter(w["step"] for w in widened).items())),
+        "widened_slots": widened,
     }
     if short:
-        ctx.fail(
-            f"the persona pool has {len(accepted)} of {len(ctx.indices())} personas: slot(s) "
-            f"{', '.join(map(str, short[:10]))} failed all {cfg.draws} draws of facts "
-            f"(rejects.jsonl says why; raise draws or use a larger model)"
-        )
+        ctx.fail(short_message(cfg, len(accepted), len(ctx.indices()), short, short_reasons))
     ctx.say(distribution_table(ctx.extra["distribution"]))
+    for w in widened:
+        ctx.say(
+            f"slot {w['slot']} widened ({w['step']}): {w['from']} -> {w['to']} after "
+            f"{w['draws'] - 1} failed draws"
+        )
+
+
+def short_message(
+    cfg: PersonasConfig, made: int, asked: int, short: list[int], reasons: Counter[str]
+) -> str:
+    """The one line of a pool that could not be filled: the slots, the rule that bounded their
+    draws (``draws`` per stratum, ``widen``) and what rejected them."""
+    steps = WIDEN_STEPS[: WIDEN_STEPS.index(cfg.widen) + 1] if cfg.widen != "none" else ()
+    bound = (
+        f"{cfg.draws} at their own nationality and age band and {cfg.draws} at each widening "
+        f"step up to widen={cfg.widen} ({', '.join(steps)})"
+        if steps
+        else f"{cfg.draws} at their own nationality and age band, never widened (widen=none)"
+    )
+    top = ", ".join(f"{r} {n}" for r, n in reasons.most_common(3))
+    return (
+        f"the persona pool has {made} of {asked} personas: slot(s) "
+        f"{', '.join(map(str, short[:10]))} failed all their draws of facts ({bound}); "
+        f"every bio must pass the text gates (language={cfg.language}, at most {BIO_CHARS} "
+        f"characters) and agree with its facts, and theirs failed: {top} (rejects.jsonl says "
+        f"why; raise draws or widen, or use a larger model)"
+    )
 
 
 def distribution_table(dist: dict[str, dict[str, int]]) -> Any:

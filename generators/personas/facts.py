@@ -22,6 +22,8 @@ class Nationality:
     locale: str
     languages: tuple[str, ...]
     cities: tuple[str, ...]
+    region: str
+    """The continent: with ``languages``, which nationalities a widened slot tries first."""
     romanized: bool = False
     """Faker's locale writes names in another script; use its romanized names."""
 
@@ -52,6 +54,7 @@ class _NationalityRow(BaseModel):
 
     demonym: str
     country: str
+    region: str
     locale: str
     languages: tuple[str, ...] = Field(min_length=1)
     cities: tuple[str, ...] = Field(min_length=1)
@@ -140,15 +143,76 @@ def sample_facts(seed: int, n: int) -> list[PersonaFacts]:
     return out
 
 
-def redraw_facts(
-    seed: int, slot: int, attempt: int, base: PersonaFacts, names: set[str]
-) -> PersonaFacts:
-    """Fresh facts for pool ``slot`` after its earlier draws' bios all failed: the slot's
-    nationality and age band (the pool keeps its spread), everything else drawn anew from
-    (seed, slot, attempt); the name differs from every name in ``names`` (grown in place)."""
+WIDEN_STEPS = ("band", "language", "region", "any")
+"""How far a pool slot whose draws of facts all failed may move from its nationality and age band,
+nearest first: a neighbouring age band (same nationality), another nationality sharing a language
+(same band), another of the same region, any other nationality (same band)."""
+
+
+@dataclass(frozen=True)
+class Stratum:
+    """What one draw of a pool slot keeps: a nationality and an age band, and how far (``step``:
+    ``""`` for the slot's own, else one of :data:`WIDEN_STEPS`) it is from the slot's first draw."""
+
+    nationality: Nationality
+    band: tuple[int, int]
+    step: str = ""
+
+    def label(self) -> str:
+        return f"{self.nationality.demonym} {self.band[0]}-{self.band[1]}"
+
+
+def slot_strata(seed: int, slot: int, base: PersonaFacts, draws: int, widen: str) -> list[Stratum]:
+    """The stratum of each draw of pool ``slot`` (whose first draw is ``base``): ``draws`` draws
+    of its own nationality and age band, then ``draws`` at each step of :data:`WIDEN_STEPS` up to
+    ``widen`` (``"none"``: no widening) that has candidates, cycling through them. A step's
+    candidates exclude the earlier steps' nationalities; their order is seeded by (seed, slot),
+    so the draws of a slot depend on nothing else (slots are filled many at once)."""
     nat = next(n for n in NATIONALITIES if n.demonym == base.nationality)
-    band = next(b for b in AGE_BANDS if b[0] <= base.age <= b[1])
-    return person_facts(seed, f"{slot}~{attempt}", nat, band, names)
+    k = next(i for i, b in enumerate(AGE_BANDS) if b[0] <= base.age <= b[1])
+    band = AGE_BANDS[k]
+    out = [Stratum(nat, band)] * draws
+    steps = WIDEN_STEPS[: WIDEN_STEPS.index(widen) + 1] if widen != "none" else ()
+    rng = random.Random(derive_seed(seed, "personas", slot, "widen"))
+    tried = {nat.demonym}
+    for step in steps:
+        if step == "band":
+            # the neighbour nearer the person's age first: 34 (25-34) tries 35-44 before 18-24
+            near = sorted(
+                (j for j in (k - 1, k + 1) if 0 <= j < len(AGE_BANDS)),
+                key=lambda j: min(abs(base.age - a) for a in AGE_BANDS[j]),
+            )
+            options = [Stratum(nat, AGE_BANDS[j], step) for j in near]
+        else:
+            others = [n for n in NATIONALITIES if n.demonym not in tried]
+            if step == "language":
+                others = [n for n in others if set(n.languages) & set(nat.languages)]
+            elif step == "region":
+                others = [n for n in others if n.region == nat.region]
+            rng.shuffle(others)
+            tried |= {n.demonym for n in others}
+            options = [Stratum(n, band, step) for n in others]
+        out += [options[d % len(options)] for d in range(draws)] if options else []
+    return out
+
+
+def redraw_facts(
+    seed: int,
+    slot: int,
+    attempt: int,
+    base: PersonaFacts,
+    names: set[str],
+    stratum: Stratum | None = None,
+) -> PersonaFacts:
+    """Fresh facts for pool ``slot`` after its earlier draws' bios all failed: ``stratum``'s
+    nationality and age band (by default the slot's own, so the pool keeps its spread),
+    everything else drawn anew from (seed, slot, attempt); the name differs from every name in
+    ``names`` (grown in place)."""
+    if stratum is None:
+        nat = next(n for n in NATIONALITIES if n.demonym == base.nationality)
+        band = next(b for b in AGE_BANDS if b[0] <= base.age <= b[1])
+        stratum = Stratum(nat, band)
+    return person_facts(seed, f"{slot}~{attempt}", stratum.nationality, stratum.band, names)
 
 
 def person_facts(

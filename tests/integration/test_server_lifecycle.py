@@ -26,6 +26,7 @@ def test_a_finished_run_leaves_no_server(run_gen, tmp_path: Path, monkeypatch) -
         "personas",
         "n=2",
         "draws=1",
+        "widen=none",
         "llm=llama_server",
         f"llm.binary={FAKE}",
         "progress=off",

@@ -390,6 +390,7 @@ def test_a_cli_run_on_a_network_filesystem(tmp_path: Path, cache_dir: Path) -> N
                     "n=2",
                     "attempts=1",
                     "draws=1",
+                    "widen=none",
                     "llm=openai",
                     f"llm.base_url={url}",
                     "progress=off",

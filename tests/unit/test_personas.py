@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 from conftest import persona_facts
 
-from gen.generators.personas import AGE_BANDS, NATIONALITIES, bio_problems, sample_facts
+from gen.generators.personas import (
+    AGE_BANDS,
+    NATIONALITIES,
+    WIDEN_STEPS,
+    bio_problems,
+    sample_facts,
+    slot_strata,
+)
 from gen.people import feasible_relations, sample_related
 from gen.runner import derive_id
 from gen.schemas.personas import PersonaFacts, PersonaRecord
@@ -318,9 +325,12 @@ def _field(user: str, name: str) -> str:
     return user.split(f"- {name}: ", 1)[1].split("\n", 1)[0]
 
 
-def pool_script(fails: Callable[[str, int], bool]):
-    """A scripted bio writer: a clean bio from the prompt's own facts, or one stating a wrong
-    age when ``fails(name, seed)``."""
+def pool_script(
+    fails: Callable[[str, int], bool], spanish: Callable[[str, int], bool] = lambda n, a: False
+):
+    """A scripted bio writer: a clean bio from the prompt's own facts, one stating a wrong age
+    when ``fails(name, seed)``, or one in Spanish (as the embedded model writes for some
+    nationalities) when ``spanish(nationality, age)``."""
     import json
 
     def script(messages, seed):
@@ -336,18 +346,29 @@ def pool_script(fails: Callable[[str, int], bool]):
         )
         if fails(name, seed):
             bio = bio.replace(" works as", f" is a {age + 7}-year-old who works as", 1)
+        if spanish(_field(user, "Nationality"), age):
+            bio = (
+                f"{first} vive en {city} con su familia y trabaja todos los días en la ciudad. "
+                "Le gusta mucho cocinar, leer novelas y pasear por el parque los domingos."
+            )
         return json.dumps({"bio": bio})
 
     return script
 
 
-def run_pool(out: Path, fails: Callable[[str, int], bool], **cfg: Any):
+def run_pool(
+    out: Path,
+    fails: Callable[[str, int], bool],
+    spanish: Callable[[str, int], bool] = lambda n, a: False,
+    **cfg: Any,
+):
     from gen.generators.personas import PersonasConfig
     from gen.llm import scripted_llm
     from gen.runner import RunContext, run
 
     settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "attempts": 2, **cfg})
-    ctx = RunContext("personas", settings, out).use(llm=scripted_llm(pool_script(fails)))
+    ctx = RunContext("personas", settings, out)
+    ctx.use(llm=scripted_llm(pool_script(fails, spanish), cache=ctx.cache))
     return run("personas", settings, out, ctx=ctx), ctx
 
 
@@ -384,6 +405,8 @@ def test_a_pool_is_the_size_asked_for(tmp_path: Path) -> None:
         "rejected": 2,
         "attempted": 12,
         "short_slots": [],
+        "widened": {},
+        "widened_slots": [],
     }
     assert result.manifest["validators"]["pool.redrawn"] == 2
     # same seed, same pool
@@ -394,22 +417,183 @@ def test_a_pool_is_the_size_asked_for(tmp_path: Path) -> None:
 
 
 def test_a_pool_that_cannot_be_filled_says_how_many_were_made(tmp_path: Path) -> None:
+    """With widening off (``widen=none``) a slot whose draws all fail leaves the pool short; the
+    message names the rule that bounded its draws and what rejected them."""
     base = sample_facts(0, 6)
-    hopeless = base[4].nationality  # every draw of slot 4 keeps its nationality, and fails
 
     def fails(name: str, seed: int) -> bool:
         return any(f.name == name for f in base[4:5]) or name not in {f.name for f in base}
 
-    result, ctx = run_pool(tmp_path, fails, n=6, draws=3)
+    result, ctx = run_pool(tmp_path, fails, n=6, draws=3, widen="none")
     assert result.exit_code == 1
     assert result.error.startswith(
-        "the persona pool has 5 of 6 personas: slot(s) 4 failed all 3 draws"
+        "the persona pool has 5 of 6 personas: slot(s) 4 failed all their draws of facts (3 at "
+        "their own nationality and age band, never widened (widen=none)); every bio must pass "
+        "the text gates (language=en, at most 420 characters) and agree with its facts, and "
+        "theirs failed: contradiction 3"
     )
     assert (
         result.manifest["pool"]["short_slots"] == [4] and result.manifest["pool"]["attempted"] == 8
     )
     assert result.manifest["exit_code"] == 1 and result.manifest["error"] == result.error
-    assert hopeless
+
+
+def test_a_pool_fails_only_when_every_widening_failed(tmp_path: Path) -> None:
+    """A model that can write no bio at all: every slot spends its own draws and every widening
+    step's, and the message says up to which step."""
+    result, _ = run_pool(tmp_path, lambda name, seed: True, n=6, draws=2, attempts=1)
+    assert result.exit_code == 1
+    assert (
+        "failed all their draws of facts (2 at their own nationality and age band and 2 at "
+        "each widening step up to widen=any (band, language, region, any))" in result.error
+    )
+    pool = result.manifest["pool"]
+    assert pool["short_slots"] == list(range(6)) and pool["widened"] == {}
+    # each slot drew 2 of its own and 2 at every step it has candidates for (band, any: always)
+    strata = [slot_strata(0, i, f, 2, "any") for i, f in enumerate(sample_facts(0, 6))]
+    assert pool["attempted"] == sum(len(s) for s in strata)
+    assert all(len(s) >= 2 + 2 + 2 for s in strata)
+
+
+def test_a_slot_the_model_cannot_write_widens_and_the_pool_fills(tmp_path: Path) -> None:
+    """Issue 43.6: seed 7's slot 1 is Colombian, and the model writes Spanish for every
+    Colombian (the language gate rejects it, in any age band): the slot's own draws and its
+    neighbouring band's fail, then a nationality sharing its language fills it. The pool has
+    all 12, the manifest and the funnel say which slot widened, how and why, and the same
+    seed makes the same pool byte for byte."""
+    base = sample_facts(7, 12)
+    assert base[1].nationality == "Colombian"
+
+    def colombian(nationality: str, age: int) -> bool:
+        return nationality == "Colombian"
+
+    result, ctx = run_pool(
+        tmp_path / "a", lambda n, s: False, colombian, n=12, seed=7, draws=2, attempts=2
+    )
+    assert result.exit_code == 0, result.error
+    records = [
+        PersonaRecord.model_validate_json(x)
+        for x in (tmp_path / "a" / "personas.jsonl").read_text().splitlines()
+    ]
+    assert len(records) == 12 and "Colombian" not in {r.nationality for r in records}
+    band = next(b for b in AGE_BANDS if b[0] <= base[1].age <= b[1])
+    filled = records[1]
+    assert filled.nationality in {"Spanish", "Mexican", "Argentinian"}
+    assert band[0] <= filled.age <= band[1]
+    assert filled.persona_id == derive_id(7, "personas", "1~4")  # own 2, band 2, then language
+    assert records[0].persona_id == base[0].persona_id and records[2:] == [
+        PersonaRecord(**f.model_dump(), bio=r.bio)
+        for f, r in zip(base[2:], records[2:], strict=True)
+    ]
+    pool = result.manifest["pool"]
+    assert pool["widened"] == {"language": 1} and pool["short_slots"] == []
+    # a Spanish bio trips the language gate, or first the surface-form one (Spanish words
+    # tagged as English)
+    spanish_gates = {"language", "surface_form"}
+    (line,) = pool["widened_slots"]
+    reasons = line.pop("reasons")
+    assert line == {
+        "slot": 1,
+        "step": "language",
+        "from": f"Colombian {band[0]}-{band[1]}",
+        "to": f"{filled.nationality} {band[0]}-{band[1]}",
+        "draws": 5,
+    }
+    assert sum(reasons.values()) == 4 and "language" in reasons and set(reasons) <= spanish_gates
+    validators = result.manifest["validators"]
+    assert validators["pool.widened.band"] == 1 and validators["pool.widened.language"] == 1
+    assert validators["pool.redrawn"] == 4
+    assert sum(validators.get(f"bio.gate.{g}", 0) for g in spanish_gates) == 8
+    rejects = [json.loads(x) for x in (tmp_path / "a" / "rejects.jsonl").read_text().splitlines()]
+    assert [x["index"] for x in rejects] == [1] * 4
+    assert Counter(x["reason"] for x in rejects) == reasons
+    assert result.manifest["distribution"]["nationality"].get("Colombian") is None
+    # same seed, same pool; a rerun replays the same choices
+    run_pool(tmp_path / "b", lambda n, s: False, colombian, n=12, seed=7, draws=2, attempts=2)
+    for name in ("personas.jsonl", "rejects.jsonl"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_a_widened_pool_resumes_from_the_cache(tmp_path: Path) -> None:
+    """A killed run rerun into its folder replays every call from the cache: the widened slot's
+    failed draws and the draw that filled it included, so the pool is the same, byte for byte."""
+
+    def colombian(nationality: str, age: int) -> bool:
+        return nationality == "Colombian"
+
+    cache = str(tmp_path / "cache")
+    first, _ = run_pool(
+        tmp_path / "run", lambda n, s: False, colombian, n=12, seed=7, draws=2, cache_dir=cache
+    )
+    kept = {
+        name: (tmp_path / "run" / name).read_bytes() for name in ("personas.jsonl", "rejects.jsonl")
+    }
+    for name in kept:  # as a killed run leaves its folder: no final files
+        (tmp_path / "run" / name).unlink()
+    again, ctx = run_pool(
+        tmp_path / "run", lambda n, s: False, colombian, n=12, seed=7, draws=2, cache_dir=cache
+    )
+    assert first.manifest["pool"]["widened"] == {"language": 1}
+    assert again.manifest["pool"] == first.manifest["pool"]
+    usage = again.manifest["llm_usage"]
+    assert usage["calls"] == usage["cache_hits"] > 12 and ctx.llm.calls == []
+    for name, data in kept.items():
+        assert (tmp_path / "run" / name).read_bytes() == data
+
+
+def test_a_stratum_failing_in_one_band_widens_to_the_neighbouring_band(tmp_path: Path) -> None:
+    """The nearest widening first: a slot whose nationality fails only in its own age band is
+    filled by the same nationality in the neighbouring band nearer its age."""
+    base = sample_facts(7, 12)
+    k = next(i for i, b in enumerate(AGE_BANDS) if b[0] <= base[1].age <= b[1])
+
+    def own_band(nationality: str, age: int) -> bool:
+        return nationality == "Colombian" and AGE_BANDS[k][0] <= age <= AGE_BANDS[k][1]
+
+    result, _ = run_pool(tmp_path, lambda n, s: False, own_band, n=12, seed=7, draws=2)
+    assert result.exit_code == 0
+    filled = PersonaRecord.model_validate_json(
+        (tmp_path / "personas.jsonl").read_text().splitlines()[1]
+    )
+    near = min(
+        (j for j in (k - 1, k + 1) if 0 <= j < len(AGE_BANDS)),
+        key=lambda j: min(abs(base[1].age - a) for a in AGE_BANDS[j]),
+    )
+    assert filled.nationality == "Colombian"
+    assert AGE_BANDS[near][0] <= filled.age <= AGE_BANDS[near][1]
+    assert result.manifest["pool"]["widened"] == {"band": 1}
+
+
+@pytest.mark.parametrize("seed", [0, 5, 7])
+def test_slot_strata_widen_nearest_first(seed: int) -> None:
+    """Each slot's draws: its own stratum ``draws`` times, then each step's candidates in turn;
+    a step never repeats an earlier step's nationality, and the order is seeded."""
+    by_name = {n.demonym: n for n in NATIONALITIES}
+    for slot, f in enumerate(sample_facts(seed, 40)):
+        strata = slot_strata(seed, slot, f, 3, "any")
+        assert strata == slot_strata(seed, slot, f, 3, "any")
+        own = by_name[f.nationality]
+        assert [s.step for s in strata[:3]] == [""] * 3
+        assert {s.nationality for s in strata[:3]} == {own}
+        assert all(s.band[0] <= f.age <= s.band[1] for s in strata[:3])
+        steps = [s.step for s in strata]
+        assert steps == sorted(steps, key=lambda x: ("", *WIDEN_STEPS).index(x))
+        assert steps.count("band") == 3 and steps.count("any") == 3
+        seen: dict[str, str] = {}
+        for s in strata[3:]:
+            nat = s.nationality
+            if s.step == "band":
+                assert nat == own and s.band != strata[0].band
+                assert abs(AGE_BANDS.index(s.band) - AGE_BANDS.index(strata[0].band)) == 1
+                continue
+            assert s.band == strata[0].band and nat != own
+            assert seen.setdefault(nat.demonym, s.step) == s.step
+            if s.step == "language":
+                assert set(nat.languages) & set(own.languages)
+            if s.step == "region":
+                assert nat.region == own.region
+        assert slot_strata(seed, slot, f, 3, "none") == strata[:3]
+        assert slot_strata(seed, slot, f, 3, "band") == strata[:6]
 
 
 def test_a_digital_run_stops_when_its_pool_is_short(tmp_path: Path) -> None:

@@ -53,7 +53,9 @@ def bio_script(facts: list[PersonaFacts], write: Callable[[PersonaFacts, int], A
 
 def run_scripted(out_dir: Path, script, **cfg: Any):
     # one draw of facts per slot: a failed slot is one reject (test_personas tests redraws)
-    settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "draws": 1, **cfg})
+    settings = PersonasConfig(
+        **{"cache_dir": None, "progress": "off", "draws": 1, "widen": "none", **cfg}
+    )
     ctx = RunContext(NAME, settings, out_dir)
     ctx.use(llm=scripted_llm(script, cache=ctx.cache))
     return run(NAME, settings, out_dir, ctx=ctx), ctx

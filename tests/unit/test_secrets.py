@@ -57,6 +57,7 @@ def test_a_key_in_the_environment_is_sent_and_written_nowhere(
             "n=2",
             "attempts=1",
             "draws=1",
+            "widen=none",
             "llm=openai",
             f"llm.base_url={url}",
             "progress=off",
