@@ -207,20 +207,28 @@ def launch(
 def failed_jobs(sweep_dir: Path, launched: list[int], missing: list[int], since: float) -> str:
     """Where to look for the shards of one launch that did not finish: for each, the scheduler's
     job and its log, read from the folders submitit made during the launch (``launched``: the
-    shards the launch ran, in its order; ``since``: when it started). A Slurm job array's task
-    ``a`` ran shard ``launched[a]`` in ``.submitit/<array>_<a>/``, its log
-    ``<array>_<a>_0_log.err`` (submitit's layout). Empty where the launcher leaves no such
-    folders (joblib, submitit's local executor)."""
+    shards the launch ran, in its order; ``since``: when it started). Several shards go to Slurm
+    as one job array, whose task ``a`` ran shard ``launched[a]`` in ``.submitit/<array>_<a>/``;
+    one shard alone as a plain job, in ``.submitit/<job>/``; the log is ``<job>_0_log.err`` in
+    its folder (submitit's layout). Empty where the launcher leaves no such folders (joblib,
+    submitit's local executor, whose jobs are processes of this machine)."""
     root = sweep_dir / ".submitit"
     arrays: dict[int, dict[int, Path]] = {}
     if root.is_dir():
         for p in root.iterdir():
-            m = re.fullmatch(r"(\d+)_(\d+)", p.name)
+            m = re.fullmatch(r"(\d+)(?:_(\d+))?", p.name)
             if m and p.is_dir() and p.stat().st_mtime >= since - 1:
-                arrays.setdefault(int(m[1]), {})[int(m[2])] = p
+                # an array's own folder <array>/ (its submission) is keyed -1: not a task
+                arrays.setdefault(int(m[1]), {})[int(m[2]) if m[2] else -1] = p
     if not arrays:
         return ""
-    tasks = arrays[max(arrays)]  # this launch's array: the newest
+    tasks = arrays[max(arrays)]  # this launch's: the newest
+    if len(tasks) > 1:
+        tasks.pop(-1, None)  # a job array: its tasks
+    elif len(launched) == 1:
+        tasks = {0: tasks.popitem()[1]}  # one shard, one plain job
+    else:
+        return ""  # several shards, no array: a local executor's processes
     parts = [
         f"shard {launched[a]} is Slurm job {p.name} (log: {p / f'{p.name}_0_log.err'})"
         for a, p in sorted(tasks.items())

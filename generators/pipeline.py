@@ -265,7 +265,8 @@ def run_shards(
 ) -> tuple[RunFolder | None, list[int], str]:
     """Run a step as ``cfg.shards`` jobs (those without a finished folder of their config; all
     on a first run) and merge them into the step's folder; the merged folder, or None, the
-    shards that did not finish and where their scheduler's jobs and logs are (:func:`failed_jobs`). Every shard has the config the unsharded step would have (the
+    shards that did not finish and where their scheduler's jobs and logs are
+    (:func:`failed_jobs`). Every shard has the config the unsharded step would have (the
     pipeline's shared options and the step's own, :meth:`RunContext.config_for`) but its slice."""
     run_dir = ctx.out_dir.resolve()
     base = shards_dir(run_dir, step)

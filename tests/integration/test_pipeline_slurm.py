@@ -63,8 +63,13 @@ def sharded(partition: str, *extra: str) -> list[str]:
 
 
 def submissions(shards: Path) -> list[str]:
-    """The job arrays sbatch took for one step: submitit's job folders ``<array>_<task>``."""
-    return sorted(p.name for p in (shards / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", p.name))
+    """The jobs sbatch took for one step: submitit's job folders, ``<array>_<task>`` for the
+    tasks of a job array, ``<job>`` for a job of one shard."""
+    names = [p.name for p in (shards / ".submitit").iterdir()]
+    arrays = {n.split("_")[0] for n in names if re.fullmatch(r"\d+_\d+", n)}
+    return sorted(
+        n for n in names if re.fullmatch(r"\d+_\d+", n) or n.isdigit() and n not in arrays
+    )
 
 
 def test_slurm_shards_build_the_unsharded_bank(
@@ -92,7 +97,7 @@ def test_slurm_shards_build_the_unsharded_bank(
             assert manifest["shard"]["shard"] == k and manifest["exit_code"] == 0
     assert_same_bank(tmp_path / "whole", run)
 
-    # a shard lost (a node died): the rerun submits an array of that shard alone
+    # a shard lost (a node died): the rerun submits a job of that shard alone
     before = submissions(run / "mcqs.shards")
     kept = submissions(run / "recordings.shards")
     shutil.rmtree(run / "mcqs.shards" / "1")
@@ -100,7 +105,7 @@ def test_slurm_shards_build_the_unsharded_bank(
     proc = gen(tmp_path, netfs, *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     new = sorted(set(submissions(run / "mcqs.shards")) - set(before))
-    assert len(new) == 1 and new[0].endswith("_0"), new  # one job, task 0 of an array of one
+    assert len(new) == 1 and "_" not in new[0], new  # one plain job, not an array
     launches = [
         line
         for line in (run / "mcqs.shards" / "launch.log").read_text().splitlines()
