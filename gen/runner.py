@@ -402,26 +402,24 @@ class RunContext:
 # --------------------------------------------------------------------------- where a run goes
 
 
-def input_folders(cfg: CommonConfig) -> list[tuple[Path, bool]]:
-    """The folders a run reads (``input=`` one or a list: an input folder, or the folder an input
-    file lies in), each with whether it is a run folder (it holds a ``manifest.json``)."""
+def input_runs(cfg: CommonConfig) -> list[Path]:
+    """The run folders a run reads (``input=`` one or a list): an input that is a run folder, or
+    the run folder an input file lies in."""
     given = cfg.input if isinstance(cfg.input, list) else [cfg.input]
     out = []
     for value in given:
-        if not isinstance(value, str):
-            continue
-        p = Path(value).expanduser()
-        folder = p if p.is_dir() else p.parent
-        if p.exists():
-            out.append((folder, (folder / "manifest.json").is_file()))
+        if isinstance(value, str) and (p := Path(value).expanduser()).exists():
+            folder = p if p.is_dir() else p.parent
+            if (folder / "manifest.json").is_file():
+                out.append(folder)
     return out
 
 
 def check_out_dir(
     out: Path, cfg: CommonConfig, *, key: str = "out", shown: str | None = None
 ) -> None:
-    """A run may be written at ``out``: a folder (or a place for one) that no bank owns, none of
-    the run's input folders, and inside no input run folder. Checked before anything is written
+    """A run may be written at ``out``: a folder (or a place for one) that no bank owns and that
+    is none of the run folders it reads nor inside one. Checked before anything is written
     (on the command line, before Hydra makes ``.hydra/``): a ConfigError naming ``key`` and the
     folder as the user gave it (``shown``)."""
     shown = shown or str(out)
@@ -432,9 +430,9 @@ def check_out_dir(
             f"{key}: {shown} is inside the bank {bank} (its folders are written only by bank add; "
             "anything else there is drift); give the run a folder outside the bank"
         )
-    for folder, is_run in input_folders(cfg):
-        same = is_within(out, folder) and is_within(folder, out)
-        if same or (is_run and is_within(folder, out)):
+    for folder in input_runs(cfg):
+        if is_within(folder, out):
+            same = is_within(out, folder)
             raise ConfigError(
                 f"{key}: {shown} is {'its input' if same else 'inside its input'} {folder}; a run "
                 "never writes into its input: give it a folder of its own"

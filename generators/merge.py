@@ -13,6 +13,11 @@ order, so concatenating the shards' outputs in index order gives the unsharded r
   (``tom``'s funnel, ``nocontext``'s accuracies, ``digital``'s sizes…); without a hook each
   shard's stay under ``merged.shards``.
 
+A merge proves itself complete before it writes: every shard of ``num_shards`` once (or, with
+``allow_missing``, the missing ones listed and the merge marked partial), each shard's files the
+ones its run wrote (their SHA-256 as its manifest's ``outputs`` recorded), the index ranges
+contiguous from 0 and disjoint.
+
 Shard folders are input, not trusted: the plan hook checks each manifest (:class:`ShardManifest`),
 passes every file name it gives through :func:`gen.paths.inside` (the shard folder when read,
 the run folder when written), and parses every record and reject, so a bad shard is one

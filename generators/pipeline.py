@@ -263,8 +263,9 @@ def run_shards(
 ) -> tuple[RunFolder | None, list[int], int]:
     """Run a step as ``cfg.shards`` jobs, or as many as it has records when fewer (those without
     a finished folder of their config; all on a first run) and merge them into the step's folder;
-    the merged folder, or None and the shards that did not finish; and the number of shards. Every shard has the config the unsharded step would have (the
-    pipeline's shared options and the step's own, :meth:`RunContext.config_for`) but its slice."""
+    the merged folder, or None and the shards that did not finish; and the number of shards.
+    Every shard has the config the unsharded step would have (the pipeline's shared options and
+    the step's own, :meth:`RunContext.config_for`) but its slice."""
     run_dir = ctx.out_dir.resolve()
     base = shards_dir(run_dir, step)
     options = step_options(step, run_dir, str(chain_path(cfg)))
@@ -273,8 +274,7 @@ def run_shards(
     count = max(1, min(cfg.shards, records))
     dirs = [inside(base, str(k), what="shard") for k in range(count)]
     configs = [
-        ctx.config_for(step.generator, shard=k, num_shards=count, **options)
-        for k in range(count)
+        ctx.config_for(step.generator, shard=k, num_shards=count, **options) for k in range(count)
     ]
 
     def pending() -> list[int]:
@@ -326,9 +326,7 @@ def run_shards(
                 return
             if left != seen[0]:
                 seen[0] = left
-                ctx.say(
-                    f"[pipeline]   {step.name}: {count - left}/{count} shards finished"
-                )
+                ctx.say(f"[pipeline]   {step.name}: {count - left}/{count} shards finished")
 
         launch(command, base / "launch.log", every=cfg.progress_every, report=report)
     missing = pending()

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import gen_env
 from bank_runs import (
     LEAK,
     Bank,
@@ -30,6 +29,7 @@ from bank_runs import (
     run_folder,
     tree,
 )
+from conftest import gen_env
 
 from gen.banks.store import version_dir
 from gen.errors import ConfigError, InputError

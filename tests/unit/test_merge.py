@@ -257,14 +257,16 @@ def test_a_manifest_with_a_bom_merges_and_one_not_utf8_is_named(
         plan(shards)
 
 
-# --------------------------------------------------------------------------- completeness (issue 43)
+# ------------------------------------------------------------------- completeness (issue 43)
 
 
 def test_a_shard_whose_records_were_replaced_is_refused(run_gen, shards: list[Path]) -> None:
     """Before, shard 0's records copied over shard 1's merged with exit 0: two duplicates and
     two records missing (row counts matched; the manifests' output hashes were not compared)."""
     shutil.copy(shards[0] / "personas.jsonl", shards[1] / "personas.jsonl")
-    with pytest.raises(InputError, match=r"^input: shard 1 \(.*\): personas\.jsonl is not the file"):
+    with pytest.raises(
+        InputError, match=r"^input: shard 1 \(.*\): personas\.jsonl is not the file"
+    ):
         plan(shards)
     proc = run_gen("merge", f"input=[{shards[0]},{shards[1]}]", "hydra.run.dir=m")
     one_line(proc, "shard 1", str(shards[1]), "SHA-256")
@@ -290,7 +292,9 @@ def test_a_missing_shard_is_refused_unless_a_partial_merge_is_asked(
     assert result.accepted == 2
     with pytest.raises(InputError, match=r"is a partial merge \(shard\(s\) 0 missing\)"):
         batch_files(tmp_path / "part")
-    whole = run("merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None), tmp_path / "w")
+    whole = run(
+        "merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None), tmp_path / "w"
+    )
     assert whole.manifest["merged"]["complete"] is True
     assert whole.manifest["merged"]["missing_shards"] == []
 
