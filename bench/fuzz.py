@@ -477,6 +477,44 @@ def _pool_check(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProces
     return "a pool folder under outputs/" if (tmp / "work" / "outputs").exists() else None
 
 
+def _merge(tmp: Path, how: str) -> list[str]:
+    """``merge`` of a two-shard personas run (made in process with a scripted LLM), its shards
+    changed ``how``: ``copied`` (shard 0's records over shard 1's), ``missing``, ``twice``."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from shards import personas_shards
+
+    s0, s1 = personas_shards(tmp / "work" / "sh")
+    if how == "copied":
+        shutil.copy(s0 / "personas.jsonl", s1 / "personas.jsonl")
+    given = {"missing": [s0], "twice": [s0, s1, s1]}.get(how, [s0, s1])
+    return ["merge", f"input=[{','.join(map(str, given))}]"]
+
+
+def _partial_check(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProcess) -> str | None:
+    merged = json.loads((tmp / "work" / "run" / "manifest.json").read_text())["merged"]
+    return None if merged["complete"] is False and merged["missing_shards"] == [1] else str(merged)
+
+
+def _in_bank(tmp: Path, ctx: dict[str, Any], where: str) -> list[str]:
+    bank = make_bank(tmp)
+    ctx["digest"] = versions_digest(bank)
+    return ["audit", f"input={_mcq(tmp).name}", "embeddings=false", f"hydra.run.dir={bank / where}"]
+
+
+def _export_into_bank(tmp: Path, ctx: dict[str, Any]) -> list[str]:
+    bank = make_bank(tmp)
+    ctx["digest"] = versions_digest(bank)
+    other = tmp / "work" / "other"
+    (other / "versions" / "v0001").mkdir(parents=True)
+    (other / "current").symlink_to(Path("versions") / "v0001")
+    return ["bank", "export", f"bank={bank}", "format=parquet", f"out={other}/versions/v0001/x"]
+
+
+def _shards_check(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProcess) -> str | None:
+    made = sorted((tmp / "work" / "run" / "rec.shards").iterdir())
+    return None if [p.name for p in made if p.is_dir()] == ["0", "1", "2", "3"] else f"{made[:6]}"
+
+
 CASES: list[Case] = [
     # a sweep runs every job and reports each
     Case(
@@ -757,6 +795,54 @@ CASES: list[Case] = [
     Case("plugins: SystemExit in a plugin's import", _plugins("sx", "n=1")),
     Case("plugins: --help beside broken plugins", _plugins("--help"), expect=(0,), run_dir=False),
     Case("plugins: a broken plugin's own name", _plugins("bad", "n=1")),
+    # issue 43: merge/bank/API
+    Case("merge: shard 0's records copied over shard 1's", lambda t, c: _merge(t, "copied")),
+    Case("merge: a shard missing", lambda t, c: _merge(t, "missing")),
+    Case("merge: a shard given twice", lambda t, c: _merge(t, "twice")),
+    Case(
+        "merge: allow_missing=true (a partial merge, marked)",
+        lambda t, c: [*_merge(t, "missing"), "allow_missing=true"],
+        expect=(0,),
+        check=_partial_check,
+    ),
+    Case(
+        "merge: hydra.run.dir=<one of its inputs>",
+        lambda t, c: [*_merge(t, "whole"), f"hydra.run.dir={t / 'work' / 'sh' / 's1'}"],
+        run_dir=False,
+    ),
+    Case(
+        "audit: hydra.run.dir=bank/versions/v0002",
+        lambda t, c: _in_bank(t, c, "versions/v0002"),
+        run_dir=False,
+        check=_bank_check,
+        timeout=300,
+    ),
+    Case(
+        "audit: hydra.run.dir=bank/current/x",
+        lambda t, c: _in_bank(t, c, "current/x"),
+        run_dir=False,
+        check=_bank_check,
+        timeout=300,
+    ),
+    Case(
+        "bank export out=<another bank>/versions/v0001/x",
+        _export_into_bank,
+        check=_bank_check,
+        timeout=300,
+    ),
+    Case(
+        "pipeline shards=10000 on a 4-record step",
+        lambda t, c: (
+            _text(
+                t / "work" / "chain.yaml",
+                "steps:\n  - {name: rec, generator: history, options: {synthesize: true, n: 4}}\n",
+            ),
+            ["pipeline", "chain=chain.yaml", "shards=10000"],
+        )[1],
+        expect=(0,),
+        check=_shards_check,
+        timeout=300,
+    ),
 ]
 """Every case, in the order they run; adding one is one entry."""
 
@@ -764,9 +850,9 @@ CASES: list[Case] = [
 # --------------------------------------------------------------------------- running a case
 
 
-LIBRARY_CACHES = ("home/.cache/matplotlib",)
-"""Caches a library keeps under ``$XDG_CACHE_HOME`` whatever the command (matplotlib's font list,
-made on its first use by the audit's plots): not outputs, so not counted as writes outside."""
+LIBRARY_CACHES: tuple[str, ...] = ()
+"""Caches a library may keep under ``$HOME`` whatever the command: none (matplotlib's config and
+font list go to gen's cache folder since issue 43)."""
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:

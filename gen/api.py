@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -119,13 +120,19 @@ def run(generator: str, *, out: str | Path | None = None, **options: Any) -> Run
     asked for) still returns its folder: ``folder.ok`` is False and ``folder.manifest.error``
     says why.
     """
-    refuse_in_config({**options, "out": str(out)})  # a key in a folder's name is written
+    from gen.runner import check_out_dir
+
+    folder = path_of(out, "out") if out is not None else default_folder(generator)
+    refuse_in_config({**options, "out": str(folder)})  # a key in a folder's name is written
     cfg = configure(generator, options)
     plan = REGISTRY[generator].make_plan(
         cfg
     )  # reads the input once; its errors come before any write
-    folder = Path(out) if out is not None else default_folder(generator)
-    folder.mkdir(parents=True, exist_ok=True)
+    check_out_dir(folder, cfg)  # a bank's folder, an input's, a file: refused before gen.log
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file on the way, a read-only place
+        raise ConfigError(f"out: cannot make the run folder {folder}: {e.strerror or e}") from None
     with run_log(folder):
         execute(generator, cfg, folder, plan=plan)
     return RunFolder.open(folder)
@@ -133,7 +140,19 @@ def run(generator: str, *, out: str | Path | None = None, **options: Any) -> Run
 
 def open(path: str | Path) -> RunFolder:  # noqa: A001 - gen.open, as the public name reads
     """The run folder at ``path`` (any generator's), with its records typed."""
-    return RunFolder.open(path)
+    return RunFolder.open(path_of(path, "gen.open"))
+
+
+def path_of(value: Any, what: str) -> Path:
+    """A path argument of the API as a Path; anything else (None, a number) is a ConfigError."""
+    if isinstance(value, str | os.PathLike) and not isinstance(value, bytes):
+        text = os.fspath(value)
+        if isinstance(text, str) and text.strip() and "\x00" not in text:
+            return Path(text).expanduser()
+    raise ConfigError(
+        f"{what}: expected a folder's path (a str or pathlib.Path), got {type(value).__name__} "
+        f"{str(value)[:80]!r}"
+    )
 
 
 def default_folder(generator: str) -> Path:

@@ -73,6 +73,7 @@ def _main(argv: list[str]) -> int:
     check_output_options(overrides)
     jobs = validate_jobs(name, overrides, multirun=multirun)
     check_run_dir(name, overrides, multirun=multirun)
+    check_job_dirs(name, overrides, jobs, multirun=multirun)
     _VALIDATED.update({job.key: job for job in jobs})
     sys.argv = [sys.argv[0], *flags, f"generator={name}", *overrides]
     if multirun:
@@ -485,6 +486,24 @@ def check_run_dir(name: str, overrides: list[str], *, multirun: bool) -> None:
         raise ConfigError(
             f"{key}: cannot make a run folder at {shown}: {probe}: {e.strerror or e}"
         ) from None
+
+
+def check_job_dirs(name: str, overrides: list[str], jobs: list[Job], *, multirun: bool) -> None:
+    """No job's run folder lies in a bank or in one of its inputs
+    (:func:`gen.runner.check_out_dir`): checked here, before Hydra makes ``.hydra/`` in it."""
+    from gen.runner import check_out_dir
+
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == key]
+    text = given[-1] if given else f"outputs/{name}/${{now:%Y-%m-%d_%H-%M-%S}}"
+    fixed = text.split("${")[0]
+    # an interpolated folder (outputs/<name>/<time>) lies somewhere under its fixed part: a
+    # stand-in child of it is checked (inside a bank or an input run folder, or not)
+    where = Path(fixed or ".") if fixed == text else Path(fixed + "_").parent / "_"
+    for job in jobs:
+        check_out_dir(
+            where.expanduser(), job.settings, key=key, shown=given[-1] if given else str(where)
+        )
 
 
 def _first_line(e: BaseException) -> str:

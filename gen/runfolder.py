@@ -178,6 +178,16 @@ class RunFolder:
         return self.manifest.config
 
     @property
+    def partial(self) -> list[int] | None:
+        """The shards a partial merge (``merge allow_missing=true``) lacks; None for any other
+        folder. A merged folder that does not say it is complete counts as partial."""
+        merged = self.manifest.extras.get("merged")
+        if self.made_by != "merge" or not isinstance(merged, dict) or merged.get("complete"):
+            return None
+        missing = merged.get("missing_shards")
+        return [k for k in missing if isinstance(k, int)] if isinstance(missing, list) else []
+
+    @property
     def ok(self) -> bool:
         """The run ended with exit code 0."""
         return self.manifest.exit_code == 0

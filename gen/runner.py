@@ -27,6 +27,8 @@ from pydantic import BaseModel
 
 import gen
 from gen.backends import Backends
+from gen.banks.store import is_within, owning_bank
+from gen.errors import ConfigError
 from gen.llm import Cache, LanguageModel, LLMConfig, sha256_file
 from gen.llm.labels import model_label, unique_labels
 from gen.manifest import atomic_write, count_lines, git_info, output_hashes, package_versions
@@ -55,6 +57,7 @@ __all__ = [
     "PlanHook",
     "RunContext",
     "RunResult",
+    "check_out_dir",
     "derive_id",
     "derive_seed",
     "run",
@@ -396,6 +399,46 @@ class RunContext:
         return path
 
 
+# --------------------------------------------------------------------------- where a run goes
+
+
+def input_runs(cfg: CommonConfig) -> list[Path]:
+    """The run folders a run reads (``input=`` one or a list): an input that is a run folder, or
+    the run folder an input file lies in."""
+    given = cfg.input if isinstance(cfg.input, list) else [cfg.input]
+    out = []
+    for value in given:
+        if isinstance(value, str) and (p := Path(value).expanduser()).exists():
+            folder = p if p.is_dir() else p.parent
+            if (folder / "manifest.json").is_file():
+                out.append(folder)
+    return out
+
+
+def check_out_dir(
+    out: Path, cfg: CommonConfig, *, key: str = "out", shown: str | None = None
+) -> None:
+    """A run may be written at ``out``: a folder (or a place for one) that no bank owns and that
+    is none of the run folders it reads nor inside one. Checked before anything is written
+    (on the command line, before Hydra makes ``.hydra/``): a ConfigError naming ``key`` and the
+    folder as the user gave it (``shown``)."""
+    shown = shown or str(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{key}: {shown} is a file; a run is written into a folder")
+    if (bank := owning_bank(out)) is not None:
+        raise ConfigError(
+            f"{key}: {shown} is inside the bank {bank} (its folders are written only by bank add; "
+            "anything else there is drift); give the run a folder outside the bank"
+        )
+    for folder in input_runs(cfg):
+        if is_within(folder, out):
+            same = is_within(out, folder)
+            raise ConfigError(
+                f"{key}: {shown} is {'its input' if same else 'inside its input'} {folder}; a run "
+                "never writes into its input: give it a folder of its own"
+            )
+
+
 # --------------------------------------------------------------------------- runner
 
 
@@ -429,6 +472,7 @@ def run(
     gen_ = REGISTRY[name]
     ctx = ctx or RunContext(name, cfg, out_dir)
     ctx.plan = plan if plan is not None else gen_.make_plan(cfg)  # input errors: before any write
+    check_out_dir(out_dir, cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()

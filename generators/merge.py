@@ -13,6 +13,11 @@ order, so concatenating the shards' outputs in index order gives the unsharded r
   (``tom``'s funnel, ``nocontext``'s accuracies, ``digital``'s sizes…); without a hook each
   shard's stay under ``merged.shards``.
 
+A merge proves itself complete before it writes: every shard of ``num_shards`` once (or, with
+``allow_missing``, the missing ones listed and the merge marked partial), each shard's files the
+ones its run wrote (their SHA-256 as its manifest's ``outputs`` recorded), the index ranges
+contiguous from 0 and disjoint.
+
 Shard folders are input, not trusted: the plan hook checks each manifest (:class:`ShardManifest`),
 passes every file name it gives through :func:`gen.paths.inside` (the shard folder when read,
 the run folder when written), and parses every record and reject, so a bad shard is one
@@ -31,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.errors import InputError, MissingInputError
-from gen.llm import Usage
+from gen.llm import Usage, sha256_file
 from gen.llm.usage import SUMMED
 from gen.manifest import atomic_write, extras_of
 from gen.paths import UnsafePathError, inside
@@ -59,6 +64,7 @@ class RawRecord:
 
 class _ShardPart(BaseModel):
     model_config = ConfigDict(extra="allow")
+    shard: int = Field(ge=0)
     indices: tuple[int, int]
     num_shards: int = Field(ge=1)
 
@@ -68,6 +74,8 @@ class _ShardPart(BaseModel):
             raise ValueError(
                 f"indices must be [start, stop] with 0 <= start <= stop, got {list(self.indices)}"
             )
+        if self.shard >= self.num_shards:
+            raise ValueError(f"shard must be < num_shards ({self.num_shards}), got {self.shard}")
         return self
 
 
@@ -118,12 +126,24 @@ class Shard:
 class MergeConfig(CommonConfig):
     input: list[str] = Field(min_length=1)  # type: ignore[assignment]
     """Shard run folders: input=[dir0,dir1,...]."""
+    allow_missing: bool = False
+    """Merge the shards given though some of num_shards are missing: a partial merge, marked so
+    in its manifest (``merged.complete: false``, ``merged.missing_shards``); ``bank add`` refuses
+    it."""
+
+
+@dataclass(frozen=True)
+class Shards:
+    """The shards to merge, in index order, and the numbers of those missing."""
+
+    shards: list[Shard]
+    missing: list[int]
 
 
 def plan(cfg: MergeConfig) -> Plan:
     """As many indices as the shards requested, so the runner's accounting reconciles."""
-    shards = read_shards(cfg.input)
-    return Plan(sum(s.indices[1] - s.indices[0] for s in shards), shards)
+    given = read_shards(cfg.input, allow_missing=cfg.allow_missing)
+    return Plan(sum(s.indices[1] - s.indices[0] for s in given.shards), given)
 
 
 def read_shard(folder: Path) -> Shard:
@@ -168,13 +188,27 @@ def read_shard(folder: Path) -> Shard:
             f"input: {folder} holds {rows} records and rejects for its {b - a} indices "
             f"[{a}, {b}) (manifest.json: shard.indices)"
         )
+    for rel, file in ((records.name, records), (rejects.name, rejects), *outputs.items()):
+        recorded = m.outputs.get(rel)
+        if recorded is None:
+            raise InputError(
+                f"input: shard {m.shard.shard} ({folder}): its manifest.json records no hash of "
+                f"{rel} (outputs); a finished run's manifest has one"
+            )
+        if sha256_file(file) != recorded:
+            raise InputError(
+                f"input: shard {m.shard.shard} ({folder}): {rel} is not the file its run wrote "
+                "(its SHA-256 differs from manifest.json's outputs); rerun that shard"
+            )
     return Shard(folder, raw, m, (a, b), records, rejects, outputs)
 
 
-def read_shards(paths: list[str]) -> list[Shard]:
-    """Shard folders with their manifests, in index order; refuses overlaps and mismatches."""
+def read_shards(paths: list[str], *, allow_missing: bool = False) -> Shards:
+    """Shard folders with their manifests, in index order, proved complete: every shard of
+    ``num_shards`` given once (``allow_missing``: the missing ones listed instead), their index
+    ranges contiguous from 0 and disjoint; refuses overlaps and mismatches."""
     shards = [read_shard(Path(p).expanduser()) for p in paths]
-    shards.sort(key=lambda s: s.indices)
+    shards.sort(key=lambda s: (s.meta.shard.shard, s.indices))
     first = shards[0]
     base = {k: v for k, v in first.manifest["config"].items() if k not in SHARD_KEYS}
     for s in shards[1:]:
@@ -189,13 +223,40 @@ def read_shards(paths: list[str]) -> list[Shard]:
             raise InputError(
                 f"input: {s.folder} was run with a different config ({', '.join(diff)})"
             )
+    k = first.meta.shard.num_shards
+    for s in shards:
+        if s.meta.shard.num_shards != k:
+            raise InputError(
+                f"input: shard {s.meta.shard.shard} ({s.folder}) is one of "
+                f"{s.meta.shard.num_shards} shards, {first.folder} one of {k}"
+            )
     for a, b in zip(shards, shards[1:], strict=False):
+        if a.meta.shard.shard == b.meta.shard.shard:
+            raise InputError(
+                f"input: shard {a.meta.shard.shard} is given twice: {a.folder} and {b.folder}"
+            )
         if b.indices[0] < a.indices[1]:
             raise InputError(
                 f"input: shards overlap: {a.folder} has indices [{a.indices[0]}, {a.indices[1]}), "
                 f"{b.folder} has [{b.indices[0]}, {b.indices[1]})"
             )
-    return shards
+        if b.meta.shard.shard == a.meta.shard.shard + 1 and b.indices[0] != a.indices[1]:
+            raise InputError(
+                f"input: shard {b.meta.shard.shard} ({b.folder}) starts at index {b.indices[0]}, "
+                f"not where shard {a.meta.shard.shard} ends ({a.indices[1]}): indices are missing"
+            )
+    if first.meta.shard.shard == 0 and first.indices[0] != 0:
+        raise InputError(
+            f"input: shard 0 ({first.folder}) starts at index {first.indices[0]}, not 0"
+        )
+    missing = sorted(set(range(k)) - {s.meta.shard.shard for s in shards})
+    if missing and not allow_missing:
+        raise InputError(
+            f"input: shard(s) {', '.join(map(str, missing))} of {k} missing (given: "
+            f"{', '.join(str(s.meta.shard.shard) for s in shards)}); give every shard's folder, "
+            "or allow_missing=true for a partial merge"
+        )
+    return Shards(shards, missing)
 
 
 def _rows(path: Path) -> list[tuple[int, str]]:
@@ -300,7 +361,8 @@ def merge(
     cfg: MergeConfig, ctx: RunContext
 ) -> Iterator[RawRecord | Reject | list[RawRecord | Reject]]:
     """Merge shard folders (input=[...]) of one run into one folder and one manifest."""
-    shards: list[Shard] = ctx.plan.data
+    given: Shards = ctx.plan.data
+    shards = given.shards
     name = shards[0].manifest["generator"]
     ctx.records_name = name
     source = shards[0].manifest.get("records")
@@ -353,19 +415,25 @@ def merge(
                 f"input: {name}'s merge cannot read the shards' summaries or records "
                 f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}) in {folders}"
             ) from None
-    a, b = shards[0].indices[0], shards[-1].indices[1]
-    covered = sum(s.indices[1] - s.indices[0] for s in shards)
+    if given.missing:
+        ctx.say(
+            f"partial merge: shard(s) {', '.join(map(str, given.missing))} of "
+            f"{shards[0].meta.shard.num_shards} missing",
+            always=True,
+        )
     ctx.extra["merged"] = {
         "generator": name,
         "source_config": {
             k: v for k, v in shards[0].manifest["config"].items() if k not in SHARD_KEYS
         },
-        "complete": covered == b - a and a == 0 and shards[0].meta.shard.num_shards == len(shards),
+        "complete": not given.missing,
+        "missing_shards": given.missing,
         "not_merged": [rel for rel in not_merged if not inside(ctx.out_dir, rel).is_file()],
         "llm_usage": Usage.total([s.meta.llm_usage for s in shards]),
         "shards": [
             {
                 "path": str(s.folder),
+                "shard": s.meta.shard.shard,
                 "indices": list(s.indices),
                 "counts": s.manifest["counts"],
                 "llm_usage": s.manifest.get("llm_usage"),

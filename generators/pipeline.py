@@ -181,7 +181,7 @@ def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
         folder = inside(ctx.out_dir, safe_part(step.name), what="step name")
         ctx.say(f"[pipeline] step {i + 1}/{len(steps)}: {step.name} ({step.generator})")
         if sharded(step, cfg):
-            run, missing, jobs = run_shards(step, cfg, ctx, folder)
+            run, missing, count, jobs = run_shards(step, cfg, ctx, folder)
             if run is None:
                 yield StepRecord(
                     step=step.name,
@@ -189,11 +189,11 @@ def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
                     folder=shards_dir(ctx.out_dir, step).name,
                     status="ran",
                     exit_code=1,
-                    counts={"shards": cfg.shards, "shards_finished": cfg.shards - len(missing)},
+                    counts={"shards": count, "shards_finished": count - len(missing)},
                 )
                 ctx.fail(
                     f"chain step {step.name} ({step.generator}): shard(s) "
-                    f"{', '.join(map(str, missing))} of {cfg.shards} did not finish "
+                    f"{', '.join(map(str, missing))} of {count} did not finish "
                     + (f"({jobs}; " if jobs else "(")
                     + f"see {shards_dir(ctx.out_dir, step)}: the shards' folders and launch.log); "
                     "the same command into the same folder runs only those again",
@@ -262,19 +262,22 @@ def shards_dir(run_dir: Path, step: Step) -> Path:
 
 def run_shards(
     step: Step, cfg: PipelineConfig, ctx: RunContext, folder: Path
-) -> tuple[RunFolder | None, list[int], str]:
-    """Run a step as ``cfg.shards`` jobs (those without a finished folder of their config; all
-    on a first run) and merge them into the step's folder; the merged folder, or None, the
-    shards that did not finish and where their scheduler's jobs and logs are
-    (:func:`failed_jobs`). Every shard has the config the unsharded step would have (the
-    pipeline's shared options and the step's own, :meth:`RunContext.config_for`) but its slice."""
+) -> tuple[RunFolder | None, list[int], int, str]:
+    """Run a step as ``cfg.shards`` jobs, or as many as it has records when fewer (those without
+    a finished folder of their config; all on a first run) and merge them into the step's folder;
+    the merged folder, or None and the shards that did not finish; the number of shards; and
+    where the unfinished shards' scheduler jobs and logs are (:func:`failed_jobs`). Every shard
+    has the config the unsharded step would have (the pipeline's shared options and the step's
+    own, :meth:`RunContext.config_for`) but its slice."""
     run_dir = ctx.out_dir.resolve()
     base = shards_dir(run_dir, step)
     options = step_options(step, run_dir, str(chain_path(cfg)))
-    dirs = [inside(base, str(k), what="shard") for k in range(cfg.shards)]
+    # no more shards than the step has records: a shard of none is an empty folder
+    records = REGISTRY[step.generator].make_plan(ctx.config_for(step.generator, **options)).n
+    count = max(1, min(cfg.shards, records))
+    dirs = [inside(base, str(k), what="shard") for k in range(count)]
     configs = [
-        ctx.config_for(step.generator, shard=k, num_shards=cfg.shards, **options)
-        for k in range(cfg.shards)
+        ctx.config_for(step.generator, shard=k, num_shards=count, **options) for k in range(count)
     ]
 
     def pending() -> list[int]:
@@ -287,14 +290,14 @@ def run_shards(
     todo = pending()
     if todo and cfg.launcher == "local":
         for k in todo:
-            ctx.say(f"[pipeline]   {step.name}: shard {k + 1}/{cfg.shards}")
+            ctx.say(f"[pipeline]   {step.name}: shard {k + 1}/{count}")
             ctx.subrun(
                 step.generator,
                 dirs[k],
                 reuse=True,
                 quiet=cfg.progress == "off",
                 shard=k,
-                num_shards=cfg.shards,
+                num_shards=count,
                 **options,
             )
     elif todo:
@@ -308,13 +311,13 @@ def run_shards(
             step.generator,
             {**shared, **options},
             todo,
-            cfg.shards,
+            count,
             base,
             cfg.launcher,
             cfg.launcher_options,
         )
         ctx.say(
-            f"[pipeline]   {step.name}: shard(s) {', '.join(map(str, todo))} of {cfg.shards} "
+            f"[pipeline]   {step.name}: shard(s) {', '.join(map(str, todo))} of {count} "
             f"through {cfg.launcher} (log: {base / 'launch.log'})"
         )
         seen = [len(todo)]
@@ -326,18 +329,16 @@ def run_shards(
                 return
             if left != seen[0]:
                 seen[0] = left
-                ctx.say(
-                    f"[pipeline]   {step.name}: {cfg.shards - left}/{cfg.shards} shards finished"
-                )
+                ctx.say(f"[pipeline]   {step.name}: {count - left}/{count} shards finished")
 
         started = time.time()
         launch(command, base / "launch.log", every=cfg.progress_every, report=report)
         missing = pending()
         if missing:
-            return None, missing, failed_jobs(base, todo, missing, started)
+            return None, missing, count, failed_jobs(base, todo, missing, started)
     missing = pending()
     if missing:
-        return None, missing, ""
+        return None, missing, count, ""
     merged = ctx.subrun(
         "merge",
         folder,
@@ -345,4 +346,4 @@ def run_shards(
         quiet=cfg.progress == "off",
         input=[str(d) for d in dirs],
     )
-    return merged, [], ""
+    return merged, [], count, ""

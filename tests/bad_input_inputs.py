@@ -36,6 +36,19 @@ def merge_plan(folder: Path) -> Any:
     return plan_of("merge", input=[str(folder / "s0"), str(folder / "s1")])
 
 
+def rehashed(folder: Path) -> None:
+    """``folder``'s shard s1 with its records' SHA-256 recorded anew, as if its run had written the
+    bytes a case put there: what the parse makes of them is the case (merge refuses records that
+    are not the file the run wrote: tests/unit/test_merge.py)."""
+    import hashlib
+
+    manifest = folder / "s1" / "manifest.json"
+    m = json.loads(manifest.read_text(encoding="utf-8"))
+    records = (folder / "s1" / "personas.jsonl").read_bytes()
+    m["outputs"]["personas.jsonl"] = hashlib.sha256(records).hexdigest()
+    manifest.write_text(json.dumps(m), encoding="utf-8")
+
+
 def merge_run(folder: Path) -> Any:
     """The merge itself, into ``folder/run`` (the generator's merge hook reads the summaries)."""
     from gen.generators.merge import MergeConfig

@@ -41,6 +41,7 @@ from bad_input_inputs import (
     merge_run,
     persona_lines,
     plan_of,
+    rehashed,
     review_labels,
     review_rendered,
     scenario_lock,
@@ -67,6 +68,9 @@ class Reader:
     """What reads the rest during the run (``merge``'s hook), after ``read`` found no fault."""
     fields: tuple[str, ...] | None = None
     """The fields the field sweep replaces (None: every field of the input)."""
+    written: Callable[[Path], Any] | None = None
+    """What the input's writer does after the file is written (a shard's manifest records its
+    records' SHA-256), run after each corruption."""
 
 
 READERS = [
@@ -449,6 +453,7 @@ READERS = [
         merge_plan,
         folder_named=True,
         then=merge_run,
+        written=rehashed,
     ),
     Reader(
         "scenarios verify: the run's MANIFEST.lock.json",

@@ -86,6 +86,13 @@ def batch_files(
         return [(path, "mcq" if kind == "auto" else kind, "roles_jsonl")]
     files: list[Path]
     run = RunFolder.find(path) if path.is_dir() else None
+    source = run if path.is_dir() else RunFolder.find(f) if (f := run_folder(path)) else None
+    if source is not None and (missing := source.partial) is not None:
+        raise InputError(
+            f"input: {source.path} is a partial merge (shard(s) "
+            f"{', '.join(map(str, missing)) or 'unknown'} missing); a bank takes a complete run: "
+            "merge every shard"
+        )
     if path.is_file():
         files = [path]
     elif run is not None:

@@ -98,6 +98,30 @@ def is_within(folder: Path, path: Path) -> bool:
     return os.path.commonpath([base, os.path.realpath(path)]) == base
 
 
+def is_bank(folder: Path) -> bool:
+    """``folder`` is a bank: a ``versions/`` folder beside its ``current`` pointer or writer's
+    lock, or holding a released version (``vNNNN/`` with its lock)."""
+    vroot = folder / VERSIONS
+    if not vroot.is_dir():
+        return False
+    if os.path.lexists(folder / CURRENT) or os.path.lexists(folder / WRITER_LOCK):
+        return True
+    try:
+        return any(VERSION_DIR.match(p.name) and (p / LOCK).is_file() for p in vroot.iterdir())
+    except OSError:
+        return False
+
+
+def owning_bank(path: Path) -> Path | None:
+    """The bank ``path`` is or lies in (resolved through symlinks, existing or not), if any.
+    Everything under a bank folder is the bank's own: only ``bank add`` writes there."""
+    where = Path(os.path.realpath(path.expanduser()))
+    for folder in (where, *where.parents):
+        if is_bank(folder):
+            return folder
+    return None
+
+
 def check_root(root: Path, *, writing: bool) -> None:
     """``bank=`` is a folder (or, for a writer, a place where one can be made, and its lock
     file is a file): one line naming the path, not an OSError halfway through a run."""

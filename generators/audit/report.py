@@ -3,6 +3,8 @@ PNG plots, per check from the registry) and the exit code."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,7 +77,7 @@ def write_report(
         },
     }
     ctx.extra["audit"] = {**summary, "packages": package_versions()}
-    plots = draw_plots(ctx.out_dir, results) if cfg.plots else {}
+    plots = draw_plots(ctx.out_dir, results, cfg.cache_dir) if cfg.plots else {}
     report = {
         "input": cfg.input,
         "roles": cfg.roles,
@@ -112,9 +114,12 @@ def write_report(
     atomic_write(ctx.out_dir / "audit.md", render_markdown(cfg, data, results, summary, plots))
 
 
-def draw_plots(out_dir: Path, results: list[CheckResult]) -> dict[str, str]:
+def draw_plots(
+    out_dir: Path, results: list[CheckResult], cache_dir: str | None = None
+) -> dict[str, str]:
     """Each check's PNG plot (its ``plot=``), where a picture reads better than a table; returns
     check key -> file name."""
+    matplotlib_home(cache_dir)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,6 +131,29 @@ def draw_plots(out_dir: Path, results: list[CheckResult]) -> dict[str, str]:
         if r.status == "ran" and draw is not None and (name := draw(r, out_dir, plt)) is not None:
             made[r.key] = name
     return made
+
+
+_TEMP: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def matplotlib_home(cache_dir: str | None) -> None:
+    """matplotlib keeps its config and font cache in ``$MPLCONFIGDIR``, else it makes
+    ``~/.config/matplotlib`` and ``~/.cache/matplotlib``: before its first import, point it at
+    gen's cache folder (``<cache_dir>/matplotlib``), or a temporary folder of this process when
+    caching is off. A ``MPLCONFIGDIR`` the user set is kept."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    if cache_dir is not None:
+        folder = Path(cache_dir).expanduser() / "matplotlib"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            cache_dir = None  # a cache folder we cannot write: matplotlib would warn, then go home
+    if cache_dir is None:
+        if not _TEMP:
+            _TEMP.append(tempfile.TemporaryDirectory(prefix="gen-matplotlib-"))
+        folder = Path(_TEMP[0].name)
+    os.environ["MPLCONFIGDIR"] = str(folder)
 
 
 PNG_METADATA = {"Software": None}

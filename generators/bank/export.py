@@ -47,6 +47,7 @@ from gen.banks.store import (
     fsync_tree,
     is_within,
     label,
+    owning_bank,
     read_json,
     read_kind,
     remove,
@@ -131,6 +132,10 @@ def check_out(root: Path, out: Path) -> None:
     if is_within(root, out) or is_within(out, root):
         raise ConfigError(
             f"out: {out} is inside the bank {root} (or holds it); export to a folder outside it"
+        )
+    if (other := owning_bank(out)) is not None:
+        raise ConfigError(
+            f"out: {out} is inside the bank {other}; export to a folder outside every bank"
         )
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(

@@ -187,10 +187,11 @@ def make_app(session: Session) -> Any:
     async def item(request: Request) -> Response:
         if not authorised(request.headers.get(TOKEN_HEADER)):
             return refused("missing or wrong token")
-        try:
-            it = session.items[int(request.path_params["index"])]
-        except (ValueError, IndexError):
+        raw = request.path_params["index"]
+        # digits only: int() reads "-1" (Python's last item), " 1" and "1_0" too
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 9 or int(raw) >= len(session.items):
             return refused("no such item", 404)
+        it = session.items[int(raw)]
         return JSONResponse({"html": render(it)}, headers=HEADERS)
 
     async def label(request: Request) -> Response:

@@ -659,3 +659,44 @@ def test_embeddings_false_skips_only_the_embedding_parts(tmp_path: Path) -> None
     status = {c["key"]: c["status"] for c in report["checks"]}
     assert status["similar_options"] == "skipped" and status["duplicates"] == "ran"
     assert triples(findings) == [e for e in expected("duplicates") if e[0] == "duplicate_items"]
+
+
+@pytest.mark.parametrize("cache", ["gen's cache", "no cache"])
+def test_an_audit_writes_nothing_under_home(tmp_path: Path, cache_dir: Path, cache: str) -> None:
+    """Before, every audit (and bank add) made ``~/.config/matplotlib`` and
+    ``~/.cache/matplotlib``: matplotlib's config and font cache now go to gen's cache folder
+    (``<cache_dir>/matplotlib``), or a temporary folder when caching is off."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import gen_env
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = gen_env(cache_dir)
+    for var in ("MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
+        env.pop(var, None)
+    env["HOME"] = str(home)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gen",
+            "audit",
+            f"input={FIX / 'clean.jsonl'}",
+            "embeddings=false",
+            "checks=[length,position]",
+            "hydra.run.dir=run",
+            *(["cache_dir=null"] if cache == "no cache" else []),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    assert any(p.suffix == ".png" for p in (tmp_path / "run").iterdir())  # matplotlib ran
+    assert sorted(os.path.relpath(p, home) for p in home.rglob("*")) == []
+    assert (cache_dir / "matplotlib").is_dir() == (cache == "gen's cache")

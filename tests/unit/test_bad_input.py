@@ -437,6 +437,8 @@ def test_a_reader_gives_a_one_line_error_naming_the_file_or_a_valid_result(
 def holds(reader: Reader, folder: Path, target: Path, how: str, *, run_too: bool = False) -> None:
     """The property: a one-line GenError naming the file, or a valid result; no other
     exception; nothing written but the run folder; a BOM before valid content reads."""
+    if reader.written is not None:
+        reader.written(folder)
     before = tree(folder)
     try:
         reader.read(folder)

@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from bank_runs import (
     run_folder,
     tree,
 )
+from conftest import gen_env
 
 from gen.banks.store import version_dir
 from gen.errors import ConfigError, InputError
@@ -292,3 +294,60 @@ def test_a_bank_name_that_would_become_markup_is_refused(tmp_path: Path) -> None
     with pytest.raises(ConfigError, match="rename the folder"):
         bank.add(run_folder(tmp_path / "tom_a", [mcq(1)]))
     assert not bank.root.exists()
+
+
+# ----------------------------------------------------------------------- folders the bank owns
+
+
+@pytest.mark.parametrize(
+    "where", ["versions/v0002", "versions/v0002/audit/x", "versions", "current/sub", "."]
+)
+def test_no_run_folder_inside_a_bank_from_the_cli(tmp_path: Path, where: str) -> None:
+    """Before, ``gen audit … hydra.run.dir=bank/versions/v0002`` exited 0 and added files to the
+    released version (then ``verify`` reported drift and add/export refused). Now exit 2 before
+    anything is written: no .hydra/, no gen.log, the bank byte for byte as it was."""
+    bank = two_releases(tmp_path)
+    batch = run_folder(tmp_path / "batch", [mcq(i) for i in range(20, 22)])
+    before = tree(bank.root)
+    proc = subprocess.run(  # the real audit (not this module's stand-in)
+        [
+            sys.executable,
+            "-m",
+            "gen",
+            "audit",
+            f"input={batch}",
+            "checks=[structure]",
+            "embeddings=false",
+            f"hydra.run.dir={bank.root / where}",
+        ],
+        cwd=tmp_path,
+        env=gen_env(tmp_path / "cache"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "hydra.run.dir" in lines[0] and "inside the bank" in lines[0]
+    assert tree(bank.root) == before
+    assert bank.verify()[0].exit_code == 0
+
+
+def test_no_run_folder_inside_a_bank_from_the_api(tmp_path: Path) -> None:
+    """``gen.run(…, out=<bank>/versions/v0002)`` and a sub-run's folder there are refused before
+    the folder or its gen.log is made; an export into another bank's folder too."""
+    import gen
+
+    bank = two_releases(tmp_path)
+    batch = run_folder(tmp_path / "batch", [mcq(i) for i in range(20, 22)])
+    before = tree(bank.root)
+    for out in (version_dir(bank.root, 2), version_dir(bank.root, 2) / "run", bank.root / "x"):
+        with pytest.raises(ConfigError, match=r"^out: .* is inside the bank .*bank \(its folders"):
+            gen.run("audit", input=str(batch), out=out)
+    assert tree(bank.root) == before
+    other = tmp_path / "other"  # another bank: a version and its pointer
+    (other / "versions" / "v0001").mkdir(parents=True)
+    (other / "current").symlink_to(Path("versions") / "v0001")
+    with pytest.raises(ConfigError, match=r"^out: .* is inside the bank .*other; export"):
+        bank.export("parquet", out=str(other / "versions" / "v0001" / "exp"))
+    assert sorted(p.name for p in other.rglob("*")) == ["current", "v0001", "versions"]

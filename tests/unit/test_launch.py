@@ -262,3 +262,17 @@ def test_submitit_slurm_submits_the_launcher_options_to_sbatch(tmp_path: Path, e
         "sbatch: error: no Slurm here"
         in (tmp_path / "run/recordings.shards/launch.log").read_text()
     )
+
+
+def test_shards_are_capped_at_a_steps_records(runs, tmp_path) -> None:
+    """Before, ``shards=40`` on a step of 12 records made 40 shard folders, 28 of them empty
+    runs; now a step runs as at most as many shards as it has records, merged as before."""
+    src, chain = runs
+    out = tmp_path / "many"
+    result = run_chain(out, chain, shards=40)
+    assert result.exit_code == 0, result.error
+    shards = sorted(int(p.name) for p in (out / "mcqs.shards").iterdir() if p.name.isdigit())
+    assert shards == list(range(12))
+    merged = json.loads((out / "mcqs" / "manifest.json").read_text())
+    assert merged["merged"]["complete"] and len(merged["merged"]["shards"]) == 12
+    assert_same_bank(src / "whole", out)

@@ -4,6 +4,7 @@ folder, and a manifest, record or reject it cannot read is one line naming the f
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -128,7 +129,8 @@ def test_a_symlink_in_the_run_folder_cannot_lead_writes_out(
         (s / "sub").mkdir()
         (s / "sub" / "extra.jsonl").write_text(f'{{"i": {i}}}\n', encoding="utf-8")
         m = json.loads((s / "manifest.json").read_text(encoding="utf-8"))
-        edit_manifest(s, outputs={**m["outputs"], "sub/extra.jsonl": "0" * 64})
+        digest = hashlib.sha256((s / "sub" / "extra.jsonl").read_bytes()).hexdigest()
+        edit_manifest(s, outputs={**m["outputs"], "sub/extra.jsonl": digest})
     out = tmp_path / "run"
     out.mkdir()
     (out / "sub").symlink_to(elsewhere)
@@ -161,9 +163,11 @@ def test_a_manifest_that_is_no_object_names_the_file(shards: list[Path], content
 
 BAD_FIELDS = [
     ({"shard": "0"}, "shard"),
-    ({"shard": {"indices": [0, "two"], "num_shards": 2}}, "shard.indices.1"),
-    ({"shard": {"indices": [3, 1], "num_shards": 2}}, "indices must be [start, stop]"),
-    ({"shard": {"indices": [0, 2]}}, "shard.num_shards"),
+    ({"shard": {"shard": 1, "indices": [0, "two"], "num_shards": 2}}, "shard.indices.1"),
+    ({"shard": {"shard": 1, "indices": [3, 1], "num_shards": 2}}, "indices must be [start, stop]"),
+    ({"shard": {"shard": 1, "indices": [0, 2]}}, "shard.num_shards"),
+    ({"shard": {"indices": [2, 4], "num_shards": 2}}, "shard.shard"),
+    ({"shard": {"shard": 2, "indices": [2, 4], "num_shards": 2}}, "shard must be < num_shards"),
     ({"counts": []}, "counts"),
     ({"counts": {"requested": "many"}}, "counts.requested"),
     ({"config": [1]}, "config"),
@@ -251,3 +255,85 @@ def test_a_manifest_with_a_bom_merges_and_one_not_utf8_is_named(
     path.write_bytes(path.read_bytes().replace(b'"generator"', b'"gen\xe9rator"', 1))
     with pytest.raises(InputError, match=rf"^{path}:\d+: not UTF-8 text \(byte 0xe9"):
         plan(shards)
+
+
+# ------------------------------------------------------------------- completeness (issue 43)
+
+
+def test_a_shard_whose_records_were_replaced_is_refused(run_gen, shards: list[Path]) -> None:
+    """Before, shard 0's records copied over shard 1's merged with exit 0: two duplicates and
+    two records missing (row counts matched; the manifests' output hashes were not compared)."""
+    shutil.copy(shards[0] / "personas.jsonl", shards[1] / "personas.jsonl")
+    with pytest.raises(
+        InputError, match=r"^input: shard 1 \(.*\): personas\.jsonl is not the file"
+    ):
+        plan(shards)
+    proc = run_gen("merge", f"input=[{shards[0]},{shards[1]}]", "hydra.run.dir=m")
+    one_line(proc, "shard 1", str(shards[1]), "SHA-256")
+    assert not (shards[0].parent.parent.parent / "m").exists()
+
+
+def test_a_missing_shard_is_refused_unless_a_partial_merge_is_asked(
+    tmp_path: Path, shards: list[Path]
+) -> None:
+    """Before, one shard of two merged with exit 0 and half the records; only
+    ``merged.complete: false`` said so. Now exit 2 naming the shard; ``allow_missing=true``
+    writes a partial merge, marked in its manifest, that ``bank add`` refuses."""
+    from gen.banks.batch import batch_files
+
+    with pytest.raises(InputError, match=r"^input: shard\(s\) 1 of 2 missing \(given: 0\)"):
+        plan(shards[:1])
+    with pytest.raises(InputError, match=r"shard\(s\) 0 of 2 missing \(given: 1\)"):
+        plan(shards[1:])
+    cfg = MergeConfig(input=[str(shards[1])], allow_missing=True, cache_dir=None, progress="off")
+    result = run("merge", cfg, tmp_path / "part", quiet=True)
+    merged = result.manifest["merged"]
+    assert merged["complete"] is False and merged["missing_shards"] == [0]
+    assert result.accepted == 2
+    with pytest.raises(InputError, match=r"is a partial merge \(shard\(s\) 0 missing\)"):
+        batch_files(tmp_path / "part")
+    whole = run(
+        "merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None), tmp_path / "w"
+    )
+    assert whole.manifest["merged"]["complete"] is True
+    assert whole.manifest["merged"]["missing_shards"] == []
+
+
+def test_a_shard_given_twice_or_of_another_split_is_refused(
+    tmp_path: Path, shards: list[Path]
+) -> None:
+    """Every shard of num_shards once, all of one split, their indices contiguous."""
+    twin = tmp_path / "twin"
+    shutil.copytree(shards[1], twin)
+    with pytest.raises(InputError, match=r"shard 1 is given twice: .* and .*"):
+        plan([*shards, twin])
+    edit_manifest(twin, shard={"shard": 1, "num_shards": 3, "indices": [2, 4]})
+    with pytest.raises(InputError, match=r"shard 1 \(.*twin\) is one of 3 shards"):
+        plan([shards[0], twin])
+    edit_manifest(twin, shard={"shard": 1, "num_shards": 2, "indices": [3, 4]})
+    lines = (twin / "personas.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (twin / "personas.jsonl").write_text(lines[0], encoding="utf-8")
+    m = json.loads((twin / "manifest.json").read_text(encoding="utf-8"))
+    m["outputs"]["personas.jsonl"] = hashlib.sha256(lines[0].encode()).hexdigest()
+    (twin / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
+    with pytest.raises(InputError, match=r"shard 1 \(.*\) starts at index 3, not where shard 0"):
+        plan([shards[0], twin])
+
+
+@pytest.mark.parametrize("where", ["itself", "inside"])
+def test_a_merge_never_writes_into_its_inputs(
+    run_gen, tmp_path: Path, shards: list[Path], where: str
+) -> None:
+    """Before, ``merge … hydra.run.dir=<shard 1>`` overwrote that shard (exit 0). Now exit 2
+    before anything is written (no .hydra/, no log), from the command line and the API."""
+    import gen
+    from gen.errors import ConfigError
+
+    out = shards[1] if where == "itself" else shards[1] / "merged"
+    before = tree(tmp_path)
+    proc = run_gen("merge", f"input=[{shards[0]},{shards[1]}]", f"hydra.run.dir={out}")
+    one_line(proc, "hydra.run.dir", "its input", str(shards[1]))
+    assert tree(tmp_path) == before and not out.with_name(".hydra").exists()
+    with pytest.raises(ConfigError, match="never writes into its input"):
+        gen.run("merge", input=[str(s) for s in shards], out=out, cache_dir=None, progress="off")
+    assert tree(tmp_path) == before

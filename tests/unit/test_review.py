@@ -274,6 +274,16 @@ def test_a_foreign_host_and_a_form_post_are_refused(app: Any) -> None:
     assert form.status_code == 415
 
 
+@pytest.mark.parametrize("index", ["-1", "-2", "%2D1", "1_0", "%201", "99", "9" * 5000])
+def test_an_item_index_outside_the_items_is_404(app: Any, index: str) -> None:
+    """Before, ``/api/item/-1`` answered the last item (Python's negative index)."""
+    s = app.session
+    headers = {TOKEN_HEADER: s.token}
+    assert app.get("/api/item/0", headers=headers).status_code == 200
+    r = app.get(f"/api/item/{index}", headers=headers)
+    assert r.status_code == 404 and r.json()["error"] == "no such item"
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

@@ -381,7 +381,7 @@ def test_merge_refuses_overlaps_other_configs_and_unfinished_folders(tmp_path: P
         shard=1,
         num_shards=2,
     )
-    with pytest.raises(InputError, match="shards overlap"):
+    with pytest.raises(InputError, match="shard 0 is given twice"):
         validate("merge", [f"input=[{shards[0]},{shards[0]}]"])
     with pytest.raises(InputError, match=r"different config \(seed\)"):
         validate("merge", [f"input=[{shards[0]},{tmp_path / 'other'}]"])
@@ -415,3 +415,27 @@ def test_merge_lists_what_it_cannot_merge(tmp_path: Path) -> None:
     assert result.manifest["merged"]["not_merged"] == ["plot.png", "stats.json"]
     assert (tmp_path / "m" / "extra.csv").read_text() == "a,b\n0,x\n1,x\n"
     assert not (tmp_path / "m" / "plot.png").exists()
+
+
+def test_the_api_refuses_a_bad_out_or_open_argument_with_one_line(tmp_path: Path) -> None:
+    """Before: a raw FileExistsError from ``gen.run(out=<a file>)``, a TypeError from ``out=5``
+    and ``gen.open(None)``. Now a ConfigError (a GenError) with a one-line message, and nothing
+    written."""
+    import gen
+    from gen.errors import ConfigError, GenError
+
+    afile = tmp_path / "afile"
+    afile.write_text("x", encoding="utf-8")
+    cases = [
+        (lambda: gen.run("personas", n=1, out=afile), "out: .*afile is a file"),
+        (lambda: gen.run("personas", n=1, out=afile / "sub"), "out: cannot make the run folder"),
+        (lambda: gen.run("personas", n=1, out=5), "out: expected a folder's path .* got int"),
+        (lambda: gen.run("personas", n=1, out=""), "out: expected a folder's path"),
+        (lambda: gen.open(None), "gen.open: expected a folder's path .* got NoneType"),
+        (lambda: gen.open(3.5), "gen.open: expected a folder's path .* got float"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ConfigError, match=message) as e:
+            call()
+        assert isinstance(e.value, GenError) and "\n" not in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
