@@ -330,7 +330,10 @@ APP_STATE: dict[App, type[BaseModel]] = {
 class Cue(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cue_id: str
+    """The cue bank row's ``cue_id`` (``inline`` for ``cue=``; a goal cue's: the goal's
+    ``goal_id``)."""
     app: App
+    """The app whose state the cue conditions."""
     cue: str
     """The cue text with any ``{person}`` filled by a related persona's first name."""
     person: str | None = None
@@ -342,6 +345,7 @@ class GoalRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     goal_id: str
+    """The goal row's ``goal_id`` in the goal bank (``goals=``)."""
     client_tag: str
     """The goal row's client_tag (its goal_id when it has none): WAGIBench's join key, with
     ``group``."""
@@ -366,10 +370,18 @@ class DigitalBundle(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bundle_id: Hex32
+    """32 hex derived from the run's seed, the generator and the record's index."""
     main_persona: PersonaRecord
+    """The persona whose phone this is, drawn from the persona pool."""
     related_personas: list[RelatedPersona]
+    """Five other personas of the pool, each with an age-consistent relation to the main one; the
+    apps' people come from them."""
     current_datetime: str = Field(pattern=DATETIME)
+    """The moment of the bundle, ``YYYY-MM-DD HH:MM``, sampled between ``date_start`` and
+    ``date_end`` by ``hour_weights``."""
     cue: Cue | None
+    """What the bundle was conditioned on (from ``cue_file``, ``cue=`` or the goal); None for an
+    uncued bundle."""
     goal: GoalRef | None = None
     """Set when the bundle was made for a goal of a goal bank."""
     apps: dict[str, dict[str, Any]]
@@ -377,6 +389,8 @@ class DigitalBundle(BaseModel):
     checked against its model in :data:`APP_STATE` and kept as the plain dict it is (so a record's
     bytes are the generator's)."""
     stats: dict[str, Any]
+    """``chars_per_app`` (characters of each app's rendered state) and ``chars_total`` (the whole
+    bundle as WAGIBench's prompt shows it)."""
 
     @field_validator("apps")
     @classmethod
