@@ -4,7 +4,7 @@ bundle that code assembles from it (ids, times, participants are code's)."""
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -455,6 +455,9 @@ class DigitalBundle(BaseModel):
     stats: dict[str, Any]
     """``chars_per_app`` (characters of each app's rendered state) and ``chars_total`` (the whole
     bundle as WAGIBench's prompt shows it)."""
+    doc_models: ClassVar[tuple[type[BaseModel], ...]] = tuple(APP_STATE.values())
+    """The app states' models, shown beside the record's in the docs (``apps`` keeps plain
+    dicts)."""
 
     @field_validator("apps")
     @classmethod

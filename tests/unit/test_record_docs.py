@@ -13,9 +13,14 @@ from gen.registry import REGISTRY
 from gen.schemas import Reject
 
 
+def own_generators() -> list[str]:
+    """gen's own generators (a lab's plugin, or one a test registers, documents itself)."""
+    return sorted(n for n in REGISTRY if REGISTRY[n].fn.__module__.startswith("gen.generators."))
+
+
 def record_models() -> list[type]:
     models: list[type] = []
-    for name in sorted(REGISTRY):
+    for name in own_generators():
         for model in nested_models((*REGISTRY[name].records, Reject)):
             if model not in models:
                 models.append(model)
@@ -24,9 +29,9 @@ def record_models() -> list[type]:
 
 def test_the_walk_reaches_nested_models() -> None:
     # the digital bundle holds persona records and the cue; a walk that stopped at the roots
-    # would pass with most of the fields unseen
+    # would pass with most of the fields unseen; the app states come through its doc_models
     names = {m.__name__ for m in record_models()}
-    assert {"DigitalBundle", "PersonaRecord", "Cue", "Reject"} <= names
+    assert {"DigitalBundle", "PersonaRecord", "Cue", "CalendarEvent", "Message", "Reject"} <= names
     assert sum(len(m.model_fields) for m in record_models()) > 300
 
 
@@ -43,7 +48,7 @@ def test_every_record_field_has_a_description() -> None:
     )
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", own_generators())
 def test_the_record_tables_have_no_blank_cell(name: str) -> None:
     rows = [
         line
