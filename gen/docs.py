@@ -177,7 +177,9 @@ def first_paragraph(model: type) -> str:
 
 
 def nested_models(roots: tuple[type[BaseModel], ...]) -> list[type[BaseModel]]:
-    """The roots, then every model of gen's own that their fields hold (breadth first, once)."""
+    """The roots, then every model of gen's own that their fields hold (breadth first, once),
+    and the models a record names in its ``doc_models`` class variable (what a field kept as a
+    plain dict is checked against, such as a digital bundle's app states)."""
     seen: list[type[BaseModel]] = []
     queue = list(roots)
     while queue:
@@ -187,6 +189,7 @@ def nested_models(roots: tuple[type[BaseModel], ...]) -> list[type[BaseModel]]:
         seen.append(model)
         for field in model.model_fields.values():
             queue += [m for m in models_in(field.annotation) if m not in seen]
+        queue += [m for m in getattr(model, "doc_models", ()) if m not in seen]
     return seen
 
 

@@ -20,11 +20,16 @@ class Reject(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     record_id: str
+    """The id the record would have had (a bundle or item id), or the input's id it concerns."""
     index: int
+    """The run index it was made for (0-based, one of ``ctx.indices()``: its seeds derive from
+    it)."""
     stage: str
     """Where it failed (for example ``bio``, ``app.Calendar``, ``validate``)."""
     reason: str
     """A typed reason: truncated, invalid_output, backend_error, contradiction, too_few_items…"""
     detail: str = ""
+    """One line on what went wrong (the failed check's numbers, the parse error); empty when the
+    reason says it all."""
     raw: str | None = None
     """The last raw LLM output, when there was one."""

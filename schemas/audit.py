@@ -23,6 +23,7 @@ class FindingRecord(BaseModel):
     kind: str
     """A typed name of what was found (``answer_in_visible``, ``position_bias``…)."""
     severity: Severity
+    """``error``, ``warning`` or ``info`` (see :data:`Severity`); ``fail_on=`` sets which exit 1."""
     what: str
     """One sentence a person can act on."""
     items: list[str] = Field(default_factory=list)
@@ -31,5 +32,7 @@ class FindingRecord(BaseModel):
     """Field paths: ``visible.context``, ``options[2]``, ``options[answer]`` (the answer option of
     each listed item), ``apps.Messaging.conversations[0].messages[1].timestamp``, ``outputs.x``."""
     numbers: dict[str, Any] = Field(default_factory=dict)
+    """The finding's figures by name (a tell's ``accuracy``, ``chance``, ``effect``, ``p``,
+    ``p_holm``, ``n``…; a duplicate's ``cosine``); ``{}`` when it has none."""
     bank: str | None = None
     """The bank file or run folder it concerns, when the audit read several."""

@@ -14,11 +14,21 @@ class BankItemRecord(BaseModel):
     """One item an ``add`` added or an ``export`` wrote (a line of ``bank.jsonl``)."""
 
     item_id: str
+    """The item's id in the bank: a 32-hex hash of what the candidate sees (order-free) and the
+    answer, so the same item from two runs has one id."""
     kind: str
+    """The bank kind it is filed under: ``tom``, ``distractors``, ``mcq``, ``digital`` or
+    ``scenarios``."""
     question_type: str
+    """The item's question type (a bundle's ``cue:<App>`` or ``uncued``), by which counts are
+    kept."""
     status: Literal["added", "exported"]
+    """``added`` by ``bank add``, ``exported`` by ``bank export``."""
     version: str
+    """The bank version it went into or came from, as ``v0001``."""
     source_item_id: str
+    """The item's id in its input (``item_id``, a bundle's ``bundle_id``, a scenario's
+    ``scenario_id``)."""
     where: str
     """``file:line`` of the input (add) or the exported file (export)."""
 
@@ -27,9 +37,13 @@ class VerifyRecord(BaseModel):
     """One file of one version whose SHA-256 and contents check (a line of ``bank.jsonl``)."""
 
     version: str
+    """The version checked, as ``v0001``."""
     file: str
+    """The file's path inside the version folder, as its lock lists it."""
     sha256: str
+    """The file's SHA-256 (hex), equal to the lock's."""
     status: Literal["ok"] = "ok"
+    """Always ``ok``: a file that fails a check is a reject naming the problem instead."""
 
 
 VERDICT = r"^[A-Za-z0-9_][A-Za-z0-9_ -]{0,39}$"

@@ -271,7 +271,10 @@ class CandidateRecord(MCQRecord):
     reworded: bool = False
     """The positive option is the LLM's rewording (it kept the meaning: ``reword_similarity``)."""
     reword_similarity: float | None = None
+    """Cosine (embedder) between the kept rewording and the original positive, 4 decimals (1.0: the
+    rewording was the same text); None when no rewording was kept or asked."""
     window: dict[str, float] | None = None
+    """The input item's window as ``{start, end}`` in seconds; None when the item has none."""
     others: list[str] = Field(default_factory=list)
     """The window's other annotated items (the collision set), as text."""
     shuffle_seed: int

@@ -168,8 +168,12 @@ class Distractor(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     goal_id: str
+    """The distractor goal's ``goal_id`` in the goal bank."""
     group: str
+    """That goal's group (it may be the reference's own unless ``exclude_same_group=true``)."""
     text: str
+    """The goal as one sentence (its free text, or its type's template filled), as the option shows
+    it."""
     option: int = Field(ge=0)
     """Where it landed among the shuffled options (0-based)."""
     similarity: float
@@ -198,5 +202,7 @@ class DistractorMCQ(MCQRecord):
     pool_size: int
     """Goals the percentiles are over after exclusions (the sample's, in the scalable mode)."""
     percentile_mode: Literal["exact", "estimated"]
+    """``exact`` (full similarity rows) or ``estimated`` (the scalable mode's block sample:
+    ``mode=``, ``exact_max``)."""
     distractors: list[Distractor]
     """In greedy pick order: the first drawn uniformly, each next the most diverse."""

@@ -13,10 +13,16 @@ class TrialRecord(BaseModel):
     judges' labels of turn 2 and (after a miss) turn 3."""
 
     scenario_id: str
+    """The scenario's ``scenario_id`` in the bank."""
     condition: str
+    """The prompt condition's name (``condition=``; its system prompt from
+    ``prompt_conditions.json``)."""
     trial: int
+    """0-based trial of this scenario and condition (``trials=``), each with its own seed."""
     target_context: Label
+    """The scenario's gold label: ``current``, ``prior``, ``clarify`` or ``abstain``."""
     change_type: str
+    """The scenario's ``change_type``, as the bank has it."""
     replies: dict[str, str | None]
     """``turn_1``, ``turn_2``, ``turn_3`` (null unless turn 2 was a miss)."""
     repair_prompt: str | None
@@ -26,6 +32,7 @@ class TrialRecord(BaseModel):
     """Judge label -> its label of the turn-2 reply (null: the judge's output did not fit the
     schema)."""
     turn_3: dict[str, Label | None] | None
+    """Judge label -> its label of the turn-3 (repair) reply; null when there was no repair."""
     correct_turn_2: bool | None
     """By the primary judge; null when it gave no label."""
     repaired: bool | None
@@ -41,11 +48,17 @@ class MCQAnswerRecord(BaseModel):
     (``correct``) and records what its required recall and distractor rate read."""
 
     item_id: str
+    """The item's id in the bank (for an EgoToM CSV: ``<question type>:<cuid>``)."""
     question_type: str
+    """The item's question type, by which accuracy is also reported."""
     source: str
+    """The bank file the item was read from."""
     n_options: int
+    """How many options were shown (lettered a, b, c…); chance is 1 / this."""
     answer: int
+    """0-based index of the correct option."""
     raw: str
+    """The candidate's reply as it wrote it."""
     letter: str | None
     """The option label read from the reply (``a`` … ``z``, ``aa`` …); a multi-select reply's
     labels joined by commas (null: unparseable, counted wrong)."""

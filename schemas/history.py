@@ -23,7 +23,10 @@ class Observation(BaseModel):
     scenario: Str
     """The scenario shortname of the recording (``meta.scenario.shortname``)."""
     participant: Str
+    """Who recorded it (a persona's ``persona_id`` when synthesized); a history stays within one
+    participant."""
     environment: Str
+    """Where it was recorded; a history stays within one environment."""
     script: Str
     """The script recorded; recordings of one script are each other's positive support."""
     longitudinal: bool
@@ -35,7 +38,10 @@ class Observation(BaseModel):
     structured_goal: Goal
     """The recording's goal: one of the 10 structured digital actions."""
     context_window: ContextWindow
+    """The recording's context window, carried to its goal bank row."""
     transcription: str | None = None
+    """What was said during the recording, when known; the history's world state holds it as
+    text."""
     cues: list[CueEntry] | None = None
     """The recording's cues (vision, audio, digital, longitudinal), passed to its goal bank row."""
 
@@ -61,13 +67,21 @@ class Support(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     client_tag: str
+    """The past recording's ``client_tag``."""
     scenario: str
+    """The past recording's scenario shortname."""
     participant: str
+    """The participant, the test observation's own."""
     environment: str
+    """The environment, the test observation's own."""
     script: str
+    """The script the past recording is of (the observation's for ``setup``, another for
+    ``negative``)."""
     history_type: HistoryType
     """``setup``: the positive support (same script); ``negative``: another script."""
     recorded_at: str
+    """When it was recorded (ISO ``YYYY-MM-DD HH:MM:SS``, UTC when the input had a zone), strictly
+    before the observation."""
     why: str
     """Which rule chose it (same participant and environment, earlier, same/other script)."""
 
@@ -78,12 +92,20 @@ class HistoryRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     client_tag: str
+    """The test observation's ``client_tag`` (WAGIBench joins on it with ``scenario``)."""
     scenario: str
+    """The test observation's scenario shortname (``meta.scenario.shortname``)."""
     participant: str
+    """Who recorded it; supports are this participant's earlier recordings."""
     environment: str
+    """Where it was recorded; supports are from the same environment."""
     script: str
+    """The script recorded; a support of the same script is the positive (``setup``)."""
     longitudinal: bool
+    """The script is one a user repeats (WAGIBench's set L): the bank then holds up to ``positives``
+    same-script supports."""
     recorded_at: str
+    """When it was recorded (ISO ``YYYY-MM-DD HH:MM:SS``, UTC when the input had a zone)."""
     supports: list[Support]
     """In the seeded order the bank is shown in (WAGIBench shuffles it)."""
     eligible: dict[str, int] = Field(default_factory=dict)

@@ -48,14 +48,18 @@ class Line(_In):
     """One timed line of a session."""
 
     t: Seconds
+    """Seconds from the session's start."""
     text: Text
+    """The line's text."""
     speech: bool = False
     """A transcript line (audio): dropped where a task removes the clip's audio."""
 
 
 class Span(_In):
     start: Seconds
+    """Seconds from the session's start."""
     end: Seconds
+    """Seconds from the session's start (at or after ``start``)."""
 
     @model_validator(mode="after")
     def _ordered(self) -> Span:
@@ -68,7 +72,9 @@ class SeenObject(_In):
     """An object seen at a moment (a bounding-box label, or a detector's class)."""
 
     label: Text
+    """The object's name."""
     time: Seconds
+    """Seconds from the session's start when it was seen."""
 
 
 class Session(_In):
@@ -76,9 +82,11 @@ class Session(_In):
 
     session_id: Id
     participant: Id | None = None
+    """Who recorded the session, when the annotation says."""
     duration: Seconds
     """The recording's length (seconds)."""
     timeline: list[Line] = Field(default_factory=list)
+    """The session's timed lines (narrations, transcript lines), each at or before ``duration``."""
 
     @model_validator(mode="after")
     def _inside(self) -> Session:
@@ -284,10 +292,18 @@ class IntrospectRecord(MCQRecord):
     required and helpful ones, ``answer`` the first required tool (or "No tool needed")."""
 
     task: str
+    """The task family it was built for (``task=``): ``recording``, ``emotion_intensity``,
+    ``tool_selection``, ``proactive_timing``, ``memory_assistance`` or ``memory_lifespan``."""
     source: str
     """The annotation the question was built from (session/command, segment ids…)."""
     shuffle_seed: int | None = None
+    """The seed of the question's option shuffle (to replay it); null where no options were
+    shuffled."""
     answers: list[int] | None = None
+    """Tool Selection: 0-based indices of the required tools (or of "No tool needed"); null for the
+    other families."""
     acceptable: list[int] | None = None
+    """Tool Selection: the required and the helpful tools' indices, sorted; null for the other
+    families."""
     window: Span | None = None
     """The clip's time span in its session (seconds)."""

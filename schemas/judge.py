@@ -135,30 +135,44 @@ class Judgment(BaseModel):
     """Why not: ``no_score_tag``, ``not_a_score``, ``unfinished_think`` (``several_score_tags``
     under the strict reading)."""
     raw: str
+    """The judge's reply as it wrote it."""
 
 
 class Reformat(BaseModel):
     """A free-text prediction turned into one of the 10 structured actions."""
 
     raw: str
+    """The reformatter's reply as it wrote it."""
     action: dict[str, Any] | None
+    """The structured action read from its ``<answer>`` tag (one of the 10 types, normalised); null
+    when ``problem`` is set."""
     problem: str | None = None
     """``no_answer_tag``, ``several_answer_tags``, ``not_json``, ``not_an_object``,
     ``unknown_type``, ``invalid_fields`` (with the reason in ``detail``)."""
     detail: str | None = None
+    """For ``invalid_fields``: which fields failed and why; null otherwise."""
 
 
 class WagibenchJudgeRecord(BaseModel):
     id: str
+    """The prediction row's ``id`` (its reference is joined by it)."""
     group: str | None
+    """The observation the prediction is for (WAGIBench: shortname + client tag); null when the row
+    has none."""
     model: str | None
+    """The candidate that made the prediction; null when the row does not say."""
     action_type: str
     """The reference goal's type (rows are summarised per type)."""
     prediction: dict[str, Any] | str
+    """The prediction as the row gave it: a structured action or free text."""
     structured: bool
     """The prediction was already a valid action (no reformat)."""
     reformat: Reformat | None
+    """The reformat call that turned a free-text prediction into an action; null when it was already
+    structured."""
     outcome: Literal["judged", "reformat_invalid"]
+    """``judged``, or ``reformat_invalid``: the reformat gave no valid action, so nothing was
+    judged."""
     judgments: dict[str, dict[str, Judgment]]
     """variant -> judge label -> judgment (empty when the reformat failed)."""
 
@@ -175,20 +189,31 @@ class ContextJudgment(BaseModel):
     label: Label | None
     """Null when the judge's output did not fit the schema (``problem``)."""
     rationale: str | None
+    """The judge's one-sentence reason; null when it gave no usable verdict."""
     correct: bool | None
+    """``label`` equals the scenario's ``target_context``; null when there is no label."""
     problem: str | None = None
+    """Why there is no label: the output's failure reason or the text gate it failed; null when
+    followed."""
     raw: str | None = None
+    """The judge's output when it was not usable; null otherwise."""
 
 
 class ContextJudgeRecord(BaseModel):
     scenario_id: str
+    """The scenario the reply answers (its ``scenario_id`` in ``scenarios=``)."""
     turn: Literal[2, 3]
+    """2 (the question after the shift) or 3 (the reply to the repair prompt)."""
     trial: int
+    """The response row's trial (0-based)."""
     condition: str
+    """The prompt condition the candidate ran under."""
     candidate: str | None
+    """The candidate model that replied, when the row names it."""
     target_context: Label
     """The truth, for the metrics (the judge's prompt never holds it)."""
     response: str
+    """The candidate's reply that was judged."""
     signals: dict[str, list[str]]
     """Per answer list (current, prior, clarify, abstain), its terms found in the response at
     word boundaries: code signals that travel with the verdict, not the score."""
@@ -201,10 +226,15 @@ class ValidityRecord(BaseModel):
     option scores at least as high as the answer (WAGIBench's "multiple relevant goals")."""
 
     item_id: str
+    """The item's id in its bank."""
     question_type: str
+    """The item's question type (the summary's rows are per type)."""
     source: str
+    """The bank file the item was read from."""
     answer: int
+    """0-based index of the correct option."""
     n_options: int
+    """How many options the item has (each judged)."""
     scores: dict[str, list[Judgment]]
     """Judge label -> one judgment per option, in the item's order."""
     flagged: dict[str, bool | None]
@@ -215,8 +245,12 @@ class ValidityRecord(BaseModel):
 
 class MetaRecord(BaseModel):
     id: str
+    """The rating row's ``id`` (the prediction it rates)."""
     group: str
+    """The observation; pairs are formed among one group's predictions."""
     raters: list[float | str]
+    """Raters 1 and 2 (the ground truth) and an optional rater 3: scores or labels, as the input
+    gave them."""
     judge: float | str | None
     """Null when the judge gave no usable value for this row (not followed, not judged)."""
     snap_mcq: float | None = None

@@ -25,10 +25,15 @@ class MCQRecord(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     item_id: str
+    """The item's id, unique in its file (a generated item's: 32 hex derived from the run's seed,
+    the generator and the record's index)."""
     question_type: str
     """``goal`` / ``belief`` / ``actions`` (tom), ``similar`` / ``dissimilar`` (distractors)…"""
     question: str
+    """The question the candidate model is asked."""
     options: list[str] = Field(min_length=2)
+    """The answer options in the order shown (at least two); ``answer`` and ``origins`` index
+    them."""
     answer: int = Field(ge=0)
     """0-based index of the correct option."""
     origins: list[str] | None = None
@@ -38,6 +43,8 @@ class MCQRecord(BaseModel):
     visible: dict[str, Any] = Field(default_factory=dict)
     """``context`` (text, or a list of lines) and anything else shown; ``{}`` when none."""
     privileged: dict[str, Any] = Field(default_factory=dict)
+    """What the candidate must never see (the truth's provenance, future narrations, hidden state);
+    ``{}`` when none."""
 
     @model_validator(mode="after")
     def _answer_in_range(self) -> MCQRecord:

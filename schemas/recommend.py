@@ -69,9 +69,14 @@ class Candidate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: int
+    """Its number in the segment's pool, 1-based in the order the requests passed the checks."""
     text: str
+    """The request, as the participant would say it (it passed the text gates and the request
+    checks)."""
     category: str
+    """Its intent category: a key of :data:`CATEGORIES`."""
     source: str = "global"
+    """The path that made it: ``global`` (the local path is not built)."""
     flags: list[str] = Field(default_factory=list)
     """What code noted on the request (``too_long``, ``not_first_person``, ``no_shared_noun``,
     ``repeats``); a flag never drops a request."""
@@ -85,20 +90,36 @@ class RecommendationRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     item_id: str
+    """32 hex derived from the run's seed, the generator and the record's index."""
     session_id: Id
+    """The input session's ``session_id``."""
     participant: Id | None
+    """The session's participant; null when the input has none."""
     segment: Span
+    """The interruptible segment, in seconds of the session (between ``min_segment`` and
+    ``max_segment`` long)."""
     scene_context: str | None
+    """The scene annotation overlapping the segment most (the earlier on a tie); null when none
+    overlaps."""
     profile: str | None
+    """The participant's profile from the input; null when it has none."""
     previous_summary: str | None
+    """The summary written for the session's previous segment; null for its first."""
     summary: str
+    """The global generator's factual summary of the segment (it passed the text gates and copies
+    none of its input)."""
     candidates: list[Candidate]
+    """The requests that passed the checks, the pool the reranker ordered."""
     turned_away: list[dict[str, str]]
     """Requests left out of the pool because they failed gen's shared text gates: ``text``,
     ``category``, ``reason``."""
     ranked: list[RankedCandidate]
+    """The pool after the rerank: duplicates removed, ungrounded requests last, ids renumbered 1, 2,
+    …"""
     removed: list[dict[str, Any]] = Field(default_factory=list)
+    """Duplicates removed: ``input_id``, ``text``, ``duplicate_of`` (the id kept)."""
     rerank_reason: str | None = None
+    """The reranker's one-sentence reason for its order."""
     dedup_agreement: dict[str, int] = Field(default_factory=dict)
     """Request pairs by verdict, the reranker's duplicates against the embedding's (``both``,
     ``llm_only``, ``embedding_only``, ``neither``)."""

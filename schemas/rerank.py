@@ -30,7 +30,9 @@ class PoolCandidate(BaseModel):
     id: Name | None = None
     """Its id in the input (default: its 1-based position)."""
     category: Name | None = None
+    """Its intent category, when known."""
     source: Name | None = None
+    """The path that produced it (EgoIntrospect: ``global`` or ``local``), when known."""
 
 
 class Pool(BaseModel):
@@ -122,9 +124,13 @@ class RankedCandidate(BaseModel):
     input_id: str
     """Its id in the input pool."""
     text: str
+    """The candidate's text, as in the input."""
     category: str | None = None
+    """Its intent category from the input; null when it had none."""
     source: str | None = None
+    """The path that produced it from the input (``global``, ``local``); null when it had none."""
     grounded: bool
+    """The reranker found it supported by the context; ungrounded candidates are ranked last."""
 
 
 class RerankRecord(BaseModel):
@@ -132,10 +138,14 @@ class RerankRecord(BaseModel):
     removed, the reranker's reason, and the embedding dedup that ran beside it."""
 
     pool_id: str
+    """The input pool's ``pool_id``."""
     ranked: list[RankedCandidate]
+    """The kept candidates in the final order (grounded first, each part in the reranker's
+    order)."""
     removed: list[dict[str, Any]]
     """Semantic duplicates removed: ``input_id``, ``text``, ``duplicate_of`` (the input id kept)."""
     reason: str
+    """The reranker's short reason for its order (at most 300 characters)."""
     attempts: int
     """Structured calls it took (1 = the first answer was an exact permutation)."""
     order: list[str]

@@ -77,13 +77,17 @@ class ReviewLabel(BaseModel):
     """The record's own id in the run (``item_id`` of an MCQ record, ``bundle_id``,
     ``scenario_id``), for people."""
     reviewer: str
+    """Who labelled it (letters, digits, ``.``, ``_``, ``-``; at most 64)."""
     time: str = Field(max_length=40)
     """UTC, ISO 8601, when the change was made."""
     rubric: str = Field(max_length=80)
+    """The name of the rubric the scores are on."""
     scores: dict[str, int] = Field(default_factory=dict)
     """Rubric key -> score (1-based); a key is absent until scored."""
     decision: Decision | None = None
+    """``accept``, ``reject`` or ``needs_edit``; null until decided."""
     note: str = Field(default="", max_length=10_000)
+    """The reviewer's free note; empty when none."""
 
     @field_validator("reviewer")
     @classmethod
@@ -105,13 +109,23 @@ class ReviewStatusRecord(BaseModel):
     """``review`` (serving): one line per item of the reviewed folder, as this reviewer left it."""
 
     item_id: str
+    """The item's content hash (the bank's id), which labels are keyed by."""
     record_id: str | None
+    """The record's own id in its file (``item_id`` of an MCQ record, ``bundle_id``,
+    ``scenario_id``); null when unknown."""
     kind: str
+    """``mcq``, ``digital`` or ``scenarios``: which rubric rates it."""
     question_type: str | None
+    """The item's question type (a bundle's ``cue:<App>`` or ``uncued``); null when it has none."""
     reviewer: str
+    """The reviewer serving the page (``reviewer=``)."""
     decision: Decision | None
+    """The reviewer's latest decision (``accept``, ``reject``, ``needs_edit``); null when undecided
+    or unlabelled."""
     scores: dict[str, int]
+    """Rubric key -> the reviewer's latest score (1-based); ``{}`` when unscored."""
     note: str
+    """The reviewer's latest note; empty when none."""
     changes: int
     """How many label lines this reviewer wrote for the item."""
 
@@ -120,8 +134,12 @@ class AgreementRecord(BaseModel):
     """``review summary``: one line per item, the verdicts of every reviewer who labelled it."""
 
     item_id: str
+    """The item's content hash (the bank's id)."""
     record_id: str | None
+    """The record's own id in its file; null when unknown."""
     kind: str
+    """``mcq``, ``digital`` or ``scenarios``; ``unknown`` for a label of an item the folder no
+    longer holds."""
     decisions: dict[str, Decision | None]
     """Reviewer -> decision."""
     scores: dict[str, dict[str, int]]
@@ -129,3 +147,4 @@ class AgreementRecord(BaseModel):
     disagree: list[str]
     """``decision`` and the rubric keys on which the reviewers differ."""
     accepted_by: list[str]
+    """Reviewers whose latest decision is ``accept``, sorted."""

@@ -64,9 +64,16 @@ class Gold(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     current_answers: list[str] = Field(default_factory=list)
+    """Words of a reply grounded in the turn-2 frame: the object's name, technique and state
+    vocabulary; empty when there is no current referent."""
     prior_answers: list[str] = Field(default_factory=list)
+    """Words of a reply anchored to the earlier frame (turn 1 or ``context_image``), in the same
+    three categories."""
     clarify_indicators: list[str] = Field(default_factory=list)
+    """Phrases of a clarifying question (scored for ``clarify``); empty when the scenario has
+    none."""
     abstain_indicators: list[str] = Field(default_factory=list)
+    """Phrases of declining to answer (scored for ``abstain``); empty when the scenario has none."""
 
 
 class ScenarioRecord(BaseModel):
@@ -77,23 +84,51 @@ class ScenarioRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scenario_id: str = Field(pattern=r"^(sc|adv)-\d{2,}$")
+    """``sc-NN`` in the bank subset, ``adv-NN`` in the contrast subset (gen numbers them from
+    ``id_start``)."""
     subset: Subset
+    """``bank`` (the primary bank) or ``contrast`` (the distractor-rich pack)."""
     pair_id: str | None = None
+    """``pair-NN`` shared by a contrast A/B pair (one turn 1 and turn-2 scene, targets current and
+    prior); null otherwise."""
     target_context: Target
+    """What a good assistant grounds turn 2 in: ``current`` (the turn-2 frame), ``prior`` (an
+    earlier one), ``clarify`` (ask) or ``abstain`` (decline)."""
     change_type: ChangeType
+    """The shift type between turn 1 and turn 2 (one of eight: ``object_in_hand``,
+    ``object_state``…)."""
     activity_domain: str
+    """Domain tag (``workshop``, ``kitchen``…), for coverage; gen picks the least-used of the shift
+    type's eight."""
     referent_complexity: Complexity
+    """Complexity estimate: ``single_referent``, ``multi_referent`` (clarify),
+    ``distractor_present``, ``absent_referent`` or ``compound_shift``."""
     difficulty_tier: Difficulty
+    """``easy``, ``medium`` or ``hard`` (clarify and abstain are hard; the rest near 30/40/30 %)."""
     time_gap_bucket: TimeGap | None = None
+    """Time between turn 1 and turn 2: ``seconds``, ``minutes``, ``hours`` or ``next_day`` (gen: a
+    seeded choice among the shift type's)."""
     context_image: str | None
+    """Camera description from before the conversation; gen writes it exactly for
+    ``cross_session_reference``, null otherwise."""
     turn_1_image: str
+    """Camera description when turn 1 is spoken (physical properties, never the object's name)."""
     turn_1_user: str
+    """The user's first message: natural speech that names no visible object."""
     turn_2_image: str
+    """Camera description when turn 2 is spoken: where the shift becomes visible."""
     turn_2_user: str
+    """The user's follow-up after the shift; it does not announce the shift."""
     turn_3_repair_prompt: str
+    """The named repair sent after a turn-2 miss: it names the intended and the wrong referent."""
     turn_3_repair_prompt_deictic: str | None = None
+    """A repair in pointing words only (``this``, ``what I'm holding now``), for a visible current
+    referent; null where a gesture cannot resolve it."""
     notes: str | None = None
+    """Authoring notes, not read by the runner (gen: the shift type, domain, target and
+    referents)."""
     gold: Gold
+    """The judge-only answer lists; the candidate never sees them."""
 
 
 RECORD_FIELDS: tuple[str, ...] = tuple(ScenarioRecord.model_fields)
@@ -277,5 +312,8 @@ class LockCheckRecord(BaseModel):
     """One lock entry that matches (a line of ``verify.jsonl``)."""
 
     key: str
+    """The lock entry checked: ``schema_revision`` or a file's or the judge prompt's SHA-256."""
     value: Any
+    """Its value, the same in the lock and recomputed from the files."""
     status: Literal["ok"] = "ok"
+    """Always ``ok``: an entry that drifted is a reject naming both values instead."""

@@ -102,6 +102,8 @@ class TomQuestion(MCQRecord):
     vuid: str
     """The source video id."""
     input_format: Literal["ego4d", "egotom_csv", "jsonl"]
+    """The input the clip was read from: ``ego4d`` (narrations), ``egotom_csv`` (EgoToM's CSVs) or
+    ``jsonl`` (timelines); ``input_format=auto`` resolved."""
     clip_start_time: float
     """Clip start in seconds of the source video (EgoToM's ``clip_start_time``)."""
     clip_end_time: float
