@@ -291,3 +291,7 @@ class IntrospectRecord(MCQRecord):
     acceptable: list[int] | None = None
     window: Span | None = None
     """The clip's time span in its session (seconds)."""
+    prompt: list[dict[str, str]] | None = None
+    """The paper's own prompt for the item as chat messages (``memory_lifespan``: K.1's
+    chain-of-thought prompt, ``prompts/introspect/lifespan.jinja``); ``evaluate`` asks its own
+    MCQ prompt."""
