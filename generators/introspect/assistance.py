@@ -12,11 +12,13 @@ of the length) before the item is refused.
 
 - **object form** (a memory with an ``object`` label): the answer is the object; each wrong
   option is an object seen in one sub-clip (drawn with the seed, distinct labels). Built by code.
-  The context is the whole window without speech, as the paper's clip shows the moments of every
-  option: the answer and each wrong option are mentioned in it (:func:`common.mentions`), an
-  object no line of its moment mentions is never drawn (text-only: it is not shown), and an answer
-  no line mentions refuses the item. Hiding only the answer's lines made "the option the context
-  never mentions" right every time.
+  Every option is an object the text shows: a wrong option is drawn only among the objects a
+  line of its sub-clip mentions (:func:`common.mentions`), and an answer no line of the window
+  mentions refuses the item (the text-only form of the paper's "not visually salient"). The
+  context is the window without speech and without every line that mentions an option, answer and
+  wrong options alike (as the photo test hides them, F.1): a text naming the answer would give
+  it away, and hiding only the answer's lines made "the option the context never mentions" right
+  on every record. What is left is the moments around each option.
 - **event form** (the others): the answer is the memory's content; the wrong options are written
   by ``candidates kind=generated`` (a sub-run) from the lines of the sub-clips, at most one per
   sub-clip (``source_groups``), each in the content's style, as the paper has a model describe
@@ -183,9 +185,9 @@ def object_question(
     annotated: list[Interval],
     cfg: IntrospectConfig,
 ) -> Built:
-    """The object form: the window's text without speech, every option mentioned in it (the
-    answer at its segment, each wrong option in its sub-clip), as the paper's clip shows every
-    option's moment."""
+    """The object form: every option is an object the window's text mentions (the answer at its
+    segment, each wrong option in its sub-clip); the context is the window without speech and
+    without every line that mentions an option, so all options are hidden alike."""
     src = f"{s.session_id}/{m.memory_id}"
     rng, seed = rng_for(cfg.seed, "assistance", s.session_id, m.memory_id)
     local = centred(m.time, cfg.local_window, s.duration)
@@ -233,7 +235,7 @@ def object_question(
         src,
         s.session_id,
         origins=origins,
-        visible={"context": clip_text(s.timeline, local, audio=False)},
+        visible={"context": shown_without(s, local, options)},
         privileged={
             "content": m.content,
             "object": m.object,
@@ -297,3 +299,10 @@ def event_question(
         kind,
         local,
     )
+
+
+def shown_without(s: MemorySession, local: Interval, options: list[str]) -> str:
+    """The window's lines without speech, minus every line that mentions one of ``options``."""
+    lines = [s.timeline[j] for j in lines_in(s, local)]
+    kept = [x for x in lines if not any(mentions(o, x.text) for o in options)]
+    return clip_text(kept, local, audio=False)

@@ -584,14 +584,15 @@ def test_memory_assistance_object_form_names_every_option_or_none(tmp_path: Path
 
 
 def test_memory_assistance_object_form_refuses_an_answer_the_text_never_shows() -> None:
-    lines = [{"t": float(t), "text": f"The wearer walks past stall {t}."} for t in range(0, 400, 5)]
+    code = {t: f"x{chr(97 + t // 50)}{chr(97 + t % 50 // 5)}" for t in range(0, 400, 5)}
+    lines = [{"t": float(t), "text": f"The wearer walks past sign {code[t]}."} for t in code]
     lines[20] = {"t": 100.0, "text": "The wearer looks at a heart drawn in the foam."}
     s = MemorySession.model_validate(
         {
             "session_id": "s",
             "duration": 400,
             "timeline": lines,
-            "objects": [{"label": f"stall {t}", "time": t} for t in range(0, 400, 5)],
+            "objects": [{"label": f"sign {c}", "time": t} for t, c in code.items()],
             "memories": [
                 {
                     "memory_id": "m",
@@ -608,7 +609,10 @@ def test_memory_assistance_object_form_refuses_an_answer_the_text_never_shows() 
     lines[20] = {"t": 100.0, "text": "The wearer looks at the latte art drawn in the foam."}
     s = MemorySession.model_validate({**s.model_dump(), "timeline": lines})
     (d,) = drafts(assistance_build([s], cfg(task="memory_assistance", form="object")))
-    assert all(_named(o, d.visible["context"]) for o in d.options)
+    assert not any(_named(o, d.visible["context"]) for o in d.options)  # hidden alike
+    w = d.extra["window"]
+    signs = sum(w["start"] <= t <= w["end"] for t in code) - 1  # line 20 is the latte art
+    assert d.visible["context"].count("walks past sign") == signs - 3  # all but the wrong options
 
 
 def test_memory_assistance_event_form_takes_one_wrong_option_per_subclip(tmp_path: Path) -> None:
