@@ -127,6 +127,9 @@ class CandidateItem(_In):
     """0-based context lines a generated wrong option may be based on (default: every line that
     names neither the positive nor another annotated item nor a withheld text, and whose text
     occurs once in the context)."""
+    source_groups: list[list[Annotated[int, Field(ge=0)]]] = Field(default_factory=list)
+    """Sets of context lines (a sub-clip's) of which at most one is the source of a generated
+    wrong option (Memory Assistance Recognition: one option per sub-clip, EgoIntrospect K.1)."""
     withhold: list[Text] = Field(default_factory=list)
     """Texts the candidate's prompt must never hold (Request Prediction: the original spoken
     request)."""

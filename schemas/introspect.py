@@ -307,3 +307,7 @@ class IntrospectRecord(MCQRecord):
     families."""
     window: Span | None = None
     """The clip's time span in its session (seconds)."""
+    prompt: list[dict[str, str]] | None = None
+    """The paper's own prompt for the item as chat messages (``memory_lifespan``: K.1's
+    chain-of-thought prompt, ``prompts/introspect/lifespan.jinja``); ``evaluate`` asks its own
+    MCQ prompt."""

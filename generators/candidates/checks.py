@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -144,6 +144,8 @@ class Setup:
     """0-based context lines a generated option may be based on."""
     annotated: str = ""
     """The positive's text as annotated, before it took the item's surface."""
+    groups: dict[int, int] = field(default_factory=dict)
+    """Line -> its source group (the item's ``source_groups``): one option per group."""
 
     def size(self, text: str) -> int:
         return len(text) if self.cfg.length_unit == "chars" else len(text.split())
@@ -214,6 +216,11 @@ class Pool:
             return "collision", "equals another annotated item of the window"
         if k in {_key(x.core) for x in self.items}:
             return "duplicate", ""
+        g = s.groups.get(o.line) if o.line is not None else None
+        if g is not None and any(
+            x.line is not None and s.groups.get(x.line) == g for x in self.items
+        ):
+            return "same_source_group", "another option is based on a line of the same group"
         sizes = [s.size(x.text) for x in (s.positive, *self.items, o)]
         if length_problem(sizes, cfg.length_ratio):
             return "length_ratio", f"{s.size(o.text)} {cfg.length_unit} against {sizes[:-1]}"

@@ -161,7 +161,18 @@ def source_order(s: Setup, seed: int) -> list[int]:
         if length_problem([size, s.size(narration_text(s.lines[j].text))], s.cfg.length_ratio)
         is None
     ]
-    return fits + [j for j in order if j not in fits]
+    order = fits + [j for j in order if j not in fits]
+    if not s.groups:
+        return order
+    # one line of each source group before a second of any: the first calls are all usable
+    seen: Counter[int] = Counter()
+    rank = {}
+    for j in order:
+        g = s.groups.get(j)
+        rank[j] = 0 if g is None else seen[g]
+        if g is not None:
+            seen[g] += 1
+    return sorted(order, key=rank.__getitem__)
 
 
 def generate(
@@ -402,6 +413,7 @@ def setup(ctx: RunContext, cfg: CandidatesConfig, item: CandidateItem, vectors: 
         lines,
         allowed,
         annotated=annotated.text,
+        groups={j: g for g, js in enumerate(item.source_groups) for j in js},
     )
 
 
@@ -447,12 +459,14 @@ def process(
     s = setup(ctx, cfg, item, vectors)
     if s.positive.text != s.annotated:
         ctx.count("surface.changed")
-    if cfg.kind == "generated" and cfg.cite_sources and s.lines and len(s.allowed) < k - 1:
+    usable = len({s.groups.get(j, -1 - j) for j in s.allowed})  # one per source group
+    if cfg.kind == "generated" and cfg.cite_sources and s.lines and usable < k - 1:
         return reject(
             "input checks",
             "input",
             "too_few_sources",
-            f"{len(s.allowed)} context lines a wrong option may be based on, need {k - 1}",
+            f"{usable} context lines (or source groups) a wrong option may be based on, "
+            f"need {k - 1}",
         )
     shuffle_seed = ctx.seed(index, "sample" if cfg.kind == "sampled" else "shuffle")
     rng = random.Random(shuffle_seed)

@@ -74,8 +74,9 @@ class IntrospectConfig(CommonConfig):
     taxonomy: list[str] = Field(default_factory=lambda: list(EMOTIONS))
     """emotion_intensity: the labels a segment's main label must be one of (EgoIntrospect's
     nine)."""
-    min_group: int = Field(2, ge=2)
-    """emotion_intensity: segments of one participant and emotion needed for a comparison."""
+    min_group: int = Field(1, ge=1)
+    """emotion_intensity: segments of one participant and emotion needed for a question (G.1: 1,
+    a group under k is filled with the participant's other emotions)."""
     max_clip: float = Field(300.0, gt=0)
     """proactive_timing: the longest clip (I.1: 300 s)."""
     min_clip: float = Field(15.0, ge=0)
@@ -197,6 +198,7 @@ def record(ctx: RunContext, cfg: IntrospectConfig, index: int, d: Draft) -> Intr
         privileged=privileged,
         task=cfg.task,
         source=d.source,
+        prompt=None if d.prompt is None else ctx.prompts.render(d.prompt[0], **d.prompt[1]),
         **d.extra,
     )
 

@@ -12,13 +12,23 @@ of the length) before the item is refused.
 
 - **object form** (a memory with an ``object`` label): the answer is the object; each wrong
   option is an object seen in one sub-clip (drawn with the seed, distinct labels). Built by code.
+  Every option is an object the text shows: a wrong option is drawn only among the objects a
+  line of its sub-clip mentions (:func:`common.mentions`), and an answer no line of the window
+  mentions refuses the item (the text-only form of the paper's "not visually salient"). The
+  context is the window without speech and without every line that mentions an option, answer and
+  wrong options alike (as the photo test hides them, F.1): a text naming the answer would give
+  it away, and hiding only the answer's lines made "the option the context never mentions" right
+  on every record. What is left is the moments around each option.
 - **event form** (the others): the answer is the memory's content; the wrong options are written
-  by ``candidates kind=generated`` (a sub-run) from the lines of the sub-clips, each in the
-  content's style, as the paper has a model describe each sub-clip in the framing of the answer.
-  Code builds the candidate items (:func:`event_item`); the records come back from the sub-run.
+  by ``candidates kind=generated`` (a sub-run) from the lines of the sub-clips, at most one per
+  sub-clip (``source_groups``), each in the content's style, as the paper has a model describe
+  each sub-clip in the framing of the answer. The candidate sees none of the options' moments:
+  the segment's lines and each option's source line are hidden (the sub-run's rule), and so are
+  the lines of every other memory. Code builds the candidate items (:func:`event_question`); the
+  records come back from the sub-run.
 
-The clip is shown without speech (the trigger "help me remember…" and any audio naming the item
-would give the answer away); the segment's own lines and those of every other memory are hidden.
+Speech is never shown (the trigger "help me remember…" and any audio naming the item would give
+the answer away, K.1).
 """
 
 from __future__ import annotations
@@ -28,12 +38,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gen.gates import key
-from gen.generators.introspect.common import Built, Draft, Refusal, positions, rng_for, shuffled
+from gen.generators.introspect.common import (
+    Built,
+    Draft,
+    Refusal,
+    clip_text,
+    mentions,
+    positions,
+    rng_for,
+    shuffled,
+)
 from gen.intervals import Interval, centred, place
 from gen.mcq import Positions
 from gen.schemas.candidates import CandidateItem, Other, Positive, TimedLine, Window
 from gen.schemas.introspect import MemoryItem, MemorySession
-from gen.timelines import fmt_time
 
 if TYPE_CHECKING:
     from gen.generators.introspect import IntrospectConfig
@@ -104,8 +122,8 @@ def subclips(
             w = place(size, local, blocked, rng, gap=cfg.min_gap)
             if w is None:
                 break
-            blocked.append(w)
-            if has(w):
+            if has(w):  # a clip with nothing to offer does not take the room of one that has
+                blocked.append(w)
                 got.append(w)
         if len(got) == need:
             return sorted(got)
@@ -113,8 +131,19 @@ def subclips(
 
 
 def objects_in(s: MemorySession, w: Interval, target: str) -> list[str]:
-    """The object labels seen in ``w`` other than the target (compared by key)."""
-    return sorted({o.label for o in s.objects if w[0] <= o.time <= w[1] and key(o.label) != target})
+    """The object labels seen in ``w`` other than the target (compared by key) that a line of
+    ``w`` without speech mentions: an object the text never describes is not shown to a
+    text-only candidate (the paper's curators drop options that are not visually salient)."""
+    shown = [s.timeline[j].text for j in lines_in(s, w)]
+    return sorted(
+        {
+            o.label
+            for o in s.objects
+            if w[0] <= o.time <= w[1]
+            and key(o.label) != target
+            and any(mentions(o.label, t) for t in shown)
+        }
+    )
 
 
 def lines_in(s: MemorySession, w: Interval) -> list[int]:
@@ -160,11 +189,23 @@ def object_question(
     cfg: IntrospectConfig,
     places: Positions,
 ) -> Built:
+    """The object form: every option is an object the window's text mentions (the answer at its
+    segment, each wrong option in its sub-clip); the context is the window without speech and
+    without every line that mentions an option, so all options are hidden alike."""
     src = f"{s.session_id}/{m.memory_id}"
     rng, seed = rng_for(cfg.seed, "assistance", s.session_id, m.memory_id)
     local = centred(m.time, cfg.local_window, s.duration)
     need = cfg.k - 1
-    target = key(m.object or "")
+    label = m.object or ""
+    target = key(label)
+    if not any(mentions(label, s.timeline[j].text) for j in lines_in(s, local)):
+        return Refusal(
+            src,
+            "context",
+            "answer_not_shown",
+            f"no line of the window without speech mentions {label!r}: the wrong options would be "
+            "the only ones shown",
+        )
     subs = subclips(
         s, seg, local, [seg, *annotated], need, lambda w: bool(objects_in(s, w, target)), rng, cfg
     )
@@ -173,7 +214,7 @@ def object_question(
             src,
             "subclips",
             "no_room_for_subclips",
-            f"{need} sub-clips with an object do not fit around the memory",
+            f"{need} sub-clips with a shown object do not fit around the memory",
         )
     picks: list[str] = []
     for w in subs:
@@ -185,10 +226,10 @@ def object_question(
             src,
             "subclips",
             "too_few_objects",
-            f"{len(picks)} distinct objects in the sub-clips, need {need}",
+            f"{len(picks)} distinct shown objects in the sub-clips, need {need}",
         )
     options, origins, answer = shuffled(
-        [m.object or "", *picks],
+        [label, *picks],
         ["positive", *(f"subclip@{w[0]:g}-{w[1]:g}" for w in subs)],
         rng,
         places,
@@ -202,7 +243,7 @@ def object_question(
         src,
         s.session_id,
         origins=origins,
-        visible={"context": hide_lines(s, local, [seg, *annotated])},
+        visible={"context": shown_without(s, local, options)},
         privileged={
             "content": m.content,
             "object": m.object,
@@ -237,7 +278,8 @@ def event_question(
             f"{need} sub-clips with a line do not fit around the memory",
         )
     shown = lines_in(s, local)
-    sources = sorted({shown.index(j) for w in subs for j in lines_in(s, w)})
+    groups = [[shown.index(j) for j in lines_in(s, w)] for w in subs]  # one option per sub-clip
+    sources = sorted({i for g in groups for i in g})
     hide = [
         i
         for i, j in enumerate(shown)
@@ -256,6 +298,7 @@ def event_question(
             window=Window(start=local[0], end=local[1]),
             others=[Other(text=o.content, time=o.time, id=o.memory_id) for o in others],
             sources=sources,
+            source_groups=groups,
             hide=hide,
             group=s.session_id,
         ),
@@ -266,13 +309,8 @@ def event_question(
     )
 
 
-def hide_lines(s: MemorySession, local: Interval, hidden: list[Interval]) -> str:
-    """The local window's lines without speech, minus those inside a hidden interval."""
-    keep = [
-        x
-        for x in s.timeline
-        if local[0] <= x.t <= local[1]
-        and not x.speech
-        and not any(h[0] <= x.t <= h[1] for h in hidden)
-    ]
-    return "\n".join(f"{fmt_time(x.t - local[0])} | {x.text}" for x in keep)
+def shown_without(s: MemorySession, local: Interval, options: list[str]) -> str:
+    """The window's lines without speech, minus every line that mentions one of ``options``."""
+    lines = [s.timeline[j] for j in lines_in(s, local)]
+    kept = [x for x in lines if not any(mentions(o, x.text) for o in options)]
+    return clip_text(kept, local, audio=False)

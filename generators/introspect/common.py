@@ -19,6 +19,7 @@ from gen.readers import iter_jsonl, validated
 from gen.runner import derive_seed
 from gen.schemas.introspect import Line
 from gen.timelines import fmt_time
+from gen.words import content_words
 
 NAME = "introspect"
 M = TypeVar("M", bound=BaseModel)
@@ -39,6 +40,9 @@ class Draft:
     privileged: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     """Other record fields (``answers``, ``acceptable``, ``window``, ``shuffle_seed``)."""
+    prompt: tuple[str, dict[str, Any]] | None = None
+    """The paper's own prompt for the item: a template under prompts/ and its variables (the
+    record holds it rendered)."""
 
 
 @dataclass
@@ -85,6 +89,20 @@ def names(label: str, text: str) -> bool:
     """``text`` names ``label`` (its words in a row, case and punctuation ignored)."""
     k = key(label)
     return bool(k) and f" {k} " in f" {key(text)} "
+
+
+def _fold(word: str) -> str:
+    """A word's comparison form: a plural's final ``s`` dropped (``novels`` -> ``novel``)."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def mentions(label: str, text: str) -> bool:
+    """``text`` mentions ``label``: each content word of the label, singular or plural, is a word
+    of ``text`` in any order ("a table of new novels" mentions "novels table"; "a guidebook about
+    Lisbon" mentions "Lisbon guidebook"). Looser than :func:`names`, so an option the context
+    describes in other words still counts as shown."""
+    want = {_fold(w) for w in content_words(label)}
+    return bool(want) and want <= {_fold(w) for w in content_words(text)}
 
 
 def clip_text(

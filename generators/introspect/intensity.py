@@ -1,10 +1,12 @@
 """Emotion Intensity Recognition (EgoIntrospect §4.2.2, appendices A.2 and G.1), from
 ``EmotionSegment`` lines: a within-user relative comparison.
 
-For each participant and emotion label (the segment's main label, one of ``taxonomy``) with at
-least ``min_group`` segments, the segments are dealt with the seed into sets of up to ``k`` (a
-last set under ``min_group`` is refused as leftover); a set with fewer than ``k`` is filled with the
-same participant's segments of another emotion whose reason differs from every reason in the set.
+For each participant and emotion label (the segment's main label, one of ``taxonomy``), the
+segments are dealt with the seed into sets of up to ``k``; a set with fewer than ``k`` (a group of
+one included) is filled with the same participant's segments of another emotion whose reason
+differs from every reason in the set, as G.1 fills "when fewer than four valid clips are
+available". ``min_group`` (1, the paper's rule) can ask for more of the target emotion: a smaller
+group, or a last set under it, is then refused.
 Questions alternate between the strongest and the weakest of the set (balanced, as the paper's
 44/44); the answer is the segment the participant rated highest or lowest, which must be the only
 one with that rating (else the other direction is asked, and a set tied both ways is refused).

@@ -6,13 +6,16 @@ short-term, or, without that annotation, when its expected use is at most 24 hou
 ``more_than_24h``. An item whose annotation and expected use disagree is refused. The clip is
 ``mli_clip`` seconds (15): a longer memory segment is cut to that length around its trigger, a
 shorter one extended around its middle; all audio is removed (speech lines left out), since the
-participant's in-situ words often state the lifespan. The question quotes the memory's content,
-and an item whose content itself says when it is needed ("tomorrow", "for years") is refused.
+participant's in-situ words often state the lifespan. As in K.1 the candidate gets the clip alone
+(its lines without speech), not the memory's words: the question asks about what the wearer
+captures in it, and the content stays privileged, so no item is refused for its wording. Each record
+carries K.1's chain-of-thought prompt rendered for its clip (``prompt``, from
+``prompts/introspect/lifespan.jinja``: the scenario guideline, the three steps WHAT, CONTEXT,
+REUSABILITY, and a last line ``within_24h`` or ``more_than_24h``).
 """
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from gen.generators.introspect.common import Built, Draft, Refusal, clip_text, fmt_span
@@ -26,16 +29,12 @@ LABELS = ["within_24h", "more_than_24h"]
 """The paper's labels (the privileged ``label``)."""
 OPTIONS = ["within 24 hours", "more than 24 hours"]
 """What the candidate reads (the labels' words: an identifier reads as a template echo)."""
-TEMPORAL = re.compile(
-    r"\b(?:today|tonight|tomorrow|yesterday|this "
-    r"(?:morning|afternoon|evening|week|weekend|month|year)|"
-    r"later today|in an hour|in \d+ (?:minutes?|hours?|days?|weeks?|months?|years?)|next "
-    r"(?:week|month|year|time)|"
-    r"forever|for years|for good|always|someday|one day|every "
-    r"(?:day|week|month|year)|anniversary|birthday)\b",
-    re.I,
+PROMPT = "introspect/lifespan.jinja"
+"""K.1's chain-of-thought prompt (inputs: ``context``)."""
+QUESTION = (
+    "Will the user need what they are asking the assistant to help them remember in this clip "
+    "within the next 24 hours, or for longer?"
 )
-"""Words that state when a memory is needed."""
 
 
 def label(m: MemoryItem) -> tuple[str | None, str]:
@@ -64,16 +63,6 @@ def build(sessions: list[MemorySession], cfg: IntrospectConfig) -> list[Built]:
             if truth is None:
                 out.append(Refusal(src, "label", "lifespan_conflict", how))
                 continue
-            if hit := TEMPORAL.search(m.content):
-                out.append(
-                    Refusal(
-                        src,
-                        "question",
-                        "content_states_lifespan",
-                        f"the content says {hit.group(0)!r}: the question would give the answer",
-                    )
-                )
-                continue
             seg = (
                 (m.start, m.end) if m.start is not None and m.end is not None else (m.time, m.time)
             )
@@ -93,8 +82,7 @@ def build(sessions: list[MemorySession], cfg: IntrospectConfig) -> list[Built]:
             out.append(
                 Draft(
                     "memory_lifespan",
-                    f'The user asked the assistant to help them remember: "{m.content}". '
-                    "Will they need it within the next 24 hours, or for longer?",
+                    QUESTION,
                     OPTIONS,
                     LABELS.index(truth),
                     src,
@@ -103,12 +91,14 @@ def build(sessions: list[MemorySession], cfg: IntrospectConfig) -> list[Built]:
                     privileged={
                         "label": truth,
                         "label_from": how,
+                        "content": m.content,
                         "lifespan": m.lifespan,
                         "usage_hours": m.usage_hours,
                         "memory_type": m.memory_type,
                         "reason": m.reason,
                     },
                     extra={"window": {"start": span[0], "end": span[1]}},
+                    prompt=(PROMPT, {"context": text}),
                 )
             )
     return out

@@ -7,6 +7,7 @@ Assistance Recognition runs a candidates sub-run with a scripted writer."""
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,12 @@ from fakes import FakeEmbedder
 from scripted import event_writer
 
 from gen.errors import InputError
+from gen.generators.candidates import CandidatesConfig
+from gen.generators.candidates.checks import Option, Pool, Vectors
+from gen.generators.candidates.item import setup as candidates_setup
+from gen.generators.candidates.item import source_order
 from gen.generators.introspect import IntrospectConfig, plan
+from gen.generators.introspect.assistance import build as assistance_build
 from gen.generators.introspect.assistance import segment
 from gen.generators.introspect.common import Draft, Refusal
 from gen.generators.introspect.intensity import build as build_intensity
@@ -36,6 +42,7 @@ from gen.llm import scripted_llm
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
 from gen.runner import RunContext, run
+from gen.schemas.candidates import CandidateItem
 from gen.schemas.introspect import (
     EmotionSegment,
     InterruptSession,
@@ -230,7 +237,8 @@ def test_emotion_intensity_compares_within_one_participant() -> None:
     assert "Joy: reason a" not in stress.options and all(
         not o.startswith("Joy: reason z") for o in stress.options
     )
-    assert ("P2/Joy", "group_too_small") in refusals(built)
+    # G.1: a group under four (one included) is filled, never refused
+    assert not any(r == "group_too_small" for _, r in refusals(built))
     # directions alternate (balanced highest / lowest)
     assert [x.question_type for x in drafts(built)] == [
         "emotion_intensity_highest",
@@ -415,14 +423,18 @@ def test_memory_lifespan_labels_clips_and_refusals() -> None:
         }
     )
     built = build_lifespan([s], cfg(task="memory_lifespan"))
-    a, b = drafts(built)
+    a, b, d = drafts(built)
     assert a.options[a.answer] == "within 24 hours" and a.extra["window"] == {
         "start": 92.5,
         "end": 107.5,
     }
     assert b.privileged["label"] == "more_than_24h" and b.privileged["label_from"] == "usage_hours"
     assert "help me remember" not in a.visible["context"]  # no audio
-    assert refusals(built) == [("s/c", "lifespan_conflict"), ("s/d", "content_states_lifespan")]
+    # K.1 keeps content that says when it is needed: the candidate reads the clip, not the content
+    assert refusals(built) == [("s/c", "lifespan_conflict")]
+    assert d.privileged["content"] == "call the dentist tomorrow"
+    assert all("tomorrow" not in x.question and x.question == a.question for x in (a, b, d))
+    assert d.prompt is not None and d.prompt[1] == {"context": d.visible["context"]}
 
 
 # --------------------------------------------------------------------------- runs on the examples
@@ -499,3 +511,157 @@ def test_memory_assistance_event_form_runs_a_candidates_subrun(tmp_path: Path) -
         result.manifest["counts"]["rejects_by_reason"]
     )
     assert recs, rejects  # the sub-run's records come back as this family's
+
+
+def test_emotion_intensity_fills_a_group_of_one_as_g1_does() -> None:
+    """G.1: "When fewer than four valid clips are available for a target participant-emotion
+    group, the remaining slots are filled with clips from the same participant that do not belong
+    to the target emotion and do not share the same reason description"."""
+    rows = [
+        seg("z", "Joy", 4, participant="P2"),
+        seg("s1", "Stress", 2, participant="P2"),
+        seg("s2", "Stress", 5, participant="P2", reason="reason z"),  # shares z's reason
+        seg("a1", "Awkward", 1, participant="P2"),
+        seg("r1", "Relaxation", 3, participant="P2"),
+    ]
+    built = build_intensity(rows, cfg(task="emotion_intensity"))
+    joy = next(d for d in drafts(built) if d.privileged["target_label"] == "Joy")
+    assert len(joy.options) == 4 and sum(o.startswith("Joy:") for o in joy.options) == 1
+    assert "Stress: reason z" not in joy.options  # the same reason is never a filler
+    assert set(joy.options) == {
+        "Joy: reason z",
+        "Stress: reason s1",
+        "Awkward: reason a1",
+        "Relaxation: reason r1",
+    }
+    assert not refusals(built)
+    strict = build_intensity(rows, cfg(task="emotion_intensity", min_group=2))
+    assert ("P2/Joy", "group_too_small") in refusals(strict)
+
+
+def test_memory_lifespan_records_carry_k1_chain_of_thought_prompt(tmp_path: Path) -> None:
+    out = tmp_path / "mli"
+    run(NAME, cfg(task="memory_lifespan", input=str(EX / "memories.jsonl")), out, quiet=True)
+    recs = read_jsonl(out / "introspect.jsonl")
+    assert recs
+    for r in recs:
+        system, user = (m["content"] for m in r["prompt"])
+        assert all(f"[{step}]" in system for step in ("WHAT", "CONTEXT", "REUSABILITY"))
+        assert "within_24h or more_than_24h" in system
+        assert r["visible"]["context"] in user and r["privileged"]["content"] not in r["question"]
+    hashes = read_jsonl(out / "introspect.jsonl") and (out / "manifest.json").read_text()
+    assert "introspect/lifespan.jinja" in hashes
+
+
+CONTENT_STOP = {"a", "an", "the", "of", "in", "on", "at", "with", "and", "to", "for", "by"}
+
+
+def _stem(w: str) -> str:
+    return w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
+
+
+def _named(option: str, context: str) -> bool:
+    """The test's own reading of "the context names the option": one line holds every word of the
+    option (case, punctuation and a plural s ignored)."""
+    want = {_stem(w) for w in re.findall(r"[a-z0-9]+", option.lower())} - CONTENT_STOP
+    return any(
+        want <= {_stem(w) for w in re.findall(r"[a-z0-9]+", line.split("|", 1)[-1].lower())}
+        for line in context.splitlines()
+    )
+
+
+def test_memory_assistance_object_form_names_every_option_or_none(tmp_path: Path) -> None:
+    """Issue 42.1: on the example, in every object-form record the visible context names either
+    every option or none of them (read from the records, not the code)."""
+    out = tmp_path / "mar"
+    c = cfg(task="memory_assistance", input=str(EX / "memories.jsonl"), form="object")
+    result = run(NAME, c, out, quiet=True)
+    recs = read_jsonl(out / "introspect.jsonl")
+    assert len(recs) == 2 and result.rejected == 0
+    for r in recs:
+        named = [_named(o, r["visible"]["context"]) for o in r["options"]]
+        assert all(named) or not any(named), (r["options"], named)
+
+
+def test_memory_assistance_object_form_refuses_an_answer_the_text_never_shows() -> None:
+    code = {t: f"x{chr(97 + t // 50)}{chr(97 + t % 50 // 5)}" for t in range(0, 400, 5)}
+    lines = [{"t": float(t), "text": f"The wearer walks past sign {code[t]}."} for t in code]
+    lines[20] = {"t": 100.0, "text": "The wearer looks at a heart drawn in the foam."}
+    s = MemorySession.model_validate(
+        {
+            "session_id": "s",
+            "duration": 400,
+            "timeline": lines,
+            "objects": [{"label": f"sign {c}", "time": t} for t, c in code.items()],
+            "memories": [
+                {
+                    "memory_id": "m",
+                    "time": 100,
+                    "content": "the heart",
+                    "lifespan": "long_term",
+                    "object": "latte art",
+                }
+            ],
+        }
+    )
+    built = assistance_build([s], cfg(task="memory_assistance", form="object"))
+    assert refusals(built) == [("s/m", "answer_not_shown")]
+    lines[20] = {"t": 100.0, "text": "The wearer looks at the latte art drawn in the foam."}
+    s = MemorySession.model_validate({**s.model_dump(), "timeline": lines})
+    (d,) = drafts(assistance_build([s], cfg(task="memory_assistance", form="object")))
+    assert not any(_named(o, d.visible["context"]) for o in d.options)  # hidden alike
+    w = d.extra["window"]
+    signs = sum(w["start"] <= t <= w["end"] for t in code) - 1  # line 20 is the latte art
+    assert d.visible["context"].count("walks past sign") == signs - 3  # all but the wrong options
+
+
+def test_memory_assistance_event_form_takes_one_wrong_option_per_subclip(tmp_path: Path) -> None:
+    """K.1: "we sample three non-overlapping sub-clips ... Each sub-clip is then converted into one
+    option"."""
+    out = tmp_path / "mar"
+    c = cfg(task="memory_assistance", input=str(EX / "memories.jsonl"), form="event")
+    ctx = RunContext(NAME, c, out).use(llm=scripted_llm(event_writer), embedder=FakeEmbedder())
+    run(NAME, c, out, ctx=ctx, quiet=True)
+    items = {it["item_id"]: it for it in read_jsonl(out / "event_items.jsonl")}
+    recs = read_jsonl(out / "introspect.jsonl")
+    assert recs
+    for r in recs:
+        it = items[r["source"]]
+        assert len(it["source_groups"]) == 3
+        group_of = {
+            it["context"][j]["t"]: g for g, js in enumerate(it["source_groups"]) for j in js
+        }
+        times = [t for k, t in r["privileged"]["option_times"].items() if int(k) != r["answer"]]
+        groups = [group_of[t] for t in times]
+        assert len(groups) == 3 and len(set(groups)) == 3, groups
+
+
+def test_a_second_option_from_one_source_group_is_turned_away() -> None:
+    moments = [
+        "The wearer opens a red door.",
+        "The wearer lifts a blue box.",
+        "The wearer waters a green plant.",
+        "The wearer reads a yellow map.",
+    ]
+    item = CandidateItem.model_validate(
+        {
+            "item_id": "i",
+            "task": "memory_assistance_event",
+            "question": "q?",
+            "positive": {"text": "The wearer parks the car by pillar B14."},
+            "context": [{"t": float(t), "text": x} for t, x in enumerate(moments)],
+            "source_groups": [[0, 1], [2, 3]],
+        }
+    )
+    cc = CandidatesConfig(kind="generated", input="x", cache_dir=None, progress="off")
+    s = candidates_setup(None, cc, item, Vectors(FakeEmbedder()))  # type: ignore[arg-type]
+    order = source_order(s, 0)
+    assert {s.groups[order[0]], s.groups[order[1]]} == {0, 1}  # one of each group first
+    pool = Pool(s, 2, lambda _: None)
+
+    def offered(j: int) -> bool:
+        return pool.offer(Option(moments[j], moments[j], "generated", float(j), line=j))
+
+    assert offered(0)
+    assert not offered(1) and pool.turned["same_source_group"] == 1
+    assert offered(2) and pool.full
