@@ -161,8 +161,8 @@ def plan(cfg: AuditConfig) -> Plan:
 def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
     """Audit an MCQ/scenario bank or a digital run; exit 1 on an error (fail_on=), warnings exit 0.
 
-    Leakage, tells, duplicates, integrity. Exit code: 1 when a finding of at least ``fail_on`` severity exists, 0 otherwise, 2 for bad
-    input (:func:`generators.audit.report.fails`)."""
+    Leakage, tells, duplicates, integrity. Exit code: 1 when a finding of at least ``fail_on``
+    severity exists, 0 otherwise, 2 for bad input (:func:`generators.audit.report.fails`)."""
     data = load_inputs(cfg, ctx)
     results: list[CheckResult] = []
     for i in ctx.indices():

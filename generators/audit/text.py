@@ -116,9 +116,7 @@ class Lemmas:
 
     def learn(self, texts: Iterable[str]) -> None:
         """Lemmatise the new words of ``texts`` in one batch."""
-        new = list(
-            dict.fromkeys(w for t in texts for w in words(t) if w and w not in self._map)
-        )
+        new = list(dict.fromkeys(w for t in texts for w in words(t) if w and w not in self._map))
         if not new:
             return
         if not self.english:
@@ -141,9 +139,13 @@ class Lemmas:
         self.learn([text])
         out = []
         for w in words(text):
-            if w in STOPWORDS or (w.isdigit() and len(w) < 2):
+            if w in STOPWORDS or w in NAME_NOTHING or (w.isdigit() and len(w) < 2):
                 continue
             lemma = self._map.get(w, w)
             if lemma not in STOPWORDS:
                 out.append(lemma)
         return out
+
+
+NAME_NOTHING = frozenset({"yet", "also", "even", "ever", "already"})
+"""Adverbs :data:`gen.words.STOPWORDS` keeps that name nothing either ("not boiling yet")."""

@@ -269,7 +269,9 @@ def test_the_classifier_is_at_chance_when_naming_says_nothing(tmp_path: Path) ->
 def test_embedding_cosines_join_the_features_when_embeddings_are_on(tmp_path: Path) -> None:
     bank = write_jsonl(tmp_path / "leaky.jsonl", classifier_bank(leaky=True))
     for embeddings, extra in ((True, ["context_cosine", "question_cosine"]), (False, [])):
-        _, _, report = run_audit(tmp_path / str(embeddings), bank, checks=[KEY], embeddings=embeddings)
+        _, _, report = run_audit(
+            tmp_path / str(embeddings), bank, checks=[KEY], embeddings=embeddings
+        )
         features = next(c for c in report["checks"] if c["key"] == KEY)["stats"]["features"]
         assert features[-2:] == extra or (not extra and "context_cosine" not in features)
 
@@ -311,19 +313,29 @@ def test_the_exit_code_rule_is_one_in_readme_help_and_code(run_gen, tmp_path: Pa
     shown = run_gen("audit", "--help").stdout
     assert "exit 1 on an error (fail_on=), warnings exit 0" in shown
     assert "an error exits 1, warnings and info are listed and exit 0" in " ".join(shown.split())
-    warned = write_jsonl(  # one near-duplicate pair of options: a warning, nothing else
+    answer = "C walks to the kitchen and opens the fridge door slowly"
+    warned = write_jsonl(  # most of the answer's 5-word phrases in the context: a warning only
         tmp_path / "warn.jsonl",
-        [mcq(0, ["the kettle", "the ladder", "the umbrella"], 0, "Nothing named here.")],
+        [
+            mcq(
+                0,
+                [answer, "C sits on the sofa", "C waters the plants"],
+                0,
+                "C walks to the kitchen and opens the fridge door.",
+            )
+        ],
     )
-    cases = [(warned, "warning", 0, []), (warned, "warning", 1, ["fail_on=warning"])]
-    for bank, _, code, extra in cases:
+    for code, extra in ((0, []), (1, ["fail_on=warning"])):
         out = tmp_path / f"out{code}"
         p = run_gen(
             "audit",
-            f"input={bank}",
+            f"input={warned}",
             "embeddings=false",
             "checks=[structure,leakage]",
             *extra,
             f"hydra.run.dir={out}",
         )
         assert p.returncode == code, p.stderr
+        summary = json.loads((out / "audit.json").read_text())["summary"]
+        assert summary["by_severity"] == {"error": 0, "warning": 1, "info": 0}
+        assert summary["exit_code"] == code

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gen.generators.audit.checks.shortcut import Features, cv_hits, folds_for, one_blas_thread
+from gen.generators.audit.checks.shortcut import (  # check 7's classifier, reused as it is
+    Features,
+    _fit_logit,
+    _standardised,
+    cv_hits,
+    folds_for,
+    one_blas_thread,
+)
 from gen.generators.audit.registry import (
     TELL_OPTIONS,
     CheckResult,
@@ -143,13 +150,15 @@ def windows(lemmas: Lemmas, texts: list[str]) -> tuple[list[Window], int]:
 
 def names_of(lemmas: Lemmas, options: list[list[str]]) -> list[list[set[str]]]:
     """Per option, per name, the lemmas that set it apart: its content lemmas that no other option
-    has (a template's shared words drop out); all of them when it has none of its own."""
+    has (a template's shared words drop out). A name with none of its own is no evidence for its
+    option ("with the grain" where both referents work along the grain), unless it is the
+    option's only name ("table" beside "novels table"): then all its lemmas."""
     full = [[set(lemmas.content(n)) for n in names] for names in options]
     flat = [set().union(*f) if f else set() for f in full]
     out = []
     for j, f in enumerate(full):
         others = set().union(*(x for k, x in enumerate(flat) if k != j))
-        out.append([(s - others) or s for s in f])
+        out.append([(s - others) or (s if len(f) == 1 else set()) for s in f])
     return out
 
 
@@ -240,25 +249,30 @@ EMBED_BLOCK = 512
 
 def _cosines(data: AuditData, rows: list[tuple[View, list[list[float]]]]) -> None:
     """Append to each option's features its embedding cosine to its item's context and to its
-    question, each minus its mean cosine to the other items' contexts (questions) of its block:
+    question, each minus its mean cosine to the contexts (questions) of the other items of its type
+    in its block:
     what the option shares with its own context, not what it shares with any (a long option is
     close to every text; a question every item repeats says nothing about the item)."""
     assert data.embed is not None
     for s in range(0, len(rows), EMBED_BLOCK):
         block = rows[s : s + EMBED_BLOCK]
         ctx = ["\n".join(v.context) for v, _ in block]
-        texts = sorted({*ctx, *(v.question for v, _ in block)} | {
-            "; ".join(o) for v, _ in block for o in v.options
-        })
+        texts = sorted(
+            {*ctx, *(v.question for v, _ in block)}
+            | {"; ".join(o) for v, _ in block for o in v.options}
+        )
         vecs = np.asarray(data.embed(texts), dtype=np.float32)
         vecs /= np.linalg.norm(vecs, axis=1, keepdims=True) + 1e-9
         at = {t: j for j, t in enumerate(texts)}
         C = vecs[[at[c] for c in ctx]]
         Q = vecs[[at[v.question] for v, _ in block]]
-        m = len(block)
+        types = np.array([v.question_type for v, _ in block])
+        sums = {t: (C[types == t].sum(axis=0), Q[types == t].sum(axis=0)) for t in set(types)}
+        counts = {t: int((types == t).sum()) for t in sums}
         for r, (v, feats) in enumerate(block):
-            others_c = (C.sum(axis=0) - C[r]) / (m - 1) if m > 1 else np.zeros_like(C[r])
-            others_q = (Q.sum(axis=0) - Q[r]) / (m - 1) if m > 1 else np.zeros_like(Q[r])
+            m, (sc, sq) = counts[v.question_type], sums[v.question_type]
+            others_c = (sc - C[r]) / (m - 1) if m > 1 else np.zeros_like(C[r])
+            others_q = (sq - Q[r]) / (m - 1) if m > 1 else np.zeros_like(Q[r])
             for f, o in zip(feats, v.options, strict=True):
                 e = vecs[at["; ".join(o)]]
                 f += [float(e @ C[r] - e @ others_c), float(e @ Q[r] - e @ others_q)]
@@ -330,9 +344,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
             )
         )
     if not rows:
-        return CheckResult(
-            KEY, "skipped", "no item with options, an answer and a visible context"
-        )
+        return CheckResult(KEY, "skipped", "no item with options, an answer and a visible context")
     res = CheckResult(KEY)
     names = list(LEXICAL)
     if data.embed is not None:
@@ -368,7 +380,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
         n = len(idx)
         answer_named = [named_rates[r][0] for r in idx]
         distractor_named = [x for r in idx for x in named_rates[r][1]]
-        first_a = [named_rates[r][2] for r in idx if named_rates[r][2] is not None]
+        first_a = [x for r in idx if (x := named_rates[r][2]) is not None]
         first_d = [x for r in idx for x in named_rates[r][3] if x is not None]
         kinds = [tells_by_item[r] for r in idx]
         p0 = float(np.mean([1 / len(rows[r][0].options) for r in idx]))
@@ -440,8 +452,6 @@ def _classify(
     the features the model fitted on every item leans on most."""
     from scipy.sparse import csr_matrix
 
-    from gen.generators.audit.checks.shortcut import _fit_logit, _standardised
-
     kmax = max(len(v.options) for v, _ in rows)
     n, d = len(rows), len(names)
     dense = np.zeros((n * kmax, d), dtype=np.float32)
@@ -453,7 +463,9 @@ def _classify(
     y = np.array([v.answer for v, _ in rows], dtype=np.int64)
     groups = [v.group for v, _ in rows]
     with one_blas_thread():
-        folds = [folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)]
+        folds = [
+            folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)
+        ]
         _, right = cv_hits(F, mask, y, folds, cfg.shortcut_folds, cfg.shortcut_l2)
         everyone = np.ones(n, dtype=bool)
         w = _fit_logit(F, _standardised(F, mask, everyone), mask, y, cfg.shortcut_l2, everyone)
