@@ -27,9 +27,7 @@ from gen.mcq import write_egotom_csv
 
 KEY = "context_options"
 OBJECT_FORM = FIX / "context_shortcut"
-DATA = next(
-    (p for p in (SHARED / "data", Path("/work/shared/data")) if p.is_dir()), SHARED / "data"
-)
+DATA = SHARED / "data"
 EGOTOM = DATA / "egotom_paper"
 CONTEXT_BENCH = DATA / "context_bench"
 ROOT = Path(__file__).resolve().parents[2]
