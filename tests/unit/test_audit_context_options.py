@@ -112,6 +112,7 @@ def test_the_object_form_records_are_flagged_per_item(tmp_path: Path) -> None:
     stats = next(c for c in report["checks"] if c["key"] == KEY)["stats"]
     (row,) = stats["per_question_type"].values()
     assert row["answer_named"] == 0 and row["distractor_named"] == 0.667
+    assert row["items_with_odd_one"] == 2  # the latte-art item's: "phone cases", the only named
     assert "classifier not run" in row["note"]  # 2 items: the per-item tell still fires
 
 

@@ -225,6 +225,13 @@ def tell_of(ov: list[OptionView], answer: int) -> str | None:
     return None
 
 
+def has_odd_one(ov: list[OptionView]) -> bool:
+    """Whether one option stands apart: the only one named, or the only one not named (the
+    answer or not)."""
+    n = sum(o.named for o in ov)
+    return n == 1 or (len(ov) > 2 and n == len(ov) - 1)
+
+
 def lexical_features(ov: list[OptionView]) -> list[list[float]]:
     """Per option, the :data:`LEXICAL` features."""
     k, n = len(ov), sum(o.named for o in ov)
@@ -324,6 +331,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
     lemmas = Lemmas(english=cfg.language == "en")
     rows: list[tuple[View, list[list[float]]]] = []
     tells_by_item: list[str | None] = []
+    odd: list[bool] = []
     named_rates: list[tuple[bool, list[bool], float | None, list[float | None]]] = []
     if data.bundles is not None or data.histories is not None:
         return CheckResult(KEY, "skipped", "not an MCQ or scenario bank")
@@ -335,6 +343,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
         ov, _ = option_views(lemmas, v, cfg.context_name_share, common[v.question_type])
         rows.append((v, lexical_features(ov)))
         tells_by_item.append(tell_of(ov, v.answer))
+        odd.append(has_odd_one(ov))
         named_rates.append(
             (
                 ov[v.answer].named,
@@ -394,6 +403,9 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
             "distractor_first_at": rounded(float(np.mean(first_d)), 3) if first_d else None,
             "answer_only_named": kinds.count("answer_only_named"),
             "answer_only_unnamed": kinds.count("answer_only_unnamed"),
+            # how often an odd one out is the answer at all: near 1/options when naming says
+            # nothing (each flagged item is still answered by the rule)
+            "items_with_odd_one": sum(odd[r] for r in idx),
             "chance": rounded(p0, 3),
         }
         if n < cfg.shortcut_min_items:
