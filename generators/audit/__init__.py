@@ -6,8 +6,9 @@ The checks are registered units (:mod:`generators.audit.registry`), one module e
 runs check i and yields its findings, so ``audit.jsonl`` holds one line per finding and the
 manifest's ``indices_done`` equals the number of checks. After the last check the report is
 written (:mod:`generators.audit.report`): ``audit.md`` (tables and PNG plots), ``audit.json``
-(statistics, thresholds, findings), and the exit code: 0 clean, 1 when a finding reaches
-``fail_on``, 2 for input errors.
+(statistics, thresholds, findings), and the exit code, one rule: 1 when a finding of at least
+``fail_on`` severity exists (default ``error``: warnings and info are listed and exit 0), 0
+otherwise, 2 for input errors.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class AuditConfig(CommonConfig):
     gate; an ISO 639-1 code)."""
     checks: list[str] = Field(default_factory=check_keys, description=checks_help())
     fail_on: Literal["info", "warning", "error", "never"] = "error"
-    """Exit code 1 when a finding of at least this severity exists."""
+    """Exit code 1 when a finding of at least this severity exists (default error: an error exits
+    1, warnings and info are listed and exit 0; never: always 0). Bad input exits 2."""
     allow_empty: bool = False
     """Audit an input with zero items; otherwise that is an input error (exit 2): an audit of
     nothing must not pass a CI gate."""
@@ -90,6 +92,10 @@ class AuditConfig(CommonConfig):
     """Share of an option's distinctive words (those no other option of its item has) that a visible
     context must hold to state it (the leakage check's containment: most of what sets the option
     apart)."""
+    context_name_share: float = Field(0.6, gt=0, le=1)
+    """Share of an option's distinctive lemmas (those no other option of its item has) that one
+    sentence of the visible context must hold to name the option (the leakage check's
+    containment: a two-word name needs both words, three words two of them)."""
     length_ratio: float = Field(1.4, gt=1)
     """An answer more than this many times longer than every distractor, or every distractor
     this much longer than it, is flagged (EgoToM's own filter, §3)."""
@@ -153,7 +159,10 @@ def plan(cfg: AuditConfig) -> Plan:
     "audit", config=AuditConfig, records=FindingRecord, kind="finding", plan=plan, noun="findings"
 )
 def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
-    """Audit an MCQ/scenario bank or a digital run: leakage, tells, duplicates, integrity."""
+    """Audit an MCQ/scenario bank or a digital run; exit 1 on an error (fail_on=), warnings exit 0.
+
+    Leakage, tells, duplicates, integrity. Exit code: 1 when a finding of at least ``fail_on``
+    severity exists, 0 otherwise, 2 for bad input (:func:`generators.audit.report.fails`)."""
     data = load_inputs(cfg, ctx)
     results: list[CheckResult] = []
     for i in ctx.indices():

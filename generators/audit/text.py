@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from operator import itemgetter
 
 import numpy as np
@@ -87,3 +88,64 @@ def member(needles: np.ndarray, haystack: np.ndarray) -> np.ndarray:
         return np.zeros(len(needles), dtype=bool)
     at = np.minimum(np.searchsorted(haystack, needles), len(haystack) - 1)
     return haystack[at] == needles
+
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_POSSESSIVE = re.compile(r"['’]s?$")
+
+
+def words(text: str) -> list[str]:
+    """The words of ``text``, casefolded and NFKC-normalised, a possessive ending dropped
+    ("poster's" is "poster"); hyphens and other marks split words."""
+    return [
+        _POSSESSIVE.sub("", w)
+        for w in _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
+    ]
+
+
+class Lemmas:
+    """Word -> lemma, each distinct word lemmatised once, out of context, by the English pipeline
+    the text gates use (:func:`gen.tagging.tags`): "novels" is "novel", "placed" "place". A word is
+    lemmatised alone, so it maps the same way wherever it stands (an option and a context agree);
+    the cost follows the vocabulary, not the bank's length. ``english=False`` keeps words as they
+    are (the tagger is English)."""
+
+    def __init__(self, english: bool = True) -> None:
+        self.english = english
+        self._map: dict[str, str] = {}
+
+    def learn(self, texts: Iterable[str]) -> None:
+        """Lemmatise the new words of ``texts`` in one batch."""
+        new = list(dict.fromkeys(w for t in texts for w in words(t) if w and w not in self._map))
+        if not new:
+            return
+        if not self.english:
+            self._map.update((w, w) for w in new)
+            return
+        from gen.tagging import forget_since, tagged_count, tags, warm
+
+        mark = tagged_count()
+        warm(new)
+        for w in new:
+            toks = tags(w)
+            self._map[w] = toks[0][3].casefold() if len(toks) == 1 and toks[0][3] else w
+        forget_since(mark)  # the shared tag cache keeps texts, not this vocabulary
+
+    def content(self, text: str) -> list[str]:
+        """The lemmas of ``text``'s content words, in order (stopwords and bare one-digit numbers
+        left out, before and after lemmatising)."""
+        from gen.words import STOPWORDS
+
+        self.learn([text])
+        out = []
+        for w in words(text):
+            if w in STOPWORDS or w in NAME_NOTHING or (w.isdigit() and len(w) < 2):
+                continue
+            lemma = self._map.get(w, w)
+            if lemma not in STOPWORDS:
+                out.append(lemma)
+        return out
+
+
+NAME_NOTHING = frozenset({"yet", "also", "even", "ever", "already"})
+"""Adverbs :data:`gen.words.STOPWORDS` keeps that name nothing either ("not boiling yet")."""

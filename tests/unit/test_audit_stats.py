@@ -230,8 +230,10 @@ def test_no_tell_on_1000_items_gives_nothing_above_info(tmp_path: Path) -> None:
             }
         )
     bank = write_jsonl(tmp_path / "bank.jsonl", rows)
-    # word salad fails the text gates (repetition, no verb after C): that is the text check's job
-    checks = [k for k in CHECKS if k != "text"]
+    # word salad fails the text gates (repetition, no verb after C): that is the text check's job;
+    # and its random contexts name random options, so some items have the answer as the odd one
+    # out: check 18 flags each such item whatever the bank's rate (test_audit_context_options)
+    checks = [k for k in CHECKS if k not in ("text", "context_options")]
     result, findings, report = run_audit(tmp_path / "out", bank, embeddings=False, checks=checks)
     assert [f for f in findings if f["severity"] != "info"] == [] and result.exit_code == 0
     tells = [t for c in report["checks"] for t in c["stats"].get("tells", [])]

@@ -360,7 +360,8 @@ def test_real_audit_gates_the_batch(tmp_path: Path) -> None:
     report = json.loads((result.out_dir / "audit" / "audit.json").read_text())
     errors = [f for f in report["findings"] if f["severity"] == "error"]
     assert errors and all(f["items"] == [leaky[2]["item_id"]] for f in errors)
-    assert {f["check"] for f in errors} == {"leakage"}
+    # the copied answer, and so the only option its context names (audit check 18)
+    assert {f["check"] for f in errors} == {"leakage", "context_options"}
     result, _ = bank.add(run_folder(tmp_path / "tom_c", leaky), force=True, audit_options=opts)
     assert (result.accepted, bank.current) == (6, 2)
     assert "leakage/" in (bank.root / "current" / "CHANGELOG.md").read_text()

@@ -329,7 +329,9 @@ def test_real_audit_gates_a_scenario_batch(tmp_path: Path) -> None:
     report = json.loads((result.out_dir / "audit" / "audit.json").read_text())
     errors = [f for f in report["findings"] if f["severity"] == "error"]
     assert {(f["check"], f["kind"], tuple(f["items"])) for f in errors} == {
-        ("scenarios", "gold_in_speech", ("sc-02",))
+        ("scenarios", "gold_in_speech", ("sc-02",)),
+        # the user now names the current referent, and the context names no other (check 18)
+        ("context_options", "answer_only_named", ("sc-02",)),
     }
     result, _ = bank.add(run_folder(tmp_path / "sc2", leaky, generator="scenarios"), force=True)
     assert (result.accepted, bank.current) == (3, 1)

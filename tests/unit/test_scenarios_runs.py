@@ -754,6 +754,8 @@ def test_a_scenarios_run_is_audited_as_a_scenario_bank(tmp_path: Path) -> None:
         == {
             ("scenarios", "duplicate_turn_2", (rows[2]["scenario_id"],)),
             ("scenarios", "object_name_in_camera", (rows[0]["scenario_id"],)),
+            # the planted name is also the only referent the context names (audit check 18)
+            ("context_options", "answer_only_named", (rows[0]["scenario_id"],)),
             ("integrity", "output_changed", ()),
         }
         and result.exit_code == 1

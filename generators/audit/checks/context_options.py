@@ -1,0 +1,486 @@
+"""Check 18: every option against the visible context. Does the context name it, how often, where
+first, and how alike is it to the context and to the question? The answer alone named, or alone
+unnamed, is a per-item tell; a classifier on these features is tested against chance."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gen.generators.audit.checks.shortcut import (  # check 7's classifier, reused as it is
+    Features,
+    _fit_logit,
+    _standardised,
+    cv_hits,
+    folds_for,
+    one_blas_thread,
+)
+from gen.generators.audit.registry import (
+    TELL_OPTIONS,
+    CheckResult,
+    check,
+    finding,
+    judged,
+    tell_finding,
+)
+from gen.generators.audit.report import per_type_table, tells_table
+from gen.generators.audit.stats import Tell, binom_greater, rounded
+from gen.generators.audit.text import Lemmas
+
+if TYPE_CHECKING:
+    from gen.generators.audit import AuditConfig
+    from gen.generators.audit.data import AuditData
+
+KEY = "context_options"
+
+SCENARIO_CONTEXT = ("context_image", "turn_1_image", "turn_1_user", "turn_2_image", "turn_2_user")
+"""What a context-tracking scenario's candidate sees before it answers Turn 2, in order (the
+benchmark's schema: the camera descriptions and the user's turns; the repair prompts come only
+after a miss)."""
+SCENARIO_OPTIONS = {"current": "current_answers", "prior": "prior_answers"}
+"""A scenario's two referents, each as its gold list: the answer is the one ``target_context``
+names (clarify and abstain scenarios have no referent to pick)."""
+
+WINDOW = 24
+"""Content words in a window of the context: a sentence or a line, cut into windows of this many
+words (half overlapping) when it runs longer, so that an option's words spread over a long
+unpunctuated text do not count as naming it."""
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+
+LEXICAL = (
+    "named",
+    "log_mentions",
+    "first_named",
+    "best_window_share",
+    "context_share",
+    "question_share",
+    "only_named",
+    "only_unnamed",
+)
+"""The classifier's features of an option, lexical (always)."""
+EMBEDDED = ("context_cosine", "question_cosine")
+"""…and by embedding cosine, when the audit's embeddings are on."""
+
+
+@dataclass
+class View:
+    """One item seen as options against a context: per option its names (an MCQ option is one
+    name; a scenario's referent every phrase of its gold list), the answer's index, the context's
+    texts in the order shown, and the question."""
+
+    item_id: str
+    question_type: str
+    group: str
+    options: list[list[str]]
+    answer: int
+    context: list[str]
+    question: str
+    bank: str | None = None
+
+
+def views(data: AuditData) -> Iterator[View]:
+    """Every item with options, a known answer and a visible context besides its question and
+    options, whatever bank it came from (see the module docstring and the audit's page)."""
+    if data.scenarios is not None:
+        for row in data.scenarios:
+            gold = row.get("gold")
+            target = row.get("target_context")
+            if not isinstance(gold, dict) or target not in SCENARIO_OPTIONS:
+                continue
+            lists = [gold.get(SCENARIO_OPTIONS[k]) for k in SCENARIO_OPTIONS]
+            names = [[p for p in x if isinstance(p, str) and p.strip()] for x in lists if x]
+            context = [row[k] for k in SCENARIO_CONTEXT if isinstance(row.get(k), str)]
+            if len(names) != 2 or not all(names) or not any(c.strip() for c in context):
+                continue
+            question = row.get("turn_2_user")
+            yield View(
+                str(row["scenario_id"]),
+                str(target),
+                str(row.get("pair_id") or row["scenario_id"]),
+                names,
+                list(SCENARIO_OPTIONS).index(str(target)),
+                context,
+                question if isinstance(question, str) else "",
+            )
+        return
+    for i, it in data.mcq:
+        shown = {it.question.strip(), *(o.strip() for o in it.options)}
+        context = [v for v in it.visible.values() if v.strip() and v.strip() not in shown]
+        if not context:
+            continue
+        assert it.answer is not None
+        yield View(
+            it.item_id,
+            it.question_type,
+            it.group or it.item_id,
+            [[o] for o in it.options],
+            it.answer,
+            context,
+            it.question,
+            data.bank_name(i),
+        )
+
+
+Window = tuple[int, int, set[str]]
+"""A window of the context: where it starts and stops (in content words) and its lemmas."""
+
+
+def windows(lemmas: Lemmas, texts: list[str]) -> tuple[list[Window], int]:
+    """The context's windows and its length in content words."""
+    out: list[Window] = []
+    at = 0
+    for text in texts:
+        for sentence in _SENTENCE.split(text):
+            lem = lemmas.content(sentence)
+            if not lem:
+                continue
+            step = WINDOW // 2
+            starts = range(0, max(1, len(lem) - WINDOW + step), step) if len(lem) > WINDOW else [0]
+            out += [
+                (at + s, at + min(s + WINDOW, len(lem)), set(lem[s : s + WINDOW])) for s in starts
+            ]
+            at += len(lem)
+    return out, at
+
+
+def names_of(lemmas: Lemmas, options: list[list[str]]) -> list[list[set[str]]]:
+    """Per option, per name, the lemmas that set it apart: its content lemmas that no other option
+    has (a template's shared words drop out). A name with none of its own is no evidence for its
+    option ("with the grain" where both referents work along the grain), unless it is the
+    option's only name ("table" beside "novels table"): then all its lemmas."""
+    full = [[set(lemmas.content(n)) for n in names] for names in options]
+    flat = [set().union(*f) if f else set() for f in full]
+    out = []
+    for j, f in enumerate(full):
+        others = set().union(*(x for k, x in enumerate(flat) if k != j))
+        out.append([(s - others) or (s if len(f) == 1 else set()) for s in f])
+    return out
+
+
+@dataclass
+class OptionView:
+    """What the context shows of one option."""
+
+    named: bool
+    mentions: int
+    first: float | None
+    """Where the context first names it, as a share of the context's content words (0: at once)."""
+    best: float
+    """The largest share of its distinctive lemmas one window holds."""
+    context_share: float
+    question_share: float
+
+
+def option_views(
+    lemmas: Lemmas, v: View, share: float, common: frozenset[str] = frozenset()
+) -> tuple[list[OptionView], list[Window]]:
+    """Per option, what the context shows of it (``share``: the part of its distinctive lemmas one
+    window must hold to name it; ``common``: lemmas every question of the item's type holds, which
+    say nothing about this item's question)."""
+    wins, length = windows(lemmas, v.context)
+    context = set().union(*(w for _, _, w in wins)) if wins else set()
+    question = set(lemmas.content(v.question)) - common
+    out = []
+    for names, full in zip(
+        names_of(lemmas, v.options),
+        [[set(lemmas.content(n)) for n in o] for o in v.options],
+        strict=True,
+    ):
+        hits: list[int] = []
+        best = 0.0
+        end = -1
+        for start, stop, w in wins:
+            got = max((len(n & w) / len(n) for n in names if n), default=0.0)
+            best = max(best, got)
+            if got >= share - 1e-9 and start >= end:  # overlapping windows count once
+                hits.append(start)
+                end = stop
+        words = set().union(*full) if full else set()
+        out.append(
+            OptionView(
+                bool(hits),
+                len(hits),
+                hits[0] / max(1, length) if hits else None,
+                best,
+                len(words & context) / len(words) if words else 0.0,
+                len(words & question) / len(words) if words else 0.0,
+            )
+        )
+    return out, wins
+
+
+def tell_of(ov: list[OptionView], answer: int) -> str | None:
+    """``answer_only_named`` / ``answer_only_unnamed``: the answer is the one option the context
+    names, or the one it does not; else None."""
+    named = [o.named for o in ov]
+    if sum(named) == 1 and named[answer]:
+        return "answer_only_named"
+    if sum(named) == len(named) - 1 and not named[answer]:
+        return "answer_only_unnamed"
+    return None
+
+
+def has_odd_one(ov: list[OptionView]) -> bool:
+    """Whether one option stands apart: the only one named, or the only one not named (the
+    answer or not)."""
+    n = sum(o.named for o in ov)
+    return n == 1 or (len(ov) > 2 and n == len(ov) - 1)
+
+
+def lexical_features(ov: list[OptionView]) -> list[list[float]]:
+    """Per option, the :data:`LEXICAL` features."""
+    k, n = len(ov), sum(o.named for o in ov)
+    return [
+        [
+            float(o.named),
+            math.log1p(o.mentions),
+            1.0 if o.first is None else o.first,
+            o.best,
+            o.context_share,
+            o.question_share,
+            float(o.named and n == 1),
+            float(not o.named and n == k - 1),
+        ]
+        for o in ov
+    ]
+
+
+EMBED_BLOCK = 512
+"""Items whose options, contexts and questions are embedded at once."""
+
+
+def _cosines(data: AuditData, rows: list[tuple[View, list[list[float]]]]) -> None:
+    """Append to each option's features its embedding cosine to its item's context and to its
+    question, each minus its mean cosine to the contexts (questions) of the other items of its type
+    in its block:
+    what the option shares with its own context, not what it shares with any (a long option is
+    close to every text; a question every item repeats says nothing about the item)."""
+    assert data.embed is not None
+    for s in range(0, len(rows), EMBED_BLOCK):
+        block = rows[s : s + EMBED_BLOCK]
+        ctx = ["\n".join(v.context) for v, _ in block]
+        texts = sorted(
+            {*ctx, *(v.question for v, _ in block)}
+            | {"; ".join(o) for v, _ in block for o in v.options}
+        )
+        vecs = np.asarray(data.embed(texts), dtype=np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True) + 1e-9
+        at = {t: j for j, t in enumerate(texts)}
+        C = vecs[[at[c] for c in ctx]]
+        Q = vecs[[at[v.question] for v, _ in block]]
+        types = np.array([v.question_type for v, _ in block])
+        sums = {t: (C[types == t].sum(axis=0), Q[types == t].sum(axis=0)) for t in set(types)}
+        counts = {t: int((types == t).sum()) for t in sums}
+        for r, (v, feats) in enumerate(block):
+            m, (sc, sq) = counts[v.question_type], sums[v.question_type]
+            others_c = (sc - C[r]) / (m - 1) if m > 1 else np.zeros_like(C[r])
+            others_q = (sq - Q[r]) / (m - 1) if m > 1 else np.zeros_like(Q[r])
+            for f, o in zip(feats, v.options, strict=True):
+                e = vecs[at["; ".join(o)]]
+                f += [float(e @ C[r] - e @ others_c), float(e @ Q[r] - e @ others_q)]
+
+
+def _markdown(r: CheckResult) -> list[str]:
+    s = r.stats
+    out = [
+        f"{s['items']} items with a visible context; an option is named where one sentence (or "
+        f"window of {WINDOW} content words) holds at least {s['name_share']:.0%} of its "
+        "distinctive lemmas. Per item, the answer alone named or alone unnamed is an error; "
+        f"{s['structural']} such items. A conditional-logit classifier on "
+        f"{', '.join(s['features'])} is cross-validated against chance.",
+        "",
+    ]
+    return out + per_type_table(r) + tells_table(r)
+
+
+@check(
+    KEY,
+    order=18,
+    title="Options against the context",
+    finds="the answer is the only option the visible context names, or the only one it does not "
+    "(per item); a classifier on how the context names each option beats chance",
+    uses=(
+        "context_name_share",
+        "language",
+        "embeddings",
+        "shortcut_folds",
+        "shortcut_repeats",
+        "shortcut_l2",
+        "shortcut_min_items",
+        *TELL_OPTIONS,
+    ),
+    markdown=_markdown,
+)
+def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
+    """Every option of every item against the item's visible context (the visible fields besides
+    the question and the options; a scenario's camera descriptions and user turns, its referents
+    the two gold lists). Words are compared as lemmas, stopwords left out; an option is named where
+    one sentence of the context (or a window of 24 content words) holds ``context_name_share`` of
+    its distinctive lemmas (those no other option has). Per option: named or not, how often, where
+    first (share of the context before it), the best window's share, the share of its words in the
+    context and in the question, and, with embeddings, its cosine to the context and to the
+    question. Per item, an error when the answer is the only option named or the only one not
+    named: the rule "pick the odd one out" answers it, at any bank size. Per question type, a
+    conditional-logit classifier on these features, cross-validated as the choice-only one (check
+    7), against chance by the audit's tell rules."""
+    lemmas = Lemmas(english=cfg.language == "en")
+    rows: list[tuple[View, list[list[float]]]] = []
+    tells_by_item: list[str | None] = []
+    odd: list[bool] = []
+    named_rates: list[tuple[bool, list[bool], float | None, list[float | None]]] = []
+    if data.bundles is not None or data.histories is not None:
+        return CheckResult(KEY, "skipped", "not an MCQ or scenario bank")
+    common: dict[str, frozenset[str]] = {}  # per question type, the lemmas of every question
+    for v in views(data):
+        q = frozenset(lemmas.content(v.question))
+        common[v.question_type] = common.get(v.question_type, q) & q
+    for v in views(data):
+        ov, _ = option_views(lemmas, v, cfg.context_name_share, common[v.question_type])
+        rows.append((v, lexical_features(ov)))
+        tells_by_item.append(tell_of(ov, v.answer))
+        odd.append(has_odd_one(ov))
+        named_rates.append(
+            (
+                ov[v.answer].named,
+                [o.named for j, o in enumerate(ov) if j != v.answer],
+                ov[v.answer].first,
+                [o.first for j, o in enumerate(ov) if j != v.answer],
+            )
+        )
+    if not rows:
+        return CheckResult(KEY, "skipped", "no item with options, an answer and a visible context")
+    res = CheckResult(KEY)
+    names = list(LEXICAL)
+    if data.embed is not None:
+        _cosines(data, rows)
+        names += EMBEDDED
+    for (v, _), kind in zip(rows, tells_by_item, strict=True):
+        if kind is None:
+            continue
+        what = (
+            "the answer is the only option the visible context names"
+            if kind == "answer_only_named"
+            else "the answer is the only option the visible context does not name"
+        )
+        res.findings.append(
+            finding(
+                KEY,
+                kind,
+                "error",
+                f"{what}: picking the odd one out answers the item without reading it",
+                items=[v.item_id],
+                fields=["visible", "options"],
+                numbers={"options": len(v.options), "question_type": v.question_type},
+                bank=v.bank,
+            )
+        )
+    per_type: dict[str, Any] = {}
+    tells: list[tuple[Tell, list[str], list[tuple[str, float]]]] = []
+    by_type: dict[str, list[int]] = {}
+    for r, (v, _) in enumerate(rows):
+        by_type.setdefault(v.question_type, []).append(r)
+    for qtype in sorted(by_type):
+        idx = by_type[qtype]
+        n = len(idx)
+        answer_named = [named_rates[r][0] for r in idx]
+        distractor_named = [x for r in idx for x in named_rates[r][1]]
+        first_a = [x for r in idx if (x := named_rates[r][2]) is not None]
+        first_d = [x for r in idx for x in named_rates[r][3] if x is not None]
+        kinds = [tells_by_item[r] for r in idx]
+        p0 = float(np.mean([1 / len(rows[r][0].options) for r in idx]))
+        row: dict[str, Any] = {
+            "items": n,
+            "answer_named": rounded(float(np.mean(answer_named)), 3),
+            "distractor_named": rounded(float(np.mean(distractor_named)), 3)
+            if distractor_named
+            else None,
+            "answer_first_at": rounded(float(np.mean(first_a)), 3) if first_a else None,
+            "distractor_first_at": rounded(float(np.mean(first_d)), 3) if first_d else None,
+            "answer_only_named": kinds.count("answer_only_named"),
+            "answer_only_unnamed": kinds.count("answer_only_unnamed"),
+            # how often an odd one out is the answer at all: near 1/options when naming says
+            # nothing (each flagged item is still answered by the rule)
+            "items_with_odd_one": sum(odd[r] for r in idx),
+            "chance": rounded(p0, 3),
+        }
+        if n < cfg.shortcut_min_items:
+            row["note"] = f"classifier not run: fewer than {cfg.shortcut_min_items} items"
+            per_type[qtype] = row
+            continue
+        k, weights = _classify([rows[r] for r in idx], names, cfg, data.seed)
+        row |= {
+            "folds": cfg.shortcut_folds,
+            "repeats": cfg.shortcut_repeats,
+            "accuracy": rounded(k / n, 3),
+            "top_features": weights,
+        }
+        per_type[qtype] = row
+        tell = Tell(
+            {"question_type": qtype, "tell": "options-against-context classifier"},
+            k,
+            n,
+            p0,
+            binom_greater(k, n, p0),
+        )
+        tells.append((tell, [rows[r][0].item_id for r in idx], weights))
+    judged([t for t, _, _ in tells], cfg)
+    for tell, ids, weights in tells:
+        if tell.severity is None:
+            continue
+        q = tell.labels["question_type"]
+        res.findings.append(
+            tell_finding(
+                KEY,
+                "context_options_classifier",
+                tell,
+                f"{q}: a classifier that sees only how the visible context names each option "
+                f"({cfg.shortcut_folds}-fold cross-validation, {cfg.shortcut_repeats} draws) is "
+                "right in",
+                items=ids,
+                fields=["visible", "options"],
+                numbers={"question_type": q, "top_features": weights},
+            )
+        )
+    res.stats = {
+        "items": len(rows),
+        "name_share": cfg.context_name_share,
+        "features": names,
+        "structural": sum(k is not None for k in tells_by_item),
+        "per_question_type": per_type,
+        "tells": [t.row() for t, _, _ in tells],
+    }
+    return res
+
+
+def _classify(
+    rows: list[tuple[View, list[list[float]]]], names: list[str], cfg: AuditConfig, seed: int
+) -> tuple[int, list[tuple[str, float]]]:
+    """Expected hits of the conditional logit over the fold draws (as check 7 counts them), and
+    the features the model fitted on every item leans on most."""
+    from scipy.sparse import csr_matrix
+
+    kmax = max(len(v.options) for v, _ in rows)
+    n, d = len(rows), len(names)
+    dense = np.zeros((n * kmax, d), dtype=np.float32)
+    mask = np.zeros((n, kmax), dtype=bool)
+    for r, (_, feats) in enumerate(rows):
+        mask[r, : len(feats)] = True
+        dense[r * kmax : r * kmax + len(feats)] = feats
+    F = Features(dense, csr_matrix((n * kmax, 0), dtype=np.float32), n, kmax)
+    y = np.array([v.answer for v, _ in rows], dtype=np.int64)
+    groups = [v.group for v, _ in rows]
+    with one_blas_thread():
+        folds = [
+            folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)
+        ]
+        _, right = cv_hits(F, mask, y, folds, cfg.shortcut_folds, cfg.shortcut_l2)
+        everyone = np.ones(n, dtype=bool)
+        w = _fit_logit(F, _standardised(F, mask, everyone), mask, y, cfg.shortcut_l2, everyone)
+    top = np.argsort(-np.abs(w))[:5]
+    weights = [(names[j], rounded(float(w[j]), 3)) for j in top if abs(w[j]) > 1e-6]
+    return int(round(float(right.sum()) / cfg.shortcut_repeats)), weights
