@@ -151,7 +151,9 @@ class BatchStandIn:
             batch["status"] = "failed"
             batch["errors"] = {
                 "object": "list",
-                "data": [{"code": "invalid_request", "message": "the model is not served in batch"}],
+                "data": [
+                    {"code": "invalid_request", "message": "the model is not served in batch"}
+                ],
             }
             return
         out, errors = [], []

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import time
 import uuid
@@ -52,12 +53,23 @@ FILE_CAP = 1 << 30
 """The largest results file read (bytes)."""
 
 
+class _Quiet(logging.Filter):
+    """instructor logs every failed call at ERROR: a deferred one has not failed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return DEFERRED not in record.getMessage()
+
+
+DEFERRED = "asked in the next batch"
+logging.getLogger("instructor.v2.retry").addFilter(_Quiet())
+
+
 class Deferred(LLMOutputError):
     """A call written down for the next batch (collecting passes only: the pass's records are
     thrown away)."""
 
     def __init__(self) -> None:
-        super().__init__("deferred", "asked in the next batch")
+        super().__init__("deferred", DEFERRED)
 
 
 class LineFailed(LLMOutputError):
@@ -93,9 +105,7 @@ class Batcher:
         self.window = window
         self.poll = poll
         self.parse = parse
-        self.id = hashlib.sha256(
-            json.dumps([endpoint.base_url, model]).encode()
-        ).hexdigest()[:16]
+        self.id = hashlib.sha256(json.dumps([endpoint.base_url, model]).encode()).hexdigest()[:16]
         """Which model a batch in ``batches.jsonl`` belongs to (its URL and model name)."""
 
     def body(self, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -156,10 +166,14 @@ class Batcher:
         """``POST /files`` (purpose ``batch``) -> the file's id."""
         boundary = uuid.uuid4().hex
         data = (
-            f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
-            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
-            'filename="batch.jsonl"\r\nContent-Type: application/jsonl\r\n\r\n'
-        ).encode() + lines + f"\r\n--{boundary}--\r\n".encode()
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
+                'filename="batch.jsonl"\r\nContent-Type: application/jsonl\r\n\r\n'
+            ).encode()
+            + lines
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
         raw = self._call("POST", "/files", data, f"multipart/form-data; boundary={boundary}")
         try:
             file_id = json.loads(raw)["id"]
@@ -395,7 +409,7 @@ def _line(row: dict[str, Any], batch_id: str) -> dict[str, Any] | None:
     """One result line as ``{"body": …}`` or ``{"error": …}``; None for a request that
     expired unanswered."""
     error = row.get("error")
-    response = row.get("response") if isinstance(row.get("response"), dict) else {}
+    response: dict[str, Any] = row["response"] if isinstance(row.get("response"), dict) else {}
     status = response.get("status_code")
     body = response.get("body")
     if error or status != 200 or not isinstance(body, dict):

@@ -478,11 +478,12 @@ class LLM:
                 {"model": self.identity, "request": kwargs}, sort_keys=True, default=str
             ).encode()
         ).hexdigest()
-        session = batch.active() if self.batcher is not None else None
-        if session is not None and (result := session.result(key)) is not None:
+        batcher = self.batcher
+        session = batch.active() if batcher is not None else None
+        if batcher and session and (result := session.result(key)) is not None:
             # answered by this run's batch: a live call's path from its reply on (checked,
             # validated, cached once valid, counted at the batch rate)
-            response = self.batcher.reply(result, kwargs)  # type: ignore[union-attr]
+            response = batcher.reply(result, kwargs)
             self.usage.add(
                 hit=False,
                 prompt=_usage(response, "prompt_tokens"),
@@ -504,8 +505,8 @@ class LLM:
                     seconds=0.0,
                 )
                 return _answer_only(cached)
-        if session is not None:  # written down for the next batch
-            raise session.defer(self.batcher, key, self.batcher.body(kwargs))  # type: ignore[union-attr]
+        if batcher and session:  # written down for the next batch
+            raise session.defer(batcher, key, batcher.body(kwargs))
         t0 = time.perf_counter()
         with self._slot():
             response = self._create(**kwargs)

@@ -209,3 +209,31 @@ def test_batched_tokens_cost_the_batch_rate() -> None:
     assert u.as_dict()["batched_calls"] == 1
     assert "batched_calls" not in Usage().as_dict()
     assert Usage.total([u.as_dict(), u.as_dict()])["batched_completion_tokens"] == 200
+
+
+def test_a_reask_is_a_second_round(tmp_path: Path) -> None:
+    """A call that depends on an answer (instructor's re-ask after an invalid one) is deferred
+    in the pass that reads that answer, and goes in the next batch."""
+    from gen.llm import Cache, OpenAIConfig, make_llm
+    from gen.llm.batch import Deferred, session
+    from tests.llm_calls import MESSAGES, Bio
+
+    def script(messages: list[dict[str, str]], seed: int) -> str:
+        return '{"bio": "fixed"}' if len(messages) > len(MESSAGES) else '{"name": 1}'
+
+    with BatchStandIn(script) as srv:
+        cfg = OpenAIConfig(**llm(srv.url, batch=True, preflight_timeout=0))
+        model = make_llm(cfg, Cache(tmp_path / "llm.sqlite"))
+        rounds = 0
+        with session(tmp_path / "run") as s:
+            while True:
+                one = model.fork()  # a pass's own usage, as the runner's passes have
+                try:
+                    answer = one.structured(MESSAGES, Bio, seed=1)
+                    break
+                except Deferred:
+                    rounds += 1
+                    s.flush(lambda line: None)
+        model.close()
+    assert (answer.bio, rounds, srv.submissions) == ("fixed", 2, 2)
+    assert one.usage.batched_calls == one.usage.calls == 2 and srv.chat_calls == 0
