@@ -13,6 +13,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -28,8 +29,8 @@ from pydantic import BaseModel
 import gen
 from gen.backends import Backends
 from gen.banks.store import is_within, owning_bank
-from gen.errors import ConfigError
-from gen.llm import Cache, LanguageModel, LLMConfig, sha256_file
+from gen.errors import BackendError, ConfigError
+from gen.llm import Cache, LanguageModel, LLMConfig, batch, sha256_file
 from gen.llm.labels import model_label, unique_labels
 from gen.manifest import atomic_write, count_lines, git_info, output_hashes, package_versions
 from gen.paths import inside
@@ -78,7 +79,8 @@ def _cost(llm: Any) -> float | None:
     """What a model's calls in this run cost at its ``llm.price`` (None without a price)."""
     price = getattr(llm, "price", None)
     cost = getattr(llm.usage, "cost", None)
-    return cost(price) if price is not None and cost is not None else None
+    discount = getattr(llm, "batch_discount", 1.0)
+    return cost(price, discount) if price is not None and cost is not None else None
 
 
 WINDOW = 16
@@ -469,6 +471,8 @@ def run(
     complete, so a killed run leaves no half-written output; rerunning it replays finished
     LLM calls from the cache and produces the same records.
     """
+    if batch.wanted(cfg) and batch.active() is None:
+        return _batched(name, cfg, out_dir, resolved=resolved, ctx=ctx, quiet=quiet, plan=plan)
     gen_ = REGISTRY[name]
     ctx = ctx or RunContext(name, cfg, out_dir)
     ctx.plan = plan if plan is not None else gen_.make_plan(cfg)  # input errors: before any write
@@ -586,3 +590,46 @@ def run(
         },
     )
     return RunResult(out_dir, requested, accepted, rejected, manifest, ctx.exit_code, ctx.error)
+
+
+def _batched(
+    name: str,
+    cfg: CommonConfig,
+    out_dir: Path,
+    *,
+    resolved: dict[str, Any] | None,
+    ctx: RunContext | None,
+    quiet: bool,
+    plan: Plan | None,
+) -> RunResult:
+    """A run in batch mode (:mod:`gen.llm.batch`): collecting passes into a scratch folder, each
+    followed by the batches of the calls it deferred, until a pass defers none; then the real
+    pass, which the batches' results and the cache answer whole."""
+    ctx = ctx or RunContext(name, cfg, out_dir)
+    plan = plan if plan is not None else REGISTRY[name].make_plan(cfg)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = out_dir / ".batch-pass"
+    try:
+        with batch.session(out_dir) as session:
+            while True:
+                shutil.rmtree(scratch, ignore_errors=True)
+                probe = RunContext(name, cfg, scratch, backends=ctx._backends, parent=ctx.parent)
+                try:
+                    run(name, cfg, scratch, ctx=probe, quiet=True, plan=plan)
+                except Exception:
+                    if not session.deferred():  # a failure of its own, not of a missing answer
+                        raise
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+                if not session.deferred():
+                    break
+                session.flush(ctx.say)
+            result = run(name, cfg, out_dir, resolved=resolved, ctx=ctx, quiet=quiet, plan=plan)
+            if session.deferred():
+                raise BackendError(
+                    f"llm.batch: the run asked {session.deferred()} calls its collecting pass did "
+                    "not (is the generator deterministic?); rerun into the same folder"
+                )
+            return result
+    finally:
+        ctx.close()

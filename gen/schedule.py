@@ -82,13 +82,27 @@ def fan_out(fn: Callable[[T], R], items: Iterable[T], width: int, helpers: Helpe
 
     The first failure stops new items from starting; once the started ones end, the failure of
     the earliest item is raised (as a sequential loop would have raised it, had it got there).
+    A call deferred to a batch (:mod:`gen.llm.batch`'s collecting pass) stops nothing: the
+    other items' calls go in the same batch.
     Each runner keeps the caller's worker number (:func:`gen.llm.worker`), or numbers itself
     when the caller has none, so a server backend sends related calls to one slot.
     """
     items = list(items)
     n = len(items)
     if width <= 1 or n <= 1:
-        return [fn(x) for x in items]
+        out, deferred = [], None
+        for x in items:
+            try:
+                out.append(fn(x))
+            except Exception as e:
+                if not _deferred(e):
+                    if deferred is None:
+                        raise
+                    raise deferred from None  # the earliest failure, as below
+                deferred = deferred or e
+        if deferred is not None:
+            raise deferred
+        return out
     results: list[Any] = [None] * n
     errors: dict[int, BaseException] = {}
     lock = threading.Condition()
@@ -111,7 +125,7 @@ def fan_out(fn: Callable[[T], R], items: Iterable[T], width: int, helpers: Helpe
                 except BaseException as e:  # noqa: BLE001 - raised in the caller, in input order
                     with lock:
                         errors[i] = e
-                        state["stop"] = True
+                        state["stop"] = state["stop"] or not _deferred(e)
                 finally:
                     with lock:
                         state["running"] -= 1
@@ -129,6 +143,11 @@ def fan_out(fn: Callable[[T], R], items: Iterable[T], width: int, helpers: Helpe
     if errors:
         raise errors[min(errors)]
     return results
+
+
+def _deferred(e: BaseException) -> bool:
+    """A call written down for a batch (its ``LLMOutputError`` reason is ``deferred``)."""
+    return getattr(e, "reason", None) == "deferred"
 
 
 def ordered(fn: Callable[[T], R], items: Iterable[T], *, workers: int, window: int) -> Iterator[R]:

@@ -133,6 +133,8 @@ def retry(
                 if last.raw is None:
                     last.raw = _raw(draft)
         last.attempts = a + 1
+        if last.reason == "deferred":  # batch mode's collecting pass: the rest waits for it
+            raise last
         history.append(last)
         if count is not None:
             for key in last.keys():

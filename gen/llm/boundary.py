@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar, cast
 from pydantic import BaseModel
 
 from gen.errors import BackendError, LLMOutputError
+from gen.llm import batch
 from gen.llm.admission import Admission
 from gen.llm.cache import Cache
 from gen.llm.config import _Sampling
@@ -110,6 +111,8 @@ class _Streak:
         with self._lock:
             if self.stopped is not None:
                 raise BackendError(self.stopped) from error
+            if isinstance(error, batch.Deferred):  # not asked yet: no outcome
+                return
             if error is None or error.reason != "backend_error":
                 self.count = 0
                 self.answered = self.answered or live
@@ -176,6 +179,8 @@ class LLM:
             backend's concurrency.
         gated: ``create`` and ``score`` pass the admission themselves (a server's transport,
             which frees the call's place while it waits to retry).
+        batcher: batch mode (:mod:`gen.llm.batch`): within a batch session, calls go to batches.
+        batch_discount: the batch rate, a fraction of the price.
     """
 
     def __init__(
@@ -191,9 +196,13 @@ class LLM:
         where: str | None = None,
         admission: Admission | None = None,
         gated: bool = False,
+        batcher: batch.Batcher | None = None,
+        batch_discount: float = 1.0,
     ):
         import instructor  # heavy; only when a model is really used
 
+        self.batcher = batcher
+        self.batch_discount = batch_discount
         self.identity = identity
         self.sampling = sampling
         self.cache = cache
@@ -317,6 +326,8 @@ class LLM:
         except InstructorRetryException as e:
             last = e.last_completion
             cause = e.__cause__ or e
+            if isinstance(cause, batch.Deferred | batch.LineFailed):
+                raise cause from None
             if (last is None and not e.failed_attempts) or isinstance(cause, ServerError):
                 # the backend failed (on the first try, or on a re-ask): nothing to validate
                 raise _backend_error(cause) from None
@@ -372,6 +383,8 @@ class LLM:
         self._unsaved_rows().clear()
         try:
             response = self._cached_create(**kwargs)
+        except (batch.Deferred, batch.LineFailed):
+            raise
         except Exception as e:  # transport or backend failure on one call
             raise _backend_error(e) from None
         text = _text(response)
@@ -465,6 +478,23 @@ class LLM:
                 {"model": self.identity, "request": kwargs}, sort_keys=True, default=str
             ).encode()
         ).hexdigest()
+        batcher = self.batcher
+        session = batch.active() if batcher is not None else None
+        if batcher and session and (result := session.result(key)) is not None:
+            # answered by this run's batch: a live call's path from its reply on (checked,
+            # validated, cached once valid, counted at the batch rate)
+            response = batcher.reply(result, kwargs)
+            self.usage.add(
+                hit=False,
+                prompt=_usage(response, "prompt_tokens"),
+                completion=_usage(response, "completion_tokens"),
+                seconds=0.0,
+                reused=_reused(response),
+                batched=True,
+            )
+            if self.cache is not None and _unusable(response) is None:
+                self._unsaved_rows().append((key, response.model_dump_json()))
+            return _answer_only(response)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             cached = _cached_reply(hit, ChatCompletion)
             if cached is not None:  # else a row an older version cached unchecked: asked again
@@ -475,6 +505,8 @@ class LLM:
                     seconds=0.0,
                 )
                 return _answer_only(cached)
+        if batcher and session:  # written down for the next batch
+            raise session.defer(batcher, key, batcher.body(kwargs))
         t0 = time.perf_counter()
         with self._slot():
             response = self._create(**kwargs)

@@ -153,6 +153,15 @@ class OpenAIConfig(_Sampling):
     price: Price | None = None
     """Price per million input and output tokens (``llm.price={input: 0.15, output: 0.6}``): the
     progress line and the manifest show the run's cost; null: not shown."""
+    batch: bool = False
+    """Batch mode: a run's calls go to the server's Batch API (``/v1/files``, ``/v1/batches``)
+    in rounds, and are read back from the batches' results (docs: backends, Batch mode)."""
+    batch_window: str = Field(default="24h", pattern=r"^[1-9][0-9]*h$")
+    """The batches' ``completion_window`` (OpenAI accepts ``24h``)."""
+    batch_poll: float = Field(default=30.0, gt=0)
+    """Seconds between two looks at a batch in progress."""
+    batch_discount: float = Field(default=0.5, ge=0, le=1)
+    """The batch rate as a fraction of ``price`` (OpenAI's: half): batched calls cost that."""
     preflight_timeout: float = Field(default=10.0, ge=0)
     """Seconds to wait for ``GET {base_url}/models`` before the first call; a server that does
     not answer stops the run there (exit 2). 0 skips the check."""

@@ -262,9 +262,17 @@ class Endpoint:
     # ------------------------------------------------------------------ one request
 
     def request(
-        self, method: str, path: str, data: bytes | None, *, deadline: float, cap: int
+        self,
+        method: str,
+        path: str,
+        data: bytes | None,
+        *,
+        deadline: float,
+        cap: int,
+        ctype: str = "application/json",
     ) -> tuple[int, Any, bytes]:
-        """One HTTP request, its reply read whole (at most ``cap`` bytes) before ``deadline``.
+        """One HTTP request (a body of type ``ctype``), its reply read whole (at most ``cap``
+        bytes) before ``deadline``.
 
         Returns:
             (status, headers, body).
@@ -294,7 +302,7 @@ class Endpoint:
             for s in list(sockets):
                 _shut(s)
 
-        headers = {"Accept-Encoding": "identity", "Content-Type": "application/json"}
+        headers = {"Accept-Encoding": "identity", "Content-Type": ctype}
         key = self.key()
         if key is not None:
             headers["Authorization"] = f"Bearer {key}"

@@ -9,6 +9,7 @@ from typing import Any
 
 from gen.errors import BackendError
 from gen.llm.admission import Admission
+from gen.llm.batch import Batcher
 from gen.llm.boundary import LLM, LogLik, Prompt, Scorer
 from gen.llm.cache import Cache
 from gen.llm.config import OpenAIConfig
@@ -58,6 +59,16 @@ def make_openai_llm(cfg: OpenAIConfig, cache: Cache | None = None) -> LLM:
         where=f"llm=openai at {cfg.base_url}",
         admission=admission,
         gated=True,
+        batcher=Batcher(
+            endpoint,
+            cfg.model,
+            window=cfg.batch_window,
+            poll=cfg.batch_poll,
+            parse=chat_completion,
+        )
+        if cfg.batch
+        else None,
+        batch_discount=cfg.batch_discount if cfg.batch else 1.0,
     )
     llm.on_close(endpoint.close)
     return llm

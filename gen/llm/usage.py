@@ -16,6 +16,9 @@ SUMMED = (
     "generation_seconds",
     "prompt_tokens_reported",
     "prompt_tokens_reused",
+    "batched_calls",
+    "batched_prompt_tokens",
+    "batched_completion_tokens",
 )
 """The counts of :meth:`Usage.as_dict` that add up across shards (always numbers)."""
 
@@ -33,14 +36,29 @@ class Usage:
         self.generation_seconds = 0.0
         self.prompt_tokens_reported = 0
         self.prompt_tokens_reused = 0
+        self.batched_calls = 0
+        self.batched_prompt_tokens = 0
+        self.batched_completion_tokens = 0
 
     def add(
-        self, *, hit: bool, prompt: int, completion: int, seconds: float, reused: int | None = None
+        self,
+        *,
+        hit: bool,
+        prompt: int,
+        completion: int,
+        seconds: float,
+        reused: int | None = None,
+        batched: bool = False,
     ) -> None:
         """One call; ``reused``: the prompt tokens the backend did not evaluate (a prefix it had
-        cached), when it says so."""
+        cached), when it says so; ``batched``: answered by a batch (:mod:`gen.llm.batch`), at
+        the batch rate."""
         with self._lock:
             self.calls += 1
+            if batched and not hit:
+                self.batched_calls += 1
+                self.batched_prompt_tokens += prompt
+                self.batched_completion_tokens += completion
             if hit:
                 self.cache_hits += 1
                 self.cached_completion_tokens += completion
@@ -56,13 +74,17 @@ class Usage:
     def tokens_per_second(self) -> float:
         return self.completion_tokens / self.generation_seconds if self.generation_seconds else 0.0
 
-    def cost(self, price: Any) -> float | None:
+    def cost(self, price: Any, batch_discount: float = 1.0) -> float | None:
         """What the calls made (not the cache's replays) cost at ``price`` (a
-        :class:`gen.llm.config. Price`, per million input and output tokens); None without a
-        price."""
+        :class:`gen.llm.config. Price`, per million input and output tokens), the batched ones
+        at ``batch_discount`` times it; None without a price."""
         if price is None:
             return None
-        return (self.prompt_tokens * price.input + self.completion_tokens * price.output) / 1e6
+        full = (self.prompt_tokens * price.input + self.completion_tokens * price.output) / 1e6
+        batched = (
+            self.batched_prompt_tokens * price.input + self.batched_completion_tokens * price.output
+        ) / 1e6
+        return full - batched * (1.0 - batch_discount)
 
     @classmethod
     def total(cls, dicts: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
@@ -75,6 +97,15 @@ class Usage:
         return u.as_dict()
 
     def as_dict(self) -> dict[str, Any]:
+        batched = (
+            {
+                "batched_calls": self.batched_calls,
+                "batched_prompt_tokens": self.batched_prompt_tokens,
+                "batched_completion_tokens": self.batched_completion_tokens,
+            }
+            if self.batched_calls
+            else {}
+        )
         return {
             "calls": self.calls,
             "cache_hits": self.cache_hits,
@@ -97,4 +128,5 @@ class Usage:
                 if self.prompt_tokens_reported
                 else None
             ),
+            **batched,
         }
