@@ -242,8 +242,13 @@ def test_a_poisoned_cache_row_is_asked_again(tmp_path: Path) -> None:
     call goes to the server, and the row is replaced by the good reply."""
     cache = Cache(tmp_path / "cache" / "llm.sqlite")
     keys: list[str] = []
-    put = cache.put
-    cache.put = lambda k, v: (keys.append(k), put(k, v))[1]  # type: ignore[method-assign]
+    put_many = cache.put_many  # a call's replies are kept together once its answer is valid
+
+    def keep(rows: Any) -> None:
+        keys.extend(k for k, _ in rows)
+        put_many(rows)
+
+    cache.put_many = keep  # type: ignore[method-assign]
     with stand_in(tmp_path) as (url, log):
         assert ask(llm_at(url, cache))[0] is not None
         cache.put(keys[0], json.dumps({"choices": "nope"}))
