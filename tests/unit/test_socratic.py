@@ -372,3 +372,41 @@ def test_without_pyav_the_run_stops_naming_the_extra(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and any("egogen[video]" in line for line in err)
     assert not (tmp_path / "run" / "manifest.json").exists()
+
+
+def test_the_wagibench_video_chain_starts_from_a_folder_of_videos(
+    video: Path, tmp_path: Path
+) -> None:
+    """chain=wagibench_video input=<folder>: captions, history banks over them, their audit."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / video.name).write_bytes(video.read_bytes())
+    run = tmp_path / "chain"
+    with StandIn() as srv:
+        code = gen_run(
+            "pipeline",
+            "chain=wagibench_video",
+            f"input={folder}",
+            "llm=openai",
+            f"llm.base_url={srv.url}",
+            f"hydra.run.dir={run}",
+        )
+    assert code == 0
+    steps = read_jsonl(run / "pipeline.jsonl")
+    assert [(s["step"], s["exit_code"]) for s in steps] == [
+        ("recordings", 0),
+        ("history", 0),
+        ("audit_history", 0),
+    ]
+    recs = read_jsonl(run / "recordings" / "socratic.jsonl")
+    banks = read_jsonl(run / "history" / "history.jsonl")
+    assert len(recs) == len(banks) == 3
+    assert [len(b["supports"]) for b in banks] == [0, 1, 2]
+
+
+def test_a_chain_that_needs_input_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = gen_run("pipeline", "chain=wagibench_video", f"hydra.run.dir={tmp_path / 'r'}")
+    err = capsys.readouterr().err
+    assert code == 2 and "option input takes the pipeline's input=, which is not given" in err
