@@ -6,10 +6,27 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-Text = Annotated[str, StringConstraints(strip_whitespace=True, max_length=2000)]
-"""A step of a caption: may be blank (a clip without text shows none), at most 2,000 characters."""
+CHARS = 2000
+"""The longest step, merge or dropped item kept (checked by code, not in the JSON schema)."""
+
+
+def _capped(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) > CHARS:
+        raise ValueError(f"at most {CHARS} characters, got {len(text)}")
+    return text
+
+
+# Patterns, not lengths: a JSON schema's maxLength becomes a grammar rule nested once per character
+# in llama.cpp (2,000 levels crash its parser); the pattern keeps raw newlines, quotes and
+# backslashes out of the JSON a grammar-constrained model writes, and the completion cap bounds
+# the length.
+Text = Annotated[str, Field(pattern=r'^[^\x00-\x1f"\\]*$'), AfterValidator(_capped)]
+"""A step of a caption: may be blank (a clip without text shows none)."""
+Said = Annotated[str, Field(pattern=r'^[^\x00-\x1f"\\]+$'), AfterValidator(_capped)]
+"""A text that must say something."""
 
 
 class Caption(BaseModel):
@@ -29,7 +46,7 @@ class Caption(BaseModel):
     """Step 5: text visible in the frames (signs, labels, screens)."""
     details: Text
     """Step 6: anything else that stands out."""
-    summary: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
+    summary: Said
     """Step 7: a concise summary of steps 1-6."""
 
     def as_text(self) -> str:
@@ -40,11 +57,9 @@ class Caption(BaseModel):
 class MergeDraft(BaseModel):
     """The merge of two captions: what both say, and what only one of them said."""
 
-    merged: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=2000)]
+    merged: Said
     """One paragraph of what both captions say about the clip."""
-    dropped: list[Annotated[str, StringConstraints(strip_whitespace=True, max_length=300)]] = Field(
-        default_factory=list, max_length=30
-    )
+    dropped: list[Text] = Field(default_factory=list)
     """What only one caption said, one short item each."""
 
 

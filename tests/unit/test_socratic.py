@@ -410,3 +410,15 @@ def test_a_chain_that_needs_input_says_so(
     code = gen_run("pipeline", "chain=wagibench_video", f"hydra.run.dir={tmp_path / 'r'}")
     err = capsys.readouterr().err
     assert code == 2 and "option input takes the pipeline's input=, which is not given" in err
+
+
+def test_the_schemas_hold_no_length_a_grammar_would_nest() -> None:
+    """A maxLength of 2,000 becomes 2,000 nested grammar rules in llama.cpp, which crashed the
+    embedded model's merge (a segfault); lengths are checked by code instead."""
+    from gen.schemas.socratic import Caption, MergeDraft
+
+    for model in (Caption, MergeDraft):
+        text = json.dumps(model.model_json_schema())
+        assert "maxLength" not in text and "maxItems" not in text
+    with pytest.raises(ValueError, match="at most 2000 characters"):
+        MergeDraft(merged="x" * 2001)
