@@ -246,7 +246,8 @@ def history_state(obs: Observation) -> dict[str, Any]:
         if isinstance(obs.world_state, dict)
         else {"context": [obs.world_state]}
     )
-    base.setdefault("action", [action_text(obs.structured_goal)])
+    if obs.structured_goal is not None:
+        base.setdefault("action", [action_text(obs.structured_goal)])
     base.setdefault("transcription", obs.transcription or "")
     return base
 
@@ -258,7 +259,7 @@ def shown(obs: Observation) -> dict[str, Any]:
     return {
         "world_state": history_state(obs),
         "context_window": obs.context_window.model_dump(),
-        "structured_goal": obs.structured_goal.model_dump(),
+        "structured_goal": obs.structured_goal.model_dump() if obs.structured_goal else None,
     }
 
 
@@ -363,7 +364,7 @@ def goal_row(o: Observation) -> dict[str, Any]:
     return {
         "goal_id": o.client_tag,
         "group": o.scenario,
-        "goal": o.structured_goal.model_dump(),
+        "goal": o.structured_goal.model_dump() if o.structured_goal else None,
         "client_tag": o.client_tag,
         "context_window": o.context_window.model_dump(),
         **({"cues": [c.model_dump() for c in o.cues]} if o.cues else {}),

@@ -126,12 +126,22 @@ def read_chain(path: Path) -> list[Step]:
     return steps
 
 
-def step_options(step: Step, run_dir: Path, where: str = "chain") -> dict[str, Any]:
+def step_options(
+    step: Step, run_dir: Path, where: str = "chain", given: str | None = None
+) -> dict[str, Any]:
     """A step's own options, with its inputs resolved to paths inside the pipeline's run folder
-    (``{run}`` in an option is that folder); the rest it inherits from the pipeline's run
+    (``{run}`` in an option is that folder, ``{input}`` the pipeline's ``input=``: a chain that
+    starts from the user's files); the rest it inherits from the pipeline's run
     (:data:`gen.runner.SHARED_OPTIONS`)."""
     options: dict[str, Any] = {}
     for k, v in step.options.items():
+        if isinstance(v, str) and "{input}" in v:
+            if given is None:
+                raise ConfigError(
+                    f"{where}: step {step.name} ({step.generator}): option {k} takes the "
+                    "pipeline's input=, which is not given"
+                )
+            v = v.replace("{input}", given)
         options[k] = v.replace("{run}", str(run_dir)) if isinstance(v, str) else v
     for option, ref in step.inputs.items():
         try:
@@ -150,7 +160,10 @@ def step_config(
     the step's own."""
     from gen.api import configure
 
-    options = {**{k: getattr(cfg, k) for k in SHARED_OPTIONS}, **step_options(step, run_dir, where)}
+    options = {
+        **{k: getattr(cfg, k) for k in SHARED_OPTIONS},
+        **step_options(step, run_dir, where, cfg.input),
+    }
     try:
         return configure(step.generator, options, check_input=False)
     except ConfigError as e:
@@ -207,7 +220,7 @@ def pipeline(cfg: PipelineConfig, ctx: RunContext) -> Iterator[StepRecord]:
                 folder,
                 reuse=True,
                 quiet=cfg.progress == "off",
-                **step_options(step, ctx.out_dir, str(chain_path(cfg))),
+                **step_options(step, ctx.out_dir, str(chain_path(cfg)), cfg.input),
             )
         ctx.count("steps.skipped" if run.reused else "steps.ran")
         code = run.manifest.exit_code
@@ -271,7 +284,7 @@ def run_shards(
     own, :meth:`RunContext.config_for`) but its slice."""
     run_dir = ctx.out_dir.resolve()
     base = shards_dir(run_dir, step)
-    options = step_options(step, run_dir, str(chain_path(cfg)))
+    options = step_options(step, run_dir, str(chain_path(cfg)), cfg.input)
     # no more shards than the step has records: a shard of none is an empty folder
     records = REGISTRY[step.generator].make_plan(ctx.config_for(step.generator, **options)).n
     count = max(1, min(cfg.shards, records))

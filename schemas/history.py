@@ -35,8 +35,9 @@ class Observation(BaseModel):
     """When it was recorded; supports are recorded strictly earlier."""
     world_state: str | dict[str, Any]
     """The recording as the prompt shows it (a caption, or a context dict)."""
-    structured_goal: Goal
-    """The recording's goal: one of the 10 structured digital actions."""
+    structured_goal: Goal | None = None
+    """The recording's goal: one of the 10 structured digital actions (null: not annotated, as a
+    video captioned by ``socratic`` without one; its support then shows no past action)."""
     context_window: ContextWindow
     """The recording's context window, carried to its goal bank row."""
     transcription: str | None = None

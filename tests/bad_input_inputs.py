@@ -559,3 +559,30 @@ def egotom_rows(n: int = 2) -> list[dict[str, str]]:
         }
         for i in range(n)
     ]
+
+
+def socratic_list(folder: Path, assets: Any) -> Path:
+    """A JSONL list of one video (made once per session with PyAV, copied in) with a sidecar
+    transcript and every optional field."""
+    from videos import make_video
+
+    made = assets.root / "socratic_clip.mp4"
+    if not made.is_file():
+        make_video(made, 3.0, fps=2, size=(64, 48))
+    shutil.copy(made, folder / "v.mp4")
+    (folder / "v.srt").write_text("1\n00:00:00,500 --> 00:00:01,000\nhello\n", encoding="utf-8")
+    row = {
+        "path": "v.mp4",
+        "id": "v1",
+        "participant": "p1",
+        "environment": "hall",
+        "script": "s",
+        "recorded_at": "2025-03-01T08:00:00",
+        "longitudinal": False,
+        "structured_goal": {"type": "shop", "content": "milk"},
+        "context_windows": [{"start_s": 0.0, "end_s": 2.0}],
+        "transcript": "v.srt",
+    }
+    path = folder / "videos.jsonl"
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    return path

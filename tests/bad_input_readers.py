@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from bad_input_inputs import (
     review_labels,
     review_rendered,
     scenario_lock,
+    socratic_list,
 )
 
 from gen.mcq import write_egotom_csv
@@ -59,7 +61,7 @@ class Reader:
 
     name: str
     kind: str
-    """How it is corrupted: ``json``, ``jsonl``, ``csv``, ``yaml`` or ``parquet``."""
+    """How it is corrupted: ``json``, ``jsonl``, ``csv``, ``yaml``, ``parquet`` or ``text``."""
     make: Callable[[Path, Any], Path]
     read: Callable[[Path], Any]
     folder_named: bool = False
@@ -551,6 +553,24 @@ READERS = [
             variant=["contexts_reference"],
             digital_state=str(d / "digital_state.json"),
         ),
+    ),
+    *(
+        [
+            Reader(
+                "socratic JSONL list of videos",
+                "jsonl",
+                socratic_list,
+                lambda d: plan_of("socratic", input=str(d / "videos.jsonl")),
+            ),
+            Reader(
+                "socratic sidecar transcript",
+                "text",
+                lambda d, a: socratic_list(d, a).with_name("v.srt"),
+                lambda d: plan_of("socratic", input=str(d / "videos.jsonl")),
+            ),
+        ]
+        if find_spec("av") is not None  # PyAV makes the video (the [video] extra)
+        else []
     ),
 ]
 """Every input reader; adding one is one line."""

@@ -475,7 +475,7 @@ class LLM:
             }
         key = hashlib.sha256(
             json.dumps(
-                {"model": self.identity, "request": kwargs}, sort_keys=True, default=str
+                {"model": self.identity, "request": keyed(kwargs)}, sort_keys=True, default=str
             ).encode()
         ).hexdigest()
         batcher = self.batcher
@@ -540,6 +540,34 @@ class LLM:
         if self.cache is not None and rows:
             self.cache.put_many(rows)
         rows.clear()
+
+
+def keyed(request: dict[str, Any]) -> dict[str, Any]:
+    """A chat request as its cache key sees it: an image part's data URL (megabytes of base64)
+    replaced by its SHA-256, so a key is hashed from a small text and no image is ever kept whole
+    in a cache row or its key."""
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not any(
+        isinstance(m, dict) and isinstance(m.get("content"), list) for m in messages
+    ):
+        return request
+    out = []
+    for m in messages:
+        if isinstance(m, dict) and isinstance(m.get("content"), list):
+            m = {**m, "content": [_part_key(p) for p in m["content"]]}
+        out.append(m)
+    return {**request, "messages": out}
+
+
+def _part_key(part: Any) -> Any:
+    image = part.get("image_url") if isinstance(part, dict) else None
+    if not isinstance(image, dict):
+        return part
+    url = image.get("url")
+    if not isinstance(url, str) or not url.startswith("data:"):
+        return part
+    digest = hashlib.sha256(url.encode()).hexdigest()
+    return {**part, "image_url": {**image, "url": f"sha256:{digest}"}}
 
 
 def _scores(hit: str, n: int) -> list[LogLik] | None:

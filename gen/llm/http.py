@@ -82,6 +82,9 @@ class ServerError(Exception):
         self.late = late
 
 
+JSON = "application/json"
+
+
 class Endpoint:
     """One server root (``base_url``) and how calls to it are made.
 
@@ -142,11 +145,19 @@ class Endpoint:
     # ------------------------------------------------------------------ one call
 
     def post(
-        self, path: str, body: dict[str, Any], *, cap: int, parse: Callable[[dict[str, Any]], T]
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        cap: int,
+        parse: Callable[[dict[str, Any]], T],
+        form: tuple[bytes, str] | None = None,
     ) -> T:
         """POST ``body`` as JSON to ``{base_url}{path}`` and return ``parse`` of the reply's JSON
         object, retrying what may succeed on another try (``parse`` raises a retryable
         :class:`ServerError` for a reply of the wrong shape), all within the call's deadline.
+        ``form``: (bytes, content type) sent instead of ``body`` (a multipart upload: audio to a
+        transcription server).
 
         Raises:
             ServerError: the last failure, once retries or time ran out.
@@ -157,7 +168,7 @@ class Endpoint:
         by_run = run_end is not None and run_end < deadline
         if by_run:
             deadline = run_end  # type: ignore[assignment]
-        data = json.dumps(body).encode()
+        data, kind = form if form is not None else (json.dumps(body).encode(), JSON)
         estimate = len(data) // 4 + int(body.get("max_tokens") or 0)  # tokens, for llm.tpm
         tries = 0
         while True:
@@ -165,7 +176,7 @@ class Endpoint:
             try:
                 with self.admission.slot(estimate) if self.admission else _nothing():
                     status, headers, raw = self.request(
-                        "POST", path, data, deadline=deadline, cap=cap
+                        "POST", path, data, deadline=deadline, cap=cap, ctype=kind
                     )
                 out = parse(self._json(status, headers, raw))
                 if self.admission is not None:

@@ -305,6 +305,7 @@ def corrupted(draw: st.DrawFn, kind: str, valid: bytes) -> tuple[str, bytes]:
                 "yaml": ["field"] * 4,
                 "csv": ["cell"] * 2 + ["column"] * 2,
                 "parquet": ["column"] * 5,
+                "text": ["truncated", "random_bytes"],  # a subtitle file: no fields to sweep
             }[kind]
         )
     )
@@ -482,6 +483,8 @@ def field_variants(
 ) -> list[tuple[str, bytes]]:
     """Every field (every key name, at all its places at once; every CSV or parquet column)
     with each hostile value, deleted, and beside an unknown field."""
+    if kind == "text":
+        return []
     if kind == "parquet":
         out = []
         for col in [*GOAL_ROWS[0], "unexpected_column"]:
@@ -576,7 +579,7 @@ def test_every_field_of_a_reader_with_each_hostile_value(
         target = reader.make(folder, assets)
         reader.read(folder)
         variants = field_variants(reader.kind, target.read_bytes(), reader.fields)
-        assert len(variants) >= 20
+        assert len(variants) >= 20 or reader.kind == "text"
         for how, content in variants:
             target.write_bytes(content)
             holds(reader, folder, target, how)
