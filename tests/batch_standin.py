@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from loopback import JSONHandler
 
 
 def completion(text: str) -> dict[str, Any]:
@@ -55,20 +57,7 @@ class BatchStandIn:
         self._lock = threading.Lock()
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: dict[str, Any] | bytes) -> None:
-                data = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:  # noqa: N802 - the http.server interface
                 owner.authorization.append(self.headers.get("Authorization"))
                 parts = self.path.strip("/").split("/")

@@ -3,6 +3,8 @@ test_pipeline_submitit.py through submitit) and how they compare its banks."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -73,3 +75,15 @@ def assert_same_bank(whole: Path, sharded: Path) -> None:
             assert mine[name] == theirs[name], f"{step}/{name} differs from the unsharded run's"
     a, b = released(whole), released(sharded)
     assert a.height == 12 and a.equals(b)
+
+
+def gen(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """``python -m gen *args`` in ``cwd`` with ``env``, as the shard tests run the pipeline."""
+    return subprocess.run(
+        [sys.executable, "-m", "gen", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )

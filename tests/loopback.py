@@ -13,6 +13,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class JSONHandler(BaseHTTPRequestHandler):
+    """The stand-in servers' request handler: HTTP/1.1, quiet, and ``_send(status, body)`` of a
+    JSON body (or bytes) with its length (tests/batch_standin.py and tests/vlm_server.py too)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: dict[str, Any] | bytes) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 class Loopback:
     """``with Loopback(script, delay=0.3) as srv: ... srv.url, srv.max_in_flight, srv.calls``."""
 
@@ -32,20 +50,7 @@ class Loopback:
         self._lock = threading.Lock()
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:  # noqa: N802 - the http.server interface
                 self._send(200, {"object": "list", "data": [{"id": "loopback", "object": "model"}]})
 

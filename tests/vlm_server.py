@@ -15,9 +15,10 @@ import json
 import re
 import threading
 import wave
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
+from loopback import JSONHandler
 from videos import COLOURS
 
 
@@ -64,29 +65,16 @@ class StandIn:
         self._lock = threading.Lock()
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JSONHandler):
             def do_GET(self) -> None:  # noqa: N802 - the http.server interface
-                self._send({"object": "list", "data": [{"id": "stand-in", "object": "model"}]})
+                self._send(200, {"object": "list", "data": [{"id": "stand-in", "object": "model"}]})
 
             def do_POST(self) -> None:  # noqa: N802
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.path.endswith("/audio/transcriptions"):
-                    self._send(owner.transcribe(raw, self.headers.get("Content-Type", "")))
+                    self._send(200, owner.transcribe(raw, self.headers.get("Content-Type", "")))
                 else:
-                    self._send(owner.chat(json.loads(raw)))
+                    self._send(200, owner.chat(json.loads(raw)))
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

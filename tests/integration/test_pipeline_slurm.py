@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from chain_shards import assert_same_bank, small_chain
+from chain_shards import assert_same_bank, gen, small_chain
 
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the [slurm] extra")
 
@@ -37,17 +37,6 @@ def slurm() -> str:
         pytest.skip(proc.stderr.strip() or "no Slurm cluster on this machine")
     assert proc.returncode == 0, proc.stderr
     return PARTITION
-
-
-def gen(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gen", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
 
 
 def sharded(partition: str, *extra: str) -> list[str]:

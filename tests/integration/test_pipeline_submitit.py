@@ -9,25 +9,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from chain_shards import assert_same_bank, small_chain
+from chain_shards import assert_same_bank, gen, small_chain
 
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="the [slurm] extra")
-
-
-def gen(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gen", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
 
 
 def test_submitit_shards_build_the_unsharded_bank(tmp_path: Path, env_for, cache_dir) -> None:
