@@ -6,7 +6,7 @@ pydantic config (:func:`configure`), size the run with its plan hook, and run it
 
     import gen
 
-    pool = gen.run("personas", persona_pool=6, out="runs/pool")
+    pool = gen.run("personas", n=6, out="runs/pool")
     bundles = gen.run("digital", persona_file=str(pool.path), n=5, out="runs/digital")
     df = bundles.to_polars()
 """

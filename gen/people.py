@@ -120,7 +120,6 @@ def ensure_pool(
             quiet=False,
             seed=seed,
             n=size,
-            persona_pool=size,
             language=getattr(ctx.cfg, "language", "en"),
         )
         if not pool.ok:

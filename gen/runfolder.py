@@ -191,8 +191,8 @@ class RunFolder:
         mine = dict(self.manifest.config)
         spec = self.spec
         for old, new in getattr(spec.config, "renamed", {}).items() if spec is not None else ():
-            if old in mine and new not in mine:
-                mine[new] = mine.pop(old)
+            if old in mine and (new not in mine or mine[old] is not None):
+                mine[new] = mine.pop(old)  # an old option's value won over the new one's
         return (
             self.ok
             and self.records_path.is_file()

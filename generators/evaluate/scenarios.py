@@ -140,13 +140,11 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
                     )
                 )
         except LLMOutputError as e:
-            return Reject(
+            return Reject.from_failure(
+                e,
                 record_id=f"{s.scenario_id}/{cfg.condition[ci]}/{trial}",
                 index=index,
                 stage=f"candidate.turn_{len(replies) + 1}",
-                reason=e.reason,
-                detail=e.detail,
-                raw=e.raw,
             )
         return replies
 
@@ -190,13 +188,11 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
                 seed=ctx.seed(index, "turn", 3),
             )
         except LLMOutputError as e:
-            return Reject(
+            return Reject.from_failure(
+                e,
                 record_id=f"{s.scenario_id}/{cfg.condition[ci]}/{trial}",
                 index=index,
                 stage="candidate.turn_3",
-                reason=e.reason,
-                detail=e.detail,
-                raw=e.raw,
             )
 
     third = dict(zip(misses, ctx.map(turn_3, list(misses)), strict=True))
