@@ -465,26 +465,16 @@ def _check_relative(key: str, text: str, hint: str, *, single: bool = False) -> 
 def check_run_dir(name: str, overrides: list[str], *, multirun: bool) -> None:
     """The run folder (``hydra.run.dir=`` or ``outputs/<name>``) can be made; a file there or a
     read-only place is one line, not Hydra's traceback."""
-    import tempfile
+    from gen.paths import unwritable
 
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == key]
     # an interpolated folder (${now:...}) is checked up to its first interpolation
     where = Path(given[-1].split("${")[0] or ".") if given else Path("outputs") / name
     shown = given[-1] if given else where
-    probe = where
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(f"{key}: cannot make a run folder at {shown}: {probe} is not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"{key}: cannot make a run folder at {shown}: {probe} is not writable")
-    try:  # what access() cannot tell (root in /proc, a read-only mount): make a folder there
-        os.rmdir(tempfile.mkdtemp(prefix=".gen-probe-", dir=probe))
-    except OSError as e:
-        raise ConfigError(
-            f"{key}: cannot make a run folder at {shown}: {probe}: {e.strerror or e}"
-        ) from None
+    why = unwritable(where)
+    if why is not None:
+        raise ConfigError(f"{key}: cannot make a run folder at {shown}: {why}")
 
 
 def _first_line(e: BaseException) -> str:
