@@ -83,19 +83,10 @@ def judge_step(
     judged = ctx.subrun(
         "judge",
         out,
+        **{**cfg.judge_options(), "candidate_family": family},  # the family this run resolved
         kind="context",
         input=str(bank_file),
         responses=str(responses),
-        judge=cfg.judge,
-        judges=cfg.judges,
-        judge_labels=cfg.judge_labels,
-        allow_same_family=cfg.allow_same_family,
-        candidate_family=family,
-        judge_family=cfg.judge_family,
-        judge_temperature=cfg.judge_temperature,
-        verdict_tokens=cfg.verdict_tokens,
-        ranking_condition=cfg.ranking_condition,
-        bootstrap=cfg.bootstrap,
         progress="off",
     )
     records = {}

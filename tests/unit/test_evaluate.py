@@ -508,3 +508,34 @@ def test_a_single_answer_item_of_more_than_26_options_is_asked_and_read(tmp_path
     rec = read_jsonl(tmp_path / "run" / "evaluate.jsonl")[0]
     assert rec["letter"] == "ac" and rec["choice"] == 28 and rec["correct"]
     assert result.manifest["evaluate"]["accuracy"]["k"] == 1
+
+
+def test_the_judge_sub_runs_take_every_judge_option_of_the_run_whole(tmp_path: Path) -> None:
+    """evaluate passes its judge options to the judge sub-runs as one object: each option
+    :class:`gen.panel.JudgeOptions` declares (a new one too) reaches them with its value."""
+    from gen.panel import JudgeOptions
+    from gen.runconfig import CommonConfig
+
+    own = [k for k in JudgeOptions.model_fields if k not in CommonConfig.model_fields]
+    cfg = EvaluateConfig(input=str(BANK), judge="smollm2", verdict_tokens=77, cache_dir=None)
+    options = cfg.judge_options()
+    assert list(options) == own and len(own) >= 10
+    assert options["judge"] is cfg.judge  # the validated model config, not a dump of it
+    result, _, out = evaluate(
+        tmp_path,
+        trials=1,
+        judge_labels=["J"],
+        judge_family="smollm",
+        judge_temperature=0.3,
+        verdict_tokens=77,
+        ranking_condition="careful",
+        condition=["baseline", "careful"],
+        bootstrap=150,
+    )
+    parent = result.manifest["config"]
+    for turn in (2, 3):
+        child = json.loads((out / f"judge_turn{turn}" / "manifest.json").read_text())["config"]
+        for k in own:
+            if k != "candidate_family":  # the family this run resolved for the candidate
+                assert child[k] == parent[k], (turn, k)
+        assert child["candidate_family"] == "smollm" and child["kind"] == "context"
