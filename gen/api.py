@@ -2,7 +2,8 @@
 
 The command line is a thin layer over this module: both validate a generator's options with its
 pydantic config (:func:`configure`), size the run with its plan hook, and run it with
-:func:`execute`. Only the option syntax differs (``key=value`` there, keyword arguments here)::
+:func:`gen.runner.run_config`. Only the option syntax differs (``key=value`` there, keyword
+arguments here)::
 
     import gen
 
@@ -85,22 +86,6 @@ def explain(e: ValidationError, name: str) -> str:
     return "; ".join(parts)
 
 
-def execute(
-    generator: str,
-    cfg: Any,
-    out: Path,
-    *,
-    plan: Any = None,
-    resolved: dict[str, Any] | None = None,
-    quiet: bool = False,
-) -> Any:
-    """Run a validated config into ``out`` (the runner's :class:`~gen.runner.RunResult`)."""
-    from gen.runner import run as run_generator
-
-    plan = plan if plan is not None else REGISTRY[generator].make_plan(cfg)
-    return run_generator(generator, cfg, out, resolved=resolved, plan=plan, quiet=quiet)
-
-
 def run(generator: str, *, out: str | Path | None = None, **options: Any) -> RunFolder:
     """Run ``generator`` with these options (as ``gen <generator> key=value ...`` would) and
     return its run folder.
@@ -126,8 +111,10 @@ def run(generator: str, *, out: str | Path | None = None, **options: Any) -> Run
     )  # reads the input once; its errors come before any write
     folder = Path(out) if out is not None else default_folder(generator)
     folder.mkdir(parents=True, exist_ok=True)
+    from gen.runner import run_config
+
     with run_log(folder):
-        execute(generator, cfg, folder, plan=plan)
+        run_config(generator, cfg, folder, plan=plan)
     return RunFolder.open(folder)
 
 
@@ -159,4 +146,4 @@ def run_log(folder: Path) -> Iterator[None]:
         handler.close()
 
 
-__all__ = ["configure", "execute", "open", "run"]
+__all__ = ["configure", "open", "run"]

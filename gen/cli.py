@@ -509,8 +509,8 @@ def _task(cfg: Any) -> int:
 
 def _job(name: str, cfg: Any, out_dir: Path) -> tuple[int, str | None]:
     """Run one job; its exit code and one-line error (printed here, once)."""
-    from gen.api import execute
     from gen.registry import REGISTRY
+    from gen.runner import run_config
 
     try:
         data = _plain(cfg)
@@ -521,7 +521,7 @@ def _job(name: str, cfg: Any, out_dir: Path) -> tuple[int, str | None]:
             plan = REGISTRY[name].make_plan(settings)
         else:
             settings, plan = job.settings, job.plan
-        result = execute(name, settings, out_dir, resolved=data, plan=plan)
+        result = run_config(name, settings, out_dir, resolved=data, plan=plan)
     except GenError as e:
         return fail(str(e), e.exit_code), str(e)
     except KeyboardInterrupt:

@@ -57,7 +57,7 @@ __all__ = [
     "RunResult",
     "derive_id",
     "derive_seed",
-    "run",
+    "run_config",
     "shard_range",
 ]
 
@@ -323,7 +323,7 @@ class RunContext:
             done.reused = True
             return done
         child = RunContext(name, cfg, out_dir, backends=self._backends, parent=self)
-        run(name, cfg, out_dir, ctx=child, quiet=quiet)
+        run_config(name, cfg, out_dir, ctx=child, quiet=quiet)
         folder = RunFolder.open(out_dir)
         self._link(name, out_dir, folder, reused=False)
         return folder
@@ -410,7 +410,7 @@ class RunResult:
     error: str | None = None
 
 
-def run(
+def run_config(
     name: str,
     cfg: CommonConfig,
     out_dir: Path,
@@ -420,7 +420,8 @@ def run(
     quiet: bool = False,
     plan: Plan | None = None,
 ) -> RunResult:
-    """Run generator ``name`` into ``out_dir`` and write its records, rejects and manifest.
+    """Run generator ``name`` with a validated config into ``out_dir`` and write its records,
+    rejects and manifest (the engine under :func:`gen.run` and the command line).
 
     Records stream to ``*.partial`` files that replace the final ones only when the run is
     complete, so a killed run leaves no half-written output; rerunning it replays finished

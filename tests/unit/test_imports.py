@@ -388,3 +388,20 @@ def test_the_cycle_counter_counts_each_knot_once_and_skips_lazy_type_imports(
     (pkg / "d.py").write_text("import toy.e\n")
     graph = import_graph(project_modules(tmp_path, ("toy",)), functions=True)
     assert import_cycles(graph) == [["toy.a", "toy.b", "toy.c"], ["toy.d", "toy.e"]]
+
+
+def test_one_function_is_called_run() -> None:
+    """``gen.run`` is the one public way to run a generator; the engine under it says what it
+    does (``gen.runner.run_config``), and no other module of gen's core defines a ``run``."""
+    import gen
+    from gen.runner import run_config
+
+    defined = [
+        f"{m}:{node.lineno}"
+        for m, path in project_modules(ROOT, PACKAGES).items()
+        if not m.startswith((ROOMS, "gen.schemas"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef) and node.name in ("run", "execute")
+    ]
+    assert len(defined) == 1 and defined[0].startswith("gen.api:"), defined
+    assert gen.run.__module__ == "gen.api" and run_config.__module__ == "gen.runner"
