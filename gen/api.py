@@ -21,10 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from gen.errors import ConfigError
-from gen.llm.secrets import refuse_in_config, scrub
+from gen.config import validate_options
+from gen.llm.secrets import refuse_in_config
 from gen.registry import REGISTRY
 from gen.runfolder import RunFolder
 
@@ -37,53 +35,7 @@ def configure(generator: str, options: dict[str, Any], *, check_input: bool = Tr
     name, a dict or a config object); every mistake is one :class:`ConfigError` naming the
     option. An ``input=`` that does not exist fails here too (``check_input``)."""
     spec = REGISTRY.get_or_fail(generator)
-    data = dict(options)
-    for group in ("llm", "embedder"):
-        if isinstance(data.get(group), str):
-            data[group] = preset(group, data[group])
-    try:
-        cfg = spec.config.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(explain(e, generator)) from None
-    if check_input and isinstance(cfg.input, str):
-        cfg.input_path()
-    return cfg
-
-
-def preset(group: str, name: str) -> dict[str, Any]:
-    """An ``llm=`` / ``embedder=`` preset by name, as config data."""
-    from gen.config import EMBEDDER_PRESETS, LLM_PRESETS, MISSING, node
-
-    presets = LLM_PRESETS if group == "llm" else EMBEDDER_PRESETS
-    if name not in presets:
-        raise ConfigError(f"unknown choice {group}={name}; available {group}: {', '.join(presets)}")
-    model, over, _ = presets[name]
-    return {k: v for k, v in node(model, over).items() if v != MISSING}
-
-
-BACKEND_TAGS = frozenset({"llama_cpp", "openai", "llama_server", "sentence_transformers"})
-"""The ``backend`` values pydantic puts in an error's location (``llm.openai.model``): not part
-of the option's name."""
-
-
-def explain(e: ValidationError, name: str) -> str:
-    """A config's validation errors as one line that names each option."""
-    parts = []
-    for err in e.errors():
-        loc = ".".join(
-            str(x)
-            for x in err["loc"]
-            if not str(x).startswith("function-") and x not in BACKEND_TAGS
-        )
-        msg = scrub(err["msg"].removeprefix("Value error, "))
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown option {loc!r} for {name} (gen {name} --help lists its options)")
-            continue
-        where = f"invalid value for {loc}: " if loc else "invalid config: "
-        got = err.get("input")
-        shown = not isinstance(got, dict) and scrub(repr(got)) == repr(got)
-        parts.append(f"{where}{msg} (got {got!r})" if shown else f"{where}{msg}")
-    return "; ".join(parts)
+    return validate_options(generator, spec.config, options, check_input=check_input)
 
 
 def run(generator: str, *, out: str | Path | None = None, **options: Any) -> RunFolder:

@@ -270,8 +270,9 @@ def _compose(name: str, overrides: list[str]):
     from hydra.core.global_hydra import GlobalHydra
 
     from gen.config import register
+    from gen.registry import REGISTRY
 
-    register(name)
+    register(name, REGISTRY[name].config)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None, job_name="gen"):
@@ -540,8 +541,9 @@ def _hydra_main(name: str) -> None:
     import hydra
 
     from gen.config import register
+    from gen.registry import REGISTRY
 
-    register(name)
+    register(name, REGISTRY[name].config)
     hydra.main(version_base=None, config_path=str(CONF), config_name="config")(_task)()
 
 

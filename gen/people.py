@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from gen.errors import GenError, InputError
 from gen.netfs import exclusive
-from gen.readers import load_run_records
+from gen.runfolder import load_run_records
 from gen.schemas.personas import PersonaFacts, PersonaRecord, RelatedPersona, Relation
 
 if TYPE_CHECKING:

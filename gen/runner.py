@@ -300,7 +300,7 @@ class RunContext:
         """The validated config of generator ``name`` run inside this run: ``options``, and for
         every option of :data:`SHARED_OPTIONS` not given, this run's value (the same models,
         cache, seed and progress display). A bad value is a ConfigError naming the option."""
-        from gen.api import configure
+        from gen.config import validate_options
 
         spec = REGISTRY[name]
         inherited = {
@@ -308,7 +308,7 @@ class RunContext:
             for k in SHARED_OPTIONS
             if k not in options and k in spec.config.model_fields and hasattr(self.cfg, k)
         }
-        return configure(name, {**inherited, **options}, check_input=False)
+        return validate_options(name, spec.config, {**inherited, **options}, check_input=False)
 
     def subrun(
         self, name: str, out_dir: Path, *, reuse: bool = False, quiet: bool = True, **options: Any
