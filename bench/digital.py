@@ -54,7 +54,7 @@ def write_pool(path: Path, n: int = 12, seed: int = 0) -> Path:
 def run_digital(out: Path, pool: Path, cache: Path, n: int, seed: int):
     """One in-process ``digital`` run; the model is loaded before the clock starts."""
     from gen.generators.digital import DigitalConfig
-    from gen.runner import RunContext, run
+    from gen.runner import RunContext, run_config
 
     cfg = DigitalConfig(
         n=n, seed=seed, persona_file=str(pool), cache_dir=str(cache), progress="off"
@@ -62,7 +62,7 @@ def run_digital(out: Path, pool: Path, cache: Path, n: int, seed: int):
     ctx = RunContext("digital", cfg, out)
     ctx.llm  # noqa: B018 - load the GGUF outside the timed region
     t0 = time.perf_counter()
-    result = run("digital", cfg, out, ctx=ctx, quiet=True)
+    result = run_config("digital", cfg, out, ctx=ctx, quiet=True)
     return result, time.perf_counter() - t0
 
 

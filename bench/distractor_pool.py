@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def run_once(goals: Path, out: Path, exclude: bool) -> dict[str, Any]:
     from gen.generators.distractors import DistractorsConfig
     from gen.goals import load_goals
-    from gen.runner import run
+    from gen.runner import run_config
 
     cfg = DistractorsConfig(input=str(goals), exclude_same_group=exclude, progress="off")
-    result = run("distractors", cfg, out, quiet=True)
+    result = run_config("distractors", cfg, out, quiet=True)
     rows = {r.goal_id: r for r in load_goals(goals).rows}
     by_band: dict[str, dict[str, list[float]]] = {}
     for line in (out / "distractors.jsonl").read_text().splitlines():

@@ -14,10 +14,10 @@ Runs, each in its own child process so that its peak memory (RSS) is its own:
   2,000 seeded random references checked exactly (full similarity rows, same exclusions): the
   share of chosen distractors whose exact percentile lies within ±1 point of their band, and
   the error of the estimated percentiles.
-* ``real``: the whole generator (``gen.runner.run``) on a 20k-goal text bank made by composing
-  the example bank's goals (``compose_bank``: each group starts from an example goal of a random
-  type and varies one field per paraphrase with a value another example goal of that type
-  uses), embedded with the real all-MiniLM-L6-v2 from an empty cache; reports the manifest's
+* ``real``: the whole generator (``gen.runner.run_config``) on a 20k-goal text bank made by
+  composing the example bank's goals (``compose_bank``: each group starts from an example goal
+  of a random type and varies one field per paraphrase with a value another example goal of that
+  type uses), embedded with the real all-MiniLM-L6-v2 from an empty cache; reports the manifest's
   split (load+verbalise, embed, sample+write) and the peak RSS.
 
 Run from the repository root (5–25 minutes on the 2-core VM depending on its load, most of
@@ -240,7 +240,7 @@ def compose_bank(n: int, seed: int = 0) -> list[dict[str, Any]]:
 
 def child_real(n: int) -> dict[str, Any]:
     from gen.generators.distractors import DistractorsConfig
-    from gen.runner import RunContext, run
+    from gen.runner import RunContext, run_config
 
     with tempfile.TemporaryDirectory() as tmp:
         bank = Path(tmp) / "goals.jsonl"
@@ -248,7 +248,9 @@ def child_real(n: int) -> dict[str, Any]:
         cfg = DistractorsConfig(input=str(bank), cache_dir=str(Path(tmp) / "cache"), progress="off")
         out = Path(tmp) / "run"
         t0 = time.perf_counter()
-        result = run("distractors", cfg, out, ctx=RunContext("distractors", cfg, out), quiet=True)
+        result = run_config(
+            "distractors", cfg, out, ctx=RunContext("distractors", cfg, out), quiet=True
+        )
         wall = time.perf_counter() - t0
         m = result.manifest
         sizes = {f: (out / f).stat().st_size for f in m["outputs"]}

@@ -242,7 +242,7 @@ def make_bank(tmp: Path) -> Path:
     with the structure check only; its folder."""
     sys.path.insert(0, str(ROOT))
     from gen.generators.bank import BankConfig
-    from gen.runner import run
+    from gen.runner import run_config
 
     lines = (
         (FIXTURES / "audit" / "run_clean" / "tom.jsonl")
@@ -262,7 +262,7 @@ def make_bank(tmp: Path) -> Path:
             cache_dir=None,
             progress="off",
         )
-        run("bank", cfg, tmp / "src" / f"out{k}", quiet=True)
+        run_config("bank", cfg, tmp / "src" / f"out{k}", quiet=True)
     return bank
 
 

@@ -68,7 +68,7 @@ def main() -> None:
     from gen.generators.personas import sample_facts
     from gen.goals import load_goals, verbalise
     from gen.people import sample_related
-    from gen.runner import RunContext, run
+    from gen.runner import RunContext, run_config
     from gen.schemas.digital import App
     from gen.schemas.personas import PersonaRecord
     from gen.templates import Prompts
@@ -97,7 +97,7 @@ def main() -> None:
         input=str(Path(args.goals)), seed=args.seed, progress="off", wagibench=False
     )
     dctx = RunContext("distractors", dcfg, tmp / "mcqs")
-    run("distractors", dcfg, tmp / "mcqs", ctx=dctx, quiet=True)
+    run_config("distractors", dcfg, tmp / "mcqs", ctx=dctx, quiet=True)
     mcqs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for x in (tmp / "mcqs" / "distractors.jsonl").read_text().splitlines():
         m = json.loads(x)

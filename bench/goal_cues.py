@@ -92,7 +92,7 @@ def main() -> None:
     from gen.generators.digital import DigitalConfig
     from gen.generators.digital.goals import action_share
     from gen.generators.distractors import DistractorsConfig
-    from gen.runner import RunContext, run
+    from gen.runner import RunContext, run_config
     from gen.schemas.distractors import GoalRow
     from gen.wagibench import render_bundle
 
@@ -119,7 +119,7 @@ def main() -> None:
         min_items={"Calendar": 1, "Messaging": 1, "Notes": 1},
     )
     ctx = RunContext("digital", cfg, tmp / "digital")
-    result = run("digital", cfg, tmp / "digital", ctx=ctx, quiet=True)
+    result = run_config("digital", cfg, tmp / "digital", ctx=ctx, quiet=True)
     digital_seconds = time.time() - t0
     bundles = {
         json.loads(x)["goal"]["goal_id"]: json.loads(x)
@@ -139,7 +139,7 @@ def main() -> None:
     dcfg = DistractorsConfig(
         input=str(bank), n=len(drawn), seed=args.seed, progress="off", wagibench=False
     )
-    run(
+    run_config(
         "distractors",
         dcfg,
         tmp / "mcqs",

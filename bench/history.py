@@ -2,9 +2,9 @@
 
 For each size in --sizes (default 25k, 50k, 100k observations) a synthetic observation table is
 written (participants with ~50 recordings each over 3 environments and 40 scripts, 15 %
-longitudinal), then the whole generator (``gen.runner.run``: read and validate the table, sample
-every bank, write history.jsonl and WAGIBench's longitudinal_history.json) runs in a child
-process of its own, so its wall time and peak RSS are its own.
+longitudinal), then the whole generator (``gen.runner.run_config``: read and validate the
+table, sample every bank, write history.jsonl and WAGIBench's longitudinal_history.json) runs
+in a child process of its own, so its wall time and peak RSS are its own.
 
     python bench/history.py [--sizes 25000 50000 100000] [--out bench/results/history.json]
 
@@ -63,11 +63,11 @@ CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from gen.runner import run
+from gen.runner import run_config
 from gen.generators.history import HistoryConfig
 t0 = time.perf_counter()
 cfg = HistoryConfig(input={table!r}, cache_dir=None, progress="off")
-result = run("history", cfg, Path({out!r}), quiet=True)
+result = run_config("history", cfg, Path({out!r}), quiet=True)
 print(json.dumps({{"seconds": time.perf_counter() - t0, "accepted": result.accepted,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "summary": result.manifest["history"]}}))

@@ -61,7 +61,7 @@ def main() -> int:
 
     from gen.generators.nocontext import NocontextConfig
     from gen.llm import LlamaCppConfig
-    from gen.runner import run
+    from gen.runner import run_config
 
     results = {}
     for mode in args.modes:
@@ -78,7 +78,7 @@ def main() -> int:
             progress_every=60,
             llm=LlamaCppConfig(n_threads_batch=args.threads_batch),
         )
-        result = run("nocontext", cfg, out)
+        result = run_config("nocontext", cfg, out)
         summary = result.manifest["nocontext"]
         results[mode] = {
             "uptime_before": before,

@@ -1,7 +1,7 @@
 """Persona pools for many seeds on the embedded model: is a pool of N filled for every seed, and
 how often, and how far, do its slots widen (issue 43.6)?
 
-Each seed runs ``python -m gen personas +persona_pool=N seed=S`` (this checkout, in its own
+Each seed runs ``python -m gen personas n=N seed=S`` (this checkout, in its own
 process, the embedded GGUF, a fresh call cache per bench run so nothing replays from an earlier
 one) and reads the run's manifest: exit code, personas made of N, draws, rejects, short slots,
 the widened slots (step, from, to, the reject reasons that led there) and wall time. Results are
@@ -38,7 +38,7 @@ def run_seed(seed: int, size: int, workdir: Path, cache: Path) -> dict[str, Any]
         "-m",
         "gen",
         "personas",
-        f"+persona_pool={size}",
+        f"n={size}",
         f"seed={seed}",
         f"cache_dir={cache}",
         "progress=off",
@@ -90,7 +90,7 @@ def main() -> None:
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     result: dict[str, Any] = {
-        "command": f"python -m gen personas +persona_pool={args.size} seed=S (S = each seed)",
+        "command": f"python -m gen personas n={args.size} seed=S (S = each seed)",
         "commit": commit,
         "machine": {
             "platform": platform.platform(),

@@ -4,7 +4,7 @@ The Python API (the command line ``gen`` is a thin layer over it)::
 
     import gen
 
-    folder = gen.run("personas", persona_pool=6)   # a RunFolder
+    folder = gen.run("personas", n=6)                # a RunFolder
     folder = gen.open("outputs/personas/...")       # any run folder
     folder.records(), folder.rejects(), folder.manifest, folder.to_polars(), folder.to_hf()
 

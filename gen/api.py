@@ -2,11 +2,12 @@
 
 The command line is a thin layer over this module: both validate a generator's options with its
 pydantic config (:func:`configure`), size the run with its plan hook, and run it with
-:func:`execute`. Only the option syntax differs (``key=value`` there, keyword arguments here)::
+:func:`gen.runner.run_config`. Only the option syntax differs (``key=value`` there, keyword
+arguments here)::
 
     import gen
 
-    pool = gen.run("personas", persona_pool=6, out="runs/pool")
+    pool = gen.run("personas", n=6, out="runs/pool")
     bundles = gen.run("digital", persona_file=str(pool.path), n=5, out="runs/digital")
     df = bundles.to_polars()
 """
@@ -21,10 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from gen.errors import ConfigError
-from gen.llm.secrets import refuse_in_config, scrub
+from gen.config import validate_options
+from gen.llm.secrets import refuse_in_config
 from gen.registry import REGISTRY
 from gen.runfolder import RunFolder
 
@@ -37,69 +36,7 @@ def configure(generator: str, options: dict[str, Any], *, check_input: bool = Tr
     name, a dict or a config object); every mistake is one :class:`ConfigError` naming the
     option. An ``input=`` that does not exist fails here too (``check_input``)."""
     spec = REGISTRY.get_or_fail(generator)
-    data = dict(options)
-    for group in ("llm", "embedder"):
-        if isinstance(data.get(group), str):
-            data[group] = preset(group, data[group])
-    try:
-        cfg = spec.config.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(explain(e, generator)) from None
-    if check_input and isinstance(cfg.input, str):
-        cfg.input_path()
-    return cfg
-
-
-def preset(group: str, name: str) -> dict[str, Any]:
-    """An ``llm=`` / ``embedder=`` preset by name, as config data."""
-    from gen.config import EMBEDDER_PRESETS, LLM_PRESETS, MISSING, node
-
-    presets = LLM_PRESETS if group == "llm" else EMBEDDER_PRESETS
-    if name not in presets:
-        raise ConfigError(f"unknown choice {group}={name}; available {group}: {', '.join(presets)}")
-    model, over, _ = presets[name]
-    return {k: v for k, v in node(model, over).items() if v != MISSING}
-
-
-BACKEND_TAGS = frozenset({"llama_cpp", "openai", "llama_server", "sentence_transformers"})
-"""The ``backend`` values pydantic puts in an error's location (``llm.openai.model``): not part
-of the option's name."""
-
-
-def explain(e: ValidationError, name: str) -> str:
-    """A config's validation errors as one line that names each option."""
-    parts = []
-    for err in e.errors():
-        loc = ".".join(
-            str(x)
-            for x in err["loc"]
-            if not str(x).startswith("function-") and x not in BACKEND_TAGS
-        )
-        msg = scrub(err["msg"].removeprefix("Value error, "))
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown option {loc!r} for {name} (gen {name} --help lists its options)")
-            continue
-        where = f"invalid value for {loc}: " if loc else "invalid config: "
-        got = err.get("input")
-        shown = not isinstance(got, dict) and scrub(repr(got)) == repr(got)
-        parts.append(f"{where}{msg} (got {got!r})" if shown else f"{where}{msg}")
-    return "; ".join(parts)
-
-
-def execute(
-    generator: str,
-    cfg: Any,
-    out: Path,
-    *,
-    plan: Any = None,
-    resolved: dict[str, Any] | None = None,
-    quiet: bool = False,
-) -> Any:
-    """Run a validated config into ``out`` (the runner's :class:`~gen.runner.RunResult`)."""
-    from gen.runner import run as run_generator
-
-    plan = plan if plan is not None else REGISTRY[generator].make_plan(cfg)
-    return run_generator(generator, cfg, out, resolved=resolved, plan=plan, quiet=quiet)
+    return validate_options(generator, spec.config, options, check_input=check_input)
 
 
 def run(generator: str, *, out: str | Path | None = None, **options: Any) -> RunFolder:
@@ -120,7 +57,7 @@ def run(generator: str, *, out: str | Path | None = None, **options: Any) -> Run
     asked for) still returns its folder: ``folder.ok`` is False and ``folder.manifest.error``
     says why.
     """
-    from gen.runner import check_out_dir
+    from gen.runner import check_out_dir, run_config
 
     folder = path_of(out, "out") if out is not None else default_folder(generator)
     refuse_in_config({**options, "out": str(folder)})  # a key in a folder's name is written
@@ -134,7 +71,7 @@ def run(generator: str, *, out: str | Path | None = None, **options: Any) -> Run
     except OSError as e:  # a file on the way, a read-only place
         raise ConfigError(f"out: cannot make the run folder {folder}: {e.strerror or e}") from None
     with run_log(folder):
-        execute(generator, cfg, folder, plan=plan)
+        run_config(generator, cfg, folder, plan=plan)
     return RunFolder.open(folder)
 
 
@@ -178,4 +115,4 @@ def run_log(folder: Path) -> Iterator[None]:
         handler.close()
 
 
-__all__ = ["configure", "execute", "open", "run"]
+__all__ = ["configure", "open", "run"]

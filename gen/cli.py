@@ -271,8 +271,9 @@ def _compose(name: str, overrides: list[str]):
     from hydra.core.global_hydra import GlobalHydra
 
     from gen.config import register
+    from gen.registry import REGISTRY
 
-    register(name)
+    register(name, REGISTRY[name].config)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base=None, job_name="gen"):
@@ -466,26 +467,16 @@ def _check_relative(key: str, text: str, hint: str, *, single: bool = False) -> 
 def check_run_dir(name: str, overrides: list[str], *, multirun: bool) -> None:
     """The run folder (``hydra.run.dir=`` or ``outputs/<name>``) can be made; a file there or a
     read-only place is one line, not Hydra's traceback."""
-    import tempfile
+    from gen.paths import unwritable
 
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == key]
     # an interpolated folder (${now:...}) is checked up to its first interpolation
     where = Path(given[-1].split("${")[0] or ".") if given else Path("outputs") / name
     shown = given[-1] if given else where
-    probe = where
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(f"{key}: cannot make a run folder at {shown}: {probe} is not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"{key}: cannot make a run folder at {shown}: {probe} is not writable")
-    try:  # what access() cannot tell (root in /proc, a read-only mount): make a folder there
-        os.rmdir(tempfile.mkdtemp(prefix=".gen-probe-", dir=probe))
-    except OSError as e:
-        raise ConfigError(
-            f"{key}: cannot make a run folder at {shown}: {probe}: {e.strerror or e}"
-        ) from None
+    why = unwritable(where)
+    if why is not None:
+        raise ConfigError(f"{key}: cannot make a run folder at {shown}: {why}")
 
 
 def check_job_dirs(name: str, overrides: list[str], jobs: list[Job], *, multirun: bool) -> None:
@@ -538,8 +529,8 @@ def _task(cfg: Any) -> int:
 
 def _job(name: str, cfg: Any, out_dir: Path) -> tuple[int, str | None]:
     """Run one job; its exit code and one-line error (printed here, once)."""
-    from gen.api import execute
     from gen.registry import REGISTRY
+    from gen.runner import run_config
 
     try:
         data = _plain(cfg)
@@ -550,7 +541,7 @@ def _job(name: str, cfg: Any, out_dir: Path) -> tuple[int, str | None]:
             plan = REGISTRY[name].make_plan(settings)
         else:
             settings, plan = job.settings, job.plan
-        result = execute(name, settings, out_dir, resolved=data, plan=plan)
+        result = run_config(name, settings, out_dir, resolved=data, plan=plan)
     except GenError as e:
         return fail(str(e), e.exit_code), str(e)
     except KeyboardInterrupt:
@@ -569,8 +560,9 @@ def _hydra_main(name: str) -> None:
     import hydra
 
     from gen.config import register
+    from gen.registry import REGISTRY
 
-    register(name)
+    register(name, REGISTRY[name].config)
     hydra.main(version_base=None, config_path=str(CONF), config_name="config")(_task)()
 
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ValidationError
 from pydantic_core import to_jsonable_python
 
 from gen.embed import EmbedderConfig, ServerEmbedderConfig
+from gen.errors import ConfigError
 from gen.llm import LlamaCppConfig, LlamaServerConfig, LLMConfig, OpenAIConfig
+from gen.llm.secrets import scrub
 
 MISSING = "???"
 GROUP_FIELDS = ("llm", "embedder")
@@ -70,19 +72,17 @@ def node(
     return out
 
 
-def register(name: str) -> None:
-    """Fill Hydra's ConfigStore with generator ``name``'s config and the backend configs (each
-    compose: the registry is the truth at that moment). Only that generator is loaded, so a
-    broken plugin stops only its own runs."""
+def register(name: str, config: type[BaseModel]) -> None:
+    """Fill Hydra's ConfigStore with generator ``name``'s config (its pydantic class, the
+    registry's: the truth at that moment) and the backend configs, each compose. Only that
+    generator is loaded, so a broken plugin stops only its own runs."""
     from hydra.core.config_store import ConfigStore
-
-    from gen.registry import REGISTRY
 
     cs = ConfigStore.instance()
     cs.store(
         group="generator",
         name=name,
-        node=node(REGISTRY[name].config, skip=GROUP_FIELDS),
+        node=node(config, skip=GROUP_FIELDS),
         package="_global_",
     )
     for preset, (model, over, _) in LLM_PRESETS.items():
@@ -125,3 +125,58 @@ def _preset_or_fields(value: Any) -> Any:
 ModelChoice = Annotated[LLMConfig, BeforeValidator(_preset_or_fields)]
 """An option naming another model (a judge, a panel member): an ``llm=`` preset's name
 (``smollm2``) or the backend's fields (``{backend: openai, base_url: …, model: …}``)."""
+
+
+def validate_options(
+    name: str, config: type[BaseModel], options: dict[str, Any], *, check_input: bool = True
+) -> Any:
+    """Generator ``name``'s validated ``config`` from option values (``llm`` / ``embedder`` as a
+    preset name, a dict or a config object); every mistake is one :class:`ConfigError` naming
+    the option. An ``input=`` that does not exist fails here too (``check_input``). What
+    :func:`gen.api.configure` and a run inside a run (the runner) ask, given the registry's
+    config class."""
+    data = dict(options)
+    for group in ("llm", "embedder"):
+        if isinstance(data.get(group), str):
+            data[group] = preset(group, data[group])
+    try:
+        cfg: Any = config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(explain(e, name)) from None
+    if check_input and isinstance(cfg.input, str):
+        cfg.input_path()
+    return cfg
+
+
+def preset(group: str, name: str) -> dict[str, Any]:
+    """An ``llm=`` / ``embedder=`` preset by name, as config data."""
+    presets = LLM_PRESETS if group == "llm" else EMBEDDER_PRESETS
+    if name not in presets:
+        raise ConfigError(f"unknown choice {group}={name}; available {group}: {', '.join(presets)}")
+    model, over, _ = presets[name]
+    return {k: v for k, v in node(model, over).items() if v != MISSING}
+
+
+BACKEND_TAGS = frozenset({"llama_cpp", "openai", "llama_server", "sentence_transformers"})
+"""The ``backend`` values pydantic puts in an error's location (``llm.openai.model``): not part
+of the option's name."""
+
+
+def explain(e: ValidationError, name: str) -> str:
+    """A config's validation errors as one line that names each option."""
+    parts = []
+    for err in e.errors():
+        loc = ".".join(
+            str(x)
+            for x in err["loc"]
+            if not str(x).startswith("function-") and x not in BACKEND_TAGS
+        )
+        msg = scrub(err["msg"].removeprefix("Value error, "))
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown option {loc!r} for {name} (gen {name} --help lists its options)")
+            continue
+        where = f"invalid value for {loc}: " if loc else "invalid config: "
+        got = err.get("input")
+        shown = not isinstance(got, dict) and scrub(repr(got)) == repr(got)
+        parts.append(f"{where}{msg} (got {got!r})" if shown else f"{where}{msg}")
+    return "; ".join(parts)

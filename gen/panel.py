@@ -77,6 +77,13 @@ class JudgeOptions(CommonConfig):
             raise ValueError("judge_labels must be distinct")
         return self
 
+    def judge_options(self) -> dict[str, Any]:
+        """These judge options whole (every field :class:`JudgeOptions` declares), for a judge
+        run inside this one: ``ctx.subrun("judge", out, **cfg.judge_options(), kind=…)``. Values
+        as validated (a model stays its config object, so nothing is dumped and re-read), so an
+        option added here reaches the sub-run with no edit to its caller."""
+        return {k: getattr(self, k) for k in JudgeOptions.model_fields if k not in _COMMON}
+
     def judge_configs(self, default: LLMConfig | None) -> list[LLMConfig]:
         """The judges' configs: judges=, else judge=, else ``default``."""
         if self.judges:
@@ -90,6 +97,9 @@ class JudgeOptions(CommonConfig):
                 "is SmolLM2 too)"
             )
         return [default]
+
+
+_COMMON = frozenset(CommonConfig.model_fields)
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path, PurePosixPath
 
 from gen.errors import InputError
@@ -143,3 +144,27 @@ def read_input(path: Path, what: str | None = None) -> bytes:
             "GEN_MAX_INPUT_BYTES raises it)"
         )
     return data
+
+
+def unwritable(path: Path) -> str | None:
+    """Why a folder cannot be made (or written in) at ``path``; None when it can. The nearest
+    place at or above ``path`` that exists must be a folder gen may write in: besides its
+    permission bits, a folder is made there and removed, for what ``access()`` cannot tell (root
+    in /proc, a read-only mount). The one writable-folder probe (run folders, banks, exports).
+
+    Returns:
+        ``"<place> is not a folder"``, ``"<place> is not writable"``, ``"<place>: <OS error>"``
+        or None.
+    """
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".gen-probe-", dir=probe))
+    except OSError as e:
+        return f"{probe}: {e.strerror or e}"
+    return None

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from gen.errors import GenError, InputError
 from gen.netfs import exclusive
-from gen.readers import load_run_records
+from gen.runfolder import load_run_records
 from gen.schemas.personas import PersonaFacts, PersonaRecord, RelatedPersona, Relation
 
 if TYPE_CHECKING:
@@ -120,7 +120,6 @@ def ensure_pool(
             quiet=False,
             seed=seed,
             n=size,
-            persona_pool=size,
             language=getattr(ctx.cfg, "language", "en"),
         )
         if not pool.ok:

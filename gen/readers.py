@@ -232,12 +232,3 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             raise
         except OSError as e:
             raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
-
-
-def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]:
-    """Records of a run folder (the records file its manifest names, else ``<name>.jsonl``) or
-    of a JSONL file, as JSON values; and the file they were read from."""
-    from gen.runfolder import records_file
-
-    file = records_file(path, name)
-    return [record for _, record in iter_jsonl(file)], file

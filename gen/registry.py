@@ -51,7 +51,7 @@ class Generator:
 
     def make_plan(self, cfg: CommonConfig) -> Any:
         """The run's size: the plan hook's, else ``n``."""
-        from gen.runner import Plan
+        from gen.runconfig import Plan
 
         return self.plan(cfg) if self.plan is not None else Plan(cfg.n)
 

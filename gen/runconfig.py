@@ -28,13 +28,16 @@ SHARED_OPTIONS = ("seed", "llm", "embedder", "cache_dir", "progress", "progress_
 def renamed_options(data: Any, renamed: dict[str, str]) -> Any:
     """Config data with each old option name moved to its new name, warned about on gen's log
     (the console shows it, and the run's ``gen.log``). The old name's value wins: on the command
-    line the new name is always there, holding its default."""
+    line the new name is always there, holding its default. An old name set to null (an optional
+    option left unset, as ``persona_pool`` was) is dropped: it never stood for a value."""
     if not renamed or not isinstance(data, dict) or not renamed.keys() & data.keys():
         return data
     data = dict(data)
     for old, new in renamed.items():
         if old in data:
             value = data.pop(old)
+            if value is None:
+                continue
             LOG.warning(
                 "option %s is now called %s; %s=%s is used as %s=%s (the old name goes in the "
                 "next release)",

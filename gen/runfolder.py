@@ -201,8 +201,8 @@ class RunFolder:
         mine = dict(self.manifest.config)
         spec = self.spec
         for old, new in getattr(spec.config, "renamed", {}).items() if spec is not None else ():
-            if old in mine and new not in mine:
-                mine[new] = mine.pop(old)
+            if old in mine and (new not in mine or mine[old] is not None):
+                mine[new] = mine.pop(old)  # an old option's value won over the new one's
         return (
             self.ok
             and self.records_path.is_file()
@@ -336,3 +336,12 @@ def records_file(path: Path, name: str) -> Path:
     if not file.is_file():
         raise MissingInputError(f"input: {file} not found (expected a {name} run folder or file)")
     return file
+
+
+def load_run_records(path: Path, name: str) -> tuple[list[dict[str, Any]], Path]:
+    """Records of a run folder (the records file its manifest names, else ``<name>.jsonl``) or
+    of a JSONL file, as JSON values; and the file they were read from."""
+    from gen.readers import iter_jsonl
+
+    file = records_file(path, name)
+    return [record for _, record in iter_jsonl(file)], file

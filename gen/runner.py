@@ -61,7 +61,7 @@ __all__ = [
     "check_out_dir",
     "derive_id",
     "derive_seed",
-    "run",
+    "run_config",
     "shard_range",
 ]
 
@@ -305,7 +305,7 @@ class RunContext:
         """The validated config of generator ``name`` run inside this run: ``options``, and for
         every option of :data:`SHARED_OPTIONS` not given, this run's value (the same models,
         cache, seed and progress display). A bad value is a ConfigError naming the option."""
-        from gen.api import configure
+        from gen.config import validate_options
 
         spec = REGISTRY[name]
         inherited = {
@@ -313,7 +313,7 @@ class RunContext:
             for k in SHARED_OPTIONS
             if k not in options and k in spec.config.model_fields and hasattr(self.cfg, k)
         }
-        return configure(name, {**inherited, **options}, check_input=False)
+        return validate_options(name, spec.config, {**inherited, **options}, check_input=False)
 
     def subrun(
         self, name: str, out_dir: Path, *, reuse: bool = False, quiet: bool = True, **options: Any
@@ -328,7 +328,7 @@ class RunContext:
             done.reused = True
             return done
         child = RunContext(name, cfg, out_dir, backends=self._backends, parent=self)
-        run(name, cfg, out_dir, ctx=child, quiet=quiet)
+        run_config(name, cfg, out_dir, ctx=child, quiet=quiet)
         folder = RunFolder.open(out_dir)
         self._link(name, out_dir, folder, reused=False)
         return folder
@@ -455,7 +455,7 @@ class RunResult:
     error: str | None = None
 
 
-def run(
+def run_config(
     name: str,
     cfg: CommonConfig,
     out_dir: Path,
@@ -465,7 +465,8 @@ def run(
     quiet: bool = False,
     plan: Plan | None = None,
 ) -> RunResult:
-    """Run generator ``name`` into ``out_dir`` and write its records, rejects and manifest.
+    """Run generator ``name`` with a validated config into ``out_dir`` and write its records,
+    rejects and manifest (the engine under :func:`gen.run` and the command line).
 
     Records stream to ``*.partial`` files that replace the final ones only when the run is
     complete, so a killed run leaves no half-written output; rerunning it replays finished

@@ -109,7 +109,7 @@ def fan_out(fn: Callable[[T], R], items: Iterable[T], width: int, helpers: Helpe
     state = {"next": 0, "running": 0, "stop": False}
     parent = worker()
 
-    def run(number: int) -> None:
+    def drain(number: int) -> None:  # one worker: takes items until none is left
         own = worker()
         set_worker(parent if parent is not None else number)
         try:
@@ -135,8 +135,8 @@ def fan_out(fn: Callable[[T], R], items: Iterable[T], width: int, helpers: Helpe
 
     runners = min(width, n)
     for k in range(1, runners):
-        helpers.submit(lambda k=k: run(k))  # type: ignore[misc]
-    run(0)
+        helpers.submit(lambda k=k: drain(k))  # type: ignore[misc]
+    drain(0)
     with lock:
         while state["running"]:
             lock.wait()

@@ -165,13 +165,12 @@ def rerank(cfg: RerankConfig, ctx: RunContext) -> Iterator[RerankRecord | Reject
         try:
             return rerank_pool(ctx, cfg, i, pools[i])
         except AttemptFailure as e:
-            return Reject(
+            return Reject.from_failure(
+                e,
                 record_id=ctx.record_id(i),
                 index=i,
                 stage="rerank",
-                reason=e.reason,
                 detail=f"pool {pools[i].pool_id}: {e.detail} (after {e.attempts} calls)",
-                raw=e.raw,
             )
 
     for out in ctx.imap(one, ctx.indices()):  # pools many at once, yielded in order

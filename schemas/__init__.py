@@ -1,8 +1,14 @@
 """Schemas of every record the toolkit writes. Output models end in Record/Bundle."""
 
-from typing import Annotated
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
+
+if TYPE_CHECKING:
+    from gen.errors import LLMOutputError
+    from gen.llm.attempts import AttemptFailure
 
 Hex32 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 
@@ -33,3 +39,37 @@ class Reject(BaseModel):
     reason says it all."""
     raw: str | None = None
     """The last raw LLM output, when there was one."""
+
+    @classmethod
+    def from_failure(
+        cls,
+        failure: LLMOutputError | AttemptFailure,
+        *,
+        record_id: str,
+        index: int,
+        stage: str | None = None,
+        detail: str | None = None,
+    ) -> Reject:
+        """The reject for a record whose stage gave nothing usable: the failure's typed reason,
+        its detail and the model's raw output.
+
+        Args:
+            failure: the model's failure (``LLMOutputError``) or the attempt loop's last one
+                (``AttemptFailure``, which names its stage).
+            record_id: the record that was not produced.
+            index: its index in the run.
+            stage: where it failed; defaults to the failure's own stage (an ``AttemptFailure``'s).
+            detail: the reject's detail when it should say more than the failure's (``None``: the
+                failure's detail).
+        """
+        where = stage if stage is not None else getattr(failure, "stage", None)
+        if where is None:
+            raise TypeError("Reject.from_failure needs a stage for a failure that names none")
+        return cls(
+            record_id=record_id,
+            index=index,
+            stage=where,
+            reason=failure.reason,
+            detail=failure.detail if detail is None else detail,
+            raw=failure.raw,
+        )

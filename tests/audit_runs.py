@@ -14,7 +14,7 @@ import numpy as np
 
 from gen.generators.audit import AuditConfig
 from gen.generators.audit.text import norm
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())
@@ -64,7 +64,7 @@ def run_audit(
     )
     ctx = RunContext("audit", settings, out)
     ctx.use(embedder=TrigramEmbedder())
-    result = run("audit", settings, out, ctx=ctx, quiet=True)
+    result = run_config("audit", settings, out, ctx=ctx, quiet=True)
     findings = [json.loads(x) for x in (out / "audit.jsonl").read_text().splitlines() if x.strip()]
     return result, findings, json.loads((out / "audit.json").read_text())
 

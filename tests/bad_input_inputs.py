@@ -16,7 +16,7 @@ import polars as pl
 from gen.generators.personas import sample_facts
 from gen.paths import EXAMPLES
 from gen.registry import REGISTRY
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.personas import PersonaRecord
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -56,7 +56,7 @@ def merge_run(folder: Path) -> Any:
     cfg = MergeConfig(
         input=[str(folder / "s0"), str(folder / "s1")], cache_dir=None, progress="off"
     )
-    return run("merge", cfg, folder / "run", quiet=True)
+    return run_config("merge", cfg, folder / "run", quiet=True)
 
 
 def persona_lines(n: int = 7) -> str:
@@ -500,7 +500,7 @@ def bank_copy(folder: Path, assets: SimpleNamespace) -> Path:
             cache_dir=None,
             progress="off",
         )
-        assert run("bank", cfg, src / "out", quiet=True).accepted == 2
+        assert run_config("bank", cfg, src / "out", quiet=True).accepted == 2
         assets.bank = src / "bank"
     shutil.copytree(assets.bank, folder / "bank", symlinks=True)  # current is a symlink
     return folder / "bank" / "versions" / "v0001" / "tom.parquet"

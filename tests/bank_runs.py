@@ -38,7 +38,7 @@ from gen.banks.store import LOCK, read_pointer, version_dir
 from gen.generators.bank import BankConfig
 from gen.manifest import output_hashes
 from gen.registry import REGISTRY, Generator
-from gen.runner import CommonConfig, RunContext, run
+from gen.runner import CommonConfig, RunContext, run_config
 
 HERE = Path(__file__).resolve().parent
 WORDS = [
@@ -195,7 +195,7 @@ def bank_run(run_dir: Path, **cfg: Any) -> tuple[Any, RunContext]:
     settings = BankConfig(**{"cache_dir": None, "progress": "off", **cfg})
     ctx = RunContext("bank", settings, run_dir)
     ctx.use(embedder=FakeEmbedder())
-    return run("bank", settings, run_dir, ctx=ctx, quiet=True), ctx
+    return run_config("bank", settings, run_dir, ctx=ctx, quiet=True), ctx
 
 
 class Bank:

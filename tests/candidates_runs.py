@@ -17,7 +17,7 @@ from gen.generators.candidates import (
 )
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 
 NAME = "candidates"
 EGOTOM = Path(__file__).resolve().parents[2] / "shared" / "data" / "egotom_paper"
@@ -129,5 +129,5 @@ def run_candidates(
     config = CandidatesConfig(input=str(path), cache_dir=None, progress="off", **cfg)
     llm = scripted_llm(reply, sampling=config.llm)
     ctx = RunContext(NAME, config, out).use(llm=llm, embedder=FakeEmbedder())
-    result = run(NAME, config, out, ctx=ctx, quiet=True)
+    result = run_config(NAME, config, out, ctx=ctx, quiet=True)
     return result, read_jsonl(out / "candidates.jsonl"), read_jsonl(out / "rejects.jsonl"), llm

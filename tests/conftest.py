@@ -282,9 +282,9 @@ def merge_and_compare(
     same summaries in the manifest (timings aside). Returns the merged manifest."""
     from gen.generators.merge import MergeConfig
     from gen.manifest import extras_of
-    from gen.runner import run
+    from gen.runner import run_config
 
-    result = run(
+    result = run_config(
         "merge",
         MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"),
         out,

@@ -19,7 +19,7 @@ import pytest
 from gen.generators.digital import DigitalConfig
 from gen.generators.personas import sample_facts
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.personas import PersonaRecord
 
 NAME = "digital"
@@ -221,7 +221,7 @@ def run_digital(out_dir: Path, pool: Path, script=None, **cfg: Any):
     )
     ctx = RunContext(NAME, settings, out_dir)
     ctx.use(llm=scripted_llm(script or digital_script(), sampling=settings.llm))
-    return run(NAME, settings, out_dir, ctx=ctx, quiet=True), ctx
+    return run_config(NAME, settings, out_dir, ctx=ctx, quiet=True), ctx
 
 
 def first_shot(messages: list[dict[str, str]]) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 from gen.generators.judge import JudgeConfig
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "judge"
 NAME = "judge"
@@ -20,7 +20,7 @@ def judge_run(
     cfg = JudgeConfig(**{"cache_dir": None, "progress": "off", **options})
     folder = tmp_path / out
     ctx = RunContext(NAME, cfg, folder).use(llm=scripted_llm(script, family=family))
-    return run(NAME, cfg, folder, ctx=ctx, quiet=True), ctx, folder
+    return run_config(NAME, cfg, folder, ctx=ctx, quiet=True), ctx, folder
 
 
 def wagibench_script(messages: list[dict[str, str]], seed: int) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from gen.generators.nocontext import NocontextConfig
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 
 NAME = "nocontext"
 OPTION_LINE = re.compile(r"^([a-z])\) (.*)$", re.M)
@@ -76,4 +76,4 @@ def screen(
     out = tmp_path / "run"
     ctx = RunContext(NAME, settings, out)
     ctx.use(llm=scripted_llm(script, sampling=settings.llm))
-    return run(NAME, settings, out, ctx=ctx, quiet=True), ctx, out
+    return run_config(NAME, settings, out, ctx=ctx, quiet=True), ctx, out

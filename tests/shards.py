@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gen.generators.personas import PersonasConfig, sample_facts
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 
 
 def personas_shards(folder: Path, n: int = 4, k: int = 2, seed: int = 0) -> list[Path]:
@@ -32,6 +32,6 @@ def personas_shards(folder: Path, n: int = 4, k: int = 2, seed: int = 0) -> list
         )
         ctx = RunContext("personas", cfg, out)
         ctx.use(llm=scripted_llm(script))
-        run("personas", cfg, out, ctx=ctx, quiet=True)
+        run_config("personas", cfg, out, ctx=ctx, quiet=True)
         shards.append(out)
     return shards

@@ -18,7 +18,7 @@ import numpy as np
 
 from gen.generators.tom import TomConfig
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.timelines import Clip, Line, speaker_of
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tom"
@@ -163,7 +163,7 @@ def make_ctx(
 
 def run_tom(out: Path, script: Script | None = None, embedder: Any = None, **cfg: Any):
     ctx = make_ctx(out, script, embedder, **cfg)
-    result = run("tom", ctx.cfg, out, ctx=ctx, quiet=True)
+    result = run_config("tom", ctx.cfg, out, ctx=ctx, quiet=True)
     return result, ctx
 
 

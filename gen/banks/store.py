@@ -42,6 +42,7 @@ from typing import Any
 
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.llm import sha256_file
+from gen.paths import unwritable
 
 SCHEMA_REVISION = 1
 """Revision of the bank's file format (columns, lock keys). Readers refuse a newer one."""
@@ -129,13 +130,9 @@ def check_root(root: Path, *, writing: bool) -> None:
         raise ConfigError(f"bank: {root} is a file, not a bank folder")
     if not writing:
         return
-    probe = root
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(f"bank: cannot make a bank at {root}: {probe} is not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"bank: cannot write to {root}: {probe} is not writable")
+    why = unwritable(root)
+    if why is not None:
+        raise ConfigError(f"bank: cannot write to {root}: {why}")
     lock = root / WRITER_LOCK
     if lock.is_symlink() or (lock.exists() and not lock.is_file()):
         raise InputError(

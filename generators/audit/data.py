@@ -29,8 +29,9 @@ from gen.mcq import (
     iter_bank,
     mcq_records_file,
 )
-from gen.readers import iter_jsonl, load_run_records, read_json, validated
+from gen.readers import iter_jsonl, read_json, validated
 from gen.roles import iter_roles_bank, read_roles
+from gen.runfolder import load_run_records
 from gen.runner import RunContext
 
 if TYPE_CHECKING:

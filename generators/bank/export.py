@@ -56,7 +56,7 @@ from gen.banks.store import (
 from gen.errors import ConfigError
 from gen.llm import sha256_file
 from gen.mcq import EGOTOM_CHOICES, EGOTOM_TYPES, LETTERS, write_egotom_csv
-from gen.paths import inside, safe_part
+from gen.paths import inside, safe_part, unwritable
 from gen.schemas import Reject
 from gen.schemas.bank import BankItemRecord
 
@@ -141,11 +141,9 @@ def check_out(root: Path, out: Path) -> None:
         raise ConfigError(
             f"out: {out} exists and is not an empty folder; an export goes to a new folder"
         )
-    probe = out.parent
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"out: cannot make {out}: {probe} is not a writable folder")
+    why = unwritable(out.parent)  # the export is renamed into place there
+    if why is not None:
+        raise ConfigError(f"out: cannot make {out}: {why}")
 
 
 def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject]:

@@ -275,14 +275,7 @@ def build_app(
 
         def failed(f: AttemptFailure) -> None:
             nonlocal last
-            last = Reject(
-                record_id=bundle_id,
-                index=index,
-                stage=f.stage,
-                reason=f.reason,
-                detail=f.detail,
-                raw=f.raw,
-            )
+            last = Reject.from_failure(f, record_id=bundle_id, index=index)
 
         try:
             return retry(

@@ -48,8 +48,9 @@ from gen.goals import GoalBank, goal_dict, load_goals, verbalise
 from gen.manifest import JsonListWriter
 from gen.mcq import answer_position, arrange
 from gen.paths import EXAMPLES
-from gen.readers import load_run_records, validated
+from gen.readers import validated
 from gen.registry import generator
+from gen.runfolder import load_run_records
 from gen.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.digital import DigitalBundle

@@ -56,14 +56,7 @@ def ask(
             temperature=cfg.mcq_temperature,
         )
     except LLMOutputError as e:
-        return Reject(
-            record_id=item.item_id,
-            index=index,
-            stage="candidate",
-            reason=e.reason,
-            detail=e.detail,
-            raw=e.raw,
-        )
+        return Reject.from_failure(e, record_id=item.item_id, index=index, stage="candidate")
     base: dict[str, Any] = {
         "item_id": item.item_id,
         "question_type": item.question_type,

@@ -83,19 +83,10 @@ def judge_step(
     judged = ctx.subrun(
         "judge",
         out,
+        **{**cfg.judge_options(), "candidate_family": family},  # the family this run resolved
         kind="context",
         input=str(bank_file),
         responses=str(responses),
-        judge=cfg.judge,
-        judges=cfg.judges,
-        judge_labels=cfg.judge_labels,
-        allow_same_family=cfg.allow_same_family,
-        candidate_family=family,
-        judge_family=cfg.judge_family,
-        judge_temperature=cfg.judge_temperature,
-        verdict_tokens=cfg.verdict_tokens,
-        ranking_condition=cfg.ranking_condition,
-        bootstrap=cfg.bootstrap,
         progress="off",
     )
     records = {}
@@ -140,13 +131,11 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
                     )
                 )
         except LLMOutputError as e:
-            return Reject(
+            return Reject.from_failure(
+                e,
                 record_id=f"{s.scenario_id}/{cfg.condition[ci]}/{trial}",
                 index=index,
                 stage=f"candidate.turn_{len(replies) + 1}",
-                reason=e.reason,
-                detail=e.detail,
-                raw=e.raw,
             )
         return replies
 
@@ -190,13 +179,11 @@ def run_scenarios(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[TrialRecord 
                 seed=ctx.seed(index, "turn", 3),
             )
         except LLMOutputError as e:
-            return Reject(
+            return Reject.from_failure(
+                e,
                 record_id=f"{s.scenario_id}/{cfg.condition[ci]}/{trial}",
                 index=index,
                 stage="candidate.turn_3",
-                reason=e.reason,
-                detail=e.detail,
-                raw=e.raw,
             )
 
     third = dict(zip(misses, ctx.map(turn_3, list(misses)), strict=True))

@@ -181,9 +181,7 @@ def judge_response(
             workers=min(j.llm.concurrency for j in panel.judges),
         )
     except LLMOutputError as e:
-        return Reject(
-            record_id=rid, index=index, stage="judge", reason=e.reason, detail=e.detail, raw=e.raw
-        )
+        return Reject.from_failure(e, record_id=rid, index=index, stage="judge")
     return ContextJudgeRecord(
         scenario_id=row.scenario_id,
         turn=row.turn,

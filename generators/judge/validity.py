@@ -93,14 +93,7 @@ def judge_item(
     try:
         results = ctx.map(one, jobs, workers=min(j.llm.concurrency for j in panel.judges))
     except LLMOutputError as e:
-        return Reject(
-            record_id=item.item_id,
-            index=index,
-            stage="judge",
-            reason=e.reason,
-            detail=e.detail,
-            raw=e.raw,
-        )
+        return Reject.from_failure(e, record_id=item.item_id, index=index, stage="judge")
     scores: dict[str, list[Judgment]] = defaultdict(list)
     for (j, _), res in zip(jobs, results, strict=True):
         scores[j.label].append(res)

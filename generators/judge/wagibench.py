@@ -400,14 +400,7 @@ def judge_row(
                 whole=True,
             )
         except LLMOutputError as e:  # a reply cut at the budget too: never judged as it stands
-            return Reject(
-                record_id=row.id,
-                index=index,
-                stage="reformat",
-                reason=e.reason,
-                detail=e.detail,
-                raw=e.raw,
-            )
+            return Reject.from_failure(e, record_id=row.id, index=index, stage="reformat")
         action, problem, detail = parse_reformat(raw)
         if problem == "unfinished_think":  # the reasoning never closed: no answer was written
             return Reject(
@@ -446,14 +439,7 @@ def judge_row(
     try:
         results = ctx.map(one, jobs, workers=min(j.llm.concurrency for j in panel.judges))
     except LLMOutputError as e:
-        return Reject(
-            record_id=row.id,
-            index=index,
-            stage="judge",
-            reason=e.reason,
-            detail=e.detail,
-            raw=e.raw,
-        )
+        return Reject.from_failure(e, record_id=row.id, index=index, stage="judge")
     judgments: dict[str, dict[str, Judgment]] = defaultdict(dict)
     for (variant, j), res in zip(jobs, results, strict=True):
         judgments[variant][j.label] = res

@@ -243,13 +243,8 @@ class Screener:
             strict=True,
         ):
             if isinstance(got, LLMOutputError):
-                return Reject(
-                    record_id=item.item_id,
-                    index=index,
-                    stage=f"answer.{label}",
-                    reason=got.reason,
-                    detail=got.detail,
-                    raw=got.raw,
+                return Reject.from_failure(
+                    got, record_id=item.item_id, index=index, stage=f"answer.{label}"
                 )
             answers[label] = got
         correct = {label: sum(a.correct for a in ans) for label, ans in answers.items()}

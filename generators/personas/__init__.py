@@ -56,9 +56,7 @@ BIO_PROMPT = "personas/bio.jinja"
 
 class PersonasConfig(CommonConfig):
     n: int = Field(50, ge=1, le=100_000)
-    """Pool size (``persona_pool`` wins when set): WAGIBench's pool is 50 personas."""
-    persona_pool: int | None = Field(None, ge=6, le=100_000)
-    """Pool size; the documented form (``+persona_pool=50``); wins over ``n``."""
+    """Pool size (WAGIBench's pool is 50 personas); formerly also ``persona_pool``."""
     attempts: int = Field(3, ge=1, le=10)
     """Fresh bios (new seeds) tried for one draw of facts before the draw is rejected;
     formerly ``bio_attempts``."""
@@ -70,7 +68,11 @@ class PersonasConfig(CommonConfig):
     """How far a slot whose own nationality and age band failed every draw may move, step by
     step: a neighbouring age band, a nationality sharing a language, one of the same region,
     any nationality (``none``: never; the pool may then be short)."""
-    renamed: ClassVar[dict[str, str]] = {"bio_attempts": "attempts", "max_attempts": "draws"}
+    renamed: ClassVar[dict[str, str]] = {
+        "bio_attempts": "attempts",
+        "max_attempts": "draws",
+        "persona_pool": "n",
+    }
     bio_max_tokens: int = Field(200, ge=32)
     """Token cap of one bio."""
     language: Language = "en"
@@ -78,8 +80,8 @@ class PersonasConfig(CommonConfig):
 
 
 def plan(cfg: PersonasConfig) -> Plan:
-    """One index per slot of the pool (``persona_pool``, else ``n``)."""
-    return Plan(cfg.persona_pool if cfg.persona_pool is not None else cfg.n)
+    """One index per slot of the pool (``n``)."""
+    return Plan(cfg.n)
 
 
 def bio_messages(ctx: RunContext, facts: PersonaFacts) -> list[dict[str, str]]:
@@ -140,14 +142,7 @@ def write_bio(
             llm_key=lambda reason: f"bio.{reason}",
         )
     except AttemptFailure as f:
-        return Reject(
-            record_id=facts.persona_id,
-            index=index,
-            stage=f.stage,
-            reason=f.reason,
-            detail=f.detail,
-            raw=f.raw,
-        )
+        return Reject.from_failure(f, record_id=facts.persona_id, index=index)
 
 
 def fill_slot(

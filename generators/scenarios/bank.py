@@ -171,13 +171,11 @@ def resolve(w: Writer, u: Unit, bank: BankView) -> Outcome:
             items.append(ScenarioRecord.model_validate(records[j]))
         else:
             items.append(
-                Reject(
+                Reject.from_failure(
+                    f,
                     record_id=sk.scenario_id,
                     index=u.index,
-                    stage=f.stage,
-                    reason=f.reason,
                     detail=f"{sk.scenario_id} ({sk.change_type}/{sk.target_context}): {f.detail}",
-                    raw=f.raw,
                 )
             )
         checks.append(

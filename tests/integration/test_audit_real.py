@@ -12,7 +12,7 @@ import pytest
 
 from gen.embed import Embedder, EmbedderConfig
 from gen.generators.audit import AuditConfig
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())
@@ -31,7 +31,7 @@ def audit(
     ctx = RunContext("audit", settings, out)
     if embedder is not None:
         ctx.use(embedder=embedder)  # one model load for the module
-    result = run("audit", settings, out, ctx=ctx, quiet=True)
+    result = run_config("audit", settings, out, ctx=ctx, quiet=True)
     return result.exit_code, [json.loads(x) for x in (out / "audit.jsonl").read_text().splitlines()]
 
 

@@ -23,7 +23,7 @@ from gen.generators.bank import BankConfig
 from gen.generators.introspect import IntrospectConfig
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 
 NAME = "introspect"
 EX = EXAMPLES / "introspect"
@@ -50,7 +50,7 @@ def settings(**kw: Any) -> IntrospectConfig:
 
 def audit(folder: Path, out: Path, embedder: Embedder) -> tuple[int, list[dict[str, Any]]]:
     cfg = AuditConfig(input=str(folder), cache_dir=None, progress="off")
-    result = run(
+    result = run_config(
         "audit", cfg, out, ctx=RunContext("audit", cfg, out).use(embedder=embedder), quiet=True
     )
     return result.exit_code, read_jsonl(out / "audit.jsonl")
@@ -60,7 +60,7 @@ def bank_add(folder: Path, bank: Path, out: Path, embedder: Embedder) -> Any:
     cfg = BankConfig(
         action="add", bank=str(bank), input=str(folder), cache_dir=None, progress="off"
     )
-    return run(
+    return run_config(
         "bank", cfg, out, ctx=RunContext("bank", cfg, out).use(embedder=embedder), quiet=True
     )
 
@@ -107,7 +107,7 @@ def test_each_code_built_family_passes_the_real_audit_and_enters_the_bank(
     allowed: set[str],
 ) -> None:
     out = tmp_path / task
-    result = run(NAME, settings(task=task, input=str(EX / file), **extra), out, quiet=True)
+    result = run_config(NAME, settings(task=task, input=str(EX / file), **extra), out, quiet=True)
     m = check_run_folder(out, NAME, result.requested, hydra=False)
     assert result.accepted >= 1
     funnel_matches_rejects(out, m)
@@ -180,7 +180,7 @@ def test_memory_assistance_event_records_pass_the_audit_and_enter_the_bank(
     out = tmp_path / "run"
     c = settings(task="memory_assistance", input=str(EX / "memories.jsonl"))
     ctx = RunContext(NAME, c, out).use(llm=scripted_llm(event_writer), embedder=minilm)
-    result = run(NAME, c, out, ctx=ctx, quiet=True)
+    result = run_config(NAME, c, out, ctx=ctx, quiet=True)
     m = check_run_folder(out, NAME, result.requested, hydra=False)
     f = funnel_matches_rejects(out, m)
     assert f["records_by_question_type"].get("memory_assistance_event", 0) >= 2

@@ -19,7 +19,7 @@ from gen.generators.bank import BankConfig
 from gen.generators.recommend import RecommendConfig
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.recommend import CATEGORIES
 
 NAME = "recommend"
@@ -76,12 +76,12 @@ def test_the_example_audited_and_refused_by_the_bank(tmp_path: Path, minilm: Emb
     out = tmp_path / "run"
     c = cfg()
     ctx = RunContext(NAME, c, out).use(llm=scripted_llm(writer()), embedder=minilm)
-    result = run(NAME, c, out, ctx=ctx, quiet=True)
+    result = run_config(NAME, c, out, ctx=ctx, quiet=True)
     m = check_run_folder(out, NAME, 7, hydra=False)
     f = check_records(out, m)
     assert result.accepted == 7 and f["dedup_agreement"]["pairs"] >= 7
     a = AuditConfig(input=str(out), cache_dir=None, progress="off")
-    audited = run(
+    audited = run_config(
         "audit",
         a,
         tmp_path / "a",
@@ -91,4 +91,4 @@ def test_the_example_audited_and_refused_by_the_bank(tmp_path: Path, minilm: Emb
     assert audited.exit_code == 0 and read_jsonl(tmp_path / "a" / "audit.jsonl") == []
     b = BankConfig(action="add", bank=str(tmp_path / "bank"), input=str(out), cache_dir=None)
     with pytest.raises(InputError, match="is a recommend run; its records .recommendations."):
-        run("bank", b, tmp_path / "b", ctx=RunContext("bank", b, tmp_path / "b"), quiet=True)
+        run_config("bank", b, tmp_path / "b", ctx=RunContext("bank", b, tmp_path / "b"), quiet=True)

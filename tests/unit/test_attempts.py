@@ -148,12 +148,25 @@ def test_the_failed_hook_can_re_ask_with_the_failure_named() -> None:
     assert asked == [["ask"], ["ask", "1", "fix: 1 is odd"]]
 
 
+def pool_folder(path: Path, config: dict[str, Any]) -> RunFolder:
+    """A finished (empty) personas run folder whose manifest holds ``config``."""
+    (path / "personas.jsonl").write_text("")
+    manifest = {
+        "generator": "personas",
+        "config": config,
+        "records": {"file": "personas.jsonl", "kind": "records"},
+    }
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return RunFolder.open(path)
+
+
 RENAMED = [
     ("digital", "app_attempts", "attempts"),
     ("tom", "stage_attempts", "attempts"),
     ("scenarios", "stage_attempts", "attempts"),
     ("personas", "bio_attempts", "attempts"),
     ("personas", "max_attempts", "draws"),
+    ("personas", "persona_pool", "n"),
 ]
 
 
@@ -196,14 +209,7 @@ def test_a_folder_written_with_the_old_option_names_is_still_finished_with_the_c
     cfg = configure("personas", {"n": 6, "cache_dir": None}, check_input=False)
     old = cfg.model_dump(mode="json")
     old["bio_attempts"], old["max_attempts"] = old.pop("attempts"), old.pop("draws")
-    (tmp_path / "personas.jsonl").write_text("")
-    manifest = {
-        "generator": "personas",
-        "config": old,
-        "records": {"file": "personas.jsonl", "kind": "records"},
-    }
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    folder = RunFolder.open(tmp_path)
+    folder = pool_folder(tmp_path, old)
     assert folder.finished_with(cfg)
     assert not folder.finished_with(cfg.model_copy(update={"draws": 9}))
 
@@ -224,3 +230,74 @@ def test_the_scenarios_kind_has_one_name_and_old_folders_and_rubrics_still_read(
     field = {"key": "ok", "question": "Fine?", "labels": ["no", "yes"]}
     rubric = Rubric.model_validate({"name": "mine", "kinds": ["scenario"], "fields": [field]})
     assert rubric.kinds == ["scenarios"]
+
+
+def test_personas_old_pool_option_moves_to_n_on_the_command_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``personas +persona_pool=12`` (the documented form before) is ``n=12``, with a warning."""
+    with caplog.at_level(logging.WARNING, logger="gen.config"):
+        assert validate("personas", ["+persona_pool=12"]).n == 12
+        assert validate("personas", ["persona_pool=12", "n=3"]).n == 12  # as it won over n
+    assert sum("option persona_pool is now called n" in r.getMessage() for r in caplog.records) == 2
+    assert validate("personas", ["n=7"]).n == 7
+    # an old config holding the unset option (null) keeps its n
+    cfg = configure(
+        "personas", {"n": 8, "persona_pool": None, "cache_dir": None}, check_input=False
+    )
+    assert cfg.n == 8 and "persona_pool" not in cfg.model_dump()
+
+
+@pytest.mark.parametrize(
+    ("old", "n"), [({"n": 50, "persona_pool": 12}, 12), ({"n": 6, "persona_pool": None}, 6)]
+)
+def test_a_pool_made_with_persona_pool_is_reused_for_its_size(
+    tmp_path: Path, old: dict[str, Any], n: int
+) -> None:
+    """A pool folder written when ``persona_pool`` won over ``n`` is finished with the same size
+    asked as ``n``; one where it was unset (null) with its ``n``."""
+    cfg = configure("personas", {"n": n, "cache_dir": None}, check_input=False)
+    written = {**cfg.model_dump(mode="json"), **old}
+    folder = pool_folder(tmp_path, written)
+    assert folder.finished_with(cfg)
+    assert not folder.finished_with(cfg.model_copy(update={"n": n + 1}))
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        LLMOutputError("truncated", "hit max_tokens=48", raw='{"bio": "Ana is'),
+        AttemptFailure("bio", "truncated", "hit max_tokens=48", '{"bio": "Ana is'),
+    ],
+    ids=["llm_output_error", "attempt_failure"],
+)
+def test_a_failure_becomes_a_typed_reject(failure: LLMOutputError | AttemptFailure) -> None:
+    from gen.schemas import Reject
+
+    got = Reject.from_failure(failure, record_id="p-3", index=3, stage="bio")
+    assert got == Reject(
+        record_id="p-3",
+        index=3,
+        stage="bio",
+        reason="truncated",
+        detail="hit max_tokens=48",
+        raw='{"bio": "Ana is',
+    )
+    more = Reject.from_failure(failure, record_id="p-3", index=3, stage="x", detail="pool 7: cut")
+    assert (more.stage, more.reason, more.detail, more.raw) == (
+        "x",
+        "truncated",
+        "pool 7: cut",
+        '{"bio": "Ana is',
+    )
+
+
+def test_an_attempt_failure_names_its_own_stage_and_a_model_failure_needs_one() -> None:
+    from gen.schemas import Reject
+
+    got = Reject.from_failure(
+        AttemptFailure("app.Calendar", "no_valid_item", "none"), record_id="b", index=0
+    )
+    assert (got.stage, got.reason, got.raw) == ("app.Calendar", "no_valid_item", None)
+    with pytest.raises(TypeError, match="needs a stage"):
+        Reject.from_failure(LLMOutputError("backend_error", "down"), record_id="b", index=0)

@@ -13,7 +13,7 @@ from conftest import read_jsonl
 from gen.generators.audit import AuditConfig
 from gen.generators.audit.checks.chronology import chronology, kendall, option_times
 from gen.generators.audit.data import AuditData
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.mcq import MCQ
 
 
@@ -151,7 +151,7 @@ def test_the_field_flows_from_records_through_the_audit(tmp_path: Path) -> None:
         embeddings=False,
         checks=["chronology"],
     )
-    result = run(
+    result = run_config(
         "audit", cfg, tmp_path / "out", ctx=RunContext("audit", cfg, tmp_path / "out"), quiet=True
     )
     findings = read_jsonl(tmp_path / "out" / "audit.jsonl")

@@ -21,7 +21,7 @@ from gen.generators.digital import DigitalConfig
 from gen.generators.distractors import DistractorsConfig
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES, PROMPTS
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.digital import App
 from gen.templates import Prompts
 from gen.words import content_words
@@ -93,7 +93,7 @@ def bank_of(tmp: Path, before: bool) -> Path:
             shutil.copytree(PROMPTS, root)
             shutil.copy(FIXTURE, root / "digital" / "goal_cue.jinja")
         ctx.prompts = Prompts(root)
-    run("digital", cfg, tmp / f"digital_{name}", ctx=ctx, quiet=True)
+    run_config("digital", cfg, tmp / f"digital_{name}", ctx=ctx, quiet=True)
     dcfg = DistractorsConfig(
         input=str(goals),
         n=GOALS,
@@ -101,7 +101,7 @@ def bank_of(tmp: Path, before: bool) -> Path:
         cache_dir=None,
         progress="off",
     )
-    run(
+    run_config(
         "distractors",
         dcfg,
         tmp / f"mcqs_{name}",
@@ -120,7 +120,7 @@ def audit(folder: Path, out: Path) -> tuple[Any, dict[str, Any], list[dict[str, 
         progress="off",
         plots=False,
     )
-    result = run("audit", cfg, out, quiet=True)
+    result = run_config("audit", cfg, out, quiet=True)
     (check,) = json.loads((out / "audit.json").read_text())["checks"]
     return result, check, read_jsonl(out / "audit.jsonl")
 

@@ -26,7 +26,7 @@ from gen.generators.audit.checks.shortcut import central_credit, shortcut, short
 from gen.generators.audit.data import AuditData
 from gen.generators.audit.registry import check_keys
 from gen.generators.audit.report import cell
-from gen.runner import run
+from gen.runner import run_config
 from gen.schemas.mcq import MCQ
 
 CHECKS = check_keys()
@@ -380,7 +380,7 @@ def test_bank_add_gates_on_the_tell_severities(tmp_path: Path) -> None:
             progress="off",
             audit_options={"embeddings": False, "checks": ["structure", "length"]},
         )
-        return run("bank", settings, tmp_path / f"run_{name}", quiet=True).exit_code
+        return run_config("bank", settings, tmp_path / f"run_{name}", quiet=True).exit_code
 
     assert add("lenient", "error") == 0 and (tmp_path / "lenient" / "current").exists()
     assert add("strict", "warning") == 1 and not (tmp_path / "strict" / "current").exists()

@@ -35,7 +35,7 @@ from gen.generators.candidates.checks import Option, Pool, Vectors, clean
 from gen.generators.candidates.item import input_problem, setup
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.mcq import answer_position
-from gen.runner import RunContext, derive_seed, run
+from gen.runner import RunContext, derive_seed, run_config
 from gen.schemas.candidates import CandidateItem, CandidateRecord
 from gen.timelines import Clip, Line
 
@@ -418,7 +418,7 @@ def test_an_items_restyle_calls_go_out_at_once_and_write_the_one_at_a_time_bytes
         llm = scripted_llm(script, sampling=config.llm)
         out = tmp_path / str(k)
         ctx = RunContext(NAME, config, out).use(llm=llm, embedder=FakeEmbedder())
-        result = run(NAME, config, out, ctx=ctx, quiet=True)
+        result = run_config(NAME, config, out, ctx=ctx, quiet=True)
         restyles = sum(bool(MOMENT.search(c["messages"][-1]["content"])) for c in llm.calls)
         runs[k] = (
             (out / "candidates.jsonl").read_bytes(),

@@ -29,8 +29,7 @@ BAD_INPUT = [
     (["personas", "seed=-1"], ["seed", "-1"]),
     (["personas", "n=0"], ["n"]),
     (["personas", "progress=loud"], ["progress", "loud", "plain"]),
-    (["personas", "+persona_pool=3"], ["persona_pool", "6"]),
-    (["personas", "persona_pool=3"], ["persona_pool"]),
+    (["digital", "+persona_pool=3"], ["persona_pool", "6"]),
     (["personas", "llm=bogus"], ["llm", "smollm2", "openai"]),
     (["personas", "llm.temperature=9"], ["llm.temperature"]),
     (["personas", "llm=llama_cpp"], ["llm.model_path"]),
@@ -109,8 +108,9 @@ def test_generator_help_lists_options(run_gen) -> None:
     assert "personas options:" in out and "common options:" in out
     own = out.split("personas options:", 1)[1].split("common options:", 1)[0]
     common = out.split("common options:", 1)[1]
-    for key in ("persona_pool=", "attempts=3", "draws=5", "bio_max_tokens=200"):
+    for key in ("attempts=3", "draws=5", "bio_max_tokens=200"):
         assert key in own, key
+    assert "persona_pool=" not in own  # the pool size is n (the old name moves with a warning)
     for key in (
         "seed=0",
         "n=50",
@@ -138,7 +138,7 @@ def test_main_returns_exit_code_in_process(capsys: pytest.CaptureFixture[str]) -
 @pytest.mark.parametrize("form", ["+persona_pool=7", "persona_pool=7", "++persona_pool=7"])
 def test_override_forms_validate(form: str) -> None:
     assert normalize_overrides([form]) == ["++persona_pool=7"]
-    settings = validate("personas", [form])
+    settings = validate("digital", [form])
     assert settings.persona_pool == 7
 
 

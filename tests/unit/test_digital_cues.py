@@ -28,7 +28,7 @@ from gen.generators.digital import DigitalConfig
 from gen.generators.digital.state import load_cues
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.digital import App
 
 # --------------------------------------------------------------------------- 8. cue banks
@@ -193,7 +193,7 @@ def test_the_default_pool_is_made_inside_the_run_folder_and_a_failed_one_leaves_
     ctx = RunContext(NAME, cfg, tmp_path / "run")
     ctx.use(llm=scripted_llm(lambda m, s: "not a persona", sampling=cfg.llm))
     with pytest.raises(GenError, match="pool"):
-        run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+        run_config(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
     assert list(work.iterdir()) == []
     assert (tmp_path / "run" / "pools" / "seed0-n6" / "manifest.json").is_file()
     with pytest.raises(ValueError, match="pool_dir is empty"):
@@ -326,7 +326,7 @@ def run_goals(out: Path, pool: Path, goals: Path, script=None, **cfg: Any):
     ctx = RunContext(NAME, settings, out).use(
         llm=scripted_llm(script or goal_script(), sampling=settings.llm), embedder=FakeEmbedder()
     )
-    return run(NAME, settings, out, ctx=ctx, quiet=True), ctx
+    return run_config(NAME, settings, out, ctx=ctx, quiet=True), ctx
 
 
 def test_goal_app_mapping() -> None:

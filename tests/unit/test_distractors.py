@@ -19,7 +19,7 @@ from gen.generators.distractors import Band, DistractorsConfig, Sampler, matches
 from gen.goals import load_goals, verbalise
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.distractors import GOAL_TYPES, DistractorMCQ, GoalRow
 from gen.templates import Prompts
 
@@ -52,7 +52,7 @@ def run_distractors(out: Path, embedder: FakeEmbedder | None = None, **cfg: Any)
     config = DistractorsConfig(cache_dir=None, progress="off", **cfg)
     ctx = RunContext(NAME, config, out)
     ctx.use(embedder=embedder or FakeEmbedder())
-    return run(NAME, config, out, ctx=ctx, quiet=True)
+    return run_config(NAME, config, out, ctx=ctx, quiet=True)
 
 
 # --------------------------------------------------------------------------- a hand-built structure

@@ -29,7 +29,7 @@ from gen.errors import BackendError, ConfigError
 from gen.generators.rerank import RerankConfig
 from gen.llm import scripted_llm
 from gen.llm.http import ServerError
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 
 KEY = "sk-test-embeddings-0123456789abcdef"
 
@@ -102,7 +102,7 @@ def test_a_run_is_byte_identical_to_the_model_in_process_and_holds_no_key(
             llm=scripted_llm(rerank_reply({1: 2}, ungrounded=(5,)), sampling=cfg.llm),
             embedder=FakeEmbedder() if name == "local" else None,
         )
-        result = run("rerank", cfg, out, ctx=ctx, quiet=True)
+        result = run_config("rerank", cfg, out, ctx=ctx, quiet=True)
         assert result.accepted == 1
     assert (outs["server"] / "rerank.jsonl").read_bytes() == (
         outs["local"] / "rerank.jsonl"

@@ -17,7 +17,7 @@ from gen.generators import evaluate as evaluate_module
 from gen.generators.evaluate import EvaluateConfig, cell, conversation, is_scenarios
 from gen.generators.evaluate import plan as evaluate_plan
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.templates import Prompts
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "judge"
@@ -132,7 +132,7 @@ def evaluate(tmp_path: Path, **options: Any) -> tuple[Any, RunContext, Path]:
     )
     out = tmp_path / "run"
     ctx = RunContext(NAME, cfg, out).use(llm=scripted_llm(script, family="smollm"))
-    return run(NAME, cfg, out, ctx=ctx, quiet=True), ctx, out
+    return run_config(NAME, cfg, out, ctx=ctx, quiet=True), ctx, out
 
 
 def test_a_scenario_run_judges_turn_2_and_repairs_only_the_misses(tmp_path: Path) -> None:
@@ -282,7 +282,7 @@ def test_an_mcq_bank_is_asked_with_its_context_and_scored(tmp_path: Path) -> Non
     bank.write_text("".join(json.dumps(r) + "\n" for r in mcq_rows()))
     cfg = EvaluateConfig(input=str(bank), cache_dir=None, progress="off")
     ctx = RunContext(NAME, cfg, tmp_path / "run").use(llm=scripted_llm(answer_a))
-    result = run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+    result = run_config(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
     check_run_folder(tmp_path / "run", NAME, 5, hydra=False)
     s = result.manifest["evaluate"]
     assert (s["accuracy"]["k"], s["accuracy"]["n"]) == (2, 5) and s["accuracy"]["chance"] == round(
@@ -319,7 +319,7 @@ def test_a_wagibench_layout_is_an_mcq_bank(tmp_path: Path) -> None:
     (tmp_path / "wagibench_mcq_similar.json").write_text(json.dumps(rows))
     cfg = EvaluateConfig(input=str(tmp_path), cache_dir=None, progress="off")
     ctx = RunContext(NAME, cfg, tmp_path / "run").use(llm=scripted_llm(lambda m, s: "Answer: (B)"))
-    result = run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+    result = run_config(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
     recs = read_jsonl(tmp_path / "run" / "evaluate.jsonl")
     assert [r["item_id"] for r in recs] == ["s_rec0", "s_rec1"] and [
         r["correct"] for r in recs
@@ -447,7 +447,7 @@ def tool_bank(tmp_path: Path) -> Path:
         cache_dir=None,
         progress="off",
     )
-    run("introspect", icfg, out, quiet=True)
+    run_config("introspect", icfg, out, quiet=True)
     return out / "introspect.jsonl"
 
 
@@ -472,7 +472,7 @@ def test_a_tool_selection_bank_of_33_tools_is_scored_by_the_hierarchical_rule(
     assert len(rows) == 5 and all(len(r["options"]) == 34 for r in rows)
     cfg = EvaluateConfig(input=str(bank), cache_dir=None, progress="off")
     ctx = RunContext(NAME, cfg, tmp_path / "run").use(llm=scripted_llm(pick_tools))
-    result = run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+    result = run_config(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
     prompt = ctx.llm.calls[0]["messages"][-1]["content"]
     assert "ag) tool 33: does job 33" in prompt and "ah) No tool needed" in prompt
     recs = {r["item_id"]: r for r in read_jsonl(tmp_path / "run" / "evaluate.jsonl")}
@@ -503,8 +503,39 @@ def test_a_single_answer_item_of_more_than_26_options_is_asked_and_read(tmp_path
     ctx = RunContext(NAME, cfg, tmp_path / "run").use(
         llm=scripted_llm(lambda m, s: "Answer: ac) thing 28")
     )
-    result = run(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+    result = run_config(NAME, cfg, tmp_path / "run", ctx=ctx, quiet=True)
     assert "ad) thing 29" in ctx.llm.calls[0]["messages"][-1]["content"]
     rec = read_jsonl(tmp_path / "run" / "evaluate.jsonl")[0]
     assert rec["letter"] == "ac" and rec["choice"] == 28 and rec["correct"]
     assert result.manifest["evaluate"]["accuracy"]["k"] == 1
+
+
+def test_the_judge_sub_runs_take_every_judge_option_of_the_run_whole(tmp_path: Path) -> None:
+    """evaluate passes its judge options to the judge sub-runs as one object: each option
+    :class:`gen.panel.JudgeOptions` declares (a new one too) reaches them with its value."""
+    from gen.panel import JudgeOptions
+    from gen.runconfig import CommonConfig
+
+    own = [k for k in JudgeOptions.model_fields if k not in CommonConfig.model_fields]
+    cfg = EvaluateConfig(input=str(BANK), judge="smollm2", verdict_tokens=77, cache_dir=None)
+    options = cfg.judge_options()
+    assert list(options) == own and len(own) >= 10
+    assert options["judge"] is cfg.judge  # the validated model config, not a dump of it
+    result, _, out = evaluate(
+        tmp_path,
+        trials=1,
+        judge_labels=["J"],
+        judge_family="smollm",
+        judge_temperature=0.3,
+        verdict_tokens=77,
+        ranking_condition="careful",
+        condition=["baseline", "careful"],
+        bootstrap=150,
+    )
+    parent = result.manifest["config"]
+    for turn in (2, 3):
+        child = json.loads((out / f"judge_turn{turn}" / "manifest.json").read_text())["config"]
+        for k in own:
+            if k != "candidate_family":  # the family this run resolved for the candidate
+                assert child[k] == parent[k], (turn, k)
+        assert child["candidate_family"] == "smollm" and child["kind"] == "context"

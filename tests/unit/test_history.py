@@ -16,7 +16,7 @@ from conftest import WAGIBENCH_LOADER as LOADER
 from conftest import WAGIBENCH_MIXIN, read_jsonl, wagibench_loader, wagibench_prompt
 
 from gen.generators.history import HistoryConfig, plan, read_table
-from gen.runner import run
+from gen.runner import run_config
 from gen.schemas.history import Observation
 
 NAME = "history"
@@ -57,7 +57,7 @@ def write(path: Path, rows: list[dict[str, Any]]) -> Path:
 def run_history(tmp_path: Path, rows: list[dict[str, Any]], out: str = "run", **cfg: Any):
     src = write(tmp_path / "obs.jsonl", rows)
     settings = HistoryConfig(input=str(src), cache_dir=None, progress="off", **cfg)
-    return run(NAME, settings, tmp_path / out, quiet=True)
+    return run_config(NAME, settings, tmp_path / out, quiet=True)
 
 
 def test_sampling_invariants(tmp_path: Path) -> None:
@@ -185,7 +185,7 @@ def test_synthesized_table_runs_the_chain(tmp_path: Path) -> None:
     assert len(rows) == 4 * 5 * 3 == p.n
     assert {r.environment for r in rows} <= set(settings.environments)
     assert any(r.longitudinal for r in rows) and not all(r.longitudinal for r in rows)
-    result = run(NAME, settings, tmp_path / "run", quiet=True)
+    result = run_config(NAME, settings, tmp_path / "run", quiet=True)
     assert result.accepted == p.n
     again = read_table(tmp_path / "run" / "observations.jsonl")  # the table it wrote reads back
     assert [o.model_dump() for o in again] == [o.model_dump() for o in rows]
@@ -299,7 +299,7 @@ def test_audit_checks_a_history_bank(tmp_path: Path) -> None:
     rows = table(200)
     run_history(tmp_path, rows)
     folder = tmp_path / "run"
-    clean = run(
+    clean = run_config(
         "audit",
         AuditConfig(input=str(folder), checks=["history"], cache_dir=None, progress="off"),
         tmp_path / "audit_clean",
@@ -326,7 +326,7 @@ def test_audit_checks_a_history_bank(tmp_path: Path) -> None:
             s["history_type"] = "setup"  # a second positive, of another script
             break
     (folder / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    planted = run(
+    planted = run_config(
         "audit",
         AuditConfig(input=str(folder), checks=["history"], cache_dir=None, progress="off"),
         tmp_path / "audit_planted",

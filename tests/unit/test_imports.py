@@ -285,3 +285,102 @@ def test_every_package_is_installed() -> None:
         found,
         include,
     )
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of ``graph``: each strongly connected set of two or more modules,
+    sorted (Tarjan's algorithm, without recursion). An edge from a module to a package above it
+    (which Python imports first) is no cycle of its own and is left out."""
+    edges = {
+        m: sorted(t for t in ts if t in graph and not m.startswith(t + "."))
+        for m, ts in graph.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = len(index)
+                stack.append(v)
+                on_stack.add(v)
+            if i < len(edges[v]):
+                work.append((v, i + 1))
+                w = edges[v][i]
+                if w not in index:
+                    work.append((w, 0))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            for w in edges[v]:  # children finished: take their low links
+                if w in on_stack:
+                    low[v] = min(low[v], low[w])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return sorted(out)
+
+
+def test_gen_core_has_no_import_cycle_counting_imports_inside_functions(
+    every_import: dict[str, set[str]],
+) -> None:
+    """gen's own modules (the generators and schemas aside) in layers: no module imports one
+    that imports it back, not even inside a function (an import under ``TYPE_CHECKING`` never
+    runs and does not count)."""
+    core = {
+        m: {t for t in ts if not t.startswith((ROOMS, "gen.schemas"))}
+        for m, ts in every_import.items()
+        if not m.startswith((ROOMS, "gen.schemas"))
+    }
+    cycles = import_cycles(core)
+    assert not cycles, "\n".join(f"cycle of {len(c)}: {', '.join(c)}" for c in cycles)
+
+
+def test_the_cycle_counter_counts_each_knot_once_and_skips_lazy_type_imports(
+    tmp_path: Path,
+) -> None:
+    pkg = tmp_path / "toy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from toy import a\n")  # a package's own chain: no cycle
+    (pkg / "a.py").write_text("import toy.b\n")
+    (pkg / "b.py").write_text("def f():\n    import toy.c\n")  # inside a function: counted
+    (pkg / "c.py").write_text("import toy.a\nimport toy.d\n")
+    (pkg / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import toy.e\n"
+    )
+    (pkg / "e.py").write_text("import toy.d\nimport toy\n")
+    graph = import_graph(project_modules(tmp_path, ("toy",)), functions=True)
+    assert import_cycles(graph) == [["toy.a", "toy.b", "toy.c"]]
+    (pkg / "d.py").write_text("import toy.e\n")
+    graph = import_graph(project_modules(tmp_path, ("toy",)), functions=True)
+    assert import_cycles(graph) == [["toy.a", "toy.b", "toy.c"], ["toy.d", "toy.e"]]
+
+
+def test_one_function_is_called_run() -> None:
+    """``gen.run`` is the one public way to run a generator; the engine under it says what it
+    does (``gen.runner.run_config``), and no other module of gen's core defines a ``run``."""
+    import gen
+    from gen.runner import run_config
+
+    defined = [
+        f"{m}:{node.lineno}"
+        for m, path in project_modules(ROOT, PACKAGES).items()
+        if not m.startswith((ROOMS, "gen.schemas"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef) and node.name in ("run", "execute")
+    ]
+    assert len(defined) == 1 and defined[0].startswith("gen.api:"), defined
+    assert gen.run.__module__ == "gen.api" and run_config.__module__ == "gen.runner"

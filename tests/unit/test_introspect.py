@@ -41,7 +41,7 @@ from gen.intervals import complement, merge, place, split
 from gen.llm import scripted_llm
 from gen.mcq import load_banks
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.candidates import CandidateItem
 from gen.schemas.introspect import (
     EmotionSegment,
@@ -294,7 +294,7 @@ def test_tool_selection_metrics_and_names() -> None:
 def test_tool_selection_on_the_examples(tmp_path: Path) -> None:
     out = tmp_path / "ts"
     c = cfg(task="tool_selection", input=str(EX / "requests.jsonl"), tools=str(EX / "tools.yaml"))
-    result = run(NAME, c, out, quiet=True)
+    result = run_config(NAME, c, out, quiet=True)
     recs = {r["source"]: r for r in read_jsonl(out / "introspect.jsonl")}
     assert result.rejected == 1 and read_jsonl(out / "rejects.jsonl")[0]["reason"] == "unknown_tool"
 
@@ -454,7 +454,7 @@ def test_each_family_runs_on_its_example_and_an_mcq_reader_takes_it(
     tmp_path: Path, task: str, file: str, extra: dict[str, Any]
 ) -> None:
     out = tmp_path / task
-    result = run(NAME, cfg(task=task, input=str(EX / file), **extra), out, quiet=True)
+    result = run_config(NAME, cfg(task=task, input=str(EX / file), **extra), out, quiet=True)
     check_run_folder(out, NAME, result.requested, hydra=False)
     assert result.accepted > 0
     f = result.manifest[NAME]["funnel"]
@@ -462,13 +462,13 @@ def test_each_family_runs_on_its_example_and_an_mcq_reader_takes_it(
     bank = load_banks(out)[0]
     assert len(bank.items) == result.accepted and all(it.answer is not None for it in bank.items)
     again = tmp_path / f"{task}2"
-    run(NAME, cfg(task=task, input=str(EX / file), **extra), again, quiet=True)
+    run_config(NAME, cfg(task=task, input=str(EX / file), **extra), again, quiet=True)
     assert (out / "introspect.jsonl").read_bytes() == (again / "introspect.jsonl").read_bytes()
 
 
 def test_memory_assistance_object_form_on_the_example(tmp_path: Path) -> None:
     out = tmp_path / "mar"
-    run(
+    run_config(
         NAME,
         cfg(task="memory_assistance", input=str(EX / "memories.jsonl"), form="object"),
         out,
@@ -489,7 +489,7 @@ def test_memory_assistance_event_form_runs_a_candidates_subrun(tmp_path: Path) -
     out = tmp_path / "mar"
     c = cfg(task="memory_assistance", input=str(EX / "memories.jsonl"), form="event")
     ctx = RunContext(NAME, c, out).use(llm=scripted_llm(event_writer), embedder=FakeEmbedder())
-    result = run(NAME, c, out, ctx=ctx, quiet=True)
+    result = run_config(NAME, c, out, ctx=ctx, quiet=True)
     check_run_folder(out, NAME, result.requested, hydra=False)
     assert [s["generator"] for s in result.manifest["subruns"]] == ["candidates"]
     items = read_jsonl(out / "event_items.jsonl")
@@ -541,7 +541,7 @@ def test_emotion_intensity_fills_a_group_of_one_as_g1_does() -> None:
 
 def test_memory_lifespan_records_carry_k1_chain_of_thought_prompt(tmp_path: Path) -> None:
     out = tmp_path / "mli"
-    run(NAME, cfg(task="memory_lifespan", input=str(EX / "memories.jsonl")), out, quiet=True)
+    run_config(NAME, cfg(task="memory_lifespan", input=str(EX / "memories.jsonl")), out, quiet=True)
     recs = read_jsonl(out / "introspect.jsonl")
     assert recs
     for r in recs:
@@ -575,7 +575,7 @@ def test_memory_assistance_object_form_names_every_option_or_none(tmp_path: Path
     every option or none of them (read from the records, not the code)."""
     out = tmp_path / "mar"
     c = cfg(task="memory_assistance", input=str(EX / "memories.jsonl"), form="object")
-    result = run(NAME, c, out, quiet=True)
+    result = run_config(NAME, c, out, quiet=True)
     recs = read_jsonl(out / "introspect.jsonl")
     assert len(recs) == 2 and result.rejected == 0
     for r in recs:
@@ -621,7 +621,7 @@ def test_memory_assistance_event_form_takes_one_wrong_option_per_subclip(tmp_pat
     out = tmp_path / "mar"
     c = cfg(task="memory_assistance", input=str(EX / "memories.jsonl"), form="event")
     ctx = RunContext(NAME, c, out).use(llm=scripted_llm(event_writer), embedder=FakeEmbedder())
-    run(NAME, c, out, ctx=ctx, quiet=True)
+    run_config(NAME, c, out, ctx=ctx, quiet=True)
     items = {it["item_id"]: it for it in read_jsonl(out / "event_items.jsonl")}
     recs = read_jsonl(out / "introspect.jsonl")
     assert recs

@@ -21,7 +21,7 @@ from gen.generators.judge import plan as judge_plan
 from gen.generators.judge.wagibench import read_predictions
 from gen.llm import scripted_llm
 from gen.paths import PROMPTS
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.stats import cohen_kappa
 
 # ---------------------------------------------------------------- kind=wagibench through the runner
@@ -411,14 +411,14 @@ def test_distractor_validity_flags_items_and_the_audit_reports_them(tmp_path: Pa
         embeddings=False,
         checks=["structure", "judge"],
     )
-    audit = run("audit", audit_cfg, tmp_path / "audit", quiet=True)
+    audit = run_config("audit", audit_cfg, tmp_path / "audit", quiet=True)
     findings = [f for f in read_jsonl(tmp_path / "audit" / "audit.jsonl") if f["check"] == "judge"]
     assert sorted(f["items"][0] for f in findings) == flagged
     assert all(
         f["severity"] == "warning" and f["kind"] == "distractor_also_answers" for f in findings
     )
     assert audit.exit_code == 0  # warnings do not fail fail_on=error
-    strict = run(
+    strict = run_config(
         "audit",
         audit_cfg.model_copy(update={"judge_severity": "error"}),
         tmp_path / "audit2",
@@ -428,7 +428,7 @@ def test_distractor_validity_flags_items_and_the_audit_reports_them(tmp_path: Pa
     report = json.loads((tmp_path / "audit2" / "audit.json").read_text())
     assert report["judge"] == str(folder)
     # without judge= the check is skipped
-    skipped = run(
+    skipped = run_config(
         "audit", audit_cfg.model_copy(update={"judge": None}), tmp_path / "audit3", quiet=True
     )
     assert skipped.exit_code == 0
@@ -454,7 +454,7 @@ def test_items_the_judge_could_not_score_are_a_finding_not_a_pass(tmp_path: Path
         embeddings=False,
         checks=["judge"],
     )
-    run("audit", cfg, tmp_path / "audit", quiet=True)
+    run_config("audit", cfg, tmp_path / "audit", quiet=True)
     findings = read_jsonl(tmp_path / "audit" / "audit.jsonl")
     not_judged = [f for f in findings if f["kind"] == "not_judged"]
     assert len(not_judged) == 1 and not_judged[0]["items"] == [first["item_id"]]
@@ -474,7 +474,7 @@ def test_the_audit_refuses_a_run_that_is_not_distractor_validity(tmp_path: Path)
         checks=["judge"],
     )
     with pytest.raises(InputError, match="not a judge run of kind distractor_validity"):
-        run("audit", cfg, tmp_path / "audit", quiet=True)
+        run_config("audit", cfg, tmp_path / "audit", quiet=True)
 
 
 class WordsEmbedder:
@@ -518,7 +518,7 @@ def test_bank_add_gates_on_the_judge_check(tmp_path: Path) -> None:
             },
         )
         ctx = RunContext("bank", cfg, tmp_path / out).use(embedder=WordsEmbedder())
-        return run("bank", cfg, tmp_path / out, ctx=ctx, quiet=True)
+        return run_config("bank", cfg, tmp_path / out, ctx=ctx, quiet=True)
 
     refused = add("a1", judge_severity="error")
     assert refused.exit_code == 1 and refused.accepted == 0
@@ -598,7 +598,7 @@ def test_meta_reports_the_snap_mcq_and_sbert_baselines(tmp_path: Path) -> None:
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = JudgeConfig(action="meta", input=str(path), plots=False, cache_dir=None, progress="off")
-    result = run(
+    result = run_config(
         NAME,
         cfg,
         tmp_path / "m",
@@ -715,7 +715,7 @@ def budgeted_run(tmp_path: Path, reformat: str, **options: Any) -> tuple[Any, Pa
     )
     folder = tmp_path / "run"
     ctx = RunContext(NAME, cfg, folder).use(llm=llm)
-    return run(NAME, cfg, folder, ctx=ctx, quiet=True), folder
+    return run_config(NAME, cfg, folder, ctx=ctx, quiet=True), folder
 
 
 def test_a_reasoning_reformat_of_800_tokens_fits_the_default_budget_and_is_scored(

@@ -20,13 +20,13 @@ from gen.errors import ConfigError
 from gen.generators.pipeline import PipelineConfig
 from gen.generators.pipeline import plan as pipeline_plan
 from gen.launch import check_launcher, hydra_value, overrides_of, shard_command
-from gen.runner import CommonConfig, RunContext, run
+from gen.runner import CommonConfig, RunContext, run_config
 
 
 def run_chain(out: Path, chain: Path, **options):
     settings = PipelineConfig(chain=str(chain), cache_dir=None, progress="off", **options)
     ctx = RunContext("pipeline", settings, out).use(embedder=FakeEmbedder())
-    return run("pipeline", settings, out, ctx=ctx, quiet=True)
+    return run_config("pipeline", settings, out, ctx=ctx, quiet=True)
 
 
 @pytest.fixture(scope="module")

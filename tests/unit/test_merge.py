@@ -17,7 +17,7 @@ from gen.cli import validate_jobs
 from gen.errors import InputError
 from gen.generators.merge import MergeConfig
 from gen.registry import REGISTRY
-from gen.runner import run
+from gen.runner import run_config
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_a_symlink_in_the_run_folder_cannot_lead_writes_out(
     (out / "sub").symlink_to(elsewhere)
     cfg = MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off")
     with pytest.raises(InputError, match=r"output 'sub/extra\.jsonl' resolves outside"):
-        run("merge", cfg, out, quiet=True)
+        run_config("merge", cfg, out, quiet=True)
     assert list(elsewhere.iterdir()) == []
 
 
@@ -225,7 +225,7 @@ def test_a_bad_record_or_reject_line_names_file_and_line(
         rows.write_text(rows.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
     cfg = MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off")
     with pytest.raises(InputError) as e:
-        run("merge", cfg, tmp_path / "run", quiet=True)
+        run_config("merge", cfg, tmp_path / "run", quiet=True)
     assert str(e.value).startswith(f"{path}:{len(kept) + 1}: ") and needle in str(e.value)
 
 
@@ -242,7 +242,7 @@ def test_summaries_the_hook_cannot_read_are_an_input_error(
     with pytest.raises(
         InputError, match=r"personas's merge cannot read the shards' summaries.*KeyError: 'pool'"
     ):
-        run("merge", cfg, tmp_path / "run", quiet=True)
+        run_config("merge", cfg, tmp_path / "run", quiet=True)
 
 
 def test_a_manifest_with_a_bom_merges_and_one_not_utf8_is_named(
@@ -251,7 +251,7 @@ def test_a_manifest_with_a_bom_merges_and_one_not_utf8_is_named(
     path = shards[1] / "manifest.json"
     path.write_bytes(codecs.BOM_UTF8 + path.read_bytes())
     cfg = MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off")
-    assert run("merge", cfg, tmp_path / "run", quiet=True).requested == 4
+    assert run_config("merge", cfg, tmp_path / "run", quiet=True).requested == 4
     path.write_bytes(path.read_bytes().replace(b'"generator"', b'"gen\xe9rator"', 1))
     with pytest.raises(InputError, match=rf"^{path}:\d+: not UTF-8 text \(byte 0xe9"):
         plan(shards)

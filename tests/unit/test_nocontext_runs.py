@@ -29,7 +29,7 @@ from gen.errors import BackendError, GenError, LLMOutputError
 from gen.generators.nocontext import NocontextConfig, normalise, pick, plain_prompt, plan
 from gen.llm import Cache, LogLik, OpenAIConfig, make_llm, scripted_llm
 from gen.mcq import load_banks, write_egotom_csv
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.mcq import LETTERS
 
 # --------------------------------------------------------------------------- through the runner
@@ -324,7 +324,7 @@ def test_loglik_mode_catches_the_leaky_items(tmp_path: Path) -> None:
         return giveaway_scorer(prompt, continuations)
 
     ctx.use(llm=scripted_llm([], scorer=scorer))
-    run(NAME, settings, tmp_path / "run", ctx=ctx, quiet=True)
+    run_config(NAME, settings, tmp_path / "run", ctx=ctx, quiet=True)
     records = read_jsonl(tmp_path / "run" / "nocontext.jsonl")
     assert {r["item_id"] for r in records if not r["kept"]} == {"item2", "item5", "item9"}
     prompt, conts = prompts[0]
@@ -348,7 +348,7 @@ def test_loglik_plain_prompt(tmp_path: Path) -> None:
     ctx = RunContext(NAME, settings, tmp_path / "run")
     seen: list[Any] = []
     ctx.use(llm=scripted_llm([], scorer=lambda p, c: seen.append(p) or [0.0] * len(c)))
-    run(NAME, settings, tmp_path / "run", ctx=ctx, quiet=True)
+    run_config(NAME, settings, tmp_path / "run", ctx=ctx, quiet=True)
     assert isinstance(seen[0], str) and seen[0].endswith("\n\nAnswer 1:")
     assert "Question 1: What is C's goal?" in seen[0]
 
@@ -381,7 +381,7 @@ def test_norm_is_applied_in_the_run(tmp_path: Path) -> None:
                 [], scorer=lambda p, c: [-0.5 * len(x) - (10 if "-0." in x else 0) for x in c]
             )
         )
-        run(NAME, settings, tmp_path / norm, ctx=ctx, quiet=True)
+        run_config(NAME, settings, tmp_path / norm, ctx=ctx, quiet=True)
         outs[norm] = read_jsonl(tmp_path / norm / "nocontext.jsonl")
     # summed: the truth is the shortest line, chosen every time; per character the lines tie
     # (but one) and the first shown wins, which the balanced shuffles make right at most twice
@@ -570,7 +570,7 @@ def test_backend_error_from_loglik_stops_the_run(tmp_path: Path) -> None:
     ctx = RunContext(NAME, settings, tmp_path / "run")
     ctx.use(llm=scripted_llm([]))  # no scorer: the backend cannot score
     with pytest.raises(GenError, match="cannot score"):  # one line, exit 2 in the CLI
-        run(NAME, settings, tmp_path / "run", ctx=ctx, quiet=True)
+        run_config(NAME, settings, tmp_path / "run", ctx=ctx, quiet=True)
 
 
 def test_models_panel_through_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

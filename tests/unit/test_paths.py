@@ -211,3 +211,38 @@ def merge_outputs(shards, name, out):
     (tmp_path / "generators" / "merge.py").write_text(bug, encoding="utf-8")
     found = {k[1] for k in scan(tmp_path)}
     assert found == {"s.folder / rel", "out / rel", "os.path.join(out, rel)"}
+
+
+def test_one_writable_folder_probe_serves_run_folders_banks_and_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run folders, banks and exports ask one probe: a file in the way is named, and what the
+    permission bits cannot tell (a read-only mount, where making a folder fails) is refused by
+    each of them before anything is written."""
+    import errno
+    import tempfile
+
+    from gen.banks.store import check_root
+    from gen.cli import check_run_dir
+    from gen.errors import ConfigError
+    from gen.generators.bank.export import check_out
+    from gen.paths import unwritable
+
+    (tmp_path / "blocker").write_text("a file")
+    assert unwritable(tmp_path / "blocker" / "x" / "y") == f"{tmp_path / 'blocker'} is not a folder"
+    assert unwritable(tmp_path / "new" / "folder") is None
+    assert list(tmp_path.iterdir()) == [tmp_path / "blocker"]  # the probe leaves nothing behind
+
+    def read_only(*args: object, **kwargs: object) -> str:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    assert unwritable(tmp_path / "new") == f"{tmp_path}: Read-only file system"
+    bank, out = tmp_path / "bank", tmp_path / "export"
+    with pytest.raises(ConfigError, match=f"hydra.run.dir: .*{tmp_path}: Read-only file system"):
+        check_run_dir("personas", [f"hydra.run.dir={tmp_path / 'run'}"], multirun=False)
+    with pytest.raises(ConfigError, match=f"bank: cannot write to {bank}: .*Read-only"):
+        check_root(bank, writing=True)
+    with pytest.raises(ConfigError, match=f"out: cannot make {out}: .*Read-only"):
+        check_out(bank, out)
+    check_root(bank, writing=False)  # a reader never probes

@@ -364,12 +364,12 @@ def run_pool(
 ):
     from gen.generators.personas import PersonasConfig
     from gen.llm import scripted_llm
-    from gen.runner import RunContext, run
+    from gen.runner import RunContext, run_config
 
     settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "attempts": 2, **cfg})
     ctx = RunContext("personas", settings, out)
     ctx.use(llm=scripted_llm(pool_script(fails, spanish), cache=ctx.cache))
-    return run("personas", settings, out, ctx=ctx), ctx
+    return run_config("personas", settings, out, ctx=ctx), ctx
 
 
 def test_a_pool_is_the_size_asked_for(tmp_path: Path) -> None:
@@ -600,7 +600,7 @@ def test_a_digital_run_stops_when_its_pool_is_short(tmp_path: Path) -> None:
     from gen.errors import GenError
     from gen.generators.digital import DigitalConfig
     from gen.llm import scripted_llm
-    from gen.runner import RunContext, run
+    from gen.runner import RunContext, run_config
 
     settings = DigitalConfig(
         n=1, persona_pool=6, cache_dir=None, progress="off", pool_dir=str(tmp_path / "pools")
@@ -609,7 +609,7 @@ def test_a_digital_run_stops_when_its_pool_is_short(tmp_path: Path) -> None:
         llm=scripted_llm(pool_script(lambda n, s: True))
     )
     with pytest.raises(GenError, match="the persona pool has 0 of 6 personas") as info:
-        run("digital", settings, tmp_path / "run", ctx=ctx)
+        run_config("digital", settings, tmp_path / "run", ctx=ctx)
     assert info.value.exit_code == 1
     sub = json.loads((tmp_path / "pools" / "seed0-n6" / "manifest.json").read_text())
     assert sub["parent"] == str(tmp_path / "run") and sub["exit_code"] == 1

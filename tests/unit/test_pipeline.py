@@ -25,7 +25,7 @@ from gen.errors import ConfigError, InputError
 from gen.generators.pipeline import PipelineConfig, plan
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 
 NAME = "pipeline"
 
@@ -52,7 +52,7 @@ def run_chain(out: Path, chain: Path, **cfg):
     ctx = RunContext(NAME, settings, out).use(
         llm=scripted_llm(goal_script(), sampling=settings.llm), embedder=FakeEmbedder()
     )
-    return run(NAME, settings, out, ctx=ctx, quiet=True), ctx
+    return run_config(NAME, settings, out, ctx=ctx, quiet=True), ctx
 
 
 @pytest.fixture(scope="module")

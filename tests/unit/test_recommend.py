@@ -26,7 +26,7 @@ from gen.generators.recommend import (
 )
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.recommend import CATEGORIES, RecommendSession
 
 NAME = "recommend"
@@ -101,7 +101,7 @@ def test_each_request_flag_on_planted_cases() -> None:
 def run_recommend(out: Path, reply: Any, **kw: Any) -> tuple[Any, RunContext]:
     c = cfg(**kw)
     ctx = RunContext(NAME, c, out).use(llm=scripted_llm(reply), embedder=FakeEmbedder())
-    return run(NAME, c, out, ctx=ctx, quiet=True), ctx
+    return run_config(NAME, c, out, ctx=ctx, quiet=True), ctx
 
 
 def test_a_run_on_the_example_carries_summaries_and_reranks(tmp_path: Path) -> None:

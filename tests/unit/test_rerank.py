@@ -28,7 +28,7 @@ from gen.ranking import (
     resolve,
     supported,
 )
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.rerank import RerankDraft, rerank_draft
 from gen.templates import Prompts
 
@@ -269,7 +269,7 @@ def test_rerank_generator_renumbers_the_kept_candidates_and_reports_agreement(
         llm=scripted_llm(rerank_reply({1: 2}, ungrounded=(5,)), sampling=cfg.llm),
         embedder=FakeEmbedder(),
     )
-    result = run("rerank", cfg, out, ctx=ctx, quiet=True)
+    result = run_config("rerank", cfg, out, ctx=ctx, quiet=True)
     assert (result.accepted, result.rejected) == (1, 0)
     rec = read_jsonl(out / "rerank.jsonl")[0]
     # the reranker reversed the pool; 1 duplicates 2 (2 ranks higher: 1 goes); 5 (a taxi) is
@@ -312,7 +312,7 @@ def test_rerank_generator_rejects_a_pool_it_cannot_get_back_whole(tmp_path: Path
     ctx = RunContext("rerank", cfg, out).use(
         llm=scripted_llm([bad, bad], sampling=cfg.llm), embedder=FakeEmbedder()
     )
-    result = run("rerank", cfg, out, ctx=ctx, quiet=True)
+    result = run_config("rerank", cfg, out, ctx=ctx, quiet=True)
     rej = read_jsonl(out / "rejects.jsonl")
     assert result.accepted == 0 and [r["reason"] for r in rej] == ["not_a_permutation"]
     assert rej[0]["detail"] == "pool p: dropped [2]; listed [1] more than once (after 2 calls)"
@@ -346,7 +346,7 @@ def test_rerank_keeps_candidates_the_reranker_calls_duplicates_without_support(
         llm=scripted_llm(rerank_reply({2: 1, 3: 1, 4: 1}), sampling=cfg.llm),
         embedder=FakeEmbedder(),
     )
-    result = run("rerank", cfg, out, ctx=ctx, quiet=True)
+    result = run_config("rerank", cfg, out, ctx=ctx, quiet=True)
     rec = read_jsonl(out / "rerank.jsonl")[0]
     # the reranker reversed the pool, so of the two timers (fake cosine 0.89) 2 ranks higher and
     # stays

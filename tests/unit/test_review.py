@@ -27,7 +27,7 @@ from gen.generators.review.items import ReviewItem, load_items, render
 from gen.generators.review.server import TOKEN_HEADER, Session, make_app
 from gen.labels import append_label, label_file, read_label_file, read_labels
 from gen.paths import ROOT
-from gen.runner import run
+from gen.runner import run_config
 
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
 
@@ -423,7 +423,7 @@ def test_summary_reports_counts_kappa_and_disagreements(tmp_path: Path) -> None:
         ),
     )  # a whole label: the last line counts
     cfg = ReviewConfig(input=str(folder), action="summary", cache_dir=None, progress="off")
-    result = run("review", cfg, tmp_path / "out", quiet=True)
+    result = run_config("review", cfg, tmp_path / "out", quiet=True)
     assert (result.requested, result.accepted) == (4, 4)
     report = json.loads((folder / "reviews" / "summary.json").read_text())
     assert report["per_reviewer"]["al"] == {

@@ -18,7 +18,7 @@ from gen.generators.review import ReviewConfig, plan
 from gen.generators.review.items import load_items, render
 from gen.generators.review.server import TOKEN_HEADER, Session, make_app
 from gen.labels import append_label, read_label_file
-from gen.runner import run
+from gen.runner import run_config
 
 # --------------------------------------------------------------------------- scenarios
 
@@ -485,7 +485,7 @@ def test_a_bank_is_reviewed_by_version_and_its_labels_go_to_its_review_area(
     assert not [p for c in checks for p in c.problems] and leftovers == []
     # summary: into the bank's reviews/ too
     append_label(bank.root, label("bob", item=data.items[1].item_id, decision="accept"))
-    result = run(
+    result = run_config(
         "review",
         ReviewConfig(input=str(bank.root), action="summary", cache_dir=None, progress="off"),
         tmp_path / "sum",

@@ -15,7 +15,7 @@ from gen.generators.personas import PersonasConfig, bio_problems, sample_facts
 from gen.llm import Cache, LlamaCppConfig, scripted_llm
 from gen.paths import PROMPTS
 from gen.registry import REGISTRY
-from gen.runner import RunContext, derive_id, derive_seed, run, shard_range
+from gen.runner import RunContext, derive_id, derive_seed, run_config, shard_range
 from gen.schemas import Reject
 from gen.schemas.personas import PersonaFacts, PersonaRecord
 
@@ -58,7 +58,7 @@ def run_scripted(out_dir: Path, script, **cfg: Any):
     )
     ctx = RunContext(NAME, settings, out_dir)
     ctx.use(llm=scripted_llm(script, cache=ctx.cache))
-    return run(NAME, settings, out_dir, ctx=ctx), ctx
+    return run_config(NAME, settings, out_dir, ctx=ctx), ctx
 
 
 def test_clean_bios_are_all_accepted(tmp_path: Path, check_run_folder) -> None:
@@ -406,7 +406,7 @@ def test_merge_lists_what_it_cannot_merge(tmp_path: Path) -> None:
         for name in ("plot.png", "stats.json", "extra.csv"):
             m["outputs"][name] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
         (folder / "manifest.json").write_text(json.dumps(m))
-    result = run(
+    result = run_config(
         "merge",
         MergeConfig(input=[str(s) for s in shards], cache_dir=None, progress="off"),
         tmp_path / "m",

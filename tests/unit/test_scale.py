@@ -17,7 +17,7 @@ from gen.generators.digital import DigitalConfig
 from gen.generators.nocontext import NocontextConfig
 from gen.llm import OpenAIConfig
 from gen.llm.admission import Admission
-from gen.runner import run
+from gen.runner import run_config
 from gen.schedule import Helpers, fan_out, ordered
 
 
@@ -52,7 +52,7 @@ def test_digital_keeps_the_server_busy_and_writes_the_sequential_bytes(tmp_path:
             cue_rate=0.5,
             llm=served(srv.url),
         )
-        result = run("digital", cfg, tmp_path / "many", quiet=True)
+        result = run_config("digital", cfg, tmp_path / "many", quiet=True)
     assert result.accepted == 12
     assert srv.max_in_flight >= 24, srv.max_in_flight
     assert srv.max_in_flight <= 32
@@ -81,7 +81,7 @@ def test_nocontext_keeps_the_server_busy_and_writes_the_sequential_bytes(tmp_pat
             cfg = NocontextConfig(
                 input=str(bank), cache_dir=None, progress="off", llm=served(srv.url, k)
             )
-            run("nocontext", cfg, tmp_path / str(k), quiet=True)
+            run_config("nocontext", cfg, tmp_path / str(k), quiet=True)
         assert srv.calls == 120
         if k > 1:
             assert 24 <= srv.max_in_flight <= 32, srv.max_in_flight
@@ -359,7 +359,7 @@ def test_a_stage_of_its_own_model_goes_to_its_server_and_the_manifest_names_both
                 "stages.cue.llm.model=cuer",
             ],
         )
-        result = run("digital", cfg, tmp_path / "run", quiet=True)
+        result = run_config("digital", cfg, tmp_path / "run", quiet=True)
     assert result.accepted == 3
     assert seen["cue"] and len(seen["cue"]) == cue.calls and apps.calls == len(seen["apps"])
     assert 0 < cue.calls < apps.calls  # one cue per bundle, in one of its seven apps
@@ -409,7 +409,7 @@ def _two_servers_run(
             ],
         )
         ctx = RunContext(name, cfg, tmp_path / "run").use(embedder=FakeEmbedder())
-        result = run(name, cfg, tmp_path / "run", ctx=ctx, quiet=True)
+        result = run_config(name, cfg, tmp_path / "run", ctx=ctx, quiet=True)
     assert other.calls == len(seen["stage"]) > 0 and main.calls == len(seen["run"]) > 0
     m = result.manifest
     label = m["stages"][stage]["model"]
@@ -500,7 +500,7 @@ def test_the_manifest_prices_each_models_calls_and_the_progress_line_shows_them(
         )
         cfg = NocontextConfig(input=str(bank), cache_dir=None, progress="off", llm=llm)
         ctx = RunContext("nocontext", cfg, tmp_path / "run")
-        result = run("nocontext", cfg, tmp_path / "run", ctx=ctx, quiet=True)
+        result = run_config("nocontext", cfg, tmp_path / "run", ctx=ctx, quiet=True)
         status = ctx.status()
     ((label, model),) = result.manifest["models"].items()
     usage = model["usage"]

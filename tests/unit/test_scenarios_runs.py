@@ -40,7 +40,7 @@ from gen.generators.scenarios.skeleton import cell_counts
 from gen.generators.scenarios.stages import check_situations, tidy_situations
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import PROMPTS
-from gen.runner import RunContext, run
+from gen.runner import RunContext, run_config
 from gen.schemas.scenarios import CHANGE_TYPES, RECORD_FIELDS, VISIBLE_FIELDS, ScenarioRecord
 
 NAME = "scenarios"
@@ -238,7 +238,7 @@ def run_scenarios(out: Path, fake: Fake | None = None, **kw: Any) -> tuple[Any, 
     fake = fake or Fake()
     ctx = RunContext(NAME, cfg, out)
     ctx.use(llm=scripted_llm(fake, sampling=cfg.llm), embedder=FakeEmbedder())
-    return run(NAME, cfg, out, ctx=ctx, quiet=True), ctx, fake
+    return run_config(NAME, cfg, out, ctx=ctx, quiet=True), ctx, fake
 
 
 def funnel_row(manifest: dict[str, Any], stage: str, rule: str) -> dict[str, Any]:
@@ -676,7 +676,7 @@ def test_same_command_same_bytes_whatever_the_concurrency(tmp_path: Path) -> Non
         return fake(messages, seed)
 
     ctx.use(llm=scripted_llm(jittered, sampling=cfg.llm), embedder=FakeEmbedder())
-    run(NAME, cfg, tmp_path / "c", ctx=ctx, quiet=True)
+    run_config(NAME, cfg, tmp_path / "c", ctx=ctx, quiet=True)
     for f in ("scenarios.jsonl", "rejects.jsonl", "scenario_checks.jsonl", LOCK):
         a = (tmp_path / "a" / f).read_bytes()
         assert a == (tmp_path / "b" / f).read_bytes() == (tmp_path / "c" / f).read_bytes(), f
@@ -731,7 +731,7 @@ def test_a_scenarios_run_is_audited_as_a_scenario_bank(tmp_path: Path) -> None:
     out = tmp_path / "run"
     run_scenarios(out, n=8)
     cfg = AuditConfig(input=str(out), cache_dir=None, progress="off", plots=False, embeddings=False)
-    result = run("audit", cfg, tmp_path / "audit", quiet=True)
+    result = run_config("audit", cfg, tmp_path / "audit", quiet=True)
     report = json.loads((tmp_path / "audit" / "audit.json").read_text())
     status = {c["key"]: c["status"] for c in report["checks"]}
     assert status["scenarios"] == status["integrity"] == "ran" and report["scenarios"] == 8
@@ -744,7 +744,7 @@ def test_a_scenarios_run_is_audited_as_a_scenario_bank(tmp_path: Path) -> None:
     rows[0]["turn_2_image"] += f" A {name} lies there."
     rows[2]["turn_2_user"] = rows[1]["turn_2_user"]
     (out / "scenarios.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = run("audit", cfg, tmp_path / "audit2", quiet=True)
+    result = run_config("audit", cfg, tmp_path / "audit2", quiet=True)
     found = {
         (f["check"], f["kind"], tuple(f["items"]))
         for f in read_jsonl(tmp_path / "audit2" / "audit.jsonl")

@@ -32,7 +32,7 @@ from gen.generators.tom import read_input
 from gen.generators.tom.stages import numbered
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.mcq import EGOTOM_QUESTION, egotom_columns, load_banks
-from gen.runner import run
+from gen.runner import run_config
 from gen.schemas.tom import TomQuestion
 from gen.timelines import fmt_line, fmt_time
 
@@ -368,7 +368,7 @@ def test_funnel_counts_each_stage_drop(tmp_path: Path) -> None:
 
     ctx = make_ctx(tmp_path, None, None, input=str(path), progress="plain", attempts=2)
     ctx.use(llm=scripted_llm(tracking))
-    run("tom", ctx.cfg, tmp_path, ctx=ctx, quiet=True)
+    run_config("tom", ctx.cfg, tmp_path, ctx=ctx, quiet=True)
     rejects = read_jsonl(tmp_path / "rejects.jsonl")
     stages = sorted(
         (r["detail"].split(":")[0].split(",")[0], r["stage"], r["reason"]) for r in rejects
@@ -393,7 +393,7 @@ def test_funnel_counts_each_stage_drop(tmp_path: Path) -> None:
 
 def test_funnel_is_printed(tmp_path: Path, capsys) -> None:
     ctx = make_ctx(tmp_path, progress="plain", n=2)
-    run("tom", ctx.cfg, tmp_path, ctx=ctx, quiet=True)
+    run_config("tom", ctx.cfg, tmp_path, ctx=ctx, quiet=True)
     out = capsys.readouterr().out
     assert "[tom] funnel" in out and re.search(r"clips in\s+2\s+2\s+2", out)
     assert re.search(r"similarity filter\s+2\s+2\s+2", out)
