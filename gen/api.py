@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gen.config import validate_options
+from gen.errors import ConfigError
 from gen.llm.secrets import refuse_in_config
 from gen.registry import REGISTRY
 from gen.runfolder import RunFolder

@@ -616,7 +616,7 @@ def _batched(
                 shutil.rmtree(scratch, ignore_errors=True)
                 probe = RunContext(name, cfg, scratch, backends=ctx._backends, parent=ctx.parent)
                 try:
-                    run(name, cfg, scratch, ctx=probe, quiet=True, plan=plan)
+                    run_config(name, cfg, scratch, ctx=probe, quiet=True, plan=plan)
                 except Exception:
                     if not session.deferred():  # a failure of its own, not of a missing answer
                         raise
@@ -625,7 +625,9 @@ def _batched(
                 if not session.deferred():
                     break
                 session.flush(ctx.say)
-            result = run(name, cfg, out_dir, resolved=resolved, ctx=ctx, quiet=quiet, plan=plan)
+            result = run_config(
+                name, cfg, out_dir, resolved=resolved, ctx=ctx, quiet=quiet, plan=plan
+            )
             if session.deferred():
                 raise BackendError(
                     f"llm.batch: the run asked {session.deferred()} calls its collecting pass did "

@@ -286,13 +286,13 @@ def test_a_missing_shard_is_refused_unless_a_partial_merge_is_asked(
     with pytest.raises(InputError, match=r"shard\(s\) 0 of 2 missing \(given: 1\)"):
         plan(shards[1:])
     cfg = MergeConfig(input=[str(shards[1])], allow_missing=True, cache_dir=None, progress="off")
-    result = run("merge", cfg, tmp_path / "part", quiet=True)
+    result = run_config("merge", cfg, tmp_path / "part", quiet=True)
     merged = result.manifest["merged"]
     assert merged["complete"] is False and merged["missing_shards"] == [0]
     assert result.accepted == 2
     with pytest.raises(InputError, match=r"is a partial merge \(shard\(s\) 0 missing\)"):
         batch_files(tmp_path / "part")
-    whole = run(
+    whole = run_config(
         "merge", MergeConfig(input=[str(s) for s in shards], cache_dir=None), tmp_path / "w"
     )
     assert whole.manifest["merged"]["complete"] is True
