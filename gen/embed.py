@@ -41,6 +41,7 @@ from pydantic import (
 from gen.errors import BackendError
 from gen.llm.cache import open_store
 from gen.llm.config import api_root, env_name_only, no_secret_fields
+from gen.timing import CLOCK
 
 
 class EmbedderConfig(BaseModel):
@@ -155,7 +156,8 @@ class _Cached(ABC):
             widths = {len(v) for v in found.values()}
             if self.probe_warm or len(widths) > 1:  # which dimension is the model's now?
                 k, t = next((k, t) for k, t in zip(keys, texts, strict=True) if k in found)
-                found[k] = self._learn(self.compute([t]))[0]
+                with CLOCK.timed("embedding"):
+                    found[k] = self._learn(self.compute([t]))[0]
                 if self._db is not None:
                     self._db.write(
                         "INSERT OR REPLACE INTO emb VALUES (?, ?, ?)",
@@ -171,7 +173,8 @@ class _Cached(ABC):
         found = {k: v for k, v in found.items() if self.width is None or len(v) == self.width}
         todo = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in found}.items())
         if todo:
-            vecs = self._learn(self.compute([t for _, t in todo]))
+            with CLOCK.timed("embedding"):
+                vecs = self._learn(self.compute([t for _, t in todo]))
             for (k, _), v in zip(todo, vecs, strict=True):
                 found[k] = v
             if self._db is not None:

@@ -28,6 +28,7 @@ from pydantic import AfterValidator
 
 from gen.surface import _form
 from gen.tagging import LANGUAGES, identify, tags
+from gen.timing import CLOCK
 
 Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
 """What a field holds, which decides its gates:
@@ -433,10 +434,11 @@ def run_gates(text: str, ctx: GateContext) -> Failure | None:
     to the generator's own empty-text check)."""
     if not text.strip():
         return None
-    for name in KIND_GATES[ctx.kind]:
-        detail = GATES[name](text, ctx)
-        if detail is not None:
-            return Failure(name, detail)
+    with CLOCK.timed("checks"):
+        for name in KIND_GATES[ctx.kind]:
+            detail = GATES[name](text, ctx)
+            if detail is not None:
+                return Failure(name, detail)
     return None
 
 

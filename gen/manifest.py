@@ -90,6 +90,7 @@ MANIFEST_KEYS = frozenset(
         "stages",
         "started_at",
         "wall_seconds",
+        "time",
         "outputs",
         "parent",
         "subruns",

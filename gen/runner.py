@@ -49,6 +49,7 @@ from gen.runfolder import RunFolder
 from gen.schedule import fan_out, ordered
 from gen.schemas import Reject
 from gen.templates import Prompts
+from gen.timing import CLOCK, summary_line, time_split
 
 __all__ = [
     "SHARED_OPTIONS",
@@ -481,6 +482,7 @@ def run_config(
     out_dir.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
+    clock = CLOCK.snapshot()
     indices = ctx.indices()
     requested = len(indices)
     rejects_path = out_dir / "rejects.jsonl"
@@ -574,6 +576,7 @@ def run_config(
         "error": ctx.error,
         "started_at": started.isoformat(timespec="seconds"),
         "wall_seconds": round(wall, 3),
+        "time": time_split(clock, CLOCK.snapshot(), wall),
         **ctx.extra,
     }
     manifest["outputs"] = output_hashes(out_dir)
@@ -582,6 +585,7 @@ def run_config(
         json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n",
     )
     progress.summary(accepted, rejected, by_reason, wall)
+    progress.say(f"[{name}] {summary_line(manifest['time'])}")
     progress.outputs(
         out_dir,
         {

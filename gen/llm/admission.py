@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from gen.timing import CLOCK
+
 DECREASE = 0.5
 """The limit's factor after a 429/503."""
 QUEUE_DECREASE = 0.9
@@ -114,7 +116,7 @@ class Admission:
             self.release(time.monotonic() - t0 if ok else None)
 
     def acquire(self, tokens: int = 0) -> None:
-        with self._cond:
+        with CLOCK.timed("waiting"), self._cond:
             self.waiting += 1
             try:
                 while True:

@@ -39,6 +39,7 @@ from gen.llm.replies import (
     _usage,
 )
 from gen.llm.usage import Usage
+from gen.timing import CLOCK
 
 T = TypeVar("T", bound=BaseModel)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -430,7 +431,7 @@ class LLM:
                 return scores
         t0 = time.perf_counter()
         try:
-            with self._slot():
+            with self._slot(), CLOCK.timed("llm_calls"):
                 scores, evaluated = self._score(prompt, conts)
         except (BackendError, LLMOutputError):
             raise
@@ -453,7 +454,8 @@ class LLM:
             if not self._gated:
                 stack.enter_context(self.admission.slot())
             if self._lock is not None:
-                stack.enter_context(self._lock)
+                with CLOCK.timed("waiting"):
+                    stack.enter_context(self._lock)
             yield
 
     @property
@@ -508,9 +510,10 @@ class LLM:
         if batcher and session:  # written down for the next batch
             raise session.defer(batcher, key, batcher.body(kwargs))
         t0 = time.perf_counter()
-        with self._slot():
+        with self._slot(), CLOCK.timed("llm_calls"):
             response = self._create(**kwargs)
         seconds = time.perf_counter() - t0
+        _reported_times(response)
         problem = _reply_problem(response)
         if problem is not None:  # never cached: a rerun asks again
             raise ServerError(
@@ -568,6 +571,20 @@ def _part_key(part: Any) -> Any:
         return part
     digest = hashlib.sha256(url.encode()).hexdigest()
     return {**part, "image_url": {**image, "url": f"sha256:{digest}"}}
+
+
+def _reported_times(response: Any) -> None:
+    """Add a reply's own prompt-evaluation and generation times (llama-server's ``timings``) to
+    the run's clock; other backends report none."""
+    timings = (getattr(response, "model_extra", None) or {}).get("timings")
+    if isinstance(timings, dict):
+        for part, field in (
+            ("llm_prompt_evaluation", "prompt_ms"),
+            ("llm_generation", "predicted_ms"),
+        ):
+            ms = timings.get(field)
+            if isinstance(ms, int | float) and ms >= 0:
+                CLOCK.add(part, ms / 1000)
 
 
 def _scores(hit: str, n: int) -> list[LogLik] | None:

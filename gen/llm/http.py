@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from gen.llm.admission import Admission
 from gen.llm.secrets import env_secret, redact, redact_data
+from gen.timing import CLOCK
 
 T = TypeVar("T")
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -205,7 +206,8 @@ class Endpoint:
                     retry=False,
                     status=failure.status,
                 )
-            time.sleep(wait)
+            with CLOCK.timed("waiting"):
+                time.sleep(wait)
         after = f" after {tries} tries" if tries > 1 else ""
         raise ServerError(
             f"{failure}{after}", retry=False, status=failure.status, late=failure.late
