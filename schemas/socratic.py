@@ -69,8 +69,11 @@ class TranscriptLine(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     start: float = Field(ge=0)
+    """When it starts, seconds of the video."""
     end: float = Field(ge=0)
+    """When it ends, seconds of the video."""
     text: str
+    """What was said."""
 
 
 class SocraticRecord(BaseModel):
@@ -79,6 +82,7 @@ class SocraticRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     record_id: str
+    """The record's id in the run (one per clip)."""
     video_id: str
     """The video's id (the JSONL list's ``id``, else the file name without its suffix)."""
     clip: int = Field(ge=0)
@@ -92,7 +96,9 @@ class SocraticRecord(BaseModel):
     frame_size: tuple[int, int]
     """(width, height) of the frames as sent."""
     caption_a: Caption
+    """The ``caption_a`` stage's caption of the clip's frames."""
     caption_b: Caption
+    """The ``caption_b`` stage's caption of the clip's frames."""
     merged: str
     """What both captions say: the clip's Socratic context."""
     dropped: list[str]

@@ -65,11 +65,15 @@ class JudgeConfig(JudgeOptions):
     digital_state: str | None = None
     """kind=wagibench: a digital_state.json (WAGIBench's layout) giving the rows of its observations
     their app states as context."""
+    socratic: str | None = None
+    """kind=wagibench: a socratic run whose merged captions are the captions of the rows without
+    any (the socratic variants): the clips of each row's observation, one per line."""
     # list[Variant](…): a bare list literal in a lambda is typed list[str] by mypy
     variant: list[Variant] = Field(default_factory=lambda: list[Variant](["cues_reference"]))
     """kind=wagibench: the judge's inputs (§4.3): cues_reference (the script's cues + the reference:
-    the paper's best), reference, cues, socratic (captions), socratic_reference, contexts_reference
-    (cues, captions, digital state + reference); several run side by side."""
+    the paper's best), reference, cues, socratic (captions: the rows' own, or socratic=<run>'s),
+    socratic_reference, contexts_reference (cues, captions, digital state + reference); several run
+    side by side."""
     reformatter: ModelChoice | None = None
     """kind=wagibench: the model that turns free-text predictions into structured actions (null: the
     primary judge)."""

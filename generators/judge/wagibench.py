@@ -19,12 +19,15 @@ Input rows (JSONL, or a JSON list): ``id``, ``prediction`` (an action dict or fr
 ``digital_state``), ``model``, ``group``; or a WAGIBench-layout row (``x``, ``y``, ``meta``, as
 gen's ``wagibench_mcq_*.json``) with a ``prediction`` added. ``references=`` supplies the
 reference and cues of rows without one from a layout file, by id; ``digital_state=`` the app
-states of each observation from a ``digital_state.json``.
+states of each observation from a ``digital_state.json``; ``socratic=`` the captions of rows
+without any from a ``socratic`` run: the merged captions of the clips in the row's observation,
+one per line in time order (WAGIBench's judge shows one world state per line).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,8 +48,10 @@ from gen.panel import (
     require_candidate_family,
 )
 from gen.readers import iter_jsonl, read_json
+from gen.runfolder import RunFolder
 from gen.runner import Plan, RunContext
 from gen.schemas import Reject
+from gen.schemas.history import Observation
 from gen.schemas.judge import (
     VARIANT_CONTEXTS,
     Judgment,
@@ -54,6 +59,7 @@ from gen.schemas.judge import (
     Reformat,
     WagibenchJudgeRecord,
 )
+from gen.schemas.socratic import SocraticRecord
 from gen.stats import mean_interval, proportion
 
 if TYPE_CHECKING:
@@ -74,7 +80,7 @@ Row = tuple[str, PredictionRow]
 def plan(cfg: JudgeConfig) -> Plan:
     path = cfg.input_path()
     assert path is not None
-    rows = read_predictions(path, cfg.references, cfg.digital_state)
+    rows = read_predictions(path, cfg.references, cfg.digital_state, cfg.socratic)
     if not rows:
         raise InputError(f"input: {path} holds no predictions")
     for variant in cfg.variant:
@@ -82,9 +88,14 @@ def plan(cfg: JudgeConfig) -> Plan:
         for where, row in rows:
             if kinds and not contexts_text(row, kinds):
                 need = " or ".join(k.replace("_", " ") for k in kinds)
+                hint = (
+                    f"; socratic={cfg.socratic} has no clip of its observation"
+                    if cfg.socratic and "captions" in kinds
+                    else ""
+                )
                 raise InputError(
                     f"{where}: contexts: variant {variant} needs {need} for every row "
-                    "(variant=[reference] judges against the reference only)"
+                    f"(variant=[reference] judges against the reference only){hint}"
                 )
     rows = rows[: cfg.n]
     # the benchmark's runner stops on a candidate it cannot place: before a run folder is made
@@ -176,12 +187,16 @@ def _validated(data: dict[str, Any], where: str) -> PredictionRow:
 
 
 def read_predictions(
-    path: Path, references: str | None = None, digital_state: str | None = None
+    path: Path,
+    references: str | None = None,
+    digital_state: str | None = None,
+    socratic: str | None = None,
 ) -> list[Row]:
     """The rows to judge, references and contexts joined; a bad row is ``file:line: field:
     reason``."""
     refs = read_layouts(Path(references).expanduser()) if references else {}
     states = read_digital_state(Path(digital_state).expanduser()) if digital_state else {}
+    captions = SocraticCaptions(socratic) if socratic else None
     out: list[Row] = []
     for where, raw in _rows(path):
         if not isinstance(raw, dict):
@@ -217,8 +232,94 @@ def read_predictions(
                     ).contexts
                 }
             )
+        if captions is not None and not (row.contexts and row.contexts.captions):
+            found = captions.of(row, raw, where)
+            if found:
+                contexts = row.contexts.model_dump() if row.contexts else {}
+                contexts["captions"] = found
+                row = row.model_copy(
+                    update={
+                        "contexts": _validated(
+                            {**row.model_dump(exclude_none=True), "contexts": contexts}, where
+                        ).contexts
+                    }
+                )
         out.append((where, row))
     return out
+
+
+_CLIP_TAG = re.compile(r"(.+)_(?:w\d+|c\d{3,})")
+"""The client tag ``socratic`` gives a context window (``<video>_w<j>``) or a clip
+(``<video>_c<NNN>``) of a video; a whole video's tag is its id."""
+
+
+class SocraticCaptions:
+    """The merged captions of a ``socratic`` run (its records, ``SocraticRecord``; its recordings,
+    ``observations.jsonl``), found for a row by observation or by video."""
+
+    def __init__(self, path: str):
+        run = RunFolder.open(path)
+        if run.generator != "socratic":
+            raise InputError(
+                f"socratic: {run.path} is a {run.generator} run, not a socratic run "
+                "(its clips' merged captions are what the socratic variants show)"
+            )
+        self.clips: dict[str, list[SocraticRecord]] = defaultdict(list)
+        for line, value in run.rows():
+            try:
+                rec = SocraticRecord.model_validate(value)
+            except ValidationError as e:
+                err = e.errors()[0]
+                raise InputError(
+                    f"{run.records_path}:{line}: {field_path(err['loc'])}: {err['msg']}"
+                ) from None
+            self.clips[rec.video_id].append(rec)
+        for recs in self.clips.values():
+            recs.sort(key=lambda r: r.start)
+        self.windows: dict[str, tuple[str, float, float]] = {}
+        """observation key (client tag, ``<scenario>_<client tag>``) -> (video, start, end)."""
+        if run.has("observations.jsonl"):
+            obs_file = run.file("observations.jsonl")
+            for line, value in iter_jsonl(obs_file):
+                try:
+                    o = Observation.model_validate(value)
+                except ValidationError as e:
+                    err = e.errors()[0]
+                    raise InputError(
+                        f"{obs_file}:{line}: {field_path(err['loc'])}: {err['msg']}"
+                    ) from None
+                video = self._video_of(o.client_tag)
+                if video is not None:
+                    span = (video, o.context_window.start_s or 0.0, o.context_window.end_s or 0.0)
+                    for k in (o.client_tag, f"{o.scenario}_{o.client_tag}"):
+                        self.windows.setdefault(k, span)
+
+    def _video_of(self, tag: str) -> str | None:
+        if tag in self.clips:
+            return tag
+        m = _CLIP_TAG.fullmatch(tag)
+        return m.group(1) if m and m.group(1) in self.clips else None
+
+    def of(self, row: PredictionRow, raw: dict[str, Any], where: str) -> list[str]:
+        """The merged captions of the row's observation: a recording of the run (by ``group``,
+        ``id`` or a layout row's observation key and client tag), else a video of the run the
+        row's ``x.client_tag`` names (WAGIBench's video is ``<client_tag>.mp4``) over its
+        ``x.context_window`` (the whole video without one)."""
+        x = raw.get("x") if isinstance(raw.get("x"), dict) else {}
+        assert isinstance(x, dict)
+        tag = x.get("client_tag")
+        keys = [k for k in (row.group, row.id, tag) if isinstance(k, str)]
+        span = next((self.windows[k] for k in keys if k in self.windows), None)
+        if span is None and isinstance(tag, str) and tag in self.clips:
+            w = _obj(x.get("context_window"), where, "x.context_window")
+            lo, hi = w.get("start_s"), w.get("end_s")
+            lo = float(lo) if isinstance(lo, int | float) and lo >= 0 else 0.0
+            hi = float(hi) if isinstance(hi, int | float) and hi > lo else float("inf")
+            span = (tag, lo, hi)
+        if span is None:
+            return []
+        video, lo, hi = span
+        return [c.merged for c in self.clips[video] if c.start < hi and c.end > lo]
 
 
 def read_layouts(path: Path) -> dict[str, tuple[Any, Any, str | None]]:
@@ -533,6 +634,11 @@ def run(cfg: JudgeConfig, ctx: RunContext) -> Iterator[WagibenchJudgeRecord | Re
     for p in (cfg.input, cfg.references, cfg.digital_state):
         if p is not None and Path(p).expanduser().is_file():
             ctx.record_input(Path(p).expanduser())
+    if cfg.socratic is not None:
+        soc = RunFolder.open(cfg.socratic)
+        ctx.record_input(soc.records_path)
+        if soc.has("observations.jsonl"):
+            ctx.record_input(soc.file("observations.jsonl"))
     panel = build_panel(
         cfg,
         ctx,

@@ -194,6 +194,100 @@ def test_done_when_three_clips_captioned_merged_and_shown_by_wagibench(
         assert recs[0]["merged"] in prompt and recs[1]["merged"] in prompt
 
 
+def test_the_judges_socratic_variants_show_a_socratic_runs_merged_captions(
+    video: Path, tmp_path: Path
+) -> None:
+    """socratic run -> history -> judge kind=wagibench socratic=<run>: a row of a history bank's
+    observation is shown the merged captions of its clips, one per line as WAGIBench's judge
+    shows its world states; a WAGIBench-layout row naming the video (its client_tag) is shown
+    those of its context window."""
+    from judge_runs import judge_run
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / video.name).write_bytes(video.read_bytes())
+    run = tmp_path / "run"
+    with StandIn() as srv:
+        assert (
+            gen_run(
+                "socratic",
+                f"input={folder}",
+                "frames_per_clip=2",
+                "max_side=64",
+                "llm=openai",
+                f"llm.base_url={srv.url}",
+                f"hydra.run.dir={run}",
+            )
+            == 0
+        )
+    merged = [r["merged"] for r in read_jsonl(run / "socratic.jsonl")]
+    hist = tmp_path / "history"
+    assert gen_run("history", f"input={run}", f"hydra.run.dir={hist}") == 0
+    banks = json.loads((hist / "longitudinal_history.json").read_text())
+    last = next(b for b in banks if b["meta"]["client_tag"] == "walk_c002")
+    goal = {"type": "search", "source": "world", "query_item": "bike", "query": "how to fix"}
+    rows = [
+        {
+            "id": "observed",
+            "group": f"{last['meta']['scenario']['shortname']}_{last['meta']['client_tag']}",
+            "prediction": goal,
+            "reference": goal,
+        },
+        {
+            "id": "layout",
+            "x": {"client_tag": "walk", "context_window": {"start_s": 0.0, "end_s": 20.0}},
+            "meta": {"scenario": {"shortname": "walk"}, "structured_goal": goal},
+            "prediction": goal,
+        },
+    ]
+    preds = tmp_path / "predictions.jsonl"
+    preds.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result, ctx, out = judge_run(
+        tmp_path,
+        lambda m, s: "<score>2</score>",
+        kind="wagibench",
+        input=str(preds),
+        variant=["socratic", "socratic_reference"],
+        socratic=str(run),
+        candidate_family="openai",
+        out="judge",
+    )
+    prompts = [c["messages"][-1]["content"] for c in ctx.llm.calls]
+    assert len(prompts) == 4
+    observed = [p for p in prompts if merged[2] in p]
+    assert len(observed) == 2 and not any(merged[0] in p for p in observed)
+    windowed = [p for p in prompts if f"{merged[0]}\n{merged[1]}" in p]
+    assert len(windowed) == 2 and not any(merged[2] in p for p in windowed)
+    assert result.manifest["counts"]["accepted"] == 2
+    assert str(run / "socratic.jsonl") in result.manifest["inputs"]
+
+    # a row the run has no clip of is one error naming the option
+    preds.write_text(json.dumps({**rows[0], "group": "elsewhere_x", "id": "elsewhere"}) + "\n")
+    with pytest.raises(InputError, match="socratic=.* has no clip of its observation"):
+        judge_run(
+            tmp_path,
+            lambda m, s: "<score>2</score>",
+            kind="wagibench",
+            input=str(preds),
+            variant=["socratic"],
+            socratic=str(run),
+            candidate_family="openai",
+            out="judge2",
+        )
+    # a run of another generator is not a socratic run
+    with pytest.raises(InputError, match="is a history run, not a socratic run"):
+        judge_run(
+            tmp_path,
+            lambda m, s: "<score>2</score>",
+            kind="wagibench",
+            input=str(preds),
+            variant=["socratic"],
+            socratic=str(hist),
+            candidate_family="openai",
+            out="judge3",
+        )
+
+
 def test_two_models_disagree_and_the_merge_names_what_it_dropped(
     video: Path, tmp_path: Path
 ) -> None:
