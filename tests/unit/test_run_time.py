@@ -18,7 +18,7 @@ from gen.embed import _Cached
 from gen.gates import Gates
 from gen.llm import scripted_llm
 from gen.registry import REGISTRY, Generator
-from gen.runner import CommonConfig, RunContext, run
+from gen.runner import CommonConfig, RunContext, run_config
 
 CALL, EMBED = 0.15, 0.1
 """Seconds a scripted call and an embedder's computation take."""
@@ -84,7 +84,7 @@ def test_the_manifest_splits_the_wall_time_by_where_it_went(
     ctx = RunContext("timed_standin", cfg, out).use(
         llm=scripted_llm(slow_reply, sampling=cfg.llm), embedder=SlowEmbedder(None)
     )
-    result = run("timed_standin", cfg, out, ctx=ctx, quiet=True)
+    result = run_config("timed_standin", cfg, out, ctx=ctx, quiet=True)
     split = json.loads((out / "manifest.json").read_text())["time"]
     assert split == result.manifest["time"]
     parts = split["thread_seconds"]
@@ -119,7 +119,7 @@ def test_a_backend_s_own_timings_split_the_calls(
     llm._create = with_timings
     out = tmp_path / "run"
     ctx = RunContext("timed_standin", cfg, out).use(llm=llm, embedder=SlowEmbedder(None))
-    run("timed_standin", cfg, out, ctx=ctx)
+    run_config("timed_standin", cfg, out, ctx=ctx)
     parts = json.loads((out / "manifest.json").read_text())["time"]["thread_seconds"]
     assert parts["llm_prompt_evaluation"] == pytest.approx(2 * 0.040)
     assert parts["llm_generation"] == pytest.approx(2 * 0.110)
