@@ -557,3 +557,49 @@ def test_egotom_released_options_false_alarms_at_most_one_percent() -> None:
         "web_fragment",
     ):
         assert gate not in report.by_gate, report.examples[gate]
+
+
+def test_penn_tags_equal_the_whole_pipelines_and_words_its_tokens() -> None:
+    """The tagger alone gives the Penn tags the whole pipeline gives (the attribute ruler's one
+    tag rule, whitespace is _SP, applied), and the tokenizer alone its tokens."""
+    from gen import tagging
+
+    texts = [
+        "C picks the cup on the table, rinses the plate, and dries the spoon.",
+        "He wants to finish the  pot and the lid\n\non the stove",
+        "He ai n't gon na do it",
+        "  C's hand-towels\tetc.\u00a0ok ",
+        "\n",
+    ]
+    for text in texts:
+        full = tagging.tags(text)
+        tagging._PENN.pop(text, None)
+        tagging._TAGS.pop(text, None)
+        assert tagging.penn(text) == tuple((w, t) for w, t, _, _ in full)
+        assert tagging.words(text) == [w for w, *_ in full]
+
+
+def test_audit_texts_runs_the_whole_pipeline_only_where_a_gate_reads_pos(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Options whose words come at most twice get their form's frame Penn-tagged (the tagger
+    alone) and are never run through the attribute ruler and lemmatizer; the findings stay."""
+    from gen import tagging
+
+    whole: list[str] = []
+    remember = tagging._remember
+    monkeypatch.setattr(
+        tagging, "_remember", lambda text, docs: whole.append(text) or remember(text, docs)
+    )
+    texts = [
+        AuditText("i1", "options[0]", "C rinses a plate in the sink.", "action"),
+        AuditText("i1", "options[1]", "C the cup on a table.", "action"),
+        AuditText("i2", "options[0]", "To cook soup with carrots.", "goal"),
+        AuditText(
+            "i3", "options[0]", "C cuts the carrot, cuts the carrot, cuts the carrot.", "action"
+        ),
+    ]
+    report = audit_texts(texts)
+    assert report.by_gate == {"repetition": 1, "surface_form": 1}
+    assert [f[1:] for f in report.failures] == [("i1", "options[1]"), ("i3", "options[0]")]
+    assert whole == ["C cuts the carrot, cuts the carrot, cuts the carrot."]
