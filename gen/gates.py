@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator
 
 from gen.surface import _form
-from gen.tagging import LANGUAGES, identify, penn, tags, words
+from gen.tagging import LANGUAGES, identify, penn, pos_tags, tags, words
 
 Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
 """What a field holds, which decides its gates:
@@ -330,8 +330,8 @@ def repetition(text: str, ctx: GateContext) -> str | None:
     if len(words) >= 8 and len(set(words)) < len(words) / 2:
         return f"{len(set(words))} distinct of {len(words)} words"
     if len(words) <= CONTENT_WORDS_WITHIN and could_repeat(text):
-        toks = tags(text)
-        counts = Counter(w.lower() for w, _, pos, _ in toks if is_content(w, pos))
+        toks = pos_tags(text)
+        counts = Counter(w.lower() for w, _, pos in toks if is_content(w, pos))
         word, n = counts.most_common(1)[0] if counts else ("", 0)
         verbs = sum(
             t[2] == "VERB" and t[0].lower() != word for t in toks

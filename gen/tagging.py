@@ -203,6 +203,50 @@ def warm_penn(texts: Iterable[str], *, workers: int = 1) -> None:
             penn(text)
 
 
+_POS: dict[tuple[str, str], str] = {}
+
+
+@cache
+def _pos_is_local() -> bool:
+    """Whether the attribute ruler's universal POS of a token depends on that token alone (its
+    text and Penn tag): every rule that sets a POS matches one token, or starts on a dependency
+    label, which this pipeline (no parser) never sets. True of en_core_web_sm 3.8.0."""
+    ruler = tagger().get_pipe("attribute_ruler")
+    return all(
+        len(pattern) == 1 or "DEP" in pattern[0]
+        for rule in ruler.patterns
+        if "POS" in rule["attrs"]
+        for pattern in rule["patterns"]
+    )
+
+
+def _pos_of(word: str, tag: str) -> str:
+    hit = _POS.get((word, tag))
+    if hit is None:
+        from spacy.tokens import Doc
+
+        nlp = tagger()
+        with _NLP_LOCK:
+            doc = Doc(nlp.vocab, words=[word], spaces=[False])
+            doc[0].tag_ = tag
+            hit = nlp.get_pipe("attribute_ruler")(doc)[0].pos_
+        if len(_POS) >= _TAGS_MAX:
+            _POS.clear()
+        _POS[(word, tag)] = hit
+    return hit
+
+
+def pos_tags(text: str) -> tuple[tuple[str, str, str], ...]:
+    """``(word, Penn tag, universal POS)`` of every token of ``text``, exactly as :func:`tags`
+    gives them, without the attribute ruler's pass over the text: the Penn tags from
+    :func:`penn`, each token's POS the ruler's for its word and tag, found once per pair (its POS
+    rules read one token, :func:`_pos_is_local`; else the whole pipeline runs)."""
+    full = _TAGS.get(text)
+    if full is None and _pos_is_local():
+        return tuple((w, t, _pos_of(w, t)) for w, t in penn(text))
+    return tuple((w, t, p) for w, t, p, _ in (full or tags(text)))
+
+
 def words(text: str) -> list[str]:
     """The tokens of ``text`` as :func:`tags` splits it, by the tokenizer alone (no model runs:
     a small fraction of tagging's cost)."""

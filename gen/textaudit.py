@@ -11,7 +11,7 @@ from typing import Any
 
 from gen.gates import CONTENT_WORDS_WITHIN, Gates, Kind, could_repeat, key, run_gates
 from gen.surface import _ACTION_FRAMES, _BELIEF_FRAMES, _GOAL_FRAMES
-from gen.tagging import forget_since, tagged_count, warm, warm_penn
+from gen.tagging import forget_since, tagged_count, warm_penn
 
 
 def _first_frames(text: str, kind: Kind) -> list[str]:
@@ -94,13 +94,17 @@ def audit_texts(
         itertools.islice(stream, AUDIT_CHUNK)
     ):  # a bank of any size: one chunk's tags in memory
         mark = tagged_count()
-        # the surface-form gate reads the Penn tags of a form's first frame (the tagger alone),
-        # the repetition gate the POS of a text that has a word three times (the whole pipeline)
-        warm_penn(x for t in chunk for x in _first_frames(t.text, t.kind)[1:])
-        warm(
-            t.text
+        # the surface-form gate reads the Penn tags of a form's first frame, the repetition gate
+        # those of a text that has a word three times (and their POS, gen.tagging.pos_tags)
+        warm_penn(
+            x
             for t in chunk
-            if len(key(t.text).split()) <= CONTENT_WORDS_WITHIN and could_repeat(t.text)
+            for x in _first_frames(t.text, t.kind)[1:]
+            + (
+                [t.text]
+                if len(key(t.text).split()) <= CONTENT_WORDS_WITHIN and could_repeat(t.text)
+                else []
+            )
         )
         for t in chunk:
             report.checked += 1
