@@ -468,9 +468,14 @@ def run_audit(
         *extra,
     ]
     load = os.getloadavg()[0]
-    p = subprocess.run(
-        cmd, capture_output=True, text=True, cwd=code, env={**os.environ, "PYTHONPATH": str(code)}
-    )
+    size = sum(f.stat().st_size for f in (path.rglob("*") if path.is_dir() else [path]))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(code),
+        # a 1M-item bank is 4.7 GB, over the default cap of one input (2 GiB)
+        "GEN_MAX_INPUT_BYTES": str(max(size + 1, 2**31)),
+    }
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=code, env=env)
     row: dict[str, Any] = {
         "exit_code": p.returncode,
         "load_before": round(load, 2),

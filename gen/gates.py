@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator
 
 from gen.surface import _form
-from gen.tagging import LANGUAGES, identify, tags
+from gen.tagging import LANGUAGES, identify, penn, pos_tags, tags, words
 from gen.timing import CLOCK
 
 Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
@@ -292,7 +292,7 @@ def truncated_text(text: str, ctx: GateContext) -> str | None:
 
 
 def _tag_of_last(text: str) -> str:
-    toks = [t for t in tags(text) if re.search(r"\w", t[0])]
+    toks = [t for t in penn(text) if re.search(r"\w", t[0])]
     return toks[-1][1] if toks else ""
 
 
@@ -330,9 +330,9 @@ def repetition(text: str, ctx: GateContext) -> str | None:
         seen.add(g)
     if len(words) >= 8 and len(set(words)) < len(words) / 2:
         return f"{len(set(words))} distinct of {len(words)} words"
-    if len(words) <= CONTENT_WORDS_WITHIN:
-        toks = tags(text)
-        counts = Counter(w.lower() for w, _, pos, _ in toks if is_content(w, pos))
+    if len(words) <= CONTENT_WORDS_WITHIN and could_repeat(text):
+        toks = pos_tags(text)
+        counts = Counter(w.lower() for w, _, pos in toks if is_content(w, pos))
         word, n = counts.most_common(1)[0] if counts else ("", 0)
         verbs = sum(
             t[2] == "VERB" and t[0].lower() != word for t in toks
@@ -340,6 +340,14 @@ def repetition(text: str, ctx: GateContext) -> str | None:
         if n >= 3 and n > verbs + 1:
             return f"{word!r} {n} times with {verbs} other verb(s)"
     return None
+
+
+def could_repeat(text: str) -> bool:
+    """Whether some word-like token of ``text`` comes three times (by the tokenizer alone): the
+    content-word rule counts a subset of these tokens, so without one it cannot fire and the text
+    need not be tagged."""
+    counts = Counter(w.lower() for w in words(text) if _WORD.fullmatch(w))
+    return max(counts.values(), default=0) >= 3
 
 
 def content_lemmas(text: str) -> set[str]:
@@ -352,7 +360,10 @@ def content_lemmas(text: str) -> set[str]:
 def is_content(word: str, pos: str) -> bool:
     """A content word by the tagger (noun, proper noun, verb, adjective, adverb) that is a word:
     letters first, no digits alone, no punctuation."""
-    return pos in _CONTENT and re.fullmatch(r"[^\W\d_][\w'-]*", word) is not None
+    return pos in _CONTENT and _WORD.fullmatch(word) is not None
+
+
+_WORD = re.compile(r"[^\W\d_][\w'-]*")
 
 
 CONTENT_WORDS_WITHIN = 30

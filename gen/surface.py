@@ -7,9 +7,10 @@ gerund-led phrase's base form."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gen.tagging import Token, tags
+from gen.tagging import Penn, penn, tags
 
 if TYPE_CHECKING:
     from gen.gates import Kind
@@ -25,13 +26,13 @@ _GOAL_FRAMES = ("He wants to {}", "To {}", "I need to {}")
 _BELIEF_FRAMES = ("He believes that {}", "{}")
 
 
-def _tail(frame: str, rest: str) -> list[Token]:
-    """Tags of ``rest`` inside ``frame`` (the frame's own tokens dropped)."""
+def _tail(frame: str, rest: str) -> list[Penn]:
+    """Penn tags of ``rest`` inside ``frame`` (the frame's own tokens dropped)."""
     pre = frame.split("{}")[0]
-    return list(tags(frame.format(rest)))[len(tags(pre.strip())) if pre.strip() else 0 :]
+    return list(penn(frame.format(rest)))[len(penn(pre.strip())) if pre.strip() else 0 :]
 
 
-def _starts_with_verb(toks: list[Token], ok: set[str]) -> bool:
+def _starts_with_verb(toks: Sequence[tuple[str, ...]], ok: set[str]) -> bool:
     i = 0
     while i < len(toks) and toks[i][1] in _ADVERB:
         i += 1
@@ -43,7 +44,7 @@ def _starts_with_verb(toks: list[Token], ok: set[str]) -> bool:
     return i + 2 < len(toks) and toks[i + 1][1] == "CC" and toks[i + 2][1] in ok
 
 
-def _has_clause(toks: list[Token]) -> bool:
+def _has_clause(toks: Sequence[tuple[str, ...]]) -> bool:
     """A subject then a verb: a finite verb (or a base form that is not after "to") after the
     first token."""
     return any(
@@ -84,7 +85,7 @@ def _form(text: str, kind: Kind) -> str | None:
         if not any(_has_clause(_tail(f, m.group(1))) for f in _BELIEF_FRAMES):
             return f"no clause after 'C believes that': {_shown(m.group(1))}"
         return None
-    if kind == "sentence" and not _has_clause(list(tags(body))):
+    if kind == "sentence" and not _has_clause(penn(body)):
         return "no verb"
     return None
 
@@ -92,7 +93,7 @@ def _form(text: str, kind: Kind) -> str | None:
 def infinitive(phrase: str) -> str | None:
     """``washing the dishes`` -> ``wash the dishes`` (a phrase led by a gerund, in base form);
     None when the phrase does not start with one."""
-    toks = _tail("He is {}", phrase)
+    toks = list(tags(f"He is {phrase}"))[len(tags("He is")) :]  # the lemma too
     if not toks or toks[0][1] != "VBG" or not toks[0][3]:
         return None
     word = phrase.split(maxsplit=1)
@@ -100,4 +101,4 @@ def infinitive(phrase: str) -> str | None:
 
 
 def _shown(rest: str) -> str:
-    return " ".join(f"{w}/{t}" for w, t, _, _ in list(tags(rest))[:4])
+    return " ".join(f"{w}/{t}" for w, t in penn(rest)[:4])

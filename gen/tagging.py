@@ -144,19 +144,132 @@ def warm(texts: Iterable[str]) -> None:
             tags(text)
 
 
-def tagged_count() -> int:
-    """How many texts' tags are remembered (a mark for :func:`forget_since`)."""
-    return len(_TAGS)
+Penn = tuple[str, str]
+"""``(word, Penn tag)``: what :func:`tags` gives, without the universal POS and the lemma."""
+_PENN: dict[str, tuple[Penn, ...]] = {}
+_TAGGER_ONLY = ("attribute_ruler", "lemmatizer")
+"""The components :func:`penn` leaves out: together they cost as much as the tagger itself (the
+attribute ruler is a Matcher run over every token), and the Penn tag comes from the tagger. The
+attribute ruler's one rule that sets a tag (a whitespace token is ``_SP``) is applied by
+:func:`_penn_of`."""
 
 
-def forget_since(mark: int) -> None:
-    """Drop the tags remembered after the cache held ``mark`` texts (a bank's texts are seen once:
-    an audit keeps only its current chunk's)."""
-    newer = (
-        len(_TAGS) - mark if len(_TAGS) >= mark else len(_TAGS)
-    )  # fewer: the cache was cleared since
-    for text in list(itertools.islice(reversed(_TAGS), newer)):
-        del _TAGS[text]
+def _penn_of(docs: list[Any]) -> tuple[Penn, ...]:
+    return tuple((t.text, "_SP" if t.is_space else t.tag_) for doc in docs for t in doc)
+
+
+def penn(text: str) -> tuple[Penn, ...]:
+    """``(word, Penn tag)`` of every token of ``text``, exactly as :func:`tags` gives them, read
+    by the tagger alone (cached apart from :func:`tags`; a text already tagged is not read
+    again). What the surface-form and truncation gates read."""
+    hit = _PENN.get(text)
+    if hit is None:
+        full = _TAGS.get(text)
+        if full is not None:
+            return tuple((w, t) for w, t, _, _ in full)
+        nlp = tagger()
+        with _NLP_LOCK:
+            docs = [nlp(part, disable=_TAGGER_ONLY) for part in _parts(text)]
+        hit = _remember_penn(text, docs)
+    return hit
+
+
+def _remember_penn(text: str, docs: list[Any]) -> tuple[Penn, ...]:
+    if len(_PENN) >= _TAGS_MAX:
+        _PENN.clear()
+    out = _PENN[text] = _penn_of(docs)
+    return out
+
+
+def warm_penn(texts: Iterable[str], *, workers: int = 1) -> None:
+    """:func:`penn` for many texts, in batches (each distinct text once; ``workers`` > 1 tags in
+    that many processes, spaCy's ``n_process``)."""
+    todo = list(dict.fromkeys(t for t in texts if t not in _PENN and t not in _TAGS))
+    if not todo:
+        return
+    nlp = tagger()
+    short = [t for t in todo if len(t) <= TAG_MAX_CHARS]
+    with _NLP_LOCK:
+        docs = nlp.pipe(
+            short,
+            batch_size=256 if workers == 1 else 1024,
+            disable=list(_TAGGER_ONLY),
+            n_process=workers,
+        )
+        for text, doc in zip(short, docs, strict=True):
+            _remember_penn(text, [doc])
+    for text in todo:
+        if len(text) > TAG_MAX_CHARS:
+            penn(text)
+
+
+_POS: dict[tuple[str, str], str] = {}
+
+
+@cache
+def _pos_is_local() -> bool:
+    """Whether the attribute ruler's universal POS of a token depends on that token alone (its
+    text and Penn tag): every rule that sets a POS matches one token, or starts on a dependency
+    label, which this pipeline (no parser) never sets. True of en_core_web_sm 3.8.0."""
+    ruler = tagger().get_pipe("attribute_ruler")
+    return all(
+        len(pattern) == 1 or "DEP" in pattern[0]
+        for rule in ruler.patterns
+        if "POS" in rule["attrs"]
+        for pattern in rule["patterns"]
+    )
+
+
+def _pos_of(word: str, tag: str) -> str:
+    hit = _POS.get((word, tag))
+    if hit is None:
+        from spacy.tokens import Doc
+
+        nlp = tagger()
+        with _NLP_LOCK:
+            doc = Doc(nlp.vocab, words=[word], spaces=[False])
+            doc[0].tag_ = tag
+            hit = nlp.get_pipe("attribute_ruler")(doc)[0].pos_
+        if len(_POS) >= _TAGS_MAX:
+            _POS.clear()
+        _POS[(word, tag)] = hit
+    return hit
+
+
+def pos_tags(text: str) -> tuple[tuple[str, str, str], ...]:
+    """``(word, Penn tag, universal POS)`` of every token of ``text``, exactly as :func:`tags`
+    gives them, without the attribute ruler's pass over the text: the Penn tags from
+    :func:`penn`, each token's POS the ruler's for its word and tag, found once per pair (its POS
+    rules read one token, :func:`_pos_is_local`; else the whole pipeline runs)."""
+    full = _TAGS.get(text)
+    if full is None and _pos_is_local():
+        return tuple((w, t, _pos_of(w, t)) for w, t in penn(text))
+    return tuple((w, t, p) for w, t, p, _ in (full or tags(text)))
+
+
+def words(text: str) -> list[str]:
+    """The tokens of ``text`` as :func:`tags` splits it, by the tokenizer alone (no model runs:
+    a small fraction of tagging's cost)."""
+    tokenizer = tagger().tokenizer
+    with _NLP_LOCK:
+        return [t.text for part in _parts(text) for t in tokenizer(part)]
+
+
+Mark = tuple[int, int]
+
+
+def tagged_count() -> Mark:
+    """How many texts' tags (and Penn tags) are remembered (a mark for :func:`forget_since`)."""
+    return len(_TAGS), len(_PENN)
+
+
+def forget_since(mark: Mark) -> None:
+    """Drop the tags remembered after ``mark`` (a bank's texts are seen once: an audit keeps only
+    its current chunk's)."""
+    for memo, n in ((_TAGS, mark[0]), (_PENN, mark[1])):
+        newer = len(memo) - n if len(memo) >= n else len(memo)  # fewer: cleared since
+        for text in list(itertools.islice(reversed(memo), newer)):
+            del memo[text]
 
 
 @cache

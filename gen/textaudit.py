@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gen.gates import Gates, Kind, run_gates
+from gen.gates import CONTENT_WORDS_WITHIN, Gates, Kind, could_repeat, key, run_gates
 from gen.surface import _ACTION_FRAMES, _BELIEF_FRAMES, _GOAL_FRAMES
-from gen.tagging import forget_since, tagged_count, warm
+from gen.tagging import forget_since, tagged_count, warm_penn
 
 
 def _first_frames(text: str, kind: Kind) -> list[str]:
@@ -94,7 +94,18 @@ def audit_texts(
         itertools.islice(stream, AUDIT_CHUNK)
     ):  # a bank of any size: one chunk's tags in memory
         mark = tagged_count()
-        warm(x for t in chunk for x in _first_frames(t.text, t.kind))
+        # the surface-form gate reads the Penn tags of a form's first frame, the repetition gate
+        # those of a text that has a word three times (and their POS, gen.tagging.pos_tags)
+        warm_penn(
+            x
+            for t in chunk
+            for x in _first_frames(t.text, t.kind)[1:]
+            + (
+                [t.text]
+                if len(key(t.text).split()) <= CONTENT_WORDS_WITHIN and could_repeat(t.text)
+                else []
+            )
+        )
         for t in chunk:
             report.checked += 1
             failure = run_gates(t.text, replace(ctx, kind=t.kind))

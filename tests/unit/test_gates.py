@@ -557,3 +557,55 @@ def test_egotom_released_options_false_alarms_at_most_one_percent() -> None:
         "web_fragment",
     ):
         assert gate not in report.by_gate, report.examples[gate]
+
+
+def test_penn_and_pos_tags_equal_the_whole_pipelines_and_words_its_tokens() -> None:
+    """The tagger alone gives the Penn tags the whole pipeline gives (the attribute ruler's one
+    tag rule, whitespace is _SP, applied), the ruler's POS per word and tag the same POS, and the
+    tokenizer alone its tokens."""
+    from gen import tagging
+
+    texts = [
+        "C picks the cup on the table, rinses the plate, and dries the spoon.",
+        "He wants to finish the  pot and the lid\n\non the stove",
+        "He ai n't gon na do it",
+        "  C's hand-towels\tetc.\u00a0ok ",
+        "\n",
+        "There's a cat and there are dogs; it's John's.",
+    ]
+    assert tagging._pos_is_local()
+    for text in texts:
+        full = tagging.tags(text)
+        tagging._PENN.pop(text, None)
+        tagging._TAGS.pop(text, None)
+        assert tagging.penn(text) == tuple((w, t) for w, t, _, _ in full)
+        tagging._POS.clear()
+        assert tagging.pos_tags(text) == tuple((w, t, p) for w, t, p, _ in full)
+        assert tagging.words(text) == [w for w, *_ in full]
+
+
+def test_audit_texts_never_runs_the_attribute_ruler_over_a_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The audit tags forms' frames and texts whose words come three times with the tagger alone
+    (the POS the repetition gate reads comes per word and tag), never with the whole pipeline
+    (attribute ruler and lemmatizer over every text); the findings stay."""
+    from gen import tagging
+
+    whole: list[str] = []
+    remember = tagging._remember
+    monkeypatch.setattr(
+        tagging, "_remember", lambda text, docs: whole.append(text) or remember(text, docs)
+    )
+    texts = [
+        AuditText("i1", "options[0]", "C rinses a plate in the sink.", "action"),
+        AuditText("i1", "options[1]", "C the cup on a table.", "action"),
+        AuditText("i2", "options[0]", "To cook soup with carrots.", "goal"),
+        AuditText(
+            "i3", "options[0]", "C cuts the carrot, cuts the carrot, cuts the carrot.", "action"
+        ),
+    ]
+    report = audit_texts(texts)
+    assert report.by_gate == {"repetition": 1, "surface_form": 1}
+    assert [f[1:] for f in report.failures] == [("i1", "options[1]"), ("i3", "options[0]")]
+    assert whole == []
