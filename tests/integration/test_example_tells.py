@@ -25,7 +25,8 @@ from gen.generators.audit import AuditConfig
 from gen.generators.introspect import IntrospectConfig
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run
+from gen.runner import RunContext
+from gen.runner import run_config as run
 
 INTRO = EXAMPLES / "introspect"
 RUNS: dict[str, list[str]] = {
