@@ -182,7 +182,7 @@ NEW = [
             "C removes the old switch.",
             "C takes a new switch out of its box.",
         ],
-        ["To paint the wall", "To call an electrician", "To replace the light switch"],
+        ["To paint the wall", "To call an electrician", "To get the lights working again"],
         2,
     ),
 ]
