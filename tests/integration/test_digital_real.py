@@ -124,7 +124,9 @@ def test_rerun_is_served_from_the_cache(real, check_run_folder) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     manifest = check_run_folder(second, "digital", N)
     usage = manifest["llm_usage"]
-    assert usage["calls"] > 0 and usage["cache_hits"] == usage["calls"]
+    # every reply that passed validation is replayed; one that failed it is asked again (only
+    # validated replies are cached, issue 43), and the deterministic model answers it the same
+    assert usage["calls"] > 0 and 0 < usage["cache_hits"] <= usage["calls"]
     for name in ("digital.jsonl", "rejects.jsonl", "digital_state.json"):
         assert (second / name).read_bytes() == (real.folder / name).read_bytes(), name
     assert "[personas]" not in proc.stdout  # the pool is reused, not made again
