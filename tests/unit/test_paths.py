@@ -54,6 +54,7 @@ PATHY = re.compile(
 Path(...)...)."""
 
 ALLOWED = {
+    ("generators/socratic", "(start + base) / s.time_base"): "arithmetic",  # seconds, a Fraction
     ("gen/cli", "Path('outputs') / name"): "registry",  # a registered generator's name
     ("gen/api", "Path('outputs') / generator"): "registry",  # a registered generator's name
     (
