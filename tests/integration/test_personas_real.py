@@ -87,8 +87,9 @@ def test_rerun_is_served_from_the_cache(real, check_run_folder) -> None:
     manifest = check_run_folder(second, "personas", 4, one_per_index=False)
     usage = manifest["llm_usage"]
     assert usage["calls"] > 0
-    assert usage["cache_hits"] == usage["calls"]
-    assert usage["completion_tokens"] == 0 and usage["cached_completion_tokens"] > 0
+    # every reply that passed validation is replayed; one that failed it is asked again (only
+    # validated replies are cached, issue 43), and the deterministic model answers it the same
+    assert 0 < usage["cache_hits"] <= usage["calls"] and usage["cached_completion_tokens"] > 0
     for name in ("personas.jsonl", "rejects.jsonl"):
         assert (second / name).read_bytes() == (real.first / name).read_bytes(), name
     assert proc.stdout.strip() == ""  # progress=off prints nothing
@@ -102,9 +103,6 @@ def test_larger_pool_extends_the_smaller_one(real, check_run_folder) -> None:
     for name in ("personas.jsonl", "rejects.jsonl"):
         small = (real.first / name).read_bytes()
         assert (third / name).read_bytes().startswith(small), name
-    # the first four personas are replayed from the cache
-    first_calls = check_run_folder(real.first, "personas", 4, one_per_index=False)["llm_usage"][
-        "calls"
-    ]
-    assert manifest["llm_usage"]["cache_hits"] >= first_calls
-    assert manifest["llm_usage"]["calls"] > manifest["llm_usage"]["cache_hits"]
+    # the first four personas' validated replies are replayed from the cache (a reply that
+    # failed a check is asked again, issue 43); the last two are new calls
+    assert 0 < manifest["llm_usage"]["cache_hits"] < manifest["llm_usage"]["calls"]
