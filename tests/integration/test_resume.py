@@ -81,7 +81,9 @@ def test_kill_and_resume(tmp_path: Path, env_for, check_run_folder, runner_for) 
     again = run(*args, f"hydra.run.dir={folder_b}")
     assert again.returncode == 0, again.stderr[-3000:]
     manifest_b = check_run_folder(folder_b, "personas", N, one_per_index=False)
-    assert manifest_b["llm_usage"]["cache_hits"] == manifest_b["llm_usage"]["calls"]
+    # the validated replies are replayed; a reply that failed a check is asked again (only
+    # validated replies are cached, issue 43), and the deterministic model answers it the same
+    assert 0 < manifest_b["llm_usage"]["cache_hits"] <= manifest_b["llm_usage"]["calls"]
     for name in ("personas.jsonl", "rejects.jsonl"):
         assert (folder_a / name).read_bytes() == (folder_b / name).read_bytes(), name
     assert manifest_a["counts"] == manifest_b["counts"]
