@@ -366,27 +366,6 @@ def _persona(tmp: Path, ctx: dict[str, Any], *extra: str) -> list[str]:
     ]
 
 
-def _poisoned(tmp: Path, ctx: dict[str, Any]) -> list[str]:
-    """Run once against a server that answers ``{"choices": "nope"}`` (same cache); the case then
-    points the same command at a healthy server, which must see the calls again."""
-    bad = Stand("malformed")
-    try:
-        argv = _persona(
-            tmp, {"url": bad.url}, "progress=off", f"hydra.run.dir={tmp / 'work' / 'run0'}"
-        )
-        subprocess.run(
-            [sys.executable, "-m", "gen", *argv],
-            cwd=tmp / "work",
-            env=env_for(tmp, {}),
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-    finally:
-        bad.close()
-    return _persona(tmp, ctx)
-
-
 def _replayed_check(
     tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProcess
 ) -> str | None:
@@ -399,7 +378,9 @@ def _replayed_check(
 
 
 def _poisoned_by(mode: str) -> Callable[[Path, dict[str, Any]], list[str]]:
-    """:func:`_poisoned` with a stand-in of ``mode`` first (a tool call, say)."""
+    """Run once against a stand-in of ``mode`` (``malformed``: ``{"choices": "nope"}``; a tool
+    call, say), same cache; the case then points the same command at a healthy server, which
+    must see the calls again."""
 
     def setup(tmp: Path, ctx: dict[str, Any]) -> list[str]:
         bad = Stand(mode)
@@ -697,7 +678,7 @@ CASES: list[Case] = [
     ),
     Case(
         "a bad reply is not cached (then a healthy server)",
-        _poisoned,
+        _poisoned_by("malformed"),
         server="ok",
         expect=(0, 1, 2),
         check=_replayed_check,
