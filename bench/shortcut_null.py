@@ -7,12 +7,12 @@ over the repeats) and tests ``k = round(sum(correct))`` with a one-sided exact b
 the other folds' answers), so whether that binomial p-value is valid is an empirical question.
 
 Null banks: EgoToM's real option sets (``../shared/data/egotom_paper``, loaded by the audit's own
-loader, :func:`gen.mcq.load_banks`, grouped like the check, :meth:`AuditData.by_type`), each item's
-options kept exactly and its answer re-drawn uniformly at random (seeded per draw and bank). The
-classifier's features are symmetric in the options (no position feature), so the answer carries no
-information the options could predict: the null holds exactly. Per draw and bank, the p-value the
-check computes (``shortcut_cv`` + ``binom_greater``, default ``AuditConfig``, ``seed`` = --seed +
-draw), and the same with ``shortcut_repeats=1`` (one split). Banks: every question type with at
+loader, :func:`gen.kinds.mcq.load_banks`, grouped like the check, :meth:`AuditData.by_type`), each
+item's options kept exactly and its answer re-drawn uniformly at random (seeded per draw and bank).
+The classifier's features are symmetric in the options (no position feature), so the answer carries
+no information the options could predict: the null holds exactly. Per draw and bank, the p-value
+the check computes (``shortcut_cv`` + ``binom_greater``, default ``AuditConfig``, ``seed`` = --seed
++ draw), and the same with ``shortcut_repeats=1`` (one split). Banks: every question type with at
 least ``shortcut_min_items`` items (the whole type, as the audit tests it), and small banks: seeded
 random subsets of 40 and 100 items of one type (--small-type, default actions, 4 options).
 
@@ -61,7 +61,7 @@ def load_types(path: Path) -> dict[str, list[Any]]:
     """The items the shortcut check tests, per question type, read as ``gen audit input=`` reads
     them."""
     from gen.generators.audit.data import AuditData
-    from gen.mcq import load_banks
+    from gen.kinds.mcq import load_banks
 
     banks = load_banks(path)
     data = AuditData(items=[it for b in banks for it in b.items], banks=banks)

@@ -9,7 +9,8 @@ The Python API (the command line ``gen`` is a thin layer over it)::
     folder.records(), folder.rejects(), folder.manifest, folder.to_polars(), folder.to_hf()
 
 A generator of your own is a function decorated with :func:`gen.generator` and named in your
-distribution's ``gen.generators`` entry points (see the plugin guide).
+distribution's ``gen.generators`` entry points; a record kind of your own is a :class:`gen.Kind`
+(or :class:`gen.MCQKind`) named in its ``gen.kinds`` entry points (see the plugin guide).
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -29,6 +30,9 @@ _LAZY = {
     "RunContext": "gen.runner",
     "Plan": "gen.runner",
     "Reject": "gen.schemas",
+    "Kind": "gen.kinds",
+    "MCQKind": "gen.kinds",
+    "MCQ": "gen.schemas.mcq",
 }
 
 
@@ -42,4 +46,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'gen' has no attribute {name!r}")
 
 
-__all__ = ["CommonConfig", "Plan", "Reject", "RunContext", "RunFolder", "generator", "open", "run"]
+__all__ = [
+    "MCQ",
+    "CommonConfig",
+    "Kind",
+    "MCQKind",
+    "Plan",
+    "Reject",
+    "RunContext",
+    "RunFolder",
+    "generator",
+    "open",
+    "run",
+]

@@ -581,6 +581,10 @@ def print_help() -> None:
             fail(f"skipped: {e}", 2)
     for line in collisions():
         fail(line, 2)
+    from gen import kinds
+
+    for line in kinds.skipped():  # a plugin kind not taken: one line each
+        fail(line, 2)
     print(USAGE)
     print("\ngenerators:")
     width = max(len(n) for n in helps)

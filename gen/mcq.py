@@ -1,10 +1,8 @@
 """Read and write multiple-choice banks: our MCQ records (JSONL) and EgoToM's CSVs.
 
-``load_banks(path)`` accepts a file or a folder (a run folder whose manifest says its records
-are MCQs, a ``tom`` / ``distractors`` run folder, a
-``nocontext`` run folder — its ``kept/`` items —, or a folder of
-``egotom_{goal,belief,actions}_shuffled.csv``) and gives one :class:`Bank` per file,
-its items normalised to :class:`schemas.mcq.MCQ`. ``write_subset`` writes chosen items back in
+:func:`load_bank` reads one file (MCQ records, an EgoToM CSV, a WAGIBench MCQ layout) as a
+:class:`Bank`, its items normalised to :class:`schemas.mcq.MCQ`; which files a folder holds is
+its kind's to say (:func:`gen.kinds.mcq.load_banks`). ``write_subset`` writes chosen items back in
 the file's own format, so a filter's output is read by the next step unchanged.
 
 Generators that order options place the answer with :func:`answer_position` (or
@@ -24,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gen.errors import InputError, MissingInputError, not_utf8
+from gen.errors import InputError, not_utf8
 from gen.schemas.mcq import LETTERS, MCQ, MCQRecord
 
 EGOTOM_TYPES = ("goal", "belief", "actions")
@@ -34,14 +32,6 @@ EGOTOM_QUESTION = {
     "actions": "What will C most likely do next?",
 }
 EGOTOM_CHOICES = {"goal": 3, "belief": 4, "actions": 4}
-# Record files our generators write, in the order a run folder is searched.
-RECORD_FILES = (
-    "tom.jsonl",
-    "distractors.jsonl",
-    "candidates.jsonl",
-    "nocontext_kept.jsonl",
-    "mcq.jsonl",
-)
 
 
 def egotom_columns(q: str) -> list[str]:
@@ -71,56 +61,8 @@ class Bank:
     it."""
 
 
-def load_banks(path: Path) -> list[Bank]:
-    """Every MCQ bank at ``path`` (a file, a run folder, or a folder of EgoToM CSVs)."""
-    return [load_bank(p) for p in bank_files(path)]
-
-
-def bank_files(path: Path) -> list[Path]:
-    """The MCQ files :func:`load_banks` reads at ``path``, in its order (nothing is read but
-    EgoToM headers)."""
-    if not path.exists():
-        raise MissingInputError(f"input: no such file or folder: {path}")
-    if path.is_file():
-        return [path]
-    for name in RECORD_FILES:
-        if (path / name).is_file():
-            return [path / name]
-    declared = mcq_records_file(path)
-    if declared is not None:
-        return [declared]
-    run = path.parent if path.name == "kept" else path
-    if (run / "nocontext.jsonl").is_file() and (run / "kept").is_dir():
-        # a nocontext run (or its kept/): the items it kept, one file per input file, as they were
-        return [p for p in sorted((run / "kept").iterdir()) if p.suffix in (".jsonl", ".csv")]
-    csvs = sorted(p for p in path.glob("*.csv") if egotom_type(p) is not None)
-    if not csvs:
-        layouts = sorted(path.glob("wagibench_mcq_*.json"))
-        if layouts:  # a bank export in WAGIBench's MCQ layout
-            return layouts
-        raise InputError(
-            f"input: {path} holds no MCQ file ({', '.join(RECORD_FILES)}, EgoToM CSVs or "
-            "wagibench_mcq_*.json)"
-        )
-    return csvs
-
-
 BANK_FORMATS = {".csv": "egotom_csv", ".jsonl": "jsonl", ".json": "wagibench_json"}
 """A bank file's format by its suffix (see :class:`Bank`)."""
-
-
-def mcq_records_file(folder: Path) -> Path | None:
-    """The records file of a run folder whose manifest says its records are MCQs (any
-    generator's, ``introspect``'s included), when it is there."""
-    from gen.runfolder import RunFolder
-
-    try:
-        run = RunFolder.find(folder) if folder.is_dir() else None
-    except InputError:  # a broken manifest: the readers that need it say what is wrong
-        return None
-    if run is None or run.kind != "mcq" or not run.records_path.is_file():
-        return None
-    return run.records_path
 
 
 def load_bank(path: Path) -> Bank:

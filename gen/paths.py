@@ -168,3 +168,44 @@ def unwritable(path: Path) -> str | None:
     except OSError as e:
         return f"{probe}: {e.strerror or e}"
     return None
+
+
+# --------------------------------------------------------------------------- banks' folders
+# A bank's layout, as far as every writer must know it: everything under a bank folder is the
+# bank's own (only ``bank add`` writes there), so the runner refuses a run folder there.
+
+LOCK = "MANIFEST.lock.json"
+CURRENT = "current"
+VERSIONS = "versions"
+WRITER_LOCK = ".lock"
+VERSION_DIR = re.compile(r"^v(\d{4,})$")
+
+
+def is_within(folder: Path, path: Path) -> bool:
+    """Whether ``path`` resolves (through symlinks, existing or not) inside ``folder``."""
+    base = os.path.realpath(folder)
+    return os.path.commonpath([base, os.path.realpath(path)]) == base
+
+
+def is_bank(folder: Path) -> bool:
+    """``folder`` is a bank: a ``versions/`` folder beside its ``current`` pointer or writer's
+    lock, or holding a released version (``vNNNN/`` with its lock)."""
+    vroot = folder / VERSIONS
+    if not vroot.is_dir():
+        return False
+    if os.path.lexists(folder / CURRENT) or os.path.lexists(folder / WRITER_LOCK):
+        return True
+    try:
+        return any(VERSION_DIR.match(p.name) and (p / LOCK).is_file() for p in vroot.iterdir())
+    except OSError:
+        return False
+
+
+def owning_bank(path: Path) -> Path | None:
+    """The bank ``path`` is or lies in (resolved through symlinks, existing or not), if any.
+    Everything under a bank folder is the bank's own: only ``bank add`` writes there."""
+    where = Path(os.path.realpath(path.expanduser()))
+    for folder in (where, *where.parents):
+        if is_bank(folder):
+            return folder
+    return None

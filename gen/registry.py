@@ -109,16 +109,22 @@ def _dist(ep: EntryPoint) -> str:
     return ep.dist.name if ep.dist is not None else "an unknown distribution"
 
 
-def _own(ep: EntryPoint) -> bool:
+def owned(ep: EntryPoint, prefix: str = "gen.generators.") -> bool:
+    """The entry point is gen's own (its distribution, or without one a module under
+    ``prefix``)."""
     if ep.dist is None:
-        return ep.module.startswith("gen.generators.")
+        return ep.module.startswith(prefix)
     return ep.dist.name.replace("_", "-").lower() == OWN
 
 
 def _candidates() -> dict[str, list[EntryPoint]]:
-    """Every entry point of the group by name (one per distinct target)."""
+    return entry_point_candidates(GROUP)
+
+
+def entry_point_candidates(group: str) -> dict[str, list[EntryPoint]]:
+    """Every entry point of ``group`` by name (one per distinct target)."""
     out: dict[str, list[EntryPoint]] = {}
-    for ep in entry_points(group=GROUP):
+    for ep in entry_points(group=group):
         same = out.setdefault(ep.name, [])
         if all(e.value != ep.value for e in same):
             same.append(ep)
@@ -131,7 +137,7 @@ def _entry_points() -> dict[str, EntryPoint]:
     (loading that name is then refused, naming them)."""
     chosen = {}
     for name, eps in _candidates().items():
-        own = [ep for ep in eps if _own(ep)]
+        own = [ep for ep in eps if owned(ep)]
         chosen[name] = own[0] if own else eps[0]
     return chosen
 
@@ -143,8 +149,8 @@ def collisions(only: str | None = None) -> list[str]:
     for name, eps in sorted(_candidates().items()):
         if len(eps) < 2 or only not in (None, name):
             continue
-        own = [ep for ep in eps if _own(ep)]
-        others = ", ".join(f"{_dist(ep)} ({ep.value})" for ep in eps if not _own(ep))
+        own = [ep for ep in eps if owned(ep)]
+        others = ", ".join(f"{_dist(ep)} ({ep.value})" for ep in eps if not owned(ep))
         if own:
             lines.append(
                 f"entry point {name} of {others} is skipped: {name} is gen's own generator "
@@ -170,7 +176,7 @@ class Registry(MutableMapping[str, Generator]):
             eps = _candidates().get(name, [])
             if not eps:
                 raise KeyError(name)
-            if len(eps) > 1 and not any(_own(ep) for ep in eps):
+            if len(eps) > 1 and not any(owned(ep) for ep in eps):
                 raise ConfigError(
                     f"generator {name} is registered by several distributions: "
                     + ", ".join(f"{_dist(ep)} ({ep.value})" for ep in eps)

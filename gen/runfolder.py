@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +28,9 @@ OLD_KINDS = {"scenario": "scenarios"}
 """Former record kinds -> today's (the scenarios kind took the bank's name), for old folders."""
 """Options that change how a run shows progress or where it caches, never what it writes: a run
 made with other values of these is the same run."""
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Counts(BaseModel):
@@ -75,19 +78,31 @@ class Manifest(BaseModel):
         return dict(self.model_extra or {})
 
 
-def read_manifest(folder: Path) -> tuple[Manifest, dict[str, Any]]:
-    """A folder's ``manifest.json``, checked, and as read. Anything else (not UTF-8, not JSON, a
-    list, no generator) is an InputError naming the file and the field."""
+@overload
+def read_manifest(folder: Path) -> tuple[Manifest, dict[str, Any]]: ...
+@overload
+def read_manifest(folder: Path, model: type[M]) -> tuple[M, dict[str, Any]]: ...
+def read_manifest(folder: Path, model: type[BaseModel] = Manifest) -> tuple[Any, dict[str, Any]]:
+    """A folder's ``manifest.json``, checked against ``model`` (the keys its reader relies on:
+    :class:`Manifest` by default), and as read: the one manifest reader. Anything else (not
+    UTF-8, not JSON, a list, ``{}``, no generator) is an InputError naming the file and the
+    field."""
     from gen.readers import read_json, validated
 
     file = folder / MANIFEST
-    raw = read_json(file)
-    if not isinstance(raw, dict):
-        raise InputError(
-            f"{file}: not a run manifest (a JSON object naming its generator), "
-            f"got a JSON {type(raw).__name__}"
+    raw = read_json(file)  # strict JSON; a byte-order mark is read, as in every input
+    if not isinstance(raw, dict) or not isinstance(raw.get("generator"), str):
+        got = (
+            "an empty object"
+            if raw == {}
+            else "an object without a generator"
+            if isinstance(raw, dict)
+            else f"a JSON {type(raw).__name__}"
         )
-    return validated(Manifest, raw, str(file), what="manifest"), raw
+        raise InputError(
+            f"{file}: not a run manifest (a JSON object naming its generator), got {got}"
+        )
+    return validated(model, raw, str(file), what="manifest"), raw
 
 
 _ABSENT = object()

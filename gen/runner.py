@@ -28,12 +28,11 @@ from pydantic import BaseModel
 
 import gen
 from gen.backends import Backends
-from gen.banks.store import is_within, owning_bank
 from gen.errors import BackendError, ConfigError
 from gen.llm import Cache, LanguageModel, LLMConfig, batch, sha256_file
 from gen.llm.labels import model_label, unique_labels
 from gen.manifest import atomic_write, count_lines, git_info, output_hashes, package_versions
-from gen.paths import inside
+from gen.paths import inside, is_within, owning_bank
 from gen.progress import Progress
 from gen.registry import REGISTRY
 from gen.runconfig import (

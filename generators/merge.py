@@ -42,6 +42,7 @@ from gen.manifest import atomic_write, extras_of
 from gen.paths import UnsafePathError, inside
 from gen.readers import parse_json, read_json, read_text, validated
 from gen.registry import REGISTRY, generator
+from gen.runfolder import read_manifest
 from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 
@@ -152,12 +153,7 @@ def read_shard(folder: Path) -> Shard:
     manifest = folder / "manifest.json"
     if not manifest.is_file():
         raise MissingInputError(f"input: {folder} is not a finished run folder (no manifest.json)")
-    raw = read_json(manifest)
-    if not isinstance(raw, dict):
-        raise InputError(
-            f"{manifest}: expected a run manifest (a JSON object), got {type(raw).__name__}"
-        )
-    m = validated(ShardManifest, raw, str(manifest), what="manifest")
+    m, raw = read_manifest(folder, ShardManifest)
 
     def path(name: str, what: str) -> Path:
         try:

@@ -33,7 +33,7 @@ from conftest import gen_env, read_jsonl
 from fakes import FakeEmbedder
 from pydantic import model_validator
 
-from gen.banks.identity import KINDS, item_id_of
+from gen import kinds
 from gen.banks.store import LOCK, read_pointer, version_dir
 from gen.generators.bank import BankConfig
 from gen.manifest import output_hashes
@@ -231,7 +231,7 @@ class Bank:
 
     def ids(self, version: int | None = None) -> set[str]:
         out: set[str] = set()
-        for kind in KINDS:
+        for kind in kinds.bank_names():
             p = version_dir(self.root, version or self.current) / f"{kind}.parquet"
             if p.is_file():
                 out |= set(pl.read_parquet(p)["item_id"].to_list())
@@ -239,7 +239,7 @@ class Bank:
 
 
 def ids_of(records: list[dict[str, Any]]) -> list[str]:
-    return [item_id_of("mcq_record", r) for r in records]
+    return [kinds.require("mcq").item_id(r) for r in records]
 
 
 # --------------------------------------------------------------------------- a digital run

@@ -12,24 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from gen.banks.identity import (
-    MCQ_KINDS,
-    canonical,
-    content_id,
-    egotom_row_mcq,
-    item_id_of,
-    mcq_identity,
-    scenario_question_type,
-)
+from gen import kinds
 from gen.errors import ConfigError, GenError, InputError
+from gen.kinds import Kind, canonical
 from gen.llm import sha256_file
-from gen.mcq import egotom_type, from_record
 from gen.readers import iter_jsonl
 from gen.runfolder import RunFolder
 from gen.schemas.bank import SourceManifest
-from gen.schemas.mcq import MCQRecord
 
 # --------------------------------------------------------------------------- the batch
 
@@ -38,8 +27,8 @@ from gen.schemas.mcq import MCQRecord
 class Item:
     kind: str
     fmt: str
-    """``mcq_record``, ``egotom_csv``, ``digital_bundle`` or ``scenario_record``: how ``record`` is
-    read."""
+    """How ``record`` is read back (its kind's :meth:`~gen.kinds.Kind.source_format_of`: an MCQ
+    record, an EgoToM CSV row, a digital bundle…)."""
     record: dict[str, Any]
     item_id: str
     source_item_id: str
@@ -48,42 +37,32 @@ class Item:
     wagibench: dict[str, Any] | None = None
 
 
-def kind_of(path: Path) -> tuple[str, str]:
-    """(kind, format) of a records file from its name."""
-    if path.suffix == ".csv":
-        if egotom_type(path) is None:
-            raise InputError(
-                f"input: {path} is not an EgoToM CSV (no gt_goal/gt_belief/gt_actions column)"
-            )
-        return "mcq", "egotom_csv"
-    if path.suffix != ".jsonl":
+def kind_of(path: Path) -> Kind:
+    """The bank kind of a records file, by its kind's declared files (a JSONL no kind declares
+    holds ``mcq`` records)."""
+    if path.suffix not in (".jsonl", ".csv"):
         raise InputError(f"input: {path}: expected a .jsonl of records or an EgoToM .csv")
-    stem = path.stem
-    if stem == "digital":
-        return "digital", "digital_bundle"
-    if stem in MCQ_KINDS:
-        return stem, "mcq_record"
-    from gen.contextbench import is_scenario_bank
-
-    if stem == "scenarios" or is_scenario_bank(path):  # the context benchmark's released schema
-        return "scenarios", "scenario_record"
-    return "mcq", "mcq_record"
+    kind = kinds.for_file(path)
+    if kind is None and path.suffix == ".csv":
+        raise InputError(
+            f"input: {path} is not an EgoToM CSV (no gt_goal/gt_belief/gt_actions column)"
+        )
+    return kind or kinds.require("mcq")
 
 
 def batch_files(
     path: Path, kind: str = "auto", roles: str | None = None
 ) -> list[tuple[Path, str, str]]:
-    """The record files of input= with their kind and format: a run folder (tom, distractors,
-    digital, scenarios, mcq, a nocontext run's kept/), a folder of EgoToM CSVs, one file, or
-    (with a roles file) any JSONL bank."""
-    from gen.mcq import RECORD_FILES
-
+    """The record files of input= with their kind and format: a run folder (its kind's item
+    files), a folder of record files without a manifest (the first kind that declares one of
+    them), one file, or (with a roles file) any JSONL bank."""
+    wanted = None if kind == "auto" else kinds.require(kind)
     if roles is not None:
         if not path.is_file() or path.suffix != ".jsonl":
             raise InputError(f"input: with roles= the bank must be one JSONL file, got {path}")
-        if kind in ("digital", "scenarios"):
+        if wanted is not None and not wanted.is_mcq:
             raise ConfigError(f"kind={kind} does not fit roles= (a roles file describes MCQs)")
-        return [(path, "mcq" if kind == "auto" else kind, "roles_jsonl")]
+        return [(path, "mcq" if wanted is None else kind, "roles_jsonl")]
     files: list[Path]
     run = RunFolder.find(path) if path.is_dir() else None
     source = run if path.is_dir() else RunFolder.find(f) if (f := run_folder(path)) else None
@@ -97,69 +76,39 @@ def batch_files(
         files = [path]
     elif run is not None:
         files = run_files(run)
-    elif (path / "digital.jsonl").is_file():  # a folder of record files without a manifest
-        files = [path / "digital.jsonl"]
-    elif (path / "scenarios.jsonl").is_file():
-        files = [path / "scenarios.jsonl"]
-    elif any((path / n).is_file() for n in RECORD_FILES if n != "nocontext_kept.jsonl"):
-        files = [next(path / n for n in RECORD_FILES if (path / n).is_file())]
-    elif (path / "nocontext.jsonl").is_file() and (path / "kept").is_dir():
-        files = sorted(p for p in (path / "kept").iterdir() if p.suffix in (".jsonl", ".csv"))
-    elif (path / "nocontext_kept.jsonl").is_file():
-        files = [path / "nocontext_kept.jsonl"]
     else:
-        files = sorted(p for p in path.glob("*.csv") if egotom_type(p) is not None)
+        found = kinds.in_folder(path)
+        files = found[1] if found is not None else []
     if not files:
-        raise InputError(
-            f"input: {path} holds no records (tom.jsonl, distractors.jsonl, digital.jsonl, "
-            "scenarios.jsonl, mcq.jsonl or EgoToM CSVs)"
-        )
+        names = ", ".join(f for k in kinds.bank_kinds() for f in k.files)
+        raise InputError(f"input: {path} holds no records ({names} or EgoToM CSVs)")
     out = []
     for f in files:
-        k, fmt = kind_of(f)
-        if kind != "auto":
-            if (kind == "digital") != (fmt == "digital_bundle") or (kind == "scenarios") != (
-                fmt == "scenario_record"
-            ):
-                raise ConfigError(f"kind={kind} does not fit {f} ({fmt})")
-            k = kind
-        out.append((f, k, fmt))
+        k = kind_of(f)
+        if wanted is not None:
+            if wanted.family != k.family:
+                raise ConfigError(f"kind={kind} does not fit {f} ({k.source_format_of(f)})")
+            k = wanted
+        out.append((f, k.name, k.source_format_of(f)))
     return out
 
 
 def run_files(run: RunFolder) -> list[Path]:
-    """The item files of a run folder, by what its manifest says it holds: its records (MCQs,
-    digital bundles, scenarios), or the items a nocontext screening kept (``kept/``)."""
-    if run.kind == "screening":
-        kept = run.path / "kept"
-        return (
-            sorted(p for p in kept.iterdir() if p.suffix in (".jsonl", ".csv"))
-            if kept.is_dir()
-            else []
-        )
-    if run.kind in ("mcq", "digital", "scenarios") and run.records_path.is_file():
-        return [run.records_path]
+    """The item files of a run folder, by the kind its manifest names: its records, or (a
+    screening) the items it kept."""
+    kind = kinds.of_run(run)
+    if kind is not None and kind.gives_items:
+        return kind.item_files(run)
     raise InputError(
         f"input: {run.path} is a {run.generator} run; its records ({run.kind}) are not items a "
-        "bank "
-        "holds (MCQs, digital bundles or scenarios)"
+        f"bank holds ({', '.join(kinds.bank_names())})"
     )
 
 
-def count_rows(path: Path, fmt: str) -> int:
-    if fmt == "egotom_csv":
-        return len(read_csv_rows(path))
-    # parsed as the batch will be: a non-UTF-8 byte or a bad line is an InputError naming file:line
-    return sum(1 for _ in iter_jsonl(path))
-
-
-def read_csv_rows(path: Path) -> list[dict[str, Any]]:
-    import polars as pl
-
-    try:  # all strings, as gen.mcq reads it: nothing is reinterpreted
-        return pl.read_csv(path, infer_schema_length=0).to_dicts()
-    except Exception as e:  # noqa: BLE001 - polars raises several types
-        raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
+def count_rows(path: Path, kind: str) -> int:
+    """The records of one batch file, parsed as the batch will be (a non-UTF-8 byte or a bad line
+    is an InputError naming file:line)."""
+    return sum(1 for _ in kinds.require(kind).read(path))
 
 
 def run_folder(path: Path) -> Path | None:
@@ -231,13 +180,12 @@ def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
             **({"category": q.category} if q.category is not None else {}),
             "source_row": rows[q.line + 1],
         }
-        mcq = from_record(MCQRecord.model_validate(record), 0)
         items.append(
             Item(
                 kind,
                 "mcq_record",
                 record,
-                content_id(mcq_identity(mcq)),
+                kinds.require(kind).item_id(record),
                 q.item_id,
                 where,
                 q.question_type,
@@ -247,78 +195,31 @@ def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
 
 
 def load_batch(files: list[tuple[Path, str, str]], roles: str | None = None) -> list[Item]:
-    """Every input item, validated (a bad line is an InputError naming file:line), with its id."""
-    from gen.schemas.digital import DigitalBundle
-    from gen.schemas.scenarios import ScenarioRecord
-
+    """Every input item, validated by its kind (a bad line is an InputError naming file:line),
+    with its content id."""
     items: list[Item] = []
-    for path, kind, fmt in files:
+    for path, name, fmt in files:
         if fmt == "roles_jsonl":
             assert roles is not None
-            items += roles_items(path, kind, roles)
+            items += roles_items(path, name, roles)
             continue
-        if fmt == "egotom_csv":
-            for i, row in enumerate(read_csv_rows(path)):
-                q = egotom_row_mcq(row)
-                items.append(
-                    Item(
-                        kind,
-                        fmt,
-                        row,
-                        content_id(mcq_identity(q)),
-                        str(row.get("cuid") or ""),
-                        f"{path}:row {i + 1}",
-                        q.question_type,
-                    )
+        kind = kinds.require(name)
+        wb = wagibench_rows(run_folder(path)) if kind.is_mcq else {}
+        for where, record in kind.read(path):
+            kind.validate(record, where)
+            sid = kind.source_id(record)
+            items.append(
+                Item(
+                    name,
+                    fmt,
+                    record,
+                    kind.item_id(record),
+                    sid,
+                    where,
+                    kind.question_type(record),
+                    wb.get(sid),
                 )
-            continue
-        wb = wagibench_rows(run_folder(path)) if kind == "distractors" else {}
-        for lineno, record in iter_jsonl(path):
-            where = f"{path}:{lineno}"
-            try:
-                if fmt == "scenario_record":
-                    ScenarioRecord.model_validate(record)
-                    items.append(
-                        Item(
-                            kind,
-                            fmt,
-                            record,
-                            item_id_of(fmt, record),
-                            record["scenario_id"],
-                            where,
-                            scenario_question_type(record),
-                        )
-                    )
-                elif fmt == "digital_bundle":
-                    DigitalBundle.model_validate(record)
-                    sid = record["bundle_id"]
-                    cue = record.get("cue")
-                    qtype = f"cue:{cue['app']}" if cue else "uncued"
-                    items.append(
-                        Item(kind, fmt, record, item_id_of(fmt, record), sid, where, qtype)
-                    )
-                else:
-                    q = from_record(MCQRecord.model_validate(record), 0)
-                    items.append(
-                        Item(
-                            kind,
-                            fmt,
-                            record,
-                            content_id(mcq_identity(q)),
-                            q.item_id,
-                            where,
-                            q.question_type,
-                            wb.get(q.item_id),
-                        )
-                    )
-            except ValidationError as e:
-                err = e.errors()[0]
-                loc = ".".join(str(x) for x in err["loc"])
-                what = {
-                    "digital_bundle": "a digital bundle",
-                    "scenario_record": "a scenario in the released schema",
-                }.get(fmt, "an MCQ record")
-                raise InputError(f"{where}: not {what} ({loc}: {err['msg']})") from None
+            )
     return items
 
 
@@ -362,9 +263,9 @@ def source_info(files: list[tuple[Path, str, str]], input_arg: str) -> dict[str,
 
 def read_manifest(path: Path) -> SourceManifest:
     """A run's manifest, the fields the bank records (an InputError naming the file otherwise)."""
-    from gen.readers import read_json, validated
+    from gen.runfolder import read_manifest as read
 
-    return validated(SourceManifest, read_json(path), str(path))
+    return read(path.parent, SourceManifest)[0]
 
 
 def _manifest_summary(m: SourceManifest) -> dict[str, Any]:

@@ -42,23 +42,26 @@ from typing import Any
 
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.llm import sha256_file
-from gen.paths import unwritable
+from gen.paths import (  # the bank's layout, which the run engine reads too
+    CURRENT,
+    LOCK,
+    VERSION_DIR,
+    VERSIONS,
+    WRITER_LOCK,
+    is_within,
+    unwritable,
+)
 
 SCHEMA_REVISION = 1
 """Revision of the bank's file format (columns, lock keys). Readers refuse a newer one."""
 FORMAT = "gen-bank"
-LOCK = "MANIFEST.lock.json"
 CHANGELOG = "CHANGELOG.md"
-CURRENT = "current"
-VERSIONS = "versions"
-WRITER_LOCK = ".lock"
 FAULT_ENV = "GEN_BANK_FAULT"
 FAULT_PHASES = ("audited", "staging", "staged", "renamed", "linked", "committed")
 """``audited``: after the audit; ``staging``: one data file written into the staging folder;
 ``staged``: the whole version staged; ``renamed``: staged folder renamed to ``vNNNN``;
 ``linked``: the new ``current`` symlink made under a temporary name; ``committed``: after the
 switch, before the run folder is finished."""
-VERSION_DIR = re.compile(r"^v(\d{4,})$")
 PUBLISHING = re.compile(r"^\.publishing-v(\d{4,})-(\d+)$")
 """The note an ``add`` writes before it renames a staged version into place."""
 LEFTOVER = re.compile(r"^(?:\.staging-v\d{4,}|\.current\.tmp)-(\d+)$")
@@ -91,36 +94,6 @@ def version_dir(root: Path, version: int) -> Path:
 def bank_name(root: Path) -> str:
     """The name a new version records (``bank`` in its lock): the bank folder's own name."""
     return Path(os.path.abspath(root)).name
-
-
-def is_within(folder: Path, path: Path) -> bool:
-    """Whether ``path`` resolves (through symlinks, existing or not) inside ``folder``."""
-    base = os.path.realpath(folder)
-    return os.path.commonpath([base, os.path.realpath(path)]) == base
-
-
-def is_bank(folder: Path) -> bool:
-    """``folder`` is a bank: a ``versions/`` folder beside its ``current`` pointer or writer's
-    lock, or holding a released version (``vNNNN/`` with its lock)."""
-    vroot = folder / VERSIONS
-    if not vroot.is_dir():
-        return False
-    if os.path.lexists(folder / CURRENT) or os.path.lexists(folder / WRITER_LOCK):
-        return True
-    try:
-        return any(VERSION_DIR.match(p.name) and (p / LOCK).is_file() for p in vroot.iterdir())
-    except OSError:
-        return False
-
-
-def owning_bank(path: Path) -> Path | None:
-    """The bank ``path`` is or lies in (resolved through symlinks, existing or not), if any.
-    Everything under a bank folder is the bank's own: only ``bank add`` writes there."""
-    where = Path(os.path.realpath(path.expanduser()))
-    for folder in (where, *where.parents):
-        if is_bank(folder):
-            return folder
-    return None
 
 
 def check_root(root: Path, *, writing: bool) -> None:
@@ -206,42 +179,9 @@ def columns(kind: str) -> dict[str, Any]:
         "source_format": pl.String,
         "source_item_id": pl.String,
     }
-    flat: dict[
-        str, pl.DataType | type[pl.DataType]
-    ]  # a class (pl.String) or an instance (pl.List(...))
-    if kind == "scenarios":
-        flat = {
-            "scenario_id": pl.String,
-            "subset": pl.String,
-            "pair_id": pl.String,
-            "target_context": pl.String,
-            "change_type": pl.String,
-            "activity_domain": pl.String,
-            "referent_complexity": pl.String,
-            "difficulty_tier": pl.String,
-            "turn_2_user": pl.String,
-        }
-    elif kind == "digital":
-        flat = {
-            "current_datetime": pl.String,
-            "cue_id": pl.String,
-            "cue_app": pl.String,
-            "cue": pl.String,
-            "main_persona": pl.String,
-            "related_personas": pl.List(pl.String),
-            "apps": pl.List(pl.String),
-            "chars_total": pl.Int64,
-        }
-    else:
-        flat = {
-            "question": pl.String,
-            "options": pl.List(pl.String),
-            "answer": pl.Int64,
-            "answer_text": pl.String,
-            "group": pl.String,
-            "context": pl.String,
-            "wagibench": pl.String,
-        }
+    from gen import kinds
+
+    flat = kinds.require(kind).columns()
     return {**common, **flat, "record": pl.String}
 
 

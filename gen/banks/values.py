@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gen.banks.identity import canonical
 from gen.banks.store import CHANGELOG, LOCK, label, read_json
 from gen.errors import GenError
+from gen.kinds import canonical
 from gen.readers import validated
 from gen.schemas.bank import ReviewSummary
 

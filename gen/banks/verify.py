@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gen.banks.identity import KINDS, item_id_of
+from gen import kinds
 from gen.banks.store import (
     FORMAT,
     LOCK,
@@ -158,7 +158,7 @@ def check_version(
     current_rows: Rows = {}
     data: dict[str, KindData] = {}
     counts = lock.get("counts") or {}
-    for kind in KINDS:
+    for kind in kinds.bank_names():
         name = f"{kind}.parquet"
         if name not in found:
             if kind in counts and name not in links:
@@ -176,13 +176,11 @@ def check_version(
             rows = {}
             try:
                 df = read_kind(folder / name)
-                for iid, added, fmt, rec in df.select(
-                    "item_id", "added_in", "source_format", "record"
-                ).iter_rows():
+                for iid, added, rec in df.select("item_id", "added_in", "record").iter_rows():
                     if iid in rows:
                         problem(name, "duplicate_id", f"{rel}/{name}: item {iid} appears twice")
                     try:
-                        recomputed = item_id_of(fmt, json.loads(rec))
+                        recomputed = kinds.require(kind).item_id(json.loads(rec))
                     except (ValueError, GenError, KeyError, TypeError) as e:
                         recomputed = f"unreadable record ({e})"
                     if recomputed != iid:
@@ -218,7 +216,7 @@ def check_version(
             )
         current_rows.update(rows)
     for kind in counts:
-        if kind not in KINDS:
+        if kind not in kinds.bank_names():
             problem(LOCK, "unknown_kind", f"{rel}/{LOCK} counts an unknown kind {kind!r}")
     history = lock.get("history") or []
     mine = history[-1] if history else {}

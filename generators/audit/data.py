@@ -17,21 +17,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from gen import kinds
+from gen.contextbench import CHECKS_FILE, scenario_file
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.generators.audit.items import Items, Subset
 from gen.generators.audit.text import Grams
-from gen.mcq import (
-    RECORD_FILES,
-    Bank,
-    bank_files,
-    bank_format,
-    egotom_type,
-    iter_bank,
-    mcq_records_file,
-)
-from gen.readers import iter_jsonl, read_json, validated
+from gen.kinds.mcq import find_mcq_files, iter_items, mcq_files
+from gen.mcq import Bank, bank_format
+from gen.readers import iter_jsonl, validated
 from gen.roles import iter_roles_bank, read_roles
 from gen.runfolder import load_run_records
+from gen.runfolder import read_manifest as run_manifest
 from gen.runner import RunContext
 
 if TYPE_CHECKING:
@@ -122,16 +118,6 @@ class AuditData:
         )
 
 
-def _has_bank(folder: Path) -> bool:
-    run = folder.parent if folder.name == "kept" else folder  # a nocontext run, or its kept/
-    return (
-        any((folder / n).is_file() for n in RECORD_FILES)
-        or mcq_records_file(folder) is not None
-        or (run / "nocontext.jsonl").is_file()
-        or any(egotom_type(p) for p in folder.glob("*.csv"))
-    )
-
-
 def _read_banks(path: Path, roles: str | None, what: str, into: Items) -> list[Bank]:
     """Stream the bank files at ``path`` into ``into`` (one Bank each, its items a view)."""
     if roles is not None:
@@ -144,7 +130,7 @@ def _read_banks(path: Path, roles: str | None, what: str, into: Items) -> list[B
         sources = [(path, "roles_jsonl", lambda p: iter_roles_bank(p, spec, problems))]
     else:
         problems = []
-        sources = [(p, bank_format(p), iter_bank) for p in bank_files(path)]
+        sources = [(p, bank_format(p), iter_items) for p in mcq_files(path)]
     spans = []
     for b, (file, _, read) in enumerate(
         sources
@@ -160,34 +146,14 @@ def _read_banks(path: Path, roles: str | None, what: str, into: Items) -> list[B
     ]
 
 
-def _is_scenarios(path: Path) -> bool:
-    from gen.contextbench import is_scenario_bank
-
-    return is_scenario_bank(path)
-
-
 def _run_folder(path: Path) -> Path | None:
     folder = path if path.is_dir() else path.parent
     return folder if (folder / "manifest.json").is_file() else None
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
-    """A run folder's manifest.json: a JSON object naming its generator. Anything else (not
-    UTF-8, not JSON, a list, ``{}``) is an InputError naming the file."""
-    file = folder / "manifest.json"
-    manifest = read_json(file)  # strict JSON; a byte-order mark is read, as in every input
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("generator"), str):
-        got = (
-            "an empty object"
-            if manifest == {}
-            else "an object without a generator"
-            if isinstance(manifest, dict)
-            else f"a JSON {type(manifest).__name__}"
-        )
-        raise InputError(
-            f"{file}: not a run manifest (a JSON object naming its generator), got {got}"
-        )
-    return manifest
+    """A run folder's manifest.json as read (checked by :func:`gen.runfolder.read_manifest`)."""
+    return run_manifest(folder)[1]
 
 
 def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
@@ -200,21 +166,17 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
     assert path is not None
     data = AuditData(seed=ctx.seed(0, "folds"))
     folders: list[Path] = []
-    digital = (
-        path / "digital.jsonl" if path.is_dir() else path if path.name == "digital.jsonl" else None
-    )
-    history = (
-        path / "history.jsonl" if path.is_dir() else path if path.name == "history.jsonl" else None
-    )
-    if cfg.roles is None and history is not None and history.is_file():
-        data.histories, file = load_run_records(history, "history")
+    kind = None if cfg.roles is not None else kinds.of_path(path)
+    view = kind.view if kind is not None else None
+    if kind is not None and view == "history":
+        data.histories, file = load_run_records(path, Path(kind.files[0]).stem)
         ctx.record_input(file)
         if (run_dir := _run_folder(file)) is not None:
             m = data.manifests[run_dir] = read_manifest(run_dir)
             config = m.get("config")
             data.history_config = config if isinstance(config, dict) else {}
-    elif cfg.roles is None and digital is not None and digital.is_file():
-        data.bundles, file = load_run_records(digital, "digital")
+    elif kind is not None and view == "digital":
+        data.bundles, file = load_run_records(path, Path(kind.files[0]).stem)
         ctx.record_input(file)
         if (run_dir := _run_folder(file)) is not None:
             m = data.manifests[run_dir] = read_manifest(run_dir)
@@ -223,19 +185,17 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
                 "config"
             )
             data.digital_config = config if isinstance(config, dict) else {}
-    elif cfg.roles is None and _is_scenarios(path):
+    elif kind is not None and view == "scenarios":
         from gen.contextbench import read_rows as read_scenarios
 
         data.scenarios = read_scenarios(path)
-        data.scenarios_file = path / "scenarios.jsonl" if path.is_dir() else path
+        data.scenarios_file = scenario_file(path)
         ctx.record_input(data.scenarios_file)
-        checks = data.scenarios_file.parent / "scenario_checks.jsonl"
-        if (
-            data.scenarios_file.name == "scenarios.jsonl" and checks.is_file()
-        ):  # a scenarios run's sidecar
+        checks = data.scenarios_file.parent / CHECKS_FILE
+        if data.scenarios_file.name in kind.files and checks.is_file():  # a scenarios run's sidecar
             data.scenario_categories = read_scenario_categories(checks)
             ctx.record_input(checks)
-    elif cfg.roles is not None or path.is_file() or _has_bank(path):
+    elif cfg.roles is not None or path.is_file() or find_mcq_files(path):
         data.banks = _read_banks(path, cfg.roles, "input", data.items)
         if cfg.roles is not None:
             ctx.record_input(Path(cfg.roles).expanduser())
@@ -243,8 +203,9 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
             ctx.record_input(bank.path)
     elif not (path / "manifest.json").is_file():
         raise InputError(
-            f"input: {path} holds no bank ({', '.join(RECORD_FILES)}, EgoToM CSVs), "
-            "no digital.jsonl, no history.jsonl, no scenarios.jsonl and no manifest.json"
+            f"input: {path} holds no records of any kind "
+            f"({', '.join(f for k in kinds.every() for f in k.files)}, EgoToM CSVs) and no "
+            "manifest.json"
         )
     if (f := _run_folder(path)) is not None:
         folders.append(f)
@@ -256,7 +217,7 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
             ctx.record_input(bank.path)
         data.against_name = apath.name
     nocontext = cfg.nocontext
-    if nocontext is None and path.is_dir() and (path / "nocontext.jsonl").is_file():
+    if nocontext is None and path.is_dir() and view == "screening":
         nocontext = str(path)  # a nocontext run audited as a bank: its own blind results
     if nocontext is not None:
         npath = Path(nocontext).expanduser()

@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from gen import kinds
 from gen.banks.batch import batch_files, count_rows, source_info
 from gen.banks.store import (
     LOCK,
@@ -56,7 +57,7 @@ from gen.banks.verify import drift_line, require_clean, verify_bank
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.generators.bank import add, export
 from gen.generators.bank.add import AddPlan, read_reviews
-from gen.generators.bank.export import EXPORT_KINDS, check_out
+from gen.generators.bank.export import check_out, export_kinds
 from gen.llm import sha256_file
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext
@@ -74,10 +75,11 @@ class BankConfig(CommonConfig):
     """add | verify | export; also given as the word after ``bank`` (python -m gen bank add …)."""
     bank: str | None = None
     """The bank directory (created by the first add)."""
-    kind: Literal["auto", "tom", "distractors", "digital", "mcq", "scenarios"] = "auto"
-    """add: the item kind of input=; auto: from the file name (tom.jsonl, distractors.jsonl,
-    digital.jsonl), scenarios for records in the context benchmark's released schema (known by
-    their fields); EgoToM CSVs and other MCQ JSONL are mcq."""
+    kind: str = "auto"
+    """add: the item kind of input= (a bank kind: tom, distractors, digital, mcq, scenarios or a
+    plugin's); auto: the kind its run folder's manifest names, else the kind whose declared
+    files hold it (tom.jsonl, digital.jsonl…; scenarios for records in the context benchmark's
+    released schema, known by their fields); EgoToM CSVs and other MCQ JSONL are mcq."""
     roles: str | None = None
     """add: a roles file (YAML/JSON, as for audit): input= is then any JSONL bank, read through
     it and stored as MCQ records (kind mcq) that keep each source row under ``source_row``."""
@@ -122,6 +124,10 @@ class BankConfig(CommonConfig):
             raise ValueError(f"bank= is required: python -m gen bank {self.action} bank=<dir> …")
         if self.num_shards != 1:
             raise ValueError("bank runs in one process (num_shards=1)")
+        if self.kind != "auto" and self.kind not in kinds.bank_names():
+            raise ValueError(
+                f"kind={self.kind!r}: choose auto or a bank kind: {', '.join(kinds.bank_names())}"
+            )
         if self.license is not None and not LICENSE.match(self.license):
             raise ValueError(
                 f"license={self.license!r}: an SPDX id (CC-BY-4.0, MIT) or an http(s) URL"
@@ -145,7 +151,7 @@ def plan(cfg: BankConfig) -> Plan:
         path = cfg.input_path()
         assert path is not None
         files = batch_files(path, cfg.kind, cfg.roles)
-        n = sum(count_rows(f, fmt) for f, _, fmt in files)
+        n = sum(count_rows(f, k) for f, k, _ in files)
         if n == 0:
             raise InputError(f"input: {path} holds no items")
         source = source_info(
@@ -178,7 +184,7 @@ def plan(cfg: BankConfig) -> Plan:
     require_clean(root, target)
     lock = read_json(version_dir(root, target) / LOCK, "bank")
     counts = lock.get("counts", {})
-    return Plan(sum(counts.get(k, {}).get("items", 0) for k in EXPORT_KINDS[cfg.format]), target)
+    return Plan(sum(counts.get(k, {}).get("items", 0) for k in export_kinds(cfg.format)), target)
 
 
 @generator(NAME, config=BankConfig, records=(BankItemRecord, VerifyRecord), kind="bank", plan=plan)

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from gen import kinds
 from gen.banks.batch import Item, load_batch
-from gen.banks.identity import KINDS, embed_text, family
 from gen.banks.store import (
     LOCK,
     SCHEMA_REVISION,
@@ -158,7 +158,7 @@ def _existing(root: Path, current: int | None) -> tuple[dict[str, Any], dict[str
     if current is None:
         return frames, ids
     folder = version_dir(root, current)
-    for kind in KINDS:
+    for kind in kinds.bank_names():
         p = folder / f"{kind}.parquet"
         if p.is_file():
             df = read_kind(p)
@@ -259,18 +259,18 @@ def dedupe(
     scopes: dict[tuple[str, str], list[int]] = {}
     for i, v in enumerate(verdicts):
         if v.reject is None:
-            scopes.setdefault((family(v.item.kind), v.item.question_type), []).append(i)
+            scopes.setdefault((kinds.require(v.item.kind).family, v.item.question_type), []).append(
+                i
+            )
     for (fam, qtype), members in scopes.items():
         old_rows = []  # (kind, item_id, added_in, text)
         for kind, df in frames.items():
-            if family(kind) != fam:
+            if kinds.require(kind).family != fam:
                 continue
-            sub = df.filter(df["question_type"] == qtype).select(
-                "item_id", "added_in", "source_format", "record"
-            )
-            for iid, added, fmt, rec in sub.iter_rows():
-                old_rows.append((kind, iid, added, embed_text(fmt, json.loads(rec))))
-        new_texts = [embed_text(batch[i].fmt, batch[i].record) for i in members]
+            sub = df.filter(df["question_type"] == qtype).select("item_id", "added_in", "record")
+            for iid, added, rec in sub.iter_rows():
+                old_rows.append((kind, iid, added, kinds.require(kind).text(json.loads(rec))))
+        new_texts = [kinds.require(batch[i].kind).text(batch[i].record) for i in members]
         new_vecs = ctx.embedder.encode(new_texts)
         old_vecs = ctx.embedder.encode([r[3] for r in old_rows]) if old_rows else None
         for i, m in zip(

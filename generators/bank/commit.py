@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gen
+from gen import kinds
 from gen.banks.batch import Item
-from gen.banks.identity import ITEM_ID, KINDS, canonical, record_mcq
+from gen.banks.identity import ITEM_ID
 from gen.banks.store import (
     CHANGELOG,
     FORMAT,
@@ -47,6 +48,7 @@ from gen.banks.store import (
 from gen.banks.values import digest_line, prompts_of
 from gen.banks.verify import check_version
 from gen.errors import GenError
+from gen.kinds import canonical
 from gen.llm import sha256_file
 from gen.manifest import git_info
 from gen.schemas import Reject
@@ -136,7 +138,7 @@ def stage_version(
     by_kind: dict[str, list[Item]] = {}
     for it in new:
         by_kind.setdefault(it.kind, []).append(it)
-    for kind in KINDS:
+    for kind in kinds.bank_names():
         target = stage / f"{kind}.parquet"
         if kind in by_kind:
             rows = [row_of(it, version, source["source"]) for it in by_kind[kind]]
@@ -186,50 +188,9 @@ def row_of(item: Item, version: int, source: str) -> dict[str, Any]:
         "source_format": item.fmt,
         "source_item_id": item.source_item_id,
     }
-    if item.fmt == "digital_bundle":
-        b = item.record
-        cue = b.get("cue") or {}
-        stats = b.get("stats") or {}
-        row.update(
-            current_datetime=b.get("current_datetime"),
-            cue_id=cue.get("cue_id"),
-            cue_app=cue.get("app"),
-            cue=cue.get("cue"),
-            main_persona=(b.get("main_persona") or {}).get("name"),
-            related_personas=[
-                (r.get("persona") or {}).get("name") for r in b.get("related_personas") or []
-            ],
-            apps=sorted(b.get("apps") or {}),
-            chars_total=stats.get("chars_total"),
-        )
-    elif item.fmt == "scenario_record":
-        row.update(
-            {
-                k: item.record.get(k)
-                for k in (
-                    "scenario_id",
-                    "subset",
-                    "pair_id",
-                    "target_context",
-                    "change_type",
-                    "activity_domain",
-                    "referent_complexity",
-                    "difficulty_tier",
-                    "turn_2_user",
-                )
-            }
-        )
-    else:
-        q = record_mcq(item.fmt, item.record)
-        row.update(
-            question=q.question,
-            options=q.options,
-            answer=q.answer,
-            answer_text=q.answer_text,
-            group=q.group,
-            context=q.context,
-            wagibench=None if item.wagibench is None else canonical(item.wagibench),
-        )
+    row.update(kinds.require(item.kind).row(item.record))
+    if item.wagibench is not None:
+        row["wagibench"] = canonical(item.wagibench)
     row["record"] = canonical(item.record)
     return row
 
@@ -292,7 +253,7 @@ def make_lock(
     import polars as pl
 
     counts: dict[str, Any] = {}
-    for kind in KINDS:
+    for kind in kinds.bank_names():
         p = stage / f"{kind}.parquet"
         if p.is_file():
             df = pl.read_parquet(p, columns=["question_type", "added_in"])
@@ -316,7 +277,7 @@ def make_lock(
             "input": source["input"],
             "added": {
                 k: sum(1 for it in new if it.kind == k)
-                for k in KINDS
+                for k in kinds.bank_names()
                 if any(it.kind == k for it in new)
             },
             "refused": dict(sorted(refused.items())),

@@ -11,16 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gen.banks.identity import KINDS
+from gen import kinds
 from gen.banks.store import LOCK, label
 from gen.banks.values import review_summary
 from gen.generators.bank.export import Job, json_text, write_text
 from gen.generators.bank.facts import (
-    ANSWERS,
-    COLUMNS,
     LISTED_FINDINGS,
     PRIVILEGED_COLUMNS,
+    answers,
     chain,
+    column_doc,
     filter_lines,
     finding_line,
     known_findings,
@@ -125,7 +125,7 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
                 "@type": "cr:Field",
                 "@id": f"{k}/{col}",
                 "name": col,
-                "description": COLUMNS.get(col, col),
+                "description": column_doc(col) or col,
                 "dataType": dt,
                 "source": {"fileObject": {"@id": path}, "extract": {"column": col}},
             }
@@ -138,12 +138,12 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
                 "@type": "cr:RecordSet",
                 "@id": k,
                 "name": k,
-                "description": f"{lock['counts'][k]['items']} {k} items, one per row. {ANSWERS[k]}",
+                "description": f"{lock['counts'][k]['items']} {k} items, one per row. {answers(k)}",
                 "key": {"@id": f"{k}/item_id"},
                 "field": fields,
             }
         )
-    kinds = [k for k in KINDS if k in files]
+    present = [k for k in kinds.bank_names() if k in files]
     external = any(not s.get("generator") for s in lock.get("sources") or [])
     generated = any(s.get("generator") for s in lock.get("sources") or [])
     review = review_summary(job.folder)
@@ -173,7 +173,7 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
         "name": job.name,
         "description": (
             f"{job.name} {job.label}: {lock['items']} items ("
-            + ", ".join(f"{k} {lock['counts'][k]['items']}" for k in kinds)
+            + ", ".join(f"{k} {lock['counts'][k]['items']}" for k in present)
             + ") of a benchmark bank for egocentric assistants, made and released with gen "
             f"(bank version {job.label}, lock sha256 {job.lock_sha})."
         ),
@@ -213,7 +213,7 @@ def croissant(job: Job, files: dict[str, str]) -> dict[str, Any]:
             for k, v in (lock.get("prompts") or {}).items()
         ],
         "rai:dataPreprocessingProtocol": filter_lines(job),
-        "rai:dataAnnotationProtocol": [ANSWERS[k] for k in kinds]
+        "rai:dataAnnotationProtocol": [answers(k) for k in present]
         + ([f"Review: {review_line(review)}"] if review else [])
         + ([after] if after else []),
         "rai:dataAnnotationAnalysis": analysis,

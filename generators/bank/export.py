@@ -1,6 +1,6 @@
 """``bank export format=…``: one version of the bank in a layout other tools read.
 
-Formats (one writer each, :data:`EXPORT_KINDS` says which item kinds it covers):
+Formats (one writer each, :func:`export_kinds` says which item kinds it covers):
 
 * ``parquet``: the bank's data files as they are, the lock, a dataset card (README.md: counts,
   provenance, audits) and ``croissant.json`` (:mod:`~generators.bank.release`);
@@ -41,13 +41,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gen
-from gen.banks.identity import KINDS, MCQ_KINDS
+from gen import kinds
 from gen.banks.store import (
     LOCK,
     fsync_tree,
     is_within,
     label,
-    owning_bank,
     read_json,
     read_kind,
     remove,
@@ -56,7 +55,7 @@ from gen.banks.store import (
 from gen.errors import ConfigError
 from gen.llm import sha256_file
 from gen.mcq import EGOTOM_CHOICES, EGOTOM_TYPES, LETTERS, write_egotom_csv
-from gen.paths import inside, safe_part, unwritable
+from gen.paths import inside, owning_bank, safe_part, unwritable
 from gen.schemas import Reject
 from gen.schemas.bank import BankItemRecord
 
@@ -65,17 +64,17 @@ if TYPE_CHECKING:
     from gen.runner import RunContext
     from gen.templates import Prompts
 
-EXPORT_KINDS = {
-    "parquet": KINDS,
-    "croissant": KINDS,
-    "hf": KINDS,
-    "wagibench": ("distractors", "digital"),
-    "egotom": ("tom", "mcq"),
-    "lm_eval": MCQ_KINDS,
-    "inspect": MCQ_KINDS,
-    "scenarios": ("scenarios",),
-}
-"""The item kinds each format covers."""
+FORMATS = ("parquet", "croissant", "hf", "wagibench", "egotom", "lm_eval", "inspect", "scenarios")
+EVERY_KIND = ("parquet", "croissant", "hf")
+"""The formats every bank kind joins; a kind joins the others it declares
+(:attr:`gen.kinds.Kind.formats`)."""
+
+
+def export_kinds(fmt: str) -> tuple[str, ...]:
+    """The bank kinds format ``fmt`` covers, in the bank's order."""
+    return tuple(k.name for k in kinds.bank_kinds() if fmt in EVERY_KIND or fmt in k.formats)
+
+
 EXPORT_FILE = "EXPORT.json"
 Outcome = tuple[dict[str, Any], "str | Reject"]
 """An exported row and the file it went to, or the reject that kept it out."""
@@ -155,7 +154,7 @@ def export(cfg: BankConfig, ctx: RunContext) -> Iterator[BankItemRecord | Reject
     check_out(root, out)
     frames = {
         k: read_kind(folder / f"{k}.parquet")
-        for k in EXPORT_KINDS[cfg.format]
+        for k in export_kinds(cfg.format)
         if (folder / f"{k}.parquet").is_file()
     }
     job = Job(
@@ -264,20 +263,22 @@ def export_wagibench(job: Job, out: Path) -> list[Outcome]:
     from gen.wagibench import wagibench_record
 
     outcomes: list[Outcome] = []
-    if "distractors" in frames:
-        by_type: dict[str, list[dict[str, Any]]] = {}
-        for r in frames["distractors"].iter_rows(named=True):
-            name = f"wagibench_mcq_{file_part(r['question_type'])}.json"
-            by_type.setdefault(name, []).append(wagibench_mcq(r))
-            outcomes.append((r, name))
-        for name, rows in by_type.items():
-            write_text(
-                inside(out, name, what="export file"),
-                json.dumps(rows, ensure_ascii=False, indent=1) + "\n",
-            )
-    if "digital" in frames:
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for r in (
+        r for k, f in frames.items() if kinds.require(k).is_mcq for r in f.iter_rows(named=True)
+    ):
+        name = f"wagibench_mcq_{file_part(r['question_type'])}.json"
+        by_type.setdefault(name, []).append(wagibench_mcq(r))
+        outcomes.append((r, name))
+    for name, rows in by_type.items():
+        write_text(
+            inside(out, name, what="export file"),
+            json.dumps(rows, ensure_ascii=False, indent=1) + "\n",
+        )
+    bundles = [k for k in frames if not kinds.require(k).is_mcq]
+    if bundles:
         state = {}
-        for r in frames["digital"].iter_rows(named=True):
+        for r in (r for k in bundles for r in frames[k].iter_rows(named=True)):
             rec = wagibench_record({**json.loads(r["record"]), "bundle_id": r["item_id"]})
             rec["meta"]["source_item_id"] = r["source_item_id"]
             state[r["item_id"]] = rec
@@ -328,10 +329,8 @@ def export_egotom(job: Job, out: Path) -> list[Outcome]:
     frames = job.frames
     outcomes: list[Outcome] = []
     rows: dict[str, list[dict[str, Any]]] = {q: [] for q in EGOTOM_TYPES}
-    for kind in ("tom", "mcq"):
-        if kind not in frames:
-            continue
-        for r in frames[kind].iter_rows(named=True):
+    for frame in frames.values():
+        for r in frame.iter_rows(named=True):
             q = r["question_type"]
             rec = json.loads(r["record"])
             reason = None
@@ -390,15 +389,15 @@ def export_scenarios(job: Job, out: Path) -> list[Outcome]:
     batch past a bank's ids). ``bank_ids.json`` maps each exported scenario_id to its bank item id,
     version and source id; ``MANIFEST.lock.json`` is the benchmark's lock of the file."""
     from gen.contextbench import LOCK as SCENARIO_LOCK
-    from gen.contextbench import SCHEMA_REVISION
+    from gen.contextbench import RECORDS, SCHEMA_REVISION
     from gen.schemas.scenarios import ScenarioRecord
 
     outcomes: list[Outcome] = []
     lines: list[str] = []
     ids: dict[str, dict[str, Any]] = {}
     subsets: dict[str, int] = {}
-    if "scenarios" in job.frames:
-        for r in job.frames["scenarios"].iter_rows(named=True):
+    for frame in job.frames.values():
+        for r in frame.iter_rows(named=True):
             rec = ScenarioRecord.model_validate(json.loads(r["record"]))
             if rec.scenario_id in ids:
                 first = ids[rec.scenario_id]["item_id"]
@@ -423,15 +422,15 @@ def export_scenarios(job: Job, out: Path) -> list[Outcome]:
             }
             subsets[rec.subset] = subsets.get(rec.subset, 0) + 1
             lines.append(rec.model_dump_json() + "\n")
-            outcomes.append((r, "scenarios.jsonl"))
-    write_text(out / "scenarios.jsonl", "".join(lines))
+            outcomes.append((r, RECORDS))
+    write_text(out / RECORDS, "".join(lines))
     write_text(out / "bank_ids.json", json_text(ids))
     lock = {
         "benchmark_version": f"{job.name} {job.label}",
         "schema_revision": SCHEMA_REVISION,
         "judge_prompt_version": None,
         "judge_prompt_sha256": None,
-        "scenarios_sha256": sha256_file(out / "scenarios.jsonl"),
+        "scenarios_sha256": sha256_file(out / RECORDS),
         "prompt_conditions_sha256": None,
         "generator": f"gen bank export {gen.__version__}",
         "bank_lock_sha256": job.lock_sha,

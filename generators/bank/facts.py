@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gen import kinds
 from gen.banks.store import label, read_json, version_dir
 from gen.generators.bank.export import Job
 from gen.schemas.bank import ReviewSummary
@@ -32,8 +33,8 @@ LISTED_FINDINGS = 20
 
 COLUMNS = {
     "item_id": "The bank's content id of the item (how it is made: item_id in MANIFEST.lock.json).",
-    "kind": "Item kind: tom, distractors, digital, mcq (an imported MCQ bank) or scenarios "
-    "(context tracking).",
+    "kind": "Item kind: tom, distractors, digital, mcq (an imported MCQ bank), scenarios "
+    "(context tracking) or a plugin's kind.",
     "question_type": "Question type (goal, belief, actions; similar, dissimilar; a cue app for "
     "digital bundles).",
     "added_in": "The bank version that added the item.",
@@ -41,58 +42,23 @@ COLUMNS = {
     "MANIFEST.lock.json).",
     "source_format": "How record is read: mcq_record, egotom_csv or digital_bundle.",
     "source_item_id": "The item's id in the run or file it came from.",
-    "question": "The question shown to the candidate.",
-    "options": "The options, in the order shown to the candidate.",
-    "answer": "0-based index of the correct option in options.",
-    "answer_text": "The correct option's text.",
-    "group": "The unit items share (a clip, a reference goal's group): items of one group are "
-    "related.",
-    "context": "The visible context as the candidate reads it (narrations, app state).",
-    "wagibench": "PRIVILEGED. WAGIBench's MCQ layout row as JSON (structured goals of the options "
-    "and of "
-    "the truth); null when the run wrote none. Never show it to a candidate.",
     "record": "PRIVILEGED. The original record as canonical JSON, its privileged fields included "
     "(truth "
     "provenance, future narrations, hidden state). Never show it to a candidate.",
-    "current_datetime": "The bundle's current date and time.",
-    "cue_id": "The digital cue's id; null for an uncued bundle.",
-    "cue_app": "The app the cue is in.",
-    "cue": "The cue's text.",
-    "main_persona": "The name of the bundle's main persona.",
-    "related_personas": "Names of the five related personas.",
-    "apps": "The apps the bundle has states for.",
-    "chars_total": "Characters of the rendered bundle.",
-    "scenario_id": "The scenario's id in the context benchmark's format (sc-NN bank, adv-NN "
-    "contrast).",
-    "subset": "bank or contrast (A/B pairs that share turn 1).",
-    "pair_id": "The contrast pair the scenario belongs to; null in the bank subset.",
-    "target_context": "PRIVILEGED (judge side). Which context turn 2 refers to: current, prior, "
-    "clarify or abstain.",
-    "change_type": "PRIVILEGED (judge side). The kind of context shift between turn 1 and turn 2.",
-    "activity_domain": "The scenario's activity domain (kitchen, workshop…).",
-    "referent_complexity": "How many referents turn 2 could mean.",
-    "difficulty_tier": "easy, medium or hard.",
-    "turn_2_user": "What the user says at turn 2 (the deictic question).",
 }
 PRIVILEGED_COLUMNS = ("wagibench", "record")
-ANSWERS = {
-    "tom": "tom (EgoToM §3): the correct option is C's future goal, belief or next actions read "
-    "from the "
-    "narrations after the transition; the wrong options are counterfactuals an LLM proposed from "
-    "the "
-    "narrations before it, conditioned on the true goal.",
-    "distractors": "distractors (WAGIBench §3.1): the correct option is the reference goal; the "
-    "distractors "
-    "are other goals of the bank drawn from percentile bands of embedding similarity to it.",
-    "mcq": "mcq: items imported from an existing MCQ bank, with that bank's answers.",
-    "digital": "digital (WAGIBench's Digital Context Generator): phone-app states per sampled "
-    "persona, moment "
-    "and cue; code draws the skeleton and an LLM writes the words. Bundles have no answer.",
-    "scenarios": "scenarios (Wearable Assistant Context Bench): three-turn context-tracking "
-    "scenarios; code draws "
-    "the skeleton (shift type, target), an LLM writes the words, and the judge's gold lists "
-    "(current/prior answers, clarify/abstain indicators) are inline in each record.",
-}
+
+
+def answers(kind: str) -> str:
+    """How a kind's answers are made (its declared help)."""
+    return kinds.require(kind).help
+
+
+def column_doc(column: str) -> str:
+    """What a bank column holds: a common column's meaning, else the one its kind declares."""
+    if column in COLUMNS:
+        return COLUMNS[column]
+    return next((d[column] for k in kinds.bank_kinds() if column in (d := k.column_docs())), "")
 
 
 # --------------------------------------------------------------------------- what the bank says

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from gen.banks.identity import MCQ_KINDS, record_mcq
+from gen import kinds
 from gen.generators.bank.export import Job, Outcome, write_text
 from gen.schemas import Reject
 from gen.schemas.mcq import LETTERS, MCQ
@@ -85,12 +85,19 @@ def prompt(job: Job, q: MCQ, *, lettered: bool) -> str:
     )
 
 
+def mcq_kinds(job: Job) -> list[str]:
+    """The MCQ-shaped kinds among the exported ones, in the bank's order."""
+    return [k for k in job.frames if kinds.require(k).is_mcq]
+
+
 def items(job: Job, kind: str) -> list[tuple[dict[str, Any], MCQ | Reject]]:
     """Each row of ``kind`` with its MCQ as the harness shows it, or the reject that keeps it
     out."""
     out: list[tuple[dict[str, Any], MCQ | Reject]] = []
+    read = kinds.require(kind).mcq
     for r in job.frames[kind].iter_rows(named=True):
-        q = record_mcq(r["source_format"], json.loads(r["record"]))
+        q = read(json.loads(r["record"]))
+        assert q is not None  # an MCQ-shaped kind (mcq_kinds)
         reason = None
         if q.answer is None:
             reason = ("no_answer", "the answer is not among the options")
@@ -124,7 +131,7 @@ def export_lm_eval(job: Job, out: Path) -> list[Outcome]:
     base = base_name(job)
     outcomes: list[Outcome] = []
     tasks = []
-    for kind in (k for k in MCQ_KINDS if k in job.frames):
+    for kind in mcq_kinds(job):
         rows = []
         data = f"{kind}.jsonl"
         for r, q in items(job, kind):
@@ -234,7 +241,7 @@ def export_inspect(job: Job, out: Path) -> list[Outcome]:
     outcomes: list[Outcome] = []
     meta = {"bank": job.name, "bank_version": job.label, "lock_sha256": job.lock_sha}
     fns = []
-    for kind in (k for k in MCQ_KINDS if k in job.frames):
+    for kind in mcq_kinds(job):
         samples = []
         data = f"{kind}.jsonl"
         for r, q in items(job, kind):
@@ -264,10 +271,10 @@ def export_inspect(job: Job, out: Path) -> list[Outcome]:
                 fn=f"{base}_{kind}", kind=kind, n=len(samples), data=data, version=job.version
             )
         )
-    kinds = [k for k in MCQ_KINDS if k in job.frames]
+    present = mcq_kinds(job)
     source = TASK_PY.format(
         label=job.label,
-        first=f"{base}_{kinds[0]}" if kinds else f"{base}_<kind>",
+        first=f"{base}_{present[0]}" if present else f"{base}_<kind>",
         metadata=repr(dict(sorted(meta.items()))),
     )
     write_text(out / "task.py", source + "".join(fns))

@@ -23,16 +23,16 @@ from typing import Any
 
 import yaml
 
-from gen.banks.identity import KINDS, MCQ_KINDS
+from gen import kinds
 from gen.banks.store import LOCK, label, read_json
 from gen.banks.values import REVIEW, review_summary
 from gen.generators.bank.croissant import field_type, write_croissant
 from gen.generators.bank.export import Job, Outcome, write_text
 from gen.generators.bank.facts import (
-    ANSWERS,
-    COLUMNS,
     LISTED_FINDINGS,
     PRIVILEGED_COLUMNS,
+    answers,
+    column_doc,
     filter_lines,
     finding_line,
     known_findings,
@@ -69,7 +69,7 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
     """README.md of a ``parquet`` or ``hf`` export: a YAML header (``header``), then counts,
     releases, provenance, the last audit, the known findings, the review, license and files."""
     lock = job.lock
-    kinds = [k for k in KINDS if k in job.frames]
+    shown = [k for k in kinds.bank_names() if k in job.frames]
     audit_path = job.folder / "audit" / "audit.json"
     audit = read_json(audit_path, "audit") if audit_path.is_file() else None
     head = yaml.safe_dump(header, sort_keys=False, allow_unicode=True, width=1000)
@@ -91,7 +91,7 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
     lines += md_table(
         [
             {"kind": k, "question type": q, "items": n}
-            for k in kinds
+            for k in shown
             for q, n in lock["counts"][k]["by_question_type"].items()
         ]
     )
@@ -141,7 +141,7 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
             [{"template": k, "sha256": ", ".join(v)} for k, v in lock["prompts"].items()]
         )
     lines += ["How answers were made:", ""]
-    lines += [f"- {ANSWERS[k]}" for k in kinds] + [""]
+    lines += [f"- {answers(k)}" for k in shown] + [""]
     lines += ["Filters every item passed:", ""]
     lines += [f"- {md(f)}" for f in filter_lines(job)] + [""]
     lines += ["## Last audit", ""]
@@ -211,7 +211,7 @@ def dataset_card(job: Job, header: dict[str, Any], *, intro: list[str] | None = 
     lines += md_table([{"file": k, "sha256": v} for k, v in lock["files"].items()])
     lines += ["## Columns", "", "`item_id`: " + md(lock.get("item_id", "")) + ".", ""]
     present = dict.fromkeys(c for df in job.frames.values() for c in df.columns)
-    lines += md_table([{"column": c, "meaning": COLUMNS.get(c, "")} for c in present])
+    lines += md_table([{"column": c, "meaning": column_doc(c)} for c in present])
     lines += [
         "The privileged side of an item (what a candidate must never see) is only in the columns "
         f"{', '.join(f'`{c}`' for c in PRIVILEGED_COLUMNS)}; a prompt shows `question`, `options` "
@@ -249,7 +249,7 @@ def _copy_data(job: Job, out: Path, files: dict[str, str]) -> list[Outcome]:
 
 def export_parquet(job: Job, out: Path) -> list[Outcome]:
     """The bank's data files as they are, the lock, a dataset card and ``croissant.json``."""
-    files = {k: f"{k}.parquet" for k in KINDS if k in job.frames}
+    files = {k: f"{k}.parquet" for k in kinds.bank_names() if k in job.frames}
     outcomes = _copy_data(job, out, files)
     header: dict[str, Any] = {"configs": card_configs(files)}
     if job.license:
@@ -261,7 +261,7 @@ def export_parquet(job: Job, out: Path) -> list[Outcome]:
 
 def export_croissant(job: Job, out: Path) -> list[Outcome]:
     """The data files, the lock and ``croissant.json`` describing them."""
-    files = {k: f"{k}.parquet" for k in KINDS if k in job.frames}
+    files = {k: f"{k}.parquet" for k in kinds.bank_names() if k in job.frames}
     outcomes = _copy_data(job, out, files)
     write_croissant(job, out, files)
     return outcomes
@@ -283,14 +283,14 @@ def export_hf(job: Job, out: Path) -> list[Outcome]:
     """A folder ``datasets.load_dataset(<folder>, <kind>)`` reads offline: ``<kind>/test.parquet``
     (the bank's file), a card whose YAML header names the configs, their files and typed
     features, and ``croissant.json``."""
-    files = {k: f"{k}/{SPLIT}.parquet" for k in KINDS if k in job.frames}
+    files = {k: f"{k}/{SPLIT}.parquet" for k in kinds.bank_names() if k in job.frames}
     outcomes = _copy_data(job, out, files)
     header: dict[str, Any] = {"pretty_name": f"{job.name} {job.label}"}
     if job.license:
         header["license"] = "other" if "://" in job.license else job.license.lower()
         if "://" in job.license:
             header["license_link"] = job.license
-    mcq = [k for k in files if k in MCQ_KINDS]
+    mcq = [k for k in files if kinds.require(k).is_mcq]
     if mcq:
         header["task_categories"] = ["multiple-choice"]
     header["tags"] = ["gen", "benchmark", "egocentric", "synthetic"]

@@ -295,7 +295,7 @@ def summary(values: list[int]) -> dict[str, float]:
     }
 
 
-@generator(NAME, config=DistractorsConfig, records=DistractorMCQ, kind="mcq", plan=plan)
+@generator(NAME, config=DistractorsConfig, records=DistractorMCQ, kind="distractors", plan=plan)
 def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[DistractorMCQ | Reject]]:
     """Distractor MCQs from a goal bank: percentile bands of embedding similarity, greedy
     diversity."""

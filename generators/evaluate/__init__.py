@@ -29,12 +29,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gen import kinds
 from gen.contextbench import load as load_scenarios
 from gen.errors import ConfigError, InputError
 from gen.generators.evaluate.config import NAME, EvaluateConfig
 from gen.generators.evaluate.mcq import run_mcq
 from gen.generators.evaluate.scenarios import cell, conversation, run_scenarios
-from gen.mcq import load_banks
+from gen.kinds.mcq import load_banks
 from gen.paths import ROOT
 from gen.readers import iter_jsonl, read_json
 from gen.registry import generator
@@ -52,10 +53,10 @@ SHARED_CONDITIONS = ROOT.parent / "shared" / "data" / "context_bench" / "prompt_
 
 
 def is_scenarios(path: Path) -> bool:
-    """A scenario bank: a scenarios.jsonl, a folder holding one, or a JSONL whose first row has a
-    scenario_id."""
+    """A scenario bank: a folder whose kind lays its records out as scenarios (a scenarios run),
+    or a JSONL whose first row has a scenario_id."""
     if path.is_dir():
-        return (path / "scenarios.jsonl").is_file()
+        return (kind := kinds.of_path(path)) is not None and kind.view == "scenarios"
     if path.suffix != ".jsonl":
         return False
     for _, row in iter_jsonl(path):

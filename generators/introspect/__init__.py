@@ -217,7 +217,7 @@ def events(
         "".join(e.item.model_dump_json(exclude_none=True) + "\n" for e in todo.values()),
         encoding="utf-8",
     )
-    ctx.subrun(
+    run = ctx.subrun(
         "candidates",
         folder,
         input=str(items),
@@ -227,9 +227,7 @@ def events(
         attempts=cfg.event_attempts,
         progress="off",
     )
-    made: dict[str, dict[str, Any]] = {
-        row["source_item"]: row for _, row in iter_jsonl(folder / "candidates.jsonl")
-    }
+    made: dict[str, dict[str, Any]] = {row["source_item"]: row for _, row in run.rows()}
     refused: dict[str, dict[str, Any]] = {}
     for _, row in iter_jsonl(folder / "rejects.jsonl"):
         item_id = row.get("detail", "").split(":", 1)[0].removeprefix("item ").strip()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gen.errors import InputError, LLMOutputError
 from gen.generators.judge.scores import judgment
 from gen.generators.judge.summary import finish, prompt_sha256
-from gen.mcq import load_banks
+from gen.kinds.mcq import load_banks
 from gen.panel import (
     JudgeModel,
     Panel,

@@ -36,9 +36,10 @@ from typing import Any
 from gen.errors import InputError, LLMOutputError
 from gen.generators.nocontext.config import NocontextConfig
 from gen.generators.nocontext.summary import Tally, binomial, summarise, table
+from gen.kinds.mcq import load_banks
 from gen.llm import LanguageModel, Message, Usage
 from gen.llm.labels import model_label, unique_labels
-from gen.mcq import Bank, load_banks, parse_letter, write_subset
+from gen.mcq import Bank, parse_letter, write_subset
 from gen.registry import generator
 from gen.runner import Plan, RunContext
 from gen.schemas import Reject

@@ -24,6 +24,7 @@ from gen.errors import ConfigError, InputError, MissingInputError
 from gen.labels import REVIEWS
 from gen.paths import PROMPTS, UnsafePathError, inside
 from gen.readers import iter_jsonl, read_yaml_model, validated
+from gen.runfolder import RunFolder
 from gen.schemas.audit import FindingRecord
 from gen.schemas.judge import ValidityRecord
 from gen.schemas.mcq import LETTERS, MCQ
@@ -73,24 +74,28 @@ class ReviewItem:
 
 def make_item(
     index: int,
-    fmt: str,
+    kind: str,
     record: dict[str, Any],
     item_id: str,
     source_item_id: str | None,
     question_type: str | None,
 ) -> ReviewItem:
-    """A reviewed item from a record as ``bank add`` reads it (``fmt``: ``mcq_record``,
-    ``egotom_csv``, ``digital_bundle`` or ``scenario_record``)."""
-    from gen.banks.identity import record_mcq
+    """A reviewed item from a record as ``bank add`` reads it, shown in its kind's layout
+    (:attr:`gen.kinds.Kind.view`: an MCQ-shaped kind as an MCQ)."""
+    from gen import kinds
 
-    if fmt == "digital_bundle":
+    k = kinds.require(kind)
+    if (q := k.mcq(record)) is not None:
+        return ReviewItem(
+            index, item_id, source_item_id or q.item_id, "mcq", q.question_type, mcq=q
+        )
+    if k.view == "digital":
         return ReviewItem(index, item_id, source_item_id, "digital", question_type, bundle=record)
-    if fmt == "scenario_record":
+    if k.view == "scenarios":
         return ReviewItem(
             index, item_id, source_item_id, "scenarios", question_type, scenario=record
         )
-    q = record_mcq(fmt, record)
-    return ReviewItem(index, item_id, source_item_id or q.item_id, "mcq", q.question_type, mcq=q)
+    raise InputError(f"kind {kind}: the review page has no layout {k.view!r} for its records")
 
 
 def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewItem], list[Path]]:
@@ -117,14 +122,15 @@ def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewIte
     try:
         files = batch_files(folder)
     except InputError:
-        if (folder / "judge.jsonl").is_file():
+        run = RunFolder.find(folder)
+        if run is not None and run.made_by == "judge":
             raise InputError(
                 f"input: {folder} holds judge results, not items: review the bank the judge read, "
                 f"with judge={folder} to show its scores"
             ) from None
         raise
     items = [
-        make_item(i, it.fmt, it.record, it.item_id, it.source_item_id, it.question_type)
+        make_item(i, it.kind, it.record, it.item_id, it.source_item_id, it.question_type)
         for i, it in enumerate(load_batch(files))
     ]
     return items, [f for f, _, _ in files]
@@ -144,11 +150,11 @@ def is_bank(folder: Path) -> bool:
 
 def load_bank_items(root: Path, version: int | None) -> tuple[list[ReviewItem], list[Path]]:
     """The items of a bank's version (``version``, else the current one), in the bank's order
-    (kinds as :data:`~generators.bank.identity.KINDS`, rows as stored), and the files read (the
+    (kinds as :func:`gen.kinds.bank_kinds`, rows as stored), and the files read (the
     version's lock first). The bank is verified first, as ``bank export`` does: labels are given
     to content ids, and a bank that does not verify may hold rows whose id is not their content's
     (:class:`~generators.bank.verify.DriftError`, exit code 1, naming the first problem's file)."""
-    from gen.banks.identity import KINDS
+    from gen import kinds
     from gen.banks.store import LOCK, label, read_kind, read_pointer, version_dir
     from gen.banks.verify import DriftError, verify_bank
 
@@ -175,19 +181,17 @@ def load_bank_items(root: Path, version: int | None) -> tuple[list[ReviewItem], 
     folder = version_dir(root, target)
     items: list[ReviewItem] = []
     files = [folder / LOCK]
-    for kind in KINDS:
+    for kind in kinds.bank_names():
         path = folder / f"{kind}.parquet"
         if not path.is_file():
             continue
         files.append(path)
-        rows = read_kind(path).select(
-            "item_id", "source_format", "source_item_id", "question_type", "record"
-        )
-        for item_id, fmt, source_item_id, question_type, record in rows.iter_rows():
+        rows = read_kind(path).select("item_id", "source_item_id", "question_type", "record")
+        for item_id, source_item_id, question_type, record in rows.iter_rows():
             items.append(
                 make_item(
                     len(items),
-                    fmt,
+                    kind,
                     json.loads(record),
                     item_id,
                     source_item_id or None,

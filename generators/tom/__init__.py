@@ -490,7 +490,7 @@ def merge_shards(
     }
 
 
-@generator("tom", config=TomConfig, records=TomQuestion, kind="mcq", merge=merge_shards, plan=plan)
+@generator("tom", config=TomConfig, records=TomQuestion, kind="tom", merge=merge_shards, plan=plan)
 def tom(cfg: TomConfig, ctx: RunContext) -> Iterator[list[TomQuestion | Reject]]:
     """EgoToM causal goal/belief/action questions with counterfactual wrong answers
     (input=narrations)."""

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 from conftest import bank_state, check_run_folder, read_jsonl
 
-from gen.banks.batch import read_csv_rows
-from gen.banks.identity import content_id, egotom_row_mcq, item_id_of, mcq_identity
+from gen import kinds
 from gen.banks.store import FAULT_ENV, FAULT_PHASES, leftovers, read_pointer
 from gen.manifest import output_hashes
 
@@ -264,7 +263,7 @@ def test_paraphrased_batch_is_refused_with_minilm(
         (i, "bank", "near_duplicate") for i in range(6)
     ]
     first_ids = [
-        item_id_of("mcq_record", json.loads(line))
+        kinds.require("mcq").item_id(json.loads(line))
         for line in (batches["first"] / "tom.jsonl").read_text().splitlines()
     ]
     cosines = []
@@ -394,8 +393,8 @@ def test_ids_equal_across_two_machines_on_egotom(tmp_path: Path, runner_for) -> 
         states.append(bank_state(home / "bank"))
     expected = set()
     for q in ("goal", "belief", "actions"):
-        for row in read_csv_rows(EGOTOM / f"egotom_{q}_shuffled.csv"):
-            expected.add(content_id(mcq_identity(egotom_row_mcq(row))))
+        for _, row in kinds.require("mcq").read(EGOTOM / f"egotom_{q}_shuffled.csv"):
+            expected.add(kinds.require("mcq").item_id(row))
     assert states[0][1] == states[1][1] == expected
     assert states[0][2] == states[1][2]
     assert len(expected) == 237 + 202 + 267

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gen.mcq import load_banks
+from gen.kinds.mcq import load_banks
 from gen.paths import EXAMPLES
 from gen.schemas.candidates import CandidateRecord
 from gen.schemas.rerank import RerankRecord

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gen.mcq import load_banks
+from gen.kinds.mcq import load_banks
 from gen.paths import EXAMPLES
 from gen.schemas.distractors import DistractorMCQ
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gen.mcq import load_banks
+from gen.kinds.mcq import load_banks
 from gen.schemas.mcq import LETTERS
 
 pytestmark = pytest.mark.integration

@@ -40,7 +40,8 @@ from hypothesis import strategies as st
 from shards import personas_shards
 
 from gen.errors import GenError, InputError
-from gen.mcq import load_banks, write_egotom_csv
+from gen.kinds.mcq import load_banks
+from gen.mcq import write_egotom_csv
 from gen.paths import PROMPTS
 from gen.readers import iter_jsonl, parse_json, read_json
 from gen.roles import read_roles

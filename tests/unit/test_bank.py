@@ -37,15 +37,7 @@ from bank_runs import (
 )
 from conftest import check_run_folder, read_jsonl
 
-from gen.banks.batch import read_csv_rows
-from gen.banks.identity import (
-    content_id,
-    egotom_row_mcq,
-    item_id_of,
-    mcq_identity,
-    record_mcq,
-    strip_ids,
-)
+from gen import kinds
 from gen.banks.store import LOCK, version_dir
 from gen.banks.verify import verify_bank
 from gen.cli import validate
@@ -53,6 +45,9 @@ from gen.errors import InputError
 from gen.generators.audit.registry import check_keys
 from gen.generators.bank import plan
 from gen.generators.bank.add import near_duplicates
+from gen.kinds import mcq_identity
+from gen.kinds.digital import strip_ids
+from gen.kinds.mcq import egotom_row_mcq
 from gen.manifest import output_hashes
 from gen.mcq import egotom_columns, load_bank
 
@@ -70,8 +65,8 @@ def test_id_ignores_run_specific_fields_and_option_order() -> None:
     other["answer"] = order.index(rec["answer"])
     other["origins"] = [rec["origins"][k] for k in order]
     other["question"] = "  What is C's   future goal? "  # whitespace only
-    assert item_id_of("mcq_record", other) == item_id_of("mcq_record", rec)
-    assert re.fullmatch(r"[0-9a-f]{32}", item_id_of("mcq_record", rec))
+    assert kinds.require("mcq").item_id(other) == kinds.require("mcq").item_id(rec)
+    assert re.fullmatch(r"[0-9a-f]{32}", kinds.require("mcq").item_id(rec))
 
 
 @pytest.mark.parametrize("change", ["question", "option", "answer", "context", "question_type"])
@@ -88,7 +83,7 @@ def test_id_changes_with_what_the_candidate_sees(change: str) -> None:
         other["visible"]["context"] += "\n    09m:00s | #C C waves"
     else:
         other["question_type"] = "belief"
-    assert item_id_of("mcq_record", other) != item_id_of("mcq_record", rec)
+    assert kinds.require("mcq").item_id(other) != kinds.require("mcq").item_id(rec)
 
 
 def test_id_is_the_documented_hash() -> None:
@@ -102,7 +97,7 @@ def test_id_is_the_documented_hash() -> None:
         "answer": rec["options"][rec["answer"]],
     }
     text = json.dumps(ident, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    assert item_id_of("mcq_record", rec) == hashlib.sha256(text.encode()).hexdigest()[:32]
+    assert kinds.require("mcq").item_id(rec) == hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def test_egotom_row_reads_as_gen_mcq_does(tmp_path: Path) -> None:
@@ -133,7 +128,7 @@ def test_egotom_row_reads_as_gen_mcq_does(tmp_path: Path) -> None:
     path = tmp_path / "egotom_goal_shuffled.csv"
     pl.DataFrame(rows, schema=dict.fromkeys(egotom_columns("goal"), pl.String)).write_csv(path)
     theirs = load_bank(path).items
-    mine = [egotom_row_mcq(r) for r in read_csv_rows(path)]
+    mine = [egotom_row_mcq(r) for _, r in kinds.require("mcq").read(path)]
     assert [mcq_identity(q) for q in mine] == [mcq_identity(q) for q in theirs]
     assert mine[0].answer == 1 and mine[1].answer is None
 
@@ -147,10 +142,10 @@ def test_digital_id_ignores_seed_derived_ids(digital_run: Path) -> None:
         )
     renamed["stats"] = {"chars_total": 1}
     assert renamed != b
-    assert item_id_of("digital_bundle", renamed) == item_id_of("digital_bundle", b)
+    assert kinds.require("digital").item_id(renamed) == kinds.require("digital").item_id(b)
     changed = json.loads(json.dumps(b))
     changed["apps"]["Calendar"]["events"][0]["title"] += "!"
-    assert item_id_of("digital_bundle", changed) != item_id_of("digital_bundle", b)
+    assert kinds.require("digital").item_id(changed) != kinds.require("digital").item_id(b)
     assert changed["cue"]["cue_id"] and "cue_id" in json.dumps(
         strip_ids(b)
     )  # a cue id is content, kept
@@ -267,7 +262,7 @@ def test_near_duplicates_within_a_batch_keep_the_first(tmp_path: Path) -> None:
         (1, "batch", "near_duplicate"),
         (3, "batch", "near_duplicate"),
     ]
-    assert all(item_id_of("mcq_record", a) in r["detail"] for r in rejects)
+    assert all(kinds.require("mcq").item_id(a) in r["detail"] for r in rejects)
 
 
 def test_near_duplicates_only_within_a_question_type(tmp_path: Path) -> None:
@@ -536,7 +531,7 @@ def test_any_jsonl_bank_through_a_roles_file(tmp_path: Path) -> None:
     }
     assert stored[0]["privileged"] == {"hidden.why": "the next step needs tool 0"}
     assert stored[0]["question"] == rows[0]["prompt"] and stored[0]["group"] == "c0"
-    expected = {content_id(mcq_identity(record_mcq("mcq_record", s))) for s in stored}
+    expected = {kinds.require("mcq").item_id(s) for s in stored}
     assert set(df["item_id"].to_list()) == expected
     assert (
         bank.lock()["sources"][0]["roles"]["sha256"]

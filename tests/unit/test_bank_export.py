@@ -34,7 +34,7 @@ from bank_runs import (
 )
 from conftest import read_jsonl
 
-from gen.banks.identity import item_id_of
+from gen import kinds
 from gen.banks.store import LOCK, version_dir
 from gen.errors import ConfigError, GenError, InputError, MissingInputError
 from gen.mcq import egotom_columns, load_bank
@@ -126,7 +126,7 @@ def test_export_wagibench_layouts(tmp_path: Path, digital_run: Path) -> None:
     from gen.wagibench import wagibench_record
 
     for b in bundles:
-        bid = item_id_of("digital_bundle", b)
+        bid = kinds.require("digital").item_id(b)
         expected = wagibench_record({**b, "bundle_id": bid})
         assert state[bid]["x"] == expected["x"] and state[bid]["meta"]["client_tag"] == bid
         assert state[bid]["meta"]["source_item_id"] == b["bundle_id"]
@@ -221,12 +221,11 @@ def test_scenario_id_hashes_the_visible_channels_only() -> None:
         "gold": {**s["gold"], "current_answers": ["something else", "a", "b"]},
         "turn_2_user": "  Is my grip   okay" + s["turn_2_user"][len("Is my grip okay") :],
     }  # spacing only
-    assert item_id_of("scenario_record", relabelled) == item_id_of("scenario_record", s)
-    assert re.fullmatch(r"[0-9a-f]{32}", item_id_of("scenario_record", s))
+    assert kinds.require("scenarios").item_id(relabelled) == kinds.require("scenarios").item_id(s)
+    assert re.fullmatch(r"[0-9a-f]{32}", kinds.require("scenarios").item_id(s))
     for f in VISIBLE_FIELDS:
-        assert item_id_of("scenario_record", {**s, f: (s[f] or "") + " changed"}) != item_id_of(
-            "scenario_record", s
-        ), f
+        scenarios = kinds.require("scenarios")
+        assert scenarios.item_id({**s, f: (s[f] or "") + " changed"}) != scenarios.item_id(s), f
 
 
 def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) -> None:
@@ -238,7 +237,7 @@ def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) 
     result, _ = bank.add(run_folder(tmp_path / "sc_a", first, generator="scenarios"))
     assert (result.accepted, result.exit_code, bank.current) == (4, 0, 1)
     frame = bank.frame("scenarios")
-    assert frame["item_id"].to_list() == [item_id_of("scenario_record", s) for s in first]
+    assert frame["item_id"].to_list() == [kinds.require("scenarios").item_id(s) for s in first]
     assert frame["source_item_id"].to_list() == [s["scenario_id"] for s in first]
     assert set(frame["question_type"].to_list()) == {"object_in_hand/current"}
     assert bank.lock()["counts"]["scenarios"]["items"] == 4 and problems(bank) == []
@@ -261,10 +260,10 @@ def test_scenarios_are_added_verified_deduplicated_and_exported(tmp_path: Path) 
     assert rows[:4] == first and all(tuple(r) == RECORD_FIELDS for r in rows)
     assert [
         (r["reason"], r["record_id"]) for r in read_jsonl(result.out_dir / "rejects.jsonl")
-    ] == [("duplicate_scenario_id", item_id_of("scenario_record", scenario(5, sid="sc-01")))]
+    ] == [("duplicate_scenario_id", kinds.require("scenarios").item_id(scenario(5, sid="sc-01")))]
     ids = json.loads((out / "bank_ids.json").read_text())
     assert ids["sc-01"] == {
-        "item_id": item_id_of("scenario_record", first[0]),
+        "item_id": kinds.require("scenarios").item_id(first[0]),
         "added_in": "v0001",
         "source_item_id": "sc-01",
     }

@@ -31,8 +31,8 @@ from bank_runs import (
 )
 from conftest import bank_state, check_run_folder
 
+from gen import kinds
 from gen.banks import store as bank_store
-from gen.banks.identity import content_id, mcq_identity, record_mcq
 from gen.banks.store import FAULT_ENV, LOCK, leftovers, version_dir
 from gen.cli import action_word
 from gen.errors import ConfigError, InputError, MissingInputError
@@ -226,9 +226,7 @@ def test_two_adds_at_once_take_turns(tmp_path: Path) -> None:
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     current, ids, _ = bank_state(root)
-    assert current == 2 and ids == {
-        content_id(mcq_identity(record_mcq("mcq_record", mcq(i)))) for i in range(6)
-    }
+    assert current == 2 and ids == {kinds.require("mcq").item_id(mcq(i)) for i in range(6)}
     added = sorted(
         json.loads((tmp_path / f"r{k}" / "manifest.json").read_text())["bank"]["added"]["tom"]
         for k in range(2)

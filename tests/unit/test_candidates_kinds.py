@@ -31,7 +31,8 @@ from gen.generators.candidates import (
     narration_text,
 )
 from gen.generators.candidates.recall import read_recall, recall_items
-from gen.mcq import arrange, load_banks
+from gen.kinds.mcq import load_banks
+from gen.mcq import arrange
 from gen.paths import EXAMPLES
 from gen.registry import REGISTRY
 from gen.schemas.candidates import EMOTIONS

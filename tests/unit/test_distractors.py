@@ -17,7 +17,7 @@ from distractors_runs import HEX32, NAME, text_bank, write_bank
 
 from gen.generators.distractors import Band, DistractorsConfig, Sampler, matches
 from gen.goals import load_goals, verbalise
-from gen.mcq import load_banks
+from gen.kinds.mcq import load_banks
 from gen.paths import EXAMPLES
 from gen.runner import RunContext, run_config
 from gen.schemas.distractors import GOAL_TYPES, DistractorMCQ, GoalRow

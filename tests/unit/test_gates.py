@@ -537,7 +537,7 @@ def test_egotom_released_options_false_alarms_at_most_one_percent() -> None:
     Measured 2026-11-23: 3 of 2,493 distinct options fail the surface-form gate (0.12 %: two
     goals the tagger reads as nouns, "To inventory kitchen supplies.", and "C kneels, …"), and
     18 fail any gate (0.72 %; 14 of them repeat a 4-word object phrase, "the piece of mango")."""
-    from gen.mcq import load_banks
+    from gen.kinds.mcq import load_banks
 
     items = [it for bank in load_banks(EGOTOM) for it in bank.items]
     texts = list({(t.text, t.kind): t for t in bank_texts(items) if t.field != "question"}.values())

@@ -38,8 +38,8 @@ from gen.generators.introspect.tools import (
     tool_key,
 )
 from gen.intervals import complement, merge, place, split
+from gen.kinds.mcq import load_banks
 from gen.llm import scripted_llm
-from gen.mcq import load_banks
 from gen.paths import EXAMPLES
 from gen.runner import RunContext, run_config
 from gen.schemas.candidates import CandidateItem

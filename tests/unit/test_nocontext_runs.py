@@ -27,8 +27,9 @@ from nocontext_runs import (
 
 from gen.errors import BackendError, GenError, LLMOutputError
 from gen.generators.nocontext import NocontextConfig, normalise, pick, plain_prompt, plan
+from gen.kinds.mcq import load_banks
 from gen.llm import Cache, LogLik, OpenAIConfig, make_llm, scripted_llm
-from gen.mcq import load_banks, write_egotom_csv
+from gen.mcq import write_egotom_csv
 from gen.runner import RunContext, run_config
 from gen.schemas.mcq import LETTERS
 

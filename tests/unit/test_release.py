@@ -26,12 +26,14 @@ import yaml
 from bank_runs import LEAK, Bank, mcq, run_folder, standin_audit
 from conftest import read_jsonl
 
-from gen.banks.identity import MCQ_KINDS
+from gen import kinds
 from gen.banks.store import LOCK, version_dir
 from gen.errors import GenError
 from gen.generators.bank import BankConfig
-from gen.generators.bank.export import EXPORT_KINDS
+from gen.generators.bank.export import FORMATS, export_kinds
 from gen.registry import REGISTRY
+
+MCQ_KINDS = tuple(k.name for k in kinds.bank_kinds() if k.is_mcq)
 
 SENT = "PRIVSENTINEL"
 """Planted in every privileged field of every item: it must reach no harness file."""
@@ -574,7 +576,7 @@ def test_harness_rejects_an_item_without_answer(tmp_path: Path) -> None:
 # -------------------------------------------------------------------------- reproducible, versioned
 
 
-@pytest.mark.parametrize("fmt", sorted(EXPORT_KINDS))
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_every_export_is_byte_reproducible_and_names_its_version(
     released: Bank, tmp_path: Path, fmt: str
 ) -> None:
@@ -590,7 +592,7 @@ def test_every_export_is_byte_reproducible_and_names_its_version(
     assert info["lock_sha256"] == released_lock_sha(released)
     assert sorted(info["files"]) == [n for n in files_a if n != "EXPORT.json"]
     assert info["items"] == {
-        k: lock["counts"][k]["items"] for k in EXPORT_KINDS[fmt] if k in lock["counts"]
+        k: lock["counts"][k]["items"] for k in export_kinds(fmt) if k in lock["counts"]
     }
     text = "".join(
         (a / n).read_text(errors="replace") for n in files_a if not n.endswith(".parquet")

@@ -31,7 +31,7 @@ def candidate_and_privileged(html: str) -> tuple[str, str]:
 def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart(
     tmp_path: Path,
 ) -> None:
-    from gen.banks.identity import item_id_of, scenario_question_type
+    from gen import kinds
 
     cross = {
         **SCENARIO,
@@ -44,11 +44,11 @@ def test_a_scenario_is_shown_as_the_candidate_gets_it_with_the_judges_side_apart
     items, files = load_items(folder)
     assert files == [folder / "scenarios.jsonl"]
     assert [(it.kind, it.record_id, it.question_type) for it in items] == [
-        ("scenarios", "sc-01", scenario_question_type(SCENARIO)),
+        ("scenarios", "sc-01", kinds.require("scenarios").question_type(SCENARIO)),
         ("scenarios", "sc-02", "cross_session_reference/prior"),
     ]
     assert [it.item_id for it in items] == [
-        item_id_of("scenario_record", r) for r in (SCENARIO, cross)
+        kinds.require("scenarios").item_id(r) for r in (SCENARIO, cross)
     ]  # the bank's ids
     seen, judge = candidate_and_privileged(render(items[0]))
     # the runner's injection, turn by turn: the camera block, then the user's words

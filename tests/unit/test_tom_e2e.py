@@ -30,8 +30,9 @@ from tom_runs import (
 
 from gen.generators.tom import read_input
 from gen.generators.tom.stages import numbered
+from gen.kinds.mcq import load_banks
 from gen.llm import OpenAIConfig, scripted_llm
-from gen.mcq import EGOTOM_QUESTION, egotom_columns, load_banks
+from gen.mcq import EGOTOM_QUESTION, egotom_columns
 from gen.runner import run_config
 from gen.schemas.tom import TomQuestion
 from gen.timelines import fmt_line, fmt_time
