@@ -420,13 +420,17 @@ def fake_audit(cfg, ctx):
 def fake_digital(cfg, ctx):
     "Impostor."
     raise RuntimeError("the impostor ran")
+
+
+KIND = gen.MCQKind(name="mcq", files=("mcq.jsonl",))  # gen's own kind's name
 """
 
 
 def _plugins(*argv: str) -> Callable[[Path, dict[str, Any]], list[str]]:
     """A distribution on the case's ``PYTHONPATH`` whose entry points impersonate (``other``
-    decorates ``audit``, ``digital`` takes a built-in name) or break (``sx`` raises SystemExit,
-    ``bad`` does not import, ``notgen`` is no generator); then ``gen <argv>``."""
+    decorates ``audit``, ``digital`` takes a built-in name, a kind named ``mcq``) or break (``sx``
+    raises SystemExit, ``bad`` does not import, ``notgen`` is no generator, the kind ``thing`` no
+    Kind); then ``gen <argv>``."""
 
     def setup(tmp: Path, ctx: dict[str, Any]) -> list[str]:
         site = tmp / "site"
@@ -438,6 +442,7 @@ def _plugins(*argv: str) -> Callable[[Path, dict[str, Any]], list[str]]:
         (dist / "entry_points.txt").write_text(
             "[gen.generators]\nother = impostor:fake_audit\ndigital = impostor:fake_digital\n"
             "sx = sx_plugin:x\nbad = bad_plugin:x\nnotgen = json:dumps\n"
+            "[gen.kinds]\nmcq = impostor:KIND\nsx = sx_plugin:x\nthing = json:dumps\n"
         )
         (site / "impostor.py").write_text(IMPOSTOR)
         (site / "sx_plugin.py").write_text("raise SystemExit(0)\n")
@@ -446,6 +451,11 @@ def _plugins(*argv: str) -> Callable[[Path, dict[str, Any]], list[str]]:
         return list(argv)
 
     return setup
+
+
+def _own_mcq_kind(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProcess) -> str | None:
+    frame = tmp / "work" / "bank" / "current" / "mcq.parquet"
+    return None if frame.is_file() else "the mcq records did not reach the bank's mcq kind"
 
 
 def _names_plugin(tmp: Path, ctx: dict[str, Any], proc: subprocess.CompletedProcess) -> str | None:
@@ -776,6 +786,21 @@ CASES: list[Case] = [
     Case("plugins: SystemExit in a plugin's import", _plugins("sx", "n=1")),
     Case("plugins: --help beside broken plugins", _plugins("--help"), expect=(0,), run_dir=False),
     Case("plugins: a broken plugin's own name", _plugins("bad", "n=1")),
+    # issue 44: kinds
+    Case(
+        "kinds: bank add of mcq records beside a plugin kind named mcq",
+        lambda t, c: [
+            *_plugins("bank", "add", "bank=bank", "near_dup_sim=null")(t, c),
+            f"input={_mcq(t).name}",
+        ],
+        expect=(0,),
+        allowed=("work/bank",),
+        check=_own_mcq_kind,
+    ),
+    Case(
+        "kinds: bank add kind=<not a kind>",
+        lambda t, c: ["bank", "add", "bank=bank", f"input={_mcq(t).name}", "kind=sightingz"],
+    ),
     # issue 43: merge/bank/API
     Case("merge: shard 0's records copied over shard 1's", lambda t, c: _merge(t, "copied")),
     Case("merge: a shard missing", lambda t, c: _merge(t, "missing")),
