@@ -12,9 +12,9 @@ gen's own kinds live in this package (``mcq``, ``tom``, ``distractors``, ``digit
 package adds one the way it adds a generator, through an entry point::
 
     [project.entry-points."gen.kinds"]
-    sighting = "my_lab.sightings:SIGHTING"     # a Kind (or MCQKind) object named "sighting"
+    routine = "my_lab.routines:ROUTINE"     # a Kind (or MCQKind) object named "routine"
 
-and its generator names it: ``@gen.generator("sightings", kind="sighting", records=Sighting)``.
+and its generator names it: ``@gen.generator("routines", kind="routine", records=Routine)``.
 An MCQ-shaped kind needs only its record model and ``to_mcq``; everything else follows from it.
 """
 
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from gen.runfolder import RunFolder
     from gen.schemas.mcq import MCQ
 
+NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+"""A kind's name: it names files (``<bank>/vNNNN/<name>.parquet``) and columns' values."""
 GROUP = "gen.kinds"
 """The entry-point group plugin kinds are registered under (name = the kind's name)."""
 
@@ -98,8 +100,13 @@ class Kind:
             if key not in ("name", "record") and not hasattr(type(self), key):
                 raise TypeError(f"{type(self).__name__}: unknown attribute {key!r}")
             setattr(self, key, value)
-        if not getattr(self, "name", "") or not isinstance(getattr(self, "record", None), type):
+        if not isinstance(getattr(self, "record", None), type):
             raise TypeError(f"{type(self).__name__}: a kind needs a name and a record model")
+        if not NAME.match(str(getattr(self, "name", ""))):
+            raise TypeError(
+                f"{type(self).__name__}: kind name {getattr(self, 'name', '')!r}: lower-case "
+                "letters, digits and _ (it names the bank's file of its items)"
+            )
         self.family = self.family or self.name
 
     def __repr__(self) -> str:
@@ -120,12 +127,25 @@ class Kind:
         """``path`` is one of this kind's record files (by its declared names)."""
         return path.name in self.files
 
+    def declared(self, folder: Path) -> list[Path]:
+        """Its declared files that are in ``folder`` (a name a plugin declares is joined only
+        through :func:`gen.paths.inside`: one that would leave the folder is none)."""
+        from gen.paths import UnsafePathError, inside
+
+        out = []
+        for name in self.files:
+            try:
+                path = inside(folder, name, what="kind file")
+            except UnsafePathError:
+                continue
+            if path.is_file():
+                out.append(path)
+        return out
+
     def find(self, folder: Path) -> list[Path]:
         """Its item files in a folder without a manifest (the first declared name there; none
         for a kind whose records are not bank items)."""
-        if not self.bank:
-            return []
-        return next(([folder / f] for f in self.files if (folder / f).is_file()), [])
+        return self.declared(folder)[:1] if self.bank else []
 
     def source_format_of(self, path: Path) -> str:
         """How the records of file ``path`` are read back (the bank's ``source_format``)."""
@@ -442,7 +462,7 @@ def of_path(path: Path) -> Kind | None:
         run = None
     if run is not None and (kind := of_run(run)) is not None:
         return kind
-    return next((k for k in every() if any((path / f).is_file() for f in k.files)), None)
+    return next((k for k in every() if k.declared(path)), None)
 
 
 def in_folder(folder: Path) -> tuple[Kind, list[Path]] | None:

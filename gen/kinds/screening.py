@@ -21,7 +21,7 @@ class Screening(Kind):
     def kept(self, folder: Path) -> list[Path]:
         """The kept item files of a screening run folder (or of its ``kept/`` folder itself)."""
         run = folder.parent if folder.name == KEPT else folder
-        if not super().holds(run / self.files[0]) or not (run / self.files[0]).is_file():
+        if not self.declared(run):
             return []
         kept = run / KEPT
         if not kept.is_dir():

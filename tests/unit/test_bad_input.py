@@ -628,7 +628,7 @@ PROCESS_CASES = [
         "manifest.json",
         b"[]",
         lambda t, f: [f"input=[{f.parent}]"],
-        "expected a run manifest (a JSON object), got list",
+        "not a run manifest (a JSON object naming its generator), got a JSON list",
     ),
 ]
 

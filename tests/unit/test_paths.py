@@ -61,7 +61,6 @@ ALLOWED = {
         "gen/api",
         "Path('outputs') / generator / dt.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')",
     ): "registry",
-    ("gen/mcq", "path / name"): "constant",  # RECORD_FILES
     ("gen/templates", "self.root / name"): "template",  # prompt names written in code
     ("gen/runner", "self.out_dir / name"): "code",  # write_json's names come from generator code
     ("gen/runfolder", "path / f'{name}.jsonl'"): "code",  # records_file(path, "personas")
@@ -74,12 +73,10 @@ ALLOWED = {
     ("gen/llm", "self.folder / f'.merge-{HOST}-{self.pid}-{uuid.uuid4().hex[:8]}.tmp'"): "pid",
     ("gen/people", "Path(pool_dir).expanduser() / f'seed{seed}-n{size}'"): "integers",
     ("gen/banks", "folder / name"): "listing",  # verify reads only names found in the folder
-    ("gen/banks", "path / n"): "constant",  # RECORD_FILES
     ("gen/banks", "root / VERSIONS / label(version)"): "integer",  # v0001…
     ("gen/banks", "root / f'.current.tmp-{os.getpid()}'"): "pid",
     ("gen/banks", "root / f'.publishing-{label(version)}-{os.getpid()}'"): "pid",
     ("gen/banks", "vroot / f'.staging-{label(version)}-{os.getpid()}'"): "pid",
-    ("generators/audit", "folder / n"): "constant",  # RECORD_FILES
     ("generators/distractors", "path / name"): "constant",  # BANK_FILES
     (
         "generators/distractors",
@@ -91,7 +88,7 @@ ALLOWED = {
     ): "basename",  # an input file's own name
     ("generators/tom", "ctx.out_dir / f'egotom_{q}_shuffled.csv'"): "constant",  # EGOTOM_TYPES
     ("generators/bank", "ctx.out_dir / cfg.format"): "enum",  # a Literal option
-    ("generators/bank", "folder / f'{kind}.parquet'"): "constant",  # KINDS
+    ("generators/bank", "folder / f'{kind}.parquet'"): "identifier",  # kind names are checked
     ("generators/bank", "folder / f'{k}.parquet'"): "constant",  # KINDS
     ("generators/bank", "old_dir / f'{kind}.parquet'"): "constant",  # KINDS
     ("generators/bank", "stage / f'{kind}.parquet'"): "constant",  # KINDS
