@@ -207,6 +207,26 @@ def _csv_error(path: Path, e: Exception) -> InputError:
     return InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})")
 
 
+def egotom_mcq(q: str, row: dict[str, Any], choice_cols: list[str], line: int) -> MCQ:
+    """One EgoToM CSV row of question type ``q`` (all strings) as :class:`MCQ`."""
+    options = [(row.get(c) or "").strip() for c in choice_cols]
+    truth = (row.get(f"gt_{q}") or "").strip()
+    context = row.get("narrations_in_context") or ""
+    return MCQ(
+        item_id=f"{q}:{row.get('cuid')}",
+        question_type=q,
+        question=EGOTOM_QUESTION[q],
+        options=options,
+        answer=options.index(truth) if truth in options else None,
+        context=context,
+        group=row.get("cuid"),
+        origins=["truth" if o == truth else "counterfactual" for o in options],
+        visible={"narrations_in_context": context},
+        privileged={f"gt_{q}": truth},
+        line=line,
+    )
+
+
 def _egotom_rows(path: Path, q: str, frame: Any, choice_cols: list[str]) -> Iterator[MCQ]:
     # collect_batches (polars >= 1.3x) streams; an older polars reads the file whole
     batches = (
@@ -218,22 +238,7 @@ def _egotom_rows(path: Path, q: str, frame: Any, choice_cols: list[str]) -> Iter
     try:
         for df in batches:
             for row in df.iter_rows(named=True):
-                options = [(row[c] or "").strip() for c in choice_cols]
-                truth = (row[f"gt_{q}"] or "").strip()
-                context = row.get("narrations_in_context") or ""
-                yield MCQ(
-                    item_id=f"{q}:{row['cuid']}",
-                    question_type=q,
-                    question=EGOTOM_QUESTION[q],
-                    options=options,
-                    answer=options.index(truth) if truth in options else None,
-                    context=context,
-                    group=row["cuid"],
-                    origins=["truth" if o == truth else "counterfactual" for o in options],
-                    visible={"narrations_in_context": context},
-                    privileged={f"gt_{q}": truth},
-                    line=i,
-                )
+                yield egotom_mcq(q, row, choice_cols, i)
                 i += 1
     except Exception as e:  # noqa: BLE001 - polars raises several types
         raise _csv_error(path, e) from None

@@ -452,3 +452,28 @@ def context_bench_failures(
         )
         fails += validator.check_6_duplication(rows)
     return fails
+
+
+def pip_target(src: Path, target: Path) -> Path:
+    """Install the distribution at ``src`` into ``target`` alone (``pip install --no-deps
+    --target``: a plugin beside gen, put on ``PYTHONPATH`` by the test), offline."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return target

@@ -25,28 +25,13 @@ if TYPE_CHECKING:
 def egotom_row_mcq(row: dict[str, Any]) -> MCQ:
     """One EgoToM CSV row (all strings) as :class:`MCQ`, exactly as :func:`gen.mcq.read_egotom_csv`
     reads it."""
-    from gen.mcq import EGOTOM_QUESTION, EGOTOM_TYPES, egotom_columns
+    from gen.mcq import EGOTOM_TYPES, egotom_columns, egotom_mcq
 
     q = next((t for t in EGOTOM_TYPES if f"gt_{t}" in row and f"{t}_choice_a" in row), None)
     if q is None:
         raise InputError("not an EgoToM row (no gt_goal/gt_belief/gt_actions column)")
     cols = [c for c in egotom_columns(q) if c.startswith(f"{q}_choice_")]
-    options = [(row.get(c) or "").strip() for c in cols]
-    truth = (row.get(f"gt_{q}") or "").strip()
-    context = row.get("narrations_in_context") or ""
-    return MCQ(
-        item_id=f"{q}:{row.get('cuid')}",
-        question_type=q,
-        question=EGOTOM_QUESTION[q],
-        options=options,
-        answer=options.index(truth) if truth in options else None,
-        context=context,
-        group=row.get("cuid"),
-        origins=["truth" if o == truth else "counterfactual" for o in options],
-        visible={"narrations_in_context": context},
-        privileged={f"gt_{q}": truth},
-        line=0,
-    )
+    return egotom_mcq(q, row, cols, 0)
 
 
 def is_egotom_row(record: Any) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import ROOT, gen_env
+from conftest import ROOT, gen_env, pip_target
 
 PLUGIN = ROOT / "examples" / "plugin"
 
@@ -26,25 +26,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(
         PLUGIN, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-index",
-            "--no-build-isolation",
-            "--target",
-            str(target),
-            str(src),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    pip_target(src, target)
     return target
 
 

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, gen_env
+from conftest import ROOT, gen_env, pip_target
 from guides import blocks
 
 from gen.paths import EXAMPLES
@@ -36,26 +36,7 @@ def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("plugin-src")
     (src / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
     (src / "gen_echo_plugin.py").write_text(textwrap.dedent(PLUGIN))
-    site = tmp_path_factory.mktemp("plugin-site")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-index",
-            "--no-build-isolation",
-            "--target",
-            str(site),
-            str(src),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    site = pip_target(src, tmp_path_factory.mktemp("plugin-site"))
     assert list(site.glob("gen_echo_plugin-*.dist-info/entry_points.txt"))
     return site
 
