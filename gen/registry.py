@@ -46,8 +46,9 @@ class Generator:
     """The models of the records it writes (the first is the usual one; an action may write
     another, and the manifest names the one written)."""
     kind: str = "records"
-    """What its records are, for the readers of run folders (``mcq``, ``digital``,
-    ``scenario``…)."""
+    """What its records are: a declared record kind (:mod:`gen.kinds`: ``tom``, ``mcq``,
+    ``digital``, ``scenarios``, a plugin's…), through which bank, audit, review and export read
+    them; any other word names records no reader takes."""
 
     def make_plan(self, cfg: CommonConfig) -> Any:
         """The run's size: the plan hook's, else ``n``."""
@@ -77,7 +78,8 @@ def generator(
     Args:
         config: its options (a :class:`~gen.runner.CommonConfig` subclass).
         records: the pydantic model(s) of its records.
-        kind: what its records are, for readers of its run folders.
+        kind: what its records are: a kind declared in :mod:`gen.kinds` (or a plugin's ``gen.kinds``
+            entry points) for records that bank, audit, review and export take.
         merge: combines the summaries of its shards (without it, ``merge`` keeps each shard's).
         plan: sizes a run from its input (without it, a run has ``n`` indices).
         noun: what progress lines call its records.
