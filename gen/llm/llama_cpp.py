@@ -162,10 +162,12 @@ def _history_free(llama: Any, prefixes: _Prefixes) -> Callable[..., Any]:
     """
 
     def create(**kwargs: Any) -> Any:
+        import llama_cpp
         from openai.types.completion_usage import PromptTokensDetails
 
         prefixes.arm()
         llama.cache = prefixes
+        llama_cpp.llama_perf_context_reset(llama._ctx.ctx)
         try:
             out = llama.create_chat_completion_openai_v1(**kwargs)
         except BaseException:
@@ -173,6 +175,15 @@ def _history_free(llama: Any, prefixes: _Prefixes) -> Callable[..., Any]:
             raise
         finally:
             llama.cache = None
+        # where the call's time went, as llama-server reports it in its replies' ``timings``
+        # (the manifest's time split): llama.cpp's own counters of this context, reset above
+        perf = llama_cpp.llama_perf_context(llama._ctx.ctx)
+        out.timings = {  # type: ignore[attr-defined]
+            "prompt_n": perf.n_p_eval,
+            "prompt_ms": perf.t_p_eval_ms,
+            "predicted_n": perf.n_eval,
+            "predicted_ms": perf.t_eval_ms,
+        }
         prompt_tokens = out.usage.prompt_tokens if out.usage else 0
         llama.n_tokens = min(llama.n_tokens, max(0, prompt_tokens - REEVAL_TAIL))
         prefixes.save()

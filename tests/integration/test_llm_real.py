@@ -41,3 +41,20 @@ def test_an_answer_depends_only_on_prompt_and_seed(gguf_path, states: int) -> No
     assert (resumed > 500) == (states > 0), resumed
     u = llm.usage.as_dict()
     assert u["prompt_tokens_reported"] == u["prompt_tokens"] > u["prompt_tokens_evaluated"] > 0
+
+
+def test_an_in_process_call_reports_where_its_time_went(gguf_path) -> None:
+    """llama.cpp's own counters split an in-process call into prompt evaluation and generation,
+    as llama-server's ``timings`` do: the manifest's time split has both parts."""
+    from gen.timing import CLOCK
+
+    llm = make_llm(LlamaCppConfig(n_ctx=2048), None)
+    before = CLOCK.snapshot()
+    llm.complete([{"role": "user", "content": SYSTEM + " Say hi."}], seed=3, max_tokens=16)
+    after = CLOCK.snapshot()
+    prompt = after.get("llm_prompt_evaluation", 0.0) - before.get("llm_prompt_evaluation", 0.0)
+    generation = after.get("llm_generation", 0.0) - before.get("llm_generation", 0.0)
+    calls = after["llm_calls"] - before.get("llm_calls", 0.0)
+    # ~600 prompt tokens in a batch and up to 16 generated ones, both measured, within the call
+    assert prompt > 0 and generation > 0
+    assert prompt + generation <= calls * 1.05
