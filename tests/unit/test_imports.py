@@ -410,17 +410,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gen.schemas",
         ),
     ),
-    (
-        "text",  # checks on text the model wrote, no model of their own but the tagger
-        (
-            "gen.tagging",
-            "gen.words",
-            "gen.surface",
-            "gen.gates",
-            "gen.statements",
-            "gen.textaudit",
-        ),
-    ),
+    ("text", ("gen.text",)),  # checks on text the model wrote, no model of their own but the tagger
     ("models", ("gen.llm", "gen.embed", "gen.vectors")),  # the LLM and embedding boundary
     (
         "engine",  # registry, config, run folders, runner, API

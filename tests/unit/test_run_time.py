@@ -15,10 +15,10 @@ import pytest
 from pydantic import BaseModel
 
 from gen.embed import _Cached
-from gen.gates import Gates
 from gen.llm import scripted_llm
 from gen.registry import REGISTRY, Generator
 from gen.runner import CommonConfig, RunContext, run_config
+from gen.text.gates import Gates
 
 CALL, EMBED = 0.15, 0.1
 """Seconds a scripted call and an embedder's computation take."""
