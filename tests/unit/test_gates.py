@@ -395,7 +395,7 @@ def test_the_tagger_and_the_embedder_load_once_when_many_threads_ask_at_once(
 
     import spacy
 
-    import gen.embed
+    import gen.llm.embed
     from gen.text import tagging
 
     loads: list[str] = []
@@ -430,7 +430,7 @@ def test_the_tagger_and_the_embedder_load_once_when_many_threads_ask_at_once(
 
     loads.clear()
     monkeypatch.setattr(sentence_transformers, "SentenceTransformer", slow_load)
-    embedder = gen.embed.make_embedder(gen.embed.EmbedderConfig(), None)
+    embedder = gen.llm.embed.make_embedder(gen.llm.embed.EmbedderConfig(), None)
     together(embedder._load)
     assert loads == ["load"]
 

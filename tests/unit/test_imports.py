@@ -411,7 +411,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("text", ("gen.text",)),  # checks on text the model wrote, no model of their own but the tagger
-    ("models", ("gen.llm", "gen.embed", "gen.vectors")),  # the LLM and embedding boundary
+    ("models", ("gen.llm",)),  # the LLM and embedding boundary
     (
         "engine",  # registry, config, run folders, runner, API
         (

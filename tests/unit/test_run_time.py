@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from pydantic import BaseModel
 
-from gen.embed import _Cached
 from gen.llm import scripted_llm
+from gen.llm.embed import _Cached
 from gen.registry import REGISTRY, Generator
 from gen.runner import CommonConfig, RunContext, run_config
 from gen.text.gates import Gates
@@ -29,7 +29,7 @@ class Item(BaseModel):
 
 
 class SlowEmbedder(_Cached):
-    """The real cached-embedder path (:class:`gen.embed._Cached`, no cache) over a computation
+    """The real cached-embedder path (:class:`gen.llm.embed._Cached`, no cache) over a computation
     that sleeps."""
 
     model_id = "slow"
