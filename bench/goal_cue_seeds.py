@@ -72,7 +72,7 @@ def main() -> None:
     from gen.schemas.digital import App
     from gen.schemas.personas import PersonaRecord
     from gen.templates import Prompts
-    from gen.words import content_words
+    from gen.text.words import content_words
 
     t0 = time.time()
     load0 = os.getloadavg()

@@ -294,7 +294,7 @@ class Server:
             for k, t in zip(keys, texts, strict=True):
                 if k not in self.embeddings and k not in new:
                     if self.embedder is None:
-                        from gen.embed import Embedder, EmbedderConfig
+                        from gen.llm.embed import Embedder, EmbedderConfig
 
                         self.embedder = Embedder(EmbedderConfig(), None)
                     new[k] = [float(x) for x in self.embedder.encode([t])[0]]

@@ -13,17 +13,12 @@ distribution's ``gen.generators`` entry points; a record kind of your own is a :
 (or :class:`gen.MCQKind`) named in its ``gen.kinds`` entry points (see the plugin guide).
 """
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from gen.api import open, run
+from gen.manifest import TOOLKIT_VERSION as __version__
 from gen.registry import generator
 from gen.runfolder import RunFolder
-
-try:
-    __version__ = version("egogen")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
 
 _LAZY = {
     "CommonConfig": "gen.runner",
@@ -47,6 +42,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "__version__",
     "MCQ",
     "CommonConfig",
     "Kind",

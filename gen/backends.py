@@ -7,8 +7,8 @@ import json
 import threading
 from typing import Any
 
-from gen.embed import EMBEDDER_CONFIGS, EmbedderConfig, ServerEmbedderConfig
 from gen.llm import Cache, LanguageModel, LLMConfig
+from gen.llm.embed import EMBEDDER_CONFIGS, EmbedderConfig, ServerEmbedderConfig
 from gen.schedule import Helpers
 
 
@@ -45,7 +45,7 @@ class Backends:
             return self._llms[key]
 
     def embedder(self, cfg: EmbedderConfig | ServerEmbedderConfig, cache_dir: str | None) -> Any:
-        from gen.embed import make_embedder
+        from gen.llm.embed import make_embedder
 
         key = json.dumps([cfg.model_dump(mode="json"), cache_dir], sort_keys=True)
         with self._lock:

@@ -15,13 +15,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gen.gates import Gates, Kind, Language, count_key, key
 from gen.schemas import digital as S
 from gen.schemas.digital import LONG_CHARS as LONG
 from gen.schemas.digital import SHORT_CHARS as SHORT
 from gen.schemas.digital import TAG_CHARS, App
 from gen.schemas.digital import TEXT_CHARS as TEXT
 from gen.schemas.personas import PersonaRecord, RelatedPersona
+from gen.text.gates import Gates, Kind, Language, count_key, key
 
 
 class BundleRules(BaseModel):

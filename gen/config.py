@@ -18,9 +18,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ValidationError
 from pydantic_core import to_jsonable_python
 
-from gen.embed import EmbedderConfig, ServerEmbedderConfig
 from gen.errors import ConfigError
 from gen.llm import LlamaCppConfig, LlamaServerConfig, LLMConfig, OpenAIConfig
+from gen.llm.embed import EmbedderConfig, ServerEmbedderConfig
 from gen.llm.secrets import scrub
 
 MISSING = "???"

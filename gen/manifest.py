@@ -15,6 +15,12 @@ from typing import Any
 from gen.llm import sha256_file
 from gen.paths import CHECKOUT
 
+try:
+    TOOLKIT_VERSION = version("egogen")
+    """gen's own version (``gen.__version__``), as every manifest records it."""
+except PackageNotFoundError:  # running from a source tree that was never installed
+    TOOLKIT_VERSION = "0.0.0+unknown"
+
 PACKAGES = [
     "llama-cpp-python",
     "instructor",

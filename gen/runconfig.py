@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gen.embed import EmbedderChoice, EmbedderConfig
 from gen.errors import ConfigError, MissingInputError
 from gen.llm import LlamaCppConfig, LLMConfig
+from gen.llm.embed import EmbedderChoice, EmbedderConfig
 from gen.paths import input_file
 from gen.stages import stage_models
 

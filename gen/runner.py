@@ -26,12 +26,18 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-import gen
 from gen.backends import Backends
 from gen.errors import BackendError, ConfigError
 from gen.llm import Cache, LanguageModel, LLMConfig, batch, sha256_file
 from gen.llm.labels import model_label, unique_labels
-from gen.manifest import atomic_write, count_lines, git_info, output_hashes, package_versions
+from gen.manifest import (
+    TOOLKIT_VERSION,
+    atomic_write,
+    count_lines,
+    git_info,
+    output_hashes,
+    package_versions,
+)
 from gen.paths import inside, is_within, owning_bank
 from gen.progress import Progress
 from gen.registry import REGISTRY
@@ -537,7 +543,7 @@ def run_config(
     used_models, stages = ctx.models_manifest()
     manifest = {
         "generator": name,
-        "toolkit_version": gen.__version__,
+        "toolkit_version": TOOLKIT_VERSION,
         "git": git_info(),
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "config": resolved if resolved is not None else cfg.model_dump(mode="json"),

@@ -42,7 +42,6 @@ from pydantic import Field
 
 from gen import ranking as rr
 from gen.errors import InputError
-from gen.gates import Gates, key
 from gen.intervals import Interval, complement, merge, split
 from gen.llm.attempts import AttemptFailure, retry
 from gen.readers import iter_jsonl, validated
@@ -58,8 +57,9 @@ from gen.schemas.recommend import (
     RecommendSession,
 )
 from gen.schemas.rerank import RankedCandidate, RerankDraft
-from gen.statements import example_strings
-from gen.tagging import tags
+from gen.text.gates import Gates, key
+from gen.text.statements import example_strings
+from gen.text.tagging import tags
 from gen.timelines import fmt_time
 
 NAME = "recommend"

@@ -121,8 +121,8 @@ def run_cli(argv: list[str]) -> int:
 @contextlib.contextmanager
 def backends(monkeypatch: pytest.MonkeyPatch, page: Page) -> Iterator[None]:
     """Every model gen would load is the page's scripted LLM and embedder instead."""
-    import gen.embed
     import gen.llm
+    import gen.llm.embed
     from gen.llm import scripted_llm
 
     def make_llm(cfg: Any, cache: Any) -> Any:
@@ -139,7 +139,7 @@ def backends(monkeypatch: pytest.MonkeyPatch, page: Page) -> Iterator[None]:
 
     monkeypatch.setattr(gen.llm, "make_llm", make_llm)
     if page.embedder != "real":
-        monkeypatch.setattr(gen.embed, "make_embedder", make_embedder)
+        monkeypatch.setattr(gen.llm.embed, "make_embedder", make_embedder)
     yield
 
 

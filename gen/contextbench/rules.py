@@ -88,7 +88,7 @@ RULES: list[tuple[str, str, str]] = [
     (
         "situations",
         "text_gates",
-        "a name, phrase or indicator fails a shared text gate (gen.gates: echoes, truncation, "
+        "a name, phrase or indicator fails a shared text gate (gen.text.gates: echoes, truncation, "
         "repetition, language)",
     ),
     ("situations", "empty_text", "a name, phrase or indicator is empty or a placeholder"),
@@ -108,7 +108,7 @@ RULES: list[tuple[str, str, str]] = [
     (
         "camera",
         "text_gates",
-        "a description fails a shared text gate (gen.gates: echoes, truncation, repetition, "
+        "a description fails a shared text gate (gen.text.gates: echoes, truncation, repetition, "
         "language)",
     ),
     ("camera", "empty_text", "an empty or placeholder description"),
@@ -145,7 +145,7 @@ RULES: list[tuple[str, str, str]] = [
         "speech",
         "text_gates",
         "a user turn fails a shared text gate "
-        "(gen.gates: echoes, truncation, repetition, language)",
+        "(gen.text.gates: echoes, truncation, repetition, language)",
     ),
     ("speech", "empty_text", "an empty or placeholder user turn"),
     ("speech", "repetitive_text", "a user turn repeats a 4-word run"),
@@ -192,7 +192,7 @@ RULES: list[tuple[str, str, str]] = [
         "follow_up",
         "text_gates",
         "a user turn fails a shared text gate "
-        "(gen.gates: echoes, truncation, repetition, language)",
+        "(gen.text.gates: echoes, truncation, repetition, language)",
     ),
     ("follow_up", "empty_text", "an empty or placeholder user turn"),
     ("follow_up", "repetitive_text", "a user turn repeats a 4-word run"),

@@ -1,4 +1,4 @@
-"""The LLM boundary and its backends.
+"""The model boundary: the LLM, its backends, and the embedders.
 
 - :mod:`gen.llm.config`: the ``llm=`` configs (one per backend);
 - :mod:`gen.llm.cache`: the per-call SQLite cache (one WAL file, or per-process parts on a
@@ -8,7 +8,9 @@
 - :mod:`gen.llm.boundary`: :class:`LLM` (structured / complete / loglik through instructor and
   the cache) and :class:`LanguageModel`, what generators may use of it;
 - :mod:`gen.llm.llama_cpp`, :mod:`gen.llm.openai_compat`, :mod:`gen.llm.llama_server`: the
-  backends; :mod:`gen.llm.fake`: the scripted backend of unit tests.
+  backends; :mod:`gen.llm.fake`: the scripted backend of unit tests;
+- :mod:`gen.llm.embed`: the embedding boundary (``embedder=`` configs, the embedders);
+  :mod:`gen.llm.vectors`: exact search over their vectors (FAISS).
 
 :func:`make_llm` builds the configured backend. Heavy imports (llama_cpp, openai, instructor)
 happen only when a model is really made.

@@ -19,7 +19,6 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gen.gates import Language
 from gen.generators.audit import checks as _checks  # noqa: F401  (registers every check)
 from gen.generators.audit.data import AuditData, load_inputs
 from gen.generators.audit.registry import (
@@ -33,6 +32,7 @@ from gen.generators.audit.report import write_report
 from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas.audit import FindingRecord
+from gen.text.gates import Language
 
 __all__ = ["AuditConfig", "AuditData", "CheckResult", "audit", "plan"]
 

@@ -105,10 +105,10 @@ def words(text: str) -> list[str]:
 
 class Lemmas:
     """Word -> lemma, each distinct word lemmatised once, out of context, by the English pipeline
-    the text gates use (:func:`gen.tagging.tags`): "novels" is "novel", "placed" "place". A word is
-    lemmatised alone, so it maps the same way wherever it stands (an option and a context agree);
-    the cost follows the vocabulary, not the bank's length. ``english=False`` keeps words as they
-    are (the tagger is English)."""
+    the text gates use (:func:`gen.text.tagging.tags`): "novels" is "novel", "placed" "place". A
+    word is lemmatised alone, so it maps the same way wherever it stands (an option and a context
+    agree); the cost follows the vocabulary, not the bank's length. ``english=False`` keeps words as
+    they are (the tagger is English)."""
 
     def __init__(self, english: bool = True) -> None:
         self.english = english
@@ -122,7 +122,7 @@ class Lemmas:
         if not self.english:
             self._map.update((w, w) for w in new)
             return
-        from gen.tagging import forget_since, tagged_count, tags, warm
+        from gen.text.tagging import forget_since, tagged_count, tags, warm
 
         mark = tagged_count()
         warm(new)
@@ -134,7 +134,7 @@ class Lemmas:
     def content(self, text: str) -> list[str]:
         """The lemmas of ``text``'s content words, in order (stopwords and bare one-digit numbers
         left out, before and after lemmatising)."""
-        from gen.words import STOPWORDS
+        from gen.text.words import STOPWORDS
 
         self.learn([text])
         out = []
@@ -148,4 +148,4 @@ class Lemmas:
 
 
 NAME_NOTHING = frozenset({"yet", "also", "even", "ever", "already"})
-"""Adverbs :data:`gen.words.STOPWORDS` keeps that name nothing either ("not boiling yet")."""
+"""Adverbs :data:`gen.text.words.STOPWORDS` keeps that name nothing either ("not boiling yet")."""

@@ -9,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from gen.vectors import ip_index
+from gen.llm.vectors import ip_index
 
 
 class Vectors:

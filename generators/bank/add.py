@@ -54,9 +54,9 @@ from gen.banks.verify import require_clean
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.generators.bank.commit import SEVERITY_RANK, AuditOutcome, Verdict, commit
 from gen.llm import sha256_file
+from gen.llm.vectors import ip_index
 from gen.schemas import Reject
 from gen.schemas.bank import BankItemRecord
-from gen.vectors import ip_index
 
 if TYPE_CHECKING:
     from gen.generators.bank import BankConfig

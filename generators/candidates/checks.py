@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gen.gates import Gates, content_lemmas, final_mark, with_mark
-from gen.gates import key as _key
 from gen.llm.attempts import AttemptFailure
 from gen.schemas.candidates import TimedLine
-from gen.statements import PLACEHOLDER
+from gen.text.gates import Gates, content_lemmas, final_mark, with_mark
+from gen.text.gates import key as _key
+from gen.text.statements import PLACEHOLDER
 from gen.timelines import speaker_of
 
 if TYPE_CHECKING:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gen import ranking as rr
-from gen.gates import key as _key
 from gen.generators.candidates.checks import (
     Option,
     Pool,
@@ -44,7 +43,8 @@ from gen.schemas.candidates import (
     plain_draft,
     reasons_draft,
 )
-from gen.statements import example_strings as _example_strings
+from gen.text.gates import key as _key
+from gen.text.statements import example_strings as _example_strings
 from gen.timelines import Line, fmt_line, fmt_time
 
 if TYPE_CHECKING:

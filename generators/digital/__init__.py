@@ -25,7 +25,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.bundles import BundleRules, Checker, State, validate_items
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.gates import Gates
 from gen.generators.digital.assembly import (
     CUE_SCHEMA,
     Skeleton,
@@ -56,6 +55,7 @@ from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.schemas.personas import PersonaRecord
 from gen.stages import StageConfig, StagesConfig
+from gen.text.gates import Gates
 from gen.wagibench import bundle_stats, wagibench_record
 
 DEFAULT_HOUR_WEIGHTS = [

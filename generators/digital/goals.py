@@ -24,8 +24,8 @@ from gen.runner import RunContext
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.schemas.personas import RelatedPersona
+from gen.text.words import content_words
 from gen.wagibench import app_view, render_bundle
-from gen.words import content_words
 
 if TYPE_CHECKING:
     from gen.generators.digital import DigitalConfig

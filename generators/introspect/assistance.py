@@ -37,7 +37,6 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gen.gates import key
 from gen.generators.introspect.common import (
     Built,
     Draft,
@@ -52,6 +51,7 @@ from gen.intervals import Interval, centred, place
 from gen.mcq import Positions
 from gen.schemas.candidates import CandidateItem, Other, Positive, TimedLine, Window
 from gen.schemas.introspect import MemoryItem, MemorySession
+from gen.text.gates import key
 
 if TYPE_CHECKING:
     from gen.generators.introspect import IntrospectConfig

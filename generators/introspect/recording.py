@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gen.gates import key
 from gen.generators.introspect.common import (
     Built,
     Draft,
@@ -30,6 +29,7 @@ from gen.generators.introspect.common import (
 from gen.intervals import Interval, overlaps, place
 from gen.mcq import Positions
 from gen.schemas.introspect import RecordingCommand, RecordingSession
+from gen.text.gates import key
 
 if TYPE_CHECKING:
     from gen.generators.introspect import IntrospectConfig

@@ -30,7 +30,6 @@ from gen.contextbench import JUDGE_TEMPLATE as TEMPLATE
 from gen.contextbench import load as load_scenarios
 from gen.contextbench.scoring import metrics, repair_text, signals
 from gen.errors import InputError, LLMOutputError, MissingInputError
-from gen.gates import Gates
 from gen.generators.judge.summary import finish, prompt_sha256
 from gen.panel import (
     JudgeModel,
@@ -52,6 +51,7 @@ from gen.schemas.judge import (
 )
 from gen.schemas.scenarios import RECORD_FIELDS, ScenarioRecord
 from gen.stats import proportion
+from gen.text.gates import Gates
 
 if TYPE_CHECKING:
     from gen.generators.judge import JudgeConfig

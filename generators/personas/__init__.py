@@ -19,7 +19,6 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from gen.gates import Gates, Language
 from gen.generators.personas.checks import bio_problems
 from gen.generators.personas.facts import (
     AGE_BANDS,
@@ -34,6 +33,7 @@ from gen.registry import generator
 from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.personas import BIO_CHARS, Bio, PersonaFacts, PersonaRecord
+from gen.text.gates import Gates, Language
 
 __all__ = [
     "AGE_BANDS",

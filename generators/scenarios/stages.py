@@ -32,7 +32,6 @@ from gen.contextbench.rules import (
     text_problem,
 )
 from gen.errors import LLMOutputError
-from gen.gates import Gates
 from gen.generators.scenarios.examples import (
     EXAMPLES,
     echo_problems,
@@ -62,6 +61,7 @@ from gen.schemas.scenarios import (
     SituationsDraft,
     SpeechDraft,
 )
+from gen.text.gates import Gates
 
 if TYPE_CHECKING:
     from gen.generators.scenarios import ScenariosConfig

@@ -32,7 +32,6 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.errors import InputError, MissingInputError
-from gen.gates import Gates, Language, content_lemmas, count_key
 from gen.generators.socratic.video import (
     VIDEO_SUFFIXES,
     Frame,
@@ -58,6 +57,7 @@ from gen.schemas.distractors import ContextWindow, Goal
 from gen.schemas.history import Observation
 from gen.schemas.socratic import Caption, MergeDraft, SocraticRecord, TranscriptLine
 from gen.stages import StageConfig, StagesConfig
+from gen.text.gates import Gates, Language, content_lemmas, count_key
 
 NAME = "socratic"
 CAPTION_STAGES = ("caption_a", "caption_b")

@@ -7,9 +7,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gen.gates import Language
 from gen.runner import CommonConfig
 from gen.stages import StageConfig, StagesConfig
+from gen.text.gates import Language
 from gen.timelines import parse_time
 
 DEFAULT_KEYWORDS = [
@@ -77,7 +77,7 @@ class TomConfig(CommonConfig):
     fields>``."""
     attempts: int = Field(3, ge=1, le=10)
     """Generations per stage (fresh seed) when the output fails code's checks (the shared text
-    gates of gen.gates, then tom's own); formerly ``stage_attempts``."""
+    gates of gen.text.gates, then tom's own); formerly ``stage_attempts``."""
     renamed: ClassVar[dict[str, str]] = {"stage_attempts": "attempts"}
     language: Language = "en"
     """The language the statements must be in (the text gates' language check)."""

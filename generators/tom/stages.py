@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from gen.gates import Gates, Kind, count_key, key
 from gen.llm.attempts import AttemptFailure, retry
 from gen.mcq import EGOTOM_CHOICES
 from gen.runner import RunContext
@@ -28,7 +27,8 @@ from gen.schemas.tom import (
     WrongGoalsDraft,
     analysis_draft,
 )
-from gen.statements import (
+from gen.text.gates import Gates, Kind, count_key, key
+from gen.text.statements import (
     action_count,
     actions_problem,
     example_strings,

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gen.embed import Embedder, EmbedderConfig
 from gen.generators.audit import AuditConfig
+from gen.llm.embed import Embedder, EmbedderConfig
 from gen.runner import RunContext, run_config
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"

@@ -16,9 +16,9 @@ import pytest
 from embeddings_server import EmbeddingsServer
 from test_audit_real import FIX, PLANTED
 
-from gen.embed import Embedder, EmbedderConfig, ServerEmbedderConfig, make_embedder
 from gen.errors import BackendError
 from gen.llm.config import LlamaServerConfig
+from gen.llm.embed import Embedder, EmbedderConfig, ServerEmbedderConfig, make_embedder
 from gen.llm.llama_cpp import gguf_file
 from gen.llm.llama_server import LlamaServer, find_binary
 

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from gen.gates import GATES, Gates
 from gen.generators.personas import bio_problems, sample_facts
 from gen.schemas import Reject
 from gen.schemas.personas import PersonaRecord
+from gen.text.gates import GATES, Gates
 
 pytestmark = pytest.mark.integration
 

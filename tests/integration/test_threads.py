@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 PROBE = """
 import json, torch
-from gen.embed import Embedder, EmbedderConfig
+from gen.llm.embed import Embedder, EmbedderConfig
 from gen.llm import LlamaCppConfig, make_llm
 from gen.llm.llama_cpp import _LLAMAS
 default = torch.get_num_threads()

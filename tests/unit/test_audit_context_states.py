@@ -24,7 +24,7 @@ from gen.paths import EXAMPLES, PROMPTS
 from gen.runner import RunContext, run_config
 from gen.schemas.digital import App
 from gen.templates import Prompts
-from gen.words import content_words
+from gen.text.words import content_words
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "digital" / "goal_cue_before.jinja"
 BEFORE_APPS = {

@@ -714,8 +714,8 @@ def test_a_lone_surrogate_escape_is_refused_where_it_is_read(tmp_path: Path) -> 
 
 def test_the_tagger_reads_a_text_longer_than_spacys_limit() -> None:
     """A 5 MB question stopped ``audit`` and ``bank add`` with spaCy's E088 (exit 1)."""
-    from gen.gates import GateContext, run_gates
-    from gen.tagging import TAG_MAX_CHARS, tags, warm
+    from gen.text.gates import GateContext, run_gates
+    from gen.text.tagging import TAG_MAX_CHARS, tags, warm
 
     text = "To open the door " + "and walk " * 600_000 + "to the car."
     assert len(text) > 5_000_000 > TAG_MAX_CHARS

@@ -12,9 +12,9 @@ from pydantic import BaseModel
 
 from gen.cli import composed, normalize_overrides, settings_from, validate
 from gen.config import EMBEDDER_PRESETS, LLM_PRESETS, MISSING, field_default, node
-from gen.embed import EmbedderConfig, ServerEmbedderConfig
 from gen.errors import ConfigError
 from gen.llm import LlamaCppConfig, LlamaServerConfig, OpenAIConfig
+from gen.llm.embed import EmbedderConfig, ServerEmbedderConfig
 from gen.paths import CONF
 from gen.registry import REGISTRY
 from gen.runner import CommonConfig

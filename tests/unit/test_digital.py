@@ -14,7 +14,6 @@ import pytest
 from digital_runs import persona_pool
 
 from gen.bundles import FMT_M, FMT_S, Checker, State, text_problem, validate_items
-from gen.gates import Gates
 from gen.generators.digital import DigitalConfig
 from gen.generators.digital.assembly import assemble_cue, merge
 from gen.generators.digital.state import sample_datetime
@@ -22,6 +21,7 @@ from gen.people import sample_related
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.templates import Prompts
+from gen.text.gates import Gates
 
 PAST_APPS = [App.Messaging, App.Notes, App.Search, App.Videos, App.Maps, App.Music]
 NOW = dt.datetime(2025, 6, 11, 15, 30)

@@ -1,4 +1,4 @@
-"""The shared text gates (gen.gates): each gate on planted positives (the issue's real failures
+"""The shared text gates (gen.text.gates): each gate on planted positives (the issue's real failures
 of the embedded model among them) and on clean text, the runner, the offline tagger, and the
 audit function; false alarms measured on EgoToM's released options (skipped without ../shared)."""
 
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gen.gates import (
+from gen.schemas.tom import AnalysisDraft, WrongGoalsDraft
+from gen.templates import Prompts
+from gen.text.gates import (
     GATES,
     KIND_GATES,
     Gates,
@@ -21,10 +23,8 @@ from gen.gates import (
     schema_fields,
     with_mark,
 )
-from gen.schemas.tom import AnalysisDraft, WrongGoalsDraft
-from gen.surface import infinitive
-from gen.templates import Prompts
-from gen.textaudit import AuditText, audit_texts, bank_texts
+from gen.text.surface import infinitive
+from gen.text.textaudit import AuditText, audit_texts, bank_texts
 
 EGOTOM = Path(__file__).resolve().parents[3] / "shared" / "data" / "egotom_paper"
 ROOT = Path(__file__).resolve().parents[2]
@@ -395,8 +395,8 @@ def test_the_tagger_and_the_embedder_load_once_when_many_threads_ask_at_once(
 
     import spacy
 
-    import gen.embed
-    from gen import tagging
+    import gen.llm.embed
+    from gen.text import tagging
 
     loads: list[str] = []
 
@@ -430,7 +430,7 @@ def test_the_tagger_and_the_embedder_load_once_when_many_threads_ask_at_once(
 
     loads.clear()
     monkeypatch.setattr(sentence_transformers, "SentenceTransformer", slow_load)
-    embedder = gen.embed.make_embedder(gen.embed.EmbedderConfig(), None)
+    embedder = gen.llm.embed.make_embedder(gen.llm.embed.EmbedderConfig(), None)
     together(embedder._load)
     assert loads == ["load"]
 
@@ -443,8 +443,8 @@ def test_tagger_loads_offline_and_downloads_nothing(tmp_path: Path) -> None:
             raise OSError("network use at run time")
         socket.socket.connect = refuse
         socket.create_connection = refuse
-        from gen.gates import Gates
-        from gen.tagging import tags
+        from gen.text.gates import Gates
+        from gen.text.tagging import tags
         assert [t[1] for t in tags("He sands the board.")][:2] == ["PRP", "VBZ"]
         french = "Il fait beau aujourd'hui, on va au parc cet après-midi?"
         assert Gates().check(french, "prose").gate == "language"
@@ -563,7 +563,7 @@ def test_penn_and_pos_tags_equal_the_whole_pipelines_and_words_its_tokens() -> N
     """The tagger alone gives the Penn tags the whole pipeline gives (the attribute ruler's one
     tag rule, whitespace is _SP, applied), the ruler's POS per word and tag the same POS, and the
     tokenizer alone its tokens."""
-    from gen import tagging
+    from gen.text import tagging
 
     texts = [
         "C picks the cup on the table, rinses the plate, and dries the spoon.",
@@ -590,7 +590,7 @@ def test_audit_texts_never_runs_the_attribute_ruler_over_a_text(
     """The audit tags forms' frames and texts whose words come three times with the tagger alone
     (the POS the repetition gate reads comes per word and tag), never with the whole pipeline
     (attribute ruler and lemmatizer over every text); the findings stay."""
-    from gen import tagging
+    from gen.text import tagging
 
     whole: list[str] = []
     remember = tagging._remember

@@ -387,3 +387,120 @@ def test_one_function_is_called_run() -> None:
     ]
     assert len(defined) == 1 and defined[0].startswith("gen.api:"), defined
     assert gen.run.__module__ == "gen.api" and run_config.__module__ == "gen.runner"
+
+
+# gen in layers, bottom to top: a module imports only its own layer and the layers below, at any
+# level (an import inside a function counts; one under ``TYPE_CHECKING`` never runs). A key is a
+# module or a package (its modules too; the longest key wins); ``gen`` names the top package alone.
+# The run engine sits above the model boundary, not below it: the runner loads the models of a
+# command (``gen.backends``) and the config composes their presets (``gen.config``).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "base",  # no model, no run: errors, files, readers, pure maths, the records' schemas
+        (
+            "gen.errors",
+            "gen.paths",
+            "gen.netfs",
+            "gen.readers",
+            "gen.templates",
+            "gen.timing",
+            "gen.stats",
+            "gen.agreement",
+            "gen.intervals",
+            "gen.schemas",
+        ),
+    ),
+    ("text", ("gen.text",)),  # checks on text the model wrote, no model of their own but the tagger
+    ("models", ("gen.llm",)),  # the LLM and embedding boundary
+    (
+        "engine",  # registry, config, run folders, runner, API
+        (
+            "gen.config",
+            "gen.stages",
+            "gen.runconfig",
+            "gen.registry",
+            "gen.runfolder",
+            "gen.manifest",
+            "gen.schedule",
+            "gen.backends",
+            "gen.progress",
+            "gen.runner",
+            "gen.api",
+            "gen.launch",
+            "gen.panel",
+        ),
+    ),
+    (
+        "kinds",  # record kinds and the formats rooms share
+        (
+            "gen.kinds",
+            "gen.banks",
+            "gen.mcq",
+            "gen.roles",
+            "gen.timelines",
+            "gen.labels",
+            "gen.goals",
+            "gen.bundles",
+            "gen.wagibench",
+            "gen.contextbench",
+            "gen.ranking",
+            "gen.people",
+        ),
+    ),
+    ("face", ("gen", "gen.cli", "gen.docs", "gen.sweep")),  # the package's face, the CLI
+    ("rooms", ("gen.generators",)),  # the generators, which share only through the floors below
+)
+
+
+def layer_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS) -> int | None:
+    """The index of ``module``'s layer: its own key, else its nearest package's (``gen``, the top
+    package, holds only itself), or None."""
+    keys = {key: i for i, (_, ks) in enumerate(layers) for key in ks}
+    name = module
+    while name:
+        if name in keys and (name == module or "." in name):
+            return keys[name]
+        name = name.rpartition(".")[0]
+    return None
+
+
+def upward_imports(
+    graph: dict[str, set[str]], layers: tuple[tuple[str, tuple[str, ...]], ...] = LAYERS
+) -> list[str]:
+    """Every import from a layer to a higher one, and every module no key places."""
+    names = [name for name, _ in layers]
+    out = [f"{m}: in no layer" for m in sorted(graph) if layer_of(m, layers) is None]
+    for m in sorted(graph):
+        low = layer_of(m, layers)
+        for t in sorted(graph[m]):
+            high = layer_of(t, layers)
+            if low is not None and high is not None and high > low:
+                out.append(f"{m} ({names[low]}) -> {t} ({names[high]})")
+    return out
+
+
+def test_gen_is_in_layers(every_import: dict[str, set[str]]) -> None:
+    """No module of gen imports a higher layer, not even inside a function, and each has a
+    layer (a new module is placed in ``LAYERS``)."""
+    bad = upward_imports(every_import)
+    assert not bad, "\n".join(bad)
+    unused = [
+        k
+        for _, ks in LAYERS
+        for k in ks
+        if not any(m == k or m.startswith(k + ".") for m in every_import)
+    ]
+    assert not unused, unused  # a key that places no module names one that moved
+
+
+def test_the_layer_check_finds_upward_and_unplaced_modules() -> None:
+    layers = (("low", ("toy.a",)), ("high", ("toy", "toy.sub")))
+    graph = {"toy": {"toy.a"}, "toy.a": set(), "toy.sub.b": {"toy.a"}, "toy.c": set()}
+    assert layer_of("toy.sub.b", layers) == 1 and layer_of("toy.c", layers) is None
+    assert upward_imports(graph, layers) == ["toy.c: in no layer"]
+    graph["toy.a"] = {"toy.sub.b", "toy"}
+    assert upward_imports(graph, layers) == [
+        "toy.c: in no layer",
+        "toy.a (low) -> toy (high)",
+        "toy.a (low) -> toy.sub.b (high)",
+    ]

@@ -257,7 +257,7 @@ def _unusable_caches(tmp_path: Path) -> list[tuple[Path, str]]:
 
 
 def test_an_unusable_cache_folder_is_a_config_error(tmp_path: Path) -> None:
-    from gen.embed import Embedder, EmbedderConfig
+    from gen.llm.embed import Embedder, EmbedderConfig
 
     for folder, reason in _unusable_caches(tmp_path):
         with pytest.raises(ConfigError) as info:
@@ -287,7 +287,7 @@ def test_an_embedder_model_path_that_is_no_model_is_one_line(
     run_gen, tmp_path: Path, where: str
 ) -> None:
     """Before: ``unexpected NotADirectoryError`` (exit 1) from sentence-transformers."""
-    from gen.embed import Embedder, EmbedderConfig
+    from gen.llm.embed import Embedder, EmbedderConfig
     from gen.paths import EXAMPLES
 
     path = Path(where)

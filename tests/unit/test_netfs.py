@@ -239,7 +239,7 @@ def test_embeddings_are_cached_in_parts(
 ) -> None:
     import numpy as np
 
-    from gen.embed import Embedder, EmbedderConfig, embedded_minilm
+    from gen.llm.embed import Embedder, EmbedderConfig, embedded_minilm
 
     class Model:
         calls = 0

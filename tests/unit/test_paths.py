@@ -66,7 +66,7 @@ ALLOWED = {
     ("gen/runfolder", "path / f'{name}.jsonl'"): "code",  # records_file(path, "personas")
     ("gen/runner", "out_dir / rel"): "listing",  # the run folder's own files (output_hashes)
     ("gen/paths", "folder.joinpath(*parts)"): "door",  # inside() itself
-    ("gen/embed", "self.path / f"): "constant",  # modules.json, config.json
+    ("gen/llm", "self.path / f"): "constant",  # the embedder's modules.json, config.json
     ("gen/llm", "self.folder / f'{name}.live'"): "pid",  # a cache part: host, pid, random
     ("gen/llm", "self.folder / f'{name}.sqlite'"): "pid",
     ("gen/llm", "self.folder / f'{HOST}-{self.pid}-{uuid.uuid4().hex[:8]}.sqlite'"): "pid",

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from pydantic import BaseModel
 
-from gen.embed import _Cached
-from gen.gates import Gates
 from gen.llm import scripted_llm
+from gen.llm.embed import _Cached
 from gen.registry import REGISTRY, Generator
 from gen.runner import CommonConfig, RunContext, run_config
+from gen.text.gates import Gates
 
 CALL, EMBED = 0.15, 0.1
 """Seconds a scripted call and an embedder's computation take."""
@@ -29,7 +29,7 @@ class Item(BaseModel):
 
 
 class SlowEmbedder(_Cached):
-    """The real cached-embedder path (:class:`gen.embed._Cached`, no cache) over a computation
+    """The real cached-embedder path (:class:`gen.llm.embed._Cached`, no cache) over a computation
     that sleeps."""
 
     model_id = "slow"

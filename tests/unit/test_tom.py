@@ -22,7 +22,7 @@ from gen.errors import ConfigError, InputError, MissingInputError
 from gen.generators.tom import TomConfig, plan, read_input, selection
 from gen.generators.tom.stages import in_window, keyword_hits, length_problem, similarity_problem
 from gen.mcq import egotom_columns
-from gen.statements import join_actions, norm_belief, norm_goal, norm_sentence
+from gen.text.statements import join_actions, norm_belief, norm_goal, norm_sentence
 from gen.timelines import Clip, Line, fmt_line, fmt_time, parse_time, speaker_of
 
 # --------------------------------------------------------------------------- 1. parsing
@@ -523,7 +523,7 @@ def test_action_surface_forms() -> None:
         == "C picks the salt, adds salt, and stirs the pot."
     )
     assert norm_sentence("#C C picks x..") == "C picks x."
-    from gen.statements import action_count
+    from gen.text.statements import action_count
 
     assert (
         action_count("C picks a cup, fills it, and drinks.") == 3

@@ -13,7 +13,7 @@ from gen.generators.audit.registry import TELL_OPTIONS, CheckResult, check, judg
 from gen.generators.audit.report import table, tells_table
 from gen.generators.audit.stats import Tell, binom_greater, rounded
 from gen.schemas.mcq import MCQ
-from gen.words import content_words
+from gen.text.words import content_words
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gen.gates import final_mark
 from gen.generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
 from gen.generators.audit.report import per_type_table, tells_table
 from gen.generators.audit.stats import Tell, binom_greater, rounded
 from gen.generators.audit.text import norm
 from gen.schemas.mcq import MCQ
+from gen.text.gates import final_mark
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig

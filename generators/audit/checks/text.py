@@ -35,13 +35,13 @@ def _markdown(r: CheckResult) -> list[str]:
     markdown=_markdown,
 )
 def text(data: AuditData, cfg: AuditConfig) -> CheckResult:
-    """The shared text gates every generator runs on model text (``gen/gates.py``) over the visible
-    question and options of every item, from any source: options of EgoToM's question types must
-    have their form (goal "To <verb> …", belief "C believes that <clause>", action "C <verb> …"),
-    every other text is judged as prose. No prompt is known here, so the gates that compare with a
-    prompt compare with nothing. One finding per gate, naming the items; language is a warning,
-    the rest errors."""
-    from gen.textaudit import audit_texts, bank_texts
+    """The shared text gates every generator runs on model text (``gen/text/gates.py``) over the
+    visible question and options of every item, from any source: options of EgoToM's question types
+    must have their form (goal "To <verb> …", belief "C believes that <clause>", action "C <verb>
+    …"), every other text is judged as prose. No prompt is known here, so the gates that compare
+    with a prompt compare with nothing. One finding per gate, naming the items; language is a
+    warning, the rest errors."""
+    from gen.text.textaudit import audit_texts, bank_texts
 
     key = "text"
     if not data.items:

@@ -10,9 +10,9 @@ import json
 import re
 from typing import Any
 
-from gen.gates import Gates, Kind, key
 from gen.schemas.tom import ACTION_CHARS
-from gen.surface import infinitive
+from gen.text.gates import Gates, Kind, key
+from gen.text.surface import infinitive
 
 # --------------------------------------------------------------------------- surface forms
 

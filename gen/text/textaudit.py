@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gen.gates import CONTENT_WORDS_WITHIN, Gates, Kind, could_repeat, key, run_gates
-from gen.surface import _ACTION_FRAMES, _BELIEF_FRAMES, _GOAL_FRAMES
-from gen.tagging import forget_since, tagged_count, warm_penn
+from gen.text.gates import CONTENT_WORDS_WITHIN, Gates, Kind, could_repeat, key, run_gates
+from gen.text.surface import _ACTION_FRAMES, _BELIEF_FRAMES, _GOAL_FRAMES
+from gen.text.tagging import forget_since, tagged_count, warm_penn
 
 
 def _first_frames(text: str, kind: Kind) -> list[str]:
@@ -95,7 +95,7 @@ def audit_texts(
     ):  # a bank of any size: one chunk's tags in memory
         mark = tagged_count()
         # the surface-form gate reads the Penn tags of a form's first frame, the repetition gate
-        # those of a text that has a word three times (and their POS, gen.tagging.pos_tags)
+        # those of a text that has a word three times (and their POS, gen.text.tagging.pos_tags)
         warm_penn(
             x
             for t in chunk

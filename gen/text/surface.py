@@ -1,7 +1,7 @@
 """The surface forms of EgoToM's options, read by spaCy's English POS tagger
-(:func:`gen.tagging.tags`): a goal is "To <verb> …", an action "C <verb> …", a belief "C believes
-(that) <clause with a verb>", a list item a verb phrase, a sentence has a verb. The
-``surface_form`` gate (:mod:`gen.gates`) applies :func:`_form`; :func:`infinitive` gives a
+(:func:`gen.text.tagging.tags`): a goal is "To <verb> …", an action "C <verb> …", a belief "C
+believes (that) <clause with a verb>", a list item a verb phrase, a sentence has a verb. The
+``surface_form`` gate (:mod:`gen.text.gates`) applies :func:`_form`; :func:`infinitive` gives a
 gerund-led phrase's base form."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gen.tagging import Penn, penn, tags
+from gen.text.tagging import Penn, penn, tags
 
 if TYPE_CHECKING:
-    from gen.gates import Kind
+    from gen.text.gates import Kind
 
 _VERB = {"VB", "VBZ", "VBD", "VBP", "MD"}
 _FINITE = {"VBZ", "VBD", "VBP", "MD"}

@@ -7,9 +7,9 @@ a word or a clause, a goal without a verb after "To", loops. A *gate* is a named
 against (its messages and schema) and applies the gates of a field's *kind* in order, returning
 the first :class:`Failure`. Generators count ``f"{stage}.gate.{name}"`` and regenerate (within
 their attempts) before they give the gate's name as the reject reason; their own field checks
-come after. :func:`gen.textaudit.audit_texts` runs the same gates over any bank's visible text.
+come after. :func:`gen.text.textaudit.audit_texts` runs the same gates over any bank's visible text.
 
-The surface forms are checked (:mod:`gen.surface`) with spaCy's English tagger
+The surface forms are checked (:mod:`gen.text.surface`) with spaCy's English tagger
 (``en_core_web_sm`` 3.8.0, shipped inside a PyPI wheel and loaded from site-packages, never
 downloaded), the language with py3langid's model (also inside its wheel). Both load once per
 process, on first use.
@@ -26,8 +26,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator
 
-from gen.surface import _form
-from gen.tagging import LANGUAGES, identify, penn, pos_tags, tags, words
+from gen.text.surface import _form
+from gen.text.tagging import LANGUAGES, identify, penn, pos_tags, tags, words
 from gen.timing import CLOCK
 
 Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
@@ -297,7 +297,7 @@ def _tag_of_last(text: str) -> str:
 
 
 # --------------------------------------------------------------------------- surface form
-# (the tagger's reading of a form is gen.surface)
+# (the tagger's reading of a form is gen.text.surface)
 
 
 @gate("surface_form")
