@@ -24,7 +24,6 @@ from gen.errors import ConfigError, InputError, MissingInputError
 from gen.labels import REVIEWS
 from gen.paths import PROMPTS, UnsafePathError, inside
 from gen.readers import iter_jsonl, read_yaml_model, validated
-from gen.runfolder import RunFolder
 from gen.schemas.audit import FindingRecord
 from gen.schemas.judge import ValidityRecord
 from gen.schemas.mcq import LETTERS, MCQ
@@ -122,8 +121,8 @@ def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewIte
     try:
         files = batch_files(folder)
     except InputError:
-        run = RunFolder.find(folder)
-        if run is not None and run.made_by == "judge":
+        # a judge's results (its run folder, or its judge.jsonl alone): say what to review
+        if (folder / "judge.jsonl").is_file():
             raise InputError(
                 f"input: {folder} holds judge results, not items: review the bank the judge read, "
                 f"with judge={folder} to show its scores"
