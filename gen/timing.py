@@ -60,15 +60,20 @@ CLOCK = Clock()
 
 def time_split(before: dict[str, float], after: dict[str, float], wall: float) -> dict[str, object]:
     """The manifest's ``time``: the run's wall seconds, the thread-seconds of each part between two
-    snapshots (None for a reported part no backend reported), and ``other_seconds``, the wall less
-    the measured parts (never below 0: parts overlap when calls run at once)."""
+    snapshots (None for a reported part no backend reported during the run), and
+    ``other_seconds``, the wall less the measured parts (never below 0: parts overlap when calls
+    run at once)."""
     spent = {p: after.get(p, 0.0) - before.get(p, 0.0) for p in (*PARTS, *REPORTED)}
+
+    def reported(part: str) -> bool:  # by a backend during this run (the clock is the process's)
+        return part in after and after[part] != before.get(part)
+
     measured = sum(spent[p] for p in PARTS)
     return {
         "wall_seconds": round(wall, 3),
         "thread_seconds": {
             **{p: round(spent[p], 3) for p in PARTS},
-            **{p: round(spent[p], 3) if p in after else None for p in REPORTED},
+            **{p: round(spent[p], 3) if reported(p) else None for p in REPORTED},
         },
         "other_seconds": round(max(0.0, wall - measured), 3),
     }
