@@ -191,7 +191,7 @@ def iter_egotom_csv(path: Path) -> Iterator[MCQ]:
         frame = pl.scan_csv(path, infer_schema=False, glob=False)
         columns = frame.collect_schema().names()
     except Exception as e:  # noqa: BLE001 - polars raises several types
-        raise _csv_error(path, e) from None
+        raise csv_error(path, e) from None
     missing = [c for c in needed if c not in columns]
     if missing:
         raise InputError(
@@ -201,7 +201,7 @@ def iter_egotom_csv(path: Path) -> Iterator[MCQ]:
     return _egotom_rows(path, q, frame.select(needed), choice_cols)
 
 
-def _csv_error(path: Path, e: Exception) -> InputError:
+def csv_error(path: Path, e: Exception) -> InputError:
     if "utf-8" in str(e).lower():
         return not_utf8(path)  # with the line polars does not give
     return InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})")
@@ -241,7 +241,7 @@ def _egotom_rows(path: Path, q: str, frame: Any, choice_cols: list[str]) -> Iter
                 yield egotom_mcq(q, row, choice_cols, i)
                 i += 1
     except Exception as e:  # noqa: BLE001 - polars raises several types
-        raise _csv_error(path, e) from None
+        raise csv_error(path, e) from None
 
 
 def read_mcq_jsonl(path: Path) -> list[MCQ]:

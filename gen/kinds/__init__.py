@@ -172,16 +172,18 @@ class Kind:
     # ----------------------------------------------------------------- identity
 
     def identity(self, record: dict[str, Any]) -> dict[str, Any]:
-        """What the content id hashes: every run-specific field left out."""
-        raise NotImplementedError(f"kind {self.name} declares no identity")
+        """What the content id hashes: every run-specific field left out (a kind that declares
+        nothing hashes the whole record)."""
+        return {"record": record}
 
     def item_id(self, record: dict[str, Any]) -> str:
         """The item's content id (:func:`content_id` of :meth:`identity`)."""
         return content_id(self.identity(record))
 
     def text(self, record: dict[str, Any]) -> str:
-        """The text near-duplicate checks embed."""
-        raise NotImplementedError(f"kind {self.name} declares no text")
+        """The text near-duplicate checks embed (a kind that declares nothing: the record's
+        canonical JSON)."""
+        return canonical(record)
 
     def question_type(self, record: dict[str, Any]) -> str:
         """The item's type in the bank (near-duplicates are looked for within one)."""

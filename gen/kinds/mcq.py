@@ -77,10 +77,12 @@ class ExternalMCQ(MCQKind):
             return
         import polars as pl
 
+        from gen.mcq import csv_error
+
         try:  # all strings, as gen.mcq reads it: nothing is reinterpreted
             rows = pl.read_csv(path, infer_schema_length=0).to_dicts()
         except Exception as e:  # noqa: BLE001 - polars raises several types
-            raise InputError(f"{path}: cannot parse CSV ({str(e).splitlines()[0]})") from None
+            raise csv_error(path, e) from None
         for i, row in enumerate(rows):
             yield f"{path}:row {i + 1}", row
 
