@@ -53,8 +53,8 @@ def write_pool(path: Path, n: int = 12, seed: int = 0) -> Path:
 
 def run_digital(out: Path, pool: Path, cache: Path, n: int, seed: int):
     """One in-process ``digital`` run; the model is loaded before the clock starts."""
+    from gen.engine.runner import RunContext, run_config
     from gen.generators.digital import DigitalConfig
-    from gen.runner import RunContext, run_config
 
     cfg = DigitalConfig(
         n=n, seed=seed, persona_file=str(pool), cache_dir=str(cache), progress="off"

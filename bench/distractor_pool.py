@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def run_once(goals: Path, out: Path, exclude: bool) -> dict[str, Any]:
+    from gen.engine.runner import run_config
+    from gen.formats.goals import load_goals
     from gen.generators.distractors import DistractorsConfig
-    from gen.goals import load_goals
-    from gen.runner import run_config
 
     cfg = DistractorsConfig(input=str(goals), exclude_same_group=exclude, progress="off")
     result = run_config("distractors", cfg, out, quiet=True)

@@ -14,7 +14,7 @@ Runs, each in its own child process so that its peak memory (RSS) is its own:
   2,000 seeded random references checked exactly (full similarity rows, same exclusions): the
   share of chosen distractors whose exact percentile lies within ±1 point of their band, and
   the error of the estimated percentiles.
-* ``real``: the whole generator (``gen.runner.run_config``) on a 20k-goal text bank made by
+* ``real``: the whole generator (``gen.engine.runner.run_config``) on a 20k-goal text bank made by
   composing the example bank's goals (``compose_bank``: each group starts from an example goal
   of a random type and varies one field per paraphrase with a value another example goal of that
   type uses), embedded with the real all-MiniLM-L6-v2 from an empty cache; reports the manifest's
@@ -239,8 +239,8 @@ def compose_bank(n: int, seed: int = 0) -> list[dict[str, Any]]:
 
 
 def child_real(n: int) -> dict[str, Any]:
+    from gen.engine.runner import RunContext, run_config
     from gen.generators.distractors import DistractorsConfig
-    from gen.runner import RunContext, run_config
 
     with tempfile.TemporaryDirectory() as tmp:
         bank = Path(tmp) / "goals.jsonl"

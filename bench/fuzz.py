@@ -241,8 +241,8 @@ def make_bank(tmp: Path) -> Path:
     """A bank of two released versions (two run_clean MCQs, then two more), made in process
     with the structure check only; its folder."""
     sys.path.insert(0, str(ROOT))
+    from gen.engine.runner import run_config
     from gen.generators.bank import BankConfig
-    from gen.runner import run_config
 
     lines = (
         (FIXTURES / "audit" / "run_clean" / "tom.jsonl")

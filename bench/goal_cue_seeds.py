@@ -62,13 +62,13 @@ def main() -> None:
 
     import jinja2
 
+    from gen.engine.runner import RunContext, run_config
+    from gen.formats.goals import load_goals, verbalise
+    from gen.formats.people import sample_related
     from gen.generators.digital import DigitalConfig
     from gen.generators.digital.goals import action_share, goal_cue
     from gen.generators.distractors import DistractorsConfig
     from gen.generators.personas import sample_facts
-    from gen.goals import load_goals, verbalise
-    from gen.people import sample_related
-    from gen.runner import RunContext, run_config
     from gen.schemas.digital import App
     from gen.schemas.personas import PersonaRecord
     from gen.templates import Prompts

@@ -89,12 +89,12 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    from gen.engine.runner import RunContext, run_config
+    from gen.formats.wagibench import render_bundle
     from gen.generators.digital import DigitalConfig
     from gen.generators.digital.goals import action_share
     from gen.generators.distractors import DistractorsConfig
-    from gen.runner import RunContext, run_config
     from gen.schemas.distractors import GoalRow
-    from gen.wagibench import render_bundle
 
     tmp = Path(args.keep or tempfile.mkdtemp(prefix="goal_cues-"))
     tmp.mkdir(parents=True, exist_ok=True)

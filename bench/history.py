@@ -2,7 +2,7 @@
 
 For each size in --sizes (default 25k, 50k, 100k observations) a synthetic observation table is
 written (participants with ~50 recordings each over 3 environments and 40 scripts, 15 %
-longitudinal), then the whole generator (``gen.runner.run_config``: read and validate the
+longitudinal), then the whole generator (``gen.engine.runner.run_config``: read and validate the
 table, sample every bank, write history.jsonl and WAGIBench's longitudinal_history.json) runs
 in a child process of its own, so its wall time and peak RSS are its own.
 
@@ -63,7 +63,7 @@ CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from gen.runner import run_config
+from gen.engine.runner import run_config
 from gen.generators.history import HistoryConfig
 t0 = time.perf_counter()
 cfg = HistoryConfig(input={table!r}, cache_dir=None, progress="off")

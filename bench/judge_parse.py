@@ -37,7 +37,7 @@ FIXTURE = Path("tests/fixtures/judge/reasoning_replies.jsonl")
 def main() -> None:
     from llama_cpp import Llama
 
-    from gen.config import llm_preset
+    from gen.engine.config import llm_preset
     from gen.generators.judge.scores import parse_score, parse_score_lenient
 
     path = llm_preset("smollm2").get("model_path")

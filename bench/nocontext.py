@@ -59,9 +59,9 @@ def main() -> int:
     )
     args = ap.parse_args()
 
+    from gen.engine.runner import run_config
     from gen.generators.nocontext import NocontextConfig
     from gen.llm import LlamaCppConfig
-    from gen.runner import run_config
 
     results = {}
     for mode in args.modes:

@@ -29,12 +29,12 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> int:
+    from gen.engine.runner import RunContext
     from gen.generators.scenarios import ScenariosConfig
     from gen.generators.scenarios.examples import example_skeleton, examples
     from gen.generators.scenarios.model_checks import identification, semantic_leak
     from gen.generators.scenarios.stages import Unit, Writer
     from gen.llm import LlamaCppConfig
-    from gen.runner import RunContext
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "scenarios_checks.json"))

@@ -2,7 +2,8 @@
 
 A simulated run: each record is a chain of calls one after another (a persona slot's bio
 attempts and redraws), most records 1-3 calls, 5 % a chain of 12; a call holds one of 64 slots
-for ``--latency`` seconds. Records go through :func:`gen.schedule.ordered` as ``ctx.imap`` sends
+for ``--latency`` seconds. Records go through :func:`gen.engine.schedule.ordered` as ``ctx.imap``
+sends
 them (workers twice the width), with the window at 4x and 16x the width. A long record holds
 the ones after it until it ends; the window is what the others fill the slots with meanwhile.
 
@@ -21,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from gen.schedule import ordered
+from gen.engine.schedule import ordered
 
 SLOTS = 64
 

@@ -24,9 +24,9 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from gen.config import EMBEDDER_PRESETS, LLM_PRESETS
+from gen.engine.config import EMBEDDER_PRESETS, LLM_PRESETS
 from gen.docs import backend_markdown, generators_markdown, options_markdown, records_markdown
-from gen.registry import REGISTRY
+from gen.engine.registry import REGISTRY
 
 log = logging.getLogger("mkdocs.hooks.gen")
 # a marker, not one quoted in inline code (`<!-- gen:options -->` in prose about the markers)

@@ -15,15 +15,15 @@ distribution's ``gen.generators`` entry points; a record kind of your own is a :
 
 from typing import Any
 
-from gen.api import open, run
-from gen.manifest import TOOLKIT_VERSION as __version__
-from gen.registry import generator
-from gen.runfolder import RunFolder
+from gen.engine.api import open, run
+from gen.engine.manifest import TOOLKIT_VERSION as __version__
+from gen.engine.registry import generator
+from gen.engine.runfolder import RunFolder
 
 _LAZY = {
-    "CommonConfig": "gen.runner",
-    "RunContext": "gen.runner",
-    "Plan": "gen.runner",
+    "CommonConfig": "gen.engine.runner",
+    "RunContext": "gen.engine.runner",
+    "Plan": "gen.engine.runner",
     "Reject": "gen.schemas",
     "Kind": "gen.kinds",
     "MCQKind": "gen.kinds",

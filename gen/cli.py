@@ -1,6 +1,6 @@
 """``gen <generator> [hydra overrides]`` (also ``python -m gen``): a thin shell around Hydra.
 
-Every option is a pydantic field (:mod:`gen.config` hands them to Hydra). Before Hydra runs,
+Every option is a pydantic field (:mod:`gen.engine.config` hands them to Hydra). Before Hydra runs,
 the shell composes and validates the config of every job of the command (each value of a
 sweep), and sizes each run (its generator's plan hook reads its input): any mistake is one
 line on stderr and exit code 2, before a run folder exists or a model loads. Then Hydra's own
@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    from gen.engine.registry import REGISTRY, collisions
     from gen.llm.secrets import refuse_on_command_line
-    from gen.registry import REGISTRY, collisions
 
     refuse_on_command_line(argv)  # before any parser or message can repeat a key
 
@@ -114,7 +114,7 @@ def run_sweep(name: str, expected: int, swept: list[str]) -> int:
 def action_word(name: str, rest: list[str]) -> list[str]:
     """``gen bank add …``: a bare word right after the generator name becomes
     ``action=<word>`` when the generator's config has an ``action`` field."""
-    from gen.registry import REGISTRY
+    from gen.engine.registry import REGISTRY
 
     if (
         rest
@@ -214,7 +214,7 @@ def normalize_overrides(overrides: list[str]) -> list[str]:
 
 def _check_choices(overrides: list[Any]) -> None:
     """``llm=`` / ``embedder=`` name a preset that exists."""
-    from gen.config import EMBEDDER_PRESETS, LLM_PRESETS
+    from gen.engine.config import EMBEDDER_PRESETS, LLM_PRESETS
 
     presets = {"llm": LLM_PRESETS, "embedder": EMBEDDER_PRESETS}
     for o in overrides:
@@ -270,8 +270,8 @@ def _compose(name: str, overrides: list[str]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from gen.config import register
-    from gen.registry import REGISTRY
+    from gen.engine.config import register
+    from gen.engine.registry import REGISTRY
 
     register(name, REGISTRY[name].config)
     GlobalHydra.instance().clear()
@@ -361,7 +361,7 @@ def _leaves(node: Any, prefix: str) -> Iterator[tuple[str, str]]:
 
 def validate_jobs(name: str, overrides: list[str], *, multirun: bool) -> list[Job]:
     """Validate and size every job of the command before the first one starts."""
-    from gen.registry import REGISTRY
+    from gen.engine.registry import REGISTRY
 
     if not multirun and any(o.is_sweep_override() for o in _parse(overrides)):
         raise ConfigError("a sweep (key=a,b) needs -m: gen <generator> -m key=a,b")
@@ -378,8 +378,9 @@ def validate_jobs(name: str, overrides: list[str], *, multirun: bool) -> list[Jo
 
 
 def settings_from(name: str, data: dict[str, Any]) -> Any:
-    """Composed config data -> the generator's pydantic config (as :func:`gen.api.configure`)."""
-    from gen.api import configure
+    """Composed config data -> the generator's pydantic config (as
+    :func:`gen.engine.api.configure`)."""
+    from gen.engine.api import configure
 
     return configure(name, data)
 
@@ -481,8 +482,9 @@ def check_run_dir(name: str, overrides: list[str], *, multirun: bool) -> None:
 
 def check_job_dirs(name: str, overrides: list[str], jobs: list[Job], *, multirun: bool) -> None:
     """No job's run folder lies in a bank or in one of its inputs
-    (:func:`gen.runner.check_out_dir`): checked here, before Hydra makes ``.hydra/`` in it."""
-    from gen.runner import check_out_dir
+    (:func:`gen.engine.runner.check_out_dir`): checked here, before Hydra makes ``.hydra/`` in
+    it."""
+    from gen.engine.runner import check_out_dir
 
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == key]
@@ -529,8 +531,8 @@ def _task(cfg: Any) -> int:
 
 def _job(name: str, cfg: Any, out_dir: Path) -> tuple[int, str | None]:
     """Run one job; its exit code and one-line error (printed here, once)."""
-    from gen.registry import REGISTRY
-    from gen.runner import run_config
+    from gen.engine.registry import REGISTRY
+    from gen.engine.runner import run_config
 
     try:
         data = _plain(cfg)
@@ -559,8 +561,8 @@ def _job(name: str, cfg: Any, out_dir: Path) -> tuple[int, str | None]:
 def _hydra_main(name: str) -> None:
     import hydra
 
-    from gen.config import register
-    from gen.registry import REGISTRY
+    from gen.engine.config import register
+    from gen.engine.registry import REGISTRY
 
     register(name, REGISTRY[name].config)
     hydra.main(version_base=None, config_path=str(CONF), config_name="config")(_task)()
@@ -570,8 +572,8 @@ def _hydra_main(name: str) -> None:
 
 
 def print_help() -> None:
-    from gen.config import LLM_PRESETS
-    from gen.registry import REGISTRY, collisions
+    from gen.engine.config import LLM_PRESETS
+    from gen.engine.registry import REGISTRY, collisions
 
     helps = {}
     for name in sorted(REGISTRY):
@@ -605,8 +607,8 @@ def print_generator_help(name: str) -> None:
     """A generator's help line and its options; the docs' reference pages show the same rows
     (:mod:`gen.docs`)."""
     from gen.docs import options
-    from gen.registry import REGISTRY
-    from gen.stages import StagesConfig
+    from gen.engine.registry import REGISTRY
+    from gen.engine.stages import StagesConfig
 
     g = REGISTRY[name]
     print(f"gen {name} [key=value ...]\n\n{g.help}\n")

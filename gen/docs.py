@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gen.registry import REGISTRY, Generator
+from gen.engine.registry import REGISTRY, Generator
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def options(name: str, *, environment: bool = True) -> list[tuple[str, list[Opti
     ``--help`` does); without it, the variable (``$GEN_CACHE_DIR or ~/.cache/gen``), as the docs
     show it.
     """
-    from gen.runner import CommonConfig
+    from gen.engine.runner import CommonConfig
 
     spec = REGISTRY[name]
     own = [k for k in spec.config.model_fields if k not in CommonConfig.model_fields]
@@ -62,7 +62,7 @@ def option(model: type[BaseModel], key: str, environment: bool = True) -> Option
 
 def shown_default(model: type[BaseModel], key: str, environment: bool = True) -> Any:
     """A default as ``--help`` prints it: a backend by its preset, other dicts and lists inline."""
-    from gen.config import field_default, preset_of
+    from gen.engine.config import field_default, preset_of
 
     value = field_default(model, key)
     if isinstance(value, str) and "${" in value:  # an environment variable

@@ -40,12 +40,12 @@ from typing import Any, Literal, cast
 
 from pydantic import Field, model_validator
 
+from gen.engine.manifest import JsonListWriter, atomic_write
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.errors import InputError, MissingInputError
-from gen.manifest import JsonListWriter, atomic_write
 from gen.paths import EXAMPLES, inside
 from gen.readers import iter_jsonl, validated
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.distractors import ContextWindow, CueEntry, Goal
 from gen.schemas.history import HistoryRecord, HistoryType, Observation, Support
@@ -291,8 +291,8 @@ def synthesize(cfg: HistoryConfig) -> list[Observation]:
     """An observation table from gen's own material: participants (a persona pool, or facts by
     code), environments, scripts = the goal bank's groups (each recording carries one of its
     group's goals), world states = where and when it was recorded."""
-    from gen.goals import load_goals
-    from gen.people import load_pool, persona_id
+    from gen.formats.goals import load_goals
+    from gen.formats.people import load_pool, persona_id
 
     bank = load_goals(Path(cfg.goals).expanduser() if cfg.goals else EXAMPLES / "goals.jsonl")
     scripts: dict[str, list[Any]] = defaultdict(list)

@@ -35,15 +35,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gen.engine.manifest import atomic_write, extras_of
+from gen.engine.registry import REGISTRY, generator
+from gen.engine.runfolder import read_manifest
+from gen.engine.runner import CommonConfig, Plan, RunContext
 from gen.errors import InputError, MissingInputError
 from gen.llm import Usage, sha256_file
 from gen.llm.usage import SUMMED
-from gen.manifest import atomic_write, extras_of
 from gen.paths import UnsafePathError, inside
 from gen.readers import parse_json, read_json, read_text, validated
-from gen.registry import REGISTRY, generator
-from gen.runfolder import read_manifest
-from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 
 # Keys that may differ between shards of one run.
@@ -303,7 +303,7 @@ def merge_file(parts: list[Path]) -> str | None:
 
 
 def _streamed(items: list[Any], indent: int | None) -> str:
-    """A list as :class:`gen.manifest.JsonListWriter` writes it."""
+    """A list as :class:`gen.engine.manifest.JsonListWriter` writes it."""
     if not items:
         return "[]\n"
     body = ",\n".join(

@@ -13,7 +13,8 @@ the chain with one line naming it, unless the step lists that code under ``allow
 ``shards=K`` runs each shardable step as K jobs (``shard=i num_shards=K``) in
 ``<run folder>/<step>.shards/<i>/`` and merges them (``merge``) into the step's folder before the
 next step reads it: in this process one after another (``launcher=local``), or as jobs of a Hydra
-launcher (``launcher=submitit_slurm``, ``submitit_local``, ``joblib``; :mod:`gen.launch`). A rerun
+launcher (``launcher=submitit_slurm``, ``submitit_local``, ``joblib``; :mod:`gen.engine.launch`). A
+rerun
 launches only the shards without a finished folder.
 """
 
@@ -26,13 +27,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gen.engine.launch import Launcher, check_launcher, failed_jobs, launch, shard_command
+from gen.engine.registry import REGISTRY, generator
+from gen.engine.runfolder import RunFolder
+from gen.engine.runner import SHARED_OPTIONS, CommonConfig, Plan, RunContext
 from gen.errors import ConfigError, GenError, InputError, MissingInputError
-from gen.launch import Launcher, check_launcher, failed_jobs, launch, shard_command
 from gen.paths import EXAMPLES, UnsafePathError, inside, safe_part
 from gen.readers import no_lone_surrogates, read_text, validated
-from gen.registry import REGISTRY, generator
-from gen.runfolder import RunFolder
-from gen.runner import SHARED_OPTIONS, CommonConfig, Plan, RunContext
 from gen.schemas.pipeline import StepRecord
 
 NAME = "pipeline"
@@ -54,7 +55,7 @@ class Step(BaseModel):
     """Exit codes of this step that do not stop the chain (an audit's 1 on findings)."""
     shard: bool | None = None
     """Run this step as the pipeline's ``shards`` jobs and merge them (null: when its generator
-    merges its shards' summaries, :attr:`gen.registry.Generator.merge`)."""
+    merges its shards' summaries, :attr:`gen.engine.registry.Generator.merge`)."""
 
 
 class PipelineConfig(CommonConfig):
@@ -132,7 +133,7 @@ def step_options(
     """A step's own options, with its inputs resolved to paths inside the pipeline's run folder
     (``{run}`` in an option is that folder, ``{input}`` the pipeline's ``input=``: a chain that
     starts from the user's files); the rest it inherits from the pipeline's run
-    (:data:`gen.runner.SHARED_OPTIONS`)."""
+    (:data:`gen.engine.runner.SHARED_OPTIONS`)."""
     options: dict[str, Any] = {}
     for k, v in step.options.items():
         if isinstance(v, str) and "{input}" in v:
@@ -158,7 +159,7 @@ def step_config(
 ) -> CommonConfig:
     """A step's validated config, as its sub-run will have it: the pipeline's shared options and
     the step's own."""
-    from gen.api import configure
+    from gen.engine.api import configure
 
     options = {
         **{k: getattr(cfg, k) for k in SHARED_OPTIONS},

@@ -20,7 +20,8 @@ reranker checks grounding. Code flags what it can see (:data:`FLAGS`: ``too_long
 are those that fail gen's shared text gates (cut off, an echo of the prompt's example: not a
 request the model meant), listed as ``turned_away``.
 
-**Stage 7, the rerank** (:mod:`gen.ranking`, as ``rerank`` and ``candidates rerank=true``): one
+**Stage 7, the rerank** (:mod:`gen.formats.ranking`, as ``rerank`` and ``candidates rerank=true``):
+one
 checked structured call orders the whole pool and marks semantic duplicates and ungrounded
 requests. Every marked duplicate is removed (an exact repeat is marked by code as well); ungrounded
 requests (the reranker's mark, or no noun shared with what the call was given) go last; ids are
@@ -40,13 +41,14 @@ from typing import Any
 
 from pydantic import Field
 
-from gen import ranking as rr
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext
 from gen.errors import InputError
+from gen.formats import ranking as rr
+from gen.formats.timelines import fmt_time
 from gen.intervals import Interval, complement, merge, split
 from gen.llm.attempts import AttemptFailure, retry
 from gen.readers import iter_jsonl, validated
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.introspect import Span
 from gen.schemas.recommend import (
@@ -60,7 +62,6 @@ from gen.schemas.rerank import RankedCandidate, RerankDraft
 from gen.text.gates import Gates, key
 from gen.text.statements import example_strings
 from gen.text.tagging import tags
-from gen.timelines import fmt_time
 
 NAME = "recommend"
 PROMPT = "recommend/global.jinja"

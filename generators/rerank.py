@@ -8,7 +8,7 @@ removed (of each group of candidates marked as meaning the same, the highest-ran
 ungrounded candidates go last, and ids are renumbered 1, 2, … in the final order. An embedding
 dedup runs beside the LLM's; the manifest reports how often the two agree.
 
-The method itself (the call, its checks, the dedup) is :mod:`gen.ranking`, which
+The method itself (the call, its checks, the dedup) is :mod:`gen.formats.ranking`, which
 ``candidates rerank=true`` uses on its own pools too.
 """
 
@@ -20,9 +20,10 @@ from pathlib import Path
 
 from pydantic import Field
 
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext
 from gen.errors import InputError
-from gen.llm.attempts import AttemptFailure
-from gen.ranking import (
+from gen.formats.ranking import (
     agreement,
     agreement_summary,
     call,
@@ -31,9 +32,8 @@ from gen.ranking import (
     resolve,
     supported,
 )
+from gen.llm.attempts import AttemptFailure
 from gen.readers import iter_jsonl, validated
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.rerank import Pool, RankedCandidate, RerankRecord
 

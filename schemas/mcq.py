@@ -2,7 +2,7 @@
 
 Generators that write MCQs (``tom``, ``distractors``) write records that *are* ``MCQRecord`` plus
 their own fields, so ``nocontext``, ``audit`` and ``bank`` read any of them, and EgoToM's CSVs,
-through one loader (:mod:`gen.mcq`) into :class:`MCQ`.
+through one loader (:mod:`gen.formats.mcq`) into :class:`MCQ`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ class MCQRecord(BaseModel):
 
 
 class MCQ(BaseModel):
-    """One item of a loaded bank, whatever file it came from (see :func:`gen.mcq.load_bank`)."""
+    """One item of a loaded bank, whatever file it came from (see
+    :func:`gen.formats.mcq.load_bank`)."""
 
     item_id: str
     question_type: str

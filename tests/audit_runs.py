@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from gen.engine.runner import RunContext, run_config
 from gen.generators.audit import AuditConfig
 from gen.generators.audit.text import norm
-from gen.runner import RunContext, run_config
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())

@@ -298,7 +298,7 @@ def egotom_rows(recs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 def write(folder: Path, n: int = 1200, seed: int = 5) -> dict[str, Path]:
     """The bank as ``bank.jsonl``, ``against.jsonl`` and a folder of EgoToM CSVs ``egotom/``."""
-    from gen.mcq import write_egotom_csv
+    from gen.formats.mcq import write_egotom_csv
 
     recs, against = records(n, seed)
     folder.mkdir(parents=True, exist_ok=True)

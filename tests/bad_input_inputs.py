@@ -13,10 +13,10 @@ from typing import Any
 
 import polars as pl
 
+from gen.engine.registry import REGISTRY
+from gen.engine.runner import RunContext, run_config
 from gen.generators.personas import sample_facts
 from gen.paths import EXAMPLES
-from gen.registry import REGISTRY
-from gen.runner import RunContext, run_config
 from gen.schemas.personas import PersonaRecord
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -49,9 +49,9 @@ from bad_input_inputs import (
     socratic_list,
 )
 
-from gen.mcq import write_egotom_csv
+from gen.formats.mcq import write_egotom_csv
+from gen.formats.roles import load_roles_bank, read_roles
 from gen.paths import EXAMPLES, PROMPTS
-from gen.roles import load_roles_bank, read_roles
 
 
 @dataclass(frozen=True)

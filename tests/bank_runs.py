@@ -35,10 +35,10 @@ from pydantic import model_validator
 
 from gen import kinds
 from gen.banks.store import LOCK, read_pointer, version_dir
+from gen.engine.manifest import output_hashes
+from gen.engine.registry import REGISTRY, Generator
+from gen.engine.runner import CommonConfig, RunContext, run_config
 from gen.generators.bank import BankConfig
-from gen.manifest import output_hashes
-from gen.registry import REGISTRY, Generator
-from gen.runner import CommonConfig, RunContext, run_config
 
 HERE = Path(__file__).resolve().parent
 WORDS = [

@@ -11,13 +11,13 @@ from typing import Any
 from conftest import read_jsonl
 from fakes import FakeEmbedder
 
+from gen.engine.runner import RunContext, run_config
 from gen.generators.candidates import (
     CandidatesConfig,
     narration_text,
 )
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run_config
 
 NAME = "candidates"
 EGOTOM = Path(__file__).resolve().parents[2] / "shared" / "data" / "egotom_paper"

@@ -280,9 +280,9 @@ def merge_and_compare(
     """``merge`` the shard folders into ``out`` and assert it equals the unsharded run ``whole``:
     every output byte for byte (but ``ignore``, which hold timings), the same counts, and the
     same summaries in the manifest (timings aside). Returns the merged manifest."""
+    from gen.engine.manifest import extras_of
+    from gen.engine.runner import run_config
     from gen.generators.merge import MergeConfig
-    from gen.manifest import extras_of
-    from gen.runner import run_config
 
     result = run_config(
         "merge",

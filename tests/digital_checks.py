@@ -7,10 +7,10 @@ import datetime as dt
 import re
 from typing import Any
 
-from gen.bundles import FMT_M, FMT_S
+from gen.formats.bundles import FMT_M, FMT_S
+from gen.formats.wagibench import render_bundle
 from gen.schemas import digital as S
 from gen.schemas.digital import RENDER_ORDER
-from gen.wagibench import render_bundle
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 ORDER = [a.value for a in RENDER_ORDER]

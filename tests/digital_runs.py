@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from gen.engine.runner import RunContext, run_config
 from gen.generators.digital import DigitalConfig
 from gen.generators.personas import sample_facts
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run_config
 from gen.schemas.personas import PersonaRecord
 
 NAME = "digital"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gen.engine.runner import RunContext, run_config
 from gen.generators.judge import JudgeConfig
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run_config
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "judge"
 NAME = "judge"

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gen.engine.runner import RunContext, run_config
 from gen.generators.nocontext import NocontextConfig
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run_config
 
 NAME = "nocontext"
 OPTION_LINE = re.compile(r"^([a-z])\) (.*)$", re.M)

@@ -46,7 +46,7 @@ def egotom_goal_folder(tmp_path: Path, narrations: str) -> Path:
     """A folder holding a one-row EgoToM goal CSV (clip v1~pass_1~0-9, answer "To rest")."""
     import polars as pl
 
-    from gen.mcq import egotom_columns
+    from gen.formats.mcq import egotom_columns
 
     folder = tmp_path / "egotom"
     folder.mkdir()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gen.engine.runner import RunContext, run_config
 from gen.generators.personas import PersonasConfig, sample_facts
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run_config
 
 
 def personas_shards(folder: Path, n: int = 4, k: int = 2, seed: int = 0) -> list[Path]:

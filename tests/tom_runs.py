@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from gen.engine.runner import RunContext, run_config
+from gen.formats.timelines import Clip, Line, speaker_of
 from gen.generators.tom import TomConfig
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run_config
-from gen.timelines import Clip, Line, speaker_of
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tom"
 NARRATION = FIXTURES / "narration.json"

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from gen import kinds
+from gen.engine.runfolder import RunFolder
 from gen.errors import ConfigError, GenError, InputError
 from gen.kinds import Kind, canonical
 from gen.llm import sha256_file
 from gen.readers import iter_jsonl
-from gen.runfolder import RunFolder
 from gen.schemas.bank import SourceManifest
 
 # --------------------------------------------------------------------------- the batch
@@ -145,7 +145,7 @@ def wagibench_rows(folder: Path | None) -> dict[str, dict[str, Any]]:
 def roles_items(path: Path, kind: str, roles_file: str) -> list[Item]:
     """A JSONL bank read through a roles file, each row as an MCQ record (the form the bank
     stores, hashes and exports) keeping the row itself under ``source_row``."""
-    from gen.roles import load_roles_bank, read_roles
+    from gen.formats.roles import load_roles_bank, read_roles
 
     roles = read_roles(Path(roles_file).expanduser())
     bank = load_roles_bank(path, roles)
@@ -263,7 +263,7 @@ def source_info(files: list[tuple[Path, str, str]], input_arg: str) -> dict[str,
 
 def read_manifest(path: Path) -> SourceManifest:
     """A run's manifest, the fields the bank records (an InputError naming the file otherwise)."""
-    from gen.runfolder import read_manifest as read
+    from gen.engine.runfolder import read_manifest as read
 
     return read(path.parent, SourceManifest)[0]
 

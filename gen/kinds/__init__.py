@@ -33,7 +33,7 @@ from pydantic import BaseModel, ValidationError
 from gen.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
-    from gen.runfolder import RunFolder
+    from gen.engine.runfolder import RunFolder
     from gen.schemas.mcq import MCQ
 
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -256,7 +256,7 @@ class MCQKind(Kind):
     def mcq(self, record: dict[str, Any]) -> MCQ:
         if self.to_mcq is not None:
             return self.to_mcq(record)
-        from gen.mcq import from_record
+        from gen.formats.mcq import from_record
         from gen.schemas.mcq import MCQRecord
 
         return from_record(MCQRecord.model_validate(record), 0)
@@ -264,9 +264,10 @@ class MCQKind(Kind):
     def iter_mcq(self, path: Path) -> Iterator[MCQ]:
         """The items of one of its files as MCQs, streamed (each record validated first; an
         MCQ's ``line`` is its 0-based line, so a subset is written back line for line). Records
-        in the MCQRecord shape go through gen's MCQ file reader (:func:`gen.mcq.iter_bank`)."""
+        in the MCQRecord shape go through gen's MCQ file reader
+        (:func:`gen.formats.mcq.iter_bank`)."""
         if self.to_mcq is None and type(self).mcq is MCQKind.mcq:
-            from gen.mcq import iter_bank
+            from gen.formats.mcq import iter_bank
 
             yield from iter_bank(path)
             return
@@ -359,7 +360,7 @@ def _load() -> dict[str, Kind]:
         return _KINDS
     import importlib
 
-    from gen.registry import entry_point_candidates, owned
+    from gen.engine.registry import entry_point_candidates, owned
 
     own = {k.name: k for module in _BUILTIN for k in importlib.import_module(module).KINDS}
     found = {name: own[name] for name in (*_BANK_ORDER, *own) if name in own}
@@ -452,7 +453,7 @@ def of_path(path: Path) -> Kind | None:
     """The kind of what ``path`` holds: a run folder's (its manifest; a damaged one is read as a
     folder without), else the first kind declaring a file there (a file: the first whose declared
     files hold it)."""
-    from gen.runfolder import RunFolder
+    from gen.engine.runfolder import RunFolder
 
     if path.is_file():
         return next((k for k in every() if k.holds(path)), None)

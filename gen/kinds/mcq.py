@@ -19,13 +19,14 @@ from gen.kinds import MCQKind
 from gen.schemas.mcq import MCQ
 
 if TYPE_CHECKING:
-    from gen.mcq import Bank
+    from gen.formats.mcq import Bank
 
 
 def egotom_row_mcq(row: dict[str, Any]) -> MCQ:
-    """One EgoToM CSV row (all strings) as :class:`MCQ`, exactly as :func:`gen.mcq.read_egotom_csv`
+    """One EgoToM CSV row (all strings) as :class:`MCQ`, exactly as
+    :func:`gen.formats.mcq.read_egotom_csv`
     reads it."""
-    from gen.mcq import EGOTOM_TYPES, egotom_columns, egotom_mcq
+    from gen.formats.mcq import EGOTOM_TYPES, egotom_columns, egotom_mcq
 
     q = next((t for t in EGOTOM_TYPES if f"gt_{t}" in row and f"{t}_choice_a" in row), None)
     if q is None:
@@ -41,7 +42,7 @@ def is_egotom_row(record: Any) -> bool:
 
 class ExternalMCQ(MCQKind):
     """``mcq``: MCQ records of any origin, and EgoToM's CSVs (one row per item, read as
-    :func:`gen.mcq.read_egotom_csv` reads them)."""
+    :func:`gen.formats.mcq.read_egotom_csv` reads them)."""
 
     def mcq(self, record: dict[str, Any]) -> MCQ:
         return egotom_row_mcq(record) if is_egotom_row(record) else super().mcq(record)
@@ -60,12 +61,12 @@ class ExternalMCQ(MCQKind):
         return str(record.get("cuid") or "") if is_egotom_row(record) else super().source_id(record)
 
     def holds(self, path: Path) -> bool:
-        from gen.mcq import egotom_type
+        from gen.formats.mcq import egotom_type
 
         return super().holds(path) or (path.suffix == ".csv" and egotom_type(path) is not None)
 
     def find(self, folder: Path) -> list[Path]:
-        from gen.mcq import egotom_type
+        from gen.formats.mcq import egotom_type
 
         return super().find(folder) or sorted(
             p for p in folder.glob("*.csv") if egotom_type(p) is not None
@@ -77,9 +78,9 @@ class ExternalMCQ(MCQKind):
             return
         import polars as pl
 
-        from gen.mcq import csv_error
+        from gen.formats.mcq import csv_error
 
-        try:  # all strings, as gen.mcq reads it: nothing is reinterpreted
+        try:  # all strings, as gen.formats.mcq reads it: nothing is reinterpreted
             rows = pl.read_csv(path, infer_schema_length=0).to_dicts()
         except Exception as e:  # noqa: BLE001 - polars raises several types
             raise csv_error(path, e) from None
@@ -90,7 +91,7 @@ class ExternalMCQ(MCQKind):
         return "egotom_csv" if path.suffix == ".csv" else self.source_format
 
     def iter_mcq(self, path: Path) -> Iterator[MCQ]:
-        from gen.mcq import iter_bank
+        from gen.formats.mcq import iter_bank
 
         return iter_bank(path)
 
@@ -130,7 +131,7 @@ def find_mcq_files(path: Path) -> list[Path]:
     in the folder (EgoToM CSVs for ``mcq``), a screening's kept items, or a WAGIBench MCQ layout
     export. Nothing is read but manifests and EgoToM headers."""
     from gen import kinds
-    from gen.runfolder import RunFolder
+    from gen.engine.runfolder import RunFolder
 
     if path.is_file():
         return [path]
@@ -176,13 +177,13 @@ def iter_items(path: Path) -> Iterator[MCQ]:
     kind = kinds.for_file(path)
     if kind is not None and isinstance(kind, MCQKind):
         return kind.iter_mcq(path)
-    from gen.mcq import iter_bank
+    from gen.formats.mcq import iter_bank
 
     return iter_bank(path)
 
 
 def load_banks(path: Path) -> list[Bank]:
     """Every MCQ bank at ``path`` (a file, a run folder, or a folder of EgoToM CSVs)."""
-    from gen.mcq import Bank, bank_format
+    from gen.formats.mcq import Bank, bank_format
 
     return [Bank(p, bank_format(p), list(iter_items(p))) for p in mcq_files(path)]

@@ -11,7 +11,7 @@ from gen.kinds import Kind
 from gen.schemas.nocontext import NocontextRecord
 
 if TYPE_CHECKING:
-    from gen.runfolder import RunFolder
+    from gen.engine.runfolder import RunFolder
 
 KEPT = "kept"
 """The folder of a screening run holding the items it kept."""

@@ -3,7 +3,7 @@ Batch API (``POST /files``, ``POST /batches``, ``GET /batches/{id}``, ``GET /fil
 instead of one request each.
 
 A generator calls its model synchronously, so a run in batch mode is made in passes
-(:func:`gen.runner.run`):
+(:func:`gen.engine.runner.run`):
 
 1. a **collecting pass** runs the generator into a scratch folder: a call that neither the
    batches' results nor the cache can answer is written down (its ``custom_id`` is the call's

@@ -55,7 +55,7 @@ _WORKER = threading.local()
 
 
 def set_worker(index: int | None) -> None:
-    """Number the calling thread (a :meth:`gen.runner.RunContext.map` worker)."""
+    """Number the calling thread (a :meth:`gen.engine.runner.RunContext.map` worker)."""
     _WORKER.index = index
 
 

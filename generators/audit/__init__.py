@@ -19,6 +19,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext
 from gen.generators.audit import checks as _checks  # noqa: F401  (registers every check)
 from gen.generators.audit.data import AuditData, load_inputs
 from gen.generators.audit.registry import (
@@ -29,8 +31,6 @@ from gen.generators.audit.registry import (
     validate_uses,
 )
 from gen.generators.audit.report import write_report
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas.audit import FindingRecord
 from gen.text.gates import Language
 

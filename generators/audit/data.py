@@ -19,16 +19,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gen import kinds
 from gen.contextbench import CHECKS_FILE, scenario_file
+from gen.engine.runfolder import load_run_records
+from gen.engine.runfolder import read_manifest as run_manifest
+from gen.engine.runner import RunContext
 from gen.errors import ConfigError, InputError, MissingInputError
+from gen.formats.mcq import Bank, bank_format
+from gen.formats.roles import iter_roles_bank, read_roles
 from gen.generators.audit.items import Items, Subset
 from gen.generators.audit.text import Grams
 from gen.kinds.mcq import find_mcq_files, iter_items, mcq_files
-from gen.mcq import Bank, bank_format
 from gen.readers import iter_jsonl, validated
-from gen.roles import iter_roles_bank, read_roles
-from gen.runfolder import load_run_records
-from gen.runfolder import read_manifest as run_manifest
-from gen.runner import RunContext
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig
@@ -152,7 +152,8 @@ def _run_folder(path: Path) -> Path | None:
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
-    """A run folder's manifest.json as read (checked by :func:`gen.runfolder.read_manifest`)."""
+    """A run folder's manifest.json as read (checked by
+    :func:`gen.engine.runfolder.read_manifest`)."""
     return run_manifest(folder)[1]
 
 

@@ -9,9 +9,9 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gen.engine.manifest import atomic_write
+from gen.engine.runner import CommonConfig, RunContext
 from gen.generators.audit.registry import REGISTRY, CheckResult
-from gen.manifest import atomic_write
-from gen.runner import CommonConfig, RunContext
 from gen.schemas.audit import SEVERITY_RANK, FindingRecord
 
 if TYPE_CHECKING:

@@ -54,13 +54,13 @@ from gen.banks.store import (
 )
 from gen.banks.values import name_problem
 from gen.banks.verify import drift_line, require_clean, verify_bank
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext
 from gen.errors import ConfigError, InputError, MissingInputError
 from gen.generators.bank import add, export
 from gen.generators.bank.add import AddPlan, read_reviews
 from gen.generators.bank.export import check_out, export_kinds
 from gen.llm import sha256_file
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.bank import BankItemRecord, VerifyRecord
 

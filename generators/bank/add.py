@@ -59,8 +59,8 @@ from gen.schemas import Reject
 from gen.schemas.bank import BankItemRecord
 
 if TYPE_CHECKING:
+    from gen.engine.runner import RunContext
     from gen.generators.bank import BankConfig
-    from gen.runner import RunContext
 
 LISTED = 20  # audit findings printed
 PRINTED = 3  # refused items printed per reason (rejects.jsonl lists them all)
@@ -129,7 +129,7 @@ def near_duplicates(new: Any, old: Any, threshold: float) -> list[Match | None]:
 def run_audit(cfg: BankConfig, ctx: RunContext, path: Path, out: Path) -> AuditOutcome:
     """The registered ``audit`` on the batch, with input= and fail_on= (and audit_options); the
     models, cache and seed are this run's."""
-    from gen.registry import REGISTRY
+    from gen.engine.registry import REGISTRY
 
     if "audit" not in REGISTRY:
         raise ConfigError("bank add needs the audit generator, which is not registered")
@@ -172,7 +172,7 @@ def read_reviews(path: Path) -> dict[str, Any]:
     """The labels of ``gen review`` in the input's run folder (``reviews/<reviewer>.jsonl``):
     ``{"folder", "files": {reviewer: sha256}, "accepted_by": {item id: [reviewers]}}``, by each
     reviewer's last label of an item."""
-    from gen.labels import REVIEWS, label_file, latest, read_labels
+    from gen.formats.labels import REVIEWS, label_file, latest, read_labels
 
     folder = path if path.is_dir() else path.parent
     labels = read_labels(folder)

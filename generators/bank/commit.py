@@ -47,10 +47,10 @@ from gen.banks.store import (
 )
 from gen.banks.values import digest_line, prompts_of
 from gen.banks.verify import check_version
+from gen.engine.manifest import git_info
 from gen.errors import GenError
 from gen.kinds import canonical
 from gen.llm import sha256_file
-from gen.manifest import git_info
 from gen.schemas import Reject
 
 if TYPE_CHECKING:

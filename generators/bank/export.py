@@ -53,15 +53,15 @@ from gen.banks.store import (
     version_dir,
 )
 from gen.errors import ConfigError
+from gen.formats.mcq import EGOTOM_CHOICES, EGOTOM_TYPES, LETTERS, write_egotom_csv
 from gen.llm import sha256_file
-from gen.mcq import EGOTOM_CHOICES, EGOTOM_TYPES, LETTERS, write_egotom_csv
 from gen.paths import inside, owning_bank, safe_part, unwritable
 from gen.schemas import Reject
 from gen.schemas.bank import BankItemRecord
 
 if TYPE_CHECKING:
+    from gen.engine.runner import RunContext
     from gen.generators.bank import BankConfig
-    from gen.runner import RunContext
     from gen.templates import Prompts
 
 FORMATS = ("parquet", "croissant", "hf", "wagibench", "egotom", "lm_eval", "inspect", "scenarios")
@@ -260,7 +260,7 @@ def write_text(path: Path, text: str) -> None:
 
 def export_wagibench(job: Job, out: Path) -> list[Outcome]:
     frames = job.frames
-    from gen.wagibench import wagibench_record
+    from gen.formats.wagibench import wagibench_record
 
     outcomes: list[Outcome] = []
     by_type: dict[str, list[dict[str, Any]]] = {}

@@ -77,7 +77,7 @@ def post_release_review(job: Job) -> tuple[ReviewSummary, dict[str, str]] | None
     exported item has one. A bad label line is an InputError naming ``file:line``."""
     from collections import Counter
 
-    from gen.labels import REVIEWS, label_file, latest, read_labels
+    from gen.formats.labels import REVIEWS, label_file, latest, read_labels
     from gen.llm import sha256_file
 
     ids = {i for df in job.frames.values() for i in df["item_id"].to_list()}

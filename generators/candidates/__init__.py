@@ -23,14 +23,14 @@ another annotated item of the window (collision avoidance), lengths within ``len
 each other, no withheld text (Request Prediction's original request) anywhere the candidate
 sees. ``rerank=true`` orders a generated pool with :mod:`generators.rerank`'s pure functions
 and the same model, drops semantic duplicates and takes the top wrong options. The answer's
-position is balanced over the input's items of each task (:class:`gen.mcq.Positions`), the
+position is balanced over the input's items of each task (:class:`gen.formats.mcq.Positions`), the
 wrong options are shuffled by a seeded RNG per item; the key, each option's origin and source
 time are recorded.
 
 Input: an items JSONL (:class:`schemas.candidates.CandidateItem`), recall annotations
 (:class:`schemas.candidates.RecallSession`: Memory Recall Prediction items, one per vivid detail
 in its 3-minute clip, :mod:`.recall`), or narration timelines in the formats of
-:mod:`gen.timelines` (the ones ``tom`` reads), cut into temporal-grounding items
+:mod:`gen.formats.timelines` (the ones ``tom`` reads), cut into temporal-grounding items
 (:func:`timeline_items`).
 
 The package: :mod:`.checks` (the options and their checks, pure: no model; also how a narration
@@ -51,15 +51,18 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from gen import ranking as rr
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext, derive_seed
+from gen.engine.stages import StageConfig, StagesConfig
 from gen.errors import InputError
+from gen.formats import ranking as rr
+from gen.formats.mcq import Positions
+from gen.formats.timelines import Clip, InputFormat, fmt_time, input_files, read_timelines
+from gen.formats.timelines import detect_format as timeline_format
 from gen.generators.candidates.checks import key, narration_text
 from gen.generators.candidates.item import STEPS, process
 from gen.generators.candidates.recall import RECALL_KEYS, read_recall, recall_items
-from gen.mcq import Positions
 from gen.readers import first_error, iter_jsonl, validated
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.candidates import (
     EMOTIONS,
@@ -71,9 +74,6 @@ from gen.schemas.candidates import (
     TimedLine,
     Window,
 )
-from gen.stages import StageConfig, StagesConfig
-from gen.timelines import Clip, InputFormat, fmt_time, input_files, read_timelines
-from gen.timelines import detect_format as timeline_format
 
 NAME = "candidates"
 Kind = Literal["generated", "label_reason", "sampled"]
@@ -96,7 +96,8 @@ class CandidatesConfig(CommonConfig):
     sampled (from the item's negatives)."""
     input_format: Literal["auto", "items", "recall", "ego4d", "egotom_csv", "timelines"] = "auto"
     """items: a candidate-items JSONL; recall: recall annotations (Memory Recall Prediction items,
-    one per vivid detail); ego4d / egotom_csv / timelines: narration timelines (gen.timelines, as
+    one per vivid detail); ego4d / egotom_csv / timelines: narration timelines
+    (gen.formats.timelines, as
     tom reads them), cut into temporal-grounding items (auto: by name and first row)."""
     k: int | None = Field(None, ge=2, le=26)
     """Options per item (null: 4; for label_reason the taxonomy's size, 9)."""
@@ -230,7 +231,7 @@ Format = Literal["items", "recall", "timelines", "ego4d", "egotom_csv"]
 
 def detect_format(path: Path) -> Format:
     """``items`` for a JSONL whose first row has ``item_id``, ``recall`` for one whose first row
-    has ``session_id`` and ``details``; else a timeline format (:mod:`gen.timelines`)."""
+    has ``session_id`` and ``details``; else a timeline format (:mod:`gen.formats.timelines`)."""
     if path.is_file() and path.suffix.lower() == ".jsonl":
         for _, row in iter_jsonl(path):
             if (

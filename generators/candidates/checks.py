@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gen.formats.timelines import speaker_of
 from gen.llm.attempts import AttemptFailure
 from gen.schemas.candidates import TimedLine
 from gen.text.gates import Gates, content_lemmas, final_mark, with_mark
 from gen.text.gates import key as _key
 from gen.text.statements import PLACEHOLDER
-from gen.timelines import speaker_of
 
 if TYPE_CHECKING:
     from gen.generators.candidates import CandidatesConfig

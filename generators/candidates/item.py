@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gen import ranking as rr
+from gen.engine.runner import RunContext
+from gen.formats import ranking as rr
+from gen.formats.mcq import arrange
+from gen.formats.timelines import Line, fmt_line, fmt_time
 from gen.generators.candidates.checks import (
     Option,
     Pool,
@@ -31,8 +34,6 @@ from gen.generators.candidates.checks import (
     text_problem,
 )
 from gen.llm.attempts import AttemptFailure, retry
-from gen.mcq import arrange
-from gen.runner import RunContext
 from gen.schemas import Reject
 from gen.schemas.candidates import (
     CandidateItem,
@@ -45,7 +46,6 @@ from gen.schemas.candidates import (
 )
 from gen.text.gates import key as _key
 from gen.text.statements import example_strings as _example_strings
-from gen.timelines import Line, fmt_line, fmt_time
 
 if TYPE_CHECKING:
     from gen.generators.candidates import CandidatesConfig, Kind
@@ -433,7 +433,7 @@ def process(
 ) -> ItemResult:
     """One item through every step: a record, or a reject naming the step and the reason. The
     answer goes to option ``at`` (balanced over the run's items of its task,
-    :class:`gen.mcq.Positions`)."""
+    :class:`gen.formats.mcq.Positions`)."""
     k = cfg.options
     record_id = ctx.record_id(index)
 

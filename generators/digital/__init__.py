@@ -23,8 +23,13 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gen.bundles import BundleRules, Checker, State, validate_items
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext, derive_id
+from gen.engine.stages import StageConfig, StagesConfig
 from gen.errors import ConfigError, InputError, MissingInputError
+from gen.formats.bundles import BundleRules, Checker, State, validate_items
+from gen.formats.people import ensure_pool, load_pool, sample_related
+from gen.formats.wagibench import bundle_stats, wagibench_record
 from gen.generators.digital.assembly import (
     CUE_SCHEMA,
     Skeleton,
@@ -47,16 +52,11 @@ from gen.generators.digital.goals import (
 from gen.generators.digital.state import load_cues, pick_cue, sample_datetime
 from gen.llm.attempts import AttemptFailure, retry
 from gen.paths import EXAMPLES
-from gen.people import ensure_pool, load_pool, sample_related
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext, derive_id
 from gen.schemas import Reject
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.schemas.personas import PersonaRecord
-from gen.stages import StageConfig, StagesConfig
 from gen.text.gates import Gates
-from gen.wagibench import bundle_stats, wagibench_record
 
 DEFAULT_HOUR_WEIGHTS = [
     0.6,
@@ -460,7 +460,7 @@ def plan(cfg: DigitalConfig) -> Plan:
     cue_path = pool_path = None
     goals = None
     if cfg.goals is not None:
-        from gen.goals import load_goals
+        from gen.formats.goals import load_goals
 
         path = Path(cfg.goals).expanduser()
         if not path.is_file():

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field, create_model
 
-from gen.bundles import FMT_M, FMT_S, LIST_KEY, Checker, State, clamp, fix_duration
+from gen.formats.bundles import FMT_M, FMT_S, LIST_KEY, Checker, State, clamp, fix_duration
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.schemas.personas import PersonaRecord

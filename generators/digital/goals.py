@@ -20,12 +20,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gen.runner import RunContext
+from gen.engine.runner import RunContext
+from gen.formats.wagibench import app_view, render_bundle
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.schemas.personas import RelatedPersona
 from gen.text.words import content_words
-from gen.wagibench import app_view, render_bundle
 
 if TYPE_CHECKING:
     from gen.generators.digital import DigitalConfig
@@ -163,7 +163,7 @@ class GoalIndex:
 
 
 def goal_index(ctx: RunContext, bank: Any) -> GoalIndex:
-    from gen.goals import verbalise
+    from gen.formats.goals import verbalise
 
     texts = [verbalise(r, ctx.prompts) for r in bank.rows]
     df: Counter[str] = Counter(w for t in texts for w in set(content_words(t)))

@@ -1,5 +1,5 @@
 """Sampling one bundle's global state (the moment, the cue); the state itself
-(:class:`gen.bundles.State`) is the bundle format's."""
+(:class:`gen.formats.bundles.State`) is the bundle format's."""
 
 from __future__ import annotations
 

@@ -42,16 +42,16 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
+from gen.engine.manifest import JsonListWriter
+from gen.engine.registry import generator
+from gen.engine.runfolder import load_run_records
+from gen.engine.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.errors import ConfigError, InputError, MissingInputError
+from gen.formats.goals import GoalBank, goal_dict, load_goals, verbalise
+from gen.formats.mcq import answer_position, arrange
 from gen.generators.distractors.sampler import NAME, Band, Choice, Sampler, matches
-from gen.goals import GoalBank, goal_dict, load_goals, verbalise
-from gen.manifest import JsonListWriter
-from gen.mcq import answer_position, arrange
 from gen.paths import EXAMPLES
 from gen.readers import validated
-from gen.registry import generator
-from gen.runfolder import load_run_records
-from gen.runner import CommonConfig, Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.digital import DigitalBundle
 from gen.schemas.distractors import Distractor, DistractorMCQ, GoalRow
@@ -144,7 +144,7 @@ def bundle_cues(
     """goal_id -> WAGIBench's cue list of the goal's bundle in a digital run (``digital goals=``),
     and goal_id -> its key-only rendering; a bundle of a goal this bank does not hold means the run
     was made from another bank."""
-    from gen.wagibench import render_bundle, wagibench_cues
+    from gen.formats.wagibench import render_bundle, wagibench_cues
 
     records, file = load_run_records(path, "digital")
     cues: dict[str, list[dict[str, Any]]] = {}

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from gen.engine.runner import derive_seed
 from gen.llm.vectors import ip_index, swig_ptr
-from gen.runner import derive_seed
 
 NAME = "distractors"
 """The generator's name: the namespace of its seeds."""

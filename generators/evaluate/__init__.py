@@ -31,6 +31,8 @@ from typing import Any
 
 from gen import kinds
 from gen.contextbench import load as load_scenarios
+from gen.engine.registry import generator
+from gen.engine.runner import Plan, RunContext
 from gen.errors import ConfigError, InputError
 from gen.generators.evaluate.config import NAME, EvaluateConfig
 from gen.generators.evaluate.mcq import run_mcq
@@ -38,8 +40,6 @@ from gen.generators.evaluate.scenarios import cell, conversation, run_scenarios
 from gen.kinds.mcq import load_banks
 from gen.paths import ROOT
 from gen.readers import iter_jsonl, read_json
-from gen.registry import generator
-from gen.runner import Plan, RunContext
 from gen.schemas.evaluate import MCQAnswerRecord, TrialRecord
 
 __all__ = ["EvaluateConfig", "cell", "conversation", "evaluate", "is_scenarios", "plan"]

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gen.panel import JudgeOptions
+from gen.engine.panel import JudgeOptions
 
 NAME = "evaluate"
 TURN = "evaluate/turn.jinja"

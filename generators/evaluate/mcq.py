@@ -1,12 +1,14 @@
 """MCQ banks (ours, EgoToM's CSVs, WAGIBench's MCQ layout): each item asked once with its visible
 context; accuracy with Wilson intervals, overall and per question type, against chance.
 
-Options are labelled ``a`` … ``z``, then ``aa``, ``ab`` … (:func:`gen.mcq.label`), so a bank of
+Options are labelled ``a`` … ``z``, then ``aa``, ``ab`` … (:func:`gen.formats.mcq.label`), so a
+bank of
 any number of options runs (EgoIntrospect's 33 tools plus "No tool needed"). A multi-select item
 (an ``introspect task=tool_selection`` record: ``answers`` the required options, ``acceptable``
 with the helpful ones) is answered with a list of labels and scored by EgoIntrospect H.1.1:
 strict hierarchical accuracy, required recall and distractor rate
-(:func:`gen.mcq.correct`, :func:`gen.mcq.required_recall`, :func:`gen.mcq.distractor_rate`)."""
+(:func:`gen.formats.mcq.correct`, :func:`gen.formats.mcq.required_recall`,
+:func:`gen.formats.mcq.distractor_rate`)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gen.engine.runner import RunContext
 from gen.errors import LLMOutputError
-from gen.generators.evaluate.config import MCQ_MULTI_PROMPT, MCQ_PROMPT, NAME, EvaluateConfig
-from gen.llm import LanguageModel
-from gen.mcq import (
+from gen.formats.mcq import (
     NO_TOOL,
     correct,
     distractor_rate,
@@ -27,7 +28,8 @@ from gen.mcq import (
     parse_letter,
     required_recall,
 )
-from gen.runner import RunContext
+from gen.generators.evaluate.config import MCQ_MULTI_PROMPT, MCQ_PROMPT, NAME, EvaluateConfig
+from gen.llm import LanguageModel
 from gen.schemas import Reject
 from gen.schemas.evaluate import MCQAnswerRecord
 from gen.schemas.mcq import LETTERS, MCQ

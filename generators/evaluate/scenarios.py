@@ -11,15 +11,15 @@ from typing import Any
 from gen.contextbench import JUDGE_PROMPT_VERSION, scenario_file
 from gen.contextbench import JUDGE_TEMPLATE as TEMPLATE
 from gen.contextbench.scoring import metrics, repair_text, signals
+from gen.engine.manifest import git_info
+from gen.engine.panel import build_panel, pairwise_agreement
+from gen.engine.runner import RunContext
 from gen.errors import LLMOutputError
 from gen.generators.evaluate.config import NAME, TURN, EvaluateConfig
 from gen.llm import Message
 from gen.llm.cache import sha256_file
 from gen.llm.labels import model_label
-from gen.manifest import git_info
-from gen.panel import build_panel, pairwise_agreement
 from gen.readers import iter_jsonl, read_json
-from gen.runner import RunContext
 from gen.schemas import Reject
 from gen.schemas.evaluate import TrialRecord
 from gen.schemas.judge import ContextJudgeRecord, ResponseRow

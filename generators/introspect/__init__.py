@@ -31,13 +31,13 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext
 from gen.errors import ConfigError, InputError
 from gen.generators.introspect import assistance, intensity, lifespan, recording, timing, tools
 from gen.generators.introspect.assistance import EventItem
 from gen.generators.introspect.common import NAME, Built, Draft, Refusal, read_lines, unique_ids
 from gen.readers import iter_jsonl, read_yaml_model
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.candidates import EMOTIONS
 from gen.schemas.introspect import (

@@ -37,6 +37,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gen.formats.mcq import Positions
 from gen.generators.introspect.common import (
     Built,
     Draft,
@@ -48,7 +49,6 @@ from gen.generators.introspect.common import (
     shuffled,
 )
 from gen.intervals import Interval, centred, place
-from gen.mcq import Positions
 from gen.schemas.candidates import CandidateItem, Other, Positive, TimedLine, Window
 from gen.schemas.introspect import MemoryItem, MemorySession
 from gen.text.gates import key

@@ -11,15 +11,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from gen.engine.runner import derive_seed
 from gen.errors import InputError
+from gen.formats.mcq import Positions, arrange
+from gen.formats.timelines import fmt_time
 from gen.intervals import Interval
-from gen.mcq import Positions, arrange
 from gen.readers import iter_jsonl, validated
-from gen.runner import derive_seed
 from gen.schemas.introspect import Line
 from gen.text.gates import key
 from gen.text.words import content_words
-from gen.timelines import fmt_time
 
 NAME = "introspect"
 M = TypeVar("M", bound=BaseModel)

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+from gen.formats.mcq import Positions
+from gen.formats.timelines import fmt_time
 from gen.generators.introspect.common import Built, Draft, Refusal, positions, rng_for, shuffled
-from gen.mcq import Positions
 from gen.schemas.introspect import EmotionSegment
 from gen.text.gates import key
-from gen.timelines import fmt_time
 
 if TYPE_CHECKING:
     from gen.generators.introspect import IntrospectConfig

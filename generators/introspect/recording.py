@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gen.formats.mcq import Positions
 from gen.generators.introspect.common import (
     Built,
     Draft,
@@ -27,7 +28,6 @@ from gen.generators.introspect.common import (
     shuffled,
 )
 from gen.intervals import Interval, overlaps, place
-from gen.mcq import Positions
 from gen.schemas.introspect import RecordingCommand, RecordingSession
 from gen.text.gates import key
 

@@ -8,8 +8,9 @@ universe's order, read ``name in words: description``, plus "No tool needed"; th
 multi-select. Hierarchical correctness:
 a prediction is right when it holds every required tool and otherwise only helpful ones; with no
 required tool, "No tool needed" or only helpful tools; with neither, "No tool needed" alone.
-:func:`~gen.mcq.correct`, :func:`~gen.mcq.required_recall` and :func:`~gen.mcq.distractor_rate`
-(in ``gen.mcq``: ``evaluate`` scores a Tool Selection bank with them) score predictions so.
+:func:`~gen.formats.mcq.correct`, :func:`~gen.formats.mcq.required_recall` and
+:func:`~gen.formats.mcq.distractor_rate`
+(in ``gen.formats.mcq``: ``evaluate`` scores a Tool Selection bank with them) score predictions so.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from gen.formats.mcq import NO_TOOL, correct, distractor_rate, required_recall
 from gen.generators.introspect.common import Built, Draft, Refusal, clip_text
-from gen.mcq import NO_TOOL, correct, distractor_rate, required_recall
 from gen.schemas.introspect import RequestSegment, ToolUniverse
 
 if TYPE_CHECKING:

@@ -27,12 +27,12 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gen.config import ModelChoice
+from gen.engine.config import ModelChoice
+from gen.engine.panel import JudgeOptions
+from gen.engine.registry import generator
+from gen.engine.runner import Plan, RunContext
 from gen.errors import ConfigError
 from gen.generators.judge import context, meta, validity, wagibench
-from gen.panel import JudgeOptions
-from gen.registry import generator
-from gen.runner import Plan, RunContext
 from gen.schemas.judge import (
     ContextJudgeRecord,
     MetaRecord,

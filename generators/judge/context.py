@@ -29,9 +29,7 @@ from gen.contextbench import JUDGE_PROMPT_VERSION, scenario_file
 from gen.contextbench import JUDGE_TEMPLATE as TEMPLATE
 from gen.contextbench import load as load_scenarios
 from gen.contextbench.scoring import metrics, repair_text, signals
-from gen.errors import InputError, LLMOutputError, MissingInputError
-from gen.generators.judge.summary import finish, prompt_sha256
-from gen.panel import (
+from gen.engine.panel import (
     JudgeModel,
     Panel,
     build_panel,
@@ -39,8 +37,10 @@ from gen.panel import (
     pairwise_agreement,
     require_candidate_family,
 )
+from gen.engine.runner import Plan, RunContext
+from gen.errors import InputError, LLMOutputError, MissingInputError
+from gen.generators.judge.summary import finish, prompt_sha256
 from gen.readers import iter_jsonl, validated
-from gen.runner import Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.judge import (
     LABELS,

@@ -32,12 +32,12 @@ from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gen.engine.runfolder import RunFolder
+from gen.engine.runner import Plan, RunContext
 from gen.errors import InputError, MissingInputError
 from gen.generators.judge.summary import finish
 from gen.paths import inside
 from gen.readers import iter_jsonl, validated
-from gen.runfolder import RunFolder
-from gen.runner import Plan, RunContext
 from gen.schemas.judge import MetaRecord, RatingRow
 from gen.stats import agreement, cohen_kappa, confusion, proportion, rounded
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2.meta
 
-from gen.panel import Panel
-from gen.runner import RunContext
+from gen.engine.panel import Panel
+from gen.engine.runner import RunContext
 
 if TYPE_CHECKING:
     from gen.generators.judge import JudgeConfig

@@ -15,18 +15,18 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from gen.errors import InputError, LLMOutputError
-from gen.generators.judge.scores import judgment
-from gen.generators.judge.summary import finish, prompt_sha256
-from gen.kinds.mcq import load_banks
-from gen.panel import (
+from gen.engine.panel import (
     JudgeModel,
     Panel,
     build_panel,
     candidate_families,
     pairwise_agreement,
 )
-from gen.runner import Plan, RunContext
+from gen.engine.runner import Plan, RunContext
+from gen.errors import InputError, LLMOutputError
+from gen.generators.judge.scores import judgment
+from gen.generators.judge.summary import finish, prompt_sha256
+from gen.kinds.mcq import load_banks
 from gen.schemas import Reject
 from gen.schemas.judge import Judgment, ValidityRecord
 from gen.schemas.mcq import MCQ

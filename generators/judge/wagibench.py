@@ -35,11 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
-from gen.errors import InputError, LLMOutputError, MissingInputError
-from gen.generators.judge.scores import as_action, judgment, parse_reformat
-from gen.generators.judge.summary import finish, prompt_sha256
-from gen.mcq import as_text
-from gen.panel import (
+from gen.engine.panel import (
     JudgeModel,
     Panel,
     build_panel,
@@ -47,9 +43,13 @@ from gen.panel import (
     pairwise_agreement,
     require_candidate_family,
 )
+from gen.engine.runfolder import RunFolder
+from gen.engine.runner import Plan, RunContext
+from gen.errors import InputError, LLMOutputError, MissingInputError
+from gen.formats.mcq import as_text
+from gen.generators.judge.scores import as_action, judgment, parse_reformat
+from gen.generators.judge.summary import finish, prompt_sha256
 from gen.readers import iter_jsonl, read_json
-from gen.runfolder import RunFolder
-from gen.runner import Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.history import Observation
 from gen.schemas.judge import (

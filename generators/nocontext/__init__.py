@@ -33,15 +33,15 @@ from itertools import permutations
 from pathlib import Path
 from typing import Any
 
+from gen.engine.registry import generator
+from gen.engine.runner import Plan, RunContext
 from gen.errors import InputError, LLMOutputError
+from gen.formats.mcq import Bank, parse_letter, write_subset
 from gen.generators.nocontext.config import NocontextConfig
 from gen.generators.nocontext.summary import Tally, binomial, summarise, table
 from gen.kinds.mcq import load_banks
 from gen.llm import LanguageModel, Message, Usage
 from gen.llm.labels import model_label, unique_labels
-from gen.mcq import Bank, parse_letter, write_subset
-from gen.registry import generator
-from gen.runner import Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.mcq import LETTERS, MCQ
 from gen.schemas.nocontext import Answer, NocontextRecord

@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gen.config import ModelChoice
-from gen.runner import CommonConfig
+from gen.engine.config import ModelChoice
+from gen.engine.runner import CommonConfig
 
 RULES = ("max_correct", "panel")
 

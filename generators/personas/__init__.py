@@ -19,6 +19,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext
 from gen.generators.personas.checks import bio_problems
 from gen.generators.personas.facts import (
     AGE_BANDS,
@@ -29,8 +31,6 @@ from gen.generators.personas.facts import (
     slot_strata,
 )
 from gen.llm.attempts import AttemptFailure, retry
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.personas import BIO_CHARS, Bio, PersonaFacts, PersonaRecord
 from gen.text.gates import Gates, Language

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 
+from gen.engine.runner import derive_seed
+from gen.formats.people import persona_id
 from gen.paths import PERSONAS
-from gen.people import persona_id
 from gen.readers import read_yaml_model
-from gen.runner import derive_seed
 from gen.schemas.personas import Gender, PersonaFacts, Status
 
 

@@ -29,7 +29,18 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from gen.agreement import field_agreement
+from gen.engine.manifest import atomic_write
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext
 from gen.errors import InputError, MissingInputError
+from gen.formats.labels import (
+    REVIEWS,
+    SUMMARY_JSON,
+    SUMMARY_MD,
+    label_file,
+    latest,
+    read_labels,
+)
 from gen.generators.review.items import (
     ReviewItem,
     attach_findings,
@@ -39,18 +50,7 @@ from gen.generators.review.items import (
     rubrics_for,
 )
 from gen.generators.review.results import Results, attach_results, find_results
-from gen.labels import (
-    REVIEWS,
-    SUMMARY_JSON,
-    SUMMARY_MD,
-    label_file,
-    latest,
-    read_labels,
-)
-from gen.manifest import atomic_write
 from gen.paths import inside
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas.review import (
     DECISIONS,
     REVIEWER,

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gen.errors import ConfigError, InputError, MissingInputError
-from gen.labels import REVIEWS
+from gen.formats.labels import REVIEWS
 from gen.paths import PROMPTS, UnsafePathError, inside
 from gen.readers import iter_jsonl, read_yaml_model, validated
 from gen.schemas.audit import FindingRecord

@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from gen.engine.runfolder import RunFolder
 from gen.errors import InputError, MissingInputError
 from gen.generators.review.items import ReviewItem, by_name
 from gen.paths import UnsafePathError, inside
 from gen.readers import iter_jsonl, validated
-from gen.runfolder import RunFolder
 from gen.schemas.judge import ValidityRecord
 from gen.schemas.mcq import LETTERS
 from gen.schemas.nocontext import NocontextRecord

@@ -27,8 +27,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gen.formats.labels import append_label, latest, read_labels
 from gen.generators.review.items import TEMPLATES, ReviewItem, render
-from gen.labels import append_label, latest, read_labels
 from gen.readers import first_error
 from gen.schemas.review import DECISIONS, ReviewLabel, Rubric
 

@@ -49,7 +49,6 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from gen.config import ModelChoice
 from gen.contextbench import (
     CHECKS_FILE,
     JUDGE_TEMPLATE,
@@ -59,19 +58,20 @@ from gen.contextbench import (
     scenario_file,
 )
 from gen.contextbench.rules import RULES
+from gen.engine.config import ModelChoice
+from gen.engine.manifest import atomic_write
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext
+from gen.engine.stages import StageConfig, StagesConfig
 from gen.errors import ConfigError, InputError
 from gen.generators.scenarios.bank import BankView, Outcome, resolve
 from gen.generators.scenarios.lock import LOCK_KEYS, make_lock, read_lock, verify
 from gen.generators.scenarios.skeleton import DEFAULT_SIZE, NAME, build_units, check_distribution
 from gen.generators.scenarios.stages import Writer, draft_unit
 from gen.llm import sha256_file
-from gen.manifest import atomic_write
 from gen.paths import input_file
 from gen.readers import read_json
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord, Target
-from gen.stages import StageConfig, StagesConfig
 
 # --------------------------------------------------------------------------- config
 

@@ -17,12 +17,12 @@ from gen.contextbench import (
     PROMPT_CONDITIONS,
     SCHEMA_REVISION,
 )
+from gen.engine.runner import RunContext
 from gen.errors import InputError
 from gen.generators.scenarios.skeleton import NAME
 from gen.llm import sha256_file
 from gen.paths import PROMPTS
 from gen.readers import read_json
-from gen.runner import RunContext
 from gen.schemas import Reject
 from gen.schemas.scenarios import LockCheckRecord, ScenarioRecord
 

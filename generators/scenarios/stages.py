@@ -31,6 +31,7 @@ from gen.contextbench.rules import (
     speech_properties,
     text_problem,
 )
+from gen.engine.runner import RunContext
 from gen.errors import LLMOutputError
 from gen.generators.scenarios.examples import (
     EXAMPLES,
@@ -45,7 +46,6 @@ from gen.generators.scenarios.examples import (
 from gen.generators.scenarios.model_checks import identification, semantic_leak
 from gen.generators.scenarios.skeleton import Skeleton
 from gen.llm.attempts import AttemptFailure, retry
-from gen.runner import RunContext
 from gen.schemas.scenarios import (
     AbstainSituationsDraft,
     CameraDraft,

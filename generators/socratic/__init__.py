@@ -31,6 +31,10 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gen.engine.manifest import atomic_write
+from gen.engine.registry import generator
+from gen.engine.runner import CommonConfig, Plan, RunContext
+from gen.engine.stages import StageConfig, StagesConfig
 from gen.errors import InputError, MissingInputError
 from gen.generators.socratic.video import (
     VIDEO_SUFFIXES,
@@ -47,16 +51,12 @@ from gen.generators.socratic.video import (
 from gen.llm.attempts import AttemptFailure, retry
 from gen.llm.http import ServerError
 from gen.llm.speech import SpeechConfig, Transcriber
-from gen.manifest import atomic_write
 from gen.paths import input_file, inside
 from gen.readers import iter_jsonl, validated
-from gen.registry import generator
-from gen.runner import CommonConfig, Plan, RunContext
 from gen.schemas import Reject
 from gen.schemas.distractors import ContextWindow, Goal
 from gen.schemas.history import Observation
 from gen.schemas.socratic import Caption, MergeDraft, SocraticRecord, TranscriptLine
-from gen.stages import StageConfig, StagesConfig
 from gen.text.gates import Gates, Language, content_lemmas, count_key
 
 NAME = "socratic"

@@ -27,6 +27,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from gen.engine.registry import generator
+from gen.engine.runner import Plan, RunContext, derive_seed
+from gen.formats.mcq import (
+    EGOTOM_CHOICES,
+    EGOTOM_QUESTION,
+    EGOTOM_TYPES,
+    answer_position,
+    arrange,
+    egotom_columns,
+    write_egotom_csv,
+)
+from gen.formats.timelines import Clip, fmt_line, fmt_time, input_files, read_timelines
 from gen.generators.tom.config import TomConfig
 from gen.generators.tom.stages import (
     Truth,
@@ -41,20 +53,8 @@ from gen.generators.tom.stages import (
     simplify,
 )
 from gen.llm.attempts import AttemptFailure
-from gen.mcq import (
-    EGOTOM_CHOICES,
-    EGOTOM_QUESTION,
-    EGOTOM_TYPES,
-    answer_position,
-    arrange,
-    egotom_columns,
-    write_egotom_csv,
-)
-from gen.registry import generator
-from gen.runner import Plan, RunContext, derive_seed
 from gen.schemas import Reject
 from gen.schemas.tom import QuestionType, TomQuestion
-from gen.timelines import Clip, fmt_line, fmt_time, input_files, read_timelines
 
 __all__ = ["TomConfig", "candidates", "plan", "read_input", "selection", "tom"]
 
@@ -212,7 +212,8 @@ def assemble(
     extra: dict[str, Any] | None = None,
 ) -> TomQuestion:
     """A question with its options in a seeded order: the truth at a position balanced per
-    question type over the clips (:func:`gen.mcq.answer_position`), the wrong options shuffled."""
+    question type over the clips (:func:`gen.formats.mcq.answer_position`), the wrong options
+    shuffled."""
     options = [truth_text, *wrongs]
     at = answer_position(derive_seed(ctx.cfg.seed, ctx.name, "positions"), q, index, len(options))
     order = arrange(len(options), at, random.Random(ctx.seed(index, q, "shuffle")))

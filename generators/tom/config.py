@@ -7,10 +7,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gen.runner import CommonConfig
-from gen.stages import StageConfig, StagesConfig
+from gen.engine.runner import CommonConfig
+from gen.engine.stages import StageConfig, StagesConfig
+from gen.formats.timelines import parse_time
 from gen.text.gates import Language
-from gen.timelines import parse_time
 
 DEFAULT_KEYWORDS = [
     "demonstrate",

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from gen.engine.runner import RunContext
+from gen.formats.mcq import EGOTOM_CHOICES
+from gen.formats.timelines import Clip, fmt_time
 from gen.llm.attempts import AttemptFailure, retry
-from gen.mcq import EGOTOM_CHOICES
-from gen.runner import RunContext
 from gen.schemas.tom import (
     BELIEF_CHARS,
     GOAL_CHARS,
@@ -39,7 +40,6 @@ from gen.text.statements import (
     norm_sentence,
     text_problem,
 )
-from gen.timelines import Clip, fmt_time
 
 if TYPE_CHECKING:
     from gen.generators.tom.config import TomConfig

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from gen.engine.runner import RunContext, run_config
 from gen.generators.audit import AuditConfig
 from gen.llm.embed import Embedder, EmbedderConfig
-from gen.runner import RunContext, run_config
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 PLANTED = json.loads((FIX / "planted.json").read_text())

@@ -19,7 +19,7 @@ from conftest import bank_state, check_run_folder, read_jsonl
 
 from gen import kinds
 from gen.banks.store import FAULT_ENV, FAULT_PHASES, leftovers, read_pointer
-from gen.manifest import output_hashes
+from gen.engine.manifest import output_hashes
 
 EGOTOM = Path("/work/shared/data/egotom_paper")
 

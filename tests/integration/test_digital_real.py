@@ -17,9 +17,9 @@ import pytest
 from conftest import read_jsonl
 from digital_checks import ORDER, check_bundle, check_cue
 
-from gen.runner import derive_id
+from gen.engine.runner import derive_id
+from gen.formats.wagibench import wagibench_record
 from gen.schemas import Reject
-from gen.wagibench import wagibench_record
 
 pytestmark = pytest.mark.integration
 

@@ -20,13 +20,13 @@ import pytest
 from conftest import read_jsonl
 from scripted import event_writer
 
+from gen.engine.runner import RunContext
+from gen.engine.runner import run_config as run
 from gen.generators.audit import AuditConfig
 from gen.generators.introspect import IntrospectConfig
 from gen.llm import scripted_llm
 from gen.llm.embed import Embedder, EmbedderConfig
 from gen.paths import EXAMPLES
-from gen.runner import RunContext
-from gen.runner import run_config as run
 
 INTRO = EXAMPLES / "introspect"
 RUNS: dict[str, list[str]] = {

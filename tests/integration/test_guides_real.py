@@ -33,8 +33,8 @@ def test_the_bank_guide_grows_verifies_and_releases(
 def fake_reviewer(argv: list[str], cwd: Path) -> int:
     """What a reviewer does in the page, as its label file: ana accepts every item, ben rejects
     every third."""
+    from gen.formats.labels import append_label
     from gen.generators.review import ReviewConfig, plan
-    from gen.labels import append_label
     from gen.schemas.review import ReviewLabel
 
     opts = dict(a.split("=", 1) for a in argv[1:])

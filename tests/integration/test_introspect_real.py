@@ -17,13 +17,13 @@ from conftest import check_run_folder, read_jsonl
 from scripted import event_writer
 
 from gen.banks.store import LOCK
+from gen.engine.runner import RunContext, run_config
 from gen.generators.audit import AuditConfig
 from gen.generators.bank import BankConfig
 from gen.generators.introspect import IntrospectConfig
 from gen.llm import scripted_llm
 from gen.llm.embed import Embedder, EmbedderConfig
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run_config
 
 NAME = "introspect"
 EX = EXAMPLES / "introspect"

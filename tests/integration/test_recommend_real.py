@@ -12,6 +12,7 @@ import pytest
 from conftest import check_run_folder, read_jsonl
 from scripted import writer
 
+from gen.engine.runner import RunContext, run_config
 from gen.errors import InputError
 from gen.generators.audit import AuditConfig
 from gen.generators.bank import BankConfig
@@ -19,7 +20,6 @@ from gen.generators.recommend import RecommendConfig
 from gen.llm import scripted_llm
 from gen.llm.embed import Embedder, EmbedderConfig
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run_config
 from gen.schemas.recommend import CATEGORIES
 
 NAME = "recommend"

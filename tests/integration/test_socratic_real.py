@@ -15,7 +15,7 @@ from videos import make_video  # noqa: E402
 from vlm_server import StandIn  # noqa: E402
 
 import gen.generators.socratic as soc  # noqa: E402
-from gen.runner import run_config as run  # noqa: E402
+from gen.engine.runner import run_config as run  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from typing import Any
 import polars as pl
 import pytest
 
+from gen.formats.mcq import EGOTOM_QUESTION, egotom_columns
 from gen.kinds.mcq import load_banks
-from gen.mcq import EGOTOM_QUESTION, egotom_columns
 from gen.schemas.tom import TomQuestion
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tom" / "narration.json"

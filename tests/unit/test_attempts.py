@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from gen.api import configure
 from gen.cli import validate
+from gen.engine.api import configure
+from gen.engine.runfolder import RunFolder
 from gen.errors import LLMOutputError
 from gen.llm.attempts import AttemptFailure, retry
-from gen.runfolder import RunFolder
 
 
 def scripted(*answers: Any) -> tuple[list[int], Any]:
@@ -174,11 +174,11 @@ RENAMED = [
 def test_an_old_option_name_is_moved_with_a_warning(
     name: str, old: str, new: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="gen.config"):
+    with caplog.at_level(logging.WARNING, logger="gen.engine.config"):
         cfg = configure(name, {old: 2, "cache_dir": None}, check_input=False)
     assert getattr(cfg, new) == 2 and old not in type(cfg).model_fields
     assert any(
-        r.name == "gen.config" and f"option {old} is now called {new}" in r.getMessage()
+        r.name == "gen.engine.config" and f"option {old} is now called {new}" in r.getMessage()
         for r in caplog.records
     )
     dumped = cfg.model_dump()
@@ -188,7 +188,7 @@ def test_an_old_option_name_is_moved_with_a_warning(
 def test_an_old_option_name_on_the_command_line_wins_over_the_new_names_default(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="gen.config"):
+    with caplog.at_level(logging.WARNING, logger="gen.engine.config"):
         settings = validate("personas", ["bio_attempts=2", "max_attempts=7"])
     assert (settings.attempts, settings.draws) == (2, 7)
     assert sum("is now called" in r.getMessage() for r in caplog.records) == 2
@@ -217,7 +217,7 @@ def test_a_folder_written_with_the_old_option_names_is_still_finished_with_the_c
 def test_the_scenarios_kind_has_one_name_and_old_folders_and_rubrics_still_read(
     tmp_path: Path,
 ) -> None:
-    from gen.registry import REGISTRY
+    from gen.engine.registry import REGISTRY
     from gen.schemas.review import Rubric
 
     assert REGISTRY["scenarios"].kind == "scenarios"  # the bank's kind and the generator's name
@@ -236,7 +236,7 @@ def test_personas_old_pool_option_moves_to_n_on_the_command_line(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``personas +persona_pool=12`` (the documented form before) is ``n=12``, with a warning."""
-    with caplog.at_level(logging.WARNING, logger="gen.config"):
+    with caplog.at_level(logging.WARNING, logger="gen.engine.config"):
         assert validate("personas", ["+persona_pool=12"]).n == 12
         assert validate("personas", ["persona_pool=12", "n=3"]).n == 12  # as it won over n
     assert sum("option persona_pool is now called n" in r.getMessage() for r in caplog.records) == 2

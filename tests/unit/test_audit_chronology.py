@@ -10,10 +10,10 @@ from pathlib import Path
 
 from conftest import read_jsonl
 
+from gen.engine.runner import RunContext, run_config
 from gen.generators.audit import AuditConfig
 from gen.generators.audit.checks.chronology import chronology, kendall, option_times
 from gen.generators.audit.data import AuditData
-from gen.runner import RunContext, run_config
 from gen.schemas.mcq import MCQ
 
 

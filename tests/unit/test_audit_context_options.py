@@ -17,13 +17,13 @@ import pytest
 from audit_runs import FIX, run_audit, write_jsonl
 from conftest import SHARED
 
+from gen.formats.mcq import write_egotom_csv
 from gen.generators.audit.checks.context_options import (
     View,
     option_views,
     tell_of,
 )
 from gen.generators.audit.text import Lemmas
-from gen.mcq import write_egotom_csv
 
 KEY = "context_options"
 OBJECT_FORM = FIX / "context_shortcut"

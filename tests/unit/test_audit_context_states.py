@@ -15,13 +15,13 @@ from conftest import read_jsonl
 from digital_runs import goal_script, write_pool
 from fakes import FakeEmbedder
 
+from gen.engine.runner import RunContext, run_config
 from gen.generators.audit import AuditConfig
 from gen.generators.audit.checks.context_states import containment, distinctive, option_words
 from gen.generators.digital import DigitalConfig
 from gen.generators.distractors import DistractorsConfig
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES, PROMPTS
-from gen.runner import RunContext, run_config
 from gen.schemas.digital import App
 from gen.templates import Prompts
 from gen.text.words import content_words

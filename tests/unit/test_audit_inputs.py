@@ -16,8 +16,8 @@ import pytest
 from audit_runs import FIX, run_audit, triples, write_jsonl
 
 from gen.errors import InputError, MissingInputError
+from gen.formats.roles import Roles, load_roles_bank, read_roles
 from gen.generators.audit import AuditConfig, plan
-from gen.roles import Roles, load_roles_bank, read_roles
 
 ROLES = FIX / "scenario_roles.yaml"
 
@@ -246,7 +246,7 @@ def test_an_empty_bank_is_an_input_error_unless_allowed(run_gen, tmp_path: Path)
         run_audit(tmp_path / "c", empty, roles=str(ROLES))
     ego = tmp_path / "ego"
     ego.mkdir()
-    from gen.mcq import write_egotom_csv
+    from gen.formats.mcq import write_egotom_csv
 
     write_egotom_csv([], "goal", ego / "egotom_goal_shuffled.csv")
     with pytest.raises(InputError, match="egotom_goal_shuffled.csv holds 0 items"):
@@ -270,7 +270,7 @@ def test_non_utf8_inputs_are_input_errors_naming_file_and_line(run_gen, tmp_path
     _spoil(FIX / "nocontext_clean" / "nocontext.jsonl", nc / "nocontext.jsonl", 4)
     ego = tmp_path / "ego"
     ego.mkdir()
-    from gen.mcq import write_egotom_csv
+    from gen.formats.mcq import write_egotom_csv
 
     rows = [
         {
@@ -416,7 +416,7 @@ def test_roles_file_and_line_errors(tmp_path: Path) -> None:
 
 
 def test_egotom_csv_answer_not_among_options(tmp_path: Path) -> None:
-    from gen.mcq import egotom_columns, write_egotom_csv
+    from gen.formats.mcq import egotom_columns, write_egotom_csv
 
     rows = [
         {

@@ -16,10 +16,10 @@ import pytest
 from audit_scale_bank import audit_both
 
 from gen.errors import InputError
+from gen.formats.mcq import iter_mcq_jsonl, read_mcq_jsonl
 from gen.generators.audit.checks.duplicates import knn
 from gen.generators.audit.items import Items
 from gen.generators.audit.text import visible_fields
-from gen.mcq import iter_mcq_jsonl, read_mcq_jsonl
 from gen.readers import iter_jsonl
 
 GOLDEN = Path(__file__).resolve().parent.parent / "fixtures" / "audit_scale" / "golden.json"

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from audit_runs import FIX, expected, run_audit, triples, write_jsonl
 
+from gen.engine.runner import run_config
 from gen.generators.audit import AuditConfig
 from gen.generators.audit.checks.duplicates import knn
 from gen.generators.audit.checks.leakage import leakage as check_leakage
@@ -26,7 +27,6 @@ from gen.generators.audit.checks.shortcut import central_credit, shortcut, short
 from gen.generators.audit.data import AuditData
 from gen.generators.audit.registry import check_keys
 from gen.generators.audit.report import cell
-from gen.runner import run_config
 from gen.schemas.mcq import MCQ
 
 CHECKS = check_keys()

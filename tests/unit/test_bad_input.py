@@ -39,13 +39,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shards import personas_shards
 
+from gen.engine.runner import RunContext
 from gen.errors import GenError, InputError
+from gen.formats.mcq import write_egotom_csv
+from gen.formats.roles import read_roles
 from gen.kinds.mcq import load_banks
-from gen.mcq import write_egotom_csv
 from gen.paths import PROMPTS
 from gen.readers import iter_jsonl, parse_json, read_json
-from gen.roles import read_roles
-from gen.runner import RunContext
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 BOM = codecs.BOM_UTF8

@@ -41,15 +41,15 @@ from gen import kinds
 from gen.banks.store import LOCK, version_dir
 from gen.banks.verify import verify_bank
 from gen.cli import validate
+from gen.engine.manifest import output_hashes
 from gen.errors import InputError
+from gen.formats.mcq import egotom_columns, load_bank
 from gen.generators.audit.registry import check_keys
 from gen.generators.bank import plan
 from gen.generators.bank.add import near_duplicates
 from gen.kinds import mcq_identity
 from gen.kinds.digital import strip_ids
 from gen.kinds.mcq import egotom_row_mcq
-from gen.manifest import output_hashes
-from gen.mcq import egotom_columns, load_bank
 
 # --------------------------------------------------------------------------- ids
 

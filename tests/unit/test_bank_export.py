@@ -37,7 +37,7 @@ from conftest import read_jsonl
 from gen import kinds
 from gen.banks.store import LOCK, version_dir
 from gen.errors import ConfigError, GenError, InputError, MissingInputError
-from gen.mcq import egotom_columns, load_bank
+from gen.formats.mcq import egotom_columns, load_bank
 
 # --------------------------------------------------------------------------- export
 
@@ -123,7 +123,7 @@ def test_export_wagibench_layouts(tmp_path: Path, digital_run: Path) -> None:
     assert built["x"]["mcq_set"][dis[2]["answer"]] == {"type": "shop", "content": "milk 2"}
     state = json.loads((out / "digital_state.json").read_text())
     bundles = read_jsonl(digital / "digital.jsonl")
-    from gen.wagibench import wagibench_record
+    from gen.formats.wagibench import wagibench_record
 
     for b in bundles:
         bid = kinds.require("digital").item_id(b)
@@ -362,8 +362,8 @@ def test_the_benchmarks_examples_round_trip_and_pass_its_validator(tmp_path: Pat
 def test_require_review_admits_items_accepted_by_k_reviewers_and_records_who(
     tmp_path: Path,
 ) -> None:
+    from gen.formats.labels import append_label
     from gen.generators.review.items import load_items
-    from gen.labels import append_label
     from gen.schemas.review import ReviewLabel
 
     records = [mcq(i) for i in range(6)]

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from gen.engine.runner import run_config as run
 from gen.errors import BackendError
 from gen.generators.nocontext import NocontextConfig
 from gen.llm.usage import Usage
-from gen.runner import run_config as run
 from tests.batch_standin import BatchStandIn
 from tests.conftest import gen_env
 from tests.llm_calls import one_line_exit_2

@@ -23,7 +23,10 @@ from candidates_runs import (
 )
 from fakes import FakeEmbedder
 
+from gen.engine.runner import RunContext, derive_seed, run_config
 from gen.errors import InputError
+from gen.formats.mcq import answer_position
+from gen.formats.timelines import Clip, Line
 from gen.generators.candidates import (
     CandidatesConfig,
     key,
@@ -34,10 +37,7 @@ from gen.generators.candidates import (
 from gen.generators.candidates.checks import Option, Pool, Vectors, clean
 from gen.generators.candidates.item import input_problem, setup
 from gen.llm import OpenAIConfig, scripted_llm
-from gen.mcq import answer_position
-from gen.runner import RunContext, derive_seed, run_config
 from gen.schemas.candidates import CandidateItem, CandidateRecord
-from gen.timelines import Clip, Line
 
 # --------------------------------------------------------------------------- readers
 
@@ -77,7 +77,7 @@ def test_items_reader_reads_the_examples_and_names_bad_lines(tmp_path: Path) -> 
 
 
 def clip(lines: list[tuple[float, str]], cid: str = "v~pass_1~0-20") -> Clip:
-    from gen.timelines import speaker_of
+    from gen.formats.timelines import speaker_of
 
     return Clip(cid, "v", "jsonl", "test", lines=[Line(t, x, speaker_of(x)) for t, x in lines])
 

@@ -23,7 +23,9 @@ from candidates_runs import (
 )
 from fakes import FakeEmbedder
 
+from gen.engine.registry import REGISTRY
 from gen.errors import InputError
+from gen.formats.mcq import arrange
 from gen.generators.candidates import (
     CandidatesConfig,
     detect_format,
@@ -32,9 +34,7 @@ from gen.generators.candidates import (
 )
 from gen.generators.candidates.recall import read_recall, recall_items
 from gen.kinds.mcq import load_banks
-from gen.mcq import arrange
 from gen.paths import EXAMPLES
-from gen.registry import REGISTRY
 from gen.schemas.candidates import EMOTIONS
 
 # ------------------------------------------------------------------------- Memory Recall Prediction

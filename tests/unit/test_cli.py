@@ -198,7 +198,7 @@ def test_missing_input_is_a_missing_input_error(tmp_path: Path) -> None:
 
 
 def test_unknown_choice_lists_only_the_choices(run_gen) -> None:
-    from gen.config import LLM_PRESETS
+    from gen.engine.config import LLM_PRESETS
 
     line = _one_line_error(run_gen("personas", "llm=bogus"), "llm=bogus")
     choices = line.split("available llm:", 1)[1]

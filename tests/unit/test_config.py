@@ -1,5 +1,5 @@
 """One definition per option: every option is a pydantic field, Hydra composes nodes made from
-them (gen.config), and every option --help lists works as key=v, +key=v and ++key=v."""
+them (gen.engine.config), and every option --help lists works as key=v, +key=v and ++key=v."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pytest
 from pydantic import BaseModel
 
 from gen.cli import composed, normalize_overrides, settings_from, validate
-from gen.config import EMBEDDER_PRESETS, LLM_PRESETS, MISSING, field_default, node
+from gen.engine.config import EMBEDDER_PRESETS, LLM_PRESETS, MISSING, field_default, node
+from gen.engine.registry import REGISTRY
+from gen.engine.runner import CommonConfig
 from gen.errors import ConfigError
 from gen.llm import LlamaCppConfig, LlamaServerConfig, OpenAIConfig
 from gen.llm.embed import EmbedderConfig, ServerEmbedderConfig
 from gen.paths import CONF
-from gen.registry import REGISTRY
-from gen.runner import CommonConfig
 
 # What a generator needs before its config validates (its required options).
 REQUIRED: dict[str, list[str]] = {

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from digital_runs import persona_pool
 
-from gen.bundles import FMT_M, FMT_S, Checker, State, text_problem, validate_items
+from gen.formats.bundles import FMT_M, FMT_S, Checker, State, text_problem, validate_items
+from gen.formats.people import sample_related
 from gen.generators.digital import DigitalConfig
 from gen.generators.digital.assembly import assemble_cue, merge
 from gen.generators.digital.state import sample_datetime
-from gen.people import sample_related
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 from gen.templates import Prompts
@@ -860,8 +860,8 @@ def test_goal_cues_prompt_the_goal_without_stating_it() -> None:
     from collections import Counter
     from types import SimpleNamespace
 
+    from gen.formats.goals import load_goals, verbalise
     from gen.generators.digital.goals import ACTION_FIELDS, action_share, content_words, goal_cue
-    from gen.goals import load_goals, verbalise
     from gen.paths import EXAMPLES
 
     prompts = Prompts()

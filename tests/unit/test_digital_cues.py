@@ -23,12 +23,12 @@ from digital_runs import (
 )
 
 from gen.cli import normalize_overrides, validate
+from gen.engine.runner import RunContext, run_config
 from gen.errors import ConfigError, InputError
 from gen.generators.digital import DigitalConfig
 from gen.generators.digital.state import load_cues
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run_config
 from gen.schemas.digital import App
 
 # --------------------------------------------------------------------------- 8. cue banks
@@ -116,7 +116,7 @@ def test_inputs_are_read_by_the_plan_hook_before_any_folder(
 ) -> None:
     """cue_file and persona_file are read when the run is sized: a persona file that is not
     UTF-8 was an "unexpected UnicodeDecodeError" (exit 1) from inside the run."""
-    from gen.registry import REGISTRY
+    from gen.engine.registry import REGISTRY
 
     plan = REGISTRY[NAME].make_plan(DigitalConfig(persona_file=str(pool_file), cache_dir=None))
     assert (
@@ -144,7 +144,7 @@ def test_a_persona_run_folder_is_read_by_its_records_not_its_manifest(
     folder.mkdir()
     (folder / "personas.jsonl").write_bytes(pool_file.read_bytes())
     (folder / "manifest.json").write_text("[]", encoding="utf-8")  # not trusted, not needed
-    from gen.registry import REGISTRY
+    from gen.engine.registry import REGISTRY
 
     assert (
         len(
@@ -162,7 +162,7 @@ def test_a_reused_pool_whose_manifest_is_no_manifest_is_one_line(
 ) -> None:
     """pool_dir's pool is reused when its manifest's config matches: a manifest that is a list
     was a TypeError (exit 1); now an InputError naming it, and no pool is made over it."""
-    from gen.people import ensure_pool
+    from gen.formats.people import ensure_pool
 
     folder = tmp_path / "pools" / "seed0-n6"
     folder.mkdir(parents=True)

@@ -26,12 +26,12 @@ from digital_runs import (
     write_pool,
 )
 
+from gen.formats.wagibench import render_bundle, wagibench_record
 from gen.llm import OpenAIConfig
 from gen.paths import EXAMPLES
 from gen.schemas import Reject
 from gen.schemas import digital as S
 from gen.schemas.digital import App
-from gen.wagibench import render_bundle, wagibench_record
 
 # --------------------------------------------------------------------------- 5. end to end
 

@@ -15,11 +15,11 @@ import pytest
 from conftest import read_jsonl
 from distractors_runs import HEX32, NAME, text_bank, write_bank
 
+from gen.engine.runner import RunContext, run_config
+from gen.formats.goals import load_goals, verbalise
 from gen.generators.distractors import Band, DistractorsConfig, Sampler, matches
-from gen.goals import load_goals, verbalise
 from gen.kinds.mcq import load_banks
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run_config
 from gen.schemas.distractors import GOAL_TYPES, DistractorMCQ, GoalRow
 from gen.templates import Prompts
 

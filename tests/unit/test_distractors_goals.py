@@ -15,8 +15,8 @@ import pytest
 from distractors_runs import HEX32, NAME, text_bank, write_bank
 
 from gen.errors import InputError
+from gen.formats.goals import load_goals, verbalise
 from gen.generators.distractors import DistractorsConfig, plan
-from gen.goals import load_goals, verbalise
 from gen.paths import EXAMPLES
 from gen.schemas.distractors import GOAL_TYPES, GoalRow
 from gen.templates import Prompts

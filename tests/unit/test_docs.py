@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from gen.registry import REGISTRY
+from gen.engine.registry import REGISTRY
 
 try:
     import material  # noqa: F401

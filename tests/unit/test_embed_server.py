@@ -23,13 +23,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_rerank import POOLS, rerank_reply
 
-from gen.api import configure
+from gen.engine.api import configure
+from gen.engine.runner import RunContext, run_config
 from gen.errors import BackendError, ConfigError
 from gen.generators.rerank import RerankConfig
 from gen.llm import scripted_llm
 from gen.llm.embed import ServerEmbedder, ServerEmbedderConfig, make_embedder, vectors
 from gen.llm.http import ServerError
-from gen.runner import RunContext, run_config
 
 KEY = "sk-test-embeddings-0123456789abcdef"
 

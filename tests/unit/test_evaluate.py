@@ -12,12 +12,12 @@ import pytest
 from conftest import check_run_folder, read_jsonl
 
 from gen.contextbench import load as load_scenarios
+from gen.engine.runner import RunContext, run_config
 from gen.errors import ConfigError, InputError
 from gen.generators import evaluate as evaluate_module
 from gen.generators.evaluate import EvaluateConfig, cell, conversation, is_scenarios
 from gen.generators.evaluate import plan as evaluate_plan
 from gen.llm import scripted_llm
-from gen.runner import RunContext, run_config
 from gen.templates import Prompts
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "judge"
@@ -340,7 +340,7 @@ def test_a_wagibench_layout_is_an_mcq_bank(tmp_path: Path) -> None:
 
 
 def test_labels_run_past_z_and_read_back() -> None:
-    from gen.mcq import label, label_index
+    from gen.formats.mcq import label, label_index
 
     assert [label(k) for k in (0, 25, 26, 27, 33, 51, 52, 701, 702)] == [
         "a",
@@ -377,7 +377,7 @@ def test_labels_run_past_z_and_read_back() -> None:
 def test_a_multi_select_reply_is_read_whole_or_not_at_all(
     reply: str, chosen: list[int] | None
 ) -> None:
-    from gen.mcq import parse_labels
+    from gen.formats.mcq import parse_labels
 
     options = [f"tool {k:02d}: does job {k:02d}" for k in range(1, 34)] + ["No tool needed"]
     assert parse_labels(reply, options) == chosen
@@ -512,9 +512,9 @@ def test_a_single_answer_item_of_more_than_26_options_is_asked_and_read(tmp_path
 
 def test_the_judge_sub_runs_take_every_judge_option_of_the_run_whole(tmp_path: Path) -> None:
     """evaluate passes its judge options to the judge sub-runs as one object: each option
-    :class:`gen.panel.JudgeOptions` declares (a new one too) reaches them with its value."""
-    from gen.panel import JudgeOptions
-    from gen.runconfig import CommonConfig
+    :class:`gen.engine.panel.JudgeOptions` declares (a new one too) reaches them with its value."""
+    from gen.engine.panel import JudgeOptions
+    from gen.engine.runconfig import CommonConfig
 
     own = [k for k in JudgeOptions.model_fields if k not in CommonConfig.model_fields]
     cfg = EvaluateConfig(input=str(BANK), judge="smollm2", verdict_tokens=77, cache_dir=None)

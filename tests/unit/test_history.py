@@ -15,8 +15,8 @@ import pytest
 from conftest import WAGIBENCH_LOADER as LOADER
 from conftest import WAGIBENCH_MIXIN, read_jsonl, wagibench_loader, wagibench_prompt
 
+from gen.engine.runner import run_config
 from gen.generators.history import HistoryConfig, plan, read_table
-from gen.runner import run_config
 from gen.schemas.history import Observation
 
 NAME = "history"

@@ -17,6 +17,7 @@ from conftest import check_run_folder, read_jsonl
 from fakes import FakeEmbedder
 from scripted import event_writer
 
+from gen.engine.runner import RunContext, run_config
 from gen.errors import InputError
 from gen.generators.candidates import CandidatesConfig
 from gen.generators.candidates.checks import Option, Pool, Vectors
@@ -41,7 +42,6 @@ from gen.intervals import complement, merge, place, split
 from gen.kinds.mcq import load_banks
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run_config
 from gen.schemas.candidates import CandidateItem
 from gen.schemas.introspect import (
     EmotionSegment,

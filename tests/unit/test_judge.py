@@ -15,6 +15,7 @@ from judge_runs import FIX, judge_run
 from gen.contextbench import JUDGE_TEMPLATE as TEMPLATE
 from gen.contextbench import load as load_scenarios
 from gen.contextbench.scoring import metrics, signals
+from gen.engine.panel import candidate_families, pairwise_agreement
 from gen.errors import ConfigError
 from gen.generators.judge.context import JUDGE_SEES, WITHHELD, judge_view
 from gen.generators.judge.meta import aligned, pairwise
@@ -28,7 +29,6 @@ from gen.generators.judge.scores import (
 from gen.generators.judge.validity import flags
 from gen.llm import LlamaCppConfig, OpenAIConfig, scripted_llm
 from gen.llm.family import family_from_gguf, family_from_served, family_of_name
-from gen.panel import candidate_families, pairwise_agreement
 from gen.schemas.judge import ContextJudgeRecord, ContextJudgment, Judgment, MetaRecord
 from gen.schemas.scenarios import RECORD_FIELDS, Gold, ScenarioRecord
 from gen.stats import (

@@ -14,6 +14,7 @@ import pytest
 from conftest import check_run_folder, read_jsonl
 from judge_runs import FIX, NAME, judge_run, mcq_bank, validity_script, wagibench_script
 
+from gen.engine.runner import RunContext, run_config
 from gen.errors import InputError
 from gen.generators.audit import AuditConfig
 from gen.generators.judge import JudgeConfig
@@ -21,7 +22,6 @@ from gen.generators.judge import plan as judge_plan
 from gen.generators.judge.wagibench import read_predictions
 from gen.llm import scripted_llm
 from gen.paths import PROMPTS
-from gen.runner import RunContext, run_config
 from gen.stats import cohen_kappa
 
 # ---------------------------------------------------------------- kind=wagibench through the runner

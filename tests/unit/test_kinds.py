@@ -15,8 +15,8 @@ import pytest
 from conftest import ROOT, gen_env
 
 from gen import kinds
+from gen.engine.runfolder import RunFolder
 from gen.errors import ConfigError
-from gen.runfolder import RunFolder
 
 CODE = ("gen", "generators")
 

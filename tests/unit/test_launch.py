@@ -14,13 +14,13 @@ from chain_shards import assert_same_bank, small_chain
 from fakes import FakeEmbedder
 from pydantic import BaseModel
 
-from gen.api import configure
 from gen.cli import validate
+from gen.engine.api import configure
+from gen.engine.launch import check_launcher, hydra_value, overrides_of, shard_command
+from gen.engine.runner import CommonConfig, RunContext, run_config
 from gen.errors import ConfigError
 from gen.generators.pipeline import PipelineConfig
 from gen.generators.pipeline import plan as pipeline_plan
-from gen.launch import check_launcher, hydra_value, overrides_of, shard_command
-from gen.runner import CommonConfig, RunContext, run_config
 
 
 def run_chain(out: Path, chain: Path, **options):
@@ -162,7 +162,7 @@ class FlakyConfig(CommonConfig):
 def test_a_shard_that_fails_stops_the_chain_and_the_rerun_runs_only_it(
     tmp_path: Path,
 ) -> None:
-    from gen.registry import REGISTRY, generator
+    from gen.engine.registry import REGISTRY, generator
 
     broken = {"shard": 1}
 

@@ -451,8 +451,8 @@ def test_prompt_reuse_is_counted_only_where_the_backend_reports_it() -> None:
 
 
 def test_map_numbers_its_worker_threads(tmp_path: Path) -> None:
+    from gen.engine.runner import CommonConfig, RunContext
     from gen.llm import worker
-    from gen.runner import CommonConfig, RunContext
 
     ctx = RunContext("t", CommonConfig(), tmp_path)
     seen: dict[int, set[int | None]] = {}

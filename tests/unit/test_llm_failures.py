@@ -113,8 +113,8 @@ def test_openai_backend_sends_model_and_schema(fake_server: str, schema_format: 
 def test_openai_backend_keeps_its_concurrency_in_flight(fake_server: str, tmp_path: Path) -> None:
     """llm=openai (vLLM): ctx.map keeps llm.concurrency requests open at the server at once,
     and the answers come back in input order."""
+    from gen.engine.runner import RunContext
     from gen.generators.personas import PersonasConfig
-    from gen.runner import RunContext
 
     _FakeServer.delay = 0.3
     llm = make_llm(OpenAIConfig(base_url=fake_server, concurrency=4, max_retries=0), None)
@@ -470,7 +470,7 @@ def test_a_model_that_fails_to_load_is_tried_once_per_command(monkeypatch) -> No
     timed out), each later one gets that error at once instead of loading it again (with 64
     records under way the CLI above took 34 s to stop, one 1 s preflight after another)."""
     import gen.llm
-    from gen.backends import Backends
+    from gen.engine.backends import Backends
     from gen.errors import InputError
 
     tries = []
@@ -542,8 +542,8 @@ def test_the_streak_limit_is_an_option(run_gen, tmp_path: Path) -> None:
 def test_concurrent_calls_stop_together(tmp_path: Path) -> None:
     """llm.concurrency=4 through ctx.map: the run stops with BackendError, and calls not yet
     started when it stopped never reach the server."""
+    from gen.engine.runner import RunContext
     from gen.generators.personas import PersonasConfig
-    from gen.runner import RunContext
 
     def one(seed: int) -> str:  # as a generator does: a failed call is that record's reject
         try:

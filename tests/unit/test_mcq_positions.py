@@ -1,4 +1,4 @@
-"""Answer positions balanced by construction (``gen.mcq.answer_position``, ``Positions``,
+"""Answer positions balanced by construction (``gen.formats.mcq.answer_position``, ``Positions``,
 ``arrange``): the blocks, and every MCQ generator that orders options using them — distractors
 (200 MCQs of the example bank, the audit's position check, shards), candidates, introspect's
 photo test. tom's are in ``test_tom_e2e.py``."""
@@ -17,8 +17,8 @@ from test_distractors import run_distractors
 from test_introspect import cfg as introspect_cfg
 from test_introspect import drafts, session
 
+from gen.formats.mcq import Positions, answer_position, arrange
 from gen.generators.introspect.recording import build as build_recording
-from gen.mcq import Positions, answer_position, arrange
 from gen.paths import EXAMPLES
 
 

@@ -14,10 +14,10 @@ import pytest
 from shards import personas_shards
 
 from gen.cli import validate_jobs
+from gen.engine.registry import REGISTRY
+from gen.engine.runner import run_config
 from gen.errors import InputError
 from gen.generators.merge import MergeConfig
-from gen.registry import REGISTRY
-from gen.runner import run_config
 
 
 @pytest.fixture(scope="module")

@@ -343,9 +343,9 @@ POOL = """
     sys.path[:0] = [sys.argv[3], sys.argv[3] + "/unit"]
     from test_personas import pool_script
     from gen.llm import scripted_llm
-    from gen.runner import RunContext
+    from gen.engine.runner import RunContext
     from gen.generators.digital import DigitalConfig
-    from gen.people import ensure_pool
+    from gen.formats.people import ensure_pool
     script = pool_script(lambda n, s: False)
     def counted(messages, seed):
         with open(sys.argv[2], "a") as f:

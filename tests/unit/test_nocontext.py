@@ -10,10 +10,10 @@ import pytest
 from conftest import read_jsonl
 from nocontext_runs import NAME, always_a, knows_giveaways, leaky_bank, screen, shown_options
 
+from gen.engine.runner import RunContext
+from gen.formats.mcq import parse_letter
 from gen.generators.nocontext import NocontextConfig, Screener, binomial, plan, removal, shuffles
 from gen.llm import scripted_llm
-from gen.mcq import parse_letter
-from gen.runner import RunContext
 from gen.schemas.mcq import LETTERS
 
 # --------------------------------------------------------------------------- the parser
@@ -194,7 +194,7 @@ def test_panel_of_scripted_models(tmp_path: Path) -> None:
     """Three models: two know the give-aways, one guesses 'a'. Panel k=1 removes the leaky
     items (2 models right on a majority); k=2 removes nothing; the any-model rule would."""
     bank = leaky_bank(tmp_path / "items.jsonl")
-    from gen.mcq import load_bank
+    from gen.formats.mcq import load_bank
 
     items = load_bank(bank).items
     for k, expected in ((1, {2, 5, 9}), (2, set())):

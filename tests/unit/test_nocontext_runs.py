@@ -25,12 +25,12 @@ from nocontext_runs import (
     shown_options,
 )
 
+from gen.engine.runner import RunContext, run_config
 from gen.errors import BackendError, GenError, LLMOutputError
+from gen.formats.mcq import write_egotom_csv
 from gen.generators.nocontext import NocontextConfig, normalise, pick, plain_prompt, plan
 from gen.kinds.mcq import load_banks
 from gen.llm import Cache, LogLik, OpenAIConfig, make_llm, scripted_llm
-from gen.mcq import write_egotom_csv
-from gen.runner import RunContext, run_config
 from gen.schemas.mcq import LETTERS
 
 # --------------------------------------------------------------------------- through the runner

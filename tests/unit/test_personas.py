@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from conftest import persona_facts
 
+from gen.engine.runner import derive_id
+from gen.formats.people import feasible_relations, sample_related
 from gen.generators.personas import (
     AGE_BANDS,
     NATIONALITIES,
@@ -20,8 +22,6 @@ from gen.generators.personas import (
     sample_facts,
     slot_strata,
 )
-from gen.people import feasible_relations, sample_related
-from gen.runner import derive_id
 from gen.schemas.personas import PersonaFacts, PersonaRecord
 
 FAMILY = {"parent", "child", "sibling"}
@@ -362,9 +362,9 @@ def run_pool(
     spanish: Callable[[str, int], bool] = lambda n, a: False,
     **cfg: Any,
 ):
+    from gen.engine.runner import RunContext, run_config
     from gen.generators.personas import PersonasConfig
     from gen.llm import scripted_llm
-    from gen.runner import RunContext, run_config
 
     settings = PersonasConfig(**{"cache_dir": None, "progress": "off", "attempts": 2, **cfg})
     ctx = RunContext("personas", settings, out)
@@ -597,10 +597,10 @@ def test_slot_strata_widen_nearest_first(seed: int) -> None:
 
 
 def test_a_digital_run_stops_when_its_pool_is_short(tmp_path: Path) -> None:
+    from gen.engine.runner import RunContext, run_config
     from gen.errors import GenError
     from gen.generators.digital import DigitalConfig
     from gen.llm import scripted_llm
-    from gen.runner import RunContext, run_config
 
     settings = DigitalConfig(
         n=1, persona_pool=6, cache_dir=None, progress="off", pool_dir=str(tmp_path / "pools")
@@ -620,9 +620,9 @@ def test_bios_pass_the_shared_text_gates_first(tmp_path: Path) -> None:
     gate); when every attempt fails the reject's reason is the gate's name."""
     import json
 
+    from gen.engine.runner import RunContext
     from gen.generators.personas import PersonasConfig, write_bio
     from gen.llm import scripted_llm
-    from gen.runner import RunContext
 
     facts = sample_facts(0, 1)[0]
     first = facts.first_name

@@ -21,11 +21,11 @@ from conftest import (
 from digital_runs import goal_script, write_pool
 from fakes import FakeEmbedder
 
+from gen.engine.runner import RunContext, run_config
 from gen.errors import ConfigError, InputError
 from gen.generators.pipeline import PipelineConfig, plan
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run_config
 
 NAME = "pipeline"
 

@@ -180,7 +180,7 @@ def test_a_broken_plugin_is_one_line(tmp_path: Path, cache_dir: Path) -> None:
 def test_every_room_is_an_entry_point() -> None:
     """gen's own generators are registered as a plugin's are: one entry point per room, named as
     the room, loading the generator of that name."""
-    from gen.registry import REGISTRY
+    from gen.engine.registry import REGISTRY
 
     eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][
         "gen.generators"
@@ -250,7 +250,7 @@ def test_a_plugin_cannot_take_a_built_in_name(tmp_path: Path, cache_dir: Path) -
     )
     env = plugin_env(site, cache_dir)
     code = (
-        "import impostor; from gen.registry import REGISTRY; "
+        "import impostor; from gen.engine.registry import REGISTRY; "
         "print(REGISTRY['audit'].fn.__module__, REGISTRY['digital'].fn.__module__)"
     )
     proc = gen_proc(env, tmp_path, "-c", code)

@@ -1,4 +1,5 @@
-"""What a run shows on the terminal goes through gen/progress.py alone: generators never print,
+"""What a run shows on the terminal goes through gen/engine/progress.py alone: generators never
+print,
 they ``ctx.say`` lines, which progress=off silences and the other modes show."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 from rich.table import Table
 
-from gen.progress import Progress
-from gen.runner import CommonConfig, RunContext
+from gen.engine.progress import Progress
+from gen.engine.runner import CommonConfig, RunContext
 
 ROOT = Path(__file__).resolve().parents[2]
 

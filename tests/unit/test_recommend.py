@@ -15,6 +15,7 @@ from conftest import check_run_folder, read_jsonl
 from fakes import FakeEmbedder
 from scripted import writer
 
+from gen.engine.runner import RunContext, run_config
 from gen.generators.recommend import (
     RecommendConfig,
     copies_input,
@@ -26,7 +27,6 @@ from gen.generators.recommend import (
 )
 from gen.llm import scripted_llm
 from gen.paths import EXAMPLES
-from gen.runner import RunContext, run_config
 from gen.schemas.recommend import CATEGORIES, RecommendSession
 
 NAME = "recommend"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from gen.docs import field_docs, nested_models, records_markdown
-from gen.registry import REGISTRY
+from gen.engine.registry import REGISTRY
 from gen.schemas import Reject
 
 

@@ -28,10 +28,10 @@ from conftest import read_jsonl
 
 from gen import kinds
 from gen.banks.store import LOCK, version_dir
+from gen.engine.registry import REGISTRY
 from gen.errors import GenError
 from gen.generators.bank import BankConfig
 from gen.generators.bank.export import FORMATS, export_kinds
-from gen.registry import REGISTRY
 
 MCQ_KINDS = tuple(k.name for k in kinds.bank_kinds() if k.is_mcq)
 
@@ -539,7 +539,7 @@ def test_inspect_task_runs_on_mockllm(released: Bank, tmp_path: Path) -> None:
 def test_harness_rejects_an_item_without_answer(tmp_path: Path) -> None:
     """An EgoToM row whose truth is none of its options is kept by the bank but cannot be a
     harness item: a reject ``no_answer``, the others exported."""
-    from gen.mcq import egotom_columns
+    from gen.formats.mcq import egotom_columns
 
     real = standin_audit()
     try:

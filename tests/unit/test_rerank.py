@@ -13,12 +13,9 @@ import pytest
 from conftest import read_jsonl
 from fakes import FakeEmbedder
 
+from gen.engine.runner import RunContext, run_config
 from gen.errors import InputError
-from gen.generators.rerank import RerankConfig, read_pools
-from gen.llm import scripted_llm
-from gen.llm.attempts import AttemptFailure
-from gen.paths import EXAMPLES
-from gen.ranking import (
+from gen.formats.ranking import (
     agreement,
     agreement_summary,
     call,
@@ -28,7 +25,10 @@ from gen.ranking import (
     resolve,
     supported,
 )
-from gen.runner import RunContext, run_config
+from gen.generators.rerank import RerankConfig, read_pools
+from gen.llm import scripted_llm
+from gen.llm.attempts import AttemptFailure
+from gen.paths import EXAMPLES
 from gen.schemas.rerank import RerankDraft, rerank_draft
 from gen.templates import Prompts
 

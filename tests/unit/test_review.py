@@ -21,13 +21,13 @@ import pytest
 from review_runs import FIX, ITEM, SCENARIO, copy_run, egotom_goal_folder, label, scenario_folder
 
 from gen.agreement import cohen_kappa, field_agreement, fleiss_kappa
+from gen.engine.runner import run_config
 from gen.errors import InputError, MissingInputError
+from gen.formats.labels import append_label, label_file, read_label_file, read_labels
 from gen.generators.review import ReviewConfig, plan
 from gen.generators.review.items import ReviewItem, load_items, render
 from gen.generators.review.server import TOKEN_HEADER, Session, make_app
-from gen.labels import append_label, label_file, read_label_file, read_labels
 from gen.paths import ROOT
-from gen.runner import run_config
 
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
 

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from review_runs import FIX, SCENARIO, copy_run, egotom_goal_folder, label, scenario_folder
 
+from gen.engine.runner import run_config
 from gen.errors import InputError, MissingInputError
+from gen.formats.labels import append_label, read_label_file
 from gen.generators.review import ReviewConfig, plan
 from gen.generators.review.items import load_items, render
 from gen.generators.review.server import TOKEN_HEADER, Session, make_app
-from gen.labels import append_label, read_label_file
-from gen.runner import run_config
 
 # --------------------------------------------------------------------------- scenarios
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from conftest import merge_and_compare, read_jsonl
 
+from gen.engine.registry import REGISTRY
+from gen.engine.runner import RunContext, derive_id, derive_seed, run_config, shard_range
 from gen.generators.personas import PersonasConfig, bio_problems, sample_facts
 from gen.llm import Cache, LlamaCppConfig, scripted_llm
 from gen.paths import PROMPTS
-from gen.registry import REGISTRY
-from gen.runner import RunContext, derive_id, derive_seed, run_config, shard_range
 from gen.schemas import Reject
 from gen.schemas.personas import PersonaFacts, PersonaRecord
 
@@ -357,7 +357,7 @@ def test_merge_gives_the_unsharded_run(tmp_path: Path) -> None:
 
 def test_manifest_keys_are_the_standard_ones_plus_the_generators_summaries(tmp_path: Path) -> None:
     """merge tells a generator's summaries from the runner's keys by MANIFEST_KEYS."""
-    from gen.manifest import MANIFEST_KEYS
+    from gen.engine.manifest import MANIFEST_KEYS
 
     facts = sample_facts(0, 2)
     result, ctx = run_scripted(tmp_path, bio_script(facts, lambda f, s: clean_bio(f)), n=2)

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from pydantic import BaseModel
 
+from gen.engine.registry import REGISTRY, Generator
+from gen.engine.runner import CommonConfig, RunContext, run_config
 from gen.llm import scripted_llm
 from gen.llm.embed import _Cached
-from gen.registry import REGISTRY, Generator
-from gen.runner import CommonConfig, RunContext, run_config
 from gen.text.gates import Gates
 
 CALL, EMBED = 0.15, 0.1

@@ -1,5 +1,6 @@
 """Server-scale generation: one budget of calls in flight per backend (gen.llm.admission), records
-many at once in order (gen.schedule, ctx.imap), and generators that keep a many-slot server busy
+many at once in order (gen.engine.schedule, ctx.imap), and generators that keep a many-slot server
+busy
 through a counting loopback server while writing the bytes of a one-call-at-a-time run."""
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import pytest
 from digital_runs import digital_script, run_digital, write_pool
 from loopback import Loopback
 
+from gen.engine.runner import run_config
+from gen.engine.schedule import Helpers, fan_out, ordered
 from gen.generators.digital import DigitalConfig
 from gen.generators.nocontext import NocontextConfig
 from gen.llm import OpenAIConfig
 from gen.llm.admission import Admission
-from gen.runner import run_config
-from gen.schedule import Helpers, fan_out, ordered
 
 
 @pytest.fixture(autouse=True)
@@ -118,7 +119,7 @@ def test_imap_lets_sixteen_widths_of_records_pass_a_slow_one(tmp_path: Path) -> 
     """A record with a long chain of calls holds the records after it until it ends; meanwhile
     ctx.imap starts 16 times the width of them (4 times left a simulated 64-slot run of
     persona-like records 60 % busy, 16 times 75 %), and still no more."""
-    from gen.runner import RunContext
+    from gen.engine.runner import RunContext
 
     cfg = NocontextConfig(input=str(tmp_path / "x.jsonl"), cache_dir=None, progress="off")
     ctx = RunContext("nocontext", cfg, tmp_path / "run")
@@ -382,7 +383,7 @@ def _two_servers_run(
     from fakes import FakeEmbedder
 
     from gen.cli import validate
-    from gen.runner import RunContext
+    from gen.engine.runner import RunContext
 
     seen: dict[str, list[str]] = {"run": [], "stage": []}
 
@@ -491,7 +492,7 @@ def test_stage_models_are_presets_or_fields_over_llm() -> None:
 def test_the_manifest_prices_each_models_calls_and_the_progress_line_shows_them(
     tmp_path: Path,
 ) -> None:
-    from gen.runner import RunContext
+    from gen.engine.runner import RunContext
 
     bank = _bank(tmp_path / "items.jsonl", 4)
     with Loopback(_guess, delay=0.0) as srv:

@@ -33,6 +33,7 @@ from gen.contextbench.rules import (
     object_names_in_camera,
     rule_problems,
 )
+from gen.engine.runner import RunContext, run_config
 from gen.errors import ConfigError, InputError
 from gen.generators.scenarios import LOCK, plan
 from gen.generators.scenarios.examples import examples
@@ -40,7 +41,6 @@ from gen.generators.scenarios.skeleton import cell_counts
 from gen.generators.scenarios.stages import check_situations, tidy_situations
 from gen.llm import OpenAIConfig, scripted_llm
 from gen.paths import PROMPTS
-from gen.runner import RunContext, run_config
 from gen.schemas.scenarios import CHANGE_TYPES, RECORD_FIELDS, VISIBLE_FIELDS, ScenarioRecord
 
 NAME = "scenarios"

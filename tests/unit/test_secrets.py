@@ -283,9 +283,9 @@ def _fields(model: Any, prefix: str = "") -> list[str]:
 def test_no_option_holds_a_secret() -> None:
     """A future option that would hold a secret (``llm.auth_token``, ``llm.headers``) must be an
     ``*_env`` option naming a variable instead: no config field anywhere has a secret's name."""
+    from gen.engine.registry import REGISTRY
     from gen.llm import LlamaCppConfig, LlamaServerConfig
     from gen.llm.embed import ServerEmbedderConfig
-    from gen.registry import REGISTRY
 
     names = [f for g in REGISTRY.values() for f in _fields(g.config)]
     names += [

@@ -301,7 +301,7 @@ def test_two_models_disagree_and_the_merge_names_what_it_dropped(
             cache_dir=None,
             progress="off",
         )
-        from gen.runner import run_config as run
+        from gen.engine.runner import run_config as run
 
         result = run("socratic", cfg, tmp_path / "run", quiet=True)
     assert result.accepted == 1
@@ -321,7 +321,7 @@ def test_two_models_disagree_and_the_merge_names_what_it_dropped(
 def test_a_merge_that_adds_facts_or_a_caption_that_is_not_json_is_a_typed_reject(
     video: Path, tmp_path: Path, server: dict[str, Any], stage: str, reason: str
 ) -> None:
-    from gen.runner import run_config as run
+    from gen.engine.runner import run_config as run
 
     with StandIn(**server) as srv:
         cfg = soc.SocraticConfig(
@@ -419,7 +419,7 @@ def test_sidecar_transcript_and_a_jsonl_list_with_windows(video: Path, tmp_path:
         )
         + "\n"
     )
-    from gen.runner import run_config as run
+    from gen.engine.runner import run_config as run
 
     with StandIn() as srv:
         cfg = soc.SocraticConfig(

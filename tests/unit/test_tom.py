@@ -19,11 +19,11 @@ from conftest import read_jsonl
 from tom_runs import EGOTOM, NARRATION, TIMELINES, FakeEmbedder, cfg_for, clip_of
 
 from gen.errors import ConfigError, InputError, MissingInputError
+from gen.formats.mcq import egotom_columns
+from gen.formats.timelines import Clip, Line, fmt_line, fmt_time, parse_time, speaker_of
 from gen.generators.tom import TomConfig, plan, read_input, selection
 from gen.generators.tom.stages import in_window, keyword_hits, length_problem, similarity_problem
-from gen.mcq import egotom_columns
 from gen.text.statements import join_actions, norm_belief, norm_goal, norm_sentence
-from gen.timelines import Clip, Line, fmt_line, fmt_time, parse_time, speaker_of
 
 # --------------------------------------------------------------------------- 1. parsing
 

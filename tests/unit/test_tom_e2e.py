@@ -28,14 +28,14 @@ from tom_runs import (
     stage_of,
 )
 
+from gen.engine.runner import run_config
+from gen.formats.mcq import EGOTOM_QUESTION, egotom_columns
+from gen.formats.timelines import fmt_line, fmt_time
 from gen.generators.tom import read_input
 from gen.generators.tom.stages import numbered
 from gen.kinds.mcq import load_banks
 from gen.llm import OpenAIConfig, scripted_llm
-from gen.mcq import EGOTOM_QUESTION, egotom_columns
-from gen.runner import run_config
 from gen.schemas.tom import TomQuestion
-from gen.timelines import fmt_line, fmt_time
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 TYPES = ("goal", "belief", "actions")

@@ -22,6 +22,7 @@ from tom_runs import (
     run_tom,
 )
 
+from gen.formats.timelines import Clip
 from gen.generators.tom import candidates, read_input
 from gen.generators.tom.stages import (
     analysis,
@@ -32,7 +33,6 @@ from gen.generators.tom.stages import (
     simplify,
 )
 from gen.llm.attempts import AttemptFailure
-from gen.timelines import Clip
 
 # -------------------------------------------------------------------- 4. stage 2 and the transition
 

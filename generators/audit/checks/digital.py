@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from gen.bundles import FMT_M, FMT_S, BundleRules, Checker, State, validate_items
+from gen.formats.bundles import FMT_M, FMT_S, BundleRules, Checker, State, validate_items
 from gen.generators.audit.registry import CheckResult, check, finding
 from gen.generators.audit.report import cell
 from gen.schemas import digital as S

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gen.formats.labels import REVIEWS
 from gen.generators.audit.registry import CheckResult, check, finding
 from gen.generators.audit.report import table
-from gen.labels import REVIEWS
 from gen.llm import sha256_file
 from gen.paths import UnsafePathError, inside
 from gen.schemas.audit import Severity

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gen.agreement import field_agreement
+from gen.formats.labels import REVIEWS, latest, read_labels
 from gen.generators.audit.registry import CheckResult, check, finding
 from gen.generators.audit.report import cell
-from gen.labels import REVIEWS, latest, read_labels
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig

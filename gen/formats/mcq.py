@@ -53,11 +53,12 @@ class Bank:
     path: Path
     format: str
     """``jsonl`` (MCQ records), ``egotom_csv`` or ``roles_jsonl`` (any JSONL read with a roles
-    file, :mod:`gen.roles`)."""
+    file, :mod:`gen.formats.roles`)."""
     items: Sequence[MCQ]
     problems: list[dict[str, Any]] = field(default_factory=list)
     """Rows that loaded with a defect (``line``, ``item_id``, ``field``, ``problem``): a missing
-    field, an answer that is not among the options. Only :func:`gen.roles.load_roles_bank` fills
+    field, an answer that is not among the options. Only :func:`gen.formats.roles.load_roles_bank`
+    fills
     it."""
 
 

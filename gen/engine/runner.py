@@ -26,11 +26,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from gen.backends import Backends
-from gen.errors import BackendError, ConfigError
-from gen.llm import Cache, LanguageModel, LLMConfig, batch, sha256_file
-from gen.llm.labels import model_label, unique_labels
-from gen.manifest import (
+from gen.engine.backends import Backends
+from gen.engine.manifest import (
     TOOLKIT_VERSION,
     atomic_write,
     count_lines,
@@ -38,10 +35,9 @@ from gen.manifest import (
     output_hashes,
     package_versions,
 )
-from gen.paths import inside, is_within, owning_bank
-from gen.progress import Progress
-from gen.registry import REGISTRY
-from gen.runconfig import (
+from gen.engine.progress import Progress
+from gen.engine.registry import REGISTRY
+from gen.engine.runconfig import (
     SHARED_OPTIONS,
     CommonConfig,
     Plan,
@@ -50,8 +46,12 @@ from gen.runconfig import (
     derive_seed,
     shard_range,
 )
-from gen.runfolder import RunFolder
-from gen.schedule import fan_out, ordered
+from gen.engine.runfolder import RunFolder
+from gen.engine.schedule import fan_out, ordered
+from gen.errors import BackendError, ConfigError
+from gen.llm import Cache, LanguageModel, LLMConfig, batch, sha256_file
+from gen.llm.labels import model_label, unique_labels
+from gen.paths import inside, is_within, owning_bank
 from gen.schemas import Reject
 from gen.templates import Prompts
 from gen.timing import CLOCK, summary_line, time_split
@@ -279,7 +279,8 @@ class RunContext:
 
     def say(self, *items: Any, always: bool = False) -> None:
         """Show lines of text or rich renderables (a funnel, a verdict) on the terminal, through the
-        run's progress display (:meth:`gen.progress.Progress.say`): nothing when progress is off,
+        run's progress display (:meth:`gen.engine.progress.Progress.say`): nothing when progress is
+        off,
         unless ``always``. Generators never print."""
         if self.progress is None:  # a generator called outside :func:`run` (a test)
             self.progress = Progress(self.name, 0, self.cfg.progress, self.cfg.progress_every)
@@ -311,7 +312,7 @@ class RunContext:
         """The validated config of generator ``name`` run inside this run: ``options``, and for
         every option of :data:`SHARED_OPTIONS` not given, this run's value (the same models,
         cache, seed and progress display). A bad value is a ConfigError naming the option."""
-        from gen.config import validate_options
+        from gen.engine.config import validate_options
 
         spec = REGISTRY[name]
         inherited = {

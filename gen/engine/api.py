@@ -2,7 +2,7 @@
 
 The command line is a thin layer over this module: both validate a generator's options with its
 pydantic config (:func:`configure`), size the run with its plan hook, and run it with
-:func:`gen.runner.run_config`. Only the option syntax differs (``key=value`` there, keyword
+:func:`gen.engine.runner.run_config`. Only the option syntax differs (``key=value`` there, keyword
 arguments here)::
 
     import gen
@@ -22,11 +22,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gen.config import validate_options
+from gen.engine.config import validate_options
+from gen.engine.registry import REGISTRY
+from gen.engine.runfolder import RunFolder
 from gen.errors import ConfigError
 from gen.llm.secrets import refuse_in_config
-from gen.registry import REGISTRY
-from gen.runfolder import RunFolder
 
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 """The run log's line format (the command line's comes from ``conf/hydra/job_logging``)."""
@@ -58,7 +58,7 @@ def run(generator: str, *, out: str | Path | None = None, **options: Any) -> Run
     asked for) still returns its folder: ``folder.ok`` is False and ``folder.manifest.error``
     says why.
     """
-    from gen.runner import check_out_dir, run_config
+    from gen.engine.runner import check_out_dir, run_config
 
     folder = path_of(out, "out") if out is not None else default_folder(generator)
     refuse_in_config({**options, "out": str(folder)})  # a key in a folder's name is written

@@ -28,7 +28,7 @@ TEMPLATE = "rerank/rerank.jinja"
 
 def render_context(context: list[TimedLine] | str) -> str:
     """Timed lines as ``MMm:SSs | text``, one per line; free text as it is."""
-    from gen.timelines import fmt_time
+    from gen.formats.timelines import fmt_time
 
     if isinstance(context, str):
         return context

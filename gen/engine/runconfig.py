@@ -14,13 +14,13 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gen.engine.stages import stage_models
 from gen.errors import ConfigError, MissingInputError
 from gen.llm import LlamaCppConfig, LLMConfig
 from gen.llm.embed import EmbedderChoice, EmbedderConfig
 from gen.paths import input_file
-from gen.stages import stage_models
 
-LOG = logging.getLogger("gen.config")
+LOG = logging.getLogger("gen.engine.config")
 SHARED_OPTIONS = ("seed", "llm", "embedder", "cache_dir", "progress", "progress_every")
 """What a run inside a run inherits from its parent unless given (:meth:`RunContext.config_for`)."""
 

@@ -133,7 +133,7 @@ def validate_options(
     """Generator ``name``'s validated ``config`` from option values (``llm`` / ``embedder`` as a
     preset name, a dict or a config object); every mistake is one :class:`ConfigError` naming
     the option. An ``input=`` that does not exist fails here too (``check_input``). What
-    :func:`gen.api.configure` and a run inside a run (the runner) ask, given the registry's
+    :func:`gen.engine.api.configure` and a run inside a run (the runner) ask, given the registry's
     config class."""
     data = dict(options)
     for group in ("llm", "embedder"):

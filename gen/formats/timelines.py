@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gen.errors import InputError, MissingInputError
-from gen.mcq import egotom_type
+from gen.formats.mcq import egotom_type
 from gen.paths import input_file
 from gen.readers import parse_json, read_json, read_text
 

@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from gen.engine.runfolder import load_run_records
 from gen.errors import GenError, InputError
 from gen.netfs import exclusive
-from gen.runfolder import load_run_records
 from gen.schemas.personas import PersonaFacts, PersonaRecord, RelatedPersona, Relation
 
 if TYPE_CHECKING:
-    from gen.runner import RunContext
+    from gen.engine.runner import RunContext
 
 
 def persona_id(seed: int, slot: int | str) -> str:
     """The id of pool slot ``slot``'s persona (its first draw of facts: ``slot``; a redraw:
     ``"<slot>~<attempt>"``) in the pool of ``seed``."""
-    from gen.runner import derive_id
+    from gen.engine.runner import derive_id
 
     return derive_id(seed, "personas", slot)
 

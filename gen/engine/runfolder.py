@@ -112,7 +112,8 @@ class RunFolder:
     """A finished run folder of any generator."""
 
     reused = False
-    """Set by :meth:`gen.runner.RunContext.subrun` when it opened this folder instead of running."""
+    """Set by :meth:`gen.engine.runner.RunContext.subrun` when it opened this folder instead of
+    running."""
 
     def __init__(self, path: Path, manifest: Manifest, raw: dict[str, Any]):
         self.path = path
@@ -164,8 +165,9 @@ class RunFolder:
 
     @property
     def spec(self) -> Any:
-        """The registered :class:`~gen.registry.Generator` of :attr:`generator`, if installed."""
-        from gen.registry import REGISTRY
+        """The registered :class:`~gen.engine.registry.Generator` of :attr:`generator`, if
+        installed."""
+        from gen.engine.registry import REGISTRY
 
         return REGISTRY.get(self.generator)
 

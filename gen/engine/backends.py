@@ -7,9 +7,9 @@ import json
 import threading
 from typing import Any
 
+from gen.engine.schedule import Helpers
 from gen.llm import Cache, LanguageModel, LLMConfig
 from gen.llm.embed import EMBEDDER_CONFIGS, EmbedderConfig, ServerEmbedderConfig
-from gen.schedule import Helpers
 
 
 class Backends:
@@ -25,7 +25,8 @@ class Backends:
         """Configurations whose loading failed, with the error: every later caller gets it at
         once (a run's many workers would otherwise each wait out the same preflight)."""
         self.helpers = Helpers()
-        """The threads that run nested maps' items (:mod:`gen.schedule`), one set per command."""
+        """The threads that run nested maps' items (:mod:`gen.engine.schedule`), one set per
+        command."""
 
     def llm(self, cfg: LLMConfig, cache: Cache | None) -> LanguageModel:
         from gen.llm import make_llm

@@ -1,7 +1,7 @@
 """Any JSONL bank read with a roles file: which fields of a row the candidate sees, which are
 ground truth, and where the options and the answer live (:class:`Roles`, :func:`read_roles`);
 :func:`load_roles_bank` and :func:`iter_roles_bank` give its items as :class:`schemas.mcq.MCQ` in
-a :class:`gen.mcq.Bank` of format ``roles_jsonl``."""
+a :class:`gen.formats.mcq.Bank` of format ``roles_jsonl``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gen.errors import InputError, MissingInputError
-from gen.mcq import Bank, as_text
+from gen.formats.mcq import Bank, as_text
 from gen.schemas.mcq import LETTERS, MCQ
 
 

@@ -49,7 +49,7 @@ class StagesConfig(BaseModel):
 def stage_models(data: Any) -> Any:
     """A config's raw ``stages`` (before validation) with every stage's ``llm`` made a full
     config: a preset name looked up, fields laid over the run's ``llm``."""
-    from gen.config import llm_preset
+    from gen.engine.config import llm_preset
 
     if not isinstance(data, dict) or not isinstance(data.get("stages"), dict):
         return data

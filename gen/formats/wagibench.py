@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gen.bundles import LIST_KEY
+from gen.formats.bundles import LIST_KEY
 from gen.schemas import digital as S
 from gen.schemas.digital import App
 

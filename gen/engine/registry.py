@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from gen.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gen.runner import CommonConfig, MergeHook, PlanHook, RunContext
+    from gen.engine.runner import CommonConfig, MergeHook, PlanHook, RunContext
 
 GROUP = "gen.generators"
 """The entry-point group generators are registered under (name = the generator's name)."""
@@ -52,7 +52,7 @@ class Generator:
 
     def make_plan(self, cfg: CommonConfig) -> Any:
         """The run's size: the plan hook's, else ``n``."""
-        from gen.runconfig import Plan
+        from gen.engine.runconfig import Plan
 
         return self.plan(cfg) if self.plan is not None else Plan(cfg.n)
 
@@ -76,7 +76,7 @@ def generator(
     """Declare a generator called ``name``; its docstring's first line is its help.
 
     Args:
-        config: its options (a :class:`~gen.runner.CommonConfig` subclass).
+        config: its options (a :class:`~gen.engine.runner.CommonConfig` subclass).
         records: the pydantic model(s) of its records.
         kind: what its records are: a kind declared in :mod:`gen.kinds` (or a plugin's ``gen.kinds``
             entry points) for records that bank, audit, review and export take.

@@ -16,11 +16,11 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from gen.config import ModelChoice
+from gen.engine.config import ModelChoice
+from gen.engine.runner import CommonConfig, RunContext
 from gen.errors import ConfigError
 from gen.llm import LanguageModel, LLMConfig
 from gen.llm.labels import model_label, unique_labels
-from gen.runner import CommonConfig, RunContext
 from gen.stats import agreement, cohen_kappa, rounded
 
 
