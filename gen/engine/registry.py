@@ -26,6 +26,11 @@ from gen.errors import ConfigError
 if TYPE_CHECKING:
     from gen.engine.runner import CommonConfig, MergeHook, PlanHook, RunContext
 
+USES = ("llm", "embedder", "text", "search", "video")
+"""What a generator may declare it uses (``@generator(uses=...)``): the model through ``llm``,
+the embedder, the text gates' tagger, the search over embeddings, video decoding."""
+UsesHook = Callable[[Any], "tuple[str, ...] | list[str] | set[str]"]
+
 GROUP = "gen.generators"
 """The entry-point group generators are registered under (name = the generator's name)."""
 
@@ -49,6 +54,18 @@ class Generator:
     """What its records are: a declared record kind (:mod:`gen.kinds`: ``tom``, ``mcq``,
     ``digital``, ``scenarios``, a plugin's…), through which bank, audit, review and export read
     them; any other word names records no reader takes."""
+    uses: UsesHook | tuple[str, ...] = ()
+    """The optional parts a run uses (:data:`USES`), or a function of its config that says: the
+    runner checks their extras are installed before any work
+    (:func:`gen.engine.runner.preflight`)."""
+
+    def uses_of(self, cfg: CommonConfig) -> tuple[str, ...]:
+        """What a run of ``cfg`` uses, each of :data:`USES`."""
+        used = tuple(self.uses(cfg) if callable(self.uses) else self.uses)
+        unknown = [u for u in used if u not in USES]
+        if unknown:
+            raise ValueError(f"generator {self.name}: unknown uses {unknown}; choose from {USES}")
+        return used
 
     def make_plan(self, cfg: CommonConfig) -> Any:
         """The run's size: the plan hook's, else ``n``."""
@@ -72,6 +89,7 @@ def generator(
     merge: MergeHook | None = None,
     plan: PlanHook | None = None,
     noun: str = "accepted",
+    uses: UsesHook | tuple[str, ...] = (),
 ) -> Callable[[Callable], Callable]:
     """Declare a generator called ``name``; its docstring's first line is its help.
 
@@ -83,6 +101,10 @@ def generator(
         merge: combines the summaries of its shards (without it, ``merge`` keeps each shard's).
         plan: sizes a run from its input (without it, a run has ``n`` indices).
         noun: what progress lines call its records.
+        uses: the optional parts a run uses (``llm``, ``embedder``, ``text``, ``search``,
+            ``video``), or a function of its config that returns them: a run whose extra is
+            missing exits 2 naming it before any work (``llm`` with ``llm=llama_cpp`` needs
+            ``[local]``, ``embedder`` with ``embedder=local`` ``[embed]``).
 
     The decorated function carries its :class:`Generator` as ``.generator`` (what an entry point
     loads) and is registered in :data:`REGISTRY` as soon as its module is imported.
@@ -91,7 +113,9 @@ def generator(
     def register(fn: Callable) -> Callable:
         doc = (fn.__doc__ or "").strip().splitlines()
         models = records if isinstance(records, tuple) else (records,)
-        spec = Generator(name, fn, config, doc[0] if doc else "", merge, plan, noun, models, kind)
+        spec = Generator(
+            name, fn, config, doc[0] if doc else "", merge, plan, noun, models, kind, uses
+        )
         fn.generator = spec  # type: ignore[attr-defined]
         ep = _entry_points().get(name)
         # only the module its entry point names registers a name: a plugin decorating

@@ -49,7 +49,9 @@ from gen.engine.runconfig import (
 from gen.engine.runfolder import RunFolder
 from gen.engine.schedule import fan_out, ordered
 from gen.errors import BackendError, ConfigError
+from gen.extras import need
 from gen.llm import Cache, LanguageModel, LLMConfig, batch, sha256_file
+from gen.llm.config import LlamaCppConfig, LlamaServerConfig, OpenAIConfig
 from gen.llm.labels import model_label, unique_labels
 from gen.paths import inside, is_within, owning_bank
 from gen.schemas import Reject
@@ -424,6 +426,39 @@ def input_runs(cfg: CommonConfig) -> list[Path]:
     return out
 
 
+def _llm_configs(value: Any) -> Iterator[LLMConfig]:
+    """Every LLM config in a config (``llm``, per-stage models, a judge's panel...)."""
+    if isinstance(value, LlamaCppConfig | OpenAIConfig | LlamaServerConfig):
+        yield value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _llm_configs(getattr(value, name, None))
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _llm_configs(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _llm_configs(v)
+
+
+def preflight(name: str, cfg: CommonConfig) -> None:
+    """Before any work: every optional part generator ``name`` says a run of ``cfg`` uses is
+    installed, else :class:`~gen.extras.MissingExtra` (exit 2) names the extra to install."""
+    uses = REGISTRY[name].uses_of(cfg)
+    if "llm" in uses and any(c.backend == "llama_cpp" for c in _llm_configs(cfg)):
+        need("local", f"{name} with llm=llama_cpp (the in-process model)")
+    if "embedder" in uses and cfg.embedder.backend == "sentence_transformers":
+        need(
+            "embed", f"{name} with the in-process embedder (embedder.backend=sentence_transformers)"
+        )
+    if "search" in uses:
+        need("search", f"{name}'s search over embeddings")
+    if "text" in uses:
+        need("text", f"{name}'s text gates")
+    if "video" in uses:
+        need("video", f"{name} (video decoding)")
+
+
 def check_out_dir(
     out: Path, cfg: CommonConfig, *, key: str = "out", shown: str | None = None
 ) -> None:
@@ -483,6 +518,7 @@ def run_config(
         return _batched(name, cfg, out_dir, resolved=resolved, ctx=ctx, quiet=quiet, plan=plan)
     gen_ = REGISTRY[name]
     ctx = ctx or RunContext(name, cfg, out_dir)
+    preflight(name, cfg)  # a missing extra: exit 2 naming it, before any work
     ctx.plan = plan if plan is not None else gen_.make_plan(cfg)  # input errors: before any write
     check_out_dir(out_dir, cfg)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,7 @@ from pydantic import (
 )
 
 from gen.errors import BackendError
+from gen.extras import need
 from gen.llm.cache import open_store
 from gen.llm.config import api_root, env_name_only, no_secret_fields
 from gen.timing import CLOCK
@@ -238,6 +239,7 @@ class Embedder(_Cached):
 
     def _load_once(self) -> Any:
         if self._model is None:
+            need("embed", "the in-process embedder (embedder.backend=sentence_transformers)")
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             from sentence_transformers import SentenceTransformer

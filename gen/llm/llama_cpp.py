@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from gen.errors import BackendError, LLMOutputError
+from gen.extras import need
 from gen.llm.boundary import LLM, LogLik, Message, Prompt, Scorer
 from gen.llm.cache import Cache, sha256_file
 from gen.llm.config import LlamaCppConfig
@@ -49,6 +50,7 @@ def _free_llamas() -> None:
 
 def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
     """Load the configured GGUF in process (once per process and settings) and wrap it."""
+    need("local", "llm=llama_cpp (the in-process model)")
     path = gguf_file(cfg.model_path)
     key = (str(path), cfg.n_ctx, cfg.n_threads, cfg.n_threads_batch, cfg.n_gpu_layers)
     if key not in _LLAMAS:  # one load per process, shared by every LLM built on it

@@ -8,9 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from gen.extras import need
+
 
 def ip_index(vectors: Any) -> Any:
     """A FAISS exact inner-product index holding ``vectors`` (rows; float32, made contiguous)."""
+    need("search", "the search over embeddings")
     import faiss  # here: gen --help and the generators that never search do not load FAISS
 
     base = np.ascontiguousarray(vectors, dtype=np.float32)

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from functools import cache
 from typing import Any
 
+from gen.extras import need
+
 LANGUAGES = (
     "en",
     "es",
@@ -68,6 +70,7 @@ def _load_tagger() -> Any:
     import importlib.util
     from pathlib import Path
 
+    need("text", "the text gates")
     import spacy
 
     spec = importlib.util.find_spec(TAGGER_PACKAGE)

@@ -155,8 +155,25 @@ def plan(cfg: AuditConfig) -> Plan:
     return Plan(len(cfg.checks))
 
 
+def uses(cfg: AuditConfig) -> tuple[str, ...]:
+    """What the chosen checks load: the tagger for ``text``; the embedder for a check that reads
+    ``embeddings`` when they are on, and the search over them for ``duplicates``."""
+    embeds = cfg.embeddings and any("embeddings" in REGISTRY[c].uses for c in cfg.checks)
+    return (
+        *(("text",) if "text" in cfg.checks else ()),
+        *(("embedder",) if embeds else ()),
+        *(("search",) if embeds and "duplicates" in cfg.checks else ()),
+    )
+
+
 @generator(
-    "audit", config=AuditConfig, records=FindingRecord, kind="finding", plan=plan, noun="findings"
+    "audit",
+    config=AuditConfig,
+    records=FindingRecord,
+    kind="finding",
+    plan=plan,
+    noun="findings",
+    uses=uses,
 )
 def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
     """Audit an MCQ/scenario bank or a digital run; exit 1 on an error (fail_on=), warnings exit 0.

@@ -187,7 +187,20 @@ def plan(cfg: BankConfig) -> Plan:
     return Plan(sum(counts.get(k, {}).get("items", 0) for k in export_kinds(cfg.format)), target)
 
 
-@generator(NAME, config=BankConfig, records=(BankItemRecord, VerifyRecord), kind="bank", plan=plan)
+def uses(cfg: BankConfig) -> tuple[str, ...]:
+    """add's near-duplicate search embeds the batch and searches the bank (its audit, a run of
+    its own, says what it uses)."""
+    return ("embedder", "search") if cfg.action == "add" and cfg.near_dup_sim is not None else ()
+
+
+@generator(
+    NAME,
+    config=BankConfig,
+    records=(BankItemRecord, VerifyRecord),
+    kind="bank",
+    plan=plan,
+    uses=uses,
+)
 def bank(cfg: BankConfig, ctx: RunContext) -> Iterator[Any]:
     """A versioned bank: add a batch (audited, deduplicated, atomic), verify hashes, export."""
     if cfg.action == "add":

@@ -498,6 +498,7 @@ def check_pool(pool: list[PersonaRecord], path: Path) -> None:
     kind="digital",
     merge=merge_shards,
     plan=plan,
+    uses=lambda cfg: ("llm", "text", *(("embedder",) if cfg.goals else ())),
 )
 def digital(cfg: DigitalConfig, ctx: RunContext) -> Iterator[S.DigitalBundle | Reject]:
     """Digital Context Generator: 7 phone-app states per sampled persona, moment and cue."""

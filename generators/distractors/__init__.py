@@ -295,7 +295,14 @@ def summary(values: list[int]) -> dict[str, float]:
     }
 
 
-@generator(NAME, config=DistractorsConfig, records=DistractorMCQ, kind="distractors", plan=plan)
+@generator(
+    NAME,
+    config=DistractorsConfig,
+    records=DistractorMCQ,
+    kind="distractors",
+    plan=plan,
+    uses=("embedder", "search"),
+)
 def distractors(cfg: DistractorsConfig, ctx: RunContext) -> Iterator[list[DistractorMCQ | Reject]]:
     """Distractor MCQs from a goal bank: percentile bands of embedding similarity, greedy
     diversity."""

@@ -147,6 +147,7 @@ def plan(cfg: EvaluateConfig) -> Plan:
     records=(TrialRecord, MCQAnswerRecord),
     kind="evaluation",
     plan=plan,
+    uses=("llm",),
 )
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Iterator[Any]:
     """Run a candidate model on a scenario bank (turns, judge, repair) or an MCQ bank, with

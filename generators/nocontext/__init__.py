@@ -314,6 +314,7 @@ def merge_shards(
     kind="screening",
     merge=merge_shards,
     plan=plan,
+    uses=("llm",),
 )
 def nocontext(cfg: NocontextConfig, ctx: RunContext) -> Iterator[NocontextRecord | Reject]:
     """Blind screening: remove MCQ items that LLMs answer correctly without their context."""

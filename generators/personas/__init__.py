@@ -253,6 +253,7 @@ def merge_shards(
     kind="persona",
     merge=merge_shards,
     plan=plan,
+    uses=("llm", "text"),
 )
 def personas(cfg: PersonasConfig, ctx: RunContext) -> Iterator[list[PersonaRecord | Reject]]:
     """Persona pool: seeded facts via Faker locales plus an LLM bio checked against them."""

@@ -559,7 +559,14 @@ def timeline(v: Video, clips: list[SocraticRecord]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the generator
 
 
-@generator(NAME, config=SocraticConfig, records=SocraticRecord, kind="socratic", plan=plan)
+@generator(
+    NAME,
+    config=SocraticConfig,
+    records=SocraticRecord,
+    kind="socratic",
+    plan=plan,
+    uses=("llm", "text", "video"),
+)
 def socratic(cfg: SocraticConfig, ctx: RunContext) -> Iterator[SocraticRecord | Reject]:
     """Socratic captions of video clips by two vision-language models, merged; transcripts."""
     data: Input = ctx.plan.data

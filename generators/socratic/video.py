@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gen.errors import ConfigError, InputError
+from gen.errors import InputError
+from gen.extras import need
 from gen.readers import read_text
 from gen.schemas.socratic import TranscriptLine
 
@@ -40,13 +41,10 @@ class VideoError(Exception):
 
 
 def require_av() -> Any:
-    """The ``av`` module, or a ConfigError naming the extra that installs it."""
-    try:
-        import av
-    except ImportError:
-        raise ConfigError(
-            "socratic decodes video with PyAV, which is not installed: pip install 'egogen[video]'"
-        ) from None
+    """The ``av`` module, or a MissingExtra naming the extra that installs it."""
+    need("video", "socratic (video decoding with PyAV)")
+    import av
+
     return av
 
 

@@ -491,7 +491,15 @@ def merge_shards(
     }
 
 
-@generator("tom", config=TomConfig, records=TomQuestion, kind="tom", merge=merge_shards, plan=plan)
+@generator(
+    "tom",
+    config=TomConfig,
+    records=TomQuestion,
+    kind="tom",
+    merge=merge_shards,
+    plan=plan,
+    uses=lambda cfg: ("llm", "text", *(("embedder",) if cfg.max_similarity is not None else ())),
+)
 def tom(cfg: TomConfig, ctx: RunContext) -> Iterator[list[TomQuestion | Reject]]:
     """EgoToM causal goal/belief/action questions with counterfactual wrong answers
     (input=narrations)."""

@@ -399,6 +399,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "base",  # no model, no run: errors, files, readers, pure maths, the records' schemas
         (
             "gen.errors",
+            "gen.extras",
             "gen.paths",
             "gen.netfs",
             "gen.readers",

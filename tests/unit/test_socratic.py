@@ -21,7 +21,8 @@ from vlm_server import StandIn  # noqa: E402
 
 import gen.generators.socratic as soc  # noqa: E402
 from gen.cli import main  # noqa: E402
-from gen.errors import ConfigError, InputError  # noqa: E402
+from gen.errors import InputError  # noqa: E402
+from gen.extras import MissingExtra
 from gen.generators.socratic.video import (  # noqa: E402
     audio_wav,
     frames,
@@ -460,7 +461,7 @@ def test_without_pyav_the_run_stops_naming_the_extra(
     video: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "av", None)
-    with pytest.raises(ConfigError, match=r"egogen\[video\]"):
+    with pytest.raises(MissingExtra, match=r"egogen\[video\]"):
         soc.plan(soc.SocraticConfig(input=str(video), cache_dir=None))
     code = gen_run("socratic", f"input={video}", f"hydra.run.dir={tmp_path / 'run'}")
     err = capsys.readouterr().err.strip().splitlines()
