@@ -22,25 +22,13 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
-from gen.text.surface import _form
+from gen.text.surface import Kind, _form
 from gen.text.tagging import LANGUAGES, identify, penn, pos_tags, tags, words
 from gen.timing import CLOCK
-
-Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
-"""What a field holds, which decides its gates:
-
-- ``name``: a proper name or label (a place, an address, an artist, an album, a song): no
-  language or form gate, names come in every language;
-- ``title``: a short free text (an event, note or video title, a search query, a topic);
-- ``prose``: free text of one or more sentences (a message, a note's content);
-- ``sentence``: prose that must read as complete sentences (a persona bio): a verb and a final stop;
-- ``goal`` "To <verb> …", ``belief`` "C believes (that) <clause>", ``action`` "C <verb> …"
-  (EgoToM's option forms), ``phrase`` one bare action "<verb> …" (an item of a list of actions).
-"""
 
 
 @dataclass(frozen=True)

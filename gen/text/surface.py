@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Literal
 
 from gen.text.tagging import Penn, penn, tags
 
-if TYPE_CHECKING:
-    from gen.text.gates import Kind
+Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
+"""What a field holds, which decides its gates:
+
+- ``name``: a proper name or label (a place, an address, an artist, an album, a song): no
+  language or form gate, names come in every language;
+- ``title``: a short free text (an event, note or video title, a search query, a topic);
+- ``prose``: free text of one or more sentences (a message, a note's content);
+- ``sentence``: prose that must read as complete sentences (a persona bio): a verb and a final stop;
+- ``goal`` "To <verb> …", ``belief`` "C believes (that) <clause>", ``action`` "C <verb> …"
+  (EgoToM's option forms), ``phrase`` one bare action "<verb> …" (an item of a list of actions).
+"""
 
 _VERB = {"VB", "VBZ", "VBD", "VBP", "MD"}
 _FINITE = {"VBZ", "VBD", "VBP", "MD"}

@@ -56,22 +56,22 @@ Path(...)...)."""
 ALLOWED = {
     ("generators/socratic", "(start + base) / s.time_base"): "arithmetic",  # seconds, a Fraction
     ("gen/cli", "Path('outputs') / name"): "registry",  # a registered generator's name
-    ("gen/api", "Path('outputs') / generator"): "registry",  # a registered generator's name
+    ("gen/engine", "Path('outputs') / generator"): "registry",  # a registered generator's name
     (
-        "gen/api",
+        "gen/engine",
         "Path('outputs') / generator / dt.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')",
     ): "registry",
     ("gen/templates", "self.root / name"): "template",  # prompt names written in code
-    ("gen/runner", "self.out_dir / name"): "code",  # write_json's names come from generator code
-    ("gen/runfolder", "path / f'{name}.jsonl'"): "code",  # records_file(path, "personas")
-    ("gen/runner", "out_dir / rel"): "listing",  # the run folder's own files (output_hashes)
+    ("gen/engine", "self.out_dir / name"): "code",  # write_json's names come from generator code
+    ("gen/engine", "path / f'{name}.jsonl'"): "code",  # records_file(path, "personas")
+    ("gen/engine", "out_dir / rel"): "listing",  # the run folder's own files (output_hashes)
     ("gen/paths", "folder.joinpath(*parts)"): "door",  # inside() itself
     ("gen/llm", "self.path / f"): "constant",  # the embedder's modules.json, config.json
     ("gen/llm", "self.folder / f'{name}.live'"): "pid",  # a cache part: host, pid, random
     ("gen/llm", "self.folder / f'{name}.sqlite'"): "pid",
     ("gen/llm", "self.folder / f'{HOST}-{self.pid}-{uuid.uuid4().hex[:8]}.sqlite'"): "pid",
     ("gen/llm", "self.folder / f'.merge-{HOST}-{self.pid}-{uuid.uuid4().hex[:8]}.tmp'"): "pid",
-    ("gen/people", "Path(pool_dir).expanduser() / f'seed{seed}-n{size}'"): "integers",
+    ("gen/formats", "Path(pool_dir).expanduser() / f'seed{seed}-n{size}'"): "integers",
     ("gen/banks", "folder / name"): "listing",  # verify reads only names found in the folder
     ("gen/banks", "root / VERSIONS / label(version)"): "integer",  # v0001…
     ("gen/banks", "root / f'.current.tmp-{os.getpid()}'"): "pid",
