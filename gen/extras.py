@@ -60,6 +60,11 @@ EXTRAS: dict[str, Extra] = {
 """gen's extras by name (``[all]`` installs every one of them)."""
 
 
+LLAMA_CPP = ("llama_cpp",)
+"""What ``llm=llama_cpp`` with a GGUF of one's own needs of ``[local]`` (llama-cpp-python alone,
+not the embedded model's wheel)."""
+
+
 class MissingExtra(GenError, ImportError):
     """A run needs a part of gen that is not installed; the message names the extra."""
 
@@ -72,15 +77,17 @@ def installed(module: str) -> bool:
         return False
 
 
-def missing(extra: str) -> list[str]:
-    """The modules of ``extra`` that are not installed."""
-    return [m for m in EXTRAS[extra].modules if not installed(m)]
+def missing(extra: str, modules: tuple[str, ...] | None = None) -> list[str]:
+    """The modules of ``extra`` (or those of them named in ``modules``) that are not installed."""
+    return [
+        m for m in EXTRAS[extra].modules if (modules is None or m in modules) and not installed(m)
+    ]
 
 
-def need(extra: str, what: str) -> None:
-    """Raise :class:`MissingExtra` when ``extra`` is not installed; ``what`` says what needs it
-    (an option, a check)."""
-    lost = missing(extra)
+def need(extra: str, what: str, modules: tuple[str, ...] | None = None) -> None:
+    """Raise :class:`MissingExtra` when ``extra`` (or the part of it named by ``modules``) is
+    not installed; ``what`` says what needs it (an option, a check)."""
+    lost = missing(extra, modules)
     if lost:
         raise MissingExtra(
             f"{what} needs gen's [{extra}] extra ({EXTRAS[extra].gives}; missing: "

@@ -49,7 +49,7 @@ from gen.engine.runconfig import (
 from gen.engine.runfolder import RunFolder
 from gen.engine.schedule import fan_out, ordered
 from gen.errors import BackendError, ConfigError
-from gen.extras import need
+from gen.extras import LLAMA_CPP, need
 from gen.llm import Cache, LanguageModel, LLMConfig, batch, sha256_file
 from gen.llm.config import LlamaCppConfig, LlamaServerConfig, OpenAIConfig
 from gen.llm.labels import model_label, unique_labels
@@ -445,8 +445,12 @@ def preflight(name: str, cfg: CommonConfig) -> None:
     """Before any work: every optional part generator ``name`` says a run of ``cfg`` uses is
     installed, else :class:`~gen.extras.MissingExtra` (exit 2) names the extra to install."""
     uses = REGISTRY[name].uses_of(cfg)
-    if "llm" in uses and any(c.backend == "llama_cpp" for c in _llm_configs(cfg)):
-        need("local", f"{name} with llm=llama_cpp (the in-process model)")
+    local = [c for c in _llm_configs(cfg) if isinstance(c, LlamaCppConfig)] if "llm" in uses else []
+    if local:
+        own = all(c.model_path is not None for c in local)  # a GGUF of one's own: no SmolLM2
+        need(
+            "local", f"{name} with llm=llama_cpp (the in-process model)", LLAMA_CPP if own else None
+        )
     if "embedder" in uses and cfg.embedder.backend == "sentence_transformers":
         need(
             "embed", f"{name} with the in-process embedder (embedder.backend=sentence_transformers)"

