@@ -34,7 +34,7 @@ except ImportError:
 
 needs_mkdocs = pytest.mark.skipif(
     not MKDOCS,
-    reason='mkdocs, mkdocs-material or mkdocstrings-python is not installed: pip install -e ".[docs]"',
+    reason='mkdocs, mkdocs-material or mkdocstrings-python is missing: pip install -e ".[docs]"',
 )
 OPTIONS_DIV = re.compile(r'<div class="gen-options">(.*?)</div>', re.S)
 # What the extras bring (torch, llama.cpp, spaCy, FAISS, the sentence embedder): `pip install -e
