@@ -27,8 +27,8 @@ import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from gen.engine.config import EMBEDDER_PRESETS, LLM_PRESETS
 from gen.docs import backend_markdown, generators_markdown, options_markdown, records_markdown
+from gen.engine.config import EMBEDDER_PRESETS, LLM_PRESETS
 from gen.engine.registry import REGISTRY
 
 log = logging.getLogger("mkdocs.hooks.gen")
