@@ -12,6 +12,9 @@ A page holds a marker where generated Markdown goes:
 - ``<!-- gen:bench-results -->`` every file of ``bench/results/`` with the machine and date it
 records.
 
+The Python API page (``reference/api.md``) is mkdocstrings' work, from the docstrings; the
+Sphinx roles some docstrings use (``:class:`~gen.kinds.Kind```) show as their code alone there.
+
 Every one of gen's generators needs its reference page, with its options and records: a
 missing one is a warning, which ``mkdocs build --strict`` turns into a failed build.
 """
@@ -32,6 +35,9 @@ log = logging.getLogger("mkdocs.hooks.gen")
 # a marker, not one quoted in inline code (`<!-- gen:options -->` in prose about the markers)
 MARKER = re.compile(r"(?<!`)<!-- gen:([\w-]+)(?: ([\w.-]+))? -->(?!`)")
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+# a Sphinx role before a code span, as mkdocstrings renders it (``:meth:<code>~a.b.c</code>``;
+# the ``~`` shows the last name alone, as Sphinx does)
+ROLE = re.compile(r":(?:attr|class|data|exc|func|meth|mod|obj):<code>(?:~[\w.]*\.)?")
 
 
 def own_generators() -> list[str]:
@@ -88,6 +94,11 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
                     f"{src}: the reference page of {stem} has no <!-- gen:{what} --> marker"
                 )
     return out
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """A docstring's Sphinx role shows as its code span (``~a.b.c`` as ``c``)."""
+    return ROLE.sub("<code>", html)
 
 
 def bench_results_markdown() -> str:

@@ -15,11 +15,11 @@ from typing import Any
 from gen.llm import sha256_file
 from gen.paths import CHECKOUT
 
-try:
-    TOOLKIT_VERSION = version("egogen")
-    """gen's own version (``gen.__version__``), as every manifest records it."""
-except PackageNotFoundError:  # running from a source tree that was never installed
-    TOOLKIT_VERSION = "0.0.0+unknown"
+# The one place gen's version is written: pyproject.toml reads it from here
+# ([tool.setuptools.dynamic], without importing gen), so the installed metadata, gen.__version__
+# and every manifest say the same, also in a source tree that was never installed.
+TOOLKIT_VERSION = "0.3.0.dev0"
+"""gen's own version (``gen.__version__``), as every manifest records it."""
 
 PACKAGES = [
     "llama-cpp-python",

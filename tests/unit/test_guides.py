@@ -52,13 +52,18 @@ def test_the_readme_runs_and_lists_what_the_main_job_writes(
             extra={"digital": ["n=1", "persona_pool=6"]},
             replace={"persona_pool=50, n=5": "persona_pool=6, n=1"},
             instead={"pipeline": validate_only},
+            numbered=True,
         ),
     )
     assert [line for line, _ in ran][:1] == [
         'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m gen digital '
         "+persona_pool=50"
     ]
-    (main,) = (tmp_path / "outputs" / "digital").iterdir()
+    main, smoke = sorted((tmp_path / "outputs" / "digital").iterdir())  # the page's order
+    assert json.loads((smoke / "manifest.json").read_text())["config"]["apps"] == [
+        "Calendar",
+        "Messaging",
+    ]
     for name in listing(ROOT / "README.md", "## What the main job writes"):
         assert (main / name).exists(), f"the README lists {name}; the main job did not write it"
     manifest = json.loads((main / "manifest.json").read_text())
