@@ -33,8 +33,7 @@ HEAVY = {
 
 
 @pytest.fixture(scope="module")
-def core(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv with the wheel and its core dependencies only."""
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dist = tmp_path_factory.mktemp("dist")
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
@@ -45,19 +44,30 @@ def core(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (whl,) = dist.glob("egogen-*.whl")
-    root = tmp_path_factory.mktemp("core")
+    return whl
+
+
+def venv_with(tmp_path_factory: pytest.TempPathFactory, name: str, requirement: str) -> Path:
+    """A new venv with ``requirement`` (the wheel, with extras or not) and what it depends on."""
+    root = tmp_path_factory.mktemp(name)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install"]
-        + ["--quiet", str(whl)],
+        + ["--quiet", requirement],
         capture_output=True,
         text=True,
         timeout=1800,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    print(f"core install: {time.perf_counter() - t0:.0f} s")
+    print(f"{name} install: {time.perf_counter() - t0:.0f} s")
     return root
+
+
+@pytest.fixture(scope="module")
+def core(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with the wheel and its core dependencies only."""
+    return venv_with(tmp_path_factory, "core", str(wheel))
 
 
 def run(core: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -155,3 +165,27 @@ def test_the_core_commands_work_there(core: Path, tmp_path: Path) -> None:
     lines = [line for line in main.stderr.splitlines() if line.strip()]
     assert main.returncode == 2 and len(lines) == 1, main.stderr[-3000:]
     assert "pip install 'egogen[local]'" in lines[0]
+
+
+def test_the_docs_build_strictly_with_the_docs_extra_alone(
+    wheel: Path, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """``[docs]`` and the core, nothing else: the site (API reference included) builds with
+    ``--strict``."""
+    docs = venv_with(tmp_path_factory, "docs", f"{wheel}[docs]")
+    site = tmp_path / "site"
+    built = run(
+        docs,
+        tmp_path,
+        "-m",
+        "mkdocs",
+        "build",
+        "--strict",
+        "-f",
+        str(ROOT / "mkdocs.yml"),
+        "-d",
+        str(site),
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    api = (site / "reference" / "api.html").read_text(encoding="utf-8")
+    assert "gen.run" in api and "RunFolder" in api
