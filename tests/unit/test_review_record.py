@@ -205,3 +205,27 @@ def test_a_kind_rates_its_records_with_the_rubric_it_ships(
     own.write_text(own.read_text().replace("[field_note]", "[mcq]"), encoding="utf-8")
     with pytest.raises(InputError, match=r"review\.yaml, the rubric of kind field_note"):
         plan(ReviewConfig(input=str(folder), reviewer="alice", cache_dir=None))
+
+
+def test_a_bank_of_a_record_kind_is_reviewed_by_version(
+    field_note: kinds.Kind, tmp_path: Path
+) -> None:
+    """``bank add`` takes the plugin kind's records (the audit is the stand-in of
+    tests/bank_runs.py), and the bank's version is reviewed in the record layout."""
+    from bank_runs import REGISTRY, Bank, standin_audit
+
+    real = standin_audit()
+    try:
+        bank = Bank(tmp_path)
+        assert bank.add(notes_folder(tmp_path / "run"))[0].accepted == 2
+    finally:
+        if real is not None:
+            REGISTRY["audit"] = real
+    data = plan(ReviewConfig(input=str(bank.root), reviewer="alice", cache_dir=None)).data
+    assert [f.name for f in data.files] == ["MANIFEST.lock.json", "field_note.parquet"]
+    assert [(it.kind, it.layout) for it in data.items] == [("field_note", "record")] * 2
+    assert {it.item_id for it in data.items} == {field_note.item_id(r) for r in NOTES}
+    shown = [sides(render(it)) for it in data.items]
+    assert any("Keys in the bowl." in seen for seen, _ in shown)
+    assert all("rater-" not in seen and "rater-" in hidden for seen, hidden in shown)
+    assert data.rubrics["field_note"].name == "record-generic"
