@@ -5,20 +5,18 @@ reference pages), so the options are described in one place: their config's fiel
 
 from __future__ import annotations
 
-import ast
 import inspect
 import json
 import re
-import textwrap
 import types
 import typing
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
 
 from gen.engine.registry import REGISTRY, Generator
+from gen.kinds import field_docs
 
 
 @dataclass(frozen=True)
@@ -220,36 +218,6 @@ def type_name(annotation: Any) -> str:
         name = getattr(origin, "__name__", str(origin))
         return f"{name}[{', '.join('...' if a is Ellipsis else type_name(a) for a in args)}]"
     return re.sub(r"\b(?:[a-z_]\w*\.)+(\w+)", r"\1", str(annotation))
-
-
-@cache
-def field_docs(model: type[BaseModel]) -> dict[str, str]:
-    """The docstrings written under a model's fields (its bases' too): the string right after
-    ``name: type``, whether or not pydantic keeps it as the field's description."""
-    out: dict[str, str] = {}
-    for cls in reversed(model.__mro__):
-        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
-            continue
-        try:
-            source = textwrap.dedent(inspect.getsource(cls))
-        except (OSError, TypeError):
-            continue
-        body = ast.parse(source).body[0]
-        if not isinstance(body, ast.ClassDef):
-            continue
-        for stmt, after in zip(body.body, [*body.body[1:], None], strict=True):
-            if (
-                isinstance(stmt, ast.AnnAssign)
-                and isinstance(stmt.target, ast.Name)
-                and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)
-            ):
-                out[stmt.target.id] = " ".join(after.value.value.split())
-    for key, field in model.model_fields.items():
-        if field.description:
-            out[key] = " ".join(field.description.split())
-    return out
 
 
 __all__ = [

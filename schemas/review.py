@@ -8,7 +8,7 @@ is that reviewer's verdict and the file is its history.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -45,10 +45,12 @@ class Rubric(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=80)
-    kinds: list[Literal["mcq", "digital", "scenarios"]] = Field(min_length=1)
+    kinds: list[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")]] = Field(min_length=1)
     """Item kinds it rates: ``mcq`` (tom, distractors, nocontext kept items, external MCQs),
-    ``digital`` (digital bundles) or ``scenarios`` (context-tracking scenarios in the context
-    benchmark's released schema; ``scenario``, the former name, is read as ``scenarios``)."""
+    ``digital`` (digital bundles), ``scenarios`` (context-tracking scenarios in the context
+    benchmark's released schema; ``scenario``, the former name, is read as ``scenarios``),
+    ``record`` (every kind shown in the generic record layout) or a kind's name (that kind's
+    records in the record layout, such as a plugin's kind)."""
     guidance: str = ""
     """Shown above the fields: what a good item is."""
     fields: list[RubricField] = Field(min_length=1, max_length=12)
@@ -114,7 +116,8 @@ class ReviewStatusRecord(BaseModel):
     """The record's own id in its file (``item_id`` of an MCQ record, ``bundle_id``,
     ``scenario_id``); null when unknown."""
     kind: str
-    """``mcq``, ``digital`` or ``scenarios``: which rubric rates it."""
+    """``mcq``, ``digital``, ``scenarios``, or the kind's name for a kind shown in the record
+    layout: which rubric rates it."""
     question_type: str | None
     """The item's question type (a bundle's ``cue:<App>`` or ``uncued``); null when it has none."""
     reviewer: str
@@ -138,8 +141,8 @@ class AgreementRecord(BaseModel):
     record_id: str | None
     """The record's own id in its file; null when unknown."""
     kind: str
-    """``mcq``, ``digital`` or ``scenarios``; ``unknown`` for a label of an item the folder no
-    longer holds."""
+    """``mcq``, ``digital``, ``scenarios`` or a record-layout kind's name; ``unknown`` for a label
+    of an item the folder no longer holds."""
     decisions: dict[str, Decision | None]
     """Reviewer -> decision."""
     scores: dict[str, dict[str, int]]

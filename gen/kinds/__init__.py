@@ -16,17 +16,23 @@ package adds one the way it adds a generator, through an entry point::
 
 and its generator names it: ``@gen.generator("routines", kind="routine", records=Routine)``.
 An MCQ-shaped kind needs only its record model and ``to_mcq``; everything else follows from it.
+Any other kind needs only its record model: the review page shows its records in the ``record``
+layout, field by field as the model declares them (:meth:`Kind.review_fields`).
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import inspect
 import json
 import re
+import textwrap
 import unicodedata
 from collections.abc import Callable, Iterator
+from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
@@ -78,7 +84,9 @@ class Kind:
         help: what one item is, for the bank's facts and the dataset card.
         source_format: how a stored record is read back (the bank's ``source_format`` column).
         bank: whether a bank holds its records as items.
-        view: the review page's layout for it (``mcq``, ``digital``, ``scenarios``).
+        view: the review page's layout for it: ``record`` (the default: its fields as
+            :meth:`review_fields` gives them), ``mcq`` (an MCQ-shaped kind), ``digital``,
+            ``scenarios``.
         formats: the release formats it joins besides ``parquet``, ``hf`` and ``croissant``.
     """
 
@@ -88,12 +96,21 @@ class Kind:
     help: str = ""
     source_format: str = "record"
     bank: bool = True
-    view: str = "mcq"
+    view: str = "record"
     formats: tuple[str, ...] = ()
     noun: str = "a record"
     """How an error names one record (``not <noun>``)."""
     family: str = ""
     """Near-duplicates are looked for within a family (default: the kind itself)."""
+    privileged: tuple[str, ...] | None = None
+    """Record layout: the fields the review page hides until the reviewer reveals the privileged
+    side (None: a field named ``privileged`` and the fields whose description starts with
+    ``PRIVILEGED``)."""
+    rubric: Path | None = None
+    """Record layout: the rubric file its records are rated with (a YAML
+    :class:`~gen.schemas.review.Rubric` listing the kind's name or ``record`` in ``kinds``), a
+    file in the kind's package: ``Path(__file__).with_name("review.yaml")``. None: gen's generic
+    rubric, ``prompts/review/record.yaml``."""
 
     def __init__(self, **attrs: Any) -> None:
         for key, value in attrs.items():
@@ -218,6 +235,82 @@ class Kind:
         """Its records read as MCQs (:meth:`mcq`): the audit's statistics, the review page's MCQ
         layout and the answer harnesses take them."""
         return type(self).mcq is not Kind.mcq
+
+    def review_fields(self, record: dict[str, Any]) -> list[ReviewField]:
+        """The record as the review page's ``record`` layout shows it: the record model's fields
+        in their declared order (then any key the model does not declare), each labelled with
+        its name and described by its docstring; a nested value as indented JSON. Fields named
+        in :attr:`privileged` (by default: ``privileged`` and those whose description starts
+        with ``PRIVILEGED``) go to the privileged side."""
+        docs = field_docs(self.record)
+        declared = [k for k in self.record.model_fields if k in record]
+        hidden = self.privileged
+        out = []
+        for key in [*declared, *(k for k in record if k not in self.record.model_fields)]:
+            doc = docs.get(key, "")
+            secret = (
+                key == "privileged" or doc.startswith("PRIVILEGED")
+                if hidden is None
+                else key in hidden
+            )
+            out.append(
+                ReviewField(key, key.replace("_", " "), field_text(record[key]), doc, secret)
+            )
+        return out
+
+
+class ReviewField(NamedTuple):
+    """One field of a record as the review page's ``record`` layout shows it."""
+
+    key: str
+    """The record's key."""
+    label: str
+    """What the page calls it."""
+    value: str
+    """Its value as text (a string as is, anything else as JSON; nested values indented)."""
+    doc: str
+    """What it holds (the record model's field description), shown beside the label."""
+    privileged: bool
+    """Hidden until the reviewer reveals the privileged side."""
+
+
+def field_text(value: Any) -> str:
+    """A record's value as text for a reader: a string as is, a number, bool or null as JSON, a
+    list or object as indented JSON (non-ASCII as is)."""
+    if isinstance(value, str):
+        return value
+    nested = isinstance(value, (dict, list)) and bool(value)
+    return json.dumps(value, ensure_ascii=False, indent=2 if nested else None, default=str)
+
+
+@cache
+def field_docs(model: type[BaseModel]) -> dict[str, str]:
+    """The docstrings written under a model's fields (its bases' too): the string right after
+    ``name: type``, whether or not pydantic keeps it as the field's description."""
+    out: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(cls))
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(source).body[0]
+        if not isinstance(body, ast.ClassDef):
+            continue
+        for stmt, after in zip(body.body, [*body.body[1:], None], strict=True):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                out[stmt.target.id] = " ".join(after.value.value.split())
+    for key, field in model.model_fields.items():
+        if field.description:
+            out[key] = " ".join(field.description.split())
+    return out
 
 
 def mcq_identity(q: MCQ) -> dict[str, Any]:

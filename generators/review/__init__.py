@@ -3,12 +3,14 @@ bank>``.
 
 ``review`` (action ``serve``) starts a local web app on 127.0.0.1 (:mod:`.server`), prints its
 address with a per-session token, and serves until Ctrl-C: one item at a time as the candidate
-sees it (:mod:`.items`: MCQs, digital bundles, context-tracking scenarios), a toggle for the
-privileged side with the audit's findings and the nocontext and judge results (:mod:`.results`), a
-rubric per item kind (``prompts/review/<kind>.yaml`` or ``rubric=``), accept / reject / needs-edit
-and a note, all by keyboard. Every change is appended to ``<folder>/reviews/<reviewer>.jsonl``
-(:mod:`.labels`); for a bank, its review area ``<bank>/reviews/`` beside the immutable versions.
-When the server stops, the run writes one :class:`ReviewStatusRecord` per item.
+sees it (:mod:`.items`: MCQs, digital bundles, context-tracking scenarios, any other kind's
+records field by field), a toggle for the privileged side with the audit's findings and the
+nocontext and judge results (:mod:`.results`), a rubric per item kind
+(``prompts/review/<kind>.yaml``, the one a record-layout kind ships, or ``rubric=``), accept /
+reject / needs-edit and a note, all by keyboard. Every change is appended to
+``<folder>/reviews/<reviewer>.jsonl`` (:mod:`.labels`); for a bank, its review area
+``<bank>/reviews/`` beside the immutable versions. When the server stops, the run writes one
+:class:`ReviewStatusRecord` per item.
 
 ``review summary`` reads every reviewer's labels and reports per-reviewer counts, agreement
 (Cohen's kappa for two reviewers, Fleiss' for more, per rubric field and for the decision;
@@ -76,8 +78,9 @@ class ReviewConfig(CommonConfig):
     bank)."""
     rubric: str | None = None
     """A rubric file (YAML/JSON: name, kinds, fields) for the kinds it lists; null: the project's
-    rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, digital.yaml, scenario.yaml after
-    the context benchmark's authoring checklist)."""
+    rubrics (prompts/review/mcq.yaml after EgoToM's appendix 8, digital.yaml, scenarios.yaml after
+    the context benchmark's authoring checklist, record.yaml for any other kind unless it ships
+    its own)."""
     port: int | None = Field(None, ge=1, le=65535)
     """serve: the port on 127.0.0.1 (null: a free one). The server never listens elsewhere."""
     findings: str | None = None

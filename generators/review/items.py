@@ -3,7 +3,9 @@ each item rendered as HTML the way the candidate sees it (privileged side apart)
 
 Items: an MCQ run folder (``tom``, ``distractors``, a ``nocontext`` run's kept items, ``mcq.jsonl``,
 EgoToM CSVs), a ``digital`` run folder (bundles) or a ``scenarios`` run folder (or any scenario bank
-in the context benchmark's released schema), read as ``bank add`` reads them, or a bank's version
+in the context benchmark's released schema), or a run folder of any other kind (a plugin's), shown
+in the generic ``record`` layout (its fields as the kind declares them:
+:meth:`gen.kinds.Kind.review_fields`), read as ``bank add`` reads them, or a bank's version
 (:func:`load_bank_items`). An item's id
 is its content hash, the bank's (:mod:`generators.bank.identity`), so labels follow an item into a
 bank (``bank add require_review=k``) and survive a rerun that writes the same item. Rendering goes
@@ -45,12 +47,15 @@ class ReviewItem:
     record_id: str | None
     """The record's own id (``item_id`` of an MCQ record, ``bundle_id``)."""
     kind: str
-    """``mcq``, ``digital`` or ``scenario``: which rubric rates it."""
+    """``mcq``, ``digital``, ``scenarios``, or the kind's name for a record-layout item: which
+    rubric rates it."""
     question_type: str | None
     mcq: MCQ | None = None
     bundle: dict[str, Any] | None = None
     scenario: dict[str, Any] | None = None
     """A scenario record (the released schema: :class:`schemas.scenarios.ScenarioRecord`)."""
+    record: dict[str, Any] | None = None
+    """A record shown in the generic ``record`` layout (its kind is :attr:`kind`)."""
     findings: list[FindingRecord] = field(default_factory=list)
     blind: list[NocontextRecord] = field(default_factory=list)
     """A nocontext run's screening of this item (:mod:`.results`)."""
@@ -70,6 +75,11 @@ class ReviewItem:
         readers give it (an EgoToM row's ``goal:<cuid>``, which nocontext, judge and audit use)."""
         return {n for n in (self.record_id, self.mcq.item_id if self.mcq else None) if n}
 
+    @property
+    def layout(self) -> str:
+        """The page's layout for it: ``mcq``, ``digital``, ``scenarios`` or ``record``."""
+        return "record" if self.record is not None else self.kind
+
 
 def make_item(
     index: int,
@@ -80,7 +90,8 @@ def make_item(
     question_type: str | None,
 ) -> ReviewItem:
     """A reviewed item from a record as ``bank add`` reads it, shown in its kind's layout
-    (:attr:`gen.kinds.Kind.view`: an MCQ-shaped kind as an MCQ)."""
+    (:attr:`gen.kinds.Kind.view`: an MCQ-shaped kind as an MCQ, any other kind's record field by
+    field unless it names gen's digital or scenarios layout)."""
     from gen import kinds
 
     k = kinds.require(kind)
@@ -94,7 +105,14 @@ def make_item(
         return ReviewItem(
             index, item_id, source_item_id, "scenarios", question_type, scenario=record
         )
-    raise InputError(f"kind {kind}: the review page has no layout {k.view!r} for its records")
+    if k.view == "record":
+        return ReviewItem(
+            index, item_id, source_item_id or None, kind, question_type, record=record
+        )
+    raise InputError(
+        f"kind {kind}: the review page has no layout {k.view!r} for its records (record, mcq, "
+        "digital, scenarios)"
+    )
 
 
 def load_items(folder: Path, version: int | None = None) -> tuple[list[ReviewItem], list[Path]]:
@@ -267,23 +285,45 @@ def read_rubric(path: Path) -> Rubric:
     return read_yaml_model(path, Rubric, "rubric")
 
 
-def default_rubric(kind: str) -> Rubric:
-    """The project's rubric of a kind: ``prompts/review/<kind>.yaml``."""
-    return read_rubric(inside(TEMPLATES, f"{kind}.yaml", what="rubric"))
+def default_rubric(kind: str, layout: str | None = None) -> Rubric:
+    """The rubric of a kind: ``prompts/review/<kind>.yaml``; for a kind in the ``record`` layout,
+    the rubric file the kind names (:attr:`gen.kinds.Kind.rubric`, read through the kind: a
+    plugin ships it in its package), else ``prompts/review/record.yaml``."""
+    if (layout or kind) != "record":
+        return read_rubric(inside(TEMPLATES, f"{kind}.yaml", what="rubric"))
+    from gen import kinds
+
+    own = kinds.require(kind).rubric
+    if own is None:
+        return read_rubric(TEMPLATES / "record.yaml")
+    rubric = read_rubric(Path(own))
+    if not {kind, "record"} & set(rubric.kinds):
+        raise InputError(
+            f"rubric: {own}, the rubric of kind {kind}, rates {', '.join(rubric.kinds)} items; "
+            f"list {kind} (or record) in its kinds"
+        )
+    return rubric
 
 
 def rubrics_for(items: list[ReviewItem], given: str | None) -> dict[str, Rubric]:
-    """Kind -> rubric for every kind among ``items``: ``rubric=`` for the kinds it lists, the
-    project's default (``prompts/review/<kind>.yaml``) for the others."""
-    kinds = sorted({it.kind for it in items})
+    """Kind -> rubric for every kind among ``items``: ``rubric=`` for the kinds it lists (a
+    rubric listing ``record`` rates every kind in the record layout), the default
+    (:func:`default_rubric`) for the others."""
+    layouts = {it.kind: it.layout for it in items}
+    kinds = sorted(layouts)
     custom = read_rubric(Path(given).expanduser()) if given is not None else None
-    if custom is not None and not set(custom.kinds) & set(kinds):
+
+    def rates(rubric: Rubric, kind: str) -> bool:
+        return kind in rubric.kinds or (layouts[kind] == "record" and "record" in rubric.kinds)
+
+    if custom is not None and not any(rates(custom, k) for k in kinds):
         raise ConfigError(
             f"rubric: {given} rates {', '.join(custom.kinds)} items; this folder "
             f"holds {', '.join(kinds)}"
         )
     return {
-        k: custom if custom is not None and k in custom.kinds else default_rubric(k) for k in kinds
+        k: custom if custom is not None and rates(custom, k) else default_rubric(k, layouts[k])
+        for k in kinds
     }
 
 
@@ -310,7 +350,13 @@ def render(item: ReviewItem) -> str:
     global _ENV
     if _ENV is None:
         _ENV = _environment()
-    view = {"mcq": mcq_view, "digital": digital_view, "scenarios": scenario_view}[item.kind](item)
+    views = {
+        "mcq": mcq_view,
+        "digital": digital_view,
+        "scenarios": scenario_view,
+        "record": record_view,
+    }
+    view = views[item.layout](item)
     from gen.generators.review.results import blind_view, validity_view
 
     findings = [
@@ -532,4 +578,22 @@ def scenario_view(item: ReviewItem) -> dict[str, Any]:
             if text
         ],
         "facts": [(k, v) for k, v in facts if v not in (None, "")],
+    }
+
+
+def record_view(item: ReviewItem) -> dict[str, Any]:
+    """A record of any kind, field by field as its kind declares them
+    (:meth:`gen.kinds.Kind.review_fields`): the candidate's side, and the privileged fields
+    apart."""
+    from gen import kinds
+
+    assert item.record is not None
+    fields = kinds.require(item.kind).review_fields(item.record)
+    return {
+        "kind": "record",
+        "name": item.kind,
+        "record_id": item.record_id,
+        "question_type": item.question_type,
+        "fields": [f for f in fields if not f.privileged],
+        "privileged": [f for f in fields if f.privileged],
     }
