@@ -105,6 +105,12 @@ class LlamaCppConfig(_Sampling):
     sharing the longest prefix with its prompt (0: only the last prompt's, in the live cache)."""
     prefix_cache_mb: int = Field(default=1024, ge=0)
     """Memory the saved prefix states may take together (the oldest go first)."""
+    grammar: Literal["after", "first"] = "after"
+    """How a structured call's grammar constrains each token: ``after``, the token drawn
+    without it is checked and only a token that breaks it is drawn again from the tokens the
+    grammar allows (llama.cpp's server samples so; about a third less CPU a token with the
+    embedded model); ``first``, every token of the vocabulary is matched first
+    (llama-cpp-python's own chain, gen 0.2.0's sampling)."""
 
 
 class Price(BaseModel):
