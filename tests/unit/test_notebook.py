@@ -134,3 +134,98 @@ def test_dates_become_iso_text_and_a_table_only_goes_where_a_path_does(tmp_path:
         "nocontext", {"models": models, "llm": models[0]}, tmp_path / "n"
     )
     assert options == {"models": models, "llm": models[0]} and written == []
+
+
+# --------------------------------------------------------------------------- progress in Jupyter
+
+
+class _Kernel:
+    """A stand-in for ipykernel's shell: what a notebook's ``get_ipython()`` returns."""
+
+    kernel = object()
+
+
+class _Terminal:
+    """IPython in a terminal: a shell without a kernel."""
+
+
+class _Handle:
+    def __init__(self, shown: list[str]) -> None:
+        self.shown = shown
+
+    def update(self, obj: Any) -> None:
+        self.shown.append(obj.data)
+
+
+@pytest.fixture
+def notebook(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A simulated Jupyter kernel: IPython's shell has a kernel, and ``display`` records the HTML
+    a notebook would show (the first display and each update of it)."""
+    import IPython
+    import IPython.display
+
+    shown: list[str] = []
+
+    def display(obj: Any, display_id: bool = False) -> _Handle:
+        assert display_id is True  # an updating output, not one output per update
+        shown.append(obj.data)
+        return _Handle(shown)
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: _Kernel())
+    monkeypatch.setattr(IPython.display, "display", display)
+    return shown
+
+
+def test_a_notebook_is_detected_and_a_terminal_ipython_or_plain_python_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import IPython
+
+    from gen.engine.progress import Progress, in_notebook
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: _Kernel())
+    assert in_notebook() and Progress("x", 3, "auto", 10.0).mode == "jupyter"
+    monkeypatch.setattr(IPython, "get_ipython", lambda: _Terminal())
+    assert not in_notebook()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
+    assert not in_notebook() and Progress("x", 3, "auto", 10.0).mode == "plain"
+    monkeypatch.delitem(__import__("sys").modules, "IPython")
+    assert not in_notebook()
+
+
+def test_a_run_in_a_notebook_draws_one_updating_html_bar(
+    notebook: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from html.parser import HTMLParser
+
+    from gen.engine.progress import Progress
+
+    with Progress("<demo>", 3, "auto", 10.0) as progress:
+        for done in (1, 2, 3):
+            progress.update(done, done, 0)
+    assert capsys.readouterr().out == ""  # no plain lines: the bar is the display
+    assert len(notebook) >= 2  # the first draw, then at least the final update
+
+    class Bars(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bars: list[dict[str, str | None]] = []
+            self.tags: list[str] = []
+            self.text = ""
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            self.tags.append(tag)
+            if tag == "progress":
+                self.bars.append(dict(attrs))
+
+        def handle_data(self, data: str) -> None:
+            self.text += data
+
+    last = Bars()
+    last.feed(notebook[-1])
+    assert last.bars == [{"value": "3", "max": "3", "style": "width:40%"}]
+    assert (
+        "demo" not in last.tags
+        and "<demo>" in last.text
+        and "3/3 accepted 3 rejected 0" in last.text
+    )
