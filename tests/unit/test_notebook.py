@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +230,89 @@ def test_a_run_in_a_notebook_draws_one_updating_html_bar(
         and "<demo>" in last.text
         and "3/3 accepted 3 rejected 0" in last.text
     )
+
+
+# --------------------------------------------------------------------------- HTML tables
+
+
+class _Html(HTMLParser):
+    """The tags and the text of an HTML fragment, as a browser would parse it."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.cells: list[str] = []
+        self.in_cell = False
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        if tag in ("td", "th"):
+            self.cells.append("")
+            self.in_cell = True
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th"):
+            self.in_cell = False
+
+    def handle_data(self, data: str) -> None:
+        if self.in_cell:
+            self.cells[-1] += data
+
+
+HOSTILE = "<script>alert('x')</script> & <b>bold</b>"
+
+
+def test_a_run_folder_shows_its_counts_funnel_and_first_records_escaped(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    rows = [{"item_id": f"i{k}", "question": HOSTILE if k == 1 else f"q{k}"} for k in range(7)]
+    (out / "nocontext.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest = {
+        "generator": "nocontext",
+        "records": {"file": "nocontext.jsonl", "kind": "mcq", "models": []},
+        "counts": {
+            "requested": 10,
+            "accepted": 7,
+            "rejected": 3,
+            "rejects_by_reason": {"no_answer": 2, "<i>odd</i>": 1},
+        },
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    page = _Html(gen.open(out)._repr_html_())
+    # the caption's one <b> is the only markup beside the tables: none from the records
+    assert "script" not in page.tags and "i" not in page.tags and page.tags.count("b") == 1
+    cells = page.cells
+    for fact in ("generator", "nocontext", "requested", "10", "accepted", "7", "rejected", "3"):
+        assert fact in cells
+    assert (
+        cells[cells.index("no_answer") + 1] == "2" and cells[cells.index("<i>odd</i>") + 1] == "1"
+    )
+    assert HOSTILE in cells  # the record's text, shown as text
+    assert "i4" in cells and "i5" not in cells  # the first five records
+
+
+def test_a_damaged_folder_still_shows(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "manifest.json").write_text(json.dumps({"generator": "nocontext"}))
+    page = _Html(gen.open(out)._repr_html_())
+    assert "nocontext" in page.cells and "table" in page.tags
+
+
+def test_an_mcq_bank_shows_its_types_defects_and_items_escaped(tmp_path: Path) -> None:
+    from gen.kinds.mcq import load_banks
+
+    bank = leaky_bank(tmp_path / "items.jsonl")
+    text = bank.read_text().replace("What is C's goal?", HOSTILE, 1)
+    bank.write_text(text)
+    (loaded,) = load_banks(bank)
+    loaded.problems.append({"line": 3, "item_id": "item2", "field": "answer", "problem": "<x>"})
+    page = _Html(loaded._repr_html_())
+    assert "script" not in page.tags and "x" not in page.tags
+    cells = page.cells
+    assert cells[cells.index("items") + 1] == "12"
+    assert cells[cells.index("items of type goal") + 1] == "4"
+    assert cells[cells.index("<x>") + 1] == "1"
+    assert HOSTILE in cells and "item4" in cells and "item5" not in cells
