@@ -392,6 +392,7 @@ def html_card(
     rows: Sequence[Any],
     *,
     funnel_title: str = "rejected by reason",
+    rows_title: str | None = None,
     note: str | None = None,
 ) -> str:
     """What a notebook shows for a run folder or a bank (``_repr_html_``): a table of facts and
@@ -409,7 +410,8 @@ def html_card(
     dicts = [r for r in rows if isinstance(r, dict)]
     if dicts:
         columns = list(dict.fromkeys(k for r in dicts for k in r))[:HTML_COLUMNS]
-        out.append(f"<table><caption>first {len(dicts)} records</caption><tr>")
+        caption = rows_title or f"first {len(dicts)} records"
+        out.append(f"<table><caption>{html.escape(caption)}</caption><tr>")
         out += [f"<th>{html_cell(c)}</th>" for c in columns]
         out.append("</tr>")
         for r in dicts:

@@ -316,3 +316,81 @@ def test_an_mcq_bank_shows_its_types_defects_and_items_escaped(tmp_path: Path) -
     assert cells[cells.index("items of type goal") + 1] == "4"
     assert cells[cells.index("<x>") + 1] == "1"
     assert HOSTILE in cells and "item4" in cells and "item5" not in cells
+
+
+# --------------------------------------------------------------------------- gen.compare
+
+
+def evaluated(tmp_path: Path, name: str, script: Any, bank: Any) -> Any:
+    """An ``evaluate`` run of ``bank`` by a served model answering with ``script``."""
+    with Loopback(script, delay=0) as srv:
+        return gen.run(
+            "evaluate",
+            input=bank,
+            out=tmp_path / name,
+            llm=served(srv.url),
+            cache_dir=None,
+            progress="off",
+        )
+
+
+def test_compare_lines_two_evaluate_runs_up_item_by_item(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nocontext_runs import always_a
+    from scipy.stats import binomtest
+
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    bank = leaky_bank(tmp_path / "items.jsonl")
+    rows = read_jsonl(bank)
+    knows = evaluated(tmp_path, "knows", knows_giveaways, str(bank))
+    first = evaluated(tmp_path, "first", always_a, pl.DataFrame(rows))
+    cmp = gen.compare(knows, first.path)
+
+    truth = {r["item_id"]: r for r in rows}
+    a = {r["item_id"]: r["correct"] for r in read_jsonl(knows.records_path)}
+    b = {r["item_id"]: r["correct"] for r in read_jsonl(first.records_path)}
+    assert cmp.n == 12 and cmp.names == ("knows", "first")
+    # always a) is right exactly where the answer is the first option
+    assert b == {k: truth[k]["answer"] == 0 for k in truth}
+    assert cmp.accuracy == (round(sum(a.values()) / 12, 4), round(sum(b.values()) / 12, 4))
+    assert cmp.agreement == round(sum(a[k] == b[k] for k in a) / 12, 4)
+    only_a = sum(a[k] and not b[k] for k in a)
+    only_b = sum(b[k] and not a[k] for k in a)
+    assert cmp.discordant == (only_a, only_b) and only_a + only_b > 0
+    assert cmp.p_value == round(binomtest(only_a, only_a + only_b, 0.5).pvalue, 6)
+    goal = [k for k in truth if truth[k]["question_type"] == "goal"]
+    assert cmp.by_type["goal"] == {
+        "n": len(goal),
+        "knows": round(sum(a[k] for k in goal) / len(goal), 4),
+        "first": round(sum(b[k] for k in goal) / len(goal), 4),
+    }
+    df = cmp.to_polars()
+    assert df.height == 12 and dict(zip(df["item_id"], df["first_correct"], strict=True)) == b
+    page = _Html(cmp._repr_html_())
+    assert page.cells[page.cells.index("items matched") + 1] == "12"
+    assert page.cells[page.cells.index("McNemar exact p") + 1] == str(cmp.p_value)
+    assert "goal" in page.cells and "belief" in page.cells
+
+    # a run of other items: not one bank, and the message says how many matched
+    other = evaluated(tmp_path, "other", always_a, rows[:10] + [{**rows[10], "item_id": "new"}])
+    with pytest.raises(GenError) as e:
+        gen.compare(knows, other)
+    assert str(e.value) == (
+        "compare: the runs are not of one bank: 10 items matched, 2 only in a (e.g. item10), "
+        "1 only in b (e.g. new)"
+    )
+
+
+def test_compare_refuses_records_without_a_right_or_wrong_answer(tmp_path: Path) -> None:
+    out = tmp_path / "personas"
+    out.mkdir()
+    (out / "personas.jsonl").write_text('{"persona_id": "p", "bio": "x"}\n')
+    (out / "manifest.json").write_text(
+        json.dumps(
+            {"generator": "personas", "records": {"file": "personas.jsonl", "kind": "personas"}}
+        )
+    )
+    with pytest.raises(InputError, match="says no per-item right or wrong answer"):
+        gen.compare(out, out)
