@@ -27,6 +27,7 @@ import math
 import os
 import shutil
 import sys
+import types
 import typing
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -157,8 +158,9 @@ def takes_a_path(name: str, annotation: Any) -> bool:
     """An option whose type takes a ``str`` but no list: where a file's path goes."""
     if name in CommonConfig.model_fields and name != "input":
         return False
-    args = set(typing.get_args(annotation)) or {annotation}
-    return str in args and not any(typing.get_origin(a) in (list, tuple) for a in args)
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    members = set(typing.get_args(annotation)) if union else {annotation}
+    return str in members and not any(typing.get_origin(a) in (list, tuple) for a in members)
 
 
 def is_table(value: Any) -> bool:

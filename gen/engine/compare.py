@@ -81,20 +81,23 @@ class Comparison:
         return (self._share(0), self._share(1))
 
     def _share(self, side: int, kind: str | None = None) -> float | None:
-        rows = [o[1 + side] for o in self.items if kind is None or o[1].type == kind]
+        rows = [pair[side] for pair in self._pairs() if kind is None or pair[0].type == kind]
         return rounded(sum(r.correct for r in rows) / len(rows)) if rows else None
+
+    def _pairs(self) -> list[tuple[Outcome, Outcome]]:
+        return [(a, b) for _, a, b in self.items]
 
     @property
     def agreement(self) -> float | None:
         """Share of items both runs got right or both got wrong."""
-        a, b = ([o[k].correct for o in self.items] for k in (1, 2))
+        a, b = ([pair[k].correct for pair in self._pairs()] for k in (0, 1))
         value = agreement(a, b)
         return rounded(value) if value is not None else None
 
     @property
     def kappa(self) -> float | None:
         """Cohen's kappa of the two runs' right/wrong outcomes."""
-        a, b = ([o[k].correct for o in self.items] for k in (1, 2))
+        a, b = ([pair[k].correct for pair in self._pairs()] for k in (0, 1))
         value = cohen_kappa(a, b)
         return rounded(value) if value is not None else None
 

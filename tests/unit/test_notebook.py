@@ -77,6 +77,9 @@ def test_a_run_folder_is_read_as_its_path(tmp_path: Path, server: Any) -> None:
         "merge", {"input": [first, str(first.path)]}, tmp_path / "m"
     )
     assert options == {"input": [str(first.path)] * 2} and written == []
+    # merge's input= is a list of paths: a list there is that list, never a table of rows
+    paths = [str(first.path), str(first.path)]
+    assert in_memory_inputs("merge", {"input": paths}, tmp_path / "m") == ({"input": paths}, [])
     options, written = in_memory_inputs("digital", {"persona_file": first, "n": 3}, tmp_path / "d")
     assert options == {"persona_file": str(first.path), "n": 3} and written == []
 
