@@ -28,6 +28,7 @@ _LAZY = {
     "Kind": "gen.kinds",
     "MCQKind": "gen.kinds",
     "MCQ": "gen.schemas.mcq",
+    "compare": "gen.engine.compare",
 }
 
 
@@ -51,6 +52,7 @@ __all__ = [
     "Reject",
     "RunContext",
     "RunFolder",
+    "compare",
     "generator",
     "open",
     "run",

@@ -87,6 +87,17 @@ def balanced_accuracy(
     return sum(per) / len(per)
 
 
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """McNemar's exact test of two paired classifiers: the two-sided binomial p-value of the
+    discordant pairs (``only_a`` right where the other is wrong, ``only_b`` the reverse) under
+    p = 1/2; 1.0 when there are none."""
+    from scipy.stats import binomtest
+
+    if only_a + only_b == 0:
+        return 1.0
+    return float(binomtest(int(only_a), int(only_a + only_b), 0.5).pvalue)
+
+
 def agreement(a: Sequence[Hashable], b: Sequence[Hashable]) -> float | None:
     """Raw agreement: the share of positions where the two raters give the same category."""
     if len(a) != len(b):

@@ -31,6 +31,29 @@ def plan_of(name: str, **options: Any) -> Any:
     return g.make_plan(g.config(**{"cache_dir": None, "progress": "off", **options}))
 
 
+def rows_of(path: Path) -> list[Any]:
+    """A JSONL file's lines as a notebook might hold them: each parsed as Python's json reads it
+    (NaN, Infinity, any number), or the line's text when it is no JSON; bytes that are not UTF-8
+    become lone surrogates; a leading byte-order mark is dropped, as pandas and polars drop it."""
+    rows: list[Any] = []
+    data = path.read_bytes().removeprefix(codecs.BOM_UTF8)
+    for line in data.decode("utf-8", "surrogateescape").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except (ValueError, RecursionError):
+            rows.append(line)
+    return rows
+
+
+def plan_in_memory(name: str, rows: list[Any], folder: Path, **options: Any) -> Any:
+    """What ``gen.run(name, input=rows, out=folder)`` reads before it starts: the rows written as
+    the run's input file (:func:`gen.engine.api.in_memory_inputs`), then the plan hook on it."""
+    from gen.engine.api import in_memory_inputs
+
+    given, _ = in_memory_inputs(name, {"input": rows, **options}, folder)
+    return plan_of(name, **given)
+
+
 def merge_plan(folder: Path) -> Any:
     """What ``merge`` reads of the two shards in ``folder`` before it starts."""
     return plan_of("merge", input=[str(folder / "s0"), str(folder / "s1")])

@@ -41,10 +41,12 @@ from bad_input_inputs import (
     merge_plan,
     merge_run,
     persona_lines,
+    plan_in_memory,
     plan_of,
     rehashed,
     review_labels,
     review_rendered,
+    rows_of,
     scenario_lock,
     socratic_list,
 )
@@ -143,6 +145,13 @@ READERS = [
         "jsonl",
         lambda d, a: _text(d / "mcq.jsonl", _lines(FIXTURES / "audit" / "clean.jsonl", 3)),
         lambda d: plan_of("nocontext", input=str(d / "mcq.jsonl")),
+    ),
+    Reader(
+        "nocontext MCQ rows in memory",
+        "jsonl",
+        lambda d, a: _text(d / "mcq.jsonl", _lines(FIXTURES / "audit" / "clean.jsonl", 3)),
+        lambda d: plan_in_memory("nocontext", rows_of(d / "mcq.jsonl"), d / "run"),
+        folder_named=True,  # the message names the run folder's file the rows became
     ),
     Reader(
         "nocontext EgoToM CSV folder",

@@ -1,15 +1,40 @@
 """What a run shows on the terminal, written here alone: progress while it goes (rich bars on a
-terminal, periodic plain lines elsewhere, as in CI), what a generator says (its funnel, a verdict:
+terminal, one updating HTML bar in a Jupyter notebook, periodic plain lines elsewhere, as in CI),
+what a generator says (its funnel, a verdict:
 :meth:`Progress.say`, reached through ``RunContext.say``), the summary and the files it wrote.
 ``progress=off`` silences all of it; a quiet run (a sub-run) shows no bar and no summary."""
 
 from __future__ import annotations
 
+import html
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+JUPYTER_EVERY = 0.2
+"""Seconds between redraws of a notebook's bar (each one a message to the browser)."""
+
+
+def in_notebook() -> bool:
+    """Running in a Jupyter kernel (a notebook, JupyterLab, VS Code's, Colab's): IPython is
+    imported and its shell has a kernel (a terminal IPython has none). Never imports IPython."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    shell = get() if callable(get) else None
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def bar_html(name: str, done: int, total: int, info: str, eta: float | None) -> str:
+    """A notebook's progress line: the run's name, a ``<progress>`` bar, done of total, the
+    counts and rate, the time left (every text escaped)."""
+    left = f" eta {eta:.0f}s" if eta is not None and done < total else ""
+    return (
+        f'<div class="gen-progress"><b>{html.escape(name)}</b> '
+        f'<progress value="{done}" max="{max(total, 1)}" style="width:40%"></progress> '
+        f"{done}/{total} {html.escape(info)}{html.escape(left)}</div>"
+    )
 
 
 class Progress:
@@ -24,7 +49,7 @@ class Progress:
         status: Callable[[], str] | None = None,
     ):
         if mode == "auto":
-            mode = "rich" if sys.stdout.isatty() else "plain"
+            mode = "jupyter" if in_notebook() else "rich" if sys.stdout.isatty() else "plain"
         self.name, self.total, self.mode, self.every, self._usage = name, total, mode, every, usage
         self.noun = noun
         """What the records are called (``accepted``; ``findings`` for an audit)."""
@@ -33,8 +58,16 @@ class Progress:
         self._t0 = time.perf_counter()
         self._last = self._t0
         self._bar: Any = None
+        self._display: Any = None
+        """The notebook's updating output (``jupyter`` mode): an IPython DisplayHandle."""
 
     def __enter__(self) -> Progress:
+        if self.mode == "jupyter":
+            from IPython.display import HTML, display
+
+            self._display = display(
+                HTML(bar_html(self.name, 0, self.total, "", None)), display_id=True
+            )
         if self.mode == "rich":
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
             from rich.progress import Progress as RichProgress
@@ -54,6 +87,7 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+        self._display = None
 
     def _rate(self, done: int) -> str:
         """The models' state while an LLM works (calls in flight, tokens per second, cost);
@@ -77,6 +111,17 @@ class Progress:
         info = f"{self._counts(accepted, rejected)} {self._rate(done)}"
         if self.mode == "rich":
             self._bar.update(self._task, completed=done, info=info)
+        elif self.mode == "jupyter":
+            now = time.perf_counter()
+            if self._display is not None and (
+                now - self._last >= JUPYTER_EVERY or done == self.total
+            ):
+                from IPython.display import HTML
+
+                self._last = now
+                elapsed = now - self._t0
+                eta = elapsed / done * (self.total - done) if done else None
+                self._display.update(HTML(bar_html(self.name, done, self.total, info, eta)))
         elif self.mode == "plain":
             now = time.perf_counter()
             if now - self._last >= self.every or done == self.total:

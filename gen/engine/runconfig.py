@@ -80,7 +80,8 @@ class CommonConfig(BaseModel):
     """Per-call LLM and embedding cache folder ($GEN_CACHE_DIR, else ~/.cache/gen; null disables
     caching)."""
     progress: Literal["auto", "rich", "plain", "off"] = "auto"
-    """Progress display: rich on a terminal, periodic lines otherwise."""
+    """Progress display: rich on a terminal, an updating bar in a Jupyter notebook, periodic lines
+    otherwise."""
     progress_every: float = Field(default=10.0, gt=0)
     """Seconds between plain progress lines."""
 

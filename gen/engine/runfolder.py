@@ -12,7 +12,10 @@ API) opens it here, so none of them guesses from file names what a folder holds:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import html
+import itertools
+import json
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -316,6 +319,31 @@ class RunFolder:
             else ")"
         )
 
+    def _repr_html_(self) -> str:
+        """The folder as a notebook shows it: what made it, its counts, its funnel (rejects by
+        reason) and its first records."""
+        counts = self.manifest.counts
+        facts: list[tuple[str, Any]] = [
+            ("generator", self.generator),
+            ("kind", self.kind),
+            ("folder", self.path),
+        ]
+        if counts is not None:
+            facts += [
+                ("requested", counts.requested),
+                ("accepted", counts.accepted),
+                ("rejected", counts.rejected),
+            ]
+        if not self.ok:
+            facts.append(("exit code", f"{self.manifest.exit_code}: {self.manifest.error or ''}"))
+        funnel = sorted((counts.rejects_by_reason if counts else {}).items(), key=lambda kv: -kv[1])
+        try:
+            rows = [row for _, row in itertools.islice(self.rows(), HTML_ROWS)]
+            note = None
+        except (OSError, ValueError) as e:  # a damaged records file: shown, never raised
+            rows, note = [], str(e)
+        return html_card("RunFolder", facts, funnel, rows, note=note)
+
     # ----------------------------------------------------------------- tables
 
     def to_polars(self) -> Any:
@@ -339,6 +367,59 @@ class RunFolder:
             r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in self.records()
         ]
         return datasets.Dataset.from_list(rows)
+
+
+HTML_ROWS = 5
+"""Records a notebook's table of a run folder or bank shows."""
+HTML_COLUMNS = 8
+HTML_CELL = 120
+
+
+def html_cell(value: Any) -> str:
+    """One value for an HTML table: text as is, anything else as JSON, cut, always escaped."""
+    if isinstance(value, Path):
+        value = str(value)
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) > HTML_CELL:
+        text = text[: HTML_CELL - 1] + "…"
+    return html.escape(text)
+
+
+def html_card(
+    title: str,
+    facts: Sequence[tuple[str, Any]],
+    funnel: Sequence[tuple[str, int]],
+    rows: Sequence[Any],
+    *,
+    funnel_title: str = "rejected by reason",
+    rows_title: str | None = None,
+    note: str | None = None,
+) -> str:
+    """What a notebook shows for a run folder or a bank (``_repr_html_``): a table of facts and
+    counts, the funnel, and the first rows' first columns. Every text is escaped: records hold
+    what a model wrote."""
+    out = [f'<div class="gen-card"><table><caption><b>{html.escape(title)}</b></caption>']
+    out += [f"<tr><th>{html.escape(k)}</th><td>{html_cell(v)}</td></tr>" for k, v in facts]
+    out.append("</table>")
+    if funnel:
+        out.append(f"<table><caption>{html.escape(funnel_title)}</caption>")
+        out += [f"<tr><td>{html_cell(k)}</td><td>{v}</td></tr>" for k, v in funnel]
+        out.append("</table>")
+    if note:
+        out.append(f"<p>{html_cell(note)}</p>")
+    dicts = [r for r in rows if isinstance(r, dict)]
+    if dicts:
+        columns = list(dict.fromkeys(k for r in dicts for k in r))[:HTML_COLUMNS]
+        caption = rows_title or f"first {len(dicts)} records"
+        out.append(f"<table><caption>{html.escape(caption)}</caption><tr>")
+        out += [f"<th>{html_cell(c)}</th>" for c in columns]
+        out.append("</tr>")
+        for r in dicts:
+            cells = "".join(f"<td>{html_cell(r[c]) if c in r else ''}</td>" for c in columns)
+            out.append(f"<tr>{cells}</tr>")
+        out.append("</table>")
+    out.append("</div>")
+    return "".join(out)
 
 
 def records_file(path: Path, name: str) -> Path:

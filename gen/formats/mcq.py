@@ -61,6 +61,30 @@ class Bank:
     fills
     it."""
 
+    def _repr_html_(self) -> str:
+        """The bank as a notebook shows it: its items by question type, the rows that loaded
+        with a defect (by problem), and its first items."""
+        from collections import Counter
+
+        from gen.engine.runfolder import HTML_ROWS, html_card
+
+        by_type = Counter(item.question_type for item in self.items)
+        facts: list[tuple[str, Any]] = [
+            ("file", self.path),
+            ("format", self.format),
+            ("items", len(self.items)),
+            *((f"items of type {t}", n) for t, n in sorted(by_type.items())),
+            ("rows with a defect", len(self.problems)),
+        ]
+        funnel = Counter(str(p.get("problem", "?")) for p in self.problems).most_common()
+        rows = [
+            item.model_dump(
+                mode="json", include={"item_id", "question_type", "question", "options", "answer"}
+            )
+            for item in self.items[:HTML_ROWS]
+        ]
+        return html_card("MCQ bank", facts, funnel, rows, funnel_title="defects by problem")
+
 
 BANK_FORMATS = {".csv": "egotom_csv", ".jsonl": "jsonl", ".json": "wagibench_json"}
 """A bank file's format by its suffix (see :class:`Bank`)."""
