@@ -41,6 +41,7 @@ from gen.engine.runconfig import CommonConfig
 from gen.engine.runfolder import RunFolder
 from gen.errors import ConfigError, InputError
 from gen.llm.secrets import refuse_in_config
+from gen.paths import inside
 
 LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 """The run log's line format (the command line's comes from ``conf/hydra/job_logging``)."""
@@ -129,7 +130,7 @@ def in_memory_inputs(
         elif isinstance(value, list | tuple) and any(isinstance(v, RunFolder) for v in value):
             out[key] = [str(v.path) if isinstance(v, RunFolder) else v for v in value]
         elif key in fields and takes_a_path(key, fields[key].annotation) and is_table(value):
-            file = folder / INPUTS_DIR / f"{key}.jsonl"
+            file = inside(folder, f"{INPUTS_DIR}/{key}.jsonl", what="option")
             tables[key] = table_rows(value, f"{key}= (in memory, for {file})")
             out[key] = str(file)
         else:
@@ -140,7 +141,7 @@ def in_memory_inputs(
         try:
             (folder / INPUTS_DIR).mkdir(parents=True, exist_ok=True)
             for key, rows in tables.items():
-                file = folder / INPUTS_DIR / f"{key}.jsonl"
+                file = inside(folder, f"{INPUTS_DIR}/{key}.jsonl", what="option")
                 text = "".join(
                     json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows
                 )
