@@ -110,9 +110,14 @@ class Lemmas:
     agree); the cost follows the vocabulary, not the bank's length. ``english=False`` keeps words as
     they are (the tagger is English)."""
 
+    CACHED = 1 << 16
+    """Texts whose content lemmas are kept (cleared when full): a context's lines and a bank's
+    questions repeat, and each is read once per item that shows it."""
+
     def __init__(self, english: bool = True) -> None:
         self.english = english
         self._map: dict[str, str] = {}
+        self._content: dict[str, list[str]] = {}
 
     def learn(self, texts: Iterable[str]) -> None:
         """Lemmatise the new words of ``texts`` in one batch."""
@@ -133,7 +138,11 @@ class Lemmas:
 
     def content(self, text: str) -> list[str]:
         """The lemmas of ``text``'s content words, in order (stopwords and bare one-digit numbers
-        left out, before and after lemmatising)."""
+        left out, before and after lemmatising). Cached per text: the list is shared, not to be
+        changed."""
+        got = self._content.get(text)
+        if got is not None:
+            return got
         from gen.text.words import STOPWORDS
 
         self.learn([text])
@@ -144,6 +153,9 @@ class Lemmas:
             lemma = self._map.get(w, w)
             if lemma not in STOPWORDS:
                 out.append(lemma)
+        if len(self._content) >= self.CACHED:
+            self._content.clear()
+        self._content[text] = out
         return out
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -81,6 +81,11 @@ class View:
     context: list[str]
     question: str
     bank: str | None = None
+
+
+Row = tuple[View, Any]
+"""An item's view and its options' features: lists of floats while it is read, then (its texts
+dropped) a float32 array."""
 
 
 def views(data: AuditData) -> Iterator[View]:
@@ -177,12 +182,17 @@ class OptionView:
 
 
 def option_views(
-    lemmas: Lemmas, v: View, share: float, common: frozenset[str] = frozenset()
+    lemmas: Lemmas,
+    v: View,
+    share: float,
+    common: frozenset[str] = frozenset(),
+    context: tuple[list[Window], int] | None = None,
 ) -> tuple[list[OptionView], list[Window]]:
     """Per option, what the context shows of it (``share``: the part of its distinctive lemmas one
     window must hold to name it; ``common``: lemmas every question of the item's type holds, which
-    say nothing about this item's question)."""
-    wins, length = windows(lemmas, v.context)
+    say nothing about this item's question; ``context``: :func:`windows` of ``v.context`` when the
+    caller has them)."""
+    wins, length = context if context is not None else windows(lemmas, v.context)
     context = set().union(*(w for _, _, w in wins)) if wins else set()
     question = set(lemmas.content(v.question)) - common
     out = []
@@ -285,6 +295,20 @@ def _cosines(data: AuditData, rows: list[tuple[View, list[list[float]]]]) -> Non
                 f += [float(e @ C[r] - e @ others_c), float(e @ Q[r] - e @ others_q)]
 
 
+def _done_with_texts(data: AuditData, rows: list[Row], n: int) -> None:
+    """The last ``n`` rows' cosines (with embeddings; ``n`` is one block of :func:`_cosines`, or
+    the last), then their texts dropped: what follows reads ids, types, groups, answers and the
+    number of options (a million items' contexts are gigabytes)."""
+    if not n:
+        return
+    if data.embed is not None:
+        _cosines(data, rows[-n:])
+    for r in range(len(rows) - n, len(rows)):
+        v, feats = rows[r]
+        slim = replace(v, options=[[]] * len(v.options), context=[], question="")
+        rows[r] = (slim, np.asarray(feats, dtype=np.float32))  # what _classify makes of them
+
+
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
     out = [
@@ -329,7 +353,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
     conditional-logit classifier on these features, cross-validated as the choice-only one (check
     7), against chance by the audit's tell rules."""
     lemmas = Lemmas(english=cfg.language == "en")
-    rows: list[tuple[View, list[list[float]]]] = []
+    rows: list[Row] = []
     tells_by_item: list[str | None] = []
     odd: list[bool] = []
     named_rates: list[tuple[bool, list[bool], float | None, list[float | None]]] = []
@@ -339,9 +363,17 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
     for v in views(data):
         q = frozenset(lemmas.content(v.question))
         common[v.question_type] = common.get(v.question_type, q) & q
+    last: tuple[list[str], tuple[list[Window], int]] | None = None
+    pending = 0  # rows whose texts the embedder has not read yet
     for v in views(data):
-        ov, _ = option_views(lemmas, v, cfg.context_name_share, common[v.question_type])
+        if last is None or last[0] != v.context:  # the items of a clip follow each other
+            last = (v.context, windows(lemmas, v.context))
+        ov, _ = option_views(lemmas, v, cfg.context_name_share, common[v.question_type], last[1])
         rows.append((v, lexical_features(ov)))
+        pending += 1
+        if pending == EMBED_BLOCK or data.embed is None:
+            _done_with_texts(data, rows, pending)
+            pending = 0
         tells_by_item.append(tell_of(ov, v.answer))
         odd.append(has_odd_one(ov))
         named_rates.append(
@@ -352,12 +384,12 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 [o.first for j, o in enumerate(ov) if j != v.answer],
             )
         )
+    _done_with_texts(data, rows, pending)
     if not rows:
         return CheckResult(KEY, "skipped", "no item with options, an answer and a visible context")
     res = CheckResult(KEY)
     names = list(LEXICAL)
     if data.embed is not None:
-        _cosines(data, rows)
         names += EMBEDDED
     for (v, _), kind in zip(rows, tells_by_item, strict=True):
         if kind is None:
@@ -458,7 +490,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
 
 
 def _classify(
-    rows: list[tuple[View, list[list[float]]]], names: list[str], cfg: AuditConfig, seed: int
+    rows: list[Row], names: list[str], cfg: AuditConfig, seed: int
 ) -> tuple[int, list[tuple[str, float]]]:
     """Expected hits of the conditional logit over the fold draws (as check 7 counts them), and
     the features the model fitted on every item leans on most."""
