@@ -22,6 +22,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator
@@ -342,10 +343,12 @@ def repetition(text: str, ctx: GateContext) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1 << 14)
 def could_repeat(text: str) -> bool:
     """Whether some word-like token of ``text`` comes three times (by the tokenizer alone): the
     content-word rule counts a subset of these tokens, so without one it cannot fire and the text
-    need not be tagged."""
+    need not be tagged (kept for the last texts asked: the audit asks before tagging and again in
+    the gate)."""
     counts = Counter(w.lower() for w in words(text) if _WORD.fullmatch(w))
     return max(counts.values(), default=0) >= 3
 

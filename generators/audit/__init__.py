@@ -124,6 +124,10 @@ class AuditConfig(CommonConfig):
     """L2 penalty of the choice-only classifier (on standardised features)."""
     shortcut_min_items: int = Field(30, ge=10)
     """Fewest items of a question type to train the choice-only classifier on."""
+    shortcut_max_items: int = Field(50_000, ge=100)
+    """Most items of a question type the choice-only and options-against-context classifiers are
+    cross-validated on; a larger type is sampled (seeded) to this many: the accuracy is then known
+    to a few tenths of a point, and only sampled items can be listed as easy."""
     shortcut_confidence: float = Field(0.8, gt=0, le=1)
     """Out-of-fold probability of the answer above which a solved item is listed as easy."""
     blind_max_correct: int = Field(2, ge=0)

@@ -19,6 +19,7 @@ from gen.generators.audit.checks.shortcut import (  # check 7's classifier, reus
     cv_hits,
     folds_for,
     one_blas_thread,
+    sampled,
 )
 from gen.generators.audit.registry import (
     TELL_OPTIONS,
@@ -444,22 +445,27 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
             row["note"] = f"classifier not run: fewer than {cfg.shortcut_min_items} items"
             per_type[qtype] = row
             continue
-        k, weights = _classify([rows[r] for r in idx], names, cfg, data.seed)
+        fit = idx
+        if n > cfg.shortcut_max_items:  # the tell's estimate, at a bounded cost (as check 7)
+            fit = sampled(np.asarray(idx), cfg.shortcut_max_items, data.seed).tolist()
+            p0 = float(np.mean([1 / len(rows[r][0].options) for r in fit]))
+            row["sampled"] = len(fit)
+        k, weights = _classify([rows[r] for r in fit], names, cfg, data.seed)
         row |= {
             "folds": cfg.shortcut_folds,
             "repeats": cfg.shortcut_repeats,
-            "accuracy": rounded(k / n, 3),
+            "accuracy": rounded(k / len(fit), 3),
             "top_features": weights,
         }
         per_type[qtype] = row
         tell = Tell(
             {"question_type": qtype, "tell": "options-against-context classifier"},
             k,
-            n,
+            len(fit),
             p0,
-            binom_greater(k, n, p0),
+            binom_greater(k, len(fit), p0),
         )
-        tells.append((tell, [rows[r][0].item_id for r in idx], weights))
+        tells.append((tell, [rows[r][0].item_id for r in fit], weights))
     judged([t for t, _, _ in tells], cfg)
     for tell, ids, weights in tells:
         if tell.severity is None:
@@ -510,7 +516,7 @@ def _classify(
         folds = [
             folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)
         ]
-        _, right = cv_hits(F, mask, y, folds, cfg.shortcut_folds, cfg.shortcut_l2)
+        _, right = cv_hits(F, mask, y, folds, cfg.shortcut_folds, cfg.shortcut_l2, cfg.workers)
         everyone = np.ones(n, dtype=bool)
         w = _fit_logit(F, _standardised(F, mask, everyone), mask, y, cfg.shortcut_l2, everyone)
     top = np.argsort(-np.abs(w))[:5]

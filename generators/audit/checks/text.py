@@ -31,7 +31,7 @@ def _markdown(r: CheckResult) -> list[str]:
     title="Text gates: echoes, truncation, surface form, repetition, language",
     finds="questions and options that fail the shared text gates (prompt echoes, cut-off text, "
     "an action without its verb, degenerate repetition, another language)",
-    uses=("language", "workers"),
+    uses=("language",),
     markdown=_markdown,
 )
 def text(data: AuditData, cfg: AuditConfig) -> CheckResult:
