@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gen.text.tagging import Penn, penn, tags
+from gen.text.tagging import Penn, Tail, penn, tags
 
 if TYPE_CHECKING:
     from gen.text.gates import Kind
@@ -26,10 +26,37 @@ _GOAL_FRAMES = ("He wants to {}", "To {}", "I need to {}")
 _BELIEF_FRAMES = ("He believes that {}", "{}")
 
 
-def _tail(frame: str, rest: str) -> list[Penn]:
-    """Penn tags of ``rest`` inside ``frame`` (the frame's own tokens dropped)."""
+HEAD_TOKENS = {"goal": 4, "action": 4, "phrase": 4, "belief": 8}
+"""Tags after a frame's own that the form's test reads first: a verb in the first three (after
+an adverb), a belief's clause verb in the first eight. Only a head of the carrier sentence that
+holds them is tagged (:class:`gen.text.tagging.Tail`); a test that reads further tags the rest."""
+
+
+def _tail(frame: str, rest: str, kind: str) -> Sequence[Penn]:
+    """Penn tags of ``rest`` inside ``frame`` (the frame's own tokens dropped), exactly."""
     pre = frame.split("{}")[0]
-    return list(penn(frame.format(rest)))[len(penn(pre.strip())) if pre.strip() else 0 :]
+    return Tail(frame.format(rest), len(penn(pre.strip())) if pre.strip() else 0, HEAD_TOKENS[kind])
+
+
+def carrier(text: str, kind: str) -> tuple[str, int] | None:
+    """The first carrier sentence the form's test of ``text`` reads, and the tags it reads of it
+    (frame's own and :data:`HEAD_TOKENS`), for tagging many at once
+    (:func:`gen.text.tagging.warm_heads`); None for a kind without a form or a text without its
+    prefix."""
+    frames = {
+        "goal": (_GOAL_FRAMES[0], r"^To\s+(\S.*)$"),
+        "action": (_ACTION_FRAMES[0], r"^C\s+(\S.*)$"),
+        "phrase": (_ACTION_FRAMES[0], r"^(\S.*)$"),
+        "belief": (_BELIEF_FRAMES[0], r"^C believes(?:\s+that)?\s+(\S.*)$"),
+    }
+    if kind not in frames:
+        return None
+    frame, prefix = frames[kind]
+    m = re.match(prefix, text.strip().rstrip(".!").strip())
+    if not m:
+        return None
+    pre = frame.split("{}")[0].strip()
+    return frame.format(m.group(1)), len(penn(pre)) + HEAD_TOKENS[kind]
 
 
 def _starts_with_verb(toks: Sequence[tuple[str, ...]], ok: set[str]) -> bool:
@@ -60,7 +87,9 @@ def _form(text: str, kind: Kind) -> str | None:
         m = re.match(r"^To\s+(\S.*)$", body)
         if not m:
             return "a goal starts with 'To <verb>'"
-        if not any(_starts_with_verb(_tail(f, m.group(1)), {"VB", "VBP"}) for f in _GOAL_FRAMES):
+        if not any(
+            _starts_with_verb(_tail(f, m.group(1), kind), {"VB", "VBP"}) for f in _GOAL_FRAMES
+        ):
             return f"no verb after 'To': {_shown(m.group(1))}"
         return None
     if kind in ("action", "phrase"):
@@ -71,7 +100,7 @@ def _form(text: str, kind: Kind) -> str | None:
             rest = m.group(1)
         else:
             rest = body
-        if not any(_starts_with_verb(_tail(f, rest), _VERB) for f in _ACTION_FRAMES):
+        if not any(_starts_with_verb(_tail(f, rest, kind), _VERB) for f in _ACTION_FRAMES):
             return (
                 f"no verb after 'C': {_shown(rest)}"
                 if kind == "action"
@@ -82,7 +111,7 @@ def _form(text: str, kind: Kind) -> str | None:
         m = re.match(r"^C believes(?:\s+that)?\s+(\S.*)$", body)
         if not m:
             return "a belief starts with 'C believes that <clause>'"
-        if not any(_has_clause(_tail(f, m.group(1))) for f in _BELIEF_FRAMES):
+        if not any(_has_clause(_tail(f, m.group(1), kind)) for f in _BELIEF_FRAMES):
             return f"no clause after 'C believes that': {_shown(m.group(1))}"
         return None
     if kind == "sentence" and not _has_clause(penn(body)):

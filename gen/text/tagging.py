@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, overload
 
 LANGUAGES = (
     "en",
@@ -203,6 +203,135 @@ def warm_penn(texts: Iterable[str], *, workers: int = 1) -> None:
             penn(text)
 
 
+RECEPTIVE = 4
+"""Tokens on each side that a token's Penn tag depends on. The tagger is a softmax over each
+token's tok2vec vector; en_core_web_sm's tok2vec embeds each token from its own features (norm,
+prefix, suffix, shape, whether a space follows) and mixes in one neighbour on each side per layer
+(MaxoutWindowEncoder, depth 4, window 1). So the first tags of a text are those of a head of it
+that holds this many tokens more (:func:`penn_head`); :func:`_receptive_field` checks the model."""
+_HEADS: dict[str, tuple[tuple[Penn, ...], int]] = {}
+
+
+@cache
+def _receptive_field() -> int:
+    """:data:`RECEPTIVE` as the loaded model's config gives it (depth x window of its tok2vec
+    encoder), refusing a model whose tags read more than that or whose tagger has its own
+    context."""
+    nlp = tagger()
+    cfg = nlp.config["components"]
+    encode = cfg["tok2vec"]["model"]["encode"]
+    if (
+        "MaxoutWindowEncoder" not in encode["@architectures"]
+        or "Tok2VecListener" not in cfg["tagger"]["model"]["tok2vec"]["@architectures"]
+    ):
+        raise RuntimeError("penn_head: the tagger's model is not the one RECEPTIVE describes")
+    return int(encode["depth"]) * int(encode["window_size"])
+
+
+def _head(text: str, tokens: int) -> str:
+    """The shortest head of ``text`` cut after a space that has at least ``tokens`` spaces (each
+    one ends a token or is one; the tokenizer reads the text between spaces on its own), or the
+    whole text."""
+    at = -1
+    for _ in range(tokens):
+        at = text.find(" ", at + 1)
+        if at < 0:
+            return text
+    return text[: at + 1]
+
+
+def penn_head(text: str, tokens: int) -> tuple[tuple[Penn, ...], int]:
+    """The Penn tags of a head of ``text`` and how many of them (from the start) are exactly
+    :func:`penn`'s (all of them when the head is the whole text; at least ``tokens`` unless the
+    text is shorter): the tagger reads ``tokens`` + :data:`RECEPTIVE` tokens, not the whole text.
+    Cached with :func:`warm_heads`."""
+    hit = _HEADS.get(text)
+    if hit is not None and (hit[1] >= tokens or hit[1] == len(hit[0])):
+        return hit
+    full = _PENN.get(text)
+    if full is not None or len(text) > TAG_MAX_CHARS:
+        got = full if full is not None else penn(text)
+        return got, len(got)
+    head = _head(text, tokens + _receptive_field())
+    nlp = tagger()
+    with _NLP_LOCK:
+        doc = nlp(head, disable=_TAGGER_ONLY)
+    return _remember_head(text, head, doc)
+
+
+def _remember_head(text: str, head: str, doc: Any) -> tuple[tuple[Penn, ...], int]:
+    tags = _penn_of([doc])
+    exact = len(tags) if head == text else max(0, len(tags) - _receptive_field())
+    if len(_HEADS) >= _TAGS_MAX:
+        _HEADS.clear()
+    _HEADS[text] = (tags, exact)
+    return tags, exact
+
+
+def warm_heads(texts: Iterable[tuple[str, int]]) -> None:
+    """:func:`penn_head` for many ``(text, tokens)``, in batches (each distinct head tagged
+    once)."""
+    todo = [
+        (t, n)
+        for t, n in dict.fromkeys(texts)
+        if len(t) <= TAG_MAX_CHARS and t not in _PENN and t not in _HEADS
+    ]
+    if not todo:
+        return
+    nlp = tagger()
+    field = _receptive_field()
+    heads = [_head(t, n + field) for t, n in todo]
+    distinct = list(dict.fromkeys(heads))
+    with _NLP_LOCK:
+        docs = dict(
+            zip(
+                distinct,
+                nlp.pipe(distinct, batch_size=256, disable=list(_TAGGER_ONLY)),
+                strict=True,
+            )
+        )
+    for (text, _), head in zip(todo, heads, strict=True):
+        _remember_head(text, head, docs[head])
+
+
+class Tail(Sequence[Penn]):
+    """``penn(text)[offset:]``, exactly, read from a head of ``text`` (:func:`penn_head`) while
+    the reads stay in its exact part, from the whole text after that. What the surface-form gate
+    reads of a carrier sentence: its first few tags after the frame's own."""
+
+    def __init__(self, text: str, offset: int, tokens: int) -> None:
+        self.text, self.offset = text, offset
+        self._tags, self._exact = penn_head(text, offset + tokens)
+        self._len: int | None = len(self._tags) - offset if self._exact == len(self._tags) else None
+
+    def __len__(self) -> int:
+        if self._len is None:
+            tokenizer = tagger().tokenizer
+            with _NLP_LOCK:
+                self._len = len(tokenizer(self.text)) - self.offset
+        return max(0, self._len)
+
+    @overload
+    def __getitem__(self, k: int) -> Penn: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> Sequence[Penn]: ...
+
+    def __getitem__(self, k: int | slice) -> Penn | Sequence[Penn]:
+        if isinstance(k, slice):
+            return [self[j] for j in range(len(self))[k]]
+        if k < 0:
+            k += len(self)
+        if k < 0 or k >= len(self):
+            raise IndexError("Tail index out of range")
+        at = self.offset + k
+        if at < self._exact:
+            return self._tags[at]
+        self._tags = penn(self.text)  # past the head: the whole text, once
+        self._exact = len(self._tags)
+        return self._tags[at]
+
+
 _POS: dict[tuple[str, str], str] = {}
 
 
@@ -255,18 +384,18 @@ def words(text: str) -> list[str]:
         return [t.text for part in _parts(text) for t in tokenizer(part)]
 
 
-Mark = tuple[int, int]
+Mark = tuple[int, int, int]
 
 
 def tagged_count() -> Mark:
     """How many texts' tags (and Penn tags) are remembered (a mark for :func:`forget_since`)."""
-    return len(_TAGS), len(_PENN)
+    return len(_TAGS), len(_PENN), len(_HEADS)
 
 
 def forget_since(mark: Mark) -> None:
     """Drop the tags remembered after ``mark`` (a bank's texts are seen once: an audit keeps only
     its current chunk's)."""
-    for memo, n in ((_TAGS, mark[0]), (_PENN, mark[1])):
+    for memo, n in ((_TAGS, mark[0]), (_PENN, mark[1]), (_HEADS, mark[2])):
         newer = len(memo) - n if len(memo) >= n else len(memo)  # fewer: cleared since
         for text in list(itertools.islice(reversed(memo), newer)):
             del memo[text]

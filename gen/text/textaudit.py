@@ -4,30 +4,14 @@ option, streamed in chunks so that a bank of any size holds one chunk's tags in 
 from __future__ import annotations
 
 import itertools
-import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gen.text.gates import CONTENT_WORDS_WITHIN, Gates, Kind, could_repeat, key, run_gates
-from gen.text.surface import _ACTION_FRAMES, _BELIEF_FRAMES, _GOAL_FRAMES
-from gen.text.tagging import forget_since, tagged_count, warm_penn
-
-
-def _first_frames(text: str, kind: Kind) -> list[str]:
-    """The texts the gates of ``kind`` will tag first for ``text``."""
-    body = text.strip().rstrip(".!").strip()
-    frame = {
-        "goal": _GOAL_FRAMES[0],
-        "action": _ACTION_FRAMES[0],
-        "phrase": _ACTION_FRAMES[0],
-        "belief": _BELIEF_FRAMES[0],
-    }.get(kind)
-    if frame is None:
-        return [text]
-    rest = re.sub(r"^(?:To|C believes(?:\s+that)?|C)\s+", "", body)
-    return [text, frame.format(rest), frame.split("{}")[0].strip()]
+from gen.text.surface import carrier
+from gen.text.tagging import forget_since, tagged_count, warm_heads, warm_penn
 
 
 @dataclass
@@ -94,17 +78,13 @@ def _verdicts(texts: list[tuple[str, Kind]], language: str) -> list[Verdict]:
     """The gates over some distinct texts, their tags read in one batch and forgotten after."""
     ctx = Gates(language=language).context
     mark = tagged_count()
-    # the surface-form gate reads the Penn tags of a form's first frame, the repetition gate
-    # those of a text that has a word three times (and their POS, gen.text.tagging.pos_tags)
+    # the surface-form gate reads the first Penn tags of a form's carrier sentence, the repetition
+    # gate all of a text that has a word three times (and their POS, gen.text.tagging.pos_tags)
+    warm_heads(c for text, kind in texts if (c := carrier(text, kind)) is not None)
     warm_penn(
-        x
-        for text, kind in texts
-        for x in _first_frames(text, kind)[1:]
-        + (
-            [text]
-            if len(key(text).split()) <= CONTENT_WORDS_WITHIN and could_repeat(text)
-            else []
-        )
+        text
+        for text, _ in texts
+        if len(key(text).split()) <= CONTENT_WORDS_WITHIN and could_repeat(text)
     )
     out: list[Verdict] = []
     for text, kind in texts:
@@ -157,9 +137,7 @@ def audit_texts(
                     break
                 todo = list(
                     dict.fromkeys(
-                        k
-                        for t in chunk
-                        if (k := (t.text, t.kind)) not in memo and k not in sent
+                        k for t in chunk if (k := (t.text, t.kind)) not in memo and k not in sent
                     )
                 )
                 sent.update(todo)

@@ -154,6 +154,15 @@ def windows(lemmas: Lemmas, texts: list[str]) -> tuple[list[Window], int]:
     return out, at
 
 
+def window_index(wins: list[Window]) -> dict[str, np.ndarray]:
+    """Per lemma of a context, the windows that hold it (in order)."""
+    where: dict[str, list[int]] = {}
+    for r, (_, _, w) in enumerate(wins):
+        for lemma in w:
+            where.setdefault(lemma, []).append(r)
+    return {k: np.array(v, dtype=np.int64) for k, v in where.items()}
+
+
 def names_of(lemmas: Lemmas, options: list[list[str]]) -> list[list[set[str]]]:
     """Per option, per name, the lemmas that set it apart: its content lemmas that no other option
     has (a template's shared words drop out). A name with none of its own is no evidence for its
@@ -188,13 +197,16 @@ def option_views(
     share: float,
     common: frozenset[str] = frozenset(),
     context: tuple[list[Window], int] | None = None,
+    where: dict[str, np.ndarray] | None = None,
 ) -> tuple[list[OptionView], list[Window]]:
     """Per option, what the context shows of it (``share``: the part of its distinctive lemmas one
     window must hold to name it; ``common``: lemmas every question of the item's type holds, which
-    say nothing about this item's question; ``context``: :func:`windows` of ``v.context`` when the
-    caller has them)."""
+    say nothing about this item's question; ``context`` and ``where``: :func:`windows` of
+    ``v.context`` and their :func:`window_index`, when the caller has them)."""
     wins, length = context if context is not None else windows(lemmas, v.context)
-    context = set().union(*(w for _, _, w in wins)) if wins else set()
+    if where is None:
+        where = window_index(wins)
+    context_words = set(where)
     question = set(lemmas.content(v.question)) - common
     out = []
     for names, full in zip(
@@ -202,13 +214,22 @@ def option_views(
         [[set(lemmas.content(n)) for n in o] for o in v.options],
         strict=True,
     ):
+        # per window, the largest share of a name's lemmas it holds (counted by lemma, not by
+        # window: a context has dozens of windows, a name a few lemmas)
+        got = np.zeros(len(wins))
+        for n in names:
+            if n:
+                held = np.zeros(len(wins), dtype=np.int64)
+                for lemma in n:
+                    if lemma in where:
+                        held[where[lemma]] += 1
+                np.maximum(got, held / len(n), out=got)
+        best = max(0.0, float(got.max())) if len(wins) else 0.0
         hits: list[int] = []
-        best = 0.0
         end = -1
-        for start, stop, w in wins:
-            got = max((len(n & w) / len(n) for n in names if n), default=0.0)
-            best = max(best, got)
-            if got >= share - 1e-9 and start >= end:  # overlapping windows count once
+        for r in np.nonzero(got >= share - 1e-9)[0].tolist():
+            start, stop, _ = wins[r]
+            if start >= end:  # overlapping windows count once
                 hits.append(start)
                 end = stop
         words = set().union(*full) if full else set()
@@ -218,7 +239,7 @@ def option_views(
                 len(hits),
                 hits[0] / max(1, length) if hits else None,
                 best,
-                len(words & context) / len(words) if words else 0.0,
+                len(words & context_words) / len(words) if words else 0.0,
                 len(words & question) / len(words) if words else 0.0,
             )
         )
@@ -364,12 +385,15 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
     for v in views(data):
         q = frozenset(lemmas.content(v.question))
         common[v.question_type] = common.get(v.question_type, q) & q
-    last: tuple[list[str], tuple[list[Window], int]] | None = None
+    last: tuple[list[str], tuple[list[Window], int], dict[str, np.ndarray]] | None = None
     pending = 0  # rows whose texts the embedder has not read yet
     for v in views(data):
         if last is None or last[0] != v.context:  # the items of a clip follow each other
-            last = (v.context, windows(lemmas, v.context))
-        ov, _ = option_views(lemmas, v, cfg.context_name_share, common[v.question_type], last[1])
+            wins = windows(lemmas, v.context)
+            last = (v.context, wins, window_index(wins[0]))
+        ov, _ = option_views(
+            lemmas, v, cfg.context_name_share, common[v.question_type], last[1], last[2]
+        )
         rows.append((v, lexical_features(ov)))
         pending += 1
         if pending == EMBED_BLOCK or data.embed is None:
