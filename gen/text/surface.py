@@ -7,10 +7,9 @@ gerund-led phrase's base form."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gen.text.tagging import Penn, Tail, penn, tags
+from gen.text.tagging import Tail, penn, tags
 
 if TYPE_CHECKING:
     from gen.text.gates import Kind
@@ -26,13 +25,14 @@ _GOAL_FRAMES = ("He wants to {}", "To {}", "I need to {}")
 _BELIEF_FRAMES = ("He believes that {}", "{}")
 
 
-HEAD_TOKENS = {"goal": 4, "action": 4, "phrase": 4, "belief": 8}
-"""Tags after a frame's own that the form's test reads first: a verb in the first three (after
-an adverb), a belief's clause verb in the first eight. Only a head of the carrier sentence that
-holds them is tagged (:class:`gen.text.tagging.Tail`); a test that reads further tags the rest."""
+HEAD_TOKENS = {"goal": 3, "action": 3, "phrase": 3, "belief": 4}
+"""Tags after a frame's own that the form's test reads when the text is well formed: a verb in
+the first three, a belief's clause verb among the first four. Only a head of the carrier sentence
+that holds them is tagged (:class:`gen.text.tagging.Tail`); a test that reads further (an adverb
+first, a late verb) has the whole sentence tagged."""
 
 
-def _tail(frame: str, rest: str, kind: str) -> Sequence[Penn]:
+def _tail(frame: str, rest: str, kind: str) -> Tail:
     """Penn tags of ``rest`` inside ``frame`` (the frame's own tokens dropped), exactly."""
     pre = frame.split("{}")[0]
     return Tail(frame.format(rest), len(penn(pre.strip())) if pre.strip() else 0, HEAD_TOKENS[kind])
@@ -59,26 +59,28 @@ def carrier(text: str, kind: str) -> tuple[str, int] | None:
     return frame.format(m.group(1)), len(penn(pre)) + HEAD_TOKENS[kind]
 
 
-def _starts_with_verb(toks: Sequence[tuple[str, ...]], ok: set[str]) -> bool:
+def _starts_with_verb(toks: Tail, ok: set[str]) -> bool:
     i = 0
-    while i < len(toks) and toks[i][1] in _ADVERB:
+    while toks.tag(i) in _ADVERB:
         i += 1
-    if i >= len(toks):
+    first = toks.tag(i)
+    if first is None:
         return False
-    if toks[i][1] in ok:
+    if first in ok:
         return True
     # "season and marinate the meat": a coordinated verb makes the first one a verb too
-    return i + 2 < len(toks) and toks[i + 1][1] == "CC" and toks[i + 2][1] in ok
+    return toks.tag(i + 1) == "CC" and toks.tag(i + 2) in ok
 
 
-def _has_clause(toks: Sequence[tuple[str, ...]]) -> bool:
+def _has_clause(toks: Tail) -> bool:
     """A subject then a verb: a finite verb (or a base form that is not after "to") after the
     first token."""
-    return any(
-        t[1] in _FINITE or (t[1] == "VB" and toks[k - 1][1] != "TO")
-        for k, t in enumerate(toks)
-        if k >= 1
-    )
+    k = 1
+    while (t := toks.tag(k)) is not None:
+        if t in _FINITE or (t == "VB" and toks.tag(k - 1) != "TO"):
+            return True
+        k += 1
+    return False
 
 
 def _form(text: str, kind: Kind) -> str | None:
@@ -114,7 +116,7 @@ def _form(text: str, kind: Kind) -> str | None:
         if not any(_has_clause(_tail(f, m.group(1), kind)) for f in _BELIEF_FRAMES):
             return f"no clause after 'C believes that': {_shown(m.group(1))}"
         return None
-    if kind == "sentence" and not _has_clause(penn(body)):
+    if kind == "sentence" and not _has_clause(Tail.of(penn(body))):
         return "no verb"
     return None
 

@@ -8,7 +8,7 @@ import itertools
 import threading
 from collections.abc import Iterable, Sequence
 from functools import cache
-from typing import Any, overload
+from typing import Any
 
 LANGUAGES = (
     "en",
@@ -209,19 +209,21 @@ token's tok2vec vector; en_core_web_sm's tok2vec embeds each token from its own 
 prefix, suffix, shape, whether a space follows) and mixes in one neighbour on each side per layer
 (MaxoutWindowEncoder, depth 4, window 1). So the first tags of a text are those of a head of it
 that holds this many tokens more (:func:`penn_head`); :func:`_receptive_field` checks the model."""
-_HEADS: dict[str, tuple[tuple[Penn, ...], int]] = {}
+_HEAD_TAGS: dict[str, tuple[Penn, ...]] = {}
+"""Penn tags of heads (:func:`penn_head`), kept across a bank's chunks (cleared when full): heads
+are a few words long and repeat where whole texts do not ("He picks up the knife")."""
+HEADS_KEPT = 1 << 17
 
 
 @cache
 def _receptive_field() -> int:
     """:data:`RECEPTIVE` as the loaded model's config gives it (depth x window of its tok2vec
-    encoder), refusing a model whose tags read more than that or whose tagger has its own
-    context."""
-    nlp = tagger()
-    cfg = nlp.config["components"]
+    encoder), refusing a model whose tags read more than that."""
+    cfg = tagger().config["components"]
     encode = cfg["tok2vec"]["model"]["encode"]
     if (
         "MaxoutWindowEncoder" not in encode["@architectures"]
+        or "MultiHashEmbed" not in cfg["tok2vec"]["model"]["embed"]["@architectures"]
         or "Tok2VecListener" not in cfg["tagger"]["model"]["tok2vec"]["@architectures"]
     ):
         raise RuntimeError("penn_head: the tagger's model is not the one RECEPTIVE describes")
@@ -242,94 +244,79 @@ def _head(text: str, tokens: int) -> str:
 
 def penn_head(text: str, tokens: int) -> tuple[tuple[Penn, ...], int]:
     """The Penn tags of a head of ``text`` and how many of them (from the start) are exactly
-    :func:`penn`'s (all of them when the head is the whole text; at least ``tokens`` unless the
-    text is shorter): the tagger reads ``tokens`` + :data:`RECEPTIVE` tokens, not the whole text.
-    Cached with :func:`warm_heads`."""
-    hit = _HEADS.get(text)
-    if hit is not None and (hit[1] >= tokens or hit[1] == len(hit[0])):
-        return hit
+    :func:`penn`'s: all of them when the head is the whole text, else all but the last
+    :data:`RECEPTIVE` (at least ``tokens``). The tagger reads ``tokens`` + RECEPTIVE tokens, not
+    the whole text."""
     full = _PENN.get(text)
     if full is not None or len(text) > TAG_MAX_CHARS:
         got = full if full is not None else penn(text)
         return got, len(got)
-    head = _head(text, tokens + _receptive_field())
-    nlp = tagger()
-    with _NLP_LOCK:
-        doc = nlp(head, disable=_TAGGER_ONLY)
-    return _remember_head(text, head, doc)
+    field = _receptive_field()
+    head = _head(text, tokens + field)
+    tags = _HEAD_TAGS.get(head)
+    if tags is None:
+        nlp = tagger()
+        with _NLP_LOCK:
+            doc = nlp(head, disable=_TAGGER_ONLY)
+        tags = _remember_head(head, doc)
+    return tags, len(tags) if head == text else max(0, len(tags) - field)
 
 
-def _remember_head(text: str, head: str, doc: Any) -> tuple[tuple[Penn, ...], int]:
-    tags = _penn_of([doc])
-    exact = len(tags) if head == text else max(0, len(tags) - _receptive_field())
-    if len(_HEADS) >= _TAGS_MAX:
-        _HEADS.clear()
-    _HEADS[text] = (tags, exact)
-    return tags, exact
+def _remember_head(head: str, doc: Any) -> tuple[Penn, ...]:
+    if len(_HEAD_TAGS) >= HEADS_KEPT:
+        _HEAD_TAGS.clear()
+    out = _HEAD_TAGS[head] = _penn_of([doc])
+    return out
 
 
 def warm_heads(texts: Iterable[tuple[str, int]]) -> None:
-    """:func:`penn_head` for many ``(text, tokens)``, in batches (each distinct head tagged
+    """:func:`penn_head` for many ``(text, tokens)``, in batches (each head not yet known tagged
     once)."""
-    todo = [
-        (t, n)
-        for t, n in dict.fromkeys(texts)
-        if len(t) <= TAG_MAX_CHARS and t not in _PENN and t not in _HEADS
-    ]
-    if not todo:
+    field = _receptive_field()
+    heads = list(
+        dict.fromkeys(
+            h
+            for t, n in texts
+            if len(t) <= TAG_MAX_CHARS
+            and t not in _PENN
+            and (h := _head(t, n + field)) not in _HEAD_TAGS
+        )
+    )
+    if not heads:
         return
     nlp = tagger()
-    field = _receptive_field()
-    heads = [_head(t, n + field) for t, n in todo]
-    distinct = list(dict.fromkeys(heads))
     with _NLP_LOCK:
-        docs = dict(
-            zip(
-                distinct,
-                nlp.pipe(distinct, batch_size=256, disable=list(_TAGGER_ONLY)),
-                strict=True,
-            )
-        )
-    for (text, _), head in zip(todo, heads, strict=True):
-        _remember_head(text, head, docs[head])
+        for head, doc in zip(
+            heads, nlp.pipe(heads, batch_size=256, disable=list(_TAGGER_ONLY)), strict=True
+        ):
+            _remember_head(head, doc)
 
 
-class Tail(Sequence[Penn]):
-    """``penn(text)[offset:]``, exactly, read from a head of ``text`` (:func:`penn_head`) while
-    the reads stay in its exact part, from the whole text after that. What the surface-form gate
-    reads of a carrier sentence: its first few tags after the frame's own."""
+class Tail:
+    """The Penn tags of ``text`` from token ``offset`` on, exactly :func:`penn`'s, read from a
+    head of it (:func:`penn_head`) while the reads stay in its exact part and from the whole text
+    after that. What the surface-form gate reads of a carrier sentence: its first few tags after
+    the frame's own."""
 
-    def __init__(self, text: str, offset: int, tokens: int) -> None:
+    def __init__(self, text: str, offset: int = 0, tokens: int = 0) -> None:
         self.text, self.offset = text, offset
-        self._tags, self._exact = penn_head(text, offset + tokens)
-        self._len: int | None = len(self._tags) - offset if self._exact == len(self._tags) else None
+        self._tags, self._exact = penn_head(text, offset + tokens) if text else ((), 0)
+        self._whole = self._exact == len(self._tags)
 
-    def __len__(self) -> int:
-        if self._len is None:
-            tokenizer = tagger().tokenizer
-            with _NLP_LOCK:
-                self._len = len(tokenizer(self.text)) - self.offset
-        return max(0, self._len)
+    @classmethod
+    def of(cls, tags: Sequence[Penn]) -> Tail:
+        """Tags already known whole."""
+        out = cls("")
+        out._tags, out._exact, out._whole = tuple(tags), len(tags), True
+        return out
 
-    @overload
-    def __getitem__(self, k: int) -> Penn: ...
-
-    @overload
-    def __getitem__(self, k: slice) -> Sequence[Penn]: ...
-
-    def __getitem__(self, k: int | slice) -> Penn | Sequence[Penn]:
-        if isinstance(k, slice):
-            return [self[j] for j in range(len(self))[k]]
-        if k < 0:
-            k += len(self)
-        if k < 0 or k >= len(self):
-            raise IndexError("Tail index out of range")
+    def tag(self, k: int) -> str | None:
+        """The Penn tag of the ``k``-th token (after ``offset``); None past the last."""
         at = self.offset + k
-        if at < self._exact:
-            return self._tags[at]
-        self._tags = penn(self.text)  # past the head: the whole text, once
-        self._exact = len(self._tags)
-        return self._tags[at]
+        if at >= self._exact and not self._whole:  # past the head: the whole text, once
+            self._tags = penn(self.text)
+            self._exact, self._whole = len(self._tags), True
+        return self._tags[at][1] if at < len(self._tags) else None
 
 
 _POS: dict[tuple[str, str], str] = {}
@@ -384,18 +371,18 @@ def words(text: str) -> list[str]:
         return [t.text for part in _parts(text) for t in tokenizer(part)]
 
 
-Mark = tuple[int, int, int]
+Mark = tuple[int, int]
 
 
 def tagged_count() -> Mark:
     """How many texts' tags (and Penn tags) are remembered (a mark for :func:`forget_since`)."""
-    return len(_TAGS), len(_PENN), len(_HEADS)
+    return len(_TAGS), len(_PENN)
 
 
 def forget_since(mark: Mark) -> None:
     """Drop the tags remembered after ``mark`` (a bank's texts are seen once: an audit keeps only
     its current chunk's)."""
-    for memo, n in ((_TAGS, mark[0]), (_PENN, mark[1]), (_HEADS, mark[2])):
+    for memo, n in ((_TAGS, mark[0]), (_PENN, mark[1])):
         newer = len(memo) - n if len(memo) >= n else len(memo)  # fewer: cleared since
         for text in list(itertools.islice(reversed(memo), newer)):
             del memo[text]
