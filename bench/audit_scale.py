@@ -520,6 +520,8 @@ def run_audit(
         row["check_seconds"] = {
             c["key"]: c["seconds"] for c in rep["checks"] if c["status"] == "ran"
         }
+        if rep.get("embedding"):  # texts asked for, and computed (each distinct text once)
+            row["embedding"] = rep["embedding"]
         row["findings_by_check"] = {
             c["key"]: sum(c["findings"].values()) for c in rep["checks"] if c["findings"]
         }

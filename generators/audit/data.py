@@ -72,6 +72,9 @@ class AuditData:
     manifests: dict[Path, dict[str, Any]] = field(default_factory=dict)
     """Each run folder's manifest.json, read and checked once (:func:`read_manifest`)."""
     embed: Callable[[list[str]], np.ndarray] | None = None
+    embedded: int = 0
+    """Texts the checks gave :attr:`embed` (the embedder computes each distinct one once: its
+    cache is keyed by the text)."""
     seed: int = 0
     grams: Grams = field(default_factory=Grams, repr=False)
     """Word ids of normalised texts, shared by the leakage and duplicate checks."""
@@ -236,7 +239,12 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
     if not cfg.allow_empty:
         _refuse_empty(data, path, cfg.roles)
     if cfg.embeddings:
-        data.embed = lambda texts: ctx.embedder.encode(texts)
+
+        def embed(texts: list[str]) -> np.ndarray:
+            data.embedded += len(texts)
+            return np.asarray(ctx.embedder.encode(texts))
+
+        data.embed = embed
     return data
 
 

@@ -107,6 +107,13 @@ def write_report(
             for r in results
         ],
         "power": power_lines(results),
+        "embedding": None
+        if data.embed is None
+        else {
+            "texts": data.embedded,
+            "computed": getattr(ctx.embedder, "computed", None),
+            "from_cache": getattr(ctx.embedder, "cache_hits", None),
+        },
         "plots": plots,
         "findings": [f.model_dump(mode="json") for f in findings],
     }

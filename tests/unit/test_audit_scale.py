@@ -146,6 +146,7 @@ def test_a_large_question_type_is_classified_on_a_sample(tmp_path: Path) -> None
             workers=2,
         )
         checks = {c["key"]: c["stats"] for c in report["checks"]}
+        assert report["embedding"]["texts"] > 0  # context_options' cosines
         stats[len(stats)] = (checks, findings)
     sampled, again, whole = (stats[k][0] for k in range(3))
     assert sampled == again  # seeded
