@@ -8,6 +8,7 @@ import itertools
 import threading
 from collections.abc import Iterable, Sequence
 from functools import cache
+from sys import intern
 from typing import Any
 
 LANGUAGES = (
@@ -155,7 +156,10 @@ attribute ruler's one rule that sets a tag (a whitespace token is ``_SP``) is ap
 
 
 def _penn_of(docs: list[Any]) -> tuple[Penn, ...]:
-    return tuple((t.text, "_SP" if t.is_space else t.tag_) for doc in docs for t in doc)
+    # interned: a bank's tokens and tags repeat, and tags are kept by the thousand
+    return tuple(
+        (intern(t.text), "_SP" if t.is_space else intern(t.tag_)) for doc in docs for t in doc
+    )
 
 
 def penn(text: str) -> tuple[Penn, ...]:
@@ -212,7 +216,8 @@ that holds this many tokens more (:func:`penn_head`); :func:`_receptive_field` c
 _HEAD_TAGS: dict[str, tuple[Penn, ...]] = {}
 """Penn tags of heads (:func:`penn_head`), kept across a bank's chunks (cleared when full): heads
 are a few words long and repeat where whole texts do not ("He picks up the knife")."""
-HEADS_KEPT = 1 << 17
+HEADS_KEPT = 1 << 15
+"""(About 30 MB of them.)"""
 
 
 @cache
