@@ -29,8 +29,9 @@ NOT_THRESHOLDS = (
     "allow_empty",
     "plots",
     "max_listed",
+    "workers",
 )
-"""Audit options that are inputs or presentation, not thresholds of a check."""
+"""Audit options that are inputs, presentation or execution, not thresholds of a check."""
 
 
 def fails(findings: list[FindingRecord], fail_on: str) -> bool:

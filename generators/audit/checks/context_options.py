@@ -358,6 +358,7 @@ def _markdown(r: CheckResult) -> list[str]:
         "shortcut_repeats",
         "shortcut_l2",
         "shortcut_min_items",
+        "shortcut_max_items",
         *TELL_OPTIONS,
     ),
     markdown=_markdown,
@@ -474,7 +475,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
             fit = sampled(np.asarray(idx), cfg.shortcut_max_items, data.seed).tolist()
             p0 = float(np.mean([1 / len(rows[r][0].options) for r in fit]))
             row["sampled"] = len(fit)
-        k, weights = _classify([rows[r] for r in fit], names, cfg, data.seed)
+        k, weights = _classify([rows[r] for r in fit], names, cfg, data.seed, data.workers)
         row |= {
             "folds": cfg.shortcut_folds,
             "repeats": cfg.shortcut_repeats,
@@ -520,7 +521,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
 
 
 def _classify(
-    rows: list[Row], names: list[str], cfg: AuditConfig, seed: int
+    rows: list[Row], names: list[str], cfg: AuditConfig, seed: int, workers: int = 1
 ) -> tuple[int, list[tuple[str, float]]]:
     """Expected hits of the conditional logit over the fold draws (as check 7 counts them), and
     the features the model fitted on every item leans on most."""
@@ -540,7 +541,7 @@ def _classify(
         folds = [
             folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)
         ]
-        _, right = cv_hits(F, mask, y, folds, cfg.shortcut_folds, cfg.shortcut_l2, cfg.workers)
+        _, right = cv_hits(F, mask, y, folds, cfg.shortcut_folds, cfg.shortcut_l2, workers)
         everyone = np.ones(n, dtype=bool)
         w = _fit_logit(F, _standardised(F, mask, everyone), mask, y, cfg.shortcut_l2, everyone)
     top = np.argsort(-np.abs(w))[:5]

@@ -297,12 +297,13 @@ def shortcut_cv(
     kmax: int | None = None,
     groups: list[str] | None = None,
     answers: np.ndarray | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Per item, the out-of-fold probability of the answer and the share of fold draws in which the
     classifier picks it (``correct``, averaged over ``shortcut_repeats`` draws of the folds), and
     the features the classifier fitted on every item leans on most. ``items`` is read twice (the
     word vocabulary, the features); ``kmax``, ``groups`` (group or id per item) and ``answers``,
-    when the caller has them, save reading it more."""
+    when the caller has them, save reading it more; ``workers``: processes for the fold fits."""
     with one_blas_thread():
         vocab = option_vocab(items)
         F, mask, names = option_features(items, vocab, kmax)
@@ -313,7 +314,7 @@ def shortcut_cv(
             folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)
         ]
         p_answer, right = cv_hits(
-            F, mask, y, folds_list, cfg.shortcut_folds, cfg.shortcut_l2, cfg.workers
+            F, mask, y, folds_list, cfg.shortcut_folds, cfg.shortcut_l2, workers
         )
         everyone = np.ones(len(y), dtype=bool)
         w = _fit_logit(F, _standardised(F, mask, everyone), mask, y, cfg.shortcut_l2, everyone)
@@ -392,6 +393,7 @@ def _markdown(r: CheckResult) -> list[str]:
         "shortcut_repeats",
         "shortcut_l2",
         "shortcut_min_items",
+        "shortcut_max_items",
         "shortcut_confidence",
         "min_items_per_test",
         *TELL_OPTIONS,
@@ -454,6 +456,7 @@ def shortcut(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 for g, i in zip((data.items.groups[j] for j in idx.tolist()), ids, strict=True)
             ],
             answers=data.items.answer[idx].astype(np.int64),
+            workers=data.workers,
         )
         n = len(items)
         # Expected hits over the fold draws. Cross-validated hits are dependent, so the binomial

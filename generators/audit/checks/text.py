@@ -49,7 +49,7 @@ def text(data: AuditData, cfg: AuditConfig) -> CheckResult:
     report = audit_texts(
         (t for it in data.items for t in bank_texts([it])),
         language=cfg.language,
-        workers=cfg.workers,
+        workers=data.workers,
     )
     res = CheckResult(key, stats=report.as_dict())
     for gate, n in report.by_gate.items():
