@@ -11,7 +11,10 @@ line changed; 0.1 %), answers copied into the context (0.1 %), and goal answers 
 option more often than chance (a length tell).
 
 Each configuration runs ``python -m gen audit`` (every check) in its own process under
-``/usr/bin/time -v``: wall time and the peak RSS of that process (the audit starts no other).
+``/usr/bin/time -v``: wall time, CPU time (the audit's worker processes included) and the peak RSS
+of its largest process; ``peak_rss_all_processes_mb`` is the largest sum over the audit and its
+workers (``workers=2``: the text check's process and its pool), sampled every half second, pages
+the forked workers share with their parent counted in each (an upper bound).
 With embeddings, the embedding cache starts empty (``--warm`` keeps it) and MiniLM runs on one
 torch thread (``--embedder-threads``): on the shared 2-core VM two threads only contend.
 ``--code`` runs another checkout's audit (the commit before, for a before/after row).
@@ -37,6 +40,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -447,6 +451,28 @@ def _time_v(stderr: str) -> dict[str, float]:
     }
 
 
+def _tree_peak_rss(p: subprocess.Popen[str], every: float = 0.5) -> int:
+    """Wait for ``p``; the largest sum of the resident sets of the audit's processes (it and its
+    workers, sampled every ``every`` seconds; /usr/bin/time reports the largest single one)."""
+    import psutil
+
+    peak = 0
+    while p.poll() is None:
+        try:
+            procs = psutil.Process(p.pid).children(recursive=True)
+        except psutil.Error:
+            procs = []
+        total = 0
+        for q in procs:  # /usr/bin/time itself is tiny; its child is the audit
+            try:
+                total += q.memory_info().rss
+            except psutil.Error:
+                pass
+        peak = max(peak, total)
+        time.sleep(every)
+    return peak
+
+
 def run_audit(
     path: Path, embeddings: bool, out: Path, cache: Path, code: Path, extra: list[str], cold: bool
 ) -> dict[str, Any]:
@@ -475,12 +501,17 @@ def run_audit(
         # a 1M-item bank is 4.7 GB, over the default cap of one input (2 GiB)
         "GEN_MAX_INPUT_BYTES": str(max(size + 1, 2**31)),
     }
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=code, env=env)
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=code, env=env)
+        tree_peak = _tree_peak_rss(p)
+        err.seek(0)
+        stderr = err.read()
     row: dict[str, Any] = {
         "exit_code": p.returncode,
         "load_before": round(load, 2),
         "load_after": round(os.getloadavg()[0], 2),
-        **_time_v(p.stderr),
+        **_time_v(stderr),
+        "peak_rss_all_processes_mb": round(tree_peak / 2**20, 1),
     }
     report = out / "audit.json"
     if report.is_file():
@@ -489,11 +520,13 @@ def run_audit(
         row["check_seconds"] = {
             c["key"]: c["seconds"] for c in rep["checks"] if c["status"] == "ran"
         }
+        if rep.get("embedding"):  # texts asked for, and computed (each distinct text once)
+            row["embedding"] = rep["embedding"]
         row["findings_by_check"] = {
             c["key"]: sum(c["findings"].values()) for c in rep["checks"] if c["findings"]
         }
     else:
-        row["stderr"] = p.stderr[-2000:]
+        row["stderr"] = stderr[-2000:]
     return row
 
 

@@ -7,10 +7,9 @@ gerund-led phrase's base form."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from typing import Literal
 
-from gen.text.tagging import Penn, penn, tags
+from gen.text.tagging import Tail, penn, tags
 
 Kind = Literal["name", "title", "prose", "sentence", "goal", "belief", "action", "phrase"]
 """What a field holds, which decides its gates:
@@ -35,32 +34,62 @@ _GOAL_FRAMES = ("He wants to {}", "To {}", "I need to {}")
 _BELIEF_FRAMES = ("He believes that {}", "{}")
 
 
-def _tail(frame: str, rest: str) -> list[Penn]:
-    """Penn tags of ``rest`` inside ``frame`` (the frame's own tokens dropped)."""
+HEAD_TOKENS = {"goal": 3, "action": 3, "phrase": 3, "belief": 4}
+"""Tags after a frame's own that the form's test reads when the text is well formed: a verb in
+the first three, a belief's clause verb among the first four. Only a head of the carrier sentence
+that holds them is tagged (:class:`gen.text.tagging.Tail`); a test that reads further (an adverb
+first, a late verb) has the whole sentence tagged."""
+
+
+def _tail(frame: str, rest: str, kind: str) -> Tail:
+    """Penn tags of ``rest`` inside ``frame`` (the frame's own tokens dropped), exactly."""
     pre = frame.split("{}")[0]
-    return list(penn(frame.format(rest)))[len(penn(pre.strip())) if pre.strip() else 0 :]
+    return Tail(frame.format(rest), len(penn(pre.strip())) if pre.strip() else 0, HEAD_TOKENS[kind])
 
 
-def _starts_with_verb(toks: Sequence[tuple[str, ...]], ok: set[str]) -> bool:
+def carrier(text: str, kind: str) -> tuple[str, int] | None:
+    """The first carrier sentence the form's test of ``text`` reads, and the tags it reads of it
+    (frame's own and :data:`HEAD_TOKENS`), for tagging many at once
+    (:func:`gen.text.tagging.warm_heads`); None for a kind without a form or a text without its
+    prefix."""
+    frames = {
+        "goal": (_GOAL_FRAMES[0], r"^To\s+(\S.*)$"),
+        "action": (_ACTION_FRAMES[0], r"^C\s+(\S.*)$"),
+        "phrase": (_ACTION_FRAMES[0], r"^(\S.*)$"),
+        "belief": (_BELIEF_FRAMES[0], r"^C believes(?:\s+that)?\s+(\S.*)$"),
+    }
+    if kind not in frames:
+        return None
+    frame, prefix = frames[kind]
+    m = re.match(prefix, text.strip().rstrip(".!").strip())
+    if not m:
+        return None
+    pre = frame.split("{}")[0].strip()
+    return frame.format(m.group(1)), len(penn(pre)) + HEAD_TOKENS[kind]
+
+
+def _starts_with_verb(toks: Tail, ok: set[str]) -> bool:
     i = 0
-    while i < len(toks) and toks[i][1] in _ADVERB:
+    while toks.tag(i) in _ADVERB:
         i += 1
-    if i >= len(toks):
+    first = toks.tag(i)
+    if first is None:
         return False
-    if toks[i][1] in ok:
+    if first in ok:
         return True
     # "season and marinate the meat": a coordinated verb makes the first one a verb too
-    return i + 2 < len(toks) and toks[i + 1][1] == "CC" and toks[i + 2][1] in ok
+    return toks.tag(i + 1) == "CC" and toks.tag(i + 2) in ok
 
 
-def _has_clause(toks: Sequence[tuple[str, ...]]) -> bool:
+def _has_clause(toks: Tail) -> bool:
     """A subject then a verb: a finite verb (or a base form that is not after "to") after the
     first token."""
-    return any(
-        t[1] in _FINITE or (t[1] == "VB" and toks[k - 1][1] != "TO")
-        for k, t in enumerate(toks)
-        if k >= 1
-    )
+    k = 1
+    while (t := toks.tag(k)) is not None:
+        if t in _FINITE or (t == "VB" and toks.tag(k - 1) != "TO"):
+            return True
+        k += 1
+    return False
 
 
 def _form(text: str, kind: Kind) -> str | None:
@@ -69,7 +98,9 @@ def _form(text: str, kind: Kind) -> str | None:
         m = re.match(r"^To\s+(\S.*)$", body)
         if not m:
             return "a goal starts with 'To <verb>'"
-        if not any(_starts_with_verb(_tail(f, m.group(1)), {"VB", "VBP"}) for f in _GOAL_FRAMES):
+        if not any(
+            _starts_with_verb(_tail(f, m.group(1), kind), {"VB", "VBP"}) for f in _GOAL_FRAMES
+        ):
             return f"no verb after 'To': {_shown(m.group(1))}"
         return None
     if kind in ("action", "phrase"):
@@ -80,7 +111,7 @@ def _form(text: str, kind: Kind) -> str | None:
             rest = m.group(1)
         else:
             rest = body
-        if not any(_starts_with_verb(_tail(f, rest), _VERB) for f in _ACTION_FRAMES):
+        if not any(_starts_with_verb(_tail(f, rest, kind), _VERB) for f in _ACTION_FRAMES):
             return (
                 f"no verb after 'C': {_shown(rest)}"
                 if kind == "action"
@@ -91,10 +122,10 @@ def _form(text: str, kind: Kind) -> str | None:
         m = re.match(r"^C believes(?:\s+that)?\s+(\S.*)$", body)
         if not m:
             return "a belief starts with 'C believes that <clause>'"
-        if not any(_has_clause(_tail(f, m.group(1))) for f in _BELIEF_FRAMES):
+        if not any(_has_clause(_tail(f, m.group(1), kind)) for f in _BELIEF_FRAMES):
             return f"no clause after 'C believes that': {_shown(m.group(1))}"
         return None
-    if kind == "sentence" and not _has_clause(penn(body)):
+    if kind == "sentence" and not _has_clause(Tail.of(penn(body))):
         return "no verb"
     return None
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import cache
+from sys import intern
 from typing import Any
 
 from gen.extras import need
@@ -159,7 +160,10 @@ attribute ruler's one rule that sets a tag (a whitespace token is ``_SP``) is ap
 
 
 def _penn_of(docs: list[Any]) -> tuple[Penn, ...]:
-    return tuple((t.text, "_SP" if t.is_space else t.tag_) for doc in docs for t in doc)
+    # interned: a bank's tokens and tags repeat, and tags are kept by the thousand
+    return tuple(
+        (intern(t.text), "_SP" if t.is_space else intern(t.tag_)) for doc in docs for t in doc
+    )
 
 
 def penn(text: str) -> tuple[Penn, ...]:
@@ -205,6 +209,123 @@ def warm_penn(texts: Iterable[str], *, workers: int = 1) -> None:
     for text in todo:
         if len(text) > TAG_MAX_CHARS:
             penn(text)
+
+
+RECEPTIVE = 4
+"""Tokens on each side that a token's Penn tag depends on. The tagger is a softmax over each
+token's tok2vec vector; en_core_web_sm's tok2vec embeds each token from its own features (norm,
+prefix, suffix, shape, whether a space follows) and mixes in one neighbour on each side per layer
+(MaxoutWindowEncoder, depth 4, window 1). So the first tags of a text are those of a head of it
+that holds this many tokens more (:func:`penn_head`); :func:`_receptive_field` checks the model."""
+_HEAD_TAGS: dict[str, tuple[Penn, ...]] = {}
+"""Penn tags of heads (:func:`penn_head`), kept across a bank's chunks (cleared when full): heads
+are a few words long and repeat where whole texts do not ("He picks up the knife")."""
+HEADS_KEPT = 1 << 15
+"""(About 30 MB of them.)"""
+
+
+@cache
+def _receptive_field() -> int:
+    """:data:`RECEPTIVE` as the loaded model's config gives it (depth x window of its tok2vec
+    encoder), refusing a model whose tags read more than that."""
+    cfg = tagger().config["components"]
+    encode = cfg["tok2vec"]["model"]["encode"]
+    if (
+        "MaxoutWindowEncoder" not in encode["@architectures"]
+        or "MultiHashEmbed" not in cfg["tok2vec"]["model"]["embed"]["@architectures"]
+        or "Tok2VecListener" not in cfg["tagger"]["model"]["tok2vec"]["@architectures"]
+    ):
+        raise RuntimeError("penn_head: the tagger's model is not the one RECEPTIVE describes")
+    return int(encode["depth"]) * int(encode["window_size"])
+
+
+def _head(text: str, tokens: int) -> str:
+    """The shortest head of ``text`` cut after a space that has at least ``tokens`` spaces (each
+    one ends a token or is one; the tokenizer reads the text between spaces on its own), or the
+    whole text."""
+    at = -1
+    for _ in range(tokens):
+        at = text.find(" ", at + 1)
+        if at < 0:
+            return text
+    return text[: at + 1]
+
+
+def penn_head(text: str, tokens: int) -> tuple[tuple[Penn, ...], int]:
+    """The Penn tags of a head of ``text`` and how many of them (from the start) are exactly
+    :func:`penn`'s: all of them when the head is the whole text, else all but the last
+    :data:`RECEPTIVE` (at least ``tokens``). The tagger reads ``tokens`` + RECEPTIVE tokens, not
+    the whole text."""
+    full = _PENN.get(text)
+    if full is not None or len(text) > TAG_MAX_CHARS:
+        got = full if full is not None else penn(text)
+        return got, len(got)
+    field = _receptive_field()
+    head = _head(text, tokens + field)
+    tags = _HEAD_TAGS.get(head)
+    if tags is None:
+        nlp = tagger()
+        with _NLP_LOCK:
+            doc = nlp(head, disable=_TAGGER_ONLY)
+        tags = _remember_head(head, doc)
+    return tags, len(tags) if head == text else max(0, len(tags) - field)
+
+
+def _remember_head(head: str, doc: Any) -> tuple[Penn, ...]:
+    if len(_HEAD_TAGS) >= HEADS_KEPT:
+        _HEAD_TAGS.clear()
+    out = _HEAD_TAGS[head] = _penn_of([doc])
+    return out
+
+
+def warm_heads(texts: Iterable[tuple[str, int]]) -> None:
+    """:func:`penn_head` for many ``(text, tokens)``, in batches (each head not yet known tagged
+    once)."""
+    field = _receptive_field()
+    heads = list(
+        dict.fromkeys(
+            h
+            for t, n in texts
+            if len(t) <= TAG_MAX_CHARS
+            and t not in _PENN
+            and (h := _head(t, n + field)) not in _HEAD_TAGS
+        )
+    )
+    if not heads:
+        return
+    nlp = tagger()
+    with _NLP_LOCK:
+        for head, doc in zip(
+            heads, nlp.pipe(heads, batch_size=256, disable=list(_TAGGER_ONLY)), strict=True
+        ):
+            _remember_head(head, doc)
+
+
+class Tail:
+    """The Penn tags of ``text`` from token ``offset`` on, exactly :func:`penn`'s, read from a
+    head of it (:func:`penn_head`) while the reads stay in its exact part and from the whole text
+    after that. What the surface-form gate reads of a carrier sentence: its first few tags after
+    the frame's own."""
+
+    def __init__(self, text: str, offset: int = 0, tokens: int = 0) -> None:
+        self.text, self.offset = text, offset
+        self._tags, self._exact = penn_head(text, offset + tokens) if text else ((), 0)
+        self._whole = self._exact == len(self._tags)
+
+    @classmethod
+    def of(cls, tags: Sequence[Penn]) -> Tail:
+        """Tags already known whole."""
+        out = cls("")
+        out._tags, out._exact, out._whole = tuple(tags), len(tags), True
+        return out
+
+    def tag(self, k: int) -> str | None:
+        """The Penn tag of the ``k``-th token (after ``offset``); None past the last."""
+        at = self.offset + k
+        if at >= self._exact and not self._whole:  # past the head: the whole text, once
+            self._tags = penn(self.text)
+            self._exact, self._whole = len(self._tags), True
+        return self._tags[at][1] if at < len(self._tags) else None
 
 
 _POS: dict[tuple[str, str], str] = {}

@@ -4,29 +4,14 @@ option, streamed in chunks so that a bank of any size holds one chunk's tags in 
 from __future__ import annotations
 
 import itertools
-import re
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gen.text.gates import CONTENT_WORDS_WITHIN, Gates, Kind, could_repeat, key, run_gates
-from gen.text.surface import _ACTION_FRAMES, _BELIEF_FRAMES, _GOAL_FRAMES
-from gen.text.tagging import forget_since, tagged_count, warm_penn
-
-
-def _first_frames(text: str, kind: Kind) -> list[str]:
-    """The texts the gates of ``kind`` will tag first for ``text``."""
-    body = text.strip().rstrip(".!").strip()
-    frame = {
-        "goal": _GOAL_FRAMES[0],
-        "action": _ACTION_FRAMES[0],
-        "phrase": _ACTION_FRAMES[0],
-        "belief": _BELIEF_FRAMES[0],
-    }.get(kind)
-    if frame is None:
-        return [text]
-    rest = re.sub(r"^(?:To|C believes(?:\s+that)?|C)\s+", "", body)
-    return [text, frame.format(rest), frame.split("{}")[0].strip()]
+from gen.text.surface import carrier
+from gen.text.tagging import forget_since, tagged_count, warm_heads, warm_penn
 
 
 @dataclass
@@ -79,51 +64,116 @@ class TextAudit:
 
 AUDIT_CHUNK = 2048
 """Texts :func:`audit_texts` tags at once."""
+MEMO = 1 << 18
+"""Distinct texts whose verdicts :func:`audit_texts` keeps (cleared when full): a bank repeats its
+questions on every item and may repeat options; each distinct text is tagged and gated once."""
+AHEAD = 2
+"""Chunks in flight per worker process."""
+
+Verdict = tuple[str, str] | None
+"""The first gate a text fails and why, or None."""
+
+
+def _verdicts(texts: list[tuple[str, Kind]], language: str) -> list[Verdict]:
+    """The gates over some distinct texts, their tags read in one batch and forgotten after."""
+    ctx = Gates(language=language).context
+    mark = tagged_count()
+    # the surface-form gate reads the first Penn tags of a form's carrier sentence, the repetition
+    # gate all of a text that has a word three times (and their POS, gen.text.tagging.pos_tags)
+    warm_heads(c for text, kind in texts if (c := carrier(text, kind)) is not None)
+    warm_penn(
+        text
+        for text, _ in texts
+        if len(key(text).split()) <= CONTENT_WORDS_WITHIN and could_repeat(text)
+    )
+    out: list[Verdict] = []
+    for text, kind in texts:
+        failure = run_gates(text, replace(ctx, kind=kind))
+        out.append(None if failure is None else (failure.gate, failure.detail))
+    forget_since(mark)
+    return out
+
+
+class _Inline:
+    """:func:`_verdicts` run when asked, in this process (the pool's interface)."""
+
+    def __init__(self, texts: list[tuple[str, Kind]], language: str) -> None:
+        self.args = texts, language
+
+    def get(self) -> list[Verdict]:
+        return _verdicts(*self.args)
 
 
 def audit_texts(
-    texts: Iterable[AuditText], *, language: str = "en", examples_per_gate: int = 5
+    texts: Iterable[AuditText],
+    *,
+    language: str = "en",
+    examples_per_gate: int = 5,
+    workers: int = 1,
 ) -> TextAudit:
     """Run the shared gates over a bank's visible texts (no prompt is known, so the prompt-echo
     gates that need one compare against nothing): counts per gate (the first gate a text fails)
-    and up to ``examples_per_gate`` examples each (item, field, text, detail)."""
+    and up to ``examples_per_gate`` examples each (item, field, text, detail). Each distinct text
+    (and kind) is gated once; ``workers`` > 1 tags and gates chunks in that many forked processes,
+    the verdicts taken in the bank's order."""
     report = TextAudit()
-    ctx = Gates(language=language).context
+    memo: dict[tuple[str, Kind], Verdict] = {}
     stream = iter(texts)
-    while chunk := list(
-        itertools.islice(stream, AUDIT_CHUNK)
-    ):  # a bank of any size: one chunk's tags in memory
-        mark = tagged_count()
-        # the surface-form gate reads the Penn tags of a form's first frame, the repetition gate
-        # those of a text that has a word three times (and their POS, gen.text.tagging.pos_tags)
-        warm_penn(
-            x
-            for t in chunk
-            for x in _first_frames(t.text, t.kind)[1:]
-            + (
-                [t.text]
-                if len(key(t.text).split()) <= CONTENT_WORDS_WITHIN and could_repeat(t.text)
-                else []
-            )
-        )
-        for t in chunk:
-            report.checked += 1
-            failure = run_gates(t.text, replace(ctx, kind=t.kind))
-            if failure is None:
-                continue
-            report.failed += 1
-            report.by_gate[failure.gate] = report.by_gate.get(failure.gate, 0) + 1
-            report.failures.append((failure.gate, t.item_id, t.field))
-            shown = report.examples.setdefault(failure.gate, [])
-            if len(shown) < examples_per_gate:
-                shown.append(
-                    {
-                        "item_id": t.item_id,
-                        "field": t.field,
-                        "text": t.text,
-                        "detail": failure.detail,
-                    }
+    pool = None
+    if workers > 1:
+        import multiprocessing
+
+        from gen.text.tagging import tagger
+
+        tagger()  # loaded once, before the fork: the workers share its pages
+        pool = multiprocessing.get_context("fork").Pool(workers)
+    inflight: deque[tuple[list[AuditText], list[tuple[str, Kind]], Any]] = deque()
+    sent: set[tuple[str, Kind]] = set()
+    try:
+        while True:
+            while len(inflight) < (AHEAD * workers if pool is not None else 1):
+                chunk = list(itertools.islice(stream, AUDIT_CHUNK))
+                if not chunk:
+                    break
+                todo = list(
+                    dict.fromkeys(
+                        k for t in chunk if (k := (t.text, t.kind)) not in memo and k not in sent
+                    )
                 )
-        forget_since(mark)
+                sent.update(todo)
+                job = (
+                    pool.apply_async(_verdicts, (todo, language))
+                    if pool is not None
+                    else _Inline(todo, language)
+                )
+                inflight.append((chunk, todo, job))
+            if not inflight:
+                break
+            chunk, todo, job = inflight.popleft()
+            if len(memo) >= MEMO:
+                memo.clear()
+            memo.update(zip(todo, job.get(), strict=True))
+            sent.difference_update(todo)
+            for t in chunk:
+                k = (t.text, t.kind)
+                if k not in memo:  # its verdict was dropped with a full memo: gate it again
+                    memo[k] = _verdicts([k], language)[0]
+                _count(report, t, memo[k], examples_per_gate)
+    finally:
+        if pool is not None:
+            pool.terminate()
     report.by_gate = dict(sorted(report.by_gate.items()))
     return report
+
+
+def _count(report: TextAudit, t: AuditText, verdict: Verdict, examples_per_gate: int) -> None:
+    report.checked += 1
+    if verdict is None:
+        return
+    gate, detail = verdict
+    report.failed += 1
+    report.by_gate[gate] = report.by_gate.get(gate, 0) + 1
+    report.failures.append((gate, t.item_id, t.field))
+    shown = report.examples.setdefault(gate, [])
+    if len(shown) < examples_per_gate:
+        shown.append({"item_id": t.item_id, "field": t.field, "text": t.text, "detail": detail})

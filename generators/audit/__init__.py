@@ -13,9 +13,10 @@ otherwise, 2 for input errors.
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -123,6 +124,10 @@ class AuditConfig(CommonConfig):
     """L2 penalty of the choice-only classifier (on standardised features)."""
     shortcut_min_items: int = Field(30, ge=10)
     """Fewest items of a question type to train the choice-only classifier on."""
+    shortcut_max_items: int = Field(50_000, ge=100)
+    """Most items of a question type the choice-only and options-against-context classifiers are
+    cross-validated on; a larger type is sampled (seeded) to this many: the accuracy is then known
+    to a few tenths of a point, and only sampled items can be listed as easy."""
     shortcut_confidence: float = Field(0.8, gt=0, le=1)
     """Out-of-fold probability of the answer above which a solved item is listed as easy."""
     blind_max_correct: int = Field(2, ge=0)
@@ -130,6 +135,10 @@ class AuditConfig(CommonConfig):
     flagged (EgoToM: more than 2 of 3 shuffles)."""
     embeddings: bool = True
     """Use the embedder for similar options and near-duplicate items (false: exact checks only)."""
+    workers: int = Field(2, ge=1, le=64)
+    """Processes the audit works in: with more than one, the text check (spaCy's tagger over every
+    option, the largest cost) runs in a process of its own beside the other checks, its chunks of
+    texts tagged in this many (the findings do not depend on it; 2: the VM's cores)."""
     plots: bool = True
     """Draw the PNG plots of audit.md."""
     max_listed: int = Field(20, ge=1)
@@ -181,12 +190,75 @@ def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
     Leakage, tells, duplicates, integrity. Exit code: 1 when a finding of at least ``fail_on``
     severity exists, 0 otherwise, 2 for bad input (:func:`generators.audit.report.fails`)."""
     data = load_inputs(cfg, ctx)
+    indices = ctx.indices()
+    aside = {
+        key: _Aside(key, data, cfg)
+        for key in ASIDE
+        if cfg.workers > 1 and data.items and key in [cfg.checks[i] for i in indices]
+    }
     results: list[CheckResult] = []
-    for i in ctx.indices():
-        key = cfg.checks[i]
-        t0 = time.perf_counter()
-        res = REGISTRY[key].fn(data, cfg)
-        res.seconds = round(time.perf_counter() - t0, 3)
-        results.append(res)
-        yield list(res.findings)
+    try:
+        for i in indices:
+            key = cfg.checks[i]
+            res = aside.pop(key).result() if key in aside else _timed(key, data, cfg)
+            results.append(res)
+            yield list(res.findings)
+    finally:
+        for left in aside.values():
+            left.stop()
     write_report(cfg, ctx, data, results)
+
+
+ASIDE = ("text",)
+"""Checks that run in a process of their own beside the others when ``workers`` > 1: the text
+check reads only the items' questions and options and is the largest cost."""
+
+
+def _timed(key: str, data: AuditData, cfg: AuditConfig) -> CheckResult:
+    t0 = time.perf_counter()
+    res = REGISTRY[key].fn(data, cfg)
+    res.seconds = round(time.perf_counter() - t0, 3)
+    return res
+
+
+class _Aside:
+    """Check ``key`` running in a forked process (it reads the same spill file)."""
+
+    def __init__(self, key: str, data: AuditData, cfg: AuditConfig) -> None:
+        mp = multiprocessing.get_context("fork")
+        self.key = key
+        self._recv, send = mp.Pipe(duplex=False)
+
+        def run() -> None:
+            try:
+                out: tuple[str, Any] = ("ok", _timed(key, data, cfg))
+            except BaseException as e:  # noqa: BLE001 - handed to the parent, which raises it
+                out = ("error", e)
+            send.send(out)
+
+        self._proc = mp.Process(target=run, name=f"audit-{key}")
+        self._proc.start()
+        send.close()
+
+    def result(self) -> CheckResult:
+        """Wait for the check's result (an error in it is raised here)."""
+        try:
+            status, value = self._recv.recv()
+        except EOFError:
+            self._proc.join()
+            raise RuntimeError(
+                f"audit: the {self.key} check's process ended without a result "
+                f"(exit code {self._proc.exitcode})"
+            ) from None
+        finally:
+            self._recv.close()
+        self._proc.join()
+        if status == "error":
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        """End the process if it still runs (the audit stopped before taking its result)."""
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join()

@@ -72,6 +72,12 @@ class AuditData:
     manifests: dict[Path, dict[str, Any]] = field(default_factory=dict)
     """Each run folder's manifest.json, read and checked once (:func:`read_manifest`)."""
     embed: Callable[[list[str]], np.ndarray] | None = None
+    workers: int = 1
+    """Processes a check may work in (the audit's ``workers=``: an execution setting, not a
+    threshold; the findings do not depend on it)."""
+    embedded: int = 0
+    """Texts the checks gave :attr:`embed` (the embedder computes each distinct one once: its
+    cache is keyed by the text)."""
     seed: int = 0
     grams: Grams = field(default_factory=Grams, repr=False)
     """Word ids of normalised texts, shared by the leakage and duplicate checks."""
@@ -165,7 +171,7 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
         )
     path = cfg.input_path()
     assert path is not None
-    data = AuditData(seed=ctx.seed(0, "folds"))
+    data = AuditData(seed=ctx.seed(0, "folds"), workers=cfg.workers)
     folders: list[Path] = []
     kind = None if cfg.roles is not None else kinds.of_path(path)
     view = kind.view if kind is not None else None
@@ -237,7 +243,12 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
     if not cfg.allow_empty:
         _refuse_empty(data, path, cfg.roles)
     if cfg.embeddings:
-        data.embed = lambda texts: ctx.embedder.encode(texts)
+
+        def embed(texts: list[str]) -> np.ndarray:
+            data.embedded += len(texts)
+            return np.asarray(ctx.embedder.encode(texts))
+
+        data.embed = embed
     return data
 
 

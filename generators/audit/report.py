@@ -29,8 +29,9 @@ NOT_THRESHOLDS = (
     "allow_empty",
     "plots",
     "max_listed",
+    "workers",
 )
-"""Audit options that are inputs or presentation, not thresholds of a check."""
+"""Audit options that are inputs, presentation or execution, not thresholds of a check."""
 
 
 def fails(findings: list[FindingRecord], fail_on: str) -> bool:
@@ -107,6 +108,13 @@ def write_report(
             for r in results
         ],
         "power": power_lines(results),
+        "embedding": None
+        if data.embed is None
+        else {
+            "texts": data.embedded,
+            "computed": getattr(ctx.embedder, "computed", None),
+            "from_cache": getattr(ctx.embedder, "cache_hits", None),
+        },
         "plots": plots,
         "findings": [f.model_dump(mode="json") for f in findings],
     }

@@ -48,9 +48,12 @@ class Grams:
     context repeats among the items of its clip). The vocabulary itself is kept whole: a word's
     id is its first appearance, so the keys do not depend on what was evicted."""
 
+    KEYS_CACHED = 64
+
     def __init__(self) -> None:
         self.vocab: dict[str, int] = {}
         self._ids: dict[str, np.ndarray] = {}
+        self._keys: dict[tuple[str, int], np.ndarray] = {}
 
     def ids(self, text: str) -> np.ndarray:
         got = self._ids.get(text)
@@ -69,7 +72,18 @@ class Grams:
         return got
 
     def keys(self, text: str, n: int) -> np.ndarray:
-        """The distinct n-gram keys of ``text`` (sorted); empty when it has fewer than n words."""
+        """The distinct n-gram keys of ``text`` (sorted); empty when it has fewer than n words.
+        The last texts' keys are kept (a clip's context is read by each of its items): the array
+        is shared, not to be changed."""
+        got = self._keys.get((text, n))
+        if got is None:
+            got = self._keys_of(text, n)
+            if len(self._keys) >= self.KEYS_CACHED:
+                self._keys.clear()
+            self._keys[(text, n)] = got
+        return got
+
+    def _keys_of(self, text: str, n: int) -> np.ndarray:
         ids = self.ids(text)
         m = len(ids) - n + 1
         if m < 1:
@@ -90,6 +104,12 @@ def member(needles: np.ndarray, haystack: np.ndarray) -> np.ndarray:
     return haystack[at] == needles
 
 
+def share_in(needles: np.ndarray, haystack: np.ndarray) -> float:
+    """The share of ``needles`` (at least one) found in the sorted ``haystack``: the mean of
+    :func:`member`, as numpy computes it, without its overhead."""
+    return int(np.count_nonzero(member(needles, haystack))) / len(needles)
+
+
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _POSSESSIVE = re.compile(r"['’]s?$")
 
@@ -98,7 +118,7 @@ def words(text: str) -> list[str]:
     """The words of ``text``, casefolded and NFKC-normalised, a possessive ending dropped
     ("poster's" is "poster"); hyphens and other marks split words."""
     return [
-        _POSSESSIVE.sub("", w)
+        _POSSESSIVE.sub("", w) if "'" in w or "’" in w else w
         for w in _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
     ]
 
@@ -110,13 +130,23 @@ class Lemmas:
     agree); the cost follows the vocabulary, not the bank's length. ``english=False`` keeps words as
     they are (the tagger is English)."""
 
+    CACHED = 1 << 16
+    """Texts whose content lemmas are kept (cleared when full): a context's lines and a bank's
+    questions repeat, and each is read once per item that shows it."""
+
     def __init__(self, english: bool = True) -> None:
         self.english = english
         self._map: dict[str, str] = {}
+        self._content: dict[str, list[str]] = {}
+        self._kept: dict[str, str | None] = {}
+        """Per word, its lemma when it is a content word, else None."""
 
     def learn(self, texts: Iterable[str]) -> None:
         """Lemmatise the new words of ``texts`` in one batch."""
-        new = list(dict.fromkeys(w for t in texts for w in words(t) if w and w not in self._map))
+        self._learn(w for t in texts for w in words(t))
+
+    def _learn(self, ws: Iterable[str]) -> None:
+        new = list(dict.fromkeys(w for w in ws if w and w not in self._map))
         if not new:
             return
         if not self.english:
@@ -133,17 +163,25 @@ class Lemmas:
 
     def content(self, text: str) -> list[str]:
         """The lemmas of ``text``'s content words, in order (stopwords and bare one-digit numbers
-        left out, before and after lemmatising)."""
+        left out, before and after lemmatising). Cached per text: the list is shared, not to be
+        changed."""
+        got = self._content.get(text)
+        if got is not None:
+            return got
         from gen.text.words import STOPWORDS
 
-        self.learn([text])
-        out = []
-        for w in words(text):
-            if w in STOPWORDS or w in NAME_NOTHING or (w.isdigit() and len(w) < 2):
-                continue
-            lemma = self._map.get(w, w)
-            if lemma not in STOPWORDS:
-                out.append(lemma)
+        ws = words(text)
+        self._learn(ws)
+        kept = self._kept
+        for w in ws:
+            if w not in kept:  # a word's verdict, found once
+                lemma = self._map.get(w, w)
+                skip = w in STOPWORDS or w in NAME_NOTHING or (w.isdigit() and len(w) < 2)
+                kept[w] = None if skip or lemma in STOPWORDS else lemma
+        out = [k for w in ws if (k := kept[w]) is not None]
+        if len(self._content) >= self.CACHED:
+            self._content.clear()
+        self._content[text] = out
         return out
 
 

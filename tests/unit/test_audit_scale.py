@@ -108,3 +108,54 @@ def test_blocked_knn_matches_one_block() -> None:
         parts = knn(a, base, 5, block=64, base_block=37)
         np.testing.assert_allclose(parts[0], whole[0], atol=1e-6)
         np.testing.assert_array_equal(parts[1], whole[1])
+
+
+def test_one_process_finds_what_two_find(tmp_path: Path) -> None:
+    """workers=1 (every check in this process) gives the golden findings too: the text check's
+    own process and the classifiers' pools change the time, not the findings."""
+    from audit_runs import run_audit
+    from audit_scale_bank import GOLDEN_CHECKS, outcome, write
+
+    paths = write(tmp_path / "bank")
+    run_audit(
+        tmp_path / "out",
+        paths["jsonl"],
+        checks=GOLDEN_CHECKS,
+        against=str(paths["against"]),
+        workers=1,
+    )
+    got, want = outcome(tmp_path / "out"), json.loads(GOLDEN.read_text())["jsonl"]
+    assert got["findings"] == want["findings"]
+    assert (got["summary"], got["power"]) == (want["summary"], want["power"])
+
+
+def test_a_large_question_type_is_classified_on_a_sample(tmp_path: Path) -> None:
+    """Above shortcut_max_items items of a type, the classifiers are cross-validated on a seeded
+    sample of that many (their cost follows the items); below it, on every item."""
+    from audit_runs import run_audit
+    from audit_scale_bank import write
+
+    paths = write(tmp_path / "bank", n=400)
+    stats = {}
+    for most in (100, 100, 10_000):
+        _, findings, report = run_audit(
+            tmp_path / f"out{len(stats)}",
+            paths["jsonl"],
+            checks=["shortcut", "context_options"],
+            shortcut_max_items=most,
+            workers=2,
+        )
+        checks = {c["key"]: c["stats"] for c in report["checks"]}
+        assert report["embedding"]["texts"] > 0  # context_options' cosines
+        stats[len(stats)] = (checks, findings)
+    sampled, again, whole = (stats[k][0] for k in range(3))
+    assert sampled == again  # seeded
+    assert any("sampled_from" in r for r in sampled["shortcut"]["per_question_type"].values())
+    for qtype, row in sampled["shortcut"]["per_question_type"].items():
+        total = whole["shortcut"]["per_question_type"][qtype]["items"]
+        assert "sampled_from" not in whole["shortcut"]["per_question_type"][qtype]
+        if total > 100:
+            assert (row["items"], row["sampled_from"]) == (100, total)
+        row = sampled["context_options"]["per_question_type"][qtype]
+        if row["items"] > 100:
+            assert row["sampled"] == 100

@@ -609,3 +609,77 @@ def test_audit_texts_never_runs_the_attribute_ruler_over_a_text(
     assert report.by_gate == {"repetition": 1, "surface_form": 1}
     assert [f[1:] for f in report.failures] == [("i1", "options[1]"), ("i3", "options[0]")]
     assert whole == []
+
+
+# -------------------------------------------------------------------------- the audit at scale
+
+
+def test_articles_and_conjunctions_never_make_a_text_repeat() -> None:
+    """ "The" three times is every other EgoToM-shaped option: such a text is not tagged whole for
+    the content-word rule; a noun three times still is, and still fails."""
+    from gen.text.gates import could_repeat, is_content
+
+    assert not could_repeat("C picks the cup on the table, pours the bowl, and wipes the lid.")
+    assert not could_repeat("C takes a cup and a plate and a bowl or a spoon of the tray.")
+    assert could_repeat("C peels the carrot, cuts the carrot, and puts the carrot in the bowl.")
+    assert not is_content("The", "NOUN") and is_content("carrot", "NOUN")
+    assert fails("To tie shoes, not with shoes but with shoes.", "goal") == "repetition"
+
+
+CARRIERS = [
+    "He picks up the knife from the counter and slices the onion into thin rings.",
+    "He wants to finish painting the fence before the rain starts in the afternoon.",
+    "He believes that the red bucket is still full of water from the garden hose.",
+    "He  slowly   opens the drawer, takes out a spoon and closes it again quickly.",
+    "He walks to the sink",
+    "He",
+]
+
+
+@pytest.mark.parametrize("text", CARRIERS)
+def test_a_head_of_a_text_gives_its_first_tags_exactly(text: str) -> None:
+    """A token's tag depends on the 4 tokens each side (the model's tok2vec): the tags of a head
+    cut 4 tokens later are the whole text's, and Tail reads past the head from the whole text."""
+    from gen.text import tagging
+
+    assert tagging._receptive_field() == tagging.RECEPTIVE == 4
+    full = tagging.penn(text)
+    for tokens in (1, 3, 5):
+        tagging._HEAD_TAGS.clear()
+        head, exact = tagging.penn_head(text, tokens)
+        assert exact >= min(tokens, len(full))
+        assert head[:exact] == full[:exact]
+        tail = tagging.Tail(text, 1, tokens)
+        assert [tail.tag(k) for k in range(len(full) + 2)] == [t for _, t in full[1:]] + [None] * 3
+
+
+def test_the_audit_gates_each_distinct_text_once_in_any_number_of_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bank repeats its question on every item: it is gated once; a pool of workers gives the
+    same report, in the bank's order."""
+    from gen.text import textaudit
+
+    seen: list[str] = []
+    verdicts = textaudit._verdicts
+    monkeypatch.setattr(
+        textaudit,
+        "_verdicts",
+        lambda texts, language: seen.extend(t for t, _ in texts) or verdicts(texts, language),
+    )
+    monkeypatch.setattr(textaudit, "AUDIT_CHUNK", 3)
+    texts = [
+        x
+        for i in range(4)
+        for x in (
+            AuditText(f"q{i}", "question", "What will C most likely do next?", "prose"),
+            AuditText(f"q{i}", "options[0]", "C rinses a plate in the sink.", "action"),
+            AuditText(f"q{i}", "options[1]", f"C the cup on table {i}.", "action"),
+        )
+    ]
+    one = audit_texts(texts, examples_per_gate=10)
+    assert sorted(seen) == sorted({t.text for t in texts})
+    monkeypatch.setattr(textaudit, "_verdicts", verdicts)  # the pool sends it by name
+    two = audit_texts(texts, examples_per_gate=10, workers=2)
+    assert two == one and one.checked == 12
+    assert [f[1:] for f in one.failures] == [(f"q{i}", "options[1]") for i in range(4)]

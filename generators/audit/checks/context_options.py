@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from gen.generators.audit.checks.shortcut import (  # check 7's classifier, reus
     cv_hits,
     folds_for,
     one_blas_thread,
+    sampled,
 )
 from gen.generators.audit.registry import (
     TELL_OPTIONS,
@@ -81,6 +82,11 @@ class View:
     context: list[str]
     question: str
     bank: str | None = None
+
+
+Row = tuple[View, Any]
+"""An item's view and its options' features: lists of floats while it is read, then (its texts
+dropped) a float32 array."""
 
 
 def views(data: AuditData) -> Iterator[View]:
@@ -148,6 +154,15 @@ def windows(lemmas: Lemmas, texts: list[str]) -> tuple[list[Window], int]:
     return out, at
 
 
+def window_index(wins: list[Window]) -> dict[str, np.ndarray]:
+    """Per lemma of a context, the windows that hold it (in order)."""
+    where: dict[str, list[int]] = {}
+    for r, (_, _, w) in enumerate(wins):
+        for lemma in w:
+            where.setdefault(lemma, []).append(r)
+    return {k: np.array(v, dtype=np.int64) for k, v in where.items()}
+
+
 def names_of(lemmas: Lemmas, options: list[list[str]]) -> list[list[set[str]]]:
     """Per option, per name, the lemmas that set it apart: its content lemmas that no other option
     has (a template's shared words drop out). A name with none of its own is no evidence for its
@@ -177,13 +192,21 @@ class OptionView:
 
 
 def option_views(
-    lemmas: Lemmas, v: View, share: float, common: frozenset[str] = frozenset()
+    lemmas: Lemmas,
+    v: View,
+    share: float,
+    common: frozenset[str] = frozenset(),
+    context: tuple[list[Window], int] | None = None,
+    where: dict[str, np.ndarray] | None = None,
 ) -> tuple[list[OptionView], list[Window]]:
     """Per option, what the context shows of it (``share``: the part of its distinctive lemmas one
     window must hold to name it; ``common``: lemmas every question of the item's type holds, which
-    say nothing about this item's question)."""
-    wins, length = windows(lemmas, v.context)
-    context = set().union(*(w for _, _, w in wins)) if wins else set()
+    say nothing about this item's question; ``context`` and ``where``: :func:`windows` of
+    ``v.context`` and their :func:`window_index`, when the caller has them)."""
+    wins, length = context if context is not None else windows(lemmas, v.context)
+    if where is None:
+        where = window_index(wins)
+    context_words = set(where)
     question = set(lemmas.content(v.question)) - common
     out = []
     for names, full in zip(
@@ -191,13 +214,22 @@ def option_views(
         [[set(lemmas.content(n)) for n in o] for o in v.options],
         strict=True,
     ):
+        # per window, the largest share of a name's lemmas it holds (counted by lemma, not by
+        # window: a context has dozens of windows, a name a few lemmas)
+        got = np.zeros(len(wins))
+        for n in names:
+            if n:
+                held = np.zeros(len(wins), dtype=np.int64)
+                for lemma in n:
+                    if lemma in where:
+                        held[where[lemma]] += 1
+                np.maximum(got, held / len(n), out=got)
+        best = max(0.0, float(got.max())) if len(wins) else 0.0
         hits: list[int] = []
-        best = 0.0
         end = -1
-        for start, stop, w in wins:
-            got = max((len(n & w) / len(n) for n in names if n), default=0.0)
-            best = max(best, got)
-            if got >= share - 1e-9 and start >= end:  # overlapping windows count once
+        for r in np.nonzero(got >= share - 1e-9)[0].tolist():
+            start, stop, _ = wins[r]
+            if start >= end:  # overlapping windows count once
                 hits.append(start)
                 end = stop
         words = set().union(*full) if full else set()
@@ -207,7 +239,7 @@ def option_views(
                 len(hits),
                 hits[0] / max(1, length) if hits else None,
                 best,
-                len(words & context) / len(words) if words else 0.0,
+                len(words & context_words) / len(words) if words else 0.0,
                 len(words & question) / len(words) if words else 0.0,
             )
         )
@@ -285,6 +317,20 @@ def _cosines(data: AuditData, rows: list[tuple[View, list[list[float]]]]) -> Non
                 f += [float(e @ C[r] - e @ others_c), float(e @ Q[r] - e @ others_q)]
 
 
+def _done_with_texts(data: AuditData, rows: list[Row], n: int) -> None:
+    """The last ``n`` rows' cosines (with embeddings; ``n`` is one block of :func:`_cosines`, or
+    the last), then their texts dropped: what follows reads ids, types, groups, answers and the
+    number of options (a million items' contexts are gigabytes)."""
+    if not n:
+        return
+    if data.embed is not None:
+        _cosines(data, rows[-n:])
+    for r in range(len(rows) - n, len(rows)):
+        v, feats = rows[r]
+        slim = replace(v, options=[[]] * len(v.options), context=[], question="")
+        rows[r] = (slim, np.asarray(feats, dtype=np.float32))  # what _classify makes of them
+
+
 def _markdown(r: CheckResult) -> list[str]:
     s = r.stats
     out = [
@@ -312,6 +358,7 @@ def _markdown(r: CheckResult) -> list[str]:
         "shortcut_repeats",
         "shortcut_l2",
         "shortcut_min_items",
+        "shortcut_max_items",
         *TELL_OPTIONS,
     ),
     markdown=_markdown,
@@ -329,7 +376,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
     conditional-logit classifier on these features, cross-validated as the choice-only one (check
     7), against chance by the audit's tell rules."""
     lemmas = Lemmas(english=cfg.language == "en")
-    rows: list[tuple[View, list[list[float]]]] = []
+    rows: list[Row] = []
     tells_by_item: list[str | None] = []
     odd: list[bool] = []
     named_rates: list[tuple[bool, list[bool], float | None, list[float | None]]] = []
@@ -339,9 +386,20 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
     for v in views(data):
         q = frozenset(lemmas.content(v.question))
         common[v.question_type] = common.get(v.question_type, q) & q
+    last: tuple[list[str], tuple[list[Window], int], dict[str, np.ndarray]] | None = None
+    pending = 0  # rows whose texts the embedder has not read yet
     for v in views(data):
-        ov, _ = option_views(lemmas, v, cfg.context_name_share, common[v.question_type])
+        if last is None or last[0] != v.context:  # the items of a clip follow each other
+            wins = windows(lemmas, v.context)
+            last = (v.context, wins, window_index(wins[0]))
+        ov, _ = option_views(
+            lemmas, v, cfg.context_name_share, common[v.question_type], last[1], last[2]
+        )
         rows.append((v, lexical_features(ov)))
+        pending += 1
+        if pending == EMBED_BLOCK or data.embed is None:
+            _done_with_texts(data, rows, pending)
+            pending = 0
         tells_by_item.append(tell_of(ov, v.answer))
         odd.append(has_odd_one(ov))
         named_rates.append(
@@ -352,12 +410,12 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 [o.first for j, o in enumerate(ov) if j != v.answer],
             )
         )
+    _done_with_texts(data, rows, pending)
     if not rows:
         return CheckResult(KEY, "skipped", "no item with options, an answer and a visible context")
     res = CheckResult(KEY)
     names = list(LEXICAL)
     if data.embed is not None:
-        _cosines(data, rows)
         names += EMBEDDED
     for (v, _), kind in zip(rows, tells_by_item, strict=True):
         if kind is None:
@@ -412,22 +470,27 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
             row["note"] = f"classifier not run: fewer than {cfg.shortcut_min_items} items"
             per_type[qtype] = row
             continue
-        k, weights = _classify([rows[r] for r in idx], names, cfg, data.seed)
+        fit = idx
+        if n > cfg.shortcut_max_items:  # the tell's estimate, at a bounded cost (as check 7)
+            fit = sampled(np.asarray(idx), cfg.shortcut_max_items, data.seed).tolist()
+            p0 = float(np.mean([1 / len(rows[r][0].options) for r in fit]))
+            row["sampled"] = len(fit)
+        k, weights = _classify([rows[r] for r in fit], names, cfg, data.seed, data.workers)
         row |= {
             "folds": cfg.shortcut_folds,
             "repeats": cfg.shortcut_repeats,
-            "accuracy": rounded(k / n, 3),
+            "accuracy": rounded(k / len(fit), 3),
             "top_features": weights,
         }
         per_type[qtype] = row
         tell = Tell(
             {"question_type": qtype, "tell": "options-against-context classifier"},
             k,
-            n,
+            len(fit),
             p0,
-            binom_greater(k, n, p0),
+            binom_greater(k, len(fit), p0),
         )
-        tells.append((tell, [rows[r][0].item_id for r in idx], weights))
+        tells.append((tell, [rows[r][0].item_id for r in fit], weights))
     judged([t for t, _, _ in tells], cfg)
     for tell, ids, weights in tells:
         if tell.severity is None:
@@ -458,7 +521,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
 
 
 def _classify(
-    rows: list[tuple[View, list[list[float]]]], names: list[str], cfg: AuditConfig, seed: int
+    rows: list[Row], names: list[str], cfg: AuditConfig, seed: int, workers: int = 1
 ) -> tuple[int, list[tuple[str, float]]]:
     """Expected hits of the conditional logit over the fold draws (as check 7 counts them), and
     the features the model fitted on every item leans on most."""
@@ -478,7 +541,7 @@ def _classify(
         folds = [
             folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)
         ]
-        _, right = cv_hits(F, mask, y, folds, cfg.shortcut_folds, cfg.shortcut_l2)
+        _, right = cv_hits(F, mask, y, folds, cfg.shortcut_folds, cfg.shortcut_l2, workers)
         everyone = np.ones(n, dtype=bool)
         w = _fit_logit(F, _standardised(F, mask, everyone), mask, y, cfg.shortcut_l2, everyone)
     top = np.argsort(-np.abs(w))[:5]

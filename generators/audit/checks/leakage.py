@@ -22,7 +22,7 @@ from gen.generators.audit.registry import (
 )
 from gen.generators.audit.report import table, tells_table
 from gen.generators.audit.stats import Tell, binom_greater, rounded
-from gen.generators.audit.text import Grams, has_phrase, letter, member, norm
+from gen.generators.audit.text import Grams, has_phrase, letter, member, norm, share_in
 from gen.schemas.audit import FindingRecord
 from gen.schemas.mcq import LETTERS, MCQ
 
@@ -163,7 +163,7 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                 elif len(t_grams):
                     if path not in vis_grams:
                         vis_grams[path] = grams.keys(v, n)
-                    shared = float(member(t_grams, vis_grams[path]).mean())
+                    shared = share_in(t_grams, vis_grams[path])
                     if shared >= cfg.leak_containment:
                         reported.add((path, src))
                         kind = (
@@ -265,7 +265,7 @@ def _overlap_tell(
             shares = []
             for o in it.options:
                 g = grams.keys(norm(o), OVERLAP_N)
-                shares.append(float(member(g, vis).mean()) if len(g) else 0.0)
+                shares.append(share_in(g, vis) if len(g) else 0.0)
             a = it.answer
             assert a is not None
             ans_share.append(shares[a])

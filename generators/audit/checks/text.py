@@ -46,7 +46,11 @@ def text(data: AuditData, cfg: AuditConfig) -> CheckResult:
     key = "text"
     if not data.items:
         return CheckResult(key, "skipped", "no items with a question or options")
-    report = audit_texts((t for it in data.items for t in bank_texts([it])), language=cfg.language)
+    report = audit_texts(
+        (t for it in data.items for t in bank_texts([it])),
+        language=cfg.language,
+        workers=data.workers,
+    )
     res = CheckResult(key, stats=report.as_dict())
     for gate, n in report.by_gate.items():
         ex = report.examples[gate][0]
