@@ -152,6 +152,19 @@ def _log_softmax_at(row: Any, token: int) -> float:
     return float(x[token] - top - np.log(np.exp(x - top).sum()))
 
 
+ANY_CHAR = 'char ::= [^"\\\\] |'
+"""llama-cpp-python's JSON-schema grammar lets a string hold any character but a quote or a
+backslash: a raw newline too, which JSON forbids (a reply then fails to parse: "control
+character found while parsing a string", 4 calls of 3 attempts each in one main job)."""
+JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
+"""The string character of llama.cpp's own JSON-schema grammar: no control character unescaped."""
+
+
+def json_strings(grammar: str) -> str:
+    """``grammar`` with JSON's string characters (:data:`JSON_CHAR` for :data:`ANY_CHAR`)."""
+    return grammar.replace(ANY_CHAR, JSON_CHAR)
+
+
 class _GrammarAfter:
     """A token sampler that applies a grammar only to a token drawn without it that breaks it,
     as llama.cpp's own server samples (``common_sampler_sample``).
@@ -175,7 +188,7 @@ class _GrammarAfter:
 
         self.chain = chain  # llama-cpp-python's LlamaSampler without the grammar
         self.grammar = llama_cpp.llama_sampler_init_grammar(
-            llama._model.vocab, grammar._grammar.encode("utf-8"), grammar._root.encode("utf-8")
+            llama._model.vocab, json_strings(grammar._grammar).encode(), grammar._root.encode()
         )
         self.n_vocab = llama._n_vocab
         self.cur = _internals.LlamaTokenDataArray(n_vocab=self.n_vocab)

@@ -95,3 +95,37 @@ def test_the_grammar_after_a_free_draw_keeps_every_output_in_the_schema(gguf_pat
         if mode == "first":
             assert _GrammarAfter.refused == refused  # its own chain: no free draw
     assert _GrammarAfter.refused > refused  # the grammar path ran, not only the free draw
+
+
+def test_a_json_string_never_holds_a_raw_newline(gguf_path) -> None:
+    """llama-cpp-python's JSON grammar lets a string hold a raw newline, which JSON forbids; the
+    grammar after a free draw uses JSON's string characters: the newline is refused inside a
+    string, a word is not."""
+    import ctypes
+
+    import llama_cpp
+    from llama_cpp import Llama, LlamaGrammar, _internals
+
+    from gen.llm.llama_cpp import ANY_CHAR, json_strings
+
+    llama = Llama(model_path=str(gguf_path), n_ctx=512, verbose=False)
+    schema = '{"type": "object", "properties": {"bio": {"type": "string"}}, "required": ["bio"]}'
+    grammar = LlamaGrammar.from_json_schema(schema, verbose=False)
+    assert ANY_CHAR in grammar._grammar  # what the fix replaces is still there
+
+    def allowed(text: str, token: bytes) -> bool:
+        g = llama_cpp.llama_sampler_init_grammar(
+            llama._model.vocab, text.encode(), grammar._root.encode()
+        )
+        for t in llama.tokenize(b'{"bio": "abc', add_bos=False, special=False):
+            llama_cpp.llama_sampler_accept(g, t)
+        one = _internals.LlamaTokenDataArray(n_vocab=1)
+        (one.candidates_data.id[0],) = llama.tokenize(token, add_bos=False, special=False)
+        one.candidates_data.logit[0] = 1.0
+        llama_cpp.llama_sampler_apply(g, ctypes.byref(one.candidates))
+        llama_cpp.llama_sampler_free(g)
+        return bool(one.candidates_data.logit[0] > float("-inf"))
+
+    assert allowed(grammar._grammar, b"\n")  # llama-cpp-python's own grammar
+    assert not allowed(json_strings(grammar._grammar), b"\n")
+    assert allowed(json_strings(grammar._grammar), b" def")
