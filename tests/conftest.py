@@ -454,6 +454,21 @@ def context_bench_failures(
     return fails
 
 
+def build_wheel(out: Path) -> Path:
+    """gen's wheel, built from this checkout into ``out`` (no dependencies, no build isolation:
+    offline), for the tests that install it into a fresh venv."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+        + ["--wheel-dir", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (whl,) = out.glob("egogen-*.whl")
+    return whl
+
+
 def pip_target(src: Path, target: Path) -> Path:
     """Install the distribution at ``src`` into ``target`` alone (``pip install --no-deps
     --target``: a plugin beside gen, put on ``PYTHONPATH`` by the test), offline."""

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, build_wheel
 from loopback import Loopback
 from nocontext_runs import always_a, leaky_bank
 
@@ -34,17 +34,7 @@ HEAVY = {
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dist = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
-        + ["--wheel-dir", str(dist), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (whl,) = dist.glob("egogen-*.whl")
-    return whl
+    return build_wheel(tmp_path_factory.mktemp("dist"))
 
 
 def venv_with(tmp_path_factory: pytest.TempPathFactory, name: str, requirement: str) -> Path:

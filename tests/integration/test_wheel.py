@@ -12,32 +12,12 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import build_wheel
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(out),
-            str(ROOT),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (whl,) = out.glob("egogen-*.whl")
-    return whl
+    return build_wheel(tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="module")
