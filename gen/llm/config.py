@@ -94,7 +94,9 @@ class LlamaCppConfig(_Sampling):
     n_ctx: int = Field(default=8192, ge=512, le=1_048_576)
     """Context window in tokens."""
     n_threads: int | None = Field(default=None, ge=1)
-    """CPU threads for generation; null lets llama.cpp decide."""
+    """CPU threads for generation; null: one per physical core this process may use (as
+    llama.cpp's own tools count them; llama-cpp-python's own default is half the logical CPUs,
+    one thread on a 2-core VM, where two generate the same tokens ~1.6x as fast)."""
     n_threads_batch: int | None = Field(default=None, ge=1)
     """CPU threads for prompt processing; null lets llama.cpp decide (all cores). On a
     shared machine fewer threads than cores avoid busy-waiting against other jobs."""

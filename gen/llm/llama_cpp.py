@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib.util
+import os
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -66,7 +67,7 @@ def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
             _LLAMAS[key] = Llama(
                 model_path=str(path),
                 n_ctx=cfg.n_ctx,
-                n_threads=cfg.n_threads,
+                n_threads=cfg.n_threads or physical_cores(),
                 n_threads_batch=cfg.n_threads_batch,
                 n_gpu_layers=cfg.n_gpu_layers,
                 verbose=False,
@@ -102,6 +103,22 @@ def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
     )
     llm.gguf_metadata = dict(getattr(_LLAMAS[key], "metadata", None) or {})  # type: ignore[attr-defined]
     return llm
+
+
+def physical_cores(sys_cpu: Path = Path("/sys/devices/system/cpu")) -> int:
+    """The physical cores this process may run on: the CPUs of its affinity mask, the hyper-threads
+    of one core counted once (``topology/thread_siblings_list``, as llama.cpp's
+    ``cpu_get_num_physical_cores`` reads them); the CPUs themselves where that is unreadable."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not cpus:
+        return max(1, os.cpu_count() or 1)
+    cores = set()
+    for c in cpus:
+        try:
+            cores.add((sys_cpu / f"cpu{c}/topology/thread_siblings_list").read_text().strip())
+        except OSError:
+            return len(cpus)
+    return max(1, len(cores))
 
 
 GGUF_MAGIC = b"GGUF"

@@ -129,3 +129,20 @@ def test_a_json_string_never_holds_a_raw_newline(gguf_path) -> None:
     assert allowed(grammar._grammar, b"\n")  # llama-cpp-python's own grammar
     assert not allowed(json_strings(grammar._grammar), b"\n")
     assert allowed(json_strings(grammar._grammar), b" def")
+
+
+def test_the_default_threads_are_the_physical_cores_and_do_not_change_the_text(gguf_path) -> None:
+    """``n_threads: null`` runs one thread per physical core (llama-cpp-python's own default,
+    half the logical CPUs, ran one on a 2-core VM); the thread count is left out of the cache
+    identity because the tokens do not depend on it, which this checks."""
+    from gen.llm.llama_cpp import _LLAMAS, physical_cores
+
+    msgs = [{"role": "user", "content": "Name three things a person does in a kitchen."}]
+    texts = {}
+    for threads in (None, 1):
+        llm = make_llm(LlamaCppConfig(n_ctx=1024, n_threads=threads), None)
+        texts[threads] = [llm.complete(msgs, seed=s, max_tokens=40) for s in (3, 4)]
+        if threads is None:
+            loaded = [v for k, v in _LLAMAS.items() if k[1:3] == (1024, None)]
+            assert loaded and loaded[0].n_threads == physical_cores()
+    assert texts[None] == texts[1]
