@@ -482,9 +482,9 @@ def check_run_dir(name: str, overrides: list[str], *, multirun: bool) -> None:
 
 def check_job_dirs(name: str, overrides: list[str], jobs: list[Job], *, multirun: bool) -> None:
     """No job's run folder lies in a bank or in one of its inputs
-    (:func:`gen.engine.runner.check_out_dir`): checked here, before Hydra makes ``.hydra/`` in
+    (:func:`gen.engine.preflight.check_out_dir`): checked here, before Hydra makes ``.hydra/`` in
     it."""
-    from gen.engine.runner import check_out_dir
+    from gen.engine.preflight import check_out_dir
 
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == key]

@@ -73,7 +73,8 @@ def run(generator: str, *, out: str | Path | None = None, **options: Any) -> Run
     asked for) still returns its folder: ``folder.ok`` is False and ``folder.manifest.error``
     says why.
     """
-    from gen.engine.runner import RunContext, check_out_dir, run_config
+    from gen.engine.preflight import check_out_dir
+    from gen.engine.runner import RunContext, run_config
 
     folder = path_of(out, "out") if out is not None else default_folder(generator)
     existed = folder.exists()

@@ -57,7 +57,7 @@ class Generator:
     uses: UsesHook | tuple[str, ...] = ()
     """The optional parts a run uses (:data:`USES`), or a function of its config that says: the
     runner checks their extras are installed before any work
-    (:func:`gen.engine.runner.preflight`)."""
+    (:func:`gen.engine.preflight.preflight`)."""
 
     def uses_of(self, cfg: CommonConfig) -> tuple[str, ...]:
         """What a run of ``cfg`` uses, each of :data:`USES`."""

@@ -12,8 +12,8 @@ import pytest
 from conftest import ROOT
 
 import gen.extras as extras
+from gen.engine.preflight import preflight
 from gen.engine.registry import REGISTRY, USES
-from gen.engine.runner import preflight
 from gen.extras import EXTRAS, MissingExtra, need
 from gen.generators.audit import AuditConfig
 from gen.generators.digital import DigitalConfig
