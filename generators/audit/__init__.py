@@ -24,6 +24,7 @@ from gen.engine.registry import generator
 from gen.engine.runner import CommonConfig, Plan, RunContext
 from gen.generators.audit import checks as _checks  # noqa: F401  (registers every check)
 from gen.generators.audit.data import AuditData, load_inputs
+from gen.generators.audit.items import Follower, Items
 from gen.generators.audit.registry import (
     REGISTRY,
     CheckResult,
@@ -189,15 +190,17 @@ def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
 
     Leakage, tells, duplicates, integrity. Exit code: 1 when a finding of at least ``fail_on``
     severity exists, 0 otherwise, 2 for bad input (:func:`generators.audit.report.fails`)."""
-    data = load_inputs(cfg, ctx)
     indices = ctx.indices()
+    items = Items()
     aside = {
-        key: _Aside(key, data, cfg)
+        key: _Aside(key, items, cfg)
         for key in ASIDE
-        if cfg.workers > 1 and data.items and key in [cfg.checks[i] for i in indices]
+        if cfg.workers > 1 and key in [cfg.checks[i] for i in indices]
     }
     results: list[CheckResult] = []
     try:
+        data = load_inputs(cfg, ctx, items)
+        data.items.seal()  # the aside checks' end of the items (an input without them has none)
         for i in indices:
             key = cfg.checks[i]
             res = aside.pop(key).result() if key in aside else _timed(key, data, cfg)
@@ -210,8 +213,9 @@ def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
 
 
 ASIDE = ("text",)
-"""Checks that run in a process of their own beside the others when ``workers`` > 1: the text
-check reads only the items' questions and options and is the largest cost."""
+"""Checks that run in a process of their own beside the others when ``workers`` > 1, started
+before the input is read: they read only the items, as the reader writes them (the text check
+reads their questions and options and is the largest cost)."""
 
 
 def _timed(key: str, data: AuditData, cfg: AuditConfig) -> CheckResult:
@@ -222,15 +226,19 @@ def _timed(key: str, data: AuditData, cfg: AuditConfig) -> CheckResult:
 
 
 class _Aside:
-    """Check ``key`` running in a forked process (it reads the same spill file)."""
+    """Check ``key`` running in a process forked before the input is read: it walks the items as
+    the reader writes them to ``items``' spill file (:class:`~generators.audit.items.Follower`)."""
 
-    def __init__(self, key: str, data: AuditData, cfg: AuditConfig) -> None:
+    def __init__(self, key: str, items: Items, cfg: AuditConfig) -> None:
         mp = multiprocessing.get_context("fork")
         self.key = key
         self._recv, send = mp.Pipe(duplex=False)
+        self._queue = queue = mp.Queue()
+        items.feed(queue)
 
         def run() -> None:
             try:
+                data = AuditData(items=Follower(items, queue), workers=cfg.workers)
                 out: tuple[str, Any] = ("ok", _timed(key, data, cfg))
             except BaseException as e:  # noqa: BLE001 - handed to the parent, which raises it
                 out = ("error", e)
@@ -262,3 +270,4 @@ class _Aside:
         if self._proc.is_alive():
             self._proc.terminate()
             self._proc.join()
+        self._queue.cancel_join_thread()  # what it did not read is dropped, not waited on
