@@ -164,6 +164,31 @@ def test_one_process_finds_what_two_find(tmp_path: Path) -> None:
     assert (got["summary"], got["power"]) == (want["summary"], want["power"])
 
 
+def test_leakage_and_shortcut_run_aside_with_the_same_findings(tmp_path: Path) -> None:
+    """With workers > 1 the leakage and shortcut checks run in processes of their own once the
+    bank is read (leakage only when no later check reads its word ids: duplicates with
+    embeddings); the findings are one process's, in the checks' order."""
+    from audit_runs import run_audit
+    from audit_scale_bank import GOLDEN_CHECKS, outcome, write
+
+    from gen.generators.audit import AuditConfig, _loaded_aside
+
+    paths = write(tmp_path / "bank", n=600)
+    got = {}
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        run_audit(out, paths["jsonl"], checks=GOLDEN_CHECKS, embeddings=False, workers=workers)
+        got[workers] = outcome(out)
+    assert got[1]["findings"] == got[2]["findings"]
+    assert [c["key"] for c in got[2]["checks"]] == GOLDEN_CHECKS
+    assert {f["check"] for f in got[2]["findings"]} >= {"leakage", "shortcut"}
+    off = AuditConfig(input="x", embeddings=False)
+    on = AuditConfig(input="x", embeddings=True)
+    assert _loaded_aside(off, GOLDEN_CHECKS) == ["leakage", "shortcut"]
+    assert _loaded_aside(on, GOLDEN_CHECKS) == ["shortcut"]
+    assert _loaded_aside(on, ["leakage", "shortcut"]) == ["leakage", "shortcut"]
+
+
 def test_a_large_question_type_is_classified_on_a_sample(tmp_path: Path) -> None:
     """Above shortcut_max_items items of a type, the classifiers are cross-validated on a seeded
     sample of that many (their cost follows the items); below it, on every item."""
