@@ -410,13 +410,18 @@ class _TermIndex:
             self.keys[p].frombytes(keys[cut[p] : cut[p + 1]].tobytes())
             self.tids[p].frombytes(tids[cut[p] : cut[p + 1]].tobytes())
 
-    def build(self) -> None:
+    def build(self, containment: float) -> None:
         """Sort each part by key (a key's owners stay in their order) and drop the bank's template
         phrases: keys shared by many privileged texts ("c believes that the") are not content,
-        they neither count for nor against containment."""
+        they neither count for nor against containment. Then the index :meth:`contained` probes:
+        of each owner only its rarest keys, one more than it may miss and still reach
+        ``containment`` (an owner that reaches it shares one of them with the text: the others are
+        too few), and each owner's kept keys, to count them. A key kept by up to a hundredth of
+        the owners would otherwise make a probe's work grow with the bank."""
         self._flush()
         sizes = np.array(self.size, dtype=np.int64)
         common = max(20, len(sizes) // 100)
+        kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for p in range(PARTS):
             keys = np.frombuffer(self.keys[p], dtype=np.uint64)
             order = np.argsort(keys, kind="stable")
@@ -432,63 +437,91 @@ class _TermIndex:
                 sizes -= np.bincount(tids[gone], minlength=len(sizes))
                 tids = tids[~gone]
                 ukeys, counts = ukeys[~drop], counts[~drop]
-            self.parts.append((ukeys, np.concatenate(([0], np.cumsum(counts))), tids))
+            freq = np.repeat(counts, counts).astype(np.int32)
+            kept.append((np.repeat(ukeys, counts), freq, tids))
         self.sizes = sizes
+        key, freq, tid = (np.concatenate(x) for x in zip(*kept, strict=True))
+        del kept
+        by_owner = np.lexsort((key, freq, tid))  # per owner, its rarest keys first
+        key, freq, tid = key[by_owner], freq[by_owner], tid[by_owner]
+        del by_owner
+        start = np.concatenate(([0], np.cumsum(np.bincount(tid, minlength=len(sizes)))))
+        least = _least_hits(sizes, containment)
+        rank = np.arange(len(tid)) - start[tid]
+        probe = (sizes[tid] > 0) & (rank < (sizes - least + 1)[tid])
+        pkey, ptid = key[probe], tid[probe]
+        at = np.lexsort((ptid, pkey))  # by key, a key's owners in their order
+        pkey, ptid = pkey[at], ptid[at]
+        ukeys, counts = np.unique(pkey, return_counts=True)
+        self.parts = [(ukeys, np.concatenate(([0], np.cumsum(counts))), ptid)]
+        del pkey, freq, rank, probe
+        by_key = np.lexsort((key, tid))  # each owner's kept keys, sorted
+        self.owned, self.owned_start = key[by_key], start
 
     def contained(
         self, texts: list[np.ndarray], containment: float
     ) -> list[list[tuple[int, int, int]]]:
         """Per array of ``texts`` (each sorted, distinct keys): (owner, keys of it the owner has,
         the owner's key count) for every owner with at least ``containment`` of its keys among
-        them, in the order a walk over the array's keys meets them (a key's owners in their
-        order). The texts are looked up together: one search per part, not one per text."""
+        them, in the order a walk over the array's keys meets them (by its first key among them,
+        then a key's owners in their order). The texts are looked up together: the owners that
+        share a probed key with one (:meth:`build`), then each one's keys counted."""
         out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
         sizes = [len(k) for k in texts]
         if not sum(sizes):
             return out
         keys = np.concatenate(texts)
         text = np.repeat(np.arange(len(texts)), sizes)
-        part = (keys >> _SHIFT).astype(np.int64)
-        by_part = np.argsort(part, kind="stable")
-        cut = np.searchsorted(part[by_part], np.arange(PARTS + 1))
-        found: list[tuple[np.ndarray, np.ndarray]] = []
-        for p in range(PARTS):
-            if cut[p] == cut[p + 1]:
-                continue
-            ukeys, starts, tids = self.parts[p]
-            sel = by_part[cut[p] : cut[p + 1]]
-            sel = sel[member(keys[sel], ukeys)]
-            if not len(sel):
-                continue
-            at = np.searchsorted(ukeys, keys[sel])
-            lo, runs = starts[at], starts[at + 1] - starts[at]
-            each = np.repeat(np.arange(len(sel)), runs)
-            off = np.arange(int(runs.sum())) - np.repeat(np.cumsum(runs) - runs, runs)
-            found.append((text[sel][each], tids[lo[each] + off]))
-        if not found:
+        ukeys, starts, tids = self.parts[0]
+        sel = np.nonzero(member(keys, ukeys))[0]
+        if not len(sel):
             return out
-        # in (part, text, key, owner) order; per text its parts follow its (sorted) keys, so a
-        # stable sort by text puts each text's owners in the order a walk over its keys meets them
-        t, tid = (np.concatenate(x) for x in zip(*found, strict=True))
-        walk = np.argsort(t, kind="stable")
-        t, tid = t[walk], tid[walk].astype(np.int64)
-        _, first, count = np.unique(
-            t * len(self.sizes) + tid, return_index=True, return_counts=True
-        )
-        t, tid = t[first], tid[first]
-        size = self.sizes[tid]
-        ok = size > 0
-        ok[ok] = count[ok] / size[ok] >= containment
-        meeting = np.argsort(first[ok], kind="stable")  # by text, then as the walk met them
-        for r, o, k, z in zip(
-            t[ok][meeting].tolist(),
-            tid[ok][meeting].tolist(),
-            count[ok][meeting].tolist(),
-            size[ok][meeting].tolist(),
-            strict=True,
-        ):
-            out[r].append((o, k, z))
+        at = np.searchsorted(ukeys, keys[sel])
+        lo, runs = starts[at], starts[at + 1] - starts[at]
+        each = np.repeat(np.arange(len(sel)), runs)
+        off = np.arange(int(runs.sum())) - np.repeat(np.cumsum(runs) - runs, runs)
+        pair = text[sel][each].astype(np.int64) * len(self.sizes) + tids[lo[each] + off]
+        pair = np.unique(pair)  # (text, owner) candidates
+        cand_text, cand = pair // len(self.sizes), pair % len(self.sizes)
+        first_of = np.concatenate(([0], np.cumsum(sizes)))
+        for r in np.unique(cand_text).tolist():
+            mine = cand[cand_text == r]
+            lo, hi = self.owned_start[mine], self.owned_start[mine + 1]
+            n = hi - lo
+            rows = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(n.sum())
+            theirs = self.owned[rows]
+            tk = keys[first_of[r] : first_of[r + 1]]
+            pos = np.minimum(np.searchsorted(tk, theirs), len(tk) - 1)
+            hit = tk[pos] == theirs
+            owner = np.repeat(np.arange(len(mine)), n)
+            count = np.bincount(owner[hit], minlength=len(mine))
+            first = np.full(len(mine), len(tk), dtype=np.int64)
+            np.minimum.at(first, owner[hit], pos[hit])
+            size = self.sizes[mine]
+            ok = size > 0
+            ok[ok] = count[ok] / size[ok] >= containment
+            mine, count, size, first = mine[ok], count[ok], size[ok], first[ok]
+            walk = np.lexsort((mine, first))
+            out[r] = list(
+                zip(
+                    mine[walk].tolist(),
+                    count[walk].tolist(),
+                    size[walk].tolist(),
+                    strict=True,
+                )
+            )
         return out
+
+
+def _least_hits(sizes: np.ndarray, containment: float) -> np.ndarray:
+    """Per owner of ``sizes`` keys, the fewest of them a text must hold for ``k / size >=
+    containment`` as :meth:`_TermIndex.contained` computes it (at least 1)."""
+    s = np.maximum(sizes, 1)
+    k = np.maximum(np.ceil(containment * s).astype(np.int64), 1)
+    for _ in range(3):  # the float ceiling may be one off either way
+        k = np.where((k > 1) & ((k - 1) / s >= containment), k - 1, k)
+        k = np.where(k / s < containment, k + 1, k)
+    return k
 
 
 class _VisibleTexts:
@@ -531,7 +564,7 @@ def _cross_item_leaks(
     n = cfg.leak_ngram
     if not len(index.item):
         return []
-    index.build()
+    index.build(cfg.leak_containment)
     src_paths = list(index.paths)
     text_of, by_text, text_start = fields.groups()
     item_of = np.repeat(np.arange(len(fields.start) - 1), np.diff(np.asarray(fields.start)))
