@@ -23,3 +23,11 @@ def content_words(text: str) -> list[str]:
     """The words of ``text`` that name something: lowercased, stopwords and bare numbers left
     out."""
     return [w for w in _WORD.findall(text.casefold()) if w not in STOPWORDS and not w.isdigit()]
+
+
+def content_word_set(text: str) -> set[str]:
+    """The distinct :func:`content_words` of ``text`` (each word tested once: a long context
+    repeats its words)."""
+    return {
+        w for w in set(_WORD.findall(text.casefold())) if w not in STOPWORDS and not w.isdigit()
+    }

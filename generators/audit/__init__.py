@@ -24,6 +24,7 @@ from gen.engine.registry import generator
 from gen.engine.runner import CommonConfig, Plan, RunContext
 from gen.generators.audit import checks as _checks  # noqa: F401  (registers every check)
 from gen.generators.audit.data import AuditData, load_inputs
+from gen.generators.audit.items import Follower, Items
 from gen.generators.audit.registry import (
     REGISTRY,
     CheckResult,
@@ -189,18 +190,22 @@ def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
 
     Leakage, tells, duplicates, integrity. Exit code: 1 when a finding of at least ``fail_on``
     severity exists, 0 otherwise, 2 for bad input (:func:`generators.audit.report.fails`)."""
-    data = load_inputs(cfg, ctx)
     indices = ctx.indices()
+    chosen = [cfg.checks[i] for i in indices]
+    items = Items()
     aside = {
-        key: _Aside(key, data, cfg)
-        for key in ASIDE
-        if cfg.workers > 1 and data.items and key in [cfg.checks[i] for i in indices]
+        key: _Aside(key, cfg, items=items) for key in FOLLOW if cfg.workers > 1 and key in chosen
     }
     results: list[CheckResult] = []
     try:
-        for i in indices:
-            key = cfg.checks[i]
-            res = aside.pop(key).result() if key in aside else _timed(key, data, cfg)
+        data = load_inputs(cfg, ctx, items)
+        data.items.seal()  # the followers' end of the items (an input without them has none)
+        if cfg.workers > 1 and data.items:
+            aside |= {key: _Aside(key, cfg, data=data) for key in _loaded_aside(cfg, chosen)}
+        # this process's checks first, in order, while the aside ones run; then all in order
+        own = {key: _timed(key, data, cfg) for key in chosen if key not in aside}
+        for key in chosen:
+            res = own.pop(key) if key in own else aside.pop(key).result()
             results.append(res)
             yield list(res.findings)
     finally:
@@ -209,9 +214,21 @@ def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
     write_report(cfg, ctx, data, results)
 
 
-ASIDE = ("text",)
-"""Checks that run in a process of their own beside the others when ``workers`` > 1: the text
-check reads only the items' questions and options and is the largest cost."""
+FOLLOW = ("text",)
+"""Checks that run in a process of their own when ``workers`` > 1, started before the input is
+read: they read only the items, as the reader writes them (the text check reads their questions
+and options and is the largest cost)."""
+LOADED = ("leakage", "shortcut")
+"""Checks that run in a process of their own beside the others when ``workers`` > 1, started once
+the input is read (the next largest costs; what they compute is theirs alone)."""
+
+
+def _loaded_aside(cfg: AuditConfig, chosen: list[str]) -> list[str]:
+    """The :data:`LOADED` checks to run aside: leakage only when no check after it reads the word
+    ids it gives (``data.grams``: the duplicates check's context vectors, with embeddings), so
+    that they are given in the same order as in one process."""
+    grams_later = cfg.embeddings and "duplicates" in chosen
+    return [k for k in LOADED if k in chosen and not (k == "leakage" and grams_later)]
 
 
 def _timed(key: str, data: AuditData, cfg: AuditConfig) -> CheckResult:
@@ -222,16 +239,34 @@ def _timed(key: str, data: AuditData, cfg: AuditConfig) -> CheckResult:
 
 
 class _Aside:
-    """Check ``key`` running in a forked process (it reads the same spill file)."""
+    """Check ``key`` running in a forked process: with ``data``, forked once the input is read
+    (it reads the same spill file); with ``items``, forked before, walking the items as the reader
+    writes them to their spill file (:class:`~generators.audit.items.Follower`)."""
 
-    def __init__(self, key: str, data: AuditData, cfg: AuditConfig) -> None:
+    def __init__(
+        self,
+        key: str,
+        cfg: AuditConfig,
+        *,
+        data: AuditData | None = None,
+        items: Items | None = None,
+    ) -> None:
         mp = multiprocessing.get_context("fork")
         self.key = key
         self._recv, send = mp.Pipe(duplex=False)
+        self._queue: Any = None
+        if items is not None:
+            self._queue = queue = mp.Queue()
+            items.feed(queue)
 
         def run() -> None:
             try:
-                out: tuple[str, Any] = ("ok", _timed(key, data, cfg))
+                if data is not None:
+                    seen = data
+                else:
+                    assert items is not None
+                    seen = AuditData(items=Follower(items, queue), workers=cfg.workers)
+                out: tuple[str, Any] = ("ok", _timed(key, seen, cfg))
             except BaseException as e:  # noqa: BLE001 - handed to the parent, which raises it
                 out = ("error", e)
             send.send(out)
@@ -262,3 +297,5 @@ class _Aside:
         if self._proc.is_alive():
             self._proc.terminate()
             self._proc.join()
+        if self._queue is not None:
+            self._queue.cancel_join_thread()  # what it did not read is dropped, not waited on

@@ -163,8 +163,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     return run_manifest(folder)[1]
 
 
-def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
-    """Read input=, against=, nocontext= once; bad input raises a GenError (exit 2)."""
+def load_inputs(cfg: AuditConfig, ctx: RunContext, items: Items | None = None) -> AuditData:
+    """Read input=, against=, nocontext= once; bad input raises a GenError (exit 2). ``items``:
+    where the input's items go (one made here by default; the audit's is followed by the checks
+    it started before reading, :meth:`Items.feed`)."""
     if cfg.input is None:
         raise ConfigError(
             "input= is required (a bank file, a run folder, or a folder of EgoToM CSVs)"
@@ -172,6 +174,8 @@ def load_inputs(cfg: AuditConfig, ctx: RunContext) -> AuditData:
     path = cfg.input_path()
     assert path is not None
     data = AuditData(seed=ctx.seed(0, "folds"), workers=cfg.workers)
+    if items is not None:
+        data.items = items
     folders: list[Path] = []
     kind = None if cfg.roles is not None else kinds.of_path(path)
     view = kind.view if kind is not None else None

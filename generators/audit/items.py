@@ -43,6 +43,8 @@ BLOCK = 1 << 22
 RECENT = 4096
 """Normalised visible fields kept of the items read last (what :meth:`Items.visible` asks for
 while a check walks the items)."""
+FEED_BLOCK = 1024
+"""Records announced at once to a :class:`Follower` (:meth:`Items.feed`)."""
 
 
 class Items(Sequence[MCQ]):
@@ -67,8 +69,16 @@ class Items(Sequence[MCQ]):
         self._columns: dict[str, np.ndarray] = {}
         self._sealed = False
         self._recent: OrderedDict[int, list[tuple[str, str]]] = OrderedDict()
+        self._feed: Any = None
+        self._fed = 0
         for it in items:
             self.append(it)
+
+    def feed(self, queue: Any) -> None:
+        """Announce the records on ``queue`` as they are written (a
+        ``multiprocessing.Queue``), for a :class:`Follower` in a process forked before the first
+        :meth:`append`: each block of :data:`FEED_BLOCK` records' offsets, then None when sealed."""
+        self._feed = queue
 
     # ----------------------------------------------------------------------------------- building
 
@@ -102,13 +112,27 @@ class Items(Sequence[MCQ]):
         b["bank"].append(bank)
         self.ids.append(it.item_id)
         self.groups.append(it.group)
+        if self._feed is not None and len(self.ids) - self._fed >= FEED_BLOCK:
+            self._announce()
+
+    def _announce(self) -> None:
+        """The records written since the last announcement, flushed and announced."""
+        n = len(self.ids)
+        if n > self._fed:
+            self._file.flush()
+            self._feed.put(self._offsets[self._fed : n + 1].tobytes())
+            self._fed = n
 
     def seal(self) -> Items:
         """Done appending (the first read does it): the columns become arrays, the file is
-        flushed for reading."""
+        flushed for reading (and, when fed, the last records announced, then the end)."""
         if not self._sealed:
             self._sealed = True
             self._file.flush()
+            if self._feed is not None:
+                self._announce()
+                self._feed.put(None)
+                self._feed = None
             self._columns = {
                 k: np.array(v, dtype=np.int32 if k == "qtype" else np.int16)
                 for k, v in self._building.items()
@@ -288,3 +312,64 @@ class Subset(Sequence[tuple[int, MCQ]]):
         """The item ids, without reading the items."""
         ids = self.items.ids
         return [ids[i] for i in self.indices.tolist()]
+
+
+class Follower(Items):
+    """The items of an :class:`Items` that another process is still writing, read once, in order,
+    as they are announced (:meth:`Items.feed`): what a check started before the bank is read
+    walks (the text check, in a process forked first). Only iteration and truth are served: it
+    has no spill file or columns of its own."""
+
+    _END = object()
+
+    def __init__(self, items: Items, queue: Any) -> None:  # no Items.__init__: no file of its own
+        self._fd = items._file.fileno()  # the writer's spill file, inherited by the fork
+        self._queue = queue
+        self._ahead: Any = None
+        """An announcement taken before it was read (by ``bool``), or None."""
+        self._ended = False
+
+    def _take(self) -> bytes | None:
+        if self._ahead is not None:
+            got, self._ahead = self._ahead, None
+            return None if got is self._END else got  # type: ignore[no-any-return]
+        if self._ended:
+            return None
+        got = self._queue.get()
+        self._ended = got is None
+        return got  # type: ignore[no-any-return]
+
+    def __bool__(self) -> bool:
+        if self._ahead is None:
+            got = self._take()
+            self._ahead = self._END if got is None else got
+        return self._ahead is not self._END
+
+    def __len__(self) -> int:
+        raise TypeError("Follower: the number of items is known only at the end")
+
+    @overload
+    def __getitem__(self, i: int) -> MCQ: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[MCQ]: ...
+
+    def __getitem__(self, i: int | slice) -> MCQ | list[MCQ]:
+        raise TypeError("Follower: items are read in order only")
+
+    def __iter__(self) -> Iterator[MCQ]:
+        while (msg := self._take()) is not None:
+            off = array("q")
+            off.frombytes(msg)
+            base, size = off[0], off[-1] - off[0]
+            parts: list[bytes] = []
+            while size > 0:
+                got = os.pread(self._fd, size, off[-1] - size)
+                if not got:
+                    raise OSError("the audit's spill file ended early")
+                parts.append(got)
+                size -= len(got)
+            buf = memoryview(parts[0] if len(parts) == 1 else b"".join(parts))
+            for k in range(len(off) - 1):
+                row = marshal.loads(buf[off[k] - base : off[k + 1] - base])
+                yield MCQ.model_construct(**dict(zip(FIELDS, row, strict=False)))

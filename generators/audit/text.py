@@ -16,7 +16,16 @@ _NON_WORD = re.compile(r"[\W_]+")
 
 def norm(text: str) -> str:
     """Casefolded, NFKC, every run of non-letters/digits (underscores too) one space."""
+    if text.isascii():  # the same, in C: NFKC leaves ASCII as it is, casefold lowers it
+        return b" ".join(text.encode().translate(_ASCII_NORM).split()).decode()
     return " ".join(_NON_WORD.sub(" ", unicodedata.normalize("NFKC", text).casefold()).split())
+
+
+_ASCII_NORM = bytes(
+    c + 32 if 65 <= c <= 90 else c if 97 <= c <= 122 or 48 <= c <= 57 else 32 for c in range(256)
+)
+"""An ASCII character as :func:`norm` makes it: a letter lowered, a digit kept, anything else (the
+characters ``[\\W_]`` matches) a space."""
 
 
 def has_phrase(term: str, text: str) -> bool:
@@ -110,6 +119,20 @@ def share_in(needles: np.ndarray, haystack: np.ndarray) -> float:
     return int(np.count_nonzero(member(needles, haystack))) / len(needles)
 
 
+def shares_in(needles: list[np.ndarray], haystack: np.ndarray) -> list[float]:
+    """:func:`share_in` of each array of ``needles`` (0.0 for an empty one), in one search: an
+    item's terms or options against one field cost one numpy pass, not one each."""
+    sizes = [len(x) for x in needles]
+    if not any(sizes):
+        return [0.0] * len(needles)
+    hit = np.concatenate(([0], np.cumsum(member(np.concatenate(needles), haystack)))).tolist()
+    out, at = [], 0
+    for size in sizes:
+        out.append((hit[at + size] - hit[at]) / size if size else 0.0)
+        at += size
+    return out
+
+
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _POSSESSIVE = re.compile(r"['’]s?$")
 
@@ -117,10 +140,11 @@ _POSSESSIVE = re.compile(r"['’]s?$")
 def words(text: str) -> list[str]:
     """The words of ``text``, casefolded and NFKC-normalised, a possessive ending dropped
     ("poster's" is "poster"); hyphens and other marks split words."""
-    return [
-        _POSSESSIVE.sub("", w) if "'" in w or "’" in w else w
-        for w in _WORD.findall(unicodedata.normalize("NFKC", text).casefold())
-    ]
+    low = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+    found = _WORD.findall(low)  # (ASCII: NFKC leaves it as it is, casefold lowers it)
+    if "'" not in low and "’" not in low:
+        return found
+    return [_POSSESSIVE.sub("", w) if "'" in w or "’" in w else w for w in found]
 
 
 class Lemmas:
@@ -171,14 +195,15 @@ class Lemmas:
         from gen.text.words import STOPWORDS
 
         ws = words(text)
-        self._learn(ws)
+        distinct = set(ws)
+        if not distinct <= self._map.keys():
+            self._learn(ws)
         kept = self._kept
-        for w in ws:
-            if w not in kept:  # a word's verdict, found once
-                lemma = self._map.get(w, w)
-                skip = w in STOPWORDS or w in NAME_NOTHING or (w.isdigit() and len(w) < 2)
-                kept[w] = None if skip or lemma in STOPWORDS else lemma
-        out = [k for w in ws if (k := kept[w]) is not None]
+        for w in distinct.difference(kept):  # a word's verdict, found once
+            lemma = self._map.get(w, w)
+            skip = w in STOPWORDS or w in NAME_NOTHING or (w.isdigit() and len(w) < 2)
+            kept[w] = None if skip or lemma in STOPWORDS else lemma
+        out = [k for k in map(kept.__getitem__, ws) if k is not None]
         if len(self._content) >= self.CACHED:
             self._content.clear()
         self._content[text] = out

@@ -75,6 +75,41 @@ def test_items_spill_and_read_back(tmp_path: Path) -> None:
         store.append(items[0])
 
 
+def test_a_follower_reads_the_items_as_they_are_written(tmp_path: Path) -> None:
+    """A check started before the bank is read (the text check's process) walks the items as the
+    reader spills them: every item, in order, block by block; an input without items is empty."""
+    import multiprocessing
+
+    from gen.generators.audit.items import FEED_BLOCK, Follower
+
+    items = read_mcq_jsonl(
+        Path(__file__).resolve().parent.parent / "fixtures" / "audit" / "clean.jsonl"
+    )
+    many = [items[k % len(items)] for k in range(2 * FEED_BLOCK + 7)]
+    mp = multiprocessing.get_context("fork")
+    store, queue = Items(), mp.Queue()
+    store.feed(queue)
+    got = mp.Queue()
+
+    def follow() -> None:
+        follower = Follower(store, queue)
+        got.put((bool(follower), [it.item_id for it in follower], bool(follower)))
+
+    proc = mp.Process(target=follow)
+    proc.start()  # forked before the first append, as the audit forks its text check
+    for it in many:
+        store.append(it)
+    store.seal()
+    first, ids, after = got.get(timeout=60)
+    proc.join()
+    assert (first, ids, after) == (True, [it.item_id for it in many], False)
+    empty, q = Items(), mp.Queue()
+    empty.feed(q)
+    empty.seal()
+    none = Follower(empty, q)
+    assert not none and list(none) == []
+
+
 def test_jsonl_is_read_line_by_line_and_a_bad_byte_is_still_named(tmp_path: Path) -> None:
     path = tmp_path / "a.jsonl"
     path.write_bytes(b'{"a": 1}\r\n\r\n{"a": 2}\r{"a": 3}\n')
@@ -129,6 +164,31 @@ def test_one_process_finds_what_two_find(tmp_path: Path) -> None:
     assert (got["summary"], got["power"]) == (want["summary"], want["power"])
 
 
+def test_leakage_and_shortcut_run_aside_with_the_same_findings(tmp_path: Path) -> None:
+    """With workers > 1 the leakage and shortcut checks run in processes of their own once the
+    bank is read (leakage only when no later check reads its word ids: duplicates with
+    embeddings); the findings are one process's, in the checks' order."""
+    from audit_runs import run_audit
+    from audit_scale_bank import GOLDEN_CHECKS, outcome, write
+
+    from gen.generators.audit import AuditConfig, _loaded_aside
+
+    paths = write(tmp_path / "bank", n=600)
+    got = {}
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        run_audit(out, paths["jsonl"], checks=GOLDEN_CHECKS, embeddings=False, workers=workers)
+        got[workers] = outcome(out)
+    assert got[1]["findings"] == got[2]["findings"]
+    assert [c["key"] for c in got[2]["checks"]] == GOLDEN_CHECKS
+    assert {f["check"] for f in got[2]["findings"]} >= {"leakage", "shortcut"}
+    off = AuditConfig(input="x", embeddings=False)
+    on = AuditConfig(input="x", embeddings=True)
+    assert _loaded_aside(off, GOLDEN_CHECKS) == ["leakage", "shortcut"]
+    assert _loaded_aside(on, GOLDEN_CHECKS) == ["shortcut"]
+    assert _loaded_aside(on, ["leakage", "shortcut"]) == ["leakage", "shortcut"]
+
+
 def test_a_large_question_type_is_classified_on_a_sample(tmp_path: Path) -> None:
     """Above shortcut_max_items items of a type, the classifiers are cross-validated on a seeded
     sample of that many (their cost follows the items); below it, on every item."""
@@ -159,3 +219,26 @@ def test_a_large_question_type_is_classified_on_a_sample(tmp_path: Path) -> None
         row = sampled["context_options"]["per_question_type"][qtype]
         if row["items"] > 100:
             assert row["sampled"] == 100
+
+
+def test_norm_of_ascii_text_is_the_unicode_rule() -> None:
+    """``norm``'s ASCII path (a byte table) gives what its rule gives (NFKC, casefold, every run
+    of ``[\\W_]`` one space): every ASCII character, and random ASCII texts."""
+    import random
+    import re
+    import unicodedata
+
+    from gen.generators.audit.text import norm
+
+    def rule(text: str) -> str:
+        return " ".join(
+            re.sub(r"[\W_]+", " ", unicodedata.normalize("NFKC", text).casefold()).split()
+        )
+
+    rng = random.Random(3)
+    texts = [chr(c) for c in range(128)] + [f"a{chr(c)}B" for c in range(128)]
+    texts += [
+        "".join(rng.choice([chr(c) for c in range(128)]) for _ in range(60)) for _ in range(500)
+    ]
+    texts += ["  C picks_up the CUP,\tthen   the lid!\n00m:05s | #C", "", "___", "Ünïcode ﬁne"]
+    assert [norm(t) for t in texts] == [rule(t) for t in texts]

@@ -154,13 +154,29 @@ def windows(lemmas: Lemmas, texts: list[str]) -> tuple[list[Window], int]:
     return out, at
 
 
-def window_index(wins: list[Window]) -> dict[str, np.ndarray]:
+class WindowIndex:
+    """Per lemma of a context, the windows that hold it (in order), found when an option first
+    asks for it (a context has hundreds of lemmas, its options a few dozen)."""
+
+    def __init__(self, wins: list[Window]) -> None:
+        self.wins = wins
+        self.lemmas: set[str] = set().union(*(w for _, _, w in wins))
+        """Every lemma of the context."""
+        self._at: dict[str, list[int]] = {}
+
+    def __contains__(self, lemma: object) -> bool:
+        return lemma in self.lemmas
+
+    def __getitem__(self, lemma: str) -> list[int]:
+        got = self._at.get(lemma)
+        if got is None:
+            got = self._at[lemma] = [r for r, (_, _, w) in enumerate(self.wins) if lemma in w]
+        return got
+
+
+def window_index(wins: list[Window]) -> WindowIndex:
     """Per lemma of a context, the windows that hold it (in order)."""
-    where: dict[str, list[int]] = {}
-    for r, (_, _, w) in enumerate(wins):
-        for lemma in w:
-            where.setdefault(lemma, []).append(r)
-    return {k: np.array(v, dtype=np.int64) for k, v in where.items()}
+    return WindowIndex(wins)
 
 
 def names_of(lemmas: Lemmas, options: list[list[str]]) -> list[list[set[str]]]:
@@ -197,7 +213,7 @@ def option_views(
     share: float,
     common: frozenset[str] = frozenset(),
     context: tuple[list[Window], int] | None = None,
-    where: dict[str, np.ndarray] | None = None,
+    where: WindowIndex | None = None,
 ) -> tuple[list[OptionView], list[Window]]:
     """Per option, what the context shows of it (``share``: the part of its distinctive lemmas one
     window must hold to name it; ``common``: lemmas every question of the item's type holds, which
@@ -206,7 +222,7 @@ def option_views(
     wins, length = context if context is not None else windows(lemmas, v.context)
     if where is None:
         where = window_index(wins)
-    context_words = set(where)
+    context_words = where.lemmas
     question = set(lemmas.content(v.question)) - common
     out = []
     for names, full in zip(
@@ -219,10 +235,8 @@ def option_views(
         got = np.zeros(len(wins))
         for n in names:
             if n:
-                held = np.zeros(len(wins), dtype=np.int64)
-                for lemma in n:
-                    if lemma in where:
-                        held[where[lemma]] += 1
+                at = [r for lemma in n if lemma in where for r in where[lemma]]
+                held = np.bincount(np.array(at, dtype=np.int64), minlength=len(wins))
                 np.maximum(got, held / len(n), out=got)
         best = max(0.0, float(got.max())) if len(wins) else 0.0
         hits: list[int] = []
@@ -386,7 +400,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
     for v in views(data):
         q = frozenset(lemmas.content(v.question))
         common[v.question_type] = common.get(v.question_type, q) & q
-    last: tuple[list[str], tuple[list[Window], int], dict[str, np.ndarray]] | None = None
+    last: tuple[list[str], tuple[list[Window], int], WindowIndex] | None = None
     pending = 0  # rows whose texts the embedder has not read yet
     for v in views(data):
         if last is None or last[0] != v.context:  # the items of a clip follow each other

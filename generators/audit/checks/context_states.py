@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from gen.generators.audit.registry import TELL_OPTIONS, CheckResult, check, judged, tell_finding
 from gen.generators.audit.report import table, tells_table
 from gen.generators.audit.stats import Tell, binom_greater, rounded
-from gen.schemas.mcq import MCQ
-from gen.text.words import content_words
+from gen.text.words import content_word_set, content_words
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig
@@ -68,7 +67,14 @@ def containment(options: list[str], context: set[str]) -> list[float]:
 
 def context_of(data: AuditData, i: int) -> set[str]:
     """The content words of item i's visible fields, the question left out."""
-    return {w for path, v in data.visible(i) if path != "question" for w in content_words(v)}
+    return {w for path, v in data.visible(i) if path != "question" for w in content_word_set(v)}
+
+
+class _Row(NamedTuple):
+    """What the tell reads of an item."""
+
+    item_id: str
+    answer: int | None
 
 
 def cohens_h(p1: float, p2: float) -> float:
@@ -101,13 +107,15 @@ def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
         return CheckResult(
             KEY, "skipped", "not an MCQ bank (the context-states test needs options and a context)"
         )
-    groups: dict[str, list[tuple[MCQ, list[float]]]] = {}
+    # per item its id, answer and options' containment (not the item: a million contexts)
+    groups: dict[str, list[tuple[_Row, list[float]]]] = {}
     for qtype, xs in data.by_type().items():
         for i, it in xs:
             context = context_of(data, i)
             if not context:
                 continue
-            groups.setdefault(qtype, []).append((it, containment(it.options, context)))
+            kept = _Row(it.item_id, it.answer)
+            groups.setdefault(qtype, []).append((kept, containment(it.options, context)))
     if not groups:
         return CheckResult(KEY, "skipped", "no item shows a visible context besides its question")
     per_type: dict[str, Any] = {}
@@ -117,8 +125,8 @@ def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
         hits: list[str] = []
         chance: list[float] = []
         answer_share, distractor_share, answer_stated, distractor_stated = [], [], [], []
-        for it, share in rows:
-            a = it.answer
+        for item, share in rows:
+            a = item.answer
             assert a is not None
             stated = [s >= t for s in share]
             others = [s for j, s in enumerate(share) if j != a]
@@ -128,7 +136,7 @@ def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
             distractor_stated += [s >= t for s in others]
             chance.append((sum(stated) == 1) / len(share))
             if stated[a] and sum(stated) == 1:
-                hits.append(it.item_id)
+                hits.append(item.item_id)
         n = len(rows)
         p0 = float(np.mean(chance))
         pa, pd = float(np.mean(answer_stated)), float(np.mean(distractor_stated))

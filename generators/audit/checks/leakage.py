@@ -22,7 +22,7 @@ from gen.generators.audit.registry import (
 )
 from gen.generators.audit.report import table, tells_table
 from gen.generators.audit.stats import Tell, binom_greater, rounded
-from gen.generators.audit.text import Grams, has_phrase, letter, member, norm, share_in
+from gen.generators.audit.text import Grams, has_phrase, letter, member, norm, shares_in
 from gen.schemas.audit import FindingRecord
 from gen.schemas.mcq import LETTERS, MCQ
 
@@ -70,6 +70,45 @@ def _terms(it: MCQ, min_chars: int) -> list[tuple[str, str]]:
             seen.add(t)
             out.append((path, t))
     return out
+
+
+def _matches(
+    terms: list[tuple[str, str]], visible: list[tuple[str, str]], grams: Grams, n: int
+) -> tuple[list[list[bool]], list[list[float | None]]]:
+    """Per term and visible field: whether the field holds the term as a phrase
+    (:func:`has_phrase`), and the share of the term's n-grams it holds (:func:`share_in`; None
+    for a term of fewer than n words, or a field no term is searched in by n-grams). A field's
+    n-grams are taken when the first term needs them (a term not already found in it as a phrase,
+    of n words or more), the texts' word ids so given in the order a pair-by-pair search gives
+    them; each field's shares in one search."""
+    padded = [f" {v} " for _, v in visible]
+    phrase = [[f" {t} " in v for v in padded] for _, t in terms]
+    first: list[int | None] = [None] * len(visible)
+    for p in range(len(visible)):
+        found: set[str] = set()  # before its n-grams are taken, only phrases report a field
+        for k, (src, t) in enumerate(terms):
+            if src in found:
+                continue
+            if phrase[k][p]:
+                found.add(src)
+            elif len(t.split()) >= n:
+                first[p] = k
+                break
+    keys: list[np.ndarray] = []
+    fields: list[np.ndarray | None] = [None] * len(visible)
+    for k, (_, t) in enumerate(terms):
+        keys.append(grams.keys(t, n))
+        for p, at in enumerate(first):
+            if at == k:
+                fields[p] = grams.keys(visible[p][1], n)
+    shares: list[list[float | None]] = []
+    for f in fields:
+        if f is None:
+            shares.append([None] * len(terms))
+        else:
+            got = shares_in(keys, f)
+            shares.append([s if len(x) else None for s, x in zip(got, keys, strict=True)])
+    return phrase, shares
 
 
 def _flatten(path: str, text: str) -> list[tuple[str, str]]:
@@ -129,15 +168,16 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
         terms = _terms(it, cfg.leak_min_chars)
         visible = data.visible(i)
         raw = dict(it.visible)
-        vis_grams: dict[str, np.ndarray] = {}
+        ordered = sorted(terms, key=lambda x: -len(x[1]))
+        phrase, shares = _matches(ordered, visible, grams, n)
+        item_key = norm(it.item_id)
         reported: set[tuple[str, str]] = set()  # one finding per (visible field, source field)
-        for src, t in sorted(terms, key=lambda x: -len(x[1])):
-            t_grams = grams.keys(t, n)
-            for path, v in visible:
+        for k, (src, t) in enumerate(ordered):
+            for p, (path, _) in enumerate(visible):
                 is_answer = src.startswith("options[")
                 if (path, src) in reported:
                     continue
-                if has_phrase(t, v):
+                if phrase[k][p]:
                     reported.add((path, src))
                     pathlike = bool(_PATHLIKE.match(raw.get(path, "").strip()))
                     kind = ("answer" if is_answer else "privileged") + (
@@ -160,10 +200,7 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                         )
                     )
                     per_kind[kind] += 1
-                elif len(t_grams):
-                    if path not in vis_grams:
-                        vis_grams[path] = grams.keys(v, n)
-                    shared = share_in(t_grams, vis_grams[path])
+                elif (shared := shares[p][k]) is not None:
                     if shared >= cfg.leak_containment:
                         reported.add((path, src))
                         kind = (
@@ -185,7 +222,7 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                             )
                         )
                         per_kind[kind] += 1
-            if has_phrase(t, norm(it.item_id)) and ("item_id", src) not in reported:
+            if has_phrase(t, item_key) and ("item_id", src) not in reported:
                 reported.add(("item_id", src))
                 res.findings.append(
                     finding(
@@ -262,10 +299,7 @@ def _overlap_tell(
                 if parts
                 else np.zeros(0, dtype=np.uint64)
             )
-            shares = []
-            for o in it.options:
-                g = grams.keys(norm(o), OVERLAP_N)
-                shares.append(share_in(g, vis) if len(g) else 0.0)
+            shares = shares_in([grams.keys(norm(o), OVERLAP_N) for o in it.options], vis)
             a = it.answer
             assert a is not None
             ans_share.append(shares[a])
@@ -376,13 +410,18 @@ class _TermIndex:
             self.keys[p].frombytes(keys[cut[p] : cut[p + 1]].tobytes())
             self.tids[p].frombytes(tids[cut[p] : cut[p + 1]].tobytes())
 
-    def build(self) -> None:
+    def build(self, containment: float) -> None:
         """Sort each part by key (a key's owners stay in their order) and drop the bank's template
         phrases: keys shared by many privileged texts ("c believes that the") are not content,
-        they neither count for nor against containment."""
+        they neither count for nor against containment. Then the index :meth:`contained` probes:
+        of each owner only its rarest keys, one more than it may miss and still reach
+        ``containment`` (an owner that reaches it shares one of them with the text: the others are
+        too few), and each owner's kept keys, to count them. A key kept by up to a hundredth of
+        the owners would otherwise make a probe's work grow with the bank."""
         self._flush()
         sizes = np.array(self.size, dtype=np.int64)
         common = max(20, len(sizes) // 100)
+        kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for p in range(PARTS):
             keys = np.frombuffer(self.keys[p], dtype=np.uint64)
             order = np.argsort(keys, kind="stable")
@@ -398,46 +437,91 @@ class _TermIndex:
                 sizes -= np.bincount(tids[gone], minlength=len(sizes))
                 tids = tids[~gone]
                 ukeys, counts = ukeys[~drop], counts[~drop]
-            self.parts.append((ukeys, np.concatenate(([0], np.cumsum(counts))), tids))
+            freq = np.repeat(counts, counts).astype(np.int32)
+            kept.append((np.repeat(ukeys, counts), freq, tids))
         self.sizes = sizes
+        key, freq, tid = (np.concatenate(x) for x in zip(*kept, strict=True))
+        del kept
+        by_owner = np.lexsort((key, freq, tid))  # per owner, its rarest keys first
+        key, freq, tid = key[by_owner], freq[by_owner], tid[by_owner]
+        del by_owner
+        start = np.concatenate(([0], np.cumsum(np.bincount(tid, minlength=len(sizes)))))
+        least = _least_hits(sizes, containment)
+        rank = np.arange(len(tid)) - start[tid]
+        probe = (sizes[tid] > 0) & (rank < (sizes - least + 1)[tid])
+        pkey, ptid = key[probe], tid[probe]
+        at = np.lexsort((ptid, pkey))  # by key, a key's owners in their order
+        pkey, ptid = pkey[at], ptid[at]
+        ukeys, counts = np.unique(pkey, return_counts=True)
+        self.parts = [(ukeys, np.concatenate(([0], np.cumsum(counts))), ptid)]
+        del pkey, freq, rank, probe
+        by_key = np.lexsort((key, tid))  # each owner's kept keys, sorted
+        self.owned, self.owned_start = key[by_key], start
 
-    def contained(self, keys: np.ndarray, containment: float) -> list[tuple[int, int, int]]:
-        """(owner, keys of ``keys`` (sorted, distinct) it has, its key count) for every owner with
-        at least ``containment`` of its keys among ``keys``, in the order a walk over the sorted
-        keys meets them."""
-        cut = np.searchsorted(keys >> _SHIFT, np.arange(PARTS + 1))  # keys sorted: parts in order
-        hits = []
-        for p in range(PARTS):
-            if cut[p] == cut[p + 1]:
-                continue
-            ukeys, starts, tids = self.parts[p]
-            mine = keys[cut[p] : cut[p + 1]]
-            at = np.searchsorted(ukeys, mine[member(mine, ukeys)])
-            if len(at):
-                lo, runs = starts[at], starts[at + 1] - starts[at]
-                hits.append(
-                    tids[
-                        np.repeat(lo - np.concatenate(([0], np.cumsum(runs)[:-1])), runs)
-                        + np.arange(runs.sum())
-                    ]
+    def contained(
+        self, texts: list[np.ndarray], containment: float
+    ) -> list[list[tuple[int, int, int]]]:
+        """Per array of ``texts`` (each sorted, distinct keys): (owner, keys of it the owner has,
+        the owner's key count) for every owner with at least ``containment`` of its keys among
+        them, in the order a walk over the array's keys meets them (by its first key among them,
+        then a key's owners in their order). The texts are looked up together: the owners that
+        share a probed key with one (:meth:`build`), then each one's keys counted."""
+        out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
+        sizes = [len(k) for k in texts]
+        if not sum(sizes):
+            return out
+        keys = np.concatenate(texts)
+        text = np.repeat(np.arange(len(texts)), sizes)
+        ukeys, starts, tids = self.parts[0]
+        sel = np.nonzero(member(keys, ukeys))[0]
+        if not len(sel):
+            return out
+        at = np.searchsorted(ukeys, keys[sel])
+        lo, runs = starts[at], starts[at + 1] - starts[at]
+        each = np.repeat(np.arange(len(sel)), runs)
+        off = np.arange(int(runs.sum())) - np.repeat(np.cumsum(runs) - runs, runs)
+        pair = text[sel][each].astype(np.int64) * len(self.sizes) + tids[lo[each] + off]
+        pair = np.unique(pair)  # (text, owner) candidates
+        cand_text, cand = pair // len(self.sizes), pair % len(self.sizes)
+        first_of = np.concatenate(([0], np.cumsum(sizes)))
+        for r in np.unique(cand_text).tolist():
+            mine = cand[cand_text == r]
+            lo, hi = self.owned_start[mine], self.owned_start[mine + 1]
+            n = hi - lo
+            rows = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(n.sum())
+            theirs = self.owned[rows]
+            tk = keys[first_of[r] : first_of[r + 1]]
+            pos = np.minimum(np.searchsorted(tk, theirs), len(tk) - 1)
+            hit = tk[pos] == theirs
+            owner = np.repeat(np.arange(len(mine)), n)
+            count = np.bincount(owner[hit], minlength=len(mine))
+            first = np.full(len(mine), len(tk), dtype=np.int64)
+            np.minimum.at(first, owner[hit], pos[hit])
+            size = self.sizes[mine]
+            ok = size > 0
+            ok[ok] = count[ok] / size[ok] >= containment
+            mine, count, size, first = mine[ok], count[ok], size[ok], first[ok]
+            walk = np.lexsort((mine, first))
+            out[r] = list(
+                zip(
+                    mine[walk].tolist(),
+                    count[walk].tolist(),
+                    size[walk].tolist(),
+                    strict=True,
                 )
-        if not hits:
-            return []
-        hit = np.concatenate(hits)
-        owner, first, count = np.unique(hit, return_index=True, return_counts=True)
-        size = self.sizes[owner]
-        ok = size > 0
-        ok[ok] = count[ok] / size[ok] >= containment
-        owner, first, count, size = owner[ok], first[ok], count[ok], size[ok]
-        by_meeting = np.argsort(first, kind="stable")
-        return list(
-            zip(
-                owner[by_meeting].tolist(),
-                count[by_meeting].tolist(),
-                size[by_meeting].tolist(),
-                strict=True,
             )
-        )
+        return out
+
+
+def _least_hits(sizes: np.ndarray, containment: float) -> np.ndarray:
+    """Per owner of ``sizes`` keys, the fewest of them a text must hold for ``k / size >=
+    containment`` as :meth:`_TermIndex.contained` computes it (at least 1)."""
+    s = np.maximum(sizes, 1)
+    k = np.maximum(np.ceil(containment * s).astype(np.int64), 1)
+    for _ in range(3):  # the float ceiling may be one off either way
+        k = np.where((k > 1) & ((k - 1) / s >= containment), k - 1, k)
+        k = np.where(k / s < containment, k + 1, k)
+    return k
 
 
 class _VisibleTexts:
@@ -467,6 +551,10 @@ class _VisibleTexts:
         return text_of, order, np.concatenate(([0], np.cumsum(np.bincount(text_of))))
 
 
+PROBE_KEYS = 1 << 17
+"""Keys of distinct visible texts looked up in the term index at once."""
+
+
 def _cross_item_leaks(
     data: AuditData, index: _TermIndex, fields: _VisibleTexts, cfg: AuditConfig, grams: Grams
 ) -> list[FindingRecord]:
@@ -476,7 +564,7 @@ def _cross_item_leaks(
     n = cfg.leak_ngram
     if not len(index.item):
         return []
-    index.build()
+    index.build(cfg.leak_containment)
     src_paths = list(index.paths)
     text_of, by_text, text_start = fields.groups()
     item_of = np.repeat(np.arange(len(fields.start) - 1), np.diff(np.asarray(fields.start)))
@@ -484,18 +572,15 @@ def _cross_item_leaks(
     ids = data.items.ids
     out: list[FindingRecord] = []
     done = np.zeros(len(text_start) - 1, dtype=bool)
-    for i in range(len(data.items)):
-        for r, (_, text) in zip(
-            range(fields.start[i], fields.start[i + 1]), data.visible(i), strict=True
-        ):
-            t = int(text_of[r])
-            if done[t]:
-                continue
-            done[t] = True
+    batch: list[tuple[int, np.ndarray]] = []  # (text id, its keys), looked up together
+
+    def probe() -> None:
+        found = index.contained([k for _, k in batch], cfg.leak_containment)
+        for (t, _), owned in zip(batch, found, strict=True):
             owners = by_text[
                 text_start[t] : text_start[t + 1]
             ].tolist()  # (item, field) rows showing it
-            for tid, k, size in index.contained(grams.keys(text, n), cfg.leak_containment):
+            for tid, k, size in owned:
                 src_item, src = index.item[tid], src_paths[index.src[tid]]
                 if t in text_of[fields.start[src_item] : fields.start[src_item + 1]]:
                     continue  # the item's own visible text: reported as a same-item leak
@@ -516,5 +601,23 @@ def _cross_item_leaks(
                             numbers={"containment": rounded(k / size, 3), "n": n},
                         )
                     )
+        batch.clear()
+
+    held = 0
+    for i in range(len(data.items)):
+        for r, (_, text) in zip(
+            range(fields.start[i], fields.start[i + 1]), data.visible(i), strict=True
+        ):
+            t = int(text_of[r])
+            if done[t]:
+                continue
+            done[t] = True
+            keys = grams.keys(text, n)
+            batch.append((t, keys))
+            held += len(keys)
+            if held >= PROBE_KEYS:
+                probe()
+                held = 0
+    probe()
     out.sort(key=lambda f: (f.items, f.fields))
     return out
