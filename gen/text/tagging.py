@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache
 from sys import intern
 from typing import Any
@@ -85,7 +86,48 @@ def _load_tagger() -> Any:
         for p in Path(spec.origin).parent.iterdir()
         if p.is_dir() and p.name.startswith(TAGGER_PACKAGE)
     )
-    return spacy.load(data, exclude=["parser", "ner", "senter"])
+    nlp = spacy.load(data, exclude=["parser", "ner", "senter"])
+    ops = _matmul_ops()
+    for _, pipe in nlp.pipeline:
+        model = getattr(pipe, "model", None)
+        for node in model.walk() if model is not None else ():
+            node.ops = ops
+    return nlp
+
+
+@cache
+def _matmul_ops() -> Any:
+    """thinc's CPU ops with numpy's matrix product (OpenBLAS) in place of blis's. The tagger's
+    time is its tok2vec's products; blis's kernel ran them at 35 GFLOP/s on the 2-core EPYC VM,
+    OpenBLAS's at 102 on one thread, and the tagger takes half the CPU time
+    (``bench/tagger_ops.py``: 327 -> 161 s over the 100k bench bank's 547k carrier heads and
+    options, 7.4M tokens). Same model, same tags: the products differ in their last bits only, and
+    no tag of those 7.4M tokens changed."""
+    from thinc.api import NumpyOps, Ops
+
+    class MatmulOps(NumpyOps):  # type: ignore[misc]
+        def gemm(
+            self, x: Any, y: Any, out: Any = None, trans1: bool = False, trans2: bool = False
+        ) -> Any:
+            return Ops.gemm(self, x, y, out=out, trans1=trans1, trans2=trans2)
+
+    return MatmulOps()
+
+
+@contextmanager
+def _running() -> Iterator[None]:
+    """Hold the pipeline (a spaCy pipeline is not safe to call from several threads at once) with
+    one BLAS thread: the tagger's products are small, and OpenBLAS's extra threads would spin on
+    cores the audit's other processes (or llama.cpp) are using."""
+    with _NLP_LOCK, _blas().limit(limits=1, user_api="blas"):
+        yield
+
+
+@cache
+def _blas() -> Any:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()  # made once (10 µs a limit after that, 1.3 ms a fresh one)
 
 
 Token = tuple[str, str, str, str]
@@ -119,7 +161,7 @@ def tags(text: str) -> tuple[Token, ...]:
     hit = _TAGS.get(text)
     if hit is None:
         nlp = tagger()
-        with _NLP_LOCK:  # a spaCy pipeline is not safe to call from several threads at once
+        with _running():
             docs = [nlp(part) for part in _parts(text)]
         hit = _remember(text, docs)
     return hit
@@ -139,7 +181,7 @@ def warm(texts: Iterable[str]) -> None:
         return
     nlp = tagger()
     short = [t for t in todo if len(t) <= TAG_MAX_CHARS]
-    with _NLP_LOCK:
+    with _running():
         for text, doc in zip(
             short, nlp.pipe(short, batch_size=256), strict=True
         ):  # one Doc at a time
@@ -176,7 +218,7 @@ def penn(text: str) -> tuple[Penn, ...]:
         if full is not None:
             return tuple((w, t) for w, t, _, _ in full)
         nlp = tagger()
-        with _NLP_LOCK:
+        with _running():
             docs = [nlp(part, disable=_TAGGER_ONLY) for part in _parts(text)]
         hit = _remember_penn(text, docs)
     return hit
@@ -197,7 +239,7 @@ def warm_penn(texts: Iterable[str], *, workers: int = 1) -> None:
         return
     nlp = tagger()
     short = [t for t in todo if len(t) <= TAG_MAX_CHARS]
-    with _NLP_LOCK:
+    with _running():
         docs = nlp.pipe(
             short,
             batch_size=256 if workers == 1 else 1024,
@@ -265,7 +307,7 @@ def penn_head(text: str, tokens: int) -> tuple[tuple[Penn, ...], int]:
     tags = _HEAD_TAGS.get(head)
     if tags is None:
         nlp = tagger()
-        with _NLP_LOCK:
+        with _running():
             doc = nlp(head, disable=_TAGGER_ONLY)
         tags = _remember_head(head, doc)
     return tags, len(tags) if head == text else max(0, len(tags) - field)
@@ -294,7 +336,7 @@ def warm_heads(texts: Iterable[tuple[str, int]]) -> None:
     if not heads:
         return
     nlp = tagger()
-    with _NLP_LOCK:
+    with _running():
         for head, doc in zip(
             heads, nlp.pipe(heads, batch_size=256, disable=list(_TAGGER_ONLY)), strict=True
         ):

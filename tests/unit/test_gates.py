@@ -392,6 +392,7 @@ def test_the_tagger_and_the_embedder_load_once_when_many_threads_ask_at_once(
     one load, not start its own (each load is seconds of CPU and a model's memory)."""
     import threading
     import time
+    import types
 
     import spacy
 
@@ -403,7 +404,7 @@ def test_the_tagger_and_the_embedder_load_once_when_many_threads_ask_at_once(
     def slow_load(*args: object, **kwargs: object) -> object:
         loads.append("load")
         time.sleep(0.2)
-        return object()
+        return types.SimpleNamespace(pipeline=[])  # a pipeline without models
 
     def together(fn: object) -> None:
         start = threading.Barrier(8)
@@ -683,3 +684,54 @@ def test_the_audit_gates_each_distinct_text_once_in_any_number_of_workers(
     two = audit_texts(texts, examples_per_gate=10, workers=2)
     assert two == one and one.checked == 12
     assert [f[1:] for f in one.failures] == [(f"q{i}", "options[1]") for i in range(4)]
+
+
+def test_the_tagger_multiplies_with_numpy_and_tags_as_with_blis() -> None:
+    """The tagger's models run numpy's matrix product (OpenBLAS, three times blis's speed on the
+    VM), on one BLAS thread; a sentence's tags are those the blis product gives."""
+    from thinc.api import NumpyOps
+    from threadpoolctl import threadpool_info
+
+    from gen.text import tagging
+
+    nlp = tagging.tagger()
+    ops = {
+        type(node.ops)
+        for _, p in nlp.pipeline
+        if getattr(p, "model", None) is not None
+        for node in p.model.walk()
+    }
+    assert ops == {type(tagging._matmul_ops())} and ops != {NumpyOps}
+    texts = [
+        "He wants to season and marinate the meat before dinner",
+        "I watch as he slowly folds the towel on the chair",
+        "He believes that the knife is in the drawer",
+        "Then he picks up the red cup and rinses it",
+    ]
+    threads: list[int] = []
+    gemm = tagging._matmul_ops().gemm
+
+    def counted(*args: object, **kwargs: object) -> object:
+        threads.extend(  # numpy's own BLAS (scipy's is another library)
+            i["num_threads"]
+            for i in threadpool_info()
+            if "numpy" in Path(i["filepath"]).parent.name
+        )
+        return gemm(*args, **kwargs)
+
+    def tagged(o: object) -> list[tuple[str, ...]]:
+        for _, p in nlp.pipeline:
+            for node in p.model.walk() if getattr(p, "model", None) is not None else []:
+                node.ops = o
+        with tagging._running():
+            return [tuple(t.tag_ for t in d) for d in nlp.pipe(texts, disable=["lemmatizer"])]
+
+    matmul = tagging._matmul_ops()
+    try:
+        matmul.gemm = counted  # type: ignore[method-assign]
+        got = tagged(matmul)
+        blis = tagged(NumpyOps())
+    finally:
+        del matmul.gemm
+        tagged(matmul)
+    assert got == blis and threads and set(threads) == {1}
