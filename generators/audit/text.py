@@ -190,24 +190,29 @@ class Lemmas:
         left out, before and after lemmatising). Cached per text: the list is shared, not to be
         changed."""
         got = self._content.get(text)
-        if got is not None:
-            return got
+        if got is None:
+            got = self.contents([text])[0]
+            if len(self._content) >= self.CACHED:
+                self._content.clear()
+            self._content[text] = got
+        return got
+
+    def contents(self, texts: list[str]) -> list[list[str]]:
+        """:meth:`content` of each of ``texts``, their new words learnt at once and nothing cached
+        (a context's lines, each read once: a third faster than one by one)."""
         from gen.text.words import STOPWORDS
 
-        ws = words(text)
-        distinct = set(ws)
+        each = [words(t) for t in texts]
+        distinct = set().union(*each)
         if not distinct <= self._map.keys():
-            self._learn(ws)
+            self._learn(w for ws in each for w in ws)
         kept = self._kept
         for w in distinct.difference(kept):  # a word's verdict, found once
             lemma = self._map.get(w, w)
             skip = w in STOPWORDS or w in NAME_NOTHING or (w.isdigit() and len(w) < 2)
             kept[w] = None if skip or lemma in STOPWORDS else lemma
-        out = [k for k in map(kept.__getitem__, ws) if k is not None]
-        if len(self._content) >= self.CACHED:
-            self._content.clear()
-        self._content[text] = out
-        return out
+        get = kept.__getitem__
+        return [[k for k in map(get, ws) if k is not None] for ws in each]
 
 
 NAME_NOTHING = frozenset({"yet", "also", "even", "ever", "already"})

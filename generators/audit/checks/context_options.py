@@ -140,17 +140,19 @@ def windows(lemmas: Lemmas, texts: list[str]) -> tuple[list[Window], int]:
     """The context's windows and its length in content words."""
     out: list[Window] = []
     at = 0
+    step = WINDOW // 2
     for text in texts:
-        for sentence in _SENTENCE.split(text):
-            lem = lemmas.content(sentence)
-            if not lem:
-                continue
-            step = WINDOW // 2
-            starts = range(0, max(1, len(lem) - WINDOW + step), step) if len(lem) > WINDOW else [0]
-            out += [
-                (at + s, at + min(s + WINDOW, len(lem)), set(lem[s : s + WINDOW])) for s in starts
-            ]
-            at += len(lem)
+        for lem in lemmas.contents(_SENTENCE.split(text)):
+            n = len(lem)
+            if n <= WINDOW:
+                if n:
+                    out.append((at, at + n, set(lem)))
+            else:
+                out += [
+                    (at + s, at + min(s + WINDOW, n), set(lem[s : s + WINDOW]))
+                    for s in range(0, n - WINDOW + step, step)
+                ]
+            at += n
     return out, at
 
 
