@@ -14,7 +14,10 @@ Each configuration runs ``python -m gen audit`` (every check) in its own process
 ``/usr/bin/time -v``: wall time, CPU time (the audit's worker processes included) and the peak RSS
 of its largest process; ``peak_rss_all_processes_mb`` is the largest sum over the audit and its
 workers (``workers=2``: the text check's process and its pool), sampled every half second, pages
-the forked workers share with their parent counted in each (an upper bound).
+the forked workers share with their parent counted in each (an upper bound);
+``peak_pss_all_processes_mb`` the largest sum of their proportional sets (each shared page split
+among its sharers: what they use together), sampled every five seconds; ``processes`` each one's
+peak resident set and when it was first and last seen.
 With embeddings, the embedding cache starts empty (``--warm`` keeps it) and MiniLM runs on one
 torch thread (``--embedder-threads``): on the shared 2-core VM two threads only contend.
 ``--code`` runs another checkout's audit (the commit before, for a before/after row).
@@ -451,26 +454,51 @@ def _time_v(stderr: str) -> dict[str, float]:
     }
 
 
-def _tree_peak_rss(p: subprocess.Popen[str], every: float = 0.5) -> int:
-    """Wait for ``p``; the largest sum of the resident sets of the audit's processes (it and its
-    workers, sampled every ``every`` seconds; /usr/bin/time reports the largest single one)."""
+def _tree_memory(
+    p: subprocess.Popen[str], every: float = 0.5, pss_every: int = 10
+) -> dict[str, Any]:
+    """Wait for ``p``, sampling the audit's processes (it and its workers; /usr/bin/time reports
+    the largest single one) every ``every`` seconds: the largest sum of their resident sets
+    (pages a forked worker shares with its parent counted in each: an upper bound), every
+    ``pss_every``-th sample the largest sum of their proportional sets (a shared page split among
+    its sharers: the memory they use together), and per process its peak resident set and when
+    it was first and last seen (seconds from the start), to tell which check's process it was."""
     import psutil
 
-    peak = 0
+    peak = pss_peak = 0
+    seen: dict[int, dict[str, float]] = {}
+    start = time.monotonic()
+    k = 0
     while p.poll() is None:
         try:
             procs = psutil.Process(p.pid).children(recursive=True)
         except psutil.Error:
             procs = []
-        total = 0
+        total = pss = 0
+        now = round(time.monotonic() - start, 1)
         for q in procs:  # /usr/bin/time itself is tiny; its child is the audit
             try:
-                total += q.memory_info().rss
+                rss = q.memory_info().rss
+                if k % pss_every == 0:
+                    pss += q.memory_full_info().pss
             except psutil.Error:
-                pass
+                continue
+            total += rss
+            row = seen.setdefault(q.pid, {"first_s": now, "peak_rss_mb": 0.0})
+            row["last_s"] = now
+            row["peak_rss_mb"] = max(row["peak_rss_mb"], round(rss / 2**20, 1))
         peak = max(peak, total)
+        pss_peak = max(pss_peak, pss)
+        k += 1
         time.sleep(every)
-    return peak
+    return {
+        "peak_rss_all_processes_mb": round(peak / 2**20, 1),
+        "peak_pss_all_processes_mb": round(pss_peak / 2**20, 1),
+        "processes": sorted(
+            ({"pid": pid, **row} for pid, row in seen.items() if row["peak_rss_mb"] >= 100),
+            key=lambda r: r["first_s"],
+        ),
+    }
 
 
 def run_audit(
@@ -503,7 +531,7 @@ def run_audit(
     }
     with tempfile.TemporaryFile("w+") as err:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=code, env=env)
-        tree_peak = _tree_peak_rss(p)
+        memory = _tree_memory(p)
         err.seek(0)
         stderr = err.read()
     row: dict[str, Any] = {
@@ -511,7 +539,7 @@ def run_audit(
         "load_before": round(load, 2),
         "load_after": round(os.getloadavg()[0], 2),
         **_time_v(stderr),
-        "peak_rss_all_processes_mb": round(tree_peak / 2**20, 1),
+        **memory,
     }
     report = out / "audit.json"
     if report.is_file():
