@@ -91,6 +91,27 @@ def test_the_answer_alone_named_is_the_other_tell(lemmas: Lemmas) -> None:
     assert tell_of(ov, 1) == "answer_only_named"
 
 
+def test_a_contexts_lines_lemmatised_at_once_are_each_lines_content() -> None:
+    """Lemmas.contents (a context's lines in one batch, new words learnt together, nothing cached)
+    gives each line what content gives it alone: plurals and tenses folded, stopwords, bare digits
+    and possessives dropped, non-ASCII text normalised; words first seen in the batch included."""
+    lines = [
+        "00m:04s | #C C carries the cupboard doors in the bags",
+        "",
+        "The wearer's sisters placed 3 novels on the table; 12 cups.",
+        "Ｃ ouvre la fenêtre — déjà vu, naïve café’s menu",
+        "He is not boiling it yet, also even already",
+        "C washes the knives. C dries them with both hands!",
+    ]
+    alone = Lemmas()
+    each = [list(alone.content(t)) for t in lines]
+    assert each[0] == ["00m", "04", "c", "c", "carry", "cupboard", "door", "bag"]  # "04s" a plural
+    assert Lemmas().contents(lines) == each
+    assert Lemmas(english=False).contents(lines) == [
+        Lemmas(english=False).content(t) for t in lines
+    ]
+
+
 # ------------------------------------------------------------------ the kept object-form fixture
 
 

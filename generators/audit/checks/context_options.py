@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+from array import array
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,9 +86,52 @@ class View:
     bank: str | None = None
 
 
-Row = tuple[View, Any]
-"""An item's view and its options' features: lists of floats while it is read, then (its texts
-dropped) a float32 array."""
+class Kept:
+    """What the check keeps of each item once its options are seen, in typed buffers (a million
+    items' views and feature lists were gigabytes): its id, type, group, answer and number of
+    options, and per option whether the context names it, where it first does (NaN: never) and its
+    features as float32, item after item."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.groups: list[str] = []
+        self.types: list[str] = []
+        self.answer = array("i")
+        self.k = array("i")
+        self.named = array("b")
+        self.first = array("d")
+        self.feats = array("f")
+        self.dims = 0
+
+    def add(self, v: View, feats: list[list[float]], ov: list[OptionView]) -> None:
+        if self.groups and self.groups[-1] == v.group:  # a clip's items share one string
+            self.groups.append(self.groups[-1])
+        else:
+            self.groups.append(v.group)
+        self.ids.append(v.item_id)
+        self.types.append(sys.intern(v.question_type))
+        self.answer.append(v.answer)
+        self.k.append(len(ov))
+        self.named.extend(o.named for o in ov)
+        self.first.extend(math.nan if o.first is None else o.first for o in ov)
+        self.dims = len(feats[0]) if feats else self.dims
+        for f in feats:
+            self.feats.extend(f)
+
+    def rates(self, idx: list[int]) -> tuple[list[bool], list[bool], list[float], list[float]]:
+        """Over the items ``idx``: the answer named, each distractor named, where the answer and
+        where each distractor is first named (those named), in item order."""
+        starts = np.concatenate(([0], np.cumsum(self.k)))
+        answer_named, distractor_named, first_a, first_d = [], [], [], []
+        for r in idx:
+            a, named = self.answer[r], self.named[starts[r] : starts[r + 1]]
+            at = self.first[starts[r] : starts[r + 1]]
+            answer_named.append(bool(named[a]))
+            distractor_named += [bool(x) for j, x in enumerate(named) if j != a]
+            if not math.isnan(at[a]):
+                first_a.append(at[a])
+            first_d += [x for j, x in enumerate(at) if j != a and not math.isnan(x)]
+        return answer_named, distractor_named, first_a, first_d
 
 
 def views(data: AuditData) -> Iterator[View]:
@@ -333,18 +378,17 @@ def _cosines(data: AuditData, rows: list[tuple[View, list[list[float]]]]) -> Non
                 f += [float(e @ C[r] - e @ others_c), float(e @ Q[r] - e @ others_q)]
 
 
-def _done_with_texts(data: AuditData, rows: list[Row], n: int) -> None:
-    """The last ``n`` rows' cosines (with embeddings; ``n`` is one block of :func:`_cosines`, or
-    the last), then their texts dropped: what follows reads ids, types, groups, answers and the
-    number of options (a million items' contexts are gigabytes)."""
-    if not n:
-        return
+def _keep(
+    data: AuditData, pending: list[tuple[View, list[list[float]], list[OptionView]]], kept: Kept
+) -> None:
+    """The pending items' cosines (with embeddings; one block of :func:`_cosines`, or the last),
+    then what :class:`Kept` keeps of them (their texts dropped: a million items' contexts are
+    gigabytes)."""
     if data.embed is not None:
-        _cosines(data, rows[-n:])
-    for r in range(len(rows) - n, len(rows)):
-        v, feats = rows[r]
-        slim = replace(v, options=[[]] * len(v.options), context=[], question="")
-        rows[r] = (slim, np.asarray(feats, dtype=np.float32))  # what _classify makes of them
+        _cosines(data, [(v, f) for v, f, _ in pending])
+    for v, f, ov in pending:
+        kept.add(v, f, ov)
+    pending.clear()
 
 
 def _markdown(r: CheckResult) -> list[str]:
@@ -392,10 +436,10 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
     conditional-logit classifier on these features, cross-validated as the choice-only one (check
     7), against chance by the audit's tell rules."""
     lemmas = Lemmas(english=cfg.language == "en")
-    rows: list[Row] = []
-    tells_by_item: list[str | None] = []
-    odd: list[bool] = []
-    named_rates: list[tuple[bool, list[bool], float | None, list[float | None]]] = []
+    kept = Kept()
+    kinds: list[str | None] = []
+    odd = array("b")
+    res = CheckResult(KEY)
     if data.bundles is not None or data.histories is not None:
         return CheckResult(KEY, "skipped", "not an MCQ or scenario bank")
     common: dict[str, frozenset[str]] = {}  # per question type, the lemmas of every question
@@ -403,7 +447,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
         q = frozenset(lemmas.content(v.question))
         common[v.question_type] = common.get(v.question_type, q) & q
     last: tuple[list[str], tuple[list[Window], int], WindowIndex] | None = None
-    pending = 0  # rows whose texts the embedder has not read yet
+    pending: list[tuple[View, list[list[float]], list[OptionView]]] = []  # not yet embedded
     for v in views(data):
         if last is None or last[0] != v.context:  # the items of a clip follow each other
             wins = windows(lemmas, v.context)
@@ -411,62 +455,47 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
         ov, _ = option_views(
             lemmas, v, cfg.context_name_share, common[v.question_type], last[1], last[2]
         )
-        rows.append((v, lexical_features(ov)))
-        pending += 1
-        if pending == EMBED_BLOCK or data.embed is None:
-            _done_with_texts(data, rows, pending)
-            pending = 0
-        tells_by_item.append(tell_of(ov, v.answer))
+        pending.append((v, lexical_features(ov), ov))
+        if len(pending) == EMBED_BLOCK or data.embed is None:
+            _keep(data, pending, kept)
+        kind = tell_of(ov, v.answer)
+        kinds.append(kind)
         odd.append(has_odd_one(ov))
-        named_rates.append(
-            (
-                ov[v.answer].named,
-                [o.named for j, o in enumerate(ov) if j != v.answer],
-                ov[v.answer].first,
-                [o.first for j, o in enumerate(ov) if j != v.answer],
+        if kind is not None:
+            what = (
+                "the answer is the only option the visible context names"
+                if kind == "answer_only_named"
+                else "the answer is the only option the visible context does not name"
             )
-        )
-    _done_with_texts(data, rows, pending)
-    if not rows:
+            res.findings.append(
+                finding(
+                    KEY,
+                    kind,
+                    "error",
+                    f"{what}: picking the odd one out answers the item without reading it",
+                    items=[v.item_id],
+                    fields=["visible", "options"],
+                    numbers={"options": len(v.options), "question_type": v.question_type},
+                    bank=v.bank,
+                )
+            )
+    _keep(data, pending, kept)
+    if not kept.ids:
         return CheckResult(KEY, "skipped", "no item with options, an answer and a visible context")
-    res = CheckResult(KEY)
     names = list(LEXICAL)
     if data.embed is not None:
         names += EMBEDDED
-    for (v, _), kind in zip(rows, tells_by_item, strict=True):
-        if kind is None:
-            continue
-        what = (
-            "the answer is the only option the visible context names"
-            if kind == "answer_only_named"
-            else "the answer is the only option the visible context does not name"
-        )
-        res.findings.append(
-            finding(
-                KEY,
-                kind,
-                "error",
-                f"{what}: picking the odd one out answers the item without reading it",
-                items=[v.item_id],
-                fields=["visible", "options"],
-                numbers={"options": len(v.options), "question_type": v.question_type},
-                bank=v.bank,
-            )
-        )
     per_type: dict[str, Any] = {}
     tells: list[tuple[Tell, list[str], list[tuple[str, float]]]] = []
     by_type: dict[str, list[int]] = {}
-    for r, (v, _) in enumerate(rows):
-        by_type.setdefault(v.question_type, []).append(r)
+    for r, t in enumerate(kept.types):
+        by_type.setdefault(t, []).append(r)
     for qtype in sorted(by_type):
         idx = by_type[qtype]
         n = len(idx)
-        answer_named = [named_rates[r][0] for r in idx]
-        distractor_named = [x for r in idx for x in named_rates[r][1]]
-        first_a = [x for r in idx if (x := named_rates[r][2]) is not None]
-        first_d = [x for r in idx for x in named_rates[r][3] if x is not None]
-        kinds = [tells_by_item[r] for r in idx]
-        p0 = float(np.mean([1 / len(rows[r][0].options) for r in idx]))
+        answer_named, distractor_named, first_a, first_d = kept.rates(idx)
+        kinds_of = [kinds[r] for r in idx]
+        p0 = float(np.mean([1 / kept.k[r] for r in idx]))
         row: dict[str, Any] = {
             "items": n,
             "answer_named": rounded(float(np.mean(answer_named)), 3),
@@ -475,8 +504,8 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
             else None,
             "answer_first_at": rounded(float(np.mean(first_a)), 3) if first_a else None,
             "distractor_first_at": rounded(float(np.mean(first_d)), 3) if first_d else None,
-            "answer_only_named": kinds.count("answer_only_named"),
-            "answer_only_unnamed": kinds.count("answer_only_unnamed"),
+            "answer_only_named": kinds_of.count("answer_only_named"),
+            "answer_only_unnamed": kinds_of.count("answer_only_unnamed"),
             # how often an odd one out is the answer at all: near 1/options when naming says
             # nothing (each flagged item is still answered by the rule)
             "items_with_odd_one": sum(odd[r] for r in idx),
@@ -489,9 +518,9 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
         fit = idx
         if n > cfg.shortcut_max_items:  # the tell's estimate, at a bounded cost (as check 7)
             fit = sampled(np.asarray(idx), cfg.shortcut_max_items, data.seed).tolist()
-            p0 = float(np.mean([1 / len(rows[r][0].options) for r in fit]))
+            p0 = float(np.mean([1 / kept.k[r] for r in fit]))
             row["sampled"] = len(fit)
-        k, weights = _classify([rows[r] for r in fit], names, cfg, data.seed, data.workers)
+        k, weights = _classify(kept, fit, names, cfg, data.seed, data.workers)
         row |= {
             "folds": cfg.shortcut_folds,
             "repeats": cfg.shortcut_repeats,
@@ -506,7 +535,7 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
             p0,
             binom_greater(k, len(fit), p0),
         )
-        tells.append((tell, [rows[r][0].item_id for r in fit], weights))
+        tells.append((tell, [kept.ids[r] for r in fit], weights))
     judged([t for t, _, _ in tells], cfg)
     for tell, ids, weights in tells:
         if tell.severity is None:
@@ -526,10 +555,10 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
             )
         )
     res.stats = {
-        "items": len(rows),
+        "items": len(kept.ids),
         "name_share": cfg.context_name_share,
         "features": names,
-        "structural": sum(k is not None for k in tells_by_item),
+        "structural": sum(k is not None for k in kinds),
         "per_question_type": per_type,
         "tells": [t.row() for t, _, _ in tells],
     }
@@ -537,22 +566,25 @@ def context_options(data: AuditData, cfg: AuditConfig) -> CheckResult:
 
 
 def _classify(
-    rows: list[Row], names: list[str], cfg: AuditConfig, seed: int, workers: int = 1
+    kept: Kept, fit: list[int], names: list[str], cfg: AuditConfig, seed: int, workers: int = 1
 ) -> tuple[int, list[tuple[str, float]]]:
-    """Expected hits of the conditional logit over the fold draws (as check 7 counts them), and
-    the features the model fitted on every item leans on most."""
+    """Expected hits of the conditional logit on the items ``fit`` over the fold draws (as check 7
+    counts them), and the features the model fitted on every one of them leans on most."""
     from scipy.sparse import csr_matrix
 
-    kmax = max(len(v.options) for v, _ in rows)
-    n, d = len(rows), len(names)
+    k = np.frombuffer(kept.k, dtype=np.int32).astype(np.int64)
+    starts = np.concatenate(([0], np.cumsum(k))) * kept.dims
+    feats = np.frombuffer(kept.feats, dtype=np.float32)
+    kmax = int(k[fit].max())
+    n, d = len(fit), len(names)
     dense = np.zeros((n * kmax, d), dtype=np.float32)
     mask = np.zeros((n, kmax), dtype=bool)
-    for r, (_, feats) in enumerate(rows):
-        mask[r, : len(feats)] = True
-        dense[r * kmax : r * kmax + len(feats)] = feats
+    for r, i in enumerate(fit):
+        mask[r, : k[i]] = True
+        dense[r * kmax : r * kmax + k[i]] = feats[starts[i] : starts[i + 1]].reshape(k[i], d)
     F = Features(dense, csr_matrix((n * kmax, 0), dtype=np.float32), n, kmax)
-    y = np.array([v.answer for v, _ in rows], dtype=np.int64)
-    groups = [v.group for v, _ in rows]
+    y = np.array([kept.answer[i] for i in fit], dtype=np.int64)
+    groups = [kept.groups[i] for i in fit]
     with one_blas_thread():
         folds = [
             folds_for(groups, cfg.shortcut_folds, (seed, r)) for r in range(cfg.shortcut_repeats)
