@@ -3,7 +3,6 @@ and the context-overlap tell."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from array import array
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gen.generators.audit.ngram_index import TermIndex, VisibleTexts
 from gen.generators.audit.registry import (
     TELL_OPTIONS,
     CheckResult,
@@ -22,7 +22,7 @@ from gen.generators.audit.registry import (
 )
 from gen.generators.audit.report import table, tells_table
 from gen.generators.audit.stats import Tell, binom_greater, rounded
-from gen.generators.audit.text import Grams, has_phrase, letter, member, norm, shares_in
+from gen.generators.audit.text import Grams, has_phrase, letter, norm, shares_in
 from gen.schemas.audit import FindingRecord
 from gen.schemas.mcq import LETTERS, MCQ
 
@@ -159,8 +159,8 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     n = cfg.leak_ngram
     grams = data.grams
     per_kind: Counter[str] = Counter()
-    index = _TermIndex()
-    fields = _VisibleTexts()
+    index = TermIndex()
+    fields = VisibleTexts()
     for i, it in enumerate(
         data.items
     ):  # the same-item leaks; the other items' index is built on the way
@@ -286,28 +286,38 @@ def _overlap_tell(
     answer written from the same narration it is asked about)."""
     table: dict[str, Any] = {}
     tells: list[tuple[Tell, list[str], dict[str, Any]]] = []
-    groups = {t: xs for t, xs in data.by_type().items() if any(it.visible for _, it in xs)}
-    for qtype, xs in groups.items():
-        hits, chance = [], []
-        ans_share, dis_share = [], []
-        for i, it in xs:
-            parts = [grams.keys(v, OVERLAP_N) for p, v in data.visible(i) if p != "question"]
-            vis = (
+    # one pass in the bank's order (a clip's items, which share their visible text, follow each
+    # other), each question type's numbers kept apart in that order
+    per: dict[str, tuple[list[str], array[float], array[float], array[float]]] = {}
+    shown: set[str] = set()  # the types with an item that has visible fields
+    last: tuple[list[tuple[str, str]], np.ndarray] | None = None
+    for i, it in data.mcq:
+        hits, chance, ans_share, dis_share = per.setdefault(
+            it.question_type, ([], array("d"), array("d"), array("d"))
+        )
+        shown.update([it.question_type] if it.visible else [])
+        visible = [(p, v) for p, v in data.visible(i) if p != "question"]
+        if last is None or last[0] != visible:
+            parts = [grams.keys(v, OVERLAP_N) for _, v in visible]
+            last = (
+                visible,
                 parts[0]
                 if len(parts) == 1
                 else np.unique(np.concatenate(parts))
                 if parts
-                else np.zeros(0, dtype=np.uint64)
+                else np.zeros(0, dtype=np.uint64),
             )
-            shares = shares_in([grams.keys(norm(o), OVERLAP_N) for o in it.options], vis)
-            a = it.answer
-            assert a is not None
-            ans_share.append(shares[a])
-            dis_share += [x for j, x in enumerate(shares) if j != a]
-            chance.append(1 / len(shares))
-            if shares[a] > 0 and shares[a] > max(x for j, x in enumerate(shares) if j != a):
-                hits.append(it.item_id)
-        n, p0 = len(xs), float(np.mean(chance))
+        shares = shares_in([grams.keys(norm(o), OVERLAP_N) for o in it.options], last[1])
+        a = it.answer
+        assert a is not None
+        ans_share.append(shares[a])
+        dis_share.extend(x for j, x in enumerate(shares) if j != a)
+        chance.append(1 / len(shares))
+        if shares[a] > 0 and shares[a] > max(x for j, x in enumerate(shares) if j != a):
+            hits.append(it.item_id)
+    for qtype in sorted(shown):
+        hits, chance, ans_share, dis_share = per[qtype]
+        n, p0 = len(chance), float(np.mean(chance))
         row: dict[str, Any] = {
             "items": n,
             "answer_mean_share": rounded(float(np.mean(ans_share)), 3),
@@ -355,208 +365,12 @@ def _overlap_tell(
     return table, [t for t, _, _ in tells], out
 
 
-PARTS = 16
-"""The term index is kept in this many parts by the keys' top bits: each part is sorted on its
-own, so sorting needs memory for one part, not for all."""
-_SHIFT = np.uint64(64 - 4)
-
-
-class _TermIndex:
-    """Every privileged text's word n-gram keys with its owner (item, source field, key count),
-    held as typed buffers (a million tom items have ~60M keys; one small array per text would
-    cost more in headers than in keys), then sorted part by part."""
-
-    def __init__(self) -> None:
-        self.terms = 0
-        self.keys = [array("Q") for _ in range(PARTS)]
-        self.tids = [array("i") for _ in range(PARTS)]
-        self.item = array("i")
-        self.src = array("i")
-        self.size = array("i")
-        self.paths: dict[str, int] = {}
-        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.sizes = np.zeros(0, dtype=np.int64)
-        self._staged: list[np.ndarray] = []
-        self._staged_tids: list[np.ndarray] = []
-        self._staged_n = 0
-
-    def add(self, i: int, terms: list[tuple[str, str]], grams: Grams, n: int) -> None:
-        self.terms += len(terms)
-        for src, t in terms:
-            keys = grams.keys(t, n)
-            if not len(keys):
-                continue
-            tid = len(self.item)
-            self.item.append(i)
-            self.src.append(self.paths.setdefault(src, len(self.paths)))
-            self.size.append(len(keys))
-            self._staged.append(keys)
-            self._staged_tids.append(np.full(len(keys), tid, dtype=np.int32))
-            self._staged_n += len(keys)
-        if self._staged_n >= 1 << 16:
-            self._flush()
-
-    def _flush(self) -> None:
-        """The staged keys into their parts (in order: a key's owners stay in tid order)."""
-        if not self._staged:
-            return
-        keys, tids = np.concatenate(self._staged), np.concatenate(self._staged_tids)
-        self._staged, self._staged_tids, self._staged_n = [], [], 0
-        part = (keys >> _SHIFT).astype(np.int64)
-        order = np.argsort(part, kind="stable")
-        cut = np.searchsorted(part[order], np.arange(PARTS + 1))
-        keys, tids = keys[order], tids[order]
-        for p in range(PARTS):
-            self.keys[p].frombytes(keys[cut[p] : cut[p + 1]].tobytes())
-            self.tids[p].frombytes(tids[cut[p] : cut[p + 1]].tobytes())
-
-    def build(self, containment: float) -> None:
-        """Sort each part by key (a key's owners stay in their order) and drop the bank's template
-        phrases: keys shared by many privileged texts ("c believes that the") are not content,
-        they neither count for nor against containment. Then the index :meth:`contained` probes:
-        of each owner only its rarest keys, one more than it may miss and still reach
-        ``containment`` (an owner that reaches it shares one of them with the text: the others are
-        too few), and each owner's kept keys, to count them. A key kept by up to a hundredth of
-        the owners would otherwise make a probe's work grow with the bank."""
-        self._flush()
-        sizes = np.array(self.size, dtype=np.int64)
-        common = max(20, len(sizes) // 100)
-        kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        for p in range(PARTS):
-            keys = np.frombuffer(self.keys[p], dtype=np.uint64)
-            order = np.argsort(keys, kind="stable")
-            tids = np.frombuffer(self.tids[p], dtype=np.int32)[order]
-            keys = keys[order]
-            del order
-            self.keys[p], self.tids[p] = array("Q"), array("i")
-            ukeys, counts = np.unique(keys, return_counts=True)
-            del keys
-            drop = counts > common
-            if drop.any():
-                gone = np.repeat(drop, counts)
-                sizes -= np.bincount(tids[gone], minlength=len(sizes))
-                tids = tids[~gone]
-                ukeys, counts = ukeys[~drop], counts[~drop]
-            freq = np.repeat(counts, counts).astype(np.int32)
-            kept.append((np.repeat(ukeys, counts), freq, tids))
-        self.sizes = sizes
-        key, freq, tid = (np.concatenate(x) for x in zip(*kept, strict=True))
-        del kept
-        by_owner = np.lexsort((key, freq, tid))  # per owner, its rarest keys first
-        key, freq, tid = key[by_owner], freq[by_owner], tid[by_owner]
-        del by_owner
-        start = np.concatenate(([0], np.cumsum(np.bincount(tid, minlength=len(sizes)))))
-        least = _least_hits(sizes, containment)
-        rank = np.arange(len(tid)) - start[tid]
-        probe = (sizes[tid] > 0) & (rank < (sizes - least + 1)[tid])
-        pkey, ptid = key[probe], tid[probe]
-        at = np.lexsort((ptid, pkey))  # by key, a key's owners in their order
-        pkey, ptid = pkey[at], ptid[at]
-        ukeys, counts = np.unique(pkey, return_counts=True)
-        self.parts = [(ukeys, np.concatenate(([0], np.cumsum(counts))), ptid)]
-        del pkey, freq, rank, probe
-        by_key = np.lexsort((key, tid))  # each owner's kept keys, sorted
-        self.owned, self.owned_start = key[by_key], start
-
-    def contained(
-        self, texts: list[np.ndarray], containment: float
-    ) -> list[list[tuple[int, int, int]]]:
-        """Per array of ``texts`` (each sorted, distinct keys): (owner, keys of it the owner has,
-        the owner's key count) for every owner with at least ``containment`` of its keys among
-        them, in the order a walk over the array's keys meets them (by its first key among them,
-        then a key's owners in their order). The texts are looked up together: the owners that
-        share a probed key with one (:meth:`build`), then each one's keys counted."""
-        out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
-        sizes = [len(k) for k in texts]
-        if not sum(sizes):
-            return out
-        keys = np.concatenate(texts)
-        text = np.repeat(np.arange(len(texts)), sizes)
-        ukeys, starts, tids = self.parts[0]
-        sel = np.nonzero(member(keys, ukeys))[0]
-        if not len(sel):
-            return out
-        at = np.searchsorted(ukeys, keys[sel])
-        lo, runs = starts[at], starts[at + 1] - starts[at]
-        each = np.repeat(np.arange(len(sel)), runs)
-        off = np.arange(int(runs.sum())) - np.repeat(np.cumsum(runs) - runs, runs)
-        pair = text[sel][each].astype(np.int64) * len(self.sizes) + tids[lo[each] + off]
-        pair = np.unique(pair)  # (text, owner) candidates
-        cand_text, cand = pair // len(self.sizes), pair % len(self.sizes)
-        first_of = np.concatenate(([0], np.cumsum(sizes)))
-        for r in np.unique(cand_text).tolist():
-            mine = cand[cand_text == r]
-            lo, hi = self.owned_start[mine], self.owned_start[mine + 1]
-            n = hi - lo
-            rows = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(n.sum())
-            theirs = self.owned[rows]
-            tk = keys[first_of[r] : first_of[r + 1]]
-            pos = np.minimum(np.searchsorted(tk, theirs), len(tk) - 1)
-            hit = tk[pos] == theirs
-            owner = np.repeat(np.arange(len(mine)), n)
-            count = np.bincount(owner[hit], minlength=len(mine))
-            first = np.full(len(mine), len(tk), dtype=np.int64)
-            np.minimum.at(first, owner[hit], pos[hit])
-            size = self.sizes[mine]
-            ok = size > 0
-            ok[ok] = count[ok] / size[ok] >= containment
-            mine, count, size, first = mine[ok], count[ok], size[ok], first[ok]
-            walk = np.lexsort((mine, first))
-            out[r] = list(
-                zip(
-                    mine[walk].tolist(),
-                    count[walk].tolist(),
-                    size[walk].tolist(),
-                    strict=True,
-                )
-            )
-        return out
-
-
-def _least_hits(sizes: np.ndarray, containment: float) -> np.ndarray:
-    """Per owner of ``sizes`` keys, the fewest of them a text must hold for ``k / size >=
-    containment`` as :meth:`_TermIndex.contained` computes it (at least 1)."""
-    s = np.maximum(sizes, 1)
-    k = np.maximum(np.ceil(containment * s).astype(np.int64), 1)
-    for _ in range(3):  # the float ceiling may be one off either way
-        k = np.where((k > 1) & ((k - 1) / s >= containment), k - 1, k)
-        k = np.where(k / s < containment, k + 1, k)
-    return k
-
-
-class _VisibleTexts:
-    """Every (item, visible field) as a 16-byte digest of its normalised text: which items share a
-    text, and which texts an item shows, without keeping the texts."""
-
-    def __init__(self) -> None:
-        self.digests = bytearray()
-        self.start = array("q", [0])
-        self.path = array("i")
-        self.names: dict[str, int] = {}
-
-    def add(self, visible: list[tuple[str, str]]) -> None:
-        for path, v in visible:
-            self.digests += hashlib.blake2b(v.encode(), digest_size=16).digest()
-            self.path.append(self.names.setdefault(path, len(self.names)))
-        self.start.append(len(self.path))
-
-    def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per field, the id of its text; the fields in order of text id; where each id's fields
-        start."""
-        d = np.frombuffer(bytes(self.digests), dtype="V16")
-        _, first, text_of = np.unique(d, return_index=True, return_inverse=True)
-        rank = np.argsort(np.argsort(first, kind="stable"))  # text ids in order of first appearance
-        text_of = rank[text_of.ravel()]
-        order = np.argsort(text_of, kind="stable")
-        return text_of, order, np.concatenate(([0], np.cumsum(np.bincount(text_of))))
-
-
 PROBE_KEYS = 1 << 17
 """Keys of distinct visible texts looked up in the term index at once."""
 
 
 def _cross_item_leaks(
-    data: AuditData, index: _TermIndex, fields: _VisibleTexts, cfg: AuditConfig, grams: Grams
+    data: AuditData, index: TermIndex, fields: VisibleTexts, cfg: AuditConfig, grams: Grams
 ) -> list[FindingRecord]:
     """A privileged text of one item (at least n words) inside the visible text of another:
     an index of the privileged n-grams, probed once per distinct visible text, as the items are

@@ -1,0 +1,223 @@
+"""The leakage check's indexes (check 2, :mod:`generators.audit.checks.leakage`): every privileged
+text's word n-gram keys with its owner, probed with a visible text for the owners it contains, and
+every visible field as a digest of its text."""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+
+import numpy as np
+
+from gen.generators.audit.text import Grams, member
+
+PARTS = 16
+"""The term index is kept in this many parts by the keys' top bits: each part is sorted on its
+own, so sorting needs memory for one part, not for all."""
+_SHIFT = np.uint64(64 - 4)
+OWNER_CHUNKS = 8
+""":meth:`TermIndex.build` sorts the (key, owner) pairs of an eighth of the owners at a time:
+sorting them all at once held four copies of every pair."""
+
+
+class TermIndex:
+    """Every privileged text's word n-gram keys with its owner (item, source field, key count),
+    held as typed buffers (a million tom items have ~60M keys; one small array per text would
+    cost more in headers than in keys), then sorted part by part."""
+
+    def __init__(self) -> None:
+        self.terms = 0
+        self.keys = [array("Q") for _ in range(PARTS)]
+        self.tids = [array("i") for _ in range(PARTS)]
+        self.item = array("i")
+        self.src = array("i")
+        self.size = array("i")
+        self.paths: dict[str, int] = {}
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.sizes = np.zeros(0, dtype=np.int64)
+        self._staged: list[np.ndarray] = []
+        self._staged_tids: list[np.ndarray] = []
+        self._staged_n = 0
+
+    def add(self, i: int, terms: list[tuple[str, str]], grams: Grams, n: int) -> None:
+        self.terms += len(terms)
+        for src, t in terms:
+            keys = grams.keys(t, n)
+            if not len(keys):
+                continue
+            tid = len(self.item)
+            self.item.append(i)
+            self.src.append(self.paths.setdefault(src, len(self.paths)))
+            self.size.append(len(keys))
+            self._staged.append(keys)
+            self._staged_tids.append(np.full(len(keys), tid, dtype=np.int32))
+            self._staged_n += len(keys)
+        if self._staged_n >= 1 << 16:
+            self._flush()
+
+    def _flush(self) -> None:
+        """The staged keys into their parts (in order: a key's owners stay in tid order)."""
+        if not self._staged:
+            return
+        keys, tids = np.concatenate(self._staged), np.concatenate(self._staged_tids)
+        self._staged, self._staged_tids, self._staged_n = [], [], 0
+        part = (keys >> _SHIFT).astype(np.int64)
+        order = np.argsort(part, kind="stable")
+        cut = np.searchsorted(part[order], np.arange(PARTS + 1))
+        keys, tids = keys[order], tids[order]
+        for p in range(PARTS):
+            self.keys[p].frombytes(keys[cut[p] : cut[p + 1]].tobytes())
+            self.tids[p].frombytes(tids[cut[p] : cut[p + 1]].tobytes())
+
+    def build(self, containment: float) -> None:
+        """Sort each part by key (a key's owners stay in their order) and drop the bank's template
+        phrases: keys shared by many privileged texts ("c believes that the") are not content,
+        they neither count for nor against containment. Then the index :meth:`contained` probes:
+        of each owner only its rarest keys, one more than it may miss and still reach
+        ``containment`` (an owner that reaches it shares one of them with the text: the others are
+        too few), and each owner's kept keys, to count them. A key kept by up to a hundredth of
+        the owners would otherwise make a probe's work grow with the bank."""
+        self._flush()
+        sizes = np.array(self.size, dtype=np.int64)
+        common = max(20, len(sizes) // 100)
+        kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for p in range(PARTS):
+            keys = np.frombuffer(self.keys[p], dtype=np.uint64)
+            order = np.argsort(keys, kind="stable")
+            tids = np.frombuffer(self.tids[p], dtype=np.int32)[order]
+            keys = keys[order]
+            del order
+            self.keys[p], self.tids[p] = array("Q"), array("i")
+            ukeys, counts = np.unique(keys, return_counts=True)
+            del keys
+            drop = counts > common
+            if drop.any():
+                gone = np.repeat(drop, counts)
+                sizes -= np.bincount(tids[gone], minlength=len(sizes))
+                tids = tids[~gone]
+                ukeys, counts = ukeys[~drop], counts[~drop]
+            freq = np.repeat(counts, counts).astype(np.int32)
+            kept.append((np.repeat(ukeys, counts), freq, tids))
+        self.sizes = sizes
+        start = np.concatenate(
+            ([0], np.cumsum(sum(np.bincount(t, minlength=len(sizes)) for *_, t in kept)))
+        )
+        probe_lim = sizes - least_hits(sizes, containment) + 1
+        pkeys, ptids, owned = [], [], []
+        step = max(1, -(-len(sizes) // OWNER_CHUNKS))
+        for a in range(0, len(sizes), step):  # the pairs of owners a..a+step, sorted at once
+            mine = [(t >= a) & (t < a + step) for *_, t in kept]
+            key, freq, tid = (
+                np.concatenate([x[m] for x, m in zip(xs, mine, strict=True)])
+                for xs in zip(*kept, strict=True)
+            )
+            del mine
+            by_owner = np.lexsort((key, freq, tid))  # per owner, its rarest keys first
+            key, tid = key[by_owner], tid[by_owner]
+            del by_owner, freq
+            rank = np.arange(len(tid)) - (start[tid] - start[a])
+            probe = (sizes[tid] > 0) & (rank < probe_lim[tid])
+            pkeys.append(key[probe])
+            ptids.append(tid[probe])
+            del rank, probe
+            owned.append(key[np.lexsort((key, tid))])  # each owner's kept keys, sorted
+        del kept
+        pkey, ptid = np.concatenate(pkeys), np.concatenate(ptids)
+        del pkeys, ptids
+        at = np.lexsort((ptid, pkey))  # by key, a key's owners in their order
+        pkey, ptid = pkey[at], ptid[at]
+        ukeys, counts = np.unique(pkey, return_counts=True)
+        self.parts = [(ukeys, np.concatenate(([0], np.cumsum(counts))), ptid)]
+        self.owned, self.owned_start = np.concatenate(owned), start
+
+    def contained(
+        self, texts: list[np.ndarray], containment: float
+    ) -> list[list[tuple[int, int, int]]]:
+        """Per array of ``texts`` (each sorted, distinct keys): (owner, keys of it the owner has,
+        the owner's key count) for every owner with at least ``containment`` of its keys among
+        them, in the order a walk over the array's keys meets them (by its first key among them,
+        then a key's owners in their order). The texts are looked up together: the owners that
+        share a probed key with one (:meth:`build`), then each one's keys counted."""
+        out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
+        sizes = [len(k) for k in texts]
+        if not sum(sizes):
+            return out
+        keys = np.concatenate(texts)
+        text = np.repeat(np.arange(len(texts)), sizes)
+        ukeys, starts, tids = self.parts[0]
+        sel = np.nonzero(member(keys, ukeys))[0]
+        if not len(sel):
+            return out
+        at = np.searchsorted(ukeys, keys[sel])
+        lo, runs = starts[at], starts[at + 1] - starts[at]
+        each = np.repeat(np.arange(len(sel)), runs)
+        off = np.arange(int(runs.sum())) - np.repeat(np.cumsum(runs) - runs, runs)
+        pair = text[sel][each].astype(np.int64) * len(self.sizes) + tids[lo[each] + off]
+        pair = np.unique(pair)  # (text, owner) candidates
+        cand_text, cand = pair // len(self.sizes), pair % len(self.sizes)
+        first_of = np.concatenate(([0], np.cumsum(sizes)))
+        for r in np.unique(cand_text).tolist():
+            mine = cand[cand_text == r]
+            lo, hi = self.owned_start[mine], self.owned_start[mine + 1]
+            n = hi - lo
+            rows = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(n.sum())
+            theirs = self.owned[rows]
+            tk = keys[first_of[r] : first_of[r + 1]]
+            pos = np.minimum(np.searchsorted(tk, theirs), len(tk) - 1)
+            hit = tk[pos] == theirs
+            owner = np.repeat(np.arange(len(mine)), n)
+            count = np.bincount(owner[hit], minlength=len(mine))
+            first = np.full(len(mine), len(tk), dtype=np.int64)
+            np.minimum.at(first, owner[hit], pos[hit])
+            size = self.sizes[mine]
+            ok = size > 0
+            ok[ok] = count[ok] / size[ok] >= containment
+            mine, count, size, first = mine[ok], count[ok], size[ok], first[ok]
+            walk = np.lexsort((mine, first))
+            out[r] = list(
+                zip(
+                    mine[walk].tolist(),
+                    count[walk].tolist(),
+                    size[walk].tolist(),
+                    strict=True,
+                )
+            )
+        return out
+
+
+def least_hits(sizes: np.ndarray, containment: float) -> np.ndarray:
+    """Per owner of ``sizes`` keys, the fewest of them a text must hold for ``k / size >=
+    containment`` as :meth:`TermIndex.contained` computes it (at least 1)."""
+    s = np.maximum(sizes, 1)
+    k = np.maximum(np.ceil(containment * s).astype(np.int64), 1)
+    for _ in range(3):  # the float ceiling may be one off either way
+        k = np.where((k > 1) & ((k - 1) / s >= containment), k - 1, k)
+        k = np.where(k / s < containment, k + 1, k)
+    return k
+
+
+class VisibleTexts:
+    """Every (item, visible field) as a 16-byte digest of its normalised text: which items share a
+    text, and which texts an item shows, without keeping the texts."""
+
+    def __init__(self) -> None:
+        self.digests = bytearray()
+        self.start = array("q", [0])
+        self.path = array("i")
+        self.names: dict[str, int] = {}
+
+    def add(self, visible: list[tuple[str, str]]) -> None:
+        for path, v in visible:
+            self.digests += hashlib.blake2b(v.encode(), digest_size=16).digest()
+            self.path.append(self.names.setdefault(path, len(self.names)))
+        self.start.append(len(self.path))
+
+    def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per field, the id of its text; the fields in order of text id; where each id's fields
+        start."""
+        d = np.frombuffer(bytes(self.digests), dtype="V16")
+        _, first, text_of = np.unique(d, return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first, kind="stable"))  # text ids in order of first appearance
+        text_of = rank[text_of.ravel()]
+        order = np.argsort(text_of, kind="stable")
+        return text_of, order, np.concatenate(([0], np.cumsum(np.bincount(text_of))))
