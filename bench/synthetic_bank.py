@@ -21,6 +21,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gen.formats.mcq import EGOTOM_CHOICES, egotom_columns
+
 VERBS = (
     "picks",
     "puts",
@@ -191,8 +193,7 @@ QUESTION = {
     "belief": "At the end of these actions, what does C most likely believe?",
     "actions": "What will C most likely do next?",
 }
-CHOICES = {"goal": 3, "belief": 4, "actions": 4}
-LETTERS = "abcd"
+CHOICES = EGOTOM_CHOICES
 
 
 def narration(rng: random.Random) -> str:
@@ -333,17 +334,8 @@ def write_csv(items: Iterable[tuple[Clip, dict[str, Any]]], folder: Path) -> Non
     }
     writers = {}
     for q, f in files.items():
-        cols = [
-            "vuid",
-            "cuid",
-            "narrations_in_context",
-            f"gt_{q}",
-            *(f"{q}_choice_{LETTERS[j]}" for j in range(CHOICES[q])),
-            "clip_start_time",
-            "clip_end_time",
-        ]
         writers[q] = csv.writer(f)
-        writers[q].writerow(cols)
+        writers[q].writerow(egotom_columns(q))
     for clip, it in items:
         q = it["q"]
         context = clip.context + (f"\n    09m:59s | #C {it['truth']}" if it.get("leak") else "")
