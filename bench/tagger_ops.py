@@ -51,10 +51,7 @@ def texts_of(bank: Path, items: int, whole: bool) -> list[str]:
 
 def tag_all(nlp: Any, ops: Any, texts: list[str]) -> tuple[list[tuple[str, ...]], float]:
     """Every text's Penn tags with ``ops`` in each of the pipeline's models, and the CPU seconds."""
-    for _, pipe in nlp.pipeline:
-        if getattr(pipe, "model", None) is not None:
-            for node in pipe.model.walk():
-                node.ops = ops
+    tagging.use_ops(nlp, ops)
     start = time.process_time()
     with tagging._running():
         docs = nlp.pipe(texts, batch_size=256, disable=["attribute_ruler", "lemmatizer"])

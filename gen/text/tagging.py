@@ -87,12 +87,16 @@ def _load_tagger() -> Any:
         if p.is_dir() and p.name.startswith(TAGGER_PACKAGE)
     )
     nlp = spacy.load(data, exclude=["parser", "ner", "senter"])
-    ops = _matmul_ops()
+    use_ops(nlp, _matmul_ops())
+    return nlp
+
+
+def use_ops(nlp: Any, ops: Any) -> None:
+    """Give every model node of ``nlp``'s pipeline thinc's ``ops`` (how its products are run)."""
     for _, pipe in nlp.pipeline:
         model = getattr(pipe, "model", None)
         for node in model.walk() if model is not None else ():
             node.ops = ops
-    return nlp
 
 
 @cache

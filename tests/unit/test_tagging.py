@@ -187,9 +187,7 @@ def test_the_tagger_multiplies_with_numpy_and_tags_as_with_blis() -> None:
         return gemm(*args, **kwargs)
 
     def tagged(o: object) -> list[tuple[str, ...]]:
-        for _, p in nlp.pipeline:
-            for node in p.model.walk() if getattr(p, "model", None) is not None else []:
-                node.ops = o
+        tagging.use_ops(nlp, o)
         with tagging._running():
             return [tuple(t.tag_ for t in d) for d in nlp.pipe(texts, disable=["lemmatizer"])]
 

@@ -101,7 +101,6 @@ class Kept:
         self.named = array("b")
         self.first = array("d")
         self.feats = array("f")
-        self.dims = 0
 
     def add(self, v: View, feats: list[list[float]], ov: list[OptionView]) -> None:
         if self.groups and self.groups[-1] == v.group:  # a clip's items share one string
@@ -114,14 +113,17 @@ class Kept:
         self.k.append(len(ov))
         self.named.extend(o.named for o in ov)
         self.first.extend(math.nan if o.first is None else o.first for o in ov)
-        self.dims = len(feats[0]) if feats else self.dims
         for f in feats:
             self.feats.extend(f)
+
+    def starts(self) -> np.ndarray:
+        """Where each item's options start among all items' options (and where they end)."""
+        return np.concatenate(([0], np.cumsum(np.frombuffer(self.k, dtype=np.int32))))
 
     def rates(self, idx: list[int]) -> tuple[list[bool], list[bool], list[float], list[float]]:
         """Over the items ``idx``: the answer named, each distractor named, where the answer and
         where each distractor is first named (those named), in item order."""
-        starts = np.concatenate(([0], np.cumsum(self.k)))
+        starts = self.starts()
         answer_named, distractor_named, first_a, first_d = [], [], [], []
         for r in idx:
             a, named = self.answer[r], self.named[starts[r] : starts[r + 1]]
@@ -572,11 +574,11 @@ def _classify(
     counts them), and the features the model fitted on every one of them leans on most."""
     from scipy.sparse import csr_matrix
 
-    k = np.frombuffer(kept.k, dtype=np.int32).astype(np.int64)
-    starts = np.concatenate(([0], np.cumsum(k))) * kept.dims
+    n, d = len(fit), len(names)
+    k = np.frombuffer(kept.k, dtype=np.int32)
+    starts = kept.starts() * d  # an option's features are d float32s
     feats = np.frombuffer(kept.feats, dtype=np.float32)
     kmax = int(k[fit].max())
-    n, d = len(fit), len(names)
     dense = np.zeros((n * kmax, d), dtype=np.float32)
     mask = np.zeros((n, kmax), dtype=bool)
     for r, i in enumerate(fit):
