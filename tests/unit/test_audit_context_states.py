@@ -146,11 +146,14 @@ def test_the_check_fires_on_cues_that_state_their_goal(banks) -> None:
     stated = {i for f in findings for i in f["items"]}
     by_id = {r["item_id"]: r for r in records}
     search = [
-        by_id[i] for i in stated if by_id[i]["privileged"]["structured_goal"]["type"] == "search"
+        by_id[i]
+        for i in sorted(stated)
+        if by_id[i]["privileged"]["structured_goal"]["type"] == "search"
     ]
-    assert search  # today's search cues: the query in the Search app
-    goal = search[0]["privileged"]["structured_goal"]
-    assert goal["query"].casefold() in search[0]["visible"]["digital_state"].casefold()
+    assert search  # the cues as they were: the goal's query item in the Search app
+    for record in search:  # ("did I close", "the garage door this morning") shows the second
+        item = record["privileged"]["structured_goal"]["query_item"]
+        assert item.casefold() in record["visible"]["digital_state"].casefold(), record["item_id"]
 
 
 def test_the_check_passes_cues_that_prompt_their_goal(banks) -> None:
