@@ -406,6 +406,10 @@ _WEB = re.compile(
     r"(?i)\b(?:https?://|www\.)\S*|[^\W_]+(?:\.[^\W\d_]+)*\.(?:com|org|net|edu|gov|io|co|html?|php)\b"
     r"|[\w.+-]+@[\w-]+\.[\w.]+"
 )
+_WEB_HINT = re.compile(r"(?i)https?://|www\.|@|\.(?:com|org|net|edu|gov|io|co|html?|php)\b")
+"""What every match of :data:`_WEB` holds (a scheme, "www.", an "@" or a dot and a domain ending):
+a text without it is not searched (the search tries its middle part at every letter; 12 µs a
+text against 1.7 over a bank's options)."""
 
 
 @gate("web_fragment")
@@ -414,7 +418,7 @@ def web_fragment(text: str, ctx: GateContext) -> str | None:
     about what C does, wants or believes: web text the small model continued into, never part of
     a physical goal or action (only the option forms are gated: a message or a note may hold
     one)."""
-    m = _WEB.search(text)
+    m = _WEB.search(text) if _WEB_HINT.search(text) else None
     return f"holds the web-address fragment {m.group(0)!r}" if m else None
 
 

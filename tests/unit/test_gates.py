@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gen.schemas.tom import AnalysisDraft, WrongGoalsDraft
 from gen.templates import Prompts
@@ -331,6 +333,21 @@ def test_web_fragments_in_option_forms(text: str, kind: str) -> None:
 )
 def test_no_web_fragment(text: str, kind: str) -> None:
     assert fails(text, kind) != "web_fragment"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["www", "http", "https", "://", ".", "@", "com", "Co", "HTML", "io", "php"])
+        | st.text(alphabet="aZ9_.-+@/: é", max_size=6),
+        max_size=8,
+    ).map("".join)
+)
+def test_the_web_hint_holds_every_web_match(text: str) -> None:
+    """The gate searches only texts its hint finds: every web-address match holds it."""
+    from gen.text.gates import _WEB, _WEB_HINT
+
+    assert _WEB.search(text) is None or _WEB_HINT.search(text) is not None, text
 
 
 def test_repetition_allows_an_object_per_verb() -> None:
