@@ -80,6 +80,8 @@ class TermIndex:
         self._flush()
         sizes = np.array(self.size, dtype=np.int64)
         common = max(20, len(sizes) // 100)
+        # per part: its kept keys, how many owners each has, and the owners key by key (a pair's
+        # key and count are read through its key's place, not held per pair)
         kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for p in range(PARTS):
             keys = np.frombuffer(self.keys[p], dtype=np.uint64)
@@ -96,8 +98,7 @@ class TermIndex:
                 sizes -= np.bincount(tids[gone], minlength=len(sizes))
                 tids = tids[~gone]
                 ukeys, counts = ukeys[~drop], counts[~drop]
-            freq = np.repeat(counts, counts).astype(np.int32)
-            kept.append((np.repeat(ukeys, counts), freq, tids))
+            kept.append((ukeys, counts.astype(np.int32), tids))
         self.sizes = sizes
         start = np.concatenate(
             ([0], np.cumsum(sum(np.bincount(t, minlength=len(sizes)) for *_, t in kept)))
@@ -106,12 +107,14 @@ class TermIndex:
         pkeys, ptids, owned = [], [], []
         step = max(1, -(-len(sizes) // OWNER_CHUNKS))
         for a in range(0, len(sizes), step):  # the pairs of owners a..a+step, sorted at once
-            mine = [(t >= a) & (t < a + step) for *_, t in kept]
-            key, freq, tid = (
-                np.concatenate([x[m] for x, m in zip(xs, mine, strict=True)])
-                for xs in zip(*kept, strict=True)
-            )
-            del mine
+            parts = []
+            for ukeys, counts, tids in kept:
+                at = np.nonzero((tids >= a) & (tids < a + step))[0]
+                place = np.repeat(np.arange(len(ukeys), dtype=np.int32), counts)[at]
+                parts.append((ukeys[place], counts[place], tids[at]))
+                del at, place
+            key, freq, tid = (np.concatenate(xs) for xs in zip(*parts, strict=True))
+            del parts
             by_owner = np.lexsort((key, freq, tid))  # per owner, its rarest keys first
             key, tid = key[by_owner], tid[by_owner]
             del by_owner, freq
