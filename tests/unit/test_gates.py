@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from gen.schemas.tom import AnalysisDraft, WrongGoalsDraft
 from gen.templates import Prompts
 from gen.text.gates import (
+    _WEB,
+    _WEB_HINT,
     GATES,
     KIND_GATES,
     Gates,
@@ -345,8 +347,6 @@ def test_no_web_fragment(text: str, kind: str) -> None:
 )
 def test_the_web_hint_holds_every_web_match(text: str) -> None:
     """The gate searches only texts its hint finds: every web-address match holds it."""
-    from gen.text.gates import _WEB, _WEB_HINT
-
     assert _WEB.search(text) is None or _WEB_HINT.search(text) is not None, text
 
 
