@@ -15,6 +15,9 @@ PARTS = 16
 """The term index is kept in this many parts by the keys' top bits: each part is sorted on its
 own, so sorting needs memory for one part, not for all."""
 _SHIFT = np.uint64(64 - 4)
+PAIRS = 1 << 22
+""":meth:`TermIndex.contained` joins texts with the owners they share probed keys with this many
+(text, owner) pairs at a time (a few arrays of 8 bytes a pair)."""
 OWNER_CHUNKS = 8
 """:meth:`TermIndex.build` sorts the (key, owner) pairs of an eighth of the owners at a time:
 sorting them all at once held four copies of every pair."""
@@ -75,8 +78,10 @@ class TermIndex:
         they neither count for nor against containment. Then the index :meth:`contained` probes:
         of each owner only its rarest keys, one more than it may miss and still reach
         ``containment`` (an owner that reaches it shares one of them with the text: the others are
-        too few), and each owner's kept keys, to count them. A key kept by up to a hundredth of
-        the owners would otherwise make a probe's work grow with the bank."""
+        too few), and each owner's kept keys, rarest first: past the probed ones, :meth:`contained`
+        reads them one at a time, only while the owner can still reach ``containment``. A key kept
+        by up to a hundredth of the owners would otherwise make a probe's work grow with the
+        bank."""
         self._flush()
         sizes = np.array(self.size, dtype=np.int64)
         common = max(20, len(sizes) // 100)
@@ -123,7 +128,7 @@ class TermIndex:
             pkeys.append(key[probe])
             ptids.append(tid[probe])
             del rank, probe
-            owned.append(key[np.lexsort((key, tid))])  # each owner's kept keys, sorted
+            owned.append(key)  # each owner's kept keys, rarest first
         del kept
         pkey, ptid = np.concatenate(pkeys), np.concatenate(ptids)
         del pkeys, ptids
@@ -132,6 +137,7 @@ class TermIndex:
         ukeys, counts = np.unique(pkey, return_counts=True)
         self.parts = [(ukeys, np.concatenate(([0], np.cumsum(counts))), ptid)]
         self.owned, self.owned_start = np.concatenate(owned), start
+        self.unprobed = start[:-1] + probe_lim  # where each owner's keys past its probed ones start
 
     def contained(
         self, texts: list[np.ndarray], containment: float
@@ -139,53 +145,122 @@ class TermIndex:
         """Per array of ``texts`` (each sorted, distinct keys): (owner, keys of it the owner has,
         the owner's key count) for every owner with at least ``containment`` of its keys among
         them, in the order a walk over the array's keys meets them (by its first key among them,
-        then a key's owners in their order). The texts are looked up together: the owners that
-        share a probed key with one (:meth:`build`), then each one's keys counted."""
+        then a key's owners in their order). The texts are looked up together, a group of them at
+        a time (:data:`PAIRS`): the owners that share a probed key with one (:meth:`build`), then
+        each one's other keys."""
         out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
         sizes = [len(k) for k in texts]
         if not sum(sizes):
             return out
         keys = np.concatenate(texts)
         text = np.repeat(np.arange(len(texts)), sizes)
-        ukeys, starts, tids = self.parts[0]
+        ukeys, starts, _ = self.parts[0]
         sel = np.nonzero(member(keys, ukeys))[0]
-        if not len(sel):
-            return out
         at = np.searchsorted(ukeys, keys[sel])
-        lo, runs = starts[at], starts[at + 1] - starts[at]
-        each = np.repeat(np.arange(len(sel)), runs)
-        off = np.arange(int(runs.sum())) - np.repeat(np.cumsum(runs) - runs, runs)
-        pair = text[sel][each].astype(np.int64) * len(self.sizes) + tids[lo[each] + off]
-        pair = np.unique(pair)  # (text, owner) candidates
-        cand_text, cand = pair // len(self.sizes), pair % len(self.sizes)
+        runs = starts[at + 1] - starts[at]
+        # texts in groups of up to PAIRS (text, owner) pairs (a text with more is a group alone)
+        upto = np.cumsum(np.bincount(text[sel], weights=runs, minlength=len(texts)))
         first_of = np.concatenate(([0], np.cumsum(sizes)))
-        for r in np.unique(cand_text).tolist():
-            mine = cand[cand_text == r]
-            lo, hi = self.owned_start[mine], self.owned_start[mine + 1]
-            n = hi - lo
-            rows = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(n.sum())
-            theirs = self.owned[rows]
-            tk = keys[first_of[r] : first_of[r + 1]]
-            pos = np.minimum(np.searchsorted(tk, theirs), len(tk) - 1)
-            hit = tk[pos] == theirs
-            owner = np.repeat(np.arange(len(mine)), n)
-            count = np.bincount(owner[hit], minlength=len(mine))
-            first = np.full(len(mine), len(tk), dtype=np.int64)
-            np.minimum.at(first, owner[hit], pos[hit])
-            size = self.sizes[mine]
-            ok = size > 0
-            ok[ok] = count[ok] / size[ok] >= containment
-            mine, count, size, first = mine[ok], count[ok], size[ok], first[ok]
-            walk = np.lexsort((mine, first))
-            out[r] = list(
-                zip(
-                    mine[walk].tolist(),
-                    count[walk].tolist(),
-                    size[walk].tolist(),
-                    strict=True,
-                )
+        t0 = 0
+        while t0 < len(texts):
+            t1 = max(
+                t0 + 1, int(np.searchsorted(upto, (upto[t0 - 1] if t0 else 0) + PAIRS, "right"))
             )
+            k0, k1 = np.searchsorted(text[sel], [t0, t1])
+            self._contained_in(
+                keys, first_of, text[sel[k0:k1]], at[k0:k1], runs[k0:k1], containment, out
+            )
+            t0 = t1
         return out
+
+    def _contained_in(
+        self,
+        keys: np.ndarray,
+        first_of: np.ndarray,
+        text: np.ndarray,
+        at: np.ndarray,
+        runs: np.ndarray,
+        containment: float,
+        out: list[list[tuple[int, int, int]]],
+    ) -> None:
+        """:meth:`contained` for the texts of ``text``: their matched probe keys (``at`` in the
+        probe index, ``runs`` owners each)."""
+        _, starts, tids = self.parts[0]
+        if not len(at):
+            return
+        lo = starts[at]
+        each = np.repeat(np.arange(len(at)), runs)
+        off = np.arange(int(runs.sum())) - np.repeat(np.cumsum(runs) - runs, runs)
+        owners = len(self.sizes)
+        pair = text[each].astype(np.int64) * owners + tids[lo[each] + off]
+        del each, off
+        # (text, owner) candidates, by text, with the probed keys they share: an owner that shares
+        # h of them missed the others, and can miss h - 1 of its keys past them and still reach
+        # containment (it was probed on all it may miss, and one more)
+        pair, hits = np.unique(pair, return_counts=True)
+        cand_text, cand = pair // owners, pair % owners
+        del pair
+        first = self.unprobed[cand]
+        left = self.owned_start[cand + 1] - first
+        missed = np.zeros(len(cand), dtype=np.int64)
+        alive = np.arange(len(cand))
+        j = 0
+        while len(alive):  # each one's next unprobed key, rarest first, till it misses too many
+            alive = alive[left[alive] > j]
+            theirs = self.owned[first[alive] + j]
+            miss = ~self._in_texts(keys, first_of, cand_text[alive], theirs)[0]
+            missed[alive[miss]] += 1
+            alive = alive[missed[alive] < hits[alive]]
+            j += 1
+        ok = np.nonzero(missed < hits)[0]
+        if not len(ok):
+            return
+        # the owners left hold enough: where the text first meets them (all their keys)
+        cand_text, cand = cand_text[ok], cand[ok]
+        count = hits[ok] + (left[ok] - missed[ok])
+        size = self.sizes[cand]
+        lo, hi = self.owned_start[cand], self.owned_start[cand + 1]
+        n = hi - lo
+        row = np.repeat(np.arange(len(cand)), n)
+        rows = lo[row] + (np.arange(len(row)) - np.repeat(np.cumsum(n) - n, n))
+        hit, pos = self._in_texts(keys, first_of, cand_text[row], self.owned[rows])
+        meet = np.full(len(cand), np.iinfo(np.int64).max)
+        np.minimum.at(meet, row[hit], pos[hit])
+        keep = count / size >= containment
+        walk = np.lexsort((cand, meet, cand_text))
+        walk = walk[keep[walk]]
+        for r, o, k, s in zip(
+            cand_text[walk].tolist(),
+            cand[walk].tolist(),
+            count[walk].tolist(),
+            size[walk].tolist(),
+            strict=True,
+        ):
+            out[r].append((o, k, s))
+
+    @staticmethod
+    def _in_texts(
+        keys: np.ndarray, first_of: np.ndarray, text: np.ndarray, needles: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per needle, whether its text's keys (``keys[first_of[t]:first_of[t + 1]]``, sorted)
+        hold it, and where. ``text`` is sorted: each text's needles are searched in its own keys
+        (a text's few hundred keys stay in cache; one search of all texts' keys did not)."""
+        hit = np.zeros(len(needles), dtype=bool)
+        pos = np.zeros(len(needles), dtype=np.int64)
+        if not len(needles):
+            return hit, pos
+        cut = np.flatnonzero(text[1:] != text[:-1]) + 1
+        for a, b in zip(
+            np.concatenate(([0], cut)).tolist(), np.append(cut, len(text)).tolist(), strict=True
+        ):
+            r = int(text[a])
+            tk = keys[first_of[r] : first_of[r + 1]]
+            x = needles[a:b]
+            at = np.searchsorted(tk, x)
+            at[at == len(tk)] = 0
+            hit[a:b] = tk[at] == x
+            pos[a:b] = at
+        return hit, pos
 
 
 def least_hits(sizes: np.ndarray, containment: float) -> np.ndarray:

@@ -66,11 +66,12 @@ def brute(
 
 
 @pytest.mark.parametrize(("seed", "owners"), [(0, 60), (1, 400), (2, 1500)])
-@pytest.mark.parametrize("chunks", [1, 3, 8])
+@pytest.mark.parametrize(("chunks", "pairs"), [(1, 1 << 22), (3, 1), (8, 40)])
 def test_the_owners_a_text_contains_are_the_brute_force_ones(
-    seed: int, owners: int, chunks: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, owners: int, chunks: int, pairs: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ngram_index, "OWNER_CHUNKS", chunks)
+    monkeypatch.setattr(ngram_index, "PAIRS", pairs)  # texts joined one or a few at a time
     grams, terms, visible = bank(seed, owners)
     index = TermIndex()
     for i, one in enumerate(terms):
