@@ -4,6 +4,7 @@ option, streamed in chunks so that a bank of any size holds one chunk's tags in 
 from __future__ import annotations
 
 import itertools
+import zlib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -11,7 +12,7 @@ from typing import Any
 
 from gen.text.gates import CONTENT_WORDS_WITHIN, Gates, Kind, could_repeat, key, run_gates
 from gen.text.surface import carrier
-from gen.text.tagging import forget_since, tagged_count, warm_heads, warm_penn
+from gen.text.tagging import forget_since, head_read, tagged_count, warm_heads, warm_penn
 
 
 @dataclass
@@ -94,6 +95,28 @@ def _verdicts(texts: list[tuple[str, Kind]], language: str) -> list[Verdict]:
     return out
 
 
+def _by_head(texts: list[tuple[str, Kind]], workers: int) -> list[list[tuple[str, Kind]]]:
+    """``texts`` parted among ``workers`` by the head the surface-form gate tags of each (the text
+    itself when it has none): each head is tagged by one worker and kept in its cache, not tagged
+    again by every worker that meets it."""
+    parts: list[list[tuple[str, Kind]]] = [[] for _ in range(workers)]
+    for text, kind in texts:
+        c = carrier(text, kind)
+        read = head_read(*c) if c is not None else text
+        parts[zlib.crc32(read.encode()) % workers].append((text, kind))
+    return parts
+
+
+class _Parts:
+    """The verdicts of a chunk's parts, each gated by a worker, in the parts' order."""
+
+    def __init__(self, jobs: list[Any]) -> None:
+        self.jobs = jobs
+
+    def get(self) -> list[Verdict]:
+        return [v for job in self.jobs for v in job.get()]
+
+
 class _Inline:
     """:func:`_verdicts` run when asked, in this process (the pool's interface)."""
 
@@ -141,11 +164,13 @@ def audit_texts(
                     )
                 )
                 sent.update(todo)
-                job = (
-                    pool.apply_async(_verdicts, (todo, language))
-                    if pool is not None
-                    else _Inline(todo, language)
-                )
+                job: Any
+                if pool is not None:
+                    parts = _by_head(todo, workers)
+                    todo = [t for part in parts for t in part]
+                    job = _Parts([pool.apply_async(_verdicts, (p, language)) for p in parts if p])
+                else:
+                    job = _Inline(todo, language)
                 inflight.append((chunk, todo, job))
             if not inflight:
                 break

@@ -559,3 +559,30 @@ def test_the_audit_gates_each_distinct_text_once_in_any_number_of_workers(
     two = audit_texts(texts, examples_per_gate=10, workers=2)
     assert two == one and one.checked == 12
     assert [f[1:] for f in one.failures] == [(f"q{i}", "options[1]") for i in range(4)]
+
+
+def test_the_pool_gets_each_head_from_one_worker() -> None:
+    """Texts whose surface-form gate reads the same head go to the same worker (its head cache
+    serves them all); texts spread over the workers; none is lost or doubled."""
+    from gen.text.surface import carrier
+    from gen.text.tagging import head_read
+    from gen.text.textaudit import _by_head
+
+    verbs = ["assemble", "wash", "fold", "carry", "open", "move"]
+    things = ["the box", "the red cup", "a towel", "the lid of the jar"]
+    texts = [
+        (f"To {v} {t} and the mop in the cupboard {place}.", "goal")
+        for v in verbs
+        for t in things
+        for place in ("now", "later", "by the sink on the left")
+    ] + [("What will C most likely do next?", "prose")]
+    parts = _by_head(texts, 3)
+    assert sorted(t for p in parts for t in p) == sorted(texts)
+    assert sum(1 for p in parts if p) >= 2
+    where: dict[str, int] = {}
+    for k, part in enumerate(parts):
+        for text, kind in part:
+            c = carrier(text, kind)
+            if c is not None:
+                assert where.setdefault(head_read(*c), k) == k
+    assert len(where) < len(texts) - 1  # heads are shared: the test compares something
