@@ -158,17 +158,18 @@ class TermIndex:
         sel = np.nonzero(member(keys, ukeys))[0]
         at = np.searchsorted(ukeys, keys[sel])
         runs = starts[at + 1] - starts[at]
+        text = text[sel]  # the text of each matched key
         # texts in groups of up to PAIRS (text, owner) pairs (a text with more is a group alone)
-        upto = np.cumsum(np.bincount(text[sel], weights=runs, minlength=len(texts)))
+        upto = np.cumsum(np.bincount(text, weights=runs, minlength=len(texts)))
         first_of = np.concatenate(([0], np.cumsum(sizes)))
         t0 = 0
         while t0 < len(texts):
             t1 = max(
                 t0 + 1, int(np.searchsorted(upto, (upto[t0 - 1] if t0 else 0) + PAIRS, "right"))
             )
-            k0, k1 = np.searchsorted(text[sel], [t0, t1])
+            k0, k1 = np.searchsorted(text, [t0, t1])
             self._contained_in(
-                keys, first_of, text[sel[k0:k1]], at[k0:k1], runs[k0:k1], containment, out
+                keys, first_of, text[k0:k1], at[k0:k1], runs[k0:k1], containment, out
             )
             t0 = t1
         return out
