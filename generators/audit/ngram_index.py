@@ -189,12 +189,10 @@ class TermIndex:
         _, starts, tids = self.parts[0]
         if not len(at):
             return
-        lo = starts[at]
-        each = np.repeat(np.arange(len(at)), runs)
-        off = np.arange(int(runs.sum())) - np.repeat(np.cumsum(runs) - runs, runs)
+        each, rows = _spans(starts[at], runs)
         owners = len(self.sizes)
-        pair = text[each].astype(np.int64) * owners + tids[lo[each] + off]
-        del each, off
+        pair = text[each].astype(np.int64) * owners + tids[rows]
+        del each, rows
         # (text, owner) candidates, by text, with the probed keys they share: an owner that shares
         # h of them missed the others, and can miss h - 1 of its keys past them and still reach
         # containment (it was probed on all it may miss, and one more)
@@ -220,10 +218,8 @@ class TermIndex:
         cand_text, cand = cand_text[ok], cand[ok]
         count = hits[ok] + (left[ok] - missed[ok])
         size = self.sizes[cand]
-        lo, hi = self.owned_start[cand], self.owned_start[cand + 1]
-        n = hi - lo
-        row = np.repeat(np.arange(len(cand)), n)
-        rows = lo[row] + (np.arange(len(row)) - np.repeat(np.cumsum(n) - n, n))
+        lo = self.owned_start[cand]
+        row, rows = _spans(lo, self.owned_start[cand + 1] - lo)
         hit, pos = self._in_texts(keys, first_of, cand_text[row], self.owned[rows])
         meet = np.full(len(cand), np.iinfo(np.int64).max)
         np.minimum.at(meet, row[hit], pos[hit])
@@ -262,6 +258,12 @@ class TermIndex:
             hit[a:b] = tk[at] == x
             pos[a:b] = at
         return hit, pos
+
+
+def _spans(lo: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows ``lo[i] .. lo[i] + n[i] - 1`` of every span, flat, each with its span ``i``."""
+    span = np.repeat(np.arange(len(lo)), n)
+    return span, lo[span] + (np.arange(len(span)) - np.repeat(np.cumsum(n) - n, n))
 
 
 def least_hits(sizes: np.ndarray, containment: float) -> np.ndarray:
