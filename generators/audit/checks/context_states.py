@@ -65,9 +65,10 @@ def containment(options: list[str], context: set[str]) -> list[float]:
     return [len(d & context) / len(d) if d else 0.0 for d in distinctive(options)]
 
 
-def context_of(data: AuditData, i: int) -> set[str]:
-    """The content words of item i's visible fields, the question left out."""
-    return {w for path, v in data.visible(i) if path != "question" for w in content_word_set(v)}
+def context_of(fields: list[tuple[str, str]]) -> set[str]:
+    """The content words of an item's visible fields (:meth:`AuditData.visible`), the question
+    left out."""
+    return {w for path, v in fields if path != "question" for w in content_word_set(v)}
 
 
 class _Row(NamedTuple):
@@ -109,13 +110,16 @@ def context_states(data: AuditData, cfg: AuditConfig) -> CheckResult:
         )
     # per item its id, answer and options' containment (not the item: a million contexts)
     groups: dict[str, list[tuple[_Row, list[float]]]] = {}
-    for qtype, xs in data.by_type().items():
-        for i, it in xs:
-            context = context_of(data, i)
-            if not context:
-                continue
-            kept = _Row(it.item_id, it.answer)
-            groups.setdefault(qtype, []).append((kept, containment(it.options, context)))
+    last: tuple[list[tuple[str, str]], set[str]] = ([], set())  # fields, their content words
+    for i, it in data.mcq:  # in the bank's order: the items of a clip follow each other
+        fields = [(path, v) for path, v in data.visible(i) if path != "question"]
+        if fields != last[0]:
+            last = (fields, context_of(fields))
+        if not last[1]:
+            continue
+        kept = _Row(it.item_id, it.answer)
+        groups.setdefault(it.question_type, []).append((kept, containment(it.options, last[1])))
+    groups = {qtype: groups[qtype] for qtype in sorted(groups)}
     if not groups:
         return CheckResult(KEY, "skipped", "no item shows a visible context besides its question")
     per_type: dict[str, Any] = {}
