@@ -242,3 +242,39 @@ def test_norm_of_ascii_text_is_the_unicode_rule() -> None:
     ]
     texts += ["  C picks_up the CUP,\tthen   the lid!\n00m:05s | #C", "", "___", "Ünïcode ﬁne"]
     assert [norm(t) for t in texts] == [rule(t) for t in texts]
+
+
+def test_sentence_words_of_ascii_text_are_the_split_rule() -> None:
+    """``sentence_words``'s ASCII path (lowered once, read line by line) gives what its rule gives
+    (split at the spaces after ``.!?;`` and at line breaks, then ``words`` of each piece, empty
+    ones left out): random ASCII texts of words, marks, spaces and line breaks; a few by hand."""
+    import random
+    import re
+
+    from gen.generators.audit.text import sentence_words, words
+
+    def rule(text: str) -> list[list[str]]:
+        pieces = re.split(r"(?<=[.!?;])\s+|\n+", text)
+        return [w for w in (words(p) for p in pieces) if w]
+
+    rng = random.Random(5)
+    alphabet = ["C", "cup's", "it's", "3.5", "'", ".", "!", "?", ";", ",", " ", "  ", "\n", "\t"]
+    alphabet += ["\r", "\x1c", "\x0b", "a", "B", "_", "-", "ok."]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(3000)]
+    texts += ["x.\n  y", "a\n. b", "...  x", "The wearer's cups. C dries them!\n\n00m:05s | #C"]
+    texts += ["Ｃ ouvre la fenêtre. Déjà vu’s", "I’m here. You’re there"]  # split first
+    assert [sentence_words(t) for t in texts] == [rule(t) for t in texts]
+
+
+@pytest.mark.parametrize("k", range(1, 11))
+def test_the_classifier_row_max_and_sum_are_numpys(k: int) -> None:
+    """The choice-only classifier's row max and sum (column by column) give numpy's numbers bit
+    for bit, a masked option's -inf included, at every option count up to 10."""
+    from gen.generators.audit.checks.shortcut import _row_max, _row_sum
+
+    rng = np.random.default_rng(k)
+    a = rng.normal(size=(5000, k)) * 10 ** rng.uniform(-3, 3, size=(5000, 1))
+    a[:, 1:][rng.random((5000, k - 1)) < 0.2] = -np.inf  # an item's first option is real
+    assert np.array_equal(_row_max(a), a.max(axis=1, keepdims=True))
+    e = np.exp(a - a.max(axis=1, keepdims=True))
+    assert np.array_equal(_row_sum(e), e.sum(axis=1, keepdims=True))

@@ -5,7 +5,6 @@ unnamed, is a per-item tell; a classifier on these features is tested against ch
 from __future__ import annotations
 
 import math
-import re
 import sys
 from array import array
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from gen.generators.audit.registry import (
 )
 from gen.generators.audit.report import per_type_table, tells_table
 from gen.generators.audit.stats import Tell, binom_greater, rounded
-from gen.generators.audit.text import Lemmas
+from gen.generators.audit.text import Lemmas, sentence_words
 
 if TYPE_CHECKING:
     from gen.generators.audit import AuditConfig
@@ -53,7 +52,6 @@ WINDOW = 24
 """Content words in a window of the context: a sentence or a line, cut into windows of this many
 words (half overlapping) when it runs longer, so that an option's words spread over a long
 unpunctuated text do not count as naming it."""
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
 
 LEXICAL = (
     "named",
@@ -189,7 +187,7 @@ def windows(lemmas: Lemmas, texts: list[str]) -> tuple[list[Window], int]:
     at = 0
     step = WINDOW // 2
     for text in texts:
-        for lem in lemmas.contents(_SENTENCE.split(text)):
+        for lem in lemmas.contents_of(sentence_words(text)):
             n = len(lem)
             if n <= WINDOW:
                 if n:

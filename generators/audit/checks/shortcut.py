@@ -236,9 +236,9 @@ def _fit_logit(
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
         s = np.where(mask, _scores(F, S, w), -np.inf)
-        mx = s.max(axis=1, keepdims=True)
+        mx = _row_max(s)
         e = np.exp(s - mx)
-        z = e.sum(axis=1, keepdims=True)
+        z = _row_sum(e)
         nll = -(s[rows, yy] - mx[:, 0] - np.log(z[:, 0]))[train].sum()
         g = e / z
         g[rows, yy] -= 1
@@ -253,9 +253,31 @@ def _fit_logit(
 
 def _predict(F: Features, S: Standardised, mask: np.ndarray, w: np.ndarray) -> np.ndarray:
     s = np.where(mask, _scores(F, S, w), -np.inf)
-    s -= s.max(axis=1, keepdims=True)
+    s -= _row_max(s)
     e = np.exp(s)
-    return e / e.sum(axis=1, keepdims=True)
+    return e / _row_sum(e)
+
+
+def _row_max(a: np.ndarray) -> np.ndarray:
+    """``a.max(axis=1, keepdims=True)`` of an (items, options) array, taken column by column:
+    the same numbers, an order of magnitude faster for an item's few options (numpy reduces each
+    short row on its own; it was a tenth of the choice-only check's time)."""
+    out = a[:, 0].copy()
+    for j in range(1, a.shape[1]):
+        np.maximum(out, a[:, j], out=out)
+    return out[:, None]
+
+
+def _row_sum(a: np.ndarray) -> np.ndarray:
+    """``a.sum(axis=1, keepdims=True)`` of an (items, options) array, column by column while
+    numpy adds a row left to right (fewer than 8 options; it adds 8 or more pairwise): the same
+    numbers, faster (:func:`_row_max`)."""
+    if a.shape[1] >= 8:
+        return a.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+    out = a[:, 0].copy()
+    for j in range(1, a.shape[1]):
+        out += a[:, j]
+    return out[:, None]
 
 
 def folds_for(items: Sequence[MCQ] | list[str], k: int, seed: int | tuple[int, int]) -> np.ndarray:
