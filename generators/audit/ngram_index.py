@@ -18,9 +18,10 @@ _SHIFT = np.uint64(64 - 4)
 PAIRS = 1 << 22
 """:meth:`TermIndex.contained` joins texts with the owners they share probed keys with this many
 (text, owner) pairs at a time (a few arrays of 8 bytes a pair)."""
-OWNER_CHUNKS = 8
-""":meth:`TermIndex.build` sorts the (key, owner) pairs of an eighth of the owners at a time:
-sorting them all at once held four copies of every pair."""
+OWNER_CHUNKS = 16
+""":meth:`TermIndex.build` sorts the (key, owner) pairs of a sixteenth of the owners at a time:
+sorting them all at once held four copies of every pair (an eighth at a time was the build's
+peak at 1M items, 0.9 GB of pairs and their sort)."""
 
 
 class TermIndex:
@@ -109,7 +110,8 @@ class TermIndex:
             ([0], np.cumsum(sum(np.bincount(t, minlength=len(sizes)) for *_, t in kept)))
         )
         probe_lim = sizes - least_hits(sizes, containment) + 1
-        pkeys, ptids, owned = [], [], []
+        pkeys, ptids = [], []
+        owned = np.empty(int(start[-1]), dtype=np.uint64)  # filled in place, chunk by chunk
         step = max(1, -(-len(sizes) // OWNER_CHUNKS))
         for a in range(0, len(sizes), step):  # the pairs of owners a..a+step, sorted at once
             parts = []
@@ -128,15 +130,21 @@ class TermIndex:
             pkeys.append(key[probe])
             ptids.append(tid[probe])
             del rank, probe
-            owned.append(key)  # each owner's kept keys, rarest first
-        del kept
+            owned[start[a] : start[min(a + step, len(sizes))]] = key  # its keys, rarest first
+        del kept, key, tid
         pkey, ptid = np.concatenate(pkeys), np.concatenate(ptids)
         del pkeys, ptids
-        at = np.lexsort((ptid, pkey))  # by key, a key's owners in their order
-        pkey, ptid = pkey[at], ptid[at]
-        ukeys, counts = np.unique(pkey, return_counts=True)
-        self.parts = [(ukeys, np.concatenate(([0], np.cumsum(counts))), ptid)]
-        self.owned, self.owned_start = np.concatenate(owned), start
+        # by key, a key's owners in their order: the pairs come in owner order, so a stable sort
+        # by key alone keeps it (a lexsort by both held twice the memory at the build's peak)
+        ptid = ptid[np.argsort(pkey, kind="stable")]
+        pkey.sort()
+        new = np.ones(len(pkey), dtype=bool)
+        new[1:] = pkey[1:] != pkey[:-1]
+        first = np.append(np.flatnonzero(new), len(pkey))  # where each distinct key's owners start
+        del new
+        self.parts = [(pkey[first[:-1]], first, ptid)]
+        del pkey
+        self.owned, self.owned_start = owned, start
         self.unprobed = start[:-1] + probe_lim  # where each owner's keys past its probed ones start
 
     def contained(
