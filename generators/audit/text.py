@@ -152,9 +152,7 @@ def sentence_words(text: str) -> list[list[str]]:
     out = []
     for line in text.lower().split("\n"):
         for piece in _SENTENCE.split(line) if _SENTENCE_END.search(line) else (line,):
-            found = _WORD.findall(piece)
-            if found and "'" in piece:
-                found = [_POSSESSIVE.sub("", w) if "'" in w else w for w in found]
+            found = _words_in(piece)
             if found:
                 out.append(found)
     return out
@@ -164,7 +162,12 @@ def words(text: str) -> list[str]:
     """The words of ``text``, casefolded and NFKC-normalised, a possessive ending dropped
     ("poster's" is "poster"); hyphens and other marks split words."""
     low = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
-    found = _WORD.findall(low)  # (ASCII: NFKC leaves it as it is, casefold lowers it)
+    return _words_in(low)  # (ASCII: NFKC leaves it as it is, casefold lowers it)
+
+
+def _words_in(low: str) -> list[str]:
+    """:func:`words` of a text already casefolded and normalised."""
+    found = _WORD.findall(low)
     if "'" not in low and "’" not in low:
         return found
     return [_POSSESSIVE.sub("", w) if "'" in w or "’" in w else w for w in found]

@@ -66,9 +66,9 @@ def containment(options: list[str], context: set[str]) -> list[float]:
 
 
 def context_of(fields: list[tuple[str, str]]) -> set[str]:
-    """The content words of an item's visible fields (:meth:`AuditData.visible`), the question
-    left out."""
-    return {w for path, v in fields if path != "question" for w in content_word_set(v)}
+    """The content words of an item's visible fields (:meth:`AuditData.visible`, the question
+    left out)."""
+    return {w for _, v in fields for w in content_word_set(v)}
 
 
 class _Row(NamedTuple):
