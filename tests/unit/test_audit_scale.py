@@ -75,6 +75,30 @@ def test_items_spill_and_read_back(tmp_path: Path) -> None:
         store.append(items[0])
 
 
+def test_a_spilled_item_is_what_model_construct_makes() -> None:
+    """Items are built from their spilled records directly (``items._mcq``, five times faster):
+    the same field values in the same order, the same fields set, no extra or private values,
+    as pydantic's ``model_construct`` gives them, whatever the record holds."""
+    from gen.generators.audit.items import FIELDS, _mcq
+    from gen.schemas.mcq import MCQ
+
+    items = read_mcq_jsonl(
+        Path(__file__).resolve().parent.parent / "fixtures" / "audit" / "clean.jsonl"
+    )
+    rows = [(*(getattr(it, f) for f in FIELDS), visible_fields(it)) for it in items]
+    rows.append(("x", "t", "", ["a", "b"], None, "", None, None, None, {}, {}, 0, []))
+    for row in rows:
+        want, got = MCQ.model_construct(**dict(zip(FIELDS, row, strict=False))), _mcq(row)
+        assert list(got.__dict__.items()) == list(want.__dict__.items())
+        assert got.model_fields_set == want.model_fields_set
+        assert (got.__pydantic_extra__, got.__pydantic_private__) == (
+            want.__pydantic_extra__,
+            want.__pydantic_private__,
+        )
+        assert got.model_dump_json() == want.model_dump_json()
+        assert got.answer_text == want.answer_text
+
+
 def test_a_follower_reads_the_items_as_they_are_written(tmp_path: Path) -> None:
     """A check started before the bank is read (the text check's process) walks the items as the
     reader spills them: every item, in order, block by block; an input without items is empty."""
