@@ -302,3 +302,21 @@ def test_the_classifier_row_max_and_sum_are_numpys(k: int) -> None:
     assert np.array_equal(_row_max(a), a.max(axis=1, keepdims=True))
     e = np.exp(a - a.max(axis=1, keepdims=True))
     assert np.array_equal(_row_sum(e), e.sum(axis=1, keepdims=True))
+
+
+def test_the_classifier_word_products_are_the_float32_ones() -> None:
+    """The fit's word products read a float64 copy of the 0/1 word features (made once), not the
+    float32 matrix scipy casts on every product: the same numbers bit for bit, both ways."""
+    from scipy.sparse import csr_matrix
+
+    from gen.generators.audit.checks.shortcut import Features
+
+    rng = np.random.default_rng(3)
+    rows, cols = np.repeat(np.arange(20_000), 6), rng.integers(0, 300, 120_000)
+    words = csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(20_000, 300))
+    words.data[:] = 1  # repeated (row, column) pairs were summed
+    F = Features(np.zeros((20_000, 1), dtype=np.float32), words, 5_000, 4)
+    assert F.products is F.products and F.products.dtype == np.float64
+    x, g = rng.normal(size=300), rng.normal(size=20_000)
+    assert np.array_equal(F.products @ x, words @ x)
+    assert np.array_equal(F.products.T @ g, words.T @ g)
