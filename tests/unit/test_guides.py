@@ -56,7 +56,8 @@ def test_the_readme_runs_and_lists_what_the_main_job_writes(
         ),
     )
     assert [line for line, _ in ran][:1] == [
-        'pip install torch==2.13.0 && pip install -e ".[dev]" && python -m gen digital '
+        'pip install torch==2.13.0 && CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install -e ".[dev]" '
+        "&& python -m gen digital "
         "+persona_pool=50"
     ]
     main, smoke = sorted((tmp_path / "outputs" / "digital").iterdir())  # the page's order
