@@ -109,6 +109,17 @@ def _tree_memory(
     }
 
 
+def _cpu_model() -> str:
+    """The processor's model name: rows from different VMs of one size are not comparable."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def run_audit(
     path: Path, embeddings: bool, out: Path, cache: Path, code: Path, extra: list[str], cold: bool
 ) -> dict[str, Any]:
@@ -228,6 +239,7 @@ def main() -> None:
                         1,
                     ),
                     "date": dt.date.today().isoformat(),
+                    "cpu": _cpu_model(),
                     "label": args.label,
                     "code": subprocess.run(
                         ["git", "rev-parse", "--short", "HEAD"],
