@@ -28,7 +28,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator
 
 from gen.text.surface import Kind, _form
-from gen.text.tagging import LANGUAGES, identify, penn, pos_tags, tags, words
+from gen.text.tagging import LANGUAGES, identify, is_clear, penn, pos_tags, tags, words
 from gen.timing import CLOCK
 
 
@@ -216,6 +216,8 @@ _FORM_PREFIX = re.compile(r"^(?:to|c believes that|c believes|c)\s+")
 @gate("example_echo")
 def example_echo(text: str, ctx: GateContext) -> str | None:
     """A few-shot answer copied (as a whole, also without its "To"/"C" form prefix)."""
+    if not ctx.examples:  # (the audit's: no prompt is known)
+        return None
     k = key(text)
     if k and (k in ctx.examples or _FORM_PREFIX.sub("", k) in ctx.examples):
         return "copies a few-shot answer"
@@ -225,6 +227,8 @@ def example_echo(text: str, ctx: GateContext) -> str | None:
 @gate("prompt_echo")
 def prompt_echo(text: str, ctx: GateContext) -> str | None:
     """Six words in a row copied from the prompt's own text."""
+    if not ctx.prompt_grams:
+        return None
     common = ngrams(text) & ctx.prompt_grams
     return f"copies the prompt: {' '.join(min(common))!r}" if common else None
 
@@ -337,10 +341,26 @@ def could_repeat(text: str) -> bool:
     content-word rule counts a subset of these tokens, so without one it cannot fire and the text
     need not be tagged (kept for the last texts asked: the audit asks before tagging and again in
     the gate)."""
-    counts = Counter(
-        low for w in words(text) if _WORD.fullmatch(w) and (low := w.lower()) not in FUNCTION_WORDS
-    )
-    return max(counts.values(), default=0) >= 3
+    counted = [k for k in map(_counted, words(text)) if k is not None]
+    # a word three times is two repeats at least; most texts have fewer, and skip the count
+    return len(counted) - len(set(counted)) >= 2 and max(Counter(counted).values()) >= 3
+
+
+_COUNTED: dict[str, str | None] = {}
+
+
+def _counted(token: str) -> str | None:
+    """A token as :func:`could_repeat` counts it (lowered), or None when it is not a word or is
+    one of :data:`FUNCTION_WORDS`; found once per distinct token (a bank's tokens repeat)."""
+    got = _COUNTED.get(token, "")  # "": not seen yet (no token is empty)
+    if got == "":
+        if len(_COUNTED) >= 1 << 17:
+            _COUNTED.clear()
+        low = token.lower()
+        got = _COUNTED[token] = (
+            low if _WORD.fullmatch(token) and low not in FUNCTION_WORDS else None
+        )
+    return got
 
 
 def content_lemmas(text: str) -> set[str]:
@@ -395,6 +415,8 @@ def language(text: str, ctx: GateContext) -> str | None:
     """The text is confidently in another language than the run's (texts of fewer than
     ``LANGUAGE_MIN_WORDS`` words are not judged)."""
     if ctx.kind == "name" or len(re.findall(r"[^\W\d_]{2,}", text)) < LANGUAGE_MIN_WORDS:
+        return None
+    if is_clear(text, ctx.language, LANGUAGE_MIN_PROB):  # found so in a batch (the audit's)
         return None
     lang, prob = identify(text)
     if lang != ctx.language and prob >= LANGUAGE_MIN_PROB:

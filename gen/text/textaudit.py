@@ -10,9 +10,24 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gen.text.gates import CONTENT_WORDS_WITHIN, Gates, Kind, could_repeat, key, run_gates
+from gen.text.gates import (
+    CONTENT_WORDS_WITHIN,
+    LANGUAGE_MIN_PROB,
+    Gates,
+    Kind,
+    could_repeat,
+    key,
+    run_gates,
+)
 from gen.text.surface import carrier
-from gen.text.tagging import forget_since, head_read, tagged_count, warm_heads, warm_penn
+from gen.text.tagging import (
+    forget_since,
+    head_read,
+    tagged_count,
+    warm_heads,
+    warm_language,
+    warm_penn,
+)
 
 
 @dataclass
@@ -87,6 +102,7 @@ def _verdicts(texts: list[tuple[str, Kind]], language: str) -> list[Verdict]:
         for text, _ in texts
         if len(key(text).split()) <= CONTENT_WORDS_WITHIN and could_repeat(text)
     )
+    warm_language((text for text, _ in texts), language, LANGUAGE_MIN_PROB)
     out: list[Verdict] = []
     for text, kind in texts:
         failure = run_gates(text, replace(ctx, kind=kind))
@@ -146,9 +162,10 @@ def audit_texts(
     if workers > 1:
         import multiprocessing
 
-        from gen.text.tagging import tagger
+        from gen.text.tagging import langid_arrays, tagger
 
         tagger()  # loaded once, before the fork: the workers share its pages
+        langid_arrays()
         pool = multiprocessing.get_context("fork").Pool(workers)
     inflight: deque[tuple[list[AuditText], list[tuple[str, Kind]], Any]] = deque()
     sent: set[tuple[str, Kind]] = set()
