@@ -27,8 +27,9 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator
 
+from gen.text.language import LANGUAGES, identify, is_clear
 from gen.text.surface import Kind, _form
-from gen.text.tagging import LANGUAGES, identify, is_clear, penn, pos_tags, tags, words
+from gen.text.tagging import penn, pos_tags, tags, words
 from gen.timing import CLOCK
 
 

@@ -19,15 +19,9 @@ from gen.text.gates import (
     key,
     run_gates,
 )
+from gen.text.language import warm_language
 from gen.text.surface import carrier
-from gen.text.tagging import (
-    forget_since,
-    head_read,
-    tagged_count,
-    warm_heads,
-    warm_language,
-    warm_penn,
-)
+from gen.text.tagging import forget_since, head_read, tagged_count, warm_heads, warm_penn
 
 
 @dataclass
@@ -162,7 +156,8 @@ def audit_texts(
     if workers > 1:
         import multiprocessing
 
-        from gen.text.tagging import langid_arrays, tagger
+        from gen.text.language import langid_arrays
+        from gen.text.tagging import tagger
 
         tagger()  # loaded once, before the fork: the workers share its pages
         langid_arrays()

@@ -642,11 +642,11 @@ def test_languages_cleared_in_a_batch_are_those_the_identifier_passes() -> None:
     identifier itself finds in no other language at the gate's confidence: English options,
     foreign sentences and mixtures of the two, near the threshold included; it clears most English
     options (else it would spare nothing) and no foreign sentence."""
-    from gen.text import tagging
+    from gen.text import language as identifier
     from gen.text.gates import LANGUAGE_MIN_PROB
 
     def fires(text: str, language: str) -> bool:
-        lang, prob = tagging.identify(text)
+        lang, prob = identifier.identify(text)
         return lang != language and prob >= LANGUAGE_MIN_PROB
 
     english = [
@@ -663,9 +663,9 @@ def test_languages_cleared_in_a_batch_are_those_the_identifier_passes() -> None:
     ]
     for language in ("en", "fr"):
         texts = english + FOREIGN
-        tagging._CLEAR.clear()
-        tagging.warm_language(texts, language, LANGUAGE_MIN_PROB)
-        cleared = [t for t in texts if tagging.is_clear(t, language, LANGUAGE_MIN_PROB)]
+        identifier._CLEAR.clear()
+        identifier.warm_language(texts, language, LANGUAGE_MIN_PROB)
+        cleared = [t for t in texts if identifier.is_clear(t, language, LANGUAGE_MIN_PROB)]
         assert not any(fires(t, language) for t in cleared)
         if language == "en":
             assert set(cleared) >= set(english) and not set(cleared) & set(FOREIGN[:-2])
@@ -673,10 +673,10 @@ def test_languages_cleared_in_a_batch_are_those_the_identifier_passes() -> None:
     @settings(max_examples=300, deadline=None, database=None)
     @given(st.lists(st.lists(_WORDS, min_size=4, max_size=12).map(" ".join), min_size=1))
     def mixtures(texts: list[str]) -> None:
-        tagging._CLEAR.clear()
-        tagging.warm_language(texts, "en", LANGUAGE_MIN_PROB)
+        identifier._CLEAR.clear()
+        identifier.warm_language(texts, "en", LANGUAGE_MIN_PROB)
         for text in texts:
-            if tagging.is_clear(text, "en", LANGUAGE_MIN_PROB):
+            if identifier.is_clear(text, "en", LANGUAGE_MIN_PROB):
                 assert not fires(text, "en"), text
 
     mixtures()
