@@ -529,34 +529,6 @@ def test_articles_and_conjunctions_never_make_a_text_repeat() -> None:
     assert fails("To tie shoes, not with shoes but with shoes.", "goal") == "repetition"
 
 
-def test_could_repeat_counts_as_a_counter_of_the_word_tokens_does() -> None:
-    """Its shortcut (fewer than two repeats: no word three times) and its per-token memo give a
-    plain count's answer, case folded, marks, numbers and function words left out."""
-    from collections import Counter
-
-    from gen.text.gates import _WORD, FUNCTION_WORDS, could_repeat
-    from gen.text.tagging import words
-
-    def counted(text: str) -> bool:
-        low = [w.lower() for w in words(text) if _WORD.fullmatch(w)]
-        return max(Counter(w for w in low if w not in FUNCTION_WORDS).values(), default=0) >= 3
-
-    texts = [
-        "Cup cup CUP.",
-        "The the the a a a and and and.",
-        "C cuts, C rinses, C dries.",
-        "10 10 10 x9 x9 x9",
-        "cup, cup; bowl, bowl",
-        "It's it's it is",
-        "",
-        "pan pan pot pot pot",
-    ]
-    for text in texts:
-        could_repeat.cache_clear()
-        assert could_repeat(text) == counted(text), text
-    assert [could_repeat(t) for t in texts] == [True, False, True, True, False, True, False, True]
-
-
 def test_the_audit_gates_each_distinct_text_once_in_any_number_of_workers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -614,69 +586,3 @@ def test_the_pool_gets_each_head_from_one_worker() -> None:
             if c is not None:
                 assert where.setdefault(head_read(*c), k) == k
     assert len(where) < len(texts) - 1  # heads are shared: the test compares something
-
-
-FOREIGN = [
-    "Il fait beau aujourd'hui, on va au parc cet après-midi?",
-    "Ich gehe heute in den Park und kaufe Brot für das Frühstück.",
-    "Voy a la tienda a comprar pan y leche para la cena.",
-    "Vado al mercato a comprare il pane e la frutta.",
-    "Eu vou ao mercado comprar pão e leite hoje.",
-    "Ik ga naar de winkel om brood te kopen.",
-    "Я иду в магазин за хлебом и молоком.",
-    "私は店にパンを買いに行きます。",
-    "我要去商店买面包和牛奶。",
-    "Jag går till affären och köper bröd.",
-    "Idę do sklepu kupić chleb i mleko.",
-    "C goes to la tienda para comprar pan.",
-    "C opens the fridge und nimmt die Milch heraus.",
-]
-_WORDS = st.sampled_from(
-    "C picks the cup and rinses bowl la tienda para comprar pan und nimmt die Milch "
-    "il pane e frutta je vais au marché ik ga naar winkel".split()
-)
-
-
-def test_languages_cleared_in_a_batch_are_those_the_identifier_passes() -> None:
-    """The batch that spares most texts the identifier (``warm_language``) clears only texts the
-    identifier itself finds in no other language at the gate's confidence: English options,
-    foreign sentences and mixtures of the two, near the threshold included; it clears most English
-    options (else it would spare nothing) and no foreign sentence."""
-    from gen.text import language as identifier
-    from gen.text.gates import LANGUAGE_MIN_PROB
-
-    def fires(text: str, language: str) -> bool:
-        lang, prob = identifier.identify(text)
-        return lang != language and prob >= LANGUAGE_MIN_PROB
-
-    english = [
-        f"C {v} the {n} {p} the {m}." if i % 2 else f"To {v} the {n} {p} the {m}."
-        for i, (v, n, p, m) in enumerate(
-            zip(
-                "picks rinses dries wipes opens cuts stirs pours folds moves".split() * 3,
-                "cup bowl plate knife lid pan towel board jar spoon".split() * 3,
-                ["on", "in", "near", "under", "beside", "from"] * 5,
-                "table sink shelf stove drawer counter fridge floor bag box".split() * 3,
-                strict=False,
-            )
-        )
-    ]
-    for language in ("en", "fr"):
-        texts = english + FOREIGN
-        identifier._CLEAR.clear()
-        identifier.warm_language(texts, language, LANGUAGE_MIN_PROB)
-        cleared = [t for t in texts if identifier.is_clear(t, language, LANGUAGE_MIN_PROB)]
-        assert not any(fires(t, language) for t in cleared)
-        if language == "en":
-            assert set(cleared) >= set(english) and not set(cleared) & set(FOREIGN[:-2])
-
-    @settings(max_examples=300, deadline=None, database=None)
-    @given(st.lists(st.lists(_WORDS, min_size=4, max_size=12).map(" ".join), min_size=1))
-    def mixtures(texts: list[str]) -> None:
-        identifier._CLEAR.clear()
-        identifier.warm_language(texts, "en", LANGUAGE_MIN_PROB)
-        for text in texts:
-            if identifier.is_clear(text, "en", LANGUAGE_MIN_PROB):
-                assert not fires(text, "en"), text
-
-    mixtures()

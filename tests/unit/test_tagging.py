@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -201,65 +200,3 @@ def test_the_tagger_multiplies_with_numpy_and_tags_as_with_blis() -> None:
         del matmul.gemm
         tagged(matmul)
     assert got == blis and threads and set(threads) == {1}
-
-
-def _whole(text: str) -> list[str]:
-    """The tokenizer over each whole part of ``text`` (what :func:`tagging.words` must give)."""
-    from gen.text import tagging
-
-    return [w for part in tagging._parts(text) for w in tagging._tokenize(part)]
-
-
-def _pieces() -> Any:
-    """Chunks a text is made of: words, marks, and the tokenizer's special cases, which its
-    matcher finds across tokens (":)", "a.m.", "o'clock", "(:")."""
-    from hypothesis import strategies as st
-
-    from gen.text import tagging
-
-    specials = sorted(r for r in tagging.tagger().tokenizer.rules if not r.isspace())
-    marks = list(".,;:!?'’\"()[]-/<>=*_^")
-    return st.one_of(
-        st.sampled_from(specials),
-        st.sampled_from(marks),
-        st.sampled_from(["C", "the", "cup", "don't", "cannot", "gonna", "U.S.", "10km", "a.m"]),
-        st.lists(st.sampled_from(specials + marks + ["m", "cup", "C"]), min_size=2, max_size=3).map(
-            "".join
-        ),
-    )
-
-
-def test_words_of_a_text_are_its_chunks_tokens_or_the_whole_texts() -> None:
-    """A text's tokens are read chunk by chunk (each space-separated chunk tokenized once): they
-    equal the tokenizer's over the whole text, whose special-case matcher may join tokens across
-    a space ("a.m ." next to a special case), on texts made of the tokenizer's own special cases
-    and marks and on EgoToM's released options."""
-    import csv
-
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
-    from gen.text import tagging
-
-    @settings(max_examples=600, deadline=None, database=None)
-    @given(st.lists(_pieces(), min_size=1, max_size=8))
-    def same(pieces: list[str]) -> None:
-        text = " ".join(pieces)
-        assert tagging.words(text) == _whole(text), text
-
-    same()
-    for text in ("a.m . :) (: o'clock", "C picks the cup.", "", " C  picks\n", "x " * 5):
-        assert tagging.words(text) == _whole(text)
-    shared = ROOT.parent / "shared" / "data" / "egotom_paper"
-    if not shared.is_dir():
-        pytest.skip("shared EgoToM data absent")
-    texts = {
-        row[k]
-        for path in sorted(shared.glob("egotom_*_shuffled.csv"))
-        for row in csv.DictReader(path.open(encoding="utf-8"))
-        for k in row
-        if "choice" in k or k.startswith("gt_")
-    }
-    assert len(texts) > 1000
-    tagging._CHUNK_TOKENS.clear()
-    assert [tagging.words(t) for t in sorted(texts)] == [_whole(t) for t in sorted(texts)]
