@@ -201,7 +201,7 @@ def audit(cfg: AuditConfig, ctx: RunContext) -> Iterator[list[FindingRecord]]:
         data = load_inputs(cfg, ctx, items)
         data.items.seal()  # the followers' end of the items (an input without them has none)
         if cfg.workers > 1 and data.items:
-            aside |= {key: _Aside(key, cfg, data=data) for key in _loaded_aside(cfg, chosen)}
+            aside |= {key: _Aside(key, cfg, data=data) for key in LOADED if key in chosen}
         # this process's checks first, in order, while the aside ones run; then all in order
         own = {key: _timed(key, data, cfg) for key in chosen if key not in aside}
         for key in chosen:
@@ -221,14 +221,6 @@ and options and is the largest cost)."""
 LOADED = ("leakage", "shortcut")
 """Checks that run in a process of their own beside the others when ``workers`` > 1, started once
 the input is read (the next largest costs; what they compute is theirs alone)."""
-
-
-def _loaded_aside(cfg: AuditConfig, chosen: list[str]) -> list[str]:
-    """The :data:`LOADED` checks to run aside: leakage only when no check after it reads the word
-    ids it gives (``data.grams``: the duplicates check's context vectors, with embeddings), so
-    that they are given in the same order as in one process."""
-    grams_later = cfg.embeddings and "duplicates" in chosen
-    return [k for k in LOADED if k in chosen and not (k == "leakage" and grams_later)]
 
 
 def _timed(key: str, data: AuditData, cfg: AuditConfig) -> CheckResult:

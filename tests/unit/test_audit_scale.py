@@ -190,12 +190,9 @@ def test_one_process_finds_what_two_find(tmp_path: Path) -> None:
 
 def test_leakage_and_shortcut_run_aside_with_the_same_findings(tmp_path: Path) -> None:
     """With workers > 1 the leakage and shortcut checks run in processes of their own once the
-    bank is read (leakage only when no later check reads its word ids: duplicates with
-    embeddings); the findings are one process's, in the checks' order."""
+    bank is read; the findings are one process's, in the checks' order."""
     from audit_runs import run_audit
     from audit_scale_bank import GOLDEN_CHECKS, outcome, write
-
-    from gen.generators.audit import AuditConfig, _loaded_aside
 
     paths = write(tmp_path / "bank", n=600)
     got = {}
@@ -206,11 +203,6 @@ def test_leakage_and_shortcut_run_aside_with_the_same_findings(tmp_path: Path) -
     assert got[1]["findings"] == got[2]["findings"]
     assert [c["key"] for c in got[2]["checks"]] == GOLDEN_CHECKS
     assert {f["check"] for f in got[2]["findings"]} >= {"leakage", "shortcut"}
-    off = AuditConfig(input="x", embeddings=False)
-    on = AuditConfig(input="x", embeddings=True)
-    assert _loaded_aside(off, GOLDEN_CHECKS) == ["leakage", "shortcut"]
-    assert _loaded_aside(on, GOLDEN_CHECKS) == ["shortcut"]
-    assert _loaded_aside(on, ["leakage", "shortcut"]) == ["leakage", "shortcut"]
 
 
 def test_a_large_question_type_is_classified_on_a_sample(tmp_path: Path) -> None:
@@ -288,6 +280,71 @@ def test_sentence_words_of_ascii_text_are_the_split_rule() -> None:
     texts += ["x.\n  y", "a\n. b", "...  x", "The wearer's cups. C dries them!\n\n00m:05s | #C"]
     texts += ["Ｃ ouvre la fenêtre. Déjà vu’s", "I’m here. You’re there"]  # split first
     assert [sentence_words(t) for t in texts] == [rule(t) for t in texts]
+
+
+def test_word_hashes_are_the_words_of_split_and_differ_per_word() -> None:
+    """``word_hashes`` (numpy over a text's bytes) hashes exactly the words ``str.split`` gives,
+    each word the same wherever it stands, and different words differently: random texts of
+    words, every kind of space, NUL and non-ASCII letters; a short text (looked up word by word)
+    and a long one (hashed in numpy) give a word the same hash."""
+    import random
+
+    from gen.generators.audit.text import Grams, word_hashes
+
+    rng = random.Random(11)
+    alphabet = ["a", "B", "cup", "cups", "\x00", "\x80", "é", "ﬁ", "ü", "0", " ", "  ", "\t"]
+    alphabet += ["\n", "\r", "\x0b", "\x0c", "\x1c", "\x1f", "\u2003", "\u00a0", "\u0080"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(60))) for _ in range(3000)]
+    texts += ["", " ", "a", " a b ", "a\x00 \x00a", "x" * 5000]
+    hashed: dict[str, int] = {}
+    for text in texts:
+        got = word_hashes(text).tolist()
+        assert len(got) == len(text.split())
+        for w, h in zip(text.split(), got, strict=True):
+            assert hashed.setdefault(w, h) == h
+    assert len(set(hashed.values())) == len(hashed)
+    grams = Grams()
+    long = " ".join(hashed)  # over Grams.SHORT characters: hashed in numpy
+    assert len(long) > Grams.SHORT
+    for w in hashed:
+        assert grams.ids(w).tolist() == [hashed[w]]  # one by one: looked up
+    assert grams.ids(long).tolist() == list(hashed.values())
+
+
+def test_a_texts_keys_do_not_depend_on_what_was_read_before() -> None:
+    """Word n-gram keys are the same for a text whatever texts the same ``Grams`` read before:
+    the duplicates check's context overlap once changed with whether the leakage check had read
+    the bank first in the same process (the golden bank's against-bank median nearest neighbour
+    was 0.62 alone and 0.625 after leakage)."""
+    from gen.generators.audit.text import Grams
+
+    texts = ["c picks up the cup from the table", "the cup is on the table now", "a b c d e"]
+    fresh = [Grams().keys(t, 3).tolist() for t in texts]
+    warm = Grams()
+    warm.keys("table now the cup picks c up a e d b", 3)
+    assert [warm.keys(t, 3).tolist() for t in reversed(texts)] == fresh[::-1]
+
+
+def test_duplicates_finds_the_same_with_or_without_leakage_before_it(tmp_path: Path) -> None:
+    """The duplicates check's findings and statistics are the same run alone and after the
+    leakage check in one process (they differed while word ids were numbered as first read)."""
+    from audit_runs import run_audit
+    from audit_scale_bank import outcome, write
+
+    paths = write(tmp_path / "bank")
+    got = []
+    for checks in (["duplicates"], ["leakage", "duplicates"]):
+        out = tmp_path / f"out{len(checks)}"
+        run_audit(out, paths["jsonl"], checks=checks, against=str(paths["against"]), workers=1)
+        o = outcome(out)
+        got.append(
+            (
+                [f for f in o["findings"] if f["check"] == "duplicates"],
+                [c for c in o["checks"] if c["key"] == "duplicates"],
+            )
+        )
+    assert got[0][0]
+    assert got[0] == got[1]
 
 
 @pytest.mark.parametrize("k", range(1, 11))

@@ -161,6 +161,8 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     per_kind: Counter[str] = Counter()
     index = TermIndex()
     fields = VisibleTexts()
+    overlap = _Overlap(grams)
+    is_mcq = (data.items.n_options >= 2) & (data.items.answer >= 0)  # data.mcq's items
     for i, it in enumerate(
         data.items
     ):  # the same-item leaks; the other items' index is built on the way
@@ -252,14 +254,14 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
                     )
                 )
                 per_kind["answer_in_id"] += 1
-        index.add(
-            i, terms, grams, n
-        )  # after the item's own search: word ids keep their first-seen order
+        index.add(i, terms, grams, n)
         fields.add(visible)
+        if is_mcq[i]:
+            overlap.add(it, visible)
     cross = _cross_item_leaks(data, index, fields, cfg, grams)
     res.findings += cross
     per_kind["privileged_in_other_item"] += len(cross)
-    overlap, tells, found = _overlap_tell(data, cfg, grams)
+    by_type, tells, found = _overlap_tell(overlap, cfg)
     res.findings += found
     res.stats = {
         "items": len(data.items),
@@ -267,7 +269,7 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
         "ngram": n,
         "containment": cfg.leak_containment,
         "findings_by_kind": {k: v for k, v in sorted(per_kind.items()) if v},
-        "context_overlap": overlap,
+        "context_overlap": by_type,
         "tells": [t.row() for t in tells],
     }
     return res
@@ -278,28 +280,30 @@ OVERLAP_N = 3
 clause)."""
 
 
-def _overlap_tell(
-    data: AuditData, cfg: AuditConfig, grams: Grams
-) -> tuple[dict[str, Any], list[Tell], list[FindingRecord]]:
-    """Per question type: how often is the answer the option sharing the most word trigrams with
-    the item's visible fields? Above chance, a model can match phrases instead of reasoning (an
-    answer written from the same narration it is asked about)."""
-    table: dict[str, Any] = {}
-    tells: list[tuple[Tell, list[str], dict[str, Any]]] = []
-    # one pass in the bank's order (a clip's items, which share their visible text, follow each
-    # other), each question type's numbers kept apart in that order
-    per: dict[str, tuple[list[str], array[float], array[float], array[float]]] = {}
-    shown: set[str] = set()  # the types with an item that has visible fields
-    last: tuple[list[tuple[str, str]], np.ndarray] | None = None
-    for i, it in data.mcq:
-        hits, chance, ans_share, dis_share = per.setdefault(
+class _Overlap:
+    """The context-overlap tell's numbers, item by item in the bank's order (a clip's items,
+    which share their visible text, follow each other), each question type's kept apart: read in
+    the check's one pass over the items, beside the same-item search, so that a context's words
+    are hashed once."""
+
+    def __init__(self, grams: Grams) -> None:
+        self.grams = grams
+        self.per: dict[str, tuple[list[str], array[float], array[float], array[float]]] = {}
+        self.shown: set[str] = set()  # the types with an item that has visible fields
+        self._last: tuple[list[tuple[str, str]], np.ndarray] | None = None
+
+    def add(self, it: MCQ, visible: list[tuple[str, str]]) -> None:
+        """An item with two options or more and a known answer."""
+        grams = self.grams
+        hits, chance, ans_share, dis_share = self.per.setdefault(
             it.question_type, ([], array("d"), array("d"), array("d"))
         )
-        shown.update([it.question_type] if it.visible else [])
-        visible = [(p, v) for p, v in data.visible(i) if p != "question"]
+        self.shown.update([it.question_type] if it.visible else [])
+        visible = [(p, v) for p, v in visible if p != "question"]
+        last = self._last
         if last is None or last[0] != visible:
             parts = [grams.keys(v, OVERLAP_N) for _, v in visible]
-            last = (
+            last = self._last = (
                 visible,
                 parts[0]
                 if len(parts) == 1
@@ -315,6 +319,17 @@ def _overlap_tell(
         chance.append(1 / len(shares))
         if shares[a] > 0 and shares[a] > max(x for j, x in enumerate(shares) if j != a):
             hits.append(it.item_id)
+
+
+def _overlap_tell(
+    overlap: _Overlap, cfg: AuditConfig
+) -> tuple[dict[str, Any], list[Tell], list[FindingRecord]]:
+    """Per question type: how often is the answer the option sharing the most word trigrams with
+    the item's visible fields? Above chance, a model can match phrases instead of reasoning (an
+    answer written from the same narration it is asked about)."""
+    table: dict[str, Any] = {}
+    tells: list[tuple[Tell, list[str], dict[str, Any]]] = []
+    per, shown = overlap.per, overlap.shown
     for qtype in sorted(shown):
         hits, chance, ans_share, dis_share = per[qtype]
         n, p0 = len(chance), float(np.mean(chance))
