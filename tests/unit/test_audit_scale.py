@@ -267,7 +267,7 @@ def test_sentence_words_of_ascii_text_are_the_split_rule() -> None:
     import random
     import re
 
-    from gen.generators.audit.text import sentence_words, words
+    from gen.generators.audit.text import _words_in, sentence_words, words
 
     def rule(text: str) -> list[list[str]]:
         pieces = re.split(r"(?<=[.!?;])\s+|\n+", text)
@@ -275,11 +275,13 @@ def test_sentence_words_of_ascii_text_are_the_split_rule() -> None:
 
     rng = random.Random(5)
     alphabet = ["C", "cup's", "it's", "3.5", "'", ".", "!", "?", ";", ",", " ", "  ", "\n", "\t"]
-    alphabet += ["\r", "\x1c", "\x0b", "a", "B", "_", "-", "ok."]
-    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(3000)]
+    alphabet += ["\r", "\x1c", "\x0b", "a", "B", "_", "-", "ok.", "'s", "''", "x'y'z", "9", "|"]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(40))) for _ in range(5000)]
     texts += ["x.\n  y", "a\n. b", "...  x", "The wearer's cups. C dries them!\n\n00m:05s | #C"]
     texts += ["Ｃ ouvre la fenêtre. Déjà vu’s", "I’m here. You’re there"]  # split first
     assert [sentence_words(t) for t in texts] == [rule(t) for t in texts]
+    ascii_texts = [t for t in texts if t.isascii()]
+    assert [words(t) for t in ascii_texts] == [_words_in(t.lower()) for t in ascii_texts]
 
 
 def test_word_hashes_are_the_words_of_split_and_differ_per_word() -> None:
