@@ -152,8 +152,9 @@ def word_hashes(text: str) -> np.ndarray:
     computed in numpy over the text's UTF-8 bytes: per word the polynomial of its bytes (the sum
     of each byte times the base's inverse power at its place, scaled back by the power at the
     word's end), then mixed (a multiply and shifts, as splitmix64's finaliser) so that the n-gram
-    polynomial over them is not one over bytes. 4x faster than a dictionary of word ids, and the
-    same for a word wherever and whenever it is read. Two different words share a hash with
+    polynomial over them is not one over bytes. A 700-word context in about half the time a
+    dictionary of word ids took (71 against 128 µs), and the same for a word wherever and whenever
+    it is read. Two different words share a hash with
     probability about 2^-64."""
     if text.isascii():
         raw = text.encode().translate(_ASCII_PARTS)
