@@ -80,7 +80,8 @@ class AuditData:
     cache is keyed by the text)."""
     seed: int = 0
     grams: Grams = field(default_factory=Grams, repr=False)
-    """Word ids of normalised texts, shared by the leakage and duplicate checks."""
+    """Word n-gram keys of normalised texts, for the duplicates check (the leakage check keeps
+    its own, freed when it ends)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.items, Items):

@@ -157,7 +157,7 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     if data.bundles is not None or not data.items:
         return CheckResult(key, "skipped", "no items with visible and privileged fields")
     n = cfg.leak_ngram
-    grams = data.grams
+    grams = Grams()  # its own: its caches go with it (keys do not depend on what it read)
     per_kind: Counter[str] = Counter()
     index = TermIndex()
     fields = VisibleTexts()
