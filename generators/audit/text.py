@@ -265,9 +265,7 @@ _ASCII_SPACES = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isa
 """An ASCII character that is neither a letter, a digit nor an apostrophe, made a space."""
 
 
-_ASCII_SPACES_BUT_LINES = str.maketrans(
-    {chr(c): " " for c in range(128) if not chr(c).isalnum() and c not in (10, 39)}
-)
+_ASCII_SPACES_BUT_LINES = {k: v for k, v in _ASCII_SPACES.items() if k != ord("\n")}
 """The same, a line break kept."""
 
 
