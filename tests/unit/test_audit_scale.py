@@ -398,3 +398,56 @@ def test_the_classifier_mean_is_numpys(n: int) -> None:
             want = float(np.mean(xs))
             got = _mean(xs)
         assert got == want or (np.isnan(got) and np.isnan(want))
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_classifier_fit_is_the_plain_expressions(padded: bool) -> None:
+    """The fit's in-place loss (answers' flat positions, held-out rows and transposes made once)
+    reaches the weights the plain expressions reach, bit for bit, with and without padded
+    options."""
+    from scipy.optimize import minimize
+    from scipy.sparse import csr_matrix
+
+    from gen.generators.audit.checks.shortcut import (
+        Features,
+        _fit_logit,
+        _row_max,
+        _row_sum,
+        _standardised,
+    )
+
+    rng = np.random.default_rng(int(padded))
+    n, k, v = 3000, 4, 120
+    mask = np.ones((n, k), dtype=bool)
+    if padded:
+        mask[:, 2:] = rng.random((n, 2)) < 0.7
+    dense = (rng.normal(size=(n * k, 5)) * [1, 10, 0.1, 3, 1]).astype(np.float32)
+    words = csr_matrix((rng.random((n * k, v)) < 0.1).astype(np.float32))
+    F = Features(dense, words, n, k)
+    strength = rng.normal(size=v) * 2
+    signal = (dense[:, 0] + words @ strength).reshape(n, k)
+    y = np.where(mask, signal + rng.gumbel(size=(n, k)), -np.inf).argmax(axis=1)
+    train = rng.random(n) < 0.8
+    S = _standardised(F, mask, train)
+    rows, yy = np.arange(n), np.where(train, y, 0)
+    d = S.dense.shape[1]
+
+    def plain(w: np.ndarray) -> tuple[float, np.ndarray]:
+        scores = S.dense @ w[:d] + (S.absent @ w[d:] + F.products @ (S.delta * w[d:]))
+        s = np.where(mask, scores.reshape(n, k), -np.inf)
+        mx = _row_max(s)
+        e = np.exp(s - mx)
+        z = _row_sum(e)
+        nll = -(s[rows, yy] - mx[:, 0] - np.log(z[:, 0]))[train].sum()
+        g = e / z
+        g[rows, yy] -= 1
+        g[~train] = 0.0
+        gr = g.reshape(n * k)
+        grad = np.concatenate(
+            [S.dense.T @ gr, S.absent * gr.sum() + S.delta * (F.products.T @ gr)]
+        )
+        return nll + 0.5 * w @ w, grad + w
+
+    want = minimize(plain, np.zeros(d + v), jac=True, method="L-BFGS-B", options={"maxiter": 300})
+    assert want.nit > 10, want.nit
+    assert np.array_equal(_fit_logit(F, S, mask, y, 1.0, train), want.x)
