@@ -443,9 +443,7 @@ def test_the_classifier_fit_is_the_plain_expressions(padded: bool) -> None:
         g[rows, yy] -= 1
         g[~train] = 0.0
         gr = g.reshape(n * k)
-        grad = np.concatenate(
-            [S.dense.T @ gr, S.absent * gr.sum() + S.delta * (F.products.T @ gr)]
-        )
+        grad = np.concatenate([S.dense.T @ gr, S.absent * gr.sum() + S.delta * (F.products.T @ gr)])
         return nll + 0.5 * w @ w, grad + w
 
     want = minimize(plain, np.zeros(d + v), jac=True, method="L-BFGS-B", options={"maxiter": 300})
