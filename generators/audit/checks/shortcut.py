@@ -237,7 +237,7 @@ def _scores(F: Features, S: Standardised, w: np.ndarray) -> np.ndarray:
     d = S.dense.shape[1]
     s = F.products @ (S.delta * w[d:])
     s += S.absent @ w[d:]
-    return (S.dense @ w[:d] + s).reshape(F.n, F.k)  # type: ignore[no-any-return]
+    return (S.dense @ w[:d] + s).reshape(F.n, F.k)
 
 
 def _fit_logit(
