@@ -327,6 +327,43 @@ def test_a_texts_keys_do_not_depend_on_what_was_read_before() -> None:
     assert [warm.keys(t, 3).tolist() for t in reversed(texts)] == fresh[::-1]
 
 
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_keys_made_together_are_each_texts_own(n: int) -> None:
+    """:meth:`Grams.keys_many` gives each text the keys :meth:`Grams.keys` gives it alone, whatever
+    texts sit beside it in the batch: texts shorter than n words, empty ones, a word repeated
+    across a text's end and the next one's start (whose n-grams run across two texts and must be
+    dropped), a text repeated, every kind of space and non-ASCII letters; and a primed text's keys
+    are the same arrays :meth:`Grams.keys` then gives."""
+    import random
+
+    from gen.generators.audit.text import Grams
+
+    rng = random.Random(n)
+    words = ["a", "cup", "cups", "the", "é", "ﬁ", "x" * 40, "0"]
+    spaces = [" ", " ", " ", "  ", "\t", "\u2003"]
+    texts = [
+        "".join(rng.choice(words) + rng.choice(spaces) for _ in range(rng.randrange(9))).strip()
+        for _ in range(400)
+    ]
+    texts += ["", "a", "a a a a a a", "a a a a a a", " a b ", "cup the cup the cup"]
+    rng.shuffle(texts)
+    alone = [Grams().keys(t, n).tolist() for t in texts]
+    for size in (1, 2, 7, 64, len(texts)):
+        together = [
+            k.tolist()
+            for s in range(0, len(texts), size)
+            for k in Grams().keys_many(texts[s : s + size], n)
+        ]
+        assert together == alone
+    assert Grams().keys_many([], n) == []
+    grams = Grams()
+    grams.prime([(texts[:50], n), (texts[50:60], n + 1)])
+    assert [grams.keys(t, n).tolist() for t in texts[:50]] == alone[:50]
+    assert [grams.keys(t, n + 1).tolist() for t in texts[50:60]] == [
+        Grams().keys(t, n + 1).tolist() for t in texts[50:60]
+    ]
+
+
 def test_duplicates_finds_the_same_with_or_without_leakage_before_it(tmp_path: Path) -> None:
     """The duplicates check's findings and statistics are the same run alone and after the
     leakage check in one process (they differed while word ids were numbered as first read)."""

@@ -7,6 +7,8 @@ import json
 import re
 from array import array
 from collections import Counter
+from collections.abc import Iterator
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -163,12 +165,9 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     fields = VisibleTexts()
     overlap = _Overlap(grams)
     is_mcq = (data.items.n_options >= 2) & (data.items.answer >= 0)  # data.mcq's items
-    for i, it in enumerate(
-        data.items
-    ):  # the same-item leaks; the other items' index is built on the way
+    for i, it, terms, visible in _blocks(data, cfg, grams, is_mcq):
+        # the same-item leaks; the other items' index is built on the way
         bank = data.bank_name(i)
-        terms = _terms(it, cfg.leak_min_chars)
-        visible = data.visible(i)
         raw = dict(it.visible)
         ordered = sorted(terms, key=lambda x: -len(x[1]))
         phrase, shares = _matches(ordered, visible, grams, n)
@@ -273,6 +272,30 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
         "tells": [t.row() for t in tells],
     }
     return res
+
+
+BLOCK = 256
+"""Items whose short texts (terms, options) have their n-gram keys made together
+(:meth:`Grams.prime`)."""
+
+
+def _blocks(
+    data: AuditData, cfg: AuditConfig, grams: Grams, is_mcq: np.ndarray
+) -> Iterator[tuple[int, MCQ, list[tuple[str, str]], list[tuple[str, str]]]]:
+    """``(index, item, its terms, its visible fields)`` in the bank's order, read a block at a
+    time: a block's terms' n-gram keys and its options' trigram keys (the overlap tell's) made
+    together before its items are searched."""
+    items = enumerate(data.items)
+    while block := [
+        (i, it, _terms(it, cfg.leak_min_chars), data.visible(i)) for i, it in islice(items, BLOCK)
+    ]:
+        grams.prime(
+            [
+                ([t for _, _, terms, _ in block for _, t in terms], cfg.leak_ngram),
+                ([norm(o) for i, it, _, _ in block if is_mcq[i] for o in it.options], OVERLAP_N),
+            ]
+        )
+        yield from block
 
 
 OVERLAP_N = 3
