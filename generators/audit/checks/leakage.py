@@ -325,7 +325,9 @@ class _Overlap:
         visible = [(p, v) for p, v in visible if p != "question"]
         last = self._last
         if last is None or last[0] != visible:
-            parts = [grams.keys(v, OVERLAP_N) for _, v in visible]
+            # each part's keys are sorted and distinct: one part (a context beside a query time
+            # of two words) is the whole, not sorted again
+            parts = [k for _, v in visible if len(k := grams.keys(v, OVERLAP_N))]
             last = self._last = (
                 visible,
                 parts[0]
