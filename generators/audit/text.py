@@ -116,11 +116,11 @@ class Grams:
         }
 
     def keys_many(self, texts: Sequence[str], n: int) -> list[np.ndarray]:
-        """:meth:`keys` of each of ``texts`` (each a new array), computed together: the words of
-        all hashed at once, every n-gram's key made at once, those that run across two texts
-        dropped, then sorted by text and key and made distinct in one pass. About 3 µs a short
-        text (an option, a gold line) in blocks of a few hundred, against 10 µs one at a time,
-        where a numpy call's own overhead is most of the cost."""
+        """:meth:`keys` of each of ``texts`` (views of one array: not to be changed), computed
+        together: the words of all hashed at once, every n-gram's key made at once, those that run
+        across two texts dropped, then sorted by text and key and made distinct in one pass. About
+        3 µs a short text (an option, a gold line) in blocks of a few hundred, against 10 µs one at
+        a time, where a numpy call's own overhead is most of the cost."""
         k = len(texts)
         counts = np.fromiter(map(len, map(str.split, texts)), dtype=np.intp, count=k)
         ids = word_hashes(" ".join(texts))

@@ -332,8 +332,8 @@ def test_keys_made_together_are_each_texts_own(n: int) -> None:
     """:meth:`Grams.keys_many` gives each text the keys :meth:`Grams.keys` gives it alone, whatever
     texts sit beside it in the batch: texts shorter than n words, empty ones, a word repeated
     across a text's end and the next one's start (whose n-grams run across two texts and must be
-    dropped), a text repeated, every kind of space and non-ASCII letters; and a primed text's keys
-    are the same arrays :meth:`Grams.keys` then gives."""
+    dropped), a text repeated, every kind of space and non-ASCII letters; and :meth:`Grams.keys`
+    gives a primed text the same keys."""
     import random
 
     from gen.generators.audit.text import Grams

@@ -165,7 +165,7 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
     fields = VisibleTexts()
     overlap = _Overlap(grams)
     is_mcq = (data.items.n_options >= 2) & (data.items.answer >= 0)  # data.mcq's items
-    for i, it, terms, visible in _blocks(data, cfg, grams, is_mcq):
+    for i, it, terms, visible, options in _blocks(data, cfg, grams, is_mcq):
         # the same-item leaks; the other items' index is built on the way
         bank = data.bank_name(i)
         raw = dict(it.visible)
@@ -256,7 +256,7 @@ def leakage(data: AuditData, cfg: AuditConfig) -> CheckResult:
         index.add(i, terms, grams, n)
         fields.add(visible)
         if is_mcq[i]:
-            overlap.add(it, visible)
+            overlap.add(it, visible, options)
     cross = _cross_item_leaks(data, index, fields, cfg, grams)
     res.findings += cross
     per_kind["privileged_in_other_item"] += len(cross)
@@ -279,20 +279,29 @@ BLOCK = 256
 (:meth:`Grams.prime`)."""
 
 
-def _blocks(
-    data: AuditData, cfg: AuditConfig, grams: Grams, is_mcq: np.ndarray
-) -> Iterator[tuple[int, MCQ, list[tuple[str, str]], list[tuple[str, str]]]]:
-    """``(index, item, its terms, its visible fields)`` in the bank's order, read a block at a
-    time: a block's terms' n-gram keys and its options' trigram keys (the overlap tell's) made
-    together before its items are searched."""
+Block = tuple[int, MCQ, list[tuple[str, str]], list[tuple[str, str]], list[str]]
+"""An item as :func:`_blocks` gives it: its index, itself, its terms, its visible fields and its
+options normalised (an item the overlap tell reads; else none)."""
+
+
+def _blocks(data: AuditData, cfg: AuditConfig, grams: Grams, is_mcq: np.ndarray) -> Iterator[Block]:
+    """The items in the bank's order, read a block at a time: a block's terms' n-gram keys and
+    its options' trigram keys (the overlap tell's) made together before its items are searched."""
     items = enumerate(data.items)
     while block := [
-        (i, it, _terms(it, cfg.leak_min_chars), data.visible(i)) for i, it in islice(items, BLOCK)
+        (
+            i,
+            it,
+            _terms(it, cfg.leak_min_chars),
+            data.visible(i),
+            [norm(o) for o in it.options] if is_mcq[i] else [],
+        )
+        for i, it in islice(items, BLOCK)
     ]:
         grams.prime(
             [
-                ([t for _, _, terms, _ in block for _, t in terms], cfg.leak_ngram),
-                ([norm(o) for i, it, _, _ in block if is_mcq[i] for o in it.options], OVERLAP_N),
+                ([t for _, _, terms, _, _ in block for _, t in terms], cfg.leak_ngram),
+                ([o for *_, options in block for o in options], OVERLAP_N),
             ]
         )
         yield from block
@@ -315,8 +324,8 @@ class _Overlap:
         self.shown: set[str] = set()  # the types with an item that has visible fields
         self._last: tuple[list[tuple[str, str]], np.ndarray] | None = None
 
-    def add(self, it: MCQ, visible: list[tuple[str, str]]) -> None:
-        """An item with two options or more and a known answer."""
+    def add(self, it: MCQ, visible: list[tuple[str, str]], options: list[str]) -> None:
+        """An item with two options or more and a known answer, its options normalised."""
         grams = self.grams
         hits, chance, ans_share, dis_share = self.per.setdefault(
             it.question_type, ([], array("d"), array("d"), array("d"))
@@ -336,7 +345,7 @@ class _Overlap:
                 if parts
                 else np.zeros(0, dtype=np.uint64),
             )
-        shares = shares_in([grams.keys(norm(o), OVERLAP_N) for o in it.options], last[1])
+        shares = shares_in([grams.keys(o, OVERLAP_N) for o in options], last[1])
         a = it.answer
         assert a is not None
         ans_share.append(shares[a])
