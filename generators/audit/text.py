@@ -123,14 +123,10 @@ class Grams:
         a time, where a numpy call's own overhead is most of the cost."""
         k = len(texts)
         counts = np.fromiter(map(len, map(str.split, texts)), dtype=np.intp, count=k)
-        ids = word_hashes(" ".join(texts))
-        m = len(ids) - n + 1
-        if m < 1:
+        h = self._ngrams(word_hashes(" ".join(texts)), n)
+        m = len(h)
+        if not m:
             return [np.zeros(0, dtype=np.uint64) for _ in texts]
-        h = ids[:m].copy()
-        for j in range(1, n):
-            h *= self.P  # wraps modulo 2^64, as intended
-            h += ids[j : j + m]
         text_of = np.repeat(np.arange(k), counts)[:m]
         inside = np.arange(n, m + n) <= np.cumsum(counts)[text_of]  # ends in its first word's text
         h, text_of = h[inside], text_of[inside]
@@ -146,15 +142,24 @@ class Grams:
         return [h[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
     def _keys_of(self, text: str, n: int) -> np.ndarray:
-        ids = self.ids(text)
+        h = self._ngrams(self.ids(text), n)
+        if not len(h):
+            return h
+        h.sort()
+        return h[np.concatenate(([True], h[1:] != h[:-1]))]
+
+    @classmethod
+    def _ngrams(cls, ids: np.ndarray, n: int) -> np.ndarray:
+        """The key of every run of n word hashes in ``ids``, in order (a new array; empty when
+        there are fewer than n): the polynomial both :meth:`keys` and :meth:`keys_many` use."""
         m = len(ids) - n + 1
         if m < 1:
             return np.zeros(0, dtype=np.uint64)
         h = ids[:m].copy()
         for j in range(1, n):
-            h = h * self.P + ids[j : j + m]  # wraps modulo 2^64, as intended
-        h.sort()
-        return h[np.concatenate(([True], h[1:] != h[:-1]))]
+            h *= cls.P  # wraps modulo 2^64, as intended
+            h += ids[j : j + m]
+        return h
 
     def _hashes(self, words: list[str]) -> Sequence[int]:
         """:func:`word_hashes` of a short text's words, looked up among the words met."""
