@@ -16,26 +16,34 @@ PARTS = 16
 own, so sorting needs memory for one part, not for all."""
 _SHIFT = np.uint64(64 - 4)
 PAIRS = 1 << 22
-""":meth:`TermIndex.contained` joins texts with the owners they share probed keys with this many
-(text, owner) pairs at a time (a few arrays of 8 bytes a pair)."""
+""":meth:`TermIndex.contained` joins texts with the terms they share probed keys with this many
+(text, term) pairs at a time (a few arrays of 8 bytes a pair)."""
 OWNER_CHUNKS = 16
-""":meth:`TermIndex.build` sorts the (key, owner) pairs of a sixteenth of the owners at a time:
+""":meth:`TermIndex.build` sorts the (key, term) pairs of a sixteenth of the terms at a time:
 sorting them all at once held four copies of every pair (an eighth at a time was the build's
 peak at 1M items, 0.9 GB of pairs and their sort)."""
+RECENT = 4096
+"""Privileged texts :meth:`TermIndex.add` remembers, so that a text the items just before held is
+one term of the index, whoever else holds it: a clip's items follow each other and share its gold
+narration (the 100k bench bank's 6.9M keys fall to 3.9M; a text met again later is one more term,
+which costs memory, not findings)."""
 
 
 class TermIndex:
-    """Every privileged text's word n-gram keys with its owner (item, source field, key count),
-    held as typed buffers (a million tom items have ~60M keys; one small array per text would
-    cost more in headers than in keys), then sorted part by part."""
+    """Every privileged text's word n-gram keys with its owners (item, source field), held as
+    typed buffers (a million tom items have ~60M keys; one small array per text would cost more in
+    headers than in keys), then sorted part by part. The index is of terms (``tid``): a text, with
+    every owner that held it while :data:`RECENT` remembered it."""
 
     def __init__(self) -> None:
         self.terms = 0
         self.keys = [array("Q") for _ in range(PARTS)]
         self.tids = [array("i") for _ in range(PARTS)]
-        self.item = array("i")
+        self.item = array("i")  # per owner
         self.src = array("i")
-        self.size = array("i")
+        self.term = array("i")  # per owner, its term
+        self.size = array("i")  # per term, its key count
+        self._recent: dict[str, int] = {}  # text -> its term (-1: no keys)
         self.paths: dict[str, int] = {}
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.sizes = np.zeros(0, dtype=np.int64)
@@ -46,21 +54,28 @@ class TermIndex:
     def add(self, i: int, terms: list[tuple[str, str]], grams: Grams, n: int) -> None:
         self.terms += len(terms)
         for src, t in terms:
-            keys = grams.keys(t, n)
-            if not len(keys):
+            tid = self._recent.get(t)
+            if tid is None:
+                keys = grams.keys(t, n)
+                tid = len(self.size) if len(keys) else -1
+                if len(self._recent) >= RECENT:
+                    self._recent.clear()
+                self._recent[t] = tid
+                if len(keys):
+                    self.size.append(len(keys))
+                    self._staged.append(keys)
+                    self._staged_tids.append(np.full(len(keys), tid, dtype=np.int32))
+                    self._staged_n += len(keys)
+            if tid < 0:
                 continue
-            tid = len(self.item)
             self.item.append(i)
             self.src.append(self.paths.setdefault(src, len(self.paths)))
-            self.size.append(len(keys))
-            self._staged.append(keys)
-            self._staged_tids.append(np.full(len(keys), tid, dtype=np.int32))
-            self._staged_n += len(keys)
+            self.term.append(tid)
         if self._staged_n >= 1 << 16:
             self._flush()
 
     def _flush(self) -> None:
-        """The staged keys into their parts (in order: a key's owners stay in tid order)."""
+        """The staged keys into their parts (in order: a key's terms stay in tid order)."""
         if not self._staged:
             return
         keys, tids = np.concatenate(self._staged), np.concatenate(self._staged_tids)
@@ -74,21 +89,25 @@ class TermIndex:
             self.tids[p].frombytes(tids[cut[p] : cut[p + 1]].tobytes())
 
     def build(self, containment: float) -> None:
-        """Sort each part by key (a key's owners stay in their order) and drop the bank's template
+        """Sort each part by key (a key's terms stay in their order) and drop the bank's template
         phrases: keys shared by many privileged texts ("c believes that the") are not content,
-        they neither count for nor against containment. Then the index :meth:`contained` probes:
-        of each owner only its rarest keys, one more than it may miss and still reach
-        ``containment`` (an owner that reaches it shares one of them with the text: the others are
-        too few), and each owner's kept keys, rarest first: past the probed ones, :meth:`contained`
-        reads them one at a time, only while the owner can still reach ``containment``. A key kept
-        by up to a hundredth of the owners would otherwise make a probe's work grow with the
-        bank."""
+        they neither count for nor against containment (a key counts each owner of its terms).
+        Then the index :meth:`contained` probes: of each term only its rarest keys, one more than
+        it may miss and still reach ``containment`` (a term that reaches it shares one of them with
+        the text: the others are too few), and each term's kept keys, rarest first: past the
+        probed ones, :meth:`contained` reads them one at a time, only while the term can still
+        reach ``containment``. A key kept by up to a hundredth of the owners would otherwise make
+        a probe's work grow with the bank."""
         self._flush()
         sizes = np.array(self.size, dtype=np.int64)
-        common = max(20, len(sizes) // 100)
-        # per part: its kept keys, how many owners each has, and the owners key by key (a pair's
-        # key and count are read through its key's place, not held per pair)
-        kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        term = np.frombuffer(self.term, dtype=np.int32)
+        owners = np.bincount(term, minlength=len(sizes))  # per term, how many owners hold it
+        self.owners_of = np.argsort(term, kind="stable").astype(np.int32)  # by term, in order
+        self.owners_start = np.concatenate(([0], np.cumsum(owners)))
+        common = max(20, len(term) // 100)
+        # per part: its kept keys, how many terms and owners hold each, and the terms key by key
+        # (a pair's key and counts are read through its key's place, not held per pair)
+        kept: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         for p in range(PARTS):
             keys = np.frombuffer(self.keys[p], dtype=np.uint64)
             order = np.argsort(keys, kind="stable")
@@ -98,13 +117,16 @@ class TermIndex:
             self.keys[p], self.tids[p] = array("Q"), array("i")
             ukeys, counts = np.unique(keys, return_counts=True)
             del keys
-            drop = counts > common
+            held = (
+                np.add.reduceat(owners[tids], np.cumsum(counts) - counts) if len(tids) else counts
+            )
+            drop = held > common
             if drop.any():
                 gone = np.repeat(drop, counts)
                 sizes -= np.bincount(tids[gone], minlength=len(sizes))
                 tids = tids[~gone]
-                ukeys, counts = ukeys[~drop], counts[~drop]
-            kept.append((ukeys, counts.astype(np.int32), tids))
+                ukeys, counts, held = ukeys[~drop], counts[~drop], held[~drop]
+            kept.append((ukeys, counts.astype(np.int32), held.astype(np.int32), tids))
         self.sizes = sizes
         start = np.concatenate(
             ([0], np.cumsum(sum(np.bincount(t, minlength=len(sizes)) for *_, t in kept)))
@@ -113,18 +135,18 @@ class TermIndex:
         pkeys, ptids = [], []
         owned = np.empty(int(start[-1]), dtype=np.uint64)  # filled in place, chunk by chunk
         step = max(1, -(-len(sizes) // OWNER_CHUNKS))
-        for a in range(0, len(sizes), step):  # the pairs of owners a..a+step, sorted at once
+        for a in range(0, len(sizes), step):  # the pairs of terms a..a+step, sorted at once
             parts = []
-            for ukeys, counts, tids in kept:
+            for ukeys, counts, held, tids in kept:
                 at = np.nonzero((tids >= a) & (tids < a + step))[0]
                 place = np.repeat(np.arange(len(ukeys), dtype=np.int32), counts)[at]
-                parts.append((ukeys[place], counts[place], tids[at]))
+                parts.append((ukeys[place], held[place], tids[at]))
                 del at, place
             key, freq, tid = (np.concatenate(xs) for xs in zip(*parts, strict=True))
             del parts
-            by_owner = np.lexsort((key, freq, tid))  # per owner, its rarest keys first
-            key, tid = key[by_owner], tid[by_owner]
-            del by_owner, freq
+            by_term = np.lexsort((key, freq, tid))  # per term, its rarest keys first
+            key, tid = key[by_term], tid[by_term]
+            del by_term, freq
             rank = np.arange(len(tid)) - (start[tid] - start[a])
             probe = (sizes[tid] > 0) & (rank < probe_lim[tid])
             pkeys.append(key[probe])
@@ -134,18 +156,18 @@ class TermIndex:
         del kept, key, tid
         pkey, ptid = np.concatenate(pkeys), np.concatenate(ptids)
         del pkeys, ptids
-        # by key, a key's owners in their order: the pairs come in owner order, so a stable sort
+        # by key, a key's terms in their order: the pairs come in term order, so a stable sort
         # by key alone keeps it (a lexsort by both held twice the memory at the build's peak)
         ptid = ptid[np.argsort(pkey, kind="stable")]
         pkey.sort()
         new = np.ones(len(pkey), dtype=bool)
         new[1:] = pkey[1:] != pkey[:-1]
-        first = np.append(np.flatnonzero(new), len(pkey))  # where each distinct key's owners start
+        first = np.append(np.flatnonzero(new), len(pkey))  # where each distinct key's terms start
         del new
         self.parts = [(pkey[first[:-1]], first, ptid)]
         del pkey
         self.owned, self.owned_start = owned, start
-        self.unprobed = start[:-1] + probe_lim  # where each owner's keys past its probed ones start
+        self.unprobed = start[:-1] + probe_lim  # where each term's keys past its probed ones start
 
     def contained(
         self, texts: list[np.ndarray], containment: float
@@ -154,8 +176,8 @@ class TermIndex:
         the owner's key count) for every owner with at least ``containment`` of its keys among
         them, in the order a walk over the array's keys meets them (by its first key among them,
         then a key's owners in their order). The texts are looked up together, a group of them at
-        a time (:data:`PAIRS`): the owners that share a probed key with one (:meth:`build`), then
-        each one's other keys."""
+        a time (:data:`PAIRS`): the terms that share a probed key with one (:meth:`build`), then
+        each one's other keys, then the owners of the terms it contains."""
         out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
         sizes = [len(k) for k in texts]
         if not sum(sizes):
@@ -167,7 +189,7 @@ class TermIndex:
         at = np.searchsorted(ukeys, keys[sel])
         runs = starts[at + 1] - starts[at]
         text = text[sel]  # the text of each matched key
-        # texts in groups of up to PAIRS (text, owner) pairs (a text with more is a group alone)
+        # texts in groups of up to PAIRS (text, term) pairs (a text with more is a group alone)
         upto = np.cumsum(np.bincount(text, weights=runs, minlength=len(texts)))
         first_of = np.concatenate(([0], np.cumsum(sizes)))
         t0 = 0
@@ -193,19 +215,19 @@ class TermIndex:
         out: list[list[tuple[int, int, int]]],
     ) -> None:
         """:meth:`contained` for the texts of ``text``: their matched probe keys (``at`` in the
-        probe index, ``runs`` owners each)."""
+        probe index, ``runs`` terms each)."""
         _, starts, tids = self.parts[0]
         if not len(at):
             return
         each, rows = _spans(starts[at], runs)
-        owners = len(self.sizes)
-        pair = text[each].astype(np.int64) * owners + tids[rows]
+        terms = len(self.sizes)
+        pair = text[each].astype(np.int64) * terms + tids[rows]
         del each, rows
-        # (text, owner) candidates, by text, with the probed keys they share: an owner that shares
+        # (text, term) candidates, by text, with the probed keys they share: a term that shares
         # h of them missed the others, and can miss h - 1 of its keys past them and still reach
         # containment (it was probed on all it may miss, and one more)
         pair, hits = np.unique(pair, return_counts=True)
-        cand_text, cand = pair // owners, pair % owners
+        cand_text, cand = pair // terms, pair % terms
         del pair
         first = self.unprobed[cand]
         left = self.owned_start[cand + 1] - first
@@ -222,7 +244,7 @@ class TermIndex:
         ok = np.nonzero(missed < hits)[0]
         if not len(ok):
             return
-        # the owners left hold enough: where the text first meets them (all their keys)
+        # the terms left hold enough: where the text first meets them (all their keys)
         cand_text, cand = cand_text[ok], cand[ok]
         count = hits[ok] + (left[ok] - missed[ok])
         size = self.sizes[cand]
@@ -231,14 +253,18 @@ class TermIndex:
         hit, pos = self._in_texts(keys, first_of, cand_text[row], self.owned[rows])
         meet = np.full(len(cand), np.iinfo(np.int64).max)
         np.minimum.at(meet, row[hit], pos[hit])
-        keep = count / size >= containment
-        walk = np.lexsort((cand, meet, cand_text))
-        walk = walk[keep[walk]]
+        keep = np.nonzero(count / size >= containment)[0]
+        # each term found, as its owners: in the walk's order, a key's owners in theirs
+        lo = self.owners_start[cand[keep]]
+        row, rows = _spans(lo, self.owners_start[cand[keep] + 1] - lo)
+        row = keep[row]
+        owner = self.owners_of[rows]
+        walk = np.lexsort((owner, meet[row], cand_text[row]))
         for r, o, k, s in zip(
-            cand_text[walk].tolist(),
-            cand[walk].tolist(),
-            count[walk].tolist(),
-            size[walk].tolist(),
+            cand_text[row[walk]].tolist(),
+            owner[walk].tolist(),
+            count[row[walk]].tolist(),
+            size[row[walk]].tolist(),
             strict=True,
         ):
             out[r].append((o, k, s))
@@ -275,7 +301,7 @@ def _spans(lo: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def least_hits(sizes: np.ndarray, containment: float) -> np.ndarray:
-    """Per owner of ``sizes`` keys, the fewest of them a text must hold for ``k / size >=
+    """Per term of ``sizes`` keys, the fewest of them a text must hold for ``k / size >=
     containment`` as :meth:`TermIndex.contained` computes it (at least 1)."""
     s = np.maximum(sizes, 1)
     k = np.maximum(np.ceil(containment * s).astype(np.int64), 1)

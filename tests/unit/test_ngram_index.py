@@ -25,11 +25,15 @@ def bank(seed: int, owners: int) -> tuple[Grams, list[list[tuple[str, str]]], li
     def text(k: int) -> str:
         return " ".join(rng.choice(WORDS) for _ in range(k))
 
-    terms = []
+    terms: list[list[tuple[str, str]]] = []
     for i in range(owners):
         one = [("truth", text(rng.randint(2, 12)))]
         if i % 2:
             one.append(("summary", "c believes that the " + text(rng.randint(3, 8))))
+        if terms and i % 3 == 0:  # a clip's next item: its texts again (one under another field)
+            one += [("future", t) for _, t in terms[-1]]
+        if terms and i % 7 == 0:  # a text an item long before held
+            one.append(("transition", rng.choice(rng.choice(terms))[1]))
         terms.append(one)
     flat = [t for one in terms for _, t in one]
     visible = [text(30) for _ in range(20)]
@@ -65,13 +69,16 @@ def brute(
     return out
 
 
-@pytest.mark.parametrize(("seed", "owners"), [(0, 60), (1, 400), (2, 1500)])
-@pytest.mark.parametrize(("chunks", "pairs"), [(1, 1 << 22), (3, 1), (8, 40)])
+@pytest.mark.parametrize(("seed", "owners"), [(0, 60), (1, 400), (2, 1500), (3, 4000)])
+@pytest.mark.parametrize(("chunks", "pairs", "recent"), [(1, 1 << 22, 4096), (3, 1, 2), (8, 40, 5)])
 def test_the_owners_a_text_contains_are_the_brute_force_ones(
-    seed: int, owners: int, chunks: int, pairs: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, owners: int, chunks: int, pairs: int, recent: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Owners sharing a text (one item's and the next's, or one's long before) are each found:
+    whether the index keeps the text once (remembered) or again (forgotten, ``recent``)."""
     monkeypatch.setattr(ngram_index, "OWNER_CHUNKS", chunks)
     monkeypatch.setattr(ngram_index, "PAIRS", pairs)  # texts joined one or a few at a time
+    monkeypatch.setattr(ngram_index, "RECENT", recent)
     grams, terms, visible = bank(seed, owners)
     index = TermIndex()
     for i, one in enumerate(terms):
@@ -81,3 +88,39 @@ def test_the_owners_a_text_contains_are_the_brute_force_ones(
     got = index.contained(texts, 0.5)
     assert got == brute(grams, terms, visible, 0.5)
     assert sum(map(len, got)) >= 25  # the planted copies are found
+    if recent > 100:  # a text met again while remembered is kept once
+        assert len(index.size) < 0.8 * len(index.item)
+
+
+def test_a_texts_owners_take_their_place_among_other_texts_owners(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two texts a visible text first meets at the same key: their owners in the owners' order
+    (item 0's, 1's, 2's), not one text's owners after the other's."""
+    grams = Grams()
+    x, y = "cup knife bowl on", "knife bowl on table"  # each shares "knife bowl on" and no more
+    terms = [[("truth", x)], [("truth", y)], [("future", x)]]
+    index = TermIndex()
+    for i, one in enumerate(terms):
+        index.add(i, one, grams, N)
+    index.build(0.5)
+    assert len(index.size) == 2  # item 2's text is item 0's
+    got = index.contained([np.unique(grams.keys("red knife bowl on shelf", N))], 0.5)
+    assert [o for o, *_ in got[0]] == [0, 1, 2]
+    assert got == brute(grams, terms, ["red knife bowl on shelf"], 0.5)
+
+
+def test_a_phrase_is_common_by_its_owners_not_by_its_texts() -> None:
+    """2,522 owners of 47 texts: a phrase 22 owners hold is not the bank's template (more than
+    max(20, 2522 // 100) = 25 hold none), though more than max(20, 47 // 100) texts would be."""
+    grams = Grams()
+    terms = [[("truth", f"clip {b} cup knife bowl")] for b in range(25) for _ in range(100)]
+    terms += [[("summary", f"alpha beta gamma w{k}")] for k in range(22)]
+    index = TermIndex()
+    for i, one in enumerate(terms):
+        index.add(i, one, grams, N)
+    index.build(0.5)
+    assert len(index.size) == 47
+    got = index.contained([np.unique(grams.keys("alpha beta gamma", N))], 0.5)
+    assert [o for o, *_ in got[0]] == list(range(2500, 2522))
+    assert got == brute(grams, terms, ["alpha beta gamma"], 0.5)
