@@ -9,7 +9,7 @@ from array import array
 
 import numpy as np
 
-from gen.generators.audit.text import Grams, member
+from gen.generators.audit.text import Grams
 
 PARTS = 16
 """The term index is kept in this many parts by the keys' top bits: each part is sorted on its
@@ -180,13 +180,14 @@ class TermIndex:
         each one's other keys, then the owners of the terms it contains."""
         out: list[list[tuple[int, int, int]]] = [[] for _ in texts]
         sizes = [len(k) for k in texts]
-        if not sum(sizes):
+        ukeys, starts, _ = self.parts[0]
+        if not sum(sizes) or not len(ukeys):
             return out
         keys = np.concatenate(texts)
         text = np.repeat(np.arange(len(texts)), sizes)
-        ukeys, starts, _ = self.parts[0]
-        sel = np.nonzero(member(keys, ukeys))[0]
-        at = np.searchsorted(ukeys, keys[sel])
+        at = _positions(ukeys, keys)
+        sel = np.nonzero(ukeys[at] == keys)[0]
+        at = at[sel]
         runs = starts[at + 1] - starts[at]
         text = text[sel]  # the text of each matched key
         # texts in groups of up to PAIRS (text, term) pairs (a text with more is a group alone)
@@ -292,6 +293,17 @@ class TermIndex:
             hit[a:b] = tk[at] == x
             pos[a:b] = at
         return hit, pos
+
+
+def _positions(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """Where each of ``needles`` is or would go in the sorted, non-empty ``haystack`` (at most its
+    last place), searched in sorted order: a search of the next needle starts near the last one's
+    place, where unsorted needles in an index of millions of keys missed the cache at every step
+    (10M keys: 2.4 µs a needle unsorted, 0.36 µs sorted first)."""
+    order = np.argsort(needles)
+    at = np.empty(len(needles), dtype=np.intp)
+    at[order] = np.searchsorted(haystack, needles[order])
+    return np.minimum(at, len(haystack) - 1, out=at)
 
 
 def _spans(lo: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -124,3 +124,16 @@ def test_a_phrase_is_common_by_its_owners_not_by_its_texts() -> None:
     got = index.contained([np.unique(grams.keys("alpha beta gamma", N))], 0.5)
     assert [o for o, *_ in got[0]] == list(range(2500, 2522))
     assert got == brute(grams, terms, ["alpha beta gamma"], 0.5)
+
+
+def test_an_index_of_template_phrases_alone_contains_nothing() -> None:
+    """Every key held by more owners than the cut (30 items, one text): no key is left to probe,
+    and a text holding the phrase contains no owner."""
+    grams = Grams()
+    index = TermIndex()
+    for i in range(30):
+        index.add(i, [("summary", "c believes that the cup")], grams, N)
+    index.build(0.5)
+    assert len(index.parts[0][0]) == 0
+    text = np.unique(grams.keys("c believes that the cup", N))
+    assert index.contained([text, text[:0]], 0.5) == [[], []]
