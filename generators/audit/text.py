@@ -249,8 +249,25 @@ def member(needles: np.ndarray, haystack: np.ndarray) -> np.ndarray:
     call)."""
     if not len(haystack):
         return np.zeros(len(needles), dtype=bool)
-    at = np.minimum(np.searchsorted(haystack, needles), len(haystack) - 1)
-    return haystack[at] == needles
+    return haystack[positions(haystack, needles)] == needles
+
+
+SORTED_SEARCH = 1 << 12
+"""Needles from which :func:`positions` sorts them before it searches."""
+
+
+def positions(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """Where each of ``needles`` is or would go in the sorted, non-empty ``haystack`` (at most its
+    last place). Many needles are searched in sorted order: a search then starts near the last
+    one's place, where unsorted needles in a haystack of millions missed the cache at every step
+    (10M keys: 2.4 µs a needle unsorted, 0.36 µs sorted first)."""
+    if len(needles) < SORTED_SEARCH:
+        at = np.searchsorted(haystack, needles)
+    else:
+        order = np.argsort(needles)
+        at = np.empty(len(needles), dtype=np.intp)
+        at[order] = np.searchsorted(haystack, needles[order])
+    return np.minimum(at, len(haystack) - 1, out=at)
 
 
 def share_in(needles: np.ndarray, haystack: np.ndarray) -> float:

@@ -11,7 +11,7 @@ import pytest
 
 from gen.generators.audit import ngram_index
 from gen.generators.audit.ngram_index import TermIndex
-from gen.generators.audit.text import Grams
+from gen.generators.audit.text import SORTED_SEARCH, Grams, positions
 
 WORDS = "c picks puts the cup knife bowl on table shelf red blue with his hand then".split()
 N = 3
@@ -137,3 +137,23 @@ def test_an_index_of_template_phrases_alone_contains_nothing() -> None:
     assert len(index.parts[0][0]) == 0
     text = np.unique(grams.keys("c believes that the cup", N))
     assert index.contained([text, text[:0]], 0.5) == [[], []]
+
+
+@pytest.mark.parametrize("needles", [7, SORTED_SEARCH - 1, SORTED_SEARCH, 5 * SORTED_SEARCH])
+def test_positions_are_searchsorted_s_whether_the_needles_are_sorted_first_or_not(
+    needles: int,
+) -> None:
+    """Needles repeated, below, inside and past the haystack: the place numpy's search gives, at
+    most the last, in the needles' order."""
+    rng = np.random.default_rng(needles)
+    haystack = np.unique(rng.integers(100, 1 << 40, 50_000, dtype=np.uint64))
+    x = np.concatenate(
+        [
+            rng.choice(haystack, needles // 2),
+            rng.integers(0, 1 << 41, needles - needles // 2, dtype=np.uint64),
+        ]
+    )
+    x[:3] = [0, haystack[-1], np.uint64(1 << 41)]
+    rng.shuffle(x[3:])
+    want = np.minimum(np.searchsorted(haystack, x), len(haystack) - 1)
+    assert positions(haystack, x).tolist() == want.tolist()
