@@ -261,11 +261,12 @@ class TermIndex:
         row = keep[row]
         owner = self.owners_of[rows]
         walk = np.lexsort((owner, meet[row], cand_text[row]))
+        found = row[walk]
         for r, o, k, s in zip(
-            cand_text[row[walk]].tolist(),
+            cand_text[found].tolist(),
             owner[walk].tolist(),
-            count[row[walk]].tolist(),
-            size[row[walk]].tolist(),
+            count[found].tolist(),
+            size[found].tolist(),
             strict=True,
         ):
             out[r].append((o, k, s))
