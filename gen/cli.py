@@ -77,6 +77,7 @@ def _main(argv: list[str]) -> int:
     _VALIDATED.update({job.key: job for job in jobs})
     sys.argv = [sys.argv[0], *flags, f"generator={name}", *overrides]
     if multirun:
+        share_cores(name, sweep_jobs(overrides)[0], len(jobs))
         return run_sweep(name, len(jobs), swept_keys(overrides))
     _hydra_main(name)
     return 0
@@ -89,6 +90,21 @@ def swept_keys(overrides: list[str]) -> list[str]:
         for raw, o in zip(overrides, _parse(overrides), strict=True)
         if o.is_sweep_override()
     ]
+
+
+def share_cores(name: str, job: list[str], jobs: int) -> None:
+    """Tell the sweep's jobs how many of them share this machine's cores (``GEN_LOCAL_JOBS``, read
+    by :mod:`gen.cores`; times any count this process was given, for a sweep run by a sweep's
+    job): a local launcher runs them side by side, and each job's libraries would take every
+    core."""
+    from omegaconf import OmegaConf
+
+    from gen.cores import LOCAL_JOBS, launch_width, local_jobs
+
+    node = _compose(name, job).hydra.launcher
+    width = launch_width(cast(dict[str, Any], OmegaConf.to_container(node, resolve=True)), jobs)
+    if width > 1:
+        os.environ[LOCAL_JOBS] = str(local_jobs() * width)
 
 
 def run_sweep(name: str, expected: int, swept: list[str]) -> int:

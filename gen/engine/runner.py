@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from gen.cores import cores_used
 from gen.engine.backends import Backends
 from gen.engine.manifest import (
     TOOLKIT_VERSION,
@@ -543,7 +544,7 @@ def run_config(
         "error": ctx.error,
         "started_at": started.isoformat(timespec="seconds"),
         "wall_seconds": round(wall, 3),
-        "time": time_split(clock, CLOCK.snapshot(), wall),
+        "time": {**time_split(clock, CLOCK.snapshot(), wall), "cores": cores_used()},
         **ctx.extra,
     }
     manifest["outputs"] = output_hashes(out_dir)

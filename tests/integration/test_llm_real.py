@@ -135,7 +135,8 @@ def test_the_default_threads_are_the_physical_cores_and_do_not_change_the_text(g
     """``n_threads: null`` runs one thread per physical core (llama-cpp-python's own default,
     half the logical CPUs, ran one on a 2-core VM); the thread count is left out of the cache
     identity because the tokens do not depend on it, which this checks."""
-    from gen.llm.llama_cpp import _LLAMAS, physical_cores
+    from gen.cores import physical_cores
+    from gen.llm.llama_cpp import _LLAMAS
 
     msgs = [{"role": "user", "content": "Name three things a person does in a kitchen."}]
     texts = {}
@@ -143,6 +144,6 @@ def test_the_default_threads_are_the_physical_cores_and_do_not_change_the_text(g
         llm = make_llm(LlamaCppConfig(n_ctx=1024, n_threads=threads), None)
         texts[threads] = [llm.complete(msgs, seed=s, max_tokens=40) for s in (3, 4)]
         if threads is None:
-            loaded = [v for k, v in _LLAMAS.items() if k[1:3] == (1024, None)]
+            loaded = [v for k, v in _LLAMAS.items() if k[1:3] == (1024, physical_cores())]
             assert loaded and loaded[0].n_threads == physical_cores()
     assert texts[None] == texts[1]

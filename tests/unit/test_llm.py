@@ -565,18 +565,3 @@ def test_a_reasoning_block_is_set_apart_on_every_parse_path(tmp_path: Path, repl
     assert judgment(scripted_llm([text]).complete(MESSAGES, seed=1), lenient=False).score == 2
     unfinished = scripted_llm(["<think>still thinking"])
     assert unfinished.complete(MESSAGES, seed=1) == "<think>still thinking"  # no answer: kept
-
-
-def test_physical_cores_count_a_cores_hyper_threads_once(tmp_path: Path, monkeypatch) -> None:
-    from gen.llm.llama_cpp import physical_cores
-
-    for cpu, siblings in enumerate(["0,2", "1,3", "0,2", "1,3"]):
-        d = tmp_path / f"cpu{cpu}" / "topology"
-        d.mkdir(parents=True)
-        (d / "thread_siblings_list").write_text(siblings + "\n")
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
-    assert physical_cores(tmp_path) == 2
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2})  # one core's two threads
-    assert physical_cores(tmp_path) == 1
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 7})  # cpu7: no topology
-    assert physical_cores(tmp_path) == 3

@@ -79,6 +79,7 @@ def registered() -> Any:
 def test_the_manifest_splits_the_wall_time_by_where_it_went(
     registered: Any, tmp_path: Path
 ) -> None:
+    from gen.cores import cores_used
     from gen.timing import CLOCK
 
     # an earlier run of this process had a backend that reports its timings (the clock is the
@@ -105,6 +106,7 @@ def test_the_manifest_splits_the_wall_time_by_where_it_went(
     # waits overlap the calls (thread-seconds): the parts sum past the wall, "other" stays >= 0
     measured = sum(parts[p] for p in ("llm_calls", "waiting", "embedding", "checks"))
     assert split["other_seconds"] == pytest.approx(max(0.0, wall - measured), abs=0.002)
+    assert split["cores"] == cores_used()  # what the run had: cores, jobs sharing them, its share
 
 
 def test_a_backend_s_own_timings_split_the_calls(
