@@ -3,8 +3,9 @@
 page a real server process prints, rates three items by keyboard, reloads, and finds the labels
 on the page and in ``reviews/alice.jsonl``; an item holding ``<script>`` renders as text; a
 request without the token is refused; the blind answers and judge scores show after ``v``; a
-scenario keeps its judge side hidden until ``v``. Saves the README's screenshots
-(docs/review_*.png).
+scenario keeps its judge side hidden until ``v``. Takes the README's screenshots
+(docs/review_*.png), written there only with ``GEN_DOCS_SCREENSHOTS=1``: a test run leaves the
+checkout as it was (a screenshot's bytes follow the machine's fonts).
 
 Skipped, with the reason, where chromium, chromedriver or selenium is missing
 (``apt-get install -y chromium chromium-driver``; ``pip install -e .[dev]``)."""
@@ -18,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +34,7 @@ from gen.paths import ROOT
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "audit"
 DOCS = ROOT / "docs"
+SHOTS = Path(tempfile.gettempdir()) / "gen-review-screenshots"
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -147,8 +150,9 @@ def screenshot(driver: Any, name: str) -> None:
     """The README's picture, without the save time in the status line (the same page gives the
     same file on every run)."""
     driver.execute_script("document.getElementById('status').textContent = ''")
-    DOCS.mkdir(exist_ok=True)
-    driver.save_screenshot(str(DOCS / name))
+    where = DOCS if os.environ.get("GEN_DOCS_SCREENSHOTS") == "1" else SHOTS
+    where.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(where / name)), name
 
 
 def chosen(driver: Any) -> tuple[str | None, int]:

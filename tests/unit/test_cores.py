@@ -91,7 +91,8 @@ def test_a_joblib_sweep_tells_its_jobs_how_many_share_the_cores(monkeypatch) -> 
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     from gen.cli import share_cores
 
-    monkeypatch.delenv(LOCAL_JOBS, raising=False)
+    monkeypatch.setenv(LOCAL_JOBS, "1")  # so that what share_cores sets is undone after the test
+    monkeypatch.delenv(LOCAL_JOBS)
     share_cores("personas", ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], 3)
     assert os.environ[LOCAL_JOBS] == "2"
     # a sweep run by a job of a sweep: its jobs share that job's part of the machine

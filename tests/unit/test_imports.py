@@ -402,6 +402,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gen.extras",
             "gen.paths",
             "gen.netfs",
+            "gen.cores",
             "gen.readers",
             "gen.templates",
             "gen.timing",
