@@ -288,10 +288,8 @@ class TermIndex:
         ):
             r = int(text[a])
             tk = keys[first_of[r] : first_of[r + 1]]
-            x = needles[a:b]
-            at = np.searchsorted(tk, x)
-            at[at == len(tk)] = 0
-            hit[a:b] = tk[at] == x
+            at = positions(tk, needles[a:b])
+            hit[a:b] = tk[at] == needles[a:b]
             pos[a:b] = at
         return hit, pos
 
